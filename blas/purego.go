@@ -1,0 +1,14 @@
+//go:build !cgo || purego
+
+package blas
+
+import (
+	"gonum.org/v1/gonum/blas/gonum"
+	"gorgonia.org/gorgonia"
+)
+
+// Name says which BLAS this binary uses.
+const Name = "gonum"
+
+// Setup makes gorgonia use gonum's pure-Go BLAS; threads is ignored.
+func Setup(threads int) { gorgonia.Use(gonum.Implementation{}) }

@@ -1,0 +1,171 @@
+// Package config holds the run configuration every task of a cluster
+// shares. The chief owns the authoritative copy; a task whose copy differs
+// is refused at registration with a message naming each differing field.
+package config
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/pstrain/pstrain/model"
+)
+
+// Mode is the SGD variant.
+type Mode string
+
+// The SGD modes.
+const (
+	Sync  Mode = "sync"  // aggregate R gradients per step, drop stale ones
+	Async Mode = "async" // apply each gradient on arrival
+	SSP   Mode = "ssp"   // async with a bound on how far a worker may run ahead
+)
+
+// Run is the configuration of one training run. Fields tagged
+// `check:"-"` are local to a task and excluded from the registration
+// comparison.
+type Run struct {
+	Mode                Mode    `json:"mode"`
+	Staleness           int     `json:"staleness"`
+	ReplicasToAggregate int     `json:"replicas_to_aggregate"` // 0: all workers
+	PS                  int     `json:"ps"`
+	Workers             int     `json:"workers"`
+	Hidden              []int   `json:"hidden"`
+	Batch               int     `json:"batch"`
+	LR                  float64 `json:"lr"`
+	Momentum            float64 `json:"momentum"`
+	Optimizer           string  `json:"optimizer"`
+	Epochs              float64 `json:"epochs"`
+	TargetAccuracy      float64 `json:"target_accuracy"`
+	Dataset             string  `json:"dataset"`
+	DataFraction        float64 `json:"data_fraction"`
+	Seed                int64   `json:"seed"`
+
+	DataDir          string        `json:"data_dir" check:"-"`
+	EvalEvery        time.Duration `json:"eval_every" check:"-"`
+	HeartbeatTimeout time.Duration `json:"heartbeat_timeout" check:"-"`
+}
+
+// Default is the default run: the `make run` cluster.
+func Default() Run {
+	return Run{
+		Mode:             Sync,
+		Staleness:        3,
+		PS:               2,
+		Workers:          2,
+		Hidden:           []int{800},
+		Batch:            128,
+		LR:               0.1,
+		Momentum:         0.9,
+		Optimizer:        "momentum",
+		Epochs:           10,
+		TargetAccuracy:   0.975,
+		Dataset:          "mnist",
+		DataFraction:     1,
+		Seed:             1,
+		DataDir:          "data",
+		EvalEvery:        time.Second,
+		HeartbeatTimeout: 3 * time.Second,
+	}
+}
+
+// Validate reports the first impossible value, phrased for a user.
+func (r Run) Validate() error {
+	switch r.Mode {
+	case Sync, Async, SSP:
+	default:
+		return fmt.Errorf("--mode must be sync, async or ssp, got %q", r.Mode)
+	}
+	switch {
+	case r.PS < 1:
+		return fmt.Errorf("--ps must be at least 1, got %d", r.PS)
+	case r.Workers < 1:
+		return fmt.Errorf("--workers must be at least 1, got %d", r.Workers)
+	case r.ReplicasToAggregate < 0:
+		return fmt.Errorf("--replicas-to-aggregate must be >= 0 (0 means all workers), got %d", r.ReplicasToAggregate)
+	case r.ReplicasToAggregate > r.Workers:
+		return fmt.Errorf("--replicas-to-aggregate %d is more than --workers %d: a step could never complete", r.ReplicasToAggregate, r.Workers)
+	case r.Staleness < 0:
+		return fmt.Errorf("--staleness must be >= 0, got %d", r.Staleness)
+	case r.Batch < 1:
+		return fmt.Errorf("--batch must be at least 1, got %d", r.Batch)
+	case !(r.LR > 0) || math.IsInf(r.LR, 0):
+		return fmt.Errorf("--lr must be a positive number, got %v", r.LR)
+	case r.Momentum < 0 || r.Momentum >= 1:
+		return fmt.Errorf("--momentum must be in [0, 1), got %v", r.Momentum)
+	case !(r.Epochs > 0):
+		return fmt.Errorf("--epochs must be positive, got %v", r.Epochs)
+	case r.TargetAccuracy < 0 || r.TargetAccuracy > 1:
+		return fmt.Errorf("--target-accuracy must be in [0, 1] (0 = run all epochs), got %v", r.TargetAccuracy)
+	case !(r.DataFraction > 0) || r.DataFraction > 1:
+		return fmt.Errorf("--data-fraction must be in (0, 1], got %v", r.DataFraction)
+	case r.EvalEvery < 0:
+		return fmt.Errorf("--eval-every must not be negative, got %v", r.EvalEvery)
+	case r.HeartbeatTimeout <= 0:
+		return fmt.Errorf("--heartbeat-timeout must be positive, got %v", r.HeartbeatTimeout)
+	}
+	switch r.Optimizer {
+	case "sgd", "momentum", "adam":
+	default:
+		return fmt.Errorf("--optimizer must be sgd, momentum or adam, got %q", r.Optimizer)
+	}
+	for i, h := range r.Hidden {
+		if h <= 0 {
+			return fmt.Errorf("--hidden: layer %d has size %d; sizes must be positive", i, h)
+		}
+	}
+	return nil
+}
+
+// Replicas is the number of gradients a sync step aggregates when all
+// workers are alive.
+func (r Run) Replicas() int {
+	if r.ReplicasToAggregate == 0 {
+		return r.Workers
+	}
+	return r.ReplicasToAggregate
+}
+
+// Spec is the model the run trains on data with the given input size and
+// number of classes.
+func (r Run) Spec(input, classes int) model.Spec {
+	return model.Spec{Input: input, Hidden: append([]int(nil), r.Hidden...), Classes: classes}
+}
+
+// JSON encodes the configuration.
+func (r Run) JSON() []byte {
+	b, _ := json.Marshal(r) // plain values only: cannot fail
+	return b
+}
+
+// Parse decodes a configuration from JSON.
+func Parse(b []byte) (Run, error) {
+	var r Run
+	if err := json.Unmarshal(b, &r); err != nil {
+		return Run{}, fmt.Errorf("run configuration: %w", err)
+	}
+	return r, nil
+}
+
+// Diff lists the checked fields where other differs from r, e.g.
+// ["lr: 0.1 (chief) vs 0.05 (this task)"].
+func (r Run) Diff(other Run) []string {
+	var out []string
+	a, b := reflect.ValueOf(r), reflect.ValueOf(other)
+	t := a.Type()
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if f.Tag.Get("check") == "-" {
+			continue
+		}
+		x, y := a.Field(i).Interface(), b.Field(i).Interface()
+		if !reflect.DeepEqual(x, y) {
+			name := strings.Split(f.Tag.Get("json"), ",")[0]
+			out = append(out, fmt.Sprintf("%s: %v (chief) vs %v (this task)", name, x, y))
+		}
+	}
+	return out
+}

@@ -1,0 +1,51 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestDefaultIsValid(t *testing.T) {
+	if err := Default().Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestValidateRejectsImpossibleValues(t *testing.T) {
+	cases := map[string]func(*Run){
+		"--ps":                    func(r *Run) { r.PS = 0 },
+		"--workers":               func(r *Run) { r.Workers = 0 },
+		"--replicas-to-aggregate": func(r *Run) { r.ReplicasToAggregate = 3 },
+		"--mode":                  func(r *Run) { r.Mode = "bsp" },
+		"--hidden":                func(r *Run) { r.Hidden = []int{800, 0} },
+		"--lr":                    func(r *Run) { r.LR = 0 },
+		"--momentum":              func(r *Run) { r.Momentum = 1 },
+		"--optimizer":             func(r *Run) { r.Optimizer = "rmsprop" },
+		"--data-fraction":         func(r *Run) { r.DataFraction = 1.5 },
+		"--batch":                 func(r *Run) { r.Batch = 0 },
+		"--target-accuracy":       func(r *Run) { r.TargetAccuracy = 97.5 },
+	}
+	for flag, mutate := range cases {
+		r := Default()
+		mutate(&r)
+		err := r.Validate()
+		if err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("%s: got %v, want an error naming the flag", flag, err)
+		}
+	}
+}
+
+func TestDiffNamesFieldsAndIgnoresLocalOnes(t *testing.T) {
+	a, b := Default(), Default()
+	b.LR = 0.05
+	b.Hidden = []int{256, 128}
+	b.DataDir = "/elsewhere" // local to the task: not compared
+	d := a.Diff(b)
+	if len(d) != 2 || !strings.HasPrefix(d[0], "hidden:") || !strings.HasPrefix(d[1], "lr: 0.1 (chief) vs 0.05") {
+		t.Fatalf("Diff = %q", d)
+	}
+	r, err := Parse(a.JSON())
+	if err != nil || len(a.Diff(r)) != 0 {
+		t.Fatalf("JSON round trip: %v %v", err, a.Diff(r))
+	}
+}

@@ -1,0 +1,258 @@
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// Worker holds the metrics of a training worker. Create it with [NewWorker].
+type Worker struct {
+	// Steps counts completed training steps (pstrain_worker_steps_total).
+	Steps prometheus.Counter
+	// Samples counts training examples processed
+	// (pstrain_worker_samples_total).
+	Samples prometheus.Counter
+	// StepPhase observes the time spent in each phase of a step, in seconds,
+	// by phase label (pstrain_worker_step_phase_seconds). The series of the
+	// four [Phases] exist from the start. See also [Worker.ObservePhase].
+	StepPhase *prometheus.HistogramVec
+	// TrainLoss is the training loss of the most recent step
+	// (pstrain_train_loss).
+	TrainLoss prometheus.Gauge
+	// RPCSentBytes counts request payload bytes sent, by op label
+	// (pstrain_rpc_sent_bytes_total).
+	RPCSentBytes *prometheus.CounterVec
+	// RPCReceivedBytes counts response payload bytes received, by op label
+	// (pstrain_rpc_received_bytes_total).
+	RPCReceivedBytes *prometheus.CounterVec
+	// Retries counts RPCs retried after a failure
+	// (pstrain_worker_retries_total).
+	Retries prometheus.Counter
+}
+
+// NewWorker creates the worker metrics and registers them on reg (a nil reg
+// leaves them unregistered). It panics if any of them is already registered on
+// reg.
+func NewWorker(reg prometheus.Registerer) *Worker {
+	f := promauto.With(reg)
+	w := &Worker{
+		Steps: f.NewCounter(prometheus.CounterOpts{
+			Name: MetricWorkerSteps,
+			Help: "Training steps this worker has completed.",
+		}),
+		Samples: f.NewCounter(prometheus.CounterOpts{
+			Name: MetricWorkerSamples,
+			Help: "Training examples this worker has processed.",
+		}),
+		StepPhase: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    MetricWorkerStepPhase,
+			Help:    "Time a training step spent in each phase (pull, compute, push, wait), in seconds.",
+			Buckets: LatencyBuckets(),
+		}, []string{LabelPhase}),
+		TrainLoss: f.NewGauge(prometheus.GaugeOpts{
+			Name: MetricTrainLoss,
+			Help: "Training loss of this worker's most recent step.",
+		}),
+		RPCSentBytes:     newRPCSentBytes(f),
+		RPCReceivedBytes: newRPCReceivedBytes(f),
+		Retries: f.NewCounter(prometheus.CounterOpts{
+			Name: MetricWorkerRetries,
+			Help: "RPCs this worker retried after a failure.",
+		}),
+	}
+	for _, p := range Phases() {
+		w.StepPhase.WithLabelValues(p)
+	}
+	return w
+}
+
+// ObservePhase records that a step spent d in phase (one of the Phase
+// constants).
+func (w *Worker) ObservePhase(phase string, d time.Duration) {
+	w.StepPhase.WithLabelValues(phase).Observe(d.Seconds())
+}
+
+// PS holds the metrics of a parameter-server shard. Create it with [NewPS].
+type PS struct {
+	// Requests counts requests handled, by op label
+	// (pstrain_ps_requests_total).
+	Requests *prometheus.CounterVec
+	// RequestDuration observes the time to handle a request, in seconds, by
+	// op label (pstrain_ps_request_duration_seconds).
+	RequestDuration *prometheus.HistogramVec
+	// GradientStaleness observes, for each gradient applied or dropped, how
+	// many steps behind the current global step it was computed
+	// (pstrain_ps_gradient_staleness_steps).
+	GradientStaleness prometheus.Histogram
+	// StaleGradientsDropped counts gradients discarded for exceeding the
+	// staleness bound (pstrain_ps_stale_gradients_dropped_total).
+	StaleGradientsDropped prometheus.Counter
+	// BarrierWait observes how long a pull waited for the parameter version it
+	// needs, in seconds (pstrain_sync_barrier_wait_seconds).
+	BarrierWait prometheus.Histogram
+	// GlobalStep is the shard's current global step (pstrain_global_step).
+	GlobalStep prometheus.Gauge
+	// ShardParameters is the number of scalar parameters this shard holds
+	// (pstrain_ps_shard_parameters).
+	ShardParameters prometheus.Gauge
+	// RPCSentBytes counts response payload bytes sent, by op label
+	// (pstrain_rpc_sent_bytes_total).
+	RPCSentBytes *prometheus.CounterVec
+	// RPCReceivedBytes counts request payload bytes received, by op label
+	// (pstrain_rpc_received_bytes_total).
+	RPCReceivedBytes *prometheus.CounterVec
+	// RejectedRequests counts requests refused, by reason label
+	// (pstrain_ps_rejected_requests_total).
+	RejectedRequests *prometheus.CounterVec
+}
+
+// NewPS creates the parameter-server metrics and registers them on reg (a nil
+// reg leaves them unregistered). It panics if any of them is already
+// registered on reg; in particular PS and [Chief] cannot share a registry,
+// since both export pstrain_global_step.
+func NewPS(reg prometheus.Registerer) *PS {
+	f := promauto.With(reg)
+	return &PS{
+		Requests: f.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricPSRequests,
+			Help: "Requests this parameter-server shard has handled, by operation.",
+		}, []string{LabelOp}),
+		RequestDuration: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    MetricPSRequestDuration,
+			Help:    "Time this parameter-server shard took to handle a request, by operation, in seconds.",
+			Buckets: LatencyBuckets(),
+		}, []string{LabelOp}),
+		GradientStaleness: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    MetricPSGradientStaleness,
+			Help:    "Staleness of received gradients: global step at arrival minus the step they were computed at, in steps.",
+			Buckets: StalenessBuckets(),
+		}),
+		StaleGradientsDropped: f.NewCounter(prometheus.CounterOpts{
+			Name: MetricPSStaleGradientsDropped,
+			Help: "Gradients this parameter-server shard discarded for exceeding the staleness bound.",
+		}),
+		BarrierWait: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    MetricSyncBarrierWait,
+			Help:    "Time a pull waited for the parameter version it needs, in seconds.",
+			Buckets: LatencyBuckets(),
+		}),
+		GlobalStep: newGlobalStep(f),
+		ShardParameters: f.NewGauge(prometheus.GaugeOpts{
+			Name: MetricPSShardParameters,
+			Help: "Number of scalar parameters held by this parameter-server shard.",
+		}),
+		RPCSentBytes:     newRPCSentBytes(f),
+		RPCReceivedBytes: newRPCReceivedBytes(f),
+		RejectedRequests: f.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricPSRejectedRequests,
+			Help: "Requests this parameter-server shard refused, by reason.",
+		}, []string{LabelReason}),
+	}
+}
+
+// Chief holds the metrics of the chief (coordinator). Create it with
+// [NewChief].
+type Chief struct {
+	// GlobalStep is the global step as seen by the chief
+	// (pstrain_global_step).
+	GlobalStep prometheus.Gauge
+	// EvalAccuracy is the accuracy of the latest evaluation, between 0 and 1
+	// (pstrain_eval_accuracy_ratio).
+	EvalAccuracy prometheus.Gauge
+	// EvalLoss is the loss of the latest evaluation (pstrain_eval_loss).
+	EvalLoss prometheus.Gauge
+	// CheckpointDuration observes the time to write a checkpoint, in seconds
+	// (pstrain_checkpoint_duration_seconds).
+	CheckpointDuration prometheus.Histogram
+	// CheckpointSize is the size of the latest checkpoint, in bytes
+	// (pstrain_checkpoint_size_bytes).
+	CheckpointSize prometheus.Gauge
+	// CheckpointLastSuccess is the Unix time of the latest successful
+	// checkpoint, in seconds (pstrain_checkpoint_last_success_timestamp_seconds).
+	// Set it with [prometheus.Gauge.SetToCurrentTime].
+	CheckpointLastSuccess prometheus.Gauge
+	// TaskRestarts counts restarts of each task, by task label
+	// (pstrain_task_restarts_total).
+	TaskRestarts *prometheus.CounterVec
+	// Recovery observes the time from detecting a failed task to training
+	// resuming, in seconds (pstrain_recovery_seconds).
+	Recovery prometheus.Histogram
+	// StepsLost counts training steps redone after recoveries rolled back to
+	// a checkpoint (pstrain_steps_lost_total).
+	StepsLost prometheus.Counter
+	// LiveWorkers is the number of workers currently alive
+	// (pstrain_live_workers).
+	LiveWorkers prometheus.Gauge
+}
+
+// NewChief creates the chief metrics and registers them on reg (a nil reg
+// leaves them unregistered). It panics if any of them is already registered on
+// reg; in particular Chief and [PS] cannot share a registry, since both export
+// pstrain_global_step.
+func NewChief(reg prometheus.Registerer) *Chief {
+	f := promauto.With(reg)
+	return &Chief{
+		GlobalStep: newGlobalStep(f),
+		EvalAccuracy: f.NewGauge(prometheus.GaugeOpts{
+			Name: MetricEvalAccuracy,
+			Help: "Accuracy of the latest evaluation, as a ratio between 0 and 1.",
+		}),
+		EvalLoss: f.NewGauge(prometheus.GaugeOpts{
+			Name: MetricEvalLoss,
+			Help: "Loss of the latest evaluation.",
+		}),
+		CheckpointDuration: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    MetricCheckpointDuration,
+			Help:    "Time taken to write a checkpoint, in seconds.",
+			Buckets: CheckpointBuckets(),
+		}),
+		CheckpointSize: f.NewGauge(prometheus.GaugeOpts{
+			Name: MetricCheckpointSize,
+			Help: "Size of the latest checkpoint, in bytes.",
+		}),
+		CheckpointLastSuccess: f.NewGauge(prometheus.GaugeOpts{
+			Name: MetricCheckpointLastSuccess,
+			Help: "Unix time of the latest successful checkpoint, in seconds.",
+		}),
+		TaskRestarts: f.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricTaskRestarts,
+			Help: "Times the chief restarted each task, by task.",
+		}, []string{LabelTask}),
+		Recovery: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    MetricRecoverySeconds,
+			Help:    "Time from detecting a failed task to training resuming, in seconds.",
+			Buckets: RecoveryBuckets(),
+		}),
+		StepsLost: f.NewCounter(prometheus.CounterOpts{
+			Name: MetricStepsLost,
+			Help: "Training steps lost to failures and redone after restoring a checkpoint.",
+		}),
+		LiveWorkers: f.NewGauge(prometheus.GaugeOpts{
+			Name: MetricLiveWorkers,
+			Help: "Number of workers currently alive.",
+		}),
+	}
+}
+
+func newGlobalStep(f promauto.Factory) prometheus.Gauge {
+	return f.NewGauge(prometheus.GaugeOpts{
+		Name: MetricGlobalStep,
+		Help: "Current global training step (number of applied updates).",
+	})
+}
+
+func newRPCSentBytes(f promauto.Factory) *prometheus.CounterVec {
+	return f.NewCounterVec(prometheus.CounterOpts{
+		Name: MetricRPCSentBytes,
+		Help: "Payload bytes this process sent in RPCs, by operation.",
+	}, []string{LabelOp})
+}
+
+func newRPCReceivedBytes(f promauto.Factory) *prometheus.CounterVec {
+	return f.NewCounterVec(prometheus.CounterOpts{
+		Name: MetricRPCReceivedBytes,
+		Help: "Payload bytes this process received in RPCs, by operation.",
+	}, []string{LabelOp})
+}

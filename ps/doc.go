@@ -1,0 +1,21 @@
+// Package ps is one parameter-server shard.
+//
+// Shard is the state machine: it holds a flat slice of the model's
+// parameters (the blocks partition.Plan assigned to it), the optimizer
+// state for exactly those elements, and a version, and applies the update
+// rule of the run's mode:
+//
+//   - sync: a gradient tagged with the current version is summed into the
+//     step; when the step has min(R, live workers) gradients their mean is
+//     applied and the version advances. Gradients tagged with an older
+//     version (a backup worker that lost the race) are dropped and counted.
+//   - async: every gradient is applied on arrival; its staleness (version at
+//     arrival minus the version it was computed from) is reported.
+//   - ssp: async, but a worker's pull is held back while it is more than
+//     Staleness gradients ahead of the slowest live worker.
+//
+// Server is the thin gRPC wrapper: it serialises calls into the Shard,
+// blocks pulls until the Shard says they are ready, and records metrics.
+// Pulls of a version share one immutable byte buffer, so answering many
+// workers costs one copy per version.
+package ps

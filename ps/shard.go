@@ -1,0 +1,272 @@
+package ps
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/optim"
+)
+
+// Errors a push can be refused with. The gRPC layer maps them to status
+// codes; the shard's state is unchanged by a refused push.
+var (
+	ErrFutureVersion = errors.New("gradient version is ahead of the shard")
+	ErrBadLength     = errors.New("gradient length does not match the shard")
+	ErrBadWorker     = errors.New("worker index out of range")
+	ErrNonFinite     = errors.New("gradient contains NaN or Inf")
+)
+
+// ShardConfig is what a shard needs to know of the run.
+type ShardConfig struct {
+	Mode       config.Mode
+	Replicas   int   // sync: gradients per step while all workers live
+	Staleness  int   // ssp: how far a worker may run ahead of the slowest
+	Workers    int   // worker indices are 0..Workers-1
+	MaxVersion int64 // training is done at this version (0: never)
+}
+
+// Outcome of a push.
+type Outcome int
+
+// Push outcomes.
+const (
+	Applied   Outcome = iota // applied (async/ssp) or counted into the step (sync)
+	Stale                    // sync: computed from an old version; dropped
+	Duplicate                // sync: this worker already contributed this step
+)
+
+// PushResult says what a push did.
+type PushResult struct {
+	Outcome   Outcome
+	Staleness int64 // shard version at arrival minus the gradient's version
+	Advanced  bool  // the push completed a step: the version moved on
+}
+
+// Stats are the shard's counters since Init.
+type Stats struct {
+	Applied      int64 // gradients applied or aggregated
+	StaleDropped int64
+	Duplicates   int64
+}
+
+// Shard is one parameter-server shard's state machine: a flat parameter
+// buffer, its optimizer state, a version and the mode's update rule. It is
+// plain synchronous code with no locks or goroutines; Server serialises
+// calls and wakes blocked pulls when Version changes.
+//
+// Invariants: Version is the number of updates applied since the initial
+// parameters (sync: steps; async/ssp: gradients). In sync mode accum holds
+// the sum of the gradients counted for the current version and
+// contributors their workers; both are empty after every advance.
+type Shard struct {
+	cfg     ShardConfig
+	params  []float32
+	opt     optim.Optimizer
+	version int64
+	done    bool
+
+	accum        []float32
+	contributors []int
+
+	live  []bool  // by worker index; all true until told otherwise
+	clock []int64 // gradients received per worker (ssp)
+
+	stats Stats
+}
+
+// NewShard starts a shard at version with the given parameters (owned by
+// the shard from now on) and optimizer.
+func NewShard(cfg ShardConfig, params []float32, opt optim.Optimizer, version int64) (*Shard, error) {
+	if cfg.Workers < 1 {
+		return nil, fmt.Errorf("ps: shard needs at least one worker, got %d", cfg.Workers)
+	}
+	if cfg.Mode == config.Sync && (cfg.Replicas < 1 || cfg.Replicas > cfg.Workers) {
+		return nil, fmt.Errorf("ps: replicas to aggregate must be in 1..%d, got %d", cfg.Workers, cfg.Replicas)
+	}
+	s := &Shard{cfg: cfg, params: params, opt: opt, version: version,
+		live: make([]bool, cfg.Workers), clock: make([]int64, cfg.Workers)}
+	for i := range s.live {
+		s.live[i] = true
+	}
+	if cfg.Mode == config.Sync {
+		s.accum = make([]float32, len(params))
+	}
+	s.checkDone()
+	return s, nil
+}
+
+// Version is the shard's parameter version.
+func (s *Shard) Version() int64 { return s.version }
+
+// Params is the shard's parameter buffer. Callers must not modify it.
+func (s *Shard) Params() []float32 { return s.params }
+
+// Optimizer is the shard's optimizer (for snapshots).
+func (s *Shard) Optimizer() optim.Optimizer { return s.opt }
+
+// Done reports whether training has ended.
+func (s *Shard) Done() bool { return s.done }
+
+// Stats returns the counters.
+func (s *Shard) Stats() Stats { return s.stats }
+
+// Stop ends training: every pull is ready and returns done.
+func (s *Shard) Stop() { s.done = true }
+
+// replicas is the number of gradients the current sync step needs: the
+// configured number, but never more than the live workers, so a dead
+// worker cannot hang the step.
+func (s *Shard) replicas() int {
+	n := 0
+	for _, l := range s.live {
+		if l {
+			n++
+		}
+	}
+	return max(1, min(s.cfg.Replicas, n))
+}
+
+// Push delivers worker's gradient computed from parameters at version.
+func (s *Shard) Push(worker int, version int64, grad []float32) (PushResult, error) {
+	if worker < 0 || worker >= s.cfg.Workers {
+		return PushResult{}, fmt.Errorf("%w: %d (workers: %d)", ErrBadWorker, worker, s.cfg.Workers)
+	}
+	if len(grad) != len(s.params) {
+		return PushResult{}, fmt.Errorf("%w: got %d values, want %d", ErrBadLength, len(grad), len(s.params))
+	}
+	if version > s.version {
+		return PushResult{}, fmt.Errorf("%w: gradient from version %d, shard at %d", ErrFutureVersion, version, s.version)
+	}
+	if !finite(grad) {
+		return PushResult{}, ErrNonFinite
+	}
+	res := PushResult{Staleness: s.version - version}
+	if s.done {
+		// Training is over; the gradient changes nothing but is not an error.
+		res.Outcome = Stale
+		return res, nil
+	}
+	if s.cfg.Mode != config.Sync {
+		s.opt.Apply(s.params, grad, 1)
+		s.version++
+		s.clock[worker]++
+		s.stats.Applied++
+		res.Advanced = true
+		s.checkDone()
+		return res, nil
+	}
+	switch {
+	case version < s.version:
+		s.stats.StaleDropped++
+		res.Outcome = Stale
+		return res, nil
+	case slices.Contains(s.contributors, worker):
+		s.stats.Duplicates++
+		res.Outcome = Duplicate
+		return res, nil
+	}
+	for i, g := range grad {
+		s.accum[i] += g
+	}
+	s.contributors = append(s.contributors, worker)
+	s.clock[worker]++
+	s.stats.Applied++
+	res.Advanced = s.maybeAdvance()
+	return res, nil
+}
+
+// maybeAdvance applies the mean of the aggregated gradients if the step has
+// enough of them.
+func (s *Shard) maybeAdvance() bool {
+	n := len(s.contributors)
+	if n == 0 || n < s.replicas() {
+		return false
+	}
+	s.opt.Apply(s.params, s.accum, float32(1/float64(n)))
+	clear(s.accum)
+	s.contributors = s.contributors[:0]
+	s.version++
+	s.checkDone()
+	return true
+}
+
+func (s *Shard) checkDone() {
+	if s.cfg.MaxVersion > 0 && s.version >= s.cfg.MaxVersion {
+		s.done = true
+	}
+}
+
+// SetLive records which workers are alive. A worker coming back to life
+// in ssp mode starts at the slowest live worker's clock, so it neither
+// blocks the others nor races ahead. Returns true if the change completed
+// a pending sync step.
+func (s *Shard) SetLive(workers []int) bool {
+	prev := slices.Clone(s.live)
+	clear(s.live)
+	for _, w := range workers {
+		if w >= 0 && w < len(s.live) {
+			s.live[w] = true
+		}
+	}
+	// The slowest of the workers that stayed alive sets the returning
+	// workers' clocks.
+	lo, ok := int64(math.MaxInt64), false
+	for w, l := range s.live {
+		if l && prev[w] {
+			lo, ok = min(lo, s.clock[w]), true
+		}
+	}
+	for w, l := range s.live {
+		if ok && l && !prev[w] && s.clock[w] < lo {
+			s.clock[w] = lo
+		}
+	}
+	if s.cfg.Mode == config.Sync && !s.done {
+		return s.maybeAdvance()
+	}
+	return false
+}
+
+func (s *Shard) minLiveClock() (int64, bool) {
+	lo, ok := int64(math.MaxInt64), false
+	for w, l := range s.live {
+		if l {
+			lo, ok = min(lo, s.clock[w]), true
+		}
+	}
+	return lo, ok
+}
+
+// PullReady reports whether a pull by worker (-1 for the chief) needing at
+// least minVersion can be answered now.
+func (s *Shard) PullReady(worker int, minVersion int64) bool {
+	if s.done {
+		return true
+	}
+	switch s.cfg.Mode {
+	case config.Sync:
+		return s.version >= minVersion
+	case config.SSP:
+		if worker < 0 || worker >= len(s.clock) {
+			return true
+		}
+		lo, ok := s.minLiveClock()
+		return !ok || s.clock[worker]-lo <= int64(s.cfg.Staleness)
+	}
+	return true
+}
+
+// Clock is the number of gradients received from worker (ssp bookkeeping).
+func (s *Shard) Clock(worker int) int64 { return s.clock[worker] }
+
+func finite(x []float32) bool {
+	for _, v := range x {
+		if v-v != 0 { // NaN or ±Inf
+			return false
+		}
+	}
+	return true
+}

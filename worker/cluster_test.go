@@ -1,0 +1,383 @@
+package worker_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/model"
+	"github.com/pstrain/pstrain/nn"
+	"github.com/pstrain/pstrain/optim"
+	"github.com/pstrain/pstrain/partition"
+	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/ps"
+	"github.com/pstrain/pstrain/wire"
+	"github.com/pstrain/pstrain/worker"
+)
+
+// synthetic is a fixed random classification data set: class k's inputs
+// are noisy copies of a random prototype, so a model can learn it.
+type synthetic struct {
+	x     []float32
+	y     []uint8
+	n, in int
+}
+
+func newSynthetic(n, in, classes int, seed uint64) *synthetic {
+	r := rand.New(rand.NewPCG(seed, 1))
+	protos := make([][]float32, classes)
+	for k := range protos {
+		protos[k] = make([]float32, in)
+		for j := range protos[k] {
+			protos[k][j] = float32(r.Float64())
+		}
+	}
+	d := &synthetic{x: make([]float32, n*in), y: make([]uint8, n), n: n, in: in}
+	for i := 0; i < n; i++ {
+		k := r.IntN(classes)
+		d.y[i] = uint8(k)
+		for j := 0; j < in; j++ {
+			d.x[i*in+j] = protos[k][j] + float32(r.NormFloat64()*0.3)
+		}
+	}
+	return d
+}
+
+// slice is the batch source of worker `index` of `m`: at its step t it
+// yields rows [index*b, (index+1)*b) of the global batch t of size m*b,
+// global batch t being samples t*m*b .. (t+1)*m*b-1 modulo n.
+type slice struct {
+	d           *synthetic
+	index, m, b int
+	t           int
+}
+
+func (s *slice) Next(x []float32, y []uint8) {
+	for r := 0; r < s.b; r++ {
+		i := (s.t*s.m*s.b + s.index*s.b + r) % s.d.n
+		copy(x[r*s.d.in:(r+1)*s.d.in], s.d.x[i*s.d.in:(i+1)*s.d.in])
+		y[r] = s.d.y[i]
+	}
+	s.t++
+}
+
+type testCluster struct {
+	t       *testing.T
+	plan    partition.Plan
+	servers []*ps.Server
+	shards  []worker.Shard
+	run     config.Run
+	spec    model.Spec
+}
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// startCluster runs numPS shard servers over bufconn, initialised with
+// spec.Init(seed).
+func startCluster(t *testing.T, run config.Run, spec model.Spec, maxVersion int64) *testCluster {
+	t.Helper()
+	plan, err := partition.New(spec, run.PS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &testCluster{t: t, plan: plan, run: run, spec: spec}
+	init := spec.Init(uint64(run.Seed))
+	for s := 0; s < run.PS; s++ {
+		srv := ps.NewServer(quietLog(), nil, nil)
+		g := grpc.NewServer()
+		pb.RegisterParameterServerServer(g, srv)
+		lis := bufconn.Listen(1 << 20)
+		go g.Serve(lis)
+		t.Cleanup(g.Stop)
+		conn, err := grpc.NewClient("passthrough:///bufnet",
+			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+			grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		client := pb.NewParameterServerClient(conn)
+		flat := make([]float32, plan.Shards[s].Size)
+		plan.Gather(s, init, flat)
+		if _, err := client.Init(context.Background(), &pb.InitRequest{RunId: "test", Shard: int32(s), NumShards: int32(run.PS),
+			RunConfig: run.JSON(), Params: wire.Bytes(flat), MaxVersion: maxVersion}); err != nil {
+			t.Fatal(err)
+		}
+		c.servers = append(c.servers, srv)
+		c.shards = append(c.shards, worker.Shard{Addr: "bufnet", Client: client})
+	}
+	return c
+}
+
+func (c *testCluster) worker(index int, src worker.BatchSource, tweak func(*worker.Config)) *worker.Worker {
+	net, err := nn.New(c.spec, c.run.Batch, true)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { net.Close() })
+	cfg := worker.Config{Index: index, RunID: "test", Run: c.run, Plan: c.plan, Net: net,
+		Shards: c.shards, Batches: src, Log: quietLog(), RetryTimeout: 5 * time.Second}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	w, err := worker.New(cfg)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return w
+}
+
+// params reassembles the full model from every shard.
+func (c *testCluster) params() ([][]float32, []int64) {
+	out := make([][]float32, len(c.plan.Vars))
+	for i, v := range c.plan.Vars {
+		out[i] = make([]float32, v.Size())
+	}
+	var versions []int64
+	for s, srv := range c.servers {
+		v, p, _, _, err := srv.Snapshot()
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		c.plan.Scatter(s, p, out)
+		versions = append(versions, v)
+	}
+	return out, versions
+}
+
+// runAll runs the workers to completion and fails the test on any error.
+func runAll(t *testing.T, ws ...*worker.Worker) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make([]error, len(ws))
+	for i, w := range ws {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = w.Run(ctx) }()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("worker %d: %v", i, err)
+		}
+	}
+}
+
+// TestSyncEqualsBigBatch is the proof that sync mode is synchronous SGD:
+// M workers of batch b, aggregated by 2 shards, reach the same weights as
+// one process training with batch M*b on the same data in the same order.
+func TestSyncEqualsBigBatch(t *testing.T) {
+	const m, b, steps = 3, 8, 60
+	spec := model.Spec{Input: 24, Hidden: []int{16, 12}, Classes: 5}
+	run := config.Default()
+	run.PS, run.Workers, run.Batch, run.Seed, run.Hidden = 2, m, b, 7, spec.Hidden
+	run.LR, run.Momentum, run.Optimizer = 0.05, 0.9, "momentum"
+	data := newSynthetic(500, spec.Input, spec.Classes, 3)
+
+	c := startCluster(t, run, spec, steps)
+	var ws []*worker.Worker
+	for i := 0; i < m; i++ {
+		ws = append(ws, c.worker(i, &slice{d: data, index: i, m: m, b: b}, nil))
+	}
+	runAll(t, ws...)
+	got, versions := c.params()
+	for _, v := range versions {
+		if v != steps {
+			t.Fatalf("shard versions %v, want all %d", versions, steps)
+		}
+	}
+
+	// The single-process reference.
+	ref, err := nn.New(spec, m*b, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	var opts []optim.Optimizer
+	for i, w := range spec.Init(uint64(run.Seed)) {
+		copy(ref.Params()[i], w)
+		o, _ := optim.New(optim.Config{Name: "momentum", LR: run.LR, Momentum: run.Momentum}, len(w))
+		opts = append(opts, o)
+	}
+	src := &slice{d: data, index: 0, m: 1, b: m * b}
+	y := make([]uint8, m*b)
+	for s := 0; s < steps; s++ {
+		src.Next(ref.Input(), y)
+		ref.SetLabels(y)
+		if _, err := ref.Step(); err != nil {
+			t.Fatal(err)
+		}
+		gs, _ := ref.Grads()
+		for i := range gs {
+			opts[i].Apply(ref.Params()[i], gs[i], 1)
+		}
+	}
+	worst := 0.0
+	for i := range got {
+		for j := range got[i] {
+			worst = math.Max(worst, math.Abs(float64(got[i][j]-ref.Params()[i][j])))
+		}
+	}
+	if worst > 1e-4 {
+		t.Fatalf("sync cluster and big-batch reference differ by up to %g", worst)
+	}
+	// The weights moved: the comparison is not trivially between two inits.
+	init := spec.Init(uint64(run.Seed))
+	if d := math.Abs(float64(got[0][0] - init[0][0])); d == 0 {
+		t.Fatal("weights never changed")
+	}
+	t.Logf("max |difference| after %d steps: %g", steps, worst)
+}
+
+func countingSource(d *synthetic, b int, seed uint64) worker.BatchSource {
+	return &slice{d: d, index: int(seed), m: 5, b: b}
+}
+
+// TestBackupWorkersAndStaleDrops: 3 workers, R=2. Every step completes with
+// the first two gradients; late ones are dropped and counted.
+func TestBackupWorkersAndStaleDrops(t *testing.T) {
+	spec := model.Spec{Input: 16, Hidden: []int{8}, Classes: 3}
+	run := config.Default()
+	run.PS, run.Workers, run.ReplicasToAggregate, run.Batch, run.Hidden = 2, 3, 2, 8, spec.Hidden
+	data := newSynthetic(300, spec.Input, spec.Classes, 5)
+	const steps = 40
+	c := startCluster(t, run, spec, steps)
+	var ws []*worker.Worker
+	for i := 0; i < 3; i++ {
+		ws = append(ws, c.worker(i, countingSource(data, run.Batch, uint64(i)), nil))
+	}
+	runAll(t, ws...)
+	_, versions := c.params()
+	if versions[0] != steps {
+		t.Fatalf("version %d, want %d", versions[0], steps)
+	}
+	st, _ := c.servers[0].Status(context.Background(), &pb.StatusRequest{})
+	// Each of the 40 steps took exactly 2 gradients.
+	if st.Applied != 2*steps {
+		t.Fatalf("applied %d gradients, want %d", st.Applied, 2*steps)
+	}
+	t.Logf("stale gradients dropped: %d", st.StaleDropped)
+}
+
+// TestDeadWorkerDoesNotHangSync: R = 2 workers; one stops after 5 steps.
+// Once the membership says it is gone, the other finishes alone.
+func TestDeadWorkerDoesNotHangSync(t *testing.T) {
+	spec := model.Spec{Input: 16, Hidden: []int{8}, Classes: 3}
+	run := config.Default()
+	run.PS, run.Workers, run.Batch, run.Hidden = 2, 2, 8, spec.Hidden
+	data := newSynthetic(300, spec.Input, spec.Classes, 5)
+	const steps = 30
+	c := startCluster(t, run, spec, steps)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dying, dyingCancel := context.WithCancel(ctx)
+	w1 := c.worker(1, countingSource(data, run.Batch, 1), func(cfg *worker.Config) {
+		cfg.BeforePush = func(step int64) {
+			if step == 5 {
+				dyingCancel() // killed before its 6th push
+			}
+		}
+	})
+	died := make(chan error, 1)
+	go func() { died <- w1.Run(dying) }()
+	w0 := c.worker(0, countingSource(data, run.Batch, 0), nil)
+	finished := make(chan error, 1)
+	go func() { finished <- w0.Run(ctx) }()
+	<-died
+	// What the chief does when the heartbeat times out.
+	for _, sh := range c.shards {
+		if _, err := sh.Client.SetMembership(ctx, &pb.MembershipRequest{LiveWorkers: []int32{0}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case err := <-finished:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("sync training hung after a worker died")
+	}
+	if _, v := c.params(); v[0] != steps {
+		t.Fatalf("version %d, want %d", v[0], steps)
+	}
+}
+
+// TestSSPBound: a deliberately slow worker; no worker may ever be more
+// than `staleness` steps ahead of it. The observer counts a push before it
+// is sent, so its view of the slowest worker is never behind the shards'.
+func TestSSPBound(t *testing.T) {
+	spec := model.Spec{Input: 16, Hidden: []int{8}, Classes: 3}
+	run := config.Default()
+	run.Mode, run.Staleness, run.PS, run.Workers, run.Batch, run.Hidden = config.SSP, 2, 2, 3, 8, spec.Hidden
+	data := newSynthetic(300, spec.Input, spec.Classes, 5)
+	const total = 90
+	c := startCluster(t, run, spec, total)
+	var pushed [3]atomic.Int64
+	var maxGap atomic.Int64
+	var ws []*worker.Worker
+	for i := 0; i < 3; i++ {
+		ws = append(ws, c.worker(i, countingSource(data, run.Batch, uint64(i)), func(cfg *worker.Config) {
+			cfg.BeforePush = func(step int64) {
+				if i == 2 {
+					time.Sleep(3 * time.Millisecond) // the straggler
+				}
+				pushed[i].Add(1)
+			}
+			cfg.AfterPull = func(step int64) {
+				lo := min(pushed[0].Load(), pushed[1].Load(), pushed[2].Load())
+				gap := step - lo
+				for {
+					old := maxGap.Load()
+					if gap <= old || maxGap.CompareAndSwap(old, gap) {
+						break
+					}
+				}
+			}
+		}))
+	}
+	runAll(t, ws...)
+	if g := maxGap.Load(); g > int64(run.Staleness) {
+		t.Fatalf("a worker ran %d steps ahead of the slowest; bound is %d", g, run.Staleness)
+	}
+	if maxGap.Load() < int64(run.Staleness) {
+		t.Logf("note: the bound was never reached (max gap %d)", maxGap.Load())
+	}
+	t.Logf("max gap %d, slow worker pushed %d of %d", maxGap.Load(), pushed[2].Load(), total)
+}
+
+// TestAsyncTrains: async mode applies every gradient; training reduces the
+// loss on the synthetic task.
+func TestAsyncTrains(t *testing.T) {
+	spec := model.Spec{Input: 16, Hidden: []int{8}, Classes: 3}
+	run := config.Default()
+	run.Mode, run.PS, run.Workers, run.Batch, run.Hidden, run.LR = config.Async, 2, 2, 16, spec.Hidden, 0.05
+	data := newSynthetic(300, spec.Input, spec.Classes, 5)
+	const total = 200
+	c := startCluster(t, run, spec, total)
+	w0 := c.worker(0, countingSource(data, run.Batch, 0), nil)
+	w1 := c.worker(1, countingSource(data, run.Batch, 1), nil)
+	runAll(t, w0, w1)
+	st, _ := c.servers[1].Status(context.Background(), &pb.StatusRequest{})
+	if st.Version != total || st.Applied != total || st.StaleDropped != 0 {
+		t.Fatalf("async status %+v", st)
+	}
+	s0, l0 := w0.Progress()
+	s1, _ := w1.Progress()
+	if s0+s1 < total || l0 > 0.5 {
+		t.Fatalf("steps %d+%d, last loss %v", s0, s1, l0)
+	}
+}

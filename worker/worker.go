@@ -1,0 +1,248 @@
+// Package worker is the training loop of one worker task: pull the
+// parameters from every PS shard in parallel, run the forward and backward
+// pass on the next batch of its data shard, push each shard its slice of
+// the gradient in parallel, repeat until a shard says training is done.
+//
+// A worker rides through PS restarts: an unavailable shard is retried with
+// exponential backoff until RetryTimeout, after which Run fails with the
+// shard's address in the error.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/metrics"
+	"github.com/pstrain/pstrain/nn"
+	"github.com/pstrain/pstrain/partition"
+	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/wire"
+)
+
+// BatchSource fills x ([batch x input]) and y ([batch]) with the next
+// training batch.
+type BatchSource interface {
+	Next(x []float32, y []uint8)
+}
+
+// Shard is one PS connection.
+type Shard struct {
+	Addr   string
+	Client pb.ParameterServerClient
+}
+
+// Config is everything a worker needs; all dependencies are passed in.
+type Config struct {
+	Index   int
+	RunID   string
+	Run     config.Run
+	Plan    partition.Plan
+	Net     *nn.Net // built for Run.Batch with gradients
+	Shards  []Shard
+	Batches BatchSource
+	Log     *slog.Logger
+	Metrics *metrics.Worker // nil: not recorded
+	// RetryTimeout bounds how long an unavailable shard is retried.
+	RetryTimeout time.Duration
+	// BeforePush, if set, is called before each push with the step about to
+	// be pushed (tests use it to observe and to slow a worker down).
+	BeforePush func(step int64)
+	// AfterPull, if set, is called when a step's pulls have returned.
+	AfterPull func(step int64)
+}
+
+// Worker runs the loop.
+type Worker struct {
+	cfg      Config
+	flat     [][]float32 // per-shard gradient gather buffers
+	step     int64
+	lastLoss float32
+	mu       sync.Mutex // guards step, lastLoss for Progress
+}
+
+// New checks the configuration and allocates the buffers.
+func New(cfg Config) (*Worker, error) {
+	if len(cfg.Shards) != len(cfg.Plan.Shards) {
+		return nil, fmt.Errorf("worker: %d shard connections for a plan of %d shards", len(cfg.Shards), len(cfg.Plan.Shards))
+	}
+	if cfg.Net == nil || cfg.Batches == nil || cfg.Log == nil {
+		return nil, errors.New("worker: Net, Batches and Log are required")
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.NewWorker(nil)
+	}
+	if cfg.RetryTimeout <= 0 {
+		cfg.RetryTimeout = time.Minute
+	}
+	w := &Worker{cfg: cfg}
+	for _, s := range cfg.Plan.Shards {
+		w.flat = append(w.flat, make([]float32, s.Size))
+	}
+	return w, nil
+}
+
+// Progress returns the number of steps done and the last loss.
+func (w *Worker) Progress() (int64, float32) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.step, w.lastLoss
+}
+
+// Run trains until training is done (nil), ctx ends (ctx.Err()) or a shard
+// stays unreachable past RetryTimeout.
+func (w *Worker) Run(ctx context.Context) error {
+	c := w.cfg
+	n := len(c.Shards)
+	minVersion := make([]int64, n) // sync: the version each shard must reach
+	versions := make([]int64, n)   // version of the parameters in the net
+	x := c.Net.Input()
+	y := make([]uint8, c.Net.Batch())
+	errs := make([]error, n)
+	done := make([]bool, n)
+	var wg sync.WaitGroup
+	for {
+		// Pull every shard in parallel, straight into the net's weights.
+		t0 := time.Now()
+		for s := range c.Shards {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				resp, err := w.pull(ctx, s, minVersion[s])
+				if err != nil {
+					errs[s] = err
+					return
+				}
+				p, err := wire.Floats(resp.Params)
+				if err == nil && len(p) != c.Plan.Shards[s].Size {
+					err = fmt.Errorf("shard %d (%s) sent %d parameters, plan says %d", s, c.Shards[s].Addr, len(p), c.Plan.Shards[s].Size)
+				}
+				if err != nil {
+					errs[s] = err
+					return
+				}
+				c.Plan.Scatter(s, p, c.Net.Params())
+				versions[s], done[s], errs[s] = resp.Version, resp.Done, nil
+				c.Metrics.RPCReceivedBytes.WithLabelValues("pull").Add(float64(len(resp.Params)))
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+		for _, d := range done {
+			if d {
+				c.Log.Info("training done", "worker", c.Index, "steps", w.step)
+				return nil
+			}
+		}
+		if c.AfterPull != nil {
+			c.AfterPull(w.step)
+		}
+		t1 := time.Now()
+		c.Metrics.ObservePhase(metrics.PhasePull, t1.Sub(t0))
+
+		// Forward and backward.
+		c.Batches.Next(x, y)
+		c.Net.SetLabels(y)
+		loss, err := c.Net.Step()
+		if err != nil {
+			return err
+		}
+		grads, err := c.Net.Grads()
+		if err != nil {
+			return err
+		}
+		t2 := time.Now()
+		c.Metrics.ObservePhase(metrics.PhaseCompute, t2.Sub(t1))
+
+		// Push each shard its slice, in parallel.
+		if c.BeforePush != nil {
+			c.BeforePush(w.step)
+		}
+		for s := range c.Shards {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c.Plan.Gather(s, grads, w.flat[s])
+				req := &pb.PushRequest{Worker: int32(c.Index), Version: versions[s], Grad: wire.Bytes(w.flat[s]), RunId: c.RunID, Loss: loss}
+				errs[s] = w.retry(ctx, s, "push", func() error {
+					_, err := c.Shards[s].Client.Push(ctx, req)
+					return err
+				})
+				c.Metrics.RPCSentBytes.WithLabelValues("push").Add(float64(len(req.Grad)))
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+		c.Metrics.ObservePhase(metrics.PhasePush, time.Since(t2))
+		if c.Run.Mode == config.Sync {
+			for s := range minVersion {
+				minVersion[s] = versions[s] + 1
+			}
+		}
+		w.mu.Lock()
+		w.step++
+		w.lastLoss = loss
+		w.mu.Unlock()
+		c.Metrics.Steps.Inc()
+		c.Metrics.Samples.Add(float64(c.Net.Batch()))
+		c.Metrics.TrainLoss.Set(float64(loss))
+	}
+}
+
+func (w *Worker) pull(ctx context.Context, s int, minVersion int64) (*pb.PullResponse, error) {
+	var resp *pb.PullResponse
+	err := w.retry(ctx, s, "pull", func() error {
+		var err error
+		resp, err = w.cfg.Shards[s].Client.Pull(ctx, &pb.PullRequest{Worker: int32(w.cfg.Index), MinVersion: minVersion, RunId: w.cfg.RunID})
+		if status.Code(err) == codes.Unavailable {
+			// The shard may have restarted from an older checkpoint: after
+			// an outage take whatever version it has.
+			minVersion = 0
+		}
+		return err
+	})
+	return resp, err
+}
+
+// retry calls f until it succeeds, fails with a non-retryable error, or
+// the shard has been unavailable for RetryTimeout.
+func (w *Worker) retry(ctx context.Context, s int, op string, f func() error) error {
+	backoff := 20 * time.Millisecond
+	var first time.Time
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if status.Code(err) != codes.Unavailable {
+			return fmt.Errorf("%s to ps/%d at %s: %w", op, s, w.cfg.Shards[s].Addr, err)
+		}
+		if first.IsZero() {
+			first = time.Now()
+			w.cfg.Log.Warn("parameter server unavailable, retrying", "ps", s, "addr", w.cfg.Shards[s].Addr, "op", op, "err", status.Convert(err).Message())
+		} else if time.Since(first) > w.cfg.RetryTimeout {
+			return fmt.Errorf("%s to ps/%d at %s: unavailable for %v, giving up: %w", op, s, w.cfg.Shards[s].Addr, w.cfg.RetryTimeout, err)
+		}
+		w.cfg.Metrics.Retries.Inc()
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
