@@ -1,0 +1,46 @@
+# pstrain — see README.md.
+GO      ?= go
+BIN     := bin/pstrain
+GOBIN   := $(shell $(GO) env GOPATH)/bin
+# Packages with goroutines and locks: tested under the race detector too.
+RACE_PKGS := ./ps/... ./worker/... ./chief/... ./metrics/... ./checkpoint/... ./launcher/...
+
+.PHONY: all build build-purego deps data run test lint fmt bench monitor clean
+
+all: build
+
+deps:
+	./scripts/setup.sh
+
+build:
+	$(GO) build -o $(BIN) ./cmd/pstrain
+
+# A binary without cgo/OpenBLAS (gonum's pure-Go BLAS).
+build-purego:
+	CGO_ENABLED=0 $(GO) build -tags purego -o bin/pstrain-purego ./cmd/pstrain
+
+data: build
+	$(BIN) data fetch --dataset mnist --data-dir data
+
+# The default local cluster: chief, 2 PS, 2 workers, sync SGD, MLP
+# 784-800-10, until 97.5% test accuracy.
+run: deps build data
+	$(BIN) run --report run/report.json
+
+lint:
+	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GOBIN)/staticcheck ./...
+
+test: deps build data lint
+	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -race $(RACE_PKGS)
+
+bench: build
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./nn/
+
+monitor:
+	./scripts/monitor.sh
+
+clean:
+	rm -rf bin run

@@ -1,0 +1,177 @@
+// Package cluster reads the cluster description: which addresses the
+// chief, the parameter servers and the workers listen on, and which task
+// this process is. The format is TensorFlow's, so the same binary runs from
+// a file, from scripts, or under Kubernetes/Kubeflow, where the operator
+// sets TF_CONFIG:
+//
+//	{"cluster": {"chief": ["h:p"], "ps": ["h:p", ...], "worker": ["h:p", ...]},
+//	 "task": {"type": "ps", "index": 0}}
+//
+// A cluster file holds either that whole object or just its "cluster" part.
+package cluster
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Roles.
+const (
+	Chief  = "chief"
+	PS     = "ps"
+	Worker = "worker"
+)
+
+// Spec lists every task's address.
+type Spec struct {
+	Chief  []string `json:"chief"`
+	PS     []string `json:"ps"`
+	Worker []string `json:"worker"`
+}
+
+// Task identifies one process.
+type Task struct {
+	Type  string `json:"type"`
+	Index int    `json:"index"`
+}
+
+// String renders "ps/0", "worker/3" or "chief".
+func (t Task) String() string {
+	if t.Type == Chief {
+		return Chief
+	}
+	return fmt.Sprintf("%s/%d", t.Type, t.Index)
+}
+
+// ParseTask parses "ps/0", "worker/3" or "chief".
+func ParseTask(s string) (Task, error) {
+	if s == Chief || s == "chief/0" {
+		return Task{Type: Chief}, nil
+	}
+	typ, idx, ok := strings.Cut(s, "/")
+	n, err := strconv.Atoi(idx)
+	if !ok || err != nil || n < 0 || (typ != PS && typ != Worker) {
+		return Task{}, fmt.Errorf("task %q: want chief, ps/N or worker/N", s)
+	}
+	return Task{Type: typ, Index: n}, nil
+}
+
+type tfConfig struct {
+	Cluster *Spec `json:"cluster"`
+	Task    *Task `json:"task"`
+}
+
+// Parse decodes a cluster file or TF_CONFIG value. The task is nil when the
+// input has none.
+func Parse(b []byte) (Spec, *Task, error) {
+	var tf tfConfig
+	if err := json.Unmarshal(b, &tf); err != nil {
+		return Spec{}, nil, fmt.Errorf("cluster: %w", err)
+	}
+	var s Spec
+	if tf.Cluster != nil {
+		s = *tf.Cluster
+	} else if err := json.Unmarshal(b, &s); err != nil {
+		return Spec{}, nil, fmt.Errorf("cluster: %w", err)
+	}
+	if err := s.Validate(); err != nil {
+		return Spec{}, nil, err
+	}
+	if tf.Task != nil {
+		if _, err := s.Addr(*tf.Task); err != nil {
+			return Spec{}, nil, err
+		}
+	}
+	return s, tf.Task, nil
+}
+
+// Load reads the cluster from file, or from the TF_CONFIG value env when
+// file is empty.
+func Load(file, env string) (Spec, *Task, error) {
+	switch {
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return Spec{}, nil, fmt.Errorf("cluster file: %w", err)
+		}
+		s, t, err := Parse(b)
+		if err != nil {
+			return Spec{}, nil, fmt.Errorf("%s: %w", file, err)
+		}
+		return s, t, nil
+	case env != "":
+		s, t, err := Parse([]byte(env))
+		if err != nil {
+			return Spec{}, nil, fmt.Errorf("TF_CONFIG: %w", err)
+		}
+		return s, t, nil
+	}
+	return Spec{}, nil, errors.New("no cluster: pass --cluster FILE or set TF_CONFIG")
+}
+
+// Validate checks counts and addresses.
+func (s Spec) Validate() error {
+	if len(s.Chief) != 1 {
+		return fmt.Errorf("cluster: need exactly one chief address, got %d", len(s.Chief))
+	}
+	if len(s.PS) < 1 {
+		return errors.New("cluster: need at least one ps address")
+	}
+	if len(s.Worker) < 1 {
+		return errors.New("cluster: need at least one worker address")
+	}
+	seen := map[string]string{}
+	for _, t := range s.Tasks() {
+		a, _ := s.Addr(t)
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return fmt.Errorf("cluster: %s address %q: %w", t, a, err)
+		}
+		if other, dup := seen[a]; dup {
+			return fmt.Errorf("cluster: %s and %s share the address %s", other, t, a)
+		}
+		seen[a] = t.String()
+	}
+	return nil
+}
+
+// Tasks lists every task: chief, ps/0.., worker/0...
+func (s Spec) Tasks() []Task {
+	ts := []Task{{Type: Chief}}
+	for i := range s.PS {
+		ts = append(ts, Task{Type: PS, Index: i})
+	}
+	for i := range s.Worker {
+		ts = append(ts, Task{Type: Worker, Index: i})
+	}
+	return ts
+}
+
+// Addr is the task's address.
+func (s Spec) Addr(t Task) (string, error) {
+	var list []string
+	switch t.Type {
+	case Chief:
+		list = s.Chief
+	case PS:
+		list = s.PS
+	case Worker:
+		list = s.Worker
+	default:
+		return "", fmt.Errorf("cluster: unknown task type %q (want chief, ps or worker)", t.Type)
+	}
+	if t.Index < 0 || t.Index >= len(list) {
+		return "", fmt.Errorf("cluster: no %s with index %d (the cluster has %d)", t.Type, t.Index, len(list))
+	}
+	return list[t.Index], nil
+}
+
+// JSON encodes the spec as a cluster file.
+func (s Spec) JSON() []byte {
+	b, _ := json.MarshalIndent(s, "", "  ") // strings only: cannot fail
+	return append(b, '\n')
+}

@@ -1,0 +1,75 @@
+package cluster
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseTFConfigAndPlainFile(t *testing.T) {
+	tf := `{"cluster":{"chief":["c:1"],"ps":["p0:2","p1:3"],"worker":["w0:4"]},"task":{"type":"ps","index":1}}`
+	s, task, err := Parse([]byte(tf))
+	if err != nil || task == nil || *task != (Task{PS, 1}) || len(s.PS) != 2 {
+		t.Fatalf("TF_CONFIG: %+v %v %v", s, task, err)
+	}
+	if a, _ := s.Addr(*task); a != "p1:3" {
+		t.Fatalf("addr %q", a)
+	}
+	s2, task2, err := Parse(s.JSON())
+	if err != nil || task2 != nil || len(s2.Tasks()) != 4 {
+		t.Fatalf("plain: %+v %v %v", s2, task2, err)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"chief":[],"ps":["a:1"],"worker":["b:2"]}`:                                                  "one chief",
+		`{"chief":["c:1"],"ps":[],"worker":["b:2"]}`:                                                  "ps",
+		`{"chief":["c:1"],"ps":["a"],"worker":["b:2"]}`:                                               "address",
+		`{"chief":["c:1"],"ps":["a:1"],"worker":["a:1"]}`:                                             "share",
+		`{"cluster":{"chief":["c:1"],"ps":["a:1"],"worker":["b:2"]},"task":{"type":"ps","index":4}}`:  "index 4",
+		`{"cluster":{"chief":["c:1"],"ps":["a:1"],"worker":["b:2"]},"task":{"type":"gpu","index":0}}`: "unknown task type",
+		`not json`: "cluster",
+	} {
+		if _, _, err := Parse([]byte(in)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: got %v, want error containing %q", in, err, want)
+		}
+	}
+	if _, _, err := Load("", ""); err == nil || !strings.Contains(err.Error(), "TF_CONFIG") {
+		t.Errorf("no source: %v", err)
+	}
+}
+
+func TestParseTask(t *testing.T) {
+	for in, want := range map[string]Task{"chief": {Type: Chief}, "ps/3": {PS, 3}, "worker/0": {Worker, 0}} {
+		got, err := ParseTask(in)
+		if err != nil || got != want || (in != "chief" && got.String() != in) {
+			t.Errorf("%s: %+v %v", in, got, err)
+		}
+	}
+	for _, bad := range []string{"ps", "ps/-1", "gpu/0", "worker/x"} {
+		if _, err := ParseTask(bad); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(`{"cluster":{"chief":["c:1"],"ps":["p0:2"],"worker":["w0:4"]},"task":{"type":"ps","index":0}}`))
+	f.Add([]byte(`{"chief":["c:1"],"ps":["p0:2"],"worker":["w0:4"]}`))
+	f.Add([]byte(`{"task":{"type":"worker","index":-1}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, task, err := Parse(b)
+		if err != nil {
+			return
+		}
+		// Anything accepted must be self-consistent.
+		if err := s.Validate(); err != nil {
+			t.Fatalf("accepted an invalid spec: %v", err)
+		}
+		if task != nil {
+			if _, err := s.Addr(*task); err != nil {
+				t.Fatalf("accepted a task not in the cluster: %v", err)
+			}
+		}
+	})
+}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/model"
+)
+
+// hiddenFlag parses --hidden 256,128.
+type hiddenFlag struct{ v *[]int }
+
+func (h hiddenFlag) String() string {
+	if h.v == nil {
+		return ""
+	}
+	var s []string
+	for _, n := range *h.v {
+		s = append(s, strconv.Itoa(n))
+	}
+	return strings.Join(s, ",")
+}
+
+func (h hiddenFlag) Set(s string) error {
+	v, err := model.ParseHidden(s)
+	if err != nil {
+		return err
+	}
+	*h.v = v
+	return nil
+}
+
+// bindRunFlags registers the run configuration flags on fs, with the
+// defaults already in r.
+func bindRunFlags(fs *flag.FlagSet, r *config.Run) {
+	fs.Func("mode", "SGD mode: sync, async or ssp (default sync)", func(s string) error { r.Mode = config.Mode(s); return nil })
+	fs.IntVar(&r.Staleness, "staleness", r.Staleness, "ssp: how many steps a worker may run ahead of the slowest live worker")
+	fs.IntVar(&r.ReplicasToAggregate, "replicas-to-aggregate", r.ReplicasToAggregate, "sync: gradients per step (0 = all workers; fewer makes the rest backup workers)")
+	fs.IntVar(&r.PS, "ps", r.PS, "number of parameter-server shards")
+	fs.IntVar(&r.Workers, "workers", r.Workers, "number of workers")
+	fs.Var(hiddenFlag{&r.Hidden}, "hidden", "comma list of hidden layer sizes (default 800)")
+	fs.IntVar(&r.Batch, "batch", r.Batch, "per-worker batch size")
+	fs.Float64Var(&r.LR, "lr", r.LR, "learning rate")
+	fs.Float64Var(&r.Momentum, "momentum", r.Momentum, "momentum (optimizer momentum)")
+	fs.StringVar(&r.Optimizer, "optimizer", r.Optimizer, "sgd, momentum or adam")
+	fs.Float64Var(&r.Epochs, "epochs", r.Epochs, "epochs to train (an upper bound when --target-accuracy is set)")
+	fs.Float64Var(&r.TargetAccuracy, "target-accuracy", r.TargetAccuracy, "stop once the test accuracy reaches this (0 = run all epochs)")
+	fs.StringVar(&r.Dataset, "dataset", r.Dataset, "data set: mnist, or idx:TRAIN_IMAGES,TRAIN_LABELS,TEST_IMAGES,TEST_LABELS")
+	fs.StringVar(&r.DataDir, "data-dir", r.DataDir, "directory holding the data sets")
+	fs.Float64Var(&r.DataFraction, "data-fraction", r.DataFraction, "fraction of the training set to use, in (0, 1]")
+	fs.Int64Var(&r.Seed, "seed", r.Seed, "seed for initial weights and data order")
+	fs.DurationVar(&r.EvalEvery, "eval-every", r.EvalEvery, "chief: evaluate on the test set this often (0 = only at the end)")
+	fs.DurationVar(&r.HeartbeatTimeout, "heartbeat-timeout", r.HeartbeatTimeout, "a worker silent this long is considered dead")
+}
+
+// runArgs renders r as the flags bindRunFlags reads, for child processes.
+func runArgs(r config.Run) []string {
+	return []string{
+		"--mode=" + string(r.Mode),
+		fmt.Sprintf("--staleness=%d", r.Staleness),
+		fmt.Sprintf("--replicas-to-aggregate=%d", r.ReplicasToAggregate),
+		fmt.Sprintf("--ps=%d", r.PS),
+		fmt.Sprintf("--workers=%d", r.Workers),
+		"--hidden=" + hiddenFlag{&r.Hidden}.String(),
+		fmt.Sprintf("--batch=%d", r.Batch),
+		"--lr=" + strconv.FormatFloat(r.LR, 'g', -1, 64),
+		"--momentum=" + strconv.FormatFloat(r.Momentum, 'g', -1, 64),
+		"--optimizer=" + r.Optimizer,
+		"--epochs=" + strconv.FormatFloat(r.Epochs, 'g', -1, 64),
+		"--target-accuracy=" + strconv.FormatFloat(r.TargetAccuracy, 'g', -1, 64),
+		"--dataset=" + r.Dataset,
+		"--data-dir=" + r.DataDir,
+		"--data-fraction=" + strconv.FormatFloat(r.DataFraction, 'g', -1, 64),
+		fmt.Sprintf("--seed=%d", r.Seed),
+		"--eval-every=" + r.EvalEvery.String(),
+		"--heartbeat-timeout=" + r.HeartbeatTimeout.String(),
+	}
+}

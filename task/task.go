@@ -1,0 +1,158 @@
+// Package task runs one process of a cluster — a PS shard, a worker or
+// the chief — from a cluster description and a run configuration. It does
+// the wiring (listeners, dialing, data, metrics, signals) around the ps,
+// worker and chief packages; cmd/pstrain only parses flags.
+package task
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/pstrain/pstrain/cluster"
+	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/dataset"
+	"github.com/pstrain/pstrain/metrics"
+	"github.com/pstrain/pstrain/model"
+	pb "github.com/pstrain/pstrain/proto"
+)
+
+// Version is reported in pstrain_build_info.
+const Version = "0.1.0"
+
+// Options are what every task needs besides the run configuration.
+type Options struct {
+	Cluster cluster.Spec
+	Task    cluster.Task
+	Run     config.Run
+	// MetricsAddr is where /metrics and /healthz are served ("" = off).
+	MetricsAddr string
+	// ConnectTimeout bounds waiting for the chief or a PS.
+	ConnectTimeout time.Duration
+	// MaxMessageBytes bounds a gRPC message (both directions).
+	MaxMessageBytes int
+	Log             *slog.Logger
+}
+
+// DefaultMetricsAddr derives a task's metrics address from its gRPC
+// address: same host, port + 1000.
+func DefaultMetricsAddr(grpcAddr string) (string, error) {
+	host, port, err := net.SplitHostPort(grpcAddr)
+	if err != nil {
+		return "", err
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return "", fmt.Errorf("port %q: %w", port, err)
+	}
+	return net.JoinHostPort(host, strconv.Itoa(p+1000)), nil
+}
+
+func (o Options) grpcServer() *grpc.Server {
+	return grpc.NewServer(grpc.MaxRecvMsgSize(o.MaxMessageBytes), grpc.MaxSendMsgSize(o.MaxMessageBytes))
+}
+
+func (o Options) dial(addr string) (*grpc.ClientConn, error) {
+	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(o.MaxMessageBytes), grpc.MaxCallSendMsgSize(o.MaxMessageBytes)))
+}
+
+// listen binds the task's own address. A port in use is a clear error.
+func (o Options) listen() (net.Listener, string, error) {
+	addr, err := o.Cluster.Addr(o.Task)
+	if err != nil {
+		return nil, "", err
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	lis, err := net.Listen("tcp", net.JoinHostPort("", port))
+	if err != nil {
+		return nil, "", fmt.Errorf("%s cannot listen on %s (port in use? see --cluster): %w", o.Task, addr, err)
+	}
+	return lis, addr, nil
+}
+
+// serveMetrics starts the metrics server; the returned func stops it.
+func (o Options) serveMetrics(ctx context.Context, reg prometheus.Gatherer) (func(), error) {
+	if o.MetricsAddr == "" {
+		return func() {}, nil
+	}
+	srv := metrics.NewServer(reg, nil, o.Log)
+	if err := srv.Start(ctx, o.MetricsAddr); err != nil {
+		return nil, err
+	}
+	o.Log.Info("metrics", "url", srv.URL()+metrics.MetricsPath)
+	return func() { srv.Close() }, nil
+}
+
+// register announces this task to the chief, retrying until it answers.
+// A configuration mismatch is returned at once. A PS passes a nil spec: it
+// never loads the data the model's shape comes from, and its shard's shape
+// arrives with Init.
+func (o Options) register(ctx context.Context, client pb.ChiefClient, spec *model.Spec, addr string) (*pb.RegisterResponse, error) {
+	chiefAddr := o.Cluster.Chief[0]
+	deadline := time.Now().Add(o.ConnectTimeout)
+	backoff := 50 * time.Millisecond
+	logged := false
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		resp, err := client.Register(cctx, &pb.RegisterRequest{Role: o.Task.Type, Index: int32(o.Task.Index), Address: addr,
+			ModelSpec: specJSON(spec), RunConfig: o.Run.JSON(), Pid: int32(os.Getpid())})
+		cancel()
+		if err == nil {
+			return resp, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if c := status.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded {
+			return nil, fmt.Errorf("chief at %s refused %s: %s", chiefAddr, o.Task, status.Convert(err).Message())
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("chief at %s unreachable for %v (--connect-timeout): %w", chiefAddr, o.ConnectTimeout, err)
+		}
+		if !logged {
+			o.Log.Info("waiting for the chief", "addr", chiefAddr)
+			logged = true
+		}
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// loadData loads the run's data set (train and test).
+func loadData(r config.Run) (train, test *dataset.Dataset, err error) {
+	train, test, err = dataset.Load(r.DataDir, r.Dataset)
+	if err != nil {
+		return nil, nil, err
+	}
+	if r.DataFraction < 1 {
+		train = train.Subset(r.DataFraction, r.Seed)
+	}
+	return train, test, nil
+}
+
+// specFor is the model for the data set's shape.
+func specFor(r config.Run, ds *dataset.Dataset) model.Spec {
+	return r.Spec(ds.Dim, ds.Classes)
+}
+
+func specJSON(s *model.Spec) []byte {
+	if s == nil {
+		return nil
+	}
+	return s.JSON()
+}

@@ -1,0 +1,115 @@
+package task
+
+import (
+	"context"
+	"time"
+
+	"github.com/pstrain/pstrain/blas"
+	"github.com/pstrain/pstrain/dataset"
+	"github.com/pstrain/pstrain/metrics"
+	"github.com/pstrain/pstrain/nn"
+	"github.com/pstrain/pstrain/partition"
+	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/worker"
+)
+
+// fullBatches adapts a dataset.Batcher to worker.BatchSource: the short
+// batch at the end of an epoch is skipped (like drop_remainder), so every
+// step has exactly Batch samples and the graph keeps one shape.
+type fullBatches struct {
+	b   *dataset.Batcher
+	dim int
+}
+
+func (f *fullBatches) Next(x []float32, y []uint8) {
+	for i := 0; i < 3; i++ { // at most one short batch in a row, unless the shard is tiny
+		if n, _ := f.b.Next(x, y); n == len(y) || n == 0 {
+			return
+		}
+	}
+}
+
+// RunWorker trains on the worker's data shard until training is done.
+func RunWorker(ctx context.Context, o Options, blasThreads int) error {
+	blas.Setup(blasThreads)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	train, test, err := loadData(o.Run)
+	if err != nil {
+		return err
+	}
+	spec := specFor(o.Run, test)
+	plan, err := partition.New(spec, len(o.Cluster.PS))
+	if err != nil {
+		return err
+	}
+	reg := metrics.NewRegistry(Version)
+	m := metrics.NewWorker(reg)
+	stopMetrics, err := o.serveMetrics(ctx, reg)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
+
+	conn, err := o.dial(o.Cluster.Chief[0])
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	chief := pb.NewChiefClient(conn)
+	addr, _ := o.Cluster.Addr(o.Task)
+	reg0, err := o.register(ctx, chief, &spec, addr)
+	if err != nil {
+		return err
+	}
+	shard := train.Shard(int(reg0.DataShard), int(reg0.NumDataShards))
+	batcher := dataset.NewBatcher(shard, o.Run.Batch, o.Run.Seed+int64(reg0.DataShard))
+	o.Log.Info("worker registered", "task", o.Task, "run", reg0.RunId, "data_shard", reg0.DataShard, "samples", shard.N, "blas", blas.Name)
+
+	var shards []worker.Shard
+	for _, a := range o.Cluster.PS {
+		c, err := o.dial(a)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		shards = append(shards, worker.Shard{Addr: a, Client: pb.NewParameterServerClient(c)})
+	}
+	net, err := nn.New(spec, o.Run.Batch, true)
+	if err != nil {
+		return err
+	}
+	defer net.Close()
+	w, err := worker.New(worker.Config{Index: o.Task.Index, RunID: reg0.RunId, Run: o.Run, Plan: plan, Net: net,
+		Shards: shards, Batches: &fullBatches{b: batcher, dim: train.Dim}, Log: o.Log, Metrics: m,
+		RetryTimeout: o.ConnectTimeout})
+	if err != nil {
+		return err
+	}
+
+	// Heartbeats, owned by this function.
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		t := time.NewTicker(max(o.Run.HeartbeatTimeout/4, 50*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			step, _ := w.Progress()
+			hctx, hcancel := context.WithTimeout(ctx, o.Run.HeartbeatTimeout)
+			_, err := chief.Heartbeat(hctx, &pb.HeartbeatRequest{Worker: int32(o.Task.Index), RunId: reg0.RunId, Step: step})
+			hcancel()
+			if err != nil && ctx.Err() == nil {
+				o.Log.Debug("heartbeat failed", "err", err)
+			}
+		}
+	}()
+	err = w.Run(ctx)
+	cancel()
+	<-hbDone
+	return err
+}
