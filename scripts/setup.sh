@@ -27,3 +27,7 @@ if [ ! -x "$GOBIN/staticcheck" ]; then
   echo "setup: installing staticcheck"
   (cd /tmp && GOFLAGS= go install honnef.co/go/tools/cmd/staticcheck@v0.8.2)
 fi
+if [ ! -x "$GOBIN/dashboard-linter" ] && ! command -v dashboard-linter >/dev/null; then
+  echo "setup: installing dashboard-linter (and linting the dashboard)"
+  ./scripts/grafana/lint.sh
+fi
