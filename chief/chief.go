@@ -288,8 +288,10 @@ wait:
 			lastLive = live
 		}
 		cfg.Metrics.LiveWorkers.Set(float64(len(live)))
-		// Progress.
-		done := true
+		// Progress. Training is over when any shard is done: with backup
+		// workers the shards aggregate independently, and one may stay a
+		// step short once the workers have seen another finish.
+		done := false
 		step, staleTotal = math.MaxInt64, 0
 		for s, p := range cfg.PS {
 			var st *pb.StatusResponse
@@ -302,7 +304,7 @@ wait:
 			}
 			step = min(step, st.Version)
 			staleTotal += st.StaleDropped
-			done = done && st.Done
+			done = done || st.Done
 			if s == 0 {
 				loss = st.LastLoss
 			}

@@ -260,16 +260,27 @@ func TestBackupWorkersAndStaleDrops(t *testing.T) {
 		ws = append(ws, c.worker(i, countingSource(data, run.Batch, uint64(i)), nil))
 	}
 	runAll(t, ws...)
+	// The shards aggregate independently, so training ends when the first
+	// shard completes the last step; the others are at most one step short
+	// (the workers stop as soon as they see one shard done).
 	_, versions := c.params()
-	if versions[0] != steps {
-		t.Fatalf("version %d, want %d", versions[0], steps)
+	finished := -1
+	for s, v := range versions {
+		if v == steps {
+			finished = s
+		} else if v != steps-1 {
+			t.Fatalf("shard versions %v: want %d, or one short", versions, steps)
+		}
 	}
-	st, _ := c.servers[0].Status(context.Background(), &pb.StatusRequest{})
+	if finished < 0 {
+		t.Fatalf("no shard reached %d: %v", steps, versions)
+	}
+	st, _ := c.servers[finished].Status(context.Background(), &pb.StatusRequest{})
 	// Each of the 40 steps took exactly 2 gradients.
 	if st.Applied != 2*steps {
 		t.Fatalf("applied %d gradients, want %d", st.Applied, 2*steps)
 	}
-	t.Logf("stale gradients dropped: %d", st.StaleDropped)
+	t.Logf("shard versions %v, stale gradients dropped on ps/%d: %d", versions, finished, st.StaleDropped)
 }
 
 // TestDeadWorkerDoesNotHangSync: R = 2 workers; one stops after 5 steps.

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -101,47 +102,21 @@ func (w *Worker) Progress() (int64, float32) {
 func (w *Worker) Run(ctx context.Context) error {
 	c := w.cfg
 	n := len(c.Shards)
-	minVersion := make([]int64, n) // sync: the version each shard must reach
-	versions := make([]int64, n)   // version of the parameters in the net
+	var minVersion int64         // sync: the version every shard must reach
+	versions := make([]int64, n) // version of the parameters in the net, per shard
 	x := c.Net.Input()
 	y := make([]uint8, c.Net.Batch())
 	errs := make([]error, n)
-	done := make([]bool, n)
 	var wg sync.WaitGroup
 	for {
-		// Pull every shard in parallel, straight into the net's weights.
 		t0 := time.Now()
-		for s := range c.Shards {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				resp, err := w.pull(ctx, s, minVersion[s])
-				if err != nil {
-					errs[s] = err
-					return
-				}
-				p, err := wire.Floats(resp.Params)
-				if err == nil && len(p) != c.Plan.Shards[s].Size {
-					err = fmt.Errorf("shard %d (%s) sent %d parameters, plan says %d", s, c.Shards[s].Addr, len(p), c.Plan.Shards[s].Size)
-				}
-				if err != nil {
-					errs[s] = err
-					return
-				}
-				c.Plan.Scatter(s, p, c.Net.Params())
-				versions[s], done[s], errs[s] = resp.Version, resp.Done, nil
-				c.Metrics.RPCReceivedBytes.WithLabelValues("pull").Add(float64(len(resp.Params)))
-			}()
-		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
+		finished, err := w.pullAll(ctx, minVersion, versions)
+		if err != nil {
 			return err
 		}
-		for _, d := range done {
-			if d {
-				c.Log.Info("training done", "worker", c.Index, "steps", w.step)
-				return nil
-			}
+		if finished {
+			c.Log.Info("training done", "worker", c.Index, "steps", w.step)
+			return nil
 		}
 		if c.AfterPull != nil {
 			c.AfterPull(w.step)
@@ -186,9 +161,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		c.Metrics.ObservePhase(metrics.PhasePush, time.Since(t2))
 		if c.Run.Mode == config.Sync {
-			for s := range minVersion {
-				minVersion[s] = versions[s] + 1
-			}
+			minVersion = versions[0] + 1 // pullAll made them equal
 		}
 		w.mu.Lock()
 		w.step++
@@ -197,6 +170,83 @@ func (w *Worker) Run(ctx context.Context) error {
 		c.Metrics.Steps.Inc()
 		c.Metrics.Samples.Add(float64(c.Net.Batch()))
 		c.Metrics.TrainLoss.Set(float64(loss))
+	}
+}
+
+// pullAll pulls every shard in parallel, straight into the net's weights,
+// and records each shard's version. It reports true when training is done.
+//
+// In sync mode the step's parameters must come from one version on every
+// shard, or the gradient would mix two models: shards that answer with an
+// older version than another shard are pulled again at the highest version
+// seen. That also bounds the skew between shards to one step: a shard can
+// only reach v+1 from gradients tagged v on every shard, and those
+// gradients are pushed to every shard.
+//
+// A shard that says done ends the other pulls: with backup workers the
+// shards aggregate independently, so another shard may be waiting for a
+// step no worker will complete.
+func (w *Worker) pullAll(ctx context.Context, minVersion int64, versions []int64) (bool, error) {
+	c := w.cfg
+	n := len(c.Shards)
+	errs := make([]error, n)
+	done := make([]bool, n)
+	todo := make([]bool, n)
+	for s := range todo {
+		todo[s] = true
+	}
+	for {
+		pullCtx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		for s := range c.Shards {
+			if !todo[s] {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				resp, err := w.pull(pullCtx, s, minVersion)
+				if err == nil {
+					var p []float32
+					p, err = wire.Floats(resp.Params)
+					if err == nil && len(p) != c.Plan.Shards[s].Size {
+						err = fmt.Errorf("shard %d (%s) sent %d parameters, plan says %d", s, c.Shards[s].Addr, len(p), c.Plan.Shards[s].Size)
+					}
+					if err == nil {
+						c.Plan.Scatter(s, p, c.Net.Params())
+						versions[s], done[s] = resp.Version, resp.Done
+						c.Metrics.RPCReceivedBytes.WithLabelValues("pull").Add(float64(len(resp.Params)))
+						if resp.Done {
+							cancel()
+						}
+					}
+				}
+				errs[s] = err
+			}()
+		}
+		wg.Wait()
+		cancel()
+		for _, d := range done {
+			if d {
+				return true, nil
+			}
+		}
+		if err := errors.Join(errs...); err != nil {
+			return false, err
+		}
+		if c.Run.Mode != config.Sync {
+			return false, nil
+		}
+		hi := slices.Max(versions)
+		again := false
+		for s, v := range versions {
+			todo[s] = v < hi
+			again = again || todo[s]
+		}
+		if !again {
+			return false, nil
+		}
+		minVersion = hi
 	}
 }
 
