@@ -31,6 +31,3 @@ func (m *Membership) Live(now time.Time) []int {
 	slices.Sort(out)
 	return out
 }
-
-// Known is the number of workers ever heard from.
-func (m *Membership) Known() int { return len(m.last) }
