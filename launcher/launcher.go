@@ -8,22 +8,25 @@ package launcher
 import (
 	"context"
 	"encoding/json"
-
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/pstrain/pstrain/bottleneck"
 	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/metrics"
 	"github.com/pstrain/pstrain/report"
 )
 
@@ -43,6 +46,17 @@ type Config struct {
 	ExtraArgs []string
 	Progress  io.Writer // where the chief's progress goes
 	Log       *slog.Logger
+	// Faults are SIGKILLs to inject (--fault).
+	Faults []Fault
+	// MaxRestarts bounds the restarts of each task (default 5); past it
+	// the run fails.
+	MaxRestarts int
+	// RestartBackoff is the first restart delay (default 250ms), doubled
+	// for each further restart of the task up to 5s.
+	RestartBackoff time.Duration
+	// BottleneckEvery is how often the progress shows where the time
+	// goes (0 = never; the report always has the whole run's).
+	BottleneckEvery time.Duration
 }
 
 type proc struct {
@@ -52,6 +66,41 @@ type proc struct {
 	done    chan struct{}
 	err     error
 	metrics string
+}
+
+// Fault kills a task with SIGKILL at a time after the cluster started
+// (`--fault ps/1@8s`).
+type Fault struct {
+	Task string
+	At   time.Duration
+}
+
+// ParseFaults reads "ps/1@8s,worker/0@12s,chief@20s" and checks each task
+// against the run's shape.
+func ParseFaults(s string, r config.Run) ([]Fault, error) {
+	var out []Fault
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	valid := map[string]bool{}
+	for _, t := range (cluster.Spec{Chief: []string{""}, PS: make([]string, r.PS), Worker: make([]string, r.Workers)}).Tasks() {
+		valid[t.String()] = true
+	}
+	for _, part := range strings.Split(s, ",") {
+		task, at, ok := strings.Cut(strings.TrimSpace(part), "@")
+		if task == "chief/0" {
+			task = "chief"
+		}
+		if !ok || !valid[task] {
+			return nil, fmt.Errorf("--fault %q: want TASK@TIME with TASK one of chief, ps/0..ps/%d, worker/0..worker/%d (e.g. ps/1@8s)", part, r.PS-1, r.Workers-1)
+		}
+		d, err := time.ParseDuration(at)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("--fault %q: %q is not a duration (e.g. 8s)", part, at)
+		}
+		out = append(out, Fault{Task: task, At: d})
+	}
+	return out, nil
 }
 
 // freePorts reserves n distinct free loopback ports.
@@ -74,12 +123,42 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
+// restart is one abnormal exit of a task, as the launcher saw it.
+type restart struct {
+	task     string
+	exitedAt time.Time
+	backAt   time.Time // when the new process started
+}
+
+// supervisor runs the processes of one local cluster.
+type supervisor struct {
+	c           Config
+	clusterFile string
+	chiefReport string
+	statePath   string
+	runID       string
+	metricsAddr func(int) string
+	t0          time.Time
+
+	mu       sync.Mutex
+	procs    map[string]*proc
+	usage    map[string]report.Task // summed over a task's processes
+	restarts []restart
+	finished bool // the chief is done: exits are no longer restarted
+}
+
 // Run starts the cluster and waits for it to finish.
 func Run(ctx context.Context, c Config) (*report.Report, error) {
 	t0 := time.Now()
 	r := c.Run
 	if err := r.Validate(); err != nil {
 		return nil, err
+	}
+	if c.MaxRestarts == 0 {
+		c.MaxRestarts = 5
+	}
+	if c.RestartBackoff <= 0 {
+		c.RestartBackoff = 250 * time.Millisecond
 	}
 	if err := os.MkdirAll(filepath.Join(c.Dir, "logs"), 0o755); err != nil {
 		return nil, err
@@ -98,116 +177,106 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 	for i := 0; i < r.Workers; i++ {
 		spec.Worker = append(spec.Worker, addr(1+r.PS+i))
 	}
-	metricsAddr := func(i int) string {
+	s := &supervisor{c: c, t0: t0, procs: map[string]*proc{}, usage: map[string]report.Task{},
+		clusterFile: filepath.Join(c.Dir, "cluster.json"), chiefReport: filepath.Join(c.Dir, "chief-report.json"),
+		statePath: filepath.Join(c.Dir, "chief-state.json"), runID: fmt.Sprintf("run-%d", t0.UnixNano())}
+	s.metricsAddr = func(i int) string {
 		if c.MetricsPortBase > 0 {
 			return "127.0.0.1:" + strconv.Itoa(c.MetricsPortBase+i)
 		}
 		return "127.0.0.1:" + strconv.Itoa(ports[n+i])
 	}
-	clusterFile := filepath.Join(c.Dir, "cluster.json")
-	if err := os.WriteFile(clusterFile, spec.JSON(), 0o644); err != nil {
+	if err := os.WriteFile(s.clusterFile, spec.JSON(), 0o644); err != nil {
 		return nil, err
 	}
 	tasks := spec.Tasks()
-	if err := writeTargets(c.SDDir, tasks, metricsAddr); err != nil {
+	if err := writeTargets(c.SDDir, tasks, s.metricsAddr); err != nil {
 		return nil, err
 	}
-	chiefReport := filepath.Join(c.Dir, "chief-report.json")
-	os.Remove(chiefReport)
+	os.Remove(s.chiefReport)
+	os.Remove(s.statePath)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	procs := map[string]*proc{}
 	var wg sync.WaitGroup
 	defer func() {
 		cancel()
 		wg.Wait()
 	}()
-	start := func(i int, t cluster.Task) error {
-		args := []string{t.Type, "--cluster=" + clusterFile, "--metrics-addr=" + metricsAddr(i)}
-		if t.Type != cluster.Chief {
-			args = append(args, fmt.Sprintf("--index=%d", t.Index))
-		} else {
-			args = append(args, "--report="+chiefReport, "--progress")
-		}
-		args = append(append(args, c.ChildArgs(r)...), c.ExtraArgs...)
-		cmd := exec.Command(c.Exe, args...)
-		cmd.Env = append(os.Environ(), "OPENBLAS_NUM_THREADS=1")
-		logPath := filepath.Join(c.Dir, "logs", strings.ReplaceAll(t.String(), "/", "-")+".log")
-		lf, err := os.Create(logPath)
-		if err != nil {
-			return err
-		}
-		cmd.Stderr = lf
-		cmd.Stdout = lf
-		if t.Type == cluster.Chief && c.Progress != nil {
-			cmd.Stdout = c.Progress
-		}
-		if err := cmd.Start(); err != nil {
-			lf.Close()
-			return fmt.Errorf("launcher: starting %s: %w", t, err)
-		}
-		p := &proc{task: t, cmd: cmd, log: logPath, done: make(chan struct{}), metrics: metricsAddr(i)}
-		procs[t.String()] = p
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p.err = cmd.Wait()
-			lf.Close()
-			close(p.done)
-		}()
-		// Stop the process if the run is abandoned.
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			select {
-			case <-p.done:
-			case <-ctx.Done():
-				cmd.Process.Signal(syscall.SIGTERM)
-				select {
-				case <-p.done:
-				case <-time.After(5 * time.Second):
-					cmd.Process.Kill()
-				}
-			}
-		}()
-		return nil
-	}
+	chiefDone := make(chan error, 1)
+	failed := make(chan error, len(tasks))
 	for i, t := range tasks {
-		if err := start(i, t); err != nil {
+		p, err := s.start(i, t)
+		if err != nil {
 			return nil, err
 		}
-	}
-	c.Log.Info("cluster started", "chief", spec.Chief[0], "ps", len(spec.PS), "workers", len(spec.Worker), "logs", filepath.Join(c.Dir, "logs"))
-
-	// Wait for the chief; a task that fails first fails the run.
-	chief := procs[cluster.Chief]
-	failed := make(chan *proc, len(procs))
-	for _, p := range procs {
-		if p == chief {
-			continue
-		}
+		wg.Add(1)
 		go func() {
-			select {
-			case <-p.done:
-				if p.err != nil {
-					failed <- p
-				}
-			case <-chief.done:
+			defer wg.Done()
+			err := s.supervise(ctx, i, p)
+			switch {
+			case t.Type == cluster.Chief:
+				chiefDone <- err
+			case err != nil:
+				failed <- err
 			}
 		}()
 	}
+	for _, f := range c.Faults {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.inject(ctx, f)
+		}()
+	}
+	c.Log.Info("cluster started", "chief", spec.Chief[0], "ps", len(spec.PS), "workers", len(spec.Worker),
+		"logs", filepath.Join(c.Dir, "logs"), "run", s.runID)
+
+	// Where the time goes: scrape every task each second; say it every
+	// BottleneckEvery, and for the whole run at the end.
+	var targets []bottleneck.Target
+	for i, t := range tasks {
+		targets = append(targets, bottleneck.Target{Task: t.String(), Role: t.Type, URL: "http://" + s.metricsAddr(i) + metrics.MetricsPath})
+	}
+	mon, err := bottleneck.NewMonitor(bottleneck.MonitorConfig{Targets: targets, Cores: runtime.NumCPU()})
+	if err != nil {
+		return nil, err
+	}
+	monCtx, stopMon := context.WithCancel(ctx)
+	defer stopMon()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		var last time.Time
+		_ = mon.Run(monCtx, tick.C, func(bottleneck.Snapshot) {
+			if c.Progress == nil || c.BottleneckEvery <= 0 || time.Since(last) < c.BottleneckEvery {
+				return
+			}
+			if b, err := mon.Window(c.BottleneckEvery); err == nil && b.Phases != nil {
+				last = time.Now()
+				fmt.Fprintln(c.Progress, "bottleneck:", b.String())
+			}
+		})
+	}()
+
 	select {
-	case <-chief.done:
-		if chief.err != nil {
-			return nil, taskError(chief)
+	case err := <-chiefDone:
+		stopMon()
+		if err != nil {
+			return nil, err
 		}
-	case p := <-failed:
-		return nil, taskError(p)
+	case err := <-failed:
+		return nil, err
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 	// The chief shut the PS down; workers exit when they see training done.
+	s.mu.Lock()
+	s.finished = true
+	procs := maps.Clone(s.procs)
+	s.mu.Unlock()
 	grace := time.After(15 * time.Second)
 	for _, p := range procs {
 		select {
@@ -218,19 +287,193 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 			<-p.done
 		}
 	}
-	rep, err := report.Read(chiefReport)
+	cancel()
+	wg.Wait()
+	rep, err := report.Read(s.chiefReport)
 	if err != nil {
 		return nil, fmt.Errorf("launcher: the chief finished without a report: %w", err)
 	}
 	if rep.TrainStartedUnix > 0 {
 		rep.StartupSeconds = rep.TrainStartedUnix - float64(t0.UnixNano())/1e9
 	}
-	rep.Tasks = map[string]report.Task{}
-	for name, p := range procs {
-		rep.Tasks[name] = usage(p.cmd.ProcessState)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rep.Tasks = s.usage
+	if b, err := mon.Whole(); err == nil {
+		rep.Bottleneck = &b
 	}
+	rep.Restarts = mergeRestarts(rep.Restarts, s.restarts, rep.TrainStartedUnix)
 	return rep, nil
 }
+
+// start starts task t's process (index i in the cluster's task list).
+func (s *supervisor) start(i int, t cluster.Task) (*proc, error) {
+	c := s.c
+	args := []string{t.Type, "--cluster=" + s.clusterFile, "--metrics-addr=" + s.metricsAddr(i)}
+	if t.Type != cluster.Chief {
+		args = append(args, fmt.Sprintf("--index=%d", t.Index))
+	} else {
+		args = append(args, "--report="+s.chiefReport, "--progress", "--run-id="+s.runID, "--state-file="+s.statePath)
+	}
+	args = append(append(args, c.ChildArgs(c.Run)...), c.ExtraArgs...)
+	cmd := exec.Command(c.Exe, args...)
+	cmd.Env = append(os.Environ(), "OPENBLAS_NUM_THREADS=1")
+	logPath := filepath.Join(c.Dir, "logs", strings.ReplaceAll(t.String(), "/", "-")+".log")
+	// A restarted task appends to its predecessor's log; a new run starts
+	// the log afresh.
+	flags := os.O_CREATE | os.O_WRONLY | os.O_APPEND
+	s.mu.Lock()
+	if _, restarted := s.usage[t.String()]; !restarted {
+		flags |= os.O_TRUNC
+	}
+	s.mu.Unlock()
+	lf, err := os.OpenFile(logPath, flags, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = lf
+	cmd.Stdout = lf
+	if t.Type == cluster.Chief && c.Progress != nil {
+		cmd.Stdout = c.Progress
+	}
+	if err := cmd.Start(); err != nil {
+		lf.Close()
+		return nil, fmt.Errorf("launcher: starting %s: %w", t, err)
+	}
+	p := &proc{task: t, cmd: cmd, log: logPath, done: make(chan struct{}), metrics: s.metricsAddr(i)}
+	go func() {
+		p.err = cmd.Wait()
+		lf.Close()
+		close(p.done)
+	}()
+	s.mu.Lock()
+	s.procs[t.String()] = p
+	s.mu.Unlock()
+	return p, nil
+}
+
+// supervise waits for task p's process and restarts it while it exits
+// abnormally, with exponential backoff, up to MaxRestarts times. It
+// returns nil when the task ended normally (or the run ended), and an
+// error naming the task when it gave up.
+func (s *supervisor) supervise(ctx context.Context, i int, p *proc) error {
+	c := s.c
+	backoff := c.RestartBackoff
+	for restarts := 0; ; restarts++ {
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			p.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-p.done:
+			case <-time.After(5 * time.Second):
+				p.cmd.Process.Kill()
+				<-p.done
+			}
+			s.account(p)
+			return nil
+		}
+		exited := time.Now()
+		s.account(p)
+		s.mu.Lock()
+		finished := s.finished
+		s.mu.Unlock()
+		if p.err == nil || finished || ctx.Err() != nil {
+			if p.err != nil && p.task.Type == cluster.Chief {
+				return taskError(p)
+			}
+			return nil
+		}
+		if restarts >= c.MaxRestarts {
+			return fmt.Errorf("%w; gave up after %d restarts (--max-restarts)", taskError(p), restarts)
+		}
+		c.Log.Warn("task exited abnormally; restarting it", "task", p.task, "err", p.err, "in", backoff, "restart", restarts+1)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return nil
+		}
+		backoff = min(2*backoff, 5*time.Second)
+		np, err := s.start(i, p.task)
+		if err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.restarts = append(s.restarts, restart{task: p.task.String(), exitedAt: exited, backAt: time.Now()})
+		s.mu.Unlock()
+		p = np
+	}
+}
+
+// account adds an exited process's resource use to its task's.
+func (s *supervisor) account(p *proc) {
+	u := usage(p.cmd.ProcessState)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	name := p.task.String()
+	old := s.usage[name]
+	u.PeakRSSBytes = max(u.PeakRSSBytes, old.PeakRSSBytes)
+	u.CPUSeconds += old.CPUSeconds
+	u.Restarts = old.Restarts
+	if _, seen := s.usage[name]; seen {
+		u.Restarts++
+	}
+	s.usage[name] = u
+}
+
+// inject kills f.Task with SIGKILL at f.At after the cluster started.
+func (s *supervisor) inject(ctx context.Context, f Fault) {
+	select {
+	case <-time.After(time.Until(s.t0.Add(f.At))):
+	case <-ctx.Done():
+		return
+	}
+	s.mu.Lock()
+	p := s.procs[f.Task]
+	finished := s.finished
+	s.mu.Unlock()
+	if p == nil || finished {
+		return
+	}
+	select {
+	case <-p.done:
+		s.c.Log.Warn("fault: task already exited", "task", f.Task)
+		return
+	default:
+	}
+	s.c.Log.Warn("fault: killing task with SIGKILL", "task", f.Task, "pid", p.cmd.Process.Pid, "at", f.At)
+	p.cmd.Process.Kill()
+}
+
+// mergeRestarts combines the launcher's view of each restart (when the
+// process died and when a new one started) with the chief's (when the
+// task was back in training and from which step), matching them per task
+// in order. Times are seconds since training started.
+func mergeRestarts(chief []report.Restart, seen []restart, trainStartUnix float64) []report.Restart {
+	rel := func(t time.Time) float64 { return float64(t.UnixNano())/1e9 - trainStartUnix }
+	used := make([]bool, len(chief))
+	out := []report.Restart{}
+	for _, r := range seen {
+		m := report.Restart{Task: r.task, KilledAtSeconds: rel(r.exitedAt), BackAtSeconds: ptr(rel(r.backAt)), RestoredStep: -1}
+		for j, cr := range chief {
+			if !used[j] && cr.Task == r.task {
+				used[j] = true
+				m.BackAtSeconds, m.RestoredStep = cr.BackAtSeconds, cr.RestoredStep
+				break
+			}
+		}
+		out = append(out, m)
+	}
+	// Recoveries the launcher did not cause (a task restarted by hand).
+	for j, cr := range chief {
+		if !used[j] {
+			out = append(out, cr)
+		}
+	}
+	return out
+}
+
+func ptr[T any](v T) *T { return &v }
 
 func usage(ps *os.ProcessState) report.Task {
 	t := report.Task{ExitCode: ps.ExitCode()}

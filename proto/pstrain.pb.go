@@ -147,8 +147,14 @@ type InitRequest struct {
 	OptimizerState []byte                 `protobuf:"bytes,9,opt,name=optimizer_state,json=optimizerState,proto3" json:"optimizer_state,omitempty"` // flat float32 (empty: fresh state)
 	OptimizerStep  int64                  `protobuf:"varint,10,opt,name=optimizer_step,json=optimizerStep,proto3" json:"optimizer_step,omitempty"`
 	MaxVersion     int64                  `protobuf:"varint,11,opt,name=max_version,json=maxVersion,proto3" json:"max_version,omitempty"` // training ends at this version (0: never)
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// generation counts the chief's (re)initialisations of the cluster's
+	// state. A pull from an older generation answers at once, and a push
+	// from an older generation is dropped as stale: after a rollback no
+	// gradient of the old timeline is applied.
+	Generation    int64  `protobuf:"varint,12,opt,name=generation,proto3" json:"generation,omitempty"`
+	ModelSpec     []byte `protobuf:"bytes,13,opt,name=model_spec,json=modelSpec,proto3" json:"model_spec,omitempty"` // JSON of model.Spec (names the checkpoint tensors)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InitRequest) Reset() {
@@ -258,6 +264,20 @@ func (x *InitRequest) GetMaxVersion() int64 {
 	return 0
 }
 
+func (x *InitRequest) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *InitRequest) GetModelSpec() []byte {
+	if x != nil {
+		return x.ModelSpec
+	}
+	return nil
+}
+
 type InitResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -299,6 +319,7 @@ type PullRequest struct {
 	Worker        int32                  `protobuf:"varint,1,opt,name=worker,proto3" json:"worker,omitempty"` // -1 for a reader that is not a worker (the chief)
 	MinVersion    int64                  `protobuf:"varint,2,opt,name=min_version,json=minVersion,proto3" json:"min_version,omitempty"`
 	RunId         string                 `protobuf:"bytes,3,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Generation    int64                  `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"` // the worker's generation for this shard (0: any)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -354,11 +375,19 @@ func (x *PullRequest) GetRunId() string {
 	return ""
 }
 
+func (x *PullRequest) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
 type PullResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Version       int64                  `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
 	Params        []byte                 `protobuf:"bytes,2,opt,name=params,proto3" json:"params,omitempty"`
 	Done          bool                   `protobuf:"varint,3,opt,name=done,proto3" json:"done,omitempty"`
+	Generation    int64                  `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -414,6 +443,13 @@ func (x *PullResponse) GetDone() bool {
 	return false
 }
 
+func (x *PullResponse) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
 type PushRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Worker        int32                  `protobuf:"varint,1,opt,name=worker,proto3" json:"worker,omitempty"`
@@ -421,6 +457,7 @@ type PushRequest struct {
 	Grad          []byte                 `protobuf:"bytes,3,opt,name=grad,proto3" json:"grad,omitempty"`
 	RunId         string                 `protobuf:"bytes,4,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
 	Loss          float32                `protobuf:"fixed32,5,opt,name=loss,proto3" json:"loss,omitempty"`
+	Generation    int64                  `protobuf:"varint,6,opt,name=generation,proto3" json:"generation,omitempty"` // of the parameters the gradient came from (0: any)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -486,6 +523,13 @@ func (x *PushRequest) GetRunId() string {
 func (x *PushRequest) GetLoss() float32 {
 	if x != nil {
 		return x.Loss
+	}
+	return 0
+}
+
+func (x *PushRequest) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
 	}
 	return 0
 }
@@ -676,6 +720,8 @@ type StatusResponse struct {
 	NumParams     int64                  `protobuf:"varint,6,opt,name=num_params,json=numParams,proto3" json:"num_params,omitempty"`
 	RunId         string                 `protobuf:"bytes,7,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
 	LastLoss      float32                `protobuf:"fixed32,8,opt,name=last_loss,json=lastLoss,proto3" json:"last_loss,omitempty"`
+	Generation    int64                  `protobuf:"varint,9,opt,name=generation,proto3" json:"generation,omitempty"`
+	MaxVersion    int64                  `protobuf:"varint,10,opt,name=max_version,json=maxVersion,proto3" json:"max_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -766,6 +812,164 @@ func (x *StatusResponse) GetLastLoss() float32 {
 	return 0
 }
 
+func (x *StatusResponse) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetMaxVersion() int64 {
+	if x != nil {
+		return x.MaxVersion
+	}
+	return 0
+}
+
+type CheckpointRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Step          int64                  `protobuf:"varint,1,opt,name=step,proto3" json:"step,omitempty"`                            // the checkpoint's step (directory name)
+	AtVersion     int64                  `protobuf:"varint,2,opt,name=at_version,json=atVersion,proto3" json:"at_version,omitempty"` // snapshot at this version (0: now)
+	RunId         string                 `protobuf:"bytes,3,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointRequest) Reset() {
+	*x = CheckpointRequest{}
+	mi := &file_pstrain_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointRequest) ProtoMessage() {}
+
+func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pstrain_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
+func (*CheckpointRequest) Descriptor() ([]byte, []int) {
+	return file_pstrain_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *CheckpointRequest) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *CheckpointRequest) GetAtVersion() int64 {
+	if x != nil {
+		return x.AtVersion
+	}
+	return 0
+}
+
+func (x *CheckpointRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+type CheckpointResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	File          string                 `protobuf:"bytes,1,opt,name=file,proto3" json:"file,omitempty"` // base name inside the checkpoint directory
+	Sha256        string                 `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Bytes         int64                  `protobuf:"varint,3,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	Tensors       []string               `protobuf:"bytes,4,rep,name=tensors,proto3" json:"tensors,omitempty"`
+	Version       int64                  `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`                                // the shard's version in the snapshot
+	PauseSeconds  float64                `protobuf:"fixed64,6,opt,name=pause_seconds,json=pauseSeconds,proto3" json:"pause_seconds,omitempty"` // how long the copy held the shard's lock
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckpointResponse) Reset() {
+	*x = CheckpointResponse{}
+	mi := &file_pstrain_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckpointResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckpointResponse) ProtoMessage() {}
+
+func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pstrain_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
+func (*CheckpointResponse) Descriptor() ([]byte, []int) {
+	return file_pstrain_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *CheckpointResponse) GetFile() string {
+	if x != nil {
+		return x.File
+	}
+	return ""
+}
+
+func (x *CheckpointResponse) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *CheckpointResponse) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *CheckpointResponse) GetTensors() []string {
+	if x != nil {
+		return x.Tensors
+	}
+	return nil
+}
+
+func (x *CheckpointResponse) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *CheckpointResponse) GetPauseSeconds() float64 {
+	if x != nil {
+		return x.PauseSeconds
+	}
+	return 0
+}
+
 type StopRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Shutdown      bool                   `protobuf:"varint,1,opt,name=shutdown,proto3" json:"shutdown,omitempty"`
@@ -775,7 +979,7 @@ type StopRequest struct {
 
 func (x *StopRequest) Reset() {
 	*x = StopRequest{}
-	mi := &file_pstrain_proto_msgTypes[11]
+	mi := &file_pstrain_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -787,7 +991,7 @@ func (x *StopRequest) String() string {
 func (*StopRequest) ProtoMessage() {}
 
 func (x *StopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[11]
+	mi := &file_pstrain_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -800,7 +1004,7 @@ func (x *StopRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopRequest.ProtoReflect.Descriptor instead.
 func (*StopRequest) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{11}
+	return file_pstrain_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StopRequest) GetShutdown() bool {
@@ -818,7 +1022,7 @@ type StopResponse struct {
 
 func (x *StopResponse) Reset() {
 	*x = StopResponse{}
-	mi := &file_pstrain_proto_msgTypes[12]
+	mi := &file_pstrain_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -830,7 +1034,7 @@ func (x *StopResponse) String() string {
 func (*StopResponse) ProtoMessage() {}
 
 func (x *StopResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[12]
+	mi := &file_pstrain_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -843,7 +1047,7 @@ func (x *StopResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopResponse.ProtoReflect.Descriptor instead.
 func (*StopResponse) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{12}
+	return file_pstrain_proto_rawDescGZIP(), []int{14}
 }
 
 type RegisterRequest struct {
@@ -860,7 +1064,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_pstrain_proto_msgTypes[13]
+	mi := &file_pstrain_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -872,7 +1076,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[13]
+	mi := &file_pstrain_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -885,7 +1089,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{13}
+	return file_pstrain_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RegisterRequest) GetRole() string {
@@ -942,7 +1146,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_pstrain_proto_msgTypes[14]
+	mi := &file_pstrain_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -954,7 +1158,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[14]
+	mi := &file_pstrain_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -967,7 +1171,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{14}
+	return file_pstrain_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RegisterResponse) GetRunId() string {
@@ -1009,7 +1213,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_pstrain_proto_msgTypes[15]
+	mi := &file_pstrain_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1021,7 +1225,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[15]
+	mi := &file_pstrain_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1034,7 +1238,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{15}
+	return file_pstrain_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HeartbeatRequest) GetWorker() int32 {
@@ -1067,7 +1271,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_pstrain_proto_msgTypes[16]
+	mi := &file_pstrain_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1079,7 +1283,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[16]
+	mi := &file_pstrain_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1092,7 +1296,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{16}
+	return file_pstrain_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *HeartbeatResponse) GetStop() bool {
@@ -1111,7 +1315,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x05Block\x12\x1a\n" +
 	"\bvariable\x18\x01 \x01(\x05R\bvariable\x12\x1b\n" +
 	"\trow_start\x18\x02 \x01(\x05R\browStart\x12\x17\n" +
-	"\arow_end\x18\x03 \x01(\x05R\x06rowEnd\"\xe9\x02\n" +
+	"\arow_end\x18\x03 \x01(\x05R\x06rowEnd\"\xa8\x03\n" +
 	"\vInitRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\x05R\x05shard\x12\x1d\n" +
@@ -1127,23 +1331,37 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x0eoptimizer_step\x18\n" +
 	" \x01(\x03R\roptimizerStep\x12\x1f\n" +
 	"\vmax_version\x18\v \x01(\x03R\n" +
-	"maxVersion\"\x0e\n" +
-	"\fInitResponse\"]\n" +
+	"maxVersion\x12\x1e\n" +
+	"\n" +
+	"generation\x18\f \x01(\x03R\n" +
+	"generation\x12\x1d\n" +
+	"\n" +
+	"model_spec\x18\r \x01(\fR\tmodelSpec\"\x0e\n" +
+	"\fInitResponse\"}\n" +
 	"\vPullRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12\x1f\n" +
 	"\vmin_version\x18\x02 \x01(\x03R\n" +
 	"minVersion\x12\x15\n" +
-	"\x06run_id\x18\x03 \x01(\tR\x05runId\"T\n" +
+	"\x06run_id\x18\x03 \x01(\tR\x05runId\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x04 \x01(\x03R\n" +
+	"generation\"t\n" +
 	"\fPullResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12\x16\n" +
 	"\x06params\x18\x02 \x01(\fR\x06params\x12\x12\n" +
-	"\x04done\x18\x03 \x01(\bR\x04done\"~\n" +
+	"\x04done\x18\x03 \x01(\bR\x04done\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x04 \x01(\x03R\n" +
+	"generation\"\x9e\x01\n" +
 	"\vPushRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12\x12\n" +
 	"\x04grad\x18\x03 \x01(\fR\x04grad\x12\x15\n" +
 	"\x06run_id\x18\x04 \x01(\tR\x05runId\x12\x12\n" +
-	"\x04loss\x18\x05 \x01(\x02R\x04loss\"\xaa\x01\n" +
+	"\x04loss\x18\x05 \x01(\x02R\x04loss\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x06 \x01(\x03R\n" +
+	"generation\"\xaa\x01\n" +
 	"\fPushResponse\x12:\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2 .pstrain.v1.PushResponse.OutcomeR\aoutcome\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12\x12\n" +
@@ -1155,7 +1373,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x11MembershipRequest\x12!\n" +
 	"\flive_workers\x18\x01 \x03(\x05R\vliveWorkers\"\x14\n" +
 	"\x12MembershipResponse\"\x0f\n" +
-	"\rStatusRequest\"\xf2\x01\n" +
+	"\rStatusRequest\"\xb3\x02\n" +
 	"\x0eStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12 \n" +
 	"\vinitialized\x18\x02 \x01(\bR\vinitialized\x12\x12\n" +
@@ -1165,7 +1383,25 @@ const file_pstrain_proto_rawDesc = "" +
 	"\n" +
 	"num_params\x18\x06 \x01(\x03R\tnumParams\x12\x15\n" +
 	"\x06run_id\x18\a \x01(\tR\x05runId\x12\x1b\n" +
-	"\tlast_loss\x18\b \x01(\x02R\blastLoss\")\n" +
+	"\tlast_loss\x18\b \x01(\x02R\blastLoss\x12\x1e\n" +
+	"\n" +
+	"generation\x18\t \x01(\x03R\n" +
+	"generation\x12\x1f\n" +
+	"\vmax_version\x18\n" +
+	" \x01(\x03R\n" +
+	"maxVersion\"]\n" +
+	"\x11CheckpointRequest\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x1d\n" +
+	"\n" +
+	"at_version\x18\x02 \x01(\x03R\tatVersion\x12\x15\n" +
+	"\x06run_id\x18\x03 \x01(\tR\x05runId\"\xaf\x01\n" +
+	"\x12CheckpointResponse\x12\x12\n" +
+	"\x04file\x18\x01 \x01(\tR\x04file\x12\x16\n" +
+	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x14\n" +
+	"\x05bytes\x18\x03 \x01(\x03R\x05bytes\x12\x18\n" +
+	"\atensors\x18\x04 \x03(\tR\atensors\x12\x18\n" +
+	"\aversion\x18\x05 \x01(\x03R\aversion\x12#\n" +
+	"\rpause_seconds\x18\x06 \x01(\x01R\fpauseSeconds\")\n" +
 	"\vStopRequest\x12\x1a\n" +
 	"\bshutdown\x18\x01 \x01(\bR\bshutdown\"\x0e\n" +
 	"\fStopResponse\"\xa5\x01\n" +
@@ -1190,14 +1426,16 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x12\n" +
 	"\x04step\x18\x03 \x01(\x03R\x04step\"'\n" +
 	"\x11HeartbeatResponse\x12\x12\n" +
-	"\x04stop\x18\x01 \x01(\bR\x04stop2\x8e\x03\n" +
+	"\x04stop\x18\x01 \x01(\bR\x04stop2\xdb\x03\n" +
 	"\x0fParameterServer\x129\n" +
 	"\x04Init\x12\x17.pstrain.v1.InitRequest\x1a\x18.pstrain.v1.InitResponse\x129\n" +
 	"\x04Pull\x12\x17.pstrain.v1.PullRequest\x1a\x18.pstrain.v1.PullResponse\x129\n" +
 	"\x04Push\x12\x17.pstrain.v1.PushRequest\x1a\x18.pstrain.v1.PushResponse\x12N\n" +
 	"\rSetMembership\x12\x1d.pstrain.v1.MembershipRequest\x1a\x1e.pstrain.v1.MembershipResponse\x12?\n" +
 	"\x06Status\x12\x19.pstrain.v1.StatusRequest\x1a\x1a.pstrain.v1.StatusResponse\x129\n" +
-	"\x04Stop\x12\x17.pstrain.v1.StopRequest\x1a\x18.pstrain.v1.StopResponse2\x98\x01\n" +
+	"\x04Stop\x12\x17.pstrain.v1.StopRequest\x1a\x18.pstrain.v1.StopResponse\x12K\n" +
+	"\n" +
+	"Checkpoint\x12\x1d.pstrain.v1.CheckpointRequest\x1a\x1e.pstrain.v1.CheckpointResponse2\x98\x01\n" +
 	"\x05Chief\x12E\n" +
 	"\bRegister\x12\x1b.pstrain.v1.RegisterRequest\x1a\x1c.pstrain.v1.RegisterResponse\x12H\n" +
 	"\tHeartbeat\x12\x1c.pstrain.v1.HeartbeatRequest\x1a\x1d.pstrain.v1.HeartbeatResponseB%Z#github.com/pstrain/pstrain/proto;pbb\x06proto3"
@@ -1215,7 +1453,7 @@ func file_pstrain_proto_rawDescGZIP() []byte {
 }
 
 var file_pstrain_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pstrain_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_pstrain_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_pstrain_proto_goTypes = []any{
 	(PushResponse_Outcome)(0),  // 0: pstrain.v1.PushResponse.Outcome
 	(*Block)(nil),              // 1: pstrain.v1.Block
@@ -1229,12 +1467,14 @@ var file_pstrain_proto_goTypes = []any{
 	(*MembershipResponse)(nil), // 9: pstrain.v1.MembershipResponse
 	(*StatusRequest)(nil),      // 10: pstrain.v1.StatusRequest
 	(*StatusResponse)(nil),     // 11: pstrain.v1.StatusResponse
-	(*StopRequest)(nil),        // 12: pstrain.v1.StopRequest
-	(*StopResponse)(nil),       // 13: pstrain.v1.StopResponse
-	(*RegisterRequest)(nil),    // 14: pstrain.v1.RegisterRequest
-	(*RegisterResponse)(nil),   // 15: pstrain.v1.RegisterResponse
-	(*HeartbeatRequest)(nil),   // 16: pstrain.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),  // 17: pstrain.v1.HeartbeatResponse
+	(*CheckpointRequest)(nil),  // 12: pstrain.v1.CheckpointRequest
+	(*CheckpointResponse)(nil), // 13: pstrain.v1.CheckpointResponse
+	(*StopRequest)(nil),        // 14: pstrain.v1.StopRequest
+	(*StopResponse)(nil),       // 15: pstrain.v1.StopResponse
+	(*RegisterRequest)(nil),    // 16: pstrain.v1.RegisterRequest
+	(*RegisterResponse)(nil),   // 17: pstrain.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),   // 18: pstrain.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),  // 19: pstrain.v1.HeartbeatResponse
 }
 var file_pstrain_proto_depIdxs = []int32{
 	1,  // 0: pstrain.v1.InitRequest.blocks:type_name -> pstrain.v1.Block
@@ -1244,19 +1484,21 @@ var file_pstrain_proto_depIdxs = []int32{
 	6,  // 4: pstrain.v1.ParameterServer.Push:input_type -> pstrain.v1.PushRequest
 	8,  // 5: pstrain.v1.ParameterServer.SetMembership:input_type -> pstrain.v1.MembershipRequest
 	10, // 6: pstrain.v1.ParameterServer.Status:input_type -> pstrain.v1.StatusRequest
-	12, // 7: pstrain.v1.ParameterServer.Stop:input_type -> pstrain.v1.StopRequest
-	14, // 8: pstrain.v1.Chief.Register:input_type -> pstrain.v1.RegisterRequest
-	16, // 9: pstrain.v1.Chief.Heartbeat:input_type -> pstrain.v1.HeartbeatRequest
-	3,  // 10: pstrain.v1.ParameterServer.Init:output_type -> pstrain.v1.InitResponse
-	5,  // 11: pstrain.v1.ParameterServer.Pull:output_type -> pstrain.v1.PullResponse
-	7,  // 12: pstrain.v1.ParameterServer.Push:output_type -> pstrain.v1.PushResponse
-	9,  // 13: pstrain.v1.ParameterServer.SetMembership:output_type -> pstrain.v1.MembershipResponse
-	11, // 14: pstrain.v1.ParameterServer.Status:output_type -> pstrain.v1.StatusResponse
-	13, // 15: pstrain.v1.ParameterServer.Stop:output_type -> pstrain.v1.StopResponse
-	15, // 16: pstrain.v1.Chief.Register:output_type -> pstrain.v1.RegisterResponse
-	17, // 17: pstrain.v1.Chief.Heartbeat:output_type -> pstrain.v1.HeartbeatResponse
-	10, // [10:18] is the sub-list for method output_type
-	2,  // [2:10] is the sub-list for method input_type
+	14, // 7: pstrain.v1.ParameterServer.Stop:input_type -> pstrain.v1.StopRequest
+	12, // 8: pstrain.v1.ParameterServer.Checkpoint:input_type -> pstrain.v1.CheckpointRequest
+	16, // 9: pstrain.v1.Chief.Register:input_type -> pstrain.v1.RegisterRequest
+	18, // 10: pstrain.v1.Chief.Heartbeat:input_type -> pstrain.v1.HeartbeatRequest
+	3,  // 11: pstrain.v1.ParameterServer.Init:output_type -> pstrain.v1.InitResponse
+	5,  // 12: pstrain.v1.ParameterServer.Pull:output_type -> pstrain.v1.PullResponse
+	7,  // 13: pstrain.v1.ParameterServer.Push:output_type -> pstrain.v1.PushResponse
+	9,  // 14: pstrain.v1.ParameterServer.SetMembership:output_type -> pstrain.v1.MembershipResponse
+	11, // 15: pstrain.v1.ParameterServer.Status:output_type -> pstrain.v1.StatusResponse
+	15, // 16: pstrain.v1.ParameterServer.Stop:output_type -> pstrain.v1.StopResponse
+	13, // 17: pstrain.v1.ParameterServer.Checkpoint:output_type -> pstrain.v1.CheckpointResponse
+	17, // 18: pstrain.v1.Chief.Register:output_type -> pstrain.v1.RegisterResponse
+	19, // 19: pstrain.v1.Chief.Heartbeat:output_type -> pstrain.v1.HeartbeatResponse
+	11, // [11:20] is the sub-list for method output_type
+	2,  // [2:11] is the sub-list for method input_type
 	2,  // [2:2] is the sub-list for extension type_name
 	2,  // [2:2] is the sub-list for extension extendee
 	0,  // [0:2] is the sub-list for field type_name
@@ -1273,7 +1515,7 @@ func file_pstrain_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pstrain_proto_rawDesc), len(file_pstrain_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

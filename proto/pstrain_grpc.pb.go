@@ -29,6 +29,7 @@ const (
 	ParameterServer_SetMembership_FullMethodName = "/pstrain.v1.ParameterServer/SetMembership"
 	ParameterServer_Status_FullMethodName        = "/pstrain.v1.ParameterServer/Status"
 	ParameterServer_Stop_FullMethodName          = "/pstrain.v1.ParameterServer/Stop"
+	ParameterServer_Checkpoint_FullMethodName    = "/pstrain.v1.ParameterServer/Checkpoint"
 )
 
 // ParameterServerClient is the client API for ParameterServer service.
@@ -56,6 +57,11 @@ type ParameterServerClient interface {
 	// Stop ends training: blocked and later pulls return done. With
 	// shutdown set the process exits once it has answered.
 	Stop(ctx context.Context, in *StopRequest, opts ...grpc.CallOption) (*StopResponse, error)
+	// Checkpoint copies the shard's state when it reaches at_version (at
+	// once if at_version is 0), writes it to the checkpoint directory in
+	// the background and answers when the file is durable. See
+	// docs/recovery.md.
+	Checkpoint(ctx context.Context, in *CheckpointRequest, opts ...grpc.CallOption) (*CheckpointResponse, error)
 }
 
 type parameterServerClient struct {
@@ -126,6 +132,16 @@ func (c *parameterServerClient) Stop(ctx context.Context, in *StopRequest, opts 
 	return out, nil
 }
 
+func (c *parameterServerClient) Checkpoint(ctx context.Context, in *CheckpointRequest, opts ...grpc.CallOption) (*CheckpointResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CheckpointResponse)
+	err := c.cc.Invoke(ctx, ParameterServer_Checkpoint_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ParameterServerServer is the server API for ParameterServer service.
 // All implementations must embed UnimplementedParameterServerServer
 // for forward compatibility.
@@ -151,6 +167,11 @@ type ParameterServerServer interface {
 	// Stop ends training: blocked and later pulls return done. With
 	// shutdown set the process exits once it has answered.
 	Stop(context.Context, *StopRequest) (*StopResponse, error)
+	// Checkpoint copies the shard's state when it reaches at_version (at
+	// once if at_version is 0), writes it to the checkpoint directory in
+	// the background and answers when the file is durable. See
+	// docs/recovery.md.
+	Checkpoint(context.Context, *CheckpointRequest) (*CheckpointResponse, error)
 	mustEmbedUnimplementedParameterServerServer()
 }
 
@@ -178,6 +199,9 @@ func (UnimplementedParameterServerServer) Status(context.Context, *StatusRequest
 }
 func (UnimplementedParameterServerServer) Stop(context.Context, *StopRequest) (*StopResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Stop not implemented")
+}
+func (UnimplementedParameterServerServer) Checkpoint(context.Context, *CheckpointRequest) (*CheckpointResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Checkpoint not implemented")
 }
 func (UnimplementedParameterServerServer) mustEmbedUnimplementedParameterServerServer() {}
 func (UnimplementedParameterServerServer) testEmbeddedByValue()                         {}
@@ -308,6 +332,24 @@ func _ParameterServer_Stop_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ParameterServer_Checkpoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CheckpointRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ParameterServerServer).Checkpoint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ParameterServer_Checkpoint_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ParameterServerServer).Checkpoint(ctx, req.(*CheckpointRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ParameterServer_ServiceDesc is the grpc.ServiceDesc for ParameterServer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -338,6 +380,10 @@ var ParameterServer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Stop",
 			Handler:    _ParameterServer_Stop_Handler,
+		},
+		{
+			MethodName: "Checkpoint",
+			Handler:    _ParameterServer_Checkpoint_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -2,19 +2,26 @@ package ps
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/metrics"
+	"github.com/pstrain/pstrain/model"
 	"github.com/pstrain/pstrain/optim"
+	"github.com/pstrain/pstrain/partition"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/shardckpt"
 	"github.com/pstrain/pstrain/wire"
 )
 
@@ -36,6 +43,33 @@ type Server struct {
 	snap        []byte
 	snapVersion int64
 	lastLoss    float32
+
+	// gen is the chief's generation of the shard's state (see Init).
+	gen       int64
+	numShards int
+	plan      partition.Plan // the run's partition, for checkpoint tensor names
+	optName   string
+	// store receives checkpoints (nil: this PS has no checkpoint dir).
+	store *checkpoint.Store
+	// pending are checkpoint requests waiting for their version.
+	pending []*pendingSnap
+}
+
+// snapshot is an in-memory copy of the shard's state.
+type snapshot struct {
+	version  int64
+	params   []float32
+	opt      []float32
+	optSteps int64
+	pause    time.Duration // how long the copy held the lock
+}
+
+// pendingSnap is a checkpoint request waiting for the shard to reach at.
+// ch receives the snapshot, or is closed if the version is never reached
+// (training stopped, or the state was replaced by Init).
+type pendingSnap struct {
+	at int64
+	ch chan snapshot
 }
 
 // NewServer returns an uninitialised shard server. m may be nil (no
@@ -49,6 +83,10 @@ func NewServer(log *slog.Logger, m *metrics.PS, shutdown func()) *Server {
 	}
 	return &Server{log: log, m: m, shutdown: shutdown, changed: make(chan struct{}), index: -1}
 }
+
+// SetCheckpointStore gives the server the store its Checkpoint RPC writes
+// to. Call it before serving.
+func (s *Server) SetCheckpointStore(st *checkpoint.Store) { s.store = st }
 
 // notify wakes every blocked pull so it re-checks readiness. Call with mu.
 func (s *Server) notify() {
@@ -86,6 +124,19 @@ func (s *Server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitRespons
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
 	}
+	var plan partition.Plan
+	if len(req.ModelSpec) > 0 {
+		var spec model.Spec
+		if err := json.Unmarshal(req.ModelSpec, &spec); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "model spec: %v", err)
+		}
+		if plan, err = partition.New(spec, int(req.NumShards)); err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+		if req.Shard < 0 || int(req.Shard) >= len(plan.Shards) || plan.Shards[req.Shard].Size != len(params) {
+			return nil, status.Errorf(codes.InvalidArgument, "shard %d of %d: %d parameters do not match the model's partition", req.Shard, req.NumShards, len(params))
+		}
+	}
 	sc := ShardConfig{Mode: cfg.Mode, Replicas: cfg.Replicas(), Staleness: cfg.Staleness,
 		Workers: cfg.Workers, MaxVersion: req.MaxVersion}
 	sh, err := NewShard(sc, params, opt, req.Version)
@@ -98,13 +149,15 @@ func (s *Server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitRespons
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.shard, s.runID, s.index = sh, req.RunId, int(req.Shard)
+	s.gen, s.numShards, s.plan, s.optName = req.Generation, int(req.NumShards), plan, cfg.Optimizer
 	s.snap = nil
+	s.abortPending(func(*pendingSnap) bool { return true })
 	s.m.GlobalStep.Set(float64(sh.Version()))
 	s.m.ShardParameters.Set(float64(len(params)))
 	s.m.RPCReceivedBytes.WithLabelValues("init").Add(float64(len(req.Params)))
 	s.notify()
 	s.log.Info("shard initialised", "shard", req.Shard, "of", req.NumShards, "params", len(params),
-		"version", req.Version, "mode", cfg.Mode, "run", req.RunId)
+		"version", req.Version, "generation", req.Generation, "mode", cfg.Mode, "run", req.RunId)
 	return &pb.InitResponse{}, nil
 }
 
@@ -138,7 +191,9 @@ func (s *Server) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullRespons
 			s.mu.Unlock()
 			return nil, err
 		}
-		if s.shard.PullReady(int(req.Worker), req.MinVersion) {
+		// A reader from another generation has parameters of a timeline
+		// the chief rolled back: it gets the current state at once.
+		if (req.Generation != 0 && req.Generation != s.gen) || s.shard.PullReady(int(req.Worker), req.MinVersion) {
 			break
 		}
 		ch := s.changed
@@ -155,7 +210,7 @@ func (s *Server) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullRespons
 		s.snap = append([]byte(nil), wire.Bytes(sh.Params())...)
 		s.snapVersion = sh.Version()
 	}
-	resp := &pb.PullResponse{Version: sh.Version(), Params: s.snap, Done: sh.Done()}
+	resp := &pb.PullResponse{Version: sh.Version(), Params: s.snap, Done: sh.Done(), Generation: s.gen}
 	s.mu.Unlock()
 	if req.Worker >= 0 {
 		s.m.BarrierWait.Observe(time.Since(start).Seconds())
@@ -178,6 +233,11 @@ func (s *Server) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushRespons
 	if err := s.checkRun(req.RunId); err != nil {
 		return nil, err
 	}
+	if req.Generation != 0 && req.Generation != s.gen {
+		// Computed from parameters the chief has since rolled back.
+		s.m.StaleGradientsDropped.Inc()
+		return &pb.PushResponse{Outcome: pb.PushResponse_STALE, Version: s.shard.Version(), Done: s.shard.Done()}, nil
+	}
 	res, err := s.shard.Push(int(req.Worker), req.Version, g)
 	if err != nil {
 		s.m.RejectedRequests.WithLabelValues(rejectReason(err)).Inc()
@@ -191,6 +251,9 @@ func (s *Server) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushRespons
 	if res.Advanced || s.shard.cfg.Mode == config.SSP {
 		s.m.GlobalStep.Set(float64(s.shard.Version()))
 		s.notify()
+	}
+	if res.Advanced {
+		s.firePending()
 	}
 	return &pb.PushResponse{Outcome: pb.PushResponse_Outcome(res.Outcome), Version: s.shard.Version(), Done: s.shard.Done()}, nil
 }
@@ -219,6 +282,7 @@ func (s *Server) SetMembership(ctx context.Context, req *pb.MembershipRequest) (
 	}
 	if s.shard.SetLive(toInts(req.LiveWorkers)) {
 		s.m.GlobalStep.Set(float64(s.shard.Version()))
+		s.firePending()
 	}
 	s.notify()
 	return &pb.MembershipResponse{}, nil
@@ -234,7 +298,7 @@ func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusR
 	st := s.shard.Stats()
 	return &pb.StatusResponse{Version: s.shard.Version(), Initialized: true, Done: s.shard.Done(),
 		StaleDropped: st.StaleDropped, Applied: st.Applied, NumParams: int64(len(s.shard.Params())),
-		RunId: s.runID, LastLoss: s.lastLoss}, nil
+		RunId: s.runID, LastLoss: s.lastLoss, Generation: s.gen, MaxVersion: s.shard.cfg.MaxVersion}, nil
 }
 
 // Stop ends training and optionally the process.
@@ -242,6 +306,10 @@ func (s *Server) Stop(ctx context.Context, req *pb.StopRequest) (*pb.StopRespons
 	s.mu.Lock()
 	if s.shard != nil {
 		s.shard.Stop()
+		// Versions beyond this one will never come.
+		v := s.shard.Version()
+		s.abortPending(func(p *pendingSnap) bool { return p.at != v })
+		s.firePending()
 	}
 	s.notify()
 	s.mu.Unlock()
@@ -260,6 +328,130 @@ func (s *Server) Snapshot() (version int64, params, optState []float32, optSteps
 	if s.shard == nil {
 		return 0, nil, nil, 0, fmt.Errorf("ps: shard not initialised")
 	}
+	sn := s.takeSnapshot()
+	return sn.version, sn.params, sn.opt, sn.optSteps, nil
+}
+
+// takeSnapshot copies the shard's state. Call with mu held.
+func (s *Server) takeSnapshot() snapshot {
+	t0 := time.Now()
 	st, steps := s.shard.Optimizer().State()
-	return s.shard.Version(), append([]float32(nil), s.shard.Params()...), append([]float32(nil), st...), steps, nil
+	sn := snapshot{version: s.shard.Version(), params: slices.Clone(s.shard.Params()), opt: slices.Clone(st), optSteps: steps}
+	sn.pause = time.Since(t0)
+	return sn
+}
+
+// firePending hands a snapshot to the checkpoint requests waiting for the
+// current version, and gives up on those whose version has passed (it
+// cannot happen in sync mode, where versions move one at a time). Call
+// with mu held.
+func (s *Server) firePending() {
+	if len(s.pending) == 0 {
+		return
+	}
+	v := s.shard.Version()
+	var sn *snapshot
+	keep := s.pending[:0]
+	for _, p := range s.pending {
+		switch {
+		case p.at == v:
+			if sn == nil {
+				x := s.takeSnapshot()
+				sn = &x
+			}
+			p.ch <- *sn
+		case p.at < v:
+			close(p.ch)
+		default:
+			keep = append(keep, p)
+		}
+	}
+	clear(s.pending[len(keep):])
+	s.pending = keep
+}
+
+// abortPending closes the channels of the pending requests drop selects.
+// Call with mu held.
+func (s *Server) abortPending(drop func(*pendingSnap) bool) {
+	keep := s.pending[:0]
+	for _, p := range s.pending {
+		if drop(p) {
+			close(p.ch)
+		} else {
+			keep = append(keep, p)
+		}
+	}
+	clear(s.pending[len(keep):])
+	s.pending = keep
+}
+
+// Checkpoint snapshots the shard when it reaches req.AtVersion (now if 0)
+// and writes the snapshot to the checkpoint store. Only the copy holds
+// the shard's lock; training goes on while the file is written.
+func (s *Server) Checkpoint(ctx context.Context, req *pb.CheckpointRequest) (*pb.CheckpointResponse, error) {
+	defer s.observe("checkpoint", time.Now())
+	if s.store == nil {
+		return nil, status.Error(codes.FailedPrecondition, "this parameter server has no --checkpoint-dir")
+	}
+	s.mu.Lock()
+	if err := s.checkRun(req.RunId); err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	if len(s.plan.Shards) == 0 {
+		s.mu.Unlock()
+		return nil, status.Error(codes.FailedPrecondition, "the shard was initialised without a model spec; cannot name checkpoint tensors")
+	}
+	v := s.shard.Version()
+	var sn snapshot
+	switch {
+	case req.AtVersion == 0 || req.AtVersion == v:
+		sn = s.takeSnapshot()
+		s.mu.Unlock()
+	case req.AtVersion < v:
+		s.mu.Unlock()
+		return nil, status.Errorf(codes.FailedPrecondition, "shard is at version %d, past the checkpoint's version %d", v, req.AtVersion)
+	case s.shard.Done():
+		s.mu.Unlock()
+		return nil, status.Errorf(codes.FailedPrecondition, "training ended at version %d, before the checkpoint's version %d", v, req.AtVersion)
+	default:
+		p := &pendingSnap{at: req.AtVersion, ch: make(chan snapshot, 1)}
+		s.pending = append(s.pending, p)
+		s.mu.Unlock()
+		var ok bool
+		select {
+		case sn, ok = <-p.ch:
+			if !ok {
+				return nil, status.Errorf(codes.Aborted, "the shard never reached version %d (stopped or re-initialised)", req.AtVersion)
+			}
+		case <-ctx.Done():
+			s.mu.Lock()
+			s.abortPending(func(q *pendingSnap) bool { return q == p })
+			s.mu.Unlock()
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
+	s.mu.Lock()
+	plan, index, numShards, optName, runID := s.plan, s.index, s.numShards, s.optName, s.runID
+	s.mu.Unlock()
+	tensors, err := shardckpt.Tensors(plan, index, optName, sn.params, sn.opt)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	meta := map[string]string{
+		shardckpt.MetaOptimizer:      optName,
+		shardckpt.MetaOptimizerSteps: strconv.FormatInt(sn.optSteps, 10),
+		shardckpt.MetaVersion:        strconv.FormatInt(sn.version, 10),
+		shardckpt.MetaRunID:          runID,
+	}
+	t0 := time.Now()
+	info, err := s.store.WriteShard(req.Step, index, numShards, tensors, meta)
+	if err != nil {
+		s.log.Error("checkpoint write failed", "step", req.Step, "err", err)
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	s.log.Info("checkpoint shard written", "step", req.Step, "version", sn.version, "bytes", info.Bytes,
+		"pause", sn.pause, "write", time.Since(t0).Round(time.Microsecond))
+	return &pb.CheckpointResponse{File: info.File, Sha256: info.SHA256, Bytes: info.Bytes, Tensors: info.Tensors,
+		Version: sn.version, PauseSeconds: sn.pause.Seconds()}, nil
 }

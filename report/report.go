@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/pstrain/pstrain/bottleneck"
 )
 
 // Eval is one evaluation on the test set.
@@ -31,6 +33,7 @@ type Task struct {
 	PeakRSSBytes int64   `json:"peak_rss_bytes"`
 	CPUSeconds   float64 `json:"cpu_seconds"`
 	ExitCode     int     `json:"exit_code"`
+	Restarts     int     `json:"restarts"`
 }
 
 // Report is the summary of a run.
@@ -68,6 +71,9 @@ type Report struct {
 	BLAS                  string          `json:"blas"`
 	// TrainStartedUnix is when the first step began (Unix seconds).
 	TrainStartedUnix float64 `json:"train_started_unix"`
+	// Bottleneck says where the step time went over the whole run and what
+	// limited it (nil when the run was too short to sample twice).
+	Bottleneck *bottleneck.Breakdown `json:"bottleneck,omitempty"`
 }
 
 // Write stores r as indented JSON, atomically (temp file + rename).

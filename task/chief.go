@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pstrain/pstrain/blas"
+	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/chief"
 	"github.com/pstrain/pstrain/metrics"
 	pb "github.com/pstrain/pstrain/proto"
@@ -19,6 +20,9 @@ type ChiefOptions struct {
 	ReportPath string    // "" = no report file
 	Progress   io.Writer // progress lines (nil = none)
 	EvalBatch  int
+	// StatePath is where the chief keeps what a restarted chief needs
+	// ("" = nowhere: a restarted chief loses the report's history).
+	StatePath string
 }
 
 // RunChief coordinates the run and returns its report.
@@ -61,7 +65,10 @@ func RunChief(ctx context.Context, o Options, co ChiefOptions) (*report.Report, 
 		co.RunID = fmt.Sprintf("run-%d", time.Now().UnixNano())
 	}
 	cfg := chief.Config{Run: o.Run, Spec: spec, RunID: co.RunID, PS: pss, TrainN: train.N, Evaluator: ev,
-		Log: o.Log, Metrics: m, StartupTimeout: o.ConnectTimeout}
+		Log: o.Log, Metrics: m, StartupTimeout: o.ConnectTimeout, StatePath: co.StatePath}
+	if o.Run.CheckpointDir != "" {
+		cfg.Store = checkpoint.NewStore(checkpoint.OSFS{}, o.Run.CheckpointDir, o.Run.KeepCheckpoints)
+	}
 	if co.Progress != nil {
 		var last time.Time
 		cfg.OnProgress = func(p chief.Progress) {

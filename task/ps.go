@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/metrics"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/ps"
@@ -27,6 +28,9 @@ func RunPS(ctx context.Context, o Options) error {
 	}
 	shutdown := make(chan struct{})
 	srv := ps.NewServer(o.Log, m, func() { close(shutdown) })
+	if o.Run.CheckpointDir != "" {
+		srv.SetCheckpointStore(checkpoint.NewStore(checkpoint.OSFS{}, o.Run.CheckpointDir, o.Run.KeepCheckpoints))
+	}
 	g := o.grpcServer()
 	pb.RegisterParameterServerServer(g, srv)
 	served := make(chan error, 1)

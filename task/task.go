@@ -25,6 +25,7 @@ import (
 	"github.com/pstrain/pstrain/metrics"
 	"github.com/pstrain/pstrain/model"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/tlsconf"
 )
 
 // Version is reported in pstrain_build_info.
@@ -42,6 +43,8 @@ type Options struct {
 	// MaxMessageBytes bounds a gRPC message (both directions).
 	MaxMessageBytes int
 	Log             *slog.Logger
+	// TLS, when set, puts every gRPC connection under mutual TLS.
+	TLS *tlsconf.Config
 }
 
 // DefaultMetricsAddr derives a task's metrics address from its gRPC
@@ -59,11 +62,19 @@ func DefaultMetricsAddr(grpcAddr string) (string, error) {
 }
 
 func (o Options) grpcServer() *grpc.Server {
-	return grpc.NewServer(grpc.MaxRecvMsgSize(o.MaxMessageBytes), grpc.MaxSendMsgSize(o.MaxMessageBytes))
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(o.MaxMessageBytes), grpc.MaxSendMsgSize(o.MaxMessageBytes)}
+	if o.TLS != nil {
+		opts = append(opts, grpc.Creds(o.TLS.ServerCredentials(o.Log, 5*time.Second, nil)))
+	}
+	return grpc.NewServer(opts...)
 }
 
 func (o Options) dial(addr string) (*grpc.ClientConn, error) {
-	return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	creds := insecure.NewCredentials()
+	if o.TLS != nil {
+		creds = o.TLS.ClientCredentials()
+	}
+	return grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(o.MaxMessageBytes), grpc.MaxCallSendMsgSize(o.MaxMessageBytes)))
 }
 
@@ -73,8 +84,11 @@ func (o Options) listen() (net.Listener, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	_, port, _ := net.SplitHostPort(addr)
-	lis, err := net.Listen("tcp", net.JoinHostPort("", port))
+	host, port, _ := net.SplitHostPort(addr)
+	if !tlsconf.IsLoopbackHost(host) {
+		host = "" // a name or an outside address: every interface
+	}
+	lis, err := net.Listen("tcp", net.JoinHostPort(host, port))
 	if err != nil {
 		return nil, "", fmt.Errorf("%s cannot listen on %s (port in use? see --cluster): %w", o.Task, addr, err)
 	}
@@ -116,6 +130,9 @@ func (o Options) register(ctx context.Context, client pb.ChiefClient, spec *mode
 		}
 		if c := status.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded {
 			return nil, fmt.Errorf("chief at %s refused %s: %s", chiefAddr, o.Task, status.Convert(err).Message())
+		}
+		if time.Now().After(deadline) && tlsconf.IsTLSError(err) {
+			return nil, fmt.Errorf("chief at %s: TLS failure for %v (--connect-timeout; check --tls-dir/--tls-ca): %s", chiefAddr, o.ConnectTimeout, tlsconf.Describe(err))
 		}
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("chief at %s unreachable for %v (--connect-timeout): %w", chiefAddr, o.ConnectTimeout, err)

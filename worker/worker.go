@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -104,13 +105,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	n := len(c.Shards)
 	var minVersion int64         // sync: the version every shard must reach
 	versions := make([]int64, n) // version of the parameters in the net, per shard
+	gens := make([]int64, n)     // the chief's generation of each shard's state
 	x := c.Net.Input()
 	y := make([]uint8, c.Net.Batch())
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for {
 		t0 := time.Now()
-		finished, err := w.pullAll(ctx, minVersion, versions)
+		finished, err := w.pullAll(ctx, minVersion, versions, gens)
 		if err != nil {
 			return err
 		}
@@ -147,7 +149,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			go func() {
 				defer wg.Done()
 				c.Plan.Gather(s, grads, w.flat[s])
-				req := &pb.PushRequest{Worker: int32(c.Index), Version: versions[s], Grad: wire.Bytes(w.flat[s]), RunId: c.RunID, Loss: loss}
+				req := &pb.PushRequest{Worker: int32(c.Index), Version: versions[s], Grad: wire.Bytes(w.flat[s]), RunId: c.RunID, Loss: loss, Generation: gens[s]}
 				errs[s] = w.retry(ctx, s, "push", func() error {
 					_, err := c.Shards[s].Client.Push(ctx, req)
 					return err
@@ -186,14 +188,24 @@ func (w *Worker) Run(ctx context.Context) error {
 // A shard that says done ends the other pulls: with backup workers the
 // shards aggregate independently, so another shard may be waiting for a
 // step no worker will complete.
-func (w *Worker) pullAll(ctx context.Context, minVersion int64, versions []int64) (bool, error) {
+//
+// gens holds each shard's generation, which the chief bumps when it
+// re-initialises the state (a rollback to a checkpoint after a PS
+// restart). A pull from an older generation answers at once with the new
+// state. In sync mode the chief rolls every shard back together, so the
+// step waits until every shard is in the newest generation seen: a shard
+// still in an older one is pulled with an unreachable minimum version,
+// which returns as soon as its generation changes.
+func (w *Worker) pullAll(ctx context.Context, minVersion int64, versions, gens []int64) (bool, error) {
 	c := w.cfg
 	n := len(c.Shards)
 	errs := make([]error, n)
 	done := make([]bool, n)
 	todo := make([]bool, n)
+	want := make([]int64, n)
 	for s := range todo {
 		todo[s] = true
+		want[s] = minVersion
 	}
 	for {
 		pullCtx, cancel := context.WithCancel(ctx)
@@ -205,7 +217,7 @@ func (w *Worker) pullAll(ctx context.Context, minVersion int64, versions []int64
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				resp, err := w.pull(pullCtx, s, minVersion)
+				resp, err := w.pull(pullCtx, s, want[s], gens[s])
 				if err == nil {
 					var p []float32
 					p, err = wire.Floats(resp.Params)
@@ -214,7 +226,10 @@ func (w *Worker) pullAll(ctx context.Context, minVersion int64, versions []int64
 					}
 					if err == nil {
 						c.Plan.Scatter(s, p, c.Net.Params())
-						versions[s], done[s] = resp.Version, resp.Done
+						if resp.Generation != gens[s] && gens[s] != 0 {
+							c.Log.Warn("parameter server state replaced by the chief", "ps", s, "generation", resp.Generation, "version", resp.Version)
+						}
+						versions[s], done[s], gens[s] = resp.Version, resp.Done, resp.Generation
 						c.Metrics.RPCReceivedBytes.WithLabelValues("pull").Add(float64(len(resp.Params)))
 						if resp.Done {
 							cancel()
@@ -237,24 +252,36 @@ func (w *Worker) pullAll(ctx context.Context, minVersion int64, versions []int64
 		if c.Run.Mode != config.Sync {
 			return false, nil
 		}
-		hi := slices.Max(versions)
+		g := slices.Max(gens)
+		hi := int64(-1)
+		for s, v := range versions {
+			if gens[s] == g {
+				hi = max(hi, v)
+			}
+		}
 		again := false
 		for s, v := range versions {
-			todo[s] = v < hi
+			switch {
+			case gens[s] < g:
+				todo[s], want[s] = true, math.MaxInt64
+			case v < hi:
+				todo[s], want[s] = true, hi
+			default:
+				todo[s] = false
+			}
 			again = again || todo[s]
 		}
 		if !again {
 			return false, nil
 		}
-		minVersion = hi
 	}
 }
 
-func (w *Worker) pull(ctx context.Context, s int, minVersion int64) (*pb.PullResponse, error) {
+func (w *Worker) pull(ctx context.Context, s int, minVersion, gen int64) (*pb.PullResponse, error) {
 	var resp *pb.PullResponse
 	err := w.retry(ctx, s, "pull", func() error {
 		var err error
-		resp, err = w.cfg.Shards[s].Client.Pull(ctx, &pb.PullRequest{Worker: int32(w.cfg.Index), MinVersion: minVersion, RunId: w.cfg.RunID})
+		resp, err = w.cfg.Shards[s].Client.Pull(ctx, &pb.PullRequest{Worker: int32(w.cfg.Index), MinVersion: minVersion, RunId: w.cfg.RunID, Generation: gen})
 		if status.Code(err) == codes.Unavailable {
 			// The shard may have restarted from an older checkpoint: after
 			// an outage take whatever version it has.

@@ -54,6 +54,10 @@ func bindRunFlags(fs *flag.FlagSet, r *config.Run) {
 	fs.Int64Var(&r.Seed, "seed", r.Seed, "seed for initial weights and data order")
 	fs.DurationVar(&r.EvalEvery, "eval-every", r.EvalEvery, "chief: evaluate on the test set this often (0 = only at the end)")
 	fs.DurationVar(&r.HeartbeatTimeout, "heartbeat-timeout", r.HeartbeatTimeout, "a worker silent this long is considered dead")
+	fs.StringVar(&r.CheckpointDir, "checkpoint-dir", r.CheckpointDir, "where checkpoints go, shared by the chief and every PS (\"\" = no checkpoints)")
+	fs.TextVar(&r.CheckpointEvery, "checkpoint-every", r.CheckpointEvery, "checkpoint interval: a duration (30s) or global steps (500); 0 = only at the end")
+	fs.IntVar(&r.KeepCheckpoints, "keep-checkpoints", r.KeepCheckpoints, "how many checkpoints to keep (0 = all)")
+	fs.BoolVar(&r.Resume, "resume", r.Resume, "start from the newest valid checkpoint in --checkpoint-dir, if any (false: start afresh, moving old checkpoints aside)")
 }
 
 // runArgs renders r as the flags bindRunFlags reads, for child processes.
@@ -77,5 +81,9 @@ func runArgs(r config.Run) []string {
 		fmt.Sprintf("--seed=%d", r.Seed),
 		"--eval-every=" + r.EvalEvery.String(),
 		"--heartbeat-timeout=" + r.HeartbeatTimeout.String(),
+		"--checkpoint-dir=" + r.CheckpointDir,
+		"--checkpoint-every=" + r.CheckpointEvery.String(),
+		fmt.Sprintf("--keep-checkpoints=%d", r.KeepCheckpoints),
+		fmt.Sprintf("--resume=%t", r.Resume),
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -28,6 +29,16 @@ Usage:
   pstrain run [flags]                 start a local cluster (chief, PS, workers) and train
   pstrain chief|ps|worker [flags]     run one task of a cluster (--cluster FILE or TF_CONFIG)
   pstrain data fetch [--dataset mnist] [--data-dir data]
+  pstrain checkpoint ls|verify|inspect DIR
+                                      look at checkpoints
+  pstrain eval --checkpoint DIR       test accuracy of a checkpoint
+  pstrain top [--targets FILE | --cluster FILE] [--once]
+                                      live view of every task: steps/s, phases, CPU, RSS, load
+  pstrain bench [--json] [--quick]    performance ratios against this machine's limits
+  pstrain sweep --grid SPEC --out DIR experiment grids: runs, results.csv, summary.md, plots
+  pstrain plot DIR                    re-draw a sweep's plots from its CSV
+  pstrain certs --cluster FILE --out DIR
+                                      a CA and a certificate per task, for --tls-dir
   pstrain version
 
 Run 'pstrain COMMAND -h' for a command's flags.
@@ -61,6 +72,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdTask(ctx, args[0], args[1:], stdout, stderr)
 	case "data":
 		return cmdData(ctx, args[1:], stderr)
+	case "checkpoint":
+		return cmdCheckpoint(ctx, args[1:], stdout, stderr)
+	case "eval":
+		return cmdEval(ctx, args[1:], stdout, stderr)
+	case "top":
+		return cmdTop(ctx, args[1:], stdout, stderr)
+	case "bench":
+		return cmdBench(ctx, args[1:], stdout, stderr)
+	case "sweep":
+		return cmdSweep(ctx, args[1:], stdout, stderr)
+	case "plot":
+		return cmdPlot(ctx, args[1:], stdout, stderr)
+	case "certs":
+		return cmdCerts(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "pstrain", task.Version)
 		return nil
@@ -104,7 +129,9 @@ func cmdTask(ctx context.Context, role string, args []string, stdout, stderr io.
 	blasThreads := fs.Int("blas-threads", 1, "worker: OpenBLAS threads (1 avoids oversubscribing shared cores)")
 	reportPath := fs.String("report", "", "chief: write the run report (JSON) here")
 	progress := fs.Bool("progress", false, "chief: print a progress line every second on stdout")
-	runID := fs.String("run-id", "", "chief: run identifier (default: generated)")
+	runID := fs.String("run-id", "", "chief: run identifier (default: generated; give one so that a restarted chief can adopt its running cluster)")
+	statePath := fs.String("state-file", "", "chief: keep the report's history here so that a restarted chief can finish it")
+	tlsF := bindTLSFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -146,13 +173,16 @@ func cmdTask(ctx context.Context, role string, args []string, stdout, stderr io.
 	}
 	o := task.Options{Cluster: spec, Task: tk, Run: r, MetricsAddr: ma, ConnectTimeout: *connectTimeout,
 		MaxMessageBytes: *maxMsgMB << 20, Log: log}
+	if o.TLS, err = tlsF.load(spec, tk, log); err != nil {
+		return err
+	}
 	switch role {
 	case cluster.PS:
 		return task.RunPS(ctx, o)
 	case cluster.Worker:
 		return task.RunWorker(ctx, o, *blasThreads)
 	}
-	co := task.ChiefOptions{RunID: *runID, ReportPath: *reportPath}
+	co := task.ChiefOptions{RunID: *runID, ReportPath: *reportPath, StatePath: *statePath}
 	if *progress {
 		co.Progress = stdout
 	}
@@ -170,20 +200,38 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	r := config.Default()
+	r.CheckpointDir = filepath.Join("run", "checkpoints")
 	bindRunFlags(fs, &r)
 	reportPath := fs.String("report", "", "write the run report (JSON) here")
+	faults := fs.String("fault", "", "kill -9 tasks at times after start, e.g. ps/1@8s,worker/0@12s,chief@20s (resilience demos and tests)")
+	maxRestarts := fs.Int("max-restarts", 5, "restarts allowed per task before the run fails")
 	dir := fs.String("run-dir", "run", "where the cluster file and the task logs go")
 	sdDir := fs.String("sd-dir", "run/targets", "where the Prometheus file_sd target file goes")
 	portBase := fs.Int("metrics-port-base", 0, "metrics ports: chief on BASE, ps/i on BASE+1+i, worker/i after them (0 = free ports)")
 	connectTimeout := fs.Duration("connect-timeout", time.Minute, "how long tasks wait for each other before giving up")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	tlsDir := fs.String("tls-dir", "", "run every task over mutual TLS with certificates in this directory (made there if missing)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if err := r.Validate(); err != nil {
 		return err
 	}
+	if !flagSet(fs, "checkpoint-dir") && *dir != "run" {
+		r.CheckpointDir = filepath.Join(*dir, "checkpoints")
+	}
+	fl, err := launcher.ParseFaults(*faults, r)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if *maxRestarts < 0 {
+		return fmt.Errorf("%w: --max-restarts must be >= 0", errUsage)
+	}
 	log, err := newLogger(stderr, *logLevel)
+	if err != nil {
+		return err
+	}
+	tlsArgs, err := runTLSArgs(*tlsDir, r, log)
 	if err != nil {
 		return err
 	}
@@ -200,8 +248,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fmt.Fprintf(stdout, "pstrain: %s SGD, %d PS, %d workers, MLP %s, batch %d, lr %g, %s\n", r.Mode, r.PS, r.Workers,
 		r.Spec(784, 10).String(), r.Batch, r.LR, r.Optimizer)
 	rep, err := launcher.Run(ctx, launcher.Config{Run: r, Exe: exe, Dir: *dir, SDDir: *sdDir, MetricsPortBase: *portBase,
-		ChildArgs: runArgs, ExtraArgs: []string{"--connect-timeout=" + connectTimeout.String(), "--log-level=" + *logLevel},
-		Progress: stdout, Log: log})
+		ChildArgs: runArgs, ExtraArgs: append([]string{"--connect-timeout=" + connectTimeout.String(), "--log-level=" + *logLevel}, tlsArgs...),
+		Progress: stdout, Log: log, Faults: fl, MaxRestarts: *maxRestarts, BottleneckEvery: 10 * time.Second})
 	if err != nil {
 		return err
 	}
@@ -215,6 +263,13 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return nil
 }
 
+// flagSet reports whether the flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
 func printSummary(w io.Writer, rep *report.Report) {
 	fmt.Fprintf(w, "\n== pstrain summary ==\n")
 	fmt.Fprintf(w, "mode %s, %d PS, %d workers, model %s, batch %d, lr %g (%s), BLAS %s\n", rep.Mode, rep.PS, rep.Workers, rep.Model, rep.Batch, rep.LR, rep.Optimizer, rep.BLAS)
@@ -226,6 +281,16 @@ func printSummary(w io.Writer, rep *report.Report) {
 		fmt.Fprintf(w, "target %.2f%% not reached\n", 100*rep.TargetAccuracy)
 	}
 	fmt.Fprintf(w, "startup %.2f s, training %.2f s, %.0f samples/s, stale gradients dropped %d\n", rep.StartupSeconds, rep.TrainSeconds, rep.SamplesPerSecond, rep.StaleGradientsDropped)
+	if rep.Bottleneck != nil {
+		fmt.Fprintf(w, "where the time went: %s\n", rep.Bottleneck)
+	}
+	for _, rs := range rep.Restarts {
+		back := "never"
+		if rs.BackAtSeconds != nil {
+			back = fmt.Sprintf("%.2f s", *rs.BackAtSeconds)
+		}
+		fmt.Fprintf(w, "restart: %-9s died at %.2f s, back at %s, restored step %d\n", rs.Task, rs.KilledAtSeconds, back, rs.RestoredStep)
+	}
 	for _, name := range sortedTasks(rep.Tasks) {
 		t := rep.Tasks[name]
 		fmt.Fprintf(w, "  %-9s peak RSS %6.1f MiB  CPU %6.2f s\n", name, float64(t.PeakRSSBytes)/(1<<20), t.CPUSeconds)

@@ -1,0 +1,82 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"text/tabwriter"
+)
+
+// WriteTable prints the result as aligned text: one block per section,
+// the headline ratio first.
+func WriteTable(w io.Writer, r *Result) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	m := r.Machine
+	fmt.Fprintf(tw, "pstrain bench  %s  %s %s/%s  %d CPUs  BLAS %s", m.Date, m.GoVersion, m.OS, m.Arch, m.CPUs, m.BLAS)
+	if r.Quick {
+		fmt.Fprint(tw, "  (quick)")
+	}
+	fmt.Fprintln(tw)
+	if c := r.Compute; c != nil {
+		fmt.Fprintf(tw, "\ncompute: fraction of ceiling %.2f (forward+backward vs the step's %d matrix products on %s; %d FLOP/sample)\n",
+			c.FractionOfCeiling, c.Products, c.BLAS, c.FLOPsPerSample)
+		fmt.Fprintln(tw, "  batch\tsamples/s\tGFLOP/s\tceiling samples/s\tceiling GFLOP/s\tfraction")
+		for _, b := range c.Batches {
+			fmt.Fprintf(tw, "  %d\t%.0f\t%.1f\t%.0f\t%.1f\t%.2f\n", b.Batch, b.SamplesPerSecond, b.GFLOPS,
+				b.CeilingSamplesPerSecond, b.CeilingGFLOPS, b.FractionOfCeiling)
+		}
+	}
+	if x := r.Wire; x != nil {
+		fmt.Fprintf(tw, "\nwire: fraction of TCP %.3f (push+pull of %.2f MB each way, 1 PS, loopback)\n", x.FractionOfTCP, float64(x.PayloadBytes)/1e6)
+		fmt.Fprintln(tw, "  path\tMB/s\tms per round trip")
+		fmt.Fprintf(tw, "  gRPC push+pull\t%.0f\t%.2f\n", x.MBPerSecond, x.MsPerRoundTrip)
+		fmt.Fprintf(tw, "  raw TCP echo\t%.0f\t%.2f\n", x.TCPMBPerSecond, x.TCPMsPerRoundTrip)
+		fmt.Fprintf(tw, "  PS SGD update alone (in-process)\t\t%.2f\n", x.UpdateMs)
+	}
+	if o := r.PSOverhead; o != nil {
+		fmt.Fprintf(tw, "\nps_overhead: ratio %.2f (1 PS + 1 worker over loopback gRPC vs in-process, %s, batch %d)\n", o.Ratio, o.Mode, o.Batch)
+		fmt.Fprintln(tw, "  path\tsamples/s\tms/step\tcompute ms\tcomm ms")
+		fmt.Fprintf(tw, "  in-process\t%.0f\t%.2f\t\t\n", o.InProcessSamplesPerSecond, o.InProcessMsPerStep)
+		fmt.Fprintf(tw, "  1 PS gRPC\t%.0f\t%.2f\t%.2f\t%.2f\n", o.PSSamplesPerSecond, o.PSMsPerStep, o.PSComputeMsPerStep, o.PSCommunicationMsPerStep)
+	}
+	if e := r.EndToEnd; e != nil {
+		ttt := "not reached"
+		if e.TimeToTargetSeconds != nil {
+			ttt = fmt.Sprintf("%.2f s", *e.TimeToTargetSeconds)
+		}
+		fmt.Fprintf(tw, "\nend_to_end: time to %.1f%%: %s; whole run %.2f s (startup %.2f s), %.0f samples/s, final acc %.2f%%\n",
+			100*e.TargetAccuracy, ttt, e.WallSeconds, e.StartupSeconds, e.SamplesPerSecond, 100*e.TestAccuracy)
+		if len(e.Runs) > 0 {
+			fmt.Fprintln(tw, "  mode\tPS\tworkers\tepochs\tsamples/s\twall s\tstartup s")
+			for _, row := range e.Runs {
+				if row.Error != "" {
+					fmt.Fprintf(tw, "  %s\t%d\t%d\t%g\tfailed: %s\t\t\n", row.Mode, row.PS, row.Workers, row.Epochs, row.Error)
+					continue
+				}
+				fmt.Fprintf(tw, "  %s\t%d\t%d\t%g\t%.0f\t%.2f\t%.2f\n", row.Mode, row.PS, row.Workers, row.Epochs,
+					row.SamplesPerSecond, row.WallSeconds, row.StartupSeconds)
+			}
+		}
+	}
+	if mem := r.Memory; mem != nil {
+		fmt.Fprintf(tw, "\nmemory: PS RSS / state %.1f (%s, %s; goal: RSS <= 3 x state + 40 MiB: %v)\n", mem.PSRSSOverState, mem.Model, mem.Optimizer, mem.MeetsGoal)
+		fmt.Fprintln(tw, "  task\tpeak RSS MiB\tstate MiB\tRSS/state\tgoal MiB")
+		for _, s := range mem.Shards {
+			fmt.Fprintf(tw, "  %s\t%.1f\t%.2f\t%.1f\t%.1f\n", s.Task, mib(s.PeakRSSBytes), mib(s.StateBytes), s.RSSOverState, mib(s.GoalBytes))
+		}
+	}
+	if len(r.Errors) > 0 {
+		fmt.Fprintln(tw, "\nfailed sections:")
+		var names []string
+		for k := range r.Errors {
+			names = append(names, k)
+		}
+		slices.Sort(names)
+		for _, k := range names {
+			fmt.Fprintf(tw, "  %s\t%s\n", k, r.Errors[k])
+		}
+	}
+	return tw.Flush()
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"time"
+
+	"gorgonia.org/gorgonia"
+
+	"github.com/pstrain/pstrain/bench"
+	"github.com/pstrain/pstrain/blas"
+	"github.com/pstrain/pstrain/model"
+)
+
+// cmdBench measures performance ratios in one run (see docs/scaling.md).
+func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	asJSON := fs.Bool("json", false, "print the result as JSON instead of a table")
+	quick := fs.Bool("quick", false, "shorter timings and a smaller end_to_end grid")
+	sections := fs.String("sections", strings.Join(bench.Sections(), ","), "comma list of sections to measure")
+	budget := fs.Duration("duration", 0, "time per measurement loop (default 1.5s, 0.4s with --quick)")
+	rounds := fs.Int("rounds", 0, "alternating measurement rounds per section; the best counts (default 3, 2 with --quick)")
+	batches := fs.String("batches", "128,512", "compute batch sizes; the first is also ps_overhead's")
+	dataDir := fs.String("data-dir", "data", "data sets for end_to_end runs")
+	workDir := fs.String("work-dir", "", "where end_to_end runs keep reports and logs (default: a temporary directory, removed)")
+	blasThreads := fs.Int("blas-threads", 1, "OpenBLAS threads for compute, wire and ps_overhead")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process (not of end_to_end's children) here")
+	memProfile := fs.String("memprofile", "", "write an allocation profile of this process here at the end")
+	seed := fs.Uint64("seed", 1, "seed for weights and synthetic data")
+	predict := fs.String("predict", "", "print the scaling model's prediction for workers=N,ps=M,net=10gbit[,latency=50us] instead of measuring")
+	calibration := fs.String("calibration", "", "--predict: calibrate from this `pstrain bench --json` output (default: the reference figures in docs/scaling.md)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *predict != "" {
+		return benchPredict(*predict, *calibration, *asJSON, stdout)
+	}
+	secs, err := bench.ParseSections(*sections)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	bs, err := model.ParseHidden(*batches) // a comma list of positive ints
+	if err != nil || len(bs) == 0 {
+		return fmt.Errorf("%w: --batches %q: want a comma list of positive batch sizes", errUsage, *batches)
+	}
+	if *budget < 0 || *rounds < 0 {
+		return fmt.Errorf("%w: --duration and --rounds must not be negative", errUsage)
+	}
+	if *budget == 0 {
+		*budget = 1500 * time.Millisecond
+		if *quick {
+			*budget = 400 * time.Millisecond
+		}
+	}
+	if *rounds == 0 {
+		*rounds = 3
+		if *quick {
+			*rounds = 2
+		}
+	}
+	blas.Setup(*blasThreads)
+	cfg := bench.Config{Sections: secs, Quick: *quick, Spec: model.Spec{Input: 784, Hidden: []int{800}, Classes: 10},
+		Batches: bs, BLAS: gorgonia.WhichBLAS(), BLASName: blas.Name, Budget: *budget, Rounds: *rounds, Seed: *seed,
+		Progress: stderr}
+	if slices.Contains(secs, bench.SectionEndToEnd) || slices.Contains(secs, bench.SectionMemory) {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		dir := *workDir
+		if dir == "" {
+			if dir, err = os.MkdirTemp("", "pstrain-bench-"); err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+		}
+		cfg.Runner = &bench.ExecRunner{Exe: exe, Dir: dir, DataDir: *dataDir}
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	res, runErr := bench.Run(ctx, cfg)
+	if *memProfile != "" {
+		if err := writeHeapProfile(*memProfile); err != nil {
+			return err
+		}
+	}
+	if res != nil {
+		if *asJSON {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			if err := enc.Encode(res); err != nil {
+				return err
+			}
+		} else if err := bench.WriteTable(stdout, res); err != nil {
+			return err
+		}
+	}
+	if runErr != nil {
+		return runErr
+	}
+	if len(res.Errors) > 0 {
+		return fmt.Errorf("bench: %d section(s) failed (see above)", len(res.Errors))
+	}
+	return nil
+}
+
+func benchPredict(scenario, calibrationFile string, asJSON bool, stdout io.Writer) error {
+	sc, err := bench.ParseScenario(scenario)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	cal := bench.ReferenceCalibration()
+	if calibrationFile != "" {
+		b, err := os.ReadFile(calibrationFile)
+		if err != nil {
+			return err
+		}
+		var r bench.Result
+		if err := json.Unmarshal(b, &r); err != nil {
+			return fmt.Errorf("--calibration %s: %w", calibrationFile, err)
+		}
+		if cal, err = bench.CalibrationFrom(&r); err != nil {
+			return fmt.Errorf("--calibration %s: %w", calibrationFile, err)
+		}
+	}
+	p, err := bench.Predict(cal, sc)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(struct {
+			Calibration bench.Calibration `json:"calibration"`
+			Prediction  bench.Prediction  `json:"prediction"`
+		}{cal, p})
+	}
+	fmt.Fprintf(stdout, "sync SGD, %d workers, %d PS, %.3g GB/s links, latency %v, batch %d per worker\n",
+		sc.Workers, sc.PS, sc.BytesPerSecond/1e9, sc.Latency, cal.Batch)
+	fmt.Fprintf(stdout, "step %.2f ms, %.0f samples/s, %.0f%% of %d x one worker's compute; bound by the %s\n",
+		1e3*p.StepSeconds, p.SamplesPerSecond, 100*p.Efficiency, sc.Workers, p.Bound)
+	fmt.Fprintf(stdout, "knee at %.1f workers for %d PS; PS links cap throughput at %.0f samples/s\n",
+		p.KneeWorkers, sc.PS, p.CeilingSamplesPerSecond)
+	return nil
+}
+
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	runtime.GC()
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

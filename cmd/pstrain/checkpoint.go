@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+
+	"github.com/pstrain/pstrain/blas"
+	"github.com/pstrain/pstrain/checkpoint"
+	"github.com/pstrain/pstrain/chief"
+	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/dataset"
+	"github.com/pstrain/pstrain/model"
+	"github.com/pstrain/pstrain/shardckpt"
+)
+
+const checkpointUsage = `pstrain checkpoint ls DIR        list the checkpoints in DIR, newest first, with a quick check
+pstrain checkpoint verify DIR    fully verify every checkpoint (SHA-256 of every shard); fails if the newest is bad
+pstrain checkpoint inspect PATH  show a checkpoint's manifest and tensors (PATH: a ckpt-* directory, or DIR for the newest valid one)`
+
+func cmdCheckpoint(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) != 2 || (args[0] != "ls" && args[0] != "verify" && args[0] != "inspect") {
+		fmt.Fprintln(stderr, checkpointUsage)
+		return fmt.Errorf("%w: pstrain checkpoint ls|verify|inspect DIR", errUsage)
+	}
+	dir := args[1]
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	switch args[0] {
+	case "ls":
+		return checkpointLs(dir, stdout)
+	case "verify":
+		return checkpointVerify(dir, stdout)
+	}
+	return checkpointInspect(dir, stdout)
+}
+
+func checkpointLs(dir string, stdout io.Writer) error {
+	infos, err := checkpoint.NewStore(checkpoint.OSFS{}, dir, 0).List()
+	if err != nil {
+		return err
+	}
+	if len(infos) == 0 {
+		fmt.Fprintf(stdout, "no checkpoints in %s\n", dir)
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "STEP\tVERSION\tMODE\tSHARDS\tBYTES\tCREATED\tSTATUS\tPATH")
+	for _, in := range infos {
+		if in.Manifest == nil {
+			fmt.Fprintf(tw, "%d\t-\t-\t-\t-\t-\tBAD: %v\t%s\n", in.Step, in.Err, in.Path)
+			continue
+		}
+		m := in.Manifest
+		var bytes int64
+		for _, sh := range m.Shards {
+			bytes += sh.Bytes
+		}
+		st := "ok (sizes; `verify` checks contents)"
+		if in.Err != nil {
+			st = "BAD: " + in.Err.Error()
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%d\t%s\t%s\t%s\n", m.Step, m.Version, m.Mode, m.NumShards, bytes,
+			m.Created.Format("2006-01-02 15:04:05"), st, in.Path)
+	}
+	return tw.Flush()
+}
+
+func checkpointVerify(dir string, stdout io.Writer) error {
+	store := checkpoint.NewStore(checkpoint.OSFS{}, dir, 0)
+	infos, err := store.List()
+	if err != nil {
+		return err
+	}
+	if len(infos) == 0 {
+		return fmt.Errorf("no checkpoints in %s", dir)
+	}
+	bad := 0
+	for _, in := range infos {
+		err := in.Err
+		if err == nil {
+			err = store.Verify(in.Path)
+		}
+		if err != nil {
+			bad++
+			fmt.Fprintf(stdout, "BAD  step %d  %s: %v\n", in.Step, in.Path, err)
+		} else {
+			fmt.Fprintf(stdout, "ok   step %d  %s\n", in.Step, in.Path)
+		}
+	}
+	latest, _, err := store.Latest()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%d of %d checkpoints valid; a resume would use step %d (%s)\n", len(infos)-bad, len(infos), latest.Step, latest.Path)
+	if bad > 0 && infos[0].Path != latest.Path {
+		return fmt.Errorf("the newest checkpoint (step %d) is damaged", infos[0].Step)
+	}
+	return nil
+}
+
+// openCheckpoint opens path: a ckpt-* directory, or a checkpoint
+// directory whose newest valid checkpoint is taken.
+func openCheckpoint(path string) (*checkpoint.Checkpoint, error) {
+	path = filepath.Clean(path)
+	if _, err := os.Stat(filepath.Join(path, checkpoint.ManifestName)); err == nil {
+		return checkpoint.NewStore(checkpoint.OSFS{}, filepath.Dir(path), 0).Load(path)
+	}
+	store := checkpoint.NewStore(checkpoint.OSFS{}, path, 0)
+	info, skipped, err := store.Latest()
+	for _, sk := range skipped {
+		fmt.Fprintf(os.Stderr, "skipping damaged checkpoint %s: %v\n", sk.Path, sk.Err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return store.Load(info.Path)
+}
+
+func checkpointInspect(path string, stdout io.Writer) error {
+	ck, err := openCheckpoint(path)
+	if err != nil {
+		return err
+	}
+	m := ck.Manifest
+	fmt.Fprintf(stdout, "checkpoint %s\n", ck.Path)
+	fmt.Fprintf(stdout, "step %d, version %d, mode %s, %d shards, created %s\n", m.Step, m.Version, m.Mode, m.NumShards, m.Created.Format("2006-01-02 15:04:05 MST"))
+	fmt.Fprintf(stdout, "model %s\noptimizer %s %v\nrun config %s\n", m.ModelSpec, m.Optimizer.Name, m.Optimizer.Hyperparams, m.RunConfig)
+	for i, sh := range m.Shards {
+		tensors, meta, err := ck.ReadShard(i)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "\n%s  %d bytes  version %d  sha256 %s…  meta %v\n", sh.File, sh.Bytes, sh.Version, sh.SHA256[:16], meta)
+		for _, t := range tensors {
+			fmt.Fprintf(stdout, "  %-28s %v\n", t.Name, t.Shape)
+		}
+	}
+	return nil
+}
+
+// cmdEval scores a checkpoint on the test set.
+func cmdEval(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("checkpoint", "", "a ckpt-* directory, or a checkpoint directory (its newest valid checkpoint)")
+	dataDir := fs.String("data-dir", "", "directory holding the data sets (default: the run's)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *path == "" {
+		return fmt.Errorf("%w: pstrain eval --checkpoint DIR", errUsage)
+	}
+	ck, err := openCheckpoint(*path)
+	if err != nil {
+		return err
+	}
+	r, err := config.Parse(ck.Manifest.RunConfig)
+	if err != nil {
+		return fmt.Errorf("%s: %w", ck.Path, err)
+	}
+	var spec model.Spec
+	if err := json.Unmarshal(ck.Manifest.ModelSpec, &spec); err != nil {
+		return fmt.Errorf("%s: model spec: %w", ck.Path, err)
+	}
+	if *dataDir != "" {
+		r.DataDir = *dataDir
+	}
+	_, test, err := dataset.Load(r.DataDir, r.Dataset)
+	if err != nil {
+		return err
+	}
+	if test.Dim != spec.Input || test.Classes != spec.Classes {
+		return fmt.Errorf("the checkpoint's model %s does not fit %s (%d inputs, %d classes)", spec, r.Dataset, test.Dim, test.Classes)
+	}
+	st, err := shardckpt.Read(ck, spec, r.Optimizer)
+	if err != nil {
+		return err
+	}
+	blas.Setup(1)
+	ev, err := chief.NewEvaluator(spec, test, 1000)
+	if err != nil {
+		return err
+	}
+	defer ev.Close()
+	for v, dst := range ev.Params() {
+		copy(dst, st.Vars[v])
+	}
+	acc, loss, err := ev.Eval()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "checkpoint %s (step %d, model %s)\n", ck.Path, ck.Manifest.Step, spec)
+	fmt.Fprintf(stdout, "test accuracy %.2f%%  test loss %.4f  on %d %s test images\n", 100*acc, loss, test.N, r.Dataset)
+	return nil
+}

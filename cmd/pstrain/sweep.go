@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/figures"
+	"github.com/pstrain/pstrain/sweep"
+)
+
+// cmdSweep runs an experiment grid: `pstrain sweep --grid SPEC --out DIR`.
+// Each run executes this binary as `pstrain run`.
+func cmdSweep(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	return runSweep(ctx, exe, args, stdout, stderr)
+}
+
+// runSweep is cmdSweep with the pstrain binary to run given.
+func runSweep(ctx context.Context, exe string, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("sweep", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	grid := fs.String("grid", "", "grid of `pstrain run` flags, e.g. 'mode=sync,async;workers=1,2;data-fraction=0.3,1' (hidden layers: hidden=800,256+128)")
+	repeat := fs.Int("repeat", 1, "runs per configuration (repeat r uses seed+r)")
+	out := fs.String("out", "", "output directory (results.csv, summary.md, plots, runs/); re-running resumes it")
+	dataDir := fs.String("data-dir", "data", "directory holding the data sets")
+	every := fs.Duration("sample-every", time.Second, "how often each process's /metrics is sampled")
+	logLevel := fs.String("log-level", "warn", "log level of the runs' tasks")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *grid == "" || *out == "" {
+		return fmt.Errorf("%w: pstrain sweep --grid SPEC --out DIR [--repeat N]", errUsage)
+	}
+	if *repeat < 1 {
+		return fmt.Errorf("%w: --repeat must be at least 1, got %d", errUsage, *repeat)
+	}
+	g, err := sweep.ParseGrid(*grid)
+	if err != nil {
+		return err
+	}
+	configs, err := g.Expand(resolveRun)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "pstrain sweep: %d configurations x %d repeats = %d runs into %s\n", len(configs), *repeat, len(configs)**repeat, *out)
+	_, runErr := sweep.Run(ctx, sweep.Options{Exe: exe, Dir: *out, DataDir: *dataDir, Configs: configs, Repeat: *repeat,
+		ExtraArgs: []string{"--log-level=" + *logLevel}, Progress: stdout, SampleEvery: *every})
+	if _, err := os.Stat(filepath.Join(*out, sweep.ResultsFile)); err != nil {
+		return errors.Join(runErr, err)
+	}
+	// Plots for whatever finished, even after an interruption.
+	figs, err := figures.DrawAll(*out)
+	if err != nil {
+		return errors.Join(runErr, err)
+	}
+	fmt.Fprintf(stdout, "results: %s, %s, %d plots in %s\n", sweep.ResultsFile, sweep.SummaryFile, len(figs), *out)
+	return runErr
+}
+
+// cmdPlot re-draws a sweep's plots from its files: `pstrain plot DIR`.
+func cmdPlot(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("plot", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return fmt.Errorf("%w: pstrain plot SWEEP_DIR", errUsage)
+	}
+	dir := fs.Arg(0)
+	figs, err := figures.DrawAll(dir)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, f := range figs {
+		names = append(names, f.Name)
+	}
+	fmt.Fprintf(stdout, "drew %d plots (PNG and SVG) in %s: %s\n", len(figs), dir, strings.Join(names, ", "))
+	return nil
+}
+
+// resolveRun is the sweep.Resolver of `pstrain run`: it applies the grid's
+// values to the default configuration through the run flags, validates the
+// result and returns every sweepable flag's value.
+func resolveRun(params map[string]string) (map[string]string, error) {
+	fs := flag.NewFlagSet("grid", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	r := config.Default()
+	bindRunFlags(fs, &r)
+	for _, k := range sweep.Keys() {
+		v, ok := params[k]
+		if !ok {
+			continue
+		}
+		if err := fs.Set(k, v); err != nil {
+			return nil, fmt.Errorf("%s=%s: %w", k, v, err)
+		}
+	}
+	for k := range params {
+		if fs.Lookup(k) == nil {
+			return nil, fmt.Errorf("unknown key %q", k)
+		}
+	}
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, a := range runArgs(r) {
+		k, v, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		out[k] = v
+	}
+	for k := range out {
+		if !strings.Contains(","+strings.Join(sweep.Keys(), ",")+",", ","+k+",") {
+			delete(out, k)
+		}
+	}
+	return out, nil
+}

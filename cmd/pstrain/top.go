@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/pstrain/pstrain/bottleneck"
+	"github.com/pstrain/pstrain/cluster"
+	"github.com/pstrain/pstrain/metrics"
+	"github.com/pstrain/pstrain/task"
+)
+
+// clearScreen moves the cursor home and clears the terminal (ANSI).
+const clearScreen = "\x1b[H\x1b[2J"
+
+// topOptions configures runTop; cmdTop fills it from flags, tests directly.
+type topOptions struct {
+	targets  []bottleneck.Target
+	interval time.Duration // between refreshes (and between the two scrapes of once)
+	window   time.Duration // the live breakdown covers about this much time
+	once     bool
+	cores    int
+	scrape   bottleneck.ScrapeFunc // nil: metrics.Scrape
+	// between, if set, runs between the two scrapes of once (tests use it to
+	// make the metrics move).
+	between func()
+}
+
+// cmdTop is `pstrain top`: a live terminal view of a running cluster, read
+// from the tasks' metrics endpoints.
+func cmdTop(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("top", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	targetsFile := fs.String("targets", "run/targets/pstrain.json", "Prometheus file_sd target file written by `pstrain run` (labels role and task)")
+	clusterFile := fs.String("cluster", "", "cluster file (JSON, as for `pstrain ps`); metrics are read on each task's port + 1000")
+	interval := fs.Duration("interval", 2*time.Second, "refresh every this long (with --once: the time between the two scrapes)")
+	window := fs.Duration("window", 10*time.Second, "the bottleneck line covers about this much of the recent past")
+	once := fs.Bool("once", false, "print one snapshot (two scrapes --interval apart) and exit")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *interval <= 0 {
+		return fmt.Errorf("%w: --interval must be positive, got %s", errUsage, *interval)
+	}
+	if *window <= 0 {
+		return fmt.Errorf("%w: --window must be positive, got %s", errUsage, *window)
+	}
+	targetsSet := false
+	fs.Visit(func(f *flag.Flag) { targetsSet = targetsSet || f.Name == "targets" })
+	if targetsSet && *clusterFile != "" {
+		return fmt.Errorf("%w: pass --targets or --cluster, not both", errUsage)
+	}
+	var (
+		targets []bottleneck.Target
+		err     error
+	)
+	if *clusterFile != "" {
+		targets, err = clusterTargets(*clusterFile)
+	} else {
+		targets, err = sdTargets(*targetsFile)
+	}
+	if err != nil {
+		return err
+	}
+	return runTop(ctx, topOptions{targets: targets, interval: *interval, window: *window, once: *once, cores: runtime.NumCPU()}, stdout)
+}
+
+// sdTargets reads a Prometheus file_sd JSON file: a list of
+// {"targets": [host:port...], "labels": {"role": .., "task": ..}}.
+func sdTargets(file string) ([]bottleneck.Target, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("target file %s does not exist: start a run with `pstrain run` (it writes run/targets/pstrain.json), or pass --targets FILE or --cluster FILE", file)
+		}
+		return nil, fmt.Errorf("target file: %w", err)
+	}
+	var groups []struct {
+		Targets []string          `json:"targets"`
+		Labels  map[string]string `json:"labels"`
+	}
+	if err := json.Unmarshal(b, &groups); err != nil {
+		return nil, fmt.Errorf("target file %s: not a Prometheus file_sd list: %w", file, err)
+	}
+	var out []bottleneck.Target
+	for _, g := range groups {
+		for _, addr := range g.Targets {
+			name := g.Labels["task"]
+			if name == "" || len(g.Targets) > 1 {
+				name = addr
+			}
+			out = append(out, bottleneck.Target{Task: name, Role: g.Labels["role"], URL: "http://" + addr + metrics.MetricsPath})
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("target file %s lists no targets", file)
+	}
+	return out, nil
+}
+
+// clusterTargets derives the metrics targets of a cluster file: each task's
+// gRPC port + 1000 (the default of --metrics-addr).
+func clusterTargets(file string) ([]bottleneck.Target, error) {
+	spec, _, err := cluster.Load(file, "")
+	if err != nil {
+		return nil, err
+	}
+	var out []bottleneck.Target
+	for _, t := range spec.Tasks() {
+		addr, err := spec.Addr(t)
+		if err != nil {
+			return nil, err
+		}
+		ma, err := task.DefaultMetricsAddr(addr)
+		if err != nil {
+			return nil, fmt.Errorf("%s: task %s: %w", file, t, err)
+		}
+		out = append(out, bottleneck.Target{Task: t.String(), Role: t.Type, URL: "http://" + ma + metrics.MetricsPath})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("cluster file %s lists no tasks", file)
+	}
+	return out, nil
+}
+
+// runTop samples the targets and prints the view: once, or every interval
+// until ctx ends (which is then not an error).
+func runTop(ctx context.Context, o topOptions, stdout io.Writer) error {
+	mon, err := bottleneck.NewMonitor(bottleneck.MonitorConfig{Targets: o.targets, Cores: o.cores, Scrape: o.scrape})
+	if err != nil {
+		return err
+	}
+	if o.once {
+		mon.Sample(ctx)
+		if o.between != nil {
+			o.between()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(o.interval):
+		}
+		mon.Sample(ctx)
+		b, err := mon.Whole()
+		if err != nil {
+			return err
+		}
+		renderTop(stdout, b)
+		return nil
+	}
+	ticker := time.NewTicker(o.interval)
+	defer ticker.Stop()
+	err = mon.Run(ctx, ticker.C, func(bottleneck.Snapshot) {
+		var sb strings.Builder
+		sb.WriteString(clearScreen)
+		fmt.Fprintf(&sb, "pstrain top: %d tasks, every %s, bottleneck over the last %s (Ctrl-C quits)\n\n", len(o.targets), o.interval, o.window)
+		if b, err := mon.Window(o.window); err != nil {
+			sb.WriteString("waiting for a second scrape...\n")
+		} else {
+			renderTop(&sb, b)
+		}
+		_, _ = io.WriteString(stdout, sb.String())
+	})
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// renderTop prints the task table and the bottleneck line.
+func renderTop(w io.Writer, b bottleneck.Breakdown) {
+	hosts := map[string]bottleneck.Host{}
+	for _, h := range b.Hosts {
+		hosts[h.Host] = h
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TASK\tROLE\tSTATE\tSTEPS/S\tCOMPUTE\tPUSH\tPULL\tBARRIER\tCPU\tRSS MiB\tLOAD/CORES\t")
+	var errs []string
+	for _, t := range b.Tasks {
+		state := "up"
+		if !t.Up {
+			state = "DOWN"
+			errs = append(errs, t.Task+": "+t.Error)
+		}
+		steps, compute, push, pull, barrier := "-", "-", "-", "-", "-"
+		if t.Role == bottleneck.RoleWorker && t.Up {
+			steps = fmt.Sprintf("%.1f", t.StepsPerSecond)
+		}
+		if p := t.Phases; p != nil {
+			pct := func(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) }
+			compute, push, pull = pct(p.Compute), pct(p.Push), pct(p.Pull)
+			if b.BarrierWaitPerPullSeconds != nil {
+				barrier = pct(p.BarrierWait)
+			}
+		}
+		cpu, rss := "-", "-"
+		if t.CPUPercent != nil {
+			cpu = fmt.Sprintf("%.0f%%", *t.CPUPercent)
+		}
+		if t.RSSBytes != nil {
+			rss = fmt.Sprintf("%.1f", *t.RSSBytes/(1<<20))
+		}
+		load := "-"
+		if h, ok := hosts[t.Host]; ok {
+			load = fmt.Sprintf("%.1f/%d", h.Load1, h.Cores)
+		}
+		role := t.Role
+		if role == "" {
+			role = "?"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", t.Task, role, state, steps, compute, push, pull, barrier, cpu, rss, load)
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(w, "\nover %.2fs: %.1f worker steps/s, %.0f samples/s\n", b.WindowSeconds, b.StepsPerSecond, b.SamplesPerSecond)
+	fmt.Fprintln(w, b.String())
+	for _, e := range errs {
+		fmt.Fprintln(w, "down:", e)
+	}
+}

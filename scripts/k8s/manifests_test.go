@@ -1,0 +1,396 @@
+// Package k8s holds the Kubernetes manifests; this test decodes every one
+// into the Kubernetes API types with unknown fields disallowed, so a typo
+// fails, and checks the manifests against pstrain itself (real flags,
+// counts that agree, a parseable cluster file).
+package k8s
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+
+	"github.com/pstrain/pstrain/cluster"
+)
+
+// tfJob mirrors the fields of Kubeflow's kubeflow.org/v1 TFJob that the
+// manifests use. The real type lives in github.com/kubeflow/training-operator,
+// a heavy module; the pod templates inside are the real corev1 types, so
+// everything below the replica spec is checked exactly.
+type tfJob struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		RunPolicy *struct {
+			CleanPodPolicy          *string `json:"cleanPodPolicy,omitempty"`
+			TTLSecondsAfterFinished *int32  `json:"ttlSecondsAfterFinished,omitempty"`
+			ActiveDeadlineSeconds   *int64  `json:"activeDeadlineSeconds,omitempty"`
+			BackoffLimit            *int32  `json:"backoffLimit,omitempty"`
+		} `json:"runPolicy,omitempty"`
+		SuccessPolicy  *string                 `json:"successPolicy,omitempty"`
+		TFReplicaSpecs map[string]*replicaSpec `json:"tfReplicaSpecs"`
+	} `json:"spec"`
+}
+
+type replicaSpec struct {
+	Replicas      *int32                 `json:"replicas,omitempty"`
+	Template      corev1.PodTemplateSpec `json:"template"`
+	RestartPolicy string                 `json:"restartPolicy,omitempty"`
+}
+
+// serviceMonitor mirrors the fields of the Prometheus operator's
+// monitoring.coreos.com/v1 ServiceMonitor that the manifests use (the real
+// type is in github.com/prometheus-operator/prometheus-operator).
+type serviceMonitor struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		JobLabel          string               `json:"jobLabel,omitempty"`
+		Selector          metav1.LabelSelector `json:"selector"`
+		NamespaceSelector *struct {
+			Any        bool     `json:"any,omitempty"`
+			MatchNames []string `json:"matchNames,omitempty"`
+		} `json:"namespaceSelector,omitempty"`
+		Endpoints []struct {
+			Port        string `json:"port,omitempty"`
+			Path        string `json:"path,omitempty"`
+			Interval    string `json:"interval,omitempty"`
+			Relabelings []struct {
+				SourceLabels []string `json:"sourceLabels,omitempty"`
+				Separator    *string  `json:"separator,omitempty"`
+				TargetLabel  string   `json:"targetLabel,omitempty"`
+				Regex        string   `json:"regex,omitempty"`
+				Replacement  *string  `json:"replacement,omitempty"`
+				Action       string   `json:"action,omitempty"`
+			} `json:"relabelings,omitempty"`
+		} `json:"endpoints"`
+	} `json:"spec"`
+}
+
+// object is one decoded manifest document.
+type object struct {
+	file, kind, name string
+	v                any
+}
+
+// newFor returns an empty value of the Go type for apiVersion/kind.
+func newFor(apiVersion, kind string) (any, error) {
+	switch apiVersion + " " + kind {
+	case "v1 ConfigMap":
+		return &corev1.ConfigMap{}, nil
+	case "v1 Service":
+		return &corev1.Service{}, nil
+	case "v1 PersistentVolumeClaim":
+		return &corev1.PersistentVolumeClaim{}, nil
+	case "v1 Secret":
+		return &corev1.Secret{}, nil
+	case "apps/v1 Deployment":
+		return &appsv1.Deployment{}, nil
+	case "apps/v1 StatefulSet":
+		return &appsv1.StatefulSet{}, nil
+	case "batch/v1 Job":
+		return &batchv1.Job{}, nil
+	case "kubeflow.org/v1 TFJob":
+		return &tfJob{}, nil
+	case "monitoring.coreos.com/v1 ServiceMonitor":
+		return &serviceMonitor{}, nil
+	}
+	return nil, fmt.Errorf("no Go type for %s %s", apiVersion, kind)
+}
+
+// decode splits a multi-document YAML file and decodes every document
+// strictly.
+func decode(file string, data []byte) ([]object, error) {
+	var out []object
+	for i, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(data), -1) {
+		j, err := yaml.YAMLToJSON([]byte(doc))
+		if err != nil {
+			return nil, fmt.Errorf("%s document %d: %w", file, i, err)
+		}
+		if string(j) == "null" {
+			continue // comments only
+		}
+		var tm metav1.TypeMeta
+		if err := json.Unmarshal(j, &tm); err != nil {
+			return nil, fmt.Errorf("%s document %d: %w", file, i, err)
+		}
+		v, err := newFor(tm.APIVersion, tm.Kind)
+		if err != nil {
+			return nil, fmt.Errorf("%s document %d: %w", file, i, err)
+		}
+		// encoding/json matches field names case-insensitively, so a
+		// "mountpath" would pass it; sigs.k8s.io/json (what the API server
+		// decodes with) is case-sensitive and also refuses duplicate keys.
+		dec := json.NewDecoder(bytes.NewReader(j))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(v); err != nil {
+			return nil, fmt.Errorf("%s document %d (%s): %w", file, i, tm.Kind, err)
+		}
+		strict, err := kjson.UnmarshalStrict(j, v)
+		if err = errors.Join(append(strict, err)...); err != nil {
+			return nil, fmt.Errorf("%s document %d (%s): %w", file, i, tm.Kind, err)
+		}
+		var meta struct {
+			Metadata struct{ Name string } `json:"metadata"`
+		}
+		_ = json.Unmarshal(j, &meta)
+		if meta.Metadata.Name == "" {
+			return nil, fmt.Errorf("%s document %d (%s): no metadata.name", file, i, tm.Kind)
+		}
+		out = append(out, object{file, tm.Kind, meta.Metadata.Name, v})
+	}
+	return out, nil
+}
+
+func manifests(t *testing.T) map[string][]object {
+	t.Helper()
+	files, err := filepath.Glob("*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests: %v", err)
+	}
+	all := map[string][]object{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err := decode(f, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all[f] = objs
+	}
+	return all
+}
+
+func TestManifestsDecodeStrictly(t *testing.T) {
+	all := manifests(t)
+	kinds := map[string][]string{}
+	for f, objs := range all {
+		for _, o := range objs {
+			kinds[f] = append(kinds[f], o.kind)
+		}
+	}
+	for f, want := range map[string][]string{
+		"tfjob.yaml": {"TFJob", "ServiceMonitor", "PersistentVolumeClaim"},
+		"plain.yaml": {"Deployment", "StatefulSet", "Job", "Service", "ConfigMap", "ServiceMonitor", "PersistentVolumeClaim"},
+	} {
+		for _, k := range want {
+			if !slices.Contains(kinds[f], k) {
+				t.Errorf("%s has no %s (has %v)", f, k, kinds[f])
+			}
+		}
+	}
+}
+
+func TestDecoderCatchesTypos(t *testing.T) {
+	b, err := os.ReadFile("plain.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, typo := range [][2]string{
+		{"podManagementPolicy:", "podManagmentPolicy:"},        // StatefulSet
+		{"completionMode:", "completionmode:"},                 // Job
+		{"mountPath: /checkpoints", "mountpath: /checkpoints"}, // inside a pod template
+		{"publishNotReadyAddresses:", "publishNotReady:"},      // Service
+	} {
+		bad := strings.Replace(string(b), typo[0], typo[1], 1)
+		if bad == string(b) {
+			t.Fatalf("%q not in plain.yaml", typo[0])
+		}
+		if _, err := decode("plain.yaml", []byte(bad)); err == nil || !strings.Contains(err.Error(), "unknown field") {
+			t.Errorf("typo %q -> %q: %v", typo[0], typo[1], err)
+		}
+	}
+	tf, _ := os.ReadFile("tfjob.yaml")
+	bad := strings.Replace(string(tf), "restartPolicy: OnFailure", "restartpolicy: OnFailure", 1)
+	if _, err := decode("tfjob.yaml", []byte(bad)); err == nil {
+		t.Error("typo in a TFJob replica spec accepted")
+	}
+}
+
+// podSpecs are the pod templates of every workload, by role.
+func podSpecs(t *testing.T, objs []object) map[string]corev1.PodTemplateSpec {
+	t.Helper()
+	out := map[string]corev1.PodTemplateSpec{}
+	for _, o := range objs {
+		switch v := o.v.(type) {
+		case *appsv1.Deployment:
+			out[cluster.Chief] = v.Spec.Template
+		case *appsv1.StatefulSet:
+			out[cluster.PS] = v.Spec.Template
+		case *batchv1.Job:
+			out[cluster.Worker] = v.Spec.Template
+		case *tfJob:
+			for role, rs := range v.Spec.TFReplicaSpecs {
+				out[strings.ToLower(role)] = rs.Template
+			}
+		}
+	}
+	return out
+}
+
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+// taskFlags builds pstrain and lists the flags `pstrain ROLE -h` knows.
+func taskFlags(t *testing.T, role string) map[string]bool {
+	t.Helper()
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("go not on PATH: cannot build pstrain to check the flags")
+	}
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "pstrain-k8s")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "pstrain")
+		out, err := exec.Command("go", "build", "-o", binPath, "../../cmd/pstrain").CombinedOutput()
+		if err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	out, _ := exec.Command(binPath, role, "-h").CombinedOutput()
+	flags := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`).FindAllStringSubmatch(string(out), -1) {
+		flags[m[1]] = true
+	}
+	if len(flags) < 5 {
+		t.Fatalf("pstrain %s -h listed no flags:\n%s", role, out)
+	}
+	return flags
+}
+
+// argFlags parses --name=value / --name value arguments after the role.
+func argFlags(args []string) map[string]string {
+	out := map[string]string{}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if !strings.HasPrefix(a, "-") {
+			continue
+		}
+		name, val, ok := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !ok && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
+			val = args[i+1]
+			i++
+		}
+		out[name] = val
+	}
+	return out
+}
+
+func TestContainersUseRealFlagsAndAgree(t *testing.T) {
+	for file, objs := range manifests(t) {
+		t.Run(file, func(t *testing.T) {
+			pods := podSpecs(t, objs)
+			claims := map[string]bool{}
+			replicas := map[string]int{}
+			var clusterJSON string
+			for _, o := range objs {
+				switch v := o.v.(type) {
+				case *corev1.PersistentVolumeClaim:
+					claims[v.Name] = true
+				case *corev1.ConfigMap:
+					clusterJSON = v.Data["cluster.json"]
+				case *appsv1.StatefulSet:
+					replicas[cluster.PS] = int(*v.Spec.Replicas)
+				case *batchv1.Job:
+					replicas[cluster.Worker] = int(*v.Spec.Completions)
+					if *v.Spec.Parallelism != *v.Spec.Completions || v.Spec.CompletionMode == nil || *v.Spec.CompletionMode != batchv1.IndexedCompletion {
+						t.Errorf("worker Job must be Indexed with every worker running at once")
+					}
+				case *tfJob:
+					for role, rs := range v.Spec.TFReplicaSpecs {
+						replicas[strings.ToLower(role)] = int(*rs.Replicas)
+					}
+				}
+			}
+			for _, role := range []string{cluster.Chief, cluster.PS, cluster.Worker} {
+				pod, ok := pods[role]
+				if !ok {
+					t.Fatalf("no %s pod template", role)
+				}
+				if a := pod.Annotations; a["prometheus.io/scrape"] != "true" || a["prometheus.io/port"] == "" {
+					t.Errorf("%s: no Prometheus scrape annotations: %v", role, a)
+				}
+				c := pod.Spec.Containers[0]
+				if strings.HasPrefix(file, "tfjob") && c.Name != "tensorflow" {
+					t.Errorf("%s: TFJob container is %q; the operator sets TF_CONFIG only in \"tensorflow\"", role, c.Name)
+				}
+				if len(c.Args) == 0 || c.Args[0] != role {
+					t.Fatalf("%s: container args %v do not start with %q", role, c.Args, role)
+				}
+				known := taskFlags(t, role)
+				fl := argFlags(c.Args[1:])
+				for name := range fl {
+					if !known[name] {
+						t.Errorf("%s: pstrain %s has no flag --%s", role, role, name)
+					}
+				}
+				if fl["metrics-addr"] != ":"+pod.Annotations["prometheus.io/port"] {
+					t.Errorf("%s: --metrics-addr %q but scrape port %q", role, fl["metrics-addr"], pod.Annotations["prometheus.io/port"])
+				}
+				if fl["ps"] != fmt.Sprint(replicas[cluster.PS]) || fl["workers"] != fmt.Sprint(replicas[cluster.Worker]) {
+					t.Errorf("%s: --ps=%s --workers=%s, but %d PS and %d worker replicas", role, fl["ps"], fl["workers"], replicas[cluster.PS], replicas[cluster.Worker])
+				}
+				if fl["tls-dir"] == "" {
+					t.Errorf("%s: no --tls-dir", role)
+				}
+				if strings.Contains(fl["index"], "$(") {
+					ref := strings.TrimSuffix(strings.TrimPrefix(fl["index"], "$("), ")")
+					if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == ref && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil }) {
+						t.Errorf("%s: --index=%s but no downward-API env %s", role, fl["index"], ref)
+					}
+				}
+				// The chief and the PS share the checkpoint volume.
+				if role != cluster.Worker {
+					if fl["checkpoint-dir"] == "" {
+						t.Errorf("%s: no --checkpoint-dir", role)
+					}
+					var mounted bool
+					for _, vm := range c.VolumeMounts {
+						for _, v := range pod.Spec.Volumes {
+							if v.Name == vm.Name && v.PersistentVolumeClaim != nil && claims[v.PersistentVolumeClaim.ClaimName] && vm.MountPath == fl["checkpoint-dir"] {
+								mounted = true
+							}
+						}
+					}
+					if !mounted {
+						t.Errorf("%s: --checkpoint-dir %q is not a mounted PVC defined in %s", role, fl["checkpoint-dir"], file)
+					}
+				}
+			}
+			if clusterJSON != "" {
+				spec, _, err := cluster.Parse([]byte(clusterJSON))
+				if err != nil {
+					t.Fatalf("cluster.json: %v", err)
+				}
+				if len(spec.PS) != replicas[cluster.PS] || len(spec.Worker) != replicas[cluster.Worker] {
+					t.Errorf("cluster.json has %d PS and %d workers, the workloads %v", len(spec.PS), len(spec.Worker), replicas)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,192 @@
+package sweep
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// Keys returns the `pstrain run` flags a grid may vary, in the order
+// results.csv lists them.
+func Keys() []string {
+	return []string{"mode", "workers", "ps", "batch", "lr", "momentum", "optimizer", "hidden",
+		"epochs", "data-fraction", "dataset", "staleness", "replicas-to-aggregate",
+		"target-accuracy", "seed", "eval-every",
+	}
+}
+
+// isKey reports whether k is one of Keys.
+func isKey(k string) bool { return slices.Contains(Keys(), k) }
+
+// Axis is one grid dimension: a run flag and the values it takes.
+type Axis struct {
+	Key    string
+	Values []string
+}
+
+// Grid is a parsed grid specification, axes in the order given.
+type Grid []Axis
+
+// ParseGrid parses a grid specification: axes separated by ';', each
+// "KEY=V1,V2,...". Keys are `pstrain run` flag names (see Keys). A hidden
+// layer list is written with '+' inside a value ("hidden=800,256+128" is two
+// values: 800, and 256 then 128) because ',' separates values. Empty axes
+// (e.g. a trailing ';') are ignored. A key may appear once, a value once per
+// key. Values are only checked for syntax here; Expand checks them against
+// the run configuration.
+func ParseGrid(spec string) (Grid, error) {
+	var g Grid
+	seen := map[string]bool{}
+	for _, part := range strings.Split(spec, ";") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		k, vs, ok := strings.Cut(part, "=")
+		k = strings.TrimSpace(strings.TrimPrefix(k, "--"))
+		if !ok || k == "" {
+			return nil, fmt.Errorf("grid: %q: want KEY=VALUE[,VALUE...]", part)
+		}
+		if !isKey(k) {
+			return nil, fmt.Errorf("grid: unknown key %q (want one of %s)", k, strings.Join(Keys(), ", "))
+		}
+		if seen[k] {
+			return nil, fmt.Errorf("grid: key %q appears twice", k)
+		}
+		seen[k] = true
+		ax := Axis{Key: k}
+		for _, v := range strings.Split(vs, ",") {
+			v = strings.TrimSpace(v)
+			if v == "" {
+				return nil, fmt.Errorf("grid: key %q has an empty value in %q", k, part)
+			}
+			if slices.Contains(ax.Values, v) {
+				return nil, fmt.Errorf("grid: key %q lists value %q twice", k, v)
+			}
+			ax.Values = append(ax.Values, v)
+		}
+		g = append(g, ax)
+	}
+	if len(g) == 0 {
+		return nil, fmt.Errorf("grid: empty specification (want e.g. 'mode=sync,async;workers=1,2')")
+	}
+	return g, nil
+}
+
+// Varied returns the keys with more than one value, in grid order.
+func (g Grid) Varied() []string {
+	var out []string
+	for _, ax := range g {
+		if len(ax.Values) > 1 {
+			out = append(out, ax.Key)
+		}
+	}
+	return out
+}
+
+// Size is the number of configurations.
+func (g Grid) Size() int {
+	n := 1
+	for _, ax := range g {
+		n *= len(ax.Values)
+	}
+	return n
+}
+
+// String renders the grid in ParseGrid's syntax.
+func (g Grid) String() string {
+	parts := make([]string, len(g))
+	for i, ax := range g {
+		parts[i] = ax.Key + "=" + strings.Join(ax.Values, ",")
+	}
+	return strings.Join(parts, ";")
+}
+
+// Resolver checks one configuration and completes it: given the grid's
+// values for some keys (flag syntax, e.g. "hidden" as "256,128"), it returns
+// a value for every key in Keys (defaults filled in) or an error naming the
+// bad key and value. cmd/pstrain implements it with the run flags and
+// config.Run.Validate.
+type Resolver func(params map[string]string) (map[string]string, error)
+
+// Config is one configuration of a grid, fully resolved.
+type Config struct {
+	// ID identifies the configuration by its parameters (not by its
+	// position in the grid), so a changed grid still finds earlier runs.
+	ID string
+	// Params holds a value for every key in Keys, in flag syntax.
+	Params map[string]string
+}
+
+// Expand lists every configuration of g (the last axis varies fastest),
+// resolved and validated by resolve. It fails on the first bad
+// configuration, before anything runs.
+func (g Grid) Expand(resolve Resolver) ([]Config, error) {
+	if resolve == nil {
+		return nil, fmt.Errorf("grid: no resolver")
+	}
+	var out []Config
+	idx := make([]int, len(g))
+	for {
+		params := map[string]string{}
+		for i, ax := range g {
+			params[ax.Key] = flagValue(ax.Key, ax.Values[idx[i]])
+		}
+		full, err := resolve(params)
+		if err != nil {
+			return nil, fmt.Errorf("grid: configuration %s: %w", describe(g, idx), err)
+		}
+		for _, k := range Keys() {
+			if _, ok := full[k]; !ok {
+				return nil, fmt.Errorf("grid: resolver left %q unset", k)
+			}
+		}
+		out = append(out, Config{ID: configID(full), Params: full})
+		// Advance the odometer, last axis fastest.
+		i := len(g) - 1
+		for ; i >= 0; i-- {
+			idx[i]++
+			if idx[i] < len(g[i].Values) {
+				break
+			}
+			idx[i] = 0
+		}
+		if i < 0 {
+			return out, nil
+		}
+	}
+}
+
+// flagValue converts a grid value to flag syntax.
+func flagValue(key, v string) string {
+	if key == "hidden" {
+		return strings.ReplaceAll(v, "+", ",")
+	}
+	return v
+}
+
+func describe(g Grid, idx []int) string {
+	parts := make([]string, len(g))
+	for i, ax := range g {
+		parts[i] = ax.Key + "=" + ax.Values[idx[i]]
+	}
+	return strings.Join(parts, " ")
+}
+
+// configID hashes the sorted parameters (except the data directory, which
+// does not change the run).
+func configID(params map[string]string) string {
+	keys := make([]string, 0, len(params))
+	for k := range params {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	h := sha256.New()
+	for _, k := range keys {
+		fmt.Fprintf(h, "%s=%s\n", k, params[k])
+	}
+	return hex.EncodeToString(h.Sum(nil))[:10]
+}
