@@ -86,10 +86,15 @@ type E2ERun struct {
 	Workers          int     `json:"workers"`
 	Epochs           float64 `json:"epochs"`
 	SamplesPerSecond float64 `json:"samples_per_second"`
-	WallSeconds      float64 `json:"wall_seconds"`
-	StartupSeconds   float64 `json:"startup_seconds"`
-	TestAccuracy     float64 `json:"test_accuracy"`
-	Error            string  `json:"error,omitempty"`
+	// TrainSeconds is the chief's first-step-to-end time, which
+	// SamplesPerSecond divides by: the chief notices the end on its
+	// status poll, so short runs carry that poll's granularity.
+	TrainSeconds   float64 `json:"train_seconds"`
+	GlobalSteps    int64   `json:"global_steps"`
+	WallSeconds    float64 `json:"wall_seconds"`
+	StartupSeconds float64 `json:"startup_seconds"`
+	TestAccuracy   float64 `json:"test_accuracy"`
+	Error          string  `json:"error,omitempty"`
 }
 
 // E2EResult is the end_to_end section. The top-level figures are the
@@ -138,6 +143,7 @@ func EndToEnd(ctx context.Context, c E2EConfig) (*E2EResult, *report.Report, err
 					row.Error = err.Error()
 				} else {
 					row.SamplesPerSecond, row.StartupSeconds, row.TestAccuracy = rep.SamplesPerSecond, rep.StartupSeconds, rep.TestAccuracy
+					row.TrainSeconds, row.GlobalSteps = rep.TrainSeconds, rep.GlobalSteps
 				}
 				res.Runs = append(res.Runs, row)
 			}

@@ -54,7 +54,8 @@ func TestEndToEndGridAndTarget(t *testing.T) {
 	if len(res.Runs) != 4 {
 		t.Fatalf("runs = %+v", res.Runs)
 	}
-	if r := res.Runs[0]; r.Mode != "sync" || r.Workers != 2 || r.SamplesPerSecond != 2000 || r.Error != "" {
+	if r := res.Runs[0]; r.Mode != "sync" || r.Workers != 2 || r.SamplesPerSecond != 2000 || r.Error != "" ||
+		r.TrainSeconds != 10 || r.GlobalSteps != 700 || r.WallSeconds != 12 {
 		t.Errorf("first grid row = %+v", r)
 	}
 	if r := res.Runs[1]; r.Workers != 4 || r.Error == "" || r.SamplesPerSecond != 0 {

@@ -47,14 +47,14 @@ func WriteTable(w io.Writer, r *Result) error {
 		fmt.Fprintf(tw, "\nend_to_end: time to %.1f%%: %s; whole run %.2f s (startup %.2f s), %.0f samples/s, final acc %.2f%%\n",
 			100*e.TargetAccuracy, ttt, e.WallSeconds, e.StartupSeconds, e.SamplesPerSecond, 100*e.TestAccuracy)
 		if len(e.Runs) > 0 {
-			fmt.Fprintln(tw, "  mode\tPS\tworkers\tepochs\tsamples/s\twall s\tstartup s")
+			fmt.Fprintln(tw, "  mode\tPS\tworkers\tepochs\tsamples/s\ttrain s\twall s\tstartup s")
 			for _, row := range e.Runs {
 				if row.Error != "" {
-					fmt.Fprintf(tw, "  %s\t%d\t%d\t%g\tfailed: %s\t\t\n", row.Mode, row.PS, row.Workers, row.Epochs, row.Error)
+					fmt.Fprintf(tw, "  %s\t%d\t%d\t%g\tfailed: %s\t\t\t\n", row.Mode, row.PS, row.Workers, row.Epochs, row.Error)
 					continue
 				}
-				fmt.Fprintf(tw, "  %s\t%d\t%d\t%g\t%.0f\t%.2f\t%.2f\n", row.Mode, row.PS, row.Workers, row.Epochs,
-					row.SamplesPerSecond, row.WallSeconds, row.StartupSeconds)
+				fmt.Fprintf(tw, "  %s\t%d\t%d\t%g\t%.0f\t%.2f\t%.2f\t%.2f\n", row.Mode, row.PS, row.Workers, row.Epochs,
+					row.SamplesPerSecond, row.TrainSeconds, row.WallSeconds, row.StartupSeconds)
 			}
 		}
 	}

@@ -35,7 +35,10 @@ type Manifest struct {
 	RunConfig json.RawMessage `json:"run_config,omitempty"` // opaque
 	Optimizer Optimizer       `json:"optimizer"`
 	Shards    []ShardInfo     `json:"shards"` // sorted by Index, 0..NumShards-1
-	Checksum  string          `json:"checksum"`
+	// Final marks the checkpoint written when training ended: resuming
+	// from it would have nothing to do, so a new run starts instead.
+	Final    bool   `json:"final,omitempty"`
+	Checksum string `json:"checksum"`
 }
 
 // Optimizer names the optimizer whose state the shards hold.

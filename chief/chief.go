@@ -349,7 +349,7 @@ func (c *Chief) Run(ctx context.Context) (*report.Report, error) {
 			}
 			switch {
 			case rs == nil:
-			case rs.shards[0].version >= maxSteps:
+			case rs.final || rs.shards[0].version >= maxSteps:
 				cfg.Log.Warn("the newest checkpoint is of a finished run; starting a new one", "path", rs.path, "step", rs.step)
 			default:
 				inits = rs.shards

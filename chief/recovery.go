@@ -44,6 +44,7 @@ func (c *Chief) freshInit() []shardInit {
 type restored struct {
 	step   int64
 	path   string
+	final  bool // written when training ended
 	shards []shardInit
 }
 
@@ -71,7 +72,7 @@ func (c *Chief) loadLatest() (*restored, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &restored{step: info.Step, path: info.Path}
+	r := &restored{step: info.Step, path: info.Path, final: ck.Manifest.Final}
 	for s := range c.cfg.PS {
 		p, o := st.Shard(c.plan, s)
 		r.shards = append(r.shards, shardInit{params: p, opt: o, optSteps: st.OptimizerSteps, version: ck.Manifest.Version})
@@ -188,7 +189,7 @@ func (c *Chief) writeCheckpoint(ctx context.Context, versions []int64, ahead int
 	}
 	m := checkpoint.Manifest{Step: step, Version: version, Mode: string(r.Mode), ModelSpec: c.cfg.Spec.JSON(),
 		RunConfig: r.JSON(), Optimizer: checkpoint.Optimizer{Name: r.Optimizer,
-			Hyperparams: map[string]float64{"lr": r.LR, "momentum": r.Momentum}}, Shards: infos}
+			Hyperparams: map[string]float64{"lr": r.LR, "momentum": r.Momentum}}, Shards: infos, Final: final}
 	if err := c.cfg.Store.Commit(m); err != nil && !errors.Is(err, checkpoint.ErrRetention) {
 		res.err = err
 		return res

@@ -37,23 +37,14 @@ import (
 )
 
 // localAllowEmpty lists the queries that may return no series in the local
-// run, because it writes no checkpoint and kills no task. Once `pstrain run`
-// has --checkpoint-dir/--checkpoint-every and --fault, and the test passes
-// them, shrink this list:
+// run, which writes checkpoints every 2 s and kills worker/1 after 8 s so
+// that the checkpoint and restart panels have data:
 //
-//   - "Checkpoint age": pstrain_checkpoint_last_success_timestamp_seconds is
-//     0 until the first checkpoint, and the query keeps only values > 0.
-//     Removable once the run writes checkpoints (--checkpoint-every 2s).
-//   - "Task restarts": pstrain_task_restarts_total has a series per task
-//     only after that task was restarted. Removable once the run kills a
-//     task (--fault worker/1@8s) and the chief restarts it.
 //   - "RPC retries and rejections#B": pstrain_ps_rejected_requests_total has
 //     a series only after a PS refused a request (e.g. a push from a worker
 //     of an older run, or a malformed gradient); a healthy run has none, even
 //     with faults, so this entry stays.
 var localAllowEmpty = []string{
-	"Checkpoint age",
-	"Task restarts",
 	"RPC retries and rejections#B",
 }
 
@@ -115,7 +106,8 @@ func TestDashboardAgainstLocalRun(t *testing.T) {
 	}
 	var runOut syncBuffer
 	run := startGroup(t, &runOut, bin, "run", "--epochs", "100", "--target-accuracy", "0",
-		"--data-dir", dataDir, "--run-dir", runDir, "--sd-dir", sdDir)
+		"--data-dir", dataDir, "--run-dir", runDir, "--sd-dir", sdDir,
+		"--checkpoint-every", "2s", "--fault", "worker/1@8s")
 
 	promPort := freePort(t)
 	promURL := "http://127.0.0.1:" + strconv.Itoa(promPort)

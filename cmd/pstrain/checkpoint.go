@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -51,10 +52,10 @@ func checkpointLs(dir string, stdout io.Writer) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "STEP\tVERSION\tMODE\tSHARDS\tBYTES\tCREATED\tSTATUS\tPATH")
+	fmt.Fprintln(tw, "STEP\tVERSION\tMODE\tSHARDS\tBYTES\tCREATED\tFINAL\tSTATUS\tPATH")
 	for _, in := range infos {
 		if in.Manifest == nil {
-			fmt.Fprintf(tw, "%d\t-\t-\t-\t-\t-\tBAD: %v\t%s\n", in.Step, in.Err, in.Path)
+			fmt.Fprintf(tw, "%d\t-\t-\t-\t-\t-\t-\tBAD: %v\t%s\n", in.Step, in.Err, in.Path)
 			continue
 		}
 		m := in.Manifest
@@ -66,8 +67,12 @@ func checkpointLs(dir string, stdout io.Writer) error {
 		if in.Err != nil {
 			st = "BAD: " + in.Err.Error()
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%d\t%s\t%s\t%s\n", m.Step, m.Version, m.Mode, m.NumShards, bytes,
-			m.Created.Format("2006-01-02 15:04:05"), st, in.Path)
+		final := "no"
+		if m.Final {
+			final = "yes"
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", m.Step, m.Version, m.Mode, m.NumShards, bytes,
+			m.Created.Format("2006-01-02 15:04:05"), final, st, in.Path)
 	}
 	return tw.Flush()
 }
@@ -131,7 +136,7 @@ func checkpointInspect(path string, stdout io.Writer) error {
 	m := ck.Manifest
 	fmt.Fprintf(stdout, "checkpoint %s\n", ck.Path)
 	fmt.Fprintf(stdout, "step %d, version %d, mode %s, %d shards, created %s\n", m.Step, m.Version, m.Mode, m.NumShards, m.Created.Format("2006-01-02 15:04:05 MST"))
-	fmt.Fprintf(stdout, "model %s\noptimizer %s %v\nrun config %s\n", m.ModelSpec, m.Optimizer.Name, m.Optimizer.Hyperparams, m.RunConfig)
+	fmt.Fprintf(stdout, "model %s\noptimizer %s %v\nfinal %t\nrun config %s\n", compactJSON(m.ModelSpec), m.Optimizer.Name, m.Optimizer.Hyperparams, m.Final, compactJSON(m.RunConfig))
 	for i, sh := range m.Shards {
 		tensors, meta, err := ck.ReadShard(i)
 		if err != nil {
@@ -199,4 +204,12 @@ func cmdEval(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "checkpoint %s (step %d, model %s)\n", ck.Path, ck.Manifest.Step, spec)
 	fmt.Fprintf(stdout, "test accuracy %.2f%%  test loss %.4f  on %d %s test images\n", 100*acc, loss, test.N, r.Dataset)
 	return nil
+}
+
+func compactJSON(b []byte) string {
+	var buf bytes.Buffer
+	if json.Compact(&buf, b) != nil {
+		return string(b)
+	}
+	return buf.String()
 }

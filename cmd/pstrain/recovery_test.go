@@ -154,3 +154,27 @@ func TestCorruptCheckpointIsSkipped(t *testing.T) {
 		t.Fatalf("the chief did not skip the damaged checkpoint and resume from %s:\n%s", previous, log)
 	}
 }
+
+func TestRunAgainStartsAfreshAfterAFinishedRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test")
+	}
+	dataDir(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	args := []string{"--epochs", "1", "--data-fraction", "0.1"}
+	first, _ := faultRun(t, ctx, dir, args...)
+	second, _ := faultRun(t, ctx, dir, args...)
+	if second.GlobalSteps != first.GlobalSteps || second.TrainSeconds <= 0 {
+		t.Errorf("second run: %d steps, want a whole new run of %d", second.GlobalSteps, first.GlobalSteps)
+	}
+	log, _ := os.ReadFile(filepath.Join(dir, "run", "logs", "chief.log"))
+	if !strings.Contains(string(log), "the newest checkpoint is of a finished run; starting a new one") {
+		t.Errorf("the chief did not say why it started afresh:\n%s", log)
+	}
+	archived, _ := filepath.Glob(filepath.Join(dir, "run", "checkpoints", "archive-*", "ckpt-*"))
+	if len(archived) == 0 {
+		t.Error("the first run's checkpoints were not moved aside")
+	}
+}
