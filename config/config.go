@@ -44,6 +44,11 @@ type Run struct {
 	Dataset             string  `json:"dataset"`
 	DataFraction        float64 `json:"data_fraction"`
 	Seed                int64   `json:"seed"`
+	// NaNPolicy is what a PS does with a gradient holding NaN or Inf:
+	// "reject" refuses the push with an error (the worker stops and says
+	// why), "skip" drops it and training goes on. Either way it is counted
+	// and never applied.
+	NaNPolicy string `json:"nan_policy"`
 
 	DataDir          string        `json:"data_dir" check:"-"`
 	EvalEvery        time.Duration `json:"eval_every" check:"-"`
@@ -129,6 +134,7 @@ func Default() Run {
 		Dataset:          "mnist",
 		DataFraction:     1,
 		Seed:             1,
+		NaNPolicy:        "reject",
 		DataDir:          "data",
 		EvalEvery:        time.Second,
 		HeartbeatTimeout: 3 * time.Second,
@@ -174,6 +180,11 @@ func (r Run) Validate() error {
 		return fmt.Errorf("--heartbeat-timeout must be positive, got %v", r.HeartbeatTimeout)
 	case r.KeepCheckpoints < 0:
 		return fmt.Errorf("--keep-checkpoints must be >= 0 (0 keeps all), got %d", r.KeepCheckpoints)
+	}
+	switch r.NaNPolicy {
+	case "reject", "skip":
+	default:
+		return fmt.Errorf("--nan-policy must be reject or skip, got %q", r.NaNPolicy)
 	}
 	switch r.Optimizer {
 	case "sgd", "momentum", "adam":

@@ -49,6 +49,7 @@ type Server struct {
 	numShards int
 	plan      partition.Plan // the run's partition, for checkpoint tensor names
 	optName   string
+	nanSkip   bool // --nan-policy skip
 	// store receives checkpoints (nil: this PS has no checkpoint dir).
 	store *checkpoint.Store
 	// pending are checkpoint requests waiting for their version.
@@ -150,6 +151,7 @@ func (s *Server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitRespons
 	defer s.mu.Unlock()
 	s.shard, s.runID, s.index = sh, req.RunId, int(req.Shard)
 	s.gen, s.numShards, s.plan, s.optName = req.Generation, int(req.NumShards), plan, cfg.Optimizer
+	s.nanSkip = cfg.NaNPolicy == "skip"
 	s.snap = nil
 	s.abortPending(func(*pendingSnap) bool { return true })
 	s.m.GlobalStep.Set(float64(sh.Version()))
@@ -241,6 +243,10 @@ func (s *Server) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushRespons
 	res, err := s.shard.Push(int(req.Worker), req.Version, g)
 	if err != nil {
 		s.m.RejectedRequests.WithLabelValues(rejectReason(err)).Inc()
+		if errors.Is(err, ErrNonFinite) && s.nanSkip {
+			// --nan-policy skip: counted, not applied, training goes on.
+			return &pb.PushResponse{Outcome: pb.PushResponse_STALE, Version: s.shard.Version(), Done: s.shard.Done()}, nil
+		}
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	s.m.GradientStaleness.Observe(float64(res.Staleness))

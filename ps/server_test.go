@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -240,4 +242,38 @@ func BenchmarkCheckpointPause(b *testing.B) {
 			}
 		}
 	})
+}
+
+func TestNaNPolicy(t *testing.T) {
+	for _, policy := range []string{"reject", "skip"} {
+		t.Run(policy, func(t *testing.T) {
+			spec := model.Spec{Input: 4, Hidden: []int{3}, Classes: 2}
+			plan, _ := partition.New(spec, 1)
+			n := plan.Shards[0].Size
+			r := config.Default()
+			r.Workers, r.PS, r.NaNPolicy = 1, 1, policy
+			srv := NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
+			if _, err := srv.Init(context.Background(), &pb.InitRequest{RunId: "r", NumShards: 1, RunConfig: r.JSON(),
+				Params: wire.Bytes(make([]float32, n)), Generation: 1, ModelSpec: spec.JSON()}); err != nil {
+				t.Fatal(err)
+			}
+			g := make([]float32, n)
+			g[1] = float32(math.NaN())
+			resp, err := srv.Push(context.Background(), &pb.PushRequest{Worker: 0, Grad: wire.Bytes(g), RunId: "r", Generation: 1})
+			switch policy {
+			case "reject":
+				if status.Code(err) != codes.InvalidArgument {
+					t.Fatalf("NaN push under reject: %v, want InvalidArgument", err)
+				}
+			case "skip":
+				if err != nil || resp.Outcome != pb.PushResponse_STALE {
+					t.Fatalf("NaN push under skip: %v %v, want a dropped push", resp, err)
+				}
+			}
+			v, params, _, _, _ := srv.Snapshot()
+			if v != 0 || slices.ContainsFunc(params, func(x float32) bool { return x != 0 }) {
+				t.Fatalf("a NaN gradient changed the shard: version %d", v)
+			}
+		})
+	}
 }
