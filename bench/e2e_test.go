@@ -44,7 +44,7 @@ func TestEndToEndGridAndTarget(t *testing.T) {
 	if len(f.calls) != 5 || len(f.calls[0]) != 0 {
 		t.Fatalf("calls = %q; want the default run (no flags) then 4 grid runs", f.calls)
 	}
-	if want := []string{"--mode", "async", "--ps", "1", "--workers", "2", "--epochs", "0.3", "--target-accuracy", "0", "--eval-every", "0s"}; !slices.Equal(f.calls[3], want) {
+	if want := []string{"--mode", "async", "--ps", "1", "--workers", "2", "--epochs", "0.3", "--target-accuracy", "0", "--eval-every", "0s", "--lr", "0.05"}; !slices.Equal(f.calls[3], want) {
 		t.Errorf("grid run flags = %q, want %q", f.calls[3], want)
 	}
 	if target == nil || res.TimeToTargetSeconds == nil || *res.TimeToTargetSeconds != 9.25 || res.WallSeconds != 12 ||
@@ -53,6 +53,9 @@ func TestEndToEndGridAndTarget(t *testing.T) {
 	}
 	if len(res.Runs) != 4 {
 		t.Fatalf("runs = %+v", res.Runs)
+	}
+	if n := len(f.calls[1]); f.calls[1][n-2] == "--lr" {
+		t.Errorf("sync grid run %q sets --lr; only async and ssp do", f.calls[1])
 	}
 	if r := res.Runs[0]; r.Mode != "sync" || r.Workers != 2 || r.SamplesPerSecond != 2000 || r.Error != "" ||
 		r.TrainSeconds != 10 || r.GlobalSteps != 700 || r.WallSeconds != 12 {

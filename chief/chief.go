@@ -8,6 +8,7 @@ package chief
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -26,6 +27,7 @@ import (
 	"github.com/pstrain/pstrain/partition"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/report"
+	"github.com/pstrain/pstrain/shardckpt"
 	"github.com/pstrain/pstrain/wire"
 )
 
@@ -344,10 +346,11 @@ func (c *Chief) Run(ctx context.Context) (*report.Report, error) {
 		inits := c.freshInit()
 		if r.Resume {
 			rs, err := c.loadLatest()
-			if err != nil {
-				return nil, fmt.Errorf("chief: resuming from %s: %w (pass --resume=false to start afresh)", cfg.Store.Dir(), err)
-			}
 			switch {
+			case errors.Is(err, shardckpt.ErrMismatch):
+				cfg.Log.Warn("the checkpoints are of another run; starting a new one", "why", err)
+			case err != nil:
+				return nil, fmt.Errorf("chief: resuming from %s: %w (pass --resume=false to start afresh)", cfg.Store.Dir(), err)
 			case rs == nil:
 			case rs.final || rs.shards[0].version >= maxSteps:
 				cfg.Log.Warn("the newest checkpoint is of a finished run; starting a new one", "path", rs.path, "step", rs.step)

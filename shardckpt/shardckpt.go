@@ -13,6 +13,7 @@ package shardckpt
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -20,6 +21,10 @@ import (
 	"github.com/pstrain/pstrain/model"
 	"github.com/pstrain/pstrain/partition"
 )
+
+// ErrMismatch is wrapped by Read's error when the checkpoint is of
+// another model or optimizer than the one asked for.
+var ErrMismatch = errors.New("checkpoint is of another model or optimizer")
 
 // Metadata keys written into every shard file.
 const (
@@ -98,7 +103,7 @@ func Read(ck *checkpoint.Checkpoint, spec model.Spec, optimizer string) (State, 
 			return State{}, fmt.Errorf("shardckpt: %s: model spec: %w", ck.Path, err)
 		}
 		if theirs.String() != spec.String() {
-			return State{}, fmt.Errorf("shardckpt: %s holds model %s, the run trains %s", ck.Path, theirs, spec)
+			return State{}, fmt.Errorf("%w: %s holds model %s, the run trains %s", ErrMismatch, ck.Path, theirs, spec)
 		}
 	}
 	plan, err := partition.New(spec, m.NumShards)
@@ -122,7 +127,7 @@ func Read(ck *checkpoint.Checkpoint, spec model.Spec, optimizer string) (State, 
 			return State{}, err
 		}
 		if got := meta[MetaOptimizer]; got != "" && got != optimizer {
-			return State{}, fmt.Errorf("shardckpt: %s holds %s optimizer state, the run uses %s", m.Shards[s].File, got, optimizer)
+			return State{}, fmt.Errorf("%w: %s holds %s optimizer state, the run uses %s", ErrMismatch, m.Shards[s].File, got, optimizer)
 		}
 		if steps, err := strconv.ParseInt(meta[MetaOptimizerSteps], 10, 64); err == nil {
 			st.OptimizerSteps = max(st.OptimizerSteps, steps)

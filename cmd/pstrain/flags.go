@@ -48,7 +48,7 @@ func bindRunFlags(fs *flag.FlagSet, r *config.Run) {
 	fs.StringVar(&r.Optimizer, "optimizer", r.Optimizer, "sgd, momentum or adam")
 	fs.Float64Var(&r.Epochs, "epochs", r.Epochs, "epochs to train (an upper bound when --target-accuracy is set)")
 	fs.Float64Var(&r.TargetAccuracy, "target-accuracy", r.TargetAccuracy, "stop once the test accuracy reaches this (0 = run all epochs)")
-	fs.StringVar(&r.Dataset, "dataset", r.Dataset, "data set: mnist, or idx:TRAIN_IMAGES,TRAIN_LABELS,TEST_IMAGES,TEST_LABELS")
+	fs.StringVar(&r.Dataset, "dataset", r.Dataset, "data set: mnist, fashion-mnist, mnist-x4 (4x MNIST: shifted and rotated copies), or idx:TRAIN_IMAGES,TRAIN_LABELS,TEST_IMAGES,TEST_LABELS")
 	fs.StringVar(&r.DataDir, "data-dir", r.DataDir, "directory holding the data sets")
 	fs.Float64Var(&r.DataFraction, "data-fraction", r.DataFraction, "fraction of the training set to use, in (0, 1]")
 	fs.Int64Var(&r.Seed, "seed", r.Seed, "seed for initial weights and data order")

@@ -28,7 +28,7 @@ const usage = `pstrain — parameter-server training
 Usage:
   pstrain run [flags]                 start a local cluster (chief, PS, workers) and train
   pstrain chief|ps|worker [flags]     run one task of a cluster (--cluster FILE or TF_CONFIG)
-  pstrain data fetch [--dataset mnist] [--data-dir data]
+  pstrain data fetch [--dataset mnist|fashion-mnist|mnist-x4] [--data-dir data]
   pstrain checkpoint ls|verify|inspect DIR
                                       look at checkpoints
   pstrain eval --checkpoint DIR       test accuracy of a checkpoint
@@ -235,9 +235,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	if r.Dataset == "mnist" {
+	if dataset.Fetchable(r.Dataset) {
 		// A fresh checkout has no data: fetch it (verified) before starting.
-		if err := dataset.Fetch(ctx, r.DataDir, "mnist", func(f string, a ...any) { log.Info(fmt.Sprintf(f, a...)) }); err != nil {
+		if err := dataset.Fetch(ctx, r.DataDir, r.Dataset, func(f string, a ...any) { log.Info(fmt.Sprintf(f, a...)) }); err != nil {
 			return err
 		}
 	}
