@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin/pstrain
 GOBIN   := $(shell $(GO) env GOPATH)/bin
 # Packages with goroutines and locks: tested under the race detector too.
-RACE_PKGS := ./ps/... ./worker/... ./chief/... ./metrics/... ./checkpoint/... ./launcher/... ./bottleneck/... ./tlsconf/...
+RACE_PKGS := ./ps/... ./worker/... ./chief/... ./metrics/... ./checkpoint/... ./launcher/... ./bottleneck/... ./tlsconf/... ./dataplane/...
 
 .PHONY: all build build-purego deps data run test lint fmt bench monitor fuzz clean
 

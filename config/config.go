@@ -49,6 +49,9 @@ type Run struct {
 	// why), "skip" drops it and training goes on. Either way it is counted
 	// and never applied.
 	NaNPolicy string `json:"nan_policy"`
+	// DataPlane carries pulls and pushes: "grpc" or "tcp" (raw frames;
+	// package dataplane).
+	DataPlane string `json:"data_plane"`
 
 	DataDir          string        `json:"data_dir" check:"-"`
 	EvalEvery        time.Duration `json:"eval_every" check:"-"`
@@ -135,6 +138,7 @@ func Default() Run {
 		DataFraction:     1,
 		Seed:             1,
 		NaNPolicy:        "reject",
+		DataPlane:        "tcp",
 		DataDir:          "data",
 		EvalEvery:        time.Second,
 		HeartbeatTimeout: 3 * time.Second,
@@ -180,6 +184,11 @@ func (r Run) Validate() error {
 		return fmt.Errorf("--heartbeat-timeout must be positive, got %v", r.HeartbeatTimeout)
 	case r.KeepCheckpoints < 0:
 		return fmt.Errorf("--keep-checkpoints must be >= 0 (0 keeps all), got %d", r.KeepCheckpoints)
+	}
+	switch r.DataPlane {
+	case "grpc", "tcp":
+	default:
+		return fmt.Errorf("--data-plane must be grpc or tcp, got %q", r.DataPlane)
 	}
 	switch r.NaNPolicy {
 	case "reject", "skip":

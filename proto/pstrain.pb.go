@@ -722,6 +722,7 @@ type StatusResponse struct {
 	LastLoss      float32                `protobuf:"fixed32,8,opt,name=last_loss,json=lastLoss,proto3" json:"last_loss,omitempty"`
 	Generation    int64                  `protobuf:"varint,9,opt,name=generation,proto3" json:"generation,omitempty"`
 	MaxVersion    int64                  `protobuf:"varint,10,opt,name=max_version,json=maxVersion,proto3" json:"max_version,omitempty"`
+	DataAddr      string                 `protobuf:"bytes,11,opt,name=data_addr,json=dataAddr,proto3" json:"data_addr,omitempty"` // the TCP data plane's address ("" = none)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -824,6 +825,13 @@ func (x *StatusResponse) GetMaxVersion() int64 {
 		return x.MaxVersion
 	}
 	return 0
+}
+
+func (x *StatusResponse) GetDataAddr() string {
+	if x != nil {
+		return x.DataAddr
+	}
+	return ""
 }
 
 type CheckpointRequest struct {
@@ -1373,7 +1381,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x11MembershipRequest\x12!\n" +
 	"\flive_workers\x18\x01 \x03(\x05R\vliveWorkers\"\x14\n" +
 	"\x12MembershipResponse\"\x0f\n" +
-	"\rStatusRequest\"\xb3\x02\n" +
+	"\rStatusRequest\"\xd0\x02\n" +
 	"\x0eStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12 \n" +
 	"\vinitialized\x18\x02 \x01(\bR\vinitialized\x12\x12\n" +
@@ -1389,7 +1397,8 @@ const file_pstrain_proto_rawDesc = "" +
 	"generation\x12\x1f\n" +
 	"\vmax_version\x18\n" +
 	" \x01(\x03R\n" +
-	"maxVersion\"]\n" +
+	"maxVersion\x12\x1b\n" +
+	"\tdata_addr\x18\v \x01(\tR\bdataAddr\"]\n" +
 	"\x11CheckpointRequest\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x1d\n" +
 	"\n" +

@@ -54,6 +54,8 @@ type Server struct {
 	store *checkpoint.Store
 	// pending are checkpoint requests waiting for their version.
 	pending []*pendingSnap
+	// dataAddr is the TCP data plane's address ("" = none).
+	dataAddr string
 }
 
 // snapshot is an in-memory copy of the shard's state.
@@ -84,6 +86,10 @@ func NewServer(log *slog.Logger, m *metrics.PS, shutdown func()) *Server {
 	}
 	return &Server{log: log, m: m, shutdown: shutdown, changed: make(chan struct{}), index: -1}
 }
+
+// SetDataAddr records the address of the TCP data plane serving this
+// shard, which Status reports to workers. Call it before serving.
+func (s *Server) SetDataAddr(addr string) { s.dataAddr = addr }
 
 // SetCheckpointStore gives the server the store its Checkpoint RPC writes
 // to. Call it before serving.
@@ -299,12 +305,12 @@ func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusR
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.shard == nil {
-		return &pb.StatusResponse{}, nil
+		return &pb.StatusResponse{DataAddr: s.dataAddr}, nil
 	}
 	st := s.shard.Stats()
 	return &pb.StatusResponse{Version: s.shard.Version(), Initialized: true, Done: s.shard.Done(),
 		StaleDropped: st.StaleDropped, Applied: st.Applied, NumParams: int64(len(s.shard.Params())),
-		RunId: s.runID, LastLoss: s.lastLoss, Generation: s.gen, MaxVersion: s.shard.cfg.MaxVersion}, nil
+		RunId: s.runID, LastLoss: s.lastLoss, Generation: s.gen, MaxVersion: s.shard.cfg.MaxVersion, DataAddr: s.dataAddr}, nil
 }
 
 // Stop ends training and optionally the process.

@@ -2,9 +2,11 @@ package task
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 
 	"github.com/pstrain/pstrain/checkpoint"
+	"github.com/pstrain/pstrain/dataplane"
 	"github.com/pstrain/pstrain/metrics"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/ps"
@@ -33,6 +35,20 @@ func RunPS(ctx context.Context, o Options) error {
 	}
 	g := o.grpcServer()
 	pb.RegisterParameterServerServer(g, srv)
+	if o.Run.DataPlane == "tcp" {
+		dlis, daddr, err := o.listenData(addr)
+		if err != nil {
+			return err
+		}
+		if o.TLS != nil {
+			dlis = tls.NewListener(dlis, o.TLS.ServerTLS())
+		}
+		ds := dataplane.NewServer(srv, dlis, o.MaxMessageBytes, o.Log)
+		go ds.Serve()
+		defer ds.Close()
+		srv.SetDataAddr(daddr)
+		o.Log.Info("tcp data plane listening", "addr", daddr)
+	}
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(lis) }()
 	defer g.Stop()

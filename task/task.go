@@ -95,6 +95,25 @@ func (o Options) listen() (net.Listener, string, error) {
 	return lis, addr, nil
 }
 
+// listenData binds the TCP data plane on the host of the task's address
+// (grpcAddr) and a free port, and returns the address workers dial.
+func (o Options) listenData(grpcAddr string) (net.Listener, string, error) {
+	host, _, err := net.SplitHostPort(grpcAddr)
+	if err != nil {
+		return nil, "", err
+	}
+	bind := host
+	if !tlsconf.IsLoopbackHost(host) {
+		bind = ""
+	}
+	lis, err := net.Listen("tcp", net.JoinHostPort(bind, "0"))
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: data plane listener: %w", o.Task, err)
+	}
+	port := strconv.Itoa(lis.Addr().(*net.TCPAddr).Port)
+	return lis, net.JoinHostPort(host, port), nil
+}
+
 // serveMetrics starts the metrics server; the returned func stops it.
 func (o Options) serveMetrics(ctx context.Context, reg prometheus.Gatherer) (func(), error) {
 	if o.MetricsAddr == "" {

@@ -2,9 +2,11 @@ package task
 
 import (
 	"context"
+	"crypto/tls"
 	"time"
 
 	"github.com/pstrain/pstrain/blas"
+	"github.com/pstrain/pstrain/dataplane"
 	"github.com/pstrain/pstrain/dataset"
 	"github.com/pstrain/pstrain/metrics"
 	"github.com/pstrain/pstrain/nn"
@@ -73,7 +75,26 @@ func RunWorker(ctx context.Context, o Options, blasThreads int) error {
 			return err
 		}
 		defer c.Close()
-		shards = append(shards, worker.Shard{Addr: a, Client: pb.NewParameterServerClient(c)})
+		gc := pb.NewParameterServerClient(c)
+		var dp worker.DataPlane = gc
+		if o.Run.DataPlane == "tcp" {
+			var tc *tls.Config
+			if o.TLS != nil {
+				tc = o.TLS.ClientTLS()
+			}
+			// The PS tells where its data plane listens (it changes when
+			// the PS restarts).
+			dc := dataplane.NewClient(func(ctx context.Context) (string, error) {
+				st, err := gc.Status(ctx, &pb.StatusRequest{})
+				if err != nil {
+					return "", err
+				}
+				return st.DataAddr, nil
+			}, tc, o.MaxMessageBytes)
+			defer dc.Close()
+			dp = dc
+		}
+		shards = append(shards, worker.Shard{Addr: a, Client: dp})
 	}
 	net, err := nn.New(spec, o.Run.Batch, true)
 	if err != nil {

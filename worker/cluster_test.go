@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/dataplane"
 	"github.com/pstrain/pstrain/model"
 	"github.com/pstrain/pstrain/nn"
 	"github.com/pstrain/pstrain/optim"
@@ -77,7 +78,9 @@ type testCluster struct {
 	t       *testing.T
 	plan    partition.Plan
 	servers []*ps.Server
-	shards  []worker.Shard
+	clients []pb.ParameterServerClient // the control plane (gRPC)
+	shards  []worker.Shard             // gRPC, shared by the workers
+	tcp     []string                   // data-plane addresses if run.DataPlane is "tcp"
 	run     config.Run
 	spec    model.Spec
 }
@@ -116,6 +119,18 @@ func startCluster(t *testing.T, run config.Run, spec model.Spec, maxVersion int6
 			t.Fatal(err)
 		}
 		c.servers = append(c.servers, srv)
+		c.clients = append(c.clients, client)
+		if run.DataPlane == "tcp" {
+			// The TCP data plane over real loopback, beside bufconn gRPC.
+			dl, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ds := dataplane.NewServer(srv, dl, 64<<20, quietLog())
+			go ds.Serve()
+			t.Cleanup(func() { ds.Close() })
+			c.tcp = append(c.tcp, dl.Addr().String())
+		}
 		c.shards = append(c.shards, worker.Shard{Addr: "bufnet", Client: client})
 	}
 	return c
@@ -127,8 +142,19 @@ func (c *testCluster) worker(index int, src worker.BatchSource, tweak func(*work
 		c.t.Fatal(err)
 	}
 	c.t.Cleanup(func() { net.Close() })
+	shards := c.shards
+	if c.tcp != nil {
+		// Like a worker process: a data-plane connection of its own per
+		// shard.
+		shards = nil
+		for _, addr := range c.tcp {
+			dc := dataplane.NewClient(func(context.Context) (string, error) { return addr, nil }, nil, 64<<20)
+			c.t.Cleanup(func() { dc.Close() })
+			shards = append(shards, worker.Shard{Addr: addr, Client: dc})
+		}
+	}
 	cfg := worker.Config{Index: index, RunID: "test", Run: c.run, Plan: c.plan, Net: net,
-		Shards: c.shards, Batches: src, Log: quietLog(), RetryTimeout: 5 * time.Second}
+		Shards: shards, Batches: src, Log: quietLog(), RetryTimeout: 5 * time.Second}
 	if tweak != nil {
 		tweak(&cfg)
 	}
@@ -180,9 +206,16 @@ func runAll(t *testing.T, ws ...*worker.Worker) {
 // M workers of batch b, aggregated by 2 shards, reach the same weights as
 // one process training with batch M*b on the same data in the same order.
 func TestSyncEqualsBigBatch(t *testing.T) {
+	for _, plane := range []string{"grpc", "tcp"} {
+		t.Run(plane, func(t *testing.T) { testSyncEqualsBigBatch(t, plane) })
+	}
+}
+
+func testSyncEqualsBigBatch(t *testing.T, plane string) {
 	const m, b, steps = 3, 8, 60
 	spec := model.Spec{Input: 24, Hidden: []int{16, 12}, Classes: 5}
 	run := config.Default()
+	run.DataPlane = plane
 	run.PS, run.Workers, run.Batch, run.Seed, run.Hidden = 2, m, b, 7, spec.Hidden
 	run.LR, run.Momentum, run.Optimizer = 0.05, 0.9, "momentum"
 	data := newSynthetic(500, spec.Input, spec.Classes, 3)
@@ -309,8 +342,8 @@ func TestDeadWorkerDoesNotHangSync(t *testing.T) {
 	go func() { finished <- w0.Run(ctx) }()
 	<-died
 	// What the chief does when the heartbeat times out.
-	for _, sh := range c.shards {
-		if _, err := sh.Client.SetMembership(ctx, &pb.MembershipRequest{LiveWorkers: []int32{0}}); err != nil {
+	for _, cl := range c.clients {
+		if _, err := cl.SetMembership(ctx, &pb.MembershipRequest{LiveWorkers: []int32{0}}); err != nil {
 			t.Fatal(err)
 		}
 	}

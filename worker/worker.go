@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -35,10 +36,17 @@ type BatchSource interface {
 	Next(x []float32, y []uint8)
 }
 
+// DataPlane is how a worker pulls from and pushes to one shard: the gRPC
+// client, or a dataplane.Client (plain TCP frames).
+type DataPlane interface {
+	Pull(ctx context.Context, in *pb.PullRequest, opts ...grpc.CallOption) (*pb.PullResponse, error)
+	Push(ctx context.Context, in *pb.PushRequest, opts ...grpc.CallOption) (*pb.PushResponse, error)
+}
+
 // Shard is one PS connection.
 type Shard struct {
 	Addr   string
-	Client pb.ParameterServerClient
+	Client DataPlane
 }
 
 // Config is everything a worker needs; all dependencies are passed in.

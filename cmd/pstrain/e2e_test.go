@@ -123,7 +123,7 @@ func TestRunAsyncAndSSP(t *testing.T) {
 	d := dataDir(t)
 	// Plain SGD: stale gradients with momentum 0.9 on the PS act like much
 	// larger momentum and need a lower learning rate (docs/semantics.md).
-	for _, mode := range [][]string{{"--mode", "async"}, {"--mode", "ssp", "--staleness", "2", "--workers", "3", "--ps", "1", "--hidden", "128,64"}} {
+	for _, mode := range [][]string{{"--mode", "async"}, {"--mode", "ssp", "--staleness", "2", "--workers", "3", "--ps", "1", "--hidden", "128,64", "--data-plane", "grpc"}} {
 		t.Run(mode[1], func(t *testing.T) {
 			tmp := t.TempDir()
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

@@ -1,0 +1,162 @@
+// Package dataplane carries pulls and pushes between workers and parameter
+// servers over plain TCP (optionally TLS) with length-prefixed frames of
+// raw float32 bytes: `--data-plane tcp`. gRPC stays the API and the control
+// plane (Init, Status, Checkpoint, ...); this is the fast path for the two
+// calls that move the model, the way TensorFlow added RDMA/MPI tensor
+// transports beside gRPC.
+//
+// Why: a gRPC push+pull of 2 x 2.5 MB on loopback costs about 5 ms and
+// most of a core on each side (HTTP/2 framing in 16 KB frames, protobuf
+// copies of the payload); raw frames written with writev and read into a
+// reused buffer cost a fraction of that (docs/scaling.md has the figures).
+//
+// The wire format (docs/wire.md), all integers little-endian:
+//
+//	request:  "PSD1" | op u8 (1 pull, 2 push) | run-id length u8 | run id |
+//	          worker i32 | version i64 | generation i64 | loss f32 |
+//	          payload length u32 | payload (push: the gradient)
+//	response: "PSD1" | code u8 (a gRPC status code; 0 = OK) | outcome u8 |
+//	          done u8 | version i64 | generation i64 |
+//	          payload length u32 | payload (pull: the parameters; an error:
+//	          its message)
+//
+// One request is outstanding per connection. Errors carry gRPC status
+// codes, so callers (the worker's retry loop) treat both planes alike: a
+// connection that cannot be made or breaks is Unavailable.
+package dataplane
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+
+	pb "github.com/pstrain/pstrain/proto"
+)
+
+var magic = [4]byte{'P', 'S', 'D', '1'}
+
+// Request ops.
+const (
+	opPull = 1
+	opPush = 2
+)
+
+const (
+	reqFixed  = 4 + 1 + 1                 // magic, op, run-id length
+	reqFields = 4 + 8 + 8 + 4 + 4         // worker, version, generation, loss, payload length
+	respLen   = 4 + 1 + 1 + 1 + 8 + 8 + 4 // magic ... payload length
+)
+
+// ErrBadFrame is wrapped by errors about malformed frames.
+var ErrBadFrame = errors.New("dataplane: malformed frame")
+
+// request is a decoded request header.
+type request struct {
+	op         byte
+	runID      string
+	worker     int32
+	version    int64 // pull: the minimum version
+	generation int64
+	loss       float32
+	payloadLen uint32
+}
+
+func appendRequest(b []byte, r request) []byte {
+	b = append(b, magic[:]...)
+	b = append(b, r.op, byte(len(r.runID)))
+	b = append(b, r.runID...)
+	b = binary.LittleEndian.AppendUint32(b, uint32(r.worker))
+	b = binary.LittleEndian.AppendUint64(b, uint64(r.version))
+	b = binary.LittleEndian.AppendUint64(b, uint64(r.generation))
+	b = binary.LittleEndian.AppendUint32(b, math.Float32bits(r.loss))
+	return binary.LittleEndian.AppendUint32(b, r.payloadLen)
+}
+
+// readRequest reads a request header; maxPayload bounds the payload.
+func readRequest(rd io.Reader, scratch []byte, maxPayload int) (request, error) {
+	var r request
+	h := scratch[:reqFixed]
+	if _, err := io.ReadFull(rd, h); err != nil {
+		return r, err
+	}
+	if [4]byte(h[:4]) != magic {
+		return r, fmt.Errorf("%w: bad magic %q", ErrBadFrame, h[:4])
+	}
+	r.op = h[4]
+	if r.op != opPull && r.op != opPush {
+		return r, fmt.Errorf("%w: unknown op %d", ErrBadFrame, r.op)
+	}
+	n := int(h[5])
+	rest := scratch[:n+reqFields]
+	if _, err := io.ReadFull(rd, rest); err != nil {
+		return r, err
+	}
+	r.runID = string(rest[:n])
+	f := rest[n:]
+	r.worker = int32(binary.LittleEndian.Uint32(f[0:]))
+	r.version = int64(binary.LittleEndian.Uint64(f[4:]))
+	r.generation = int64(binary.LittleEndian.Uint64(f[12:]))
+	r.loss = math.Float32frombits(binary.LittleEndian.Uint32(f[20:]))
+	r.payloadLen = binary.LittleEndian.Uint32(f[24:])
+	if int64(r.payloadLen) > int64(maxPayload) {
+		return r, fmt.Errorf("%w: payload of %d bytes exceeds the limit of %d", ErrBadFrame, r.payloadLen, maxPayload)
+	}
+	if r.op == opPull && r.payloadLen != 0 {
+		return r, fmt.Errorf("%w: a pull with a payload", ErrBadFrame)
+	}
+	return r, nil
+}
+
+// response is a decoded response header.
+type response struct {
+	code       byte
+	outcome    byte
+	done       bool
+	version    int64
+	generation int64
+	payloadLen uint32
+}
+
+func appendResponse(b []byte, r response) []byte {
+	b = append(b, magic[:]...)
+	d := byte(0)
+	if r.done {
+		d = 1
+	}
+	b = append(b, r.code, r.outcome, d)
+	b = binary.LittleEndian.AppendUint64(b, uint64(r.version))
+	b = binary.LittleEndian.AppendUint64(b, uint64(r.generation))
+	return binary.LittleEndian.AppendUint32(b, r.payloadLen)
+}
+
+func readResponse(rd io.Reader, scratch []byte, maxPayload int) (response, error) {
+	var r response
+	h := scratch[:respLen]
+	if _, err := io.ReadFull(rd, h); err != nil {
+		return r, err
+	}
+	if [4]byte(h[:4]) != magic {
+		return r, fmt.Errorf("%w: bad magic %q", ErrBadFrame, h[:4])
+	}
+	r.code, r.outcome, r.done = h[4], h[5], h[6] == 1
+	if h[6] > 1 || r.outcome > byte(pb.PushResponse_DUPLICATE) {
+		return r, fmt.Errorf("%w: bad flags", ErrBadFrame)
+	}
+	r.version = int64(binary.LittleEndian.Uint64(h[7:]))
+	r.generation = int64(binary.LittleEndian.Uint64(h[15:]))
+	r.payloadLen = binary.LittleEndian.Uint32(h[23:])
+	if int64(r.payloadLen) > int64(maxPayload) {
+		return r, fmt.Errorf("%w: payload of %d bytes exceeds the limit of %d", ErrBadFrame, r.payloadLen, maxPayload)
+	}
+	return r, nil
+}
+
+// grow returns buf with length n, reallocating only when it is too small.
+func grow(buf []byte, n int) []byte {
+	if cap(buf) < n {
+		return make([]byte, n)
+	}
+	return buf[:n]
+}

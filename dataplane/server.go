@@ -1,0 +1,188 @@
+package dataplane
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/pstrain/pstrain/proto"
+)
+
+// Backend is what a parameter server answers on the data plane;
+// *ps.Server implements it (the same handlers serve gRPC).
+type Backend interface {
+	Pull(context.Context, *pb.PullRequest) (*pb.PullResponse, error)
+	Push(context.Context, *pb.PushRequest) (*pb.PushResponse, error)
+}
+
+// Server serves a Backend on a listener (wrap it with tls.NewListener for
+// TLS).
+type Server struct {
+	b          Backend
+	lis        net.Listener
+	maxPayload int
+	log        *slog.Logger
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// NewServer returns a server for b on lis; payloads above maxPayload bytes
+// are refused and their connection closed.
+func NewServer(b Backend, lis net.Listener, maxPayload int, log *slog.Logger) *Server {
+	return &Server{b: b, lis: lis, maxPayload: maxPayload, log: log, conns: map[net.Conn]struct{}{}}
+}
+
+// Addr is the listening address.
+func (s *Server) Addr() net.Addr { return s.lis.Addr() }
+
+// Serve accepts connections until Close. It returns nil after Close.
+func (s *Server) Serve() error {
+	for {
+		c, err := s.lis.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			if closed {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return err
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			c.Close()
+			return nil
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.wg.Done()
+			s.serveConn(c)
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+		}()
+	}
+}
+
+// Close stops accepting, closes every connection and waits for their
+// handlers.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	err := s.lis.Close()
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return err
+}
+
+// serveConn answers one connection's requests in order. The gradient is
+// read into a buffer reused for every push on the connection, and a pull
+// writes the shard's immutable parameter snapshot straight to the socket.
+func (s *Server) serveConn(c net.Conn) {
+	defer c.Close()
+	rd := bufio.NewReaderSize(c, 64<<10)
+	scratch := make([]byte, 512)
+	hdr := make([]byte, 0, respLen)
+	var payload []byte
+	for {
+		req, err := readRequest(rd, scratch, s.maxPayload)
+		if err != nil {
+			if errors.Is(err, ErrBadFrame) {
+				s.log.Warn("data plane: closing a connection that sent a bad frame", "remote", c.RemoteAddr(), "err", err)
+				s.writeError(c, hdr, codes.InvalidArgument, err.Error())
+			}
+			return
+		}
+		payload = grow(payload, int(req.payloadLen))
+		if _, err := io.ReadFull(rd, payload); err != nil {
+			return
+		}
+		var resp response
+		var body []byte
+		switch req.op {
+		case opPull:
+			pr, err := s.pull(c, rd, req)
+			if err != nil {
+				if errors.Is(err, errGone) {
+					return
+				}
+				st := status.Convert(err)
+				resp.code, body = byte(st.Code()), []byte(st.Message())
+				break
+			}
+			resp.version, resp.generation, resp.done, body = pr.Version, pr.Generation, pr.Done, pr.Params
+		case opPush:
+			pr, err := s.b.Push(context.Background(), &pb.PushRequest{Worker: req.worker, Version: req.version,
+				Grad: payload, RunId: req.runID, Loss: req.loss, Generation: req.generation})
+			if err != nil {
+				st := status.Convert(err)
+				resp.code, body = byte(st.Code()), []byte(st.Message())
+				break
+			}
+			resp.outcome, resp.version, resp.done = byte(pr.Outcome), pr.Version, pr.Done
+		}
+		resp.payloadLen = uint32(len(body))
+		bufs := net.Buffers{appendResponse(hdr[:0], resp), body}
+		if _, err := bufs.WriteTo(c); err != nil {
+			return
+		}
+	}
+}
+
+// errGone means the client went away while its pull was blocked.
+var errGone = errors.New("dataplane: client gone")
+
+// pull runs a (possibly long-blocking) pull, cancelling it if the client
+// closes the connection meanwhile. Clients never send while a request is
+// outstanding, so any read that returns during the pull means the client
+// is gone (or broke the protocol).
+func (s *Server) pull(c net.Conn, rd *bufio.Reader, req request) (*pb.PullResponse, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	watched := make(chan bool, 1) // true: the client is gone
+	go func() {
+		_, err := rd.Peek(1)
+		var ne net.Error
+		gone := !(errors.As(err, &ne) && ne.Timeout())
+		if gone {
+			cancel()
+		}
+		watched <- gone
+	}()
+	resp, err := s.b.Pull(ctx, &pb.PullRequest{Worker: req.worker, MinVersion: req.version, RunId: req.runID, Generation: req.generation})
+	// Stop the watcher: a read deadline in the past wakes it.
+	c.SetReadDeadline(time.Unix(1, 0))
+	gone := <-watched
+	c.SetReadDeadline(time.Time{})
+	if gone {
+		return nil, errGone
+	}
+	return resp, err
+}
+
+func (s *Server) writeError(c net.Conn, hdr []byte, code codes.Code, msg string) {
+	c.SetWriteDeadline(time.Now().Add(time.Second))
+	bufs := net.Buffers{appendResponse(hdr[:0], response{code: byte(code), payloadLen: uint32(len(msg))}), []byte(msg)}
+	bufs.WriteTo(c)
+}
