@@ -112,7 +112,7 @@ func New(cfg Config) (*Chief, error) {
 		cfg.Metrics = metrics.NewChief(nil)
 	}
 	if cfg.PollEvery <= 0 {
-		cfg.PollEvery = 250 * time.Millisecond
+		cfg.PollEvery = 100 * time.Millisecond
 	}
 	if cfg.StartupTimeout <= 0 {
 		cfg.StartupTimeout = 2 * time.Minute
