@@ -80,14 +80,18 @@ type Machine struct {
 // Errors maps a section that failed to its error, so one failing section
 // does not lose the others.
 type Result struct {
-	Machine    Machine           `json:"machine"`
-	Quick      bool              `json:"quick"`
-	Compute    *ComputeResult    `json:"compute,omitempty"`
-	Wire       *WireResult       `json:"wire,omitempty"`
-	PSOverhead *OverheadResult   `json:"ps_overhead,omitempty"`
-	EndToEnd   *E2EResult        `json:"end_to_end,omitempty"`
-	Memory     *MemoryResult     `json:"memory,omitempty"`
-	Errors     map[string]string `json:"errors,omitempty"`
+	Machine Machine        `json:"machine"`
+	Quick   bool           `json:"quick"`
+	Compute *ComputeResult `json:"compute,omitempty"`
+	// Wire and PSOverhead measure the default (fastest) data plane, TCP
+	// frames; WireGRPC and PSOverheadGRPC the same over gRPC.
+	Wire           *WireResult       `json:"wire,omitempty"`
+	WireGRPC       *WireResult       `json:"wire_grpc,omitempty"`
+	PSOverhead     *OverheadResult   `json:"ps_overhead,omitempty"`
+	PSOverheadGRPC *OverheadResult   `json:"ps_overhead_grpc,omitempty"`
+	EndToEnd       *E2EResult        `json:"end_to_end,omitempty"`
+	Memory         *MemoryResult     `json:"memory,omitempty"`
+	Errors         map[string]string `json:"errors,omitempty"`
 }
 
 // Validate reports an impossible configuration.
@@ -165,15 +169,20 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		}
 	}
 	if has(SectionWire) && ctx.Err() == nil {
-		fmt.Fprintln(c.Progress, "bench: wire (push+pull against 1 PS over loopback gRPC, and raw TCP)")
-		if res.Wire, err = Wire(ctx, WireConfig{Spec: c.Spec, Budget: c.Budget, Rounds: c.Rounds, Now: c.Now}); err != nil {
+		fmt.Fprintln(c.Progress, "bench: wire (push+pull against 1 PS over loopback, TCP frames and gRPC, against a raw TCP echo)")
+		if res.Wire, err = Wire(ctx, WireConfig{Spec: c.Spec, Budget: c.Budget, Rounds: c.Rounds, Now: c.Now, DataPlane: "tcp"}); err != nil {
+			fail(SectionWire, err)
+		} else if res.WireGRPC, err = Wire(ctx, WireConfig{Spec: c.Spec, Budget: c.Budget, Rounds: c.Rounds, Now: c.Now, DataPlane: "grpc"}); err != nil {
 			fail(SectionWire, err)
 		}
 	}
 	if has(SectionPSOverhead) && ctx.Err() == nil {
-		fmt.Fprintf(c.Progress, "bench: ps_overhead (1 PS + 1 worker over loopback gRPC vs in-process, batch %d)\n", c.Batches[0])
+		fmt.Fprintf(c.Progress, "bench: ps_overhead (1 PS + 1 worker over loopback, TCP frames and gRPC, vs in-process, batch %d)\n", c.Batches[0])
 		if res.PSOverhead, err = Overhead(ctx, OverheadConfig{Spec: c.Spec, Batch: c.Batches[0], Budget: c.Budget,
-			Rounds: c.Rounds, Seed: c.Seed, Now: c.Now}); err != nil {
+			Rounds: c.Rounds, Seed: c.Seed, Now: c.Now, DataPlane: "tcp"}); err != nil {
+			fail(SectionPSOverhead, err)
+		} else if res.PSOverheadGRPC, err = Overhead(ctx, OverheadConfig{Spec: c.Spec, Batch: c.Batches[0], Budget: c.Budget,
+			Rounds: c.Rounds, Seed: c.Seed, Now: c.Now, DataPlane: "grpc"}); err != nil {
 			fail(SectionPSOverhead, err)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/dataplane"
 	"github.com/pstrain/pstrain/model"
 	"github.com/pstrain/pstrain/partition"
 	pb "github.com/pstrain/pstrain/proto"
@@ -30,6 +31,8 @@ type tcpCluster struct {
 	shards  []worker.Shard
 	servers []*grpc.Server
 	conns   []*grpc.ClientConn
+	data    []*dataplane.Server // run.DataPlane "tcp": the workers' path
+	clients []*dataplane.Client
 	wg      sync.WaitGroup
 }
 
@@ -50,7 +53,8 @@ func startTCPCluster(ctx context.Context, run config.Run, spec model.Spec, maxVe
 			return nil, fmt.Errorf("bench: ps listener: %w", err)
 		}
 		g := grpc.NewServer(grpc.MaxRecvMsgSize(maxMessageBytes), grpc.MaxSendMsgSize(maxMessageBytes))
-		pb.RegisterParameterServerServer(g, ps.NewServer(log, nil, nil))
+		srv := ps.NewServer(log, nil, nil)
+		pb.RegisterParameterServerServer(g, srv)
 		c.servers = append(c.servers, g)
 		c.wg.Add(1)
 		go func() { defer c.wg.Done(); _ = g.Serve(lis) }() // returns on Stop
@@ -70,7 +74,23 @@ func startTCPCluster(ctx context.Context, run config.Run, spec model.Spec, maxVe
 			c.Close()
 			return nil, fmt.Errorf("bench: init ps %s: %w", addr, err)
 		}
-		c.shards = append(c.shards, worker.Shard{Addr: addr, Client: client})
+		var dp worker.DataPlane = client
+		if run.DataPlane == "tcp" {
+			dl, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				c.Close()
+				return nil, fmt.Errorf("bench: data plane listener: %w", err)
+			}
+			ds := dataplane.NewServer(srv, dl, maxMessageBytes, log)
+			c.data = append(c.data, ds)
+			c.wg.Add(1)
+			go func() { defer c.wg.Done(); _ = ds.Serve() }()
+			daddr := dl.Addr().String()
+			dc := dataplane.NewClient(func(context.Context) (string, error) { return daddr, nil }, nil, maxMessageBytes)
+			c.clients = append(c.clients, dc)
+			dp = dc
+		}
+		c.shards = append(c.shards, worker.Shard{Addr: addr, Client: dp})
 	}
 	return c, nil
 }
@@ -78,6 +98,12 @@ func startTCPCluster(ctx context.Context, run config.Run, spec model.Spec, maxVe
 // Close stops the servers and closes the connections, and waits for the
 // serving goroutines.
 func (c *tcpCluster) Close() {
+	for _, dc := range c.clients {
+		dc.Close()
+	}
+	for _, ds := range c.data {
+		ds.Close()
+	}
 	for _, conn := range c.conns {
 		conn.Close()
 	}

@@ -23,6 +23,8 @@ type OverheadConfig struct {
 	Rounds int           // alternating in-process/PS rounds; the best of each counts
 	Seed   uint64
 	Now    Clock
+	// DataPlane is the path measured: "tcp" (the default) or "grpc".
+	DataPlane string
 }
 
 // OverheadResult is the ps_overhead section: samples/s of one worker
@@ -32,6 +34,7 @@ type OverheadConfig struct {
 // worker's hooks: compute is batch+forward+backward, comm is push plus
 // the next pull (including the PS update).
 type OverheadResult struct {
+	DataPlane                 string  `json:"data_plane"`
 	Batch                     int     `json:"batch"`
 	Mode                      string  `json:"mode"`
 	Ratio                     float64 `json:"ratio"`
@@ -57,6 +60,9 @@ func Overhead(ctx context.Context, c OverheadConfig) (*OverheadResult, error) {
 	run := config.Default()
 	run.PS, run.Workers, run.Batch, run.Mode, run.Seed = 1, 1, c.Batch, config.Sync, int64(c.Seed)
 	run.Hidden = c.Spec.Hidden
+	if c.DataPlane != "" {
+		run.DataPlane = c.DataPlane
+	}
 	// Random inputs have a larger norm than MNIST: a smaller step keeps
 	// them finite for any number of steps (speed does not depend on it).
 	run.LR = 0.01
@@ -96,7 +102,9 @@ func Overhead(ctx context.Context, c OverheadConfig) (*OverheadResult, error) {
 			psBest = r
 		}
 	}
-	return overheadFigures(c.Batch, string(run.Mode), float64(localRate), psBest), nil
+	o := overheadFigures(c.Batch, string(run.Mode), float64(localRate), psBest)
+	o.DataPlane = run.DataPlane
+	return o, nil
 }
 
 // psRound is what one timed run of a PS-backed worker saw: steps, their

@@ -27,17 +27,25 @@ func WriteTable(w io.Writer, r *Result) error {
 		}
 	}
 	if x := r.Wire; x != nil {
-		fmt.Fprintf(tw, "\nwire: fraction of TCP %.3f (push+pull of %.2f MB each way, 1 PS, loopback)\n", x.FractionOfTCP, float64(x.PayloadBytes)/1e6)
-		fmt.Fprintln(tw, "  path\tMB/s\tms per round trip")
-		fmt.Fprintf(tw, "  gRPC push+pull\t%.0f\t%.2f\n", x.MBPerSecond, x.MsPerRoundTrip)
-		fmt.Fprintf(tw, "  raw TCP echo\t%.0f\t%.2f\n", x.TCPMBPerSecond, x.TCPMsPerRoundTrip)
-		fmt.Fprintf(tw, "  PS SGD update alone (in-process)\t\t%.2f\n", x.UpdateMs)
+		fmt.Fprintf(tw, "\nwire: fraction of TCP %.3f (%s data plane; push+pull of %.2f MB each way, 1 PS, loopback)\n", x.FractionOfTCP, x.DataPlane, float64(x.PayloadBytes)/1e6)
+		fmt.Fprintln(tw, "  path\tMB/s\tms per round trip\tfraction of TCP")
+		for _, y := range []*WireResult{x, r.WireGRPC} {
+			if y != nil {
+				fmt.Fprintf(tw, "  %s push+pull\t%.0f\t%.2f\t%.3f\n", y.DataPlane, y.MBPerSecond, y.MsPerRoundTrip, y.FractionOfTCP)
+			}
+		}
+		fmt.Fprintf(tw, "  raw TCP echo\t%.0f\t%.2f\t\n", x.TCPMBPerSecond, x.TCPMsPerRoundTrip)
+		fmt.Fprintf(tw, "  PS SGD update alone (in-process)\t\t%.2f\t\n", x.UpdateMs)
 	}
 	if o := r.PSOverhead; o != nil {
-		fmt.Fprintf(tw, "\nps_overhead: ratio %.2f (1 PS + 1 worker over loopback gRPC vs in-process, %s, batch %d)\n", o.Ratio, o.Mode, o.Batch)
-		fmt.Fprintln(tw, "  path\tsamples/s\tms/step\tcompute ms\tcomm ms")
-		fmt.Fprintf(tw, "  in-process\t%.0f\t%.2f\t\t\n", o.InProcessSamplesPerSecond, o.InProcessMsPerStep)
-		fmt.Fprintf(tw, "  1 PS gRPC\t%.0f\t%.2f\t%.2f\t%.2f\n", o.PSSamplesPerSecond, o.PSMsPerStep, o.PSComputeMsPerStep, o.PSCommunicationMsPerStep)
+		fmt.Fprintf(tw, "\nps_overhead: ratio %.2f (%s data plane; 1 PS + 1 worker over loopback vs in-process, %s, batch %d)\n", o.Ratio, o.DataPlane, o.Mode, o.Batch)
+		fmt.Fprintln(tw, "  path\tsamples/s\tms/step\tcompute ms\tcomm ms\tratio")
+		fmt.Fprintf(tw, "  in-process\t%.0f\t%.2f\t\t\t\n", o.InProcessSamplesPerSecond, o.InProcessMsPerStep)
+		for _, y := range []*OverheadResult{o, r.PSOverheadGRPC} {
+			if y != nil {
+				fmt.Fprintf(tw, "  1 PS, %s\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\n", y.DataPlane, y.PSSamplesPerSecond, y.PSMsPerStep, y.PSComputeMsPerStep, y.PSCommunicationMsPerStep, y.Ratio)
+			}
+		}
 	}
 	if e := r.EndToEnd; e != nil {
 		ttt := "not reached"

@@ -18,12 +18,15 @@ type WireConfig struct {
 	Budget time.Duration // per measurement and round
 	Rounds int           // alternating gRPC/TCP rounds; the best of each counts
 	Now    Clock
+	// DataPlane is the path measured: "tcp" (the default) or "grpc".
+	DataPlane string
 }
 
 // WireResult is the wire section. One round trip is a Push of the whole
 // gradient and a Pull of the whole parameter set against one PS (async,
 // plain SGD, so the PS applies each push: UpdateMs says what that costs).
 type WireResult struct {
+	DataPlane           string  `json:"data_plane"`
 	PayloadBytes        int     `json:"payload_bytes"` // each way
 	MBPerSecond         float64 `json:"mb_per_second"` // both ways, 1 MB = 1e6 bytes
 	RoundTripsPerSecond float64 `json:"round_trips_per_second"`
@@ -46,6 +49,9 @@ func Wire(ctx context.Context, c WireConfig) (*WireResult, error) {
 	run := config.Default()
 	run.PS, run.Workers, run.Mode, run.Optimizer, run.LR = 1, 1, config.Async, "sgd", 1e-6
 	run.Hidden = c.Spec.Hidden
+	if c.DataPlane != "" {
+		run.DataPlane = c.DataPlane
+	}
 	cl, err := startTCPCluster(ctx, run, c.Spec, 0)
 	if err != nil {
 		return nil, err
@@ -93,7 +99,9 @@ func Wire(ctx context.Context, c WireConfig) (*WireResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	return wireFigures(payload, float64(grpcRate), float64(tcpRate), upd), nil
+	r := wireFigures(payload, float64(grpcRate), float64(tcpRate), upd)
+	r.DataPlane = run.DataPlane
+	return r, nil
 }
 
 // wireFigures derives the reported figures from gRPC round trips per
