@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/wire"
 )
 
 // Resolve returns the data-plane address of a parameter server (the
@@ -104,8 +105,10 @@ func (c *Client) connect(ctx context.Context) error {
 	return nil
 }
 
-// call sends one request and reads its response; payload is sent as is.
-func (c *Client) call(ctx context.Context, req request, payload []byte) (response, []byte, error) {
+// call sends one request and reads its response. The payload is sent
+// from its slices as they are (writev). The response's payload goes into
+// dst if it is given and the sizes agree, else into the client's buffer.
+func (c *Client) call(ctx context.Context, req request, payload net.Buffers, dst [][]float32) (response, []byte, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := ctx.Err(); err != nil {
@@ -123,15 +126,34 @@ func (c *Client) call(ctx context.Context, req request, payload []byte) (respons
 	// Cancelling ctx wakes a blocked read or write.
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	req.payloadLen = uint32(len(payload))
+	n := 0
+	for _, p := range payload {
+		n += len(p)
+	}
+	req.payloadLen = uint32(n)
 	c.hdr = appendRequest(c.hdr[:0], req)
-	bufs := net.Buffers{c.hdr, payload}
+	bufs := append(net.Buffers{c.hdr}, payload...)
 	_, err := bufs.WriteTo(conn)
 	var resp response
 	if err == nil {
 		resp, err = readResponse(c.rd, c.scratch, c.maxPayload)
 	}
-	if err == nil {
+	direct := false
+	if err == nil && resp.code == 0 && dst != nil {
+		want := 0
+		for _, d := range dst {
+			want += 4 * len(d)
+		}
+		direct = int(resp.payloadLen) == want
+	}
+	if err == nil && direct {
+		for _, d := range dst {
+			if _, err = io.ReadFull(c.rd, wire.Bytes(d)); err != nil {
+				break
+			}
+		}
+		c.buf = c.buf[:0]
+	} else if err == nil {
 		c.buf = grow(c.buf, int(resp.payloadLen))
 		_, err = io.ReadFull(c.rd, c.buf)
 	}
@@ -154,6 +176,9 @@ func (c *Client) call(ctx context.Context, req request, payload []byte) (respons
 	if resp.code != 0 {
 		return response{}, nil, status.Error(codes.Code(resp.code), string(c.buf))
 	}
+	if direct {
+		return resp, nil, nil
+	}
 	return resp, c.buf, nil
 }
 
@@ -162,7 +187,24 @@ func (c *Client) Pull(ctx context.Context, in *pb.PullRequest, _ ...grpc.CallOpt
 	if len(in.RunId) > 255 {
 		return nil, status.Error(codes.InvalidArgument, "run id longer than 255 bytes")
 	}
-	resp, body, err := c.call(ctx, request{op: opPull, runID: in.RunId, worker: in.Worker, version: in.MinVersion, generation: in.Generation}, nil)
+	return c.pull(ctx, in, nil)
+}
+
+// PullInto is Pull that reads the parameters straight into dst, the
+// segments of the model that the shard's flat buffer maps to, in order
+// (partition.Plan.Segments): no intermediate copy. The response's Params
+// is nil then. If the shard sends another number of bytes than dst holds,
+// dst is untouched and Params holds what it sent, for the caller to
+// report.
+func (c *Client) PullInto(ctx context.Context, in *pb.PullRequest, dst [][]float32) (*pb.PullResponse, error) {
+	if len(in.RunId) > 255 {
+		return nil, status.Error(codes.InvalidArgument, "run id longer than 255 bytes")
+	}
+	return c.pull(ctx, in, dst)
+}
+
+func (c *Client) pull(ctx context.Context, in *pb.PullRequest, dst [][]float32) (*pb.PullResponse, error) {
+	resp, body, err := c.call(ctx, request{op: opPull, runID: in.RunId, worker: in.Worker, version: in.MinVersion, generation: in.Generation}, nil, dst)
 	if err != nil {
 		return nil, err
 	}
@@ -174,8 +216,26 @@ func (c *Client) Push(ctx context.Context, in *pb.PushRequest, _ ...grpc.CallOpt
 	if len(in.RunId) > 255 {
 		return nil, status.Error(codes.InvalidArgument, "run id longer than 255 bytes")
 	}
+	return c.push(ctx, in, net.Buffers{in.Grad})
+}
+
+// PushSegments is Push with the gradient given as the segments of the
+// model's gradients that make up the shard's flat buffer, in order; they
+// are written as they are, not copied. in.Grad is ignored.
+func (c *Client) PushSegments(ctx context.Context, in *pb.PushRequest, segs [][]float32) (*pb.PushResponse, error) {
+	if len(in.RunId) > 255 {
+		return nil, status.Error(codes.InvalidArgument, "run id longer than 255 bytes")
+	}
+	bufs := make(net.Buffers, len(segs))
+	for i, s := range segs {
+		bufs[i] = wire.Bytes(s)
+	}
+	return c.push(ctx, in, bufs)
+}
+
+func (c *Client) push(ctx context.Context, in *pb.PushRequest, payload net.Buffers) (*pb.PushResponse, error) {
 	resp, _, err := c.call(ctx, request{op: opPush, runID: in.RunId, worker: in.Worker, version: in.Version,
-		generation: in.Generation, loss: in.Loss}, in.Grad)
+		generation: in.Generation, loss: in.Loss}, payload, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -3,8 +3,10 @@ package dataplane
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"sync"
 	"testing"
@@ -236,4 +238,45 @@ func FuzzReadRequest(f *testing.F) {
 			t.Fatalf("accepted %+v", r)
 		}
 	})
+}
+
+func TestVectoredPushAndPull(t *testing.T) {
+	b, addr := start(t, 1<<20)
+	c := client(addr, 1<<20)
+	defer c.Close()
+	ctx := context.Background()
+	segs := [][]float32{{1, 2, 3}, {4}, {5, 6}}
+	if _, err := c.PushSegments(ctx, &pb.PushRequest{RunId: "r"}, segs); err != nil {
+		t.Fatal(err)
+	}
+	b.mu.Lock()
+	got := append([]byte(nil), b.lastGrad...)
+	b.mu.Unlock()
+	var want []byte
+	for _, s := range segs {
+		for _, x := range s {
+			want = binary.LittleEndian.AppendUint32(want, math.Float32bits(x))
+		}
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("pushed %v, want %v", got, want)
+	}
+	// The fake answers pulls with "params-" + run id: 12 bytes for "abcde".
+	dst := [][]float32{make([]float32, 1), make([]float32, 2)}
+	resp, err := c.PullInto(ctx, &pb.PullRequest{RunId: "abcde"}, dst)
+	if err != nil || resp.Params != nil {
+		t.Fatalf("PullInto: %v, params %q", err, resp.Params)
+	}
+	raw := []byte("params-abcde")
+	for i, x := range append(dst[0], dst[1]...) {
+		if math.Float32bits(x) != binary.LittleEndian.Uint32(raw[4*i:]) {
+			t.Fatalf("value %d read wrongly", i)
+		}
+	}
+	// A size mismatch leaves dst alone and returns what was sent.
+	small := [][]float32{make([]float32, 1)}
+	resp, err = c.PullInto(ctx, &pb.PullRequest{RunId: "abcde"}, small)
+	if err != nil || string(resp.Params) != "params-abcde" || small[0][0] != 0 {
+		t.Fatalf("mismatched PullInto: %v %q %v", err, resp.Params, small)
+	}
 }

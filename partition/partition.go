@@ -123,3 +123,15 @@ func (p Plan) Scatter(s int, src []float32, vars [][]float32) {
 		off += n
 	}
 }
+
+// Segments returns the slices of the full variables vars that make up
+// shard s's flat buffer, in order: Gather concatenates them and Scatter
+// fills them. A transport can read into them or write from them directly.
+func (p Plan) Segments(s int, vars [][]float32) [][]float32 {
+	out := make([][]float32, 0, len(p.Shards[s].Blocks))
+	for _, b := range p.Shards[s].Blocks {
+		cols := p.Vars[b.Var].Cols
+		out = append(out, vars[b.Var][b.RowStart*cols:b.RowEnd*cols])
+	}
+	return out
+}

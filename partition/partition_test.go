@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/pstrain/pstrain/model"
@@ -99,5 +100,27 @@ func TestTooManyShardsIsAClearError(t *testing.T) {
 	}
 	if _, err := New(model.Spec{Input: 2, Classes: 2}, 0); err == nil {
 		t.Fatal("0 shards should be refused")
+	}
+}
+
+func TestSegmentsMatchGather(t *testing.T) {
+	spec := model.Spec{Input: 30, Hidden: []int{20, 7}, Classes: 5}
+	vars := spec.Init(2)
+	for _, n := range []int{1, 2, 3} {
+		p, err := New(spec, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for s := range p.Shards {
+			want := make([]float32, p.Shards[s].Size)
+			p.Gather(s, vars, want)
+			var got []float32
+			for _, seg := range p.Segments(s, vars) {
+				got = append(got, seg...)
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("%d shards, shard %d: segments differ from Gather", n, s)
+			}
+		}
 	}
 }

@@ -43,6 +43,14 @@ type DataPlane interface {
 	Push(ctx context.Context, in *pb.PushRequest, opts ...grpc.CallOption) (*pb.PushResponse, error)
 }
 
+// SegmentedDataPlane is a DataPlane that can read a pull straight into the
+// model's parameters and write a push straight from the model's gradients
+// (dataplane.Client does): no gather or scatter copy on the worker.
+type SegmentedDataPlane interface {
+	PullInto(ctx context.Context, in *pb.PullRequest, dst [][]float32) (*pb.PullResponse, error)
+	PushSegments(ctx context.Context, in *pb.PushRequest, segs [][]float32) (*pb.PushResponse, error)
+}
+
 // Shard is one PS connection.
 type Shard struct {
 	Addr   string
@@ -156,13 +164,17 @@ func (w *Worker) Run(ctx context.Context) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				c.Plan.Gather(s, grads, w.flat[s])
-				req := &pb.PushRequest{Worker: int32(c.Index), Version: versions[s], Grad: wire.Bytes(w.flat[s]), RunId: c.RunID, Loss: loss, Generation: gens[s]}
-				errs[s] = w.retry(ctx, s, "push", func() error {
-					_, err := c.Shards[s].Client.Push(ctx, req)
-					return err
-				})
-				c.Metrics.RPCSentBytes.WithLabelValues("push").Add(float64(len(req.Grad)))
+				req := &pb.PushRequest{Worker: int32(c.Index), Version: versions[s], RunId: c.RunID, Loss: loss, Generation: gens[s]}
+				push := func() error { _, err := c.Shards[s].Client.Push(ctx, req); return err }
+				if sp, ok := c.Shards[s].Client.(SegmentedDataPlane); ok {
+					segs := c.Plan.Segments(s, grads)
+					push = func() error { _, err := sp.PushSegments(ctx, req, segs); return err }
+				} else {
+					c.Plan.Gather(s, grads, w.flat[s])
+					req.Grad = wire.Bytes(w.flat[s])
+				}
+				errs[s] = w.retry(ctx, s, "push", push)
+				c.Metrics.RPCSentBytes.WithLabelValues("push").Add(float64(4 * c.Plan.Shards[s].Size))
 			}()
 		}
 		wg.Wait()
@@ -228,17 +240,21 @@ func (w *Worker) pullAll(ctx context.Context, minVersion int64, versions, gens [
 				resp, err := w.pull(pullCtx, s, want[s], gens[s])
 				if err == nil {
 					var p []float32
-					p, err = wire.Floats(resp.Params)
-					if err == nil && len(p) != c.Plan.Shards[s].Size {
-						err = fmt.Errorf("shard %d (%s) sent %d parameters, plan says %d", s, c.Shards[s].Addr, len(p), c.Plan.Shards[s].Size)
+					if resp.Params != nil { // else read straight into the net's parameters
+						p, err = wire.Floats(resp.Params)
+						if err == nil && len(p) != c.Plan.Shards[s].Size {
+							err = fmt.Errorf("shard %d (%s) sent %d parameters, plan says %d", s, c.Shards[s].Addr, len(p), c.Plan.Shards[s].Size)
+						}
 					}
 					if err == nil {
-						c.Plan.Scatter(s, p, c.Net.Params())
+						if p != nil {
+							c.Plan.Scatter(s, p, c.Net.Params())
+						}
 						if resp.Generation != gens[s] && gens[s] != 0 {
 							c.Log.Warn("parameter server state replaced by the chief", "ps", s, "generation", resp.Generation, "version", resp.Version)
 						}
 						versions[s], done[s], gens[s] = resp.Version, resp.Done, resp.Generation
-						c.Metrics.RPCReceivedBytes.WithLabelValues("pull").Add(float64(len(resp.Params)))
+						c.Metrics.RPCReceivedBytes.WithLabelValues("pull").Add(float64(4 * c.Plan.Shards[s].Size))
 						if resp.Done {
 							cancel()
 						}
@@ -289,7 +305,12 @@ func (w *Worker) pull(ctx context.Context, s int, minVersion, gen int64) (*pb.Pu
 	var resp *pb.PullResponse
 	err := w.retry(ctx, s, "pull", func() error {
 		var err error
-		resp, err = w.cfg.Shards[s].Client.Pull(ctx, &pb.PullRequest{Worker: int32(w.cfg.Index), MinVersion: minVersion, RunId: w.cfg.RunID, Generation: gen})
+		req := &pb.PullRequest{Worker: int32(w.cfg.Index), MinVersion: minVersion, RunId: w.cfg.RunID, Generation: gen}
+		if sp, ok := w.cfg.Shards[s].Client.(SegmentedDataPlane); ok {
+			resp, err = sp.PullInto(ctx, req, w.cfg.Plan.Segments(s, w.cfg.Net.Params()))
+		} else {
+			resp, err = w.cfg.Shards[s].Client.Pull(ctx, req)
+		}
 		if status.Code(err) == codes.Unavailable {
 			// The shard may have restarted from an older checkpoint: after
 			// an outage take whatever version it has.
