@@ -129,7 +129,7 @@ func Default() Run {
 		Workers:          2,
 		Hidden:           []int{800},
 		Batch:            128,
-		LR:               0.1,
+		LR:               0.2,
 		Momentum:         0.9,
 		Optimizer:        "momentum",
 		Epochs:           10,
@@ -239,7 +239,7 @@ func Parse(b []byte) (Run, error) {
 }
 
 // Diff lists the checked fields where other differs from r, e.g.
-// ["lr: 0.1 (chief) vs 0.05 (this task)"].
+// ["lr: 0.2 (chief) vs 0.05 (this task)"].
 func (r Run) Diff(other Run) []string {
 	var out []string
 	a, b := reflect.ValueOf(r), reflect.ValueOf(other)

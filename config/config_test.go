@@ -42,7 +42,7 @@ func TestDiffNamesFieldsAndIgnoresLocalOnes(t *testing.T) {
 	b.Hidden = []int{256, 128}
 	b.DataDir = "/elsewhere" // local to the task: not compared
 	d := a.Diff(b)
-	if len(d) != 2 || !strings.HasPrefix(d[0], "hidden:") || !strings.HasPrefix(d[1], "lr: 0.1 (chief) vs 0.05") {
+	if len(d) != 2 || !strings.HasPrefix(d[0], "hidden:") || !strings.HasPrefix(d[1], "lr: 0.2 (chief) vs 0.05") {
 		t.Fatalf("Diff = %q", d)
 	}
 	r, err := Parse(a.JSON())

@@ -298,7 +298,7 @@ func TestMismatchedTaskIsRefused(t *testing.T) {
 	w := startTask(t, nil, append([]string{"worker", "--index", "0", "--lr", "0.05", "--hidden", "256"}, common...)...)
 	err := w.wait(t, time.Minute)
 	out := w.out.String()
-	if err == nil || !strings.Contains(out, "lr: 0.1 (chief) vs 0.05 (this task)") || !strings.Contains(out, "hidden: [800] (chief) vs [256]") {
+	if err == nil || !strings.Contains(out, "lr: 0.2 (chief) vs 0.05 (this task)") || !strings.Contains(out, "hidden: [800] (chief) vs [256]") {
 		t.Fatalf("worker with another config: err %v, output:\n%s", err, out)
 	}
 	c.cmd.Process.Kill()
