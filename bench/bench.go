@@ -18,13 +18,14 @@ const (
 	SectionCompute    = "compute"
 	SectionWire       = "wire"
 	SectionPSOverhead = "ps_overhead"
+	SectionMetrics    = "metrics_overhead"
 	SectionEndToEnd   = "end_to_end"
 	SectionMemory     = "memory"
 )
 
 // Sections lists every section name in measuring order.
 func Sections() []string {
-	return []string{SectionCompute, SectionWire, SectionPSOverhead, SectionEndToEnd, SectionMemory}
+	return []string{SectionCompute, SectionWire, SectionPSOverhead, SectionMetrics, SectionEndToEnd, SectionMemory}
 }
 
 // ParseSections reads a comma list of section names ("" = all), in the
@@ -85,13 +86,15 @@ type Result struct {
 	Compute *ComputeResult `json:"compute,omitempty"`
 	// Wire and PSOverhead measure the default (fastest) data plane, TCP
 	// frames; WireGRPC and PSOverheadGRPC the same over gRPC.
-	Wire           *WireResult       `json:"wire,omitempty"`
-	WireGRPC       *WireResult       `json:"wire_grpc,omitempty"`
-	PSOverhead     *OverheadResult   `json:"ps_overhead,omitempty"`
-	PSOverheadGRPC *OverheadResult   `json:"ps_overhead_grpc,omitempty"`
-	EndToEnd       *E2EResult        `json:"end_to_end,omitempty"`
-	Memory         *MemoryResult     `json:"memory,omitempty"`
-	Errors         map[string]string `json:"errors,omitempty"`
+	Wire           *WireResult     `json:"wire,omitempty"`
+	WireGRPC       *WireResult     `json:"wire_grpc,omitempty"`
+	PSOverhead     *OverheadResult `json:"ps_overhead,omitempty"`
+	PSOverheadGRPC *OverheadResult `json:"ps_overhead_grpc,omitempty"`
+	// MetricsOverhead is what serving and scraping /metrics costs.
+	MetricsOverhead *MetricsOverheadResult `json:"metrics_overhead,omitempty"`
+	EndToEnd        *E2EResult             `json:"end_to_end,omitempty"`
+	Memory          *MemoryResult          `json:"memory,omitempty"`
+	Errors          map[string]string      `json:"errors,omitempty"`
 }
 
 // Validate reports an impossible configuration.
@@ -184,6 +187,13 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		} else if res.PSOverheadGRPC, err = Overhead(ctx, OverheadConfig{Spec: c.Spec, Batch: c.Batches[0], Budget: c.Budget,
 			Rounds: c.Rounds, Seed: c.Seed, Now: c.Now, DataPlane: "grpc"}); err != nil {
 			fail(SectionPSOverhead, err)
+		}
+	}
+	if has(SectionMetrics) && ctx.Err() == nil {
+		fmt.Fprintf(c.Progress, "bench: metrics_overhead (1 PS + 1 worker with /metrics served and scraped every 250 ms vs not, batch %d)\n", c.Batches[0])
+		if res.MetricsOverhead, err = MetricsOverhead(ctx, OverheadConfig{Spec: c.Spec, Batch: c.Batches[0], Budget: c.Budget,
+			Rounds: c.Rounds, Seed: c.Seed, Now: c.Now}); err != nil {
+			fail(SectionMetrics, err)
 		}
 	}
 	if (has(SectionEndToEnd) || has(SectionMemory)) && ctx.Err() == nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/dataplane"
+	"github.com/pstrain/pstrain/metrics"
 	"github.com/pstrain/pstrain/model"
 	"github.com/pstrain/pstrain/partition"
 	pb "github.com/pstrain/pstrain/proto"
@@ -39,6 +40,12 @@ type tcpCluster struct {
 // startTCPCluster starts and initialises the shards with spec.Init(seed).
 // Close stops every server and connection.
 func startTCPCluster(ctx context.Context, run config.Run, spec model.Spec, maxVersion int64) (*tcpCluster, error) {
+	return startTCPClusterWith(ctx, run, spec, maxVersion, nil)
+}
+
+// startTCPClusterWith is startTCPCluster with shard s's metrics recorded
+// in psMetrics(s) (nil: unregistered ones).
+func startTCPClusterWith(ctx context.Context, run config.Run, spec model.Spec, maxVersion int64, psMetrics func(s int) *metrics.PS) (*tcpCluster, error) {
 	plan, err := partition.New(spec, run.PS)
 	if err != nil {
 		return nil, err
@@ -53,7 +60,11 @@ func startTCPCluster(ctx context.Context, run config.Run, spec model.Spec, maxVe
 			return nil, fmt.Errorf("bench: ps listener: %w", err)
 		}
 		g := grpc.NewServer(grpc.MaxRecvMsgSize(maxMessageBytes), grpc.MaxSendMsgSize(maxMessageBytes))
-		srv := ps.NewServer(log, nil, nil)
+		var m *metrics.PS
+		if psMetrics != nil {
+			m = psMetrics(s)
+		}
+		srv := ps.NewServer(log, m, nil)
 		pb.RegisterParameterServerServer(g, srv)
 		c.servers = append(c.servers, g)
 		c.wg.Add(1)

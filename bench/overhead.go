@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/metrics"
 	"github.com/pstrain/pstrain/model"
 	"github.com/pstrain/pstrain/nn"
 	"github.com/pstrain/pstrain/optim"
@@ -139,6 +140,11 @@ func overheadFigures(batch int, mode string, localStepsPerSec float64, r psRound
 // whole steps between the first and the last observed pull are counted,
 // so connection set-up is excluded.
 func psSteps(parent context.Context, now Clock, cl *tcpCluster, run config.Run, net *nn.Net, data *synthBatches, budget time.Duration) (psRound, error) {
+	return psStepsWith(parent, now, cl, run, net, data, budget, nil)
+}
+
+// psStepsWith is psSteps with the worker's metrics in m (nil: unregistered).
+func psStepsWith(parent context.Context, now Clock, cl *tcpCluster, run config.Run, net *nn.Net, data *synthBatches, budget time.Duration, m *metrics.Worker) (psRound, error) {
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	var (
@@ -147,7 +153,7 @@ func psSteps(parent context.Context, now Clock, cl *tcpCluster, run config.Run, 
 		compute                       time.Duration
 	)
 	cfg := worker.Config{Index: 0, RunID: "bench", Run: run, Plan: cl.plan, Net: net, Shards: cl.shards,
-		Batches: data, Log: slog.New(slog.DiscardHandler), RetryTimeout: 10 * time.Second,
+		Batches: data, Log: slog.New(slog.DiscardHandler), RetryTimeout: 10 * time.Second, Metrics: m,
 		AfterPull: func(step int64) {
 			t := now()
 			computeStart = t

@@ -21,7 +21,7 @@ func TestSmokeComputeWireOverhead(t *testing.T) {
 	spec := model.Spec{Input: 64, Hidden: []int{32}, Classes: 10}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	res, err := Run(ctx, Config{Sections: []string{SectionCompute, SectionWire, SectionPSOverhead}, Spec: spec,
+	res, err := Run(ctx, Config{Sections: []string{SectionCompute, SectionWire, SectionPSOverhead, SectionMetrics}, Spec: spec,
 		Batches: []int{16, 32}, BLAS: gonum.Implementation{}, BLASName: "gonum", Budget: 20 * time.Millisecond, Rounds: 1, Seed: 3})
 	if err != nil {
 		t.Fatal(err)
@@ -45,11 +45,17 @@ func TestSmokeComputeWireOverhead(t *testing.T) {
 		o.PSComputeMsPerStep > o.PSMsPerStep {
 		t.Fatalf("ps_overhead = %+v", o)
 	}
+	if res.WireGRPC == nil || res.WireGRPC.DataPlane != "grpc" || w.DataPlane != "tcp" || res.PSOverheadGRPC == nil || res.PSOverheadGRPC.Ratio <= 0 {
+		t.Fatalf("both data planes should be measured: wire %+v / %+v, overhead grpc %+v", w, res.WireGRPC, res.PSOverheadGRPC)
+	}
+	if m := res.MetricsOverhead; m == nil || m.Scrapes == 0 || m.OnSamplesPerSecond <= 0 || m.OffSamplesPerSecond <= 0 || m.Overhead >= 1 {
+		t.Fatalf("metrics_overhead = %+v", m)
+	}
 	var sb strings.Builder
 	if err := WriteTable(&sb, res); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"compute: fraction of ceiling", "wire: fraction of TCP", "ps_overhead: ratio"} {
+	for _, s := range []string{"compute: fraction of ceiling", "wire: fraction of TCP", "ps_overhead: ratio", "metrics_overhead:", "grpc push+pull"} {
 		if !strings.Contains(sb.String(), s) {
 			t.Errorf("table lacks %q:\n%s", s, sb.String())
 		}

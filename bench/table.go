@@ -47,6 +47,11 @@ func WriteTable(w io.Writer, r *Result) error {
 			}
 		}
 	}
+	if m := r.MetricsOverhead; m != nil {
+		fmt.Fprintf(tw, "\nmetrics_overhead: %.1f%% of throughput (/metrics of the PS and the worker served and scraped every %.2g s, %d scrapes of %.1f ms; batch %d)\n",
+			100*m.Overhead, m.ScrapeEverySeconds, m.Scrapes, m.ScrapeMillisecondsMean, m.Batch)
+		fmt.Fprintf(tw, "  metrics off\t%.0f samples/s\n  metrics on\t%.0f samples/s\n", m.OffSamplesPerSecond, m.OnSamplesPerSecond)
+	}
 	if e := r.EndToEnd; e != nil {
 		ttt := "not reached"
 		if e.TimeToTargetSeconds != nil {

@@ -249,7 +249,7 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 		defer wg.Done()
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
-		var last time.Time
+		last := time.Now() // the first line covers a whole interval, not start-up
 		_ = mon.Run(monCtx, tick.C, func(bottleneck.Snapshot) {
 			if c.Progress == nil || c.BottleneckEvery <= 0 || time.Since(last) < c.BottleneckEvery {
 				return

@@ -23,6 +23,11 @@ type Config struct {
 // (a sync step passes 1/R to turn a sum into a mean) and may overwrite g.
 type Optimizer interface {
 	Apply(params, g []float32, scale float32)
+	// ApplySum applies the gradient acc+g (scaled) and zeroes acc, in one
+	// pass: a sync step's last gradient is added, applied and cleared
+	// without the separate passes. The result is bit for bit that of
+	// adding g into acc and calling Apply(params, acc, scale).
+	ApplySum(params, acc, g []float32, scale float32)
 	// State returns the optimizer state as one flat buffer (nil for SGD)
 	// and the number of updates applied so far.
 	State() ([]float32, int64)
@@ -68,6 +73,16 @@ func (o *sgd) Apply(p, g []float32, scale float32) {
 	o.steps++
 }
 
+func (o *sgd) ApplySum(p, acc, g []float32, scale float32) {
+	a := o.lr * scale
+	p, acc = p[:len(g)], acc[:len(g)]
+	for i, x := range g {
+		p[i] -= a * (acc[i] + x)
+		acc[i] = 0
+	}
+	o.steps++
+}
+
 func (o *sgd) State() ([]float32, int64) { return nil, o.steps }
 
 func (o *sgd) SetState(s []float32, steps int64) error {
@@ -92,6 +107,18 @@ func (o *momentum) Apply(p, g []float32, scale float32) {
 		vi := o.mu*v[i] + scale*x
 		v[i] = vi
 		p[i] -= o.lr * vi
+	}
+	o.steps++
+}
+
+func (o *momentum) ApplySum(p, acc, g []float32, scale float32) {
+	v := o.v[:len(g)]
+	p, acc = p[:len(g)], acc[:len(g)]
+	for i, x := range g {
+		vi := o.mu*v[i] + scale*(acc[i]+x)
+		v[i] = vi
+		p[i] -= o.lr * vi
+		acc[i] = 0
 	}
 	o.steps++
 }
@@ -124,6 +151,23 @@ func (o *adam) Apply(p, g []float32, scale float32) {
 	p = p[:len(g)]
 	for i, x := range g {
 		x *= scale
+		mi := b1*m[i] + (1-b1)*x
+		vi := b2*v[i] + (1-b2)*x*x
+		m[i], v[i] = mi, vi
+		p[i] -= alpha * mi / (float32(math.Sqrt(float64(vi))) + o.eps)
+	}
+}
+
+func (o *adam) ApplySum(p, acc, g []float32, scale float32) {
+	o.steps++
+	t := float64(o.steps)
+	alpha := float32(o.lr * math.Sqrt(1-math.Pow(o.b2, t)) / (1 - math.Pow(o.b1, t)))
+	b1, b2 := float32(o.b1), float32(o.b2)
+	m, v := o.m[:len(g)], o.v[:len(g)]
+	p, acc = p[:len(g)], acc[:len(g)]
+	for i, x := range g {
+		x = (acc[i] + x) * scale
+		acc[i] = 0
 		mi := b1*m[i] + (1-b1)*x
 		vi := b2*v[i] + (1-b2)*x*x
 		m[i], v[i] = mi, vi

@@ -66,3 +66,42 @@ func TestStateRoundTrip(t *testing.T) {
 		t.Fatal("unknown optimizer accepted")
 	}
 }
+
+func TestApplySumIsAddThenApply(t *testing.T) {
+	for _, name := range []string{"sgd", "momentum", "adam"} {
+		c := Config{Name: name, LR: 0.05, Momentum: 0.9}
+		a, _ := New(c, 64)
+		b, _ := New(c, 64)
+		pa, pb := make([]float32, 64), make([]float32, 64)
+		for step := 0; step < 5; step++ {
+			acc, accB := make([]float32, 64), make([]float32, 64)
+			g := make([]float32, 64)
+			for i := range g {
+				acc[i] = float32(i%7)*0.013 - float32(step)*0.01
+				accB[i] = acc[i]
+				g[i] = float32(i%5)*-0.021 + 0.003
+			}
+			// The reference: add, apply, clear.
+			for i := range accB {
+				accB[i] += g[i]
+			}
+			a.Apply(pa, accB, 0.5)
+			b.ApplySum(pb, acc, g, 0.5)
+			for i := range pa {
+				if pa[i] != pb[i] {
+					t.Fatalf("%s step %d: param %d is %v via ApplySum, %v via add+Apply", name, step, i, pb[i], pa[i])
+				}
+				if acc[i] != 0 {
+					t.Fatalf("%s: ApplySum left acc[%d] = %v", name, i, acc[i])
+				}
+			}
+		}
+		sa, _ := a.State()
+		sb, _ := b.State()
+		for i := range sa {
+			if sa[i] != sb[i] {
+				t.Fatalf("%s: state %d differs", name, i)
+			}
+		}
+	}
+}

@@ -168,13 +168,26 @@ func (s *Shard) Push(worker int, version int64, grad []float32) (PushResult, err
 		res.Outcome = Duplicate
 		return res, nil
 	}
+	s.clock[worker]++
+	s.stats.Applied++
+	if n := len(s.contributors) + 1; n >= s.replicas() {
+		// This gradient completes the step: add, apply and clear in one
+		// pass (for a single gradient, apply it directly).
+		if n == 1 {
+			s.opt.Apply(s.params, grad, 1)
+		} else {
+			s.opt.ApplySum(s.params, s.accum, grad, float32(1/float64(n)))
+		}
+		s.contributors = s.contributors[:0]
+		s.version++
+		s.checkDone()
+		res.Advanced = true
+		return res, nil
+	}
 	for i, g := range grad {
 		s.accum[i] += g
 	}
 	s.contributors = append(s.contributors, worker)
-	s.clock[worker]++
-	s.stats.Applied++
-	res.Advanced = s.maybeAdvance()
 	return res, nil
 }
 
