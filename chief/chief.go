@@ -165,6 +165,7 @@ func (c *Chief) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Regi
 	problems = append(problems, c.cfg.Run.Diff(theirs)...)
 	task := fmt.Sprintf("%s/%d", req.Role, req.Index)
 	if len(problems) > 0 {
+		c.cfg.Metrics.RejectedRequests.WithLabelValues("config").Inc()
 		c.cfg.Log.Error("refused task with a different configuration", "task", task, "differences", strings.Join(problems, "; "))
 		return nil, status.Errorf(codes.FailedPrecondition, "%s does not match the chief's run: %s", task, strings.Join(problems, "; "))
 	}
@@ -173,11 +174,13 @@ func (c *Chief) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Regi
 	switch req.Role {
 	case "ps":
 		if req.Index < 0 || int(req.Index) >= c.cfg.Run.PS {
+			c.cfg.Metrics.RejectedRequests.WithLabelValues("task").Inc()
 			return nil, status.Errorf(codes.InvalidArgument, "ps index %d out of range (the run has %d)", req.Index, c.cfg.Run.PS)
 		}
 		c.psSeen[int(req.Index)] = true
 	case "worker":
 		if req.Index < 0 || int(req.Index) >= c.cfg.Run.Workers {
+			c.cfg.Metrics.RejectedRequests.WithLabelValues("task").Inc()
 			return nil, status.Errorf(codes.InvalidArgument, "worker index %d out of range (the run has %d)", req.Index, c.cfg.Run.Workers)
 		}
 		if c.workerSeen[int(req.Index)] && !c.started.IsZero() {
@@ -191,6 +194,7 @@ func (c *Chief) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Regi
 		c.workerSeen[int(req.Index)] = true
 		c.members.Beat(int(req.Index), c.cfg.Now())
 	default:
+		c.cfg.Metrics.RejectedRequests.WithLabelValues("task").Inc()
 		return nil, status.Errorf(codes.InvalidArgument, "unknown role %q", req.Role)
 	}
 	c.cfg.Log.Info("task registered", "task", task, "addr", req.Address, "pid", req.Pid)
@@ -204,11 +208,13 @@ func (c *Chief) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Regi
 // Heartbeat keeps a worker alive.
 func (c *Chief) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.HeartbeatResponse, error) {
 	if req.RunId != c.cfg.RunID {
+		c.cfg.Metrics.RejectedRequests.WithLabelValues("run_id").Inc()
 		return nil, status.Errorf(codes.FailedPrecondition, "heartbeat for run %q, chief runs %q", req.RunId, c.cfg.RunID)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if req.Worker < 0 || int(req.Worker) >= c.cfg.Run.Workers {
+		c.cfg.Metrics.RejectedRequests.WithLabelValues("task").Inc()
 		return nil, status.Errorf(codes.InvalidArgument, "worker index %d out of range (the run has %d)", req.Worker, c.cfg.Run.Workers)
 	}
 	c.members.Beat(int(req.Worker), c.cfg.Now())

@@ -50,6 +50,7 @@ const (
 	MetricRecoverySeconds       = "pstrain_recovery_seconds"
 	MetricStepsLost             = "pstrain_steps_lost_total"
 	MetricLiveWorkers           = "pstrain_live_workers"
+	MetricChiefRejectedRequests = "pstrain_chief_rejected_requests_total"
 )
 
 // Label names.

@@ -185,6 +185,11 @@ type Chief struct {
 	// LiveWorkers is the number of workers currently alive
 	// (pstrain_live_workers).
 	LiveWorkers prometheus.Gauge
+	// RejectedRequests counts registrations and heartbeats refused, by
+	// reason: config (a differing run configuration or model), task (an
+	// unknown role or index), run_id (a heartbeat of another run)
+	// (pstrain_chief_rejected_requests_total).
+	RejectedRequests *prometheus.CounterVec
 }
 
 // NewChief creates the chief metrics and registers them on reg (a nil reg
@@ -233,6 +238,10 @@ func NewChief(reg prometheus.Registerer) *Chief {
 			Name: MetricLiveWorkers,
 			Help: "Number of workers currently alive.",
 		}),
+		RejectedRequests: f.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricChiefRejectedRequests,
+			Help: "Registrations and heartbeats the chief refused, by reason.",
+		}, []string{LabelReason}),
 	}
 }
 
