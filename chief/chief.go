@@ -409,6 +409,7 @@ func (c *Chief) Run(ctx context.Context) (*report.Report, error) {
 		ckptDone     chan checkpointResult // non-nil while a checkpoint is being written
 		lastCkpt     = cfg.Now()
 		lastCkptStep = c.latestCkpt
+		doneAt       time.Time // when a shard first said training is done
 	)
 	if n := len(st.Evals); n > 0 {
 		lastAcc = st.Evals[n-1].TestAccuracy
@@ -532,8 +533,19 @@ func (c *Chief) Run(ctx context.Context) (*report.Report, error) {
 			c.progress(step, maxSteps, elapsed, loss, lastAcc, len(live), staleTotal)
 		}
 		if done {
-			reason = "epochs"
-			break
+			// The other shards are usually a push away from the last
+			// step (every worker pushes it to every shard): give them a
+			// moment, so the final model is one version. With backup
+			// workers a shard may never get there; the wait is bounded.
+			hi := slices.Max(versions)
+			if doneAt.IsZero() {
+				doneAt = cfg.Now()
+			}
+			if step == hi || cfg.Now().Sub(doneAt) >= time.Second {
+				reason = "epochs"
+				break
+			}
+			continue
 		}
 		if cfg.Evaluator != nil && r.EvalEvery > 0 && cfg.Now().Sub(lastEval) >= r.EvalEvery && step > 0 {
 			if err := evaluate(); err != nil {
