@@ -91,6 +91,7 @@ type Chief struct {
 	started    time.Time
 	restarts   []report.Restart
 	latestCkpt int64 // newest committed checkpoint step (-1: none)
+	maxSteps   int64 // the version at which training ends
 }
 
 // New checks the configuration and computes the partition plan.
@@ -263,20 +264,28 @@ func (c *Chief) pollShards(ctx context.Context) shardStatus {
 	return out
 }
 
-// adoptable reports whether every shard already serves this run (a
-// restarted chief finds the cluster training) and returns the newest
-// generation and the lowest version.
-func (c *Chief) adoptable(ctx context.Context) (gen, step int64, ok bool) {
+// adoptable reports whether this chief was restarted into a running
+// cluster: some shard serves this run and none serves another. Shards
+// that are down or came back empty are left to the poll loop, which
+// restores them. It returns the newest generation and the lowest version
+// among the serving shards, and whether their generations differ (the
+// previous chief died in the middle of a rollback).
+func (c *Chief) adoptable(ctx context.Context) (gen, step int64, split, ok bool) {
 	ss := c.pollShards(ctx)
 	step = math.MaxInt64
+	lo := int64(math.MaxInt64)
 	for s, st := range ss.st {
-		if ss.errs[s] != nil || !st.Initialized || st.RunId != c.cfg.RunID {
-			return 0, 0, false
+		if ss.errs[s] != nil || !st.Initialized {
+			continue
 		}
-		gen = max(gen, st.Generation)
+		if st.RunId != c.cfg.RunID {
+			return 0, 0, false, false
+		}
+		ok = true
+		gen, lo = max(gen, st.Generation), min(lo, st.Generation)
 		step = min(step, st.Version)
 	}
-	return gen, step, true
+	return gen, step, ok && lo != gen, ok
 }
 
 // Run waits for the cluster, trains and returns the report. The caller
@@ -296,10 +305,11 @@ func (c *Chief) Run(ctx context.Context) (*report.Report, error) {
 		LR: r.LR, Momentum: r.Momentum, Epochs: r.Epochs, DataFraction: r.DataFraction, Dataset: r.Dataset,
 		Seed: r.Seed, TargetAccuracy: r.TargetAccuracy}
 	maxSteps := MaxSteps(r, cfg.TrainN)
+	c.maxSteps = maxSteps
 	st := chiefState{RunID: cfg.RunID, Evals: []report.Eval{}, Restarts: []report.Restart{}, LatestCheckpoint: -1}
 	var start time.Time
 
-	if gen, step, ok := c.adoptable(ctx); ok {
+	if gen, step, split, ok := c.adoptable(ctx); ok {
 		// 0. A restarted chief: the cluster is training without it.
 		if saved, ok := c.loadState(); ok {
 			st = saved
@@ -325,6 +335,13 @@ func (c *Chief) Run(ctx context.Context) (*report.Report, error) {
 		c.mu.Unlock()
 		cfg.Metrics.TaskRestarts.WithLabelValues("chief").Inc()
 		cfg.Log.Warn("chief restarted: adopting the running cluster", "run", cfg.RunID, "step", step, "generation", st.Generation)
+		if split && r.Mode == config.Sync {
+			// The shards are in different generations: finish the rollback.
+			cfg.Log.Warn("the previous chief died during a rollback; restoring every shard")
+			if _, err := c.restore(ctx, &st, c.allShards(), maxSteps); err != nil {
+				return nil, err
+			}
+		}
 	} else {
 		// 1. Wait for every task.
 		cfg.Log.Info("waiting for tasks to register", "ps", r.PS, "workers", r.Workers)
@@ -426,10 +443,17 @@ func (c *Chief) Run(ctx context.Context) (*report.Report, error) {
 	}
 	poll := time.NewTicker(cfg.PollEvery)
 	defer poll.Stop()
+	// An evaluation that fails (a shard restarting) is skipped, not
+	// fatal: only this loop can bring that shard back.
 	evaluate := func() error {
 		ev, d, err := c.evaluate(ctx, start)
 		if err != nil {
-			return err
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			cfg.Log.Warn("evaluation skipped", "err", err)
+			lastEval = cfg.Now()
+			return nil
 		}
 		st.TestSeconds += d.Seconds()
 		st.Evals = append(st.Evals, ev)
@@ -480,6 +504,7 @@ func (c *Chief) Run(ctx context.Context) (*report.Report, error) {
 		// Status, and recovery of shards that came back empty.
 		ss := c.pollShards(ctx)
 		down := false
+	shards:
 		for s, x := range ss.st {
 			switch {
 			case ss.errs[s] != nil:
@@ -503,9 +528,13 @@ func (c *Chief) Run(ctx context.Context) (*report.Report, error) {
 				if err := c.recoverShard(ctx, s, &st, downSince[s], start, maxSteps, reached); err != nil {
 					return nil, err
 				}
-				clear(downSince) // in sync mode every shard was re-initialised
 				save()
 				down = true // poll again before going on
+				if r.Mode == config.Sync {
+					clear(downSince)
+					break shards // every shard was re-initialised
+				}
+				downSince[s] = time.Time{}
 			default:
 				downSince[s] = time.Time{}
 			}
@@ -640,30 +669,13 @@ func (c *Chief) checkpointDue(last time.Time, lastStep, step int64) bool {
 // is.
 func (c *Chief) recoverShard(ctx context.Context, s int, st *chiefState, detected, start time.Time, maxSteps, reached int64) error {
 	cfg := c.cfg
-	rs, err := c.loadLatest()
-	if err != nil {
-		cfg.Log.Error("cannot read the checkpoints; restoring the initial weights", "err", err)
-		rs = nil
-	}
-	inits := c.freshInit()
-	var restoredStep int64
-	if rs != nil {
-		inits, restoredStep = rs.shards, rs.step
-	} else {
-		cfg.Log.Error("no valid checkpoint: the shard restarts from the initial weights", "ps", s)
-	}
 	targets := []int{s}
 	if cfg.Run.Mode == config.Sync {
-		targets = nil
-		for t := range cfg.PS {
-			targets = append(targets, t)
-		}
+		targets = c.allShards()
 	}
-	st.Generation++
-	for _, t := range targets {
-		if err := c.initShard(ctx, t, inits[t], st.Generation, maxSteps); err != nil {
-			return err
-		}
+	restoredStep, err := c.restore(ctx, st, targets, maxSteps)
+	if err != nil {
+		return err
 	}
 	now := cfg.Now()
 	lost := max(0, reached-restoredStep)
@@ -679,6 +691,39 @@ func (c *Chief) recoverShard(ctx context.Context, s int, st *chiefState, detecte
 	cfg.Log.Warn("parameter server restored", "ps", s, "from_step", restoredStep, "steps_lost", lost,
 		"shards_rolled_back", len(targets), "generation", st.Generation, "recovery_seconds", fmt.Sprintf("%.2f", now.Sub(detected).Seconds()))
 	return nil
+}
+
+func (c *Chief) allShards() []int {
+	out := make([]int, len(c.cfg.PS))
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// restore re-initialises the target shards, in a new generation, from
+// the newest valid checkpoint (or the initial weights if there is none),
+// and returns the checkpoint's step.
+func (c *Chief) restore(ctx context.Context, st *chiefState, targets []int, maxSteps int64) (int64, error) {
+	rs, err := c.loadLatest()
+	if err != nil {
+		c.cfg.Log.Error("cannot read the checkpoints; restoring the initial weights", "err", err)
+		rs = nil
+	}
+	inits := c.freshInit()
+	var restoredStep int64
+	if rs != nil {
+		inits, restoredStep = rs.shards, rs.step
+	} else {
+		c.cfg.Log.Error("no valid checkpoint: restoring the initial weights", "shards", targets)
+	}
+	st.Generation++
+	for _, t := range targets {
+		if err := c.initShard(ctx, t, inits[t], st.Generation, maxSteps); err != nil {
+			return 0, err
+		}
+	}
+	return restoredStep, nil
 }
 
 // Shutdown tells every PS process to exit.
@@ -725,13 +770,11 @@ func (c *Chief) evaluate(ctx context.Context, start time.Time) (report.Eval, tim
 	params := c.cfg.Evaluator.Params()
 	var step int64 = math.MaxInt64
 	for s, p := range c.cfg.PS {
-		var resp *pb.PullResponse
-		if err := c.callPS(ctx, s, "pull", func(ctx context.Context) error {
-			var err error
-			resp, err = p.Client.Pull(ctx, &pb.PullRequest{Worker: -1, RunId: c.cfg.RunID})
-			return err
-		}); err != nil {
-			return report.Eval{}, 0, err
+		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		resp, err := p.Client.Pull(pctx, &pb.PullRequest{Worker: -1, RunId: c.cfg.RunID})
+		cancel()
+		if err != nil {
+			return report.Eval{}, 0, fmt.Errorf("chief: pull from ps/%d at %s: %w", s, c.cfg.PS[s].Addr, err)
 		}
 		flat, err := wire.Floats(resp.Params)
 		if err != nil {

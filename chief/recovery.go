@@ -144,7 +144,12 @@ func (c *Chief) writeCheckpoint(ctx context.Context, versions []int64, ahead int
 	}
 	step = hi
 	if r.Mode == config.Sync && !final {
-		at = hi + ahead
+		// Not past the last step: a shard that stops there would never
+		// reach the version (the final checkpoint covers the end).
+		if hi >= c.maxSteps {
+			return checkpointResult{step: hi, skipped: "training is at its last step"}
+		}
+		at = min(hi+ahead, c.maxSteps)
 		step = at
 	}
 	c.mu.Lock()

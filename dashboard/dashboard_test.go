@@ -329,6 +329,7 @@ var metricConstants = []string{
 	metrics.MetricRecoverySeconds,
 	metrics.MetricStepsLost,
 	metrics.MetricLiveWorkers,
+	metrics.MetricChiefRejectedRequests,
 }
 
 // scrapeSeries are the series Prometheus itself adds for every target.

@@ -97,7 +97,9 @@ func (c *Client) connect(ctx context.Context) error {
 		tc := tls.Client(conn, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			conn.Close()
-			return status.Errorf(codes.Unavailable, "data plane %s: TLS handshake: %v", c.addr, err)
+			addr := c.addr
+			c.addr = ""
+			return status.Errorf(codes.Unavailable, "data plane %s: TLS handshake: %v", addr, err)
 		}
 		conn = tc
 	}
@@ -123,9 +125,14 @@ func (c *Client) call(ctx context.Context, req request, payload net.Buffers, dst
 	} else {
 		conn.SetDeadline(time.Time{})
 	}
-	// Cancelling ctx wakes a blocked read or write.
+	// Cancelling ctx wakes a blocked read or write. If it fired after the
+	// call finished, the connection's deadline is in the past: drop it.
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
+	defer func() {
+		if !stop() && c.conn == conn {
+			c.drop()
+		}
+	}()
 	n := 0
 	for _, p := range payload {
 		n += len(p)
@@ -139,7 +146,7 @@ func (c *Client) call(ctx context.Context, req request, payload net.Buffers, dst
 		resp, err = readResponse(c.rd, c.scratch, c.maxPayload)
 	}
 	direct := false
-	if err == nil && resp.code == 0 && dst != nil {
+	if err == nil && resp.code == 0 && dst != nil && wire.SharesMemory() {
 		want := 0
 		for _, d := range dst {
 			want += 4 * len(d)
@@ -159,6 +166,7 @@ func (c *Client) call(ctx context.Context, req request, payload net.Buffers, dst
 	}
 	if err != nil {
 		c.drop()
+		c.addr = "" // the PS may have restarted elsewhere: ask it again
 		if ctx.Err() != nil {
 			return response{}, nil, status.FromContextError(ctx.Err()).Err()
 		}
@@ -193,9 +201,10 @@ func (c *Client) Pull(ctx context.Context, in *pb.PullRequest, _ ...grpc.CallOpt
 // PullInto is Pull that reads the parameters straight into dst, the
 // segments of the model that the shard's flat buffer maps to, in order
 // (partition.Plan.Segments): no intermediate copy. The response's Params
-// is nil then. If the shard sends another number of bytes than dst holds,
-// dst is untouched and Params holds what it sent, for the caller to
-// report.
+// is nil then. If the shard sends another number of bytes than dst holds
+// (or the host is big-endian), dst is untouched and Params holds what was
+// sent, for the caller to scatter or report. A read that fails midway
+// leaves dst partly overwritten: pull again.
 func (c *Client) PullInto(ctx context.Context, in *pb.PullRequest, dst [][]float32) (*pb.PullResponse, error) {
 	if len(in.RunId) > 255 {
 		return nil, status.Error(codes.InvalidArgument, "run id longer than 255 bytes")

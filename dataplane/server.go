@@ -3,6 +3,7 @@ package dataplane
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
@@ -46,8 +47,11 @@ func NewServer(b Backend, lis net.Listener, maxPayload int, log *slog.Logger) *S
 // Addr is the listening address.
 func (s *Server) Addr() net.Addr { return s.lis.Addr() }
 
-// Serve accepts connections until Close. It returns nil after Close.
+// Serve accepts connections until Close. It returns nil after Close. An
+// accept error (e.g. out of file descriptors) is logged and retried with
+// backoff, as net/http does, so the data plane never stops quietly.
 func (s *Server) Serve() error {
+	backoff := 5 * time.Millisecond
 	for {
 		c, err := s.lis.Accept()
 		if err != nil {
@@ -57,12 +61,12 @@ func (s *Server) Serve() error {
 			if closed {
 				return nil
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			return err
+			s.log.Warn("data plane: accept failed; retrying", "err", err, "in", backoff)
+			time.Sleep(backoff)
+			backoff = min(2*backoff, time.Second)
+			continue
 		}
+		backoff = 5 * time.Millisecond
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
@@ -101,6 +105,16 @@ func (s *Server) Close() error {
 // writes the shard's immutable parameter snapshot straight to the socket.
 func (s *Server) serveConn(c net.Conn) {
 	defer c.Close()
+	if tc, ok := c.(*tls.Conn); ok {
+		// Like gRPC's: a client that never finishes the handshake does not
+		// hold the connection forever.
+		tc.SetDeadline(time.Now().Add(5 * time.Second))
+		if err := tc.Handshake(); err != nil {
+			s.log.Warn("data plane: TLS handshake refused", "remote", c.RemoteAddr(), "err", err)
+			return
+		}
+		tc.SetDeadline(time.Time{})
+	}
 	rd := bufio.NewReaderSize(c, 64<<10)
 	scratch := make([]byte, 512)
 	hdr := make([]byte, 0, respLen)

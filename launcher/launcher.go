@@ -48,8 +48,8 @@ type Config struct {
 	Log       *slog.Logger
 	// Faults are SIGKILLs to inject (--fault).
 	Faults []Fault
-	// MaxRestarts bounds the restarts of each task (default 5); past it
-	// the run fails.
+	// MaxRestarts bounds the restarts of each task (`pstrain run`'s
+	// default is 5; 0 means none); past it the run fails.
 	MaxRestarts int
 	// RestartBackoff is the first restart delay (default 250ms), doubled
 	// for each further restart of the task up to 5s.
@@ -154,8 +154,10 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
-	if c.MaxRestarts == 0 {
-		c.MaxRestarts = 5
+	// The chief's progress (copied from its stdout) and the bottleneck
+	// lines share the writer.
+	if c.Progress != nil {
+		c.Progress = &lockedWriter{w: c.Progress}
 	}
 	if c.RestartBackoff <= 0 {
 		c.RestartBackoff = 250 * time.Millisecond
@@ -394,6 +396,12 @@ func (s *supervisor) supervise(ctx context.Context, i int, p *proc) error {
 			return nil
 		}
 		backoff = min(2*backoff, 5*time.Second)
+		s.mu.Lock()
+		finished = s.finished
+		s.mu.Unlock()
+		if finished || ctx.Err() != nil {
+			return nil // the run ended during the backoff
+		}
 		np, err := s.start(i, p.task)
 		if err != nil {
 			return err
@@ -474,6 +482,18 @@ func mergeRestarts(chief []report.Restart, seen []restart, trainStartUnix float6
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// lockedWriter serialises writes from several goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
 
 func usage(ps *os.ProcessState) report.Task {
 	t := report.Task{ExitCode: ps.ExitCode()}

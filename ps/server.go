@@ -58,13 +58,18 @@ type Server struct {
 	dataAddr string
 }
 
-// snapshot is an in-memory copy of the shard's state.
+// snapshot is an in-memory copy of the shard's state, with what names it.
 type snapshot struct {
-	version  int64
-	params   []float32
-	opt      []float32
-	optSteps int64
-	pause    time.Duration // how long the copy held the lock
+	version   int64
+	params    []float32
+	opt       []float32
+	optSteps  int64
+	pause     time.Duration // how long the copy held the lock
+	plan      partition.Plan
+	index     int
+	numShards int
+	optName   string
+	runID     string
 }
 
 // pendingSnap is a checkpoint request waiting for the shard to reach at.
@@ -250,7 +255,16 @@ func (s *Server) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushRespons
 	if err != nil {
 		s.m.RejectedRequests.WithLabelValues(rejectReason(err)).Inc()
 		if errors.Is(err, ErrNonFinite) && s.nanSkip {
-			// --nan-policy skip: counted, not applied, training goes on.
+			// --nan-policy skip: counted, never applied, training goes on.
+			// In sync mode the worker still counts for the step, with a
+			// zero gradient: otherwise the step would wait for it forever.
+			if s.shard.cfg.Mode == config.Sync {
+				if res, err := s.shard.Push(int(req.Worker), req.Version, make([]float32, len(g))); err == nil && res.Advanced {
+					s.m.GlobalStep.Set(float64(s.shard.Version()))
+					s.notify()
+					s.firePending()
+				}
+			}
 			return &pb.PushResponse{Outcome: pb.PushResponse_STALE, Version: s.shard.Version(), Done: s.shard.Done()}, nil
 		}
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -348,7 +362,8 @@ func (s *Server) Snapshot() (version int64, params, optState []float32, optSteps
 func (s *Server) takeSnapshot() snapshot {
 	t0 := time.Now()
 	st, steps := s.shard.Optimizer().State()
-	sn := snapshot{version: s.shard.Version(), params: slices.Clone(s.shard.Params()), opt: slices.Clone(st), optSteps: steps}
+	sn := snapshot{version: s.shard.Version(), params: slices.Clone(s.shard.Params()), opt: slices.Clone(st), optSteps: steps,
+		plan: s.plan, index: s.index, numShards: s.numShards, optName: s.optName, runID: s.runID}
 	sn.pause = time.Since(t0)
 	return sn
 }
@@ -443,9 +458,9 @@ func (s *Server) Checkpoint(ctx context.Context, req *pb.CheckpointRequest) (*pb
 			return nil, status.FromContextError(ctx.Err()).Err()
 		}
 	}
-	s.mu.Lock()
-	plan, index, numShards, optName, runID := s.plan, s.index, s.numShards, s.optName, s.runID
-	s.mu.Unlock()
+	// Name the snapshot with the state it was taken from (an Init since
+	// then does not relabel it).
+	plan, index, numShards, optName, runID := sn.plan, sn.index, sn.numShards, sn.optName, sn.runID
 	tensors, err := shardckpt.Tensors(plan, index, optName, sn.params, sn.opt)
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())

@@ -17,6 +17,10 @@ var littleEndian = func() bool {
 	return *(*byte)(unsafe.Pointer(&x)) == 1
 }()
 
+// SharesMemory reports whether Bytes and Floats return views of their
+// argument's memory (little-endian hosts) rather than copies.
+func SharesMemory() bool { return littleEndian }
+
 // Bytes returns x as little-endian bytes. On little-endian hosts it shares
 // x's memory: do not modify x while the bytes are in use.
 func Bytes(x []float32) []byte {
