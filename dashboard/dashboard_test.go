@@ -407,6 +407,7 @@ func populatedRegistries() []*prometheus.Registry {
 	chief := metrics.NewRegistry("test")
 	c := metrics.NewChief(chief)
 	c.TaskRestarts.WithLabelValues("worker/0")
+	c.RejectedRequests.WithLabelValues("config")
 
 	regs := []*prometheus.Registry{worker, ps, chief}
 	// NewRegistry leaves the host collector out where there is no /proc;
