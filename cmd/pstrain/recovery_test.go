@@ -182,3 +182,30 @@ func TestRunAgainStartsAfreshAfterAFinishedRun(t *testing.T) {
 		t.Error("the first run's checkpoints were not moved aside")
 	}
 }
+
+// TestPSAndChiefKilledTogether: the chief dies while a PS is restarting.
+// The new chief adopts the shards that still serve the run and restores
+// the other (every shard, in sync mode) when it comes back.
+func TestPSAndChiefKilledTogether(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test")
+	}
+	dataDir(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, out := faultRun(t, ctx, t.TempDir(), "--epochs", "4", "--fault", "ps/1@4s,chief@4.1s")
+	seen := map[string]bool{}
+	for _, r := range rep.Restarts {
+		seen[r.Task] = r.BackAtSeconds != nil
+	}
+	if !seen["ps/1"] || !seen["chief"] {
+		t.Fatalf("restarts %+v, want ps/1 and the chief back\n%s", rep.Restarts, out)
+	}
+	// 4 epochs of 60000 at 2 x 128 per step.
+	if rep.StopReason != "epochs" || rep.GlobalSteps != 938 {
+		t.Errorf("stopped by %s after %d steps, want all 938", rep.StopReason, rep.GlobalSteps)
+	}
+	if rep.TestAccuracy < 0.97 {
+		t.Errorf("test accuracy %.2f%% after 4 epochs, want >= 97%% (undisturbed runs reach ~98%%)", 100*rep.TestAccuracy)
+	}
+}
