@@ -34,6 +34,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pstrain/pstrain/internal/testbin"
 )
 
 // localAllowEmpty lists the queries that may return no series in the local
@@ -62,42 +64,22 @@ const (
 )
 
 // needOrSkip skips the test (or fails it under CI=true) with msg.
-func needOrSkip(t *testing.T, msg string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg + "; CI=true, so this is a failure rather than a skip")
-	}
-	t.Skip(msg)
-}
-
 func TestDashboardAgainstLocalRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a training run and Prometheus; skipped with -short")
 	}
 	promBin, err := exec.LookPath("prometheus")
 	if err != nil {
-		needOrSkip(t, "prometheus is not on PATH (apt-get install prometheus, or run scripts/setup.sh)")
+		testbin.NeedOrSkip(t, "prometheus is not on PATH (apt-get install prometheus, or run scripts/setup.sh)")
 	}
-	dataDir := os.Getenv("PSTRAIN_DATA_DIR")
-	if dataDir == "" {
-		dataDir = filepath.Join("..", "data")
-	}
-	if dataDir, err = filepath.Abs(dataDir); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(dataDir, "train-images-idx3-ubyte")); err != nil {
-		needOrSkip(t, "MNIST is not in "+dataDir+" (run `make data`)")
-	}
+	dataDir := testbin.MNIST(t)
 
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "pstrain")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/pstrain")
-	build.Dir = ".."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	var pstrain testbin.Binary
+	defer pstrain.Remove()
+	bin := pstrain.Path(t)
 
 	runDir := filepath.Join(dir, "run")
 	sdDir := filepath.Join(runDir, "targets")

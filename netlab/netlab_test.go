@@ -37,15 +37,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pstrain/pstrain/internal/testbin"
 	"github.com/pstrain/pstrain/report"
 )
 
-var (
-	binDir   string
-	buildMu  sync.Mutex
-	binPath  string
-	buildErr error
-)
+// bin is the pstrain binary the lab's hosts run.
+var bin testbin.Binary
 
 func TestMain(m *testing.M) {
 	// Helper process: an echo server inside a namespace (TestLab).
@@ -54,9 +51,7 @@ func TestMain(m *testing.M) {
 		return
 	}
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
+	bin.Remove()
 	os.Exit(code)
 }
 
@@ -225,46 +220,6 @@ func minRTT(t *testing.T, addr string, n int) time.Duration {
 
 // --- the pstrain cluster in namespaces ------------------------------------
 
-func pstrainBin(t *testing.T) string {
-	t.Helper()
-	buildMu.Lock()
-	defer buildMu.Unlock()
-	if binPath == "" && buildErr == nil {
-		dir, err := os.MkdirTemp("", "pstrain-netlab")
-		if err != nil {
-			t.Fatal(err)
-		}
-		binDir = dir
-		p := filepath.Join(dir, "pstrain")
-		cmd := exec.Command("go", "build", "-o", p, "./cmd/pstrain")
-		cmd.Dir = ".."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		} else {
-			binPath = p
-		}
-	}
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
-
-func dataDir(t *testing.T) string {
-	t.Helper()
-	dir := os.Getenv("PSTRAIN_DATA_DIR")
-	if dir == "" {
-		dir, _ = filepath.Abs("../data")
-	}
-	if _, err := os.Stat(filepath.Join(dir, "train-images-idx3-ubyte")); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("MNIST not found in %s (run `make data`)", dir)
-		}
-		t.Skipf("MNIST not found in %s; run `make data`", dir)
-	}
-	return dir
-}
-
 // cluster is a pstrain cluster laid out on a lab: host 0 runs the chief,
 // hosts 1..P the PS, then the workers.
 type cluster struct {
@@ -307,7 +262,7 @@ func newCluster(t *testing.T, l *Lab, ps, workers int, flags ...string) *cluster
 		t.Fatal(err)
 	}
 	c.flags = append([]string{"--cluster", c.file, "--insecure", "--ps", strconv.Itoa(ps), "--workers", strconv.Itoa(workers),
-		"--data-dir", dataDir(t), "--data-fraction", "0.2", "--target-accuracy", "0", "--eval-every", "1s",
+		"--data-dir", testbin.MNIST(t), "--data-fraction", "0.2", "--target-accuracy", "0", "--eval-every", "1s",
 		"--heartbeat-timeout", "2s", "--connect-timeout", "45s",
 		"--checkpoint-dir", filepath.Join(c.dir, "ckpt"), "--checkpoint-every", "1s"}, flags...)
 	// Runs before the lab's cleanup (LIFO): no process is left in a
@@ -342,7 +297,7 @@ func (c *cluster) start(ctx context.Context, task string, extra ...string) *proc
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	p.cmd = c.host(task).Command(ctx, pstrainBin(c.t), args...)
+	p.cmd = c.host(task).Command(ctx, bin.Path(c.t), args...)
 	p.cmd.Stdout, p.cmd.Stderr = f, f
 	p.cmd.WaitDelay = 5 * time.Second
 	if err := p.cmd.Start(); err != nil {
@@ -482,8 +437,8 @@ func long(t *testing.T) {
 // it converges each time, and the report shows what the latency costs.
 func TestLatencyAndLoss(t *testing.T) {
 	long(t)
-	dataDir(t)
-	pstrainBin(t)
+	testbin.MNIST(t)
+	bin.Path(t)
 	conds := []struct {
 		name string
 		im   Impairment
@@ -557,8 +512,8 @@ func TestLatencyAndLoss(t *testing.T) {
 // worker/1 rejoins after the heal.
 func TestPartitionWorker(t *testing.T) {
 	long(t)
-	dataDir(t)
-	pstrainBin(t)
+	testbin.MNIST(t)
+	bin.Path(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	l := lab(t, Config{Hosts: 4, Link: LinkVeth})
@@ -609,8 +564,8 @@ func TestPartitionWorker(t *testing.T) {
 // its namespace, the chief restores it from the checkpoint.
 func TestPartitionPS(t *testing.T) {
 	long(t)
-	dataDir(t)
-	pstrainBin(t)
+	testbin.MNIST(t)
+	bin.Path(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
 	defer cancel()
 	l := lab(t, Config{Hosts: 5, Link: LinkVeth})

@@ -20,53 +20,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pstrain/pstrain/internal/testbin"
 	"github.com/pstrain/pstrain/report"
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-func binary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "pstrain-e2e")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "pstrain")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
-
-func dataDir(t *testing.T) string {
-	t.Helper()
-	dir := os.Getenv("PSTRAIN_DATA_DIR")
-	if dir == "" {
-		dir, _ = filepath.Abs("../../data")
-	}
-	if _, err := os.Stat(filepath.Join(dir, "train-images-idx3-ubyte")); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("MNIST not found in %s (run `make data`)", dir)
-		}
-		t.Skipf("MNIST not found in %s; run `make data`", dir)
-	}
-	return dir
-}
+// bin is the pstrain binary the multi-process tests of this package run.
+var bin testbin.Binary
 
 func pstrain(t *testing.T, ctx context.Context, args ...string) (string, error) {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, binary(t), args...)
+	cmd := exec.CommandContext(ctx, bin.Path(t), args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
@@ -74,7 +37,7 @@ func pstrain(t *testing.T, ctx context.Context, args ...string) (string, error) 
 }
 
 func TestRunSyncTrainsToAccuracy(t *testing.T) {
-	d, tmp := dataDir(t), t.TempDir()
+	d, tmp := testbin.MNIST(t), t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	rp := filepath.Join(tmp, "report.json")
@@ -120,7 +83,7 @@ func TestRunSyncTrainsToAccuracy(t *testing.T) {
 }
 
 func TestRunAsyncAndSSP(t *testing.T) {
-	d := dataDir(t)
+	d := testbin.MNIST(t)
 	// Plain SGD: stale gradients with momentum 0.9 on the PS act like much
 	// larger momentum and need a lower learning rate (docs/semantics.md).
 	for _, mode := range [][]string{{"--mode", "async"}, {"--mode", "ssp", "--staleness", "2", "--workers", "3", "--ps", "1", "--hidden", "128,64", "--data-plane", "grpc"}} {
@@ -218,7 +181,7 @@ func (l *lockedBuf) String() string {
 
 func startTask(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(binary(t), args...)
+	cmd := exec.Command(bin.Path(t), args...)
 	cmd.Env = append(os.Environ(), env...)
 	buf := &lockedBuf{seen: make(chan struct{}, 1)}
 	cmd.Stdout, cmd.Stderr = buf, buf
@@ -259,7 +222,7 @@ func (p *proc) wait(t *testing.T, within time.Duration) error {
 // (it must wait for the chief, not crash), the PS last, one of them from
 // TF_CONFIG instead of a cluster file.
 func TestByHandClusterAnyStartOrder(t *testing.T) {
-	d, tmp := dataDir(t), t.TempDir()
+	d, tmp := testbin.MNIST(t), t.TempDir()
 	a := freeAddrs(t, 3)
 	cf := filepath.Join(tmp, "cluster.json")
 	spec := fmt.Sprintf(`{"chief":["%s"],"ps":["%s"],"worker":["%s"]}`, a[0], a[1], a[2])
@@ -289,7 +252,7 @@ func TestByHandClusterAnyStartOrder(t *testing.T) {
 // TestMismatchedTaskIsRefused: a worker started with another --lr and
 // --hidden is refused with a message naming both differences.
 func TestMismatchedTaskIsRefused(t *testing.T) {
-	d, tmp := dataDir(t), t.TempDir()
+	d, tmp := testbin.MNIST(t), t.TempDir()
 	a := freeAddrs(t, 3)
 	cf := filepath.Join(tmp, "cluster.json")
 	os.WriteFile(cf, []byte(fmt.Sprintf(`{"chief":["%s"],"ps":["%s"],"worker":["%s"]}`, a[0], a[1], a[2])), 0o644)
@@ -307,7 +270,7 @@ func TestMismatchedTaskIsRefused(t *testing.T) {
 // TestPSNeverUp: the chief gives up after --connect-timeout, naming the
 // missing PS and its address.
 func TestPSNeverUp(t *testing.T) {
-	d, tmp := dataDir(t), t.TempDir()
+	d, tmp := testbin.MNIST(t), t.TempDir()
 	a := freeAddrs(t, 3)
 	cf := filepath.Join(tmp, "cluster.json")
 	os.WriteFile(cf, []byte(fmt.Sprintf(`{"chief":["%s"],"ps":["%s"],"worker":["%s"]}`, a[0], a[1], a[2])), 0o644)

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pstrain/pstrain/internal/testbin"
 	"github.com/pstrain/pstrain/report"
 )
 
@@ -24,7 +25,7 @@ import (
 func faultRun(t *testing.T, ctx context.Context, dir string, args ...string) (*report.Report, string) {
 	t.Helper()
 	rp := filepath.Join(dir, "report.json")
-	base := []string{"run", "--data-dir", dataDir(t), "--target-accuracy", "0", "--eval-every", "0",
+	base := []string{"run", "--data-dir", testbin.MNIST(t), "--target-accuracy", "0", "--eval-every", "0",
 		"--run-dir", filepath.Join(dir, "run"), "--sd-dir", filepath.Join(dir, "targets"), "--report", rp,
 		"--checkpoint-every", "1s", "--heartbeat-timeout", "2s"}
 	out, err := pstrain(t, ctx, append(base, args...)...)
@@ -49,7 +50,7 @@ func TestKillAnyProcessTheRunGoesOn(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process fault tests are slow")
 	}
-	dataDir(t)
+	testbin.MNIST(t)
 	modes := []struct {
 		name string
 		args []string
@@ -115,7 +116,7 @@ func TestCorruptCheckpointIsSkipped(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test")
 	}
-	dataDir(t)
+	testbin.MNIST(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
@@ -143,7 +144,7 @@ func TestCorruptCheckpointIsSkipped(t *testing.T) {
 		t.Fatalf("verify of a corrupted checkpoint: err %v\n%s", err, out)
 	}
 	previous := filepath.Base(infos[len(infos)-2])
-	out, err = pstrain(t, ctx, "eval", "--checkpoint", ck, "--data-dir", dataDir(t))
+	out, err = pstrain(t, ctx, "eval", "--checkpoint", ck, "--data-dir", testbin.MNIST(t))
 	if err != nil || !strings.Contains(out, "skipping damaged checkpoint") || !strings.Contains(out, previous) {
 		t.Fatalf("eval should skip the damaged checkpoint and use %s: %v\n%s", previous, err, out)
 	}
@@ -163,7 +164,7 @@ func TestRunAgainStartsAfreshAfterAFinishedRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test")
 	}
-	dataDir(t)
+	testbin.MNIST(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
@@ -190,7 +191,7 @@ func TestPSAndChiefKilledTogether(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test")
 	}
-	dataDir(t)
+	testbin.MNIST(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	rep, out := faultRun(t, ctx, t.TempDir(), "--epochs", "4", "--fault", "ps/1@4s,chief@4.1s")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pstrain/pstrain/figures"
+	"github.com/pstrain/pstrain/internal/testbin"
 	"github.com/pstrain/pstrain/sweep"
 )
 
@@ -64,8 +65,8 @@ func TestSweepBadGrid(t *testing.T) {
 // A tiny real sweep: two configurations (sync and async) of a small
 // cluster on 5% of MNIST, end to end through the real binary.
 func TestSweepEndToEnd(t *testing.T) {
-	d := dataDir(t)
-	exe := binary(t)
+	d := testbin.MNIST(t)
+	exe := bin.Path(t)
 	out := filepath.Join(t.TempDir(), "tiny")
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

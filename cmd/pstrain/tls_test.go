@@ -15,11 +15,12 @@ import (
 
 	"github.com/pstrain/pstrain/certs"
 	"github.com/pstrain/pstrain/cluster"
+	"github.com/pstrain/pstrain/internal/testbin"
 	"github.com/pstrain/pstrain/report"
 )
 
 func TestRunOverMutualTLS(t *testing.T) {
-	d, tmp := dataDir(t), t.TempDir()
+	d, tmp := testbin.MNIST(t), t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	tlsDir, rp := filepath.Join(tmp, "tls"), filepath.Join(tmp, "r.json")
@@ -50,7 +51,7 @@ func TestRunOverMutualTLS(t *testing.T) {
 }
 
 func TestWrongCAGivesUpWithinConnectTimeout(t *testing.T) {
-	d, tmp := dataDir(t), t.TempDir()
+	d, tmp := testbin.MNIST(t), t.TempDir()
 	addrs := freeAddrs(t, 3)
 	spec := cluster.Spec{Chief: addrs[:1], PS: addrs[1:2], Worker: addrs[2:]}
 	cf := filepath.Join(tmp, "cluster.json")

@@ -15,7 +15,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -26,6 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/pstrain/pstrain/cluster"
+	"github.com/pstrain/pstrain/internal/testbin"
 )
 
 // tfJob mirrors the fields of Kubeflow's kubeflow.org/v1 TFJob that the
@@ -245,11 +245,8 @@ func podSpecs(t *testing.T, objs []object) map[string]corev1.PodTemplateSpec {
 	return out
 }
 
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-)
+// bin is pstrain, built to read its flags.
+var bin testbin.Binary
 
 // taskFlags builds pstrain and lists the flags `pstrain ROLE -h` knows.
 func taskFlags(t *testing.T, role string) map[string]bool {
@@ -257,22 +254,7 @@ func taskFlags(t *testing.T, role string) map[string]bool {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("go not on PATH: cannot build pstrain to check the flags")
 	}
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "pstrain-k8s")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "pstrain")
-		out, err := exec.Command("go", "build", "-o", binPath, "../../cmd/pstrain").CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	out, _ := exec.Command(binPath, role, "-h").CombinedOutput()
+	out, _ := exec.Command(bin.Path(t), role, "-h").CombinedOutput()
 	flags := map[string]bool{}
 	for _, m := range regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`).FindAllStringSubmatch(string(out), -1) {
 		flags[m[1]] = true
