@@ -111,6 +111,9 @@ func (c *Client) connect(ctx context.Context) error {
 // from its slices as they are (writev). The response's payload goes into
 // dst if it is given and the sizes agree, else into the client's buffer.
 func (c *Client) call(ctx context.Context, req request, payload net.Buffers, dst [][]float32) (response, []byte, error) {
+	if len(req.runID) > 255 { // the frame has one byte for its length
+		return response{}, nil, status.Error(codes.InvalidArgument, "run id longer than 255 bytes")
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := ctx.Err(); err != nil {
@@ -192,9 +195,6 @@ func (c *Client) call(ctx context.Context, req request, payload net.Buffers, dst
 
 // Pull is ParameterServerClient.Pull over the data plane.
 func (c *Client) Pull(ctx context.Context, in *pb.PullRequest, _ ...grpc.CallOption) (*pb.PullResponse, error) {
-	if len(in.RunId) > 255 {
-		return nil, status.Error(codes.InvalidArgument, "run id longer than 255 bytes")
-	}
 	return c.pull(ctx, in, nil)
 }
 
@@ -206,9 +206,6 @@ func (c *Client) Pull(ctx context.Context, in *pb.PullRequest, _ ...grpc.CallOpt
 // sent, for the caller to scatter or report. A read that fails midway
 // leaves dst partly overwritten: pull again.
 func (c *Client) PullInto(ctx context.Context, in *pb.PullRequest, dst [][]float32) (*pb.PullResponse, error) {
-	if len(in.RunId) > 255 {
-		return nil, status.Error(codes.InvalidArgument, "run id longer than 255 bytes")
-	}
 	return c.pull(ctx, in, dst)
 }
 
@@ -222,9 +219,6 @@ func (c *Client) pull(ctx context.Context, in *pb.PullRequest, dst [][]float32) 
 
 // Push is ParameterServerClient.Push over the data plane.
 func (c *Client) Push(ctx context.Context, in *pb.PushRequest, _ ...grpc.CallOption) (*pb.PushResponse, error) {
-	if len(in.RunId) > 255 {
-		return nil, status.Error(codes.InvalidArgument, "run id longer than 255 bytes")
-	}
 	return c.push(ctx, in, net.Buffers{in.Grad})
 }
 
@@ -232,9 +226,6 @@ func (c *Client) Push(ctx context.Context, in *pb.PushRequest, _ ...grpc.CallOpt
 // model's gradients that make up the shard's flat buffer, in order; they
 // are written as they are, not copied. in.Grad is ignored.
 func (c *Client) PushSegments(ctx context.Context, in *pb.PushRequest, segs [][]float32) (*pb.PushResponse, error) {
-	if len(in.RunId) > 255 {
-		return nil, status.Error(codes.InvalidArgument, "run id longer than 255 bytes")
-	}
 	bufs := make(net.Buffers, len(segs))
 	for i, s := range segs {
 		bufs[i] = wire.Bytes(s)

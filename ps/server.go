@@ -260,9 +260,7 @@ func (s *Server) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushRespons
 			// zero gradient: otherwise the step would wait for it forever.
 			if s.shard.cfg.Mode == config.Sync {
 				if res, err := s.shard.Push(int(req.Worker), req.Version, make([]float32, len(g))); err == nil && res.Advanced {
-					s.m.GlobalStep.Set(float64(s.shard.Version()))
-					s.notify()
-					s.firePending()
+					s.advanced()
 				}
 			}
 			return &pb.PushResponse{Outcome: pb.PushResponse_STALE, Version: s.shard.Version(), Done: s.shard.Done()}, nil
@@ -274,12 +272,11 @@ func (s *Server) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushRespons
 		s.m.StaleGradientsDropped.Inc()
 	}
 	s.lastLoss = req.Loss
-	if res.Advanced || s.shard.cfg.Mode == config.SSP {
-		s.m.GlobalStep.Set(float64(s.shard.Version()))
-		s.notify()
-	}
-	if res.Advanced {
-		s.firePending()
+	switch {
+	case res.Advanced:
+		s.advanced()
+	case s.shard.cfg.Mode == config.SSP:
+		s.notify() // the slowest worker's clock may have moved
 	}
 	return &pb.PushResponse{Outcome: pb.PushResponse_Outcome(res.Outcome), Version: s.shard.Version(), Done: s.shard.Done()}, nil
 }
@@ -307,10 +304,10 @@ func (s *Server) SetMembership(ctx context.Context, req *pb.MembershipRequest) (
 		return nil, status.Error(codes.Unavailable, "shard not initialised yet")
 	}
 	if s.shard.SetLive(toInts(req.LiveWorkers)) {
-		s.m.GlobalStep.Set(float64(s.shard.Version()))
-		s.firePending()
+		s.advanced() // a step waiting for a dead worker completed
+	} else {
+		s.notify() // SSP bounds follow the live set
 	}
-	s.notify()
 	return &pb.MembershipResponse{}, nil
 }
 
@@ -366,6 +363,14 @@ func (s *Server) takeSnapshot() snapshot {
 		plan: s.plan, index: s.index, numShards: s.numShards, optName: s.optName, runID: s.runID}
 	sn.pause = time.Since(t0)
 	return sn
+}
+
+// advanced publishes a new version: the gauge, blocked pulls, and the
+// checkpoints waiting for it. Call with mu held.
+func (s *Server) advanced() {
+	s.m.GlobalStep.Set(float64(s.shard.Version()))
+	s.notify()
+	s.firePending()
 }
 
 // firePending hands a snapshot to the checkpoint requests waiting for the
