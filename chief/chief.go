@@ -607,6 +607,14 @@ func (c *Chief) Run(ctx context.Context) (*report.Report, error) {
 			return nil, err
 		}
 	}
+	// The steps trained are those at the stop: with a target, training
+	// went on while the evaluation that reached it ran.
+	if ss := c.pollShards(ctx); !slices.ContainsFunc(ss.errs, func(e error) bool { return e != nil }) {
+		step = math.MaxInt64
+		for _, x := range ss.st {
+			step = min(step, x.Version)
+		}
+	}
 	if ckptDone != nil {
 		c.recordCheckpoint(<-ckptDone)
 	}
