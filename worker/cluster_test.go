@@ -2,11 +2,13 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -195,10 +197,15 @@ func runAll(t *testing.T, ws ...*worker.Worker) {
 		go func() { defer wg.Done(); errs[i] = w.Run(ctx) }()
 	}
 	wg.Wait()
+	// Every worker's error: when one hangs, the others' tell why.
+	var failed []string
 	for i, err := range errs {
 		if err != nil {
-			t.Fatalf("worker %d: %v", i, err)
+			failed = append(failed, fmt.Sprintf("worker %d: %v", i, err))
 		}
+	}
+	if len(failed) > 0 {
+		t.Fatal(strings.Join(failed, "\n"))
 	}
 }
 
