@@ -20,8 +20,8 @@ import (
 )
 
 // Resolve returns the data-plane address of a parameter server (the
-// worker asks the PS over gRPC: the PS listens on a port of its own
-// choosing, which changes when it restarts).
+// worker asks the PS over gRPC, so the address is the PS's own
+// --data-addr, whatever it is configured to).
 type Resolve func(ctx context.Context) (string, error)
 
 // Client is one worker's connection to one parameter server's data plane.

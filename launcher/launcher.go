@@ -138,6 +138,7 @@ type supervisor struct {
 	statePath   string
 	runID       string
 	metricsAddr func(int) string
+	dataPorts   []int // the PS data planes', by PS index
 	t0          time.Time
 
 	mu       sync.Mutex
@@ -165,8 +166,10 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 	if err := os.MkdirAll(filepath.Join(c.Dir, "logs"), 0o755); err != nil {
 		return nil, err
 	}
+	// Every port a task binds is reserved here: gRPC, metrics, and each
+	// PS's data plane.
 	n := 1 + r.PS + r.Workers
-	ports, err := freePorts(2 * n)
+	ports, err := freePorts(2*n + r.PS)
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +184,8 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 	}
 	s := &supervisor{c: c, t0: t0, procs: map[string]*proc{}, usage: map[string]report.Task{},
 		clusterFile: filepath.Join(c.Dir, "cluster.json"), chiefReport: filepath.Join(c.Dir, "chief-report.json"),
-		statePath: filepath.Join(c.Dir, "chief-state.json"), runID: fmt.Sprintf("run-%d", t0.UnixNano())}
+		statePath: filepath.Join(c.Dir, "chief-state.json"), runID: fmt.Sprintf("run-%d", t0.UnixNano()),
+		dataPorts: ports[2*n:]}
 	s.metricsAddr = func(i int) string {
 		if c.MetricsPortBase > 0 {
 			return "127.0.0.1:" + strconv.Itoa(c.MetricsPortBase+i)
@@ -312,6 +316,9 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 func (s *supervisor) start(i int, t cluster.Task) (*proc, error) {
 	c := s.c
 	args := []string{t.Type, "--cluster=" + s.clusterFile, "--metrics-addr=" + s.metricsAddr(i)}
+	if t.Type == cluster.PS {
+		args = append(args, "--data-addr=127.0.0.1:"+strconv.Itoa(s.dataPorts[t.Index]))
+	}
 	if t.Type != cluster.Chief {
 		args = append(args, fmt.Sprintf("--index=%d", t.Index))
 	} else {

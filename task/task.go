@@ -38,6 +38,9 @@ type Options struct {
 	Run     config.Run
 	// MetricsAddr is where /metrics and /healthz are served ("" = off).
 	MetricsAddr string
+	// DataAddr is where a PS's TCP data plane listens ("" =
+	// DefaultDataAddr of the task's address).
+	DataAddr string
 	// ConnectTimeout bounds waiting for the chief or a PS.
 	ConnectTimeout time.Duration
 	// MaxMessageBytes bounds a gRPC message (both directions).
@@ -49,8 +52,16 @@ type Options struct {
 
 // DefaultMetricsAddr derives a task's metrics address from its gRPC
 // address: same host, port + 1000.
-func DefaultMetricsAddr(grpcAddr string) (string, error) {
-	host, port, err := net.SplitHostPort(grpcAddr)
+func DefaultMetricsAddr(grpcAddr string) (string, error) { return offsetPort(grpcAddr, 1000) }
+
+// DefaultDataAddr derives a PS's TCP data-plane address from its gRPC
+// address: same host, port + 2000. A fixed port, not a free one picked at
+// start: a port picked by the kernel can be one another task of the
+// cluster is about to bind.
+func DefaultDataAddr(grpcAddr string) (string, error) { return offsetPort(grpcAddr, 2000) }
+
+func offsetPort(addr string, off int) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return "", err
 	}
@@ -58,7 +69,10 @@ func DefaultMetricsAddr(grpcAddr string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("port %q: %w", port, err)
 	}
-	return net.JoinHostPort(host, strconv.Itoa(p+1000)), nil
+	if p+off > 65535 {
+		return "", fmt.Errorf("%s: port %d + %d is past 65535; give the address explicitly", addr, p, off)
+	}
+	return net.JoinHostPort(host, strconv.Itoa(p+off)), nil
 }
 
 func (o Options) grpcServer() *grpc.Server {
@@ -95,23 +109,29 @@ func (o Options) listen() (net.Listener, string, error) {
 	return lis, addr, nil
 }
 
-// listenData binds the TCP data plane on the host of the task's address
-// (grpcAddr) and a free port, and returns the address workers dial.
+// listenData binds the TCP data plane (DataAddr, or the task's address
+// with port + 2000) and returns the address workers dial.
 func (o Options) listenData(grpcAddr string) (net.Listener, string, error) {
-	host, _, err := net.SplitHostPort(grpcAddr)
+	addr := o.DataAddr
+	if addr == "" {
+		var err error
+		if addr, err = DefaultDataAddr(grpcAddr); err != nil {
+			return nil, "", err
+		}
+	}
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return nil, "", err
+		return nil, "", fmt.Errorf("--data-addr %q: %w", addr, err)
 	}
 	bind := host
 	if !tlsconf.IsLoopbackHost(host) {
 		bind = ""
 	}
-	lis, err := net.Listen("tcp", net.JoinHostPort(bind, "0"))
+	lis, err := net.Listen("tcp", net.JoinHostPort(bind, port))
 	if err != nil {
-		return nil, "", fmt.Errorf("%s: data plane listener: %w", o.Task, err)
+		return nil, "", fmt.Errorf("%s cannot listen for its data plane on %s (port in use? see --data-addr): %w", o.Task, addr, err)
 	}
-	port := strconv.Itoa(lis.Addr().(*net.TCPAddr).Port)
-	return lis, net.JoinHostPort(host, port), nil
+	return lis, addr, nil
 }
 
 // serveMetrics starts the metrics server; the returned func stops it.

@@ -82,8 +82,8 @@ func RunWorker(ctx context.Context, o Options, blasThreads int) error {
 			if o.TLS != nil {
 				tc = o.TLS.ClientTLS()
 			}
-			// The PS tells where its data plane listens (it changes when
-			// the PS restarts).
+			// The PS tells where its data plane listens (its
+			// --data-addr).
 			dc := dataplane.NewClient(func(ctx context.Context) (string, error) {
 				st, err := gc.Status(ctx, &pb.StatusRequest{})
 				if err != nil {

@@ -123,6 +123,7 @@ func cmdTask(ctx context.Context, role string, args []string, stdout, stderr io.
 	clusterFile := fs.String("cluster", "", "cluster file (JSON: {\"chief\":[..],\"ps\":[..],\"worker\":[..]}); default: the TF_CONFIG environment variable")
 	index := fs.Int("index", -1, "this task's index (default: from TF_CONFIG)")
 	metricsAddr := fs.String("metrics-addr", "", "serve /metrics and /healthz here (default: the task's port + 1000; \"off\" disables)")
+	dataAddr := fs.String("data-addr", "", "ps: where the TCP data plane listens (default: the task's port + 2000)")
 	connectTimeout := fs.Duration("connect-timeout", time.Minute, "how long to wait for the chief or a PS before giving up")
 	maxMsgMB := fs.Int("max-message-mb", 256, "largest gRPC message accepted, in MiB")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
@@ -171,7 +172,7 @@ func cmdTask(ctx context.Context, role string, args []string, stdout, stderr io.
 			return err
 		}
 	}
-	o := task.Options{Cluster: spec, Task: tk, Run: r, MetricsAddr: ma, ConnectTimeout: *connectTimeout,
+	o := task.Options{Cluster: spec, Task: tk, Run: r, MetricsAddr: ma, DataAddr: *dataAddr, ConnectTimeout: *connectTimeout,
 		MaxMessageBytes: *maxMsgMB << 20, Log: log}
 	if o.TLS, err = tlsF.load(spec, tk, log); err != nil {
 		return err
