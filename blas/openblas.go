@@ -3,13 +3,53 @@
 package blas
 
 /*
-#cgo LDFLAGS: -lopenblas
-#include <cblas.h>
-void openblas_set_num_threads(int);
+#cgo LDFLAGS: -ldl
+#include <dlfcn.h>
+#include <stdlib.h>
+
+// The two OpenBLAS entry points pstrain calls, resolved by Setup. The
+// library is opened at run time, not linked, so that processes which never
+// multiply matrices (parameter servers, the launcher, `pstrain top`) do
+// not load it: its start-up costs every process about 10 MiB of resident
+// memory and a thread pool.
+enum { rowMajor = 101, noTrans = 111, trans = 112 }; // cblas.h's values
+typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int,
+                         const float *, int, float, float *, int);
+typedef void (*threads_fn)(int);
+static sgemm_fn pstrain_sgemm_ptr;
+static threads_fn pstrain_threads_ptr;
+
+// pstrain_blas_open loads OpenBLAS from name; NULL on success, else why not.
+static const char *pstrain_blas_open(const char *name) {
+	void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+	if (h == NULL) {
+		return dlerror();
+	}
+	sgemm_fn s = (sgemm_fn)dlsym(h, "cblas_sgemm");
+	threads_fn t = (threads_fn)dlsym(h, "openblas_set_num_threads");
+	if (s == NULL || t == NULL) {
+		dlclose(h);
+		return "the library has no cblas_sgemm or openblas_set_num_threads";
+	}
+	pstrain_sgemm_ptr = s;
+	pstrain_threads_ptr = t;
+	return NULL;
+}
+
+static void pstrain_set_threads(int n) { pstrain_threads_ptr(n); }
+
+static void pstrain_sgemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
+                          const float *b, int ldb, float beta, float *c, int ldc) {
+	pstrain_sgemm_ptr(rowMajor, ta ? trans : noTrans, tb ? trans : noTrans, m, n, k,
+	                  alpha, a, lda, b, ldb, beta, c, ldc);
+}
 */
 import "C"
 
 import (
+	"fmt"
+	"strings"
+	"sync"
 	"unsafe"
 
 	gblas "gonum.org/v1/gonum/blas"
@@ -20,14 +60,41 @@ import (
 // Name says which BLAS this binary uses.
 const Name = "openblas"
 
-// Impl is gonum's implementation with Sgemm replaced by OpenBLAS.
+// loader opens OpenBLAS once: a loaded library, like gorgonia's choice of
+// BLAS, belongs to the whole process.
+var loader struct {
+	once sync.Once
+	err  error
+}
+
+func open() error {
+	loader.once.Do(func() {
+		var why []string
+		// Debian's runtime package (libopenblas0) provides the first name,
+		// the -dev package the second.
+		for _, name := range []string{"libopenblas.so.0", "libopenblas.so"} {
+			cname := C.CString(name)
+			msg := C.pstrain_blas_open(cname)
+			C.free(unsafe.Pointer(cname))
+			if msg == nil {
+				return
+			}
+			why = append(why, C.GoString(msg))
+		}
+		loader.err = fmt.Errorf("blas: cannot load OpenBLAS (%s); install it (Debian: apt-get install libopenblas0) or build with -tags purego", strings.Join(why, "; "))
+	})
+	return loader.err
+}
+
+// Impl is gonum's implementation with Sgemm replaced by OpenBLAS. Use it
+// only after Setup succeeded.
 type Impl struct{ gonum.Implementation }
 
-func trans(t gblas.Transpose) C.enum_CBLAS_TRANSPOSE {
-	if t == gblas.NoTrans {
-		return C.CblasNoTrans
+func cbool(b bool) C.int {
+	if b {
+		return 1
 	}
-	return C.CblasTrans
+	return 0
 }
 
 // Sgemm computes C = alpha*op(A)*op(B) + beta*C in row-major order.
@@ -42,17 +109,21 @@ func (Impl) Sgemm(tA, tB gblas.Transpose, m, n, k int, alpha float32, a []float3
 	if len(b) > 0 {
 		pb = (*C.float)(unsafe.Pointer(&b[0]))
 	}
-	C.cblas_sgemm(C.CblasRowMajor, trans(tA), trans(tB), C.blasint(m), C.blasint(n), C.blasint(k),
-		C.float(alpha), pa, C.blasint(lda), pb, C.blasint(ldb), C.float(beta),
-		(*C.float)(unsafe.Pointer(&c[0])), C.blasint(ldc))
+	C.pstrain_sgemm(cbool(tA != gblas.NoTrans), cbool(tB != gblas.NoTrans), C.int(m), C.int(n), C.int(k),
+		C.float(alpha), pa, C.int(lda), pb, C.int(ldb), C.float(beta),
+		(*C.float)(unsafe.Pointer(&c[0])), C.int(ldc))
 }
 
-// Setup makes gorgonia use OpenBLAS with the given number of threads
-// (<= 0 means 1).
-func Setup(threads int) {
+// Setup loads OpenBLAS and makes gorgonia use it with the given number of
+// threads (<= 0 means 1).
+func Setup(threads int) error {
+	if err := open(); err != nil {
+		return err
+	}
 	if threads <= 0 {
 		threads = 1
 	}
-	C.openblas_set_num_threads(C.int(threads))
+	C.pstrain_set_threads(C.int(threads))
 	gorgonia.Use(Impl{})
+	return nil
 }

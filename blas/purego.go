@@ -10,5 +10,9 @@ import (
 // Name says which BLAS this binary uses.
 const Name = "gonum"
 
-// Setup makes gorgonia use gonum's pure-Go BLAS; threads is ignored.
-func Setup(threads int) { gorgonia.Use(gonum.Implementation{}) }
+// Setup makes gorgonia use gonum's pure-Go BLAS; threads is ignored and
+// it never fails.
+func Setup(threads int) error {
+	gorgonia.Use(gonum.Implementation{})
+	return nil
+}

@@ -24,23 +24,34 @@ type fakeBackend struct {
 	mu       sync.Mutex
 	pushes   int
 	lastGrad []byte
+	held     int // pulls answered and not yet released
+	released int
 	release  chan struct{}
 	pullCtx  chan context.Context
 }
 
-func (f *fakeBackend) Pull(ctx context.Context, r *pb.PullRequest) (*pb.PullResponse, error) {
+func (f *fakeBackend) PullShared(ctx context.Context, r *pb.PullRequest) (*pb.PullResponse, func(), error) {
 	if r.RunId == "bad" {
-		return nil, status.Error(codes.FailedPrecondition, "request for run \"bad\"")
+		return nil, nil, status.Error(codes.FailedPrecondition, "request for run \"bad\"")
 	}
 	if r.MinVersion > 0 {
 		f.pullCtx <- ctx
 		select {
 		case <-f.release:
 		case <-ctx.Done():
-			return nil, status.FromContextError(ctx.Err()).Err()
+			return nil, nil, status.FromContextError(ctx.Err()).Err()
 		}
 	}
-	return &pb.PullResponse{Version: r.MinVersion, Params: []byte("params-" + r.RunId), Done: r.Worker == 7, Generation: r.Generation + 1}, nil
+	f.mu.Lock()
+	f.held++
+	f.mu.Unlock()
+	done := func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.held--
+		f.released++
+	}
+	return &pb.PullResponse{Version: r.MinVersion, Params: []byte("params-" + r.RunId), Done: r.Worker == 7, Generation: r.Generation + 1}, done, nil
 }
 
 func (f *fakeBackend) Push(_ context.Context, r *pb.PushRequest) (*pb.PushResponse, error) {
@@ -112,6 +123,18 @@ func TestPushAndPullRoundTrip(t *testing.T) {
 	}
 	if _, err := c.Pull(ctx, &pb.PullRequest{RunId: "r1"}); err != nil {
 		t.Fatalf("after errors: %v", err)
+	}
+	// The server handles a connection's requests in order and releases a
+	// pull's parameters once written, so after one more request both
+	// successful pulls have released theirs, and the refused one none.
+	if _, err := c.Push(ctx, &pb.PushRequest{Grad: grad, RunId: "r1"}); err != nil {
+		t.Fatal(err)
+	}
+	b.mu.Lock()
+	held, released := b.held, b.released
+	b.mu.Unlock()
+	if held != 0 || released != 2 {
+		t.Fatalf("pulls holding parameters %d, released %d; want 0 and 2", held, released)
 	}
 }
 

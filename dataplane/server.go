@@ -20,7 +20,9 @@ import (
 // Backend is what a parameter server answers on the data plane;
 // *ps.Server implements it (the same handlers serve gRPC).
 type Backend interface {
-	Pull(context.Context, *pb.PullRequest) (*pb.PullResponse, error)
+	// PullShared answers a pull whose parameters the server may read
+	// until it calls release, exactly once, after writing them.
+	PullShared(context.Context, *pb.PullRequest) (resp *pb.PullResponse, release func(), err error)
 	Push(context.Context, *pb.PushRequest) (*pb.PushResponse, error)
 }
 
@@ -134,9 +136,10 @@ func (s *Server) serveConn(c net.Conn) {
 		}
 		var resp response
 		var body []byte
+		release := func() {}
 		switch req.op {
 		case opPull:
-			pr, err := s.pull(c, rd, req)
+			pr, done, err := s.pull(c, rd, req)
 			if err != nil {
 				if errors.Is(err, errGone) {
 					return
@@ -146,6 +149,7 @@ func (s *Server) serveConn(c net.Conn) {
 				break
 			}
 			resp.version, resp.generation, resp.done, body = pr.Version, pr.Generation, pr.Done, pr.Params
+			release = done
 		case opPush:
 			pr, err := s.b.Push(context.Background(), &pb.PushRequest{Worker: req.worker, Version: req.version,
 				Grad: payload, RunId: req.runID, Loss: req.loss, Generation: req.generation})
@@ -158,7 +162,9 @@ func (s *Server) serveConn(c net.Conn) {
 		}
 		resp.payloadLen = uint32(len(body))
 		bufs := net.Buffers{appendResponse(hdr[:0], resp), body}
-		if _, err := bufs.WriteTo(c); err != nil {
+		_, err = bufs.WriteTo(c)
+		release()
+		if err != nil {
 			return
 		}
 	}
@@ -170,8 +176,9 @@ var errGone = errors.New("dataplane: client gone")
 // pull runs a (possibly long-blocking) pull, cancelling it if the client
 // closes the connection meanwhile. Clients never send while a request is
 // outstanding, so any read that returns during the pull means the client
-// is gone (or broke the protocol).
-func (s *Server) pull(c net.Conn, rd *bufio.Reader, req request) (*pb.PullResponse, error) {
+// is gone (or broke the protocol). On success the caller calls release
+// once the parameters are written.
+func (s *Server) pull(c net.Conn, rd *bufio.Reader, req request) (resp *pb.PullResponse, release func(), err error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	watched := make(chan bool, 1) // true: the client is gone
@@ -184,15 +191,18 @@ func (s *Server) pull(c net.Conn, rd *bufio.Reader, req request) (*pb.PullRespon
 		}
 		watched <- gone
 	}()
-	resp, err := s.b.Pull(ctx, &pb.PullRequest{Worker: req.worker, MinVersion: req.version, RunId: req.runID, Generation: req.generation})
+	resp, release, err = s.b.PullShared(ctx, &pb.PullRequest{Worker: req.worker, MinVersion: req.version, RunId: req.runID, Generation: req.generation})
 	// Stop the watcher: a read deadline in the past wakes it.
 	c.SetReadDeadline(time.Unix(1, 0))
 	gone := <-watched
 	c.SetReadDeadline(time.Time{})
 	if gone {
-		return nil, errGone
+		if err == nil {
+			release()
+		}
+		return nil, nil, errGone
 	}
-	return resp, err
+	return resp, release, err
 }
 
 func (s *Server) writeError(c net.Conn, hdr []byte, code codes.Code, msg string) {

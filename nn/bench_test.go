@@ -8,7 +8,9 @@ import (
 )
 
 func benchStep(b *testing.B, batch int) {
-	blas.Setup(1)
+	if err := blas.Setup(1); err != nil {
+		b.Fatal(err)
+	}
 	spec := model.Spec{Input: 784, Hidden: []int{800}, Classes: 10}
 	n, err := New(spec, batch, true)
 	if err != nil {

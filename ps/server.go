@@ -38,11 +38,11 @@ type Server struct {
 	runID   string
 	index   int
 	changed chan struct{} // closed and replaced whenever a pull may become ready
-	// snap is the byte encoding of the parameters at snapVersion, shared
-	// read-only by every pull of that version.
-	snap        []byte
-	snapVersion int64
-	lastLoss    float32
+	// snap is the current version's pull snapshot (nil until a pull asks
+	// for it); spare is a retired one kept for reuse.
+	snap     *pullSnap
+	spare    *pullSnap
+	lastLoss float32
 
 	// gen is the chief's generation of the shard's state (see Init).
 	gen       int64
@@ -56,6 +56,20 @@ type Server struct {
 	pending []*pendingSnap
 	// dataAddr is the TCP data plane's address ("" = none).
 	dataAddr string
+}
+
+// pullSnap is the byte encoding of the parameters at one version, shared
+// read-only by every pull of that version, so a pull never copies under
+// the lock. The data plane holds a reference while it writes a snapshot
+// to a socket; one that nobody reads any more is reused for a later
+// version rather than left to the garbage collector. The PS then
+// allocates nothing per step and its heap stays near its live size
+// (docs/scaling.md, "PS memory").
+type pullSnap struct {
+	b       []byte
+	version int64
+	readers int  // data plane pulls still writing it
+	escaped bool // handed to gRPC, which never says when it is done: not reused
 }
 
 // snapshot is an in-memory copy of the shard's state, with what names it.
@@ -163,6 +177,7 @@ func (s *Server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitRespons
 	s.shard, s.runID, s.index = sh, req.RunId, int(req.Shard)
 	s.gen, s.numShards, s.plan, s.optName = req.Generation, int(req.NumShards), plan, cfg.Optimizer
 	s.nanSkip = cfg.NaNPolicy == "skip"
+	s.retire(s.snap)
 	s.snap = nil
 	s.abortPending(func(*pendingSnap) bool { return true })
 	s.m.GlobalStep.Set(float64(sh.Version()))
@@ -196,13 +211,32 @@ func (s *Server) checkRun(runID string) error {
 
 // Pull answers once the shard is ready for this worker.
 func (s *Server) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullResponse, error) {
+	resp, _, err := s.pull(ctx, req, false)
+	return resp, err
+}
+
+// PullShared is Pull for the data plane: the response's parameters stay
+// valid until release is called (exactly once, when they are written),
+// after which the PS may reuse their buffer.
+func (s *Server) PullShared(ctx context.Context, req *pb.PullRequest) (resp *pb.PullResponse, release func(), err error) {
+	resp, p, err := s.pull(ctx, req, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	return resp, func() { s.release(p) }, nil
+}
+
+// pull waits until the shard is ready for req's worker and answers with
+// the current version's snapshot. With shared, the caller holds a
+// reference to it (see pullSnap); otherwise the snapshot is never reused.
+func (s *Server) pull(ctx context.Context, req *pb.PullRequest, shared bool) (*pb.PullResponse, *pullSnap, error) {
 	start := time.Now()
 	defer s.observe("pull", start)
 	s.mu.Lock()
 	for {
 		if err := s.checkRun(req.RunId); err != nil {
 			s.mu.Unlock()
-			return nil, err
+			return nil, nil, err
 		}
 		// A reader from another generation has parameters of a timeline
 		// the chief rolled back: it gets the current state at once.
@@ -214,22 +248,60 @@ func (s *Server) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullRespons
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return nil, status.FromContextError(ctx.Err()).Err()
+			return nil, nil, status.FromContextError(ctx.Err()).Err()
 		}
 		s.mu.Lock()
 	}
 	sh := s.shard
-	if s.snap == nil || s.snapVersion != sh.Version() {
-		s.snap = append([]byte(nil), wire.Bytes(sh.Params())...)
-		s.snapVersion = sh.Version()
+	if s.snap == nil || s.snap.version != sh.Version() {
+		s.retire(s.snap)
+		s.snap = s.newSnap(sh)
 	}
-	resp := &pb.PullResponse{Version: sh.Version(), Params: s.snap, Done: sh.Done(), Generation: s.gen}
+	p := s.snap
+	if shared {
+		p.readers++
+	} else {
+		p.escaped = true
+	}
+	resp := &pb.PullResponse{Version: sh.Version(), Params: p.b, Done: sh.Done(), Generation: s.gen}
 	s.mu.Unlock()
 	if req.Worker >= 0 {
 		s.m.BarrierWait.Observe(time.Since(start).Seconds())
 	}
 	s.m.RPCSentBytes.WithLabelValues("pull").Add(float64(len(resp.Params)))
-	return resp, nil
+	return resp, p, nil
+}
+
+// newSnap encodes the shard's parameters into the spare snapshot, or a
+// new one if there is none of the right size. Call with mu held.
+func (s *Server) newSnap(sh *Shard) *pullSnap {
+	src := wire.Bytes(sh.Params())
+	p := s.spare
+	s.spare = nil
+	if p == nil || len(p.b) != len(src) {
+		p = &pullSnap{b: make([]byte, len(src))}
+	}
+	copy(p.b, src)
+	p.version, p.readers, p.escaped = sh.Version(), 0, false
+	return p
+}
+
+// retire marks p as no longer the current snapshot; it becomes the spare
+// once no pull is writing it. Call with mu held.
+func (s *Server) retire(p *pullSnap) {
+	if p != nil && p.readers == 0 && !p.escaped {
+		s.spare = p
+	}
+}
+
+// release ends a data plane pull's hold on p.
+func (s *Server) release(p *pullSnap) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p.readers--
+	if p != s.snap {
+		s.retire(p)
+	}
 }
 
 // Push applies or aggregates one gradient.

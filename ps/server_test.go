@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 	"time"
+	"unsafe"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -280,5 +281,74 @@ func TestNaNPolicy(t *testing.T) {
 				t.Fatalf("version %d after the NaN push, want %d", v, want)
 			}
 		})
+	}
+}
+
+// Pull snapshots are shared by the pulls of a version, reused for a later
+// version once no data plane pull is writing them, and never reused once
+// handed to gRPC (whose encoder may still be reading them).
+func TestPullSnapshotsAreReusedOnlyWhenUnread(t *testing.T) {
+	srv, _, n := newSyncServer(t, 1)
+	ctx := context.Background()
+	pull := func(worker int32, v int64) (*pb.PullResponse, func()) {
+		t.Helper()
+		resp, release, err := srv.PullShared(ctx, &pb.PullRequest{Worker: worker, MinVersion: v, RunId: "r", Generation: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Version != v {
+			t.Fatalf("pulled version %d, want %d", resp.Version, v)
+		}
+		return resp, release
+	}
+	step := func(v int64) {
+		t.Helper()
+		push(t, srv, 0, v, 1, n)
+		if got := push(t, srv, 1, v, 1, n).Version; got != v+1 {
+			t.Fatalf("version %d after a step from %d", got, v)
+		}
+	}
+	same := func(a, b []byte) bool { return unsafe.SliceData(a) == unsafe.SliceData(b) }
+
+	a0, relA0 := pull(0, 0)
+	b0, relB0 := pull(1, 0)
+	if !same(a0.Params, b0.Params) {
+		t.Fatal("two pulls of one version got different snapshots")
+	}
+	v0 := slices.Clone(a0.Params)
+	relB0()
+	step(0)
+	a1, relA1 := pull(0, 1)
+	if same(a1.Params, a0.Params) {
+		t.Fatal("a snapshot still being written was reused")
+	}
+	if !slices.Equal(a0.Params, v0) {
+		t.Fatal("a snapshot changed while a pull held it")
+	}
+	relA0()
+	relA1()
+	step(1)
+	a2, relA2 := pull(0, 2)
+	if !same(a2.Params, a1.Params) {
+		t.Fatal("a released snapshot was not reused")
+	}
+	_, params, _, _, err := srv.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(a2.Params, wire.Bytes(params)) {
+		t.Fatal("a reused snapshot does not hold the current parameters")
+	}
+	g2, err := srv.Pull(ctx, &pb.PullRequest{Worker: 1, MinVersion: 2, RunId: "r", Generation: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := slices.Clone(g2.Params)
+	relA2()
+	step(2)
+	a3, relA3 := pull(0, 3)
+	defer relA3()
+	if same(a3.Params, g2.Params) || !slices.Equal(g2.Params, kept) {
+		t.Fatal("a snapshot handed to gRPC was reused")
 	}
 }

@@ -27,7 +27,9 @@ type ChiefOptions struct {
 
 // RunChief coordinates the run and returns its report.
 func RunChief(ctx context.Context, o Options, co ChiefOptions) (*report.Report, error) {
-	blas.Setup(1)
+	if err := blas.Setup(1); err != nil {
+		return nil, err
+	}
 	train, test, err := loadData(o.Run)
 	if err != nil {
 		return nil, err
@@ -51,7 +53,16 @@ func RunChief(ctx context.Context, o Options, co ChiefOptions) (*report.Report, 
 			return nil, err
 		}
 		defer c.Close()
-		pss = append(pss, chief.PS{Addr: a, Client: pb.NewParameterServerClient(c)})
+		var client pb.ParameterServerClient = pb.NewParameterServerClient(c)
+		if o.Run.DataPlane == "tcp" {
+			// The evaluation's pulls too: on gRPC each costs the PS a
+			// copy of its parameters that cannot be reused, and a
+			// marshalling buffer.
+			dc := o.dataPlaneClient(client)
+			defer dc.Close()
+			client = pullsViaDataPlane{client, dc}
+		}
+		pss = append(pss, chief.PS{Addr: a, Client: client})
 	}
 	if co.EvalBatch <= 0 {
 		co.EvalBatch = 1000

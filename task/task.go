@@ -6,6 +6,7 @@ package task
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/dataplane"
 	"github.com/pstrain/pstrain/dataset"
 	"github.com/pstrain/pstrain/metrics"
 	"github.com/pstrain/pstrain/model"
@@ -93,6 +95,34 @@ func (o Options) dial(addr string) (*grpc.ClientConn, error) {
 }
 
 // listen binds the task's own address. A port in use is a clear error.
+// dataPlaneClient returns a client of the TCP data plane of the PS that
+// gc reaches: the PS reports where that listens (its --data-addr) in
+// Status, asked again after every broken connection.
+func (o Options) dataPlaneClient(gc pb.ParameterServerClient) *dataplane.Client {
+	var tc *tls.Config
+	if o.TLS != nil {
+		tc = o.TLS.ClientTLS()
+	}
+	return dataplane.NewClient(func(ctx context.Context) (string, error) {
+		st, err := gc.Status(ctx, &pb.StatusRequest{})
+		if err != nil {
+			return "", err
+		}
+		return st.DataAddr, nil
+	}, tc, o.MaxMessageBytes)
+}
+
+// pullsViaDataPlane is a PS client whose pulls go over the TCP data plane
+// and everything else over gRPC.
+type pullsViaDataPlane struct {
+	pb.ParameterServerClient
+	dp *dataplane.Client
+}
+
+func (p pullsViaDataPlane) Pull(ctx context.Context, in *pb.PullRequest, _ ...grpc.CallOption) (*pb.PullResponse, error) {
+	return p.dp.Pull(ctx, in)
+}
+
 func (o Options) listen() (net.Listener, string, error) {
 	addr, err := o.Cluster.Addr(o.Task)
 	if err != nil {

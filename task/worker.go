@@ -2,11 +2,9 @@ package task
 
 import (
 	"context"
-	"crypto/tls"
 	"time"
 
 	"github.com/pstrain/pstrain/blas"
-	"github.com/pstrain/pstrain/dataplane"
 	"github.com/pstrain/pstrain/dataset"
 	"github.com/pstrain/pstrain/metrics"
 	"github.com/pstrain/pstrain/nn"
@@ -33,7 +31,9 @@ func (f *fullBatches) Next(x []float32, y []uint8) {
 
 // RunWorker trains on the worker's data shard until training is done.
 func RunWorker(ctx context.Context, o Options, blasThreads int) error {
-	blas.Setup(blasThreads)
+	if err := blas.Setup(blasThreads); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	train, test, err := loadData(o.Run)
@@ -78,19 +78,7 @@ func RunWorker(ctx context.Context, o Options, blasThreads int) error {
 		gc := pb.NewParameterServerClient(c)
 		var dp worker.DataPlane = gc
 		if o.Run.DataPlane == "tcp" {
-			var tc *tls.Config
-			if o.TLS != nil {
-				tc = o.TLS.ClientTLS()
-			}
-			// The PS tells where its data plane listens (its
-			// --data-addr).
-			dc := dataplane.NewClient(func(ctx context.Context) (string, error) {
-				st, err := gc.Status(ctx, &pb.StatusRequest{})
-				if err != nil {
-					return "", err
-				}
-				return st.DataAddr, nil
-			}, tc, o.MaxMessageBytes)
+			dc := o.dataPlaneClient(gc)
 			defer dc.Close()
 			dp = dc
 		}

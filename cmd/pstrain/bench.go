@@ -67,7 +67,9 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			*rounds = 2
 		}
 	}
-	blas.Setup(*blasThreads)
+	if err := blas.Setup(*blasThreads); err != nil {
+		return err
+	}
 	cfg := bench.Config{Sections: secs, Quick: *quick, Spec: model.Spec{Input: 784, Hidden: []int{800}, Classes: 10},
 		Batches: bs, BLAS: gorgonia.WhichBLAS(), BLASName: blas.Name, Budget: *budget, Rounds: *rounds, Seed: *seed,
 		Progress: stderr}

@@ -188,7 +188,9 @@ func cmdEval(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	blas.Setup(1)
+	if err := blas.Setup(1); err != nil {
+		return err
+	}
 	ev, err := chief.NewEvaluator(spec, test, 1000)
 	if err != nil {
 		return err
