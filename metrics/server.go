@@ -35,9 +35,11 @@ const (
 // paths:
 //
 //   - GET /metrics: the Prometheus exposition of the gatherer, with
-//     content negotiation and compression by promhttp. A failing collector
-//     does not fail the scrape: the remaining metrics are served and the error
-//     is logged.
+//     content negotiation by promhttp but never compressed: a scrape is
+//     ~20 KB, and gzip would cost the process a ~1 MB compressor per
+//     scrape (its pool is emptied by every GC), which a parameter server
+//     on a memory budget notices. A failing collector does not fail the
+//     scrape: the remaining metrics are served and the error is logged.
 //   - GET /healthz: 200 with body "ok", or 503 with the text of the error
 //     returned by the health function.
 //
@@ -70,9 +72,10 @@ func NewServer(g prometheus.Gatherer, health func() error, logger *slog.Logger) 
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET "+MetricsPath, promhttp.HandlerFor(g, promhttp.HandlerOpts{
-		ErrorLog:      slogPrintln{logger},
-		ErrorHandling: promhttp.ContinueOnError,
-		Timeout:       scrapeTimeout,
+		ErrorLog:           slogPrintln{logger},
+		ErrorHandling:      promhttp.ContinueOnError,
+		Timeout:            scrapeTimeout,
+		DisableCompression: true,
 	}))
 	mux.HandleFunc("GET "+HealthPath, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -298,3 +298,26 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// A scraper offering gzip still gets plain text: compression would cost the
+// process a ~1 MB compressor per scrape (see Server).
+func TestScrapesAreNotCompressed(t *testing.T) {
+	s := startServer(t, NewRegistry("v0.0.1-test"), nil)
+	req, err := http.NewRequest("GET", s.URL()+MetricsPath, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept-Encoding", "gzip")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if enc := resp.Header.Get("Content-Encoding"); enc != "" || !strings.Contains(string(body), MetricBuildInfo) {
+		t.Fatalf("Content-Encoding %q, body starts %q; want plain text with %s", enc, body[:min(len(body), 40)], MetricBuildInfo)
+	}
+}

@@ -73,9 +73,11 @@ type pullSnap struct {
 }
 
 // snapshot is an in-memory copy of the shard's state, with what names it.
+// Its parameters are the version's pull snapshot (held: release it).
 type snapshot struct {
 	version   int64
 	params    []float32
+	held      *pullSnap
 	opt       []float32
 	optSteps  int64
 	pause     time.Duration // how long the copy held the lock
@@ -253,11 +255,7 @@ func (s *Server) pull(ctx context.Context, req *pb.PullRequest, shared bool) (*p
 		s.mu.Lock()
 	}
 	sh := s.shard
-	if s.snap == nil || s.snap.version != sh.Version() {
-		s.retire(s.snap)
-		s.snap = s.newSnap(sh)
-	}
-	p := s.snap
+	p := s.current()
 	if shared {
 		p.readers++
 	} else {
@@ -270,6 +268,16 @@ func (s *Server) pull(ctx context.Context, req *pb.PullRequest, shared bool) (*p
 	}
 	s.m.RPCSentBytes.WithLabelValues("pull").Add(float64(len(resp.Params)))
 	return resp, p, nil
+}
+
+// current returns the current version's pull snapshot, encoding it if no
+// pull or checkpoint has yet. Call with mu held.
+func (s *Server) current() *pullSnap {
+	if s.snap == nil || s.snap.version != s.shard.Version() {
+		s.retire(s.snap)
+		s.snap = s.newSnap(s.shard)
+	}
+	return s.snap
 }
 
 // newSnap encodes the shard's parameters into the spare snapshot, or a
@@ -298,10 +306,7 @@ func (s *Server) retire(p *pullSnap) {
 func (s *Server) release(p *pullSnap) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	p.readers--
-	if p != s.snap {
-		s.retire(p)
-	}
+	s.unhold(p)
 }
 
 // Push applies or aggregates one gradient.
@@ -424,17 +429,35 @@ func (s *Server) Snapshot() (version int64, params, optState []float32, optSteps
 		return 0, nil, nil, 0, fmt.Errorf("ps: shard not initialised")
 	}
 	sn := s.takeSnapshot()
-	return sn.version, sn.params, sn.opt, sn.optSteps, nil
+	s.unhold(sn.held)
+	return sn.version, slices.Clone(sn.params), sn.opt, sn.optSteps, nil
 }
 
-// takeSnapshot copies the shard's state. Call with mu held.
+// takeSnapshot copies the shard's state: the parameters are the current
+// pull snapshot, held until unhold, so a checkpoint copies them at
+// most once per version and no more than a pull would. Call with mu held.
 func (s *Server) takeSnapshot() snapshot {
 	t0 := time.Now()
+	p := s.current()
+	p.readers++
+	params, err := wire.Floats(p.b)
+	if err != nil {
+		panic(err) // p.b was encoded from whole float32s
+	}
 	st, steps := s.shard.Optimizer().State()
-	sn := snapshot{version: s.shard.Version(), params: slices.Clone(s.shard.Params()), opt: slices.Clone(st), optSteps: steps,
+	sn := snapshot{version: s.shard.Version(), params: params, held: p, opt: slices.Clone(st), optSteps: steps,
 		plan: s.plan, index: s.index, numShards: s.numShards, optName: s.optName, runID: s.runID}
 	sn.pause = time.Since(t0)
 	return sn
+}
+
+// unhold ends one hold on p; once nobody holds it and it is no longer
+// current, it becomes the spare. Call with mu held.
+func (s *Server) unhold(p *pullSnap) {
+	p.readers--
+	if p != s.snap {
+		s.retire(p)
+	}
 }
 
 // advanced publishes a new version: the gauge, blocked pulls, and the
@@ -532,9 +555,16 @@ func (s *Server) Checkpoint(ctx context.Context, req *pb.CheckpointRequest) (*pb
 			s.mu.Lock()
 			s.abortPending(func(q *pendingSnap) bool { return q == p })
 			s.mu.Unlock()
+			// The snapshot may have been taken meanwhile. (This never
+			// blocks: a request leaves pending only by being sent its
+			// snapshot or having its channel closed.)
+			if sn, ok := <-p.ch; ok {
+				s.release(sn.held)
+			}
 			return nil, status.FromContextError(ctx.Err()).Err()
 		}
 	}
+	defer s.release(sn.held)
 	// Name the snapshot with the state it was taken from (an Init since
 	// then does not relabel it).
 	plan, index, numShards, optName, runID := sn.plan, sn.index, sn.numShards, sn.optName, sn.runID

@@ -20,11 +20,17 @@ func RunPS(ctx context.Context, o Options) error {
 	defer cancel()
 	// A shard's live heap is a few copies of its slice (parameters,
 	// optimizer state, the sync accumulator, the pull snapshot, a push
-	// buffer per worker), and on the TCP data plane it allocates little
-	// else per step (pull snapshots are reused). Collecting at 25% growth
-	// instead of 100% then keeps the heap near that live size at no
-	// measurable CPU cost (docs/scaling.md, "PS memory").
-	debug.SetGCPercent(25)
+	// buffer per worker). On the TCP data plane it allocates almost
+	// nothing else per step (pull snapshots are reused, scrapes are not
+	// compressed), so collecting at 10% growth keeps the heap at that
+	// live size for free. On gRPC every pulled version costs a new copy
+	// and its encoding, and 10% would collect several times a step (PS
+	// CPU doubled, measured): 50% there. docs/scaling.md, "PS memory".
+	gcPercent := 10
+	if o.Run.DataPlane == "grpc" {
+		gcPercent = 50
+	}
+	debug.SetGCPercent(gcPercent)
 	reg := metrics.NewRegistry(Version)
 	m := metrics.NewPS(reg)
 	stopMetrics, err := o.serveMetrics(ctx, reg)
