@@ -455,6 +455,11 @@ func (s *Server) takeSnapshot() snapshot {
 // current, it becomes the spare. Call with mu held.
 func (s *Server) unhold(p *pullSnap) {
 	p.readers--
+	if p.readers < 0 {
+		// Reusing a snapshot someone still writes would send or save
+		// another version's parameters: stop rather than do that.
+		panic("ps: a pull snapshot was released more often than it was held")
+	}
 	if p != s.snap {
 		s.retire(p)
 	}
@@ -485,6 +490,8 @@ func (s *Server) firePending() {
 			if sn == nil {
 				x := s.takeSnapshot()
 				sn = &x
+			} else {
+				sn.held.readers++ // every receiver releases its own hold
 			}
 			p.ch <- *sn
 		case p.at < v:

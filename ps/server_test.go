@@ -356,3 +356,42 @@ func TestPullSnapshotsAreReusedOnlyWhenUnread(t *testing.T) {
 		t.Fatal("a snapshot handed to gRPC was reused")
 	}
 }
+
+// Two checkpoints waiting for the same version share one snapshot, and
+// each releases its own hold on the pull snapshot: none is left held (it
+// could never be reused) and none is released twice (it could be reused
+// while the other is still writing it).
+func TestCheckpointsOfOneVersionHoldTheSnapshotOnceEach(t *testing.T) {
+	srv, _, n := newSyncServer(t, 1)
+	errs := make(chan error, 2)
+	for step := int64(1); step <= 2; step++ {
+		go func() {
+			_, err := srv.Checkpoint(context.Background(), &pb.CheckpointRequest{Step: step, AtVersion: 1, RunId: "r"})
+			errs <- err
+		}()
+	}
+	for {
+		srv.mu.Lock()
+		k := len(srv.pending)
+		srv.mu.Unlock()
+		if k == 2 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	push(t, srv, 0, 0, 1, n)
+	push(t, srv, 1, 0, 1, n)
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	if srv.snap == nil {
+		t.Fatal("no pull snapshot after the checkpoints")
+	}
+	if srv.snap.version != 1 || srv.snap.readers != 0 {
+		t.Fatalf("pull snapshot after both checkpoints: version %d, %d holders; want version 1, none", srv.snap.version, srv.snap.readers)
+	}
+}
