@@ -33,7 +33,18 @@ func startServer(t *testing.T, g prometheus.Gatherer, health func() error) *Serv
 
 func get(t *testing.T, url string) (int, string) {
 	t.Helper()
-	resp, err := http.Get(url)
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, body := do(t, req)
+	return resp.StatusCode, body
+}
+
+// do sends req and reads the whole response.
+func do(t *testing.T, req *http.Request) (*http.Response, string) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +53,7 @@ func get(t *testing.T, url string) (int, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.StatusCode, string(body)
+	return resp, string(body)
 }
 
 // waitDone fails the test if s has not stopped within a generous bound; it
@@ -308,16 +319,8 @@ func TestScrapesAreNotCompressed(t *testing.T) {
 		t.Fatal(err)
 	}
 	req.Header.Set("Accept-Encoding", "gzip")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if enc := resp.Header.Get("Content-Encoding"); enc != "" || !strings.Contains(string(body), MetricBuildInfo) {
+	resp, body := do(t, req)
+	if enc := resp.Header.Get("Content-Encoding"); enc != "" || !strings.Contains(body, MetricBuildInfo) {
 		t.Fatalf("Content-Encoding %q, body starts %q; want plain text with %s", enc, body[:min(len(body), 40)], MetricBuildInfo)
 	}
 }

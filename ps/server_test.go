@@ -46,6 +46,20 @@ func newSyncServer(t *testing.T, gen int64) (*Server, *checkpoint.Store, int) {
 	return srv, store, n
 }
 
+// waitPending waits until k checkpoint requests wait for their version.
+func waitPending(t *testing.T, srv *Server, k int) {
+	t.Helper()
+	for {
+		srv.mu.Lock()
+		n := len(srv.pending)
+		srv.mu.Unlock()
+		if n == k {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func push(t *testing.T, srv *Server, worker int32, version, gen int64, n int) *pb.PushResponse {
 	t.Helper()
 	g := make([]float32, n)
@@ -71,15 +85,7 @@ func TestCheckpointWaitsForItsVersion(t *testing.T) {
 		done <- result{resp, err}
 	}()
 	// Wait until the request is pending, then take two sync steps.
-	for {
-		srv.mu.Lock()
-		k := len(srv.pending)
-		srv.mu.Unlock()
-		if k == 1 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitPending(t, srv, 1)
 	for v := int64(0); v < 2; v++ {
 		push(t, srv, 0, v, 1, n)
 		push(t, srv, 1, v, 1, n)
@@ -149,15 +155,7 @@ func TestCheckpointTooLateAndAborted(t *testing.T) {
 		_, err := srv.Checkpoint(context.Background(), &pb.CheckpointRequest{Step: 9, AtVersion: 9, RunId: "r"})
 		errc <- err
 	}()
-	for {
-		srv.mu.Lock()
-		k := len(srv.pending)
-		srv.mu.Unlock()
-		if k == 1 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitPending(t, srv, 1)
 	if _, err := srv.Stop(context.Background(), &pb.StopRequest{}); err != nil {
 		t.Fatal(err)
 	}
@@ -370,15 +368,7 @@ func TestCheckpointsOfOneVersionHoldTheSnapshotOnceEach(t *testing.T) {
 			errs <- err
 		}()
 	}
-	for {
-		srv.mu.Lock()
-		k := len(srv.pending)
-		srv.mu.Unlock()
-		if k == 2 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitPending(t, srv, 2)
 	push(t, srv, 0, 0, 1, n)
 	push(t, srv, 1, 0, 1, n)
 	for range 2 {
