@@ -22,6 +22,7 @@ import (
 
 	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/internal/retry"
 	"github.com/pstrain/pstrain/metrics"
 	"github.com/pstrain/pstrain/model"
 	"github.com/pstrain/pstrain/partition"
@@ -802,32 +803,24 @@ func (c *Chief) evaluate(ctx context.Context, start time.Time) (report.Eval, tim
 	return report.Eval{Step: step, Seconds: at, TestAccuracy: acc, TestLoss: loss}, c.cfg.Now().Sub(t0), nil
 }
 
-// callPS retries an RPC to shard s while it is unavailable, up to a
-// minute, and names the shard's address when it gives up.
+// callPS retries an RPC to shard s while it is unavailable, for up to
+// StartupTimeout from the first failure, and names the shard's address
+// when it gives up.
 func (c *Chief) callPS(ctx context.Context, s int, op string, f func(context.Context) error) error {
-	backoff := 50 * time.Millisecond
-	deadline := c.cfg.Now().Add(c.cfg.StartupTimeout)
-	for {
-		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err := f(cctx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if code := status.Code(err); code != codes.Unavailable && code != codes.DeadlineExceeded {
-			return fmt.Errorf("chief: %s on ps/%d at %s: %w", op, s, c.cfg.PS[s].Addr, err)
-		}
-		if c.cfg.Now().After(deadline) {
-			return fmt.Errorf("chief: ps/%d at %s unreachable for %v (%s): %w", s, c.cfg.PS[s].Addr, c.cfg.StartupTimeout, op, err)
-		}
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		backoff = min(2*backoff, time.Second)
+	addr := c.cfg.PS[s].Addr
+	err := retry.Do(ctx, retry.Policy{First: 50 * time.Millisecond, Max: time.Second, Patience: c.cfg.StartupTimeout,
+		Retryable: retry.OnCodes(codes.Unavailable, codes.DeadlineExceeded), Now: c.cfg.Now},
+		func(ctx context.Context) error {
+			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			return f(cctx)
+		})
+	var gaveUp *retry.GaveUpError
+	switch {
+	case err == nil || err == ctx.Err():
+		return err
+	case errors.As(err, &gaveUp):
+		return fmt.Errorf("chief: ps/%d at %s unreachable for %v (%s): %w", s, addr, c.cfg.StartupTimeout, op, gaveUp.Err)
 	}
+	return fmt.Errorf("chief: %s on ps/%d at %s: %w", op, s, addr, err)
 }

@@ -7,6 +7,7 @@ package task
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -24,6 +25,7 @@ import (
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/dataplane"
 	"github.com/pstrain/pstrain/dataset"
+	"github.com/pstrain/pstrain/internal/retry"
 	"github.com/pstrain/pstrain/metrics"
 	"github.com/pstrain/pstrain/model"
 	pb "github.com/pstrain/pstrain/proto"
@@ -183,40 +185,34 @@ func (o Options) serveMetrics(ctx context.Context, reg prometheus.Gatherer) (fun
 // arrives with Init.
 func (o Options) register(ctx context.Context, client pb.ChiefClient, spec *model.Spec, addr string) (*pb.RegisterResponse, error) {
 	chiefAddr := o.Cluster.Chief[0]
-	deadline := time.Now().Add(o.ConnectTimeout)
-	backoff := 50 * time.Millisecond
-	logged := false
-	for {
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		resp, err := client.Register(cctx, &pb.RegisterRequest{Role: o.Task.Type, Index: int32(o.Task.Index), Address: addr,
-			ModelSpec: specJSON(spec), RunConfig: o.Run.JSON(), Pid: int32(os.Getpid())})
-		cancel()
-		if err == nil {
-			return resp, nil
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if c := status.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded {
-			return nil, fmt.Errorf("chief at %s refused %s: %s", chiefAddr, o.Task, status.Convert(err).Message())
-		}
-		if time.Now().After(deadline) && tlsconf.IsTLSError(err) {
-			return nil, fmt.Errorf("chief at %s: TLS failure for %v (--connect-timeout; check --tls-dir/--tls-ca): %s", chiefAddr, o.ConnectTimeout, tlsconf.Describe(err))
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("chief at %s unreachable for %v (--connect-timeout): %w", chiefAddr, o.ConnectTimeout, err)
-		}
-		if !logged {
-			o.Log.Info("waiting for the chief", "addr", chiefAddr)
-			logged = true
-		}
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		backoff = min(2*backoff, time.Second)
+	var resp *pb.RegisterResponse
+	err := retry.Do(ctx, retry.Policy{First: 50 * time.Millisecond, Max: time.Second, Patience: o.ConnectTimeout,
+		Retryable: retry.OnCodes(codes.Unavailable, codes.DeadlineExceeded),
+		OnRetry: func(attempt int, _ error) {
+			if attempt == 1 {
+				o.Log.Info("waiting for the chief", "addr", chiefAddr)
+			}
+		}},
+		func(ctx context.Context) error {
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			var err error
+			resp, err = client.Register(cctx, &pb.RegisterRequest{Role: o.Task.Type, Index: int32(o.Task.Index), Address: addr,
+				ModelSpec: specJSON(spec), RunConfig: o.Run.JSON(), Pid: int32(os.Getpid())})
+			return err
+		})
+	var gaveUp *retry.GaveUpError
+	switch {
+	case err == nil:
+		return resp, nil
+	case err == ctx.Err():
+		return nil, err
+	case errors.As(err, &gaveUp) && tlsconf.IsTLSError(gaveUp.Err):
+		return nil, fmt.Errorf("chief at %s: TLS failure for %v (--connect-timeout; check --tls-dir/--tls-ca): %s", chiefAddr, o.ConnectTimeout, tlsconf.Describe(gaveUp.Err))
+	case errors.As(err, &gaveUp):
+		return nil, fmt.Errorf("chief at %s unreachable for %v (--connect-timeout): %w", chiefAddr, o.ConnectTimeout, gaveUp.Err)
 	}
+	return nil, fmt.Errorf("chief at %s refused %s: %s", chiefAddr, o.Task, status.Convert(err).Message())
 }
 
 // loadData loads the run's data set (train and test).

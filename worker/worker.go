@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/internal/retry"
 	"github.com/pstrain/pstrain/metrics"
 	"github.com/pstrain/pstrain/nn"
 	"github.com/pstrain/pstrain/partition"
@@ -324,31 +325,21 @@ func (w *Worker) pull(ctx context.Context, s int, minVersion, gen int64) (*pb.Pu
 // retry calls f until it succeeds, fails with a non-retryable error, or
 // the shard has been unavailable for RetryTimeout.
 func (w *Worker) retry(ctx context.Context, s int, op string, f func() error) error {
-	backoff := 20 * time.Millisecond
-	var first time.Time
-	for {
-		err := f()
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if status.Code(err) != codes.Unavailable {
-			return fmt.Errorf("%s to ps/%d at %s: %w", op, s, w.cfg.Shards[s].Addr, err)
-		}
-		if first.IsZero() {
-			first = time.Now()
-			w.cfg.Log.Warn("parameter server unavailable, retrying", "ps", s, "addr", w.cfg.Shards[s].Addr, "op", op, "err", status.Convert(err).Message())
-		} else if time.Since(first) > w.cfg.RetryTimeout {
-			return fmt.Errorf("%s to ps/%d at %s: unavailable for %v, giving up: %w", op, s, w.cfg.Shards[s].Addr, w.cfg.RetryTimeout, err)
-		}
-		w.cfg.Metrics.Retries.Inc()
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		backoff = min(2*backoff, time.Second)
+	addr := w.cfg.Shards[s].Addr
+	err := retry.Do(ctx, retry.Policy{First: 20 * time.Millisecond, Max: time.Second, Patience: w.cfg.RetryTimeout,
+		Retryable: retry.OnCodes(codes.Unavailable),
+		OnRetry: func(attempt int, err error) {
+			if attempt == 1 {
+				w.cfg.Log.Warn("parameter server unavailable, retrying", "ps", s, "addr", addr, "op", op, "err", status.Convert(err).Message())
+			}
+			w.cfg.Metrics.Retries.Inc()
+		}}, func(context.Context) error { return f() })
+	var gaveUp *retry.GaveUpError
+	switch {
+	case err == nil || err == ctx.Err():
+		return err
+	case errors.As(err, &gaveUp):
+		return fmt.Errorf("%s to ps/%d at %s: unavailable for %v, giving up: %w", op, s, addr, w.cfg.RetryTimeout, gaveUp.Err)
 	}
+	return fmt.Errorf("%s to ps/%d at %s: %w", op, s, addr, err)
 }
