@@ -52,6 +52,10 @@ type Run struct {
 	// DataPlane carries pulls and pushes: "grpc" or "tcp" (raw frames;
 	// package dataplane).
 	DataPlane string `json:"data_plane"`
+	// WireDType is how workers send gradients: "f32", or "bf16" (half the
+	// bytes, 8 significant bits; package wire). Parameters are always
+	// pulled as f32.
+	WireDType string `json:"wire_dtype"`
 
 	DataDir          string        `json:"data_dir" check:"-"`
 	EvalEvery        time.Duration `json:"eval_every" check:"-"`
@@ -139,6 +143,7 @@ func Default() Run {
 		Seed:             1,
 		NaNPolicy:        "reject",
 		DataPlane:        "tcp",
+		WireDType:        "f32",
 		DataDir:          "data",
 		EvalEvery:        time.Second,
 		HeartbeatTimeout: 3 * time.Second,
@@ -189,6 +194,11 @@ func (r Run) Validate() error {
 	case "grpc", "tcp":
 	default:
 		return fmt.Errorf("--data-plane must be grpc or tcp, got %q", r.DataPlane)
+	}
+	switch r.WireDType {
+	case "f32", "bf16":
+	default:
+		return fmt.Errorf("--wire-dtype must be f32 or bf16, got %q", r.WireDType)
 	}
 	switch r.NaNPolicy {
 	case "reject", "skip":

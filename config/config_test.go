@@ -25,6 +25,7 @@ func TestValidateRejectsImpossibleValues(t *testing.T) {
 		"--data-fraction":         func(r *Run) { r.DataFraction = 1.5 },
 		"--batch":                 func(r *Run) { r.Batch = 0 },
 		"--target-accuracy":       func(r *Run) { r.TargetAccuracy = 97.5 },
+		"--wire-dtype":            func(r *Run) { r.WireDType = "fp8" },
 	}
 	for flag, mutate := range cases {
 		r := Default()

@@ -50,6 +50,10 @@ type Server struct {
 	plan      partition.Plan // the run's partition, for checkpoint tensor names
 	optName   string
 	nanSkip   bool // --nan-policy skip
+	// bf16 says the run's workers push bfloat16 gradients (--wire-dtype),
+	// which are widened into wide, reused from push to push.
+	bf16 bool
+	wide []float32
 	// store receives checkpoints (nil: this PS has no checkpoint dir).
 	store *checkpoint.Store
 	// pending are checkpoint requests waiting for their version.
@@ -179,6 +183,7 @@ func (s *Server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitRespons
 	s.shard, s.runID, s.index = sh, req.RunId, int(req.Shard)
 	s.gen, s.numShards, s.plan, s.optName = req.Generation, int(req.NumShards), plan, cfg.Optimizer
 	s.nanSkip = cfg.NaNPolicy == "skip"
+	s.bf16 = cfg.WireDType == "bf16"
 	s.retire(s.snap)
 	s.snap = nil
 	s.abortPending(func(*pendingSnap) bool { return true })
@@ -313,15 +318,15 @@ func (s *Server) release(p *pullSnap) {
 func (s *Server) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushResponse, error) {
 	defer s.observe("push", time.Now())
 	s.m.RPCReceivedBytes.WithLabelValues("push").Add(float64(len(req.Grad)))
-	g, err := wire.Floats(req.Grad)
-	if err != nil {
-		s.m.RejectedRequests.WithLabelValues("bad_length").Inc()
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.checkRun(req.RunId); err != nil {
 		return nil, err
+	}
+	g, err := s.gradient(req.Grad)
+	if err != nil {
+		s.m.RejectedRequests.WithLabelValues("bad_length").Inc()
+		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	if req.Generation != 0 && req.Generation != s.gen {
 		// Computed from parameters the chief has since rolled back.
@@ -356,6 +361,20 @@ func (s *Server) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushRespons
 		s.notify() // the slowest worker's clock may have moved
 	}
 	return &pb.PushResponse{Outcome: pb.PushResponse_Outcome(res.Outcome), Version: s.shard.Version(), Done: s.shard.Done()}, nil
+}
+
+// gradient reads a push's payload as the run sends it: float32 (a view
+// of b), or bfloat16 widened into a buffer the next push reuses. Call with
+// mu held.
+func (s *Server) gradient(b []byte) ([]float32, error) {
+	if !s.bf16 {
+		return wire.Floats(b)
+	}
+	if cap(s.wide) < len(b)/2 {
+		s.wide = make([]float32, len(b)/2)
+	}
+	g := s.wide[:len(b)/2]
+	return g, wire.DecodeBF16(g, b)
 }
 
 func rejectReason(err error) string {

@@ -385,3 +385,45 @@ func TestCheckpointsOfOneVersionHoldTheSnapshotOnceEach(t *testing.T) {
 		t.Fatalf("pull snapshot after both checkpoints: version %d, %d holders; want version 1, none", srv.snap.version, srv.snap.readers)
 	}
 }
+
+// A run with --wire-dtype bf16 takes pushes of 2 bytes per value and
+// refuses others (a float32 push, an odd length) as bad input.
+func TestBF16PushesAreWidenedOrRefused(t *testing.T) {
+	spec := model.Spec{Input: 4, Hidden: []int{3}, Classes: 2}
+	plan, err := partition.New(spec, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := config.Default()
+	r.Workers, r.PS, r.Optimizer, r.LR, r.WireDType = 1, 1, "sgd", 1, "bf16"
+	n := plan.Shards[0].Size
+	srv := NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
+	if _, err := srv.Init(context.Background(), &pb.InitRequest{RunId: "r", Shard: 0, NumShards: 1, RunConfig: r.JSON(),
+		Params: wire.Bytes(make([]float32, n)), ModelSpec: spec.JSON()}); err != nil {
+		t.Fatal(err)
+	}
+	g := make([]float32, n)
+	for i := range g {
+		g[i] = 1 + float32(i)/1000 // most of these are not bfloat16 values
+	}
+	for _, bad := range [][]byte{wire.Bytes(g), make([]byte, 2*n+1)} {
+		_, err := srv.Push(context.Background(), &pb.PushRequest{Grad: bad, RunId: "r"})
+		if status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("a push of %d bytes for %d values: %v, want InvalidArgument", len(bad), n, err)
+		}
+	}
+	half := make([]byte, 2*n)
+	wire.PutBF16(half, g)
+	if _, err := srv.Push(context.Background(), &pb.PushRequest{Grad: half, RunId: "r"}); err != nil {
+		t.Fatal(err)
+	}
+	_, params, _, _, err := srv.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range params {
+		if want := -wire.FromBF16(wire.BF16(g[i])); params[i] != want {
+			t.Fatalf("param %d = %v after one sgd step at lr 1, want %v", i, params[i], want)
+		}
+	}
+}

@@ -289,6 +289,91 @@ func testSyncEqualsBigBatch(t *testing.T, plane string) {
 	t.Logf("max |difference| after %d steps: %g", steps, worst)
 }
 
+// With --wire-dtype bf16 a sync cluster is SGD on the average of the
+// workers' gradients each rounded to bfloat16: the reference computes
+// every worker's gradient on its own batch, rounds it, and averages.
+func TestSyncBF16IsSGDOnRoundedGradients(t *testing.T) {
+	for _, plane := range []string{"grpc", "tcp"} {
+		t.Run(plane, func(t *testing.T) { testSyncBF16(t, plane) })
+	}
+}
+
+func testSyncBF16(t *testing.T, plane string) {
+	const m, b, steps = 3, 8, 40
+	spec := model.Spec{Input: 24, Hidden: []int{16, 12}, Classes: 5}
+	run := config.Default()
+	run.DataPlane, run.WireDType = plane, "bf16"
+	run.PS, run.Workers, run.Batch, run.Seed, run.Hidden = 2, m, b, 7, spec.Hidden
+	run.LR, run.Momentum, run.Optimizer = 0.05, 0.9, "momentum"
+	data := newSynthetic(500, spec.Input, spec.Classes, 3)
+
+	c := startCluster(t, run, spec, steps)
+	var ws []*worker.Worker
+	for i := 0; i < m; i++ {
+		ws = append(ws, c.worker(i, &slice{d: data, index: i, m: m, b: b}, nil))
+	}
+	runAll(t, ws...)
+	got, _ := c.params()
+
+	ref, err := nn.New(spec, b, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	var opts []optim.Optimizer
+	sum := make([][]float32, len(spec.Init(uint64(run.Seed))))
+	for i, w := range spec.Init(uint64(run.Seed)) {
+		copy(ref.Params()[i], w)
+		o, _ := optim.New(optim.Config{Name: "momentum", LR: run.LR, Momentum: run.Momentum}, len(w))
+		opts = append(opts, o)
+		sum[i] = make([]float32, len(w))
+	}
+	var srcs []*slice
+	for i := 0; i < m; i++ {
+		srcs = append(srcs, &slice{d: data, index: i, m: m, b: b})
+	}
+	y := make([]uint8, b)
+	rounded := 0
+	for s := 0; s < steps; s++ {
+		for i := range sum {
+			clear(sum[i])
+		}
+		for _, src := range srcs {
+			src.Next(ref.Input(), y)
+			ref.SetLabels(y)
+			if _, err := ref.Step(); err != nil {
+				t.Fatal(err)
+			}
+			gs, _ := ref.Grads()
+			for i := range gs {
+				for j, g := range gs[i] {
+					r := wire.FromBF16(wire.BF16(g))
+					if r != g {
+						rounded++
+					}
+					sum[i][j] += r
+				}
+			}
+		}
+		for i := range sum {
+			opts[i].Apply(ref.Params()[i], sum[i], 1/float32(m))
+		}
+	}
+	if rounded == 0 {
+		t.Fatal("no gradient value changed in rounding: the test proves nothing")
+	}
+	worst := 0.0
+	for i := range got {
+		for j := range got[i] {
+			worst = math.Max(worst, math.Abs(float64(got[i][j]-ref.Params()[i][j])))
+		}
+	}
+	if worst > 1e-4 {
+		t.Fatalf("bf16 sync cluster and the rounded-gradient reference differ by up to %g", worst)
+	}
+	t.Logf("max |difference| after %d steps: %g", steps, worst)
+}
+
 func countingSource(d *synthetic, b int, seed uint64) worker.BatchSource {
 	return &slice{d: d, index: int(seed), m: 5, b: b}
 }

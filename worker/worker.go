@@ -82,6 +82,7 @@ type Config struct {
 type Worker struct {
 	cfg      Config
 	flat     [][]float32 // per-shard gradient gather buffers
+	half     [][]byte    // per-shard bfloat16 push buffers (--wire-dtype bf16), else nil
 	step     int64
 	lastLoss float32
 	mu       sync.Mutex // guards step, lastLoss for Progress
@@ -104,6 +105,9 @@ func New(cfg Config) (*Worker, error) {
 	w := &Worker{cfg: cfg}
 	for _, s := range cfg.Plan.Shards {
 		w.flat = append(w.flat, make([]float32, s.Size))
+		if cfg.Run.WireDType == "bf16" {
+			w.half = append(w.half, make([]byte, 2*s.Size))
+		}
 	}
 	return w, nil
 }
@@ -167,15 +171,29 @@ func (w *Worker) Run(ctx context.Context) error {
 				defer wg.Done()
 				req := &pb.PushRequest{Worker: int32(c.Index), Version: versions[s], RunId: c.RunID, Loss: loss, Generation: gens[s]}
 				push := func() error { _, err := c.Shards[s].Client.Push(ctx, req); return err }
-				if sp, ok := c.Shards[s].Client.(SegmentedDataPlane); ok {
+				sp, segmented := c.Shards[s].Client.(SegmentedDataPlane)
+				switch {
+				case w.half != nil:
+					// Rounded straight from the model's gradients.
+					off := 0
+					for _, seg := range c.Plan.Segments(s, grads) {
+						wire.PutBF16(w.half[s][off:], seg)
+						off += 2 * len(seg)
+					}
+					req.Grad = w.half[s]
+				case segmented:
 					segs := c.Plan.Segments(s, grads)
 					push = func() error { _, err := sp.PushSegments(ctx, req, segs); return err }
-				} else {
+				default:
 					c.Plan.Gather(s, grads, w.flat[s])
 					req.Grad = wire.Bytes(w.flat[s])
 				}
 				errs[s] = w.retry(ctx, s, "push", push)
-				c.Metrics.RPCSentBytes.WithLabelValues("push").Add(float64(4 * c.Plan.Shards[s].Size))
+				bytes := 4 * c.Plan.Shards[s].Size
+				if w.half != nil {
+					bytes = len(w.half[s])
+				}
+				c.Metrics.RPCSentBytes.WithLabelValues("push").Add(float64(bytes))
 			}()
 		}
 		wg.Wait()
