@@ -5,13 +5,14 @@ package blas
 /*
 #cgo LDFLAGS: -ldl
 #include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 // The two OpenBLAS entry points pstrain calls, resolved by Setup. The
 // library is opened at run time, not linked, so that processes which never
 // multiply matrices (parameter servers, the launcher, `pstrain top`) do
-// not load it: its start-up costs every process about 10 MiB of resident
-// memory and a thread pool.
+// not load it: it cost each of them 2-3 MiB of resident memory and a
+// thread (docs/scaling.md, "PS memory").
 enum { rowMajor = 101, noTrans = 111, trans = 112 }; // cblas.h's values
 typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int,
                          const float *, int, float, float *, int);
@@ -21,9 +22,11 @@ static threads_fn pstrain_threads_ptr;
 
 // pstrain_blas_open loads OpenBLAS from name; NULL on success, else why not.
 static const char *pstrain_blas_open(const char *name) {
+	static char why[512];
 	void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
 	if (h == NULL) {
-		return dlerror();
+		snprintf(why, sizeof why, "%s", dlerror()); // dlerror's text lasts only until its next call
+		return why;
 	}
 	sgemm_fn s = (sgemm_fn)dlsym(h, "cblas_sgemm");
 	threads_fn t = (threads_fn)dlsym(h, "openblas_set_num_threads");
@@ -86,9 +89,9 @@ func open() error {
 	return loader.err
 }
 
-// Impl is gonum's implementation with Sgemm replaced by OpenBLAS. Use it
-// only after Setup succeeded.
-type Impl struct{ gonum.Implementation }
+// impl is gonum's implementation with Sgemm replaced by OpenBLAS; Setup
+// installs it once the library is loaded.
+type impl struct{ gonum.Implementation }
 
 func cbool(b bool) C.int {
 	if b {
@@ -98,7 +101,7 @@ func cbool(b bool) C.int {
 }
 
 // Sgemm computes C = alpha*op(A)*op(B) + beta*C in row-major order.
-func (Impl) Sgemm(tA, tB gblas.Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+func (impl) Sgemm(tA, tB gblas.Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	if m == 0 || n == 0 {
 		return
 	}
@@ -124,6 +127,6 @@ func Setup(threads int) error {
 		threads = 1
 	}
 	C.pstrain_set_threads(C.int(threads))
-	gorgonia.Use(Impl{})
+	gorgonia.Use(impl{})
 	return nil
 }

@@ -820,7 +820,7 @@ func (c *Chief) callPS(ctx context.Context, s int, op string, f func(context.Con
 	case err == nil || err == ctx.Err():
 		return err
 	case errors.As(err, &gaveUp):
-		return fmt.Errorf("chief: ps/%d at %s unreachable for %v (%s): %w", s, addr, c.cfg.StartupTimeout, op, gaveUp.Err)
+		return fmt.Errorf("chief: ps/%d at %s unreachable for %v (%s): %w", s, addr, gaveUp.After.Round(time.Millisecond), op, gaveUp.Err)
 	}
 	return fmt.Errorf("chief: %s on ps/%d at %s: %w", op, s, addr, err)
 }

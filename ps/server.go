@@ -72,7 +72,7 @@ type Server struct {
 type pullSnap struct {
 	b       []byte
 	version int64
-	readers int  // data plane pulls still writing it
+	readers int  // data plane pulls writing it and checkpoints saving it
 	escaped bool // handed to gRPC, which never says when it is done: not reused
 }
 
@@ -307,7 +307,7 @@ func (s *Server) retire(p *pullSnap) {
 	}
 }
 
-// release ends a data plane pull's hold on p.
+// release ends a hold on p (a data plane pull's or a checkpoint's).
 func (s *Server) release(p *pullSnap) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -369,6 +369,11 @@ func (s *Server) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushRespons
 func (s *Server) gradient(b []byte) ([]float32, error) {
 	if !s.bf16 {
 		return wire.Floats(b)
+	}
+	if n := len(s.shard.Params()); len(b) != 2*n {
+		// Checked before widening: the buffer is kept, so it must never
+		// grow past the shard for a bad push.
+		return nil, fmt.Errorf("%w: got %d bytes of bfloat16, want %d", ErrBadLength, len(b), 2*n)
 	}
 	if cap(s.wide) < len(b)/2 {
 		s.wide = make([]float32, len(b)/2)

@@ -96,7 +96,6 @@ func (o Options) dial(addr string) (*grpc.ClientConn, error) {
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(o.MaxMessageBytes), grpc.MaxCallSendMsgSize(o.MaxMessageBytes)))
 }
 
-// listen binds the task's own address. A port in use is a clear error.
 // dataPlaneClient returns a client of the TCP data plane of the PS that
 // gc reaches: the PS reports where that listens (its --data-addr) in
 // Status, asked again after every broken connection.
@@ -125,6 +124,7 @@ func (p pullsViaDataPlane) Pull(ctx context.Context, in *pb.PullRequest, _ ...gr
 	return p.dp.Pull(ctx, in)
 }
 
+// listen binds the task's own address. A port in use is a clear error.
 func (o Options) listen() (net.Listener, string, error) {
 	addr, err := o.Cluster.Addr(o.Task)
 	if err != nil {
@@ -208,9 +208,9 @@ func (o Options) register(ctx context.Context, client pb.ChiefClient, spec *mode
 	case err == ctx.Err():
 		return nil, err
 	case errors.As(err, &gaveUp) && tlsconf.IsTLSError(gaveUp.Err):
-		return nil, fmt.Errorf("chief at %s: TLS failure for %v (--connect-timeout; check --tls-dir/--tls-ca): %s", chiefAddr, o.ConnectTimeout, tlsconf.Describe(gaveUp.Err))
+		return nil, fmt.Errorf("chief at %s: TLS failure for %v (--connect-timeout %v; check --tls-dir/--tls-ca): %s", chiefAddr, gaveUp.After.Round(time.Millisecond), o.ConnectTimeout, tlsconf.Describe(gaveUp.Err))
 	case errors.As(err, &gaveUp):
-		return nil, fmt.Errorf("chief at %s unreachable for %v (--connect-timeout): %w", chiefAddr, o.ConnectTimeout, gaveUp.Err)
+		return nil, fmt.Errorf("chief at %s unreachable for %v (--connect-timeout %v): %w", chiefAddr, gaveUp.After.Round(time.Millisecond), o.ConnectTimeout, gaveUp.Err)
 	}
 	return nil, fmt.Errorf("chief at %s refused %s: %s", chiefAddr, o.Task, status.Convert(err).Message())
 }

@@ -81,7 +81,7 @@ type Config struct {
 // Worker runs the loop.
 type Worker struct {
 	cfg      Config
-	flat     [][]float32 // per-shard gradient gather buffers
+	flat     [][]float32 // per-shard gradient gather buffers (float32 pushes), else nil
 	half     [][]byte    // per-shard bfloat16 push buffers (--wire-dtype bf16), else nil
 	step     int64
 	lastLoss float32
@@ -104,9 +104,10 @@ func New(cfg Config) (*Worker, error) {
 	}
 	w := &Worker{cfg: cfg}
 	for _, s := range cfg.Plan.Shards {
-		w.flat = append(w.flat, make([]float32, s.Size))
 		if cfg.Run.WireDType == "bf16" {
 			w.half = append(w.half, make([]byte, 2*s.Size))
+		} else {
+			w.flat = append(w.flat, make([]float32, s.Size))
 		}
 	}
 	return w, nil
@@ -357,7 +358,7 @@ func (w *Worker) retry(ctx context.Context, s int, op string, f func() error) er
 	case err == nil || err == ctx.Err():
 		return err
 	case errors.As(err, &gaveUp):
-		return fmt.Errorf("%s to ps/%d at %s: unavailable for %v, giving up: %w", op, s, addr, w.cfg.RetryTimeout, gaveUp.Err)
+		return fmt.Errorf("%s to ps/%d at %s: unavailable for %v, giving up: %w", op, s, addr, gaveUp.After.Round(time.Millisecond), gaveUp.Err)
 	}
 	return fmt.Errorf("%s to ps/%d at %s: %w", op, s, addr, err)
 }
