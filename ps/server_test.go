@@ -27,13 +27,19 @@ import (
 // in-memory store.
 func newSyncServer(t *testing.T, gen int64) (*Server, *checkpoint.Store, int) {
 	t.Helper()
+	return newTestServer(t, gen, func(r *config.Run) { r.Workers, r.PS, r.Optimizer = 2, 1, "momentum" })
+}
+
+// newTestServer is newSyncServer with the run configuration set by tweak.
+func newTestServer(t *testing.T, gen int64, tweak func(*config.Run)) (*Server, *checkpoint.Store, int) {
+	t.Helper()
 	spec := model.Spec{Input: 4, Hidden: []int{3}, Classes: 2}
 	plan, err := partition.New(spec, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := config.Default()
-	r.Workers, r.PS, r.Optimizer = 2, 1, "momentum"
+	tweak(&r)
 	n := plan.Shards[0].Size
 	srv := NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
 	store := checkpoint.NewStore(checkpoint.NewMemFS(), "/ck", 0)
@@ -389,19 +395,9 @@ func TestCheckpointsOfOneVersionHoldTheSnapshotOnceEach(t *testing.T) {
 // A run with --wire-dtype bf16 takes pushes of 2 bytes per value and
 // refuses others (a float32 push, an odd length) as bad input.
 func TestBF16PushesAreWidenedOrRefused(t *testing.T) {
-	spec := model.Spec{Input: 4, Hidden: []int{3}, Classes: 2}
-	plan, err := partition.New(spec, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := config.Default()
-	r.Workers, r.PS, r.Optimizer, r.LR, r.WireDType = 1, 1, "sgd", 1, "bf16"
-	n := plan.Shards[0].Size
-	srv := NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
-	if _, err := srv.Init(context.Background(), &pb.InitRequest{RunId: "r", Shard: 0, NumShards: 1, RunConfig: r.JSON(),
-		Params: wire.Bytes(make([]float32, n)), ModelSpec: spec.JSON()}); err != nil {
-		t.Fatal(err)
-	}
+	srv, _, n := newTestServer(t, 0, func(r *config.Run) {
+		r.Workers, r.PS, r.Optimizer, r.LR, r.WireDType = 1, 1, "sgd", 1, "bf16"
+	})
 	g := make([]float32, n)
 	for i := range g {
 		g[i] = 1 + float32(i)/1000 // most of these are not bfloat16 values

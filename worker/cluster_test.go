@@ -225,19 +225,27 @@ func TestSyncEqualsBigBatch(t *testing.T) {
 	}
 }
 
-func testSyncEqualsBigBatch(t *testing.T, plane string) {
-	const m, b, steps = 3, 8, 60
-	spec := model.Spec{Input: 24, Hidden: []int{16, 12}, Classes: 5}
-	run := config.Default()
-	run.DataPlane = plane
-	run.PS, run.Workers, run.Batch, run.Seed, run.Hidden = 2, m, b, 7, spec.Hidden
-	run.LR, run.Momentum, run.Optimizer = 0.05, 0.9, "momentum"
-	data := newSynthetic(500, spec.Input, spec.Classes, 3)
+// The sync cluster of the equivalence tests: m workers of batch b on 2
+// shards, momentum, over plane with gradients sent as dtype.
+const syncM, syncB = 3, 8
 
-	c := startCluster(t, run, spec, steps)
+var syncSpec = model.Spec{Input: 24, Hidden: []int{16, 12}, Classes: 5}
+
+// trainSync runs that cluster for steps sync steps on its synthetic data
+// (worker i takes the i-th b rows of every m*b) and returns the weights,
+// the run and the data.
+func trainSync(t *testing.T, plane, dtype string, steps int64) ([][]float32, config.Run, *synthetic) {
+	t.Helper()
+	run := config.Default()
+	run.DataPlane, run.WireDType = plane, dtype
+	run.PS, run.Workers, run.Batch, run.Seed, run.Hidden = 2, syncM, syncB, 7, syncSpec.Hidden
+	run.LR, run.Momentum, run.Optimizer = 0.05, 0.9, "momentum"
+	data := newSynthetic(500, syncSpec.Input, syncSpec.Classes, 3)
+
+	c := startCluster(t, run, syncSpec, steps)
 	var ws []*worker.Worker
-	for i := 0; i < m; i++ {
-		ws = append(ws, c.worker(i, &slice{d: data, index: i, m: m, b: b}, nil))
+	for i := 0; i < syncM; i++ {
+		ws = append(ws, c.worker(i, &slice{d: data, index: i, m: syncM, b: syncB}, nil))
 	}
 	runAll(t, ws...)
 	got, versions := c.params()
@@ -246,6 +254,39 @@ func testSyncEqualsBigBatch(t *testing.T, plane string) {
 			t.Fatalf("shard versions %v, want all %d", versions, steps)
 		}
 	}
+	return got, run, data
+}
+
+// gradsOn runs net's step on src's next batch and returns the gradients.
+func gradsOn(t *testing.T, net *nn.Net, src worker.BatchSource, y []uint8) [][]float32 {
+	t.Helper()
+	src.Next(net.Input(), y)
+	net.SetLabels(y)
+	if _, err := net.Step(); err != nil {
+		t.Fatal(err)
+	}
+	gs, err := net.Grads()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gs
+}
+
+// maxDiff is the largest |a - b| over a model's weights.
+func maxDiff(a, b [][]float32) float64 {
+	worst := 0.0
+	for i := range a {
+		for j := range a[i] {
+			worst = math.Max(worst, math.Abs(float64(a[i][j]-b[i][j])))
+		}
+	}
+	return worst
+}
+
+func testSyncEqualsBigBatch(t *testing.T, plane string) {
+	const m, b, steps = syncM, syncB, 60
+	spec := syncSpec
+	got, run, data := trainSync(t, plane, "f32", steps)
 
 	// The single-process reference.
 	ref, err := nn.New(spec, m*b, true)
@@ -262,22 +303,12 @@ func testSyncEqualsBigBatch(t *testing.T, plane string) {
 	src := &slice{d: data, index: 0, m: 1, b: m * b}
 	y := make([]uint8, m*b)
 	for s := 0; s < steps; s++ {
-		src.Next(ref.Input(), y)
-		ref.SetLabels(y)
-		if _, err := ref.Step(); err != nil {
-			t.Fatal(err)
-		}
-		gs, _ := ref.Grads()
+		gs := gradsOn(t, ref, src, y)
 		for i := range gs {
 			opts[i].Apply(ref.Params()[i], gs[i], 1)
 		}
 	}
-	worst := 0.0
-	for i := range got {
-		for j := range got[i] {
-			worst = math.Max(worst, math.Abs(float64(got[i][j]-ref.Params()[i][j])))
-		}
-	}
+	worst := maxDiff(got, ref.Params())
 	if worst > 1e-4 {
 		t.Fatalf("sync cluster and big-batch reference differ by up to %g", worst)
 	}
@@ -299,21 +330,9 @@ func TestSyncBF16IsSGDOnRoundedGradients(t *testing.T) {
 }
 
 func testSyncBF16(t *testing.T, plane string) {
-	const m, b, steps = 3, 8, 40
-	spec := model.Spec{Input: 24, Hidden: []int{16, 12}, Classes: 5}
-	run := config.Default()
-	run.DataPlane, run.WireDType = plane, "bf16"
-	run.PS, run.Workers, run.Batch, run.Seed, run.Hidden = 2, m, b, 7, spec.Hidden
-	run.LR, run.Momentum, run.Optimizer = 0.05, 0.9, "momentum"
-	data := newSynthetic(500, spec.Input, spec.Classes, 3)
-
-	c := startCluster(t, run, spec, steps)
-	var ws []*worker.Worker
-	for i := 0; i < m; i++ {
-		ws = append(ws, c.worker(i, &slice{d: data, index: i, m: m, b: b}, nil))
-	}
-	runAll(t, ws...)
-	got, _ := c.params()
+	const m, b, steps = syncM, syncB, 40
+	spec := syncSpec
+	got, run, data := trainSync(t, plane, "bf16", steps)
 
 	ref, err := nn.New(spec, b, true)
 	if err != nil {
@@ -339,12 +358,7 @@ func testSyncBF16(t *testing.T, plane string) {
 			clear(sum[i])
 		}
 		for _, src := range srcs {
-			src.Next(ref.Input(), y)
-			ref.SetLabels(y)
-			if _, err := ref.Step(); err != nil {
-				t.Fatal(err)
-			}
-			gs, _ := ref.Grads()
+			gs := gradsOn(t, ref, src, y)
 			for i := range gs {
 				for j, g := range gs[i] {
 					r := wire.FromBF16(wire.BF16(g))
@@ -362,12 +376,7 @@ func testSyncBF16(t *testing.T, plane string) {
 	if rounded == 0 {
 		t.Fatal("no gradient value changed in rounding: the test proves nothing")
 	}
-	worst := 0.0
-	for i := range got {
-		for j := range got[i] {
-			worst = math.Max(worst, math.Abs(float64(got[i][j]-ref.Params()[i][j])))
-		}
-	}
+	worst := maxDiff(got, ref.Params())
 	if worst > 1e-4 {
 		t.Fatalf("bf16 sync cluster and the rounded-gradient reference differ by up to %g", worst)
 	}

@@ -32,6 +32,19 @@ func (c *fakeClock) after(d time.Duration) <-chan time.Time {
 	return ch
 }
 
+// script returns an operation that fails with errs in turn, then succeeds,
+// and the number of calls it has had.
+func script(errs ...error) (func(context.Context) error, *int) {
+	calls := 0
+	return func(context.Context) error {
+		calls++
+		if calls <= len(errs) {
+			return errs[calls-1]
+		}
+		return nil
+	}, &calls
+}
+
 func policy(c *fakeClock, retried *[]int) Policy {
 	return Policy{First: 10 * time.Millisecond, Max: 40 * time.Millisecond, Patience: 100 * time.Millisecond,
 		Retryable: func(err error) bool { return errors.Is(err, errBusy) },
@@ -42,16 +55,10 @@ func policy(c *fakeClock, retried *[]int) Policy {
 func TestRetriesUntilSuccessWithDoublingPauses(t *testing.T) {
 	c := &fakeClock{t: time.Unix(0, 0)}
 	var retried []int
-	calls := 0
-	err := Do(context.Background(), policy(c, &retried), func(context.Context) error {
-		calls++
-		if calls < 5 {
-			return errBusy
-		}
-		return nil
-	})
-	if err != nil || calls != 5 {
-		t.Fatalf("Do = %v after %d calls, want nil after 5", err, calls)
+	f, calls := script(errBusy, errBusy, errBusy, errBusy)
+	err := Do(context.Background(), policy(c, &retried), f)
+	if err != nil || *calls != 5 {
+		t.Fatalf("Do = %v after %d calls, want nil after 5", err, *calls)
 	}
 	ms := time.Millisecond
 	if want := []time.Duration{10 * ms, 20 * ms, 40 * ms, 40 * ms}; !slices.Equal(c.pauses, want) {
@@ -65,16 +72,10 @@ func TestRetriesUntilSuccessWithDoublingPauses(t *testing.T) {
 func TestOtherErrorsAreReturnedAtOnce(t *testing.T) {
 	c := &fakeClock{t: time.Unix(0, 0)}
 	var retried []int
-	calls := 0
-	err := Do(context.Background(), policy(c, &retried), func(context.Context) error {
-		calls++
-		if calls == 1 {
-			return errBusy
-		}
-		return errBad
-	})
-	if err != errBad || calls != 2 || len(retried) != 1 {
-		t.Fatalf("Do = %v after %d calls and %d retries, want %v after 2 calls, 1 retry", err, calls, len(retried), errBad)
+	f, calls := script(errBusy, errBad)
+	err := Do(context.Background(), policy(c, &retried), f)
+	if err != errBad || *calls != 2 || len(retried) != 1 {
+		t.Fatalf("Do = %v after %d calls and %d retries, want %v after 2 calls, 1 retry", err, *calls, len(retried), errBad)
 	}
 }
 
