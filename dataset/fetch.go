@@ -232,43 +232,18 @@ func extract(ctx context.Context, tgz, dir string, spec setSpec) (tmps [4]string
 			tmps = [4]string{}
 		}
 	}()
-	f, err := os.Open(tgz)
-	if err != nil {
-		return tmps, fmt.Errorf("data: fetch: %w", err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(bufio.NewReader(f))
-	if err != nil {
-		return tmps, fmt.Errorf("data: fetch: %s is not a gzipped tarball: %w", tgz, err)
-	}
-	defer zr.Close()
-	tr := tar.NewReader(zr)
 	base := filepath.Base(tgz)
-	for {
-		if err := ctx.Err(); err != nil {
-			return tmps, fmt.Errorf("data: fetch: %w", err)
-		}
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return tmps, fmt.Errorf("data: fetch: reading %s: %w", base, err)
-		}
-		if !hdr.FileInfo().Mode().IsRegular() {
-			continue
-		}
-		name := path.Clean(strings.TrimPrefix(hdr.Name, "./"))
-		if path.Dir(name) != spec.dataDir {
-			continue
-		}
+	err = eachTarFile(ctx, tgz, spec.dataDir, func(name string, r io.Reader) error {
 		i := fileIndex(spec, strings.TrimSuffix(path.Base(name), ".gz"))
 		if i < 0 || tmps[i] != "" {
-			continue
+			return nil
 		}
-		if tmps[i], err = writeEntry(dir, spec.files[i], tr, base+":"+name); err != nil {
-			return tmps, err
-		}
+		var err error
+		tmps[i], err = writeEntry(dir, spec.files[i], r, base+":"+name)
+		return err
+	})
+	if err != nil {
+		return tmps, err
 	}
 	var missing []string
 	for i, f := range spec.files {
@@ -280,6 +255,42 @@ func extract(ctx context.Context, tgz, dir string, spec setSpec) (tmps [4]string
 		return tmps, fmt.Errorf("data: fetch: %s has no %s/{%s}", base, spec.dataDir, strings.Join(missing, ","))
 	}
 	return tmps, nil
+}
+
+// eachTarFile calls f with every regular file directly under dir in the
+// gzipped tarball tgz (its name cleaned of "./"), until f or reading the
+// tarball fails or ctx ends.
+func eachTarFile(ctx context.Context, tgz, dir string, f func(name string, r io.Reader) error) error {
+	file, err := os.Open(tgz)
+	if err != nil {
+		return fmt.Errorf("data: fetch: %w", err)
+	}
+	defer file.Close()
+	zr, err := gzip.NewReader(bufio.NewReader(file))
+	if err != nil {
+		return fmt.Errorf("data: fetch: %s is not a gzipped tarball: %w", tgz, err)
+	}
+	defer zr.Close()
+	tr := tar.NewReader(zr)
+	for {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("data: fetch: %w", err)
+		}
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("data: fetch: reading %s: %w", filepath.Base(tgz), err)
+		}
+		name := path.Clean(strings.TrimPrefix(hdr.Name, "./"))
+		if path.Dir(name) != dir || !hdr.FileInfo().Mode().IsRegular() {
+			continue
+		}
+		if err := f(name, tr); err != nil {
+			return err
+		}
+	}
 }
 
 func fileIndex(spec setSpec, name string) int {
