@@ -18,7 +18,6 @@
 package dashboard
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -30,11 +29,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/pstrain/pstrain/internal/syncbuf"
 	"github.com/pstrain/pstrain/internal/testbin"
 )
 
@@ -86,7 +85,7 @@ func TestDashboardAgainstLocalRun(t *testing.T) {
 	if err := os.MkdirAll(sdDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	var runOut syncBuffer
+	var runOut syncbuf.Buffer
 	run := startGroup(t, &runOut, bin, "run", "--epochs", "100", "--target-accuracy", "0",
 		"--data-dir", dataDir, "--run-dir", runDir, "--sd-dir", sdDir,
 		"--checkpoint-every", "2s", "--fault", "worker/1@8s")
@@ -97,7 +96,7 @@ func TestDashboardAgainstLocalRun(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(promConfig(sdDir)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var promOut syncBuffer
+	var promOut syncbuf.Buffer
 	startGroup(t, &promOut, promBin, "--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, "tsdb"),
 		"--web.listen-address=127.0.0.1:"+strconv.Itoa(promPort), "--log.level=warn")
 
@@ -222,7 +221,7 @@ func (g *group) exited() bool {
 // startGroup starts name args in a new process group with output to out
 // At cleanup it sends SIGTERM to the process, waits up to 15s (pstrain run
 // stops its children on SIGTERM), then kills the whole group.
-func startGroup(t *testing.T, out *syncBuffer, name string, args ...string) *group {
+func startGroup(t *testing.T, out *syncbuf.Buffer, name string, args ...string) *group {
 	t.Helper()
 	cmd := exec.Command(name, args...)
 	cmd.Stdout, cmd.Stderr = out, out
@@ -247,23 +246,4 @@ func startGroup(t *testing.T, out *syncBuffer, name string, args ...string) *gro
 		<-g.done
 	})
 	return g
-}
-
-// syncBuffer is a bytes.Buffer safe for a process to write while the test
-// reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

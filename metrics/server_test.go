@@ -1,7 +1,6 @@
 package metrics
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -13,6 +12,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pstrain/pstrain/internal/syncbuf"
 )
 
 // startServer starts a Server on a free loopback port and closes it when the
@@ -183,7 +184,7 @@ func TestCollectorErrorDoesNotFailScrape(t *testing.T) {
 	reg.MustRegister(host)
 	NewChief(reg).LiveWorkers.Set(4)
 
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	s := NewServer(reg, nil, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err := s.Start(context.Background(), "127.0.0.1:0"); err != nil {
 		t.Fatal(err)
@@ -290,24 +291,6 @@ func TestScrapeErrors(t *testing.T) {
 	if _, err := Scrape(cctx, s.URL()+MetricsPath); !errors.Is(err, context.Canceled) {
 		t.Errorf("Scrape with a cancelled context: err = %v, want context.Canceled", err)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // A scraper offering gzip still gets plain text: compression would cost the

@@ -8,7 +8,6 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,25 +21,8 @@ import (
 
 	"github.com/pstrain/pstrain/certs"
 	"github.com/pstrain/pstrain/cluster"
+	"github.com/pstrain/pstrain/internal/syncbuf"
 )
-
-// syncBuf is a log sink the server's goroutines can write to.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 var loopSpec = cluster.Spec{Chief: []string{"127.0.0.1:1"}, PS: []string{"127.0.0.1:2"}, Worker: []string{"127.0.0.1:3"}}
 
@@ -93,7 +75,7 @@ func check(t *testing.T, addr string, creds credentials.TransportCredentials) er
 
 func TestMutualTLSOverLoopback(t *testing.T) {
 	dir, other := makeDir(t), makeDir(t)
-	var logs syncBuf
+	var logs syncbuf.Buffer
 	srvCfg := load(t, dir, cluster.Task{Type: cluster.PS})
 	addr := serve(t, srvCfg, slog.New(slog.NewTextHandler(&logs, nil)))
 

@@ -16,10 +16,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/pstrain/pstrain/internal/syncbuf"
 	"github.com/pstrain/pstrain/internal/testbin"
 	"github.com/pstrain/pstrain/report"
 )
@@ -156,27 +156,19 @@ type proc struct {
 	done chan error
 }
 
+// lockedBuf is a syncbuf.Buffer that signals seen after each write.
 type lockedBuf struct {
-	mu   sync.Mutex
-	b    bytes.Buffer
+	syncbuf.Buffer
 	seen chan struct{}
 }
 
 func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n, err := l.b.Write(p)
+	n, err := l.Buffer.Write(p)
 	select {
 	case l.seen <- struct{}{}:
 	default:
 	}
 	return n, err
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func startTask(t *testing.T, env []string, args ...string) *proc {
