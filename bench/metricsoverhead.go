@@ -9,7 +9,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/metrics"
 	"github.com/pstrain/pstrain/nn"
 )
@@ -42,10 +41,7 @@ func MetricsOverhead(ctx context.Context, c OverheadConfig) (*MetricsOverheadRes
 		c.Now = time.Now
 	}
 	every := min(250*time.Millisecond, c.Budget/4) // several scrapes per round even in tests
-	run := config.Default()
-	run.PS, run.Workers, run.Batch, run.Mode, run.Seed, run.LR = 1, 1, c.Batch, config.Sync, int64(c.Seed), 0.01
-	run.Hidden = c.Spec.Hidden
-	run.DataPlane = "tcp"
+	run := pairRun(c.Spec, c.Batch, c.Seed)
 	data := newSynthBatches(c.Spec, 2048, c.Seed)
 	net, err := nn.New(c.Spec, c.Batch, true)
 	if err != nil {

@@ -58,15 +58,10 @@ func Overhead(ctx context.Context, c OverheadConfig) (*OverheadResult, error) {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	run := config.Default()
-	run.PS, run.Workers, run.Batch, run.Mode, run.Seed = 1, 1, c.Batch, config.Sync, int64(c.Seed)
-	run.Hidden = c.Spec.Hidden
+	run := pairRun(c.Spec, c.Batch, c.Seed)
 	if c.DataPlane != "" {
 		run.DataPlane = c.DataPlane
 	}
-	// Random inputs have a larger norm than MNIST: a smaller step keeps
-	// them finite for any number of steps (speed does not depend on it).
-	run.LR = 0.01
 	data := newSynthBatches(c.Spec, 2048, c.Seed)
 
 	net, err := nn.New(c.Spec, c.Batch, true)
@@ -263,4 +258,15 @@ func (s *synthBatches) Next(x []float32, y []uint8) {
 		y[r] = s.y[i]
 		s.next = (s.next + 1) % len(s.y)
 	}
+}
+
+// pairRun is the run of the 1 PS + 1 worker sections: sync, on the TCP
+// plane, with a small step: random inputs have a larger norm than MNIST,
+// and 0.01 keeps them finite for any number of steps (speed does not
+// depend on it).
+func pairRun(spec model.Spec, batch int, seed uint64) config.Run {
+	run := config.Default()
+	run.PS, run.Workers, run.Batch, run.Mode, run.Seed = 1, 1, batch, config.Sync, int64(seed)
+	run.Hidden, run.DataPlane, run.LR = spec.Hidden, "tcp", 0.01
+	return run
 }
