@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -155,10 +156,8 @@ func Default() Run {
 
 // Validate reports the first impossible value, phrased for a user.
 func (r Run) Validate() error {
-	switch r.Mode {
-	case Sync, Async, SSP:
-	default:
-		return fmt.Errorf("--mode must be sync, async or ssp, got %q", r.Mode)
+	if err := oneOf("--mode", string(r.Mode), string(Sync), string(Async), string(SSP)); err != nil {
+		return err
 	}
 	switch {
 	case r.PS < 1:
@@ -190,25 +189,18 @@ func (r Run) Validate() error {
 	case r.KeepCheckpoints < 0:
 		return fmt.Errorf("--keep-checkpoints must be >= 0 (0 keeps all), got %d", r.KeepCheckpoints)
 	}
-	switch r.DataPlane {
-	case "grpc", "tcp":
-	default:
-		return fmt.Errorf("--data-plane must be grpc or tcp, got %q", r.DataPlane)
-	}
-	switch r.WireDType {
-	case "f32", "bf16":
-	default:
-		return fmt.Errorf("--wire-dtype must be f32 or bf16, got %q", r.WireDType)
-	}
-	switch r.NaNPolicy {
-	case "reject", "skip":
-	default:
-		return fmt.Errorf("--nan-policy must be reject or skip, got %q", r.NaNPolicy)
-	}
-	switch r.Optimizer {
-	case "sgd", "momentum", "adam":
-	default:
-		return fmt.Errorf("--optimizer must be sgd, momentum or adam, got %q", r.Optimizer)
+	for _, c := range []struct {
+		flag, got string
+		want      []string
+	}{
+		{"--data-plane", r.DataPlane, []string{"grpc", "tcp"}},
+		{"--wire-dtype", r.WireDType, []string{"f32", "bf16"}},
+		{"--nan-policy", r.NaNPolicy, []string{"reject", "skip"}},
+		{"--optimizer", r.Optimizer, []string{"sgd", "momentum", "adam"}},
+	} {
+		if err := oneOf(c.flag, c.got, c.want...); err != nil {
+			return err
+		}
 	}
 	for i, h := range r.Hidden {
 		if h <= 0 {
@@ -216,6 +208,19 @@ func (r Run) Validate() error {
 		}
 	}
 	return nil
+}
+
+// oneOf says, phrased for a user, that flag's value got is none of want
+// ("--mode must be sync, async or ssp, got \"bsp\""), or returns nil.
+func oneOf(flag, got string, want ...string) error {
+	if slices.Contains(want, got) {
+		return nil
+	}
+	list := want[len(want)-1]
+	if len(want) > 1 {
+		list = strings.Join(want[:len(want)-1], ", ") + " or " + list
+	}
+	return fmt.Errorf("%s must be %s, got %q", flag, list, got)
 }
 
 // Replicas is the number of gradients a sync step aggregates when all

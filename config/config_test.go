@@ -77,3 +77,20 @@ func TestParseEvery(t *testing.T) {
 		t.Errorf("JSON round trip of the interval: %+v, %v", back.CheckpointEvery, err)
 	}
 }
+
+func TestOneOfNamesEveryChoice(t *testing.T) {
+	for _, c := range []struct {
+		want []string
+		msg  string
+	}{
+		{[]string{"grpc", "tcp"}, `--x must be grpc or tcp, got "udp"`},
+		{[]string{"sync", "async", "ssp"}, `--x must be sync, async or ssp, got "udp"`},
+	} {
+		if err := oneOf("--x", "udp", c.want...); err == nil || err.Error() != c.msg {
+			t.Errorf("oneOf(%v) = %v, want %s", c.want, err, c.msg)
+		}
+		if err := oneOf("--x", c.want[1], c.want...); err != nil {
+			t.Errorf("oneOf refused %q: %v", c.want[1], err)
+		}
+	}
+}
