@@ -151,8 +151,16 @@ type InitRequest struct {
 	// state. A pull from an older generation answers at once, and a push
 	// from an older generation is dropped as stale: after a rollback no
 	// gradient of the old timeline is applied.
-	Generation    int64  `protobuf:"varint,12,opt,name=generation,proto3" json:"generation,omitempty"`
-	ModelSpec     []byte `protobuf:"bytes,13,opt,name=model_spec,json=modelSpec,proto3" json:"model_spec,omitempty"` // JSON of model.Spec (names the checkpoint tensors)
+	Generation int64  `protobuf:"varint,12,opt,name=generation,proto3" json:"generation,omitempty"`
+	ModelSpec  []byte `protobuf:"bytes,13,opt,name=model_spec,json=modelSpec,proto3" json:"model_spec,omitempty"` // JSON of model.Spec (names the checkpoint tensors)
+	// steps_per_epoch is how many versions make one epoch (sync: R*batch
+	// samples per step; async/ssp: batch samples per update); the
+	// learning-rate schedule (config --lr-schedule) is a function of the
+	// version and this.
+	StepsPerEpoch float64 `protobuf:"fixed64,14,opt,name=steps_per_epoch,json=stepsPerEpoch,proto3" json:"steps_per_epoch,omitempty"`
+	// data_positions[w] is how many of worker w's batches the state holds
+	// (the shard's clock for w): a worker resumes its data shard there.
+	DataPositions []int64 `protobuf:"varint,15,rep,packed,name=data_positions,json=dataPositions,proto3" json:"data_positions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -278,6 +286,20 @@ func (x *InitRequest) GetModelSpec() []byte {
 	return nil
 }
 
+func (x *InitRequest) GetStepsPerEpoch() float64 {
+	if x != nil {
+		return x.StepsPerEpoch
+	}
+	return 0
+}
+
+func (x *InitRequest) GetDataPositions() []int64 {
+	if x != nil {
+		return x.DataPositions
+	}
+	return nil
+}
+
 type InitResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -315,11 +337,16 @@ func (*InitResponse) Descriptor() ([]byte, []int) {
 }
 
 type PullRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Worker        int32                  `protobuf:"varint,1,opt,name=worker,proto3" json:"worker,omitempty"` // -1 for a reader that is not a worker (the chief)
-	MinVersion    int64                  `protobuf:"varint,2,opt,name=min_version,json=minVersion,proto3" json:"min_version,omitempty"`
-	RunId         string                 `protobuf:"bytes,3,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	Generation    int64                  `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"` // the worker's generation for this shard (0: any)
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Worker     int32                  `protobuf:"varint,1,opt,name=worker,proto3" json:"worker,omitempty"` // -1 for a reader that is not a worker (the chief)
+	MinVersion int64                  `protobuf:"varint,2,opt,name=min_version,json=minVersion,proto3" json:"min_version,omitempty"`
+	RunId      string                 `protobuf:"bytes,3,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Generation int64                  `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"` // the worker's generation for this shard (0: any)
+	// retain (the chief's evaluation pulls): the shard keeps this version's
+	// parameters and optimizer state, replacing the one retained before, so
+	// the model the chief evaluated can be checkpointed as the run's result
+	// (CheckpointRequest.retained).
+	Retain        bool `protobuf:"varint,5,opt,name=retain,proto3" json:"retain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -382,12 +409,22 @@ func (x *PullRequest) GetGeneration() int64 {
 	return 0
 }
 
+func (x *PullRequest) GetRetain() bool {
+	if x != nil {
+		return x.Retain
+	}
+	return false
+}
+
 type PullResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       int64                  `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	Params        []byte                 `protobuf:"bytes,2,opt,name=params,proto3" json:"params,omitempty"`
-	Done          bool                   `protobuf:"varint,3,opt,name=done,proto3" json:"done,omitempty"`
-	Generation    int64                  `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Version    int64                  `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Params     []byte                 `protobuf:"bytes,2,opt,name=params,proto3" json:"params,omitempty"`
+	Done       bool                   `protobuf:"varint,3,opt,name=done,proto3" json:"done,omitempty"`
+	Generation int64                  `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
+	// data_position is the pulling worker's position in its data shard in
+	// this state: the number of its batches the state holds.
+	DataPosition  int64 `protobuf:"varint,5,opt,name=data_position,json=dataPosition,proto3" json:"data_position,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -446,6 +483,13 @@ func (x *PullResponse) GetDone() bool {
 func (x *PullResponse) GetGeneration() int64 {
 	if x != nil {
 		return x.Generation
+	}
+	return 0
+}
+
+func (x *PullResponse) GetDataPosition() int64 {
+	if x != nil {
+		return x.DataPosition
 	}
 	return 0
 }
@@ -835,10 +879,14 @@ func (x *StatusResponse) GetDataAddr() string {
 }
 
 type CheckpointRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Step          int64                  `protobuf:"varint,1,opt,name=step,proto3" json:"step,omitempty"`                            // the checkpoint's step (directory name)
-	AtVersion     int64                  `protobuf:"varint,2,opt,name=at_version,json=atVersion,proto3" json:"at_version,omitempty"` // snapshot at this version (0: now)
-	RunId         string                 `protobuf:"bytes,3,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Step      int64                  `protobuf:"varint,1,opt,name=step,proto3" json:"step,omitempty"`                            // the checkpoint's step (directory name)
+	AtVersion int64                  `protobuf:"varint,2,opt,name=at_version,json=atVersion,proto3" json:"at_version,omitempty"` // snapshot at this version (0: now)
+	RunId     string                 `protobuf:"bytes,3,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// retained: write the state kept by the last pull with retain set (the
+	// model the chief evaluated) instead of the live state. Fails with
+	// FAILED_PRECONDITION if the shard retains nothing (it restarted).
+	Retained      bool `protobuf:"varint,4,opt,name=retained,proto3" json:"retained,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -894,14 +942,23 @@ func (x *CheckpointRequest) GetRunId() string {
 	return ""
 }
 
+func (x *CheckpointRequest) GetRetained() bool {
+	if x != nil {
+		return x.Retained
+	}
+	return false
+}
+
 type CheckpointResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	File          string                 `protobuf:"bytes,1,opt,name=file,proto3" json:"file,omitempty"` // base name inside the checkpoint directory
-	Sha256        string                 `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
-	Bytes         int64                  `protobuf:"varint,3,opt,name=bytes,proto3" json:"bytes,omitempty"`
-	Tensors       []string               `protobuf:"bytes,4,rep,name=tensors,proto3" json:"tensors,omitempty"`
-	Version       int64                  `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`                                // the shard's version in the snapshot
-	PauseSeconds  float64                `protobuf:"fixed64,6,opt,name=pause_seconds,json=pauseSeconds,proto3" json:"pause_seconds,omitempty"` // how long the copy held the shard's lock
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	File         string                 `protobuf:"bytes,1,opt,name=file,proto3" json:"file,omitempty"` // base name inside the checkpoint directory
+	Sha256       string                 `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Bytes        int64                  `protobuf:"varint,3,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	Tensors      []string               `protobuf:"bytes,4,rep,name=tensors,proto3" json:"tensors,omitempty"`
+	Version      int64                  `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`                                // the shard's version in the snapshot
+	PauseSeconds float64                `protobuf:"fixed64,6,opt,name=pause_seconds,json=pauseSeconds,proto3" json:"pause_seconds,omitempty"` // how long the copy held the shard's lock
+	// data_positions[w] is the shard's clock for worker w in the snapshot.
+	DataPositions []int64 `protobuf:"varint,7,rep,packed,name=data_positions,json=dataPositions,proto3" json:"data_positions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -976,6 +1033,13 @@ func (x *CheckpointResponse) GetPauseSeconds() float64 {
 		return x.PauseSeconds
 	}
 	return 0
+}
+
+func (x *CheckpointResponse) GetDataPositions() []int64 {
+	if x != nil {
+		return x.DataPositions
+	}
+	return nil
 }
 
 type StopRequest struct {
@@ -1323,7 +1387,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x05Block\x12\x1a\n" +
 	"\bvariable\x18\x01 \x01(\x05R\bvariable\x12\x1b\n" +
 	"\trow_start\x18\x02 \x01(\x05R\browStart\x12\x17\n" +
-	"\arow_end\x18\x03 \x01(\x05R\x06rowEnd\"\xa8\x03\n" +
+	"\arow_end\x18\x03 \x01(\x05R\x06rowEnd\"\xf7\x03\n" +
 	"\vInitRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\x05R\x05shard\x12\x1d\n" +
@@ -1344,8 +1408,10 @@ const file_pstrain_proto_rawDesc = "" +
 	"generation\x18\f \x01(\x03R\n" +
 	"generation\x12\x1d\n" +
 	"\n" +
-	"model_spec\x18\r \x01(\fR\tmodelSpec\"\x0e\n" +
-	"\fInitResponse\"}\n" +
+	"model_spec\x18\r \x01(\fR\tmodelSpec\x12&\n" +
+	"\x0fsteps_per_epoch\x18\x0e \x01(\x01R\rstepsPerEpoch\x12%\n" +
+	"\x0edata_positions\x18\x0f \x03(\x03R\rdataPositions\"\x0e\n" +
+	"\fInitResponse\"\x95\x01\n" +
 	"\vPullRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12\x1f\n" +
 	"\vmin_version\x18\x02 \x01(\x03R\n" +
@@ -1353,14 +1419,16 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x06run_id\x18\x03 \x01(\tR\x05runId\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x04 \x01(\x03R\n" +
-	"generation\"t\n" +
+	"generation\x12\x16\n" +
+	"\x06retain\x18\x05 \x01(\bR\x06retain\"\x99\x01\n" +
 	"\fPullResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12\x16\n" +
 	"\x06params\x18\x02 \x01(\fR\x06params\x12\x12\n" +
 	"\x04done\x18\x03 \x01(\bR\x04done\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x04 \x01(\x03R\n" +
-	"generation\"\x9e\x01\n" +
+	"generation\x12#\n" +
+	"\rdata_position\x18\x05 \x01(\x03R\fdataPosition\"\x9e\x01\n" +
 	"\vPushRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12\x12\n" +
@@ -1398,19 +1466,21 @@ const file_pstrain_proto_rawDesc = "" +
 	"\vmax_version\x18\n" +
 	" \x01(\x03R\n" +
 	"maxVersion\x12\x1b\n" +
-	"\tdata_addr\x18\v \x01(\tR\bdataAddr\"]\n" +
+	"\tdata_addr\x18\v \x01(\tR\bdataAddr\"y\n" +
 	"\x11CheckpointRequest\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x1d\n" +
 	"\n" +
 	"at_version\x18\x02 \x01(\x03R\tatVersion\x12\x15\n" +
-	"\x06run_id\x18\x03 \x01(\tR\x05runId\"\xaf\x01\n" +
+	"\x06run_id\x18\x03 \x01(\tR\x05runId\x12\x1a\n" +
+	"\bretained\x18\x04 \x01(\bR\bretained\"\xd6\x01\n" +
 	"\x12CheckpointResponse\x12\x12\n" +
 	"\x04file\x18\x01 \x01(\tR\x04file\x12\x16\n" +
 	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x14\n" +
 	"\x05bytes\x18\x03 \x01(\x03R\x05bytes\x12\x18\n" +
 	"\atensors\x18\x04 \x03(\tR\atensors\x12\x18\n" +
 	"\aversion\x18\x05 \x01(\x03R\aversion\x12#\n" +
-	"\rpause_seconds\x18\x06 \x01(\x01R\fpauseSeconds\")\n" +
+	"\rpause_seconds\x18\x06 \x01(\x01R\fpauseSeconds\x12%\n" +
+	"\x0edata_positions\x18\a \x03(\x03R\rdataPositions\")\n" +
 	"\vStopRequest\x12\x1a\n" +
 	"\bshutdown\x18\x01 \x01(\bR\bshutdown\"\x0e\n" +
 	"\fStopResponse\"\xa5\x01\n" +
