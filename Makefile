@@ -2,8 +2,9 @@
 GO      ?= go
 BIN     := bin/pstrain
 GOBIN   := $(shell $(GO) env GOPATH)/bin
-# Packages with goroutines and locks: tested under the race detector too.
-RACE_PKGS := ./ps/... ./worker/... ./chief/... ./metrics/... ./checkpoint/... ./launcher/... ./bottleneck/... ./tlsconf/... ./dataplane/...
+# Packages with goroutines and locks: tested under the race detector too,
+# with every in-process cluster test (internal/inproc's users).
+RACE_PKGS := ./ps/... ./worker/... ./chief/... ./metrics/... ./checkpoint/... ./launcher/... ./bottleneck/... ./tlsconf/... ./dataplane/... ./internal/inproc/... ./bench/...
 
 .PHONY: all build build-purego deps data run test lint fmt bench monitor fuzz clean
 

@@ -236,11 +236,12 @@ type synthBatches struct {
 	y    []uint8
 	in   int
 	next int
+	seek int64 // the batch SeekBatch asked for, -1 if none
 }
 
 func newSynthBatches(spec model.Spec, n int, seed uint64) *synthBatches {
 	r := rand.New(rand.NewPCG(seed, 2))
-	s := &synthBatches{x: make([]float32, n*spec.Input), y: make([]uint8, n), in: spec.Input}
+	s := &synthBatches{x: make([]float32, n*spec.Input), y: make([]uint8, n), in: spec.Input, seek: -1}
 	for i := range s.x {
 		s.x[i] = r.Float32()
 	}
@@ -250,8 +251,13 @@ func newSynthBatches(spec model.Spec, n int, seed uint64) *synthBatches {
 	return s
 }
 
-// Next implements worker.BatchSource.
+// Next implements worker.BatchSource: batch p is the pool's samples from
+// p*batch on, wrapping around.
 func (s *synthBatches) Next(x []float32, y []uint8) {
+	if s.seek >= 0 {
+		s.next = int(s.seek * int64(len(y)) % int64(len(s.y)))
+		s.seek = -1
+	}
 	for r := range y {
 		i := s.next
 		copy(x[r*s.in:(r+1)*s.in], s.x[i*s.in:(i+1)*s.in])
@@ -259,6 +265,9 @@ func (s *synthBatches) Next(x []float32, y []uint8) {
 		s.next = (s.next + 1) % len(s.y)
 	}
 }
+
+// SeekBatch implements worker.BatchSource.
+func (s *synthBatches) SeekBatch(p int64) { s.seek = p }
 
 // pairRun is the run of the 1 PS + 1 worker sections: sync, on the TCP
 // plane, with a small step: random inputs have a larger norm than MNIST,

@@ -37,14 +37,25 @@ type Manifest struct {
 	Shards    []ShardInfo     `json:"shards"` // sorted by Index, 0..NumShards-1
 	// Final marks the checkpoint written when training ended: resuming
 	// from it would have nothing to do, so a new run starts instead.
-	Final    bool   `json:"final,omitempty"`
-	Checksum string `json:"checksum"`
+	Final bool `json:"final,omitempty"`
+	// DataPositions[w] is how many of worker w's batches the state holds:
+	// a worker restored from this checkpoint resumes its data shard there
+	// (docs/recovery.md, "Data positions"). Empty in older checkpoints.
+	DataPositions []int64 `json:"data_positions,omitempty"`
+	Checksum      string  `json:"checksum"`
 }
 
-// Optimizer names the optimizer whose state the shards hold.
+// Optimizer names the optimizer whose state the shards hold, and what it
+// was trained with.
 type Optimizer struct {
 	Name        string             `json:"name"`
 	Hyperparams map[string]float64 `json:"hyperparams,omitempty"`
+	// Schedule is the run's --lr-schedule and WarmupSteps its
+	// --warmup-steps (the rate at a version follows from them and the
+	// version). Omitted when empty, so a manifest written before they
+	// existed encodes, and so checksums, as it did: "" reads as constant.
+	Schedule    string `json:"lr_schedule,omitempty"`
+	WarmupSteps int64  `json:"warmup_steps,omitempty"`
 }
 
 // ShardInfo describes one shard file of a checkpoint.

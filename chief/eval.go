@@ -1,8 +1,13 @@
 package chief
 
 import (
+	"context"
 	"fmt"
 	"math"
+	"time"
+
+	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/wire"
 
 	"github.com/pstrain/pstrain/dataset"
 	"github.com/pstrain/pstrain/model"
@@ -34,16 +39,31 @@ func (e *Evaluator) Params() [][]float32 { return e.net.Params() }
 
 // Eval returns accuracy in [0,1] and mean loss over the whole test set.
 func (e *Evaluator) Eval() (acc, loss float64, err error) {
+	acc, loss, _, err = e.Score(1)
+	return acc, loss, err
+}
+
+// Score is Eval over every stride-th test sample (samples 0, stride,
+// 2*stride, ...: a fixed subset that mixes the whole set's writers and
+// classes); it also returns how many samples it scored.
+func (e *Evaluator) Score(stride int) (acc, loss float64, n int, err error) {
+	stride = max(1, stride)
 	b, dim, classes := e.net.Batch(), e.test.Dim, e.net.Spec().Classes
 	correct, total := 0, 0
 	sumLoss := 0.0
-	for start := 0; start < e.test.N; start += b {
-		n := min(b, e.test.N-start)
+	labels := make([]uint8, 0, b)
+	for next := 0; next < e.test.N; {
 		x := e.net.Input()
-		copy(x, e.test.Images[start*dim:(start+n)*dim])
+		labels = labels[:0]
+		for ; next < e.test.N && len(labels) < b; next += stride {
+			k := len(labels)
+			copy(x[k*dim:(k+1)*dim], e.test.Images[next*dim:(next+1)*dim])
+			labels = append(labels, e.test.Labels[next])
+		}
+		n := len(labels)
 		clear(x[n*dim:])
 		if _, err := e.net.Step(); err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		logits := e.net.Logits()
 		for i := 0; i < n; i++ {
@@ -58,7 +78,7 @@ func (e *Evaluator) Eval() (acc, loss float64, err error) {
 			for _, v := range row {
 				lse += math.Exp(float64(v - mx))
 			}
-			label := int(e.test.Labels[start+i])
+			label := int(labels[i])
 			sumLoss += math.Log(lse) + float64(mx) - float64(row[label])
 			if best == label {
 				correct++
@@ -66,8 +86,49 @@ func (e *Evaluator) Eval() (acc, loss float64, err error) {
 			total++
 		}
 	}
-	return float64(correct) / float64(total), sumLoss / float64(total), nil
+	return float64(correct) / float64(total), sumLoss / float64(total), total, nil
 }
 
 // Close releases the net.
 func (e *Evaluator) Close() error { return e.net.Close() }
+
+// evaluate carries out an Evaluate: it pulls every shard's parameters
+// (each shard retains the version it sends), then scores them, first on
+// the test subset when a.ConfirmAbove asks for it.
+func (c *Chief) evaluate(ctx context.Context, a Evaluate) EvalResult {
+	t0 := c.cfg.Now()
+	res := EvalResult{Seq: a.Seq, Generation: a.Generation, Step: math.MaxInt64}
+	params := c.cfg.Evaluator.Params()
+	for s, p := range c.cfg.PS {
+		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		resp, err := p.Client.Pull(pctx, &pb.PullRequest{Worker: -1, RunId: c.cfg.RunID, Retain: true})
+		cancel()
+		if err != nil {
+			res.Err = fmt.Errorf("chief: pull from ps/%d at %s: %w", s, p.Addr, err)
+			return res
+		}
+		flat, err := wire.Floats(resp.Params)
+		if err == nil && len(flat) != c.plan.Shards[s].Size {
+			err = fmt.Errorf("chief: ps/%d sent %d parameters, want %d", s, len(flat), c.plan.Shards[s].Size)
+		}
+		if err != nil {
+			res.Err = err
+			return res
+		}
+		c.plan.Scatter(s, flat, params)
+		res.Step = min(res.Step, resp.Version)
+	}
+	res.At = c.cfg.Now()
+	ev := c.cfg.Evaluator
+	if a.ConfirmAbove > 0 && c.cfg.EvalSubset < 1 {
+		res.Accuracy, res.Loss, res.Samples, res.Err = ev.Score(int(math.Round(1 / c.cfg.EvalSubset)))
+		if res.Err != nil || res.Accuracy < a.ConfirmAbove {
+			res.Duration = c.cfg.Now().Sub(t0)
+			return res
+		}
+	}
+	res.Accuracy, res.Loss, res.Samples, res.Err = ev.Score(1)
+	res.Full = true
+	res.Duration = c.cfg.Now().Sub(t0)
+	return res
+}

@@ -7,16 +7,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
-	"time"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/pstrain/pstrain/checkpoint"
-	"github.com/pstrain/pstrain/config"
 	pb "github.com/pstrain/pstrain/proto"
-	"github.com/pstrain/pstrain/report"
 	"github.com/pstrain/pstrain/shardckpt"
 	"github.com/pstrain/pstrain/wire"
 )
@@ -26,6 +19,7 @@ type shardInit struct {
 	params, opt []float32
 	optSteps    int64
 	version     int64
+	positions   []int64 // each worker's data position (nil: the start)
 }
 
 // freshInit is the run's initial state for every shard.
@@ -75,7 +69,8 @@ func (c *Chief) loadLatest() (*restored, error) {
 	r := &restored{step: info.Step, path: info.Path, final: ck.Manifest.Final}
 	for s := range c.cfg.PS {
 		p, o := st.Shard(c.plan, s)
-		r.shards = append(r.shards, shardInit{params: p, opt: o, optSteps: st.OptimizerSteps, version: ck.Manifest.Version})
+		r.shards = append(r.shards, shardInit{params: p, opt: o, optSteps: st.OptimizerSteps,
+			version: ck.Manifest.Version, positions: ck.Manifest.DataPositions})
 	}
 	return r, nil
 }
@@ -105,11 +100,15 @@ func (c *Chief) archiveOld() error {
 }
 
 // initShard sends shard s its state in generation gen.
-func (c *Chief) initShard(ctx context.Context, s int, in shardInit, gen, maxSteps int64) error {
+func (c *Chief) initShard(ctx context.Context, s int, in shardInit, gen int64) error {
 	r := c.cfg.Run
+	c.mu.Lock()
+	live := c.core.Live(c.cfg.Now())
+	c.mu.Unlock()
 	req := &pb.InitRequest{RunId: c.cfg.RunID, Shard: int32(s), NumShards: int32(r.PS), RunConfig: r.JSON(),
-		Params: wire.Bytes(in.params), Version: in.version, MaxVersion: maxSteps, LiveWorkers: c.liveWorkers(),
-		Generation: gen, ModelSpec: c.cfg.Spec.JSON(), OptimizerStep: in.optSteps}
+		Params: wire.Bytes(in.params), Version: in.version, MaxVersion: MaxSteps(r, c.cfg.TrainN), LiveWorkers: live,
+		Generation: gen, ModelSpec: c.cfg.Spec.JSON(), OptimizerStep: in.optSteps,
+		StepsPerEpoch: StepsPerEpoch(r, c.cfg.TrainN), DataPositions: in.positions}
 	if len(in.opt) > 0 {
 		req.OptimizerState = wire.Bytes(in.opt)
 	}
@@ -117,143 +116,66 @@ func (c *Chief) initShard(ctx context.Context, s int, in shardInit, gen, maxStep
 	return c.callPS(ctx, s, "init", func(ctx context.Context) error { _, err := p.Client.Init(ctx, req); return err })
 }
 
-// checkpointResult is the outcome of one checkpoint attempt.
-type checkpointResult struct {
-	step     int64
-	bytes    int64
-	pause    time.Duration // the longest lock hold among the shards
-	duration time.Duration
-	skipped  string // why nothing was written, if so
-	err      error
-}
-
-// writeCheckpoint has every shard snapshot and write its slice, then
-// commits the manifest. In sync mode every shard snapshots the same
-// version, `ahead` versions past the newest one seen, so that no shard has
-// passed it when the request arrives; a shard that has passed it anyway
-// fails the attempt and the caller retries with a larger margin. In
-// async/ssp mode each shard snapshots at once and the manifest records
-// each shard's own version (see docs/recovery.md).
-func (c *Chief) writeCheckpoint(ctx context.Context, versions []int64, ahead int64, final bool) checkpointResult {
-	t0 := c.cfg.Now()
-	r := c.cfg.Run
-	var at, step int64
-	hi := int64(0)
-	for _, v := range versions {
-		hi = max(hi, v)
-	}
-	step = hi
-	if r.Mode == config.Sync && !final {
-		// Not past the last step: a shard that stops there would never
-		// reach the version (the final checkpoint covers the end).
-		if hi >= c.maxSteps {
-			return checkpointResult{step: hi, skipped: "training is at its last step"}
+// initCluster initialises every shard at the start of a run: from the
+// newest valid checkpoint when resuming, else from the seed (moving any
+// older run's checkpoints aside). It returns the starting step and the
+// newest checkpoint's step (-1: none).
+func (c *Chief) initCluster(ctx context.Context, a InitCluster) (step, latest int64, err error) {
+	inits, latest := c.freshInit(), int64(-1)
+	maxSteps := MaxSteps(c.cfg.Run, c.cfg.TrainN)
+	if a.Resume {
+		rs, err := c.loadLatest()
+		switch {
+		case errors.Is(err, shardckpt.ErrMismatch):
+			c.cfg.Log.Warn("the checkpoints are of another run; starting a new one", "why", err)
+		case err != nil:
+			return 0, 0, fmt.Errorf("chief: resuming from %s: %w (pass --resume=false to start afresh)", c.cfg.Store.Dir(), err)
+		case rs == nil:
+		case rs.final || rs.shards[0].version >= maxSteps:
+			c.cfg.Log.Warn("the newest checkpoint is of a finished run; starting a new one", "path", rs.path, "step", rs.step)
+		default:
+			inits, latest = rs.shards, rs.step
+			c.cfg.Log.Info("resuming from checkpoint", "path", rs.path, "step", rs.step)
 		}
-		at = min(hi+ahead, c.maxSteps)
-		step = at
 	}
-	c.mu.Lock()
-	latest := c.latestCkpt
-	c.mu.Unlock()
-	if step <= latest {
-		return checkpointResult{step: step, skipped: fmt.Sprintf("a checkpoint at step %d exists", latest)}
-	}
-	infos := make([]checkpoint.ShardInfo, len(c.cfg.PS))
-	pauses := make([]time.Duration, len(c.cfg.PS))
-	errs := make([]error, len(c.cfg.PS))
-	var wg sync.WaitGroup
-	for s, p := range c.cfg.PS {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cctx, cancel := context.WithTimeout(ctx, time.Minute)
-			defer cancel()
-			resp, err := p.Client.Checkpoint(cctx, &pb.CheckpointRequest{Step: step, AtVersion: at, RunId: c.cfg.RunID})
-			if err != nil {
-				errs[s] = fmt.Errorf("ps/%d: %s", s, status.Convert(err).Message())
-				if status.Code(err) == codes.FailedPrecondition {
-					errs[s] = fmt.Errorf("%w: %w", errTooLate, errs[s])
-				}
-				return
-			}
-			infos[s] = checkpoint.ShardInfo{Index: s, File: resp.File, SHA256: resp.Sha256, Bytes: resp.Bytes,
-				Tensors: resp.Tensors, Version: resp.Version}
-			pauses[s] = time.Duration(resp.PauseSeconds * float64(time.Second))
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return checkpointResult{step: step, err: err}
-	}
-	res := checkpointResult{step: step}
-	version := infos[0].Version
-	for s, in := range infos {
-		res.bytes += in.Bytes
-		res.pause = max(res.pause, pauses[s])
-		version = min(version, in.Version)
-	}
-	m := checkpoint.Manifest{Step: step, Version: version, Mode: string(r.Mode), ModelSpec: c.cfg.Spec.JSON(),
-		RunConfig: r.JSON(), Optimizer: checkpoint.Optimizer{Name: r.Optimizer,
-			Hyperparams: map[string]float64{"lr": r.LR, "momentum": r.Momentum}}, Shards: infos, Final: final}
-	if err := c.cfg.Store.Commit(m); err != nil && !errors.Is(err, checkpoint.ErrRetention) {
-		res.err = err
-		return res
-	} else if err != nil {
-		c.cfg.Log.Warn("checkpoint committed, but deleting old ones failed", "err", err)
-	}
-	res.duration = c.cfg.Now().Sub(t0)
-	c.mu.Lock()
-	c.latestCkpt = step
-	c.mu.Unlock()
-	return res
-}
-
-// errTooLate marks a sync checkpoint whose version a shard had passed.
-var errTooLate = errors.New("shard passed the checkpoint version")
-
-// checkpointNow writes a checkpoint, retrying a sync one whose version
-// was overtaken with a doubled margin.
-func (c *Chief) checkpointNow(ctx context.Context, versions func() []int64, final bool) checkpointResult {
-	ahead := int64(2)
-	for attempt := 0; ; attempt++ {
-		res := c.writeCheckpoint(ctx, versions(), ahead, final)
-		if res.err == nil || !errors.Is(res.err, errTooLate) || attempt == 3 || ctx.Err() != nil {
-			return res
+	if latest < 0 {
+		if err := c.archiveOld(); err != nil {
+			return 0, 0, fmt.Errorf("chief: moving old checkpoints aside: %w", err)
 		}
-		ahead *= 4
 	}
-}
-
-// recordCheckpoint updates the metrics and the log after an attempt.
-func (c *Chief) recordCheckpoint(res checkpointResult) {
-	switch {
-	case res.err != nil:
-		c.cfg.Log.Error("checkpoint failed; training goes on", "step", res.step, "err", res.err)
-	case res.skipped != "":
-		c.cfg.Log.Info("checkpoint skipped", "step", res.step, "why", res.skipped)
-	default:
-		c.cfg.Metrics.CheckpointDuration.Observe(res.duration.Seconds())
-		c.cfg.Metrics.CheckpointSize.Set(float64(res.bytes))
-		c.cfg.Metrics.CheckpointLastSuccess.Set(float64(c.cfg.Now().UnixNano()) / 1e9)
-		c.cfg.Log.Info("checkpoint committed", "step", res.step, "bytes", res.bytes,
-			"seconds", fmt.Sprintf("%.3f", res.duration.Seconds()), "max_pause", res.pause.Round(time.Microsecond))
+	for s := range c.cfg.PS {
+		if err := c.initShard(ctx, s, inits[s], a.Generation); err != nil {
+			return 0, 0, err
+		}
 	}
+	return inits[0].version, latest, nil
 }
 
-// chiefState is what a restarted chief needs to go on with the report:
-// written after every evaluation, checkpoint and recovery.
-type chiefState struct {
-	RunID               string           `json:"run_id"`
-	TrainStartedUnix    float64          `json:"train_started_unix"`
-	Evals               []report.Eval    `json:"evals"`
-	Restarts            []report.Restart `json:"restarts"`
-	TimeToTargetSeconds *float64         `json:"time_to_target_seconds"`
-	TestSeconds         float64          `json:"test_seconds"`
-	Generation          int64            `json:"generation"`
-	LatestCheckpoint    int64            `json:"latest_checkpoint"`
+// restore re-initialises the target shards, in generation gen, from the
+// newest valid checkpoint (or the initial weights if there is none), and
+// returns the checkpoint's step.
+func (c *Chief) restore(ctx context.Context, targets []int, gen int64) (int64, error) {
+	rs, err := c.loadLatest()
+	if err != nil {
+		c.cfg.Log.Error("cannot read the checkpoints; restoring the initial weights", "err", err)
+		rs = nil
+	}
+	inits := c.freshInit()
+	var restoredStep int64
+	if rs != nil {
+		inits, restoredStep = rs.shards, rs.step
+	} else {
+		c.cfg.Log.Error("no valid checkpoint: restoring the initial weights", "shards", targets)
+	}
+	for _, t := range targets {
+		if err := c.initShard(ctx, t, inits[t], gen); err != nil {
+			return 0, err
+		}
+	}
+	return restoredStep, nil
 }
 
-func (c *Chief) saveState(st chiefState) {
+func (c *Chief) saveState(st State) {
 	if c.cfg.StatePath == "" {
 		return
 	}
@@ -268,14 +190,14 @@ func (c *Chief) saveState(st chiefState) {
 	c.cfg.Log.Warn("could not save the chief state; a restarted chief will lose the report's history", "path", c.cfg.StatePath)
 }
 
-func (c *Chief) loadState() (chiefState, bool) {
-	var st chiefState
+func (c *Chief) loadState() (State, bool) {
+	var st State
 	if c.cfg.StatePath == "" {
 		return st, false
 	}
 	b, err := os.ReadFile(c.cfg.StatePath)
 	if err != nil || json.Unmarshal(b, &st) != nil || st.RunID != c.cfg.RunID {
-		return chiefState{}, false
+		return State{}, false
 	}
 	return st, true
 }

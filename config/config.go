@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pstrain/pstrain/model"
+	"github.com/pstrain/pstrain/optim"
 )
 
 // Mode is the SGD variant.
@@ -57,6 +58,13 @@ type Run struct {
 	// bytes, 8 significant bits; package wire). Parameters are always
 	// pulled as f32.
 	WireDType string `json:"wire_dtype"`
+	// LRSchedule is the learning rate's schedule over the global step
+	// (the shards' version): "constant", "step:EPOCHS:FACTOR" or "cosine"
+	// (optim.ParseSchedule). The shards compute it, so they all agree.
+	LRSchedule string `json:"lr_schedule"`
+	// WarmupSteps ramps the rate up linearly over the first global steps
+	// (0: none).
+	WarmupSteps int64 `json:"warmup_steps"`
 
 	DataDir          string        `json:"data_dir" check:"-"`
 	EvalEvery        time.Duration `json:"eval_every" check:"-"`
@@ -71,6 +79,10 @@ type Run struct {
 	// Resume: the chief starts from the newest valid checkpoint in
 	// CheckpointDir if there is one for this model.
 	Resume bool `json:"resume" check:"-"`
+	// TargetHold is how many evaluations in a row must score at least
+	// TargetAccuracy on the whole test set before the run stops; the
+	// model handed back is the last of them (docs/semantics.md).
+	TargetHold int `json:"target_hold" check:"-"`
 }
 
 // Every is a checkpoint interval: a duration ("30s") or a number of
@@ -137,8 +149,10 @@ func Default() Run {
 		LR:               0.2,
 		Momentum:         0.9,
 		Optimizer:        "momentum",
+		LRSchedule:       "step:2:0.3",
 		Epochs:           10,
 		TargetAccuracy:   0.975,
+		TargetHold:       3,
 		Dataset:          "mnist",
 		DataFraction:     1,
 		Seed:             1,
@@ -176,10 +190,14 @@ func (r Run) Validate() error {
 		return fmt.Errorf("--lr must be a positive number, got %v", r.LR)
 	case r.Momentum < 0 || r.Momentum >= 1:
 		return fmt.Errorf("--momentum must be in [0, 1), got %v", r.Momentum)
+	case r.WarmupSteps < 0:
+		return fmt.Errorf("--warmup-steps must be >= 0 (0 = no warmup), got %d", r.WarmupSteps)
 	case !(r.Epochs > 0):
 		return fmt.Errorf("--epochs must be positive, got %v", r.Epochs)
 	case r.TargetAccuracy < 0 || r.TargetAccuracy > 1:
 		return fmt.Errorf("--target-accuracy must be in [0, 1] (0 = run all epochs), got %v", r.TargetAccuracy)
+	case r.TargetHold < 0:
+		return fmt.Errorf("--target-hold must be >= 1 (evaluations in a row at the target), got %d", r.TargetHold)
 	case !(r.DataFraction > 0) || r.DataFraction > 1:
 		return fmt.Errorf("--data-fraction must be in (0, 1], got %v", r.DataFraction)
 	case r.EvalEvery < 0:
@@ -202,6 +220,9 @@ func (r Run) Validate() error {
 			return err
 		}
 	}
+	if _, err := r.Schedule(); err != nil {
+		return err
+	}
 	for i, h := range r.Hidden {
 		if h <= 0 {
 			return fmt.Errorf("--hidden: layer %d has size %d; sizes must be positive", i, h)
@@ -222,6 +243,9 @@ func oneOf(flag, got string, want ...string) error {
 	}
 	return fmt.Errorf("%s must be %s, got %q", flag, list, got)
 }
+
+// Schedule is the parsed --lr-schedule.
+func (r Run) Schedule() (optim.Schedule, error) { return optim.ParseSchedule(r.LRSchedule) }
 
 // Replicas is the number of gradients a sync step aggregates when all
 // workers are alive.
@@ -249,6 +273,9 @@ func Parse(b []byte) (Run, error) {
 	var r Run
 	if err := json.Unmarshal(b, &r); err != nil {
 		return Run{}, fmt.Errorf("run configuration: %w", err)
+	}
+	if r.LRSchedule == "" {
+		r.LRSchedule = "constant" // written before schedules existed
 	}
 	return r, nil
 }

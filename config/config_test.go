@@ -26,6 +26,8 @@ func TestValidateRejectsImpossibleValues(t *testing.T) {
 		"--batch":                 func(r *Run) { r.Batch = 0 },
 		"--target-accuracy":       func(r *Run) { r.TargetAccuracy = 97.5 },
 		"--wire-dtype":            func(r *Run) { r.WireDType = "fp8" },
+		"--lr-schedule":           func(r *Run) { r.LRSchedule = "linear" },
+		"--warmup-steps":          func(r *Run) { r.WarmupSteps = -1 },
 	}
 	for flag, mutate := range cases {
 		r := Default()
@@ -92,5 +94,37 @@ func TestOneOfNamesEveryChoice(t *testing.T) {
 		if err := oneOf("--x", c.want[1], c.want...); err != nil {
 			t.Errorf("oneOf refused %q: %v", c.want[1], err)
 		}
+	}
+}
+
+func TestLRScheduleValidationAndCompatibility(t *testing.T) {
+	for _, ok := range []string{"constant", "cosine", "step:1:0.5", "step:2.5:0.3"} {
+		r := Default()
+		r.LRSchedule, r.WarmupSteps = ok, 100
+		if err := r.Validate(); err != nil {
+			t.Errorf("%s: %v", ok, err)
+		}
+	}
+	r := Default()
+	r.LRSchedule = "step:x:0.5"
+	if err := r.Validate(); err == nil || !strings.HasPrefix(err.Error(), `--lr-schedule "step:x:0.5": EPOCHS`) {
+		t.Errorf("step:x:0.5: %v", err)
+	}
+	// Both are compared at registration.
+	a, b := Default(), Default()
+	b.LRSchedule, b.WarmupSteps = "cosine", 50
+	if d := a.Diff(b); len(d) != 2 || !strings.HasPrefix(d[0], "lr_schedule: step:2:0.3 (chief) vs cosine") || !strings.HasPrefix(d[1], "warmup_steps: 0 (chief) vs 50") {
+		t.Errorf("Diff = %q", d)
+	}
+	// A configuration written before schedules existed reads as constant.
+	constant := Default()
+	constant.LRSchedule = "constant"
+	old := strings.Replace(string(constant.JSON()), `"lr_schedule":"constant",`, "", 1)
+	if old == string(constant.JSON()) {
+		t.Fatal("test setup: lr_schedule not found in the JSON")
+	}
+	back, err := Parse([]byte(old))
+	if err != nil || len(constant.Diff(back)) != 0 {
+		t.Errorf("old configuration: %v, diff %q", err, Default().Diff(back))
 	}
 }

@@ -210,11 +210,13 @@ func (c *Client) PullInto(ctx context.Context, in *pb.PullRequest, dst [][]float
 }
 
 func (c *Client) pull(ctx context.Context, in *pb.PullRequest, dst [][]float32) (*pb.PullResponse, error) {
-	resp, body, err := c.call(ctx, request{op: opPull, runID: in.RunId, worker: in.Worker, version: in.MinVersion, generation: in.Generation}, nil, dst)
+	resp, body, err := c.call(ctx, request{op: opPull, retain: in.Retain, runID: in.RunId, worker: in.Worker, version: in.MinVersion,
+		generation: in.Generation}, nil, dst)
 	if err != nil {
 		return nil, err
 	}
-	return &pb.PullResponse{Version: resp.version, Params: body, Done: resp.done, Generation: resp.generation}, nil
+	return &pb.PullResponse{Version: resp.version, Params: body, Done: resp.done, Generation: resp.generation,
+		DataPosition: resp.dataPosition}, nil
 }
 
 // Push is ParameterServerClient.Push over the data plane.
@@ -235,7 +237,7 @@ func (c *Client) PushSegments(ctx context.Context, in *pb.PushRequest, segs [][]
 
 func (c *Client) push(ctx context.Context, in *pb.PushRequest, payload net.Buffers) (*pb.PushResponse, error) {
 	resp, _, err := c.call(ctx, request{op: opPush, runID: in.RunId, worker: in.Worker, version: in.Version,
-		generation: in.Generation, loss: in.Loss}, payload, nil)
+		generation: in.Generation, loss: in.Loss, dataPos: in.DataPosition}, payload, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -12,13 +12,23 @@
 //
 // The wire format (docs/wire.md), all integers little-endian:
 //
-//	request:  "PSD1" | op u8 (1 pull, 2 push) | run-id length u8 | run id |
-//	          worker i32 | version i64 | generation i64 | loss f32 |
-//	          payload length u32 | payload (push: the gradient)
-//	response: "PSD1" | code u8 (a gRPC status code; 0 = OK) | outcome u8 |
-//	          done u8 | version i64 | generation i64 |
+//	request:  "PSD2" | op u8 (1 pull, 2 push) | flags u8 | run-id length u8 |
+//	          run id | worker i32 | version i64 | generation i64 | loss f32 |
+//	          data position i64 | payload length u32 | payload (push: the
+//	          gradient)
+//	response: "PSD2" | code u8 (a gRPC status code; 0 = OK) | outcome u8 |
+//	          done u8 | version i64 | generation i64 | data position i64 |
 //	          payload length u32 | payload (pull: the parameters; an error:
 //	          its message)
+//
+// Request flags: bit 0 is a pull's retain (PullRequest.retain); a push
+// has none, and any other bit is a malformed frame. A push carries the
+// worker's data position once its gradient counts
+// (PushRequest.data_position; 0 in a pull), a pull's response the
+// pulling worker's data position (PullResponse.data_position; 0 for a
+// push). "PSD1", the format before the flags and the data positions, is
+// refused as a bad magic: a worker and a PS of different builds fail
+// clearly instead of misreading each other's frames.
 //
 // One request is outstanding per connection. Errors carry gRPC status
 // codes, so callers (the worker's retry loop) treat both planes alike: a
@@ -35,7 +45,7 @@ import (
 	pb "github.com/pstrain/pstrain/proto"
 )
 
-var magic = [4]byte{'P', 'S', 'D', '1'}
+var magic = [4]byte{'P', 'S', 'D', '2'}
 
 // Request ops.
 const (
@@ -43,10 +53,13 @@ const (
 	opPush = 2
 )
 
+// Request flags.
+const flagRetain = 1 << 0 // pull: PullRequest.retain
+
 const (
-	reqFixed  = 4 + 1 + 1                 // magic, op, run-id length
-	reqFields = 4 + 8 + 8 + 4 + 4         // worker, version, generation, loss, payload length
-	respLen   = 4 + 1 + 1 + 1 + 8 + 8 + 4 // magic ... payload length
+	reqFixed  = 4 + 1 + 1 + 1                 // magic, op, flags, run-id length
+	reqFields = 4 + 8 + 8 + 4 + 8 + 4         // worker, version, generation, loss, data position, payload length
+	respLen   = 4 + 1 + 1 + 1 + 8 + 8 + 8 + 4 // magic ... payload length
 )
 
 // ErrBadFrame is wrapped by errors about malformed frames.
@@ -55,22 +68,29 @@ var ErrBadFrame = errors.New("dataplane: malformed frame")
 // request is a decoded request header.
 type request struct {
 	op         byte
+	retain     bool // pull: keep this version for a retained checkpoint
 	runID      string
 	worker     int32
 	version    int64 // pull: the minimum version
 	generation int64
 	loss       float32
+	dataPos    int64 // push: PushRequest.data_position
 	payloadLen uint32
 }
 
 func appendRequest(b []byte, r request) []byte {
 	b = append(b, magic[:]...)
-	b = append(b, r.op, byte(len(r.runID)))
+	flags := byte(0)
+	if r.retain {
+		flags |= flagRetain
+	}
+	b = append(b, r.op, flags, byte(len(r.runID)))
 	b = append(b, r.runID...)
 	b = binary.LittleEndian.AppendUint32(b, uint32(r.worker))
 	b = binary.LittleEndian.AppendUint64(b, uint64(r.version))
 	b = binary.LittleEndian.AppendUint64(b, uint64(r.generation))
 	b = binary.LittleEndian.AppendUint32(b, math.Float32bits(r.loss))
+	b = binary.LittleEndian.AppendUint64(b, uint64(r.dataPos))
 	return binary.LittleEndian.AppendUint32(b, r.payloadLen)
 }
 
@@ -88,7 +108,15 @@ func readRequest(rd io.Reader, scratch []byte, maxPayload int) (request, error) 
 	if r.op != opPull && r.op != opPush {
 		return r, fmt.Errorf("%w: unknown op %d", ErrBadFrame, r.op)
 	}
-	n := int(h[5])
+	switch flags := h[5]; {
+	case flags&^flagRetain != 0:
+		return r, fmt.Errorf("%w: unknown flags %#x", ErrBadFrame, flags)
+	case flags != 0 && r.op != opPull:
+		return r, fmt.Errorf("%w: a push with the retain flag", ErrBadFrame)
+	default:
+		r.retain = flags&flagRetain != 0
+	}
+	n := int(h[6])
 	rest := scratch[:n+reqFields]
 	if _, err := io.ReadFull(rd, rest); err != nil {
 		return r, err
@@ -99,7 +127,8 @@ func readRequest(rd io.Reader, scratch []byte, maxPayload int) (request, error) 
 	r.version = int64(binary.LittleEndian.Uint64(f[4:]))
 	r.generation = int64(binary.LittleEndian.Uint64(f[12:]))
 	r.loss = math.Float32frombits(binary.LittleEndian.Uint32(f[20:]))
-	r.payloadLen = binary.LittleEndian.Uint32(f[24:])
+	r.dataPos = int64(binary.LittleEndian.Uint64(f[24:]))
+	r.payloadLen = binary.LittleEndian.Uint32(f[32:])
 	if int64(r.payloadLen) > int64(maxPayload) {
 		return r, fmt.Errorf("%w: payload of %d bytes exceeds the limit of %d", ErrBadFrame, r.payloadLen, maxPayload)
 	}
@@ -111,12 +140,13 @@ func readRequest(rd io.Reader, scratch []byte, maxPayload int) (request, error) 
 
 // response is a decoded response header.
 type response struct {
-	code       byte
-	outcome    byte
-	done       bool
-	version    int64
-	generation int64
-	payloadLen uint32
+	code         byte
+	outcome      byte
+	done         bool
+	version      int64
+	generation   int64
+	dataPosition int64 // pull: the pulling worker's
+	payloadLen   uint32
 }
 
 func appendResponse(b []byte, r response) []byte {
@@ -128,6 +158,7 @@ func appendResponse(b []byte, r response) []byte {
 	b = append(b, r.code, r.outcome, d)
 	b = binary.LittleEndian.AppendUint64(b, uint64(r.version))
 	b = binary.LittleEndian.AppendUint64(b, uint64(r.generation))
+	b = binary.LittleEndian.AppendUint64(b, uint64(r.dataPosition))
 	return binary.LittleEndian.AppendUint32(b, r.payloadLen)
 }
 
@@ -146,7 +177,8 @@ func readResponse(rd io.Reader, scratch []byte, maxPayload int) (response, error
 	}
 	r.version = int64(binary.LittleEndian.Uint64(h[7:]))
 	r.generation = int64(binary.LittleEndian.Uint64(h[15:]))
-	r.payloadLen = binary.LittleEndian.Uint32(h[23:])
+	r.dataPosition = int64(binary.LittleEndian.Uint64(h[23:]))
+	r.payloadLen = binary.LittleEndian.Uint32(h[31:])
 	if int64(r.payloadLen) > int64(maxPayload) {
 		return r, fmt.Errorf("%w: payload of %d bytes exceeds the limit of %d", ErrBadFrame, r.payloadLen, maxPayload)
 	}

@@ -26,8 +26,11 @@ type fakeBackend struct {
 	lastGrad []byte
 	held     int // pulls answered and not yet released
 	released int
-	release  chan struct{}
-	pullCtx  chan context.Context
+	retains  int // pulls with retain set
+	// lastDataPos is the last push's data position.
+	lastDataPos int64
+	release     chan struct{}
+	pullCtx     chan context.Context
 }
 
 func (f *fakeBackend) PullShared(ctx context.Context, r *pb.PullRequest) (*pb.PullResponse, func(), error) {
@@ -44,6 +47,9 @@ func (f *fakeBackend) PullShared(ctx context.Context, r *pb.PullRequest) (*pb.Pu
 	}
 	f.mu.Lock()
 	f.held++
+	if r.Retain {
+		f.retains++
+	}
 	f.mu.Unlock()
 	done := func() {
 		f.mu.Lock()
@@ -51,7 +57,8 @@ func (f *fakeBackend) PullShared(ctx context.Context, r *pb.PullRequest) (*pb.Pu
 		f.held--
 		f.released++
 	}
-	return &pb.PullResponse{Version: r.MinVersion, Params: []byte("params-" + r.RunId), Done: r.Worker == 7, Generation: r.Generation + 1}, done, nil
+	return &pb.PullResponse{Version: r.MinVersion, Params: []byte("params-" + r.RunId), Done: r.Worker == 7, Generation: r.Generation + 1,
+		DataPosition: 1000 + int64(r.Worker)}, done, nil
 }
 
 func (f *fakeBackend) Push(_ context.Context, r *pb.PushRequest) (*pb.PushResponse, error) {
@@ -59,6 +66,7 @@ func (f *fakeBackend) Push(_ context.Context, r *pb.PushRequest) (*pb.PushRespon
 	defer f.mu.Unlock()
 	f.pushes++
 	f.lastGrad = append(f.lastGrad[:0], r.Grad...)
+	f.lastDataPos = r.DataPosition
 	if len(r.Grad)%4 != 0 {
 		return nil, status.Error(codes.InvalidArgument, "gradient length is not a multiple of 4")
 	}
@@ -94,9 +102,15 @@ func TestPushAndPullRoundTrip(t *testing.T) {
 	defer c.Close()
 	ctx := context.Background()
 	grad := bytes.Repeat([]byte{1, 2, 3, 4}, 1000)
-	resp, err := c.Push(ctx, &pb.PushRequest{Worker: 3, Version: 10, Grad: grad, RunId: "r1", Loss: 2, Generation: 4})
+	resp, err := c.Push(ctx, &pb.PushRequest{Worker: 3, Version: 10, Grad: grad, RunId: "r1", Loss: 2, Generation: 4, DataPosition: 77})
 	if err != nil {
 		t.Fatal(err)
+	}
+	b.mu.Lock()
+	pos := b.lastDataPos
+	b.mu.Unlock()
+	if pos != 77 {
+		t.Fatalf("the server got data position %d, want 77", pos)
 	}
 	if resp.Outcome != pb.PushResponse_DUPLICATE || resp.Version != 4010 || !resp.Done {
 		t.Fatalf("push response %+v", resp)
@@ -107,12 +121,18 @@ func TestPushAndPullRoundTrip(t *testing.T) {
 	if !same {
 		t.Fatal("the server got a different gradient")
 	}
-	pr, err := c.Pull(ctx, &pb.PullRequest{Worker: 7, RunId: "r1", Generation: 2})
+	pr, err := c.Pull(ctx, &pb.PullRequest{Worker: 7, RunId: "r1", Generation: 2, Retain: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(pr.Params) != "params-r1" || !pr.Done || pr.Generation != 3 {
+	if string(pr.Params) != "params-r1" || !pr.Done || pr.Generation != 3 || pr.DataPosition != 1007 {
 		t.Fatalf("pull response %+v", pr)
+	}
+	b.mu.Lock()
+	retains := b.retains
+	b.mu.Unlock()
+	if retains != 1 {
+		t.Fatalf("the server saw %d pulls with retain set, want 1", retains)
 	}
 	// Errors keep their status code and the connection.
 	if _, err := c.Pull(ctx, &pb.PullRequest{RunId: "bad"}); status.Code(err) != codes.FailedPrecondition {
@@ -203,6 +223,9 @@ func TestBadFramesAreRejected(t *testing.T) {
 		"unknown op":   append(append([]byte{}, good[:4]...), append([]byte{9}, good[5:]...)...),
 		"too large":    appendRequest(nil, request{op: opPush, runID: "r", payloadLen: 4096}),
 		"pull payload": appendRequest(nil, request{op: opPull, runID: "r", payloadLen: 8}),
+		"push retain":  appendRequest(nil, request{op: opPush, retain: true, runID: "r", payloadLen: 4}),
+		"unknown flag": append(append([]byte{}, good[:5]...), append([]byte{0x80}, good[6:]...)...),
+		"old format":   append([]byte("PSD1"), good[4:]...),
 	}
 	for name, frame := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -252,13 +275,43 @@ func TestBadFramesAreRejected(t *testing.T) {
 // FuzzReadRequest: no input makes the frame reader panic or accept a
 // payload beyond the limit.
 func FuzzReadRequest(f *testing.F) {
-	f.Add(appendRequest(nil, request{op: opPush, runID: "run-1", worker: 1, version: 2, generation: 3, loss: 0.5, payloadLen: 16}))
+	f.Add(appendRequest(nil, request{op: opPush, runID: "run-1", worker: 1, version: 2, generation: 3, loss: 0.5, dataPos: 7, payloadLen: 16}))
 	f.Add(appendRequest(nil, request{op: opPull, runID: ""}))
-	f.Add([]byte("PSD1\x01\xff"))
+	f.Add(appendRequest(nil, request{op: opPull, retain: true, runID: "run-1", worker: -1, version: 9}))
+	f.Add([]byte("PSD2\x01\x00\xff"))
+	f.Add([]byte("PSD2\x02\x01\x00"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := readRequest(bytes.NewReader(b), make([]byte, 512), 64)
-		if err == nil && (r.payloadLen > 64 || (r.op != opPull && r.op != opPush)) {
+		if err != nil {
+			return
+		}
+		if r.payloadLen > 64 || (r.op != opPull && r.op != opPush) || (r.retain && r.op != opPull) {
 			t.Fatalf("accepted %+v", r)
+		}
+		// What was accepted encodes back to the bytes read.
+		if again := appendRequest(nil, r); !bytes.Equal(again, b[:len(again)]) {
+			t.Fatalf("%+v encodes as %q, read from %q", r, again, b)
+		}
+	})
+}
+
+// FuzzReadResponse: no input makes the response reader panic or accept
+// a payload beyond the limit, and what it accepts encodes back the same.
+func FuzzReadResponse(f *testing.F) {
+	f.Add(appendResponse(nil, response{version: 5, generation: 2, dataPosition: 40, payloadLen: 16}))
+	f.Add(appendResponse(nil, response{code: byte(codes.InvalidArgument), payloadLen: 9}))
+	f.Add(appendResponse(nil, response{outcome: byte(pb.PushResponse_DUPLICATE), done: true, version: -1}))
+	f.Add([]byte("PSD2\x00\x03\x02"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := readResponse(bytes.NewReader(b), make([]byte, respLen), 64)
+		if err != nil {
+			return
+		}
+		if r.payloadLen > 64 || r.outcome > byte(pb.PushResponse_DUPLICATE) {
+			t.Fatalf("accepted %+v", r)
+		}
+		if again := appendResponse(nil, r); !bytes.Equal(again, b[:respLen]) {
+			t.Fatalf("%+v encodes as %q, read from %q", r, again, b[:respLen])
 		}
 	})
 }

@@ -149,10 +149,11 @@ func (s *Server) serveConn(c net.Conn) {
 				break
 			}
 			resp.version, resp.generation, resp.done, body = pr.Version, pr.Generation, pr.Done, pr.Params
+			resp.dataPosition = pr.DataPosition
 			release = done
 		case opPush:
 			pr, err := s.b.Push(context.Background(), &pb.PushRequest{Worker: req.worker, Version: req.version,
-				Grad: payload, RunId: req.runID, Loss: req.loss, Generation: req.generation})
+				Grad: payload, RunId: req.runID, Loss: req.loss, Generation: req.generation, DataPosition: req.dataPos})
 			if err != nil {
 				st := status.Convert(err)
 				resp.code, body = byte(st.Code()), []byte(st.Message())
@@ -191,7 +192,8 @@ func (s *Server) pull(c net.Conn, rd *bufio.Reader, req request) (resp *pb.PullR
 		}
 		watched <- gone
 	}()
-	resp, release, err = s.b.PullShared(ctx, &pb.PullRequest{Worker: req.worker, MinVersion: req.version, RunId: req.runID, Generation: req.generation})
+	resp, release, err = s.b.PullShared(ctx, &pb.PullRequest{Worker: req.worker, MinVersion: req.version, RunId: req.runID,
+		Generation: req.generation, Retain: req.retain})
 	// Stop the watcher: a read deadline in the past wakes it.
 	c.SetReadDeadline(time.Unix(1, 0))
 	gone := <-watched

@@ -39,7 +39,10 @@
 // order fully determined by (data set, batch size, seed): epoch e visits the
 // samples in the order Permutation(N, seed+e), whose algorithm is specified
 // exactly so other code can reproduce it. Batcher.SeekStep lets a restarted
-// worker resume at a given step.
+// worker resume at a given step. FullBatches is what a worker trains on:
+// the Batcher's order without each epoch's short last batch, numbered by
+// position (the worker's data position, which the parameter servers keep)
+// and seekable to one.
 //
 // Nothing in this package keeps global state; a Dataset is read-only after
 // construction and may be shared between goroutines.

@@ -8,6 +8,7 @@ package launcher
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -57,6 +58,10 @@ type Config struct {
 	// BottleneckEvery is how often the progress shows where the time
 	// goes (0 = never; the report always has the whole run's).
 	BottleneckEvery time.Duration
+	// Abort, when closed, kills every task at once (a second Ctrl-C).
+	// Ending Run's context instead stops the run cleanly: the chief is
+	// sent SIGTERM and winds the run down (final checkpoint, report).
+	Abort <-chan struct{}
 }
 
 type proc struct {
@@ -146,6 +151,22 @@ type supervisor struct {
 	usage    map[string]report.Task // summed over a task's processes
 	restarts []restart
 	finished bool // the chief is done: exits are no longer restarted
+	// interrupted: the run is being stopped on a signal; no task is
+	// restarted or faulted any more.
+	interrupted bool
+}
+
+func (s *supervisor) stopping() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.interrupted
+}
+
+// stoppedBySignal says the process exited as a task does after stopping
+// cleanly on SIGINT or SIGTERM (status 130 or 143).
+func stoppedBySignal(p *proc) bool {
+	c := p.cmd.ProcessState.ExitCode()
+	return c == 130 || c == 143
 }
 
 // Run starts the cluster and waits for it to finish.
@@ -202,7 +223,10 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 	os.Remove(s.chiefReport)
 	os.Remove(s.statePath)
 
-	ctx, cancel := context.WithCancel(ctx)
+	// The tasks live until the run ends or is aborted, not until ctx
+	// ends: an interrupt only asks the chief to stop the run.
+	interrupt := ctx.Done()
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	var wg sync.WaitGroup
 	defer func() {
@@ -267,22 +291,22 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 		})
 	}()
 
-	select {
-	case err := <-chiefDone:
-		stopMon()
-		if err != nil {
-			return nil, err
-		}
-	case err := <-failed:
+	if err := s.wait(interrupt, chiefDone, failed); err != nil {
 		return nil, err
-	case <-ctx.Done():
-		return nil, ctx.Err()
 	}
+	stopMon()
 	// The chief shut the PS down; workers exit when they see training done.
 	s.mu.Lock()
 	s.finished = true
 	procs := maps.Clone(s.procs)
+	interrupted := s.interrupted
 	s.mu.Unlock()
+	if interrupted {
+		// The final checkpoint is written: nothing is left to lose.
+		for _, p := range procs {
+			p.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
 	grace := time.After(15 * time.Second)
 	for _, p := range procs {
 		select {
@@ -312,6 +336,39 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 	return rep, nil
 }
 
+// wait waits for the chief to finish the run. On interrupt it asks the
+// chief to stop the run cleanly (SIGTERM: it stops the shards, scores and
+// checkpoints the model and writes the report) and no task is restarted
+// any more; on Abort it kills every task at once.
+func (s *supervisor) wait(interrupt <-chan struct{}, chiefDone, failed <-chan error) error {
+	for {
+		select {
+		case err := <-chiefDone:
+			return err
+		case err := <-failed:
+			return err
+		case <-interrupt:
+			interrupt = nil
+			s.mu.Lock()
+			s.interrupted = true
+			chief := s.procs[cluster.Chief]
+			s.mu.Unlock()
+			s.c.Log.Warn("interrupted: the chief is stopping the run cleanly (interrupt again to stop at once)")
+			if chief != nil {
+				chief.cmd.Process.Signal(syscall.SIGTERM)
+			}
+		case <-s.c.Abort:
+			s.mu.Lock()
+			s.finished = true
+			for _, p := range s.procs {
+				p.cmd.Process.Kill()
+			}
+			s.mu.Unlock()
+			return errors.New("launcher: interrupted again: every task killed (the run has no final checkpoint)")
+		}
+	}
+}
+
 // start starts task t's process (index i in the cluster's task list).
 func (s *supervisor) start(i int, t cluster.Task) (*proc, error) {
 	c := s.c
@@ -327,6 +384,10 @@ func (s *supervisor) start(i int, t cluster.Task) (*proc, error) {
 	args = append(append(args, c.ChildArgs(c.Run)...), c.ExtraArgs...)
 	cmd := exec.Command(c.Exe, args...)
 	cmd.Env = append(os.Environ(), "OPENBLAS_NUM_THREADS=1")
+	// Each task in its own process group, so a Ctrl-C at the terminal
+	// reaches only this launcher, which stops the run in order (see
+	// wait); and killed with the launcher, so no task outlives it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	logPath := filepath.Join(c.Dir, "logs", strings.ReplaceAll(t.String(), "/", "-")+".log")
 	// A restarted task appends to its predecessor's log; a new run starts
 	// the log afresh.
@@ -387,8 +448,8 @@ func (s *supervisor) supervise(ctx context.Context, i int, p *proc) error {
 		s.mu.Lock()
 		finished := s.finished
 		s.mu.Unlock()
-		if p.err == nil || finished || ctx.Err() != nil {
-			if p.err != nil && p.task.Type == cluster.Chief {
+		if p.err == nil || finished || s.stopping() || ctx.Err() != nil {
+			if p.err != nil && p.task.Type == cluster.Chief && !(s.stopping() && stoppedBySignal(p)) {
 				return taskError(p)
 			}
 			return nil
@@ -406,7 +467,7 @@ func (s *supervisor) supervise(ctx context.Context, i int, p *proc) error {
 		s.mu.Lock()
 		finished = s.finished
 		s.mu.Unlock()
-		if finished || ctx.Err() != nil {
+		if finished || s.stopping() || ctx.Err() != nil {
 			return nil // the run ended during the backoff
 		}
 		np, err := s.start(i, p.task)
@@ -445,7 +506,7 @@ func (s *supervisor) inject(ctx context.Context, f Fault) {
 	}
 	s.mu.Lock()
 	p := s.procs[f.Task]
-	finished := s.finished
+	finished := s.finished || s.interrupted
 	s.mu.Unlock()
 	if p == nil || finished {
 		return

@@ -485,8 +485,8 @@ func TestLatencyAndLoss(t *testing.T) {
 			// sync mode the shards may be one step apart when training ends
 			// (docs/semantics.md), and the chief's last reading can be the
 			// lagging one.
-			if rep.StopReason != "epochs" || rep.GlobalSteps < 93 || rep.GlobalSteps > 94 {
-				t.Errorf("stopped by %s after %d steps, want epochs after 94", rep.StopReason, rep.GlobalSteps)
+			if rep.StoppedBy != "epochs" || rep.GlobalSteps < 93 || rep.GlobalSteps > 94 {
+				t.Errorf("stopped by %s after %d steps, want epochs after 94", rep.StoppedBy, rep.GlobalSteps)
 			}
 			if rep.TestAccuracy < 0.90 {
 				t.Errorf("test accuracy %.4f, want >= 0.90", rep.TestAccuracy)
@@ -553,8 +553,8 @@ func TestPartitionWorker(t *testing.T) {
 	}
 	rep := c.report()
 	t.Logf("finished: %d steps, %.2f%%, %.0f samples/s, stale gradients dropped %d", rep.GlobalSteps, 100*rep.TestAccuracy, rep.SamplesPerSecond, rep.StaleGradientsDropped)
-	if rep.StopReason != "epochs" || rep.TestAccuracy < 0.93 {
-		t.Errorf("stopped by %s at %.4f", rep.StopReason, rep.TestAccuracy)
+	if rep.StoppedBy != "epochs" || rep.TestAccuracy < 0.93 {
+		t.Errorf("stopped by %s at %.4f", rep.StoppedBy, rep.TestAccuracy)
 	}
 }
 
@@ -621,8 +621,8 @@ func TestPartitionPS(t *testing.T) {
 	c.wait(ctx)
 	rep := c.report()
 	t.Logf("finished: %d steps, %.2f%%, %.0f samples/s, restarts %d", rep.GlobalSteps, 100*rep.TestAccuracy, rep.SamplesPerSecond, len(rep.Restarts))
-	if rep.StopReason != "epochs" || rep.TestAccuracy < 0.93 {
-		t.Errorf("stopped by %s at %.4f", rep.StopReason, rep.TestAccuracy)
+	if rep.StoppedBy != "epochs" || rep.TestAccuracy < 0.93 {
+		t.Errorf("stopped by %s at %.4f", rep.StoppedBy, rep.TestAccuracy)
 	}
 }
 

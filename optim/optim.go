@@ -33,6 +33,10 @@ type Optimizer interface {
 	State() ([]float32, int64)
 	// SetState restores what State returned.
 	SetState(state []float32, steps int64) error
+	// SetLR sets the learning rate of the following updates (a shard
+	// sets it from its schedule before each one). It allocates nothing;
+	// setting Config.LR again changes nothing, bit for bit.
+	SetLR(lr float64)
 }
 
 // New builds the optimizer for n parameters.
@@ -85,6 +89,8 @@ func (o *sgd) ApplySum(p, acc, g []float32, scale float32) {
 
 func (o *sgd) State() ([]float32, int64) { return nil, o.steps }
 
+func (o *sgd) SetLR(lr float64) { o.lr = float32(lr) }
+
 func (o *sgd) SetState(s []float32, steps int64) error {
 	if len(s) != 0 {
 		return fmt.Errorf("optim: sgd has no state, got %d values", len(s))
@@ -124,6 +130,8 @@ func (o *momentum) ApplySum(p, acc, g []float32, scale float32) {
 }
 
 func (o *momentum) State() ([]float32, int64) { return o.v, o.steps }
+
+func (o *momentum) SetLR(lr float64) { o.lr = float32(lr) }
 
 func (o *momentum) SetState(s []float32, steps int64) error {
 	if len(s) != len(o.v) {
@@ -174,6 +182,10 @@ func (o *adam) ApplySum(p, acc, g []float32, scale float32) {
 		p[i] -= alpha * mi / (float32(math.Sqrt(float64(vi))) + o.eps)
 	}
 }
+
+// SetLR sets the step size before bias correction, which stays a
+// function of the number of updates.
+func (o *adam) SetLR(lr float64) { o.lr = lr }
 
 func (o *adam) State() ([]float32, int64) {
 	s := make([]float32, 0, 2*len(o.m))

@@ -158,8 +158,10 @@ type InitRequest struct {
 	// learning-rate schedule (config --lr-schedule) is a function of the
 	// version and this.
 	StepsPerEpoch float64 `protobuf:"fixed64,14,opt,name=steps_per_epoch,json=stepsPerEpoch,proto3" json:"steps_per_epoch,omitempty"`
-	// data_positions[w] is how many of worker w's batches the state holds
-	// (the shard's clock for w): a worker resumes its data shard there.
+	// data_positions[w] is worker w's data position in the state: one past
+	// the furthest of its batches whose gradient the state holds (how many
+	// of its batches it holds, unless a shard dropped one that another
+	// counted). A worker resumes its data shard there.
 	DataPositions []int64 `protobuf:"varint,15,rep,packed,name=data_positions,json=dataPositions,proto3" json:"data_positions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -423,7 +425,7 @@ type PullResponse struct {
 	Done       bool                   `protobuf:"varint,3,opt,name=done,proto3" json:"done,omitempty"`
 	Generation int64                  `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
 	// data_position is the pulling worker's position in its data shard in
-	// this state: the number of its batches the state holds.
+	// this state (see InitRequest.data_positions).
 	DataPosition  int64 `protobuf:"varint,5,opt,name=data_position,json=dataPosition,proto3" json:"data_position,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -495,13 +497,17 @@ func (x *PullResponse) GetDataPosition() int64 {
 }
 
 type PushRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Worker        int32                  `protobuf:"varint,1,opt,name=worker,proto3" json:"worker,omitempty"`
-	Version       int64                  `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"` // the version of the parameters the gradient came from
-	Grad          []byte                 `protobuf:"bytes,3,opt,name=grad,proto3" json:"grad,omitempty"`
-	RunId         string                 `protobuf:"bytes,4,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	Loss          float32                `protobuf:"fixed32,5,opt,name=loss,proto3" json:"loss,omitempty"`
-	Generation    int64                  `protobuf:"varint,6,opt,name=generation,proto3" json:"generation,omitempty"` // of the parameters the gradient came from (0: any)
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Worker     int32                  `protobuf:"varint,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	Version    int64                  `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"` // the version of the parameters the gradient came from
+	Grad       []byte                 `protobuf:"bytes,3,opt,name=grad,proto3" json:"grad,omitempty"`
+	RunId      string                 `protobuf:"bytes,4,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Loss       float32                `protobuf:"fixed32,5,opt,name=loss,proto3" json:"loss,omitempty"`
+	Generation int64                  `protobuf:"varint,6,opt,name=generation,proto3" json:"generation,omitempty"` // of the parameters the gradient came from (0: any)
+	// data_position is the worker's data position once this gradient is in
+	// the parameters: the position of the batch it was computed on, plus
+	// one (0: not given; the shard then counts one batch).
+	DataPosition  int64 `protobuf:"varint,7,opt,name=data_position,json=dataPosition,proto3" json:"data_position,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -574,6 +580,13 @@ func (x *PushRequest) GetLoss() float32 {
 func (x *PushRequest) GetGeneration() int64 {
 	if x != nil {
 		return x.Generation
+	}
+	return 0
+}
+
+func (x *PushRequest) GetDataPosition() int64 {
+	if x != nil {
+		return x.DataPosition
 	}
 	return 0
 }
@@ -957,7 +970,7 @@ type CheckpointResponse struct {
 	Tensors      []string               `protobuf:"bytes,4,rep,name=tensors,proto3" json:"tensors,omitempty"`
 	Version      int64                  `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`                                // the shard's version in the snapshot
 	PauseSeconds float64                `protobuf:"fixed64,6,opt,name=pause_seconds,json=pauseSeconds,proto3" json:"pause_seconds,omitempty"` // how long the copy held the shard's lock
-	// data_positions[w] is the shard's clock for worker w in the snapshot.
+	// data_positions[w] is worker w's data position in the snapshot.
 	DataPositions []int64 `protobuf:"varint,7,rep,packed,name=data_positions,json=dataPositions,proto3" json:"data_positions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1428,7 +1441,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\x04 \x01(\x03R\n" +
 	"generation\x12#\n" +
-	"\rdata_position\x18\x05 \x01(\x03R\fdataPosition\"\x9e\x01\n" +
+	"\rdata_position\x18\x05 \x01(\x03R\fdataPosition\"\xc3\x01\n" +
 	"\vPushRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12\x12\n" +
@@ -1437,7 +1450,8 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x04loss\x18\x05 \x01(\x02R\x04loss\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x06 \x01(\x03R\n" +
-	"generation\"\xaa\x01\n" +
+	"generation\x12#\n" +
+	"\rdata_position\x18\a \x01(\x03R\fdataPosition\"\xaa\x01\n" +
 	"\fPushResponse\x12:\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2 .pstrain.v1.PushResponse.OutcomeR\aoutcome\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12\x12\n" +

@@ -14,8 +14,16 @@
 //   - ssp: async, but a worker's pull is held back while it is more than
 //     Staleness gradients ahead of the slowest live worker.
 //
+// The Shard also keeps each worker's data position (DataPosition): one
+// past the furthest of the worker's batches whose gradient its parameters
+// hold, which pulls report and checkpoints record, so that workers use
+// every sample once per epoch through restarts and rollbacks
+// (docs/recovery.md, "Data positions").
+//
 // Server is the thin gRPC wrapper: it serialises calls into the Shard,
 // blocks pulls until the Shard says they are ready, and records metrics.
 // Pulls of a version share one immutable byte buffer, so answering many
-// workers costs one copy per version.
+// workers costs one copy per version. A pull with retain set (the chief's
+// evaluation) keeps its version's state for a Checkpoint with retained
+// set, holding that buffer rather than copying it.
 package ps

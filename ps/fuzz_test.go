@@ -26,6 +26,7 @@ const (
 
 func fuzzRunConfig(mode config.Mode) []byte {
 	r := config.Default()
+	r.LRSchedule = "constant" // the update rule under test, not the schedule
 	r.Mode, r.PS, r.Workers, r.Optimizer, r.LR = mode, 1, 2, "momentum", 0.5
 	return r.JSON()
 }

@@ -58,6 +58,9 @@ type Server struct {
 	store *checkpoint.Store
 	// pending are checkpoint requests waiting for their version.
 	pending []*pendingSnap
+	// retained is the state the last pull with retain set kept (the
+	// model the chief evaluated), nil if none since Init.
+	retained *retainedSnap
 	// dataAddr is the TCP data plane's address ("" = none).
 	dataAddr string
 }
@@ -72,7 +75,7 @@ type Server struct {
 type pullSnap struct {
 	b       []byte
 	version int64
-	readers int  // data plane pulls writing it and checkpoints saving it
+	readers int  // data plane pulls writing it, checkpoints saving it, the retained state
 	escaped bool // handed to gRPC, which never says when it is done: not reused
 }
 
@@ -84,12 +87,22 @@ type snapshot struct {
 	held      *pullSnap
 	opt       []float32
 	optSteps  int64
+	positions []int64       // the workers' data positions (Shard.DataPositions)
 	pause     time.Duration // how long the copy held the lock
 	plan      partition.Plan
 	index     int
 	numShards int
 	optName   string
 	runID     string
+}
+
+// retainedSnap is the state a pull with retain set kept: its parameters
+// are that pull's snapshot, held until the next retain or Init replaces
+// it; its optimizer state and positions are copies into buffers that the
+// next retain reuses, unless a checkpoint is still writing them.
+type retainedSnap struct {
+	snapshot
+	writers int // checkpoints writing it
 }
 
 // pendingSnap is a checkpoint request waiting for the shard to reach at.
@@ -171,9 +184,22 @@ func (s *Server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitRespons
 	}
 	sc := ShardConfig{Mode: cfg.Mode, Replicas: cfg.Replicas(), Staleness: cfg.Staleness,
 		Workers: cfg.Workers, MaxVersion: req.MaxVersion}
+	if sc.LR, err = lrSchedule(cfg, req); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
 	sh, err := NewShard(sc, params, opt, req.Version)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if len(req.DataPositions) == cfg.Workers {
+		if err := sh.SetDataPositions(req.DataPositions); err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+	} else if len(req.DataPositions) > 0 {
+		// A checkpoint of a run with another number of workers: their data
+		// shards were cut differently, so the positions mean nothing here.
+		s.log.Warn("ignoring data positions for another number of workers; every worker starts its data shard afresh",
+			"positions", len(req.DataPositions), "workers", cfg.Workers)
 	}
 	if req.LiveWorkers != nil {
 		sh.SetLive(toInts(req.LiveWorkers))
@@ -184,6 +210,7 @@ func (s *Server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitRespons
 	s.gen, s.numShards, s.plan, s.optName = req.Generation, int(req.NumShards), plan, cfg.Optimizer
 	s.nanSkip = cfg.NaNPolicy == "skip"
 	s.bf16 = cfg.WireDType == "bf16"
+	s.dropRetained()
 	s.retire(s.snap)
 	s.snap = nil
 	s.abortPending(func(*pendingSnap) bool { return true })
@@ -194,6 +221,26 @@ func (s *Server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitRespons
 	s.log.Info("shard initialised", "shard", req.Shard, "of", req.NumShards, "params", len(params),
 		"version", req.Version, "generation", req.Generation, "mode", cfg.Mode, "run", req.RunId)
 	return &pb.InitResponse{}, nil
+}
+
+// lrSchedule is the run's learning rate as a function of the shard's
+// version: --lr-schedule and --warmup-steps over the run's length as the
+// chief gives it (steps per epoch, last version), the same on every shard.
+// Constant without warmup is the zero schedule: the optimizer keeps the
+// configured rate and never has it set.
+func lrSchedule(cfg config.Run, req *pb.InitRequest) (optim.LRSchedule, error) {
+	sched, err := cfg.Schedule()
+	if err != nil {
+		return optim.LRSchedule{}, err
+	}
+	if sched.Kind == optim.Constant && cfg.WarmupSteps == 0 {
+		return optim.LRSchedule{}, nil
+	}
+	l, err := optim.NewLRSchedule(cfg.LR, sched, cfg.WarmupSteps, req.StepsPerEpoch, req.MaxVersion)
+	if err != nil {
+		return optim.LRSchedule{}, fmt.Errorf("%w (init request: steps_per_epoch %v, max_version %d)", err, req.StepsPerEpoch, req.MaxVersion)
+	}
+	return l, nil
 }
 
 func toInts(x []int32) []int {
@@ -267,6 +314,12 @@ func (s *Server) pull(ctx context.Context, req *pb.PullRequest, shared bool) (*p
 		p.escaped = true
 	}
 	resp := &pb.PullResponse{Version: sh.Version(), Params: p.b, Done: sh.Done(), Generation: s.gen}
+	if w := int(req.Worker); w >= 0 && w < sh.cfg.Workers {
+		resp.DataPosition = sh.DataPosition(w)
+	}
+	if req.Retain {
+		s.retain(p)
+	}
 	s.mu.Unlock()
 	if req.Worker >= 0 {
 		s.m.BarrierWait.Observe(time.Since(start).Seconds())
@@ -333,17 +386,20 @@ func (s *Server) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushRespons
 		s.m.StaleGradientsDropped.Inc()
 		return &pb.PushResponse{Outcome: pb.PushResponse_STALE, Version: s.shard.Version(), Done: s.shard.Done()}, nil
 	}
-	res, err := s.shard.Push(int(req.Worker), req.Version, g)
+	res, err := s.shard.PushAt(int(req.Worker), req.Version, g, req.DataPosition)
 	if err != nil {
 		s.m.RejectedRequests.WithLabelValues(rejectReason(err)).Inc()
 		if errors.Is(err, ErrNonFinite) && s.nanSkip {
 			// --nan-policy skip: counted, never applied, training goes on.
 			// In sync mode the worker still counts for the step, with a
 			// zero gradient: otherwise the step would wait for it forever.
+			// Either way its batch is used up (its data position moves on).
 			if s.shard.cfg.Mode == config.Sync {
-				if res, err := s.shard.Push(int(req.Worker), req.Version, make([]float32, len(g))); err == nil && res.Advanced {
+				if res, err := s.shard.PushAt(int(req.Worker), req.Version, make([]float32, len(g)), req.DataPosition); err == nil && res.Advanced {
 					s.advanced()
 				}
+			} else {
+				s.shard.SkipBatch(int(req.Worker), req.DataPosition)
 			}
 			return &pb.PushResponse{Outcome: pb.PushResponse_STALE, Version: s.shard.Version(), Done: s.shard.Done()}, nil
 		}
@@ -464,15 +520,80 @@ func (s *Server) takeSnapshot() snapshot {
 	t0 := time.Now()
 	p := s.current()
 	p.readers++
+	var sn snapshot
+	s.fillSnapshot(&sn, p)
+	sn.pause = time.Since(t0)
+	return sn
+}
+
+// fillSnapshot fills sn with the shard's state, its parameters being p
+// (the current pull snapshot, which the caller holds); the optimizer state
+// and the positions are copied into sn's buffers. Call with mu held.
+func (s *Server) fillSnapshot(sn *snapshot, p *pullSnap) {
 	params, err := wire.Floats(p.b)
 	if err != nil {
 		panic(err) // p.b was encoded from whole float32s
 	}
 	st, steps := s.shard.Optimizer().State()
-	sn := snapshot{version: s.shard.Version(), params: params, held: p, opt: slices.Clone(st), optSteps: steps,
-		plan: s.plan, index: s.index, numShards: s.numShards, optName: s.optName, runID: s.runID}
-	sn.pause = time.Since(t0)
-	return sn
+	sn.version, sn.params, sn.held = s.shard.Version(), params, p
+	sn.opt, sn.optSteps = append(sn.opt[:0], st...), steps
+	sn.positions = sn.positions[:0]
+	for w := range s.shard.cfg.Workers {
+		sn.positions = append(sn.positions, s.shard.DataPosition(w))
+	}
+	sn.plan, sn.index, sn.numShards, sn.optName, sn.runID = s.plan, s.index, s.numShards, s.optName, s.runID
+}
+
+// retain keeps the shard's current state, whose pull snapshot p is, for a
+// later Checkpoint with retained set, replacing (and releasing) the state
+// retained before. Call with mu held.
+func (s *Server) retain(p *pullSnap) {
+	r := s.retained
+	if r != nil {
+		s.unhold(r.held)
+		if r.writers > 0 {
+			r = nil // a checkpoint is writing its buffers: leave them to it
+		}
+	}
+	if r == nil {
+		r = &retainedSnap{}
+	}
+	p.readers++
+	s.fillSnapshot(&r.snapshot, p)
+	s.retained = r
+}
+
+// dropRetained forgets the retained state. Call with mu held.
+func (s *Server) dropRetained() {
+	if r := s.retained; r != nil {
+		s.retained = nil
+		s.unhold(r.held)
+	}
+}
+
+// holdRetained marks the retained state as being written by a checkpoint
+// (release it with releaseRetained) and returns it with its parameters
+// held for the caller. at, if not 0, must be its version. Call with mu
+// held.
+func (s *Server) holdRetained(at int64) (*retainedSnap, error) {
+	r := s.retained
+	switch {
+	case r == nil:
+		return nil, status.Error(codes.FailedPrecondition,
+			"no retained state to checkpoint: no evaluation pull with retain set since this shard was (re)initialised (a restarted PS retains nothing)")
+	case at != 0 && at != r.version:
+		return nil, status.Errorf(codes.FailedPrecondition, "the retained state is of version %d, the checkpoint asks for version %d", r.version, at)
+	}
+	r.writers++
+	r.held.readers++
+	return r, nil
+}
+
+// releaseRetained ends a checkpoint's use of r's buffers.
+func (s *Server) releaseRetained(r *retainedSnap) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r.writers--
 }
 
 // unhold ends one hold on p; once nobody holds it and it is no longer
@@ -563,6 +684,14 @@ func (s *Server) Checkpoint(ctx context.Context, req *pb.CheckpointRequest) (*pb
 	v := s.shard.Version()
 	var sn snapshot
 	switch {
+	case req.Retained:
+		r, err := s.holdRetained(req.AtVersion)
+		s.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		defer s.releaseRetained(r)
+		sn = r.snapshot
 	case req.AtVersion == 0 || req.AtVersion == v:
 		sn = s.takeSnapshot()
 		s.mu.Unlock()
@@ -615,8 +744,8 @@ func (s *Server) Checkpoint(ctx context.Context, req *pb.CheckpointRequest) (*pb
 		s.log.Error("checkpoint write failed", "step", req.Step, "err", err)
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	s.log.Info("checkpoint shard written", "step", req.Step, "version", sn.version, "bytes", info.Bytes,
+	s.log.Info("checkpoint shard written", "step", req.Step, "version", sn.version, "retained", req.Retained, "bytes", info.Bytes,
 		"pause", sn.pause, "write", time.Since(t0).Round(time.Microsecond))
 	return &pb.CheckpointResponse{File: info.File, Sha256: info.SHA256, Bytes: info.Bytes, Tensors: info.Tensors,
-		Version: sn.version, PauseSeconds: sn.pause.Seconds()}, nil
+		Version: sn.version, PauseSeconds: sn.pause.Seconds(), DataPositions: slices.Clone(sn.positions)}, nil
 }

@@ -39,6 +39,7 @@ func newTestServer(t *testing.T, gen int64, tweak func(*config.Run)) (*Server, *
 		t.Fatal(err)
 	}
 	r := config.Default()
+	r.LRSchedule = "constant" // the update rule under test, not the schedule
 	tweak(&r)
 	n := plan.Shards[0].Size
 	srv := NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
@@ -185,6 +186,7 @@ func TestGenerationRollback(t *testing.T) {
 	// generation 2 (a rollback), with the new generation's state.
 	spec := model.Spec{Input: 4, Hidden: []int{3}, Classes: 2}
 	r := config.Default()
+	r.LRSchedule = "constant" // the update rule under test, not the schedule
 	r.Workers, r.PS, r.Optimizer = 2, 1, "momentum"
 	if _, err := srv.Init(context.Background(), &pb.InitRequest{RunId: "r", Shard: 0, NumShards: 1, RunConfig: r.JSON(),
 		Params: wire.Bytes(make([]float32, n)), Generation: 2, ModelSpec: spec.JSON(), Version: 0}); err != nil {
@@ -222,6 +224,7 @@ func BenchmarkCheckpointPause(b *testing.B) {
 		b.Fatal(err)
 	}
 	r := config.Default()
+	r.LRSchedule = "constant" // the update rule under test, not the schedule
 	n := plan.Shards[0].Size
 	srv := NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
 	if _, err := srv.Init(context.Background(), &pb.InitRequest{RunId: "r", Shard: 0, NumShards: 2, RunConfig: r.JSON(),
@@ -260,6 +263,7 @@ func TestNaNPolicy(t *testing.T) {
 			plan, _ := partition.New(spec, 1)
 			n := plan.Shards[0].Size
 			r := config.Default()
+			r.LRSchedule = "constant" // the update rule under test, not the schedule
 			r.Workers, r.PS, r.NaNPolicy = 1, 1, policy
 			srv := NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
 			if _, err := srv.Init(context.Background(), &pb.InitRequest{RunId: "r", NumShards: 1, RunConfig: r.JSON(),

@@ -26,6 +26,9 @@ type ShardConfig struct {
 	Staleness  int   // ssp: how far a worker may run ahead of the slowest
 	Workers    int   // worker indices are 0..Workers-1
 	MaxVersion int64 // training is done at this version (0: never)
+	// LR is the learning rate at each version, set on the optimizer
+	// before every update (zero: the optimizer's own rate throughout).
+	LR optim.LRSchedule
 }
 
 // Outcome of a push.
@@ -70,9 +73,12 @@ type Shard struct {
 
 	accum        []float32
 	contributors []int
+	after        []int64 // the contributors' data positions once the step is applied
 
 	live  []bool  // by worker index; all true until told otherwise
 	clock []int64 // gradients received per worker (ssp)
+	// pos[w] is worker w's data position (see DataPosition).
+	pos []int64
 
 	stats Stats
 }
@@ -87,7 +93,7 @@ func NewShard(cfg ShardConfig, params []float32, opt optim.Optimizer, version in
 		return nil, fmt.Errorf("ps: replicas to aggregate must be in 1..%d, got %d", cfg.Workers, cfg.Replicas)
 	}
 	s := &Shard{cfg: cfg, params: params, opt: opt, version: version,
-		live: make([]bool, cfg.Workers), clock: make([]int64, cfg.Workers)}
+		live: make([]bool, cfg.Workers), clock: make([]int64, cfg.Workers), pos: make([]int64, cfg.Workers)}
 	for i := range s.live {
 		s.live[i] = true
 	}
@@ -131,6 +137,13 @@ func (s *Shard) replicas() int {
 
 // Push delivers worker's gradient computed from parameters at version.
 func (s *Shard) Push(worker int, version int64, grad []float32) (PushResult, error) {
+	return s.PushAt(worker, version, grad, 0)
+}
+
+// PushAt is Push of a gradient computed on the worker's batch at position
+// after-1: once the gradient is in the parameters, the worker's data
+// position is at least after. after 0 (not known) moves it by one.
+func (s *Shard) PushAt(worker int, version int64, grad []float32, after int64) (PushResult, error) {
 	if worker < 0 || worker >= s.cfg.Workers {
 		return PushResult{}, fmt.Errorf("%w: %d (workers: %d)", ErrBadWorker, worker, s.cfg.Workers)
 	}
@@ -150,9 +163,11 @@ func (s *Shard) Push(worker int, version int64, grad []float32) (PushResult, err
 		return res, nil
 	}
 	if s.cfg.Mode != config.Sync {
+		s.setLR()
 		s.opt.Apply(s.params, grad, 1)
 		s.version++
 		s.clock[worker]++
+		s.credit(worker, after)
 		s.stats.Applied++
 		res.Advanced = true
 		s.checkDone()
@@ -173,12 +188,14 @@ func (s *Shard) Push(worker int, version int64, grad []float32) (PushResult, err
 	if n := len(s.contributors) + 1; n >= s.replicas() {
 		// This gradient completes the step: add, apply and clear in one
 		// pass (for a single gradient, apply it directly).
+		s.setLR()
 		if n == 1 {
 			s.opt.Apply(s.params, grad, 1)
 		} else {
 			s.opt.ApplySum(s.params, s.accum, grad, float32(1/float64(n)))
 		}
-		s.contributors = s.contributors[:0]
+		s.credit(worker, after)
+		s.creditContributors()
 		s.version++
 		s.checkDone()
 		res.Advanced = true
@@ -188,7 +205,27 @@ func (s *Shard) Push(worker int, version int64, grad []float32) (PushResult, err
 		s.accum[i] += g
 	}
 	s.contributors = append(s.contributors, worker)
+	s.after = append(s.after, after)
 	return res, nil
+}
+
+// credit moves worker's data position past a gradient now in the
+// parameters (see PushAt).
+func (s *Shard) credit(worker int, after int64) {
+	if after > 0 {
+		s.pos[worker] = max(s.pos[worker], after)
+	} else {
+		s.pos[worker]++
+	}
+}
+
+// creditContributors credits the gradients of a sync step just applied
+// and empties the step's list.
+func (s *Shard) creditContributors() {
+	for i, w := range s.contributors {
+		s.credit(w, s.after[i])
+	}
+	s.contributors, s.after = s.contributors[:0], s.after[:0]
 }
 
 // maybeAdvance applies the mean of the aggregated gradients if the step has
@@ -198,12 +235,21 @@ func (s *Shard) maybeAdvance() bool {
 	if n == 0 || n < s.replicas() {
 		return false
 	}
+	s.setLR()
 	s.opt.Apply(s.params, s.accum, float32(1/float64(n)))
 	clear(s.accum)
-	s.contributors = s.contributors[:0]
+	s.creditContributors()
 	s.version++
 	s.checkDone()
 	return true
+}
+
+// setLR gives the optimizer the scheduled rate of the update about to
+// take the shard from its version to the next.
+func (s *Shard) setLR() {
+	if !s.cfg.LR.IsZero() {
+		s.opt.SetLR(s.cfg.LR.At(s.version))
+	}
 }
 
 func (s *Shard) checkDone() {
@@ -274,6 +320,55 @@ func (s *Shard) PullReady(worker int, minVersion int64) bool {
 
 // Clock is the number of gradients received from worker (ssp bookkeeping).
 func (s *Shard) Clock(worker int) int64 { return s.clock[worker] }
+
+// DataPosition is worker's position in its data shard in this state: one
+// past the furthest of its batches whose gradient the parameters hold (a
+// push says which batch, PushAt), starting from the position the shard
+// started with (SetDataPositions). A gradient is in the parameters once it
+// is applied (async/ssp) or its sync step is; stale and duplicate
+// gradients and those after training ended never are. So a snapshot's
+// positions match its parameters, and a worker that restarts in the
+// middle of a step redoes that batch (its second gradient for the step is
+// a duplicate). With backup workers the shards may each drop gradients
+// the others counted; the furthest batch, not a count, keeps the position
+// right on every shard then, so the largest over the shards is where the
+// worker is. Unlike the ssp clock it never jumps when a worker comes back
+// to life. worker must be in range.
+func (s *Shard) DataPosition(worker int) int64 { return s.pos[worker] }
+
+// DataPositions returns every worker's DataPosition, in a new slice.
+func (s *Shard) DataPositions() []int64 {
+	out := make([]int64, len(s.pos))
+	for w := range out {
+		out[w] = s.DataPosition(w)
+	}
+	return out
+}
+
+// SetDataPositions sets the workers' data positions of a shard restored
+// from a checkpoint, one per worker, before it takes any gradient.
+func (s *Shard) SetDataPositions(pos []int64) error {
+	if len(pos) != len(s.pos) {
+		return fmt.Errorf("ps: %d data positions for %d workers", len(pos), len(s.pos))
+	}
+	if i := slices.IndexFunc(pos, func(p int64) bool { return p < 0 }); i >= 0 {
+		return fmt.Errorf("ps: worker %d's data position %d is negative", i, pos[i])
+	}
+	copy(s.pos, pos)
+	return nil
+}
+
+// SkipBatch moves worker's data position past a batch whose gradient was
+// dropped rather than applied by policy (a non-finite one under
+// --nan-policy skip, async/ssp), so that the worker does not compute the
+// same batch again, and again; after is as for PushAt. (In sync mode such
+// a worker is counted with a zero gradient, which moves its position like
+// any other.)
+func (s *Shard) SkipBatch(worker int, after int64) {
+	if worker >= 0 && worker < len(s.pos) && !s.done {
+		s.credit(worker, after)
+	}
+}
 
 func finite(x []float32) bool {
 	for _, v := range x {

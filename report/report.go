@@ -18,6 +18,11 @@ type Eval struct {
 	Seconds      float64 `json:"seconds"` // since the first step, when the weights were read
 	TestAccuracy float64 `json:"test_accuracy"`
 	TestLoss     float64 `json:"test_loss"`
+	// TestSamples is how many test samples were scored; Subset is set
+	// when that was a fixed subset of the test set (a routine first pass)
+	// rather than all of it.
+	TestSamples int  `json:"test_samples,omitempty"`
+	Subset      bool `json:"subset,omitempty"`
 }
 
 // Restart is one recovered task.
@@ -26,6 +31,14 @@ type Restart struct {
 	KilledAtSeconds float64  `json:"killed_at_seconds"`
 	BackAtSeconds   *float64 `json:"back_at_seconds"`
 	RestoredStep    int64    `json:"restored_step"`
+}
+
+// Checkpoints are the run's checkpoint attempts: committed, failed, and
+// the last failure's message.
+type Checkpoints struct {
+	Committed int    `json:"committed"`
+	Failed    int    `json:"failed"`
+	LastError string `json:"last_error,omitempty"`
 }
 
 // Task is one process's resource use.
@@ -38,37 +51,47 @@ type Task struct {
 
 // Report is the summary of a run.
 type Report struct {
-	Mode                  string          `json:"mode"`
-	PS                    int             `json:"ps"`
-	Workers               int             `json:"workers"`
-	ReplicasToAggregate   int             `json:"replicas_to_aggregate"`
-	Staleness             int             `json:"staleness"`
-	Hidden                []int           `json:"hidden"`
-	Model                 string          `json:"model"`
-	Optimizer             string          `json:"optimizer"`
-	Batch                 int             `json:"batch"`
-	LR                    float64         `json:"lr"`
-	Momentum              float64         `json:"momentum"`
-	Epochs                float64         `json:"epochs"`
-	EpochsDone            float64         `json:"epochs_done"`
-	DataFraction          float64         `json:"data_fraction"`
-	Dataset               string          `json:"dataset"`
-	Seed                  int64           `json:"seed"`
-	TargetAccuracy        float64         `json:"target_accuracy"`
-	GlobalSteps           int64           `json:"global_steps"`
-	TestAccuracy          float64         `json:"test_accuracy"`
-	BestTestAccuracy      float64         `json:"best_test_accuracy"`
-	StartupSeconds        float64         `json:"startup_seconds"`
-	TrainSeconds          float64         `json:"train_seconds"`
-	TestSeconds           float64         `json:"test_seconds"` // total time spent evaluating
-	TimeToTargetSeconds   *float64        `json:"time_to_target_seconds"`
-	SamplesPerSecond      float64         `json:"samples_per_second"`
-	StaleGradientsDropped int64           `json:"stale_gradients_dropped"`
-	StopReason            string          `json:"stop_reason"`
-	Evals                 []Eval          `json:"evals"`
-	Restarts              []Restart       `json:"restarts"`
-	Tasks                 map[string]Task `json:"tasks"`
-	BLAS                  string          `json:"blas"`
+	Mode                  string   `json:"mode"`
+	PS                    int      `json:"ps"`
+	Workers               int      `json:"workers"`
+	ReplicasToAggregate   int      `json:"replicas_to_aggregate"`
+	Staleness             int      `json:"staleness"`
+	Hidden                []int    `json:"hidden"`
+	Model                 string   `json:"model"`
+	Optimizer             string   `json:"optimizer"`
+	Batch                 int      `json:"batch"`
+	LR                    float64  `json:"lr"`
+	LRSchedule            string   `json:"lr_schedule"`
+	WarmupSteps           int64    `json:"warmup_steps"`
+	Momentum              float64  `json:"momentum"`
+	Epochs                float64  `json:"epochs"`
+	EpochsDone            float64  `json:"epochs_done"`
+	DataFraction          float64  `json:"data_fraction"`
+	Dataset               string   `json:"dataset"`
+	Seed                  int64    `json:"seed"`
+	TargetAccuracy        float64  `json:"target_accuracy"`
+	GlobalSteps           int64    `json:"global_steps"`
+	TestAccuracy          float64  `json:"test_accuracy"`
+	BestTestAccuracy      float64  `json:"best_test_accuracy"`
+	StartupSeconds        float64  `json:"startup_seconds"`
+	TrainSeconds          float64  `json:"train_seconds"`
+	TestSeconds           float64  `json:"test_seconds"` // total time spent evaluating
+	TimeToTargetSeconds   *float64 `json:"time_to_target_seconds"`
+	SamplesPerSecond      float64  `json:"samples_per_second"`
+	StaleGradientsDropped int64    `json:"stale_gradients_dropped"`
+	// StoppedBy is why training stopped: target (the target accuracy was
+	// held for TargetHold evaluations in a row), epochs, or interrupted.
+	StoppedBy string `json:"stopped_by"`
+	// FinalStep is the version of the model handed back (the final
+	// checkpoint's); TestAccuracy is that model's, on the whole test set.
+	FinalStep  int64 `json:"final_step"`
+	TargetHold int   `json:"target_hold"`
+	// Checkpoints counts the checkpoint attempts.
+	Checkpoints Checkpoints     `json:"checkpoints"`
+	Evals       []Eval          `json:"evals"`
+	Restarts    []Restart       `json:"restarts"`
+	Tasks       map[string]Task `json:"tasks"`
+	BLAS        string          `json:"blas"`
 	// TrainStartedUnix is when the first step began (Unix seconds).
 	TrainStartedUnix float64 `json:"train_started_unix"`
 	// Bottleneck says where the step time went over the whole run and what

@@ -9,7 +9,9 @@
 #   scripts/launch.sh cluster.json --only ps/1 --only worker/1 -- --mode sync
 #
 # Logs go to run/launch/<task>.log; the chief's progress and summary go to
-# the terminal. The script waits for the chief and stops the rest on Ctrl-C.
+# the terminal. Ctrl-C (or SIGTERM) stops the run cleanly: the chief stops
+# the workers, writes a final checkpoint and the report, and the script
+# exits 130 (143); a second Ctrl-C kills every task at once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { sed -n '2,14p' "$0"; exit 2; }
@@ -32,8 +34,24 @@ for ((i = 0; i < nps; i++)); do tasks+=("ps/$i"); done
 for ((i = 0; i < nw; i++)); do tasks+=("worker/$i"); done
 mkdir -p run/launch
 pids=()
-trap 'kill "${pids[@]}" 2>/dev/null || true' INT TERM EXIT
 chief_pid=""
+status=0
+# Each task runs in its own session (setsid), so a Ctrl-C at the terminal
+# reaches only this script, which asks the chief to stop the run in order.
+on_signal() {
+  status=$1
+  if [ -n "${stopping:-}" ] || [ -z "$chief_pid" ]; then
+    echo "launch.sh: stopping at once" >&2
+    kill -KILL "${pids[@]}" 2>/dev/null || true
+    exit "$status"
+  fi
+  stopping=1
+  echo "launch.sh: stopping the run cleanly (Ctrl-C again to stop at once)" >&2
+  kill -TERM "$chief_pid" 2>/dev/null || true
+}
+trap 'on_signal 130' INT
+trap 'on_signal 143' TERM
+trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
 for t in "${tasks[@]}"; do
   if [ ${#only[@]} -gt 0 ] && [[ ! " ${only[*]} " == *" $t "* ]]; then continue; fi
   role="${t%%/*}"
@@ -41,16 +59,22 @@ for t in "${tasks[@]}"; do
   [ "$role" = chief ] && args+=(--progress --report run/launch/report.json) || args+=(--index "${t#*/}")
   log="run/launch/${t//\//-}.log"
   if [ "$role" = chief ]; then
-    "$bin" "${args[@]}" "$@" 2> "$log" &
+    setsid "$bin" "${args[@]}" "$@" 2> "$log" &
     chief_pid=$!
   else
-    "$bin" "${args[@]}" "$@" > "$log" 2>&1 &
+    setsid "$bin" "${args[@]}" "$@" > "$log" 2>&1 &
   fi
   pids+=($!)
   echo "started $t (pid $!), log $log" >&2
 done
 if [ -n "$chief_pid" ]; then
-  wait "$chief_pid"
-  echo "chief done; report: run/launch/report.json" >&2
+  # wait returns early when a trapped signal arrives: wait again until the
+  # chief has really exited.
+  code=0
+  wait "$chief_pid" || code=$?
+  while kill -0 "$chief_pid" 2>/dev/null; do code=0; wait "$chief_pid" || code=$?; done
+  [ "$status" != 0 ] || status=$code
+  echo "chief done (exit $code); report: run/launch/report.json" >&2
 fi
-wait
+wait || true
+exit "$status"

@@ -12,7 +12,7 @@ import (
 // Keys returns the `pstrain run` flags a grid may vary, in the order
 // results.csv lists them.
 func Keys() []string {
-	return []string{"mode", "workers", "ps", "batch", "lr", "momentum", "optimizer", "hidden",
+	return []string{"mode", "workers", "ps", "batch", "lr", "momentum", "optimizer", "lr-schedule", "warmup-steps", "hidden",
 		"epochs", "data-fraction", "dataset", "staleness", "replicas-to-aggregate",
 		"target-accuracy", "seed", "eval-every",
 	}
@@ -176,11 +176,20 @@ func describe(g Grid, idx []int) string {
 	return strings.Join(parts, " ")
 }
 
+// laterKeys are keys added to Keys after sweeps were first run, with the
+// value every run before them had. configID leaves a key out at that
+// value, so a configuration keeps the ID it had and an older sweep
+// directory still resumes.
+var laterKeys = map[string]string{"lr-schedule": "constant", "warmup-steps": "0"}
+
 // configID hashes the sorted parameters (except the data directory, which
-// does not change the run).
+// does not change the run, and laterKeys at their old value).
 func configID(params map[string]string) string {
 	keys := make([]string, 0, len(params))
-	for k := range params {
+	for k, v := range params {
+		if old, ok := laterKeys[k]; ok && v == old {
+			continue
+		}
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)

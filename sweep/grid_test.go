@@ -125,7 +125,7 @@ func sampleRows() []Row {
 			RunID: fmt.Sprintf("%s-r%d", mode, i%2), ConfigID: mode, Repeat: i % 2, Status: StatusOK, Params: p, Seed: int64(1 + i%2),
 			GlobalSteps: int64(100 + i), TrainSeconds: float64(10 + i), TestAccuracy: 0.9 + 0.01*float64(i),
 			BestTestAccuracy: 0.95, TimeToTargetSeconds: math.NaN(), SamplesPerSecond: 1000, CPUTotal: float64(20 + i),
-			RSSTotal: 5 << 20, Load1Mean: 1.5, Load1Max: 2, StopReason: "epochs",
+			RSSTotal: 5 << 20, Load1Mean: 1.5, Load1Max: 2, StoppedBy: "epochs",
 		})
 	}
 	rows[0].TimeToTargetSeconds = 7.5

@@ -52,7 +52,7 @@ type Row struct {
 
 	StaleDropped int64
 	Restarts     int
-	StopReason   string
+	StoppedBy    string
 	Error        string // why a failed run failed
 }
 
@@ -139,7 +139,7 @@ func columns() []column {
 		intCol("stale_gradients_dropped", func(r *Row) *int64 { return &r.StaleDropped }),
 		column{"restarts", func(r *Row) string { return strconv.Itoa(r.Restarts) },
 			func(r *Row, s string) (err error) { r.Restarts, err = strconv.Atoi(s); return err }},
-		strCol("stop_reason", func(r *Row) *string { return &r.StopReason }),
+		strCol("stop_reason", func(r *Row) *string { return &r.StoppedBy }),
 		strCol("error", func(r *Row) *string { return &r.Error }),
 	)
 }
@@ -278,7 +278,7 @@ func rowFromReport(row *Row, rep *report.Report, samples []Sample) {
 	row.Load1Mean, row.Load1Max = loadStats(samples)
 	row.StaleDropped = rep.StaleGradientsDropped
 	row.Restarts = len(rep.Restarts)
-	row.StopReason = rep.StopReason
+	row.StoppedBy = rep.StoppedBy
 }
 
 // loadStats is the mean and maximum of the host load in samples, one value

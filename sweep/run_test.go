@@ -86,7 +86,7 @@ func fakeRun(args []string) int {
 	}
 	ttt := 3.0
 	rep := report.Report{Mode: "sync", GlobalSteps: 42, TrainSeconds: 4, TestAccuracy: 0.9, BestTestAccuracy: 0.91,
-		TimeToTargetSeconds: &ttt, SamplesPerSecond: 1234, StopReason: "epochs",
+		TimeToTargetSeconds: &ttt, SamplesPerSecond: 1234, StoppedBy: "epochs",
 		Tasks: map[string]report.Task{"chief": {PeakRSSBytes: 100, CPUSeconds: 1}, "ps/0": {PeakRSSBytes: 50, CPUSeconds: 2},
 			"worker/0": {PeakRSSBytes: 300, CPUSeconds: 5}, "worker/1": {PeakRSSBytes: 200, CPUSeconds: 4}}}
 	if err := rep.Write(*rp); err != nil {

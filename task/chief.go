@@ -37,7 +37,8 @@ func RunChief(ctx context.Context, o Options, co ChiefOptions) (*report.Report, 
 	spec := specFor(o.Run, test)
 	reg := metrics.NewRegistry(Version)
 	m := metrics.NewChief(reg)
-	stopMetrics, err := o.serveMetrics(ctx, reg)
+	// Metrics stay up while an interrupted run winds down.
+	stopMetrics, err := o.serveMetrics(context.WithoutCancel(ctx), reg)
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +106,8 @@ func RunChief(ctx context.Context, o Options, co ChiefOptions) (*report.Report, 
 		return nil, err
 	}
 	rep.BLAS = blas.Name
-	c.Shutdown(ctx)
+	// Also after an interrupt: the run is over, the PS processes go.
+	c.Shutdown(context.WithoutCancel(ctx))
 	if co.ReportPath != "" {
 		if err := rep.Write(co.ReportPath); err != nil {
 			return rep, err

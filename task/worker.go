@@ -13,22 +13,6 @@ import (
 	"github.com/pstrain/pstrain/worker"
 )
 
-// fullBatches adapts a dataset.Batcher to worker.BatchSource: the short
-// batch at the end of an epoch is skipped (like drop_remainder), so every
-// step has exactly Batch samples and the graph keeps one shape.
-type fullBatches struct {
-	b   *dataset.Batcher
-	dim int
-}
-
-func (f *fullBatches) Next(x []float32, y []uint8) {
-	for i := 0; i < 3; i++ { // at most one short batch in a row, unless the shard is tiny
-		if n, _ := f.b.Next(x, y); n == len(y) || n == 0 {
-			return
-		}
-	}
-}
-
 // RunWorker trains on the worker's data shard until training is done.
 func RunWorker(ctx context.Context, o Options, blasThreads int) error {
 	if err := blas.Setup(blasThreads); err != nil {
@@ -65,7 +49,10 @@ func RunWorker(ctx context.Context, o Options, blasThreads int) error {
 		return err
 	}
 	shard := train.Shard(int(reg0.DataShard), int(reg0.NumDataShards))
-	batcher := dataset.NewBatcher(shard, o.Run.Batch, o.Run.Seed+int64(reg0.DataShard))
+	// Full batches only (the short one at the end of an epoch is skipped,
+	// like drop_remainder), so every step has exactly Batch samples and the
+	// graph keeps one shape; the worker seeks them to its data position.
+	batches := dataset.NewFullBatches(dataset.NewBatcher(shard, o.Run.Batch, o.Run.Seed+int64(reg0.DataShard)))
 	o.Log.Info("worker registered", "task", o.Task, "run", reg0.RunId, "data_shard", reg0.DataShard, "samples", shard.N, "blas", blas.Name)
 
 	var shards []worker.Shard
@@ -90,7 +77,7 @@ func RunWorker(ctx context.Context, o Options, blasThreads int) error {
 	}
 	defer net.Close()
 	w, err := worker.New(worker.Config{Index: o.Task.Index, RunID: reg0.RunId, Run: o.Run, Plan: plan, Net: net,
-		Shards: shards, Batches: &fullBatches{b: batcher, dim: train.Dim}, Log: o.Log, Metrics: m,
+		Shards: shards, Batches: batches, Log: o.Log, Metrics: m,
 		RetryTimeout: o.ConnectTimeout})
 	if err != nil {
 		return err

@@ -2,90 +2,43 @@ package worker_test
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"math"
-	"math/rand/v2"
-	"net"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
-
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/dataplane"
+	"github.com/pstrain/pstrain/dataset"
+	"github.com/pstrain/pstrain/internal/inproc"
 	"github.com/pstrain/pstrain/model"
 	"github.com/pstrain/pstrain/nn"
 	"github.com/pstrain/pstrain/optim"
-	"github.com/pstrain/pstrain/partition"
 	pb "github.com/pstrain/pstrain/proto"
-	"github.com/pstrain/pstrain/ps"
 	"github.com/pstrain/pstrain/wire"
 	"github.com/pstrain/pstrain/worker"
 )
-
-// synthetic is a fixed random classification data set: class k's inputs
-// are noisy copies of a random prototype, so a model can learn it.
-type synthetic struct {
-	x     []float32
-	y     []uint8
-	n, in int
-}
-
-func newSynthetic(n, in, classes int, seed uint64) *synthetic {
-	r := rand.New(rand.NewPCG(seed, 1))
-	protos := make([][]float32, classes)
-	for k := range protos {
-		protos[k] = make([]float32, in)
-		for j := range protos[k] {
-			protos[k][j] = float32(r.Float64())
-		}
-	}
-	d := &synthetic{x: make([]float32, n*in), y: make([]uint8, n), n: n, in: in}
-	for i := 0; i < n; i++ {
-		k := r.IntN(classes)
-		d.y[i] = uint8(k)
-		for j := 0; j < in; j++ {
-			d.x[i*in+j] = protos[k][j] + float32(r.NormFloat64()*0.3)
-		}
-	}
-	return d
-}
 
 // slice is the batch source of worker `index` of `m`: at its step t it
 // yields rows [index*b, (index+1)*b) of the global batch t of size m*b,
 // global batch t being samples t*m*b .. (t+1)*m*b-1 modulo n.
 type slice struct {
-	d           *synthetic
+	d           *dataset.Dataset
 	index, m, b int
 	t           int
 }
 
 func (s *slice) Next(x []float32, y []uint8) {
 	for r := 0; r < s.b; r++ {
-		i := (s.t*s.m*s.b + s.index*s.b + r) % s.d.n
-		copy(x[r*s.d.in:(r+1)*s.d.in], s.d.x[i*s.d.in:(i+1)*s.d.in])
-		y[r] = s.d.y[i]
+		i := (s.t*s.m*s.b + s.index*s.b + r) % s.d.N
+		copy(x[r*s.d.Dim:(r+1)*s.d.Dim], s.d.Image(i))
+		y[r] = s.d.Labels[i]
 	}
 	s.t++
 }
 
-type testCluster struct {
-	t       *testing.T
-	plan    partition.Plan
-	servers []*ps.Server
-	clients []pb.ParameterServerClient // the control plane (gRPC)
-	shards  []worker.Shard             // gRPC, shared by the workers
-	tcp     []string                   // data-plane addresses if run.DataPlane is "tcp"
-	run     config.Run
-	spec    model.Spec
-}
+func (s *slice) SeekBatch(p int64) { s.t = int(p) }
 
 // mechanismLR is the step size of the tests about a mechanism (backup
 // workers, membership, the SSP bound) rather than learning: not the
@@ -96,123 +49,46 @@ const mechanismLR = 0.05
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// startCluster runs numPS shard servers over bufconn, initialised with
-// spec.Init(seed).
-func startCluster(t *testing.T, run config.Run, spec model.Spec, maxVersion int64) *testCluster {
+// startCluster runs run.PS shard servers over bufconn (and the TCP data
+// plane if run.DataPlane is "tcp"), initialised with spec.Init(seed),
+// training ending at maxVersion. There is no chief: the tests stand in
+// for it where they need one.
+func startCluster(t *testing.T, run config.Run, spec model.Spec, maxVersion int64) *inproc.Cluster {
 	t.Helper()
-	plan, err := partition.New(spec, run.PS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &testCluster{t: t, plan: plan, run: run, spec: spec}
-	init := spec.Init(uint64(run.Seed))
-	for s := 0; s < run.PS; s++ {
-		srv := ps.NewServer(quietLog(), nil, nil)
-		g := grpc.NewServer()
-		pb.RegisterParameterServerServer(g, srv)
-		lis := bufconn.Listen(1 << 20)
-		go g.Serve(lis)
-		t.Cleanup(g.Stop)
-		conn, err := grpc.NewClient("passthrough:///bufnet",
-			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-			grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		client := pb.NewParameterServerClient(conn)
-		flat := make([]float32, plan.Shards[s].Size)
-		plan.Gather(s, init, flat)
-		if _, err := client.Init(context.Background(), &pb.InitRequest{RunId: "test", Shard: int32(s), NumShards: int32(run.PS),
-			RunConfig: run.JSON(), Params: wire.Bytes(flat), MaxVersion: maxVersion}); err != nil {
-			t.Fatal(err)
-		}
-		c.servers = append(c.servers, srv)
-		c.clients = append(c.clients, client)
-		if run.DataPlane == "tcp" {
-			// The TCP data plane over real loopback, beside bufconn gRPC.
-			dl, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			ds := dataplane.NewServer(srv, dl, 64<<20, quietLog())
-			go ds.Serve()
-			t.Cleanup(func() { ds.Close() })
-			c.tcp = append(c.tcp, dl.Addr().String())
-		}
-		c.shards = append(c.shards, worker.Shard{Addr: "bufnet", Client: client})
-	}
-	return c
+	return inproc.New(t, inproc.Config{Run: run, Spec: spec, MaxVersion: maxVersion, Log: quietLog(), RetryTimeout: 5 * time.Second})
 }
 
-func (c *testCluster) worker(index int, src worker.BatchSource, tweak func(*worker.Config)) *worker.Worker {
-	net, err := nn.New(c.spec, c.run.Batch, true)
+// startWorker starts worker index reading src, its configuration
+// adjusted by tweak (if not nil); it is killed when parent ends (and when
+// the cluster closes).
+func startWorker(t *testing.T, c *inproc.Cluster, parent context.Context, index int, src worker.BatchSource, tweak func(*worker.Config)) *inproc.Worker {
+	t.Helper()
+	w, err := c.StartWorker(index, inproc.WorkerOptions{Context: parent, Tweak: tweak,
+		Batches: func(int, int) worker.BatchSource { return src }})
 	if err != nil {
-		c.t.Fatal(err)
-	}
-	c.t.Cleanup(func() { net.Close() })
-	shards := c.shards
-	if c.tcp != nil {
-		// Like a worker process: a data-plane connection of its own per
-		// shard.
-		shards = nil
-		for _, addr := range c.tcp {
-			dc := dataplane.NewClient(func(context.Context) (string, error) { return addr, nil }, nil, 64<<20)
-			c.t.Cleanup(func() { dc.Close() })
-			shards = append(shards, worker.Shard{Addr: addr, Client: dc})
-		}
-	}
-	cfg := worker.Config{Index: index, RunID: "test", Run: c.run, Plan: c.plan, Net: net,
-		Shards: shards, Batches: src, Log: quietLog(), RetryTimeout: 5 * time.Second}
-	if tweak != nil {
-		tweak(&cfg)
-	}
-	w, err := worker.New(cfg)
-	if err != nil {
-		c.t.Fatal(err)
+		t.Fatal(err)
 	}
 	return w
 }
 
 // params reassembles the full model from every shard.
-func (c *testCluster) params() ([][]float32, []int64) {
-	out := make([][]float32, len(c.plan.Vars))
-	for i, v := range c.plan.Vars {
-		out[i] = make([]float32, v.Size())
+func params(t *testing.T, c *inproc.Cluster) ([][]float32, []int64) {
+	t.Helper()
+	p, versions, err := c.Params()
+	if err != nil {
+		t.Fatal(err)
 	}
-	var versions []int64
-	for s, srv := range c.servers {
-		v, p, _, _, err := srv.Snapshot()
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		c.plan.Scatter(s, p, out)
-		versions = append(versions, v)
-	}
-	return out, versions
+	return p, versions
 }
 
-// runAll runs the workers to completion and fails the test on any error.
-func runAll(t *testing.T, ws ...*worker.Worker) {
+// waitAll waits for every worker to finish and fails the test on any
+// error: every worker's, so that when one hangs the others' tell why.
+func waitAll(t *testing.T, c *inproc.Cluster) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var wg sync.WaitGroup
-	errs := make([]error, len(ws))
-	for i, w := range ws {
-		wg.Add(1)
-		go func() { defer wg.Done(); errs[i] = w.Run(ctx) }()
-	}
-	wg.Wait()
-	// Every worker's error: when one hangs, the others' tell why.
-	var failed []string
-	for i, err := range errs {
-		if err != nil {
-			failed = append(failed, fmt.Sprintf("worker %d: %v", i, err))
-		}
-	}
-	if len(failed) > 0 {
-		t.Fatal(strings.Join(failed, "\n"))
+	if err := c.WaitWorkers(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -234,21 +110,21 @@ var syncSpec = model.Spec{Input: 24, Hidden: []int{16, 12}, Classes: 5}
 // trainSync runs that cluster for steps sync steps on its synthetic data
 // (worker i takes the i-th b rows of every m*b) and returns the weights,
 // the run and the data.
-func trainSync(t *testing.T, plane, dtype string, steps int64) ([][]float32, config.Run, *synthetic) {
+func trainSync(t *testing.T, plane, dtype string, steps int64) ([][]float32, config.Run, *dataset.Dataset) {
 	t.Helper()
 	run := config.Default()
+	run.LRSchedule = "constant" // the update rule under test, not the schedule
 	run.DataPlane, run.WireDType = plane, dtype
 	run.PS, run.Workers, run.Batch, run.Seed, run.Hidden = 2, syncM, syncB, 7, syncSpec.Hidden
 	run.LR, run.Momentum, run.Optimizer = 0.05, 0.9, "momentum"
-	data := newSynthetic(500, syncSpec.Input, syncSpec.Classes, 3)
+	data := inproc.Synthetic(500, syncSpec.Input, syncSpec.Classes, 3)
 
 	c := startCluster(t, run, syncSpec, steps)
-	var ws []*worker.Worker
 	for i := 0; i < syncM; i++ {
-		ws = append(ws, c.worker(i, &slice{d: data, index: i, m: syncM, b: syncB}, nil))
+		startWorker(t, c, context.Background(), i, &slice{d: data, index: i, m: syncM, b: syncB}, nil)
 	}
-	runAll(t, ws...)
-	got, versions := c.params()
+	waitAll(t, c)
+	got, versions := params(t, c)
 	for _, v := range versions {
 		if v != steps {
 			t.Fatalf("shard versions %v, want all %d", versions, steps)
@@ -383,7 +259,7 @@ func testSyncBF16(t *testing.T, plane string) {
 	t.Logf("max |difference| after %d steps: %g", steps, worst)
 }
 
-func countingSource(d *synthetic, b int, seed uint64) worker.BatchSource {
+func countingSource(d *dataset.Dataset, b int, seed uint64) worker.BatchSource {
 	return &slice{d: d, index: int(seed), m: 5, b: b}
 }
 
@@ -392,20 +268,20 @@ func countingSource(d *synthetic, b int, seed uint64) worker.BatchSource {
 func TestBackupWorkersAndStaleDrops(t *testing.T) {
 	spec := model.Spec{Input: 16, Hidden: []int{8}, Classes: 3}
 	run := config.Default()
+	run.LRSchedule = "constant" // the update rule under test, not the schedule
 	run.PS, run.Workers, run.ReplicasToAggregate, run.Batch, run.Hidden = 2, 3, 2, 8, spec.Hidden
 	run.LR = mechanismLR
-	data := newSynthetic(300, spec.Input, spec.Classes, 5)
+	data := inproc.Synthetic(300, spec.Input, spec.Classes, 5)
 	const steps = 40
 	c := startCluster(t, run, spec, steps)
-	var ws []*worker.Worker
 	for i := 0; i < 3; i++ {
-		ws = append(ws, c.worker(i, countingSource(data, run.Batch, uint64(i)), nil))
+		startWorker(t, c, context.Background(), i, countingSource(data, run.Batch, uint64(i)), nil)
 	}
-	runAll(t, ws...)
+	waitAll(t, c)
 	// The shards aggregate independently, so training ends when the first
 	// shard completes the last step; the others are at most one step short
 	// (the workers stop as soon as they see one shard done).
-	_, versions := c.params()
+	_, versions := params(t, c)
 	finished := -1
 	for s, v := range versions {
 		if v == steps {
@@ -417,7 +293,7 @@ func TestBackupWorkersAndStaleDrops(t *testing.T) {
 	if finished < 0 {
 		t.Fatalf("no shard reached %d: %v", steps, versions)
 	}
-	st, _ := c.servers[finished].Status(context.Background(), &pb.StatusRequest{})
+	st, _ := c.PS(finished).Status()
 	// Each of the 40 steps took exactly 2 gradients.
 	if st.Applied != 2*steps {
 		t.Fatalf("applied %d gradients, want %d", st.Applied, 2*steps)
@@ -430,42 +306,39 @@ func TestBackupWorkersAndStaleDrops(t *testing.T) {
 func TestDeadWorkerDoesNotHangSync(t *testing.T) {
 	spec := model.Spec{Input: 16, Hidden: []int{8}, Classes: 3}
 	run := config.Default()
+	run.LRSchedule = "constant" // the update rule under test, not the schedule
 	run.PS, run.Workers, run.Batch, run.Hidden = 2, 2, 8, spec.Hidden
 	run.LR = mechanismLR
-	data := newSynthetic(300, spec.Input, spec.Classes, 5)
+	data := inproc.Synthetic(300, spec.Input, spec.Classes, 5)
 	const steps = 30
 	c := startCluster(t, run, spec, steps)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	dying, dyingCancel := context.WithCancel(ctx)
-	w1 := c.worker(1, countingSource(data, run.Batch, 1), func(cfg *worker.Config) {
+	w1 := startWorker(t, c, dying, 1, countingSource(data, run.Batch, 1), func(cfg *worker.Config) {
 		cfg.BeforePush = func(step int64) {
 			if step == 5 {
 				dyingCancel() // killed before its 6th push
 			}
 		}
 	})
-	died := make(chan error, 1)
-	go func() { died <- w1.Run(dying) }()
-	w0 := c.worker(0, countingSource(data, run.Batch, 0), nil)
-	finished := make(chan error, 1)
-	go func() { finished <- w0.Run(ctx) }()
-	<-died
+	w0 := startWorker(t, c, ctx, 0, countingSource(data, run.Batch, 0), nil)
+	<-w1.Done()
 	// What the chief does when the heartbeat times out.
-	for _, cl := range c.clients {
-		if _, err := cl.SetMembership(ctx, &pb.MembershipRequest{LiveWorkers: []int32{0}}); err != nil {
+	for s := 0; s < run.PS; s++ {
+		if _, err := c.PS(s).Client().SetMembership(ctx, &pb.MembershipRequest{LiveWorkers: []int32{0}}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	select {
-	case err := <-finished:
-		if err != nil {
+	case <-w0.Done():
+		if err := w0.Err(); err != nil {
 			t.Fatal(err)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("sync training hung after a worker died")
 	}
-	if _, v := c.params(); v[0] != steps {
+	if _, v := params(t, c); v[0] != steps {
 		t.Fatalf("version %d, want %d", v[0], steps)
 	}
 }
@@ -476,16 +349,16 @@ func TestDeadWorkerDoesNotHangSync(t *testing.T) {
 func TestSSPBound(t *testing.T) {
 	spec := model.Spec{Input: 16, Hidden: []int{8}, Classes: 3}
 	run := config.Default()
+	run.LRSchedule = "constant" // the update rule under test, not the schedule
 	run.Mode, run.Staleness, run.PS, run.Workers, run.Batch, run.Hidden = config.SSP, 2, 2, 3, 8, spec.Hidden
 	run.LR = mechanismLR
-	data := newSynthetic(300, spec.Input, spec.Classes, 5)
+	data := inproc.Synthetic(300, spec.Input, spec.Classes, 5)
 	const total = 90
 	c := startCluster(t, run, spec, total)
 	var pushed [3]atomic.Int64
 	var maxGap atomic.Int64
-	var ws []*worker.Worker
 	for i := 0; i < 3; i++ {
-		ws = append(ws, c.worker(i, countingSource(data, run.Batch, uint64(i)), func(cfg *worker.Config) {
+		startWorker(t, c, context.Background(), i, countingSource(data, run.Batch, uint64(i)), func(cfg *worker.Config) {
 			cfg.BeforePush = func(step int64) {
 				if i == 2 {
 					time.Sleep(3 * time.Millisecond) // the straggler
@@ -502,9 +375,9 @@ func TestSSPBound(t *testing.T) {
 					}
 				}
 			}
-		}))
+		})
 	}
-	runAll(t, ws...)
+	waitAll(t, c)
 	if g := maxGap.Load(); g > int64(run.Staleness) {
 		t.Fatalf("a worker ran %d steps ahead of the slowest; bound is %d", g, run.Staleness)
 	}
@@ -519,14 +392,15 @@ func TestSSPBound(t *testing.T) {
 func TestAsyncTrains(t *testing.T) {
 	spec := model.Spec{Input: 16, Hidden: []int{8}, Classes: 3}
 	run := config.Default()
+	run.LRSchedule = "constant" // the update rule under test, not the schedule
 	run.Mode, run.PS, run.Workers, run.Batch, run.Hidden, run.LR = config.Async, 2, 2, 16, spec.Hidden, 0.05
-	data := newSynthetic(300, spec.Input, spec.Classes, 5)
+	data := inproc.Synthetic(300, spec.Input, spec.Classes, 5)
 	const total = 200
 	c := startCluster(t, run, spec, total)
-	w0 := c.worker(0, countingSource(data, run.Batch, 0), nil)
-	w1 := c.worker(1, countingSource(data, run.Batch, 1), nil)
-	runAll(t, w0, w1)
-	st, _ := c.servers[1].Status(context.Background(), &pb.StatusRequest{})
+	w0 := startWorker(t, c, context.Background(), 0, countingSource(data, run.Batch, 0), nil)
+	w1 := startWorker(t, c, context.Background(), 1, countingSource(data, run.Batch, 1), nil)
+	waitAll(t, c)
+	st, _ := c.PS(1).Status()
 	if st.Version != total || st.Applied != total || st.StaleDropped != 0 {
 		t.Fatalf("async status %+v", st)
 	}

@@ -6,6 +6,14 @@
 // A worker rides through PS restarts: an unavailable shard is retried with
 // exponential backoff until RetryTimeout, after which Run fails with the
 // shard's address in the error.
+//
+// Where a worker is in its data shard is part of the run's state, kept by
+// the shards (docs/recovery.md, "Data positions"): each pull answers with
+// the number of the worker's batches whose gradients that shard holds, and
+// the worker trains on the batch at the largest such number. So a
+// restarted worker resumes where its predecessor's gradients stop, a
+// rollback to a checkpoint rewinds the data with the model, and a batch
+// whose gradient no shard counted (dropped as stale) is used again.
 package worker
 
 import (
@@ -31,10 +39,15 @@ import (
 	"github.com/pstrain/pstrain/wire"
 )
 
-// BatchSource fills x ([batch x input]) and y ([batch]) with the next
-// training batch.
+// BatchSource is a worker's data shard as a sequence of batches numbered
+// by position 0, 1, 2, ... across epochs (dataset.FullBatches is the one
+// the worker task uses). Next fills x ([batch x input]) and y ([batch])
+// with the batch at the current position and moves to the next one;
+// SeekBatch makes position the current one, as if that many batches had
+// been taken. The worker keeps it at the data position the shards hold.
 type BatchSource interface {
 	Next(x []float32, y []uint8)
+	SeekBatch(position int64)
 }
 
 // DataPlane is how a worker pulls from and pushes to one shard: the gRPC
@@ -125,16 +138,18 @@ func (w *Worker) Progress() (int64, float32) {
 func (w *Worker) Run(ctx context.Context) error {
 	c := w.cfg
 	n := len(c.Shards)
-	var minVersion int64         // sync: the version every shard must reach
-	versions := make([]int64, n) // version of the parameters in the net, per shard
-	gens := make([]int64, n)     // the chief's generation of each shard's state
+	var minVersion int64          // sync: the version every shard must reach
+	versions := make([]int64, n)  // version of the parameters in the net, per shard
+	gens := make([]int64, n)      // the chief's generation of each shard's state
+	positions := make([]int64, n) // this worker's data position on each shard
+	next := int64(-1)             // the position Batches is at (-1: not yet known)
 	x := c.Net.Input()
 	y := make([]uint8, c.Net.Batch())
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for {
 		t0 := time.Now()
-		finished, err := w.pullAll(ctx, minVersion, versions, gens)
+		finished, err := w.pullAll(ctx, minVersion, versions, gens, positions)
 		if err != nil {
 			return err
 		}
@@ -148,8 +163,27 @@ func (w *Worker) Run(ctx context.Context) error {
 		t1 := time.Now()
 		c.Metrics.ObservePhase(metrics.PhasePull, t1.Sub(t0))
 
+		// The batch at the data position: one past the furthest batch of
+		// this worker's that some shard holds.
+		if pos := slices.Max(positions); pos != next {
+			switch {
+			case next < 0:
+				c.Log.Info("data position", "worker", c.Index, "batch", pos)
+			case pos == next-1:
+				// No shard counted the last gradient (stale everywhere,
+				// e.g. a backup worker's that lost the race): no sample
+				// of it is in the model yet.
+				c.Log.Debug("gradient not counted; using its batch again", "worker", c.Index, "batch", pos)
+			default:
+				c.Log.Warn("data position moved by the parameter servers (a rollback to a checkpoint?)", "worker", c.Index, "from", next, "to", pos)
+			}
+			c.Batches.SeekBatch(pos)
+			next = pos
+		}
+
 		// Forward and backward.
 		c.Batches.Next(x, y)
+		next++
 		c.Net.SetLabels(y)
 		loss, err := c.Net.Step()
 		if err != nil {
@@ -170,7 +204,8 @@ func (w *Worker) Run(ctx context.Context) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				req := &pb.PushRequest{Worker: int32(c.Index), Version: versions[s], RunId: c.RunID, Loss: loss, Generation: gens[s]}
+				req := &pb.PushRequest{Worker: int32(c.Index), Version: versions[s], RunId: c.RunID, Loss: loss, Generation: gens[s],
+					DataPosition: next} // the batch's position + 1
 				push := func() error { _, err := c.Shards[s].Client.Push(ctx, req); return err }
 				sp, segmented := c.Shards[s].Client.(SegmentedDataPlane)
 				switch {
@@ -236,7 +271,7 @@ func (w *Worker) Run(ctx context.Context) error {
 // step waits until every shard is in the newest generation seen: a shard
 // still in an older one is pulled with an unreachable minimum version,
 // which returns as soon as its generation changes.
-func (w *Worker) pullAll(ctx context.Context, minVersion int64, versions, gens []int64) (bool, error) {
+func (w *Worker) pullAll(ctx context.Context, minVersion int64, versions, gens, positions []int64) (bool, error) {
 	c := w.cfg
 	n := len(c.Shards)
 	errs := make([]error, n)
@@ -274,6 +309,7 @@ func (w *Worker) pullAll(ctx context.Context, minVersion int64, versions, gens [
 							c.Log.Warn("parameter server state replaced by the chief", "ps", s, "generation", resp.Generation, "version", resp.Version)
 						}
 						versions[s], done[s], gens[s] = resp.Version, resp.Done, resp.Generation
+						positions[s] = resp.DataPosition
 						c.Metrics.RPCReceivedBytes.WithLabelValues("pull").Add(float64(4 * c.Plan.Shards[s].Size))
 						if resp.Done {
 							cancel()

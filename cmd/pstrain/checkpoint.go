@@ -7,8 +7,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/pstrain/pstrain/blas"
@@ -136,7 +140,7 @@ func checkpointInspect(path string, stdout io.Writer) error {
 	m := ck.Manifest
 	fmt.Fprintf(stdout, "checkpoint %s\n", ck.Path)
 	fmt.Fprintf(stdout, "step %d, version %d, mode %s, %d shards, created %s\n", m.Step, m.Version, m.Mode, m.NumShards, m.Created.Format("2006-01-02 15:04:05 MST"))
-	fmt.Fprintf(stdout, "model %s\noptimizer %s %v\nfinal %t\nrun config %s\n", compactJSON(m.ModelSpec), m.Optimizer.Name, m.Optimizer.Hyperparams, m.Final, compactJSON(m.RunConfig))
+	fmt.Fprintf(stdout, "model %s\noptimizer %s\nfinal %t\nrun config %s\n", compactJSON(m.ModelSpec), optimizerLine(m), m.Final, compactJSON(m.RunConfig))
 	for i, sh := range m.Shards {
 		tensors, meta, err := ck.ReadShard(i)
 		if err != nil {
@@ -148,6 +152,33 @@ func checkpointInspect(path string, stdout io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// optimizerLine describes what a checkpoint was trained with, e.g.
+// "momentum lr 0.05 momentum 0.9 schedule cosine warmup 0": the name, the
+// learning rate, the other hyperparameters by name, and the learning-rate
+// schedule (from the run configuration for a manifest that does not
+// record it; constant before schedules existed).
+func optimizerLine(m checkpoint.Manifest) string {
+	o := m.Optimizer
+	var b strings.Builder
+	b.WriteString(o.Name)
+	keys := slices.Sorted(maps.Keys(o.Hyperparams))
+	if i := slices.Index(keys, "lr"); i > 0 {
+		keys = append([]string{"lr"}, slices.Delete(keys, i, i+1)...)
+	}
+	for _, k := range keys {
+		fmt.Fprintf(&b, " %s %s", k, strconv.FormatFloat(o.Hyperparams[k], 'g', -1, 64))
+	}
+	sched, warmup := o.Schedule, o.WarmupSteps
+	if sched == "" {
+		sched = "constant"
+		if r, err := config.Parse(m.RunConfig); err == nil && len(m.RunConfig) > 0 {
+			sched, warmup = r.LRSchedule, r.WarmupSteps
+		}
+	}
+	fmt.Fprintf(&b, " schedule %s warmup %d", sched, warmup)
+	return b.String()
 }
 
 // cmdEval scores a checkpoint on the test set.
@@ -203,7 +234,7 @@ func cmdEval(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "checkpoint %s (step %d, model %s)\n", ck.Path, ck.Manifest.Step, spec)
+	fmt.Fprintf(stdout, "checkpoint %s (step %d, version %d, model %s)\n", ck.Path, ck.Manifest.Step, ck.Manifest.Version, spec)
 	fmt.Fprintf(stdout, "test accuracy %.2f%%  test loss %.4f  on %d %s test images\n", 100*acc, loss, test.N, r.Dataset)
 	return nil
 }

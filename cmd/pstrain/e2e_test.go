@@ -51,8 +51,8 @@ func TestRunSyncTrainsToAccuracy(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 15000 samples, 2 workers x 128 per sync step: ceil(15000/256) = 59.
-	if rep.GlobalSteps != 59 || rep.StopReason != "epochs" {
-		t.Errorf("global steps %d (%s), want 59 (epochs)", rep.GlobalSteps, rep.StopReason)
+	if rep.GlobalSteps != 59 || rep.StoppedBy != "epochs" {
+		t.Errorf("global steps %d (%s), want 59 (epochs)", rep.GlobalSteps, rep.StoppedBy)
 	}
 	if rep.TestAccuracy < 0.90 {
 		t.Errorf("test accuracy %.4f after one epoch of a quarter of MNIST, want >= 0.90", rep.TestAccuracy)

@@ -46,8 +46,11 @@ func bindRunFlags(fs *flag.FlagSet, r *config.Run) {
 	fs.Float64Var(&r.LR, "lr", r.LR, "learning rate")
 	fs.Float64Var(&r.Momentum, "momentum", r.Momentum, "momentum (optimizer momentum)")
 	fs.StringVar(&r.Optimizer, "optimizer", r.Optimizer, "sgd, momentum or adam")
+	fs.StringVar(&r.LRSchedule, "lr-schedule", r.LRSchedule, "learning rate over the global step: constant, step:EPOCHS:FACTOR (times FACTOR every EPOCHS epochs, e.g. step:2:0.5) or cosine (to 0 at the last step of --epochs); applied by the PS shards")
+	fs.Int64Var(&r.WarmupSteps, "warmup-steps", r.WarmupSteps, "ramp the learning rate up linearly over this many first global steps (0 = no warmup)")
 	fs.Float64Var(&r.Epochs, "epochs", r.Epochs, "epochs to train (an upper bound when --target-accuracy is set)")
-	fs.Float64Var(&r.TargetAccuracy, "target-accuracy", r.TargetAccuracy, "stop once the test accuracy reaches this (0 = run all epochs)")
+	fs.Float64Var(&r.TargetAccuracy, "target-accuracy", r.TargetAccuracy, "stop once the test accuracy holds at this (0 = run all epochs); the model handed back is one that scored it")
+	fs.IntVar(&r.TargetHold, "target-hold", r.TargetHold, "evaluations in a row that must score --target-accuracy on the whole test set before the run stops")
 	fs.StringVar(&r.Dataset, "dataset", r.Dataset, "data set: mnist, fashion-mnist, mnist-x4 (4x MNIST: shifted and rotated copies), or idx:TRAIN_IMAGES,TRAIN_LABELS,TEST_IMAGES,TEST_LABELS")
 	fs.StringVar(&r.DataDir, "data-dir", r.DataDir, "directory holding the data sets")
 	fs.Float64Var(&r.DataFraction, "data-fraction", r.DataFraction, "fraction of the training set to use, in (0, 1]")
@@ -63,6 +66,23 @@ func bindRunFlags(fs *flag.FlagSet, r *config.Run) {
 	fs.BoolVar(&r.Resume, "resume", r.Resume, "start from the newest valid checkpoint in --checkpoint-dir, if any (false: start afresh, moving old checkpoints aside)")
 }
 
+// lrText describes the learning rate for a header line: "0.2", or with a
+// schedule "0.2 (step:2:0.3, warmup 50)".
+func lrText(r config.Run) string {
+	s := strconv.FormatFloat(r.LR, 'g', -1, 64)
+	var extra []string
+	if r.LRSchedule != "" && r.LRSchedule != "constant" {
+		extra = append(extra, r.LRSchedule)
+	}
+	if r.WarmupSteps > 0 {
+		extra = append(extra, fmt.Sprintf("warmup %d", r.WarmupSteps))
+	}
+	if len(extra) > 0 {
+		s += " (" + strings.Join(extra, ", ") + ")"
+	}
+	return s
+}
+
 // runArgs renders r as the flags bindRunFlags reads, for child processes.
 func runArgs(r config.Run) []string {
 	return []string{
@@ -76,8 +96,11 @@ func runArgs(r config.Run) []string {
 		"--lr=" + strconv.FormatFloat(r.LR, 'g', -1, 64),
 		"--momentum=" + strconv.FormatFloat(r.Momentum, 'g', -1, 64),
 		"--optimizer=" + r.Optimizer,
+		"--lr-schedule=" + r.LRSchedule,
+		fmt.Sprintf("--warmup-steps=%d", r.WarmupSteps),
 		"--epochs=" + strconv.FormatFloat(r.Epochs, 'g', -1, 64),
 		"--target-accuracy=" + strconv.FormatFloat(r.TargetAccuracy, 'g', -1, 64),
+		fmt.Sprintf("--target-hold=%d", r.TargetHold),
 		"--dataset=" + r.Dataset,
 		"--data-dir=" + r.DataDir,
 		"--data-fraction=" + strconv.FormatFloat(r.DataFraction, 'g', -1, 64),

@@ -12,9 +12,11 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
+	"github.com/pstrain/pstrain/chief"
 	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/dataset"
@@ -45,15 +47,95 @@ Run 'pstrain COMMAND -h' for a command's flags.
 `
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0)
-		}
+	ctx, sig := watchSignals()
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		os.Exit(0)
+	case errors.Is(err, errInterrupted):
+		// Stopped cleanly on a signal (the summary is printed): the shell's
+		// convention for a death by that signal.
+		os.Exit(sig.exitCode())
+	case err != nil && sig.received() != nil:
+		fmt.Fprintln(os.Stderr, "pstrain: interrupted:", err)
+		os.Exit(sig.exitCode())
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "pstrain:", err)
 		os.Exit(1)
 	}
+}
+
+// errInterrupted is returned by a command that stopped cleanly on SIGINT
+// or SIGTERM: main exits with 130 or 143 and no error message.
+var errInterrupted = errors.New("interrupted")
+
+// signals records the first SIGINT or SIGTERM. The first one cancels the
+// context: commands stop cleanly (`pstrain run` and the chief write a
+// final checkpoint and the report). A second one stops at once: abort is
+// closed, and the process exits unless a command that must clean up
+// (`pstrain run`, whose tasks run in their own process groups) has
+// claimed it.
+type signals struct {
+	mu      sync.Mutex
+	first   os.Signal
+	abort   chan struct{}
+	claimed bool
+}
+
+func watchSignals() (context.Context, *signals) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	s := &signals{abort: make(chan struct{})}
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		first := <-ch
+		s.mu.Lock()
+		s.first = first
+		s.mu.Unlock()
+		cancel(fmt.Errorf("%v", first))
+		<-ch
+		s.mu.Lock()
+		claimed := s.claimed
+		s.mu.Unlock()
+		close(s.abort)
+		if !claimed {
+			os.Exit(s.exitCode())
+		}
+		// The claimant kills its tasks and returns; if it cannot, exit.
+		time.Sleep(10 * time.Second)
+		os.Exit(s.exitCode())
+	}()
+	return context.WithValue(ctx, signalsKey{}, s), s
+}
+
+type signalsKey struct{}
+
+// claimAbort returns the channel closed by a second signal and stops
+// that signal from exiting the process: the caller must then stop
+// promptly by itself. Nil when main did not set signals up (tests).
+func claimAbort(ctx context.Context) <-chan struct{} {
+	s, _ := ctx.Value(signalsKey{}).(*signals)
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.claimed = true
+	return s.abort
+}
+
+func (s *signals) received() os.Signal {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.first
+}
+
+// exitCode is 128 + the signal's number: 130 for SIGINT, 143 for SIGTERM.
+func (s *signals) exitCode() int {
+	if n, ok := s.received().(syscall.Signal); ok {
+		return 128 + int(n)
+	}
+	return 1
 }
 
 // errUsage marks a command-line mistake (exit status 2 would be
@@ -194,6 +276,9 @@ func cmdTask(ctx context.Context, role string, args []string, stdout, stderr io.
 	if !*progress {
 		printSummary(stdout, rep)
 	}
+	if rep.StoppedBy == chief.StopInterrupted {
+		return errInterrupted
+	}
 	return nil
 }
 
@@ -246,11 +331,12 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "pstrain: %s SGD, %d PS, %d workers, MLP %s, batch %d, lr %g, %s\n", r.Mode, r.PS, r.Workers,
-		r.Spec(784, 10).String(), r.Batch, r.LR, r.Optimizer)
+	fmt.Fprintf(stdout, "pstrain: %s SGD, %d PS, %d workers, MLP %s, batch %d, lr %s, %s\n", r.Mode, r.PS, r.Workers,
+		r.Spec(784, 10).String(), r.Batch, lrText(r), r.Optimizer)
 	rep, err := launcher.Run(ctx, launcher.Config{Run: r, Exe: exe, Dir: *dir, SDDir: *sdDir, MetricsPortBase: *portBase,
 		ChildArgs: runArgs, ExtraArgs: append([]string{"--connect-timeout=" + connectTimeout.String(), "--log-level=" + *logLevel}, tlsArgs...),
-		Progress: stdout, Log: log, Faults: fl, MaxRestarts: *maxRestarts, BottleneckEvery: 10 * time.Second})
+		Progress: stdout, Log: log, Faults: fl, MaxRestarts: *maxRestarts, BottleneckEvery: 10 * time.Second,
+		Abort: claimAbort(ctx)})
 	if err != nil {
 		return err
 	}
@@ -260,6 +346,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return err
 		}
 		fmt.Fprintln(stdout, "report:", *reportPath)
+	}
+	if rep.StoppedBy == chief.StopInterrupted {
+		return errInterrupted
 	}
 	return nil
 }
@@ -273,11 +362,12 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 
 func printSummary(w io.Writer, rep *report.Report) {
 	fmt.Fprintf(w, "\n== pstrain summary ==\n")
-	fmt.Fprintf(w, "mode %s, %d PS, %d workers, model %s, batch %d, lr %g (%s), BLAS %s\n", rep.Mode, rep.PS, rep.Workers, rep.Model, rep.Batch, rep.LR, rep.Optimizer, rep.BLAS)
-	fmt.Fprintf(w, "stopped by: %s after %d global steps (%.2f epochs)\n", rep.StopReason, rep.GlobalSteps, rep.EpochsDone)
-	fmt.Fprintf(w, "test accuracy: %.2f%% (best %.2f%%)\n", 100*rep.TestAccuracy, 100*rep.BestTestAccuracy)
+	lr := lrText(config.Run{LR: rep.LR, LRSchedule: rep.LRSchedule, WarmupSteps: rep.WarmupSteps})
+	fmt.Fprintf(w, "mode %s, %d PS, %d workers, model %s, batch %d, lr %s, %s, BLAS %s\n", rep.Mode, rep.PS, rep.Workers, rep.Model, rep.Batch, lr, rep.Optimizer, rep.BLAS)
+	fmt.Fprintf(w, "stopped by: %s after %d global steps (%.2f epochs)\n", rep.StoppedBy, rep.GlobalSteps, rep.EpochsDone)
+	fmt.Fprintf(w, "test accuracy: %.2f%% (the model of step %d; best %.2f%%)\n", 100*rep.TestAccuracy, rep.FinalStep, 100*rep.BestTestAccuracy)
 	if rep.TimeToTargetSeconds != nil {
-		fmt.Fprintf(w, "time to %.2f%%: %.2f s of training\n", 100*rep.TargetAccuracy, *rep.TimeToTargetSeconds)
+		fmt.Fprintf(w, "time to %.2f%% held for %d evaluations: %.2f s of training\n", 100*rep.TargetAccuracy, rep.TargetHold, *rep.TimeToTargetSeconds)
 	} else if rep.TargetAccuracy > 0 {
 		fmt.Fprintf(w, "target %.2f%% not reached\n", 100*rep.TargetAccuracy)
 	}

@@ -95,8 +95,8 @@ func TestKillAnyProcessTheRunGoesOn(t *testing.T) {
 					// updates. In async mode a restored shard stays behind
 					// the others by the updates it lost, so only sync runs
 					// must report every step.
-					if rep.StopReason != "epochs" || (m.name == "sync" && rep.GlobalSteps < base.GlobalSteps-1) {
-						t.Errorf("stopped by %s after %d steps, want all %d", rep.StopReason, rep.GlobalSteps, base.GlobalSteps)
+					if rep.StoppedBy != "epochs" || (m.name == "sync" && rep.GlobalSteps < base.GlobalSteps-1) {
+						t.Errorf("stopped by %s after %d steps, want all %d", rep.StoppedBy, rep.GlobalSteps, base.GlobalSteps)
 					}
 					if d := math.Abs(rep.TestAccuracy - base.TestAccuracy); d > 0.005 {
 						t.Errorf("test accuracy %.2f%% with %s killed vs %.2f%% undisturbed: %.2f points apart, want <= 0.5",
@@ -203,8 +203,8 @@ func TestPSAndChiefKilledTogether(t *testing.T) {
 		t.Fatalf("restarts %+v, want ps/1 and the chief back\n%s", rep.Restarts, out)
 	}
 	// 4 epochs of 60000 at 2 x 128 per step.
-	if rep.StopReason != "epochs" || rep.GlobalSteps != 938 {
-		t.Errorf("stopped by %s after %d steps, want all 938", rep.StopReason, rep.GlobalSteps)
+	if rep.StoppedBy != "epochs" || rep.GlobalSteps != 938 {
+		t.Errorf("stopped by %s after %d steps, want all 938", rep.StoppedBy, rep.GlobalSteps)
 	}
 	if rep.TestAccuracy < 0.97 {
 		t.Errorf("test accuracy %.2f%% after 4 epochs, want >= 97%% (undisturbed runs reach ~98%%)", 100*rep.TestAccuracy)

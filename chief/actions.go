@@ -1,0 +1,133 @@
+package chief
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/pstrain/pstrain/report"
+)
+
+// Action is a decision of the Core for Chief.Run to carry out. Actions
+// are carried out in the order they are returned; those that report back
+// (InitCluster, Restore, Evaluate, Checkpoint, StopShards) do so through
+// the Core method named in their comment.
+type Action interface {
+	fmt.Stringer
+	action()
+}
+
+// InitCluster initialises every shard at the start of a run, in
+// Generation: from the newest valid checkpoint of this run if Resume is
+// set and there is one, else from the seed. Answered by Core.Started.
+type InitCluster struct {
+	Generation int64
+	Resume     bool
+}
+
+// Restore re-initialises Shards from the newest valid checkpoint (the
+// initial weights if there is none), in Generation, with the data
+// positions the checkpoint holds. Answered by Core.Restored.
+type Restore struct {
+	Shards     []int
+	Generation int64
+}
+
+// SetMembership tells every shard which workers are alive (a sync step
+// waits only for those). Answered by Core.MembershipSent.
+type SetMembership struct{ Live []int32 }
+
+// Evaluate pulls the model from every shard, each keeping the version it
+// sends (PullRequest.retain), and scores it: first on the test subset;
+// then on the whole test set if that first pass scored at least
+// ConfirmAbove (0: always the whole set). Answered by Core.Evaluated.
+type Evaluate struct {
+	Seq          int64
+	Generation   int64
+	ConfirmAbove float64
+}
+
+// Checkpoint writes a checkpoint: each shard its slice, then the
+// manifest. Versions are the shards' versions at the last poll (a sync
+// checkpoint is taken a few versions past them); Retained writes the
+// state each shard kept at the last evaluation (the model handed back by
+// a target stop) instead of the live state. Answered by
+// Core.CheckpointDone.
+type Checkpoint struct {
+	Versions []int64
+	Latest   int64 // the newest committed checkpoint's step (-1: none)
+	Final    bool
+	Retained bool
+}
+
+// Reinit initialises every shard, in Generation, with the model the
+// chief scored last (it holds those parameters) at Version, and stops
+// them again: the fallback when a shard lost the state it retained for a
+// target stop (it was restarted). The optimizer state starts afresh.
+// Answered by Core.Reinitialised.
+type Reinit struct {
+	Generation, Version int64
+}
+
+// StopShards tells every shard training is over (workers see it on
+// their next pull). Answered by Core.ShardsStopped.
+type StopShards struct{}
+
+// SaveState persists what a restarted chief needs.
+type SaveState struct{ State State }
+
+// Finish ends the run: Report is the result (nil with Err).
+type Finish struct {
+	Report *report.Report
+	Err    error
+}
+
+func (InitCluster) action()   {}
+func (Restore) action()       {}
+func (SetMembership) action() {}
+func (Evaluate) action()      {}
+func (Checkpoint) action()    {}
+func (Reinit) action()        {}
+func (StopShards) action()    {}
+func (SaveState) action()     {}
+func (Finish) action()        {}
+
+func (a InitCluster) String() string {
+	return fmt.Sprintf("init-cluster generation=%d resume=%t", a.Generation, a.Resume)
+}
+func (a Restore) String() string {
+	return fmt.Sprintf("restore shards=%s generation=%d", ints(a.Shards), a.Generation)
+}
+func (a SetMembership) String() string { return "set-membership live=" + ints(a.Live) }
+func (a Evaluate) String() string {
+	return fmt.Sprintf("evaluate seq=%d generation=%d confirm-above=%g", a.Seq, a.Generation, a.ConfirmAbove)
+}
+func (a Checkpoint) String() string {
+	return fmt.Sprintf("checkpoint versions=%s latest=%d final=%t retained=%t", ints(a.Versions), a.Latest, a.Final, a.Retained)
+}
+func (a Reinit) String() string {
+	return fmt.Sprintf("reinit-from-evaluated generation=%d version=%d", a.Generation, a.Version)
+}
+func (StopShards) String() string { return "stop-shards" }
+func (a SaveState) String() string {
+	return fmt.Sprintf("save-state generation=%d", a.State.Generation)
+}
+func (a Finish) String() string {
+	if a.Err != nil {
+		return "finish error=" + a.Err.Error()
+	}
+	r := a.Report
+	acc := "none"
+	if len(r.Evals) > 0 {
+		acc = fmt.Sprintf("%.4f", r.TestAccuracy)
+	}
+	return fmt.Sprintf("finish stopped-by=%s global-steps=%d final-step=%d test-accuracy=%s checkpoints=%d/%d-failed",
+		r.StoppedBy, r.GlobalSteps, r.FinalStep, acc, r.Checkpoints.Committed, r.Checkpoints.Failed)
+}
+
+func ints[T int | int32 | int64](xs []T) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = fmt.Sprint(x)
+	}
+	return "[" + strings.Join(s, ",") + "]"
+}

@@ -1,0 +1,158 @@
+package chief
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/pstrain/pstrain/checkpoint"
+	"github.com/pstrain/pstrain/config"
+	pb "github.com/pstrain/pstrain/proto"
+)
+
+// errTooLate marks a sync checkpoint whose version a shard had passed.
+var errTooLate = errors.New("shard passed the checkpoint version")
+
+// checkpointNow carries out a Checkpoint, retrying a sync one whose
+// version was overtaken with a larger margin (from freshly polled
+// versions).
+func (c *Chief) checkpointNow(ctx context.Context, a Checkpoint) CheckpointResult {
+	ahead := int64(2)
+	versions := a.Versions
+	for attempt := 0; ; attempt++ {
+		res := c.writeCheckpoint(ctx, a, versions, ahead)
+		res.Retained = a.Retained
+		if res.Err == nil || !errors.Is(res.Err, errTooLate) || attempt == 3 || ctx.Err() != nil {
+			return res
+		}
+		ahead *= 4
+		for s, x := range c.pollShards(ctx) {
+			if x.Err == nil {
+				versions[s] = x.Version
+			}
+		}
+	}
+}
+
+// checkpointAt picks a checkpoint's step (its directory) and the version
+// every shard snapshots (0: now). In sync mode every shard snapshots the
+// same version, `ahead` versions past the newest one seen, so that no
+// shard has passed it when the request arrives; a shard that has passed
+// it anyway fails the attempt. In async/ssp mode each shard snapshots at
+// once and the manifest records each shard's own version (see
+// docs/recovery.md). A final checkpoint is of the stopped shards (or of
+// the state they retained) and must be the newest.
+func checkpointAt(mode config.Mode, maxSteps int64, a Checkpoint, versions []int64, ahead int64) (step, at int64, skip string) {
+	hi := int64(0)
+	for _, v := range versions {
+		hi = max(hi, v)
+	}
+	switch {
+	case a.Final:
+		return max(hi, a.Latest+1), 0, ""
+	case mode == config.Sync && hi >= maxSteps:
+		// Not past the last step: a shard that stops there would never
+		// reach the version (the final checkpoint covers the end).
+		return hi, 0, "training is at its last step"
+	case mode == config.Sync:
+		at = min(hi+ahead, maxSteps)
+		step = at
+	default:
+		step = hi
+	}
+	if step <= a.Latest {
+		return step, at, fmt.Sprintf("a checkpoint at step %d exists", a.Latest)
+	}
+	return step, at, ""
+}
+
+// writeCheckpoint has every shard snapshot and write its slice, then
+// commits the manifest.
+func (c *Chief) writeCheckpoint(ctx context.Context, a Checkpoint, versions []int64, ahead int64) CheckpointResult {
+	t0 := c.cfg.Now()
+	r := c.cfg.Run
+	step, at, skip := checkpointAt(r.Mode, MaxSteps(r, c.cfg.TrainN), a, versions, ahead)
+	if skip != "" {
+		return CheckpointResult{Step: step, Skipped: skip}
+	}
+	resps := make([]*pb.CheckpointResponse, len(c.cfg.PS))
+	errs := make([]error, len(c.cfg.PS))
+	var wg sync.WaitGroup
+	for s, p := range c.cfg.PS {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			resp, err := p.Client.Checkpoint(cctx, &pb.CheckpointRequest{Step: step, AtVersion: at, RunId: c.cfg.RunID, Retained: a.Retained})
+			if err != nil {
+				errs[s] = fmt.Errorf("ps/%d: %s", s, status.Convert(err).Message())
+				if status.Code(err) == codes.FailedPrecondition && !a.Retained {
+					errs[s] = fmt.Errorf("%w: %w", errTooLate, errs[s])
+				}
+				return
+			}
+			resps[s] = resp
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return CheckpointResult{Step: step, Err: err}
+	}
+	res := CheckpointResult{Step: step}
+	infos := make([]checkpoint.ShardInfo, len(resps))
+	version := resps[0].Version
+	var positions []int64
+	for s, in := range resps {
+		infos[s] = checkpoint.ShardInfo{Index: s, File: in.File, SHA256: in.Sha256, Bytes: in.Bytes, Tensors: in.Tensors, Version: in.Version}
+		res.Bytes += in.Bytes
+		res.Pause = max(res.Pause, time.Duration(in.PauseSeconds*float64(time.Second)))
+		version = min(version, in.Version)
+		positions = maxPositions(positions, in.DataPositions)
+	}
+	m := checkpoint.Manifest{Step: step, Version: version, Mode: string(r.Mode), ModelSpec: c.cfg.Spec.JSON(),
+		RunConfig: r.JSON(), Optimizer: checkpoint.Optimizer{Name: r.Optimizer,
+			Hyperparams: map[string]float64{"lr": r.LR, "momentum": r.Momentum},
+			Schedule:    r.LRSchedule, WarmupSteps: r.WarmupSteps},
+		Shards: infos, Final: a.Final, DataPositions: positions}
+	if err := c.cfg.Store.Commit(m); err != nil && !errors.Is(err, checkpoint.ErrRetention) {
+		res.Err = err
+		return res
+	} else if err != nil {
+		c.cfg.Log.Warn("checkpoint committed, but deleting old ones failed", "err", err)
+	}
+	res.Duration = c.cfg.Now().Sub(t0)
+	return res
+}
+
+// maxPositions is the element-wise maximum: a worker's position is the
+// furthest any shard counted (docs/recovery.md, "Data positions").
+func maxPositions(a, b []int64) []int64 {
+	if len(a) < len(b) {
+		a = append(a, make([]int64, len(b)-len(a))...)
+	}
+	for i, x := range b {
+		a[i] = max(a[i], x)
+	}
+	return a
+}
+
+// reinit carries out a Reinit: every shard gets its slice of the model
+// the evaluator holds, at version, and is stopped again.
+func (c *Chief) reinit(ctx context.Context, a Reinit) error {
+	params := c.cfg.Evaluator.Params()
+	for s := range c.cfg.PS {
+		flat := make([]float32, c.plan.Shards[s].Size)
+		c.plan.Gather(s, params, flat)
+		if err := c.initShard(ctx, s, shardInit{params: flat, version: a.Version}, a.Generation); err != nil {
+			return err
+		}
+	}
+	_, err := c.stopShards(ctx)
+	return err
+}

@@ -1,0 +1,287 @@
+package chief
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/metrics"
+	"github.com/pstrain/pstrain/report"
+)
+
+// Core is the chief's decision-making, as a plain synchronous state
+// machine in the manner of etcd's raft: observations come in through its
+// methods (a registration, a heartbeat, a poll of the shards, the result
+// of an evaluation or a checkpoint, an interrupt), each with the time, and
+// the decisions go out as Actions for the caller to carry out (initialise
+// or restore shards, tell them the live workers, evaluate, checkpoint,
+// stop, save the state, finish). It does no I/O, starts no goroutine and
+// reads no clock; Chief.Run is the thin loop that performs its actions
+// and feeds it what happened. It is not safe for concurrent use.
+//
+// The phases: registering (waiting for every task), starting (the
+// shards are being initialised), training, stopping (the shards are
+// stopped, the final model is evaluated and checkpointed) and finished.
+type Core struct {
+	p   CoreParams
+	log *slog.Logger
+	m   *metrics.Chief
+
+	phase      phase
+	created    time.Time
+	lastNag    time.Time // last "still waiting" log
+	members    *Membership
+	psSeen     []bool
+	workerSeen []bool
+
+	st         State     // what a restarted chief needs (saved on change)
+	start      time.Time // training start
+	step       int64     // the lowest shard version at the last poll
+	versions   []int64   // each shard's version at the last poll
+	stale      int64     // stale gradients dropped, summed over shards
+	loss       float32
+	down       []time.Time // when each shard was first seen down (zero: up)
+	lastLive   []int32     // the live set the shards were last told
+	loggedLive []int32     // the live set last logged
+	restoring  *restoreInfo
+	doneAt     time.Time // when a shard first said training is done
+
+	evalSeq   int64     // evaluations ordered so far
+	evalBusy  bool      // an evaluation is running
+	lastEval  time.Time // when the last one was ordered
+	hold      int       // consecutive full evaluations at or above the target
+	ckptBusy  bool
+	lastCkpt  time.Time
+	ckptStats report.Checkpoints
+
+	// The stop: why, when, and the model handed back.
+	stopReason     string
+	trainEnd       time.Time
+	steps          int64        // global steps trained at the stop
+	finalEval      *report.Eval // the evaluation of the model handed back
+	finalEvalAsked bool
+	finalCkptAsked bool
+	reinitAsked    bool
+}
+
+type phase int
+
+const (
+	registering phase = iota
+	starting
+	training
+	stopping
+	finished
+)
+
+func (p phase) String() string {
+	return [...]string{"registering", "starting", "training", "stopping", "finished"}[p]
+}
+
+// CoreParams are the run's facts the core decides from.
+type CoreParams struct {
+	Run    config.Run
+	TrainN int    // training samples (after --data-fraction)
+	Model  string // the model, as the report names it
+	Spec   []byte // the model spec's JSON, which every task must match
+	// PSAddrs name the shards' addresses in messages (optional).
+	PSAddrs []string
+	// Evaluate says an evaluator exists; Checkpoints that a store does.
+	Evaluate, Checkpoints bool
+	// StartupTimeout bounds the wait for every task to register.
+	StartupTimeout time.Duration
+	// EvalSubset is the part of the test set (a fraction in (0,1]) a
+	// routine evaluation scores first; the whole set is scored only when
+	// that first pass is within EvalMargin of the target (see
+	// docs/semantics.md, "Evaluation").
+	EvalSubset float64
+	EvalMargin float64
+}
+
+// State is what the chief keeps on disk so that a restarted chief can
+// go on with the report: written after every evaluation, checkpoint and
+// recovery.
+type State struct {
+	RunID               string           `json:"run_id"`
+	TrainStartedUnix    float64          `json:"train_started_unix"`
+	Evals               []report.Eval    `json:"evals"`
+	Restarts            []report.Restart `json:"restarts"`
+	TimeToTargetSeconds *float64         `json:"time_to_target_seconds"`
+	TestSeconds         float64          `json:"test_seconds"`
+	Generation          int64            `json:"generation"`
+	LatestCheckpoint    int64            `json:"latest_checkpoint"`
+}
+
+// NewCore returns a core waiting for registrations.
+func NewCore(p CoreParams, runID string, log *slog.Logger, m *metrics.Chief, now time.Time) *Core {
+	if m == nil {
+		m = metrics.NewChief(nil)
+	}
+	if p.EvalSubset <= 0 || p.EvalSubset > 1 {
+		p.EvalSubset = 1
+	}
+	r := p.Run
+	c := &Core{p: p, log: log, m: m, created: now, lastNag: now, members: NewMembership(r.HeartbeatTimeout),
+		psSeen: make([]bool, r.PS), workerSeen: make([]bool, r.Workers),
+		versions: make([]int64, r.PS), down: make([]time.Time, r.PS),
+		st: State{RunID: runID, Evals: []report.Eval{}, Restarts: []report.Restart{}, LatestCheckpoint: -1}}
+	return c
+}
+
+// SamplesPerStep is what one version of the model consumes: a sync step
+// aggregates R gradients of a batch each, an async/ssp update is one
+// gradient.
+func SamplesPerStep(r config.Run) int {
+	if r.Mode == config.Sync {
+		return r.Batch * r.Replicas()
+	}
+	return r.Batch
+}
+
+// StepsPerEpoch is how many versions one pass over trainN samples takes.
+func StepsPerEpoch(r config.Run, trainN int) float64 {
+	return float64(max(1, trainN)) / float64(SamplesPerStep(r))
+}
+
+// MaxSteps is the version at which training ends.
+func MaxSteps(r config.Run, trainN int) int64 {
+	return max(1, int64(ceil(r.Epochs*StepsPerEpoch(r, trainN))))
+}
+
+func ceil(x float64) float64 {
+	n := float64(int64(x))
+	if n < x {
+		n++
+	}
+	return n
+}
+
+// MaxSteps is this run's last version.
+func (c *Core) MaxSteps() int64 { return MaxSteps(c.p.Run, c.p.TrainN) }
+
+// Phase names the core's phase (for logs and tests).
+func (c *Core) Phase() string { return c.phase.String() }
+
+// Generation is the current generation of the shards' state.
+func (c *Core) Generation() int64 { return c.st.Generation }
+
+// LatestCheckpoint is the newest committed checkpoint's step (-1: none).
+func (c *Core) LatestCheckpoint() int64 { return c.st.LatestCheckpoint }
+
+// Stopping reports whether workers are to stop (heartbeat answer).
+func (c *Core) Stopping() bool { return c.phase >= stopping }
+
+// Errors the registration and heartbeat answers can carry; the gRPC
+// layer maps them to status codes.
+var (
+	ErrBadTask  = errors.New("no such task in this run")
+	ErrMismatch = errors.New("does not match the chief's run")
+)
+
+// Registration is what a task says of itself when it registers.
+type Registration struct {
+	Role  string // "ps" or "worker"
+	Index int
+	Run   config.Run // its copy of the run configuration
+	Spec  []byte     // its model spec (JSON; empty: not checked)
+}
+
+// Register checks a task's configuration against the run's, records the
+// registration and returns the step a worker joins at.
+func (c *Core) Register(reg Registration, now time.Time) (int64, error) {
+	var problems []string
+	if len(reg.Spec) > 0 && string(reg.Spec) != string(c.p.Spec) {
+		problems = append(problems, fmt.Sprintf("model spec: %s (chief) vs %s (this task)", c.p.Spec, reg.Spec))
+	}
+	problems = append(problems, c.p.Run.Diff(reg.Run)...)
+	if len(problems) > 0 {
+		return 0, fmt.Errorf("%s/%d %w: %s", reg.Role, reg.Index, ErrMismatch, strings.Join(problems, "; "))
+	}
+	role, index := reg.Role, reg.Index
+	switch role {
+	case "ps":
+		if index < 0 || index >= len(c.psSeen) {
+			return 0, fmt.Errorf("%w: ps index %d out of range (the run has %d)", ErrBadTask, index, len(c.psSeen))
+		}
+		c.psSeen[index] = true
+	case "worker":
+		if index < 0 || index >= len(c.workerSeen) {
+			return 0, fmt.Errorf("%w: worker index %d out of range (the run has %d)", ErrBadTask, index, len(c.workerSeen))
+		}
+		if c.workerSeen[index] && c.phase >= training {
+			// Registering again: the worker was restarted. It resumes its
+			// data shard where the shards say it was and joins at the
+			// current step.
+			task := fmt.Sprintf("worker/%d", index)
+			c.st.Restarts = append(c.st.Restarts, report.Restart{Task: task,
+				BackAtSeconds: ptr(c.seconds(now)), RestoredStep: c.step})
+			c.m.TaskRestarts.WithLabelValues(task).Inc()
+			c.log.Warn("worker restarted; it rejoins training", "task", task, "step", c.step)
+		}
+		c.workerSeen[index] = true
+		c.members.Beat(index, now)
+	default:
+		return 0, fmt.Errorf("%w: unknown role %q", ErrBadTask, role)
+	}
+	return c.step, nil
+}
+
+// Heartbeat keeps a worker alive and says whether it should stop.
+func (c *Core) Heartbeat(worker int, now time.Time) (stop bool, err error) {
+	if worker < 0 || worker >= len(c.workerSeen) {
+		return false, fmt.Errorf("%w: worker index %d out of range (the run has %d)", ErrBadTask, worker, len(c.workerSeen))
+	}
+	c.members.Beat(worker, now)
+	return c.Stopping(), nil
+}
+
+// Missing lists the tasks that have not registered.
+func (c *Core) Missing() []string {
+	var out []string
+	for i, ok := range c.psSeen {
+		switch {
+		case ok:
+		case i < len(c.p.PSAddrs):
+			out = append(out, fmt.Sprintf("ps/%d (%s)", i, c.p.PSAddrs[i]))
+		default:
+			out = append(out, fmt.Sprintf("ps/%d", i))
+		}
+	}
+	for i, ok := range c.workerSeen {
+		if !ok {
+			out = append(out, fmt.Sprintf("worker/%d", i))
+		}
+	}
+	return out
+}
+
+// Live is the sorted set of workers heard from within the heartbeat
+// timeout.
+func (c *Core) Live(now time.Time) []int32 {
+	var out []int32
+	for _, w := range c.members.Live(now) {
+		out = append(out, int32(w))
+	}
+	return out
+}
+
+func (c *Core) seconds(now time.Time) float64 {
+	if c.start.IsZero() {
+		return 0
+	}
+	return now.Sub(c.start).Seconds()
+}
+
+// save is the action that persists the state.
+func (c *Core) save() Action {
+	st := c.st
+	st.Evals = slices.Clone(st.Evals)
+	st.Restarts = slices.Clone(st.Restarts)
+	return SaveState{State: st}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,244 @@
+package chief
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/pstrain/pstrain/report"
+)
+
+// Why a run stopped (report.Report.StoppedBy).
+const (
+	StopTarget      = "target"      // the target accuracy was held
+	StopEpochs      = "epochs"      // every epoch was trained
+	StopInterrupted = "interrupted" // SIGINT or SIGTERM
+)
+
+// evalDue orders a routine evaluation when the interval has passed.
+//
+// The stop rule (docs/semantics.md, "Stopped by target"): a run stops by
+// target when TargetHold evaluations in a row score at least the target,
+// the last of them on the whole test set, and it hands back the model of
+// that last evaluation. A routine evaluation scores a fixed subset of the
+// test set (EvalSubset of it: cheap); the whole set is scored only when
+// the subset's score would complete the hold. Without a target only the
+// subset is scored, and the final model is always scored on the whole
+// set.
+func (c *Core) evalDue(now time.Time) (Action, bool) {
+	r := c.p.Run
+	if !c.p.Evaluate || r.EvalEvery <= 0 || c.evalBusy || now.Sub(c.lastEval) < r.EvalEvery || c.step <= 0 {
+		return nil, false
+	}
+	a := Evaluate{Generation: c.st.Generation, ConfirmAbove: 2} // 2: never the whole set
+	switch {
+	case c.p.EvalSubset >= 1:
+		a.ConfirmAbove = 0
+	case r.TargetAccuracy > 0 && c.hold+1 >= c.targetHold():
+		a.ConfirmAbove = r.TargetAccuracy
+	}
+	return c.orderEval(now, a), true
+}
+
+func (c *Core) targetHold() int { return max(1, c.p.Run.TargetHold) }
+
+func (c *Core) orderEval(now time.Time, a Evaluate) Action {
+	c.evalSeq++
+	a.Seq = c.evalSeq
+	c.evalBusy, c.lastEval = true, now
+	return a
+}
+
+// EvalResult is the outcome of an Evaluate.
+type EvalResult struct {
+	Seq, Generation int64
+	Step            int64     // the lowest shard version evaluated
+	At              time.Time // when the weights were pulled
+	Duration        time.Duration
+	Accuracy, Loss  float64
+	Samples         int  // test samples scored
+	Full            bool // the whole test set
+	Err             error
+}
+
+// Evaluated records an evaluation and applies the stop rule.
+func (c *Core) Evaluated(now time.Time, res EvalResult) []Action {
+	c.evalBusy = false
+	switch {
+	case res.Err != nil:
+		// A shard restarting: skipped, not fatal (only the poll loop can
+		// bring that shard back).
+		c.log.Warn("evaluation skipped", "err", res.Err)
+		return c.wind(now)
+	case res.Generation != c.st.Generation:
+		c.log.Info("evaluation of a rolled-back model ignored", "step", res.Step, "generation", res.Generation)
+		return c.wind(now)
+	}
+	ev := report.Eval{Step: res.Step, Seconds: c.seconds(res.At), TestAccuracy: res.Accuracy, TestLoss: res.Loss, TestSamples: res.Samples, Subset: !res.Full}
+	c.st.Evals = append(c.st.Evals, ev)
+	c.st.TestSeconds += res.Duration.Seconds()
+	c.m.EvalAccuracy.Set(res.Accuracy)
+	c.m.EvalLoss.Set(res.Loss)
+	c.log.Info("evaluation", "step", ev.Step, "seconds", fmt.Sprintf("%.2f", ev.Seconds), "samples", res.Samples,
+		"test_accuracy", fmt.Sprintf("%.4f", ev.TestAccuracy), "test_loss", fmt.Sprintf("%.4f", ev.TestLoss))
+	acts := []Action{c.save()}
+	switch {
+	case c.phase == stopping:
+		if res.Full && c.finalEvalAsked && c.finalEval == nil {
+			c.finalEval = &ev
+		}
+		return append(acts, c.wind(now)...)
+	case c.phase != training || c.p.Run.TargetAccuracy <= 0:
+		return acts
+	}
+	if res.Accuracy >= c.p.Run.TargetAccuracy {
+		c.hold++
+	} else {
+		c.hold = 0
+	}
+	if c.hold < c.targetHold() || !res.Full {
+		return acts
+	}
+	c.st.TimeToTargetSeconds = ptr(ev.Seconds)
+	c.finalEval = &ev
+	c.log.Info("target accuracy held; stopping", "evaluations", c.hold, "step", ev.Step, "test_accuracy", fmt.Sprintf("%.4f", ev.TestAccuracy))
+	return append(acts, c.beginStop(now, StopTarget)...)
+}
+
+// Interrupt stops the run on a signal: the shards stop, the model they
+// hold is evaluated and checkpointed, and the report says interrupted.
+// Before training started there is nothing to save.
+func (c *Core) Interrupt(now time.Time) []Action {
+	switch c.phase {
+	case registering, starting:
+		c.stopReason, c.trainEnd = StopInterrupted, now
+		return c.finish()
+	case training:
+		return c.beginStop(now, StopInterrupted)
+	}
+	return nil
+}
+
+func (c *Core) beginStop(now time.Time, reason string) []Action {
+	c.phase, c.stopReason, c.trainEnd, c.steps = stopping, reason, now, c.step
+	return []Action{StopShards{}}
+}
+
+// ShardsStopped says every shard was told to stop; versions are their
+// versions after it (nil if a shard did not answer).
+func (c *Core) ShardsStopped(now time.Time, versions []int64) []Action {
+	if len(versions) > 0 {
+		// Training went on since the last poll; a shard that restarted
+		// meanwhile (version 0) does not undo the steps trained.
+		lo := slices.Min(versions)
+		c.steps = max(c.steps, lo)
+		copy(c.versions, versions)
+	}
+	return c.wind(now)
+}
+
+// wind orders the next step of the stop once the evaluation and
+// checkpoint under way are done: the final model's evaluation (unless a
+// target stop evaluated it already), its checkpoint, then the report.
+func (c *Core) wind(now time.Time) []Action {
+	if c.phase != stopping || c.evalBusy || c.ckptBusy {
+		return nil
+	}
+	if c.finalEval == nil && c.p.Evaluate && !c.finalEvalAsked {
+		c.finalEvalAsked = true
+		return []Action{c.orderEval(now, Evaluate{Generation: c.st.Generation})}
+	}
+	if c.p.Checkpoints && !c.finalCkptAsked {
+		c.finalCkptAsked, c.ckptBusy = true, true
+		return []Action{Checkpoint{Versions: append([]int64(nil), c.versions...), Latest: c.st.LatestCheckpoint,
+			Final: true, Retained: c.stopReason == StopTarget}}
+	}
+	return c.finish()
+}
+
+// Reinitialised says Reinit is done: checkpoint what the shards now
+// hold.
+func (c *Core) Reinitialised(now time.Time) []Action {
+	return []Action{c.save(), Checkpoint{Versions: append([]int64(nil), c.versions...), Latest: c.st.LatestCheckpoint, Final: true}}
+}
+
+// CheckpointResult is the outcome of a Checkpoint.
+type CheckpointResult struct {
+	Retained bool // it was of the retained state
+	Step     int64
+	Bytes    int64
+	Pause    time.Duration // the longest lock hold among the shards
+	Duration time.Duration
+	Skipped  string // why nothing was written, if so
+	Err      error
+}
+
+// CheckpointDone records a checkpoint attempt.
+func (c *Core) CheckpointDone(now time.Time, res CheckpointResult) []Action {
+	c.ckptBusy = false
+	switch {
+	case res.Err != nil && res.Retained && !c.reinitAsked:
+		// A shard lost what it retained (it restarted): put the scored
+		// model back on every shard and checkpoint that.
+		c.log.Error("the shards' retained model is gone; re-initialising them with the model the chief scored", "err", res.Err)
+		c.reinitAsked, c.ckptBusy = true, true
+		c.st.Generation++
+		return []Action{Reinit{Generation: c.st.Generation, Version: c.finalEval.Step}}
+	case res.Err != nil:
+		c.ckptStats.Failed++
+		c.ckptStats.LastError = res.Err.Error()
+		c.log.Error("checkpoint failed; training goes on", "step", res.Step, "err", res.Err)
+	case res.Skipped != "":
+		c.log.Info("checkpoint skipped", "step", res.Step, "why", res.Skipped)
+	default:
+		c.ckptStats.Committed++
+		c.st.LatestCheckpoint = res.Step
+		c.m.CheckpointDuration.Observe(res.Duration.Seconds())
+		c.m.CheckpointSize.Set(float64(res.Bytes))
+		c.m.CheckpointLastSuccess.Set(float64(now.UnixNano()) / 1e9)
+		c.log.Info("checkpoint committed", "step", res.Step, "bytes", res.Bytes,
+			"seconds", fmt.Sprintf("%.3f", res.Duration.Seconds()), "max_pause", res.Pause.Round(time.Microsecond))
+	}
+	acts := c.wind(now)
+	if len(acts) > 0 {
+		if _, ok := acts[0].(SaveState); ok {
+			return acts // finish saves
+		}
+	}
+	return append([]Action{c.save()}, acts...)
+}
+
+// finish ends the run with its report.
+func (c *Core) finish() []Action {
+	c.phase = finished
+	return []Action{c.save(), Finish{Report: c.report()}}
+}
+
+func (c *Core) report() *report.Report {
+	r := c.p.Run
+	rep := &report.Report{Mode: string(r.Mode), PS: r.PS, Workers: r.Workers, ReplicasToAggregate: r.Replicas(),
+		Staleness: r.Staleness, Hidden: r.Hidden, Model: c.p.Model, Optimizer: r.Optimizer, Batch: r.Batch,
+		LR: r.LR, LRSchedule: r.LRSchedule, WarmupSteps: r.WarmupSteps, Momentum: r.Momentum, Epochs: r.Epochs, DataFraction: r.DataFraction, Dataset: r.Dataset,
+		Seed: r.Seed, TargetAccuracy: r.TargetAccuracy, TargetHold: c.targetHold(),
+		StoppedBy: c.stopReason, GlobalSteps: c.steps, FinalStep: c.steps,
+		TestSeconds: c.st.TestSeconds, Evals: c.st.Evals, TimeToTargetSeconds: c.st.TimeToTargetSeconds,
+		Restarts: c.st.Restarts, TrainStartedUnix: c.st.TrainStartedUnix, Checkpoints: c.ckptStats}
+	if !c.start.IsZero() {
+		rep.TrainSeconds = c.trainEnd.Sub(c.start).Seconds()
+	}
+	rep.StaleGradientsDropped = c.stale / int64(max(1, r.PS)) // every shard drops the same late pushes
+	perStep := float64(SamplesPerStep(r))
+	rep.EpochsDone = float64(c.steps) * perStep / float64(max(1, c.p.TrainN))
+	if rep.TrainSeconds > 0 {
+		rep.SamplesPerSecond = float64(c.steps) * perStep / rep.TrainSeconds
+	}
+	for _, e := range rep.Evals {
+		if !e.Subset {
+			rep.BestTestAccuracy = max(rep.BestTestAccuracy, e.TestAccuracy)
+		}
+	}
+	if c.finalEval != nil {
+		rep.TestAccuracy, rep.FinalStep = c.finalEval.TestAccuracy, c.finalEval.Step
+	}
+	return rep
+}

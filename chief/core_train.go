@@ -1,0 +1,306 @@
+package chief
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/report"
+)
+
+// ShardStatus is one shard's answer to a poll.
+type ShardStatus struct {
+	Err          error // the shard did not answer (the rest is unset)
+	Serving      bool  // initialised, for this run
+	Version      int64
+	Generation   int64
+	Done         bool
+	StaleDropped int64
+	Loss         float32
+	otherRun     bool // initialised for another run (adoption refuses it)
+}
+
+// Tick is a poll: the time, and each shard's status (nil before
+// training, when the shards are not polled).
+func (c *Core) Tick(now time.Time, shards []ShardStatus) []Action {
+	switch c.phase {
+	case registering:
+		return c.tickRegistering(now)
+	case training:
+		return c.tickTraining(now, shards)
+	}
+	return nil
+}
+
+func (c *Core) tickRegistering(now time.Time) []Action {
+	missing := c.Missing()
+	switch {
+	case len(missing) == 0:
+		c.phase = starting
+		c.st.Generation++
+		return []Action{InitCluster{Generation: c.st.Generation, Resume: c.p.Run.Resume}}
+	case now.Sub(c.created) >= c.p.StartupTimeout:
+		c.phase = finished
+		return []Action{Finish{Err: fmt.Errorf("chief: tasks did not register within %v: %s", c.p.StartupTimeout, strings.Join(missing, ", "))}}
+	case now.Sub(c.lastNag) >= 5*time.Second:
+		c.lastNag = now
+		c.log.Info("still waiting for tasks", "missing", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+// Started says InitCluster is done: training starts at step, and the
+// newest committed checkpoint is latest (-1: none).
+func (c *Core) Started(now time.Time, step, latest int64) []Action {
+	c.phase = training
+	c.start, c.lastEval, c.lastCkpt = now, now, now
+	c.st.TrainStartedUnix = float64(now.UnixNano()) / 1e9
+	c.step = step
+	for s := range c.versions {
+		c.versions[s] = step
+	}
+	c.st.LatestCheckpoint = latest
+	c.log.Info("training started", "max_steps", c.MaxSteps(), "step", step, "generation", c.st.Generation)
+	return []Action{c.save()}
+}
+
+// Adoption is what a restarted chief finds: shards serving its run.
+type Adoption struct {
+	Generation int64 // the newest among the serving shards
+	Step       int64 // the lowest version among them
+	Split      bool  // their generations differ: a rollback was cut short
+	Saved      *State
+}
+
+// Adopt takes over a running cluster after a chief restart: it skips
+// registration and initialisation and goes on from the shards' state and
+// the saved state. A rollback the previous chief did not finish is
+// finished (sync mode).
+func (c *Core) Adopt(now time.Time, a Adoption) []Action {
+	if a.Saved != nil {
+		c.st = *a.Saved
+	}
+	c.st.Generation = max(c.st.Generation, a.Generation)
+	c.start = now
+	if c.st.TrainStartedUnix > 0 {
+		c.start = time.Unix(0, int64(c.st.TrainStartedUnix*1e9))
+	}
+	for i := range c.psSeen {
+		c.psSeen[i] = true
+	}
+	for i := range c.workerSeen {
+		c.workerSeen[i] = true
+		c.members.Beat(i, now) // live until their heartbeats say otherwise
+	}
+	c.phase = training
+	c.step, c.lastEval, c.lastCkpt = a.Step, now, now
+	for s := range c.versions {
+		c.versions[s] = a.Step
+	}
+	c.st.Restarts = append(c.st.Restarts, report.Restart{Task: "chief", BackAtSeconds: ptr(c.seconds(now)), RestoredStep: a.Step})
+	c.m.TaskRestarts.WithLabelValues("chief").Inc()
+	c.log.Warn("chief restarted: adopting the running cluster", "step", a.Step, "generation", c.st.Generation)
+	if a.Split && c.p.Run.Mode == config.Sync {
+		c.log.Warn("the previous chief died during a rollback; restoring every shard")
+		return []Action{c.orderRestore(now, "", nil), c.save()}
+	}
+	return []Action{c.save()}
+}
+
+func (c *Core) tickTraining(now time.Time, shards []ShardStatus) []Action {
+	acts := c.membership(now)
+	anyDown := false
+	for s, x := range shards {
+		switch {
+		case x.Err != nil:
+			if c.down[s].IsZero() {
+				c.down[s] = now
+				c.log.Warn("parameter server unreachable", "ps", s, "err", x.Err)
+			}
+			anyDown = true
+		case !x.Serving:
+			// Back without state: restore it (one at a time; the next
+			// poll sees the rest).
+			if c.down[s].IsZero() {
+				c.down[s] = now
+			}
+			return append(acts, c.orderRestore(now, fmt.Sprintf("ps/%d", s), shards))
+		default:
+			c.down[s] = time.Time{}
+		}
+	}
+	if anyDown || c.restoring != nil {
+		return acts
+	}
+	done := false
+	c.step, c.stale = shards[0].Version, 0
+	for s, x := range shards {
+		c.versions[s] = x.Version
+		c.step = min(c.step, x.Version)
+		c.stale += x.StaleDropped
+		done = done || x.Done
+	}
+	c.loss = shards[0].Loss
+	c.m.GlobalStep.Set(float64(c.step))
+	if done {
+		return append(acts, c.tickDone(now)...)
+	}
+	if a, ok := c.evalDue(now); ok {
+		acts = append(acts, a)
+	}
+	if c.checkpointDue(now) {
+		c.ckptBusy, c.lastCkpt = true, now
+		acts = append(acts, Checkpoint{Versions: slices.Clone(c.versions), Latest: c.st.LatestCheckpoint})
+	}
+	return acts
+}
+
+// tickDone: a shard says training is done. The other shards are usually
+// a push away from the last step (every worker pushes it to every
+// shard): give them a moment, so the final model is one version. With
+// backup workers a shard may never get there; the wait is bounded.
+func (c *Core) tickDone(now time.Time) []Action {
+	if c.doneAt.IsZero() {
+		c.doneAt = now
+	}
+	if c.step == slices.Max(c.versions) || now.Sub(c.doneAt) >= time.Second {
+		return c.beginStop(now, "epochs")
+	}
+	return nil
+}
+
+// membership orders the shards told of a change in the live workers.
+func (c *Core) membership(now time.Time) []Action {
+	live := c.Live(now)
+	c.m.LiveWorkers.Set(float64(len(live)))
+	if slices.Equal(live, c.lastLive) && c.lastLive != nil {
+		return nil
+	}
+	if c.lastLive != nil && !slices.Equal(live, c.loggedLive) {
+		c.log.Warn("live workers changed", "live", live, "was", c.lastLive)
+	}
+	c.loggedLive = live
+	return []Action{SetMembership{Live: live}}
+}
+
+// MembershipSent says every shard was told live.
+func (c *Core) MembershipSent(live []int32) {
+	c.lastLive = live
+	if c.lastLive == nil {
+		c.lastLive = []int32{}
+	}
+}
+
+// restoreInfo is a Restore under way.
+type restoreInfo struct {
+	task     string // "ps/N", or "" when finishing a cut-short rollback
+	detected time.Time
+	reached  int64 // the newest version any shard had reached
+	shards   []int
+}
+
+// orderRestore restores the shards after task came back empty: in sync
+// mode every shard rolls back with it, in a new generation, so the model
+// stays one version; in async and ssp mode only that shard is restored.
+func (c *Core) orderRestore(now time.Time, task string, shards []ShardStatus) Action {
+	reached := slices.Max(c.versions)
+	for _, y := range shards {
+		if y.Err == nil && y.Serving {
+			reached = max(reached, y.Version)
+		}
+	}
+	targets := make([]int, len(c.versions))
+	for i := range targets {
+		targets[i] = i
+	}
+	detected := now
+	var s int
+	if task != "" {
+		fmt.Sscanf(task, "ps/%d", &s)
+		detected = c.down[s]
+		if c.p.Run.Mode != config.Sync {
+			targets = []int{s}
+		}
+	}
+	c.st.Generation++
+	c.hold = 0 // the model is replaced: a hold of the target starts again
+	c.restoring = &restoreInfo{task: task, detected: detected, reached: reached, shards: targets}
+	return Restore{Shards: targets, Generation: c.st.Generation}
+}
+
+// Restored says the Restore is done: the shards start again at step
+// (the checkpoint's; 0 for the initial weights).
+func (c *Core) Restored(now time.Time, step int64) []Action {
+	r := c.restoring
+	c.restoring = nil
+	if r == nil {
+		return nil
+	}
+	for _, s := range r.shards {
+		c.down[s] = time.Time{}
+		c.versions[s] = step
+	}
+	c.step = step
+	if r.task == "" {
+		return []Action{c.save()}
+	}
+	lost := max(0, r.reached-step)
+	c.m.TaskRestarts.WithLabelValues(r.task).Inc()
+	c.m.Recovery.Observe(now.Sub(r.detected).Seconds())
+	c.m.StepsLost.Add(float64(lost))
+	c.st.Restarts = append(c.st.Restarts, report.Restart{Task: r.task, KilledAtSeconds: c.seconds(r.detected),
+		BackAtSeconds: ptr(c.seconds(now)), RestoredStep: step})
+	c.log.Warn("parameter server restored", "task", r.task, "from_step", step, "steps_lost", lost,
+		"shards_rolled_back", len(r.shards), "generation", c.st.Generation,
+		"recovery_seconds", fmt.Sprintf("%.2f", now.Sub(r.detected).Seconds()))
+	return []Action{c.save()}
+}
+
+// checkpointDue says whether the interval since the last checkpoint has
+// passed and none is being written.
+func (c *Core) checkpointDue(now time.Time) bool {
+	if !c.p.Checkpoints || c.ckptBusy {
+		return false
+	}
+	e := c.p.Run.CheckpointEvery
+	switch {
+	case e.Steps > 0:
+		return c.step-max(c.st.LatestCheckpoint, 0) >= e.Steps
+	case e.Duration > 0:
+		return now.Sub(c.lastCkpt) >= e.Duration
+	}
+	return false
+}
+
+// Progress is a snapshot for the progress line.
+type Progress struct {
+	Step, MaxStep int64
+	Epoch         float64
+	SamplesPerSec float64
+	Loss          float32
+	LastAccuracy  float64 // -1 before the first evaluation
+	Elapsed, ETA  time.Duration
+	LiveWorkers   int
+	StaleDropped  int64
+}
+
+// Progress reports where training is.
+func (c *Core) Progress(now time.Time) Progress {
+	perStep := float64(SamplesPerStep(c.p.Run))
+	elapsed := now.Sub(c.start)
+	p := Progress{Step: c.step, MaxStep: c.MaxSteps(), Loss: c.loss, LastAccuracy: -1, Elapsed: elapsed,
+		LiveWorkers: len(c.lastLive), StaleDropped: c.stale}
+	if n := len(c.st.Evals); n > 0 {
+		p.LastAccuracy = c.st.Evals[n-1].TestAccuracy
+	}
+	p.Epoch = float64(c.step) * perStep / float64(max(1, c.p.TrainN))
+	if s := elapsed.Seconds(); s > 0 {
+		p.SamplesPerSec = float64(c.step) * perStep / s
+	}
+	if c.step > 0 {
+		p.ETA = time.Duration(float64(elapsed) * float64(p.MaxStep-c.step) / float64(c.step))
+	}
+	return p
+}

@@ -1,0 +1,338 @@
+package chief
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/metrics"
+)
+
+var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testdata/*.txt")
+
+// TestScenarios replays the scripts in testdata/*.txt against the Core:
+// each block is one event and, after "----", the actions (or answer) the
+// core must give. `go test ./chief -run Scenarios -rewrite` rewrites the
+// expected output; read the diff before committing it. The events:
+//
+//	config KEY=VALUE...          a new core (ps, workers, mode, target, hold,
+//	                             epochs, batch, train-n, eval-every, subset,
+//	                             checkpoint-every, heartbeat, resume,
+//	                             evaluate, checkpoints)
+//	register ROLE INDEX [lr=F] t=S  a task registers (lr: with another
+//	                             learning rate than the run's)
+//	heartbeat WORKER t=S          a worker's heartbeat
+//	tick t=S [shards=V,V,...]     a poll; V is a version, "down" (no answer),
+//	     [done=I,...]             "empty" (back without state); done lists
+//	                             shards that say training is done
+//	started|restored t=S step=N [latest=N]
+//	membership-sent live=I,...
+//	evaluated t=S seq=N gen=N step=N acc=F [full] [err=MSG]
+//	checkpoint-done t=S step=N [err=MSG] [skipped=MSG] [retained]
+//	reinitialised t=S
+//	stopped t=S versions=V,...
+//	interrupt t=S
+//	adopt t=S gen=N step=N [split]
+//	checkpoint-at versions=V,... latest=N ahead=N [final]
+//	                             where a checkpoint goes (checkpointAt)
+//	state                        the core's phase, generation, hold, step
+//
+// Times are seconds since the core was made.
+func TestScenarios(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.txt")
+	if err != nil || len(files) < 8 {
+		t.Fatalf("want at least 8 scenario files, found %d (%v)", len(files), err)
+	}
+	for _, f := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) { runScenario(t, f) })
+	}
+}
+
+type block struct {
+	cmd, want string
+	line      int
+}
+
+func readBlocks(t *testing.T, path string) (header string, blocks []block) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(b), "\n")
+	var head []string
+	for i := 0; i < len(lines); i++ {
+		l := lines[i]
+		if strings.TrimSpace(l) == "" || strings.HasPrefix(l, "#") {
+			if len(blocks) == 0 {
+				head = append(head, l)
+			}
+			continue
+		}
+		bl := block{cmd: l, line: i + 1}
+		if i+1 >= len(lines) || lines[i+1] != "----" {
+			t.Fatalf("%s:%d: %q is not followed by ----", path, i+1, l)
+		}
+		i += 2
+		var out []string
+		for ; i < len(lines) && lines[i] != ""; i++ {
+			out = append(out, lines[i])
+		}
+		bl.want = strings.Join(out, "\n")
+		blocks = append(blocks, bl)
+	}
+	return strings.TrimRight(strings.Join(head, "\n"), "\n"), blocks
+}
+
+func runScenario(t *testing.T, path string) {
+	header, blocks := readBlocks(t, path)
+	s := &scenario{t0: time.Unix(1_000_000, 0)}
+	var out strings.Builder
+	if header != "" {
+		out.WriteString(header + "\n\n")
+	}
+	for _, b := range blocks {
+		got, err := s.do(b.cmd)
+		if err != nil {
+			t.Fatalf("%s:%d: %s: %v", path, b.line, b.cmd, err)
+		}
+		if !*rewrite && got != b.want {
+			t.Errorf("%s:%d: %s\n got:\n%s\nwant:\n%s", path, b.line, b.cmd, got, b.want)
+		}
+		fmt.Fprintf(&out, "%s\n----\n%s\n\n", b.cmd, got)
+	}
+	if *rewrite {
+		if err := os.WriteFile(path, []byte(strings.TrimRight(out.String(), "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+type scenario struct {
+	t0   time.Time
+	core *Core
+}
+
+// args splits "k=v" and bare words.
+func args(fields []string) map[string]string {
+	m := map[string]string{}
+	for _, f := range fields {
+		k, v, _ := strings.Cut(f, "=")
+		m[k] = v
+	}
+	return m
+}
+
+func (s *scenario) at(a map[string]string) time.Time {
+	sec, _ := strconv.ParseFloat(a["t"], 64)
+	return s.t0.Add(time.Duration(sec * float64(time.Second)))
+}
+
+func num(a map[string]string, k string) int64 {
+	n, _ := strconv.ParseInt(a[k], 10, 64)
+	return n
+}
+
+func nums(s string) []int64 {
+	var out []int64
+	for _, f := range strings.Split(s, ",") {
+		if n, err := strconv.ParseInt(f, 10, 64); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func (s *scenario) do(cmd string) (string, error) {
+	f := strings.Fields(cmd)
+	a := args(f[1:])
+	switch {
+	case f[0] == "config":
+		return "", s.config(a)
+	case s.core == nil:
+		return "", errors.New("no config yet")
+	case f[0] == "register" || f[0] == "heartbeat":
+		return s.member(f, a), nil
+	case f[0] == "checkpoint-at":
+		_, final := a["final"]
+		step, at, skip := checkpointAt(s.core.p.Run.Mode, s.core.MaxSteps(),
+			Checkpoint{Latest: num(a, "latest"), Final: final}, nums(a["versions"]), num(a, "ahead"))
+		return fmt.Sprintf("step=%d at-version=%d skip=%q", step, at, skip), nil
+	case f[0] == "state":
+		c := s.core
+		return fmt.Sprintf("phase=%s generation=%d hold=%d step=%d latest-checkpoint=%d restarts=%d",
+			c.Phase(), c.Generation(), c.hold, c.step, c.LatestCheckpoint(), len(c.st.Restarts)), nil
+	}
+	event, ok := s.events()[f[0]]
+	if !ok {
+		return "", fmt.Errorf("unknown event %q", f[0])
+	}
+	var lines []string
+	for _, x := range event(a, s.at(a)) {
+		lines = append(lines, x.String())
+	}
+	if len(lines) == 0 {
+		return "(nothing)", nil
+	}
+	return strings.Join(lines, "\n"), nil
+}
+
+// events are the script's events that return actions.
+func (s *scenario) events() map[string]func(a map[string]string, now time.Time) []Action {
+	c := s.core
+	return map[string]func(map[string]string, time.Time) []Action{
+		"tick": func(a map[string]string, now time.Time) []Action { return c.Tick(now, shardsOf(a)) },
+		"started": func(a map[string]string, now time.Time) []Action {
+			return c.Started(now, num(a, "step"), num(a, "latest"))
+		},
+		"restored":      func(a map[string]string, now time.Time) []Action { return c.Restored(now, num(a, "step")) },
+		"reinitialised": func(a map[string]string, now time.Time) []Action { return c.Reinitialised(now) },
+		"stopped":       func(a map[string]string, now time.Time) []Action { return c.ShardsStopped(now, nums(a["versions"])) },
+		"interrupt":     func(a map[string]string, now time.Time) []Action { return c.Interrupt(now) },
+		"membership-sent": func(a map[string]string, now time.Time) []Action {
+			var live []int32
+			for _, n := range nums(a["live"]) {
+				live = append(live, int32(n))
+			}
+			c.MembershipSent(live)
+			return nil
+		},
+		"evaluated": func(a map[string]string, now time.Time) []Action {
+			acc, _ := strconv.ParseFloat(a["acc"], 64)
+			_, full := a["full"]
+			res := EvalResult{Seq: num(a, "seq"), Generation: num(a, "gen"), Step: num(a, "step"), At: now,
+				Accuracy: acc, Full: full, Samples: 2000}
+			if full {
+				res.Samples = 10000
+			}
+			if e, ok := a["err"]; ok {
+				res.Err = errors.New(e)
+			}
+			return c.Evaluated(now, res)
+		},
+		"checkpoint-done": func(a map[string]string, now time.Time) []Action {
+			_, retained := a["retained"]
+			res := CheckpointResult{Step: num(a, "step"), Skipped: a["skipped"], Retained: retained}
+			if e, ok := a["err"]; ok {
+				res.Err = errors.New(e)
+			}
+			return c.CheckpointDone(now, res)
+		},
+		"adopt": func(a map[string]string, now time.Time) []Action {
+			_, split := a["split"]
+			return c.Adopt(now, Adoption{Generation: num(a, "gen"), Step: num(a, "step"), Split: split})
+		},
+	}
+}
+
+func (s *scenario) config(a map[string]string) error {
+	r := config.Default()
+	r.HeartbeatTimeout = time.Minute // scenarios about liveness set it
+	p := CoreParams{Run: r, TrainN: 60000, Model: "test", Evaluate: true, Checkpoints: true,
+		StartupTimeout: time.Minute, EvalSubset: 0.2}
+	for k, v := range a {
+		var err error
+		switch k {
+		case "ps":
+			p.Run.PS, err = strconv.Atoi(v)
+		case "workers":
+			p.Run.Workers, err = strconv.Atoi(v)
+		case "mode":
+			p.Run.Mode = config.Mode(v)
+		case "target":
+			p.Run.TargetAccuracy, err = strconv.ParseFloat(v, 64)
+		case "hold":
+			p.Run.TargetHold, err = strconv.Atoi(v)
+		case "epochs":
+			p.Run.Epochs, err = strconv.ParseFloat(v, 64)
+		case "batch":
+			p.Run.Batch, err = strconv.Atoi(v)
+		case "train-n":
+			p.TrainN, err = strconv.Atoi(v)
+		case "eval-every":
+			p.Run.EvalEvery, err = time.ParseDuration(v)
+		case "subset":
+			p.EvalSubset, err = strconv.ParseFloat(v, 64)
+		case "checkpoint-every":
+			p.Run.CheckpointEvery, err = config.ParseEvery(v)
+		case "heartbeat":
+			p.Run.HeartbeatTimeout, err = time.ParseDuration(v)
+		case "resume":
+			p.Run.Resume = v == "true"
+		case "evaluate":
+			p.Evaluate = v == "true"
+		case "checkpoints":
+			p.Checkpoints = v == "true"
+		default:
+			return fmt.Errorf("unknown config key %q", k)
+		}
+		if err != nil {
+			return fmt.Errorf("config %s=%s: %w", k, v, err)
+		}
+	}
+	if err := p.Run.Validate(); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	s.core = NewCore(p, "run-test", log, metrics.NewChief(prometheus.NewRegistry()), s.t0)
+	return nil
+}
+
+func (s *scenario) member(f []string, a map[string]string) string {
+	if f[0] == "heartbeat" {
+		idx, _ := strconv.Atoi(f[1])
+		stop, err := s.core.Heartbeat(idx, s.at(a))
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		return fmt.Sprintf("ok stop=%t", stop)
+	}
+	// register ROLE INDEX [lr=F] t=S: lr gives the task another
+	// learning rate than the run's.
+	idx, _ := strconv.Atoi(f[2])
+	theirs := s.core.p.Run
+	if lr, ok := a["lr"]; ok {
+		theirs.LR, _ = strconv.ParseFloat(lr, 64)
+	}
+	step, err := s.core.Register(Registration{Role: f[1], Index: idx, Run: theirs}, s.at(a))
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	return fmt.Sprintf("ok step=%d", step)
+}
+
+// shardsOf reads shards=10,down,empty and done=0,1.
+func shardsOf(a map[string]string) []ShardStatus {
+	v, ok := a["shards"]
+	if !ok {
+		return nil
+	}
+	var out []ShardStatus
+	for _, f := range strings.Split(v, ",") {
+		switch f {
+		case "down":
+			out = append(out, ShardStatus{Err: errors.New("connection refused")})
+		case "empty":
+			out = append(out, ShardStatus{})
+		default:
+			n, _ := strconv.ParseInt(f, 10, 64)
+			out = append(out, ShardStatus{Serving: true, Version: n})
+		}
+	}
+	for _, d := range nums(a["done"]) {
+		if int(d) < len(out) {
+			out[d].Done = true
+		}
+	}
+	return out
+}

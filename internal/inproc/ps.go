@@ -1,0 +1,178 @@
+package inproc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+
+	"google.golang.org/grpc"
+
+	"github.com/pstrain/pstrain/dataplane"
+	"github.com/pstrain/pstrain/metrics"
+	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/ps"
+)
+
+// PS is one shard's slot: the shard server serving now (none while it
+// is killed) at a fixed address.
+type PS struct {
+	c      *Cluster
+	index  int
+	m      *metrics.PS
+	client pb.ParameterServerClient // the cluster's own, set at Start
+
+	mu     sync.Mutex
+	addr   string
+	inc    *psProcess // nil while killed
+	starts int
+}
+
+// psProcess is one incarnation of a shard: what a PS process holds.
+type psProcess struct {
+	srv  *ps.Server
+	g    *grpc.Server
+	data *dataplane.Server // nil on the gRPC data plane
+	done chan struct{}     // closed when its serving goroutines have returned
+}
+
+// Index is the shard's index.
+func (p *PS) Index() int { return p.index }
+
+// Addr is the shard's gRPC address (a bufconn name, or 127.0.0.1:port).
+func (p *PS) Addr() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.addr
+}
+
+// Server is the shard server serving now (nil while killed), for tests
+// to look at directly (Status, Snapshot).
+func (p *PS) Server() *ps.Server {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.inc == nil {
+		return nil
+	}
+	return p.inc.srv
+}
+
+// Client is a gRPC client of the shard's control plane, the cluster's
+// own; it reconnects to a restarted shard.
+func (p *PS) Client() pb.ParameterServerClient { return p.client }
+
+// Starts counts the shard's incarnations (1 after Start, 2 after one
+// Restart, ...).
+func (p *PS) Starts() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.starts
+}
+
+// Status is the serving shard's status, asked in-process (an error while
+// the shard is killed).
+func (p *PS) Status() (*pb.StatusResponse, error) {
+	srv := p.Server()
+	if srv == nil {
+		return nil, fmt.Errorf("inproc: ps/%d is down", p.index)
+	}
+	return srv.Status(context.Background(), &pb.StatusRequest{})
+}
+
+// Kill stops the shard's servers at once, as kill -9 does to its process:
+// open connections break and new ones are refused until Start. It waits
+// for the serving goroutines. Killing a killed shard does nothing.
+func (p *PS) Kill() {
+	p.mu.Lock()
+	inc := p.inc
+	p.inc = nil
+	addr := p.addr
+	p.mu.Unlock()
+	if inc == nil {
+		return
+	}
+	p.c.publish(addr, nil)
+	if inc.data != nil {
+		inc.data.Close()
+	}
+	inc.g.Stop()
+	<-inc.done
+}
+
+// Start serves a fresh, uninitialised shard at the shard's address, like
+// a restarted PS process, and registers it with the chief if there is
+// one. The shard must be killed.
+func (p *PS) Start() error {
+	if err := p.serve(); err != nil {
+		return err
+	}
+	if p.c.chief != nil {
+		return p.c.registerPS(p.c.ctx, p)
+	}
+	return nil
+}
+
+// Restart is Kill and Start.
+func (p *PS) Restart() error {
+	p.Kill()
+	return p.Start()
+}
+
+// serve starts an incarnation: the shard server, its gRPC server and,
+// on the TCP data plane, the data-plane server (task.RunPS's wiring).
+func (p *PS) serve() error {
+	c := p.c
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c.ctx.Err() != nil {
+		return errors.New("inproc: the cluster is closed")
+	}
+	if p.inc != nil {
+		return fmt.Errorf("inproc: ps/%d is running; kill it first", p.index)
+	}
+	task := fmt.Sprintf("ps/%d", p.index)
+	log := c.cfg.Log.With("task", task)
+	srv := ps.NewServer(log, p.m, nil)
+	if c.fs != nil {
+		srv.SetCheckpointStore(c.store())
+	}
+	lis, addr, err := c.listen(p.addr)
+	if err != nil {
+		return err
+	}
+	inc := &psProcess{srv: srv, g: c.grpcServer(), done: make(chan struct{})}
+	pb.RegisterParameterServerServer(inc.g, srv)
+	if c.cfg.Run.DataPlane == "tcp" {
+		dl, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			lis.Close()
+			return fmt.Errorf("inproc: %s data plane: %w", task, err)
+		}
+		inc.data = dataplane.NewServer(srv, dl, c.cfg.MaxMessageBytes, log)
+		srv.SetDataAddr(dl.Addr().String())
+	}
+	var serving sync.WaitGroup
+	c.serveGRPC(task, inc.g, lis, &serving)
+	if inc.data != nil {
+		serving.Add(1)
+		c.goroutine(func() {
+			defer serving.Done()
+			if err := inc.data.Serve(); err != nil {
+				c.record(task, fmt.Errorf("data plane: %w", err))
+			}
+		})
+	}
+	c.goroutine(func() { serving.Wait(); close(inc.done) })
+	p.addr, p.inc = addr, inc
+	p.starts++
+	c.publish(addr, lis)
+	return nil
+}
+
+// registerPS registers shard p with the chief, as a PS process does once
+// it serves.
+func (c *Cluster) registerPS(ctx context.Context, p *PS) error {
+	_, err := c.register(ctx, c.chief.client, "ps", p.index, nil, p.Addr())
+	return err
+}

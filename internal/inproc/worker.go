@@ -1,0 +1,359 @@
+package inproc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pstrain/pstrain/nn"
+	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/worker"
+)
+
+// WorkerOptions configure one worker incarnation.
+type WorkerOptions struct {
+	// Context, if set, is the worker's parent: when it ends the worker is
+	// killed (Close kills it in any case).
+	Context context.Context
+	// Batches makes the worker's batch source once it knows its data
+	// shard: the chief's assignment, or shard Index of Run.Workers
+	// without a chief. nil: that shard of Config.Train, as task.RunWorker
+	// reads it (NewBatches).
+	Batches func(dataShard, numShards int) worker.BatchSource
+	// Tweak, if set, has the last word on the worker's configuration (its
+	// hooks, metrics, retry patience).
+	Tweak func(*worker.Config)
+}
+
+// Worker is one incarnation of a worker task.
+type Worker struct {
+	c      *Cluster
+	index  int
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the incarnation's goroutines have ended
+
+	mu  sync.Mutex
+	w   *worker.Worker       // nil until built
+	reg *pb.RegisterResponse // nil without a chief, or before registration
+	// Set before done is closed: Run's error, and whether it was the
+	// expected end of a kill or of Close.
+	err      error
+	expected bool
+}
+
+// StartWorker starts worker index (0 <= index < Run.Workers), or starts
+// it again after it ended (it registers again, like a restarted process).
+func (c *Cluster) StartWorker(index int, o WorkerOptions) (*Worker, error) {
+	if index < 0 || index >= c.cfg.Run.Workers {
+		return nil, fmt.Errorf("inproc: worker index %d out of range (the run has %d)", index, c.cfg.Run.Workers)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, errors.New("inproc: the cluster is closed")
+	}
+	if prev := c.latest(index); prev != nil && !isDone(prev.done) {
+		return nil, fmt.Errorf("inproc: worker/%d is running; kill it first", index)
+	}
+	parent := o.Context
+	if parent == nil {
+		parent = c.ctx
+	}
+	w := &Worker{c: c, index: index, done: make(chan struct{})}
+	w.ctx, w.cancel = context.WithCancel(parent)
+	stop := context.AfterFunc(c.ctx, w.cancel) // Close ends it whatever its parent
+	c.workers = append(c.workers, w)
+	c.goroutine(func() {
+		defer close(w.done)
+		defer stop()
+		defer w.cancel()
+		err := w.run(o)
+		expected := err != nil && w.ctx.Err() != nil
+		w.mu.Lock()
+		w.err, w.expected = err, expected
+		w.mu.Unlock()
+		if err != nil && !expected {
+			c.record(fmt.Sprintf("worker/%d", index), err)
+		}
+	})
+	return w, nil
+}
+
+// StartWorkers starts every worker of the run with the same options.
+func (c *Cluster) StartWorkers(o WorkerOptions) error {
+	for i := 0; i < c.cfg.Run.Workers; i++ {
+		if _, err := c.StartWorker(i, o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Worker is worker index's latest incarnation (nil if never started).
+func (c *Cluster) Worker(index int) *Worker {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.latest(index)
+}
+
+// latest is worker index's latest incarnation. Call with mu held.
+func (c *Cluster) latest(index int) *Worker {
+	for i := len(c.workers) - 1; i >= 0; i-- {
+		if c.workers[i].index == index {
+			return c.workers[i]
+		}
+	}
+	return nil
+}
+
+func isDone(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// WaitWorkers waits until every worker incarnation started so far has
+// ended, and returns their errors (except the expected ends of kills),
+// each named. If ctx ends first it also names the workers still running
+// and their step.
+func (c *Cluster) WaitWorkers(ctx context.Context) error {
+	c.mu.Lock()
+	ws := append([]*Worker(nil), c.workers...)
+	c.mu.Unlock()
+	var running []string
+	for _, w := range ws {
+		select {
+		case <-w.done:
+		case <-ctx.Done():
+		}
+		if !isDone(w.done) {
+			step, _ := w.Progress()
+			running = append(running, fmt.Sprintf("worker/%d at step %d", w.index, step))
+		}
+	}
+	var errs []error
+	if len(running) > 0 {
+		errs = append(errs, fmt.Errorf("inproc: %w waiting for the workers; still running: %s", ctx.Err(), strings.Join(running, ", ")))
+	}
+	for _, w := range ws {
+		if !isDone(w.done) {
+			continue
+		}
+		w.mu.Lock()
+		err, expected := w.err, w.expected
+		w.mu.Unlock()
+		if err != nil && !expected {
+			errs = append(errs, fmt.Errorf("worker/%d: %w", w.index, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Index is the worker's task index.
+func (w *Worker) Index() int { return w.index }
+
+// Kill cancels the worker, as kill -9 ends its process, and waits until
+// it has stopped. Do not call it from the worker's own hooks (cancel the
+// WorkerOptions.Context there).
+func (w *Worker) Kill() {
+	w.cancel()
+	<-w.done
+}
+
+// Done is closed when the worker has stopped.
+func (w *Worker) Done() <-chan struct{} { return w.done }
+
+// Err is the worker's Run error once it has stopped: nil when training
+// ended, the context's error when it was killed.
+func (w *Worker) Err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+// Wait waits for the worker to stop and returns Err, or ctx's error if
+// ctx ends first.
+func (w *Worker) Wait(ctx context.Context) error {
+	select {
+	case <-w.done:
+		return w.Err()
+	case <-ctx.Done():
+		return fmt.Errorf("inproc: waiting for worker/%d: %w", w.index, ctx.Err())
+	}
+}
+
+// Progress is the worker's steps done and last loss (0 before it runs).
+func (w *Worker) Progress() (int64, float32) {
+	w.mu.Lock()
+	ww := w.w
+	w.mu.Unlock()
+	if ww == nil {
+		return 0, 0
+	}
+	return ww.Progress()
+}
+
+// Registration is the chief's answer to the worker's registration (nil
+// without a chief, or before it registered).
+func (w *Worker) Registration() *pb.RegisterResponse {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.reg
+}
+
+// buildMu serialises building nets in this process: gorgonia's graph
+// construction (nn.New, and so chief.NewEvaluator) is not safe for
+// concurrent use (Grad caches hash codes in nodes shared by every graph),
+// which one process per task never exercises.
+var buildMu sync.Mutex
+
+func newNet[T any](build func() (T, error)) (T, error) {
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	return build()
+}
+
+// Dial connects to every shard as a worker process does: a gRPC
+// connection per shard and, on the TCP data plane, a data-plane client
+// per shard, which follow restarted shards. For code that runs its own
+// worker.Worker (bench); Close closes the connections.
+func (c *Cluster) Dial() ([]worker.Shard, error) {
+	shards, closeShards, err := c.dialShards()
+	if err != nil {
+		return nil, err
+	}
+	c.own(closerFunc(closeShards))
+	return shards, nil
+}
+
+type closerFunc func()
+
+func (f closerFunc) Close() error { f(); return nil }
+
+// dialShards is Dial with the connections closed by the returned func.
+func (c *Cluster) dialShards() ([]worker.Shard, func(), error) {
+	var closers []io.Closer
+	closeAll := func() {
+		for _, x := range closers {
+			x.Close()
+		}
+	}
+	var shards []worker.Shard
+	for _, p := range c.ps {
+		conn, err := c.dial(p.Addr())
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		closers = append(closers, conn)
+		gc := pb.NewParameterServerClient(conn)
+		var dp worker.DataPlane = gc
+		if c.cfg.Run.DataPlane == "tcp" {
+			dc := dataPlaneClient(gc, c.cfg.MaxMessageBytes)
+			closers = append(closers, dc)
+			dp = dc
+		}
+		shards = append(shards, worker.Shard{Addr: p.Addr(), Client: dp})
+	}
+	return shards, closeAll, nil
+}
+
+// run is the worker process (task.RunWorker): register, connect to every
+// shard, build the net and train, with heartbeats to the chief.
+func (w *Worker) run(o WorkerOptions) error {
+	c := w.c
+	r := c.cfg.Run
+	log := c.cfg.Log.With("task", fmt.Sprintf("worker/%d", w.index))
+	runID, dataShard, numShards := c.cfg.RunID, w.index, r.Workers
+	var chief pb.ChiefClient
+	if c.chief != nil {
+		conn, err := c.dial(c.chief.addr)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		chief = pb.NewChiefClient(conn)
+		reg, err := c.register(w.ctx, chief, "worker", w.index, &c.cfg.Spec, "")
+		if err != nil {
+			return err
+		}
+		w.mu.Lock()
+		w.reg = reg
+		w.mu.Unlock()
+		runID, dataShard, numShards = reg.RunId, int(reg.DataShard), int(reg.NumDataShards)
+	}
+	var src worker.BatchSource
+	switch {
+	case o.Batches != nil:
+		src = o.Batches(dataShard, numShards)
+	case c.cfg.Train != nil:
+		src = NewBatches(c.cfg.Train.Shard(dataShard, numShards), r.Batch, r.Seed+int64(dataShard))
+	default:
+		return errors.New("inproc: no training data: set WorkerOptions.Batches or Config.Train")
+	}
+	shards, closeShards, err := c.dialShards()
+	if err != nil {
+		return err
+	}
+	defer closeShards()
+	net, err := newNet(func() (*nn.Net, error) { return nn.New(c.cfg.Spec, r.Batch, true) })
+	if err != nil {
+		return err
+	}
+	defer net.Close()
+	cfg := worker.Config{Index: w.index, RunID: runID, Run: r, Plan: c.plan, Net: net, Shards: shards,
+		Batches: src, Log: log, RetryTimeout: c.cfg.RetryTimeout}
+	if o.Tweak != nil {
+		o.Tweak(&cfg)
+	}
+	ww, err := worker.New(cfg)
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	w.w = ww
+	w.mu.Unlock()
+	if chief == nil {
+		return ww.Run(w.ctx)
+	}
+	ctx, cancel := context.WithCancel(w.ctx)
+	beats := make(chan struct{})
+	go func() {
+		defer close(beats)
+		w.heartbeats(ctx, chief, runID, ww)
+	}()
+	err = ww.Run(ctx)
+	cancel()
+	<-beats
+	return err
+}
+
+// heartbeats keeps the worker live at the chief until ctx ends, at the
+// rate task.RunWorker sends them.
+func (w *Worker) heartbeats(ctx context.Context, chief pb.ChiefClient, runID string, ww *worker.Worker) {
+	timeout := w.c.cfg.Run.HeartbeatTimeout
+	t := time.NewTicker(max(timeout/4, 50*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		step, _ := ww.Progress()
+		hctx, cancel := context.WithTimeout(ctx, timeout)
+		_, err := chief.Heartbeat(hctx, &pb.HeartbeatRequest{Worker: int32(w.index), RunId: runID, Step: step})
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			w.c.cfg.Log.Debug("heartbeat failed", "worker", w.index, "err", err)
+		}
+	}
+}
