@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/model"
 )
 
@@ -173,19 +174,19 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	}
 	if has(SectionWire) && ctx.Err() == nil {
 		fmt.Fprintln(c.Progress, "bench: wire (push+pull against 1 PS over loopback, TCP frames and gRPC, against a raw TCP echo)")
-		if res.Wire, err = Wire(ctx, WireConfig{Spec: c.Spec, Budget: c.Budget, Rounds: c.Rounds, Now: c.Now, DataPlane: "tcp"}); err != nil {
+		if res.Wire, err = Wire(ctx, WireConfig{Spec: c.Spec, Budget: c.Budget, Rounds: c.Rounds, Now: c.Now, DataPlane: config.TCP}); err != nil {
 			fail(SectionWire, err)
-		} else if res.WireGRPC, err = Wire(ctx, WireConfig{Spec: c.Spec, Budget: c.Budget, Rounds: c.Rounds, Now: c.Now, DataPlane: "grpc"}); err != nil {
+		} else if res.WireGRPC, err = Wire(ctx, WireConfig{Spec: c.Spec, Budget: c.Budget, Rounds: c.Rounds, Now: c.Now, DataPlane: config.GRPC}); err != nil {
 			fail(SectionWire, err)
 		}
 	}
 	if has(SectionPSOverhead) && ctx.Err() == nil {
 		fmt.Fprintf(c.Progress, "bench: ps_overhead (1 PS + 1 worker over loopback, TCP frames and gRPC, vs in-process, batch %d)\n", c.Batches[0])
 		if res.PSOverhead, err = Overhead(ctx, OverheadConfig{Spec: c.Spec, Batch: c.Batches[0], Budget: c.Budget,
-			Rounds: c.Rounds, Seed: c.Seed, Now: c.Now, DataPlane: "tcp"}); err != nil {
+			Rounds: c.Rounds, Seed: c.Seed, Now: c.Now, DataPlane: config.TCP}); err != nil {
 			fail(SectionPSOverhead, err)
 		} else if res.PSOverheadGRPC, err = Overhead(ctx, OverheadConfig{Spec: c.Spec, Batch: c.Batches[0], Budget: c.Budget,
-			Rounds: c.Rounds, Seed: c.Seed, Now: c.Now, DataPlane: "grpc"}); err != nil {
+			Rounds: c.Rounds, Seed: c.Seed, Now: c.Now, DataPlane: config.GRPC}); err != nil {
 			fail(SectionPSOverhead, err)
 		}
 	}

@@ -24,8 +24,8 @@ type OverheadConfig struct {
 	Rounds int           // alternating in-process/PS rounds; the best of each counts
 	Seed   uint64
 	Now    Clock
-	// DataPlane is the path measured: "tcp" (the default) or "grpc".
-	DataPlane string
+	// DataPlane is the path measured: config.TCP (the default) or config.GRPC.
+	DataPlane config.DataPlane
 }
 
 // OverheadResult is the ps_overhead section: samples/s of one worker
@@ -99,7 +99,7 @@ func Overhead(ctx context.Context, c OverheadConfig) (*OverheadResult, error) {
 		}
 	}
 	o := overheadFigures(c.Batch, string(run.Mode), float64(localRate), psBest)
-	o.DataPlane = run.DataPlane
+	o.DataPlane = string(run.DataPlane)
 	return o, nil
 }
 
@@ -276,6 +276,6 @@ func (s *synthBatches) SeekBatch(p int64) { s.seek = p }
 func pairRun(spec model.Spec, batch int, seed uint64) config.Run {
 	run := config.Default()
 	run.PS, run.Workers, run.Batch, run.Mode, run.Seed = 1, 1, batch, config.Sync, int64(seed)
-	run.Hidden, run.DataPlane, run.LR = spec.Hidden, "tcp", 0.01
+	run.Hidden, run.DataPlane, run.LR = spec.Hidden, config.TCP, 0.01
 	return run
 }

@@ -18,8 +18,8 @@ type WireConfig struct {
 	Budget time.Duration // per measurement and round
 	Rounds int           // alternating gRPC/TCP rounds; the best of each counts
 	Now    Clock
-	// DataPlane is the path measured: "tcp" (the default) or "grpc".
-	DataPlane string
+	// DataPlane is the path measured: config.TCP (the default) or config.GRPC.
+	DataPlane config.DataPlane
 }
 
 // WireResult is the wire section. One round trip is a Push of the whole
@@ -100,7 +100,7 @@ func Wire(ctx context.Context, c WireConfig) (*WireResult, error) {
 		return nil, err
 	}
 	r := wireFigures(payload, float64(grpcRate), float64(tcpRate), upd)
-	r.DataPlane = run.DataPlane
+	r.DataPlane = string(run.DataPlane)
 	return r, nil
 }
 

@@ -43,6 +43,7 @@ type SetMembership struct{ Live []int32 }
 type Evaluate struct {
 	Seq          int64
 	Generation   int64
+	Subset       float64 // the fraction of the test set the first pass scores
 	ConfirmAbove float64
 }
 
@@ -99,7 +100,7 @@ func (a Restore) String() string {
 }
 func (a SetMembership) String() string { return "set-membership live=" + ints(a.Live) }
 func (a Evaluate) String() string {
-	return fmt.Sprintf("evaluate seq=%d generation=%d confirm-above=%g", a.Seq, a.Generation, a.ConfirmAbove)
+	return fmt.Sprintf("evaluate seq=%d generation=%d subset=%g confirm-above=%g", a.Seq, a.Generation, a.Subset, a.ConfirmAbove)
 }
 func (a Checkpoint) String() string {
 	return fmt.Sprintf("checkpoint versions=%s latest=%d final=%t retained=%t", ints(a.Versions), a.Latest, a.Final, a.Retained)

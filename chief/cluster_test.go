@@ -198,10 +198,8 @@ func TestClusterPSKilledRollsBack(t *testing.T) {
 // epochs; the chief counts the restart.
 //
 // The worker dies before it pushes its step 20 to any shard. (Killed
-// after its push reached one shard but not the other, it would leave the
-// shards a step apart, and its replacement, live before the chief's
-// heartbeat timeout, would wait for the lagging shard for good: a known
-// worker/PS problem this test does not cover.)
+// between its pushes to two shards is worker/catchup_test.go's case: the
+// replacement completes the lagging shard's step with a catch-up push.)
 func TestClusterWorkerRestarted(t *testing.T) {
 	const killAt = 20
 	run := tinyRun(config.Sync, 20)

@@ -30,14 +30,25 @@ func (c *Core) evalDue(now time.Time) (Action, bool) {
 	if !c.p.Evaluate || r.EvalEvery <= 0 || c.evalBusy || now.Sub(c.lastEval) < r.EvalEvery || c.step <= 0 {
 		return nil, false
 	}
-	a := Evaluate{Generation: c.st.Generation, ConfirmAbove: 2} // 2: never the whole set
+	a := Evaluate{Generation: c.st.Generation, Subset: c.p.EvalSubset, ConfirmAbove: 2} // 2: never the whole set
 	switch {
 	case c.p.EvalSubset >= 1:
 		a.ConfirmAbove = 0
 	case r.TargetAccuracy > 0 && c.hold+1 >= c.targetHold():
 		a.ConfirmAbove = r.TargetAccuracy
+	case r.TargetAccuracy > 0 && c.lastScore() < r.TargetAccuracy-0.01:
+		// Far from the target a quarter of the subset tells as much.
+		a.Subset /= 4
 	}
 	return c.orderEval(now, a), true
+}
+
+// lastScore is the latest evaluation's accuracy (0 before the first).
+func (c *Core) lastScore() float64 {
+	if n := len(c.st.Evals); n > 0 {
+		return c.st.Evals[n-1].TestAccuracy
+	}
+	return 0
 }
 
 func (c *Core) targetHold() int { return max(1, c.p.Run.TargetHold) }
@@ -146,7 +157,7 @@ func (c *Core) wind(now time.Time) []Action {
 	}
 	if c.finalEval == nil && c.p.Evaluate && !c.finalEvalAsked {
 		c.finalEvalAsked = true
-		return []Action{c.orderEval(now, Evaluate{Generation: c.st.Generation})}
+		return []Action{c.orderEval(now, Evaluate{Generation: c.st.Generation, Subset: 1})}
 	}
 	if c.p.Checkpoints && !c.finalCkptAsked {
 		c.finalCkptAsked, c.ckptBusy = true, true

@@ -120,8 +120,8 @@ func (c *Chief) evaluate(ctx context.Context, a Evaluate) EvalResult {
 	}
 	res.At = c.cfg.Now()
 	ev := c.cfg.Evaluator
-	if a.ConfirmAbove > 0 && c.cfg.EvalSubset < 1 {
-		res.Accuracy, res.Loss, res.Samples, res.Err = ev.Score(int(math.Round(1 / c.cfg.EvalSubset)))
+	if a.ConfirmAbove > 0 && a.Subset > 0 && a.Subset < 1 {
+		res.Accuracy, res.Loss, res.Samples, res.Err = ev.Score(int(math.Round(1 / a.Subset)))
 		if res.Err != nil || res.Accuracy < a.ConfirmAbove {
 			res.Duration = c.cfg.Now().Sub(t0)
 			return res

@@ -27,6 +27,35 @@ const (
 	SSP   Mode = "ssp"   // async with a bound on how far a worker may run ahead
 )
 
+// DataPlane is what carries workers' pulls and pushes.
+type DataPlane string
+
+// The data planes.
+const (
+	GRPC DataPlane = "grpc" // the gRPC API
+	TCP  DataPlane = "tcp"  // raw frames beside it (package dataplane)
+)
+
+// WireDType is how workers send gradients. Parameters are always pulled
+// as f32.
+type WireDType string
+
+// The gradient encodings (package wire).
+const (
+	F32  WireDType = "f32"
+	BF16 WireDType = "bf16" // half the bytes, 8 significant bits
+)
+
+// NaNPolicy is what a PS does with a gradient holding NaN or Inf. Either
+// way it is counted and never applied.
+type NaNPolicy string
+
+// The NaN policies.
+const (
+	Reject NaNPolicy = "reject" // refuse the push: the worker stops and says why
+	Skip   NaNPolicy = "skip"   // drop it (sync: count it as a zero gradient); training goes on
+)
+
 // Run is the configuration of one training run. Fields tagged
 // `check:"-"` are local to a task and excluded from the registration
 // comparison.
@@ -47,17 +76,17 @@ type Run struct {
 	DataFraction        float64 `json:"data_fraction"`
 	Seed                int64   `json:"seed"`
 	// NaNPolicy is what a PS does with a gradient holding NaN or Inf:
-	// "reject" refuses the push with an error (the worker stops and says
-	// why), "skip" drops it and training goes on. Either way it is counted
+	// Reject refuses the push with an error (the worker stops and says
+	// why), Skip drops it and training goes on. Either way it is counted
 	// and never applied.
-	NaNPolicy string `json:"nan_policy"`
-	// DataPlane carries pulls and pushes: "grpc" or "tcp" (raw frames;
+	NaNPolicy NaNPolicy `json:"nan_policy"`
+	// DataPlane carries pulls and pushes: GRPC or TCP (raw frames;
 	// package dataplane).
-	DataPlane string `json:"data_plane"`
-	// WireDType is how workers send gradients: "f32", or "bf16" (half the
+	DataPlane DataPlane `json:"data_plane"`
+	// WireDType is how workers send gradients: F32, or BF16 (half the
 	// bytes, 8 significant bits; package wire). Parameters are always
 	// pulled as f32.
-	WireDType string `json:"wire_dtype"`
+	WireDType WireDType `json:"wire_dtype"`
 	// LRSchedule is the learning rate's schedule over the global step
 	// (the shards' version): "constant", "step:EPOCHS:FACTOR" or "cosine"
 	// (optim.ParseSchedule). The shards compute it, so they all agree.
@@ -156,9 +185,9 @@ func Default() Run {
 		Dataset:          "mnist",
 		DataFraction:     1,
 		Seed:             1,
-		NaNPolicy:        "reject",
-		DataPlane:        "tcp",
-		WireDType:        "f32",
+		NaNPolicy:        Reject,
+		DataPlane:        TCP,
+		WireDType:        F32,
 		DataDir:          "data",
 		EvalEvery:        time.Second,
 		HeartbeatTimeout: 3 * time.Second,
@@ -170,7 +199,7 @@ func Default() Run {
 
 // Validate reports the first impossible value, phrased for a user.
 func (r Run) Validate() error {
-	if err := oneOf("--mode", string(r.Mode), string(Sync), string(Async), string(SSP)); err != nil {
+	if err := oneOf("--mode", r.Mode, Sync, Async, SSP); err != nil {
 		return err
 	}
 	switch {
@@ -188,7 +217,7 @@ func (r Run) Validate() error {
 		return fmt.Errorf("--batch must be at least 1, got %d", r.Batch)
 	case !(r.LR > 0) || math.IsInf(r.LR, 0):
 		return fmt.Errorf("--lr must be a positive number, got %v", r.LR)
-	case r.Momentum < 0 || r.Momentum >= 1:
+	case !(r.Momentum >= 0 && r.Momentum < 1): // NaN too
 		return fmt.Errorf("--momentum must be in [0, 1), got %v", r.Momentum)
 	case r.WarmupSteps < 0:
 		return fmt.Errorf("--warmup-steps must be >= 0 (0 = no warmup), got %d", r.WarmupSteps)
@@ -207,16 +236,13 @@ func (r Run) Validate() error {
 	case r.KeepCheckpoints < 0:
 		return fmt.Errorf("--keep-checkpoints must be >= 0 (0 keeps all), got %d", r.KeepCheckpoints)
 	}
-	for _, c := range []struct {
-		flag, got string
-		want      []string
-	}{
-		{"--data-plane", r.DataPlane, []string{"grpc", "tcp"}},
-		{"--wire-dtype", r.WireDType, []string{"f32", "bf16"}},
-		{"--nan-policy", r.NaNPolicy, []string{"reject", "skip"}},
-		{"--optimizer", r.Optimizer, []string{"sgd", "momentum", "adam"}},
+	for _, err := range []error{
+		oneOf("--data-plane", r.DataPlane, GRPC, TCP),
+		oneOf("--wire-dtype", r.WireDType, F32, BF16),
+		oneOf("--nan-policy", r.NaNPolicy, Reject, Skip),
+		oneOf("--optimizer", r.Optimizer, "sgd", "momentum", "adam"), // optim.New's names
 	} {
-		if err := oneOf(c.flag, c.got, c.want...); err != nil {
+		if err != nil {
 			return err
 		}
 	}
@@ -233,15 +259,19 @@ func (r Run) Validate() error {
 
 // oneOf says, phrased for a user, that flag's value got is none of want
 // ("--mode must be sync, async or ssp, got \"bsp\""), or returns nil.
-func oneOf(flag, got string, want ...string) error {
+func oneOf[T ~string](flag string, got T, want ...T) error {
 	if slices.Contains(want, got) {
 		return nil
 	}
-	list := want[len(want)-1]
-	if len(want) > 1 {
-		list = strings.Join(want[:len(want)-1], ", ") + " or " + list
+	names := make([]string, len(want))
+	for i, w := range want {
+		names[i] = string(w)
 	}
-	return fmt.Errorf("%s must be %s, got %q", flag, list, got)
+	list := names[len(names)-1]
+	if len(names) > 1 {
+		list = strings.Join(names[:len(names)-1], ", ") + " or " + list
+	}
+	return fmt.Errorf("%s must be %s, got %q", flag, list, string(got))
 }
 
 // Schedule is the parsed --lr-schedule.

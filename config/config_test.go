@@ -1,6 +1,9 @@
 package config
 
 import (
+	"encoding/json"
+	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +24,9 @@ func TestValidateRejectsImpossibleValues(t *testing.T) {
 		"--hidden":                func(r *Run) { r.Hidden = []int{800, 0} },
 		"--lr":                    func(r *Run) { r.LR = 0 },
 		"--momentum":              func(r *Run) { r.Momentum = 1 },
+		"--momentum NaN":          func(r *Run) { r.Momentum = math.NaN() },
+		"--data-plane":            func(r *Run) { r.DataPlane = "udp" },
+		"--nan-policy":            func(r *Run) { r.NaNPolicy = "" },
 		"--optimizer":             func(r *Run) { r.Optimizer = "rmsprop" },
 		"--data-fraction":         func(r *Run) { r.DataFraction = 1.5 },
 		"--batch":                 func(r *Run) { r.Batch = 0 },
@@ -29,11 +35,11 @@ func TestValidateRejectsImpossibleValues(t *testing.T) {
 		"--lr-schedule":           func(r *Run) { r.LRSchedule = "linear" },
 		"--warmup-steps":          func(r *Run) { r.WarmupSteps = -1 },
 	}
-	for flag, mutate := range cases {
+	for name, mutate := range cases {
 		r := Default()
 		mutate(&r)
 		err := r.Validate()
-		if err == nil || !strings.Contains(err.Error(), flag) {
+		if flag, _, _ := strings.Cut(name, " "); err == nil || !strings.Contains(err.Error(), flag) {
 			t.Errorf("%s: got %v, want an error naming the flag", flag, err)
 		}
 	}
@@ -126,5 +132,50 @@ func TestLRScheduleValidationAndCompatibility(t *testing.T) {
 	back, err := Parse([]byte(old))
 	if err != nil || len(constant.Diff(back)) != 0 {
 		t.Errorf("old configuration: %v, diff %q", err, Default().Diff(back))
+	}
+}
+
+// The typed options encode as the strings they always did: run
+// configurations embedded in checkpoint manifests and reports, old and
+// new, still parse, and one parsed and written again is the same JSON.
+func TestRunConfigJSONIsUnchanged(t *testing.T) {
+	// The run_config of a checkpoint manifest written before the options
+	// were typed (run/bench/run/checkpoints/ckpt-000000000706).
+	written := `{"mode":"sync","staleness":3,"replicas_to_aggregate":0,"ps":2,"workers":2,"hidden":[800],
+		"batch":128,"lr":0.2,"momentum":0.9,"optimizer":"momentum","epochs":10,"target_accuracy":0.975,
+		"dataset":"mnist","data_fraction":1,"seed":1,"nan_policy":"reject","data_plane":"tcp","wire_dtype":"f32",
+		"lr_schedule":"step:2:0.3","warmup_steps":0,"data_dir":"data","eval_every":1000000000,
+		"heartbeat_timeout":3000000000,"checkpoint_dir":"run/bench/run/checkpoints","checkpoint_every":"10s",
+		"keep_checkpoints":3,"resume":true,"target_hold":3}`
+	r, err := Parse([]byte(written))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Mode != Sync || r.NaNPolicy != Reject || r.DataPlane != TCP || r.WireDType != F32 || r.Optimizer != "momentum" {
+		t.Errorf("parsed %+v", r)
+	}
+	if err := r.Validate(); err != nil {
+		t.Errorf("the manifest's run no longer validates: %v", err)
+	}
+	var was, is map[string]any
+	if err := json.Unmarshal([]byte(written), &was); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(r.JSON(), &is); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(was, is) {
+		t.Errorf("written again differently:\n was %v\n is  %v", was, is)
+	}
+
+	// The other values of each option, and a run written before these
+	// options existed (as in old reports): they stay unset, as before.
+	r, err = Parse([]byte(`{"mode":"ssp","workers":2,"optimizer":"adam","lr":0.5,"nan_policy":"skip","data_plane":"grpc","wire_dtype":"bf16"}`))
+	if err != nil || r.Mode != SSP || r.NaNPolicy != Skip || r.DataPlane != GRPC || r.WireDType != BF16 || r.Optimizer != "adam" {
+		t.Errorf("parsed %+v, %v", r, err)
+	}
+	r, err = Parse([]byte(`{"mode":"async","ps":1,"workers":2,"hidden":[8],"batch":4,"lr":0.5,"optimizer":"sgd"}`))
+	if err != nil || r.Mode != Async || r.NaNPolicy != "" || r.DataPlane != "" || r.WireDType != "" || r.LRSchedule != "constant" {
+		t.Errorf("parsed %+v, %v", r, err)
 	}
 }

@@ -37,7 +37,7 @@ func TestDataPositionAndRetainOverTheDataPlane(t *testing.T) {
 	store := checkpoint.NewStore(checkpoint.NewMemFS(), "/ck", 0)
 	srv.SetCheckpointStore(store)
 	ctx := context.Background()
-	if _, err := srv.Init(ctx, &pb.InitRequest{RunId: "r", NumShards: 1, RunConfig: r.JSON(), ModelSpec: spec.JSON(),
+	if _, err := srv.Init(ctx, &pb.InitRequest{RunId: "r", NumShards: 1, ShardOptions: ps.OptionsFor(r).JSON(), ModelSpec: spec.JSON(),
 		Params: wire.Bytes(make([]float32, n)), Generation: 1, DataPositions: []int64{10}, StepsPerEpoch: 100}); err != nil {
 		t.Fatal(err)
 	}

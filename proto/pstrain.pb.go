@@ -135,18 +135,23 @@ func (x *Block) GetRowEnd() int32 {
 }
 
 type InitRequest struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	RunId          string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	Shard          int32                  `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
-	NumShards      int32                  `protobuf:"varint,3,opt,name=num_shards,json=numShards,proto3" json:"num_shards,omitempty"`
-	RunConfig      []byte                 `protobuf:"bytes,4,opt,name=run_config,json=runConfig,proto3" json:"run_config,omitempty"` // JSON of config.Run
-	Blocks         []*Block               `protobuf:"bytes,5,rep,name=blocks,proto3" json:"blocks,omitempty"`
-	Params         []byte                 `protobuf:"bytes,6,opt,name=params,proto3" json:"params,omitempty"` // flat float32 little-endian, blocks in order
-	Version        int64                  `protobuf:"varint,7,opt,name=version,proto3" json:"version,omitempty"`
-	LiveWorkers    []int32                `protobuf:"varint,8,rep,packed,name=live_workers,json=liveWorkers,proto3" json:"live_workers,omitempty"`
-	OptimizerState []byte                 `protobuf:"bytes,9,opt,name=optimizer_state,json=optimizerState,proto3" json:"optimizer_state,omitempty"` // flat float32 (empty: fresh state)
-	OptimizerStep  int64                  `protobuf:"varint,10,opt,name=optimizer_step,json=optimizerStep,proto3" json:"optimizer_step,omitempty"`
-	MaxVersion     int64                  `protobuf:"varint,11,opt,name=max_version,json=maxVersion,proto3" json:"max_version,omitempty"` // training ends at this version (0: never)
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RunId     string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Shard     int32                  `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	NumShards int32                  `protobuf:"varint,3,opt,name=num_shards,json=numShards,proto3" json:"num_shards,omitempty"`
+	// run_config was the whole run configuration (JSON of config.Run).
+	// The PS no longer reads it, nor the chief sends it: the shard gets
+	// shard_options instead.
+	//
+	// Deprecated: Marked as deprecated in pstrain.proto.
+	RunConfig      []byte   `protobuf:"bytes,4,opt,name=run_config,json=runConfig,proto3" json:"run_config,omitempty"`
+	Blocks         []*Block `protobuf:"bytes,5,rep,name=blocks,proto3" json:"blocks,omitempty"`
+	Params         []byte   `protobuf:"bytes,6,opt,name=params,proto3" json:"params,omitempty"` // flat float32 little-endian, blocks in order
+	Version        int64    `protobuf:"varint,7,opt,name=version,proto3" json:"version,omitempty"`
+	LiveWorkers    []int32  `protobuf:"varint,8,rep,packed,name=live_workers,json=liveWorkers,proto3" json:"live_workers,omitempty"`
+	OptimizerState []byte   `protobuf:"bytes,9,opt,name=optimizer_state,json=optimizerState,proto3" json:"optimizer_state,omitempty"` // flat float32 (empty: fresh state)
+	OptimizerStep  int64    `protobuf:"varint,10,opt,name=optimizer_step,json=optimizerStep,proto3" json:"optimizer_step,omitempty"`
+	MaxVersion     int64    `protobuf:"varint,11,opt,name=max_version,json=maxVersion,proto3" json:"max_version,omitempty"` // training ends at this version (0: never)
 	// generation counts the chief's (re)initialisations of the cluster's
 	// state. A pull from an older generation answers at once, and a push
 	// from an older generation is dropped as stale: after a rollback no
@@ -163,6 +168,12 @@ type InitRequest struct {
 	// of its batches it holds, unless a shard dropped one that another
 	// counted). A worker resumes its data shard there.
 	DataPositions []int64 `protobuf:"varint,15,rep,packed,name=data_positions,json=dataPositions,proto3" json:"data_positions,omitempty"`
+	// shard_options is the part of the run configuration the shard uses,
+	// and all of it the shard receives: JSON of ps.Options (mode, replicas
+	// to aggregate, staleness, workers, optimizer, learning rate and its
+	// schedule, NaN policy, gradient wire type), built by ps.OptionsFor.
+	// Required: a PS refuses an Init without valid options.
+	ShardOptions  []byte `protobuf:"bytes,16,opt,name=shard_options,json=shardOptions,proto3" json:"shard_options,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -218,6 +229,7 @@ func (x *InitRequest) GetNumShards() int32 {
 	return 0
 }
 
+// Deprecated: Marked as deprecated in pstrain.proto.
 func (x *InitRequest) GetRunConfig() []byte {
 	if x != nil {
 		return x.RunConfig
@@ -298,6 +310,13 @@ func (x *InitRequest) GetStepsPerEpoch() float64 {
 func (x *InitRequest) GetDataPositions() []int64 {
 	if x != nil {
 		return x.DataPositions
+	}
+	return nil
+}
+
+func (x *InitRequest) GetShardOptions() []byte {
+	if x != nil {
+		return x.ShardOptions
 	}
 	return nil
 }
@@ -1400,14 +1419,14 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x05Block\x12\x1a\n" +
 	"\bvariable\x18\x01 \x01(\x05R\bvariable\x12\x1b\n" +
 	"\trow_start\x18\x02 \x01(\x05R\browStart\x12\x17\n" +
-	"\arow_end\x18\x03 \x01(\x05R\x06rowEnd\"\xf7\x03\n" +
+	"\arow_end\x18\x03 \x01(\x05R\x06rowEnd\"\xa0\x04\n" +
 	"\vInitRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\x05R\x05shard\x12\x1d\n" +
 	"\n" +
-	"num_shards\x18\x03 \x01(\x05R\tnumShards\x12\x1d\n" +
+	"num_shards\x18\x03 \x01(\x05R\tnumShards\x12!\n" +
 	"\n" +
-	"run_config\x18\x04 \x01(\fR\trunConfig\x12)\n" +
+	"run_config\x18\x04 \x01(\fB\x02\x18\x01R\trunConfig\x12)\n" +
 	"\x06blocks\x18\x05 \x03(\v2\x11.pstrain.v1.BlockR\x06blocks\x12\x16\n" +
 	"\x06params\x18\x06 \x01(\fR\x06params\x12\x18\n" +
 	"\aversion\x18\a \x01(\x03R\aversion\x12!\n" +
@@ -1423,7 +1442,8 @@ const file_pstrain_proto_rawDesc = "" +
 	"\n" +
 	"model_spec\x18\r \x01(\fR\tmodelSpec\x12&\n" +
 	"\x0fsteps_per_epoch\x18\x0e \x01(\x01R\rstepsPerEpoch\x12%\n" +
-	"\x0edata_positions\x18\x0f \x03(\x03R\rdataPositions\"\x0e\n" +
+	"\x0edata_positions\x18\x0f \x03(\x03R\rdataPositions\x12#\n" +
+	"\rshard_options\x18\x10 \x01(\fR\fshardOptions\"\x0e\n" +
 	"\fInitResponse\"\x95\x01\n" +
 	"\vPullRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12\x1f\n" +

@@ -146,7 +146,7 @@ func initWith(srv *Server, n int, gen int64, positions []int64) error {
 	r := config.Default()
 	r.LRSchedule = "constant" // the update rule under test, not the schedule
 	r.Workers, r.PS, r.Optimizer = 2, 1, "momentum"
-	_, err := srv.Init(context.Background(), &pb.InitRequest{RunId: "r", Shard: 0, NumShards: 1, RunConfig: r.JSON(),
+	_, err := srv.Init(context.Background(), &pb.InitRequest{RunId: "r", Shard: 0, NumShards: 1, ShardOptions: OptionsFor(r).JSON(),
 		Params: wire.Bytes(make([]float32, n)), Generation: gen, ModelSpec: spec.JSON(), DataPositions: positions,
 		StepsPerEpoch: 100}) // as the chief sends it (a step schedule needs it)
 	return err
@@ -213,7 +213,7 @@ func TestNaNSkipUsesUpTheBatch(t *testing.T) {
 	for _, mode := range []config.Mode{config.Sync, config.Async} {
 		t.Run(string(mode), func(t *testing.T) {
 			srv, _, n := newTestServer(t, 1, func(r *config.Run) {
-				r.Workers, r.PS, r.Mode, r.NaNPolicy = 1, 1, mode, "skip"
+				r.Workers, r.PS, r.Mode, r.NaNPolicy = 1, 1, mode, config.Skip
 			})
 			g := make([]float32, n)
 			g[0] = float32(math.Inf(1))

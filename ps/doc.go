@@ -20,6 +20,17 @@
 // every sample once per epoch through restarts and rollbacks
 // (docs/recovery.md, "Data positions").
 //
+// A shard knows of the run only its Options (mode, replicas, staleness,
+// workers, optimizer and learning rate, NaN policy, gradient wire type):
+// the chief builds them from the run configuration with OptionsFor and
+// sends them in InitRequest.shard_options, and Init refuses options the
+// run configuration's rules (config.Run.Validate) would refuse.
+//
+// Align is the worker's half of the sync rule, kept here beside the
+// shard's half: from what each shard answered (version, generation,
+// done), which shards to pull again, when a lagging shard needs a
+// catch-up gradient, and when the step may start (docs/semantics.md).
+//
 // Server is the thin gRPC wrapper: it serialises calls into the Shard,
 // blocks pulls until the Shard says they are ready, and records metrics.
 // Pulls of a version share one immutable byte buffer, so answering many

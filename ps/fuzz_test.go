@@ -24,11 +24,13 @@ const (
 	fuzzRun     = "run-fuzz"
 )
 
-func fuzzRunConfig(mode config.Mode) []byte {
+// fuzzOptions are the shard options (InitRequest.shard_options) of a run
+// of two workers in the given mode.
+func fuzzOptions(mode config.Mode) []byte {
 	r := config.Default()
 	r.LRSchedule = "constant" // the update rule under test, not the schedule
 	r.Mode, r.PS, r.Workers, r.Optimizer, r.LR = mode, 1, 2, "momentum", 0.5
-	return r.JSON()
+	return OptionsFor(r).JSON()
 }
 
 // fuzzServer is a shard of fuzzParams parameters at version fuzzVersion,
@@ -38,7 +40,7 @@ func fuzzServer(t *testing.T, mode config.Mode) *Server {
 	s := NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
 	params := []float32{1, -2, 3, -4, 5, -6}
 	_, err := s.Init(context.Background(), &pb.InitRequest{RunId: fuzzRun, Shard: 0, NumShards: 1,
-		RunConfig: fuzzRunConfig(mode), Params: wire.Bytes(params), Version: fuzzVersion})
+		ShardOptions: fuzzOptions(mode), Params: wire.Bytes(params), Version: fuzzVersion})
 	if err != nil {
 		t.Fatalf("init: %v", err)
 	}
@@ -172,19 +174,25 @@ func FuzzPull(f *testing.F) {
 
 func FuzzInit(f *testing.F) {
 	params := wire.Bytes([]float32{1, 2, 3, 4})
-	f.Add(fuzzRunConfig(config.Sync), params, []byte(nil), int64(0), int64(0), int64(0), int32(0), int32(1), []byte{0, 1})
-	f.Add(fuzzRunConfig(config.SSP), params, wire.Bytes([]float32{0, 0, 0, 0}), int64(7), int64(9), int64(20), int32(0), int32(1), []byte(nil))
-	f.Add(fuzzRunConfig(config.Async), params[:5], []byte(nil), int64(0), int64(-1), int64(0), int32(0), int32(1), []byte{9})
-	f.Add([]byte(`{"mode":"sync","workers":0}`), params, []byte(nil), int64(-3), int64(0), int64(0), int32(-1), int32(0), []byte{})
+	f.Add(fuzzOptions(config.Sync), params, []byte(nil), int64(0), int64(0), int64(0), int32(0), int32(1), []byte{0, 1})
+	f.Add(fuzzOptions(config.SSP), params, wire.Bytes([]float32{0, 0, 0, 0}), int64(7), int64(9), int64(20), int32(0), int32(1), []byte(nil))
+	f.Add(fuzzOptions(config.Async), params[:5], []byte(nil), int64(0), int64(-1), int64(0), int32(0), int32(1), []byte{9})
+	f.Add([]byte(`{"mode":"sync","replicas":1,"workers":0}`), params, []byte(nil), int64(-3), int64(0), int64(0), int32(-1), int32(0), []byte{})
 	f.Add([]byte(`not json`), []byte(nil), []byte{1, 2, 3}, int64(0), int64(0), int64(0), int32(3), int32(2), []byte(nil))
-	f.Fuzz(func(t *testing.T, runConfig, params, optState []byte, optStep, version, maxVersion int64, shard, numShards int32, live []byte) {
+	f.Add([]byte(`{"mode":"ssp","replicas":2,"workers":2,"optimizer":"sgd","lr":1,"nan_policy":"skip","wire_dtype":"bf16"}`), params,
+		[]byte(nil), int64(0), int64(0), int64(0), int32(0), int32(1), []byte{1})
+	f.Add([]byte(`{"mode":"sync","replicas":3,"workers":2,"optimizer":"sgd","lr":1,"nan_policy":"reject","wire_dtype":"f32"}`), params,
+		[]byte(nil), int64(0), int64(0), int64(0), int32(0), int32(1), []byte(nil))
+	f.Add([]byte(`{"mode":"async","replicas":1,"workers":1,"optimizer":"sgd","lr":1,"nan_policy":"drop","wire_dtype":"f32"}`), params,
+		[]byte(nil), int64(0), int64(0), int64(0), int32(0), int32(1), []byte(nil))
+	f.Fuzz(func(t *testing.T, shardOptions, params, optState []byte, optStep, version, maxVersion int64, shard, numShards int32, live []byte) {
 		s := fuzzServer(t, config.Sync)
 		before := snapshotOf(t, s)
 		var lw []int32
 		for _, b := range live {
 			lw = append(lw, int32(int8(b)))
 		}
-		_, err := s.Init(context.Background(), &pb.InitRequest{RunId: fuzzRun, RunConfig: runConfig, Params: params,
+		_, err := s.Init(context.Background(), &pb.InitRequest{RunId: fuzzRun, ShardOptions: shardOptions, Params: params,
 			OptimizerState: optState, OptimizerStep: optStep, Version: version, MaxVersion: maxVersion,
 			Shard: shard, NumShards: numShards, LiveWorkers: lw})
 		if err != nil {

@@ -59,18 +59,45 @@ func TestRetainedCheckpointIsTheEvaluatedState(t *testing.T) {
 	}
 	syncStep(t, srv, 0, 1, n)
 	syncStep(t, srv, 1, 1, n)
-	// The evaluation pull, over gRPC.
-	resp, err := srv.Pull(ctx, &pb.PullRequest{Worker: -1, RunId: "r", Retain: true})
+	wantParams, wantOpt := retainVersion2(t, srv)
+	syncStep(t, srv, 2, 1, n)
+	syncStep(t, srv, 3, 1, n)
+	checkRetainedAndLive(t, srv, store, wantParams, wantOpt)
+	checkRetainReplaced(t, srv, store, n)
+
+	// Init (a rollback, or a restored PS) forgets it.
+	if err := initWith(srv, n, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err := srv.Checkpoint(ctx, &pb.CheckpointRequest{Step: 14, Retained: true, RunId: "r"})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("retained checkpoint after Init: %v, want FailedPrecondition", err)
+	}
+	t.Logf("after Init: %v", err)
+}
+
+// retainVersion2 is the chief's evaluation pull, over gRPC, of a shard at
+// version 2; it returns the state retained: parameters and momentum.
+func retainVersion2(t *testing.T, srv *Server) (params, opt []float32) {
+	t.Helper()
+	resp, err := srv.Pull(context.Background(), &pb.PullRequest{Worker: -1, RunId: "r", Retain: true})
 	if err != nil || resp.Version != 2 {
 		t.Fatalf("retaining pull: version %v, %v", resp.GetVersion(), err)
 	}
-	v, wantParams, wantOpt, wantSteps, _ := srv.Snapshot()
-	if v != 2 || wantSteps != 2 || !slices.ContainsFunc(wantOpt, func(x float32) bool { return x != 0 }) {
-		t.Fatalf("state at version 2: version %d, %d optimizer steps, momentum %v", v, wantSteps, wantOpt)
+	v, params, opt, steps, _ := srv.Snapshot()
+	if v != 2 || steps != 2 || !slices.ContainsFunc(opt, func(x float32) bool { return x != 0 }) {
+		t.Fatalf("state at version 2: version %d, %d optimizer steps, momentum %v", v, steps, opt)
 	}
-	syncStep(t, srv, 2, 1, n)
-	syncStep(t, srv, 3, 1, n)
+	return params, opt
+}
 
+// checkRetainedAndLive checks, on a shard at version 4 that retained
+// version 2 (wantParams, wantOpt), that a retained checkpoint writes
+// version 2's state, a normal one the live state, and a retained one of
+// another version is refused.
+func checkRetainedAndLive(t *testing.T, srv *Server, store *checkpoint.Store, wantParams, wantOpt []float32) {
+	t.Helper()
+	ctx := context.Background()
 	ck, err := srv.Checkpoint(ctx, &pb.CheckpointRequest{Step: 10, Retained: true, RunId: "r"})
 	if err != nil {
 		t.Fatal(err)
@@ -93,8 +120,14 @@ func TestRetainedCheckpointIsTheEvaluatedState(t *testing.T) {
 	if _, err := srv.Checkpoint(ctx, &pb.CheckpointRequest{Step: 12, AtVersion: 3, Retained: true, RunId: "r"}); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("retained checkpoint of another version: %v, want FailedPrecondition", err)
 	}
+}
 
-	// A retain over the data plane's path replaces the first.
+// checkRetainReplaced retains version 4 over the data plane's path (the
+// shard is there), steps on, and checks a retained checkpoint holds
+// version 4.
+func checkRetainReplaced(t *testing.T, srv *Server, store *checkpoint.Store, n int) {
+	t.Helper()
+	ctx := context.Background()
 	sresp, release, err := srv.PullShared(ctx, &pb.PullRequest{Worker: -1, RunId: "r", Retain: true})
 	if err != nil || sresp.Version != 4 {
 		t.Fatalf("retaining shared pull: %v", err)
@@ -102,23 +135,13 @@ func TestRetainedCheckpointIsTheEvaluatedState(t *testing.T) {
 	release()
 	_, want4, _, _, _ := srv.Snapshot()
 	syncStep(t, srv, 4, 1, n)
-	ck, err = srv.Checkpoint(ctx, &pb.CheckpointRequest{Step: 13, AtVersion: 4, Retained: true, RunId: "r"})
+	ck, err := srv.Checkpoint(ctx, &pb.CheckpointRequest{Step: 13, AtVersion: 4, Retained: true, RunId: "r"})
 	if err != nil || ck.Version != 4 {
 		t.Fatalf("second retained checkpoint: %v %v", ck, err)
 	}
 	if p, _, _ := readShardFile(t, store, 13, ck); !slices.Equal(p, want4) {
 		t.Fatal("the second retained checkpoint does not hold version 4's parameters")
 	}
-
-	// Init (a rollback, or a restored PS) forgets it.
-	if err := initWith(srv, n, 2, nil); err != nil {
-		t.Fatal(err)
-	}
-	_, err = srv.Checkpoint(ctx, &pb.CheckpointRequest{Step: 14, Retained: true, RunId: "r"})
-	if status.Code(err) != codes.FailedPrecondition {
-		t.Fatalf("retained checkpoint after Init: %v, want FailedPrecondition", err)
-	}
-	t.Logf("after Init: %v", err)
 }
 
 // Retaining holds a pull snapshot instead of copying it; with retains

@@ -48,11 +48,10 @@ type Server struct {
 	gen       int64
 	numShards int
 	plan      partition.Plan // the run's partition, for checkpoint tensor names
-	optName   string
-	nanSkip   bool // --nan-policy skip
-	// bf16 says the run's workers push bfloat16 gradients (--wire-dtype),
-	// which are widened into wide, reused from push to push.
-	bf16 bool
+	// opts are the run's options as the last Init gave them, set with
+	// shard. With --wire-dtype bf16 pushes are widened into wide, reused
+	// from push to push.
+	opts Options
 	wide []float32
 	// store receives checkpoints (nil: this PS has no checkpoint dir).
 	store *checkpoint.Store
@@ -147,7 +146,7 @@ func (s *Server) observe(op string, start time.Time) {
 // Init replaces the shard's state.
 func (s *Server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitResponse, error) {
 	defer s.observe("init", time.Now())
-	cfg, err := config.Parse(req.RunConfig)
+	opts, err := ParseOptions(req.ShardOptions)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -156,7 +155,7 @@ func (s *Server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitRespons
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	params = append([]float32(nil), params...) // own it; the request buffer may be reused
-	opt, err := optim.New(optim.Config{Name: cfg.Optimizer, LR: cfg.LR, Momentum: cfg.Momentum}, len(params))
+	opt, err := optim.New(optim.Config{Name: opts.Optimizer, LR: opts.LR, Momentum: opts.Momentum}, len(params))
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -182,16 +181,16 @@ func (s *Server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitRespons
 			return nil, status.Errorf(codes.InvalidArgument, "shard %d of %d: %d parameters do not match the model's partition", req.Shard, req.NumShards, len(params))
 		}
 	}
-	sc := ShardConfig{Mode: cfg.Mode, Replicas: cfg.Replicas(), Staleness: cfg.Staleness,
-		Workers: cfg.Workers, MaxVersion: req.MaxVersion}
-	if sc.LR, err = lrSchedule(cfg, req); err != nil {
+	sc := ShardConfig{Mode: opts.Mode, Replicas: opts.Replicas, Staleness: opts.Staleness,
+		Workers: opts.Workers, MaxVersion: req.MaxVersion}
+	if sc.LR, err = lrSchedule(opts, req); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	sh, err := NewShard(sc, params, opt, req.Version)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if len(req.DataPositions) == cfg.Workers {
+	if len(req.DataPositions) == opts.Workers {
 		if err := sh.SetDataPositions(req.DataPositions); err != nil {
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
@@ -199,7 +198,7 @@ func (s *Server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitRespons
 		// A checkpoint of a run with another number of workers: their data
 		// shards were cut differently, so the positions mean nothing here.
 		s.log.Warn("ignoring data positions for another number of workers; every worker starts its data shard afresh",
-			"positions", len(req.DataPositions), "workers", cfg.Workers)
+			"positions", len(req.DataPositions), "workers", opts.Workers)
 	}
 	if req.LiveWorkers != nil {
 		sh.SetLive(toInts(req.LiveWorkers))
@@ -207,9 +206,7 @@ func (s *Server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitRespons
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.shard, s.runID, s.index = sh, req.RunId, int(req.Shard)
-	s.gen, s.numShards, s.plan, s.optName = req.Generation, int(req.NumShards), plan, cfg.Optimizer
-	s.nanSkip = cfg.NaNPolicy == "skip"
-	s.bf16 = cfg.WireDType == "bf16"
+	s.gen, s.numShards, s.plan, s.opts = req.Generation, int(req.NumShards), plan, opts
 	s.dropRetained()
 	s.retire(s.snap)
 	s.snap = nil
@@ -219,7 +216,7 @@ func (s *Server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitRespons
 	s.m.RPCReceivedBytes.WithLabelValues("init").Add(float64(len(req.Params)))
 	s.notify()
 	s.log.Info("shard initialised", "shard", req.Shard, "of", req.NumShards, "params", len(params),
-		"version", req.Version, "generation", req.Generation, "mode", cfg.Mode, "run", req.RunId)
+		"version", req.Version, "generation", req.Generation, "mode", opts.Mode, "run", req.RunId)
 	return &pb.InitResponse{}, nil
 }
 
@@ -228,15 +225,15 @@ func (s *Server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitRespons
 // chief gives it (steps per epoch, last version), the same on every shard.
 // Constant without warmup is the zero schedule: the optimizer keeps the
 // configured rate and never has it set.
-func lrSchedule(cfg config.Run, req *pb.InitRequest) (optim.LRSchedule, error) {
-	sched, err := cfg.Schedule()
+func lrSchedule(o Options, req *pb.InitRequest) (optim.LRSchedule, error) {
+	sched, err := optim.ParseSchedule(o.LRSchedule)
 	if err != nil {
 		return optim.LRSchedule{}, err
 	}
-	if sched.Kind == optim.Constant && cfg.WarmupSteps == 0 {
+	if sched.Kind == optim.Constant && o.WarmupSteps == 0 {
 		return optim.LRSchedule{}, nil
 	}
-	l, err := optim.NewLRSchedule(cfg.LR, sched, cfg.WarmupSteps, req.StepsPerEpoch, req.MaxVersion)
+	l, err := optim.NewLRSchedule(o.LR, sched, o.WarmupSteps, req.StepsPerEpoch, req.MaxVersion)
 	if err != nil {
 		return optim.LRSchedule{}, fmt.Errorf("%w (init request: steps_per_epoch %v, max_version %d)", err, req.StepsPerEpoch, req.MaxVersion)
 	}
@@ -314,7 +311,7 @@ func (s *Server) pull(ctx context.Context, req *pb.PullRequest, shared bool) (*p
 		p.escaped = true
 	}
 	resp := &pb.PullResponse{Version: sh.Version(), Params: p.b, Done: sh.Done(), Generation: s.gen}
-	if w := int(req.Worker); w >= 0 && w < sh.cfg.Workers {
+	if w := int(req.Worker); w >= 0 && w < s.opts.Workers {
 		resp.DataPosition = sh.DataPosition(w)
 	}
 	if req.Retain {
@@ -389,12 +386,12 @@ func (s *Server) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushRespons
 	res, err := s.shard.PushAt(int(req.Worker), req.Version, g, req.DataPosition)
 	if err != nil {
 		s.m.RejectedRequests.WithLabelValues(rejectReason(err)).Inc()
-		if errors.Is(err, ErrNonFinite) && s.nanSkip {
+		if errors.Is(err, ErrNonFinite) && s.opts.NaNPolicy == config.Skip {
 			// --nan-policy skip: counted, never applied, training goes on.
 			// In sync mode the worker still counts for the step, with a
 			// zero gradient: otherwise the step would wait for it forever.
 			// Either way its batch is used up (its data position moves on).
-			if s.shard.cfg.Mode == config.Sync {
+			if s.opts.Mode == config.Sync {
 				if res, err := s.shard.PushAt(int(req.Worker), req.Version, make([]float32, len(g)), req.DataPosition); err == nil && res.Advanced {
 					s.advanced()
 				}
@@ -413,7 +410,7 @@ func (s *Server) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushRespons
 	switch {
 	case res.Advanced:
 		s.advanced()
-	case s.shard.cfg.Mode == config.SSP:
+	case s.opts.Mode == config.SSP:
 		s.notify() // the slowest worker's clock may have moved
 	}
 	return &pb.PushResponse{Outcome: pb.PushResponse_Outcome(res.Outcome), Version: s.shard.Version(), Done: s.shard.Done()}, nil
@@ -423,7 +420,7 @@ func (s *Server) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushRespons
 // of b), or bfloat16 widened into a buffer the next push reuses. Call with
 // mu held.
 func (s *Server) gradient(b []byte) ([]float32, error) {
-	if !s.bf16 {
+	if s.opts.WireDType != config.BF16 {
 		return wire.Floats(b)
 	}
 	if n := len(s.shard.Params()); len(b) != 2*n {
@@ -478,7 +475,7 @@ func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusR
 	st := s.shard.Stats()
 	return &pb.StatusResponse{Version: s.shard.Version(), Initialized: true, Done: s.shard.Done(),
 		StaleDropped: st.StaleDropped, Applied: st.Applied, NumParams: int64(len(s.shard.Params())),
-		RunId: s.runID, LastLoss: s.lastLoss, Generation: s.gen, MaxVersion: s.shard.cfg.MaxVersion, DataAddr: s.dataAddr}, nil
+		RunId: s.runID, LastLoss: s.lastLoss, Generation: s.gen, MaxVersion: s.shard.MaxVersion(), DataAddr: s.dataAddr}, nil
 }
 
 // Stop ends training and optionally the process.
@@ -538,10 +535,10 @@ func (s *Server) fillSnapshot(sn *snapshot, p *pullSnap) {
 	sn.version, sn.params, sn.held = s.shard.Version(), params, p
 	sn.opt, sn.optSteps = append(sn.opt[:0], st...), steps
 	sn.positions = sn.positions[:0]
-	for w := range s.shard.cfg.Workers {
+	for w := range s.opts.Workers {
 		sn.positions = append(sn.positions, s.shard.DataPosition(w))
 	}
-	sn.plan, sn.index, sn.numShards, sn.optName, sn.runID = s.plan, s.index, s.numShards, s.optName, s.runID
+	sn.plan, sn.index, sn.numShards, sn.optName, sn.runID = s.plan, s.index, s.numShards, s.opts.Optimizer, s.runID
 }
 
 // retain keeps the shard's current state, whose pull snapshot p is, for a

@@ -2,10 +2,13 @@ package ps
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -45,7 +48,7 @@ func newTestServer(t *testing.T, gen int64, tweak func(*config.Run)) (*Server, *
 	srv := NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
 	store := checkpoint.NewStore(checkpoint.NewMemFS(), "/ck", 0)
 	srv.SetCheckpointStore(store)
-	_, err = srv.Init(context.Background(), &pb.InitRequest{RunId: "r", Shard: 0, NumShards: 1, RunConfig: r.JSON(),
+	_, err = srv.Init(context.Background(), &pb.InitRequest{RunId: "r", Shard: 0, NumShards: 1, ShardOptions: OptionsFor(r).JSON(),
 		Params: wire.Bytes(make([]float32, n)), Generation: gen, ModelSpec: spec.JSON()})
 	if err != nil {
 		t.Fatal(err)
@@ -188,7 +191,7 @@ func TestGenerationRollback(t *testing.T) {
 	r := config.Default()
 	r.LRSchedule = "constant" // the update rule under test, not the schedule
 	r.Workers, r.PS, r.Optimizer = 2, 1, "momentum"
-	if _, err := srv.Init(context.Background(), &pb.InitRequest{RunId: "r", Shard: 0, NumShards: 1, RunConfig: r.JSON(),
+	if _, err := srv.Init(context.Background(), &pb.InitRequest{RunId: "r", Shard: 0, NumShards: 1, ShardOptions: OptionsFor(r).JSON(),
 		Params: wire.Bytes(make([]float32, n)), Generation: 2, ModelSpec: spec.JSON(), Version: 0}); err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +230,7 @@ func BenchmarkCheckpointPause(b *testing.B) {
 	r.LRSchedule = "constant" // the update rule under test, not the schedule
 	n := plan.Shards[0].Size
 	srv := NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
-	if _, err := srv.Init(context.Background(), &pb.InitRequest{RunId: "r", Shard: 0, NumShards: 2, RunConfig: r.JSON(),
+	if _, err := srv.Init(context.Background(), &pb.InitRequest{RunId: "r", Shard: 0, NumShards: 2, ShardOptions: OptionsFor(r).JSON(),
 		Params: wire.Bytes(make([]float32, n)), Generation: 1, ModelSpec: spec.JSON()}); err != nil {
 		b.Fatal(err)
 	}
@@ -257,8 +260,8 @@ func BenchmarkCheckpointPause(b *testing.B) {
 }
 
 func TestNaNPolicy(t *testing.T) {
-	for _, policy := range []string{"reject", "skip"} {
-		t.Run(policy, func(t *testing.T) {
+	for _, policy := range []config.NaNPolicy{config.Reject, config.Skip} {
+		t.Run(string(policy), func(t *testing.T) {
 			spec := model.Spec{Input: 4, Hidden: []int{3}, Classes: 2}
 			plan, _ := partition.New(spec, 1)
 			n := plan.Shards[0].Size
@@ -266,7 +269,7 @@ func TestNaNPolicy(t *testing.T) {
 			r.LRSchedule = "constant" // the update rule under test, not the schedule
 			r.Workers, r.PS, r.NaNPolicy = 1, 1, policy
 			srv := NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
-			if _, err := srv.Init(context.Background(), &pb.InitRequest{RunId: "r", NumShards: 1, RunConfig: r.JSON(),
+			if _, err := srv.Init(context.Background(), &pb.InitRequest{RunId: "r", NumShards: 1, ShardOptions: OptionsFor(r).JSON(),
 				Params: wire.Bytes(make([]float32, n)), Generation: 1, ModelSpec: spec.JSON()}); err != nil {
 				t.Fatal(err)
 			}
@@ -274,11 +277,11 @@ func TestNaNPolicy(t *testing.T) {
 			g[1] = float32(math.NaN())
 			resp, err := srv.Push(context.Background(), &pb.PushRequest{Worker: 0, Grad: wire.Bytes(g), RunId: "r", Generation: 1})
 			switch policy {
-			case "reject":
+			case config.Reject:
 				if status.Code(err) != codes.InvalidArgument {
 					t.Fatalf("NaN push under reject: %v, want InvalidArgument", err)
 				}
-			case "skip":
+			case config.Skip:
 				if err != nil || resp.Outcome != pb.PushResponse_STALE {
 					t.Fatalf("NaN push under skip: %v %v, want a dropped push", resp, err)
 				}
@@ -289,7 +292,7 @@ func TestNaNPolicy(t *testing.T) {
 			}
 			// One worker, sync: under skip the step completes (with a zero
 			// gradient) instead of waiting forever for this worker.
-			if want := map[string]int64{"reject": 0, "skip": 1}[policy]; v != want {
+			if want := map[config.NaNPolicy]int64{config.Reject: 0, config.Skip: 1}[policy]; v != want {
 				t.Fatalf("version %d after the NaN push, want %d", v, want)
 			}
 		})
@@ -400,7 +403,7 @@ func TestCheckpointsOfOneVersionHoldTheSnapshotOnceEach(t *testing.T) {
 // refuses others (a float32 push, an odd length) as bad input.
 func TestBF16PushesAreWidenedOrRefused(t *testing.T) {
 	srv, _, n := newTestServer(t, 0, func(r *config.Run) {
-		r.Workers, r.PS, r.Optimizer, r.LR, r.WireDType = 1, 1, "sgd", 1, "bf16"
+		r.Workers, r.PS, r.Optimizer, r.LR, r.WireDType = 1, 1, "sgd", 1, config.BF16
 	})
 	g := make([]float32, n)
 	for i := range g {
@@ -426,4 +429,68 @@ func TestBF16PushesAreWidenedOrRefused(t *testing.T) {
 			t.Fatalf("param %d = %v after one sgd step at lr 1, want %v", i, params[i], want)
 		}
 	}
+}
+
+// A shard receives only its options (InitRequest.shard_options): the
+// chief's OptionsFor resolves what it can, the JSON survives the trip, and
+// Init refuses missing or impossible options with InvalidArgument naming
+// the option, leaving the shard as it was.
+func TestInitShardOptions(t *testing.T) {
+	r := config.Default()
+	r.Workers, r.ReplicasToAggregate, r.NaNPolicy, r.WireDType = 3, 0, config.Skip, config.BF16
+	o := OptionsFor(r)
+	if o.Replicas != 3 || o.Workers != 3 || o.Mode != config.Sync || o.Optimizer != r.Optimizer || o.LRSchedule != r.LRSchedule {
+		t.Fatalf("OptionsFor = %+v", o)
+	}
+	if back, err := ParseOptions(o.JSON()); err != nil || back != o {
+		t.Fatalf("JSON round trip: %+v, %v", back, err)
+	}
+	// The wire contract (docs/wire.md): these keys, no more.
+	var keys map[string]any
+	if err := json.Unmarshal(o.JSON(), &keys); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"lr", "lr_schedule", "mode", "momentum", "nan_policy", "optimizer", "replicas", "staleness", "warmup_steps", "wire_dtype", "workers"}
+	if got := slices.Sorted(maps.Keys(keys)); !slices.Equal(got, want) {
+		t.Errorf("shard options carry %v, want %v", got, want)
+	}
+
+	srv, _, n := newSyncServer(t, 1)
+	good := OptionsFor(config.Default())
+	for name, c := range map[string]struct {
+		options []byte
+		says    string
+	}{
+		"none":             {nil, "none in the init request"},
+		"not json":         {[]byte("{"), "shard options"},
+		"a run config":     {config.Default().JSON(), "replicas"}, // the old field's content: no resolved replicas
+		"zero replicas":    {with(good, func(o *Options) { o.Replicas = 0 }), "replicas"},
+		"replicas > wkrs":  {with(good, func(o *Options) { o.Replicas = o.Workers + 1 }), "--replicas-to-aggregate"},
+		"zero workers":     {with(good, func(o *Options) { o.Workers, o.Replicas = 0, 0 }), "--workers"},
+		"mode":             {with(good, func(o *Options) { o.Mode = "bsp" }), "--mode"},
+		"optimizer":        {with(good, func(o *Options) { o.Optimizer = "rmsprop" }), "--optimizer"},
+		"lr":               {with(good, func(o *Options) { o.LR = 0 }), "--lr"},
+		"momentum":         {with(good, func(o *Options) { o.Momentum = 1 }), "--momentum"},
+		"lr schedule":      {with(good, func(o *Options) { o.LRSchedule = "linear" }), "--lr-schedule"},
+		"warmup":           {with(good, func(o *Options) { o.WarmupSteps = -1 }), "--warmup-steps"},
+		"staleness":        {with(good, func(o *Options) { o.Staleness = -1 }), "--staleness"},
+		"nan policy":       {with(good, func(o *Options) { o.NaNPolicy = "drop" }), "--nan-policy"},
+		"wire dtype":       {with(good, func(o *Options) { o.WireDType = "fp8" }), "--wire-dtype"},
+		"nan policy unset": {with(good, func(o *Options) { o.NaNPolicy = "" }), "--nan-policy"},
+	} {
+		_, err := srv.Init(context.Background(), &pb.InitRequest{RunId: "other", NumShards: 1, ShardOptions: c.options,
+			Params: wire.Bytes(make([]float32, n)), Generation: 2})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: Init said %v, want InvalidArgument mentioning %q", name, err, c.says)
+		}
+	}
+	if st, _ := srv.Status(context.Background(), &pb.StatusRequest{}); st.RunId != "r" || st.Generation != 1 {
+		t.Errorf("a refused Init changed the shard: run %q generation %d", st.RunId, st.Generation)
+	}
+}
+
+// with is o changed by f, as JSON.
+func with(o Options, f func(*Options)) []byte {
+	f(&o)
+	return o.JSON()
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/pstrain/pstrain/blas"
 	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/chief"
+	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/metrics"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/report"
@@ -55,7 +56,7 @@ func RunChief(ctx context.Context, o Options, co ChiefOptions) (*report.Report, 
 		}
 		defer c.Close()
 		var client pb.ParameterServerClient = pb.NewParameterServerClient(c)
-		if o.Run.DataPlane == "tcp" {
+		if o.Run.DataPlane == config.TCP {
 			// The evaluation's pulls too: on gRPC each costs the PS a
 			// copy of its parameters that cannot be reused, and a
 			// marshalling buffer.

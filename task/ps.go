@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 
 	"github.com/pstrain/pstrain/checkpoint"
+	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/dataplane"
 	"github.com/pstrain/pstrain/metrics"
 	pb "github.com/pstrain/pstrain/proto"
@@ -27,7 +28,7 @@ func RunPS(ctx context.Context, o Options) error {
 	// and its encoding, and 10% would collect several times a step (PS
 	// CPU doubled, measured): 50% there. docs/scaling.md, "PS memory".
 	gcPercent := 10
-	if o.Run.DataPlane == "grpc" {
+	if o.Run.DataPlane == config.GRPC {
 		gcPercent = 50
 	}
 	debug.SetGCPercent(gcPercent)
@@ -49,7 +50,7 @@ func RunPS(ctx context.Context, o Options) error {
 	}
 	g := o.grpcServer()
 	pb.RegisterParameterServerServer(g, srv)
-	if o.Run.DataPlane == "tcp" {
+	if o.Run.DataPlane == config.TCP {
 		dlis, daddr, err := o.listenData(addr)
 		if err != nil {
 			return err

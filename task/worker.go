@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/pstrain/pstrain/blas"
+	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/dataset"
 	"github.com/pstrain/pstrain/metrics"
 	"github.com/pstrain/pstrain/nn"
@@ -64,7 +65,7 @@ func RunWorker(ctx context.Context, o Options, blasThreads int) error {
 		defer c.Close()
 		gc := pb.NewParameterServerClient(c)
 		var dp worker.DataPlane = gc
-		if o.Run.DataPlane == "tcp" {
+		if o.Run.DataPlane == config.TCP {
 			dc := o.dataPlaneClient(gc)
 			defer dc.Close()
 			dp = dc

@@ -50,7 +50,7 @@ const mechanismLR = 0.05
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // startCluster runs run.PS shard servers over bufconn (and the TCP data
-// plane if run.DataPlane is "tcp"), initialised with spec.Init(seed),
+// plane if run.DataPlane is config.TCP), initialised with spec.Init(seed),
 // training ending at maxVersion. There is no chief: the tests stand in
 // for it where they need one.
 func startCluster(t *testing.T, run config.Run, spec model.Spec, maxVersion int64) *inproc.Cluster {
@@ -96,8 +96,8 @@ func waitAll(t *testing.T, c *inproc.Cluster) {
 // M workers of batch b, aggregated by 2 shards, reach the same weights as
 // one process training with batch M*b on the same data in the same order.
 func TestSyncEqualsBigBatch(t *testing.T) {
-	for _, plane := range []string{"grpc", "tcp"} {
-		t.Run(plane, func(t *testing.T) { testSyncEqualsBigBatch(t, plane) })
+	for _, plane := range []config.DataPlane{config.GRPC, config.TCP} {
+		t.Run(string(plane), func(t *testing.T) { testSyncEqualsBigBatch(t, plane) })
 	}
 }
 
@@ -110,7 +110,7 @@ var syncSpec = model.Spec{Input: 24, Hidden: []int{16, 12}, Classes: 5}
 // trainSync runs that cluster for steps sync steps on its synthetic data
 // (worker i takes the i-th b rows of every m*b) and returns the weights,
 // the run and the data.
-func trainSync(t *testing.T, plane, dtype string, steps int64) ([][]float32, config.Run, *dataset.Dataset) {
+func trainSync(t *testing.T, plane config.DataPlane, dtype config.WireDType, steps int64) ([][]float32, config.Run, *dataset.Dataset) {
 	t.Helper()
 	run := config.Default()
 	run.LRSchedule = "constant" // the update rule under test, not the schedule
@@ -159,10 +159,10 @@ func maxDiff(a, b [][]float32) float64 {
 	return worst
 }
 
-func testSyncEqualsBigBatch(t *testing.T, plane string) {
+func testSyncEqualsBigBatch(t *testing.T, plane config.DataPlane) {
 	const m, b, steps = syncM, syncB, 60
 	spec := syncSpec
-	got, run, data := trainSync(t, plane, "f32", steps)
+	got, run, data := trainSync(t, plane, config.F32, steps)
 
 	// The single-process reference.
 	ref, err := nn.New(spec, m*b, true)
@@ -200,15 +200,15 @@ func testSyncEqualsBigBatch(t *testing.T, plane string) {
 // workers' gradients each rounded to bfloat16: the reference computes
 // every worker's gradient on its own batch, rounds it, and averages.
 func TestSyncBF16IsSGDOnRoundedGradients(t *testing.T) {
-	for _, plane := range []string{"grpc", "tcp"} {
-		t.Run(plane, func(t *testing.T) { testSyncBF16(t, plane) })
+	for _, plane := range []config.DataPlane{config.GRPC, config.TCP} {
+		t.Run(string(plane), func(t *testing.T) { testSyncBF16(t, plane) })
 	}
 }
 
-func testSyncBF16(t *testing.T, plane string) {
+func testSyncBF16(t *testing.T, plane config.DataPlane) {
 	const m, b, steps = syncM, syncB, 40
 	spec := syncSpec
-	got, run, data := trainSync(t, plane, "bf16", steps)
+	got, run, data := trainSync(t, plane, config.BF16, steps)
 
 	ref, err := nn.New(spec, b, true)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/pstrain/pstrain/internal/inproc"
 	"github.com/pstrain/pstrain/model"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/ps"
 	"github.com/pstrain/pstrain/shardckpt"
 	"github.com/pstrain/pstrain/wire"
 	"github.com/pstrain/pstrain/worker"
@@ -147,7 +148,7 @@ func newPosHarness(t *testing.T, mode config.Mode, workers, replicas int, checkp
 	run.LRSchedule = "constant" // the update rule under test, not the schedule
 	run.Mode, run.PS, run.Workers, run.Batch, run.Hidden = mode, 2, workers, posBatch, posSpec.Hidden
 	run.ReplicasToAggregate = replicas
-	run.LR, run.Optimizer, run.DataPlane, run.Staleness = mechanismLR, "momentum", "grpc", 2
+	run.LR, run.Optimizer, run.DataPlane, run.Staleness = mechanismLR, "momentum", config.GRPC, 2
 	if checkpoints {
 		run.CheckpointDir = "/ck"
 	}
@@ -195,7 +196,7 @@ func (h *posHarness) initAll(gen int64, shards []shardState, positions []int64) 
 		live = append(live, int32(w))
 	}
 	for s, st := range shards {
-		req := &pb.InitRequest{RunId: "test", Shard: int32(s), NumShards: int32(h.run.PS), RunConfig: h.run.JSON(),
+		req := &pb.InitRequest{RunId: "test", Shard: int32(s), NumShards: int32(h.run.PS), ShardOptions: ps.OptionsFor(h.run).JSON(),
 			ModelSpec: posSpec.JSON(), Params: wire.Bytes(st.params), Version: st.version, MaxVersion: h.maxVersion,
 			LiveWorkers: live, Generation: gen, OptimizerStep: st.optSteps, DataPositions: positions,
 			StepsPerEpoch: float64(posPerEpoch)}
@@ -254,7 +255,26 @@ func (h *posHarness) check(survives func(gen, v int64, final int64) bool) {
 	t.Helper()
 	waitAll(t, h.c)
 	_, versions := params(t, h.c)
-	// Final data positions, [shard][worker].
+	final := h.finalPositions()
+	h.l.mu.Lock()
+	defer h.l.mu.Unlock()
+	held := h.held(survives, versions)
+	most := int64(0) // the most epochs a worker completed
+	for w := range h.run.Workers {
+		top := h.checkHeld(w, held, final)
+		epochs := h.checkEpochs(w, top)
+		most = max(most, epochs)
+		t.Logf("worker %d: %d batches (%d whole epochs) in the model, each sample once per epoch", w, top, epochs)
+	}
+	if most < 2 {
+		t.Fatalf("no worker completed 2 epochs (%d): the test needs epoch boundaries", most)
+	}
+}
+
+// finalPositions are the shards' final data positions, [shard][worker].
+func (h *posHarness) finalPositions() [][]int64 {
+	t := h.t
+	t.Helper()
 	final := make([][]int64, h.run.PS)
 	for s := range final {
 		for w := range h.run.Workers {
@@ -265,18 +285,24 @@ func (h *posHarness) check(survives func(gen, v int64, final int64) bool) {
 			final[s] = append(final[s], resp.DataPosition)
 		}
 	}
-	l := h.l
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	held := make([][][]int64, h.run.PS) // [shard][worker] -> positions
+	return final
+}
+
+// held is the positions of the batches whose gradients the final model
+// holds, [shard][worker], given the shards' final versions. Call with
+// h.l.mu held.
+func (h *posHarness) held(survives func(gen, v int64, final int64) bool, versions []int64) [][][]int64 {
+	t := h.t
+	t.Helper()
+	held := make([][][]int64, h.run.PS)
 	for s := range held {
 		held[s] = make([][]int64, h.run.Workers)
 	}
-	for _, p := range l.pushes {
+	for _, p := range h.l.pushes {
 		if p.err != nil {
 			t.Fatalf("a push failed, its outcome is unknown: %v", p.err)
 		}
-		b := l.batches[p.tag]
+		b := h.l.batches[p.tag]
 		if b.worker != p.worker {
 			t.Fatalf("push of worker %d tagged with worker %d's batch", p.worker, b.worker)
 		}
@@ -284,70 +310,82 @@ func (h *posHarness) check(survives func(gen, v int64, final int64) bool) {
 			held[p.shard][p.worker] = append(held[p.shard][p.worker], b.pos)
 		}
 	}
-	most := int64(0) // the most epochs a worker completed
-	for w := range h.run.Workers {
-		var union []int64
-		var top int64
-		for s := range held {
-			ps := slices.Sorted(slices.Values(held[s][w]))
-			if len(slices.Compact(slices.Clone(ps))) != len(ps) {
-				t.Fatalf("ps/%d holds a batch of worker %d twice: positions %v", s, w, ps)
-			}
-			// A shard's position is one past the furthest batch it holds
-			// (with backup workers it may have dropped some others hold).
-			if n := len(ps); n > 0 && ps[n-1]+1 != final[s][w] {
-				t.Fatalf("ps/%d holds worker %d's batches up to %d, its data position says %d", s, w, ps[n-1], final[s][w])
-			}
-			union = append(union, ps...)
-			top = max(top, final[s][w])
+	return held
+}
+
+// checkHeld checks worker w's batches in the model against its data
+// positions (final, [shard][worker]): no shard holds one twice, each
+// shard's position is one past the furthest it holds, and together they
+// hold batches 0..top-1, top being the furthest position. It returns top.
+// Call with h.l.mu held.
+func (h *posHarness) checkHeld(w int, held [][][]int64, final [][]int64) int64 {
+	t := h.t
+	t.Helper()
+	var union []int64
+	var top int64
+	for s := range held {
+		ps := slices.Sorted(slices.Values(held[s][w]))
+		if len(slices.Compact(slices.Clone(ps))) != len(ps) {
+			t.Fatalf("ps/%d holds a batch of worker %d twice: positions %v", s, w, ps)
 		}
-		union = slices.Compact(slices.Sorted(slices.Values(union)))
-		for i, p := range union {
-			if p != int64(i) {
-				t.Fatalf("worker %d: the model holds batches %v, want 0..%d", w, union, top-1)
-			}
+		// A shard's position is one past the furthest batch it holds
+		// (with backup workers it may have dropped some others hold).
+		if n := len(ps); n > 0 && ps[n-1]+1 != final[s][w] {
+			t.Fatalf("ps/%d holds worker %d's batches up to %d, its data position says %d", s, w, ps[n-1], final[s][w])
 		}
-		if int64(len(union)) != top {
-			t.Fatalf("worker %d: the model holds %d batches, its data position is %d", w, len(union), top)
-		}
-		// The samples of each position (the same whenever it was taken),
-		// epoch by epoch.
-		ids := map[int64][]int{}
-		for _, b := range l.batches {
-			if b.worker != w {
-				continue
-			}
-			if prev, ok := ids[b.pos]; ok && !slices.Equal(prev, b.ids) {
-				t.Fatalf("worker %d's batch %d held %v once and %v another time", w, b.pos, prev, b.ids)
-			}
-			ids[b.pos] = b.ids
-		}
-		lo, hi := w*posPerShard, (w+1)*posPerShard // the worker's data shard
-		epochs := top / posPerEpoch
-		most = max(most, epochs)
-		for e := range epochs + 1 {
-			var got []int
-			for p := e * posPerEpoch; p < min((e+1)*posPerEpoch, top); p++ {
-				got = append(got, ids[p]...)
-			}
-			slices.Sort(got)
-			if len(slices.Compact(slices.Clone(got))) != len(got) {
-				t.Fatalf("worker %d, epoch %d: a sample used twice: %v", w, e, got)
-			}
-			for _, id := range got {
-				if id < lo || id >= hi {
-					t.Fatalf("worker %d used sample %d, not of its shard", w, id)
-				}
-			}
-			if e < epochs && len(got) != posPerShard {
-				t.Fatalf("worker %d, epoch %d: %d samples used, want each of %d once", w, e, len(got), posPerShard)
-			}
-		}
-		t.Logf("worker %d: %d batches (%d whole epochs) in the model, each sample once per epoch", w, top, epochs)
+		union = append(union, ps...)
+		top = max(top, final[s][w])
 	}
-	if most < 2 {
-		t.Fatalf("no worker completed 2 epochs (%d): the test needs epoch boundaries", most)
+	union = slices.Compact(slices.Sorted(slices.Values(union)))
+	for i, p := range union {
+		if p != int64(i) {
+			t.Fatalf("worker %d: the model holds batches %v, want 0..%d", w, union, top-1)
+		}
 	}
+	if int64(len(union)) != top {
+		t.Fatalf("worker %d: the model holds %d batches, its data position is %d", w, len(union), top)
+	}
+	return top
+}
+
+// checkEpochs checks that worker w's batches 0..top-1 use each sample of
+// its data shard once per epoch (the last epoch, if incomplete, at most
+// once) and returns the number of whole epochs. Call with h.l.mu held.
+func (h *posHarness) checkEpochs(w int, top int64) int64 {
+	t := h.t
+	t.Helper()
+	// The samples of each position (the same whenever it was taken).
+	ids := map[int64][]int{}
+	for _, b := range h.l.batches {
+		if b.worker != w {
+			continue
+		}
+		if prev, ok := ids[b.pos]; ok && !slices.Equal(prev, b.ids) {
+			t.Fatalf("worker %d's batch %d held %v once and %v another time", w, b.pos, prev, b.ids)
+		}
+		ids[b.pos] = b.ids
+	}
+	lo, hi := w*posPerShard, (w+1)*posPerShard // the worker's data shard
+	epochs := top / posPerEpoch
+	for e := range epochs + 1 {
+		var got []int
+		for p := e * posPerEpoch; p < min((e+1)*posPerEpoch, top); p++ {
+			got = append(got, ids[p]...)
+		}
+		slices.Sort(got)
+		if len(slices.Compact(slices.Clone(got))) != len(got) {
+			t.Fatalf("worker %d, epoch %d: a sample used twice: %v", w, e, got)
+		}
+		for _, id := range got {
+			if id < lo || id >= hi {
+				t.Fatalf("worker %d used sample %d, not of its shard", w, id)
+			}
+		}
+		if e < epochs && len(got) != posPerShard {
+			t.Fatalf("worker %d, epoch %d: %d samples used, want each of %d once", w, e, len(got), posPerShard)
+		}
+	}
+	return epochs
 }
 
 // firstPos is the position of the first batch incarnation inc took.
@@ -436,6 +474,39 @@ func TestRollbackRewindsTheData(t *testing.T) {
 	}
 
 	resume := waitPause(at)
+	cks := h.snapshotAll(ctx, at)
+	close(resume)
+	// What the chief does: commit the manifest with the positions (the
+	// furthest any shard counted) ...
+	h.commit(at, cks)
+
+	// ... and when a PS comes back, restore every shard from it.
+	resume = waitPause(until)
+	h.restoreAll(2, at)
+	close(resume)
+
+	h.check(func(gen, v, final int64) bool { return (gen == 1 && v < at) || (gen == 2 && v < final) })
+	// The abandoned timeline did count gradients (which the model does
+	// not hold): the test rolled real work back.
+	h.l.mu.Lock()
+	defer h.l.mu.Unlock()
+	lost := 0
+	for _, p := range h.l.pushes {
+		if p.gen == 1 && p.version >= at && p.outcome == pb.PushResponse_APPLIED {
+			lost++
+		}
+	}
+	if lost == 0 {
+		t.Fatal("no gradient of the rolled-back timeline was counted: nothing was rolled back")
+	}
+	t.Logf("%d gradients of the abandoned timeline rolled back", lost)
+}
+
+// snapshotAll has every shard checkpoint version at, as the chief orders
+// a checkpoint.
+func (h *posHarness) snapshotAll(ctx context.Context, at int64) []*pb.CheckpointResponse {
+	t := h.t
+	t.Helper()
 	cks := make([]*pb.CheckpointResponse, h.run.PS)
 	for s := range h.run.PS {
 		ck, err := h.c.PS(s).Client().Checkpoint(ctx, &pb.CheckpointRequest{Step: at, AtVersion: at, RunId: "test"})
@@ -444,9 +515,15 @@ func TestRollbackRewindsTheData(t *testing.T) {
 		}
 		cks[s] = ck
 	}
-	close(resume)
-	// What the chief does: commit the manifest with the positions (the
-	// furthest any shard counted) ...
+	return cks
+}
+
+// commit commits the manifest of the shards' checkpoints cks at version
+// at, with every worker's furthest data position, as the chief does, and
+// checks those positions are at for both workers.
+func (h *posHarness) commit(at int64, cks []*pb.CheckpointResponse) {
+	t := h.t
+	t.Helper()
 	var positions []int64
 	var infos []checkpoint.ShardInfo
 	for s, ck := range cks {
@@ -469,9 +546,15 @@ func TestRollbackRewindsTheData(t *testing.T) {
 		Shards: infos, DataPositions: positions}); err != nil {
 		t.Fatal(err)
 	}
+}
 
-	// ... and when a PS comes back, restore every shard from it.
-	resume = waitPause(until)
+// restoreAll re-initialises every shard in generation gen from the
+// checkpoint of step at, as the chief does when a PS comes back in sync
+// mode.
+func (h *posHarness) restoreAll(gen, at int64) {
+	t := h.t
+	t.Helper()
+	store := h.c.Checkpoints()
 	loaded, err := store.Load(store.Path(at))
 	if err != nil {
 		t.Fatal(err)
@@ -485,24 +568,7 @@ func TestRollbackRewindsTheData(t *testing.T) {
 		p, o := st.Shard(h.c.Plan(), s)
 		shards = append(shards, shardState{params: p, opt: o, optSteps: st.OptimizerSteps, version: loaded.Manifest.Version})
 	}
-	h.initAll(2, shards, loaded.Manifest.DataPositions)
-	close(resume)
-
-	h.check(func(gen, v, final int64) bool { return (gen == 1 && v < at) || (gen == 2 && v < final) })
-	// The abandoned timeline did count gradients (which the model does
-	// not hold): the test rolled real work back.
-	h.l.mu.Lock()
-	defer h.l.mu.Unlock()
-	lost := 0
-	for _, p := range h.l.pushes {
-		if p.gen == 1 && p.version >= at && p.outcome == pb.PushResponse_APPLIED {
-			lost++
-		}
-	}
-	if lost == 0 {
-		t.Fatal("no gradient of the rolled-back timeline was counted: nothing was rolled back")
-	}
-	t.Logf("%d gradients of the abandoned timeline rolled back", lost)
+	h.initAll(gen, shards, loaded.Manifest.DataPositions)
 }
 
 // A backup worker's gradient that loses the race is dropped (stale on

@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"slices"
 	"sync"
 	"time"
@@ -36,6 +35,7 @@ import (
 	"github.com/pstrain/pstrain/nn"
 	"github.com/pstrain/pstrain/partition"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/ps"
 	"github.com/pstrain/pstrain/wire"
 )
 
@@ -89,6 +89,10 @@ type Config struct {
 	BeforePush func(step int64)
 	// AfterPull, if set, is called when a step's pulls have returned.
 	AfterPull func(step int64)
+	// CatchUpAfter is how long a sync worker waits for a shard behind the
+	// others before it pushes it a catch-up gradient (ps.Align); 0:
+	// ps.CatchUpAfter.
+	CatchUpAfter time.Duration
 }
 
 // Worker runs the loop.
@@ -96,6 +100,8 @@ type Worker struct {
 	cfg      Config
 	flat     [][]float32 // per-shard gradient gather buffers (float32 pushes), else nil
 	half     [][]byte    // per-shard bfloat16 push buffers (--wire-dtype bf16), else nil
+	labels   []uint8     // the batch's labels
+	next     int64       // the data position Batches is at (-1: not yet known)
 	step     int64
 	lastLoss float32
 	mu       sync.Mutex // guards step, lastLoss for Progress
@@ -115,9 +121,12 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.RetryTimeout <= 0 {
 		cfg.RetryTimeout = time.Minute
 	}
-	w := &Worker{cfg: cfg}
+	if cfg.CatchUpAfter <= 0 {
+		cfg.CatchUpAfter = ps.CatchUpAfter
+	}
+	w := &Worker{cfg: cfg, labels: make([]uint8, cfg.Net.Batch())}
 	for _, s := range cfg.Plan.Shards {
-		if cfg.Run.WireDType == "bf16" {
+		if cfg.Run.WireDType == config.BF16 {
 			w.half = append(w.half, make([]byte, 2*s.Size))
 		} else {
 			w.flat = append(w.flat, make([]float32, s.Size))
@@ -135,27 +144,39 @@ func (w *Worker) Progress() (int64, float32) {
 
 // Run trains until training is done (nil), ctx ends (ctx.Err()) or a shard
 // stays unreachable past RetryTimeout.
+//
+// Each step it pulls every shard (pullAll, which aligns the answers by
+// ps.Align), computes the gradient on the batch at its data position and
+// pushes each shard its slice. In sync mode ps.Align may instead ask for
+// a catch-up: a gradient pushed only to shards that stay behind the
+// others (see catchUp), after which the step's pulls start again.
 func (w *Worker) Run(ctx context.Context) error {
 	c := w.cfg
 	n := len(c.Shards)
-	var minVersion int64          // sync: the version every shard must reach
-	versions := make([]int64, n)  // version of the parameters in the net, per shard
-	gens := make([]int64, n)      // the chief's generation of each shard's state
-	positions := make([]int64, n) // this worker's data position on each shard
-	next := int64(-1)             // the position Batches is at (-1: not yet known)
-	x := c.Net.Input()
-	y := make([]uint8, c.Net.Batch())
-	errs := make([]error, n)
-	var wg sync.WaitGroup
+	var minVersion int64            // sync: the version every shard must reach
+	views := make([]ps.PullView, n) // what each shard's latest pull answered
+	positions := make([]int64, n)   // this worker's data position on each shard
+	all := make([]int, n)           // every shard, for a step's pushes
+	for s := range all {
+		all[s] = s
+	}
+	w.next = -1 // not yet known
 	for {
 		t0 := time.Now()
-		finished, err := w.pullAll(ctx, minVersion, versions, gens, positions)
+		a, err := w.pullAll(ctx, minVersion, views, positions)
 		if err != nil {
 			return err
 		}
-		if finished {
+		switch a.Action {
+		case ps.AlignDone:
 			c.Log.Info("training done", "worker", c.Index, "steps", w.step)
 			return nil
+		case ps.AlignCatchUp:
+			if err := w.catchUp(ctx, a, views, positions); err != nil {
+				return err
+			}
+			minVersion = a.Version // every shard, the lagging ones once caught up
+			continue
 		}
 		if c.AfterPull != nil {
 			c.AfterPull(w.step)
@@ -163,82 +184,22 @@ func (w *Worker) Run(ctx context.Context) error {
 		t1 := time.Now()
 		c.Metrics.ObservePhase(metrics.PhasePull, t1.Sub(t0))
 
-		// The batch at the data position: one past the furthest batch of
-		// this worker's that some shard holds.
-		if pos := slices.Max(positions); pos != next {
-			switch {
-			case next < 0:
-				c.Log.Info("data position", "worker", c.Index, "batch", pos)
-			case pos == next-1:
-				// No shard counted the last gradient (stale everywhere,
-				// e.g. a backup worker's that lost the race): no sample
-				// of it is in the model yet.
-				c.Log.Debug("gradient not counted; using its batch again", "worker", c.Index, "batch", pos)
-			default:
-				c.Log.Warn("data position moved by the parameter servers (a rollback to a checkpoint?)", "worker", c.Index, "from", next, "to", pos)
-			}
-			c.Batches.SeekBatch(pos)
-			next = pos
-		}
-
-		// Forward and backward.
-		c.Batches.Next(x, y)
-		next++
-		c.Net.SetLabels(y)
-		loss, err := c.Net.Step()
-		if err != nil {
-			return err
-		}
-		grads, err := c.Net.Grads()
+		loss, grads, err := w.compute(positions)
 		if err != nil {
 			return err
 		}
 		t2 := time.Now()
 		c.Metrics.ObservePhase(metrics.PhaseCompute, t2.Sub(t1))
 
-		// Push each shard its slice, in parallel.
 		if c.BeforePush != nil {
 			c.BeforePush(w.step)
 		}
-		for s := range c.Shards {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				req := &pb.PushRequest{Worker: int32(c.Index), Version: versions[s], RunId: c.RunID, Loss: loss, Generation: gens[s],
-					DataPosition: next} // the batch's position + 1
-				push := func() error { _, err := c.Shards[s].Client.Push(ctx, req); return err }
-				sp, segmented := c.Shards[s].Client.(SegmentedDataPlane)
-				switch {
-				case w.half != nil:
-					// Rounded straight from the model's gradients.
-					off := 0
-					for _, seg := range c.Plan.Segments(s, grads) {
-						wire.PutBF16(w.half[s][off:], seg)
-						off += 2 * len(seg)
-					}
-					req.Grad = w.half[s]
-				case segmented:
-					segs := c.Plan.Segments(s, grads)
-					push = func() error { _, err := sp.PushSegments(ctx, req, segs); return err }
-				default:
-					c.Plan.Gather(s, grads, w.flat[s])
-					req.Grad = wire.Bytes(w.flat[s])
-				}
-				errs[s] = w.retry(ctx, s, "push", push)
-				bytes := 4 * c.Plan.Shards[s].Size
-				if w.half != nil {
-					bytes = len(w.half[s])
-				}
-				c.Metrics.RPCSentBytes.WithLabelValues("push").Add(float64(bytes))
-			}()
-		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
+		if err := w.pushAll(ctx, all, views, loss, grads); err != nil {
 			return err
 		}
 		c.Metrics.ObservePhase(metrics.PhasePush, time.Since(t2))
 		if c.Run.Mode == config.Sync {
-			minVersion = versions[0] + 1 // pullAll made them equal
+			minVersion = a.Version + 1 // the step's version on every shard
 		}
 		w.mu.Lock()
 		w.step++
@@ -250,111 +211,197 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 }
 
-// pullAll pulls every shard in parallel, straight into the net's weights,
-// and records each shard's version. It reports true when training is done.
-//
-// In sync mode the step's parameters must come from one version on every
-// shard, or the gradient would mix two models: shards that answer with an
-// older version than another shard are pulled again at the highest version
-// seen. That also bounds the skew between shards to one step: a shard can
-// only reach v+1 from gradients tagged v on every shard, and those
-// gradients are pushed to every shard.
-//
-// A shard that says done ends the other pulls: with backup workers the
-// shards aggregate independently, so another shard may be waiting for a
-// step no worker will complete.
-//
-// gens holds each shard's generation, which the chief bumps when it
-// re-initialises the state (a rollback to a checkpoint after a PS
-// restart). A pull from an older generation answers at once with the new
-// state. In sync mode the chief rolls every shard back together, so the
-// step waits until every shard is in the newest generation seen: a shard
-// still in an older one is pulled with an unreachable minimum version,
-// which returns as soon as its generation changes.
-func (w *Worker) pullAll(ctx context.Context, minVersion int64, versions, gens, positions []int64) (bool, error) {
+// compute runs the forward and backward pass on the batch at the data
+// position, one past the furthest batch of this worker's that some shard
+// holds (positions: what each shard's pull said), and returns the loss
+// and the gradients. w.next is then the batch's position + 1.
+func (w *Worker) compute(positions []int64) (float32, [][]float32, error) {
 	c := w.cfg
-	n := len(c.Shards)
-	errs := make([]error, n)
-	done := make([]bool, n)
-	todo := make([]bool, n)
-	want := make([]int64, n)
-	for s := range todo {
-		todo[s] = true
-		want[s] = minVersion
+	if pos := slices.Max(positions); pos != w.next {
+		switch {
+		case w.next < 0:
+			c.Log.Info("data position", "worker", c.Index, "batch", pos)
+		case pos == w.next-1:
+			// No shard counted the last gradient (stale everywhere,
+			// e.g. a backup worker's that lost the race, or a duplicate
+			// catch-up): no sample of it is in the model yet.
+			c.Log.Debug("gradient not counted; using its batch again", "worker", c.Index, "batch", pos)
+		default:
+			c.Log.Warn("data position moved by the parameter servers (a rollback to a checkpoint?)", "worker", c.Index, "from", w.next, "to", pos)
+		}
+		c.Batches.SeekBatch(pos)
+		w.next = pos
+	}
+	x := c.Net.Input()
+	c.Batches.Next(x, w.labels)
+	w.next++
+	c.Net.SetLabels(w.labels)
+	loss, err := c.Net.Step()
+	if err != nil {
+		return 0, nil, err
+	}
+	grads, err := c.Net.Grads()
+	if err != nil {
+		return 0, nil, err
+	}
+	return loss, grads, nil
+}
+
+// catchUp pushes the shards in a.CatchUp a gradient computed on the
+// parameters the worker has, each tagged with the version and generation
+// that shard answered with (ps.Align, AlignCatchUp; the others are at
+// a.Version). The shard counts it
+// if this worker has not contributed to its step yet (a new incarnation
+// of a worker that died between its pushes, or a backup worker), which
+// completes a step that would otherwise wait for good; from a worker that
+// has, it is a duplicate and changes nothing. It takes a batch like a
+// step: counted, the batch is used up (the shard moves the data
+// position); a duplicate's batch is taken again by the next step.
+func (w *Worker) catchUp(ctx context.Context, a ps.Alignment, views []ps.PullView, positions []int64) error {
+	c := w.cfg
+	c.Log.Warn("parameter server stuck behind the others: pushing it a catch-up gradient (a worker died between its pushes?)",
+		"worker", c.Index, "ps", a.CatchUp, "version", views[a.CatchUp[0]].Version, "others_at", a.Version)
+	loss, grads, err := w.compute(positions)
+	if err != nil {
+		return err
+	}
+	return w.pushAll(ctx, a.CatchUp, views, loss, grads)
+}
+
+// pushAll pushes each shard in shards its slice of grads, in parallel,
+// tagged with the version and generation its pull answered with and the
+// data position after the batch (w.next).
+func (w *Worker) pushAll(ctx context.Context, shards []int, views []ps.PullView, loss float32, grads [][]float32) error {
+	c := w.cfg
+	errs := make([]error, len(shards))
+	var wg sync.WaitGroup
+	for i, s := range shards {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := &pb.PushRequest{Worker: int32(c.Index), Version: views[s].Version, RunId: c.RunID, Loss: loss, Generation: views[s].Generation,
+				DataPosition: w.next} // the batch's position + 1
+			push := func() error { _, err := c.Shards[s].Client.Push(ctx, req); return err }
+			sp, segmented := c.Shards[s].Client.(SegmentedDataPlane)
+			switch {
+			case w.half != nil:
+				// Rounded straight from the model's gradients.
+				off := 0
+				for _, seg := range c.Plan.Segments(s, grads) {
+					wire.PutBF16(w.half[s][off:], seg)
+					off += 2 * len(seg)
+				}
+				req.Grad = w.half[s]
+			case segmented:
+				segs := c.Plan.Segments(s, grads)
+				push = func() error { _, err := sp.PushSegments(ctx, req, segs); return err }
+			default:
+				c.Plan.Gather(s, grads, w.flat[s])
+				req.Grad = wire.Bytes(w.flat[s])
+			}
+			errs[i] = w.retry(ctx, s, "push", push)
+			bytes := 4 * c.Plan.Shards[s].Size
+			if w.half != nil {
+				bytes = len(w.half[s])
+			}
+			c.Metrics.RPCSentBytes.WithLabelValues("push").Add(float64(bytes))
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// pullAll pulls every shard at minVersion in parallel, straight into the
+// net's weights, recording each answer in views and the data position it
+// gave in positions, then applies ps.Align to the answers and pulls again
+// the shards it names until it decides: a step on these parameters, a
+// catch-up, or done. The rule is ps.Align's; this is the RPC loop around
+// it.
+//
+// A shard that says done ends the other pulls. A bounded pull (a shard
+// behind the others, pulled at their version) that does not answer within
+// CatchUpAfter marks the shard Stalled, which Align turns into a
+// catch-up.
+func (w *Worker) pullAll(ctx context.Context, minVersion int64, views []ps.PullView, positions []int64) (ps.Alignment, error) {
+	pulls := make([]ps.Pull, len(views))
+	for s := range pulls {
+		pulls[s] = ps.Pull{Shard: s, MinVersion: minVersion}
 	}
 	for {
-		pullCtx, cancel := context.WithCancel(ctx)
-		var wg sync.WaitGroup
-		for s := range c.Shards {
-			if !todo[s] {
-				continue
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				resp, err := w.pull(pullCtx, s, want[s], gens[s])
-				if err == nil {
-					var p []float32
-					if resp.Params != nil { // else read straight into the net's parameters
-						p, err = wire.Floats(resp.Params)
-						if err == nil && len(p) != c.Plan.Shards[s].Size {
-							err = fmt.Errorf("shard %d (%s) sent %d parameters, plan says %d", s, c.Shards[s].Addr, len(p), c.Plan.Shards[s].Size)
-						}
-					}
-					if err == nil {
-						if p != nil {
-							c.Plan.Scatter(s, p, c.Net.Params())
-						}
-						if resp.Generation != gens[s] && gens[s] != 0 {
-							c.Log.Warn("parameter server state replaced by the chief", "ps", s, "generation", resp.Generation, "version", resp.Version)
-						}
-						versions[s], done[s], gens[s] = resp.Version, resp.Done, resp.Generation
-						positions[s] = resp.DataPosition
-						c.Metrics.RPCReceivedBytes.WithLabelValues("pull").Add(float64(4 * c.Plan.Shards[s].Size))
-						if resp.Done {
-							cancel()
-						}
-					}
-				}
-				errs[s] = err
-			}()
+		err := w.pullRound(ctx, pulls, views, positions)
+		a := ps.Align(w.cfg.Run.Mode, views)
+		switch {
+		case a.Action == ps.AlignDone:
+			return a, nil // the other pulls were cancelled
+		case err != nil:
+			return ps.Alignment{}, err
+		case a.Action != ps.AlignPull:
+			return a, nil
 		}
-		wg.Wait()
-		cancel()
-		for _, d := range done {
-			if d {
-				return true, nil
-			}
-		}
-		if err := errors.Join(errs...); err != nil {
-			return false, err
-		}
-		if c.Run.Mode != config.Sync {
-			return false, nil
-		}
-		g := slices.Max(gens)
-		hi := int64(-1)
-		for s, v := range versions {
-			if gens[s] == g {
-				hi = max(hi, v)
-			}
-		}
-		again := false
-		for s, v := range versions {
-			switch {
-			case gens[s] < g:
-				todo[s], want[s] = true, math.MaxInt64
-			case v < hi:
-				todo[s], want[s] = true, hi
-			default:
-				todo[s] = false
-			}
-			again = again || todo[s]
-		}
-		if !again {
-			return false, nil
-		}
+		pulls = a.Pulls
 	}
+}
+
+// pullRound runs pulls in parallel (see pullAll); a pull that answers
+// done cancels the others.
+func (w *Worker) pullRound(ctx context.Context, pulls []ps.Pull, views []ps.PullView, positions []int64) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make([]error, len(pulls))
+	var wg sync.WaitGroup
+	for i, p := range pulls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = w.pullOne(ctx, cancel, p, &views[p.Shard], &positions[p.Shard])
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// pullOne is one pull of a round: it reads the parameters into the net
+// and records the answer in view and pos, or marks view Stalled if the
+// pull was bounded and its bound passed first.
+func (w *Worker) pullOne(ctx context.Context, cancel context.CancelFunc, p ps.Pull, view *ps.PullView, pos *int64) error {
+	c := w.cfg
+	s := p.Shard
+	pctx := ctx
+	if p.Bounded {
+		var stop context.CancelFunc
+		pctx, stop = context.WithTimeout(ctx, c.CatchUpAfter)
+		defer stop()
+	}
+	resp, err := w.pull(pctx, s, p.MinVersion, view.Generation)
+	if err != nil {
+		// The data plane's deadline can fire a moment before the
+		// context's: either says the bound passed.
+		if p.Bounded && ctx.Err() == nil && (pctx.Err() != nil || status.Code(err) == codes.DeadlineExceeded) {
+			view.Stalled = true
+			return nil
+		}
+		return err
+	}
+	if resp.Params != nil { // else read straight into the net's parameters
+		flat, err := wire.Floats(resp.Params)
+		if err == nil && len(flat) != c.Plan.Shards[s].Size {
+			err = fmt.Errorf("shard %d (%s) sent %d parameters, plan says %d", s, c.Shards[s].Addr, len(flat), c.Plan.Shards[s].Size)
+		}
+		if err != nil {
+			return err
+		}
+		c.Plan.Scatter(s, flat, c.Net.Params())
+	}
+	if resp.Generation != view.Generation && view.Generation != 0 {
+		c.Log.Warn("parameter server state replaced by the chief", "ps", s, "generation", resp.Generation, "version", resp.Version)
+	}
+	*view = ps.PullView{Version: resp.Version, Generation: resp.Generation, Done: resp.Done}
+	*pos = resp.DataPosition
+	c.Metrics.RPCReceivedBytes.WithLabelValues("pull").Add(float64(4 * c.Plan.Shards[s].Size))
+	if resp.Done {
+		cancel()
+	}
+	return nil
 }
 
 func (w *Worker) pull(ctx context.Context, s int, minVersion, gen int64) (*pb.PullResponse, error) {

@@ -55,9 +55,9 @@ func bindRunFlags(fs *flag.FlagSet, r *config.Run) {
 	fs.StringVar(&r.DataDir, "data-dir", r.DataDir, "directory holding the data sets")
 	fs.Float64Var(&r.DataFraction, "data-fraction", r.DataFraction, "fraction of the training set to use, in (0, 1]")
 	fs.Int64Var(&r.Seed, "seed", r.Seed, "seed for initial weights and data order")
-	fs.StringVar(&r.DataPlane, "data-plane", r.DataPlane, "how workers pull and push: grpc, or tcp (raw float32 frames beside the gRPC API; faster)")
-	fs.StringVar(&r.WireDType, "wire-dtype", r.WireDType, "how workers send gradients: f32, or bf16 (half the bytes, 8 significant bits)")
-	fs.StringVar(&r.NaNPolicy, "nan-policy", r.NaNPolicy, "a gradient with NaN/Inf: reject (the worker stops with an error) or skip (dropped, training goes on; sync counts it as a zero gradient); never applied")
+	fs.StringVar((*string)(&r.DataPlane), "data-plane", string(r.DataPlane), "how workers pull and push: grpc, or tcp (raw float32 frames beside the gRPC API; faster)")
+	fs.StringVar((*string)(&r.WireDType), "wire-dtype", string(r.WireDType), "how workers send gradients: f32, or bf16 (half the bytes, 8 significant bits)")
+	fs.StringVar((*string)(&r.NaNPolicy), "nan-policy", string(r.NaNPolicy), "a gradient with NaN/Inf: reject (the worker stops with an error) or skip (dropped, training goes on; sync counts it as a zero gradient); never applied")
 	fs.DurationVar(&r.EvalEvery, "eval-every", r.EvalEvery, "chief: evaluate on the test set this often (0 = only at the end)")
 	fs.DurationVar(&r.HeartbeatTimeout, "heartbeat-timeout", r.HeartbeatTimeout, "a worker silent this long is considered dead")
 	fs.StringVar(&r.CheckpointDir, "checkpoint-dir", r.CheckpointDir, "where checkpoints go, shared by the chief and every PS (\"\" = no checkpoints)")
@@ -105,9 +105,9 @@ func runArgs(r config.Run) []string {
 		"--data-dir=" + r.DataDir,
 		"--data-fraction=" + strconv.FormatFloat(r.DataFraction, 'g', -1, 64),
 		fmt.Sprintf("--seed=%d", r.Seed),
-		"--nan-policy=" + r.NaNPolicy,
-		"--data-plane=" + r.DataPlane,
-		"--wire-dtype=" + r.WireDType,
+		"--nan-policy=" + string(r.NaNPolicy),
+		"--data-plane=" + string(r.DataPlane),
+		"--wire-dtype=" + string(r.WireDType),
 		"--eval-every=" + r.EvalEvery.String(),
 		"--heartbeat-timeout=" + r.HeartbeatTimeout.String(),
 		"--checkpoint-dir=" + r.CheckpointDir,

@@ -68,7 +68,7 @@ func TestTargetStopHandsBackTheScoredModel(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			rp, ckdir := filepath.Join(tmp, "report.json"), filepath.Join(tmp, "ckpt")
-			out, err := pstrain(t, ctx, "run", "--mode", mode, "--lr", lr, "--data-dir", d, "--data-fraction", "0.25", "--epochs", "4",
+			out, err := pstrain(t, ctx, "run", "--mode", mode, "--lr", lr, "--data-dir", d, "--data-fraction", "0.25", "--epochs", "10",
 				"--target-accuracy", "0.93", "--target-hold", "2", "--eval-every", "300ms", "--checkpoint-dir", ckdir,
 				"--run-dir", filepath.Join(tmp, "run"), "--sd-dir", filepath.Join(tmp, "targets"), "--report", rp)
 			if err != nil {

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/pstrain/pstrain/chief"
+	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/dataplane"
 	"github.com/pstrain/pstrain/dataset"
 	"github.com/pstrain/pstrain/metrics"
@@ -69,7 +70,7 @@ func (c *Cluster) startChief(cc ChiefConfig) (*Chief, error) {
 		}
 		c.own(conn)
 		var client pb.ParameterServerClient = pb.NewParameterServerClient(conn)
-		if r.DataPlane == "tcp" {
+		if r.DataPlane == config.TCP {
 			// The evaluation's pulls too, like the chief process.
 			dc := dataPlaneClient(client, c.cfg.MaxMessageBytes)
 			c.own(dc)

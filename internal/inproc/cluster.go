@@ -25,6 +25,7 @@ import (
 	"github.com/pstrain/pstrain/model"
 	"github.com/pstrain/pstrain/partition"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/ps"
 	"github.com/pstrain/pstrain/wire"
 )
 
@@ -221,7 +222,7 @@ func (c *Cluster) initShards(ctx context.Context) error {
 		flat := make([]float32, c.plan.Shards[s].Size)
 		c.plan.Gather(s, init, flat)
 		if _, err := p.client.Init(ctx, &pb.InitRequest{RunId: c.cfg.RunID, Shard: int32(s), NumShards: int32(r.PS),
-			RunConfig: r.JSON(), ModelSpec: c.cfg.Spec.JSON(), Params: wire.Bytes(flat), MaxVersion: c.cfg.MaxVersion, StepsPerEpoch: perEpoch}); err != nil {
+			ShardOptions: ps.OptionsFor(r).JSON(), ModelSpec: c.cfg.Spec.JSON(), Params: wire.Bytes(flat), MaxVersion: c.cfg.MaxVersion, StepsPerEpoch: perEpoch}); err != nil {
 			return fmt.Errorf("inproc: init ps/%d: %w", s, err)
 		}
 	}

@@ -36,13 +36,14 @@
 //   - Each PS is a ps.Server served by a gRPC server on a bufconn
 //     listener (Transport Bufconn, the default: no ports) or on
 //     127.0.0.1 (Loopback, as the real processes). With run.DataPlane
-//     "tcp" it also serves the TCP data plane on 127.0.0.1, and workers
+//     config.TCP it also serves the TCP data plane on 127.0.0.1, and workers
 //     find it the way task does: the PS reports its address in Status.
 //   - With a ChiefConfig, chief.New and Run run in a goroutine, served as
 //     pb.ChiefServer; every PS and worker registers with it, workers send
 //     heartbeats, and the chief initialises (and restores) the shards.
 //     Without one, Start initialises the shards itself from
-//     Spec.Init(Run.Seed), training ending at Config.MaxVersion.
+//     Spec.Init(Run.Seed), training ending at Config.MaxVersion, sending
+//     them ps.OptionsFor(Run) as the chief does.
 //   - A worker (StartWorker) owns its connections like a worker process:
 //     a gRPC connection per shard and, on the TCP data plane, a data-plane
 //     client per shard. It registers with the chief (when there is one),

@@ -14,12 +14,13 @@ import (
 	"github.com/pstrain/pstrain/internal/inproc"
 	"github.com/pstrain/pstrain/model"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/ps"
 	"github.com/pstrain/pstrain/wire"
 )
 
 var spec = model.Spec{Input: 8, Hidden: []int{4}, Classes: 3}
 
-func tinyRun(plane string) config.Run {
+func tinyRun(plane config.DataPlane) config.Run {
 	run := config.Default()
 	run.LRSchedule = "constant" // the update rule under test, not the schedule
 	run.PS, run.Workers, run.Batch, run.Hidden, run.LR, run.DataPlane = 2, 2, 4, spec.Hidden, 0.05, plane
@@ -34,13 +35,13 @@ func TestPSRestartReconnects(t *testing.T) {
 		name string
 		t    inproc.Transport
 	}{{"bufconn", inproc.Bufconn}, {"loopback", inproc.Loopback}} {
-		for _, plane := range []string{"grpc", "tcp"} {
-			t.Run(tr.name+"/"+plane, func(t *testing.T) { testPSRestart(t, tr.t, plane) })
+		for _, plane := range []config.DataPlane{config.GRPC, config.TCP} {
+			t.Run(tr.name+"/"+string(plane), func(t *testing.T) { testPSRestart(t, tr.t, plane) })
 		}
 	}
 }
 
-func testPSRestart(t *testing.T, tr inproc.Transport, plane string) {
+func testPSRestart(t *testing.T, tr inproc.Transport, plane config.DataPlane) {
 	run := tinyRun(plane)
 	c := inproc.New(t, inproc.Config{Run: run, Spec: spec, Transport: tr, MaxVersion: 10})
 	shards, err := c.Dial()
@@ -78,7 +79,7 @@ func testPSRestart(t *testing.T, tr inproc.Transport, plane string) {
 	var initErr error
 	if err := inproc.WaitFor(ctx, "the restarted PS to accept Init", func() bool {
 		flat := make([]float32, c.Plan().Shards[1].Size)
-		_, initErr = p.Client().Init(ctx, &pb.InitRequest{RunId: "test", Shard: 1, NumShards: 2, RunConfig: run.JSON(),
+		_, initErr = p.Client().Init(ctx, &pb.InitRequest{RunId: "test", Shard: 1, NumShards: 2, ShardOptions: ps.OptionsFor(run).JSON(),
 			Params: wire.Bytes(flat), Version: 7})
 		return initErr == nil
 	}); err != nil {
@@ -101,13 +102,11 @@ func testPSRestart(t *testing.T, tr inproc.Transport, plane string) {
 }
 
 // Workers without a chief train; a killed worker's end is not an error,
-// and it can be started again. (Async: in sync mode a worker killed after
-// its push reached one shard but not the other leaves the shards a step
-// apart, and a replacement started before the chief's heartbeat timeout
-// waits for the lagging shard for good: a worker/PS matter, not this
-// package's.)
+// and it can be started again. (Async, so that where the kill lands does
+// not matter; a sync worker killed between its pushes is
+// worker/catchup_test.go's case.)
 func TestWorkersKillAndStartAgain(t *testing.T) {
-	run := tinyRun("tcp")
+	run := tinyRun(config.TCP)
 	run.Mode = config.Async
 	c := inproc.New(t, inproc.Config{Run: run, Spec: spec, MaxVersion: 1 << 40, Train: inproc.Synthetic(64, spec.Input, spec.Classes, 1)})
 	if err := c.StartWorkers(inproc.WorkerOptions{}); err != nil {
@@ -151,7 +150,7 @@ func TestWorkersKillAndStartAgain(t *testing.T) {
 // A worker that fails is an error of the cluster, named, and WaitWorkers
 // returns it.
 func TestWorkerErrorIsCollected(t *testing.T) {
-	run := tinyRun("grpc")
+	run := tinyRun(config.GRPC)
 	c := inproc.New(t, inproc.Config{Run: run, Spec: spec, MaxVersion: 10})
 	w, err := c.StartWorker(1, inproc.WorkerOptions{}) // no data: it fails at once
 	if err != nil {
@@ -174,7 +173,7 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 	before := runtime.NumGoroutine()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	run := tinyRun("tcp")
+	run := tinyRun(config.TCP)
 	train, test := inproc.SyntheticSplit(64, 16, spec.Input, spec.Classes, 1)
 	run.TargetAccuracy, run.CheckpointDir = 0, "ckpt"
 	c, err := inproc.Start(ctx, inproc.Config{Run: run, Spec: spec, Train: train, Chief: &inproc.ChiefConfig{Test: test}})

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/dataplane"
 	"github.com/pstrain/pstrain/metrics"
 	pb "github.com/pstrain/pstrain/proto"
@@ -143,7 +144,7 @@ func (p *PS) serve() error {
 	}
 	inc := &psProcess{srv: srv, g: c.grpcServer(), done: make(chan struct{})}
 	pb.RegisterParameterServerServer(inc.g, srv)
-	if c.cfg.Run.DataPlane == "tcp" {
+	if c.cfg.Run.DataPlane == config.TCP {
 		dl, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			lis.Close()

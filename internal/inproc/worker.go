@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/nn"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/worker"
@@ -256,7 +257,7 @@ func (c *Cluster) dialShards() ([]worker.Shard, func(), error) {
 		closers = append(closers, conn)
 		gc := pb.NewParameterServerClient(conn)
 		var dp worker.DataPlane = gc
-		if c.cfg.Run.DataPlane == "tcp" {
+		if c.cfg.Run.DataPlane == config.TCP {
 			dc := dataPlaneClient(gc, c.cfg.MaxMessageBytes)
 			closers = append(closers, dc)
 			dp = dc
