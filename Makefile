@@ -4,7 +4,7 @@ BIN     := bin/pstrain
 GOBIN   := $(shell $(GO) env GOPATH)/bin
 # Packages with goroutines and locks: tested under the race detector too,
 # with every in-process cluster test (internal/inproc's users).
-RACE_PKGS := ./ps/... ./worker/... ./chief/... ./metrics/... ./checkpoint/... ./launcher/... ./bottleneck/... ./tlsconf/... ./dataplane/... ./internal/inproc/... ./bench/...
+RACE_PKGS := ./ps/... ./worker/... ./chief/... ./observe/metrics/... ./checkpoint/... ./launcher/... ./observe/bottleneck/... ./transport/tlsconf/... ./transport/dataplane/... ./internal/inproc/... ./tools/bench/...
 
 .PHONY: all build build-purego deps data run test lint fmt bench monitor fuzz clean
 
@@ -50,7 +50,7 @@ fuzz:
 	done
 
 bench: build
-	$(GO) test -run '^$$' -bench . -benchtime 2s ./nn/
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./ml/nn/
 
 monitor:
 	./scripts/monitor.sh

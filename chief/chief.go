@@ -19,11 +19,11 @@ import (
 
 	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/metrics"
-	"github.com/pstrain/pstrain/model"
-	"github.com/pstrain/pstrain/partition"
+	"github.com/pstrain/pstrain/ml/model"
+	"github.com/pstrain/pstrain/ml/partition"
+	"github.com/pstrain/pstrain/observe/metrics"
+	"github.com/pstrain/pstrain/observe/report"
 	pb "github.com/pstrain/pstrain/proto"
-	"github.com/pstrain/pstrain/report"
 )
 
 // PS is one shard connection.

@@ -7,9 +7,9 @@ import (
 
 	"github.com/pstrain/pstrain/chief"
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/dataset"
 	"github.com/pstrain/pstrain/internal/inproc"
-	"github.com/pstrain/pstrain/report"
+	"github.com/pstrain/pstrain/ml/dataset"
+	"github.com/pstrain/pstrain/observe/report"
 	"github.com/pstrain/pstrain/worker"
 )
 

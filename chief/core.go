@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/metrics"
-	"github.com/pstrain/pstrain/report"
+	"github.com/pstrain/pstrain/observe/metrics"
+	"github.com/pstrain/pstrain/observe/report"
 )
 
 // Core is the chief's decision-making, as a plain synchronous state

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/pstrain/pstrain/report"
+	"github.com/pstrain/pstrain/observe/report"
 )
 
 // Why a run stopped (report.Report.StoppedBy).

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/report"
+	"github.com/pstrain/pstrain/observe/report"
 )
 
 // ShardStatus is one shard's answer to a poll.

@@ -7,11 +7,11 @@ import (
 	"time"
 
 	pb "github.com/pstrain/pstrain/proto"
-	"github.com/pstrain/pstrain/wire"
+	"github.com/pstrain/pstrain/transport/wire"
 
-	"github.com/pstrain/pstrain/dataset"
-	"github.com/pstrain/pstrain/model"
-	"github.com/pstrain/pstrain/nn"
+	"github.com/pstrain/pstrain/ml/dataset"
+	"github.com/pstrain/pstrain/ml/model"
+	"github.com/pstrain/pstrain/ml/nn"
 )
 
 // Evaluator computes test accuracy and mean cross-entropy of a set of

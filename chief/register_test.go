@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/metrics"
-	"github.com/pstrain/pstrain/model"
+	"github.com/pstrain/pstrain/ml/model"
+	"github.com/pstrain/pstrain/observe/metrics"
 	pb "github.com/pstrain/pstrain/proto"
 )
 

@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/metrics"
+	"github.com/pstrain/pstrain/observe/metrics"
 )
 
 var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testdata/*.txt")

@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pstrain/pstrain/model"
-	"github.com/pstrain/pstrain/optim"
+	"github.com/pstrain/pstrain/ml/model"
+	"github.com/pstrain/pstrain/ml/optim"
 )
 
 // Mode is the SGD variant.

@@ -24,11 +24,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/pstrain/pstrain/bottleneck"
 	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/metrics"
-	"github.com/pstrain/pstrain/report"
+	"github.com/pstrain/pstrain/observe/bottleneck"
+	"github.com/pstrain/pstrain/observe/metrics"
+	"github.com/pstrain/pstrain/observe/report"
 )
 
 // Config describes the local run.

@@ -10,9 +10,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/model"
+	"github.com/pstrain/pstrain/ml/model"
 	pb "github.com/pstrain/pstrain/proto"
-	"github.com/pstrain/pstrain/wire"
+	"github.com/pstrain/pstrain/transport/wire"
 )
 
 // A worker's data position counts the gradients the parameters hold:

@@ -15,7 +15,7 @@ import (
 
 	"github.com/pstrain/pstrain/config"
 	pb "github.com/pstrain/pstrain/proto"
-	"github.com/pstrain/pstrain/wire"
+	"github.com/pstrain/pstrain/transport/wire"
 )
 
 const (

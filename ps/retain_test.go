@@ -10,10 +10,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pstrain/pstrain/checkpoint"
-	"github.com/pstrain/pstrain/model"
-	"github.com/pstrain/pstrain/partition"
+	"github.com/pstrain/pstrain/checkpoint/shardckpt"
+	"github.com/pstrain/pstrain/ml/model"
+	"github.com/pstrain/pstrain/ml/partition"
 	pb "github.com/pstrain/pstrain/proto"
-	"github.com/pstrain/pstrain/shardckpt"
 )
 
 // syncStep has both workers of a newSyncServer push for version v.

@@ -12,9 +12,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/optim"
+	"github.com/pstrain/pstrain/ml/optim"
 	pb "github.com/pstrain/pstrain/proto"
-	"github.com/pstrain/pstrain/wire"
+	"github.com/pstrain/pstrain/transport/wire"
 )
 
 // A shard with a step schedule applies the scheduled rate at each

@@ -15,14 +15,14 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pstrain/pstrain/checkpoint"
+	"github.com/pstrain/pstrain/checkpoint/shardckpt"
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/metrics"
-	"github.com/pstrain/pstrain/model"
-	"github.com/pstrain/pstrain/optim"
-	"github.com/pstrain/pstrain/partition"
+	"github.com/pstrain/pstrain/ml/model"
+	"github.com/pstrain/pstrain/ml/optim"
+	"github.com/pstrain/pstrain/ml/partition"
+	"github.com/pstrain/pstrain/observe/metrics"
 	pb "github.com/pstrain/pstrain/proto"
-	"github.com/pstrain/pstrain/shardckpt"
-	"github.com/pstrain/pstrain/wire"
+	"github.com/pstrain/pstrain/transport/wire"
 )
 
 // Server serves one shard over gRPC.

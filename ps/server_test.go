@@ -17,12 +17,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pstrain/pstrain/checkpoint"
+	"github.com/pstrain/pstrain/checkpoint/shardckpt"
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/model"
-	"github.com/pstrain/pstrain/partition"
+	"github.com/pstrain/pstrain/ml/model"
+	"github.com/pstrain/pstrain/ml/partition"
 	pb "github.com/pstrain/pstrain/proto"
-	"github.com/pstrain/pstrain/shardckpt"
-	"github.com/pstrain/pstrain/wire"
+	"github.com/pstrain/pstrain/transport/wire"
 )
 
 // newSyncServer returns a server holding shard 0 of 1 of a small model in

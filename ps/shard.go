@@ -8,7 +8,7 @@ import (
 	"slices"
 
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/optim"
+	"github.com/pstrain/pstrain/ml/optim"
 )
 
 // Errors a push can be refused with. The gRPC layer maps them to status

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/optim"
+	"github.com/pstrain/pstrain/ml/optim"
 )
 
 func newTestShard(t *testing.T, cfg ShardConfig, n int) *Shard {

@@ -6,13 +6,13 @@ import (
 	"io"
 	"time"
 
-	"github.com/pstrain/pstrain/blas"
 	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/chief"
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/metrics"
+	"github.com/pstrain/pstrain/ml/blas"
+	"github.com/pstrain/pstrain/observe/metrics"
+	"github.com/pstrain/pstrain/observe/report"
 	pb "github.com/pstrain/pstrain/proto"
-	"github.com/pstrain/pstrain/report"
 )
 
 // ChiefOptions are the chief's own settings.
@@ -85,7 +85,8 @@ func RunChief(ctx context.Context, o Options, co ChiefOptions) (*report.Report, 
 	if co.Progress != nil {
 		var last time.Time
 		cfg.OnProgress = func(p chief.Progress) {
-			if time.Since(last) < time.Second {
+			// Nothing to say before the first step (0 samples/s, ETA 0).
+			if p.Step == 0 || time.Since(last) < time.Second {
 				return
 			}
 			last = time.Now()

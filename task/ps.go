@@ -8,10 +8,10 @@ import (
 
 	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/dataplane"
-	"github.com/pstrain/pstrain/metrics"
+	"github.com/pstrain/pstrain/observe/metrics"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/ps"
+	"github.com/pstrain/pstrain/transport/dataplane"
 )
 
 // RunPS serves one shard until the chief orders it to exit (nil) or ctx

@@ -23,13 +23,13 @@ import (
 
 	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/dataplane"
-	"github.com/pstrain/pstrain/dataset"
 	"github.com/pstrain/pstrain/internal/retry"
-	"github.com/pstrain/pstrain/metrics"
-	"github.com/pstrain/pstrain/model"
+	"github.com/pstrain/pstrain/ml/dataset"
+	"github.com/pstrain/pstrain/ml/model"
+	"github.com/pstrain/pstrain/observe/metrics"
 	pb "github.com/pstrain/pstrain/proto"
-	"github.com/pstrain/pstrain/tlsconf"
+	"github.com/pstrain/pstrain/transport/dataplane"
+	"github.com/pstrain/pstrain/transport/tlsconf"
 )
 
 // Version is reported in pstrain_build_info.

@@ -4,12 +4,12 @@ import (
 	"context"
 	"time"
 
-	"github.com/pstrain/pstrain/blas"
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/dataset"
-	"github.com/pstrain/pstrain/metrics"
-	"github.com/pstrain/pstrain/nn"
-	"github.com/pstrain/pstrain/partition"
+	"github.com/pstrain/pstrain/ml/blas"
+	"github.com/pstrain/pstrain/ml/dataset"
+	"github.com/pstrain/pstrain/ml/nn"
+	"github.com/pstrain/pstrain/ml/partition"
+	"github.com/pstrain/pstrain/observe/metrics"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/worker"
 )

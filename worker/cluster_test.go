@@ -10,13 +10,13 @@ import (
 	"time"
 
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/dataset"
 	"github.com/pstrain/pstrain/internal/inproc"
-	"github.com/pstrain/pstrain/model"
-	"github.com/pstrain/pstrain/nn"
-	"github.com/pstrain/pstrain/optim"
+	"github.com/pstrain/pstrain/ml/dataset"
+	"github.com/pstrain/pstrain/ml/model"
+	"github.com/pstrain/pstrain/ml/nn"
+	"github.com/pstrain/pstrain/ml/optim"
 	pb "github.com/pstrain/pstrain/proto"
-	"github.com/pstrain/pstrain/wire"
+	"github.com/pstrain/pstrain/transport/wire"
 	"github.com/pstrain/pstrain/worker"
 )
 

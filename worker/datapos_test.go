@@ -13,14 +13,14 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pstrain/pstrain/checkpoint"
+	"github.com/pstrain/pstrain/checkpoint/shardckpt"
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/dataset"
 	"github.com/pstrain/pstrain/internal/inproc"
-	"github.com/pstrain/pstrain/model"
+	"github.com/pstrain/pstrain/ml/dataset"
+	"github.com/pstrain/pstrain/ml/model"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/ps"
-	"github.com/pstrain/pstrain/shardckpt"
-	"github.com/pstrain/pstrain/wire"
+	"github.com/pstrain/pstrain/transport/wire"
 	"github.com/pstrain/pstrain/worker"
 )
 

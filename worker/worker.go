@@ -31,12 +31,12 @@ import (
 
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/internal/retry"
-	"github.com/pstrain/pstrain/metrics"
-	"github.com/pstrain/pstrain/nn"
-	"github.com/pstrain/pstrain/partition"
+	"github.com/pstrain/pstrain/ml/nn"
+	"github.com/pstrain/pstrain/ml/partition"
+	"github.com/pstrain/pstrain/observe/metrics"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/ps"
-	"github.com/pstrain/pstrain/wire"
+	"github.com/pstrain/pstrain/transport/wire"
 )
 
 // BatchSource is a worker's data shard as a sequence of batches numbered

@@ -15,9 +15,9 @@ import (
 
 	"gorgonia.org/gorgonia"
 
-	"github.com/pstrain/pstrain/bench"
-	"github.com/pstrain/pstrain/blas"
-	"github.com/pstrain/pstrain/model"
+	"github.com/pstrain/pstrain/ml/blas"
+	"github.com/pstrain/pstrain/ml/model"
+	"github.com/pstrain/pstrain/tools/bench"
 )
 
 // cmdBench measures performance ratios in one run (see docs/scaling.md).

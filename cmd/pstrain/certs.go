@@ -11,10 +11,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pstrain/pstrain/certs"
 	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/tlsconf"
+	"github.com/pstrain/pstrain/transport/certs"
+	"github.com/pstrain/pstrain/transport/tlsconf"
 )
 
 // cmdCerts makes a CA and one certificate per task of a cluster file.

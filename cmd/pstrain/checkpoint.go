@@ -15,13 +15,13 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/pstrain/pstrain/blas"
 	"github.com/pstrain/pstrain/checkpoint"
+	"github.com/pstrain/pstrain/checkpoint/shardckpt"
 	"github.com/pstrain/pstrain/chief"
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/dataset"
-	"github.com/pstrain/pstrain/model"
-	"github.com/pstrain/pstrain/shardckpt"
+	"github.com/pstrain/pstrain/ml/blas"
+	"github.com/pstrain/pstrain/ml/dataset"
+	"github.com/pstrain/pstrain/ml/model"
 )
 
 const checkpointUsage = `pstrain checkpoint ls DIR        list the checkpoints in DIR, newest first, with a quick check

@@ -21,7 +21,7 @@ import (
 
 	"github.com/pstrain/pstrain/internal/syncbuf"
 	"github.com/pstrain/pstrain/internal/testbin"
-	"github.com/pstrain/pstrain/report"
+	"github.com/pstrain/pstrain/observe/report"
 )
 
 // bin is the pstrain binary the multi-process tests of this package run.

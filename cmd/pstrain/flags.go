@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/model"
+	"github.com/pstrain/pstrain/ml/model"
 )
 
 // hiddenFlag parses --hidden 256,128.

@@ -19,9 +19,9 @@ import (
 	"github.com/pstrain/pstrain/chief"
 	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/dataset"
 	"github.com/pstrain/pstrain/launcher"
-	"github.com/pstrain/pstrain/report"
+	"github.com/pstrain/pstrain/ml/dataset"
+	"github.com/pstrain/pstrain/observe/report"
 	"github.com/pstrain/pstrain/task"
 )
 

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/pstrain/pstrain/internal/testbin"
-	"github.com/pstrain/pstrain/report"
+	"github.com/pstrain/pstrain/observe/report"
 )
 
 // faultRun runs a cluster with the given extra flags and returns its report

@@ -18,7 +18,7 @@ import (
 
 	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/internal/testbin"
-	"github.com/pstrain/pstrain/report"
+	"github.com/pstrain/pstrain/observe/report"
 )
 
 // evalCheckpoint scores a checkpoint with `pstrain eval` and returns the

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/figures"
-	"github.com/pstrain/pstrain/sweep"
+	"github.com/pstrain/pstrain/tools/figures"
+	"github.com/pstrain/pstrain/tools/sweep"
 )
 
 // cmdSweep runs an experiment grid: `pstrain sweep --grid SPEC --out DIR`.

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pstrain/pstrain/figures"
 	"github.com/pstrain/pstrain/internal/testbin"
-	"github.com/pstrain/pstrain/sweep"
+	"github.com/pstrain/pstrain/tools/figures"
+	"github.com/pstrain/pstrain/tools/sweep"
 )
 
 func TestResolveRun(t *testing.T) {

@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pstrain/pstrain/certs"
 	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/internal/testbin"
-	"github.com/pstrain/pstrain/report"
+	"github.com/pstrain/pstrain/observe/report"
+	"github.com/pstrain/pstrain/transport/certs"
 )
 
 func TestRunOverMutualTLS(t *testing.T) {

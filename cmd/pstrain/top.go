@@ -13,9 +13,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/pstrain/pstrain/bottleneck"
 	"github.com/pstrain/pstrain/cluster"
-	"github.com/pstrain/pstrain/metrics"
+	"github.com/pstrain/pstrain/observe/bottleneck"
+	"github.com/pstrain/pstrain/observe/metrics"
 	"github.com/pstrain/pstrain/task"
 )
 

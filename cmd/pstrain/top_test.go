@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pstrain/pstrain/metrics"
+	"github.com/pstrain/pstrain/observe/metrics"
 )
 
 // topCluster is a chief, a PS and a worker serving real registries on

@@ -9,11 +9,11 @@ import (
 
 	"github.com/pstrain/pstrain/chief"
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/dataplane"
-	"github.com/pstrain/pstrain/dataset"
-	"github.com/pstrain/pstrain/metrics"
+	"github.com/pstrain/pstrain/ml/dataset"
+	"github.com/pstrain/pstrain/observe/metrics"
+	"github.com/pstrain/pstrain/observe/report"
 	pb "github.com/pstrain/pstrain/proto"
-	"github.com/pstrain/pstrain/report"
+	"github.com/pstrain/pstrain/transport/dataplane"
 )
 
 // ChiefConfig is the chief's part of a Config.

@@ -19,14 +19,14 @@ import (
 	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/chief"
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/dataset"
 	"github.com/pstrain/pstrain/internal/retry"
-	"github.com/pstrain/pstrain/metrics"
-	"github.com/pstrain/pstrain/model"
-	"github.com/pstrain/pstrain/partition"
+	"github.com/pstrain/pstrain/ml/dataset"
+	"github.com/pstrain/pstrain/ml/model"
+	"github.com/pstrain/pstrain/ml/partition"
+	"github.com/pstrain/pstrain/observe/metrics"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/ps"
-	"github.com/pstrain/pstrain/wire"
+	"github.com/pstrain/pstrain/transport/wire"
 )
 
 // Transport is how the cluster's gRPC connections are carried.

@@ -3,7 +3,7 @@ package inproc
 import (
 	"math/rand/v2"
 
-	"github.com/pstrain/pstrain/dataset"
+	"github.com/pstrain/pstrain/ml/dataset"
 	"github.com/pstrain/pstrain/worker"
 )
 

@@ -12,10 +12,10 @@ import (
 
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/internal/inproc"
-	"github.com/pstrain/pstrain/model"
+	"github.com/pstrain/pstrain/ml/model"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/ps"
-	"github.com/pstrain/pstrain/wire"
+	"github.com/pstrain/pstrain/transport/wire"
 )
 
 var spec = model.Spec{Input: 8, Hidden: []int{4}, Classes: 3}

@@ -10,10 +10,10 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/dataplane"
-	"github.com/pstrain/pstrain/metrics"
+	"github.com/pstrain/pstrain/observe/metrics"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/ps"
+	"github.com/pstrain/pstrain/transport/dataplane"
 )
 
 // PS is one shard's slot: the shard server serving now (none while it

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/nn"
+	"github.com/pstrain/pstrain/ml/nn"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/worker"
 )

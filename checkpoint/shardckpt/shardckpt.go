@@ -1,0 +1,182 @@
+// Package shardckpt maps a parameter-server shard's state (its flat
+// parameter buffer and optimizer state) to named checkpoint tensors, and a
+// checkpoint back to the whole model's state.
+//
+// Each block of the partition plan becomes one tensor named after its
+// variable and row range, e.g. "layer0/w[0:392]" with shape [392, 800], so
+// a numpy or PyTorch user can read a shard file without pstrain. The
+// optimizer's state for the block follows as "layer0/w[0:392]/momentum"
+// (or "/m" and "/v" for Adam). Reading reassembles whole variables, so a
+// checkpoint written by S shards can be restored onto any number of
+// shards.
+package shardckpt
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/pstrain/pstrain/checkpoint"
+	"github.com/pstrain/pstrain/ml/model"
+	"github.com/pstrain/pstrain/ml/partition"
+)
+
+// ErrMismatch is wrapped by Read's error when the checkpoint is of
+// another model or optimizer than the one asked for.
+var ErrMismatch = errors.New("checkpoint is of another model or optimizer")
+
+// Metadata keys written into every shard file.
+const (
+	MetaOptimizer      = "optimizer"
+	MetaOptimizerSteps = "optimizer_steps"
+	MetaVersion        = "version"
+	MetaRunID          = "run_id"
+)
+
+// SlotNames names the optimizer's state slots, in the order of its flat
+// state (optim.Optimizer.State).
+func SlotNames(optimizer string) []string {
+	switch optimizer {
+	case "momentum":
+		return []string{"momentum"}
+	case "adam":
+		return []string{"m", "v"}
+	}
+	return nil
+}
+
+func blockName(v model.Variable, b partition.Block) string {
+	return v.Name + "[" + strconv.Itoa(b.RowStart) + ":" + strconv.Itoa(b.RowEnd) + "]"
+}
+
+// Tensors names shard s's parameters and optimizer state. The tensors
+// share memory with params and optState. optState holds len(slots) slots
+// of the shard's size, one after the other.
+func Tensors(plan partition.Plan, s int, optimizer string, params, optState []float32) ([]checkpoint.Tensor, error) {
+	if s < 0 || s >= len(plan.Shards) {
+		return nil, fmt.Errorf("shardckpt: shard %d of %d", s, len(plan.Shards))
+	}
+	sh := plan.Shards[s]
+	slots := SlotNames(optimizer)
+	if len(params) != sh.Size {
+		return nil, fmt.Errorf("shardckpt: shard %d has %d parameters, plan says %d", s, len(params), sh.Size)
+	}
+	if len(optState) != len(slots)*sh.Size {
+		return nil, fmt.Errorf("shardckpt: %s state has %d values, want %d", optimizer, len(optState), len(slots)*sh.Size)
+	}
+	out := make([]checkpoint.Tensor, 0, len(sh.Blocks)*(1+len(slots)))
+	off := 0
+	for _, b := range sh.Blocks {
+		v := plan.Vars[b.Var]
+		n := (b.RowEnd - b.RowStart) * v.Cols
+		name := blockName(v, b)
+		shape := []int{b.RowEnd - b.RowStart, v.Cols}
+		out = append(out, checkpoint.Tensor{Name: name, Shape: shape, Data: params[off : off+n]})
+		for k, slot := range slots {
+			base := k * sh.Size
+			out = append(out, checkpoint.Tensor{Name: name + "/" + slot, Shape: shape, Data: optState[base+off : base+off+n]})
+		}
+		off += n
+	}
+	return out, nil
+}
+
+// State is a whole model's training state read from a checkpoint.
+type State struct {
+	Vars [][]float32 // by model variable
+	// Slots holds the optimizer state: Slots[k][v] is slot k of variable v.
+	Slots     [][][]float32
+	Optimizer string
+	// OptimizerSteps is the optimizer's step count (the largest over the
+	// shards; they differ only in async mode).
+	OptimizerSteps int64
+}
+
+// Read loads every shard of ck (verifying each file's SHA-256) and
+// reassembles the model's variables and optimizer state for spec.
+func Read(ck *checkpoint.Checkpoint, spec model.Spec, optimizer string) (State, error) {
+	m := ck.Manifest
+	if len(m.ModelSpec) > 0 {
+		var theirs model.Spec
+		if err := json.Unmarshal(m.ModelSpec, &theirs); err != nil {
+			return State{}, fmt.Errorf("shardckpt: %s: model spec: %w", ck.Path, err)
+		}
+		if theirs.String() != spec.String() {
+			return State{}, fmt.Errorf("%w: %s holds model %s, the run trains %s", ErrMismatch, ck.Path, theirs, spec)
+		}
+	}
+	plan, err := partition.New(spec, m.NumShards)
+	if err != nil {
+		return State{}, err
+	}
+	slots := SlotNames(optimizer)
+	st := State{Optimizer: optimizer, Vars: make([][]float32, len(plan.Vars)), Slots: make([][][]float32, len(slots))}
+	for i, v := range plan.Vars {
+		st.Vars[i] = make([]float32, v.Size())
+	}
+	for k := range slots {
+		st.Slots[k] = make([][]float32, len(plan.Vars))
+		for i, v := range plan.Vars {
+			st.Slots[k][i] = make([]float32, v.Size())
+		}
+	}
+	for s := range m.Shards {
+		tensors, meta, err := ck.ReadShard(s)
+		if err != nil {
+			return State{}, err
+		}
+		if got := meta[MetaOptimizer]; got != "" && got != optimizer {
+			return State{}, fmt.Errorf("%w: %s holds %s optimizer state, the run uses %s", ErrMismatch, m.Shards[s].File, got, optimizer)
+		}
+		if steps, err := strconv.ParseInt(meta[MetaOptimizerSteps], 10, 64); err == nil {
+			st.OptimizerSteps = max(st.OptimizerSteps, steps)
+		}
+		byName := make(map[string]checkpoint.Tensor, len(tensors))
+		for _, t := range tensors {
+			byName[t.Name] = t
+		}
+		for _, b := range plan.Shards[s].Blocks {
+			v := plan.Vars[b.Var]
+			name := blockName(v, b)
+			lo, hi := b.RowStart*v.Cols, b.RowEnd*v.Cols
+			if err := copyTensor(byName, name, st.Vars[b.Var][lo:hi], m.Shards[s].File); err != nil {
+				return State{}, err
+			}
+			for k, slot := range slots {
+				if err := copyTensor(byName, name+"/"+slot, st.Slots[k][b.Var][lo:hi], m.Shards[s].File); err != nil {
+					return State{}, err
+				}
+			}
+		}
+	}
+	return st, nil
+}
+
+func copyTensor(byName map[string]checkpoint.Tensor, name string, dst []float32, file string) error {
+	t, ok := byName[name]
+	if !ok {
+		return fmt.Errorf("shardckpt: %s has no tensor %q (was it written for another model or shard count?)", file, name)
+	}
+	if len(t.Data) != len(dst) {
+		return fmt.Errorf("shardckpt: %s tensor %q has %d values, want %d", file, name, len(t.Data), len(dst))
+	}
+	copy(dst, t.Data)
+	return nil
+}
+
+// Shard returns shard s's flat parameters and optimizer state under plan
+// (which may have a different number of shards than the checkpoint).
+func (st State) Shard(plan partition.Plan, s int) (params, optState []float32) {
+	size := plan.Shards[s].Size
+	params = make([]float32, size)
+	plan.Gather(s, st.Vars, params)
+	if len(st.Slots) == 0 {
+		return params, nil
+	}
+	optState = make([]float32, len(st.Slots)*size)
+	for k, slot := range st.Slots {
+		plan.Gather(s, slot, optState[k*size:(k+1)*size])
+	}
+	return params, optState
+}

@@ -1,0 +1,121 @@
+package shardckpt
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/pstrain/pstrain/checkpoint"
+	"github.com/pstrain/pstrain/ml/model"
+	"github.com/pstrain/pstrain/ml/partition"
+)
+
+// writeCheckpoint writes spec's variables (and adam state derived from
+// them) as a checkpoint of `shards` shards and returns it opened.
+func writeCheckpoint(t *testing.T, spec model.Spec, vars [][]float32, shards int) *checkpoint.Checkpoint {
+	t.Helper()
+	plan, err := partition.New(spec, shards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := checkpoint.NewStore(checkpoint.NewMemFS(), "/ck", 0)
+	m := checkpoint.Manifest{Step: 7, Version: 7, Mode: "sync", Optimizer: checkpoint.Optimizer{Name: "adam"}, ModelSpec: spec.JSON()}
+	for s := range plan.Shards {
+		size := plan.Shards[s].Size
+		params := make([]float32, size)
+		plan.Gather(s, vars, params)
+		opt := make([]float32, 2*size)
+		for i, p := range params {
+			opt[i], opt[size+i] = -p, 2*p // m = -p, v = 2p: recognisable
+		}
+		tensors, err := Tensors(plan, s, "adam", params, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := store.WriteShard(7, s, shards, tensors, map[string]string{MetaOptimizer: "adam", MetaOptimizerSteps: strconv.Itoa(10 + s)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Shards = append(m.Shards, info)
+	}
+	if err := store.Commit(m); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := store.Load(store.Path(7))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ck
+}
+
+func TestRoundTripAcrossShardCounts(t *testing.T) {
+	spec := model.Spec{Input: 30, Hidden: []int{20, 10}, Classes: 5}
+	vars := spec.Init(3)
+	ck := writeCheckpoint(t, spec, vars, 2)
+	if got := ck.Manifest.Shards[0].Tensors[0]; !strings.HasPrefix(got, "layer0/w[0:") {
+		t.Errorf("first tensor is %q, want a layer0/w row block", got)
+	}
+	st, err := Read(ck, spec, "adam")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for v := range vars {
+		if !slices.Equal(st.Vars[v], vars[v]) {
+			t.Fatalf("variable %d differs after the round trip", v)
+		}
+	}
+	if st.OptimizerSteps != 11 {
+		t.Errorf("optimizer steps %d, want the largest shard's 11", st.OptimizerSteps)
+	}
+	// Restore onto 3 shards: each shard's slice equals a direct gather.
+	plan3, err := partition.New(spec, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s := range plan3.Shards {
+		params, opt := st.Shard(plan3, s)
+		want := make([]float32, plan3.Shards[s].Size)
+		plan3.Gather(s, vars, want)
+		if !slices.Equal(params, want) {
+			t.Fatalf("shard %d of 3: parameters differ", s)
+		}
+		size := len(want)
+		for i, p := range want {
+			if opt[i] != -p || opt[size+i] != 2*p {
+				t.Fatalf("shard %d of 3: optimizer state %d is (%v, %v), want (%v, %v)", s, i, opt[i], opt[size+i], -p, 2*p)
+			}
+		}
+	}
+}
+
+func TestReadRefusesAnotherModel(t *testing.T) {
+	spec := model.Spec{Input: 30, Hidden: []int{20}, Classes: 5}
+	ck := writeCheckpoint(t, spec, spec.Init(1), 2)
+	other := model.Spec{Input: 30, Hidden: []int{21}, Classes: 5}
+	if _, err := Read(ck, other, "adam"); err == nil || !strings.Contains(err.Error(), "holds model 30-20-5, the run trains 30-21-5") {
+		t.Fatalf("reading for another model: err = %v, want a model mismatch", err)
+	}
+	if _, err := Read(ck, spec, "momentum"); err == nil || !strings.Contains(err.Error(), "adam optimizer state") {
+		t.Fatalf("reading for another optimizer: err = %v", err)
+	}
+}
+
+func TestTensorsChecksSizes(t *testing.T) {
+	spec := model.Spec{Input: 4, Hidden: []int{3}, Classes: 2}
+	plan, _ := partition.New(spec, 1)
+	n := plan.Shards[0].Size
+	if _, err := Tensors(plan, 0, "momentum", make([]float32, n), make([]float32, n-1)); err == nil {
+		t.Error("short optimizer state accepted")
+	}
+	if _, err := Tensors(plan, 0, "sgd", make([]float32, n+1), nil); err == nil {
+		t.Error("wrong parameter count accepted")
+	}
+	ts, err := Tensors(plan, 0, "momentum", make([]float32, n), make([]float32, n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ts) != 2*len(plan.Shards[0].Blocks) {
+		t.Errorf("%d tensors, want a parameter and a momentum tensor per block", len(ts))
+	}
+}

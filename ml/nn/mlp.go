@@ -1,0 +1,166 @@
+// Package nn runs the forward and backward pass of a model.Spec MLP with
+// gorgonia (float32). A Net is built once for a fixed batch size; each step
+// the caller writes new weights into Params() in place, fills Input() and
+// Labels(), calls Step, and reads the gradients from Grads(). Nothing is
+// reallocated between steps.
+package nn
+
+import (
+	"fmt"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/pstrain/pstrain/ml/model"
+)
+
+// Net is one compiled MLP graph for a fixed batch size. It is not safe for
+// concurrent use.
+type Net struct {
+	spec    model.Spec
+	batch   int
+	train   bool
+	g       *G.ExprGraph
+	x, y    *G.Node
+	vars    []*G.Node
+	grads   G.Nodes
+	loss    *G.Node
+	logits  *G.Node
+	vm      G.VM
+	params  [][]float32 // backing arrays of vars
+	xData   []float32
+	yData   []float32
+	lossVal G.Value
+	outVal  G.Value
+}
+
+// New builds the graph for spec and batch. With train set, Step also
+// computes gradients; otherwise only the forward pass (for evaluation).
+func New(spec model.Spec, batch int, train bool) (*Net, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	if batch <= 0 {
+		return nil, fmt.Errorf("nn: batch must be positive, got %d", batch)
+	}
+	n := &Net{spec: spec, batch: batch, train: train, g: G.NewGraph()}
+	n.xData = make([]float32, batch*spec.Input)
+	n.yData = make([]float32, batch*spec.Classes)
+	xT := tensor.New(tensor.WithShape(batch, spec.Input), tensor.WithBacking(n.xData))
+	yT := tensor.New(tensor.WithShape(batch, spec.Classes), tensor.WithBacking(n.yData))
+	n.x = G.NewMatrix(n.g, tensor.Float32, G.WithShape(batch, spec.Input), G.WithName("x"), G.WithValue(xT))
+	n.y = G.NewMatrix(n.g, tensor.Float32, G.WithShape(batch, spec.Classes), G.WithName("y"), G.WithValue(yT))
+
+	h := n.x
+	vs := spec.Variables()
+	for i := 0; i < len(vs); i += 2 {
+		wv, bv := vs[i], vs[i+1]
+		wData := make([]float32, wv.Size())
+		bData := make([]float32, bv.Size())
+		w := G.NewMatrix(n.g, tensor.Float32, G.WithShape(wv.Rows, wv.Cols), G.WithName(wv.Name),
+			G.WithValue(tensor.New(tensor.WithShape(wv.Rows, wv.Cols), tensor.WithBacking(wData))))
+		b := G.NewMatrix(n.g, tensor.Float32, G.WithShape(1, bv.Cols), G.WithName(bv.Name),
+			G.WithValue(tensor.New(tensor.WithShape(1, bv.Cols), tensor.WithBacking(bData))))
+		n.vars = append(n.vars, w, b)
+		n.params = append(n.params, wData, bData)
+		var err error
+		if h, err = G.Mul(h, w); err != nil {
+			return nil, fmt.Errorf("nn: layer %d matmul: %w", i/2, err)
+		}
+		if h, err = G.BroadcastAdd(h, b, nil, []byte{0}); err != nil {
+			return nil, fmt.Errorf("nn: layer %d bias: %w", i/2, err)
+		}
+		if i+2 < len(vs) {
+			if h, err = G.Rectify(h); err != nil {
+				return nil, fmt.Errorf("nn: layer %d relu: %w", i/2, err)
+			}
+		}
+	}
+	n.logits = h
+	roots := []*G.Node{G.Read(n.logits, &n.outVal)}
+
+	// Softmax cross-entropy: mean over the batch of -sum(y * logsoftmax(z)).
+	logp, err := G.LogSoftMax(h)
+	if err != nil {
+		return nil, fmt.Errorf("nn: logsoftmax: %w", err)
+	}
+	prod, err := G.HadamardProd(logp, n.y)
+	if err != nil {
+		return nil, fmt.Errorf("nn: xent: %w", err)
+	}
+	sum, err := G.Sum(prod)
+	if err != nil {
+		return nil, fmt.Errorf("nn: xent sum: %w", err)
+	}
+	scale := G.NewConstant(float32(-1.0 / float64(batch)))
+	if n.loss, err = G.Mul(sum, scale); err != nil {
+		return nil, fmt.Errorf("nn: xent scale: %w", err)
+	}
+	roots = append(roots, G.Read(n.loss, &n.lossVal))
+	if train {
+		if n.grads, err = G.Grad(n.loss, n.vars...); err != nil {
+			return nil, fmt.Errorf("nn: gradients: %w", err)
+		}
+		roots = append(roots, n.grads...)
+	}
+	// Symbolic differentiation also builds the gradient of the input
+	// images (dX = dZ1 * W1^T: as many FLOPs as the first layer's forward
+	// product), which nothing reads. The machine runs only what the
+	// outputs, the loss and the variables' gradients need.
+	n.vm = G.NewTapeMachine(n.g.ExactSubgraphRoots(roots...))
+	return n, nil
+}
+
+// Batch is the fixed batch size.
+func (n *Net) Batch() int { return n.batch }
+
+// Spec is the model spec the net was built for.
+func (n *Net) Spec() model.Spec { return n.spec }
+
+// Params returns the weight buffers in model.Spec.Variables() order. Write
+// new weights into them before Step; they are the graph's own memory.
+func (n *Net) Params() [][]float32 { return n.params }
+
+// Input is the [batch x input] buffer the next Step reads.
+func (n *Net) Input() []float32 { return n.xData }
+
+// SetLabels writes the one-hot targets for labels (len = batch).
+func (n *Net) SetLabels(labels []uint8) {
+	clear(n.yData)
+	for i, l := range labels {
+		n.yData[i*n.spec.Classes+int(l)] = 1
+	}
+}
+
+// Step runs the forward (and, for a training net, backward) pass and
+// returns the mean loss over the batch.
+func (n *Net) Step() (float32, error) {
+	defer n.vm.Reset()
+	if err := n.vm.RunAll(); err != nil {
+		return 0, fmt.Errorf("nn: run: %w", err)
+	}
+	return n.lossVal.Data().(float32), nil
+}
+
+// Grads returns the gradients computed by the last Step, in variable order.
+// The slices belong to the graph and are overwritten by the next Step.
+func (n *Net) Grads() ([][]float32, error) {
+	if !n.train {
+		return nil, fmt.Errorf("nn: net was built without gradients")
+	}
+	out := make([][]float32, len(n.grads))
+	for i, g := range n.grads {
+		v := g.Value()
+		if v == nil {
+			return nil, fmt.Errorf("nn: gradient %d not computed", i)
+		}
+		out[i] = v.Data().([]float32)
+	}
+	return out, nil
+}
+
+// Logits returns the output of the last Step ([batch x classes]).
+func (n *Net) Logits() []float32 { return n.outVal.Data().([]float32) }
+
+// Close releases the VM.
+func (n *Net) Close() error { return n.vm.Close() }

@@ -1,0 +1,137 @@
+// Package partition splits a model's variables across parameter-server
+// shards so that every shard carries (nearly) the same number of bytes.
+//
+// The variables are laid end to end as one sequence of rows (a weight
+// matrix contributes its rows, a bias vector one row), and the sequence is
+// cut into S contiguous pieces at the row boundaries nearest to k/S of the
+// total. Large matrices are therefore split into row blocks, and the
+// imbalance is at most one row of the widest variable. Round-robin
+// placement of whole variables, TensorFlow's default, puts the 784x800
+// matrix on one shard and the biases on the others: the hot-shard problem.
+package partition
+
+import (
+	"fmt"
+
+	"github.com/pstrain/pstrain/ml/model"
+)
+
+// Block is rows [RowStart, RowEnd) of variable Var.
+type Block struct {
+	Var      int
+	RowStart int
+	RowEnd   int
+}
+
+// Shard is the ordered list of blocks one PS holds. Its flat buffer is the
+// blocks' elements concatenated in this order.
+type Shard struct {
+	Blocks []Block
+	Size   int // float32 elements
+}
+
+// Plan is the placement of every variable across shards.
+type Plan struct {
+	Vars   []model.Variable
+	Shards []Shard
+}
+
+// New partitions spec's variables over n shards. It fails if some shard
+// would be empty or hold only bias vectors.
+func New(spec model.Spec, n int) (Plan, error) {
+	if n < 1 {
+		return Plan{}, fmt.Errorf("partition: need at least one shard, got %d", n)
+	}
+	vars := spec.Variables()
+	total := 0
+	for _, v := range vars {
+		total += v.Size()
+	}
+	p := Plan{Vars: vars, Shards: make([]Shard, n)}
+	cur, acc := 0, 0 // current shard, elements before the current row
+	for vi, v := range vars {
+		start := 0
+		for r := 0; r < v.Rows; r++ {
+			// Move to the next shard when this row starts past the cut
+			// nearest to the current shard's share.
+			for cur+1 < n && acc >= cut(total, n, cur+1, v.Cols) {
+				if r > start {
+					p.add(cur, Block{vi, start, r}, v.Cols)
+					start = r
+				}
+				cur++
+			}
+			acc += v.Cols
+		}
+		p.add(cur, Block{vi, start, v.Rows}, v.Cols)
+	}
+	for i, s := range p.Shards {
+		onlyBias := true
+		for _, b := range s.Blocks {
+			if !vars[b.Var].Bias {
+				onlyBias = false
+			}
+		}
+		if s.Size == 0 || onlyBias {
+			return Plan{}, fmt.Errorf("partition: model %s is too small for %d parameter servers (shard %d would hold no weights)", spec, n, i)
+		}
+	}
+	return p, nil
+}
+
+// cut is the boundary (in elements) before which shard k-1 ends: the
+// k/n share of total, rounded to the nearest row of width cols.
+func cut(total, n, k, cols int) int {
+	return (k*total)/n - cols/2
+}
+
+func (p *Plan) add(shard int, b Block, cols int) {
+	if b.RowEnd <= b.RowStart {
+		return
+	}
+	s := &p.Shards[shard]
+	s.Blocks = append(s.Blocks, b)
+	s.Size += (b.RowEnd - b.RowStart) * cols
+}
+
+// Imbalance is max/min shard size minus one (0 = perfectly even).
+func (p Plan) Imbalance() float64 {
+	lo, hi := p.Shards[0].Size, p.Shards[0].Size
+	for _, s := range p.Shards {
+		lo, hi = min(lo, s.Size), max(hi, s.Size)
+	}
+	return float64(hi)/float64(lo) - 1
+}
+
+// Gather copies shard s's slice of the full variables vars (in
+// model.Spec.Variables order) into dst, which must have length Size.
+func (p Plan) Gather(s int, vars [][]float32, dst []float32) {
+	off := 0
+	for _, b := range p.Shards[s].Blocks {
+		cols := p.Vars[b.Var].Cols
+		off += copy(dst[off:], vars[b.Var][b.RowStart*cols:b.RowEnd*cols])
+	}
+}
+
+// Scatter copies shard s's flat buffer src back into the full variables.
+func (p Plan) Scatter(s int, src []float32, vars [][]float32) {
+	off := 0
+	for _, b := range p.Shards[s].Blocks {
+		cols := p.Vars[b.Var].Cols
+		n := (b.RowEnd - b.RowStart) * cols
+		copy(vars[b.Var][b.RowStart*cols:b.RowEnd*cols], src[off:off+n])
+		off += n
+	}
+}
+
+// Segments returns the slices of the full variables vars that make up
+// shard s's flat buffer, in order: Gather concatenates them and Scatter
+// fills them. A transport can read into them or write from them directly.
+func (p Plan) Segments(s int, vars [][]float32) [][]float32 {
+	out := make([][]float32, 0, len(p.Shards[s].Blocks))
+	for _, b := range p.Shards[s].Blocks {
+		cols := p.Vars[b.Var].Cols
+		out = append(out, vars[b.Var][b.RowStart*cols:b.RowEnd*cols])
+	}
+	return out
+}

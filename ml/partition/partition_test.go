@@ -1,0 +1,126 @@
+package partition
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/pstrain/pstrain/ml/model"
+)
+
+func TestBalancedWithinFivePercent(t *testing.T) {
+	specs := []model.Spec{
+		{Input: 784, Hidden: []int{800}, Classes: 10},
+		{Input: 784, Hidden: []int{256, 128}, Classes: 10},
+		{Input: 784, Hidden: []int{1024, 1024, 512}, Classes: 47},
+	}
+	for _, spec := range specs {
+		for n := 1; n <= 8; n++ {
+			p, err := New(spec, n)
+			if err != nil {
+				t.Fatalf("%s on %d shards: %v", spec, n, err)
+			}
+			if im := p.Imbalance(); im > 0.05 {
+				t.Errorf("%s on %d shards: imbalance %.3f > 5%% (sizes %v)", spec, n, im, sizes(p))
+			}
+			checkCoverage(t, spec, p)
+		}
+	}
+}
+
+func sizes(p Plan) []int {
+	var out []int
+	for _, s := range p.Shards {
+		out = append(out, s.Size)
+	}
+	return out
+}
+
+// checkCoverage asserts every element of every variable is on exactly one
+// shard, via a Gather/Scatter round trip.
+func checkCoverage(t *testing.T, spec model.Spec, p Plan) {
+	t.Helper()
+	vars := spec.Init(1)
+	seen := make([][]int, len(vars))
+	for i := range vars {
+		seen[i] = make([]int, len(vars[i]))
+	}
+	total := 0
+	for s, sh := range p.Shards {
+		total += sh.Size
+		for _, b := range sh.Blocks {
+			cols := p.Vars[b.Var].Cols
+			for j := b.RowStart * cols; j < b.RowEnd*cols; j++ {
+				seen[b.Var][j]++
+			}
+		}
+		buf := make([]float32, sh.Size)
+		p.Gather(s, vars, buf)
+		out := make([][]float32, len(vars))
+		for i := range vars {
+			out[i] = make([]float32, len(vars[i]))
+		}
+		p.Scatter(s, buf, out)
+		for _, b := range sh.Blocks {
+			cols := p.Vars[b.Var].Cols
+			for j := b.RowStart * cols; j < b.RowEnd*cols; j++ {
+				if out[b.Var][j] != vars[b.Var][j] {
+					t.Fatalf("shard %d: gather/scatter lost var %d elem %d", s, b.Var, j)
+				}
+			}
+		}
+	}
+	if total != spec.NumParams() {
+		t.Fatalf("shards hold %d elements, model has %d", total, spec.NumParams())
+	}
+	for i := range seen {
+		for j, c := range seen[i] {
+			if c != 1 {
+				t.Fatalf("var %d elem %d placed %d times", i, j, c)
+			}
+		}
+	}
+}
+
+func TestBigMatrixIsSplitAndNoShardIsOnlyBiases(t *testing.T) {
+	spec := model.Spec{Input: 784, Hidden: []int{800}, Classes: 10}
+	p, err := New(spec, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s, sh := range p.Shards {
+		if sh.Blocks[0].Var != 0 {
+			t.Errorf("shard %d does not start with a block of the 784x800 matrix: %+v", s, sh.Blocks)
+		}
+	}
+}
+
+func TestTooManyShardsIsAClearError(t *testing.T) {
+	if _, err := New(model.Spec{Input: 2, Classes: 2}, 4); err == nil {
+		t.Fatal("a 2x2 model on 4 shards should be refused")
+	}
+	if _, err := New(model.Spec{Input: 2, Classes: 2}, 0); err == nil {
+		t.Fatal("0 shards should be refused")
+	}
+}
+
+func TestSegmentsMatchGather(t *testing.T) {
+	spec := model.Spec{Input: 30, Hidden: []int{20, 7}, Classes: 5}
+	vars := spec.Init(2)
+	for _, n := range []int{1, 2, 3} {
+		p, err := New(spec, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for s := range p.Shards {
+			want := make([]float32, p.Shards[s].Size)
+			p.Gather(s, vars, want)
+			var got []float32
+			for _, seg := range p.Segments(s, vars) {
+				got = append(got, seg...)
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("%d shards, shard %d: segments differ from Gather", n, s)
+			}
+		}
+	}
+}

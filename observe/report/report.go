@@ -1,0 +1,131 @@
+// Package report defines the JSON summary of a run (`pstrain run
+// --report FILE.json`). Field names are a contract: sweeps, plots and
+// external tools read them.
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/pstrain/pstrain/observe/bottleneck"
+)
+
+// Eval is one evaluation on the test set.
+type Eval struct {
+	Step         int64   `json:"step"`
+	Seconds      float64 `json:"seconds"` // since the first step, when the weights were read
+	TestAccuracy float64 `json:"test_accuracy"`
+	TestLoss     float64 `json:"test_loss"`
+	// TestSamples is how many test samples were scored; Subset is set
+	// when that was a fixed subset of the test set (a routine first pass)
+	// rather than all of it.
+	TestSamples int  `json:"test_samples,omitempty"`
+	Subset      bool `json:"subset,omitempty"`
+}
+
+// Restart is one recovered task.
+type Restart struct {
+	Task            string   `json:"task"`
+	KilledAtSeconds float64  `json:"killed_at_seconds"`
+	BackAtSeconds   *float64 `json:"back_at_seconds"`
+	RestoredStep    int64    `json:"restored_step"`
+}
+
+// Checkpoints are the run's checkpoint attempts: committed, failed, and
+// the last failure's message.
+type Checkpoints struct {
+	Committed int    `json:"committed"`
+	Failed    int    `json:"failed"`
+	LastError string `json:"last_error,omitempty"`
+}
+
+// Task is one process's resource use.
+type Task struct {
+	PeakRSSBytes int64   `json:"peak_rss_bytes"`
+	CPUSeconds   float64 `json:"cpu_seconds"`
+	ExitCode     int     `json:"exit_code"`
+	Restarts     int     `json:"restarts"`
+}
+
+// Report is the summary of a run.
+type Report struct {
+	Mode                  string   `json:"mode"`
+	PS                    int      `json:"ps"`
+	Workers               int      `json:"workers"`
+	ReplicasToAggregate   int      `json:"replicas_to_aggregate"`
+	Staleness             int      `json:"staleness"`
+	Hidden                []int    `json:"hidden"`
+	Model                 string   `json:"model"`
+	Optimizer             string   `json:"optimizer"`
+	Batch                 int      `json:"batch"`
+	LR                    float64  `json:"lr"`
+	LRSchedule            string   `json:"lr_schedule"`
+	WarmupSteps           int64    `json:"warmup_steps"`
+	Momentum              float64  `json:"momentum"`
+	Epochs                float64  `json:"epochs"`
+	EpochsDone            float64  `json:"epochs_done"`
+	DataFraction          float64  `json:"data_fraction"`
+	Dataset               string   `json:"dataset"`
+	Seed                  int64    `json:"seed"`
+	TargetAccuracy        float64  `json:"target_accuracy"`
+	GlobalSteps           int64    `json:"global_steps"`
+	TestAccuracy          float64  `json:"test_accuracy"`
+	BestTestAccuracy      float64  `json:"best_test_accuracy"`
+	StartupSeconds        float64  `json:"startup_seconds"`
+	TrainSeconds          float64  `json:"train_seconds"`
+	TestSeconds           float64  `json:"test_seconds"` // total time spent evaluating
+	TimeToTargetSeconds   *float64 `json:"time_to_target_seconds"`
+	SamplesPerSecond      float64  `json:"samples_per_second"`
+	StaleGradientsDropped int64    `json:"stale_gradients_dropped"`
+	// StoppedBy is why training stopped: target (the target accuracy was
+	// held for TargetHold evaluations in a row), epochs, or interrupted.
+	StoppedBy string `json:"stopped_by"`
+	// FinalStep is the version of the model handed back (the final
+	// checkpoint's); TestAccuracy is that model's, on the whole test set.
+	FinalStep  int64 `json:"final_step"`
+	TargetHold int   `json:"target_hold"`
+	// Checkpoints counts the checkpoint attempts.
+	Checkpoints Checkpoints     `json:"checkpoints"`
+	Evals       []Eval          `json:"evals"`
+	Restarts    []Restart       `json:"restarts"`
+	Tasks       map[string]Task `json:"tasks"`
+	BLAS        string          `json:"blas"`
+	// TrainStartedUnix is when the first step began (Unix seconds).
+	TrainStartedUnix float64 `json:"train_started_unix"`
+	// Bottleneck says where the step time went over the whole run and what
+	// limited it (nil when the run was too short to sample twice).
+	Bottleneck *bottleneck.Breakdown `json:"bottleneck,omitempty"`
+}
+
+// Write stores r as indented JSON, atomically (temp file + rename).
+func (r *Report) Write(path string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("report: %w", err)
+		}
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	return os.Rename(tmp, path)
+}
+
+// Read loads a report.
+func Read(path string) (*Report, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("report %s: %w", path, err)
+	}
+	return &r, nil
+}

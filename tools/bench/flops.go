@@ -1,0 +1,67 @@
+package bench
+
+import (
+	"fmt"
+
+	"github.com/pstrain/pstrain/ml/model"
+)
+
+// Gemm is one matrix product C[M x N] = op(A) * op(B) with inner dimension
+// K, as a row-major BLAS Sgemm call makes it. TransA/TransB say whether A or
+// B is read transposed.
+type Gemm struct {
+	Name           string
+	M, N, K        int
+	TransA, TransB bool
+}
+
+// FLOPs is the product's floating-point operation count, 2*M*N*K (one
+// multiply and one add per inner-product term).
+func (g Gemm) FLOPs() int64 { return 2 * int64(g.M) * int64(g.N) * int64(g.K) }
+
+// Products lists the matrix products of one training step of spec at the
+// given batch size, in the order a step runs them. For every layer l with
+// input width in and output width out:
+//
+//	forward   Z_l  = H_l · W_l          [B x in]·[in x out]
+//	backward  dW_l = H_lᵀ · dZ_l        [in x B]·[B x out]
+//	backward  dH_l = dZ_l · W_lᵀ        [B x out]·[out x in]  (not for l = 0)
+//
+// The gradient with respect to the input batch (dH_0) is not computed:
+// the input is not a variable, so the backward pass stops at dW_0. For the
+// 784-800-10 MLP that is five products: X·W1, H·W2, dW2, dH, dW1. Bias
+// additions, ReLU and softmax are element-wise and not counted.
+func Products(spec model.Spec, batch int) ([]Gemm, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	if batch <= 0 {
+		return nil, fmt.Errorf("bench: batch must be positive, got %d", batch)
+	}
+	dims := append(append([]int{spec.Input}, spec.Hidden...), spec.Classes)
+	layers := len(dims) - 1
+	var out []Gemm
+	for l := 0; l < layers; l++ {
+		out = append(out, Gemm{Name: fmt.Sprintf("fwd H%d·W%d", l, l), M: batch, N: dims[l+1], K: dims[l]})
+	}
+	for l := layers - 1; l >= 0; l-- {
+		out = append(out, Gemm{Name: fmt.Sprintf("bwd dW%d=H%dᵀ·dZ%d", l, l, l), M: dims[l], N: dims[l+1], K: batch, TransA: true})
+		if l > 0 {
+			out = append(out, Gemm{Name: fmt.Sprintf("bwd dH%d=dZ%d·W%dᵀ", l, l, l), M: batch, N: dims[l], K: dims[l+1], TransB: true})
+		}
+	}
+	return out, nil
+}
+
+// StepFLOPs is the total FLOP count of Products(spec, batch).
+func StepFLOPs(spec model.Spec, batch int) (int64, error) {
+	ps, err := Products(spec, batch)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, g := range ps {
+		n += g.FLOPs()
+	}
+	return n, nil
+}

@@ -1,0 +1,117 @@
+package bench
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"gonum.org/v1/gonum/blas/gonum"
+
+	"github.com/pstrain/pstrain/ml/model"
+)
+
+var mnistMLP = model.Spec{Input: 784, Hidden: []int{800}, Classes: 10}
+
+func TestProductsMLP784x800x10(t *testing.T) {
+	got, err := Products(mnistMLP, 128)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Gemm{
+		{M: 128, N: 800, K: 784},               // X·W1
+		{M: 128, N: 10, K: 800},                // H·W2
+		{M: 800, N: 10, K: 128, TransA: true},  // dW2 = Hᵀ·dZ2
+		{M: 128, N: 800, K: 10, TransB: true},  // dH = dZ2·W2ᵀ
+		{M: 784, N: 800, K: 128, TransA: true}, // dW1 = Xᵀ·dZ1
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d products %+v, want %d", len(got), got, len(want))
+	}
+	for i := range want {
+		g := got[i]
+		if g.M != want[i].M || g.N != want[i].N || g.K != want[i].K || g.TransA != want[i].TransA || g.TransB != want[i].TransB {
+			t.Errorf("product %d = %+v, want %+v", i, g, want[i])
+		}
+	}
+	flops, err := StepFLOPs(mnistMLP, 128)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two products of 784x800 (X·W1, dW1) and three of 800x10 (H·W2, dW2, dH).
+	if want := int64(2 * 128 * (2*784*800 + 3*800*10)); flops != want {
+		t.Fatalf("StepFLOPs = %d, want %d", flops, want)
+	}
+	if flops/128 != 2556800 {
+		t.Fatalf("FLOP per sample = %d, want 2556800", flops/128)
+	}
+}
+
+func TestProductsDeepNet(t *testing.T) {
+	spec := model.Spec{Input: 24, Hidden: []int{16, 12}, Classes: 5}
+	got, err := Products(spec, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 3 forward, 3 weight gradients, 2 hidden-activation gradients.
+	if len(got) != 8 {
+		t.Fatalf("got %d products, want 8: %+v", len(got), got)
+	}
+	flops, _ := StepFLOPs(spec, 8)
+	want := int64(2 * 8 * (2*(24*16+16*12+12*5) + 16*12 + 12*5))
+	if flops != want {
+		t.Fatalf("StepFLOPs = %d, want %d", flops, want)
+	}
+	// Logistic regression: no hidden layer, so no activation gradient.
+	lr, _ := Products(model.Spec{Input: 4, Classes: 3}, 2)
+	if len(lr) != 2 {
+		t.Fatalf("logistic regression has %d products, want 2", len(lr))
+	}
+}
+
+func TestProductsRejectsBadInput(t *testing.T) {
+	if _, err := Products(mnistMLP, 0); err == nil {
+		t.Error("batch 0 accepted")
+	}
+	if _, err := StepFLOPs(model.Spec{Input: 784, Hidden: []int{0}, Classes: 10}, 128); err == nil {
+		t.Error("hidden layer of size 0 accepted")
+	}
+}
+
+// TestGemmBuffersLayout checks that the ceiling's Sgemm calls describe the
+// products Products lists (shapes, transposition and leading dimensions),
+// against a naive triple loop.
+func TestGemmBuffersLayout(t *testing.T) {
+	prods := []Gemm{
+		{M: 3, N: 4, K: 5},
+		{M: 3, N: 4, K: 5, TransA: true},
+		{M: 3, N: 4, K: 5, TransB: true},
+	}
+	g := newGemmBuffers(prods, rand.New(rand.NewPCG(1, 2)))
+	g.run(gonum.Implementation{})
+	for i, p := range prods {
+		a, b := g.a[i], g.b[i]
+		at := func(r, k int) float32 {
+			if p.TransA {
+				return a[k*p.M+r]
+			}
+			return a[r*p.K+k]
+		}
+		bt := func(k, c int) float32 {
+			if p.TransB {
+				return b[c*p.K+k]
+			}
+			return b[k*p.N+c]
+		}
+		for r := 0; r < p.M; r++ {
+			for c := 0; c < p.N; c++ {
+				var want float32
+				for k := 0; k < p.K; k++ {
+					want += at(r, k) * bt(k, c)
+				}
+				if d := g.c[i][r*p.N+c] - want; d > 1e-5 || d < -1e-5 {
+					t.Fatalf("product %d (%+v) C[%d,%d] = %v, want %v", i, p, r, c, g.c[i][r*p.N+c], want)
+				}
+			}
+		}
+	}
+	var _ Sgemmer = gonum.Implementation{}
+}

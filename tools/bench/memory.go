@@ -1,0 +1,112 @@
+package bench
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/pstrain/pstrain/ml/model"
+	"github.com/pstrain/pstrain/ml/partition"
+	"github.com/pstrain/pstrain/observe/report"
+)
+
+// memoryAllowance is the fixed part of the PS memory goal: peak RSS at
+// most 3x (parameters + optimizer state) + 40 MiB.
+const memoryAllowance = 40 << 20
+
+// OptimizerStateCopies is how many float32 values of state an optimizer
+// keeps per parameter: sgd 0, momentum 1 (velocity), adam 2 (m and v).
+func OptimizerStateCopies(name string) (int, error) {
+	switch name {
+	case "sgd":
+		return 0, nil
+	case "momentum":
+		return 1, nil
+	case "adam":
+		return 2, nil
+	}
+	return 0, fmt.Errorf("bench: unknown optimizer %q (want sgd, momentum or adam)", name)
+}
+
+// StateBytes is the bytes of parameters plus optimizer state shard s of
+// plan holds.
+func StateBytes(plan partition.Plan, s int, optimizer string) (int64, error) {
+	if s < 0 || s >= len(plan.Shards) {
+		return 0, fmt.Errorf("bench: shard %d out of range (plan has %d)", s, len(plan.Shards))
+	}
+	k, err := OptimizerStateCopies(optimizer)
+	if err != nil {
+		return 0, err
+	}
+	return 4 * int64(plan.Shards[s].Size) * int64(1+k), nil
+}
+
+// MemoryShard is one PS's figures.
+type MemoryShard struct {
+	Task         string  `json:"task"`
+	PeakRSSBytes int64   `json:"peak_rss_bytes"`
+	StateBytes   int64   `json:"state_bytes"`
+	RSSOverState float64 `json:"rss_over_state"`
+	GoalBytes    int64   `json:"goal_bytes"` // 3 * state + 40 MiB
+	MeetsGoal    bool    `json:"meets_goal"`
+}
+
+// MemoryResult is the memory section. PSRSSOverState is the largest of
+// the shards' ratios.
+type MemoryResult struct {
+	Model          string        `json:"model"`
+	Optimizer      string        `json:"optimizer"`
+	PSRSSOverState float64       `json:"ps_rss_over_state"`
+	MeetsGoal      bool          `json:"meets_goal"`
+	Shards         []MemoryShard `json:"shards"`
+}
+
+// Memory sets each PS's peak RSS in rep against its state, from the
+// report's model, shard count and optimizer.
+func Memory(rep *report.Report) (*MemoryResult, error) {
+	spec, err := ParseModel(rep.Model)
+	if err != nil {
+		return nil, err
+	}
+	plan, err := partition.New(spec, rep.PS)
+	if err != nil {
+		return nil, err
+	}
+	res := &MemoryResult{Model: rep.Model, Optimizer: rep.Optimizer, MeetsGoal: true}
+	for s := range rep.PS {
+		name := fmt.Sprintf("ps/%d", s)
+		t, ok := rep.Tasks[name]
+		if !ok {
+			return nil, fmt.Errorf("bench: report has no %s task", name)
+		}
+		st, err := StateBytes(plan, s, rep.Optimizer)
+		if err != nil {
+			return nil, err
+		}
+		m := MemoryShard{Task: name, PeakRSSBytes: t.PeakRSSBytes, StateBytes: st,
+			RSSOverState: ratio(float64(t.PeakRSSBytes), float64(st)), GoalBytes: 3*st + memoryAllowance}
+		m.MeetsGoal = m.PeakRSSBytes > 0 && m.PeakRSSBytes <= m.GoalBytes
+		res.MeetsGoal = res.MeetsGoal && m.MeetsGoal
+		res.PSRSSOverState = max(res.PSRSSOverState, m.RSSOverState)
+		res.Shards = append(res.Shards, m)
+	}
+	return res, nil
+}
+
+// ParseModel reads a spec written by model.Spec.String ("784-800-10").
+func ParseModel(s string) (model.Spec, error) {
+	parts := strings.Split(s, "-")
+	if len(parts) < 2 {
+		return model.Spec{}, fmt.Errorf("bench: model %q is not INPUT-HIDDEN...-CLASSES", s)
+	}
+	dims := make([]int, len(parts))
+	for i, p := range parts {
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			return model.Spec{}, fmt.Errorf("bench: model %q: %q is not a layer size", s, p)
+		}
+		dims[i] = n
+	}
+	spec := model.Spec{Input: dims[0], Hidden: dims[1 : len(dims)-1], Classes: dims[len(dims)-1]}
+	return spec, spec.Validate()
+}

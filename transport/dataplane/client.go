@@ -1,0 +1,252 @@
+package dataplane
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/transport/wire"
+)
+
+// Resolve returns the data-plane address of a parameter server (the
+// worker asks the PS over gRPC, so the address is the PS's own
+// --data-addr, whatever it is configured to).
+type Resolve func(ctx context.Context) (string, error)
+
+// Client is one worker's connection to one parameter server's data plane.
+// Its Pull and Push have the signatures of the gRPC client's, so the
+// worker uses either. The parameters a Pull returns live in a buffer the
+// next call reuses: use them before calling again. A Client serialises its
+// calls.
+type Client struct {
+	resolve    Resolve
+	tls        *tls.Config // nil: plain TCP
+	maxPayload int
+
+	mu      sync.Mutex
+	addr    string
+	conn    net.Conn
+	rd      *bufio.Reader
+	hdr     []byte
+	scratch []byte
+	buf     []byte
+}
+
+// NewClient returns a client that finds its server with resolve. With a
+// TLS config the connection is TLS (the server name is the resolved
+// host).
+func NewClient(resolve Resolve, tlsConfig *tls.Config, maxPayload int) *Client {
+	return &Client{resolve: resolve, tls: tlsConfig, maxPayload: maxPayload, scratch: make([]byte, respLen)}
+}
+
+// Close closes the connection.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.drop()
+	return nil
+}
+
+func (c *Client) drop() {
+	if c.conn != nil {
+		c.conn.Close()
+		c.conn = nil
+	}
+}
+
+func (c *Client) connect(ctx context.Context) error {
+	if c.conn != nil {
+		return nil
+	}
+	if c.addr == "" {
+		addr, err := c.resolve(ctx)
+		if err != nil {
+			return err
+		}
+		if addr == "" {
+			return status.Error(codes.FailedPrecondition, "the parameter server has no TCP data plane (start it with --data-plane tcp)")
+		}
+		c.addr = addr
+	}
+	d := net.Dialer{Timeout: 10 * time.Second}
+	conn, err := d.DialContext(ctx, "tcp", c.addr)
+	if err != nil {
+		addr := c.addr
+		c.addr = "" // a restarted PS listens elsewhere: ask again next time
+		return status.Errorf(codes.Unavailable, "data plane %s: %v", addr, err)
+	}
+	if tc, ok := conn.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	if c.tls != nil {
+		cfg := c.tls.Clone()
+		if host, _, err := net.SplitHostPort(c.addr); err == nil && cfg.ServerName == "" {
+			cfg.ServerName = host
+		}
+		tc := tls.Client(conn, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			conn.Close()
+			addr := c.addr
+			c.addr = ""
+			return status.Errorf(codes.Unavailable, "data plane %s: TLS handshake: %v", addr, err)
+		}
+		conn = tc
+	}
+	c.conn, c.rd = conn, bufio.NewReaderSize(conn, 64<<10)
+	return nil
+}
+
+// call sends one request and reads its response. The payload is sent
+// from its slices as they are (writev). The response's payload goes into
+// dst if it is given and the sizes agree, else into the client's buffer.
+func (c *Client) call(ctx context.Context, req request, payload net.Buffers, dst [][]float32) (response, []byte, error) {
+	if len(req.runID) > 255 { // the frame has one byte for its length
+		return response{}, nil, status.Error(codes.InvalidArgument, "run id longer than 255 bytes")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return response{}, nil, status.FromContextError(err).Err()
+	}
+	if err := c.connect(ctx); err != nil {
+		return response{}, nil, err
+	}
+	conn := c.conn
+	if d, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(d)
+	} else {
+		conn.SetDeadline(time.Time{})
+	}
+	// Cancelling ctx wakes a blocked read or write. If it fired after the
+	// call finished, the connection's deadline is in the past: drop it.
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	defer func() {
+		if !stop() && c.conn == conn {
+			c.drop()
+		}
+	}()
+	n := 0
+	for _, p := range payload {
+		n += len(p)
+	}
+	req.payloadLen = uint32(n)
+	c.hdr = appendRequest(c.hdr[:0], req)
+	bufs := append(net.Buffers{c.hdr}, payload...)
+	_, err := bufs.WriteTo(conn)
+	var resp response
+	if err == nil {
+		resp, err = readResponse(c.rd, c.scratch, c.maxPayload)
+	}
+	direct := false
+	if err == nil && resp.code == 0 && dst != nil && wire.SharesMemory() {
+		want := 0
+		for _, d := range dst {
+			want += 4 * len(d)
+		}
+		direct = int(resp.payloadLen) == want
+	}
+	if err == nil && direct {
+		for _, d := range dst {
+			if _, err = io.ReadFull(c.rd, wire.Bytes(d)); err != nil {
+				break
+			}
+		}
+		c.buf = c.buf[:0]
+	} else if err == nil {
+		c.buf = grow(c.buf, int(resp.payloadLen))
+		_, err = io.ReadFull(c.rd, c.buf)
+	}
+	if err != nil {
+		c.drop()
+		c.addr = "" // the PS may have restarted elsewhere: ask it again
+		if ctx.Err() != nil {
+			return response{}, nil, status.FromContextError(ctx.Err()).Err()
+		}
+		var ne net.Error
+		if _, ok := ctx.Deadline(); ok && errors.As(err, &ne) && ne.Timeout() {
+			// The connection's deadline is the context's; it can fire a
+			// moment before the context says so.
+			return response{}, nil, status.FromContextError(context.DeadlineExceeded).Err()
+		}
+		if errors.Is(err, ErrBadFrame) {
+			return response{}, nil, status.Errorf(codes.Internal, "data plane %s: %v", c.addr, err)
+		}
+		return response{}, nil, status.Errorf(codes.Unavailable, "data plane %s: %v", c.addr, err)
+	}
+	if resp.code != 0 {
+		return response{}, nil, status.Error(codes.Code(resp.code), string(c.buf))
+	}
+	if direct {
+		return resp, nil, nil
+	}
+	return resp, c.buf, nil
+}
+
+// Pull is ParameterServerClient.Pull over the data plane.
+func (c *Client) Pull(ctx context.Context, in *pb.PullRequest, _ ...grpc.CallOption) (*pb.PullResponse, error) {
+	return c.pull(ctx, in, nil)
+}
+
+// PullInto is Pull that reads the parameters straight into dst, the
+// segments of the model that the shard's flat buffer maps to, in order
+// (partition.Plan.Segments): no intermediate copy. The response's Params
+// is nil then. If the shard sends another number of bytes than dst holds
+// (or the host is big-endian), dst is untouched and Params holds what was
+// sent, for the caller to scatter or report. A read that fails midway
+// leaves dst partly overwritten: pull again.
+func (c *Client) PullInto(ctx context.Context, in *pb.PullRequest, dst [][]float32) (*pb.PullResponse, error) {
+	return c.pull(ctx, in, dst)
+}
+
+func (c *Client) pull(ctx context.Context, in *pb.PullRequest, dst [][]float32) (*pb.PullResponse, error) {
+	resp, body, err := c.call(ctx, request{op: opPull, retain: in.Retain, runID: in.RunId, worker: in.Worker, version: in.MinVersion,
+		generation: in.Generation}, nil, dst)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.PullResponse{Version: resp.version, Params: body, Done: resp.done, Generation: resp.generation,
+		DataPosition: resp.dataPosition}, nil
+}
+
+// Push is ParameterServerClient.Push over the data plane.
+func (c *Client) Push(ctx context.Context, in *pb.PushRequest, _ ...grpc.CallOption) (*pb.PushResponse, error) {
+	return c.push(ctx, in, net.Buffers{in.Grad})
+}
+
+// PushSegments is Push with the gradient given as the segments of the
+// model's gradients that make up the shard's flat buffer, in order; they
+// are written as they are, not copied. in.Grad is ignored.
+func (c *Client) PushSegments(ctx context.Context, in *pb.PushRequest, segs [][]float32) (*pb.PushResponse, error) {
+	bufs := make(net.Buffers, len(segs))
+	for i, s := range segs {
+		bufs[i] = wire.Bytes(s)
+	}
+	return c.push(ctx, in, bufs)
+}
+
+func (c *Client) push(ctx context.Context, in *pb.PushRequest, payload net.Buffers) (*pb.PushResponse, error) {
+	resp, _, err := c.call(ctx, request{op: opPush, runID: in.RunId, worker: in.Worker, version: in.Version,
+		generation: in.Generation, loss: in.Loss, dataPos: in.DataPosition}, payload, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.PushResponse{Outcome: pb.PushResponse_Outcome(resp.outcome), Version: resp.version, Done: resp.done}, nil
+}
+
+// String names the client for logs.
+func (c *Client) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return fmt.Sprintf("dataplane client of %s", c.addr)
+}
