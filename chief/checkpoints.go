@@ -26,7 +26,7 @@ func (c *Chief) checkpointNow(ctx context.Context, a Checkpoint) CheckpointResul
 	versions := a.Versions
 	for attempt := 0; ; attempt++ {
 		res := c.writeCheckpoint(ctx, a, versions, ahead)
-		res.Retained = a.Retained
+		res.Final, res.Retained = a.Final, a.Retained
 		if res.Err == nil || !errors.Is(res.Err, errTooLate) || attempt == 3 || ctx.Err() != nil {
 			return res
 		}

@@ -54,9 +54,8 @@ type Config struct {
 	// finish the report ("" = nowhere).
 	StatePath string
 	// EvalSubset is the fraction of the test set a routine evaluation
-	// scores first (default 0.2); EvalMargin how close to the target that
-	// must come for the whole set to be scored (default 0.005).
-	EvalSubset, EvalMargin float64
+	// scores (default 0.2; see CoreParams).
+	EvalSubset float64
 }
 
 // Chief is the coordinator; it also serves the Chief gRPC API.
@@ -96,12 +95,8 @@ func New(cfg Config) (*Chief, error) {
 	if cfg.EvalSubset <= 0 {
 		cfg.EvalSubset = 0.2
 	}
-	if cfg.EvalMargin <= 0 {
-		cfg.EvalMargin = 0.005
-	}
 	core := NewCore(CoreParams{Run: cfg.Run, TrainN: cfg.TrainN, Model: cfg.Spec.String(), Spec: cfg.Spec.JSON(), Evaluate: cfg.Evaluator != nil,
-		Checkpoints: cfg.Store != nil, StartupTimeout: cfg.StartupTimeout, EvalSubset: cfg.EvalSubset,
-		EvalMargin: cfg.EvalMargin}, cfg.RunID, cfg.Log, cfg.Metrics, cfg.Now())
+		Checkpoints: cfg.Store != nil, StartupTimeout: cfg.StartupTimeout, EvalSubset: cfg.EvalSubset}, cfg.RunID, cfg.Log, cfg.Metrics, cfg.Now())
 	for _, p := range cfg.PS {
 		core.p.PSAddrs = append(core.p.PSAddrs, p.Addr)
 	}
@@ -149,6 +144,10 @@ func (c *Chief) Run(ctx context.Context) (*report.Report, error) {
 	results := make(chan func(time.Time) []Action, 2) // at most one evaluation and one checkpoint run
 	var jobs sync.WaitGroup
 	defer jobs.Wait()
+	// A run that fails does not wait minutes for a checkpoint under way
+	// (a normal finish has none: the core waits for them).
+	jobCtx, cancelJobs := context.WithCancel(work)
+	defer cancelJobs()
 	acts := c.adopt(work)
 	poll := time.NewTicker(c.cfg.PollEvery)
 	defer poll.Stop()
@@ -163,7 +162,7 @@ func (c *Chief) Run(ctx context.Context) (*report.Report, error) {
 				}
 				return f.Report, f.Err
 			}
-			more, err := c.perform(work, a, results, &jobs)
+			more, err := c.perform(work, jobCtx, a, results, &jobs)
 			if err != nil {
 				return nil, err
 			}
@@ -212,7 +211,7 @@ func (c *Chief) tick(ctx context.Context) []Action {
 
 // perform carries out one action. Evaluations and checkpoints run in the
 // background and report on results; the rest are done here.
-func (c *Chief) perform(ctx context.Context, a Action, results chan<- func(time.Time) []Action, jobs *sync.WaitGroup) ([]Action, error) {
+func (c *Chief) perform(ctx, jobCtx context.Context, a Action, results chan<- func(time.Time) []Action, jobs *sync.WaitGroup) ([]Action, error) {
 	switch a := a.(type) {
 	case InitCluster:
 		step, latest, err := c.initCluster(ctx, a)
@@ -234,25 +233,30 @@ func (c *Chief) perform(ctx context.Context, a Action, results chan<- func(time.
 		jobs.Add(1)
 		go func() {
 			defer jobs.Done()
-			res := c.evaluate(ctx, a)
+			res := c.evaluate(jobCtx, a)
 			results <- func(now time.Time) []Action { return c.core.Evaluated(now, res) }
 		}()
 	case Checkpoint:
 		jobs.Add(1)
 		go func() {
 			defer jobs.Done()
-			res := c.checkpointNow(ctx, a)
+			res := c.checkpointNow(jobCtx, a)
 			results <- func(now time.Time) []Action { return c.core.CheckpointDone(now, res) }
 		}()
 	case Reinit:
 		if err := c.reinit(ctx, a); err != nil {
-			return nil, err
+			// The run is over either way: report it, with the final
+			// checkpoint counted as failed.
+			res := CheckpointResult{Err: err, Final: true}
+			return c.step(func(now time.Time) []Action { return c.core.CheckpointDone(now, res) }), nil
 		}
 		return c.step(c.core.Reinitialised), nil
 	case StopShards:
 		versions, err := c.stopShards(ctx)
 		if err != nil {
-			return nil, err
+			// A shard that cannot be told to stop does not cost the run
+			// its report: go on with what the others hold.
+			c.cfg.Log.Error("could not stop every shard; finishing the run", "err", err)
 		}
 		return c.step(func(now time.Time) []Action { return c.core.ShardsStopped(now, versions) }), nil
 	case SaveState:

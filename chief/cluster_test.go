@@ -65,15 +65,9 @@ func finish(t *testing.T, c *inproc.Cluster, run config.Run, train *dataset.Data
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
 	defer cancel()
-	rep, err := c.Chief().Wait(ctx)
+	rep, err := c.Finish(ctx)
 	if err != nil {
-		t.Fatalf("chief: %v (other errors: %v)", err, c.Errors())
-	}
-	if err := c.WaitWorkers(ctx); err != nil {
 		t.Fatal(err)
-	}
-	if errs := c.Errors(); len(errs) > 0 {
-		t.Fatalf("errors in the cluster: %v", errs)
 	}
 	if rep.StoppedBy != "epochs" {
 		t.Errorf("stopped by %q, want epochs", rep.StoppedBy)

@@ -50,13 +50,15 @@ type Core struct {
 	restoring  *restoreInfo
 	doneAt     time.Time // when a shard first said training is done
 
-	evalSeq   int64     // evaluations ordered so far
-	evalBusy  bool      // an evaluation is running
-	lastEval  time.Time // when the last one was ordered
-	hold      int       // consecutive full evaluations at or above the target
-	ckptBusy  bool
-	lastCkpt  time.Time
-	ckptStats report.Checkpoints
+	evalSeq  int64     // evaluations ordered so far
+	evalBusy bool      // an evaluation is running
+	lastEval time.Time // when the last one was ordered
+	hold     int       // consecutive full evaluations at or above the target
+	ckptBusy bool
+	lastCkpt time.Time
+	// ckptFailedAt is when the last checkpoint attempt failed.
+	ckptFailedAt time.Time
+	ckptStats    report.Checkpoints
 
 	// The stop: why, when, and the model handed back.
 	stopReason     string
@@ -95,11 +97,10 @@ type CoreParams struct {
 	// StartupTimeout bounds the wait for every task to register.
 	StartupTimeout time.Duration
 	// EvalSubset is the part of the test set (a fraction in (0,1]) a
-	// routine evaluation scores first; the whole set is scored only when
-	// that first pass is within EvalMargin of the target (see
-	// docs/semantics.md, "Evaluation").
+	// routine evaluation scores; the whole set is scored only when that
+	// score would complete the target's hold (see evalDue and
+	// docs/semantics.md, "Evaluation, and what it costs").
 	EvalSubset float64
-	EvalMargin float64
 }
 
 // State is what the chief keeps on disk so that a restarted chief can

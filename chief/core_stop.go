@@ -175,6 +175,7 @@ func (c *Core) Reinitialised(now time.Time) []Action {
 
 // CheckpointResult is the outcome of a Checkpoint.
 type CheckpointResult struct {
+	Final    bool // it was the final checkpoint
 	Retained bool // it was of the retained state
 	Step     int64
 	Bytes    int64
@@ -195,7 +196,12 @@ func (c *Core) CheckpointDone(now time.Time, res CheckpointResult) []Action {
 		c.reinitAsked, c.ckptBusy = true, true
 		c.st.Generation++
 		return []Action{Reinit{Generation: c.st.Generation, Version: c.finalEval.Step}}
+	case res.Err != nil && c.phase == stopping && !res.Final:
+		// A routine checkpoint waiting for a version the stopped shards
+		// never reach: the final checkpoint covers the end.
+		c.log.Info("checkpoint cut short by the stop", "step", res.Step, "why", res.Err)
 	case res.Err != nil:
+		c.ckptFailedAt = now
 		c.ckptStats.Failed++
 		c.ckptStats.LastError = res.Err.Error()
 		c.log.Error("checkpoint failed; training goes on", "step", res.Step, "err", res.Err)

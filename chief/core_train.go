@@ -267,7 +267,9 @@ func (c *Core) checkpointDue(now time.Time) bool {
 	e := c.p.Run.CheckpointEvery
 	switch {
 	case e.Steps > 0:
-		return c.step-max(c.st.LatestCheckpoint, 0) >= e.Steps
+		// After a failure (a full disk) the steps are still due: try
+		// again at most once a second, not at every poll.
+		return c.step-max(c.st.LatestCheckpoint, 0) >= e.Steps && now.Sub(c.ckptFailedAt) >= time.Second
 	case e.Duration > 0:
 		return now.Sub(c.lastCkpt) >= e.Duration
 	}

@@ -39,7 +39,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	started|restored t=S step=N [latest=N]
 //	membership-sent live=I,...
 //	evaluated t=S seq=N gen=N step=N acc=F [full] [err=MSG]
-//	checkpoint-done t=S step=N [err=MSG] [skipped=MSG] [retained]
+//	checkpoint-done t=S step=N [err=MSG] [skipped=MSG] [final] [retained]
 //	reinitialised t=S
 //	stopped t=S versions=V,...
 //	interrupt t=S
@@ -222,7 +222,8 @@ func (s *scenario) events() map[string]func(a map[string]string, now time.Time) 
 		},
 		"checkpoint-done": func(a map[string]string, now time.Time) []Action {
 			_, retained := a["retained"]
-			res := CheckpointResult{Step: num(a, "step"), Skipped: a["skipped"], Retained: retained}
+			_, final := a["final"]
+			res := CheckpointResult{Step: num(a, "step"), Skipped: a["skipped"], Retained: retained, Final: final}
 			if e, ok := a["err"]; ok {
 				res.Err = errors.New(e)
 			}

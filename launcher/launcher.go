@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -160,6 +161,30 @@ func (s *supervisor) stopping() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.interrupted
+}
+
+// stopWhenUp sends p SIGTERM once its metrics endpoint answers: by then
+// the process handles the signal (a stop in order) rather than dying of
+// it.
+func (s *supervisor) stopWhenUp(ctx context.Context, p *proc) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	url := "http://" + p.metrics + metrics.HealthPath
+	client := http.Client{Timeout: time.Second}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.done:
+			return
+		case <-t.C:
+		}
+		if resp, err := client.Get(url); err == nil {
+			resp.Body.Close()
+			p.cmd.Process.Signal(syscall.SIGTERM)
+			return
+		}
+	}
 }
 
 // stoppedBySignal says the process exited as a task does after stopping
@@ -387,6 +412,8 @@ func (s *supervisor) start(i int, t cluster.Task) (*proc, error) {
 	// Each task in its own process group, so a Ctrl-C at the terminal
 	// reaches only this launcher, which stops the run in order (see
 	// wait); and killed with the launcher, so no task outlives it.
+	// (Pdeathsig follows the OS thread that started the child; the
+	// launcher locks no goroutine to a thread, so Go keeps its threads.)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	logPath := filepath.Join(c.Dir, "logs", strings.ReplaceAll(t.String(), "/", "-")+".log")
 	// A restarted task appends to its predecessor's log; a new run starts
@@ -448,8 +475,14 @@ func (s *supervisor) supervise(ctx context.Context, i int, p *proc) error {
 		s.mu.Lock()
 		finished := s.finished
 		s.mu.Unlock()
-		if p.err == nil || finished || s.stopping() || ctx.Err() != nil {
-			if p.err != nil && p.task.Type == cluster.Chief && !(s.stopping() && stoppedBySignal(p)) {
+		isChief := p.task.Type == cluster.Chief
+		switch {
+		case isChief && stoppedBySignal(p):
+			// The chief stopped the run cleanly on a signal (ours, or one
+			// sent to it directly): its report is written.
+			return nil
+		case p.err == nil || finished || ctx.Err() != nil || (s.stopping() && !isChief):
+			if p.err != nil && isChief {
 				return taskError(p)
 			}
 			return nil
@@ -467,12 +500,17 @@ func (s *supervisor) supervise(ctx context.Context, i int, p *proc) error {
 		s.mu.Lock()
 		finished = s.finished
 		s.mu.Unlock()
-		if finished || s.stopping() || ctx.Err() != nil {
+		if finished || (s.stopping() && !isChief) || ctx.Err() != nil {
 			return nil // the run ended during the backoff
 		}
 		np, err := s.start(i, p.task)
 		if err != nil {
 			return err
+		}
+		if isChief && s.stopping() {
+			// Interrupted while the chief was down: the new chief adopts
+			// the cluster, and is asked to stop it cleanly once it is up.
+			go s.stopWhenUp(ctx, np)
 		}
 		s.mu.Lock()
 		s.restarts = append(s.restarts, restart{task: p.task.String(), exitedAt: exited, backAt: time.Now()})

@@ -40,7 +40,12 @@ status=0
 # reaches only this script, which asks the chief to stop the run in order.
 on_signal() {
   status=$1
-  if [ -n "${stopping:-}" ] || [ -z "$chief_pid" ]; then
+  if [ -z "$chief_pid" ]; then
+    # No chief on this host (--only): stop the local tasks.
+    [ ${#pids[@]} -eq 0 ] || kill -TERM "${pids[@]}" 2>/dev/null || true
+    exit "$status"
+  fi
+  if [ -n "${stopping:-}" ]; then
     echo "launch.sh: stopping at once" >&2
     kill -KILL "${pids[@]}" 2>/dev/null || true
     exit "$status"

@@ -10,6 +10,7 @@ import (
 	"github.com/pstrain/pstrain/chief"
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/ml/blas"
+	"github.com/pstrain/pstrain/ml/dataset"
 	"github.com/pstrain/pstrain/observe/metrics"
 	"github.com/pstrain/pstrain/observe/report"
 	pb "github.com/pstrain/pstrain/proto"
@@ -31,9 +32,14 @@ func RunChief(ctx context.Context, o Options, co ChiefOptions) (*report.Report, 
 	if err := blas.Setup(1); err != nil {
 		return nil, err
 	}
-	train, test, err := loadData(o.Run)
+	// The chief scores and counts epochs; it never trains: the test set
+	// and the training set's size are all it loads.
+	test, trainN, err := dataset.LoadEval(o.Run.DataDir, o.Run.Dataset)
 	if err != nil {
 		return nil, err
+	}
+	if o.Run.DataFraction < 1 {
+		trainN = dataset.SubsetSize(o.Run.DataFraction, trainN)
 	}
 	spec := specFor(o.Run, test)
 	reg := metrics.NewRegistry(Version)
@@ -77,7 +83,7 @@ func RunChief(ctx context.Context, o Options, co ChiefOptions) (*report.Report, 
 	if co.RunID == "" {
 		co.RunID = fmt.Sprintf("run-%d", time.Now().UnixNano())
 	}
-	cfg := chief.Config{Run: o.Run, Spec: spec, RunID: co.RunID, PS: pss, TrainN: train.N, Evaluator: ev,
+	cfg := chief.Config{Run: o.Run, Spec: spec, RunID: co.RunID, PS: pss, TrainN: trainN, Evaluator: ev,
 		Log: o.Log, Metrics: m, StartupTimeout: o.ConnectTimeout, StatePath: co.StatePath}
 	if o.Run.CheckpointDir != "" {
 		cfg.Store = checkpoint.NewStore(checkpoint.OSFS{}, o.Run.CheckpointDir, o.Run.KeepCheckpoints)

@@ -204,15 +204,9 @@ func TestWorkerKilledBetweenPushesWithChief(t *testing.T) {
 	if _, err := c.StartWorker(1, inproc.WorkerOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := c.Chief().Wait(ctx)
+	rep, err := c.Finish(ctx)
 	if err != nil {
-		t.Fatalf("chief: %v (other errors: %v)", err, c.Errors())
-	}
-	if err := c.WaitWorkers(ctx); err != nil {
 		t.Fatal(err)
-	}
-	if errs := c.Errors(); len(errs) > 0 {
-		t.Fatalf("errors in the cluster: %v", errs)
 	}
 	if want := chief.MaxSteps(run, train.N); rep.StoppedBy != "epochs" || rep.GlobalSteps != want {
 		t.Fatalf("stopped by %q after %d global steps, want epochs after %d", rep.StoppedBy, rep.GlobalSteps, want)

@@ -24,6 +24,7 @@ import (
 	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/ml/partition"
 	"github.com/pstrain/pstrain/observe/metrics"
+	"github.com/pstrain/pstrain/observe/report"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/ps"
 	"github.com/pstrain/pstrain/transport/wire"
@@ -284,6 +285,26 @@ func (c *Cluster) Errors() []error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.errs)
+}
+
+// Finish waits for the chief's report and for every worker, and returns
+// the report with the first problem found: the chief's error, a
+// worker's, or errors the cluster's goroutines reported.
+func (c *Cluster) Finish(ctx context.Context) (*report.Report, error) {
+	if c.chief == nil {
+		return nil, errors.New("inproc: Finish needs a cluster with a chief")
+	}
+	rep, err := c.chief.Wait(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("chief: %w (other errors: %v)", err, c.Errors())
+	}
+	if err := c.WaitWorkers(ctx); err != nil {
+		return rep, err
+	}
+	if errs := c.Errors(); len(errs) > 0 {
+		return rep, fmt.Errorf("errors in the cluster: %v", errs)
+	}
+	return rep, nil
 }
 
 func (c *Cluster) record(task string, err error) {

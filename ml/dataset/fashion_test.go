@@ -276,3 +276,32 @@ func TestLoadMNISTX4(t *testing.T) {
 		t.Errorf("train %d test %d", train.N, test.N)
 	}
 }
+
+// LoadEval gives what Load gives for evaluation (the test set, its
+// classes, the training set's size) without the training images; with
+// MNIST present, for mnist and mnist-x4.
+func TestLoadEvalMatchesLoad(t *testing.T) {
+	dir, _ := filepath.Abs("../../data")
+	if _, err := os.Stat(filepath.Join(dir, "train-images-idx3-ubyte")); err != nil {
+		t.Skip("MNIST not in ../data")
+	}
+	train, test, err := Load(dir, "mnist")
+	if err != nil {
+		t.Fatal(err)
+	}
+	etest, n, err := LoadEval(dir, "mnist")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != train.N || etest.N != test.N || etest.Dim != test.Dim || etest.Classes != test.Classes ||
+		!equalF32(etest.Images, test.Images) || string(etest.Labels) != string(test.Labels) {
+		t.Errorf("LoadEval: train N %d, test %d/%d/%d; Load: train N %d, test %d/%d/%d",
+			n, etest.N, etest.Dim, etest.Classes, train.N, test.N, test.Dim, test.Classes)
+	}
+	if _, n4, err := LoadEval(dir, "mnist-x4"); err != nil || n4 != 4*train.N {
+		t.Errorf("mnist-x4: %d training samples (%v), want %d", n4, err, 4*train.N)
+	}
+	if _, _, err := LoadEval(t.TempDir(), "mnist"); err == nil {
+		t.Error("LoadEval of an empty directory: no error")
+	}
+}

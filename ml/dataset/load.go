@@ -118,26 +118,78 @@ func Load(dir, name string) (train, test *Dataset, err error) {
 
 // loadVerified implements Load for a data set with published checksums.
 func loadVerified(dir string, spec setSpec) (train, test *Dataset, err error) {
-	var idx [4]*IDX
-	var paths [4]string
-	for i, f := range spec.files {
+	idx, paths, err := readVerifiedFiles(dir, spec, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	return buildSets(idx, paths)
+}
+
+// readVerifiedFiles reads and checks spec's files from the first-th on
+// (train images, train labels, test images, test labels); the others are
+// left nil.
+func readVerifiedFiles(dir string, spec setSpec, first int) (idx [4]*IDX, paths [4]string, err error) {
+	for i, f := range spec.files[first:] {
+		i += first
 		path, err := locate(filepath.Join(dir, spec.subdir), f.name)
 		if err != nil {
-			return nil, nil, missingError(dir, spec, f, err)
+			return idx, paths, missingError(dir, spec, f, err)
 		}
 		raw, err := readVerified(path, f)
 		if err != nil {
 			if errors.Is(err, ErrChecksum) || errors.Is(err, ErrCorrupt) {
 				err = fmt.Errorf("%w; run `%s` to download it again", err, fetchCommand(dir, spec))
 			}
-			return nil, nil, err
+			return idx, paths, err
 		}
 		if idx[i], err = ParseIDX(raw); err != nil {
-			return nil, nil, fmt.Errorf("data: %s: %w", path, err)
+			return idx, paths, fmt.Errorf("data: %s: %w", path, err)
 		}
 		paths[i] = path
 	}
-	return buildSets(idx, paths)
+	return idx, paths, nil
+}
+
+// LoadEval reads what scoring a model on data set name needs: the test
+// set, and the number of training samples, counted from the training
+// labels without reading the training images (the chief's case: it
+// evaluates and counts epochs, it never trains). The test set's Classes
+// and the count are those Load gives (mnist-x4: four per image).
+func LoadEval(dir, name string) (test *Dataset, trainN int, err error) {
+	var idx [4]*IDX
+	var paths [4]string
+	per := 1
+	switch {
+	case name == "mnist" || name == mnistX4Name:
+		if name == mnistX4Name {
+			per = len(X4Transforms())
+		}
+		idx, paths, err = readVerifiedFiles(dir, mnistSpec(), 1)
+	case name == fashionName:
+		idx, paths, err = readVerifiedFiles(dir, fashionSpec(), 1)
+	default:
+		// idx: sets (no checksums) and unknown names: Load's reading
+		// and errors.
+		train, test, err := Load(dir, name)
+		if err != nil {
+			return nil, 0, err
+		}
+		return test, train.N, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	if test, err = NewDataset(idx[2], idx[3]); err != nil {
+		return nil, 0, fmt.Errorf("data: %s + %s: %w", paths[2], paths[3], err)
+	}
+	if len(idx[1].Dims) != 1 || len(idx[1].Data) != idx[1].Dims[0] {
+		return nil, 0, fmt.Errorf("data: %s: labels must have rank 1 [N], got dims %v: %w", paths[1], idx[1].Dims, ErrCorrupt)
+	}
+	trainN = idx[1].Dims[0]
+	if trainN > 0 {
+		test.Classes = max(test.Classes, maxLabel(idx[1].Data)+1)
+	}
+	return test, per * trainN, nil
 }
 
 // buildSets pairs images with labels and gives both sets the same Classes.
