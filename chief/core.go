@@ -58,7 +58,6 @@ type Core struct {
 	lastCkpt time.Time
 	// ckptFailedAt is when the last checkpoint attempt failed.
 	ckptFailedAt time.Time
-	ckptStats    report.Checkpoints
 
 	// The stop: why, when, and the model handed back.
 	stopReason     string
@@ -107,14 +106,21 @@ type CoreParams struct {
 // go on with the report: written after every evaluation, checkpoint and
 // recovery.
 type State struct {
-	RunID               string           `json:"run_id"`
-	TrainStartedUnix    float64          `json:"train_started_unix"`
-	Evals               []report.Eval    `json:"evals"`
-	Restarts            []report.Restart `json:"restarts"`
-	TimeToTargetSeconds *float64         `json:"time_to_target_seconds"`
-	TestSeconds         float64          `json:"test_seconds"`
-	Generation          int64            `json:"generation"`
-	LatestCheckpoint    int64            `json:"latest_checkpoint"`
+	RunID               string             `json:"run_id"`
+	TrainStartedUnix    float64            `json:"train_started_unix"`
+	Evals               []report.Eval      `json:"evals"`
+	Restarts            []report.Restart   `json:"restarts"`
+	TimeToTargetSeconds *float64           `json:"time_to_target_seconds"`
+	TestSeconds         float64            `json:"test_seconds"`
+	Generation          int64              `json:"generation"`
+	LatestCheckpoint    int64              `json:"latest_checkpoint"`
+	Checkpoints         report.Checkpoints `json:"checkpoints"`
+	// The stop, once it began: why, the seconds trained, and the
+	// evaluation of the model a target stop hands back. A chief
+	// restarted during the stop finishes it from here.
+	StoppedBy    string       `json:"stopped_by,omitempty"`
+	TrainSeconds float64      `json:"train_seconds,omitempty"`
+	FinalEval    *report.Eval `json:"final_eval,omitempty"`
 }
 
 // NewCore returns a core waiting for registrations.

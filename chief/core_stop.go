@@ -132,7 +132,16 @@ func (c *Core) Interrupt(now time.Time) []Action {
 
 func (c *Core) beginStop(now time.Time, reason string) []Action {
 	c.phase, c.stopReason, c.trainEnd, c.steps = stopping, reason, now, c.step
-	return []Action{StopShards{}}
+	c.st.StoppedBy, c.st.TrainSeconds, c.st.FinalEval = reason, c.seconds(now), c.finalEval
+	return []Action{c.save(), StopShards{}}
+}
+
+// resumeStop goes on with a stop a previous chief began (Adopt).
+func (c *Core) resumeStop(now time.Time) []Action {
+	c.phase, c.stopReason, c.finalEval, c.steps = stopping, c.st.StoppedBy, c.st.FinalEval, c.step
+	c.trainEnd = c.start.Add(time.Duration(c.st.TrainSeconds * float64(time.Second)))
+	c.log.Warn("the previous chief was stopping the run; finishing the stop", "stopped_by", c.stopReason)
+	return []Action{c.save(), StopShards{}}
 }
 
 // ShardsStopped says every shard was told to stop; versions are their
@@ -202,13 +211,13 @@ func (c *Core) CheckpointDone(now time.Time, res CheckpointResult) []Action {
 		c.log.Info("checkpoint cut short by the stop", "step", res.Step, "why", res.Err)
 	case res.Err != nil:
 		c.ckptFailedAt = now
-		c.ckptStats.Failed++
-		c.ckptStats.LastError = res.Err.Error()
+		c.st.Checkpoints.Failed++
+		c.st.Checkpoints.LastError = res.Err.Error()
 		c.log.Error("checkpoint failed; training goes on", "step", res.Step, "err", res.Err)
 	case res.Skipped != "":
 		c.log.Info("checkpoint skipped", "step", res.Step, "why", res.Skipped)
 	default:
-		c.ckptStats.Committed++
+		c.st.Checkpoints.Committed++
 		c.st.LatestCheckpoint = res.Step
 		c.m.CheckpointDuration.Observe(res.Duration.Seconds())
 		c.m.CheckpointSize.Set(float64(res.Bytes))
@@ -239,7 +248,7 @@ func (c *Core) report() *report.Report {
 		Seed: r.Seed, TargetAccuracy: r.TargetAccuracy, TargetHold: c.targetHold(),
 		StoppedBy: c.stopReason, GlobalSteps: c.steps, FinalStep: c.steps,
 		TestSeconds: c.st.TestSeconds, Evals: c.st.Evals, TimeToTargetSeconds: c.st.TimeToTargetSeconds,
-		Restarts: c.st.Restarts, TrainStartedUnix: c.st.TrainStartedUnix, Checkpoints: c.ckptStats}
+		Restarts: c.st.Restarts, TrainStartedUnix: c.st.TrainStartedUnix, Checkpoints: c.st.Checkpoints}
 	if !c.start.IsZero() {
 		rep.TrainSeconds = c.trainEnd.Sub(c.start).Seconds()
 	}

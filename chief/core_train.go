@@ -102,6 +102,9 @@ func (c *Core) Adopt(now time.Time, a Adoption) []Action {
 	c.st.Restarts = append(c.st.Restarts, report.Restart{Task: "chief", BackAtSeconds: ptr(c.seconds(now)), RestoredStep: a.Step})
 	c.m.TaskRestarts.WithLabelValues("chief").Inc()
 	c.log.Warn("chief restarted: adopting the running cluster", "step", a.Step, "generation", c.st.Generation)
+	if c.st.StoppedBy != "" {
+		return c.resumeStop(now)
+	}
 	if a.Split && c.p.Run.Mode == config.Sync {
 		c.log.Warn("the previous chief died during a rollback; restoring every shard")
 		return []Action{c.orderRestore(now, "", nil), c.save()}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/observe/metrics"
+	"github.com/pstrain/pstrain/observe/report"
 )
 
 var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testdata/*.txt")
@@ -43,7 +44,9 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	reinitialised t=S
 //	stopped t=S versions=V,...
 //	interrupt t=S
-//	adopt t=S gen=N step=N [split]
+//	adopt t=S gen=N step=N [split] [stopped-by=WHY [final-step=N final-acc=F]]
+//	                             a restarted chief; stopped-by: the saved
+//	                             state says a stop had begun
 //	checkpoint-at versions=V,... latest=N ahead=N [final]
 //	                             where a checkpoint goes (checkpointAt)
 //	state                        the core's phase, generation, hold, step
@@ -231,7 +234,17 @@ func (s *scenario) events() map[string]func(a map[string]string, now time.Time) 
 		},
 		"adopt": func(a map[string]string, now time.Time) []Action {
 			_, split := a["split"]
-			return c.Adopt(now, Adoption{Generation: num(a, "gen"), Step: num(a, "step"), Split: split})
+			ad := Adoption{Generation: num(a, "gen"), Step: num(a, "step"), Split: split}
+			if by, ok := a["stopped-by"]; ok {
+				// The previous chief saved a stop it had begun.
+				ad.Saved = &State{RunID: "run-test", Evals: []report.Eval{}, Restarts: []report.Restart{},
+					LatestCheckpoint: -1, Generation: ad.Generation, StoppedBy: by, TrainSeconds: 9}
+				if acc, err := strconv.ParseFloat(a["final-acc"], 64); err == nil {
+					ad.Saved.FinalEval = &report.Eval{Step: num(a, "final-step"), TestAccuracy: acc}
+					ad.Saved.Evals = append(ad.Saved.Evals, *ad.Saved.FinalEval)
+				}
+			}
+			return c.Adopt(now, ad)
 		},
 	}
 }
