@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -22,8 +21,7 @@ import (
 
 // cmdBench measures performance ratios in one run (see docs/scaling.md).
 func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("bench", "bench [flags]", "Measure performance ratios against this machine's limits (see docs/scaling.md),\nor with --predict, print the scaling model's prediction for a cluster.")
 	asJSON := fs.Bool("json", false, "print the result as JSON instead of a table")
 	quick := fs.Bool("quick", false, "shorter timings and a smaller end_to_end grid")
 	sections := fs.String("sections", strings.Join(bench.Sections(), ","), "comma list of sections to measure")
@@ -37,8 +35,8 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	memProfile := fs.String("memprofile", "", "write an allocation profile of this process here at the end")
 	seed := fs.Uint64("seed", 1, "seed for weights and synthetic data")
 	predict := fs.String("predict", "", "print the scaling model's prediction for workers=N,ps=M,net=10gbit[,latency=50us] instead of measuring")
-	calibration := fs.String("calibration", "", "--predict: calibrate from this `pstrain bench --json` output (default: the reference figures in docs/scaling.md)")
-	if err := parse(fs, args); err != nil {
+	calibration := fs.String("calibration", "", "--predict: calibrate from this file, the output of pstrain bench --json (default: the reference figures in docs/scaling.md)")
+	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
 	if *predict != "" {
@@ -46,14 +44,14 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	secs, err := bench.ParseSections(*sections)
 	if err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return asUsage(err)
 	}
 	bs, err := model.ParseHidden(*batches) // a comma list of positive ints
 	if err != nil || len(bs) == 0 {
-		return fmt.Errorf("%w: --batches %q: want a comma list of positive batch sizes", errUsage, *batches)
+		return usagef("--batches %q: want a comma list of positive batch sizes", *batches)
 	}
 	if *budget < 0 || *rounds < 0 {
-		return fmt.Errorf("%w: --duration and --rounds must not be negative", errUsage)
+		return usagef("--duration and --rounds must not be negative")
 	}
 	if *budget == 0 {
 		*budget = 1500 * time.Millisecond
@@ -127,7 +125,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 func benchPredict(scenario, calibrationFile string, asJSON bool, stdout io.Writer) error {
 	sc, err := bench.ParseScenario(scenario)
 	if err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return asUsage(err)
 	}
 	cal := bench.ReferenceCalibration()
 	if calibrationFile != "" {

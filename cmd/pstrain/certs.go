@@ -19,18 +19,17 @@ import (
 
 // cmdCerts makes a CA and one certificate per task of a cluster file.
 func cmdCerts(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("certs", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("certs", "certs --out DIR [flags]", "Make a CA and a certificate per task of a cluster, for --tls-dir.")
 	clusterFile := fs.String("cluster", "", "cluster file whose host names and IPs go into the certificates (default: the TF_CONFIG environment variable)")
 	out := fs.String("out", "", "directory for ca.pem, ca-key.pem and <role>-<index>.pem / <role>-<index>-key.pem (created 0700)")
 	validity := fs.Duration("validity", certs.DefaultValidity, "how long the certificates are valid")
 	hosts := fs.String("hosts", "", "extra comma-separated host names or IPs for every task's certificate (e.g. a load balancer)")
 	force := fs.Bool("force", false, "overwrite existing files in --out (makes a new CA: every task needs the new files)")
-	if err := parse(fs, args); err != nil {
+	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
 	if *out == "" {
-		return fmt.Errorf("%w: pstrain certs needs --out DIR", errUsage)
+		return usagef("missing --out DIR")
 	}
 	spec, _, err := cluster.Load(*clusterFile, os.Getenv("TF_CONFIG"))
 	if err != nil {
@@ -64,7 +63,7 @@ type tlsFlags struct {
 // --insecure on fs.
 func bindTLSFlags(fs *flag.FlagSet) *tlsFlags {
 	return &tlsFlags{
-		dir:      fs.String("tls-dir", "", "mutual TLS with the files of `pstrain certs` in this directory: ca.pem, <role>-<index>.pem, <role>-<index>-key.pem"),
+		dir:      fs.String("tls-dir", "", "mutual TLS with the files pstrain certs made in this directory: ca.pem, <role>-<index>.pem, <role>-<index>-key.pem"),
 		cert:     fs.String("tls-cert", "", "mutual TLS: this task's certificate (PEM)"),
 		key:      fs.String("tls-key", "", "mutual TLS: this task's private key (PEM)"),
 		ca:       fs.String("tls-ca", "", "mutual TLS: the CA certificate every task's certificate is checked against (PEM)"),

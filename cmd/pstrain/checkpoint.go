@@ -24,14 +24,24 @@ import (
 	"github.com/pstrain/pstrain/ml/model"
 )
 
-const checkpointUsage = `pstrain checkpoint ls DIR        list the checkpoints in DIR, newest first, with a quick check
-pstrain checkpoint verify DIR    fully verify every checkpoint (SHA-256 of every shard); fails if the newest is bad
-pstrain checkpoint inspect PATH  show a checkpoint's manifest and tensors (PATH: a ckpt-* directory, or DIR for the newest valid one)`
+const checkpointUsage = `  pstrain checkpoint ls DIR        list the checkpoints in DIR, newest first, with a quick check
+  pstrain checkpoint verify DIR    fully verify every checkpoint (SHA-256 of every shard); fails if the newest is bad
+  pstrain checkpoint inspect PATH  show a checkpoint's manifest and tensors (PATH: a ckpt-* directory, or DIR for the newest valid one)`
 
-func cmdCheckpoint(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) != 2 || (args[0] != "ls" && args[0] != "verify" && args[0] != "inspect") {
-		fmt.Fprintln(stderr, checkpointUsage)
-		return fmt.Errorf("%w: pstrain checkpoint ls|verify|inspect DIR", errUsage)
+func cmdCheckpoint(_ context.Context, args []string, stdout, _ io.Writer) error {
+	for i, a := range args {
+		if isHelp(a) && (i == 0 || a != "help") { // a directory may be called help
+			fmt.Fprintf(stdout, "usage:\n%s\n", checkpointUsage)
+			return flag.ErrHelp
+		}
+	}
+	switch {
+	case len(args) == 0:
+		return usagef("missing subcommand: ls, verify or inspect")
+	case args[0] != "ls" && args[0] != "verify" && args[0] != "inspect":
+		return usagef("unknown subcommand %q: want ls, verify or inspect", args[0])
+	case len(args) != 2:
+		return usagef("%s takes one directory, got %d arguments", args[0], len(args)-1)
 	}
 	dir := args[1]
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
@@ -183,15 +193,14 @@ func optimizerLine(m checkpoint.Manifest) string {
 
 // cmdEval scores a checkpoint on the test set.
 func cmdEval(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("eval", "eval --checkpoint DIR [flags]", "Score a checkpoint's model on the test set of its run's data set.")
 	path := fs.String("checkpoint", "", "a ckpt-* directory, or a checkpoint directory (its newest valid checkpoint)")
 	dataDir := fs.String("data-dir", "", "directory holding the data sets (default: the run's)")
-	if err := parse(fs, args); err != nil {
+	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
 	if *path == "" {
-		return fmt.Errorf("%w: pstrain eval --checkpoint DIR", errUsage)
+		return usagef("missing --checkpoint DIR")
 	}
 	ck, err := openCheckpoint(*path)
 	if err != nil {

@@ -36,12 +36,12 @@ func (h hiddenFlag) Set(s string) error {
 // bindRunFlags registers the run configuration flags on fs, with the
 // defaults already in r.
 func bindRunFlags(fs *flag.FlagSet, r *config.Run) {
-	fs.Func("mode", "SGD mode: sync, async or ssp (default sync)", func(s string) error { r.Mode = config.Mode(s); return nil })
+	fs.StringVar((*string)(&r.Mode), "mode", string(r.Mode), "SGD mode: sync, async or ssp")
 	fs.IntVar(&r.Staleness, "staleness", r.Staleness, "ssp: how many steps a worker may run ahead of the slowest live worker")
 	fs.IntVar(&r.ReplicasToAggregate, "replicas-to-aggregate", r.ReplicasToAggregate, "sync: gradients per step (0 = all workers; fewer makes the rest backup workers)")
 	fs.IntVar(&r.PS, "ps", r.PS, "number of parameter-server shards")
 	fs.IntVar(&r.Workers, "workers", r.Workers, "number of workers")
-	fs.Var(hiddenFlag{&r.Hidden}, "hidden", "comma list of hidden layer sizes (default 800)")
+	fs.Var(hiddenFlag{&r.Hidden}, "hidden", "comma list of hidden layer sizes")
 	fs.IntVar(&r.Batch, "batch", r.Batch, "per-worker batch size")
 	fs.Float64Var(&r.LR, "lr", r.LR, "learning rate")
 	fs.Float64Var(&r.Momentum, "momentum", r.Momentum, "momentum (optimizer momentum)")

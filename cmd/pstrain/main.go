@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -41,9 +42,10 @@ Usage:
   pstrain plot DIR                    re-draw a sweep's plots from its CSV
   pstrain certs --cluster FILE --out DIR
                                       a CA and a certificate per task, for --tls-dir
-  pstrain version
+  pstrain version                     the version (also --version)
 
-Run 'pstrain COMMAND -h' for a command's flags.
+Run 'pstrain COMMAND -h' (or 'pstrain help COMMAND') for a command's flags.
+A command-line mistake exits with status 2, a failure with status 1.
 `
 
 func main() {
@@ -59,6 +61,9 @@ func main() {
 	case err != nil && sig.received() != nil:
 		fmt.Fprintln(os.Stderr, "pstrain: interrupted:", err)
 		os.Exit(sig.exitCode())
+	case errors.Is(err, errUsage):
+		printUsageError(os.Stderr, err)
+		os.Exit(2)
 	case err != nil:
 		fmt.Fprintln(os.Stderr, "pstrain:", err)
 		os.Exit(1)
@@ -138,45 +143,117 @@ func (s *signals) exitCode() int {
 	return 1
 }
 
-// errUsage marks a command-line mistake (exit status 2 would be
-// conventional; 1 keeps scripts simple).
+// errUsage marks a command-line mistake: an unknown command or flag, a
+// bad value, a missing argument. main prints the error and a one-line
+// hint (not the whole usage) and exits with status 2, as Go's tools do;
+// other errors exit with status 1.
 var errUsage = errors.New("usage")
 
+// usageError is a command-line mistake of the command cmd ("run", "data
+// fetch"; "" for pstrain itself). It matches errUsage.
+type usageError struct {
+	cmd string
+	err error
+}
+
+func (e *usageError) Error() string        { return e.err.Error() }
+func (e *usageError) Unwrap() error        { return e.err }
+func (e *usageError) Is(target error) bool { return target == errUsage }
+
+// usagef returns a usage error; run names the command.
+func usagef(format string, a ...any) error {
+	return &usageError{err: fmt.Errorf(format, a...)}
+}
+
+// asUsage marks err (a bad flag value found after parsing) as a usage error.
+func asUsage(err error) error {
+	if err == nil || errors.Is(err, errUsage) {
+		return err
+	}
+	return &usageError{err: err}
+}
+
+// printUsageError prints a usage error and the one-line hint:
+//
+//	pstrain run: flag provided but not defined: -bogus
+//	run 'pstrain run -h' for usage
+func printUsageError(w io.Writer, err error) {
+	cmd := ""
+	var ue *usageError
+	if errors.As(err, &ue) {
+		cmd = ue.cmd
+	}
+	if cmd == "" {
+		fmt.Fprintf(w, "pstrain: %v\nrun 'pstrain -h' for usage\n", err)
+		return
+	}
+	fmt.Fprintf(w, "pstrain %s: %v\nrun 'pstrain %s -h' for usage\n", cmd, err, cmd)
+}
+
+// command is a subcommand: args are those after its name.
+type command func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+
+// commands are pstrain's subcommands.
+var commands = map[string]command{
+	"run":        cmdRun,
+	"chief":      taskCommand(cluster.Chief),
+	"ps":         taskCommand(cluster.PS),
+	"worker":     taskCommand(cluster.Worker),
+	"data":       cmdData,
+	"checkpoint": cmdCheckpoint,
+	"eval":       cmdEval,
+	"top":        cmdTop,
+	"bench":      cmdBench,
+	"sweep":      cmdSweep,
+	"plot":       cmdPlot,
+	"certs":      cmdCerts,
+}
+
+func taskCommand(role string) command {
+	return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+		return cmdTask(ctx, role, args, stdout, stderr)
+	}
+}
+
+// isHelp reports whether arg asks for help.
+func isHelp(arg string) bool {
+	switch arg {
+	case "-h", "-help", "--help", "help":
+		return true
+	}
+	return false
+}
+
+// run runs the command line args (without the program name). Help goes
+// to stdout and returns nil or flag.ErrHelp; a command-line mistake
+// returns an error matching errUsage, printed by main.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return fmt.Errorf("%w: no command", errUsage)
+		return usagef("no command given")
 	}
-	switch args[0] {
-	case "run":
-		return cmdRun(ctx, args[1:], stdout, stderr)
-	case "chief", "ps", "worker":
-		return cmdTask(ctx, args[0], args[1:], stdout, stderr)
-	case "data":
-		return cmdData(ctx, args[1:], stderr)
-	case "checkpoint":
-		return cmdCheckpoint(ctx, args[1:], stdout, stderr)
-	case "eval":
-		return cmdEval(ctx, args[1:], stdout, stderr)
-	case "top":
-		return cmdTop(ctx, args[1:], stdout, stderr)
-	case "bench":
-		return cmdBench(ctx, args[1:], stdout, stderr)
-	case "sweep":
-		return cmdSweep(ctx, args[1:], stdout, stderr)
-	case "plot":
-		return cmdPlot(ctx, args[1:], stdout, stderr)
-	case "certs":
-		return cmdCerts(ctx, args[1:], stdout, stderr)
-	case "version":
+	switch name := args[0]; {
+	case name == "version" || name == "-version" || name == "--version":
 		fmt.Fprintln(stdout, "pstrain", task.Version)
 		return nil
-	case "help", "-h", "--help":
+	case isHelp(name) && len(args) > 1 && commands[args[1]] != nil:
+		// pstrain help COMMAND: the command's own help.
+		return run(ctx, []string{args[1], "-h"}, stdout, stderr)
+	case isHelp(name) && len(args) > 1 && !isHelp(args[1]):
+		return usagef("unknown command %q", args[1])
+	case isHelp(name):
 		fmt.Fprint(stdout, usage)
 		return nil
+	case commands[name] == nil && strings.HasPrefix(name, "-"):
+		return usagef("unknown flag %q (flags go after the command)", name)
+	case commands[name] == nil:
+		return usagef("unknown command %q", name)
 	}
-	fmt.Fprint(stderr, usage)
-	return fmt.Errorf("%w: unknown command %q", errUsage, args[0])
+	err := commands[args[0]](ctx, args[1:], stdout, stderr)
+	var ue *usageError
+	if errors.As(err, &ue) && ue.cmd == "" {
+		ue.cmd = args[0]
+	}
+	return err
 }
 
 func newLogger(w io.Writer, level string, attrs ...any) (*slog.Logger, error) {
@@ -187,23 +264,60 @@ func newLogger(w io.Writer, level string, attrs ...any) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})).With(attrs...), nil
 }
 
-func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+// newFlagSet returns the flag set of the command name ("run", "data
+// fetch"), parsed by parse: -h prints "usage: pstrain SYNOPSIS", about
+// and the flags to stdout; a mistake becomes a usage error, printed by
+// main with a one-line hint instead of the flag list.
+func newFlagSet(name, synopsis, about string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintf(w, "usage: pstrain %s\n\n%s\n", synopsis, about)
+		n := 0
+		fs.VisitAll(func(*flag.Flag) { n++ })
+		if n > 0 {
+			fmt.Fprintln(w, "\nflags:")
+			fs.PrintDefaults()
+		}
+	}
+	return fs
+}
+
+// parseFlags parses args with fs (from newFlagSet). -h prints the help to
+// stdout and returns flag.ErrHelp (main exits 0); a parse error returns a
+// usage error naming the command.
+func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	fs.SetOutput(io.Discard) // the flag package prints the error and the usage there
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return flag.ErrHelp
+	case err != nil:
+		return &usageError{cmd: fs.Name(), err: err}
+	}
+	return nil
+}
+
+// parse is parseFlags for commands that take no arguments besides flags.
+func parse(fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+		return &usageError{cmd: fs.Name(), err: fmt.Errorf("unexpected argument %q", fs.Arg(0))}
 	}
 	return nil
 }
 
 func cmdTask(ctx context.Context, role string, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet(role, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet(role, role+" [flags]", "Run one task of a cluster: the cluster comes from --cluster FILE or the TF_CONFIG\nenvironment variable; the run flags must agree with the chief's.")
 	r := config.Default()
 	bindRunFlags(fs, &r)
 	clusterFile := fs.String("cluster", "", "cluster file (JSON: {\"chief\":[..],\"ps\":[..],\"worker\":[..]}); default: the TF_CONFIG environment variable")
-	index := fs.Int("index", -1, "this task's index (default: from TF_CONFIG)")
+	index := fs.Int("index", -1, "this task's index (-1: from TF_CONFIG)")
 	metricsAddr := fs.String("metrics-addr", "", "serve /metrics and /healthz here (default: the task's port + 1000; \"off\" disables)")
 	dataAddr := fs.String("data-addr", "", "ps: where the TCP data plane listens (default: the task's port + 2000)")
 	connectTimeout := fs.Duration("connect-timeout", time.Minute, "how long to wait for the chief or a PS before giving up")
@@ -215,11 +329,11 @@ func cmdTask(ctx context.Context, role string, args []string, stdout, stderr io.
 	runID := fs.String("run-id", "", "chief: run identifier (default: generated; give one so that a restarted chief can adopt its running cluster)")
 	statePath := fs.String("state-file", "", "chief: keep the report's history here so that a restarted chief can finish it")
 	tlsF := bindTLSFlags(fs)
-	if err := parse(fs, args); err != nil {
+	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
 	if err := r.Validate(); err != nil {
-		return err
+		return asUsage(err)
 	}
 	spec, t, err := cluster.Load(*clusterFile, os.Getenv("TF_CONFIG"))
 	if err != nil {
@@ -230,7 +344,7 @@ func cmdTask(ctx context.Context, role string, args []string, stdout, stderr io.
 		tk.Index = 0
 	} else if *index < 0 {
 		if t == nil || t.Type != role {
-			return fmt.Errorf("%w: pass --index (TF_CONFIG names no %s task)", errUsage, role)
+			return usagef("pass --index (TF_CONFIG names no %s task)", role)
 		}
 		tk = *t
 	}
@@ -283,8 +397,7 @@ func cmdTask(ctx context.Context, role string, args []string, stdout, stderr io.
 }
 
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("run", "run [flags]", "Start a local cluster (a chief, --ps parameter servers, --workers workers) and train.")
 	r := config.Default()
 	r.CheckpointDir = filepath.Join("run", "checkpoints")
 	bindRunFlags(fs, &r)
@@ -297,21 +410,21 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	connectTimeout := fs.Duration("connect-timeout", time.Minute, "how long tasks wait for each other before giving up")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	tlsDir := fs.String("tls-dir", "", "run every task over mutual TLS with certificates in this directory (made there if missing)")
-	if err := parse(fs, args); err != nil {
+	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
 	if err := r.Validate(); err != nil {
-		return err
+		return asUsage(err)
 	}
 	if !flagSet(fs, "checkpoint-dir") && *dir != "run" {
 		r.CheckpointDir = filepath.Join(*dir, "checkpoints")
 	}
 	fl, err := launcher.ParseFaults(*faults, r)
 	if err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return asUsage(err)
 	}
 	if *maxRestarts < 0 {
-		return fmt.Errorf("%w: --max-restarts must be >= 0", errUsage)
+		return usagef("--max-restarts must be >= 0")
 	}
 	log, err := newLogger(stderr, *logLevel)
 	if err != nil {
@@ -407,15 +520,19 @@ func sortedTasks(m map[string]report.Task) []string {
 	return out
 }
 
-func cmdData(ctx context.Context, args []string, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "fetch" {
-		return fmt.Errorf("%w: pstrain data fetch [--dataset mnist] [--data-dir data]", errUsage)
-	}
-	fs := flag.NewFlagSet("data fetch", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	name := fs.String("dataset", "mnist", "data set to fetch")
+func cmdData(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("data fetch", "data fetch [flags]", "Download a data set into --data-dir and check it against its published checksums.")
+	name := fs.String("dataset", "mnist", "data set to fetch: mnist, fashion-mnist or mnist-x4")
 	dir := fs.String("data-dir", "data", "where to put it")
-	if err := parse(fs, args[1:]); err != nil {
+	switch {
+	case len(args) == 0:
+		return usagef("missing subcommand: fetch")
+	case isHelp(args[0]):
+		return parseFlags(fs, []string{"-h"}, stdout)
+	case args[0] != "fetch":
+		return usagef("unknown subcommand %q: want fetch", args[0])
+	}
+	if err := parse(fs, args[1:], stdout); err != nil {
 		return err
 	}
 	return dataset.Fetch(ctx, *dir, *name, func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) })

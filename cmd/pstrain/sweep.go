@@ -28,22 +28,21 @@ func cmdSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 // runSweep is cmdSweep with the pstrain binary to run given.
 func runSweep(ctx context.Context, exe string, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("sweep", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	grid := fs.String("grid", "", "grid of `pstrain run` flags, e.g. 'mode=sync,async;workers=1,2;data-fraction=0.3,1' (hidden layers: hidden=800,256+128)")
+	fs := newFlagSet("sweep", "sweep --grid SPEC --out DIR [flags]", "Run a grid of pstrain run configurations and write results.csv, summary.md and plots.")
+	grid := fs.String("grid", "", "grid of pstrain run flags, e.g. 'mode=sync,async;workers=1,2;data-fraction=0.3,1' (hidden layers: hidden=800,256+128)")
 	repeat := fs.Int("repeat", 1, "runs per configuration (repeat r uses seed+r)")
 	out := fs.String("out", "", "output directory (results.csv, summary.md, plots, runs/); re-running resumes it")
 	dataDir := fs.String("data-dir", "data", "directory holding the data sets")
 	every := fs.Duration("sample-every", time.Second, "how often each process's /metrics is sampled")
 	logLevel := fs.String("log-level", "warn", "log level of the runs' tasks")
-	if err := parse(fs, args); err != nil {
+	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
 	if *grid == "" || *out == "" {
-		return fmt.Errorf("%w: pstrain sweep --grid SPEC --out DIR [--repeat N]", errUsage)
+		return usagef("need --grid SPEC and --out DIR")
 	}
 	if *repeat < 1 {
-		return fmt.Errorf("%w: --repeat must be at least 1, got %d", errUsage, *repeat)
+		return usagef("--repeat must be at least 1, got %d", *repeat)
 	}
 	g, err := sweep.ParseGrid(*grid)
 	if err != nil {
@@ -70,13 +69,12 @@ func runSweep(ctx context.Context, exe string, args []string, stdout, stderr io.
 
 // cmdPlot re-draws a sweep's plots from its files: `pstrain plot DIR`.
 func cmdPlot(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("plot", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
+	fs := newFlagSet("plot", "plot SWEEP_DIR", "Re-draw a sweep's plots (PNG and SVG) from its results.csv.")
+	if err := parseFlags(fs, args, stdout); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return fmt.Errorf("%w: pstrain plot SWEEP_DIR", errUsage)
+		return usagef("want one sweep directory, got %d arguments", fs.NArg())
 	}
 	dir := fs.Arg(0)
 	figs, err := figures.DrawAll(dir)

@@ -38,26 +38,25 @@ type topOptions struct {
 // cmdTop is `pstrain top`: a live terminal view of a running cluster, read
 // from the tasks' metrics endpoints.
 func cmdTop(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("top", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	targetsFile := fs.String("targets", "run/targets/pstrain.json", "Prometheus file_sd target file written by `pstrain run` (labels role and task)")
-	clusterFile := fs.String("cluster", "", "cluster file (JSON, as for `pstrain ps`); metrics are read on each task's port + 1000")
+	fs := newFlagSet("top", "top [--targets FILE | --cluster FILE] [flags]", "A live view of every task of a running cluster: steps/s, phases, CPU, RSS, load.")
+	targetsFile := fs.String("targets", "run/targets/pstrain.json", "Prometheus file_sd target file written by pstrain run (labels role and task)")
+	clusterFile := fs.String("cluster", "", "cluster file (JSON, as for pstrain ps); metrics are read on each task's port + 1000")
 	interval := fs.Duration("interval", 2*time.Second, "refresh every this long (with --once: the time between the two scrapes)")
 	window := fs.Duration("window", 10*time.Second, "the bottleneck line covers about this much of the recent past")
 	once := fs.Bool("once", false, "print one snapshot (two scrapes --interval apart) and exit")
-	if err := parse(fs, args); err != nil {
+	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
 	if *interval <= 0 {
-		return fmt.Errorf("%w: --interval must be positive, got %s", errUsage, *interval)
+		return usagef("--interval must be positive, got %s", *interval)
 	}
 	if *window <= 0 {
-		return fmt.Errorf("%w: --window must be positive, got %s", errUsage, *window)
+		return usagef("--window must be positive, got %s", *window)
 	}
 	targetsSet := false
 	fs.Visit(func(f *flag.Flag) { targetsSet = targetsSet || f.Name == "targets" })
 	if targetsSet && *clusterFile != "" {
-		return fmt.Errorf("%w: pass --targets or --cluster, not both", errUsage)
+		return usagef("pass --targets or --cluster, not both")
 	}
 	var (
 		targets []bottleneck.Target

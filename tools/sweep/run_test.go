@@ -81,7 +81,9 @@ func fakeRun(args []string) int {
 	os.MkdirAll(*sd, 0o755)
 	os.WriteFile(filepath.Join(*sd, targetsFile), tg, 0o644)
 	deadline := time.Now().Add(20 * time.Second)
-	for hits.Load() < 2 && time.Now().Before(deadline) {
+	// A third scrape starts only after the sampler recorded the second
+	// (it scrapes one at a time): then two samples are certainly kept.
+	for hits.Load() < 3 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	ttt := 3.0
@@ -107,7 +109,7 @@ func fakeOptions(t *testing.T, grid string) (Options, string) {
 	}
 	log := filepath.Join(t.TempDir(), "invocations")
 	t.Setenv(fakeEnv, log)
-	return Options{Exe: os.Args[0], Dir: t.TempDir(), DataDir: "data", Configs: cs, Repeat: 2, SampleEvery: 20 * time.Millisecond}, log
+	return Options{Exe: os.Args[0], Dir: t.TempDir(), DataDir: "data", Configs: cs, Repeat: 2, SampleEvery: 50 * time.Millisecond}, log
 }
 
 func invocations(t *testing.T, log string) []string {

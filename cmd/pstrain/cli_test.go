@@ -1,0 +1,226 @@
+package main
+
+// The command line: help output (golden files), usage errors and exit
+// statuses, the way Go's own tools behave.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/pstrain/pstrain/task"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
+
+// flagLine is a flag's first line in -h output: "  -name TYPE".
+var flagLine = regexp.MustCompile(`(?m)^  -([a-z0-9-]+)(?: (\S+))?$`)
+
+// helpOf runs `pstrain ARGS` in-process and wants help on stdout only.
+func helpOf(t *testing.T, args ...string) string {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), args, &stdout, &stderr)
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("pstrain %q: %v", args, err)
+	}
+	if stderr.Len() > 0 || stdout.Len() == 0 {
+		t.Fatalf("pstrain %q: stdout %d bytes, stderr %q; want the help on stdout", args, stdout.Len(), stderr.String())
+	}
+	return stdout.String()
+}
+
+func checkGolden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (go test ./cmd/pstrain -run TestHelpGolden -update writes it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs from the output (go test ./cmd/pstrain -run TestHelpGolden -update rewrites it):\n--- got\n%s\n--- want\n%s", path, got, want)
+	}
+}
+
+func TestHelpGolden(t *testing.T) {
+	for _, c := range []struct {
+		golden string
+		args   []string
+	}{
+		{"help.golden", []string{"-h"}},
+		{"run-help.golden", []string{"run", "-h"}},
+	} {
+		checkGolden(t, c.golden, helpOf(t, c.args...))
+	}
+	// The same text however help is asked for.
+	top := helpOf(t, "-h")
+	for _, args := range [][]string{{"--help"}, {"-help"}, {"help"}} {
+		if got := helpOf(t, args...); got != top {
+			t.Errorf("pstrain %q differs from pstrain -h", args)
+		}
+	}
+	runHelp := helpOf(t, "run", "-h")
+	for _, args := range [][]string{{"run", "--help"}, {"help", "run"}} {
+		if got := helpOf(t, args...); got != runHelp {
+			t.Errorf("pstrain %q differs from pstrain run -h", args)
+		}
+	}
+}
+
+// Every command's -h lists each flag once, with a type (no backquoted
+// words taken for value names) and at most one default.
+func TestCommandHelpFlags(t *testing.T) {
+	types := map[string]bool{"": true, "int": true, "uint": true, "float": true, "string": true, "duration": true, "value": true}
+	for _, cmd := range [][]string{{"run"}, {"chief"}, {"ps"}, {"worker"}, {"data", "fetch"}, {"eval"}, {"top"},
+		{"bench"}, {"sweep"}, {"plot"}, {"certs"}, {"checkpoint"}} {
+		out := helpOf(t, append(cmd, "-h")...)
+		name := strings.Join(cmd, " ")
+		if !strings.HasPrefix(out, "usage:") {
+			t.Errorf("pstrain %s -h does not start with usage:\n%s", name, out)
+		}
+		if strings.Contains(out, "`") {
+			t.Errorf("pstrain %s -h has a backquote:\n%s", name, out)
+		}
+		seen := map[string]bool{}
+		for _, m := range flagLine.FindAllStringSubmatch(out, -1) {
+			if seen[m[1]] {
+				t.Errorf("pstrain %s -h lists -%s twice", name, m[1])
+			}
+			seen[m[1]] = true
+			if !types[m[2]] {
+				t.Errorf("pstrain %s -h: -%s %s: a usage string's backquotes named the value", name, m[1], m[2])
+			}
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if strings.Count(line, "(default") > 1 {
+				t.Errorf("pstrain %s -h: default given twice: %s", name, strings.TrimSpace(line))
+			}
+		}
+	}
+	// The run flags of the golden file, once each.
+	out := helpOf(t, "run", "-h")
+	for _, f := range []string{"hidden", "mode", "lr", "workers", "ps", "tls-dir", "fault"} {
+		if n := len(regexp.MustCompile(`(?m)^  -`+f+`( |$)`).FindAllString(out, -1)); n != 1 {
+			t.Errorf("pstrain run -h lists -%s %d times", f, n)
+		}
+	}
+	for _, want := range []string{"comma list of hidden layer sizes (default 800)\n", `SGD mode: sync, async or ssp (default "sync")` + "\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("pstrain run -h does not say %q", want)
+		}
+	}
+	if out := helpOf(t, "ps", "-h"); !strings.Contains(out, "this task's index (-1: from TF_CONFIG) (default -1)\n") {
+		t.Errorf("pstrain ps -h: -index:\n%s", out)
+	}
+}
+
+// A command-line mistake is a usage error: main prints it and one hint line.
+func TestUsageErrors(t *testing.T) {
+	for _, c := range []struct {
+		args      []string
+		msg, hint string
+	}{
+		{nil, "pstrain: no command given", "run 'pstrain -h' for usage"},
+		{[]string{"bogus"}, `pstrain: unknown command "bogus"`, "run 'pstrain -h' for usage"},
+		{[]string{"--bogus"}, `pstrain: unknown flag "--bogus"`, "run 'pstrain -h' for usage"},
+		{[]string{"run", "--bogus"}, "pstrain run: flag provided but not defined: -bogus", "run 'pstrain run -h' for usage"},
+		{[]string{"run", "--batch", "x"}, `pstrain run: invalid value "x" for flag -batch`, "run 'pstrain run -h' for usage"},
+		{[]string{"run", "--mode", "bsp"}, "pstrain run: --mode must be sync, async or ssp", "run 'pstrain run -h' for usage"},
+		{[]string{"run", "extra"}, `pstrain run: unexpected argument "extra"`, "run 'pstrain run -h' for usage"},
+		{[]string{"ps", "--index", "x"}, `pstrain ps: invalid value "x" for flag -index`, "run 'pstrain ps -h' for usage"},
+		{[]string{"data"}, "pstrain data: missing subcommand: fetch", "run 'pstrain data -h' for usage"},
+		{[]string{"data", "fetch", "--nope"}, "pstrain data fetch: flag provided but not defined: -nope", "run 'pstrain data fetch -h' for usage"},
+		{[]string{"checkpoint", "ls"}, "pstrain checkpoint: ls takes one directory", "run 'pstrain checkpoint -h' for usage"},
+		{[]string{"checkpoint", "rm", "x"}, `pstrain checkpoint: unknown subcommand "rm"`, "run 'pstrain checkpoint -h' for usage"},
+		{[]string{"eval"}, "pstrain eval: missing --checkpoint DIR", "run 'pstrain eval -h' for usage"},
+		{[]string{"top", "--interval", "0s"}, "pstrain top: --interval must be positive", "run 'pstrain top -h' for usage"},
+		{[]string{"sweep", "--grid", "mode=sync"}, "pstrain sweep: need --grid SPEC and --out DIR", "run 'pstrain sweep -h' for usage"},
+		{[]string{"plot"}, "pstrain plot: want one sweep directory", "run 'pstrain plot -h' for usage"},
+		{[]string{"certs"}, "pstrain certs: missing --out DIR", "run 'pstrain certs -h' for usage"},
+		{[]string{"bench", "--batches", "0"}, "pstrain bench: --batches", "run 'pstrain bench -h' for usage"},
+	} {
+		var stdout, stderr, msg bytes.Buffer
+		err := run(context.Background(), c.args, &stdout, &stderr)
+		if !errors.Is(err, errUsage) {
+			t.Errorf("pstrain %q: err = %v, want a usage error", c.args, err)
+			continue
+		}
+		if stdout.Len()+stderr.Len() > 0 {
+			t.Errorf("pstrain %q printed %q %q besides the error", c.args, stdout.String(), stderr.String())
+		}
+		printUsageError(&msg, err)
+		lines := strings.Split(strings.TrimSuffix(msg.String(), "\n"), "\n")
+		if len(lines) != 2 || !strings.HasPrefix(lines[0], c.msg) || lines[1] != c.hint {
+			t.Errorf("pstrain %q printed\n%s\nwant %q... and %q", c.args, msg.String(), c.msg, c.hint)
+		}
+	}
+}
+
+// The binary's exit statuses: 0 for help and version, 2 for a
+// command-line mistake (with a short message on stderr), 1 for a failure.
+func TestExitCodes(t *testing.T) {
+	exe := bin.Path(t)
+	for _, c := range []struct {
+		args       []string
+		code       int
+		stdout     string // a substring of stdout
+		stderrHint string // the last line of stderr ("" = stderr empty)
+	}{
+		{[]string{"--version"}, 0, "pstrain " + task.Version + "\n", ""},
+		{[]string{"-version"}, 0, "pstrain " + task.Version + "\n", ""},
+		{[]string{"version"}, 0, "pstrain " + task.Version + "\n", ""},
+		{[]string{"-h"}, 0, "Usage:\n  pstrain run [flags]", ""},
+		{[]string{"--help"}, 0, "Usage:\n  pstrain run [flags]", ""},
+		{[]string{"help"}, 0, "Usage:\n  pstrain run [flags]", ""},
+		{[]string{"run", "-h"}, 0, "usage: pstrain run [flags]", ""},
+		{[]string{"ps", "--help"}, 0, "usage: pstrain ps [flags]", ""},
+		{[]string{"bogus"}, 2, "", "run 'pstrain -h' for usage"},
+		{nil, 2, "", "run 'pstrain -h' for usage"},
+		{[]string{"run", "--frobnicate"}, 2, "", "run 'pstrain run -h' for usage"},
+		{[]string{"run", "--ps", "zero"}, 2, "", "run 'pstrain run -h' for usage"},
+		{[]string{"run", "--ps", "0"}, 2, "", "run 'pstrain run -h' for usage"},
+		{[]string{"checkpoint", "ls", filepath.Join(t.TempDir(), "none")}, 1, "", "is not a directory"},
+	} {
+		cmd := exec.Command(exe, c.args...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		code := 0
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			code = exit.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if code != c.code {
+			t.Errorf("pstrain %q: exit status %d, want %d\nstdout %q\nstderr %q", c.args, code, c.code, stdout.String(), stderr.String())
+		}
+		if !strings.Contains(stdout.String(), c.stdout) {
+			t.Errorf("pstrain %q: stdout %q, want it to contain %q", c.args, stdout.String(), c.stdout)
+		}
+		switch lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n"); {
+		case c.stderrHint == "" && stderr.Len() > 0:
+			t.Errorf("pstrain %q: stderr %q, want none", c.args, stderr.String())
+		case c.code == 2 && (len(lines) != 2 || lines[1] != c.stderrHint):
+			t.Errorf("pstrain %q: stderr %q, want the error and %q", c.args, stderr.String(), c.stderrHint)
+		case c.code == 1 && !strings.Contains(stderr.String(), c.stderrHint):
+			t.Errorf("pstrain %q: stderr %q, want %q", c.args, stderr.String(), c.stderrHint)
+		}
+	}
+}
