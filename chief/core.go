@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -156,15 +157,7 @@ func StepsPerEpoch(r config.Run, trainN int) float64 {
 
 // MaxSteps is the version at which training ends.
 func MaxSteps(r config.Run, trainN int) int64 {
-	return max(1, int64(ceil(r.Epochs*StepsPerEpoch(r, trainN))))
-}
-
-func ceil(x float64) float64 {
-	n := float64(int64(x))
-	if n < x {
-		n++
-	}
-	return n
+	return max(1, int64(math.Ceil(r.Epochs*float64(trainN)/float64(SamplesPerStep(r)))))
 }
 
 // MaxSteps is this run's last version.

@@ -107,7 +107,7 @@ func (c *Core) Adopt(now time.Time, a Adoption) []Action {
 	}
 	if a.Split && c.p.Run.Mode == config.Sync {
 		c.log.Warn("the previous chief died during a rollback; restoring every shard")
-		return []Action{c.orderRestore(now, "", nil), c.save()}
+		return []Action{c.orderRestore(now, -1, nil), c.save()}
 	}
 	return []Action{c.save()}
 }
@@ -129,7 +129,7 @@ func (c *Core) tickTraining(now time.Time, shards []ShardStatus) []Action {
 			if c.down[s].IsZero() {
 				c.down[s] = now
 			}
-			return append(acts, c.orderRestore(now, fmt.Sprintf("ps/%d", s), shards))
+			return append(acts, c.orderRestore(now, s, shards))
 		default:
 			c.down[s] = time.Time{}
 		}
@@ -204,10 +204,11 @@ type restoreInfo struct {
 	shards   []int
 }
 
-// orderRestore restores the shards after task came back empty: in sync
+// orderRestore restores the shards after shard s came back empty: in sync
 // mode every shard rolls back with it, in a new generation, so the model
 // stays one version; in async and ssp mode only that shard is restored.
-func (c *Core) orderRestore(now time.Time, task string, shards []ShardStatus) Action {
+// s < 0 restores every shard to finish a rollback a previous chief began.
+func (c *Core) orderRestore(now time.Time, s int, shards []ShardStatus) Action {
 	reached := slices.Max(c.versions)
 	for _, y := range shards {
 		if y.Err == nil && y.Serving {
@@ -218,11 +219,9 @@ func (c *Core) orderRestore(now time.Time, task string, shards []ShardStatus) Ac
 	for i := range targets {
 		targets[i] = i
 	}
-	detected := now
-	var s int
-	if task != "" {
-		fmt.Sscanf(task, "ps/%d", &s)
-		detected = c.down[s]
+	detected, task := now, ""
+	if s >= 0 {
+		detected, task = c.down[s], fmt.Sprintf("ps/%d", s)
 		if c.p.Run.Mode != config.Sync {
 			targets = []int{s}
 		}

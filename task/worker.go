@@ -2,7 +2,6 @@ package task
 
 import (
 	"context"
-	"time"
 
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/ml/blas"
@@ -88,22 +87,7 @@ func RunWorker(ctx context.Context, o Options, blasThreads int) error {
 	hbDone := make(chan struct{})
 	go func() {
 		defer close(hbDone)
-		t := time.NewTicker(max(o.Run.HeartbeatTimeout/4, 50*time.Millisecond))
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			step, _ := w.Progress()
-			hctx, hcancel := context.WithTimeout(ctx, o.Run.HeartbeatTimeout)
-			_, err := chief.Heartbeat(hctx, &pb.HeartbeatRequest{Worker: int32(o.Task.Index), RunId: reg0.RunId, Step: step})
-			hcancel()
-			if err != nil && ctx.Err() == nil {
-				o.Log.Debug("heartbeat failed", "err", err)
-			}
-		}
+		w.Heartbeats(ctx, chief, o.Run.HeartbeatTimeout)
 	}()
 	err = w.Run(ctx)
 	cancel()

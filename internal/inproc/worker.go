@@ -7,7 +7,6 @@ import (
 	"io"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/ml/nn"
@@ -329,32 +328,10 @@ func (w *Worker) run(o WorkerOptions) error {
 	beats := make(chan struct{})
 	go func() {
 		defer close(beats)
-		w.heartbeats(ctx, chief, runID, ww)
+		ww.Heartbeats(ctx, chief, w.c.cfg.Run.HeartbeatTimeout)
 	}()
 	err = ww.Run(ctx)
 	cancel()
 	<-beats
 	return err
-}
-
-// heartbeats keeps the worker live at the chief until ctx ends, at the
-// rate task.RunWorker sends them.
-func (w *Worker) heartbeats(ctx context.Context, chief pb.ChiefClient, runID string, ww *worker.Worker) {
-	timeout := w.c.cfg.Run.HeartbeatTimeout
-	t := time.NewTicker(max(timeout/4, 50*time.Millisecond))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		step, _ := ww.Progress()
-		hctx, cancel := context.WithTimeout(ctx, timeout)
-		_, err := chief.Heartbeat(hctx, &pb.HeartbeatRequest{Worker: int32(w.index), RunId: runID, Step: step})
-		cancel()
-		if err != nil && ctx.Err() == nil {
-			w.c.cfg.Log.Debug("heartbeat failed", "worker", w.index, "err", err)
-		}
-	}
 }
