@@ -485,6 +485,12 @@ func printSummary(w io.Writer, rep *report.Report) {
 		fmt.Fprintf(w, "target %.2f%% not reached\n", 100*rep.TargetAccuracy)
 	}
 	fmt.Fprintf(w, "startup %.2f s, training %.2f s, %.0f samples/s, stale gradients dropped %d\n", rep.StartupSeconds, rep.TrainSeconds, rep.SamplesPerSecond, rep.StaleGradientsDropped)
+	if c := rep.Checkpoints; c.Failed > 0 {
+		last, _, _ := strings.Cut(c.LastError, "\n")
+		fmt.Fprintf(w, "checkpoints: %d committed, %d FAILED (last: %s)\n", c.Committed, c.Failed, last)
+	} else if c.Committed > 0 {
+		fmt.Fprintf(w, "checkpoints: %d committed\n", c.Committed)
+	}
 	if rep.Bottleneck != nil {
 		fmt.Fprintf(w, "where the time went: %s\n", rep.Bottleneck)
 	}

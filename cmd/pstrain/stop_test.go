@@ -165,3 +165,19 @@ func TestInterruptStopsTheRunCleanly(t *testing.T) {
 		}
 	}
 }
+
+// A run whose checkpoints failed says so in its summary, with the last
+// error's first line; one whose checkpoints were written says how many.
+func TestSummaryShowsCheckpoints(t *testing.T) {
+	var b strings.Builder
+	printSummary(&b, &report.Report{Checkpoints: report.Checkpoints{Committed: 1, Failed: 8,
+		LastError: "ps/0: no space left on device\nps/1: no space left on device"}})
+	if !strings.Contains(b.String(), "checkpoints: 1 committed, 8 FAILED (last: ps/0: no space left on device)\n") {
+		t.Errorf("summary:\n%s", b.String())
+	}
+	b.Reset()
+	printSummary(&b, &report.Report{Checkpoints: report.Checkpoints{Committed: 3}})
+	if !strings.Contains(b.String(), "checkpoints: 3 committed\n") || strings.Contains(b.String(), "FAILED") {
+		t.Errorf("summary:\n%s", b.String())
+	}
+}
