@@ -253,7 +253,9 @@ func (s *Server) checkRun(runID string) error {
 	if s.shard == nil {
 		return status.Error(codes.Unavailable, "shard not initialised yet (waiting for the chief)")
 	}
-	if runID != "" && runID != s.runID {
+	if runID != s.runID {
+		// An empty run id too: every task of the run knows it from
+		// registration, and a request without one is nobody's.
 		s.m.RejectedRequests.WithLabelValues("run_id").Inc()
 		return status.Errorf(codes.FailedPrecondition, "request for run %q, this shard serves run %q", runID, s.runID)
 	}

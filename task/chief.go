@@ -14,6 +14,7 @@ import (
 	"github.com/pstrain/pstrain/observe/metrics"
 	"github.com/pstrain/pstrain/observe/report"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/transport/auth"
 )
 
 // ChiefOptions are the chief's own settings.
@@ -29,6 +30,15 @@ type ChiefOptions struct {
 
 // RunChief coordinates the run and returns its report.
 func RunChief(ctx context.Context, o Options, co ChiefOptions) (*report.Report, error) {
+	if err := o.prepare(); err != nil {
+		return nil, err
+	}
+	// The chief issues sessions; its own is one like any other.
+	session, err := auth.NewSession()
+	if err != nil {
+		return nil, err
+	}
+	o.creds.SetSession(session)
 	if err := blas.Setup(1); err != nil {
 		return nil, err
 	}
@@ -103,7 +113,7 @@ func RunChief(ctx context.Context, o Options, co ChiefOptions) (*report.Report, 
 	if err != nil {
 		return nil, err
 	}
-	g := o.grpcServer()
+	g := o.grpcServer(func(reason string) { m.RejectedRequests.WithLabelValues(reason).Inc() })
 	pb.RegisterChiefServer(g, c)
 	go g.Serve(lis)
 	defer g.Stop()

@@ -17,6 +17,9 @@ import (
 // RunPS serves one shard until the chief orders it to exit (nil) or ctx
 // ends.
 func RunPS(ctx context.Context, o Options) error {
+	if err := o.prepare(); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// A shard's live heap is a few copies of its slice (parameters,
@@ -48,7 +51,8 @@ func RunPS(ctx context.Context, o Options) error {
 	if o.Run.CheckpointDir != "" {
 		srv.SetCheckpointStore(checkpoint.NewStore(checkpoint.OSFS{}, o.Run.CheckpointDir, o.Run.KeepCheckpoints))
 	}
-	g := o.grpcServer()
+	refused := func(reason string) { m.RejectedRequests.WithLabelValues(reason).Inc() }
+	g := o.grpcServer(refused)
 	pb.RegisterParameterServerServer(g, srv)
 	if o.Run.DataPlane == config.TCP {
 		dlis, daddr, err := o.listenData(addr)
@@ -59,6 +63,7 @@ func RunPS(ctx context.Context, o Options) error {
 			dlis = tls.NewListener(dlis, o.TLS.ServerTLS())
 		}
 		ds := dataplane.NewServer(srv, dlis, o.MaxMessageBytes, o.Log)
+		ds.RequireAuth(o.Auth, refused)
 		go ds.Serve()
 		defer ds.Close()
 		srv.SetDataAddr(daddr)

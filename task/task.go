@@ -28,6 +28,7 @@ import (
 	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/observe/metrics"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/transport/auth"
 	"github.com/pstrain/pstrain/transport/dataplane"
 	"github.com/pstrain/pstrain/transport/tlsconf"
 )
@@ -52,6 +53,23 @@ type Options struct {
 	Log             *slog.Logger
 	// TLS, when set, puts every gRPC connection under mutual TLS.
 	TLS *tlsconf.Config
+	// Auth is the run's token: the task registers with it and signs its
+	// calls with the session the chief issues; its servers refuse calls
+	// without a valid session (transport/auth). Required.
+	Auth *auth.Keyring
+	// Now is the clock of registrations (time.Now when nil).
+	Now func() time.Time
+
+	creds *auth.Client // this task's session, set by prepare
+}
+
+// prepare checks o and makes the task's session holder.
+func (o *Options) prepare() error {
+	if o.Auth == nil {
+		return errors.New("no run token: pass --auth-token-file (make one with `pstrain token FILE`; every task of the run needs the same file)")
+	}
+	o.creds = &auth.Client{Keys: o.Auth, Role: o.Task.Type, Index: o.Task.Index, Now: o.Now}
+	return nil
 }
 
 // DefaultMetricsAddr derives a task's metrics address from its gRPC
@@ -79,8 +97,12 @@ func offsetPort(addr string, off int) (string, error) {
 	return net.JoinHostPort(host, strconv.Itoa(p+off)), nil
 }
 
-func (o Options) grpcServer() *grpc.Server {
-	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(o.MaxMessageBytes), grpc.MaxSendMsgSize(o.MaxMessageBytes)}
+// grpcServer is a server that refuses calls without a valid session
+// (refused is told each refusal's reason).
+func (o Options) grpcServer(refused func(reason string)) *grpc.Server {
+	guard := &auth.Guard{Keys: o.Auth, Now: o.Now, Refused: refused}
+	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(o.MaxMessageBytes), grpc.MaxSendMsgSize(o.MaxMessageBytes),
+		grpc.ChainUnaryInterceptor(guard.Unary())}
 	if o.TLS != nil {
 		opts = append(opts, grpc.Creds(o.TLS.ServerCredentials(o.Log, 5*time.Second, nil)))
 	}
@@ -92,7 +114,7 @@ func (o Options) dial(addr string) (*grpc.ClientConn, error) {
 	if o.TLS != nil {
 		creds = o.TLS.ClientCredentials()
 	}
-	return grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
+	return grpc.NewClient(addr, grpc.WithTransportCredentials(creds), grpc.WithChainUnaryInterceptor(o.creds.Unary()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(o.MaxMessageBytes), grpc.MaxCallSendMsgSize(o.MaxMessageBytes)))
 }
 
@@ -104,13 +126,15 @@ func (o Options) dataPlaneClient(gc pb.ParameterServerClient) *dataplane.Client 
 	if o.TLS != nil {
 		tc = o.TLS.ClientTLS()
 	}
-	return dataplane.NewClient(func(ctx context.Context) (string, error) {
+	c := dataplane.NewClient(func(ctx context.Context) (string, error) {
 		st, err := gc.Status(ctx, &pb.StatusRequest{})
 		if err != nil {
 			return "", err
 		}
 		return st.DataAddr, nil
 	}, tc, o.MaxMessageBytes)
+	c.SignWith(o.creds)
+	return c
 }
 
 // pullsViaDataPlane is a PS client whose pulls go over the TCP data plane

@@ -15,6 +15,9 @@ import (
 
 // RunWorker trains on the worker's data shard until training is done.
 func RunWorker(ctx context.Context, o Options, blasThreads int) error {
+	if err := o.prepare(); err != nil {
+		return err
+	}
 	if err := blas.Setup(blasThreads); err != nil {
 		return err
 	}

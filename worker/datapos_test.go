@@ -278,7 +278,7 @@ func (h *posHarness) finalPositions() [][]int64 {
 	final := make([][]int64, h.run.PS)
 	for s := range final {
 		for w := range h.run.Workers {
-			resp, err := h.c.PS(s).Client().Pull(context.Background(), &pb.PullRequest{Worker: int32(w), RunId: "test"})
+			resp, err := pullAs(t, h.c.PS(s), w)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -632,4 +632,14 @@ func TestDroppedGradientsBatchIsUsedAgain(t *testing.T) {
 		t.Fatalf("%d stale pushes, %d batches taken again: the test did not drop a gradient", stale, again)
 	}
 	t.Logf("%d stale pushes, %d batches taken again", stale, again)
+}
+
+// pullAs pulls shard p's parameters as worker w.
+func pullAs(t *testing.T, p *inproc.PS, w int) (*pb.PullResponse, error) {
+	t.Helper()
+	client, err := p.ClientAs(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client.Pull(context.Background(), &pb.PullRequest{Worker: int32(w), RunId: "test"})
 }

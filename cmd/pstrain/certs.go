@@ -13,6 +13,7 @@ import (
 
 	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/transport/auth"
 	"github.com/pstrain/pstrain/transport/certs"
 	"github.com/pstrain/pstrain/transport/tlsconf"
 )
@@ -21,7 +22,7 @@ import (
 func cmdCerts(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("certs", "certs --out DIR [flags]", "Make a CA and a certificate per task of a cluster, for --tls-dir.")
 	clusterFile := fs.String("cluster", "", "cluster file whose host names and IPs go into the certificates (default: the TF_CONFIG environment variable)")
-	out := fs.String("out", "", "directory for ca.pem, ca-key.pem and <role>-<index>.pem / <role>-<index>-key.pem (created 0700)")
+	out := fs.String("out", "", "directory for ca.pem, ca-key.pem, <role>-<index>.pem / <role>-<index>-key.pem and the run's secret auth-token (created 0700)")
 	validity := fs.Duration("validity", certs.DefaultValidity, "how long the certificates are valid")
 	hosts := fs.String("hosts", "", "extra comma-separated host names or IPs for every task's certificate (e.g. a load balancer)")
 	force := fs.Bool("force", false, "overwrite existing files in --out (makes a new CA: every task needs the new files)")
@@ -44,6 +45,19 @@ func cmdCerts(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	written, err := certs.Generate(*out, spec, extra, certs.Options{Validity: *validity}, *force)
 	if err != nil {
 		return err
+	}
+	// The run's secret goes with the certificates: a task given --tls-dir
+	// finds it there.
+	tokenPath := filepath.Join(*out, auth.TokenFile)
+	if *force || !exists(tokenPath) {
+		t, err := auth.NewToken(nil)
+		if err != nil {
+			return err
+		}
+		if err := auth.WriteTokenFile(tokenPath, t); err != nil {
+			return err
+		}
+		written = append(written, tokenPath)
 	}
 	for _, t := range spec.Tasks() {
 		hs, _ := certs.TaskHosts(spec, t, extra)

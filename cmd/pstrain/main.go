@@ -42,6 +42,7 @@ Usage:
   pstrain plot DIR                    re-draw a sweep's plots from its CSV
   pstrain certs --cluster FILE --out DIR
                                       a CA and a certificate per task, for --tls-dir
+  pstrain token FILE                  a run's secret, for --auth-token-file
   pstrain version                     the version (also --version)
 
 Run 'pstrain COMMAND -h' (or 'pstrain help COMMAND') for a command's flags.
@@ -196,6 +197,7 @@ type command func(ctx context.Context, args []string, stdout, stderr io.Writer) 
 // commands are pstrain's subcommands.
 var commands = map[string]command{
 	"run":        cmdRun,
+	"token":      cmdToken,
 	"chief":      taskCommand(cluster.Chief),
 	"ps":         taskCommand(cluster.PS),
 	"worker":     taskCommand(cluster.Worker),
@@ -329,6 +331,7 @@ func cmdTask(ctx context.Context, role string, args []string, stdout, stderr io.
 	runID := fs.String("run-id", "", "chief: run identifier (default: generated; give one so that a restarted chief can adopt its running cluster)")
 	statePath := fs.String("state-file", "", "chief: keep the report's history here so that a restarted chief can finish it")
 	tlsF := bindTLSFlags(fs)
+	tokenFile := bindTokenFlag(fs)
 	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
@@ -373,6 +376,9 @@ func cmdTask(ctx context.Context, role string, args []string, stdout, stderr io.
 	if o.TLS, err = tlsF.load(spec, tk, log); err != nil {
 		return err
 	}
+	if o.Auth, err = loadToken(*tokenFile, *tlsF.dir); err != nil {
+		return err
+	}
 	switch role {
 	case cluster.PS:
 		return task.RunPS(ctx, o)
@@ -410,6 +416,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	connectTimeout := fs.Duration("connect-timeout", time.Minute, "how long tasks wait for each other before giving up")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	tlsDir := fs.String("tls-dir", "", "run every task over mutual TLS with certificates in this directory (made there if missing)")
+	tokenFile := fs.String("auth-token-file", "", "the run's secret (default: a new one in --run-dir for every launch)")
 	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
@@ -434,6 +441,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	tokenPath, err := runToken(*tokenFile, *dir)
+	if err != nil {
+		return err
+	}
+	tlsArgs = append(tlsArgs, "--auth-token-file="+tokenPath)
 	if dataset.Fetchable(r.Dataset) {
 		// A fresh checkout has no data: fetch it (verified) before starting.
 		if err := dataset.Fetch(ctx, r.DataDir, r.Dataset, func(f string, a ...any) { log.Info(fmt.Sprintf(f, a...)) }); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/pstrain/pstrain/observe/metrics"
 	"github.com/pstrain/pstrain/observe/report"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/transport/auth"
 	"github.com/pstrain/pstrain/transport/dataplane"
 )
 
@@ -63,8 +64,12 @@ func (c *Cluster) startChief(cc ChiefConfig) (*Chief, error) {
 	ch.ctx, ch.cancel = context.WithCancel(c.ctx)
 	log := c.cfg.Log.With("task", "chief")
 	var pss []chief.PS
+	who, err := c.session(auth.RoleChief, 0)
+	if err != nil {
+		return nil, err
+	}
 	for _, p := range c.ps {
-		conn, err := c.dial(p.Addr())
+		conn, err := c.dial(p.Addr(), who)
 		if err != nil {
 			return nil, err
 		}
@@ -72,7 +77,7 @@ func (c *Cluster) startChief(cc ChiefConfig) (*Chief, error) {
 		var client pb.ParameterServerClient = pb.NewParameterServerClient(conn)
 		if r.DataPlane == config.TCP {
 			// The evaluation's pulls too, like the chief process.
-			dc := dataPlaneClient(client, c.cfg.MaxMessageBytes)
+			dc := dataPlaneClient(client, c.cfg.MaxMessageBytes, who)
 			c.own(dc)
 			client = pullsViaDataPlane{client, dc}
 		}
@@ -103,7 +108,6 @@ func (c *Cluster) startChief(cc ChiefConfig) (*Chief, error) {
 	if cc.Tweak != nil {
 		cc.Tweak(&cfg)
 	}
-	var err error
 	if ch.chief, err = chief.New(cfg); err != nil {
 		ch.closeEvaluator()
 		return nil, err
@@ -114,11 +118,11 @@ func (c *Cluster) startChief(cc ChiefConfig) (*Chief, error) {
 		return nil, err
 	}
 	ch.addr = addr
-	ch.g = c.grpcServer()
+	ch.g = c.grpcServer(nil)
 	pb.RegisterChiefServer(ch.g, ch.chief)
 	c.serveGRPC("chief", ch.g, lis, nil)
 	c.publish(addr, lis)
-	conn, err := c.dial(addr)
+	conn, err := c.dial(addr, who)
 	if err != nil {
 		ch.g.Stop()
 		ch.closeEvaluator()
@@ -189,14 +193,17 @@ func (ch *Chief) Wait(ctx context.Context) (*report.Report, error) {
 // dataPlaneClient is a data-plane client of the shard gc reaches, which
 // reports where its data plane listens in Status, asked again after
 // every broken connection (as task does).
-func dataPlaneClient(gc pb.ParameterServerClient, maxPayload int) *dataplane.Client {
-	return dataplane.NewClient(func(ctx context.Context) (string, error) {
+// Requests are signed as who.
+func dataPlaneClient(gc pb.ParameterServerClient, maxPayload int, who *auth.Client) *dataplane.Client {
+	dc := dataplane.NewClient(func(ctx context.Context) (string, error) {
 		st, err := gc.Status(ctx, &pb.StatusRequest{})
 		if err != nil {
 			return "", err
 		}
 		return st.DataAddr, nil
 	}, nil, maxPayload)
+	dc.SignWith(who)
+	return dc
 }
 
 // pullsViaDataPlane is a PS client whose pulls go over the TCP data plane

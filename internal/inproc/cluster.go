@@ -27,6 +27,7 @@ import (
 	"github.com/pstrain/pstrain/observe/report"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/ps"
+	"github.com/pstrain/pstrain/transport/auth"
 	"github.com/pstrain/pstrain/transport/wire"
 )
 
@@ -103,6 +104,11 @@ type Cluster struct {
 	ps    []*PS
 	chief *Chief
 	fs    checkpoint.FS // nil without a checkpoint dir
+	// keys is the run's token (a fresh one per cluster); own is the
+	// cluster's own identity towards the shards: the chief's, as the
+	// harness initialises them like a chief.
+	keys *auth.Keyring
+	self *auth.Client
 
 	mu      sync.Mutex
 	bufs    map[string]*bufconn.Listener // Bufconn: the serving listener of each address
@@ -163,7 +169,14 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{cfg: cfg, plan: plan, bufs: map[string]*bufconn.Listener{}}
+	token, err := auth.NewToken(nil)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{cfg: cfg, plan: plan, bufs: map[string]*bufconn.Listener{}, keys: auth.NewKeyring(token)}
+	if c.self, err = c.session(auth.RoleChief, 0); err != nil {
+		return nil, err
+	}
 	c.ctx, c.stop = context.WithCancel(context.Background())
 	if cfg.Run.CheckpointDir != "" {
 		c.fs = cfg.CheckpointFS
@@ -181,7 +194,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			c.Close()
 			return nil, err
 		}
-		conn, err := c.dial(p.Addr())
+		conn, err := c.dial(p.Addr(), c.self)
 		if err != nil {
 			c.Close()
 			return nil, err
@@ -432,18 +445,40 @@ func (c *Cluster) dialBufconn(ctx context.Context, addr string) (net.Conn, error
 	return lis.DialContext(ctx)
 }
 
-// grpcServer is a gRPC server with the tasks' message limits.
-func (c *Cluster) grpcServer() *grpc.Server {
+// grpcServer is a gRPC server with the tasks' message limits that
+// refuses calls without a valid session of the run, as a task's does
+// (refused, when set, is told each refusal's reason).
+func (c *Cluster) grpcServer(refused func(reason string)) *grpc.Server {
 	n := c.cfg.MaxMessageBytes
-	return grpc.NewServer(grpc.MaxRecvMsgSize(n), grpc.MaxSendMsgSize(n))
+	guard := &auth.Guard{Keys: c.keys, Refused: refused}
+	return grpc.NewServer(grpc.MaxRecvMsgSize(n), grpc.MaxSendMsgSize(n), grpc.ChainUnaryInterceptor(guard.Unary()))
+}
+
+// credentials is the identity of a task that registers with the chief
+// (its session comes with the registration).
+func (c *Cluster) credentials(role string, index int) *auth.Client {
+	return &auth.Client{Keys: c.keys, Role: role, Index: index}
+}
+
+// session is an identity with a session of its own, for a task the
+// harness runs without a chief to issue one.
+func (c *Cluster) session(role string, index int) (*auth.Client, error) {
+	s, err := auth.NewSession()
+	if err != nil {
+		return nil, err
+	}
+	a := c.credentials(role, index)
+	a.SetSession(s)
+	return a, nil
 }
 
 // dial returns a client connection to addr with the tasks' options. Over
 // Bufconn it reaches whatever listener serves addr at each (re)connection,
 // so it follows a restarted task.
-func (c *Cluster) dial(addr string) (*grpc.ClientConn, error) {
+// Calls are signed as who.
+func (c *Cluster) dial(addr string, who *auth.Client) (*grpc.ClientConn, error) {
 	n := c.cfg.MaxMessageBytes
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithChainUnaryInterceptor(who.Unary()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(n), grpc.MaxCallSendMsgSize(n))}
 	target := addr
 	if c.cfg.Transport == Bufconn {

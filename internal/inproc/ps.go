@@ -13,6 +13,7 @@ import (
 	"github.com/pstrain/pstrain/observe/metrics"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/ps"
+	"github.com/pstrain/pstrain/transport/auth"
 	"github.com/pstrain/pstrain/transport/dataplane"
 )
 
@@ -60,8 +61,23 @@ func (p *PS) Server() *ps.Server {
 }
 
 // Client is a gRPC client of the shard's control plane, the cluster's
-// own; it reconnects to a restarted shard.
+// own, signed as the chief; it reconnects to a restarted shard.
 func (p *PS) Client() pb.ParameterServerClient { return p.client }
+
+// ClientAs is a gRPC client of the shard signed as worker (with a session
+// of its own), for reading what the shard keeps per worker.
+func (p *PS) ClientAs(worker int) (pb.ParameterServerClient, error) {
+	who, err := p.c.session(auth.RoleWorker, worker)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := p.c.dial(p.Addr(), who)
+	if err != nil {
+		return nil, err
+	}
+	p.c.own(conn)
+	return pb.NewParameterServerClient(conn), nil
+}
 
 // Starts counts the shard's incarnations (1 after Start, 2 after one
 // Restart, ...).
@@ -142,7 +158,11 @@ func (p *PS) serve() error {
 	if err != nil {
 		return err
 	}
-	inc := &psProcess{srv: srv, g: c.grpcServer(), done: make(chan struct{})}
+	var refused func(string)
+	if p.m != nil {
+		refused = func(reason string) { p.m.RejectedRequests.WithLabelValues(reason).Inc() }
+	}
+	inc := &psProcess{srv: srv, g: c.grpcServer(refused), done: make(chan struct{})}
 	pb.RegisterParameterServerServer(inc.g, srv)
 	if c.cfg.Run.DataPlane == config.TCP {
 		dl, err := net.Listen("tcp", "127.0.0.1:0")
@@ -151,6 +171,7 @@ func (p *PS) serve() error {
 			return fmt.Errorf("inproc: %s data plane: %w", task, err)
 		}
 		inc.data = dataplane.NewServer(srv, dl, c.cfg.MaxMessageBytes, log)
+		inc.data.RequireAuth(c.keys, refused)
 		srv.SetDataAddr(dl.Addr().String())
 	}
 	var serving sync.WaitGroup
@@ -174,6 +195,11 @@ func (p *PS) serve() error {
 // registerPS registers shard p with the chief, as a PS process does once
 // it serves.
 func (c *Cluster) registerPS(ctx context.Context, p *PS) error {
-	_, err := c.register(ctx, c.chief.client, "ps", p.index, nil, p.Addr())
+	conn, err := c.dial(c.chief.addr, c.credentials(auth.RolePS, p.index))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_, err = c.register(ctx, pb.NewChiefClient(conn), "ps", p.index, nil, p.Addr())
 	return err
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/ml/nn"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/transport/auth"
 	"github.com/pstrain/pstrain/worker"
 )
 
@@ -225,8 +226,13 @@ func newNet[T any](build func() (T, error)) (T, error) {
 // connection per shard and, on the TCP data plane, a data-plane client
 // per shard, which follow restarted shards. For code that runs its own
 // worker.Worker (bench); Close closes the connections.
+// Its requests are signed as worker 0.
 func (c *Cluster) Dial() ([]worker.Shard, error) {
-	shards, closeShards, err := c.dialShards()
+	who, err := c.session(auth.RoleWorker, 0)
+	if err != nil {
+		return nil, err
+	}
+	shards, closeShards, err := c.dialShards(who)
 	if err != nil {
 		return nil, err
 	}
@@ -238,8 +244,9 @@ type closerFunc func()
 
 func (f closerFunc) Close() error { f(); return nil }
 
-// dialShards is Dial with the connections closed by the returned func.
-func (c *Cluster) dialShards() ([]worker.Shard, func(), error) {
+// dialShards is Dial, signed as who, with the connections closed by the
+// returned func.
+func (c *Cluster) dialShards(who *auth.Client) ([]worker.Shard, func(), error) {
 	var closers []io.Closer
 	closeAll := func() {
 		for _, x := range closers {
@@ -248,7 +255,7 @@ func (c *Cluster) dialShards() ([]worker.Shard, func(), error) {
 	}
 	var shards []worker.Shard
 	for _, p := range c.ps {
-		conn, err := c.dial(p.Addr())
+		conn, err := c.dial(p.Addr(), who)
 		if err != nil {
 			closeAll()
 			return nil, nil, err
@@ -257,7 +264,7 @@ func (c *Cluster) dialShards() ([]worker.Shard, func(), error) {
 		gc := pb.NewParameterServerClient(conn)
 		var dp worker.DataPlane = gc
 		if c.cfg.Run.DataPlane == config.TCP {
-			dc := dataPlaneClient(gc, c.cfg.MaxMessageBytes)
+			dc := dataPlaneClient(gc, c.cfg.MaxMessageBytes, who)
 			closers = append(closers, dc)
 			dp = dc
 		}
@@ -274,8 +281,16 @@ func (w *Worker) run(o WorkerOptions) error {
 	log := c.cfg.Log.With("task", fmt.Sprintf("worker/%d", w.index))
 	runID, dataShard, numShards := c.cfg.RunID, w.index, r.Workers
 	var chief pb.ChiefClient
-	if c.chief != nil {
-		conn, err := c.dial(c.chief.addr)
+	who := c.credentials(auth.RoleWorker, w.index)
+	if c.chief == nil {
+		// No chief to issue a session: one of its own.
+		s, err := auth.NewSession()
+		if err != nil {
+			return err
+		}
+		who.SetSession(s)
+	} else {
+		conn, err := c.dial(c.chief.addr, who)
 		if err != nil {
 			return err
 		}
@@ -299,7 +314,7 @@ func (w *Worker) run(o WorkerOptions) error {
 	default:
 		return errors.New("inproc: no training data: set WorkerOptions.Batches or Config.Train")
 	}
-	shards, closeShards, err := c.dialShards()
+	shards, closeShards, err := c.dialShards(who)
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/transport/auth"
 	"github.com/pstrain/pstrain/transport/wire"
 )
 
@@ -33,6 +34,7 @@ type Client struct {
 	resolve    Resolve
 	tls        *tls.Config // nil: plain TCP
 	maxPayload int
+	auth       *auth.Client // nil: requests go unsigned
 
 	mu      sync.Mutex
 	addr    string
@@ -49,6 +51,10 @@ type Client struct {
 func NewClient(resolve Resolve, tlsConfig *tls.Config, maxPayload int) *Client {
 	return &Client{resolve: resolve, tls: tlsConfig, maxPayload: maxPayload, scratch: make([]byte, respLen)}
 }
+
+// SignWith signs every request with c's session (call before the first
+// request).
+func (c *Client) SignWith(a *auth.Client) { c.auth = a }
 
 // Close closes the connection.
 func (c *Client) Close() error {
@@ -141,7 +147,7 @@ func (c *Client) call(ctx context.Context, req request, payload net.Buffers, dst
 		n += len(p)
 	}
 	req.payloadLen = uint32(n)
-	c.hdr = appendRequest(c.hdr[:0], req)
+	c.hdr = appendSigned(c.hdr[:0], req, c.auth)
 	bufs := append(net.Buffers{c.hdr}, payload...)
 	_, err := bufs.WriteTo(conn)
 	var resp response

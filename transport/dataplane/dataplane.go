@@ -12,11 +12,11 @@
 //
 // The wire format (docs/wire.md), all integers little-endian:
 //
-//	request:  "PSD2" | op u8 (1 pull, 2 push) | flags u8 | run-id length u8 |
+//	request:  "PSD3" | op u8 (1 pull, 2 push) | flags u8 | run-id length u8 |
 //	          run id | worker i32 | version i64 | generation i64 | loss f32 |
-//	          data position i64 | payload length u32 | payload (push: the
-//	          gradient)
-//	response: "PSD2" | code u8 (a gRPC status code; 0 = OK) | outcome u8 |
+//	          data position i64 | payload length u32 | role u8 | index i32 |
+//	          session u64 | mac [16] | payload (push: the gradient)
+//	response: "PSD3" | code u8 (a gRPC status code; 0 = OK) | outcome u8 |
 //	          done u8 | version i64 | generation i64 | data position i64 |
 //	          payload length u32 | payload (pull: the parameters; an error:
 //	          its message)
@@ -26,9 +26,14 @@
 // worker's data position once its gradient counts
 // (PushRequest.data_position; 0 in a pull), a pull's response the
 // pulling worker's data position (PullResponse.data_position; 0 for a
-// push). "PSD1", the format before the flags and the data positions, is
-// refused as a bad magic: a worker and a PS of different builds fail
-// clearly instead of misreading each other's frames.
+// push). Role, index and session name the sender's session
+// (transport/auth; role 255 and zeros: unsigned) and mac is the
+// session's HMAC of every header byte before it, so a server with a
+// keyring refuses a frame it did not sign before reading its payload.
+// "PSD1" and "PSD2", the formats before the data positions and before
+// the credential, are refused as a bad magic: a worker and a PS of
+// different builds fail clearly instead of misreading each other's
+// frames.
 //
 // One request is outstanding per connection. Errors carry gRPC status
 // codes, so callers (the worker's retry loop) treat both planes alike: a
@@ -43,9 +48,10 @@ import (
 	"math"
 
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/transport/auth"
 )
 
-var magic = [4]byte{'P', 'S', 'D', '2'}
+var magic = [4]byte{'P', 'S', 'D', '3'}
 
 // Request ops.
 const (
@@ -59,6 +65,7 @@ const flagRetain = 1 << 0 // pull: PullRequest.retain
 const (
 	reqFixed  = 4 + 1 + 1 + 1                 // magic, op, flags, run-id length
 	reqFields = 4 + 8 + 8 + 4 + 8 + 4         // worker, version, generation, loss, data position, payload length
+	reqAuth   = 1 + 4 + 8 + auth.MACLen       // role, index, session, mac
 	respLen   = 4 + 1 + 1 + 1 + 8 + 8 + 8 + 4 // magic ... payload length
 )
 
@@ -76,6 +83,31 @@ type request struct {
 	loss       float32
 	dataPos    int64 // push: PushRequest.data_position
 	payloadLen uint32
+
+	// The credential: who sent it (Role "" when unsigned), the MAC and
+	// the bytes it covers (slices of the reader's scratch buffer).
+	id     auth.Identity
+	mac    []byte
+	signed []byte
+}
+
+// unsigned is the role byte of a frame without a credential.
+const unsigned = 255
+
+// appendSigned appends r's header and its credential: signed by c, or
+// unsigned when c is nil.
+func appendSigned(b []byte, r request, c *auth.Client) []byte {
+	start := len(b)
+	b = appendRequest(b, r)
+	if c == nil {
+		b = append(b, unsigned)
+		return append(b, make([]byte, 4+8+auth.MACLen)...)
+	}
+	id := c.Identity()
+	b = append(b, byte(auth.RoleCode(id.Role)))
+	b = binary.LittleEndian.AppendUint32(b, uint32(int32(id.Index)))
+	b = binary.LittleEndian.AppendUint64(b, id.Session)
+	return append(b, c.Keys.FrameMAC(id, b[start:])...)
 }
 
 func appendRequest(b []byte, r request) []byte {
@@ -117,7 +149,7 @@ func readRequest(rd io.Reader, scratch []byte, maxPayload int) (request, error) 
 		r.retain = flags&flagRetain != 0
 	}
 	n := int(h[6])
-	rest := scratch[:n+reqFields]
+	rest := scratch[reqFixed : reqFixed+n+reqFields+reqAuth]
 	if _, err := io.ReadFull(rd, rest); err != nil {
 		return r, err
 	}
@@ -129,6 +161,16 @@ func readRequest(rd io.Reader, scratch []byte, maxPayload int) (request, error) 
 	r.loss = math.Float32frombits(binary.LittleEndian.Uint32(f[20:]))
 	r.dataPos = int64(binary.LittleEndian.Uint64(f[24:]))
 	r.payloadLen = binary.LittleEndian.Uint32(f[32:])
+	a := f[reqFields:]
+	if a[0] != unsigned {
+		role := auth.RoleOf(a[0])
+		if role == "" {
+			return r, fmt.Errorf("%w: unknown role %d", ErrBadFrame, a[0])
+		}
+		r.id = auth.Identity{Role: role, Index: int(int32(binary.LittleEndian.Uint32(a[1:]))), Session: binary.LittleEndian.Uint64(a[5:])}
+		r.mac = a[13:reqAuth]
+		r.signed = scratch[:reqFixed+n+reqFields+13]
+	}
 	if int64(r.payloadLen) > int64(maxPayload) {
 		return r, fmt.Errorf("%w: payload of %d bytes exceeds the limit of %d", ErrBadFrame, r.payloadLen, maxPayload)
 	}

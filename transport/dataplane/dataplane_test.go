@@ -217,13 +217,13 @@ func TestDeadlineAndUnavailable(t *testing.T) {
 // server keeps serving others.
 func TestBadFramesAreRejected(t *testing.T) {
 	b, addr := start(t, 1024)
-	good := appendRequest(nil, request{op: opPush, runID: "r", payloadLen: 4})
+	good := appendSigned(nil, request{op: opPush, runID: "r", payloadLen: 4}, nil)
 	cases := map[string][]byte{
 		"bad magic":    append([]byte("HTTP"), good[4:]...),
 		"unknown op":   append(append([]byte{}, good[:4]...), append([]byte{9}, good[5:]...)...),
-		"too large":    appendRequest(nil, request{op: opPush, runID: "r", payloadLen: 4096}),
-		"pull payload": appendRequest(nil, request{op: opPull, runID: "r", payloadLen: 8}),
-		"push retain":  appendRequest(nil, request{op: opPush, retain: true, runID: "r", payloadLen: 4}),
+		"too large":    appendSigned(nil, request{op: opPush, runID: "r", payloadLen: 4096}, nil),
+		"pull payload": appendSigned(nil, request{op: opPull, runID: "r", payloadLen: 8}, nil),
+		"push retain":  appendSigned(nil, request{op: opPush, retain: true, runID: "r", payloadLen: 4}, nil),
 		"unknown flag": append(append([]byte{}, good[:5]...), append([]byte{0x80}, good[6:]...)...),
 		"old format":   append([]byte("PSD1"), good[4:]...),
 	}
@@ -275,9 +275,9 @@ func TestBadFramesAreRejected(t *testing.T) {
 // FuzzReadRequest: no input makes the frame reader panic or accept a
 // payload beyond the limit.
 func FuzzReadRequest(f *testing.F) {
-	f.Add(appendRequest(nil, request{op: opPush, runID: "run-1", worker: 1, version: 2, generation: 3, loss: 0.5, dataPos: 7, payloadLen: 16}))
-	f.Add(appendRequest(nil, request{op: opPull, runID: ""}))
-	f.Add(appendRequest(nil, request{op: opPull, retain: true, runID: "run-1", worker: -1, version: 9}))
+	f.Add(appendSigned(nil, request{op: opPush, runID: "run-1", worker: 1, version: 2, generation: 3, loss: 0.5, dataPos: 7, payloadLen: 16}, nil))
+	f.Add(appendSigned(nil, request{op: opPull, runID: ""}, nil))
+	f.Add(appendSigned(nil, request{op: opPull, retain: true, runID: "run-1", worker: -1, version: 9}, nil))
 	f.Add([]byte("PSD2\x01\x00\xff"))
 	f.Add([]byte("PSD2\x02\x01\x00"))
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/transport/auth"
 )
 
 // Backend is what a parameter server answers on the data plane;
@@ -33,6 +34,8 @@ type Server struct {
 	lis        net.Listener
 	maxPayload int
 	log        *slog.Logger
+	keys       *auth.Keyring       // nil: requests need no credential
+	refused    func(reason string) // told every refused request's reason
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -44,6 +47,15 @@ type Server struct {
 // are refused and their connection closed.
 func NewServer(b Backend, lis net.Listener, maxPayload int, log *slog.Logger) *Server {
 	return &Server{b: b, lis: lis, maxPayload: maxPayload, log: log, conns: map[net.Conn]struct{}{}}
+}
+
+// RequireAuth makes the server refuse every request without a valid
+// session credential of keys (or one its sender may not make: see
+// auth.AllowPull and auth.AllowPush), before reading its payload, and
+// close the connection; refused, when set, is told the reason. Call
+// before Serve.
+func (s *Server) RequireAuth(keys *auth.Keyring, refused func(reason string)) {
+	s.keys, s.refused = keys, refused
 }
 
 // Addr is the listening address.
@@ -130,6 +142,18 @@ func (s *Server) serveConn(c net.Conn) {
 			}
 			return
 		}
+		if err := s.authorize(c, req); err != nil {
+			if s.refused != nil {
+				s.refused(auth.Reason(err))
+			}
+			s.log.Warn("data plane: refused a request", "remote", c.RemoteAddr(), "err", err)
+			code := codes.PermissionDenied
+			if r := auth.Reason(err); r == auth.ReasonNoCredential || r == auth.ReasonBadCredential {
+				code = codes.Unauthenticated
+			}
+			s.writeError(c, hdr, code, err.Error())
+			return
+		}
 		payload = grow(payload, int(req.payloadLen))
 		if _, err := io.ReadFull(rd, payload); err != nil {
 			return
@@ -169,6 +193,40 @@ func (s *Server) serveConn(c net.Conn) {
 			return
 		}
 	}
+}
+
+// authorize checks req's credential (when the server requires one) and
+// that its sender may make it.
+func (s *Server) authorize(c net.Conn, req request) error {
+	if s.keys == nil {
+		return nil
+	}
+	if req.id.Role == "" {
+		return &auth.Error{Reason: auth.ReasonNoCredential, Msg: "the data plane needs a session credential: register with the chief first (is this client a task of the run?)"}
+	}
+	if err := s.keys.VerifyFrame(req.id, req.signed, req.mac); err != nil {
+		return err
+	}
+	if err := auth.CheckCertificate(peerCertName(c), req.id); err != nil {
+		return err
+	}
+	if req.op == opPush {
+		return auth.AllowPush(req.id, req.worker)
+	}
+	return auth.AllowPull(req.id, req.worker)
+}
+
+// peerCertName is the common name of a TLS client's certificate ("" on
+// plain TCP).
+func peerCertName(c net.Conn) string {
+	tc, ok := c.(*tls.Conn)
+	if !ok {
+		return ""
+	}
+	if pc := tc.ConnectionState().PeerCertificates; len(pc) > 0 {
+		return pc[0].Subject.CommonName
+	}
+	return ""
 }
 
 // errGone means the client went away while its pull was blocked.

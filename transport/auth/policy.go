@@ -1,0 +1,63 @@
+package auth
+
+import (
+	pb "github.com/pstrain/pstrain/proto"
+)
+
+// Allow says whether id may call method (a gRPC full method name) with
+// req: Init, SetMembership, Checkpoint and Stop are the chief's alone; a
+// worker pulls, pushes and heartbeats only as itself; the chief pulls as
+// the reader -1 (its evaluations); Status answers any task of the run.
+// Registration is not a session call (see VerifyRegister); any other
+// method is refused.
+func Allow(id Identity, method string, req any) error {
+	switch method {
+	case pb.ParameterServer_Init_FullMethodName, pb.ParameterServer_SetMembership_FullMethodName,
+		pb.ParameterServer_Checkpoint_FullMethodName, pb.ParameterServer_Stop_FullMethodName:
+		if id.Role != RoleChief {
+			return refuse(ReasonForbidden, "%s may not call %s: only the chief may", id.Task(), method)
+		}
+		return nil
+	case pb.ParameterServer_Status_FullMethodName:
+		return nil
+	case pb.ParameterServer_Pull_FullMethodName:
+		r, _ := req.(*pb.PullRequest)
+		return AllowPull(id, r.GetWorker())
+	case pb.ParameterServer_Push_FullMethodName:
+		r, _ := req.(*pb.PushRequest)
+		return AllowPush(id, r.GetWorker())
+	case pb.Chief_Heartbeat_FullMethodName:
+		r, _ := req.(*pb.HeartbeatRequest)
+		return asWorker(id, r.GetWorker(), "heartbeat")
+	}
+	return refuse(ReasonForbidden, "%s may not call %s", id.Task(), method)
+}
+
+// AllowPull says whether id may pull as reader worker: a worker as
+// itself, the chief as -1.
+func AllowPull(id Identity, worker int32) error {
+	if id.Role == RoleChief && worker == -1 {
+		return nil
+	}
+	return asWorker(id, worker, "pull")
+}
+
+// AllowPush says whether id may push as worker: only that worker.
+func AllowPush(id Identity, worker int32) error { return asWorker(id, worker, "push") }
+
+func asWorker(id Identity, worker int32, op string) error {
+	if id.Role != RoleWorker || int64(id.Index) != int64(worker) {
+		return refuse(ReasonForbidden, "%s may not %s as worker %d", id.Task(), op, worker)
+	}
+	return nil
+}
+
+// CheckCertificate binds a mutual-TLS peer to the identity it claims:
+// name is the common name of its verified certificate ("" when the
+// connection has no TLS, which binds nothing).
+func CheckCertificate(name string, id Identity) error {
+	if name == "" || name == id.CertName() {
+		return nil
+	}
+	return refuse(ReasonCertificate, "the certificate of %q may not act as %s", name, id.Task())
+}
