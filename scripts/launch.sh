@@ -8,13 +8,17 @@
 #   # on host B of a real cluster, only its own tasks:
 #   scripts/launch.sh cluster.json --only ps/1 --only worker/1 -- --mode sync
 #
+# Every task gets the run's secret, run/launch/auth-token (made if missing;
+# set PSTRAIN_AUTH_TOKEN_FILE to use another): on several hosts, copy the
+# same file to each (the tasks refuse anyone without it).
+#
 # Logs go to run/launch/<task>.log; the chief's progress and summary go to
 # the terminal. Ctrl-C (or SIGTERM) stops the run cleanly: the chief stops
 # the workers, writes a final checkpoint and the report, and the script
 # exits 130 (143); a second Ctrl-C kills every task at once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 1 ] || { sed -n '2,14p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,18p' "$0"; exit 2; }
 cluster="$1"; shift
 only=()
 while [ $# -gt 0 ]; do
@@ -33,6 +37,8 @@ tasks=(chief)
 for ((i = 0; i < nps; i++)); do tasks+=("ps/$i"); done
 for ((i = 0; i < nw; i++)); do tasks+=("worker/$i"); done
 mkdir -p run/launch
+token="${PSTRAIN_AUTH_TOKEN_FILE:-run/launch/auth-token}"
+[ -f "$token" ] || "$bin" token "$token" >&2
 pids=()
 chief_pid=""
 status=0
@@ -60,7 +66,7 @@ trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
 for t in "${tasks[@]}"; do
   if [ ${#only[@]} -gt 0 ] && [[ ! " ${only[*]} " == *" $t "* ]]; then continue; fi
   role="${t%%/*}"
-  args=("$role" --cluster "$cluster" --ps "$nps" --workers "$nw")
+  args=("$role" --cluster "$cluster" --ps "$nps" --workers "$nw" --auth-token-file "$token")
   [ "$role" = chief ] && args+=(--progress --report run/launch/report.json) || args+=(--index "${t#*/}")
   log="run/launch/${t//\//-}.log"
   if [ "$role" = chief ]; then

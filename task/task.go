@@ -210,8 +210,18 @@ func (o Options) serveMetrics(ctx context.Context, reg prometheus.Gatherer) (fun
 func (o Options) register(ctx context.Context, client pb.ChiefClient, spec *model.Spec, addr string) (*pb.RegisterResponse, error) {
 	chiefAddr := o.Cluster.Chief[0]
 	var resp *pb.RegisterResponse
+	retryable := retry.OnCodes(codes.Unavailable, codes.DeadlineExceeded)
+	needsTLS := false
 	err := retry.Do(ctx, retry.Policy{First: 50 * time.Millisecond, Max: time.Second, Patience: o.ConnectTimeout,
-		Retryable: retry.OnCodes(codes.Unavailable, codes.DeadlineExceeded),
+		Retryable: func(err error) bool {
+			// A plaintext task against a TLS chief sees broken connections
+			// that look like a chief still starting: ask the port once.
+			if o.TLS == nil && tlsconf.IsPlaintextToTLS(err) && tlsconf.SpeaksTLS(ctx, chiefAddr, 2*time.Second) {
+				needsTLS = true
+				return false
+			}
+			return retryable(err)
+		},
 		OnRetry: func(attempt int, _ error) {
 			if attempt == 1 {
 				o.Log.Info("waiting for the chief", "addr", chiefAddr)
@@ -231,6 +241,8 @@ func (o Options) register(ctx context.Context, client pb.ChiefClient, spec *mode
 		return resp, nil
 	case err == ctx.Err():
 		return nil, err
+	case needsTLS:
+		return nil, fmt.Errorf("chief at %s requires mutual TLS and %s has no certificate: pass --tls-dir DIR (the directory pstrain certs made) or --tls-cert, --tls-key and --tls-ca", chiefAddr, o.Task)
 	case errors.As(err, &gaveUp) && tlsconf.IsTLSError(gaveUp.Err):
 		return nil, fmt.Errorf("chief at %s: TLS failure for %v (--connect-timeout %v; check --tls-dir/--tls-ca): %s", chiefAddr, gaveUp.After.Round(time.Millisecond), o.ConnectTimeout, tlsconf.Describe(gaveUp.Err))
 	case errors.As(err, &gaveUp):

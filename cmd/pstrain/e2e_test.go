@@ -22,6 +22,7 @@ import (
 	"github.com/pstrain/pstrain/internal/syncbuf"
 	"github.com/pstrain/pstrain/internal/testbin"
 	"github.com/pstrain/pstrain/observe/report"
+	"github.com/pstrain/pstrain/transport/auth"
 )
 
 // bin is the pstrain binary the multi-process tests of this package run.
@@ -220,7 +221,7 @@ func TestByHandClusterAnyStartOrder(t *testing.T) {
 	spec := fmt.Sprintf(`{"chief":["%s"],"ps":["%s"],"worker":["%s"]}`, a[0], a[1], a[2])
 	os.WriteFile(cf, []byte(spec), 0o644)
 	common := []string{"--ps", "1", "--workers", "1", "--data-dir", d, "--data-fraction", "0.1", "--epochs", "1",
-		"--target-accuracy", "0", "--metrics-addr", "off"}
+		"--target-accuracy", "0", "--metrics-addr", "off", "--auth-token-file", tokenFile(t)}
 	w := startTask(t, nil, append([]string{"worker", "--cluster", cf, "--index", "0"}, common...)...)
 	w.waitOutput(t, "waiting for the chief", 30*time.Second)
 	c := startTask(t, nil, append([]string{"chief", "--cluster", cf, "--report", filepath.Join(tmp, "r.json")}, common...)...)
@@ -248,7 +249,8 @@ func TestMismatchedTaskIsRefused(t *testing.T) {
 	a := freeAddrs(t, 3)
 	cf := filepath.Join(tmp, "cluster.json")
 	os.WriteFile(cf, []byte(fmt.Sprintf(`{"chief":["%s"],"ps":["%s"],"worker":["%s"]}`, a[0], a[1], a[2])), 0o644)
-	common := []string{"--cluster", cf, "--ps", "1", "--workers", "1", "--data-dir", d, "--metrics-addr", "off", "--connect-timeout", "20s"}
+	common := []string{"--cluster", cf, "--ps", "1", "--workers", "1", "--data-dir", d, "--metrics-addr", "off", "--connect-timeout", "20s",
+		"--auth-token-file", tokenFile(t)}
 	c := startTask(t, nil, append([]string{"chief"}, common...)...)
 	w := startTask(t, nil, append([]string{"worker", "--index", "0", "--lr", "0.05", "--hidden", "256"}, common...)...)
 	err := w.wait(t, time.Minute)
@@ -266,7 +268,8 @@ func TestPSNeverUp(t *testing.T) {
 	a := freeAddrs(t, 3)
 	cf := filepath.Join(tmp, "cluster.json")
 	os.WriteFile(cf, []byte(fmt.Sprintf(`{"chief":["%s"],"ps":["%s"],"worker":["%s"]}`, a[0], a[1], a[2])), 0o644)
-	c := startTask(t, nil, "chief", "--cluster", cf, "--ps", "1", "--workers", "1", "--data-dir", d, "--metrics-addr", "off", "--connect-timeout", "2s")
+	c := startTask(t, nil, "chief", "--cluster", cf, "--ps", "1", "--workers", "1", "--data-dir", d, "--metrics-addr", "off", "--connect-timeout", "2s",
+		"--auth-token-file", tokenFile(t))
 	err := c.wait(t, time.Minute)
 	if out := c.out.String(); err == nil || !strings.Contains(out, "ps/0 ("+a[1]+")") {
 		t.Fatalf("err %v, output:\n%s", err, out)
@@ -274,3 +277,18 @@ func TestPSNeverUp(t *testing.T) {
 }
 
 var _ io.Writer = (*lockedBuf)(nil)
+
+// tokenFile writes a run's secret for tasks started by hand and returns
+// its path.
+func tokenFile(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), auth.TokenFile)
+	tok, err := auth.NewToken(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := auth.WriteTokenFile(p, tok); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

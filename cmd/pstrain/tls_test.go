@@ -64,7 +64,7 @@ func TestWrongCAGivesUpWithinConnectTimeout(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	common := []string{"--cluster", cf, "--ps", "1", "--workers", "1", "--data-dir", d, "--metrics-addr", "off"}
+	common := []string{"--cluster", cf, "--ps", "1", "--workers", "1", "--data-dir", d, "--metrics-addr", "off", "--auth-token-file", tokenFile(t)}
 	chief := startTask(t, nil, append([]string{"chief", "--tls-dir", good, "--connect-timeout", "1m"}, common...)...)
 	chief.waitOutput(t, "chief listening", 30*time.Second)
 
@@ -138,5 +138,47 @@ func TestCertsCommand(t *testing.T) {
 	}
 	if err := cmdCerts(ctx, []string{"--cluster", cf}, &stdout, &stderr); err == nil || !strings.Contains(err.Error(), "--out") {
 		t.Errorf("no --out: %v", err)
+	}
+}
+
+// TestWorkerWithoutCertificateFailsFast: a worker started without TLS
+// flags against a mutual-TLS chief says at once that the cluster
+// requires mutual TLS and which flags to pass, instead of waiting out
+// --connect-timeout on "error reading server preface".
+func TestWorkerWithoutCertificateFailsFast(t *testing.T) {
+	d, tmp := testbin.MNIST(t), t.TempDir()
+	addrs := freeAddrs(t, 3)
+	spec := cluster.Spec{Chief: addrs[:1], PS: addrs[1:2], Worker: addrs[2:]}
+	cf := filepath.Join(tmp, "cluster.json")
+	if err := os.WriteFile(cf, spec.JSON(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tlsDir := filepath.Join(tmp, "tls")
+	if _, err := certs.Generate(tlsDir, spec, nil, certs.Options{}, false); err != nil {
+		t.Fatal(err)
+	}
+	common := []string{"--cluster", cf, "--ps", "1", "--workers", "1", "--data-dir", d, "--metrics-addr", "off",
+		"--auth-token-file", tokenFile(t), "--connect-timeout", "1m"}
+	chief := startTask(t, nil, append([]string{"chief", "--tls-dir", tlsDir}, common...)...)
+	chief.waitOutput(t, "chief listening", 30*time.Second)
+
+	start := time.Now()
+	worker := startTask(t, nil, append([]string{"worker", "--index", "0"}, common...)...)
+	err := worker.wait(t, time.Minute)
+	took := time.Since(start)
+	out := worker.out.String()
+	t.Logf("output:\n%s", out)
+	if err == nil {
+		t.Fatalf("a worker without a certificate joined a mutual-TLS cluster:\n%s", out)
+	}
+	for _, want := range []string{"requires mutual TLS", "--tls-dir"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("worker output lacks %q:\n%s", want, out)
+		}
+	}
+	// From the process's start, loading its data included (about a
+	// second): far below --connect-timeout.
+	if took > 10*time.Second {
+		t.Errorf("the worker took %v to give up (--connect-timeout 1m), want <= 10s", took)
 	}
 }

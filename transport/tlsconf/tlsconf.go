@@ -5,14 +5,18 @@
 package tlsconf
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
@@ -192,4 +196,46 @@ func Describe(err error) string {
 		return s.Message()
 	}
 	return err.Error()
+}
+
+// SpeaksTLS reports whether the server at addr answers a TLS handshake:
+// it sends a ClientHello and reports true if a ServerHello comes back
+// (whatever the handshake's fate later: this client has no certificate).
+// A plaintext client uses it to tell "the server requires TLS" from "the
+// server is not up yet".
+func SpeaksTLS(ctx context.Context, addr string, timeout time.Duration) bool {
+	d := net.Dialer{Timeout: timeout}
+	raw, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return false
+	}
+	defer raw.Close()
+	raw.SetDeadline(time.Now().Add(timeout))
+	var sawServer bool
+	c := tls.Client(raw, &tls.Config{
+		InsecureSkipVerify: true, // a probe: only whether TLS answers
+		VerifyConnection: func(tls.ConnectionState) error {
+			sawServer = true
+			return errors.New("probe done")
+		},
+		MinVersion: tls.VersionTLS12,
+	})
+	err = c.HandshakeContext(ctx)
+	return sawServer || (err != nil && strings.Contains(err.Error(), "certificate required"))
+}
+
+// IsPlaintextToTLS reports whether a plaintext gRPC client's error may
+// mean the server speaks TLS: the server closes the connection at the
+// first bytes, which gRPC reports as a broken preface or a reset.
+func IsPlaintextToTLS(err error) bool {
+	if status.Code(err) != codes.Unavailable {
+		return false
+	}
+	msg := status.Convert(err).Message()
+	for _, m := range []string{"server preface", "connection reset", "EOF", "frame too large", "http2"} {
+		if strings.Contains(msg, m) {
+			return true
+		}
+	}
+	return false
 }

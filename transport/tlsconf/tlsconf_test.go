@@ -214,3 +214,38 @@ func TestRefusalLogIsRateLimited(t *testing.T) {
 		t.Errorf("%d lines:\n%s", n, out)
 	}
 }
+
+// TestPlaintextClientLearnsTheServerNeedsTLS: a plaintext call to a
+// mutual-TLS server fails in a way IsPlaintextToTLS recognises, and the
+// probe says the port speaks TLS; a plaintext server's port does not,
+// nor does a closed one.
+func TestPlaintextClientLearnsTheServerNeedsTLS(t *testing.T) {
+	dir := makeDir(t)
+	addr := serve(t, load(t, dir, cluster.Task{Type: "chief"}), slog.New(slog.DiscardHandler))
+	err := check(t, addr, insecure.NewCredentials())
+	if !IsPlaintextToTLS(err) {
+		t.Fatalf("plaintext call to a TLS server: %v; IsPlaintextToTLS says no", err)
+	}
+	ctx := context.Background()
+	if !SpeaksTLS(ctx, addr, 5*time.Second) {
+		t.Fatal("the TLS server's port does not speak TLS, says the probe")
+	}
+	plain, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	healthpb.RegisterHealthServer(g, health.NewServer())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = g.Serve(plain) }()
+	defer func() { g.Stop(); <-done }()
+	if SpeaksTLS(ctx, plain.Addr().String(), 5*time.Second) {
+		t.Fatal("a plaintext gRPC server speaks TLS, says the probe")
+	}
+	closed, _ := net.Listen("tcp", "127.0.0.1:0")
+	closedAddr := closed.Addr().String()
+	closed.Close()
+	if SpeaksTLS(ctx, closedAddr, 5*time.Second) {
+		t.Fatal("a closed port speaks TLS, says the probe")
+	}
+}
