@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/pstrain/pstrain/internal/testbin"
+	"github.com/pstrain/pstrain/transport/auth"
 	"github.com/pstrain/pstrain/observe/report"
 )
 
@@ -261,7 +262,11 @@ func newCluster(t *testing.T, l *Lab, ps, workers int, flags ...string) *cluster
 	if err := os.WriteFile(c.file, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	c.flags = append([]string{"--cluster", c.file, "--insecure", "--ps", strconv.Itoa(ps), "--workers", strconv.Itoa(workers),
+	token := filepath.Join(c.dir, auth.TokenFile)
+	if _, err := auth.EnsureTokenFile(token); err != nil {
+		t.Fatal(err)
+	}
+	c.flags = append([]string{"--cluster", c.file, "--insecure", "--auth-token-file", token, "--ps", strconv.Itoa(ps), "--workers", strconv.Itoa(workers),
 		"--data-dir", testbin.MNIST(t), "--data-fraction", "0.2", "--target-accuracy", "0", "--eval-every", "1s",
 		"--heartbeat-timeout", "2s", "--connect-timeout", "45s",
 		"--checkpoint-dir", filepath.Join(c.dir, "ckpt"), "--checkpoint-every", "1s"}, flags...)
