@@ -3,6 +3,14 @@
 // the Prometheus file_sd targets, starts the chief, the PS shards and the
 // workers, relays the chief's progress, watches every process, and
 // assembles the report with each process's peak RSS and CPU time.
+//
+// Watching a task: a task that dies, exits with status 0 while the run
+// goes on, or answers nothing on /healthz for TaskTimeout (liveness.go)
+// is restarted, up to MaxRestarts times. Tasks are forked from one
+// thread that lives as long as the run (forker.go), so that they die
+// with the launcher; pid files in <Dir>/pids (stale.go) let the next
+// run on the directory find any process that did not. The report's
+// restarts, with their causes, are on the run's clock (restarts.go).
 package launcher
 
 import (
@@ -63,6 +71,15 @@ type Config struct {
 	// Ending Run's context instead stops the run cleanly: the chief is
 	// sent SIGTERM and winds the run down (final checkpoint, report).
 	Abort <-chan struct{}
+	// TaskTimeout: a task whose /healthz has answered nothing for this
+	// long (after answering once) is killed with SIGKILL and restarted
+	// like any task that died; and a task that exits with status 0 while
+	// the run is not ending within this long is restarted too. 0
+	// disables the probes (the exit-0 wait is then 10 s).
+	TaskTimeout time.Duration
+	// KillStale: processes of an earlier run on Dir that are still alive
+	// are killed (SIGKILL) instead of failing the run with a StaleError.
+	KillStale bool
 }
 
 type proc struct {
@@ -72,6 +89,9 @@ type proc struct {
 	done    chan struct{}
 	err     error
 	metrics string
+	// cause is set (under supervisor.mu) when the launcher kills the
+	// process itself: CauseFault or CauseUnresponsive.
+	cause string
 }
 
 // Fault kills a task with SIGKILL at a time after the cluster started
@@ -129,13 +149,6 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-// restart is one abnormal exit of a task, as the launcher saw it.
-type restart struct {
-	task     string
-	exitedAt time.Time
-	backAt   time.Time // when the new process started
-}
-
 // supervisor runs the processes of one local cluster.
 type supervisor struct {
 	c           Config
@@ -145,7 +158,13 @@ type supervisor struct {
 	runID       string
 	metricsAddr func(int) string
 	dataPorts   []int // the PS data planes', by PS index
-	t0          time.Time
+	// t0 is the run's start: every time the launcher logs or reports is
+	// seconds since t0 (see since).
+	t0      time.Time
+	forker  *forker
+	targets *targets
+	pidDir  string // <Dir>/pids: a pid file per live process (stale.go)
+	proc    procFS
 
 	mu       sync.Mutex
 	procs    map[string]*proc
@@ -161,6 +180,17 @@ func (s *supervisor) stopping() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.interrupted
+}
+
+func (s *supervisor) isFinished() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.finished
+}
+
+// since is t on the run's clock, as the launcher logs it: "4.02s".
+func (s *supervisor) since(t time.Time) string {
+	return fmt.Sprintf("%.2fs", t.Sub(s.t0).Seconds())
 }
 
 // stopWhenUp sends p SIGTERM once its metrics endpoint answers: by then
@@ -212,6 +242,11 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 	if err := os.MkdirAll(filepath.Join(c.Dir, "logs"), 0o755); err != nil {
 		return nil, err
 	}
+	pidDir := filepath.Join(c.Dir, "pids")
+	if err := claimRunDir(ctx, c, pidDir, procFS("/proc")); err != nil {
+		return nil, err
+	}
+	defer os.Remove(pidFileName(pidDir, "launcher"))
 	// Every port a task binds is reserved here: gRPC, metrics, and each
 	// PS's data plane.
 	n := 1 + r.PS + r.Workers
@@ -231,7 +266,7 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 	s := &supervisor{c: c, t0: t0, procs: map[string]*proc{}, usage: map[string]report.Task{},
 		clusterFile: filepath.Join(c.Dir, "cluster.json"), chiefReport: filepath.Join(c.Dir, "chief-report.json"),
 		statePath: filepath.Join(c.Dir, "chief-state.json"), runID: fmt.Sprintf("run-%d", t0.UnixNano()),
-		dataPorts: ports[2*n:]}
+		dataPorts: ports[2*n:], pidDir: pidDir, proc: procFS("/proc")}
 	s.metricsAddr = func(i int) string {
 		if c.MetricsPortBase > 0 {
 			return "127.0.0.1:" + strconv.Itoa(c.MetricsPortBase+i)
@@ -242,12 +277,23 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 		return nil, err
 	}
 	tasks := spec.Tasks()
-	if err := writeTargets(c.SDDir, tasks, s.metricsAddr); err != nil {
+	s.targets = newTargets(c.SDDir, tasks, s.metricsAddr)
+	if err := s.targets.setAll(true); err != nil {
 		return nil, err
 	}
+	// Whatever the outcome, no target of this run outlives it.
+	defer func() {
+		if err := s.targets.setAll(false); err != nil {
+			c.Log.Warn("could not empty the Prometheus targets file", "dir", c.SDDir, "err", err)
+		}
+	}()
 	os.Remove(s.chiefReport)
 	os.Remove(s.statePath)
 
+	// Every task is started from one thread that lives as long as the
+	// run (see forker); it ends after every task has exited.
+	s.forker = newForker()
+	defer s.forker.close()
 	// The tasks live until the run ends or is aborted, not until ctx
 	// ends: an interrupt only asks the chief to stop the run.
 	interrupt := ctx.Done()
@@ -261,14 +307,17 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 	chiefDone := make(chan error, 1)
 	failed := make(chan error, len(tasks))
 	for i, t := range tasks {
-		p, err := s.start(i, t)
+		p, err := s.start(ctx, &wg, i, t)
 		if err != nil {
 			return nil, err
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := s.supervise(ctx, i, p)
+			err := s.supervise(ctx, &wg, i, p)
+			if err := s.targets.set(i, false); err != nil {
+				c.Log.Warn("could not update the Prometheus targets file", "dir", c.SDDir, "err", err)
+			}
 			switch {
 			case t.Type == cluster.Chief:
 				chiefDone <- err
@@ -357,7 +406,7 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 	if b, err := mon.Whole(); err == nil {
 		rep.Bottleneck = &b
 	}
-	rep.Restarts = mergeRestarts(rep.Restarts, s.restarts, rep.TrainStartedUnix)
+	rep.Restarts = mergeRestarts(rep.Restarts, s.restarts, t0, rep.TrainStartedUnix, rep.Mode == string(config.Sync))
 	return rep, nil
 }
 
@@ -394,8 +443,9 @@ func (s *supervisor) wait(interrupt <-chan struct{}, chiefDone, failed <-chan er
 	}
 }
 
-// start starts task t's process (index i in the cluster's task list).
-func (s *supervisor) start(i int, t cluster.Task) (*proc, error) {
+// start starts task t's process (index i in the cluster's task list)
+// and the goroutine (in wg) that kills it if it stops answering.
+func (s *supervisor) start(ctx context.Context, wg *sync.WaitGroup, i int, t cluster.Task) (*proc, error) {
 	c := s.c
 	args := []string{t.Type, "--cluster=" + s.clusterFile, "--metrics-addr=" + s.metricsAddr(i)}
 	if t.Type == cluster.PS {
@@ -411,9 +461,8 @@ func (s *supervisor) start(i int, t cluster.Task) (*proc, error) {
 	cmd.Env = append(os.Environ(), "OPENBLAS_NUM_THREADS=1")
 	// Each task in its own process group, so a Ctrl-C at the terminal
 	// reaches only this launcher, which stops the run in order (see
-	// wait); and killed with the launcher, so no task outlives it.
-	// (Pdeathsig follows the OS thread that started the child; the
-	// launcher locks no goroutine to a thread, so Go keeps its threads.)
+	// wait); and killed with the launcher, so no task outlives it
+	// (Pdeathsig, from the forker's thread: see forker).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	logPath := filepath.Join(c.Dir, "logs", strings.ReplaceAll(t.String(), "/", "-")+".log")
 	// A restarted task appends to its predecessor's log; a new run starts
@@ -433,27 +482,153 @@ func (s *supervisor) start(i int, t cluster.Task) (*proc, error) {
 	if t.Type == cluster.Chief && c.Progress != nil {
 		cmd.Stdout = c.Progress
 	}
-	if err := cmd.Start(); err != nil {
+	if err := s.forker.start(cmd); err != nil {
 		lf.Close()
 		return nil, fmt.Errorf("launcher: starting %s: %w", t, err)
+	}
+	pidFile := pidFileName(s.pidDir, t.String())
+	if err := writePidFile(s.pidDir, s.proc.record(t.String(), cmd.Process.Pid, cmd.Args)); err != nil {
+		c.Log.Warn("could not write the task's pid file", "task", t, "err", err)
 	}
 	p := &proc{task: t, cmd: cmd, log: logPath, done: make(chan struct{}), metrics: s.metricsAddr(i)}
 	go func() {
 		p.err = cmd.Wait()
+		os.Remove(pidFile)
 		lf.Close()
 		close(p.done)
 	}()
 	s.mu.Lock()
 	s.procs[t.String()] = p
 	s.mu.Unlock()
+	if c.TaskTimeout > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.watch(ctx, p)
+		}()
+	}
 	return p, nil
+}
+
+// watch kills p with SIGKILL once it has answered nothing on /healthz
+// for TaskTimeout (a frozen process: SIGSTOP, a hung host, a deadlock
+// that holds the whole runtime); supervise then restarts it like any
+// task that died, with cause unresponsive.
+func (s *supervisor) watch(ctx context.Context, p *proc) {
+	if !watchLiveness(ctx, "http://"+p.metrics+metrics.HealthPath, s.c.TaskTimeout, p.done) {
+		return
+	}
+	s.mu.Lock()
+	if s.finished || hasExited(p) {
+		// The run is over (Run's own grace kills what does not exit), or
+		// the process ended by itself meanwhile.
+		s.mu.Unlock()
+		return
+	}
+	p.cause = CauseUnresponsive
+	s.mu.Unlock()
+	s.c.Log.Warn("task unresponsive: killing it with SIGKILL", "task", p.task, "pid", p.cmd.Process.Pid,
+		"silent_for", s.c.TaskTimeout, "at", s.since(time.Now()))
+	p.cmd.Process.Kill()
+}
+
+// exitVerdict is what an exited task means for the run.
+type exitVerdict int
+
+const (
+	taskDone   exitVerdict = iota // ended as it should: not restarted
+	taskFailed                    // the chief failed: the run fails
+	taskCrash                     // restart it
+)
+
+// judge says what p's exit means. A task other than the chief that
+// exits with status 0 is done only if the run is ending (judged within
+// a grace period, see runEnding); otherwise it failed like any other,
+// and is restarted.
+func (s *supervisor) judge(ctx context.Context, p *proc) exitVerdict {
+	s.mu.Lock()
+	finished := s.finished
+	s.mu.Unlock()
+	isChief := p.task.Type == cluster.Chief
+	switch {
+	case isChief && stoppedBySignal(p):
+		// The chief stopped the run cleanly on a signal (ours, or one
+		// sent to it directly): its report is written.
+		return taskDone
+	case finished || ctx.Err() != nil || (s.stopping() && !isChief):
+		if p.err != nil && isChief {
+			return taskFailed
+		}
+		return taskDone
+	case p.err == nil && isChief:
+		return taskDone // the chief ends the run
+	case p.err == nil && s.runEnding(ctx):
+		return taskDone
+	}
+	return taskCrash
+}
+
+// runEnding waits (up to TaskTimeout, or 10 s without one) for a sign
+// that the run is ending: the chief began to stop it (its state file
+// says why) or finished it, or the launcher is stopping it. At the end
+// of a run the PS exit after the chief began the stop, and a worker may
+// exit just before it (the shards said "done" a poll before the chief
+// saw it), hence the wait. (A chief that merely died is no sign: it is
+// being restarted.)
+func (s *supervisor) runEnding(ctx context.Context) bool {
+	grace := s.c.TaskTimeout
+	if grace <= 0 {
+		grace = 10 * time.Second
+	}
+	deadline := time.NewTimer(grace)
+	defer deadline.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		s.mu.Lock()
+		ending := s.finished || s.interrupted
+		s.mu.Unlock()
+		if ending || stopBegun(s.statePath, s.runID) {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return true
+		case <-deadline.C:
+			return false
+		case <-tick.C:
+		}
+	}
+}
+
+func hasExited(p *proc) bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stopBegun reports whether the chief's state file (run runID) says the
+// chief began to stop the run.
+func stopBegun(statePath, runID string) bool {
+	b, err := os.ReadFile(statePath)
+	if err != nil {
+		return false
+	}
+	var st struct {
+		RunID     string `json:"run_id"`
+		StoppedBy string `json:"stopped_by"`
+	}
+	return json.Unmarshal(b, &st) == nil && st.RunID == runID && st.StoppedBy != ""
 }
 
 // supervise waits for task p's process and restarts it while it exits
 // abnormally, with exponential backoff, up to MaxRestarts times. It
 // returns nil when the task ended normally (or the run ended), and an
 // error naming the task when it gave up.
-func (s *supervisor) supervise(ctx context.Context, i int, p *proc) error {
+func (s *supervisor) supervise(ctx context.Context, wg *sync.WaitGroup, i int, p *proc) error {
 	c := s.c
 	backoff := c.RestartBackoff
 	for restarts := 0; ; restarts++ {
@@ -472,51 +647,59 @@ func (s *supervisor) supervise(ctx context.Context, i int, p *proc) error {
 		}
 		exited := time.Now()
 		s.account(p)
+		switch s.judge(ctx, p) {
+		case taskDone:
+			return nil
+		case taskFailed:
+			return taskError(p)
+		}
 		s.mu.Lock()
-		finished := s.finished
+		cause := p.cause
 		s.mu.Unlock()
-		isChief := p.task.Type == cluster.Chief
-		switch {
-		case isChief && stoppedBySignal(p):
-			// The chief stopped the run cleanly on a signal (ours, or one
-			// sent to it directly): its report is written.
-			return nil
-		case p.err == nil || finished || ctx.Err() != nil || (s.stopping() && !isChief):
-			if p.err != nil && isChief {
-				return taskError(p)
-			}
-			return nil
+		if cause == "" {
+			cause = exitCause(p.cmd.ProcessState)
 		}
 		if restarts >= c.MaxRestarts {
 			return fmt.Errorf("%w; gave up after %d restarts (--max-restarts)", taskError(p), restarts)
 		}
-		c.Log.Warn("task exited abnormally; restarting it", "task", p.task, "err", p.err, "in", backoff, "restart", restarts+1)
+		c.Log.Warn("task failed; restarting it", "task", p.task, "cause", cause, "err", exitText(p), "at", s.since(exited),
+			"in", backoff, "restart", restarts+1)
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
 			return nil
 		}
 		backoff = min(2*backoff, 5*time.Second)
-		s.mu.Lock()
-		finished = s.finished
-		s.mu.Unlock()
-		if finished || (s.stopping() && !isChief) || ctx.Err() != nil {
+		isChief := p.task.Type == cluster.Chief
+		if s.isFinished() || (s.stopping() && !isChief) || ctx.Err() != nil {
 			return nil // the run ended during the backoff
 		}
-		np, err := s.start(i, p.task)
+		np, err := s.start(ctx, wg, i, p.task)
 		if err != nil {
 			return err
 		}
 		if isChief && s.stopping() {
 			// Interrupted while the chief was down: the new chief adopts
 			// the cluster, and is asked to stop it cleanly once it is up.
-			go s.stopWhenUp(ctx, np)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s.stopWhenUp(ctx, np)
+			}()
 		}
 		s.mu.Lock()
-		s.restarts = append(s.restarts, restart{task: p.task.String(), exitedAt: exited, backAt: time.Now()})
+		s.restarts = append(s.restarts, restart{task: p.task.String(), cause: cause, exitedAt: exited, backAt: time.Now()})
 		s.mu.Unlock()
 		p = np
 	}
+}
+
+// exitText is how p's process ended ("exit status 0", "signal: killed").
+func exitText(p *proc) string {
+	if p.err != nil {
+		return p.err.Error()
+	}
+	return p.cmd.ProcessState.String()
 }
 
 // account adds an exited process's resource use to its task's.
@@ -545,49 +728,20 @@ func (s *supervisor) inject(ctx context.Context, f Fault) {
 	s.mu.Lock()
 	p := s.procs[f.Task]
 	finished := s.finished || s.interrupted
+	if p != nil && !finished && !hasExited(p) {
+		p.cause = CauseFault
+	}
 	s.mu.Unlock()
 	if p == nil || finished {
 		return
 	}
-	select {
-	case <-p.done:
+	if hasExited(p) {
 		s.c.Log.Warn("fault: task already exited", "task", f.Task)
 		return
-	default:
 	}
-	s.c.Log.Warn("fault: killing task with SIGKILL", "task", f.Task, "pid", p.cmd.Process.Pid, "at", f.At)
+	s.c.Log.Warn("fault: killing task with SIGKILL", "task", f.Task, "pid", p.cmd.Process.Pid, "at", s.since(time.Now()))
 	p.cmd.Process.Kill()
 }
-
-// mergeRestarts combines the launcher's view of each restart (when the
-// process died and when a new one started) with the chief's (when the
-// task was back in training and from which step), matching them per task
-// in order. Times are seconds since training started.
-func mergeRestarts(chief []report.Restart, seen []restart, trainStartUnix float64) []report.Restart {
-	rel := func(t time.Time) float64 { return float64(t.UnixNano())/1e9 - trainStartUnix }
-	used := make([]bool, len(chief))
-	out := []report.Restart{}
-	for _, r := range seen {
-		m := report.Restart{Task: r.task, KilledAtSeconds: rel(r.exitedAt), BackAtSeconds: ptr(rel(r.backAt)), RestoredStep: -1}
-		for j, cr := range chief {
-			if !used[j] && cr.Task == r.task {
-				used[j] = true
-				m.BackAtSeconds, m.RestoredStep = cr.BackAtSeconds, cr.RestoredStep
-				break
-			}
-		}
-		out = append(out, m)
-	}
-	// Recoveries the launcher did not cause (a task restarted by hand).
-	for j, cr := range chief {
-		if !used[j] {
-			out = append(out, cr)
-		}
-	}
-	return out
-}
-
-func ptr[T any](v T) *T { return &v }
 
 // lockedWriter serialises writes from several goroutines.
 type lockedWriter struct {
@@ -620,26 +774,39 @@ func taskError(p *proc) error {
 	return fmt.Errorf("%s exited: %v\n--- last lines of %s ---\n%s", p.task, p.err, p.log, strings.Join(lines, "\n"))
 }
 
-// writeTargets writes the Prometheus file_sd file for the tasks.
-func writeTargets(dir string, tasks []cluster.Task, addr func(int) string) error {
-	if dir == "" {
-		return nil
-	}
-	type group struct {
-		Targets []string          `json:"targets"`
-		Labels  map[string]string `json:"labels"`
-	}
-	var gs []group
-	for i, t := range tasks {
-		gs = append(gs, group{Targets: []string{addr(i)}, Labels: map[string]string{"role": t.Type, "task": t.String()}})
-	}
-	b, _ := json.MarshalIndent(gs, "", "  ")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+// claimRunDir makes sure that no process of an earlier run on c.Dir is
+// alive (or kills them, with c.KillStale) and records this launcher's
+// pid file in pidDir.
+func claimRunDir(ctx context.Context, c Config, pidDir string, fs procFS) error {
+	if err := os.MkdirAll(pidDir, 0o755); err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, ".pstrain.json.tmp")
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+	stale, err := findStale(pidDir, fs)
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, filepath.Join(dir, "pstrain.json"))
+	if len(stale) > 0 {
+		if !c.KillStale {
+			return &StaleError{Dir: c.Dir, Tasks: stale}
+		}
+		for _, r := range stale {
+			c.Log.Warn("killing a process of an earlier run on the run dir (--kill-stale)", "task", r.Task, "pid", r.PID)
+		}
+		if err := killStale(ctx, stale, fs, 10*time.Second); err != nil {
+			return err
+		}
+		for _, r := range stale {
+			os.Remove(pidFileName(pidDir, r.Task))
+		}
+	}
+	// O_EXCL: of two launchers started together on one directory, one
+	// fails here.
+	f, err := os.OpenFile(pidFileName(pidDir, "launcher"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return fmt.Errorf("run dir %s is in use by another pstrain run (%w)", c.Dir, err)
+	}
+	defer f.Close()
+	b, _ := json.Marshal(fs.record("launcher", os.Getpid(), os.Args))
+	_, err = f.Write(append(b, '\n'))
+	return err
 }

@@ -2,6 +2,9 @@ package launcher
 
 import (
 	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -35,34 +38,112 @@ func TestParseFaults(t *testing.T) {
 	}
 }
 
+// TestMergeRestarts: every time on the run's clock (the chief's are
+// shifted by the start-up time), each launcher restart matched to the
+// chief's record of its own recovery by time, not by order.
 func TestMergeRestarts(t *testing.T) {
-	start := time.Unix(1000, 0)
-	at := func(s float64) time.Time { return start.Add(time.Duration(s * float64(time.Second))) }
+	t0 := time.Unix(1000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 	back := func(s float64) *float64 { return &s }
+	// Training started 2 s after the run: the chief's times are 2 s less.
+	const trainStart = 1002
 	chief := []report.Restart{
-		{Task: "ps/1", KilledAtSeconds: 5.2, BackAtSeconds: back(6.5), RestoredStep: 100},
-		{Task: "worker/0", BackAtSeconds: back(9), RestoredStep: 250},
-		{Task: "worker/1", BackAtSeconds: back(12), RestoredStep: 300}, // restarted by hand
+		{Task: "ps/1", KilledAtSeconds: 3.2, BackAtSeconds: back(4.5), RestoredStep: 100},
+		{Task: "worker/0", BackAtSeconds: back(7), RestoredStep: 250},
+		{Task: "worker/1", BackAtSeconds: back(10), RestoredStep: 300}, // restarted by hand
 	}
 	seen := []restart{
-		{task: "ps/1", exitedAt: at(5), backAt: at(5.3)},
-		{task: "worker/0", exitedAt: at(8), backAt: at(8.3)},
-		{task: "worker/0", exitedAt: at(10), backAt: at(10.4)}, // never rejoined before the end
+		{task: "worker/0", cause: CauseSignal, exitedAt: at(8), backAt: at(8.3)},
+		{task: "ps/1", cause: CauseFault, exitedAt: at(5), backAt: at(5.3)},
+		{task: "worker/0", cause: CauseUnresponsive, exitedAt: at(10), backAt: at(10.4)}, // never rejoined before the end
 	}
-	got := mergeRestarts(chief, seen, 1000)
-	if len(got) != 4 {
-		t.Fatalf("%d restarts, want 4: %+v", len(got), got)
+	got := mergeRestarts(chief, seen, t0, trainStart, true)
+	want := []report.Restart{
+		{Task: "worker/1", KilledAtSeconds: 0, BackAtSeconds: back(12), RestoredStep: 300},                             // chief-only record kept
+		{Task: "ps/1", Cause: CauseFault, KilledAtSeconds: 5, BackAtSeconds: back(6.5), RestoredStep: 100},             // kill from the launcher, the rest from the chief
+		{Task: "worker/0", Cause: CauseSignal, KilledAtSeconds: 8, BackAtSeconds: back(9), RestoredStep: 250},          //
+		{Task: "worker/0", Cause: CauseUnresponsive, KilledAtSeconds: 10, BackAtSeconds: back(10.4), RestoredStep: -1}, // no chief record: process start, step unknown
 	}
-	check := func(i int, task string, killed, backAt float64, step int64) {
-		t.Helper()
+	checkRestarts(t, got, want)
+}
+
+// TestMergeRestartsOverlappingKills: two PS killed 0.5 s apart in sync
+// mode. One rollback brings both back, recorded by the chief under the
+// first; a later record of ps/1 (its second death) is not taken for the
+// first, and nothing is reported before it happened or with step -1.
+func TestMergeRestartsOverlappingKills(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	back := func(s float64) *float64 { return &s }
+	chief := []report.Restart{ // on the training clock: training began at 1 s
+		{Task: "ps/0", KilledAtSeconds: 3.1, BackAtSeconds: back(4.8), RestoredStep: 120},
+		{Task: "ps/1", KilledAtSeconds: 20, BackAtSeconds: back(21), RestoredStep: 500},
+	}
+	seen := []restart{
+		{task: "ps/0", cause: CauseFault, exitedAt: at(4), backAt: at(4.3)},
+		{task: "ps/1", cause: CauseFault, exitedAt: at(4.5), backAt: at(4.8)},
+		{task: "ps/1", cause: CauseSignal, exitedAt: at(20.5), backAt: at(20.8)},
+	}
+	got := mergeRestarts(chief, seen, t0, 1001, true)
+	checkRestarts(t, got, []report.Restart{
+		{Task: "ps/0", Cause: CauseFault, KilledAtSeconds: 4, BackAtSeconds: back(5.8), RestoredStep: 120},
+		{Task: "ps/1", Cause: CauseFault, KilledAtSeconds: 4.5, BackAtSeconds: back(5.8), RestoredStep: 120},
+		{Task: "ps/1", Cause: CauseSignal, KilledAtSeconds: 20.5, BackAtSeconds: back(22), RestoredStep: 500},
+	})
+	// In async mode each shard is restored alone: no borrowing.
+	got = mergeRestarts(chief[:1], seen[:2], t0, 1001, false)
+	checkRestarts(t, got, []report.Restart{
+		{Task: "ps/0", Cause: CauseFault, KilledAtSeconds: 4, BackAtSeconds: back(5.8), RestoredStep: 120},
+		{Task: "ps/1", Cause: CauseFault, KilledAtSeconds: 4.5, BackAtSeconds: back(4.8), RestoredStep: -1},
+	})
+}
+
+func checkRestarts(t *testing.T, got, want []report.Restart) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%d restarts, want %d: %+v", len(got), len(want), got)
+	}
+	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-6 }
+	for i, w := range want {
 		g := got[i]
-		near := func(a, b float64) bool { return math.Abs(a-b) < 1e-6 }
-		if g.Task != task || !near(g.KilledAtSeconds, killed) || g.BackAtSeconds == nil || !near(*g.BackAtSeconds, backAt) || g.RestoredStep != step {
-			t.Errorf("restart %d: %+v (back %v), want %s killed %.1f back %.1f step %d", i, g, *g.BackAtSeconds, task, killed, backAt, step)
+		if g.Task != w.Task || g.Cause != w.Cause || !near(g.KilledAtSeconds, w.KilledAtSeconds) || g.BackAtSeconds == nil ||
+			!near(*g.BackAtSeconds, *w.BackAtSeconds) || g.RestoredStep != w.RestoredStep {
+			t.Errorf("restart %d: %+v (back %v), want %+v (back %v)", i, g, deref(g.BackAtSeconds), w, *w.BackAtSeconds)
 		}
 	}
-	check(0, "ps/1", 5, 6.5, 100)      // kill time from the launcher, the rest from the chief
-	check(1, "worker/0", 8, 9, 250)    //
-	check(2, "worker/0", 10, 10.4, -1) // no chief record: process start, step unknown
-	check(3, "worker/1", 0, 12, 300)   // chief-only record kept
+}
+
+func deref(p *float64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+func TestExitCause(t *testing.T) {
+	for script, want := range map[string]string{"exit 0": CauseExitZero, "exit 3": CauseExitNonZero, "kill -9 $$": CauseSignal} {
+		cmd := exec.Command("sh", "-c", script)
+		cmd.Run()
+		if got := exitCause(cmd.ProcessState); got != want {
+			t.Errorf("%s: cause %q, want %q", script, got, want)
+		}
+	}
+}
+
+func TestStopBegun(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "chief-state.json")
+	if stopBegun(p, "run-1") {
+		t.Error("no state file: stop begun")
+	}
+	for state, want := range map[string]bool{
+		`{"run_id":"run-1","stopped_by":"epochs"}`: true,
+		`{"run_id":"run-1"}`:                       false,
+		`{"run_id":"run-0","stopped_by":"epochs"}`: false, // an earlier run's
+		`{"run_id":"run-1","stopped_by":`:          false,
+	} {
+		os.WriteFile(p, []byte(state), 0o644)
+		if got := stopBegun(p, "run-1"); got != want {
+			t.Errorf("%s: stop begun = %v, want %v", state, got, want)
+		}
+	}
 }

@@ -69,7 +69,8 @@ func TestRunSyncTrainsToAccuracy(t *testing.T) {
 	if !strings.Contains(out, "== pstrain summary ==") || !strings.Contains(out, "samples/s") {
 		t.Errorf("no progress/summary in output:\n%s", out)
 	}
-	// Prometheus file_sd targets for every task.
+	// The Prometheus file_sd targets are emptied when the run is over
+	// (faults_test.go checks them during a run).
 	b, err := os.ReadFile(filepath.Join(tmp, "targets", "pstrain.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -78,8 +79,8 @@ func TestRunSyncTrainsToAccuracy(t *testing.T) {
 		Targets []string          `json:"targets"`
 		Labels  map[string]string `json:"labels"`
 	}
-	if err := json.Unmarshal(b, &groups); err != nil || len(groups) != 5 || groups[1].Labels["task"] != "ps/0" || groups[1].Labels["role"] != "ps" {
-		t.Errorf("targets %s: %v", b, err)
+	if err := json.Unmarshal(b, &groups); err != nil || groups == nil || len(groups) != 0 {
+		t.Errorf("targets after the run: %s (%v), want []", b, err)
 	}
 }
 

@@ -338,6 +338,9 @@ func cmdTask(ctx context.Context, role string, args []string, stdout, stderr io.
 	if err := r.Validate(); err != nil {
 		return asUsage(err)
 	}
+	if err := positive("connect-timeout", *connectTimeout); err != nil {
+		return err
+	}
 	spec, t, err := cluster.Load(*clusterFile, os.Getenv("TF_CONFIG"))
 	if err != nil {
 		return err
@@ -414,6 +417,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	sdDir := fs.String("sd-dir", "run/targets", "where the Prometheus file_sd target file goes")
 	portBase := fs.Int("metrics-port-base", 0, "metrics ports: chief on BASE, ps/i on BASE+1+i, worker/i after them (0 = free ports)")
 	connectTimeout := fs.Duration("connect-timeout", time.Minute, "how long tasks wait for each other before giving up")
+	taskTimeout := fs.Duration("task-timeout", 10*time.Second, "a task whose /healthz answers nothing this long is killed and restarted; a task exiting 0 mid-run is restarted after this long")
+	killStale := fs.Bool("kill-stale", false, "kill processes of an earlier run still alive on --run-dir (default: refuse to start beside them)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	tlsDir := fs.String("tls-dir", "", "run every task over mutual TLS with certificates in this directory (made there if missing)")
 	tokenFile := fs.String("auth-token-file", "", "the run's secret (default: a new one in --run-dir for every launch)")
@@ -422,6 +427,12 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if err := r.Validate(); err != nil {
 		return asUsage(err)
+	}
+	if err := positive("connect-timeout", *connectTimeout); err != nil {
+		return err
+	}
+	if err := positive("task-timeout", *taskTimeout); err != nil {
+		return err
 	}
 	if !flagSet(fs, "checkpoint-dir") && *dir != "run" {
 		r.CheckpointDir = filepath.Join(*dir, "checkpoints")
@@ -461,7 +472,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	rep, err := launcher.Run(ctx, launcher.Config{Run: r, Exe: exe, Dir: *dir, SDDir: *sdDir, MetricsPortBase: *portBase,
 		ChildArgs: runArgs, ExtraArgs: append([]string{"--connect-timeout=" + connectTimeout.String(), "--log-level=" + *logLevel}, tlsArgs...),
 		Progress: stdout, Log: log, Faults: fl, MaxRestarts: *maxRestarts, BottleneckEvery: 10 * time.Second,
-		Abort: claimAbort(ctx)})
+		Abort: claimAbort(ctx), TaskTimeout: *taskTimeout, KillStale: *killStale})
 	if err != nil {
 		return err
 	}
@@ -474,6 +485,14 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if rep.StoppedBy == chief.StopInterrupted {
 		return errInterrupted
+	}
+	return nil
+}
+
+// positive checks that the duration flag name is > 0.
+func positive(name string, d time.Duration) error {
+	if d <= 0 {
+		return usagef("--%s must be > 0, got %v", name, d)
 	}
 	return nil
 }
@@ -507,16 +526,32 @@ func printSummary(w io.Writer, rep *report.Report) {
 		fmt.Fprintf(w, "where the time went: %s\n", rep.Bottleneck)
 	}
 	for _, rs := range rep.Restarts {
-		back := "never"
-		if rs.BackAtSeconds != nil {
-			back = fmt.Sprintf("%.2f s", *rs.BackAtSeconds)
-		}
-		fmt.Fprintf(w, "restart: %-9s died at %.2f s, back at %s, restored step %d\n", rs.Task, rs.KilledAtSeconds, back, rs.RestoredStep)
+		fmt.Fprintln(w, restartLine(rs))
 	}
 	for _, name := range sortedTasks(rep.Tasks) {
 		t := rep.Tasks[name]
 		fmt.Fprintf(w, "  %-9s peak RSS %6.1f MiB  CPU %6.2f s\n", name, float64(t.PeakRSSBytes)/(1<<20), t.CPUSeconds)
 	}
+}
+
+// restartLine is a restart in the summary, on the report's clock
+// (seconds since the run started):
+//
+//	restart: ps/1      died at 6.05 s (unresponsive), back at 8.20 s, restored step 380
+func restartLine(rs report.Restart) string {
+	died := fmt.Sprintf("died at %.2f s", rs.KilledAtSeconds)
+	if rs.Cause != "" {
+		died += " (" + rs.Cause + ")"
+	}
+	back := "never back"
+	if rs.BackAtSeconds != nil {
+		back = fmt.Sprintf("back at %.2f s", *rs.BackAtSeconds)
+	}
+	step := "not back in training before the end"
+	if rs.RestoredStep >= 0 {
+		step = fmt.Sprintf("restored step %d", rs.RestoredStep)
+	}
+	return fmt.Sprintf("restart: %-9s %s, %s, %s", rs.Task, died, back, step)
 }
 
 func sortedTasks(m map[string]report.Task) []string {

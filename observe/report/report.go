@@ -25,12 +25,20 @@ type Eval struct {
 	Subset      bool `json:"subset,omitempty"`
 }
 
-// Restart is one recovered task.
+// Restart is one recovered task. In the report of `pstrain run` its
+// times are seconds since the run started (the clock of --fault; the
+// chief alone counts from the first step).
 type Restart struct {
-	Task            string   `json:"task"`
+	Task string `json:"task"`
+	// Cause is why the process ended, as the launcher saw it:
+	// unresponsive, fault, signal, exit-nonzero or exit-zero (empty when
+	// no launcher saw it).
+	Cause           string   `json:"cause,omitempty"`
 	KilledAtSeconds float64  `json:"killed_at_seconds"`
 	BackAtSeconds   *float64 `json:"back_at_seconds"`
-	RestoredStep    int64    `json:"restored_step"`
+	// RestoredStep is the step it was back at (-1: it was not back in
+	// training before the run ended).
+	RestoredStep int64 `json:"restored_step"`
 }
 
 // Checkpoints are the run's checkpoint attempts: committed, failed, and

@@ -1,0 +1,143 @@
+package launcher
+
+import (
+	"os"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/pstrain/pstrain/observe/report"
+)
+
+// Why a task's process ended before the run did: the report's
+// restarts[].cause.
+const (
+	// CauseUnresponsive: it answered nothing for --task-timeout and the
+	// launcher killed it with SIGKILL.
+	CauseUnresponsive = "unresponsive"
+	// CauseFault: killed by --fault.
+	CauseFault = "fault"
+	// CauseSignal: it died of a signal nobody in pstrain sent (kill -9,
+	// the OOM killer, a crash).
+	CauseSignal = "signal"
+	// CauseExitNonZero: it exited with a non-zero status.
+	CauseExitNonZero = "exit-nonzero"
+	// CauseExitZero: it exited with status 0 while the run went on.
+	CauseExitZero = "exit-zero"
+)
+
+// exitCause classifies an exit the launcher did not cause itself.
+func exitCause(ps *os.ProcessState) string {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return CauseSignal
+	}
+	if ps.ExitCode() == 0 {
+		return CauseExitZero
+	}
+	return CauseExitNonZero
+}
+
+// restart is one abnormal exit of a task, as the launcher saw it.
+type restart struct {
+	task     string
+	cause    string
+	exitedAt time.Time
+	backAt   time.Time // when the new process started
+}
+
+// mergeRestarts combines the launcher's view of each restart (why and
+// when the process died, when a new one started) with the chief's (when
+// the task was back in training and from which step). Every time is in
+// seconds since t0, the run's start: the clock of --fault and of the
+// launcher's log. The chief counts from the first step (trainStartUnix),
+// so its times are moved by the start-up time.
+//
+// A chief record belongs to a launcher restart of the same task when it
+// falls between the new process's start and the task's next death. In
+// sync mode (rollbackAll) one rollback restores every shard, and the
+// chief records it under the shard that triggered it: a PS restart with
+// no record of its own takes the first rollback after its new process
+// started (two PS killed close together are back with the same rollback).
+// A restart the chief never saw back before the run ended keeps the
+// process's start as its back time and restored step -1.
+func mergeRestarts(chief []report.Restart, seen []restart, t0 time.Time, trainStartUnix float64, rollbackAll bool) []report.Restart {
+	off := 0.0 // the chief's clock on the run's
+	if trainStartUnix > 0 {
+		off = trainStartUnix - float64(t0.UnixNano())/1e9
+	}
+	recs := make([]report.Restart, len(chief))
+	for i, r := range chief {
+		recs[i] = r
+		if r.KilledAtSeconds > 0 {
+			recs[i].KilledAtSeconds += off
+		}
+		if r.BackAtSeconds != nil {
+			recs[i].BackAtSeconds = ptr(*r.BackAtSeconds + off)
+		}
+	}
+	seen = slices.Clone(seen)
+	slices.SortStableFunc(seen, func(a, b restart) int { return a.exitedAt.Compare(b.exitedAt) })
+	rel := func(t time.Time) float64 { return t.Sub(t0).Seconds() }
+	// window is where restart i's chief record may fall: from its new
+	// process's start to the task's next death.
+	window := func(i int) (from, to float64) {
+		from, to = rel(seen[i].backAt), float64(1<<62)
+		for _, n := range seen[i+1:] {
+			if n.task == seen[i].task {
+				return from, rel(n.exitedAt)
+			}
+		}
+		return from, to
+	}
+	in := func(r report.Restart, from, to float64) bool {
+		return r.BackAtSeconds != nil && *r.BackAtSeconds >= from && *r.BackAtSeconds < to
+	}
+	used := make([]bool, len(recs))
+	match := make([]int, len(seen))
+	for i, s := range seen {
+		match[i] = -1
+		from, to := window(i)
+		for j, r := range recs {
+			if !used[j] && r.Task == s.task && in(r, from, to) {
+				used[j], match[i] = true, j
+				break
+			}
+		}
+	}
+	out := []report.Restart{}
+	for i, s := range seen {
+		m := report.Restart{Task: s.task, Cause: s.cause, KilledAtSeconds: rel(s.exitedAt), BackAtSeconds: ptr(rel(s.backAt)), RestoredStep: -1}
+		j := match[i]
+		if j < 0 && rollbackAll && strings.HasPrefix(s.task, "ps/") {
+			from, to := window(i)
+			for k, r := range recs {
+				if strings.HasPrefix(r.Task, "ps/") && in(r, from, to) && (j < 0 || *r.BackAtSeconds < *recs[j].BackAtSeconds) {
+					j = k
+				}
+			}
+		}
+		if j >= 0 {
+			m.BackAtSeconds, m.RestoredStep = recs[j].BackAtSeconds, recs[j].RestoredStep
+		}
+		out = append(out, m)
+	}
+	// Recoveries the launcher did not cause (a task restarted by hand).
+	for j, r := range recs {
+		if !used[j] {
+			out = append(out, r)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b report.Restart) int {
+		switch {
+		case a.KilledAtSeconds < b.KilledAtSeconds:
+			return -1
+		case a.KilledAtSeconds > b.KilledAtSeconds:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+func ptr[T any](v T) *T { return &v }
