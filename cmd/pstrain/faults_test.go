@@ -30,6 +30,7 @@ import (
 	"github.com/pstrain/pstrain/internal/testbin"
 	"github.com/pstrain/pstrain/observe/report"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/transport/auth"
 )
 
 // liveRun is a `pstrain run` in the background.
@@ -184,10 +185,18 @@ func deref(p *float64) any {
 }
 
 // shutdownPS sends the PS at addr the chief's Stop{shutdown: true}: how a
-// PS comes to exit with status 0 in the middle of a run. One function, so
-// that it can gain credentials when the PS API requires them.
-func shutdownPS(ctx context.Context, addr string) error {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// PS comes to exit with status 0 in the middle of a run (an insider with
+// the run's token; an outsider is refused: security_test.go).
+func shutdownPS(ctx context.Context, runDir, addr string) error {
+	// Stop is the chief's call: sign it as the chief, with the run's
+	// token (the chief's sessions are verified statelessly).
+	token, err := auth.ReadTokenFile(filepath.Join(runDir, auth.TokenFile))
+	if err != nil {
+		return err
+	}
+	asChief := &auth.Client{Keys: auth.NewKeyring(token), Role: auth.RoleChief}
+	asChief.SetSession(1)
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithChainUnaryInterceptor(asChief.Unary()))
 	if err != nil {
 		return err
 	}
@@ -262,7 +271,7 @@ func TestPSExitingZeroIsRestarted(t *testing.T) {
 	defer cancel()
 	run := startRun(t, ctx, t.TempDir(), "--epochs", "2", "--task-timeout", "2s")
 	run.waitTraining(time.Minute)
-	if err := shutdownPS(ctx, run.psAddr(0)); err != nil {
+	if err := shutdownPS(ctx, run.dir, run.psAddr(0)); err != nil {
 		t.Fatal(err)
 	}
 	rep := run.finish(2 * time.Minute)
