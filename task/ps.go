@@ -67,7 +67,7 @@ func RunPS(ctx context.Context, o Options) error {
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(lis) }()
 	defer g.Stop()
-	o.Log.Info("parameter server listening", "task", o.Task, "addr", addr)
+	o.Log.Info("parameter server listening", "addr", addr)
 
 	conn, err := o.dial(o.Cluster.Chief[0])
 	if err != nil {
