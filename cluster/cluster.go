@@ -202,6 +202,26 @@ func (s Spec) Addr(t Task) (string, error) {
 	return list[t.Index], nil
 }
 
+// FirstOnHost reports whether t is the first task of the cluster (in the
+// order of Tasks: chief, ps/0.., worker/0..) whose address has t's host:
+// the one task per host that reports what all of them share, such as the
+// host's load. Hosts are compared as written, so two names (or a name and
+// an address) of one machine count as two hosts.
+func (s Spec) FirstOnHost(t Task) bool {
+	addr, err := s.Addr(t)
+	if err != nil {
+		return false
+	}
+	host, _, _ := net.SplitHostPort(addr)
+	for _, u := range s.Tasks() {
+		a, _ := s.Addr(u)
+		if h, _, _ := net.SplitHostPort(a); h == host {
+			return u == t
+		}
+	}
+	return false
+}
+
 // JSON encodes the spec as a cluster file.
 func (s Spec) JSON() []byte {
 	b, _ := json.MarshalIndent(s, "", "  ") // strings only: cannot fail

@@ -96,3 +96,19 @@ func TestMasterIsTheChief(t *testing.T) {
 		t.Fatalf("chief and master both: %v", err)
 	}
 }
+
+func TestFirstOnHost(t *testing.T) {
+	s := Spec{Chief: []string{"a:1"}, PS: []string{"b:2", "a:3"}, Worker: []string{"b:4", "c:5", "c:6"}}
+	want := map[Task]bool{
+		{Type: Chief}: true, {PS, 0}: true, {PS, 1}: false,
+		{Worker, 0}: false, {Worker, 1}: true, {Worker, 2}: false,
+	}
+	for task, w := range want {
+		if got := s.FirstOnHost(task); got != w {
+			t.Errorf("FirstOnHost(%s) = %v, want %v", task, got, w)
+		}
+	}
+	if s.FirstOnHost(Task{Worker, 9}) {
+		t.Error("a task not in the cluster is first on its host")
+	}
+}

@@ -42,7 +42,7 @@ func RunChief(ctx context.Context, o Options, co ChiefOptions) (*report.Report, 
 		trainN = dataset.SubsetSize(o.Run.DataFraction, trainN)
 	}
 	spec := specFor(o.Run, test)
-	reg := metrics.NewRegistry(Version)
+	reg := o.registry()
 	m := metrics.NewChief(reg)
 	// Metrics stay up while an interrupted run winds down.
 	stopMetrics, err := o.serveMetrics(context.WithoutCancel(ctx), reg)

@@ -32,8 +32,9 @@ func RunPS(ctx context.Context, o Options) error {
 		gcPercent = 50
 	}
 	debug.SetGCPercent(gcPercent)
-	reg := metrics.NewRegistry(Version)
-	m := metrics.NewPS(reg)
+	reg := o.registry()
+	// Async SGD has no barrier: a pull never waits for other workers.
+	m := metrics.NewPSWith(reg, metrics.PSOptions{NoBarrier: o.Run.Mode == config.Async})
 	stopMetrics, err := o.serveMetrics(ctx, reg)
 	if err != nil {
 		return err

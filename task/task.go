@@ -42,6 +42,9 @@ type Options struct {
 	Run     config.Run
 	// MetricsAddr is where /metrics and /healthz are served ("" = off).
 	MetricsAddr string
+	// HostMetrics adds the host's load, CPU and memory to the metrics
+	// (pstrain_host_*): one task per host is enough.
+	HostMetrics bool
 	// DataAddr is where a PS's TCP data plane listens ("" =
 	// DefaultDataAddr of the task's address).
 	DataAddr string
@@ -179,6 +182,12 @@ func (o Options) listenData(grpcAddr string) (net.Listener, string, error) {
 		return nil, "", fmt.Errorf("%s cannot listen for its data plane on %s (port in use? see --data-addr): %w", o.Task, addr, err)
 	}
 	return lis, addr, nil
+}
+
+// registry is the task's metrics registry: process, Go runtime, build
+// info, and the host's metrics when o.HostMetrics.
+func (o Options) registry() *prometheus.Registry {
+	return metrics.NewRegistryWith(metrics.RegistryOptions{Version: Version, Host: o.HostMetrics})
 }
 
 // serveMetrics starts the metrics server; the returned func stops it.

@@ -29,7 +29,7 @@ func RunWorker(ctx context.Context, o Options, blasThreads int) error {
 	if err != nil {
 		return err
 	}
-	reg := metrics.NewRegistry(Version)
+	reg := o.registry()
 	m := metrics.NewWorker(reg)
 	stopMetrics, err := o.serveMetrics(ctx, reg)
 	if err != nil {

@@ -337,6 +337,7 @@ flags must agree with the chief's.`)
 	blasThreads := fs.Int("blas-threads", 1, "worker: OpenBLAS threads (1 avoids oversubscribing shared cores)")
 	reportPath := fs.String("report", "", "chief: write the run report (JSON) here")
 	progress := fs.Bool("progress", false, "chief: print a progress line every second on stdout")
+	hostMetrics := fs.String("host-metrics", "auto", "export the host's load, CPU and memory (pstrain_host_*): auto (only the cluster's first task on this task's host), on or off (e.g. where node_exporter runs)")
 	summary := fs.Bool("summary", true, "chief: print the run's summary on stdout at the end (pstrain run prints its own)")
 	runID := fs.String("run-id", "", "chief: run identifier (default: generated; give one so that a restarted chief can adopt its running cluster)")
 	statePath := fs.String("state-file", "", "chief: keep the report's history here so that a restarted chief can finish it")
@@ -385,7 +386,11 @@ flags must agree with the chief's.`)
 			return err
 		}
 	}
-	o := task.Options{Cluster: spec, Task: tk, Run: r, MetricsAddr: ma, DataAddr: *dataAddr, ConnectTimeout: *connectTimeout,
+	hm, err := hostMetricsOn(*hostMetrics, spec, tk)
+	if err != nil {
+		return err
+	}
+	o := task.Options{Cluster: spec, Task: tk, Run: r, MetricsAddr: ma, HostMetrics: hm, DataAddr: *dataAddr, ConnectTimeout: *connectTimeout,
 		MaxMessageBytes: *maxMsgMB << 20, Log: log}
 	if o.TLS, err = tlsF.load(spec, tk, log); err != nil {
 		return err

@@ -52,3 +52,18 @@ func shapeFromCluster(r *config.Run, spec cluster.Spec, psSet, workersSet bool) 
 	}
 	return nil
 }
+
+// hostMetricsOn reads --host-metrics: on, off, or auto (the cluster's
+// first task on t's host exports the host's metrics, the others not: every
+// process on a host would export the same series).
+func hostMetricsOn(flag string, spec cluster.Spec, t cluster.Task) (bool, error) {
+	switch flag {
+	case "on":
+		return true, nil
+	case "off":
+		return false, nil
+	case "auto":
+		return spec.FirstOnHost(t), nil
+	}
+	return false, usagef("--host-metrics must be auto, on or off, got %q", flag)
+}

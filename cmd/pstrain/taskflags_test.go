@@ -68,3 +68,28 @@ func TestShapeFromCluster(t *testing.T) {
 		}
 	}
 }
+
+// --host-metrics auto: only the cluster's first task on each host exports
+// the host's metrics (pstrain run's tasks are all on 127.0.0.1: the chief).
+func TestHostMetricsOn(t *testing.T) {
+	spec := cluster.Spec{Chief: []string{"127.0.0.1:1"}, PS: []string{"127.0.0.1:2"}, Worker: []string{"10.0.0.2:3", "10.0.0.2:4"}}
+	for _, c := range []struct {
+		flag string
+		task cluster.Task
+		want bool
+	}{
+		{"auto", cluster.Task{Type: cluster.Chief}, true},
+		{"auto", cluster.Task{Type: cluster.PS}, false},
+		{"auto", cluster.Task{Type: cluster.Worker}, true},
+		{"auto", cluster.Task{Type: cluster.Worker, Index: 1}, false},
+		{"on", cluster.Task{Type: cluster.PS}, true},
+		{"off", cluster.Task{Type: cluster.Chief}, false},
+	} {
+		if got, err := hostMetricsOn(c.flag, spec, c.task); err != nil || got != c.want {
+			t.Errorf("--host-metrics %s for %s: %v, %v; want %v", c.flag, c.task, got, err, c.want)
+		}
+	}
+	if _, err := hostMetricsOn("yes", spec, cluster.Task{Type: cluster.Chief}); !errors.Is(err, errUsage) {
+		t.Errorf("--host-metrics yes: %v, want a usage error", err)
+	}
+}
