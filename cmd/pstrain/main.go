@@ -448,7 +448,14 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *maxRestarts < 0 {
 		return usagef("--max-restarts must be >= 0")
 	}
-	log, err := newLogger(stderr, *logLevel)
+	// Log lines (stderr) and the progress (stdout) share the terminal:
+	// whole lines only, one at a time.
+	var con console
+	stdoutLines, stderrLines := con.lines(stdout), con.lines(stderr)
+	defer stdoutLines.Flush()
+	defer stderrLines.Flush()
+	stdout = stdoutLines
+	log, err := newLogger(stderrLines, *logLevel)
 	if err != nil {
 		return err
 	}
