@@ -28,8 +28,11 @@ data: build
 run: deps build data
 	$(BIN) run --report run/report.json
 
+# gofmt, go vet, staticcheck, and go.mod/go.sum as `go mod tidy` leaves
+# them (a dependency added by hand or left behind fails here).
 lint:
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@$(GO) mod tidy -diff >/dev/null 2>&1 || { echo "go.mod/go.sum are not tidy: run 'go mod tidy' (the diff:)"; $(GO) mod tidy -diff; exit 1; }
 	$(GO) vet ./...
 	$(GOBIN)/staticcheck ./...
 

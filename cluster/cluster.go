@@ -8,6 +8,7 @@
 //	 "task": {"type": "ps", "index": 0}}
 //
 // A cluster file holds either that whole object or just its "cluster" part.
+// "master", the chief's name in older TFJobs, is read as "chief".
 package cluster
 
 import (
@@ -61,28 +62,59 @@ func ParseTask(s string) (Task, error) {
 	return Task{Type: typ, Index: n}, nil
 }
 
+// Master is the chief's name in the TF_CONFIG of older TFJobs (and
+// TensorFlow 1's estimators): Parse reads it as Chief.
+const Master = "master"
+
 type tfConfig struct {
-	Cluster *Spec `json:"cluster"`
-	Task    *Task `json:"task"`
+	Cluster *specJSON `json:"cluster"`
+	Task    *Task     `json:"task"`
+}
+
+// specJSON is a Spec as written: the chief may be called master.
+type specJSON struct {
+	Chief  []string `json:"chief"`
+	Master []string `json:"master"`
+	PS     []string `json:"ps"`
+	Worker []string `json:"worker"`
+}
+
+func (j specJSON) spec() (Spec, error) {
+	s := Spec{Chief: j.Chief, PS: j.PS, Worker: j.Worker}
+	if len(j.Master) > 0 {
+		if len(j.Chief) > 0 {
+			return Spec{}, errors.New("cluster: both chief and master given (master is an older name of the chief: give one)")
+		}
+		s.Chief = j.Master
+	}
+	return s, nil
 }
 
 // Parse decodes a cluster file or TF_CONFIG value. The task is nil when the
-// input has none.
+// input has none. A master (in the cluster or as the task's type) is the
+// chief.
 func Parse(b []byte) (Spec, *Task, error) {
 	var tf tfConfig
 	if err := json.Unmarshal(b, &tf); err != nil {
 		return Spec{}, nil, fmt.Errorf("cluster: %w", err)
 	}
-	var s Spec
+	var sj specJSON
 	if tf.Cluster != nil {
-		s = *tf.Cluster
-	} else if err := json.Unmarshal(b, &s); err != nil {
+		sj = *tf.Cluster
+	} else if err := json.Unmarshal(b, &sj); err != nil {
 		return Spec{}, nil, fmt.Errorf("cluster: %w", err)
+	}
+	s, err := sj.spec()
+	if err != nil {
+		return Spec{}, nil, err
 	}
 	if err := s.Validate(); err != nil {
 		return Spec{}, nil, err
 	}
 	if tf.Task != nil {
+		if tf.Task.Type == Master {
+			tf.Task.Type = Chief
+		}
 		if _, err := s.Addr(*tf.Task); err != nil {
 			return Spec{}, nil, err
 		}
@@ -168,6 +200,26 @@ func (s Spec) Addr(t Task) (string, error) {
 		return "", fmt.Errorf("cluster: no %s with index %d (the cluster has %d)", t.Type, t.Index, len(list))
 	}
 	return list[t.Index], nil
+}
+
+// FirstOnHost reports whether t is the first task of the cluster (in the
+// order of Tasks: chief, ps/0.., worker/0..) whose address has t's host:
+// the one task per host that reports what all of them share, such as the
+// host's load. Hosts are compared as written, so two names (or a name and
+// an address) of one machine count as two hosts.
+func (s Spec) FirstOnHost(t Task) bool {
+	addr, err := s.Addr(t)
+	if err != nil {
+		return false
+	}
+	host, _, _ := net.SplitHostPort(addr)
+	for _, u := range s.Tasks() {
+		a, _ := s.Addr(u)
+		if h, _, _ := net.SplitHostPort(a); h == host {
+			return u == t
+		}
+	}
+	return false
 }
 
 // JSON encodes the spec as a cluster file.

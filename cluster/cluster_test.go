@@ -73,3 +73,42 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// Older TFJobs (and TensorFlow 1 estimators) call the chief "master", in
+// the cluster and in the task.
+func TestMasterIsTheChief(t *testing.T) {
+	tf := `{"cluster":{"master":["m:1"],"ps":["p0:2"],"worker":["w0:3"]},"task":{"type":"master","index":0},"environment":"cloud"}`
+	s, task, err := Parse([]byte(tf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if task == nil || *task != (Task{Type: Chief}) {
+		t.Fatalf("task %+v, want the chief", task)
+	}
+	if a, err := s.Addr(*task); err != nil || a != "m:1" {
+		t.Fatalf("chief address %q, %v; want m:1", a, err)
+	}
+	// A plain cluster file may say master too.
+	if s, _, err := Parse([]byte(`{"master":["m:1"],"ps":["p0:2"],"worker":["w0:3"]}`)); err != nil || s.Chief[0] != "m:1" {
+		t.Fatalf("plain file with master: %+v %v", s, err)
+	}
+	if _, _, err := Parse([]byte(`{"chief":["c:1"],"master":["m:1"],"ps":["p0:2"],"worker":["w0:3"]}`)); err == nil || !strings.Contains(err.Error(), "both chief and master") {
+		t.Fatalf("chief and master both: %v", err)
+	}
+}
+
+func TestFirstOnHost(t *testing.T) {
+	s := Spec{Chief: []string{"a:1"}, PS: []string{"b:2", "a:3"}, Worker: []string{"b:4", "c:5", "c:6"}}
+	want := map[Task]bool{
+		{Type: Chief}: true, {PS, 0}: true, {PS, 1}: false,
+		{Worker, 0}: false, {Worker, 1}: true, {Worker, 2}: false,
+	}
+	for task, w := range want {
+		if got := s.FirstOnHost(task); got != w {
+			t.Errorf("FirstOnHost(%s) = %v, want %v", task, got, w)
+		}
+	}
+	if s.FirstOnHost(Task{Worker, 9}) {
+		t.Error("a task not in the cluster is first on its host")
+	}
+}

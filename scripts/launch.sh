@@ -8,17 +8,20 @@
 #   # on host B of a real cluster, only its own tasks:
 #   scripts/launch.sh cluster.json --only ps/1 --only worker/1 -- --mode sync
 #
-# Every task gets the run's secret, run/launch/auth-token (made if missing;
-# set PSTRAIN_AUTH_TOKEN_FILE to use another): on several hosts, copy the
-# same file to each (the tasks refuse anyone without it).
-#
-# Logs go to run/launch/<task>.log; the chief's progress and summary go to
-# the terminal. Ctrl-C (or SIGTERM) stops the run cleanly: the chief stops
-# the workers, writes a final checkpoint and the report, and the script
-# exits 130 (143); a second Ctrl-C kills every task at once.
+# Like `pstrain run`: checkpoints go to run/launch/checkpoints (the chief and
+# every PS must share it: on several hosts pass a shared --checkpoint-dir
+# after --), the report to run/launch/report.json, logs to
+# run/launch/<task>.log; the chief's progress and summary go to the
+# terminal. PSTRAIN_BIN (bin/pstrain) and LAUNCH_DIR (run/launch) change
+# the binary and that directory. --ps and --workers come from the cluster
+# file. Every task gets the run's secret, run/launch/auth-token (made if
+# missing; PSTRAIN_AUTH_TOKEN_FILE names another): on several hosts, copy
+# the same file to each. Ctrl-C (or SIGTERM) stops the run cleanly: the
+# chief stops the workers, writes a final checkpoint and the report, and
+# the script exits 130 (143); a second Ctrl-C kills every task at once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 1 ] || { sed -n '2,18p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,22p' "$0"; exit 2; }
 cluster="$1"; shift
 only=()
 while [ $# -gt 0 ]; do
@@ -28,16 +31,17 @@ while [ $# -gt 0 ]; do
     *) echo "launch.sh: unexpected $1 (training flags go after --)" >&2; exit 2 ;;
   esac
 done
-bin=bin/pstrain
+bin="${PSTRAIN_BIN:-bin/pstrain}"
+dir="${LAUNCH_DIR:-run/launch}"
 [ -x "$bin" ] || make build
-# Count the tasks with the binary's own parser (python-free): jq may be absent.
+# Count the tasks (python-free: jq may be absent).
 nps=$(grep -o '"ps"[^]]*]' "$cluster" | grep -o '"[^"]*:[0-9]*"' | wc -l)
 nw=$(grep -o '"worker"[^]]*]' "$cluster" | grep -o '"[^"]*:[0-9]*"' | wc -l)
 tasks=(chief)
 for ((i = 0; i < nps; i++)); do tasks+=("ps/$i"); done
 for ((i = 0; i < nw; i++)); do tasks+=("worker/$i"); done
-mkdir -p run/launch
-token="${PSTRAIN_AUTH_TOKEN_FILE:-run/launch/auth-token}"
+mkdir -p "$dir"
+token="${PSTRAIN_AUTH_TOKEN_FILE:-$dir/auth-token}"
 [ -f "$token" ] || "$bin" token "$token" >&2
 pids=()
 chief_pid=""
@@ -66,9 +70,13 @@ trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
 for t in "${tasks[@]}"; do
   if [ ${#only[@]} -gt 0 ] && [[ ! " ${only[*]} " == *" $t "* ]]; then continue; fi
   role="${t%%/*}"
-  args=("$role" --cluster "$cluster" --ps "$nps" --workers "$nw" --auth-token-file "$token")
-  [ "$role" = chief ] && args+=(--progress --report run/launch/report.json) || args+=(--index "${t#*/}")
-  log="run/launch/${t//\//-}.log"
+  args=("$role" --cluster "$cluster" --auth-token-file "$token")
+  case "$role" in
+    chief) args+=(--progress --report "$dir/report.json" --checkpoint-dir "$dir/checkpoints") ;;
+    ps) args+=(--index "${t#*/}" --checkpoint-dir "$dir/checkpoints") ;;
+    *) args+=(--index "${t#*/}") ;;
+  esac
+  log="$dir/${t//\//-}.log"
   if [ "$role" = chief ]; then
     setsid "$bin" "${args[@]}" "$@" 2> "$log" &
     chief_pid=$!
@@ -85,7 +93,7 @@ if [ -n "$chief_pid" ]; then
   wait "$chief_pid" || code=$?
   while kill -0 "$chief_pid" 2>/dev/null; do code=0; wait "$chief_pid" || code=$?; done
   [ "$status" != 0 ] || status=$code
-  echo "chief done (exit $code); report: run/launch/report.json" >&2
+  echo "chief done (exit $code); report: $dir/report.json" >&2
 fi
 wait || true
 exit "$status"

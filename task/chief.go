@@ -52,7 +52,7 @@ func RunChief(ctx context.Context, o Options, co ChiefOptions) (*report.Report, 
 		trainN = dataset.SubsetSize(o.Run.DataFraction, trainN)
 	}
 	spec := specFor(o.Run, test)
-	reg := metrics.NewRegistry(Version)
+	reg := o.registry()
 	m := metrics.NewChief(reg)
 	// Metrics stay up while an interrupted run winds down.
 	stopMetrics, err := o.serveMetrics(context.WithoutCancel(ctx), reg)
@@ -99,14 +99,11 @@ func RunChief(ctx context.Context, o Options, co ChiefOptions) (*report.Report, 
 		cfg.Store = checkpoint.NewStore(checkpoint.OSFS{}, o.Run.CheckpointDir, o.Run.KeepCheckpoints)
 	}
 	if co.Progress != nil {
-		var last time.Time
+		var lines progressLines
 		cfg.OnProgress = func(p chief.Progress) {
-			// Nothing to say before the first step (0 samples/s, ETA 0).
-			if p.Step == 0 || time.Since(last) < time.Second {
-				return
+			if s, ok := lines.next(p); ok {
+				fmt.Fprintln(co.Progress, s)
 			}
-			last = time.Now()
-			fmt.Fprintln(co.Progress, FormatProgress(p))
 		}
 	}
 	c, err := chief.New(cfg)
@@ -132,14 +129,4 @@ func RunChief(ctx context.Context, o Options, co ChiefOptions) (*report.Report, 
 		}
 	}
 	return rep, nil
-}
-
-// FormatProgress renders the progress line.
-func FormatProgress(p chief.Progress) string {
-	acc := "  -   "
-	if p.LastAccuracy >= 0 {
-		acc = fmt.Sprintf("%5.2f%%", 100*p.LastAccuracy)
-	}
-	return fmt.Sprintf("step %6d/%d  epoch %5.2f  %7.0f samples/s  loss %.4f  test acc %s  workers %d  elapsed %5.1fs  ETA %5.1fs",
-		p.Step, p.MaxStep, p.Epoch, p.SamplesPerSec, p.Loss, acc, p.LiveWorkers, p.Elapsed.Seconds(), p.ETA.Seconds())
 }

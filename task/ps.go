@@ -35,8 +35,9 @@ func RunPS(ctx context.Context, o Options) error {
 		gcPercent = 50
 	}
 	debug.SetGCPercent(gcPercent)
-	reg := metrics.NewRegistry(Version)
-	m := metrics.NewPS(reg)
+	reg := o.registry()
+	// Async SGD has no barrier: a pull never waits for other workers.
+	m := metrics.NewPSWith(reg, metrics.PSOptions{NoBarrier: o.Run.Mode == config.Async})
 	stopMetrics, err := o.serveMetrics(ctx, reg)
 	if err != nil {
 		return err
@@ -72,7 +73,7 @@ func RunPS(ctx context.Context, o Options) error {
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(lis) }()
 	defer g.Stop()
-	o.Log.Info("parameter server listening", "task", o.Task, "addr", addr)
+	o.Log.Info("parameter server listening", "addr", addr)
 
 	conn, err := o.dial(o.Cluster.Chief[0])
 	if err != nil {

@@ -43,6 +43,9 @@ type Options struct {
 	Run     config.Run
 	// MetricsAddr is where /metrics and /healthz are served ("" = off).
 	MetricsAddr string
+	// HostMetrics adds the host's load, CPU and memory to the metrics
+	// (pstrain_host_*): one task per host is enough.
+	HostMetrics bool
 	// DataAddr is where a PS's TCP data plane listens ("" =
 	// DefaultDataAddr of the task's address).
 	DataAddr string
@@ -148,17 +151,36 @@ func (p pullsViaDataPlane) Pull(ctx context.Context, in *pb.PullRequest, _ ...gr
 	return p.dp.Pull(ctx, in)
 }
 
+// BindAddr is where a task listens to be reached at addr: addr itself
+// when its host is a loopback address or localhost (a local cluster stays
+// off the network), else every interface on addr's port. A host name (a
+// Kubernetes Service or pod DNS name) may not resolve from inside the
+// task before the task is up, or resolve to a Service's virtual address,
+// and an outside address (behind NAT) may belong to no interface of this
+// machine; the cluster still reaches the task on its port. The gRPC
+// listener, a PS's data plane and the metrics endpoint all bind this way.
+func BindAddr(addr string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", err
+	}
+	if !tlsconf.IsLoopbackHost(host) {
+		host = ""
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
 // listen binds the task's own address. A port in use is a clear error.
 func (o Options) listen() (net.Listener, string, error) {
 	addr, err := o.Cluster.Addr(o.Task)
 	if err != nil {
 		return nil, "", err
 	}
-	host, port, _ := net.SplitHostPort(addr)
-	if !tlsconf.IsLoopbackHost(host) {
-		host = "" // a name or an outside address: every interface
+	bind, err := BindAddr(addr)
+	if err != nil {
+		return nil, "", err
 	}
-	lis, err := net.Listen("tcp", net.JoinHostPort(host, port))
+	lis, err := net.Listen("tcp", bind)
 	if err != nil {
 		return nil, "", fmt.Errorf("%s cannot listen on %s (port in use? see --cluster): %w", o.Task, addr, err)
 	}
@@ -175,19 +197,21 @@ func (o Options) listenData(grpcAddr string) (net.Listener, string, error) {
 			return nil, "", err
 		}
 	}
-	host, port, err := net.SplitHostPort(addr)
+	bind, err := BindAddr(addr)
 	if err != nil {
 		return nil, "", fmt.Errorf("--data-addr %q: %w", addr, err)
 	}
-	bind := host
-	if !tlsconf.IsLoopbackHost(host) {
-		bind = ""
-	}
-	lis, err := net.Listen("tcp", net.JoinHostPort(bind, port))
+	lis, err := net.Listen("tcp", bind)
 	if err != nil {
 		return nil, "", fmt.Errorf("%s cannot listen for its data plane on %s (port in use? see --data-addr): %w", o.Task, addr, err)
 	}
 	return lis, addr, nil
+}
+
+// registry is the task's metrics registry: process, Go runtime, build
+// info, and the host's metrics when o.HostMetrics.
+func (o Options) registry() *prometheus.Registry {
+	return metrics.NewRegistryWith(metrics.RegistryOptions{Version: Version, Host: o.HostMetrics})
 }
 
 // serveMetrics starts the metrics server; the returned func stops it.
@@ -195,11 +219,15 @@ func (o Options) serveMetrics(ctx context.Context, reg prometheus.Gatherer) (fun
 	if o.MetricsAddr == "" {
 		return func() {}, nil
 	}
+	bind, err := BindAddr(o.MetricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics address %q: %w", o.MetricsAddr, err)
+	}
 	srv := metrics.NewServer(reg, nil, o.Log)
-	if err := srv.Start(ctx, o.MetricsAddr); err != nil {
+	if err := srv.Start(ctx, bind); err != nil {
 		return nil, err
 	}
-	o.Log.Info("metrics", "url", srv.URL()+metrics.MetricsPath)
+	o.Log.Info("metrics", "url", srv.URL()+metrics.MetricsPath, "addr", o.MetricsAddr)
 	return func() { srv.Close() }, nil
 }
 

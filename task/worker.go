@@ -32,7 +32,7 @@ func RunWorker(ctx context.Context, o Options, blasThreads int) error {
 	if err != nil {
 		return err
 	}
-	reg := metrics.NewRegistry(Version)
+	reg := o.registry()
 	m := metrics.NewWorker(reg)
 	stopMetrics, err := o.serveMetrics(ctx, reg)
 	if err != nil {
@@ -56,7 +56,7 @@ func RunWorker(ctx context.Context, o Options, blasThreads int) error {
 	// like drop_remainder), so every step has exactly Batch samples and the
 	// graph keeps one shape; the worker seeks them to its data position.
 	batches := dataset.NewFullBatches(dataset.NewBatcher(shard, o.Run.Batch, o.Run.Seed+int64(reg0.DataShard)))
-	o.Log.Info("worker registered", "task", o.Task, "run", reg0.RunId, "data_shard", reg0.DataShard, "samples", shard.N, "blas", blas.Name)
+	o.Log.Info("worker registered", "run", reg0.RunId, "data_shard", reg0.DataShard, "samples", shard.N, "blas", blas.Name)
 
 	var shards []worker.Shard
 	for _, a := range o.Cluster.PS {

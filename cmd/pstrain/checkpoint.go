@@ -150,13 +150,13 @@ func checkpointInspect(path string, stdout io.Writer) error {
 	m := ck.Manifest
 	fmt.Fprintf(stdout, "checkpoint %s\n", ck.Path)
 	fmt.Fprintf(stdout, "step %d, version %d, mode %s, %d shards, created %s\n", m.Step, m.Version, m.Mode, m.NumShards, m.Created.Format("2006-01-02 15:04:05 MST"))
-	fmt.Fprintf(stdout, "model %s\noptimizer %s\nfinal %t\nrun config %s\n", compactJSON(m.ModelSpec), optimizerLine(m), m.Final, compactJSON(m.RunConfig))
+	fmt.Fprintf(stdout, "model %s\noptimizer %s\nfinal %t\nrun %s\n", compactJSON(m.ModelSpec), optimizerLine(m), m.Final, runLine(m.RunConfig))
 	for i, sh := range m.Shards {
 		tensors, meta, err := ck.ReadShard(i)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "\n%s  %d bytes  version %d  sha256 %s…  meta %v\n", sh.File, sh.Bytes, sh.Version, sh.SHA256[:16], meta)
+		fmt.Fprintf(stdout, "\n%s  %d bytes  version %d  sha256 %s…  %s\n", sh.File, sh.Bytes, sh.Version, sh.SHA256[:16], keyValues(meta))
 		for _, t := range tensors {
 			fmt.Fprintf(stdout, "  %-28s %v\n", t.Name, t.Shape)
 		}
@@ -246,6 +246,27 @@ func cmdEval(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "checkpoint %s (step %d, version %d, model %s)\n", ck.Path, ck.Manifest.Step, ck.Manifest.Version, spec)
 	fmt.Fprintf(stdout, "test accuracy %.2f%%  test loss %.4f  on %d %s test images\n", 100*acc, loss, test.N, r.Dataset)
 	return nil
+}
+
+// runLine renders a manifest's run configuration as the flags that run
+// it ("--mode=sync ... --eval-every=1s --checkpoint-every=10s"):
+// durations as durations, not the nanoseconds of its JSON. A configuration
+// that does not parse is shown as its JSON.
+func runLine(b []byte) string {
+	r, err := config.Parse(b)
+	if err != nil || len(b) == 0 {
+		return compactJSON(b)
+	}
+	return strings.Join(runArgs(r), " ")
+}
+
+// keyValues renders a map as "k1=v1 k2=v2", by key.
+func keyValues(m map[string]string) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, k+"="+m[k])
+	}
+	return strings.Join(parts, " ")
 }
 
 func compactJSON(b []byte) string {

@@ -87,7 +87,7 @@ func TestHelpGolden(t *testing.T) {
 // words taken for value names) and at most one default.
 func TestCommandHelpFlags(t *testing.T) {
 	types := map[string]bool{"": true, "int": true, "uint": true, "float": true, "string": true, "duration": true, "value": true}
-	for _, cmd := range [][]string{{"run"}, {"chief"}, {"ps"}, {"worker"}, {"data", "fetch"}, {"eval"}, {"top"},
+	for _, cmd := range [][]string{{"run"}, {"chief"}, {"ps"}, {"worker"}, {"task"}, {"data", "fetch"}, {"eval"}, {"top"},
 		{"bench"}, {"sweep"}, {"plot"}, {"certs"}, {"checkpoint"}} {
 		out := helpOf(t, append(cmd, "-h")...)
 		name := strings.Join(cmd, " ")
@@ -125,7 +125,7 @@ func TestCommandHelpFlags(t *testing.T) {
 			t.Errorf("pstrain run -h does not say %q", want)
 		}
 	}
-	if out := helpOf(t, "ps", "-h"); !strings.Contains(out, "this task's index (-1: from TF_CONFIG) (default -1)\n") {
+	if out := helpOf(t, "ps", "-h"); !strings.Contains(out, "this task's index (-1: from TF_CONFIG or the cluster file's task) (default -1)\n") {
 		t.Errorf("pstrain ps -h: -index:\n%s", out)
 	}
 }

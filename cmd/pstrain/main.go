@@ -31,6 +31,7 @@ const usage = `pstrain — parameter-server training
 Usage:
   pstrain run [flags]                 start a local cluster (chief, PS, workers) and train
   pstrain chief|ps|worker [flags]     run one task of a cluster (--cluster FILE or TF_CONFIG)
+  pstrain task [flags]                run the task TF_CONFIG names (chief, master, ps or worker)
   pstrain data fetch [--dataset mnist|fashion-mnist|mnist-x4] [--data-dir data]
   pstrain checkpoint ls|verify|inspect DIR
                                       look at checkpoints
@@ -201,6 +202,7 @@ var commands = map[string]command{
 	"chief":      taskCommand(cluster.Chief),
 	"ps":         taskCommand(cluster.PS),
 	"worker":     taskCommand(cluster.Worker),
+	"task":       taskCommand(""),
 	"data":       cmdData,
 	"checkpoint": cmdCheckpoint,
 	"eval":       cmdEval,
@@ -314,12 +316,21 @@ func parse(fs *flag.FlagSet, args []string, stdout io.Writer) error {
 	return nil
 }
 
+// cmdTask runs one task of a cluster: role is the command's, or "" for
+// `pstrain task` (the role comes from TF_CONFIG or the cluster file).
 func cmdTask(ctx context.Context, role string, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet(role, role+" [flags]", "Run one task of a cluster: the cluster comes from --cluster FILE or the TF_CONFIG\nenvironment variable; the run flags must agree with the chief's.")
+	name, about := role, "Run one task of a cluster"
+	if role == "" {
+		name, about = "task", "Run the task that TF_CONFIG (or the cluster file's \"task\") names"
+	}
+	fs := newFlagSet(name, name+" [flags]", about+`: the cluster comes from --cluster FILE or the
+TF_CONFIG environment variable (Kubeflow's TFJob sets it; "master" is read as
+the chief). --ps, --workers and the index default to the cluster's; the run
+flags must agree with the chief's.`)
 	r := config.Default()
 	bindRunFlags(fs, &r)
 	clusterFile := fs.String("cluster", "", "cluster file (JSON: {\"chief\":[..],\"ps\":[..],\"worker\":[..]}); default: the TF_CONFIG environment variable")
-	index := fs.Int("index", -1, "this task's index (-1: from TF_CONFIG)")
+	index := fs.Int("index", -1, "this task's index (-1: from TF_CONFIG or the cluster file's task)")
 	metricsAddr := fs.String("metrics-addr", "", "serve /metrics and /healthz here (default: the task's port + 1000; \"off\" disables)")
 	dataAddr := fs.String("data-addr", "", "ps: where the TCP data plane listens (default: the task's port + 2000)")
 	connectTimeout := fs.Duration("connect-timeout", time.Minute, "how long to wait for the chief or a PS before giving up")
@@ -328,10 +339,16 @@ func cmdTask(ctx context.Context, role string, args []string, stdout, stderr io.
 	blasThreads := fs.Int("blas-threads", 1, "worker: OpenBLAS threads (1 avoids oversubscribing shared cores)")
 	reportPath := fs.String("report", "", "chief: write the run report (JSON) here")
 	progress := fs.Bool("progress", false, "chief: print a progress line every second on stdout")
+	hostMetrics := fs.String("host-metrics", "auto", "export the host's load, CPU and memory (pstrain_host_*): auto (only the cluster's first task on this task's host), on or off (e.g. where node_exporter runs)")
+	summary := fs.Bool("summary", true, "chief: print the run's summary on stdout at the end (pstrain run prints its own)")
 	runID := fs.String("run-id", "", "chief: run identifier (default: generated; give one so that a restarted chief can adopt its running cluster)")
 	statePath := fs.String("state-file", "", "chief: keep the report's history here so that a restarted chief can finish it")
 	tlsF := bindTLSFlags(fs)
 	tokenFile := bindTokenFlag(fs)
+	for _, f := range []string{"ps", "workers"} {
+		fl := fs.Lookup(f)
+		fl.DefValue, fl.Usage = "0", fl.Usage+" (default: the cluster's)"
+	}
 	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
@@ -345,23 +362,24 @@ func cmdTask(ctx context.Context, role string, args []string, stdout, stderr io.
 	if err != nil {
 		return err
 	}
-	tk := cluster.Task{Type: role, Index: *index}
-	if role == cluster.Chief {
-		tk.Index = 0
-	} else if *index < 0 {
-		if t == nil || t.Type != role {
-			return usagef("pass --index (TF_CONFIG names no %s task)", role)
-		}
-		tk = *t
+	tk, err := resolveTask(role, *index, t)
+	if err != nil {
+		return err
 	}
 	addr, err := spec.Addr(tk)
 	if err != nil {
 		return err
 	}
-	if len(spec.PS) != r.PS || len(spec.Worker) != r.Workers {
-		return fmt.Errorf("the cluster has %d ps and %d workers but --ps=%d --workers=%d; make them agree", len(spec.PS), len(spec.Worker), r.PS, r.Workers)
+	if err := shapeFromCluster(&r, spec, flagSet(fs, "ps"), flagSet(fs, "workers")); err != nil {
+		return err
 	}
-	log, err := newLogger(stderr, *logLevel, "task", tk.String())
+	if err := r.Validate(); err != nil { // again: with the cluster's counts
+		return asUsage(err)
+	}
+	role = tk.Type
+	// The process's identity is "self": "task" is left to lines about a
+	// task (the chief's "task registered task=ps/0").
+	log, err := newLogger(stderr, *logLevel, "self", tk.String())
 	if err != nil {
 		return err
 	}
@@ -374,7 +392,11 @@ func cmdTask(ctx context.Context, role string, args []string, stdout, stderr io.
 			return err
 		}
 	}
-	o := task.Options{Cluster: spec, Task: tk, Run: r, MetricsAddr: ma, DataAddr: *dataAddr, ConnectTimeout: *connectTimeout,
+	hm, err := hostMetricsOn(*hostMetrics, spec, tk)
+	if err != nil {
+		return err
+	}
+	o := task.Options{Cluster: spec, Task: tk, Run: r, MetricsAddr: ma, HostMetrics: hm, DataAddr: *dataAddr, ConnectTimeout: *connectTimeout,
 		MaxMessageBytes: *maxMsgMB << 20, Log: log}
 	if o.TLS, err = tlsF.load(spec, tk, log); err != nil {
 		return err
@@ -396,7 +418,7 @@ func cmdTask(ctx context.Context, role string, args []string, stdout, stderr io.
 	if err != nil {
 		return err
 	}
-	if !*progress {
+	if *summary {
 		printSummary(stdout, rep)
 	}
 	if rep.StoppedBy == chief.StopInterrupted {
@@ -444,7 +466,14 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *maxRestarts < 0 {
 		return usagef("--max-restarts must be >= 0")
 	}
-	log, err := newLogger(stderr, *logLevel)
+	// Log lines (stderr) and the progress (stdout) share the terminal:
+	// whole lines only, one at a time.
+	var con console
+	stdoutLines, stderrLines := con.lines(stdout), con.lines(stderr)
+	defer stdoutLines.Flush()
+	defer stderrLines.Flush()
+	stdout = stdoutLines
+	log, err := newLogger(stderrLines, *logLevel)
 	if err != nil {
 		return err
 	}
@@ -470,7 +499,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fmt.Fprintf(stdout, "pstrain: %s SGD, %d PS, %d workers, MLP %s, batch %d, lr %s, %s\n", r.Mode, r.PS, r.Workers,
 		r.Spec(784, 10).String(), r.Batch, lrText(r), r.Optimizer)
 	rep, err := launcher.Run(ctx, launcher.Config{Run: r, Exe: exe, Dir: *dir, SDDir: *sdDir, MetricsPortBase: *portBase,
-		ChildArgs: runArgs, ExtraArgs: append([]string{"--connect-timeout=" + connectTimeout.String(), "--log-level=" + *logLevel}, tlsArgs...),
+		ChildArgs: runArgs, ExtraArgs: append([]string{"--connect-timeout=" + connectTimeout.String(), "--log-level=" + *logLevel, "--summary=false"}, tlsArgs...),
 		Progress: stdout, Log: log, Faults: fl, MaxRestarts: *maxRestarts, BottleneckEvery: 10 * time.Second,
 		Abort: claimAbort(ctx), TaskTimeout: *taskTimeout, KillStale: *killStale})
 	if err != nil {

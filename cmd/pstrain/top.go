@@ -38,7 +38,7 @@ type topOptions struct {
 // cmdTop is `pstrain top`: a live terminal view of a running cluster, read
 // from the tasks' metrics endpoints.
 func cmdTop(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("top", "top [--targets FILE | --cluster FILE] [flags]", "A live view of every task of a running cluster: steps/s, phases, CPU, RSS, load.")
+	fs := newFlagSet("top", "top [--targets FILE | --cluster FILE] [flags]", "A live view of every task of a running cluster: steps/s, phases, CPU, RSS, load.\nWith --once, exits with status 1 when no task answers.")
 	targetsFile := fs.String("targets", "run/targets/pstrain.json", "Prometheus file_sd target file written by pstrain run (labels role and task)")
 	clusterFile := fs.String("cluster", "", "cluster file (JSON, as for pstrain ps); metrics are read on each task's port + 1000")
 	interval := fs.Duration("interval", 2*time.Second, "refresh every this long (with --once: the time between the two scrapes)")
@@ -154,6 +154,9 @@ func runTop(ctx context.Context, o topOptions, stdout io.Writer) error {
 			return err
 		}
 		renderTop(stdout, b)
+		if up(b) == 0 {
+			return fmt.Errorf("top: none of the %d tasks answered: is a run going on? (see the down: lines)", len(b.Tasks))
+		}
 		return nil
 	}
 	ticker := time.NewTicker(o.interval)
@@ -173,6 +176,17 @@ func runTop(ctx context.Context, o topOptions, stdout io.Writer) error {
 		return nil
 	}
 	return err
+}
+
+// up counts the tasks that answered.
+func up(b bottleneck.Breakdown) int {
+	n := 0
+	for _, t := range b.Tasks {
+		if t.Up {
+			n++
+		}
+	}
+	return n
 }
 
 // renderTop prints the task table and the bottleneck line.
@@ -223,5 +237,8 @@ func renderTop(w io.Writer, b bottleneck.Breakdown) {
 	fmt.Fprintln(w, b.String())
 	for _, e := range errs {
 		fmt.Fprintln(w, "down:", e)
+	}
+	if len(b.Tasks) > 0 && up(b) == 0 {
+		fmt.Fprintln(w, "no task answers: is a run going on?")
 	}
 }

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -247,5 +249,39 @@ func TestTopBadInput(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("pstrain top %v: err = %v, want one containing %q", c.args, err, c.want)
 		}
+	}
+}
+
+// No task answering is a failure: `pstrain top --once` prints the table
+// (every task DOWN, each one's error) and exits with status 1.
+func TestTopOnceFailsWhenNoTaskAnswers(t *testing.T) {
+	type group struct {
+		Targets []string          `json:"targets"`
+		Labels  map[string]string `json:"labels"`
+	}
+	b, err := json.Marshal([]group{
+		{[]string{deadAddr(t)}, map[string]string{"role": "chief", "task": "chief"}},
+		{[]string{deadAddr(t)}, map[string]string{"role": "worker", "task": "worker/0"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sd := filepath.Join(t.TempDir(), "pstrain.json")
+	if err := os.WriteFile(sd, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin.Path(t), "top", "--once", "--interval", "10ms", "--targets", sd)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("pstrain top --once with no task up: %v, want exit status 1\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	if r := row(t, stdout.String(), "worker/0"); r[2] != "DOWN" {
+		t.Errorf("worker/0 row = %v, want DOWN", r)
+	}
+	if !strings.Contains(stderr.String(), "none of the 2 tasks answered") {
+		t.Errorf("stderr %q does not say no task answered", stderr.String())
 	}
 }

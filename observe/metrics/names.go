@@ -58,10 +58,19 @@ const (
 	LabelOp        = "op"        // RPC operation, e.g. "pull" or "push"
 	LabelPhase     = "phase"     // worker step phase, one of the Phase constants
 	LabelReason    = "reason"    // why a parameter server rejected a request
-	LabelTask      = "task"      // task identity, e.g. "worker/3" or "ps/0"
 	LabelMode      = "mode"      // CPU mode of pstrain_host_cpu_seconds_total
 	LabelVersion   = "version"   // pstrain version in pstrain_build_info
+	LabelRevision  = "revision"  // VCS revision in pstrain_build_info ("unknown" if not stamped)
 	LabelGoVersion = "goversion" // Go toolchain in pstrain_build_info
+	// LabelRestartedTask is the task a restart counted in
+	// pstrain_task_restarts_total was of, e.g. "worker/3". Not "task":
+	// that is the scrape target's own label (the chief's), set by
+	// `pstrain run`'s file_sd targets and the k8s ServiceMonitors, which
+	// Prometheus would keep, renaming the metric's to exported_task.
+	LabelRestartedTask = "restarted_task"
+	// LabelTask is the task identity ("chief", "ps/0", "worker/3") that
+	// service discovery puts on every target; no metric exports it.
+	LabelTask = "task"
 )
 
 // Worker step phases, the values of the phase label of

@@ -111,9 +111,26 @@ type PS struct {
 // NewPS creates the parameter-server metrics and registers them on reg (a nil
 // reg leaves them unregistered). It panics if any of them is already
 // registered on reg; in particular PS and [Chief] cannot share a registry,
-// since both export pstrain_global_step.
-func NewPS(reg prometheus.Registerer) *PS {
+// since both export pstrain_global_step. It is NewPSWith(reg, PSOptions{}).
+func NewPS(reg prometheus.Registerer) *PS { return NewPSWith(reg, PSOptions{}) }
+
+// PSOptions configure [NewPSWith].
+type PSOptions struct {
+	// NoBarrier leaves pstrain_sync_barrier_wait_seconds unregistered
+	// (BarrierWait still works, unexported): under async SGD a pull never
+	// waits for other workers, and the little time it does take (the
+	// shard's lock, the snapshot) is no barrier. Its absence is what tells
+	// `pstrain top` and the bottleneck line there is no barrier wait.
+	NoBarrier bool
+}
+
+// NewPSWith is [NewPS] with options.
+func NewPSWith(reg prometheus.Registerer, o PSOptions) *PS {
 	f := promauto.With(reg)
+	barrier := f
+	if o.NoBarrier {
+		barrier = promauto.With(nil)
+	}
 	return &PS{
 		Requests: f.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricPSRequests,
@@ -133,7 +150,7 @@ func NewPS(reg prometheus.Registerer) *PS {
 			Name: MetricPSStaleGradientsDropped,
 			Help: "Gradients this parameter-server shard discarded for exceeding the staleness bound.",
 		}),
-		BarrierWait: f.NewHistogram(prometheus.HistogramOpts{
+		BarrierWait: barrier.NewHistogram(prometheus.HistogramOpts{
 			Name:    MetricSyncBarrierWait,
 			Help:    "Time a pull waited for the parameter version it needs, in seconds.",
 			Buckets: LatencyBuckets(),
@@ -173,7 +190,7 @@ type Chief struct {
 	// checkpoint, in seconds (pstrain_checkpoint_last_success_timestamp_seconds).
 	// Set it with [prometheus.Gauge.SetToCurrentTime].
 	CheckpointLastSuccess prometheus.Gauge
-	// TaskRestarts counts restarts of each task, by task label
+	// TaskRestarts counts restarts of each task, by restarted_task label
 	// (pstrain_task_restarts_total).
 	TaskRestarts *prometheus.CounterVec
 	// Recovery observes the time from detecting a failed task to training
@@ -223,8 +240,8 @@ func NewChief(reg prometheus.Registerer) *Chief {
 		}),
 		TaskRestarts: f.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricTaskRestarts,
-			Help: "Times the chief restarted each task, by task.",
-		}, []string{LabelTask}),
+			Help: "Times the chief restarted each task, by restarted_task.",
+		}, []string{LabelRestartedTask}),
 		Recovery: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    MetricRecoverySeconds,
 			Help:    "Time from detecting a failed task to training resuming, in seconds.",

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"runtime"
+	"runtime/debug"
 	"testing"
 	"time"
 
@@ -129,8 +130,8 @@ func TestBuildInfo(t *testing.T) {
 		t.Errorf("build info = %v, %v; want 1", v, ok)
 	}
 	s := fams.Series(MetricBuildInfo, nil)
-	if len(s) != 1 || s[0].Labels[LabelGoVersion] == "" {
-		t.Errorf("build info series = %+v, want one with a goversion", s)
+	if len(s) != 1 || s[0].Labels[LabelGoVersion] == "" || s[0].Labels[LabelRevision] == "" {
+		t.Errorf("build info series = %+v, want one with a goversion and a revision", s)
 	}
 	want := []string{"go_goroutines"}
 	if runtime.GOOS == "linux" {
@@ -148,5 +149,82 @@ func TestBuildInfo(t *testing.T) {
 	}
 	if _, ok := fams.Value(MetricBuildInfo, map[string]string{LabelVersion: "unknown"}); !ok {
 		t.Error(`empty version not reported as "unknown"`)
+	}
+}
+
+func TestRevision(t *testing.T) {
+	stamped := &debug.BuildInfo{Settings: []debug.BuildSetting{{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: "0e94e06abc"}, {Key: "vcs.modified", Value: "true"}}}
+	for _, c := range []struct {
+		info *debug.BuildInfo
+		ok   bool
+		want string
+	}{
+		{stamped, true, "0e94e06abc"},
+		{&debug.BuildInfo{}, true, "unknown"}, // built with -buildvcs=false, or a test binary
+		{nil, false, "unknown"},               // no build information at all
+	} {
+		if got := revision(c.info, c.ok); got != c.want {
+			t.Errorf("revision(%+v, %v) = %q, want %q", c.info, c.ok, got, c.want)
+		}
+	}
+	fams, err := Gather(NewRegistry("v1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := fams.Series(MetricBuildInfo, nil); len(s) != 1 || s[0].Labels[LabelRevision] != revision(debug.ReadBuildInfo()) {
+		t.Errorf("build info %+v, want revision %q", s, revision(debug.ReadBuildInfo()))
+	}
+}
+
+// The host's metrics only where asked for: one task per host exports them.
+func TestRegistryWithoutHost(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the host collector reads /proc")
+	}
+	for _, host := range []bool{true, false} {
+		fams, err := Gather(NewRegistryWith(RegistryOptions{Version: "v1", Host: host}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{MetricHostLoad1, MetricHostCPUs, MetricHostCPUSeconds, MetricHostMemoryTotalBytes} {
+			if fams.Has(name) != host {
+				t.Errorf("Host %v: has %s = %v", host, name, fams.Has(name))
+			}
+		}
+		if !fams.Has(MetricBuildInfo) || !fams.Has("process_cpu_seconds_total") {
+			t.Errorf("Host %v: no build info or process metrics", host)
+		}
+	}
+}
+
+// Async SGD has no barrier: the PS leaves the barrier histogram out (and
+// still accepts observations).
+func TestPSWithoutBarrier(t *testing.T) {
+	for _, noBarrier := range []bool{false, true} {
+		reg := prometheus.NewPedanticRegistry()
+		p := NewPSWith(reg, PSOptions{NoBarrier: noBarrier})
+		p.BarrierWait.Observe(0.01)
+		p.Requests.WithLabelValues("pull").Inc()
+		fams, err := Gather(reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fams.Has(MetricSyncBarrierWait) == noBarrier || !fams.Has(MetricPSRequests) {
+			t.Errorf("NoBarrier %v: has %s = %v, has %s = %v", noBarrier, MetricSyncBarrierWait, fams.Has(MetricSyncBarrierWait), MetricPSRequests, fams.Has(MetricPSRequests))
+		}
+	}
+}
+
+// The restart counter's label is restarted_task, not the target label task.
+func TestTaskRestartsLabel(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	NewChief(reg).TaskRestarts.WithLabelValues("ps/1").Inc()
+	fams, err := Gather(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := fams.Series(MetricTaskRestarts, nil)
+	if len(s) != 1 || s[0].Labels[LabelRestartedTask] != "ps/1" || s[0].Labels[LabelTask] != "" {
+		t.Errorf("%s series %+v, want one with restarted_task=ps/1 and no task label", MetricTaskRestarts, s)
 	}
 }

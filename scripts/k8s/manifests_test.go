@@ -334,8 +334,12 @@ func TestContainersUseRealFlagsAndAgree(t *testing.T) {
 				if fl["metrics-addr"] != ":"+pod.Annotations["prometheus.io/port"] {
 					t.Errorf("%s: --metrics-addr %q but scrape port %q", role, fl["metrics-addr"], pod.Annotations["prometheus.io/port"])
 				}
-				if fl["ps"] != fmt.Sprint(replicas[cluster.PS]) || fl["workers"] != fmt.Sprint(replicas[cluster.Worker]) {
-					t.Errorf("%s: --ps=%s --workers=%s, but %d PS and %d worker replicas", role, fl["ps"], fl["workers"], replicas[cluster.PS], replicas[cluster.Worker])
+				// --ps and --workers come from the cluster; given, they must agree.
+				if n, ok := fl["ps"]; ok && n != fmt.Sprint(replicas[cluster.PS]) {
+					t.Errorf("%s: --ps=%s, but %d PS replicas", role, n, replicas[cluster.PS])
+				}
+				if n, ok := fl["workers"]; ok && n != fmt.Sprint(replicas[cluster.Worker]) {
+					t.Errorf("%s: --workers=%s, but %d worker replicas", role, n, replicas[cluster.Worker])
 				}
 				if fl["tls-dir"] == "" {
 					t.Errorf("%s: no --tls-dir", role)
@@ -351,16 +355,19 @@ func TestContainersUseRealFlagsAndAgree(t *testing.T) {
 					if fl["checkpoint-dir"] == "" {
 						t.Errorf("%s: no --checkpoint-dir", role)
 					}
-					var mounted bool
-					for _, vm := range c.VolumeMounts {
-						for _, v := range pod.Spec.Volumes {
-							if v.Name == vm.Name && v.PersistentVolumeClaim != nil && claims[v.PersistentVolumeClaim.ClaimName] && vm.MountPath == fl["checkpoint-dir"] {
-								mounted = true
-							}
-						}
-					}
-					if !mounted {
+					if m := claimMountOf(pod, c, claims, fl["checkpoint-dir"]); m != fl["checkpoint-dir"] {
 						t.Errorf("%s: --checkpoint-dir %q is not a mounted PVC defined in %s", role, fl["checkpoint-dir"], file)
+					}
+				}
+				// A restarted chief adopts the running cluster only with
+				// the same run id, and finishes the report only from a
+				// state file that outlives the pod.
+				if role == cluster.Chief {
+					if id := fl["run-id"]; id == "" || strings.Contains(id, "$(") {
+						t.Errorf("chief: --run-id %q: a restarted chief needs the same fixed run id to adopt its cluster", id)
+					}
+					if sf := fl["state-file"]; sf == "" || claimMountOf(pod, c, claims, sf) == "" {
+						t.Errorf("chief: --state-file %q is not on a mounted PVC defined in %s: a restarted chief would lose the report's history", sf, file)
 					}
 				}
 			}
@@ -375,4 +382,21 @@ func TestContainersUseRealFlagsAndAgree(t *testing.T) {
 			}
 		})
 	}
+}
+
+// claimMountOf returns the mount path of container c under which path
+// lies, when that mount is one of claims (a PVC the file defines); "" if
+// path is on no such mount.
+func claimMountOf(pod corev1.PodTemplateSpec, c corev1.Container, claims map[string]bool, path string) string {
+	for _, vm := range c.VolumeMounts {
+		for _, v := range pod.Spec.Volumes {
+			if v.Name != vm.Name || v.PersistentVolumeClaim == nil || !claims[v.PersistentVolumeClaim.ClaimName] {
+				continue
+			}
+			if path == vm.MountPath || strings.HasPrefix(path, strings.TrimSuffix(vm.MountPath, "/")+"/") {
+				return vm.MountPath
+			}
+		}
+	}
+	return ""
 }

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/pstrain/pstrain/cluster"
+	"github.com/pstrain/pstrain/config"
+)
+
+// resolveTask says which task this process is. role is the command's
+// ("" for `pstrain task`: the cluster's task names it); index is --index
+// (-1: the cluster's task gives it); t is the task TF_CONFIG or the
+// cluster file names, nil if none. The chief is always index 0.
+func resolveTask(role string, index int, t *cluster.Task) (cluster.Task, error) {
+	if role == "" {
+		if t == nil {
+			return cluster.Task{}, usagef("TF_CONFIG (or the cluster file) names no task: set its \"task\", or run pstrain chief, ps or worker")
+		}
+		role = t.Type
+	}
+	switch {
+	case role == cluster.Chief:
+		return cluster.Task{Type: cluster.Chief}, nil
+	case index >= 0:
+		return cluster.Task{Type: role, Index: index}, nil
+	case t == nil || t.Type != role:
+		return cluster.Task{}, usagef("pass --index (TF_CONFIG names no %s task)", role)
+	}
+	return *t, nil
+}
+
+// shapeFromCluster takes --ps and --workers from the cluster when they
+// were not given (psSet, workersSet); given, they must agree with it.
+func shapeFromCluster(r *config.Run, spec cluster.Spec, psSet, workersSet bool) error {
+	if !psSet {
+		r.PS = len(spec.PS)
+	}
+	if !workersSet {
+		r.Workers = len(spec.Worker)
+	}
+	var given []string
+	if r.PS != len(spec.PS) {
+		given = append(given, fmt.Sprintf("--ps=%d", r.PS))
+	}
+	if r.Workers != len(spec.Worker) {
+		given = append(given, fmt.Sprintf("--workers=%d", r.Workers))
+	}
+	if len(given) > 0 {
+		return usagef("the cluster has %d ps and %d workers but %s; make them agree (or leave the flags out: they come from the cluster)",
+			len(spec.PS), len(spec.Worker), strings.Join(given, " "))
+	}
+	return nil
+}
+
+// hostMetricsOn reads --host-metrics: on, off, or auto (the cluster's
+// first task on t's host exports the host's metrics, the others not: every
+// process on a host would export the same series).
+func hostMetricsOn(flag string, spec cluster.Spec, t cluster.Task) (bool, error) {
+	switch flag {
+	case "on":
+		return true, nil
+	case "off":
+		return false, nil
+	case "auto":
+		return spec.FirstOnHost(t), nil
+	}
+	return false, usagef("--host-metrics must be auto, on or off, got %q", flag)
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/pstrain/pstrain/cluster"
+	"github.com/pstrain/pstrain/config"
+)
+
+func TestResolveTask(t *testing.T) {
+	ps1 := &cluster.Task{Type: cluster.PS, Index: 1}
+	for _, c := range []struct {
+		role  string
+		index int
+		tf    *cluster.Task
+		want  cluster.Task
+		err   string
+	}{
+		{cluster.PS, -1, ps1, *ps1, ""},                                        // index from TF_CONFIG
+		{cluster.PS, 0, ps1, cluster.Task{Type: cluster.PS}, ""},               // --index wins
+		{cluster.Worker, -1, ps1, cluster.Task{}, "TF_CONFIG names no worker"}, // TF_CONFIG is another role's
+		{cluster.Worker, -1, nil, cluster.Task{}, "pass --index"},              // nothing says
+		{cluster.Chief, -1, nil, cluster.Task{Type: cluster.Chief}, ""},        // the chief is chief
+		{"", -1, ps1, *ps1, ""},                                                // pstrain task: role and index
+		{"", -1, &cluster.Task{Type: cluster.Chief}, cluster.Task{Type: cluster.Chief}, ""},
+		{"", 0, ps1, cluster.Task{Type: cluster.PS}, ""}, // pstrain task --index 0
+		{"", -1, nil, cluster.Task{}, "names no task"},
+	} {
+		got, err := resolveTask(c.role, c.index, c.tf)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) || !errors.Is(err, errUsage) {
+				t.Errorf("%q --index %d, TF_CONFIG %v: %v, %v; want a usage error %q", c.role, c.index, c.tf, got, err, c.err)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("%q --index %d, TF_CONFIG %v: %v, %v; want %v", c.role, c.index, c.tf, got, err, c.want)
+		}
+	}
+}
+
+// --ps and --workers come from the cluster unless given; given, they must
+// agree with it.
+func TestShapeFromCluster(t *testing.T) {
+	spec := cluster.Spec{Chief: []string{"c:1"}, PS: []string{"p:2"}, Worker: []string{"w:3", "w:4", "w:5"}}
+	for _, c := range []struct {
+		ps, workers       int
+		psSet, workersSet bool
+		err               string
+	}{
+		{2, 2, false, false, ""},
+		{1, 3, true, true, ""},
+		{1, 2, true, false, ""},
+		{2, 2, true, false, "the cluster has 1 ps and 3 workers but --ps=2; make them agree"},
+		{2, 2, false, true, "but --workers=2;"},
+		{2, 2, true, true, "but --ps=2 --workers=2;"},
+	} {
+		r := config.Default()
+		r.PS, r.Workers = c.ps, c.workers
+		err := shapeFromCluster(&r, spec, c.psSet, c.workersSet)
+		switch {
+		case c.err == "" && (err != nil || r.PS != 1 || r.Workers != 3):
+			t.Errorf("%+v: --ps=%d --workers=%d, %v; want 1 and 3", c, r.PS, r.Workers, err)
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err) || !errors.Is(err, errUsage)):
+			t.Errorf("%+v: %v; want a usage error %q", c, err, c.err)
+		}
+	}
+}
+
+// --host-metrics auto: only the cluster's first task on each host exports
+// the host's metrics (pstrain run's tasks are all on 127.0.0.1: the chief).
+func TestHostMetricsOn(t *testing.T) {
+	spec := cluster.Spec{Chief: []string{"127.0.0.1:1"}, PS: []string{"127.0.0.1:2"}, Worker: []string{"10.0.0.2:3", "10.0.0.2:4"}}
+	for _, c := range []struct {
+		flag string
+		task cluster.Task
+		want bool
+	}{
+		{"auto", cluster.Task{Type: cluster.Chief}, true},
+		{"auto", cluster.Task{Type: cluster.PS}, false},
+		{"auto", cluster.Task{Type: cluster.Worker}, true},
+		{"auto", cluster.Task{Type: cluster.Worker, Index: 1}, false},
+		{"on", cluster.Task{Type: cluster.PS}, true},
+		{"off", cluster.Task{Type: cluster.Chief}, false},
+	} {
+		if got, err := hostMetricsOn(c.flag, spec, c.task); err != nil || got != c.want {
+			t.Errorf("--host-metrics %s for %s: %v, %v; want %v", c.flag, c.task, got, err, c.want)
+		}
+	}
+	if _, err := hostMetricsOn("yes", spec, cluster.Task{Type: cluster.Chief}); !errors.Is(err, errUsage) {
+		t.Errorf("--host-metrics yes: %v, want a usage error", err)
+	}
+}
