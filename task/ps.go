@@ -46,7 +46,7 @@ func RunPS(ctx context.Context, o Options) error {
 	shutdown := make(chan struct{})
 	srv := ps.NewServer(o.Log, m, func() { close(shutdown) })
 	if o.Run.CheckpointDir != "" {
-		srv.SetCheckpointStore(checkpoint.NewStore(checkpoint.OSFS{}, o.Run.CheckpointDir, o.Run.KeepCheckpoints))
+		srv.SetCheckpointStore(checkpoint.NewStore(checkpoint.OSFS{}, o.Run.CheckpointDir, o.Run.KeepCheckpoints).WithLog(o.Log))
 	}
 	g := o.grpcServer()
 	pb.RegisterParameterServerServer(g, srv)
