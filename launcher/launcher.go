@@ -194,6 +194,12 @@ func stoppedBySignal(p *proc) bool {
 	return c == 130 || c == 143
 }
 
+// ExitFinalCheckpointFailed is the exit status of a chief that finished
+// its run and wrote the report, but whose final checkpoint failed: the
+// trained model is not saved. The launcher does not restart such a
+// chief; `pstrain run` exits with the same status.
+const ExitFinalCheckpointFailed = 3
+
 // Run starts the cluster and waits for it to finish.
 func Run(ctx context.Context, c Config) (*report.Report, error) {
 	t0 := time.Now()
@@ -477,9 +483,10 @@ func (s *supervisor) supervise(ctx context.Context, i int, p *proc) error {
 		s.mu.Unlock()
 		isChief := p.task.Type == cluster.Chief
 		switch {
-		case isChief && stoppedBySignal(p):
+		case isChief && (stoppedBySignal(p) || p.cmd.ProcessState.ExitCode() == ExitFinalCheckpointFailed):
 			// The chief stopped the run cleanly on a signal (ours, or one
-			// sent to it directly): its report is written.
+			// sent to it directly), or finished it without its final
+			// checkpoint: its report is written.
 			return nil
 		case p.err == nil || finished || ctx.Err() != nil || (s.stopping() && !isChief):
 			if p.err != nil && isChief {

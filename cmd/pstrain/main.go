@@ -45,7 +45,8 @@ Usage:
   pstrain version                     the version (also --version)
 
 Run 'pstrain COMMAND -h' (or 'pstrain help COMMAND') for a command's flags.
-A command-line mistake exits with status 2, a failure with status 1.
+A command-line mistake exits with status 2, a failure with status 1; a
+run whose final checkpoint failed (the model is not saved) with status 3.
 `
 
 func main() {
@@ -64,6 +65,9 @@ func main() {
 	case errors.Is(err, errUsage):
 		printUsageError(os.Stderr, err)
 		os.Exit(2)
+	case errors.As(err, new(*exitError)):
+		fmt.Fprintln(os.Stderr, "pstrain:", err)
+		os.Exit(exitCode(err))
 	case err != nil:
 		fmt.Fprintln(os.Stderr, "pstrain:", err)
 		os.Exit(1)
@@ -355,7 +359,7 @@ func cmdTask(ctx context.Context, role string, args []string, stdout, stderr io.
 	if len(spec.PS) != r.PS || len(spec.Worker) != r.Workers {
 		return fmt.Errorf("the cluster has %d ps and %d workers but --ps=%d --workers=%d; make them agree", len(spec.PS), len(spec.Worker), r.PS, r.Workers)
 	}
-	log, err := newLogger(stderr, *logLevel, "task", tk.String())
+	log, err := chiefLogger(stderr, stdout, *logLevel, role == cluster.Chief && *progress, "task", tk.String())
 	if err != nil {
 		return err
 	}
@@ -367,6 +371,15 @@ func cmdTask(ctx context.Context, role string, args []string, stdout, stderr io.
 		if ma, err = task.DefaultMetricsAddr(addr); err != nil {
 			return err
 		}
+	}
+	da := *dataAddr
+	if da == "" && role == cluster.PS {
+		if da, err = task.DefaultDataAddr(addr); err != nil {
+			return err
+		}
+	}
+	if err := checkTask(r, spec, tk, ma, da, *connectTimeout); err != nil {
+		return err
 	}
 	o := task.Options{Cluster: spec, Task: tk, Run: r, MetricsAddr: ma, DataAddr: *dataAddr, ConnectTimeout: *connectTimeout,
 		MaxMessageBytes: *maxMsgMB << 20, Log: log}
@@ -393,7 +406,7 @@ func cmdTask(ctx context.Context, role string, args []string, stdout, stderr io.
 	if rep.StoppedBy == chief.StopInterrupted {
 		return errInterrupted
 	}
-	return nil
+	return finalCheckpointFailed(rep)
 }
 
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -415,6 +428,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if err := r.Validate(); err != nil {
 		return asUsage(err)
+	}
+	if err := checkRunFlags(r, *portBase, *connectTimeout); err != nil {
+		return err
 	}
 	if !flagSet(fs, "checkpoint-dir") && *dir != "run" {
 		r.CheckpointDir = filepath.Join(*dir, "checkpoints")
@@ -440,12 +456,16 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return err
 		}
 	}
+	shape, err := checkRun(r)
+	if err != nil {
+		return err
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "pstrain: %s SGD, %d PS, %d workers, MLP %s, batch %d, lr %s, %s\n", r.Mode, r.PS, r.Workers,
-		r.Spec(784, 10).String(), r.Batch, lrText(r), r.Optimizer)
+		r.Spec(shape.Dim, shape.Classes).String(), r.Batch, lrText(r), r.Optimizer)
 	rep, err := launcher.Run(ctx, launcher.Config{Run: r, Exe: exe, Dir: *dir, SDDir: *sdDir, MetricsPortBase: *portBase,
 		ChildArgs: runArgs, ExtraArgs: append([]string{"--connect-timeout=" + connectTimeout.String(), "--log-level=" + *logLevel}, tlsArgs...),
 		Progress: stdout, Log: log, Faults: fl, MaxRestarts: *maxRestarts, BottleneckEvery: 10 * time.Second,
@@ -463,7 +483,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if rep.StoppedBy == chief.StopInterrupted {
 		return errInterrupted
 	}
-	return nil
+	return finalCheckpointFailed(rep)
 }
 
 // flagSet reports whether the flag name was given on the command line.
@@ -485,7 +505,10 @@ func printSummary(w io.Writer, rep *report.Report) {
 		fmt.Fprintf(w, "target %.2f%% not reached\n", 100*rep.TargetAccuracy)
 	}
 	fmt.Fprintf(w, "startup %.2f s, training %.2f s, %.0f samples/s, stale gradients dropped %d\n", rep.StartupSeconds, rep.TrainSeconds, rep.SamplesPerSecond, rep.StaleGradientsDropped)
-	if c := rep.Checkpoints; c.Failed > 0 {
+	if c := rep.Checkpoints; c.FinalFailed {
+		last, _, _ := strings.Cut(c.LastError, "\n")
+		fmt.Fprintf(w, "checkpoints: %d committed, %d FAILED, the final one too: the trained model is NOT saved (last: %s)\n", c.Committed, c.Failed, last)
+	} else if c.Failed > 0 {
 		last, _, _ := strings.Cut(c.LastError, "\n")
 		fmt.Fprintf(w, "checkpoints: %d committed, %d FAILED (last: %s)\n", c.Committed, c.Failed, last)
 	} else if c.Committed > 0 {
