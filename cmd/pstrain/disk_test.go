@@ -89,7 +89,9 @@ func TestFullDisk(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		tmp, disk := t.TempDir(), smallDisk(t, "3m")
-		status, out, rep := diskRun(t, ctx, tmp, disk, "--data-fraction", "0.1", "--epochs", "1", "--checkpoint-every", "5")
+		// 70 steps: a routine checkpoint is tried (and fails) before the
+		// final one even on a fast machine.
+		status, out, rep := diskRun(t, ctx, tmp, disk, "--data-fraction", "0.3", "--epochs", "1", "--checkpoint-every", "5")
 		if status != 3 {
 			t.Errorf("exit status %d, want 3 (the final checkpoint failed)\n%s", status, out)
 		}

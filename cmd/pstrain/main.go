@@ -446,10 +446,6 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	tlsArgs, err := runTLSArgs(*tlsDir, r, log)
-	if err != nil {
-		return err
-	}
 	if dataset.Fetchable(r.Dataset) {
 		// A fresh checkout has no data: fetch it (verified) before starting.
 		if err := dataset.Fetch(ctx, r.DataDir, r.Dataset, func(f string, a ...any) { log.Info(fmt.Sprintf(f, a...)) }); err != nil {
@@ -457,6 +453,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 	}
 	shape, err := checkRun(r)
+	if err != nil {
+		return err
+	}
+	tlsArgs, err := runTLSArgs(*tlsDir, r, log)
 	if err != nil {
 		return err
 	}
