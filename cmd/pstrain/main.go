@@ -359,7 +359,7 @@ func cmdTask(ctx context.Context, role string, args []string, stdout, stderr io.
 	if len(spec.PS) != r.PS || len(spec.Worker) != r.Workers {
 		return fmt.Errorf("the cluster has %d ps and %d workers but --ps=%d --workers=%d; make them agree", len(spec.PS), len(spec.Worker), r.PS, r.Workers)
 	}
-	log, err := chiefLogger(stderr, stdout, *logLevel, role == cluster.Chief && *progress, "task", tk.String())
+	log, err := taskLogger(stderr, stdout, *logLevel, role == cluster.Chief && *progress, "task", tk.String())
 	if err != nil {
 		return err
 	}

@@ -103,11 +103,11 @@ func checkTask(r config.Run, spec cluster.Spec, tk cluster.Task, metricsAddr, da
 	return asUsage(preflight.CheckMemory(what, need, avail))
 }
 
-// chiefLogger is the chief's logger: everything to stderr (its log file
+// taskLogger is a task's logger: everything to stderr (its log file
 // under `pstrain run`) and, with --progress, its warnings and errors also
 // to stdout, which `pstrain run` shows on the terminal: a failed
 // checkpoint, a damaged one skipped, a shard unreachable.
-func chiefLogger(stderr, stdout io.Writer, level string, progress bool, attrs ...any) (*slog.Logger, error) {
+func taskLogger(stderr, stdout io.Writer, level string, progress bool, attrs ...any) (*slog.Logger, error) {
 	log, err := newLogger(stderr, level)
 	if err != nil {
 		return nil, err
