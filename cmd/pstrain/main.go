@@ -329,7 +329,7 @@ func cmdTask(ctx context.Context, role string, args []string, stdout, stderr io.
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	blasThreads := fs.Int("blas-threads", 1, "worker: OpenBLAS threads (1 avoids oversubscribing shared cores)")
 	reportPath := fs.String("report", "", "chief: write the run report (JSON) here")
-	progress := fs.Bool("progress", false, "chief: print a progress line every second on stdout")
+	progress := fs.Bool("progress", false, "chief: print a progress line every second, and its warnings and errors, on stdout")
 	runID := fs.String("run-id", "", "chief: run identifier (default: generated; give one so that a restarted chief can adopt its running cluster)")
 	statePath := fs.String("state-file", "", "chief: keep the report's history here so that a restarted chief can finish it")
 	tlsF := bindTLSFlags(fs)
