@@ -63,12 +63,34 @@
 // every operation of a write sequence (FaultFS) and dropping everything
 // not yet fsynced.
 //
+// # Full disks and leftovers
+//
+// A write of a shard or of the manifest that fails because the disk is
+// full (ENOSPC or EDQUOT; IsDiskFull) frees space and is retried once:
+// temporary directories of other steps and interrupted deletions go, and
+// so does every complete checkpoint older than the newest one that
+// verifies fully. That checkpoint, anything newer, and the temporary
+// directory being written are never deleted; with no valid checkpoint no
+// checkpoint is. The error of a second failure names what was deleted.
+// Store.RemoveTemporaries deletes every ckpt-<step>.tmp and .trash
+// directory: the chief calls it before and after each checkpoint
+// attempt, when none is in flight, so a failed attempt leaves nothing
+// behind.
+//
+// # Archives
+//
+// Store.Archive moves a finished or abandoned run's checkpoints into
+// DIR/archive-<time>/ (UTC, to the millisecond, so the names sort in time
+// order) when a new run starts; Store.PruneArchives deletes the oldest
+// archives beyond a number to keep.
+//
 // # Reading
 //
 // Store.List lists the complete checkpoints newest first with a cheap
 // check (manifest and file sizes); Store.Verify also checks every shard's
 // SHA-256; Store.Latest returns the newest checkpoint that verifies fully,
-// with the newer invalid ones it skipped. Store.Load opens a checkpoint and
+// with the newer invalid ones it skipped; when there are checkpoints but
+// none verifies, its error wraps ErrAllDamaged and names each. Store.Load opens a checkpoint and
 // Checkpoint.ReadShard reads a shard, verifying its hash in the same pass.
 //
 // # Filesystem

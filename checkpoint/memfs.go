@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -29,10 +30,15 @@ import (
 //
 // A MemFS is safe for concurrent use. Paths are slash- or
 // separator-delimited; relative paths are taken from the root.
+//
+// SetCapacity makes it a small disk: a write that would take the files'
+// data past the capacity writes what fits and fails with ENOSPC, as
+// write(2) does on a full file system, and removing files frees space.
 type MemFS struct {
-	mu   sync.Mutex
-	root *memNode
-	gen  uint64 // incremented by Crash; stale handles fail
+	mu       sync.Mutex
+	root     *memNode
+	gen      uint64 // incremented by Crash; stale handles fail
+	capacity int64  // bytes of file data the tree may hold (0: unlimited)
 }
 
 type memNode struct {
@@ -51,6 +57,39 @@ func newMemDir() *memNode {
 
 // NewMemFS returns an empty MemFS whose root directory exists durably.
 func NewMemFS() *MemFS { return &MemFS{root: newMemDir()} }
+
+// SetCapacity limits the file data the tree holds to bytes (0: no
+// limit). Directories take no space.
+func (m *MemFS) SetCapacity(bytes int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.capacity = bytes
+}
+
+// Used returns the bytes of file data in the tree (what SetCapacity
+// limits).
+func (m *MemFS) Used() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.used()
+}
+
+// used sums the data of every file reachable from the root. Caller holds
+// mu.
+func (m *MemFS) used() int64 {
+	var sum func(n *memNode) int64
+	sum = func(n *memNode) int64 {
+		if !n.dir {
+			return int64(len(n.data))
+		}
+		total := int64(0)
+		for _, c := range n.children {
+			total += sum(c)
+		}
+		return total
+	}
+	return sum(m.root)
+}
 
 var _ FS = (*MemFS)(nil)
 
@@ -346,6 +385,12 @@ func (f *memFile) Write(p []byte) (int, error) {
 	}
 	if !f.writable {
 		return 0, &fs.PathError{Op: "write", Path: f.name, Err: errReadOnly}
+	}
+	if c := f.fs.capacity; c > 0 {
+		if free := max(0, c-f.fs.used()); int64(len(p)) > free {
+			f.node.data = append(f.node.data, p[:free]...)
+			return int(free), &fs.PathError{Op: "write", Path: f.name, Err: syscall.ENOSPC}
+		}
 	}
 	f.node.data = append(f.node.data, p...)
 	return len(p), nil

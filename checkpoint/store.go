@@ -9,6 +9,7 @@ import (
 	"hash"
 	"io"
 	"io/fs"
+	"log/slog"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -20,6 +21,11 @@ import (
 // ErrNoCheckpoint is returned by Latest when the directory holds no valid
 // checkpoint.
 var ErrNoCheckpoint = errors.New("checkpoint: no valid checkpoint")
+
+// ErrAllDamaged is wrapped, with ErrNoCheckpoint, by the error Latest
+// returns when the directory holds checkpoints but none verifies: unlike
+// an empty directory, that is no reason to start afresh.
+var ErrAllDamaged = errors.New("every checkpoint is damaged")
 
 // ErrRetention is wrapped by the error Commit returns when the checkpoint
 // was committed but deleting old checkpoints failed; the new checkpoint is
@@ -81,6 +87,7 @@ type Store struct {
 	fs   FS
 	dir  string
 	keep int
+	log  *slog.Logger // nil: say nothing
 }
 
 // NewStore returns a Store for the checkpoints in dir on fsys. After each
@@ -88,6 +95,14 @@ type Store struct {
 // The directory is created when the first shard is written.
 func NewStore(fsys FS, dir string, keep int) *Store {
 	return &Store{fs: fsys, dir: dir, keep: keep}
+}
+
+// WithLog returns a copy of s that logs, as warnings, what it deletes to
+// make room on a full disk.
+func (s *Store) WithLog(l *slog.Logger) *Store {
+	c := *s
+	c.log = l
+	return &c
 }
 
 // Dir returns the store's directory.
@@ -157,7 +172,11 @@ func (s *Store) WriteShard(step int64, shard, numShards int, tensors []Tensor, m
 	if err != nil {
 		return ShardInfo{}, err
 	}
-	info, err := s.writeShard(step, shard, numShards, header, tensors)
+	var info ShardInfo
+	err = s.retryOnFullDisk(step, func() (err error) {
+		info, err = s.writeShard(step, shard, numShards, header, tensors)
+		return err
+	})
 	if err != nil {
 		return ShardInfo{}, fmt.Errorf("checkpoint: writing shard %d of %d of step %d: %w", shard, numShards, step, err)
 	}
@@ -274,7 +293,7 @@ func (s *Store) Commit(m Manifest) error {
 	if err != nil {
 		return err
 	}
-	if err := s.commit(m, data); err != nil {
+	if err := s.retryOnFullDisk(m.Step, func() error { return s.commit(m, data) }); err != nil {
 		return fmt.Errorf("checkpoint: committing step %d: %w", m.Step, err)
 	}
 	if err := s.prune(m.Step); err != nil {
@@ -475,9 +494,19 @@ func (s *Store) Latest() (Info, []Info, error) {
 		skipped = append(skipped, in)
 	}
 	if len(skipped) > 0 {
-		return Info{}, skipped, fmt.Errorf("%w in %s (%d invalid skipped)", ErrNoCheckpoint, s.dir, len(skipped))
+		return Info{}, skipped, allDamaged(s.dir, skipped)
 	}
 	return Info{}, nil, fmt.Errorf("%w in %s", ErrNoCheckpoint, s.dir)
+}
+
+// allDamaged is Latest's error when every checkpoint is damaged: it names
+// each, newest first, with why.
+func allDamaged(dir string, damaged []Info) error {
+	why := make([]string, len(damaged))
+	for i, d := range damaged {
+		why[i] = fmt.Sprintf("%s (%v)", filepath.Base(d.Path), d.Err)
+	}
+	return fmt.Errorf("%w: %w: %d in %s: %s", ErrNoCheckpoint, ErrAllDamaged, len(damaged), dir, strings.Join(why, "; "))
 }
 
 // prune deletes, after step was committed, the complete checkpoints older
@@ -524,26 +553,46 @@ func (s *Store) prune(step int64) error {
 			if c.step >= step {
 				continue
 			}
-			trash := c.name + trashSuffix
-			if present[trash] {
-				if err := s.fs.RemoveAll(filepath.Join(s.dir, trash)); err != nil {
-					return err
-				}
-			}
-			if err := s.fs.Rename(filepath.Join(s.dir, c.name), filepath.Join(s.dir, trash)); err != nil {
+			trash, err := s.trash(c.name, present)
+			if err != nil {
 				return err
 			}
 			remove = append(remove, trash)
 		}
 	}
-	if len(remove) == 0 {
+	return s.removeAll(remove)
+}
+
+// trash renames the complete checkpoint name to name.trash (removing a
+// leftover of that name first), so that a deletion interrupted midway
+// never leaves a checkpoint that looks complete. present says which
+// names the directory held. A checkpoint already gone (another process
+// freeing space deleted it) is not an error.
+func (s *Store) trash(name string, present map[string]bool) (string, error) {
+	trash := name + trashSuffix
+	if present[trash] {
+		if err := s.fs.RemoveAll(filepath.Join(s.dir, trash)); err != nil {
+			return "", err
+		}
+	}
+	err := s.fs.Rename(filepath.Join(s.dir, name), filepath.Join(s.dir, trash))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	return trash, nil
+}
+
+// removeAll deletes the named entries of the store's directory: it first
+// makes the renames to .trash that led there durable, then deletes, then
+// makes the deletions durable.
+func (s *Store) removeAll(names []string) error {
+	if len(names) == 0 {
 		return nil
 	}
-	// Make the renames to .trash durable before the data goes.
 	if err := s.fs.SyncDir(s.dir); err != nil {
 		return err
 	}
-	for _, name := range slices.Compact(slices.Sorted(slices.Values(remove))) {
+	for _, name := range slices.Compact(slices.Sorted(slices.Values(names))) {
 		if err := s.fs.RemoveAll(filepath.Join(s.dir, name)); err != nil {
 			return err
 		}

@@ -121,8 +121,12 @@ func (a Finish) String() string {
 	if len(r.Evals) > 0 {
 		acc = fmt.Sprintf("%.4f", r.TestAccuracy)
 	}
-	return fmt.Sprintf("finish stopped-by=%s global-steps=%d final-step=%d test-accuracy=%s checkpoints=%d/%d-failed",
-		r.StoppedBy, r.GlobalSteps, r.FinalStep, acc, r.Checkpoints.Committed, r.Checkpoints.Failed)
+	final := ""
+	if r.Checkpoints.FinalFailed {
+		final = " final-checkpoint-failed"
+	}
+	return fmt.Sprintf("finish stopped-by=%s global-steps=%d final-step=%d test-accuracy=%s checkpoints=%d/%d-failed%s",
+		r.StoppedBy, r.GlobalSteps, r.FinalStep, acc, r.Checkpoints.Committed, r.Checkpoints.Failed, final)
 }
 
 func ints[T int | int32 | int64](xs []T) string {

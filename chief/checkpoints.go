@@ -80,6 +80,35 @@ func (c *Chief) writeCheckpoint(ctx context.Context, a Checkpoint, versions []in
 	if skip != "" {
 		return CheckpointResult{Step: step, Skipped: skip}
 	}
+	res := c.writeShardsAndCommit(ctx, a, step, at)
+	if res.Err != nil {
+		// Nothing of a failed attempt stays on disk: without this, a disk
+		// that stays full keeps one more .tmp directory per attempt.
+		c.removeLeftovers()
+		return res
+	}
+	res.Duration = c.cfg.Now().Sub(t0)
+	return res
+}
+
+// removeLeftovers deletes the temporary directories of failed or crashed
+// checkpoint attempts. The chief has one checkpoint in flight at a time,
+// and calls it before and after each attempt, when none is.
+func (c *Chief) removeLeftovers() {
+	removed, err := c.cfg.Store.RemoveTemporaries()
+	switch {
+	case err != nil:
+		c.cfg.Log.Warn("could not remove what failed checkpoints left", "err", err)
+	case len(removed) > 0:
+		c.cfg.Log.Info("removed what failed checkpoints left", "removed", removed)
+	}
+}
+
+// writeShardsAndCommit has every shard write its slice of the checkpoint
+// of step (at version at), then commits the manifest.
+func (c *Chief) writeShardsAndCommit(ctx context.Context, a Checkpoint, step, at int64) CheckpointResult {
+	r := c.cfg.Run
+	c.removeLeftovers()
 	resps := make([]*pb.CheckpointResponse, len(c.cfg.PS))
 	errs := make([]error, len(c.cfg.PS))
 	var wg sync.WaitGroup
@@ -126,7 +155,6 @@ func (c *Chief) writeCheckpoint(ctx context.Context, a Checkpoint, versions []in
 	} else if err != nil {
 		c.cfg.Log.Warn("checkpoint committed, but deleting old ones failed", "err", err)
 	}
-	res.Duration = c.cfg.Now().Sub(t0)
 	return res
 }
 

@@ -213,10 +213,17 @@ func (c *Core) CheckpointDone(now time.Time, res CheckpointResult) []Action {
 		c.ckptFailedAt = now
 		c.st.Checkpoints.Failed++
 		c.st.Checkpoints.LastError = res.Err.Error()
-		c.log.Error("checkpoint failed; training goes on", "step", res.Step, "err", res.Err)
+		c.st.Checkpoints.FinalFailed = res.Final
+		c.m.CheckpointFailures.Inc()
+		if res.Final {
+			c.log.Error("the final checkpoint failed: the trained model is not saved", "step", res.Step, "err", res.Err)
+		} else {
+			c.log.Warn("checkpoint failed; training goes on, the next one is tried at the next interval", "step", res.Step, "err", res.Err)
+		}
 	case res.Skipped != "":
 		c.log.Info("checkpoint skipped", "step", res.Step, "why", res.Skipped)
 	default:
+		c.st.Checkpoints.FinalFailed = false
 		c.st.Checkpoints.Committed++
 		c.st.LatestCheckpoint = res.Step
 		c.m.CheckpointDuration.Observe(res.Duration.Seconds())

@@ -44,7 +44,9 @@ type restored struct {
 }
 
 // loadLatest reads the newest checkpoint that verifies, skipping (and
-// logging) damaged newer ones. It returns nil if there is none.
+// logging) damaged newer ones. It returns nil if there is none, and an
+// error wrapping checkpoint.ErrAllDamaged if there are checkpoints but
+// none verifies.
 func (c *Chief) loadLatest() (*restored, error) {
 	if c.cfg.Store == nil {
 		return nil, nil
@@ -53,7 +55,7 @@ func (c *Chief) loadLatest() (*restored, error) {
 	for _, sk := range skipped {
 		c.cfg.Log.Warn("skipping a damaged checkpoint", "path", sk.Path, "err", sk.Err)
 	}
-	if errors.Is(err, checkpoint.ErrNoCheckpoint) {
+	if errors.Is(err, checkpoint.ErrNoCheckpoint) && !errors.Is(err, checkpoint.ErrAllDamaged) {
 		return nil, nil
 	}
 	if err != nil {
@@ -76,27 +78,46 @@ func (c *Chief) loadLatest() (*restored, error) {
 	return r, nil
 }
 
+// ResumeRefusal is why a run resuming from store must not start: every
+// checkpoint there is damaged (each named, with why). Starting afresh
+// would silently throw the run's progress away; --resume=false does so
+// deliberately. It is nil when store holds a valid checkpoint or none.
+// `pstrain run` asks before it starts any process; the chief refuses
+// likewise.
+func ResumeRefusal(store *checkpoint.Store) error {
+	_, _, err := store.Latest()
+	return resumeRefusal(store, err)
+}
+
+func resumeRefusal(store *checkpoint.Store, err error) error {
+	if !errors.Is(err, checkpoint.ErrAllDamaged) {
+		return nil
+	}
+	return fmt.Errorf("cannot resume from %s: %w; pass --resume=false to start afresh (the damaged checkpoints are then moved to %s)",
+		store.Dir(), err, filepath.Join(store.Dir(), "archive-TIME"))
+}
+
 // archiveOld moves the complete checkpoints in the store's directory into
 // DIR/archive-<time>/ so that a new run never mixes its checkpoints with
-// another run's. Nothing is deleted.
+// another run's, then deletes the oldest archives beyond --keep-archives.
 func (c *Chief) archiveOld() error {
 	if c.cfg.Store == nil {
 		return nil
 	}
-	infos, err := c.cfg.Store.List()
-	if err != nil || len(infos) == 0 {
+	dir, n, err := c.cfg.Store.Archive(c.cfg.Now())
+	if err != nil {
 		return err
 	}
-	dir := filepath.Join(c.cfg.Store.Dir(), "archive-"+c.cfg.Now().UTC().Format("20060102T150405.000"))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+	if n > 0 {
+		c.cfg.Log.Warn("starting a new run: moved the previous checkpoints aside", "count", n, "to", dir)
 	}
-	for _, in := range infos {
-		if err := os.Rename(in.Path, filepath.Join(dir, filepath.Base(in.Path))); err != nil {
-			return err
-		}
+	pruned, err := c.cfg.Store.PruneArchives(c.cfg.Run.KeepArchives)
+	if err != nil {
+		// Old archives cost disk, not correctness.
+		c.cfg.Log.Warn("could not delete old checkpoint archives", "err", err)
+	} else if len(pruned) > 0 {
+		c.cfg.Log.Info("deleted old checkpoint archives (--keep-archives)", "keep", c.cfg.Run.KeepArchives, "deleted", pruned)
 	}
-	c.cfg.Log.Warn("starting a new run: moved the previous checkpoints aside", "count", len(infos), "to", dir)
 	return nil
 }
 
@@ -129,6 +150,8 @@ func (c *Chief) initCluster(ctx context.Context, a InitCluster) (step, latest in
 		switch {
 		case errors.Is(err, shardckpt.ErrMismatch):
 			c.cfg.Log.Warn("the checkpoints are of another run; starting a new one", "why", err)
+		case errors.Is(err, checkpoint.ErrAllDamaged):
+			return 0, 0, fmt.Errorf("chief: %w", resumeRefusal(c.cfg.Store, err))
 		case err != nil:
 			return 0, 0, fmt.Errorf("chief: resuming from %s: %w (pass --resume=false to start afresh)", c.cfg.Store.Dir(), err)
 		case rs == nil:

@@ -105,6 +105,10 @@ type Run struct {
 	CheckpointDir   string `json:"checkpoint_dir" check:"-"`
 	CheckpointEvery Every  `json:"checkpoint_every" check:"-"`
 	KeepCheckpoints int    `json:"keep_checkpoints" check:"-"`
+	// KeepArchives is how many archives of earlier runs' checkpoints
+	// (CheckpointDir/archive-<time>/, made when a new run starts) are
+	// kept: the oldest beyond it are deleted (0: none kept, -1: all).
+	KeepArchives int `json:"keep_archives,omitempty" check:"-"`
 	// Resume: the chief starts from the newest valid checkpoint in
 	// CheckpointDir if there is one for this model.
 	Resume bool `json:"resume" check:"-"`
@@ -193,6 +197,7 @@ func Default() Run {
 		HeartbeatTimeout: 3 * time.Second,
 		CheckpointEvery:  Every{Duration: 10 * time.Second},
 		KeepCheckpoints:  3,
+		KeepArchives:     2,
 		Resume:           true,
 	}
 }
@@ -235,6 +240,8 @@ func (r Run) Validate() error {
 		return fmt.Errorf("--heartbeat-timeout must be positive, got %v", r.HeartbeatTimeout)
 	case r.KeepCheckpoints < 0:
 		return fmt.Errorf("--keep-checkpoints must be >= 0 (0 keeps all), got %d", r.KeepCheckpoints)
+	case r.KeepArchives < -1:
+		return fmt.Errorf("--keep-archives must be >= -1 (0 keeps none, -1 all), got %d", r.KeepArchives)
 	}
 	for _, err := range []error{
 		oneOf("--data-plane", r.DataPlane, GRPC, TCP),

@@ -34,6 +34,7 @@ func TestValidateRejectsImpossibleValues(t *testing.T) {
 		"--wire-dtype":            func(r *Run) { r.WireDType = "fp8" },
 		"--lr-schedule":           func(r *Run) { r.LRSchedule = "linear" },
 		"--warmup-steps":          func(r *Run) { r.WarmupSteps = -1 },
+		"--keep-archives":         func(r *Run) { r.KeepArchives = -2 },
 	}
 	for name, mutate := range cases {
 		r := Default()

@@ -38,6 +38,7 @@ import (
 	"github.com/pstrain/pstrain/observe/bottleneck"
 	"github.com/pstrain/pstrain/observe/metrics"
 	"github.com/pstrain/pstrain/observe/report"
+	"github.com/pstrain/pstrain/transport/auth"
 )
 
 // Config describes the local run.
@@ -54,8 +55,13 @@ type Config struct {
 	ChildArgs func(config.Run) []string
 	// ExtraArgs are passed to every child (e.g. --connect-timeout).
 	ExtraArgs []string
-	Progress  io.Writer // where the chief's progress goes
-	Log       *slog.Logger
+	// AuthTokenFile is the run's secret, passed to every child; "" makes
+	// a fresh one, Dir/auth-token, once the run directory is claimed (so
+	// a launch refused beside a live run leaves that run's token alone,
+	// and tasks of an earlier launch cannot talk to this one's).
+	AuthTokenFile string
+	Progress      io.Writer // where the chief's progress goes
+	Log           *slog.Logger
 	// Faults are SIGKILLs to inject (--fault).
 	Faults []Fault
 	// MaxRestarts bounds the restarts of each task (`pstrain run`'s
@@ -224,6 +230,12 @@ func stoppedBySignal(p *proc) bool {
 	return c == 130 || c == 143
 }
 
+// ExitFinalCheckpointFailed is the exit status of a chief that finished
+// its run and wrote the report, but whose final checkpoint failed: the
+// trained model is not saved. The launcher does not restart such a
+// chief; `pstrain run` exits with the same status.
+const ExitFinalCheckpointFailed = 3
+
 // Run starts the cluster and waits for it to finish.
 func Run(ctx context.Context, c Config) (*report.Report, error) {
 	t0 := time.Now()
@@ -247,6 +259,11 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 		return nil, err
 	}
 	defer os.Remove(pidFileName(pidDir, "launcher"))
+	tokenPath, err := runToken(c.AuthTokenFile, c.Dir)
+	if err != nil {
+		return nil, err
+	}
+	c.ExtraArgs = append(append([]string(nil), c.ExtraArgs...), "--auth-token-file="+tokenPath)
 	// Every port a task binds is reserved here: gRPC, metrics, and each
 	// PS's data plane.
 	n := 1 + r.PS + r.Workers
@@ -551,9 +568,10 @@ func (s *supervisor) judge(ctx context.Context, p *proc) exitVerdict {
 	s.mu.Unlock()
 	isChief := p.task.Type == cluster.Chief
 	switch {
-	case isChief && stoppedBySignal(p):
+	case isChief && (stoppedBySignal(p) || p.cmd.ProcessState.ExitCode() == ExitFinalCheckpointFailed):
 		// The chief stopped the run cleanly on a signal (ours, or one
-		// sent to it directly): its report is written.
+		// sent to it directly), or finished it without its final
+		// checkpoint: its report is written.
 		return taskDone
 	case finished || ctx.Err() != nil || (s.stopping() && !isChief):
 		if p.err != nil && isChief {
@@ -809,4 +827,24 @@ func claimRunDir(ctx context.Context, c Config, pidDir string, fs procFS) error 
 	b, _ := json.Marshal(fs.record("launcher", os.Getpid(), os.Args))
 	_, err = f.Write(append(b, '\n'))
 	return err
+}
+
+// runToken is the run's token file: file (checked), or a fresh token in
+// dir.
+func runToken(file, dir string) (string, error) {
+	if file != "" {
+		if _, err := auth.ReadTokenFile(file); err != nil {
+			return "", err
+		}
+		return filepath.Abs(file)
+	}
+	path, err := filepath.Abs(filepath.Join(dir, auth.TokenFile))
+	if err != nil {
+		return "", err
+	}
+	t, err := auth.NewToken(nil)
+	if err != nil {
+		return "", err
+	}
+	return path, auth.WriteTokenFile(path, t)
 }

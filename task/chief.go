@@ -96,7 +96,7 @@ func RunChief(ctx context.Context, o Options, co ChiefOptions) (*report.Report, 
 	cfg := chief.Config{Run: o.Run, Spec: spec, RunID: co.RunID, PS: pss, TrainN: trainN, Evaluator: ev,
 		Log: o.Log, Metrics: m, StartupTimeout: o.ConnectTimeout, StatePath: co.StatePath}
 	if o.Run.CheckpointDir != "" {
-		cfg.Store = checkpoint.NewStore(checkpoint.OSFS{}, o.Run.CheckpointDir, o.Run.KeepCheckpoints)
+		cfg.Store = checkpoint.NewStore(checkpoint.OSFS{}, o.Run.CheckpointDir, o.Run.KeepCheckpoints).WithLog(o.Log)
 	}
 	if co.Progress != nil {
 		var lines progressLines

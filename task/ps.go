@@ -50,7 +50,7 @@ func RunPS(ctx context.Context, o Options) error {
 	shutdown := make(chan struct{})
 	srv := ps.NewServer(o.Log, m, func() { close(shutdown) })
 	if o.Run.CheckpointDir != "" {
-		srv.SetCheckpointStore(checkpoint.NewStore(checkpoint.OSFS{}, o.Run.CheckpointDir, o.Run.KeepCheckpoints))
+		srv.SetCheckpointStore(checkpoint.NewStore(checkpoint.OSFS{}, o.Run.CheckpointDir, o.Run.KeepCheckpoints).WithLog(o.Log))
 	}
 	refused := func(reason string) { m.RejectedRequests.WithLabelValues(reason).Inc() }
 	g := o.grpcServer(refused)

@@ -63,7 +63,8 @@ func bindRunFlags(fs *flag.FlagSet, r *config.Run) {
 	fs.StringVar(&r.CheckpointDir, "checkpoint-dir", r.CheckpointDir, "where checkpoints go, shared by the chief and every PS (\"\" = no checkpoints)")
 	fs.TextVar(&r.CheckpointEvery, "checkpoint-every", r.CheckpointEvery, "checkpoint interval: a duration (30s) or global steps (500); 0 = only at the end")
 	fs.IntVar(&r.KeepCheckpoints, "keep-checkpoints", r.KeepCheckpoints, "how many checkpoints to keep (0 = all)")
-	fs.BoolVar(&r.Resume, "resume", r.Resume, "start from the newest valid checkpoint in --checkpoint-dir, if any (false: start afresh, moving old checkpoints aside)")
+	fs.IntVar(&r.KeepArchives, "keep-archives", r.KeepArchives, "chief: how many archive-TIME directories of earlier runs' checkpoints to keep in --checkpoint-dir; older ones are deleted when a new run starts (0 = none, -1 = all)")
+	fs.BoolVar(&r.Resume, "resume", r.Resume, "start from the newest valid checkpoint in --checkpoint-dir, if any; with checkpoints there but every one damaged, refuse to start (false: start afresh, moving old checkpoints aside)")
 }
 
 // lrText describes the learning rate for a header line: "0.2", or with a
@@ -113,6 +114,7 @@ func runArgs(r config.Run) []string {
 		"--checkpoint-dir=" + r.CheckpointDir,
 		"--checkpoint-every=" + r.CheckpointEvery.String(),
 		fmt.Sprintf("--keep-checkpoints=%d", r.KeepCheckpoints),
+		fmt.Sprintf("--keep-archives=%d", r.KeepArchives),
 		fmt.Sprintf("--resume=%t", r.Resume),
 	}
 }

@@ -47,7 +47,8 @@ Usage:
   pstrain version                     the version (also --version)
 
 Run 'pstrain COMMAND -h' (or 'pstrain help COMMAND') for a command's flags.
-A command-line mistake exits with status 2, a failure with status 1.
+A command-line mistake exits with status 2, a failure with status 1; a
+run whose final checkpoint failed (the model is not saved) with status 3.
 `
 
 func main() {
@@ -66,6 +67,9 @@ func main() {
 	case errors.Is(err, errUsage):
 		printUsageError(os.Stderr, err)
 		os.Exit(2)
+	case errors.As(err, new(*exitError)):
+		fmt.Fprintln(os.Stderr, "pstrain:", err)
+		os.Exit(exitCode(err))
 	case err != nil:
 		fmt.Fprintln(os.Stderr, "pstrain:", err)
 		os.Exit(1)
@@ -338,7 +342,7 @@ flags must agree with the chief's.`)
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	blasThreads := fs.Int("blas-threads", 1, "worker: OpenBLAS threads (1 avoids oversubscribing shared cores)")
 	reportPath := fs.String("report", "", "chief: write the run report (JSON) here")
-	progress := fs.Bool("progress", false, "chief: print a progress line every second on stdout")
+	progress := fs.Bool("progress", false, "chief: print a progress line every second, and its warnings and errors, on stdout")
 	hostMetrics := fs.String("host-metrics", "auto", "export the host's load, CPU and memory (pstrain_host_*): auto (only the cluster's first task on this task's host), on or off (e.g. where node_exporter runs)")
 	summary := fs.Bool("summary", true, "chief: print the run's summary on stdout at the end (pstrain run prints its own)")
 	runID := fs.String("run-id", "", "chief: run identifier (default: generated; give one so that a restarted chief can adopt its running cluster)")
@@ -379,7 +383,7 @@ flags must agree with the chief's.`)
 	role = tk.Type
 	// The process's identity is "self": "task" is left to lines about a
 	// task (the chief's "task registered task=ps/0").
-	log, err := newLogger(stderr, *logLevel, "self", tk.String())
+	log, err := taskLogger(stderr, stdout, *logLevel, role == cluster.Chief && *progress, "self", tk.String())
 	if err != nil {
 		return err
 	}
@@ -394,6 +398,15 @@ flags must agree with the chief's.`)
 	}
 	hm, err := hostMetricsOn(*hostMetrics, spec, tk)
 	if err != nil {
+		return err
+	}
+	da := *dataAddr
+	if da == "" && role == cluster.PS {
+		if da, err = task.DefaultDataAddr(addr); err != nil {
+			return err
+		}
+	}
+	if err := checkTask(r, spec, tk, ma, da, *connectTimeout); err != nil {
 		return err
 	}
 	o := task.Options{Cluster: spec, Task: tk, Run: r, MetricsAddr: ma, HostMetrics: hm, DataAddr: *dataAddr, ConnectTimeout: *connectTimeout,
@@ -424,7 +437,7 @@ flags must agree with the chief's.`)
 	if rep.StoppedBy == chief.StopInterrupted {
 		return errInterrupted
 	}
-	return nil
+	return finalCheckpointFailed(rep)
 }
 
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -450,7 +463,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := r.Validate(); err != nil {
 		return asUsage(err)
 	}
-	if err := positive("connect-timeout", *connectTimeout); err != nil {
+	if err := checkRunFlags(r, *portBase, *connectTimeout); err != nil {
 		return err
 	}
 	if err := positive("task-timeout", *taskTimeout); err != nil {
@@ -477,31 +490,30 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	tlsArgs, err := runTLSArgs(*tlsDir, r, log)
-	if err != nil {
-		return err
-	}
-	tokenPath, err := runToken(*tokenFile, *dir)
-	if err != nil {
-		return err
-	}
-	tlsArgs = append(tlsArgs, "--auth-token-file="+tokenPath)
 	if dataset.Fetchable(r.Dataset) {
 		// A fresh checkout has no data: fetch it (verified) before starting.
 		if err := dataset.Fetch(ctx, r.DataDir, r.Dataset, func(f string, a ...any) { log.Info(fmt.Sprintf(f, a...)) }); err != nil {
 			return err
 		}
 	}
+	shape, err := checkRun(r)
+	if err != nil {
+		return err
+	}
+	tlsArgs, err := runTLSArgs(*tlsDir, r, log)
+	if err != nil {
+		return err
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "pstrain: %s SGD, %d PS, %d workers, MLP %s, batch %d, lr %s, %s\n", r.Mode, r.PS, r.Workers,
-		r.Spec(784, 10).String(), r.Batch, lrText(r), r.Optimizer)
+		r.Spec(shape.Dim, shape.Classes).String(), r.Batch, lrText(r), r.Optimizer)
 	rep, err := launcher.Run(ctx, launcher.Config{Run: r, Exe: exe, Dir: *dir, SDDir: *sdDir, MetricsPortBase: *portBase,
 		ChildArgs: runArgs, ExtraArgs: append([]string{"--connect-timeout=" + connectTimeout.String(), "--log-level=" + *logLevel, "--summary=false"}, tlsArgs...),
 		Progress: stdout, Log: log, Faults: fl, MaxRestarts: *maxRestarts, BottleneckEvery: 10 * time.Second,
-		Abort: claimAbort(ctx), TaskTimeout: *taskTimeout, KillStale: *killStale})
+		Abort: claimAbort(ctx), TaskTimeout: *taskTimeout, KillStale: *killStale, AuthTokenFile: *tokenFile})
 	if err != nil {
 		return err
 	}
@@ -515,7 +527,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if rep.StoppedBy == chief.StopInterrupted {
 		return errInterrupted
 	}
-	return nil
+	return finalCheckpointFailed(rep)
 }
 
 // positive checks that the duration flag name is > 0.
@@ -545,7 +557,10 @@ func printSummary(w io.Writer, rep *report.Report) {
 		fmt.Fprintf(w, "target %.2f%% not reached\n", 100*rep.TargetAccuracy)
 	}
 	fmt.Fprintf(w, "startup %.2f s, training %.2f s, %.0f samples/s, stale gradients dropped %d\n", rep.StartupSeconds, rep.TrainSeconds, rep.SamplesPerSecond, rep.StaleGradientsDropped)
-	if c := rep.Checkpoints; c.Failed > 0 {
+	if c := rep.Checkpoints; c.FinalFailed {
+		last, _, _ := strings.Cut(c.LastError, "\n")
+		fmt.Fprintf(w, "checkpoints: %d committed, %d FAILED, the final one too: the trained model is NOT saved (last: %s)\n", c.Committed, c.Failed, last)
+	} else if c.Failed > 0 {
 		last, _, _ := strings.Cut(c.LastError, "\n")
 		fmt.Fprintf(w, "checkpoints: %d committed, %d FAILED (last: %s)\n", c.Committed, c.Failed, last)
 	} else if c.Committed > 0 {

@@ -60,30 +60,6 @@ func loadToken(file, tlsDir string) (*auth.Keyring, error) {
 	return auth.NewKeyring(t), nil
 }
 
-// runToken is `pstrain run`'s token: the given file, or a fresh one in
-// the run directory (a new one per launch, so tasks left over from an
-// earlier launch cannot talk to this run's).
-func runToken(file, dir string) (string, error) {
-	if file != "" {
-		if _, err := auth.ReadTokenFile(file); err != nil {
-			return "", err
-		}
-		return filepath.Abs(file)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	path, err := filepath.Abs(filepath.Join(dir, auth.TokenFile))
-	if err != nil {
-		return "", err
-	}
-	t, err := auth.NewToken(nil)
-	if err != nil {
-		return "", err
-	}
-	return path, auth.WriteTokenFile(path, t)
-}
-
 func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil

@@ -118,22 +118,11 @@ func readIDX(r io.Reader, size int64) (*IDX, error) {
 		src, size = zr, -1
 	}
 
-	// Fixed part of the header, then the dimensions.
-	var hdr [4 + 4*3]byte
-	if err := readHeaderPart(src, hdr[:4], gz); err != nil {
-		return nil, err
-	}
-	if err := checkIDXPrefix(hdr[:4]); err != nil {
-		return nil, err
-	}
-	hdrLen := 4 + 4*int(hdr[3])
-	if err := readHeaderPart(src, hdr[4:hdrLen], gz); err != nil {
-		return nil, err
-	}
-	dims, _, body, err := parseIDXHeader(hdr[:hdrLen])
+	dims, body, err := readIDXHeader(src, gz)
 	if err != nil {
 		return nil, err
 	}
+	hdrLen := 4 + 4*len(dims)
 
 	var data []byte
 	if size >= 0 {

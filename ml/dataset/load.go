@@ -89,20 +89,9 @@ func Load(dir, name string) (train, test *Dataset, err error) {
 	case name == fashionName:
 		return loadVerified(dir, fashionSpec())
 	case strings.HasPrefix(name, idxPrefix):
-		parts := strings.Split(strings.TrimPrefix(name, idxPrefix), ",")
-		if len(parts) != 4 {
-			return nil, nil, fmt.Errorf("data: data set %q: want %sTRAINIMAGES,TRAINLABELS,TESTIMAGES,TESTLABELS (4 comma-separated paths), got %d", name, idxPrefix, len(parts))
-		}
-		var paths [4]string
-		for i, p := range parts {
-			p = strings.TrimSpace(p)
-			if p == "" {
-				return nil, nil, fmt.Errorf("data: data set %q: path %d is empty", name, i+1)
-			}
-			if dir != "" && !filepath.IsAbs(p) {
-				p = filepath.Join(dir, p)
-			}
-			paths[i] = p
+		paths, err := idxPaths(dir, name)
+		if err != nil {
+			return nil, nil, err
 		}
 		var idx [4]*IDX
 		for i, p := range paths {
@@ -114,6 +103,27 @@ func Load(dir, name string) (train, test *Dataset, err error) {
 	default:
 		return nil, nil, fmt.Errorf("data: unknown data set %q (want \"mnist\", \"mnist-x4\", \"fashion-mnist\" or \"%sTRAINIMAGES,TRAINLABELS,TESTIMAGES,TESTLABELS\")", name, idxPrefix)
 	}
+}
+
+// idxPaths returns the four paths of an "idx:" data set name, relative
+// ones taken from dir (unless dir is "").
+func idxPaths(dir, name string) ([4]string, error) {
+	var paths [4]string
+	parts := strings.Split(strings.TrimPrefix(name, idxPrefix), ",")
+	if len(parts) != 4 {
+		return paths, fmt.Errorf("data: data set %q: want %sTRAINIMAGES,TRAINLABELS,TESTIMAGES,TESTLABELS (4 comma-separated paths), got %d", name, idxPrefix, len(parts))
+	}
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			return paths, fmt.Errorf("data: data set %q: path %d is empty", name, i+1)
+		}
+		if dir != "" && !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		paths[i] = p
+	}
+	return paths, nil
 }
 
 // loadVerified implements Load for a data set with published checksums.

@@ -46,6 +46,7 @@ const (
 	MetricCheckpointDuration    = "pstrain_checkpoint_duration_seconds"
 	MetricCheckpointSize        = "pstrain_checkpoint_size_bytes"
 	MetricCheckpointLastSuccess = "pstrain_checkpoint_last_success_timestamp_seconds"
+	MetricCheckpointFailures    = "pstrain_checkpoint_failures_total"
 	MetricTaskRestarts          = "pstrain_task_restarts_total"
 	MetricRecoverySeconds       = "pstrain_recovery_seconds"
 	MetricStepsLost             = "pstrain_steps_lost_total"

@@ -190,6 +190,10 @@ type Chief struct {
 	// checkpoint, in seconds (pstrain_checkpoint_last_success_timestamp_seconds).
 	// Set it with [prometheus.Gauge.SetToCurrentTime].
 	CheckpointLastSuccess prometheus.Gauge
+	// CheckpointFailures counts checkpoint attempts that failed (a shard
+	// or the manifest could not be written: a full disk, an I/O error, a
+	// shard that restarted) (pstrain_checkpoint_failures_total).
+	CheckpointFailures prometheus.Counter
 	// TaskRestarts counts restarts of each task, by restarted_task label
 	// (pstrain_task_restarts_total).
 	TaskRestarts *prometheus.CounterVec
@@ -237,6 +241,10 @@ func NewChief(reg prometheus.Registerer) *Chief {
 		CheckpointLastSuccess: f.NewGauge(prometheus.GaugeOpts{
 			Name: MetricCheckpointLastSuccess,
 			Help: "Unix time of the latest successful checkpoint, in seconds.",
+		}),
+		CheckpointFailures: f.NewCounter(prometheus.CounterOpts{
+			Name: MetricCheckpointFailures,
+			Help: "Checkpoint attempts that failed.",
 		}),
 		TaskRestarts: f.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricTaskRestarts,

@@ -42,11 +42,14 @@ type Restart struct {
 }
 
 // Checkpoints are the run's checkpoint attempts: committed, failed, and
-// the last failure's message.
+// the last failure's message. FinalFailed says the checkpoint taken when
+// training ended failed: the trained model is not saved (the chief, and
+// `pstrain run`, then exit with status 3).
 type Checkpoints struct {
-	Committed int    `json:"committed"`
-	Failed    int    `json:"failed"`
-	LastError string `json:"last_error,omitempty"`
+	Committed   int    `json:"committed"`
+	Failed      int    `json:"failed"`
+	LastError   string `json:"last_error,omitempty"`
+	FinalFailed bool   `json:"final_failed,omitempty"`
 }
 
 // Task is one process's resource use.

@@ -38,8 +38,8 @@ import (
 	"time"
 
 	"github.com/pstrain/pstrain/internal/testbin"
-	"github.com/pstrain/pstrain/transport/auth"
 	"github.com/pstrain/pstrain/observe/report"
+	"github.com/pstrain/pstrain/transport/auth"
 )
 
 // bin is the pstrain binary the lab's hosts run.
