@@ -126,7 +126,7 @@ func CheckPortRange(flag string, base, n int) error {
 // Positive says, if d is not positive, that flag must be.
 func Positive(flag string, d time.Duration) error {
 	if d <= 0 {
-		return fmt.Errorf("%s must be positive, got %v", flag, d)
+		return fmt.Errorf("%s must be > 0, got %v", flag, d)
 	}
 	return nil
 }

@@ -104,7 +104,7 @@ func TestPositive(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, d := range []time.Duration{0, -time.Second} {
-		if err := Positive("--connect-timeout", d); err == nil || !strings.Contains(err.Error(), "--connect-timeout must be positive") {
+		if err := Positive("--connect-timeout", d); err == nil || !strings.Contains(err.Error(), "--connect-timeout must be > 0") {
 			t.Errorf("%v: %v", d, err)
 		}
 	}

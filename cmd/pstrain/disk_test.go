@@ -281,8 +281,8 @@ func TestChecksBeforeStarting(t *testing.T) {
 			[]string{"cluster: chief (localhost:" + port + ") and worker/0 (127.0.0.1:" + port + ") are the same address"}},
 		{"ports past 65535", []string{"run", "--data-dir", d, "--metrics-port-base", "70000"}, 2, []string{"--metrics-port-base 70000 is not a port"}},
 		{"ports run past 65535", []string{"run", "--data-dir", d, "--metrics-port-base", "65533"}, 2, []string{"up to 65537, past the last port 65535"}},
-		{"no connect timeout", []string{"run", "--data-dir", d, "--connect-timeout", "0"}, 2, []string{"--connect-timeout must be positive"}},
-		{"a task's connect timeout", worker(good, "--connect-timeout", "-1s"), 2, []string{"--connect-timeout must be positive"}},
+		{"no connect timeout", []string{"run", "--data-dir", d, "--connect-timeout", "0"}, 2, []string{"--connect-timeout must be > 0"}},
+		{"a task's connect timeout", worker(good, "--connect-timeout", "-1s"), 2, []string{"--connect-timeout must be > 0"}},
 		{"truncated IDX", []string{"run", "--dataset", "idx:ti,tl,si,sl", "--data-dir", tmp}, 1,
 			[]string{filepath.Join(tmp, "ti") + ": idx: truncated: dims [100 28 28] declare 78400 data bytes, input has 78391"}},
 	} {

@@ -23,6 +23,7 @@ import (
 	"github.com/pstrain/pstrain/launcher"
 	"github.com/pstrain/pstrain/ml/dataset"
 	"github.com/pstrain/pstrain/observe/report"
+	"github.com/pstrain/pstrain/preflight"
 	"github.com/pstrain/pstrain/task"
 )
 
@@ -530,12 +531,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return finalCheckpointFailed(rep)
 }
 
-// positive checks that the duration flag name is > 0.
+// positive checks that the duration flag name is > 0 (a usage error).
 func positive(name string, d time.Duration) error {
-	if d <= 0 {
-		return usagef("--%s must be > 0, got %v", name, d)
-	}
-	return nil
+	return asUsage(preflight.Positive("--"+name, d))
 }
 
 // flagSet reports whether the flag name was given on the command line.
