@@ -80,12 +80,14 @@ func (p *buffers) setSize(n int) {
 	p.changed()
 }
 
-// get returns a buffer of n bytes, waiting for room in the budget until
-// ctx ends (errBusy). A push it can never hold is errTooLarge at once.
-func (p *buffers) get(ctx context.Context, n int) ([]byte, error) {
+// get returns a buffer of n bytes, waiting up to wait for room in the
+// budget (then errBusy) unless ctx ends first (its error). A push it can
+// never hold is errTooLarge at once.
+func (p *buffers) get(ctx context.Context, n int, wait time.Duration) ([]byte, error) {
 	if n == 0 {
 		return nil, nil
 	}
+	var timeout <-chan time.Time // made only if get has to wait
 	for {
 		p.mu.Lock()
 		if err := p.refuse(n); err != nil {
@@ -115,10 +117,17 @@ func (p *buffers) get(ctx context.Context, n int) ([]byte, error) {
 		}
 		wake := p.wake
 		p.mu.Unlock()
+		if timeout == nil {
+			t := time.NewTimer(wait)
+			defer t.Stop()
+			timeout = t.C
+		}
 		select {
 		case <-wake:
+		case <-timeout:
+			return nil, fmt.Errorf("%w: waited %v for %d bytes", errBusy, wait, n)
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: waited for %d bytes", errBusy, n)
+			return nil, ctx.Err()
 		}
 	}
 }

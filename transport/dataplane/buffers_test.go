@@ -21,13 +21,13 @@ func TestKeptBuffersComeBackDown(t *testing.T) {
 	ctx := context.Background()
 	var bs [][]byte
 	for range 4 {
-		b, err := p.get(ctx, 1000)
+		b, err := p.get(ctx, 1000, time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
 		bs = append(bs, b)
 	}
-	odd, err := p.get(ctx, 600) // not the push size: never kept
+	odd, err := p.get(ctx, 600, time.Second) // not the push size: never kept
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func TestKeptBuffersComeBackDown(t *testing.T) {
 		t.Fatalf("after the burst: used %d, kept %d, held %d; want 0, 4000, 4000", used, kept, held.Load())
 	}
 	// The next push reuses the newest.
-	b, _ := p.get(ctx, 1000)
+	b, _ := p.get(ctx, 1000, time.Second)
 	if &b[0] != &bs[3][0] {
 		t.Fatal("the next push did not reuse the newest kept buffer")
 	}
@@ -72,7 +72,7 @@ func TestKeptBuffersGiveWay(t *testing.T) {
 	ctx := context.Background()
 	var bs [][]byte
 	for range 6 {
-		b, err := p.get(ctx, 500)
+		b, err := p.get(ctx, 500, time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,7 +86,7 @@ func TestKeptBuffersGiveWay(t *testing.T) {
 	}
 	// A push of another size (below the push size) needs room: kept
 	// buffers make it.
-	b, err := p.get(ctx, 400)
+	b, err := p.get(ctx, 400, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestKeptBuffersGiveWay(t *testing.T) {
 	if _, kept, limit := p.stats(); kept != 0 || limit != 4000 {
 		t.Fatalf("after a new push size: kept %d, budget %d; want 0 and 4000", kept, limit)
 	}
-	if _, err := p.get(ctx, 1001); !errors.Is(err, errTooLarge) {
+	if _, err := p.get(ctx, 1001, time.Second); !errors.Is(err, errTooLarge) {
 		t.Fatalf("a push past the push size: %v", err)
 	}
 }
@@ -128,9 +128,7 @@ func TestBudgetHoldsUnderRandomLoad(t *testing.T) {
 				if r.IntN(3) == 0 {
 					n = 1 + r.IntN(200<<10)
 				}
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				b, err := p.get(ctx, n)
-				cancel()
+				b, err := p.get(context.Background(), n, time.Minute)
 				if err != nil {
 					t.Error(err)
 					return

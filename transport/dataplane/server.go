@@ -277,20 +277,17 @@ func (s *Server) readPayload(c net.Conn, rd *bufio.Reader, req request, hdr []by
 			fmt.Errorf("%w: payload of %d bytes exceeds the limit of %d (--max-message-mb)", errTooLarge, n, s.cfg.MaxPayload))
 		return nil, false
 	}
-	ctx, cancel := context.WithTimeout(s.ctx, s.lim.BufferWait)
-	payload, err := s.bufs.get(ctx, n)
-	cancel()
+	payload, err := s.bufs.get(s.ctx, n, s.lim.BufferWait)
 	switch {
 	case errors.Is(err, errTooLarge):
 		s.reject(c, hdr, "too_large", codes.InvalidArgument, err)
 		return nil, false
-	case err != nil && s.ctx.Err() != nil:
-		return nil, false // closing
-	case err != nil:
+	case errors.Is(err, errBusy):
 		used, kept, limit := s.bufs.stats()
-		s.reject(c, hdr, "busy", codes.Unavailable,
-			fmt.Errorf("%w: %v waiting for %d bytes, %d of %d in use, %d kept", errBusy, s.lim.BufferWait, n, used, limit, kept))
+		s.reject(c, hdr, "busy", codes.Unavailable, fmt.Errorf("%w (%d of %d bytes in use, %d kept)", err, used, limit, kept))
 		return nil, false
+	case err != nil:
+		return nil, false // the server is closing
 	}
 	c.SetReadDeadline(time.Now().Add(s.lim.frameTime(n)))
 	if _, err := io.ReadFull(rd, payload); err != nil {
