@@ -9,8 +9,8 @@ import (
 	"time"
 )
 
-// dial connects to addr and reports whether the server closed the
-// connection (EOF) within d; false if it stayed open.
+// closedWithin reports whether the server closed c (EOF) within d;
+// false if it stayed open.
 func closedWithin(t *testing.T, c net.Conn, d time.Duration) bool {
 	t.Helper()
 	c.SetReadDeadline(time.Now().Add(d))

@@ -188,9 +188,15 @@ func (s *Server) Close() error {
 }
 
 // cut counts and logs (rate-limited) a connection refused or closed for
-// reason, a ConnectionsClosed reason.
+// reason, a ConnectionsClosed reason. An idle connection closed is
+// housekeeping, not a warning (a healthy client reconnects when it next
+// calls): it is logged at debug level.
 func (s *Server) cut(c net.Conn, reason string, err error) {
 	s.m.ConnectionsClosed.WithLabelValues("data", reason).Inc()
+	if reason == "idle" {
+		s.cfg.Log.Debug("data plane: idle connection closed", "remote", c.RemoteAddr().String(), "err", err)
+		return
+	}
 	s.refusal.Warn(reason, "data plane: connection closed", "reason", reason, "remote", c.RemoteAddr().String(), "err", err)
 }
 
