@@ -9,6 +9,7 @@ import (
 	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/chief"
 	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/internal/ratelog"
 	"github.com/pstrain/pstrain/ml/blas"
 	"github.com/pstrain/pstrain/ml/dataset"
 	"github.com/pstrain/pstrain/observe/metrics"
@@ -110,9 +111,11 @@ func RunChief(ctx context.Context, o Options, co ChiefOptions) (*report.Report, 
 	if err != nil {
 		return nil, err
 	}
-	g := o.grpcServer(func(reason string) { m.RejectedRequests.WithLabelValues(reason).Inc() })
+	g := o.grpcServer(chiefMaxRecv, func(reason string) { m.RejectedRequests.WithLabelValues(reason).Inc() })
 	pb.RegisterChiefServer(g, c)
-	go g.Serve(lis)
+	refusals := ratelog.New(o.Log, refusalLogEvery, nil)
+	defer refusals.Flush(true)
+	go g.Serve(o.limitListener(lis, refusals, nil))
 	defer g.Stop()
 	o.Log.Info("chief listening", "addr", addr, "run", co.RunID, "model", spec.String(), "mode", o.Run.Mode)
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/internal/ratelog"
 	"github.com/pstrain/pstrain/observe/metrics"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/ps"
@@ -47,14 +48,17 @@ func RunPS(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	refusals := ratelog.New(o.Log, refusalLogEvery, nil)
+	defer refusals.Flush(true)
+	lis = o.limitListener(lis, refusals, m.ConnectionsClosed.WithLabelValues("grpc", "limit").Inc)
 	shutdown := make(chan struct{})
 	srv := ps.NewServer(o.Log, m, func() { close(shutdown) })
 	if o.Run.CheckpointDir != "" {
 		srv.SetCheckpointStore(checkpoint.NewStore(checkpoint.OSFS{}, o.Run.CheckpointDir, o.Run.KeepCheckpoints).WithLog(o.Log))
 	}
-	refused := func(reason string) { m.RejectedRequests.WithLabelValues(reason).Inc() }
-	g := o.grpcServer(refused)
-	pb.RegisterParameterServerServer(g, srv)
+	maxRecv := psMaxRecv(o.Run, o.MaxMessageBytes)
+	g := o.grpcServer(maxRecv, func(reason string) { m.RejectedRequests.WithLabelValues(reason).Inc() })
+	api := psAPI{Server: srv, initialised: func(*pb.InitRequest) {}}
 	if o.Run.DataPlane == config.TCP {
 		dlis, daddr, err := o.listenData(addr)
 		if err != nil {
@@ -63,13 +67,14 @@ func RunPS(ctx context.Context, o Options) error {
 		if o.TLS != nil {
 			dlis = tls.NewListener(dlis, o.TLS.ServerTLS())
 		}
-		ds := dataplane.NewServer(srv, dlis, o.MaxMessageBytes, o.Log)
-		ds.RequireAuth(o.Auth, refused)
+		ds := dataplane.NewServer(srv, dlis, dataplane.Config{MaxPayload: maxRecv, Limits: o.dataLimits(), Log: o.Log, Metrics: m, Auth: o.Auth})
+		api.initialised = func(req *pb.InitRequest) { ds.SetPushSize(pushSize(req)) }
 		go ds.Serve()
 		defer ds.Close()
 		srv.SetDataAddr(daddr)
 		o.Log.Info("tcp data plane listening", "addr", daddr)
 	}
+	pb.RegisterParameterServerServer(g, api)
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(lis) }()
 	defer g.Stop()

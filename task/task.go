@@ -51,9 +51,19 @@ type Options struct {
 	DataAddr string
 	// ConnectTimeout bounds waiting for the chief or a PS.
 	ConnectTimeout time.Duration
-	// MaxMessageBytes bounds a gRPC message (both directions).
+	// MaxMessageBytes bounds a gRPC message (both directions; a PS
+	// bounds what it receives further by its model, psMaxRecv).
 	MaxMessageBytes int
-	Log             *slog.Logger
+	// MaxConnections bounds the connections each listener of the task
+	// serves at once (0: DefaultMaxConnections).
+	MaxConnections int
+	// MaxBufferedBytes bounds the push payloads a PS's data plane
+	// buffers at once (0: dataplane.DefaultMaxBuffered).
+	MaxBufferedBytes int64
+	// IdleTimeout closes a connection without a request for this long
+	// (0: dataplane.DefaultIdleTimeout).
+	IdleTimeout time.Duration
+	Log         *slog.Logger
 	// TLS, when set, puts every gRPC connection under mutual TLS.
 	TLS *tlsconf.Config
 	// Auth is the run's token: the task registers with it and signs its
@@ -98,18 +108,6 @@ func offsetPort(addr string, off int) (string, error) {
 		return "", fmt.Errorf("%s: port %d + %d is past 65535; give the address explicitly", addr, p, off)
 	}
 	return net.JoinHostPort(host, strconv.Itoa(p+off)), nil
-}
-
-// grpcServer is a server that refuses calls without a valid session
-// (refused is told each refusal's reason).
-func (o Options) grpcServer(refused func(reason string)) *grpc.Server {
-	guard := &auth.Guard{Keys: o.Auth, Now: o.Now, Refused: refused}
-	opts := []grpc.ServerOption{grpc.MaxRecvMsgSize(o.MaxMessageBytes), grpc.MaxSendMsgSize(o.MaxMessageBytes),
-		grpc.ChainUnaryInterceptor(guard.Unary())}
-	if o.TLS != nil {
-		opts = append(opts, grpc.Creds(o.TLS.ServerCredentials(o.Log, 5*time.Second, nil)))
-	}
-	return grpc.NewServer(opts...)
 }
 
 func (o Options) dial(addr string) (*grpc.ClientConn, error) {

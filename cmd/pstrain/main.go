@@ -340,6 +340,7 @@ flags must agree with the chief's.`)
 	dataAddr := fs.String("data-addr", "", "ps: where the TCP data plane listens (default: the task's port + 2000)")
 	connectTimeout := fs.Duration("connect-timeout", time.Minute, "how long to wait for the chief or a PS before giving up")
 	maxMsgMB := fs.Int("max-message-mb", 256, "largest gRPC message accepted, in MiB")
+	lim := bindLimitFlags(fs)
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	blasThreads := fs.Int("blas-threads", 1, "worker: OpenBLAS threads (1 avoids oversubscribing shared cores)")
 	reportPath := fs.String("report", "", "chief: write the run report (JSON) here")
@@ -362,6 +363,9 @@ flags must agree with the chief's.`)
 	}
 	if err := positive("connect-timeout", *connectTimeout); err != nil {
 		return err
+	}
+	if err := lim.validate(); err != nil {
+		return asUsage(err)
 	}
 	spec, t, err := cluster.Load(*clusterFile, os.Getenv("TF_CONFIG"))
 	if err != nil {
@@ -412,6 +416,7 @@ flags must agree with the chief's.`)
 	}
 	o := task.Options{Cluster: spec, Task: tk, Run: r, MetricsAddr: ma, HostMetrics: hm, DataAddr: *dataAddr, ConnectTimeout: *connectTimeout,
 		MaxMessageBytes: *maxMsgMB << 20, Log: log}
+	lim.apply(&o)
 	if o.TLS, err = tlsF.load(spec, tk, log); err != nil {
 		return err
 	}

@@ -170,8 +170,7 @@ func (p *PS) serve() error {
 			lis.Close()
 			return fmt.Errorf("inproc: %s data plane: %w", task, err)
 		}
-		inc.data = dataplane.NewServer(srv, dl, c.cfg.MaxMessageBytes, log)
-		inc.data.RequireAuth(c.keys, refused)
+		inc.data = dataplane.NewServer(srv, dl, dataplane.Config{MaxPayload: c.cfg.MaxMessageBytes, Log: log, Metrics: p.m, Auth: c.keys})
 		srv.SetDataAddr(dl.Addr().String())
 	}
 	var serving sync.WaitGroup

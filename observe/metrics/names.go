@@ -39,6 +39,9 @@ const (
 	MetricSyncBarrierWait         = "pstrain_sync_barrier_wait_seconds"
 	MetricPSShardParameters       = "pstrain_ps_shard_parameters"
 	MetricPSRejectedRequests      = "pstrain_ps_rejected_requests_total"
+	MetricPSConnectionsClosed     = "pstrain_ps_connections_closed_total"
+	MetricPSDataPlaneConnections  = "pstrain_ps_dataplane_connections"
+	MetricPSDataPlaneBuffered     = "pstrain_ps_dataplane_buffered_bytes"
 
 	// Chief.
 	MetricEvalAccuracy          = "pstrain_eval_accuracy_ratio"
@@ -58,7 +61,8 @@ const (
 const (
 	LabelOp        = "op"        // RPC operation, e.g. "pull" or "push"
 	LabelPhase     = "phase"     // worker step phase, one of the Phase constants
-	LabelReason    = "reason"    // why a parameter server rejected a request
+	LabelReason    = "reason"    // why a parameter server rejected a request or closed a connection
+	LabelPlane     = "plane"     // which listener of a parameter server: "grpc" or "data"
 	LabelMode      = "mode"      // CPU mode of pstrain_host_cpu_seconds_total
 	LabelVersion   = "version"   // pstrain version in pstrain_build_info
 	LabelRevision  = "revision"  // VCS revision in pstrain_build_info ("unknown" if not stamped)

@@ -41,6 +41,9 @@ func roleRegistries() map[string]*prometheus.Registry {
 	p.RPCSentBytes.WithLabelValues("pull").Add(4096)
 	p.RPCReceivedBytes.WithLabelValues("push").Add(4096)
 	p.RejectedRequests.WithLabelValues("stale").Inc()
+	p.ConnectionsClosed.WithLabelValues("data", "idle").Inc()
+	p.DataPlaneConnections.Set(3)
+	p.DataPlaneBuffered.Set(1 << 20)
 
 	chief := NewRegistry("v0.1.0")
 	c := NewChief(chief)

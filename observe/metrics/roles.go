@@ -104,8 +104,24 @@ type PS struct {
 	// (pstrain_rpc_received_bytes_total).
 	RPCReceivedBytes *prometheus.CounterVec
 	// RejectedRequests counts requests refused, by reason label
-	// (pstrain_ps_rejected_requests_total).
+	// (pstrain_ps_rejected_requests_total). The data plane adds
+	// too_large (a payload above the shard's gradient or the buffer
+	// budget), busy (no room in the buffer budget in time) and
+	// bad_frame.
 	RejectedRequests *prometheus.CounterVec
+	// ConnectionsClosed counts connections refused or cut without a
+	// request refused, by plane ("grpc", "data") and reason: limit (over
+	// the connection limit), tls (handshake failed), idle (no request
+	// for the idle timeout), slow (a frame or response not done in time)
+	// (pstrain_ps_connections_closed_total).
+	ConnectionsClosed *prometheus.CounterVec
+	// DataPlaneConnections is the number of open data-plane connections
+	// (pstrain_ps_dataplane_connections).
+	DataPlaneConnections prometheus.Gauge
+	// DataPlaneBuffered is the bytes of push payload buffers the data
+	// plane holds, in use or kept for reuse; never above its budget
+	// (pstrain_ps_dataplane_buffered_bytes).
+	DataPlaneBuffered prometheus.Gauge
 }
 
 // NewPS creates the parameter-server metrics and registers them on reg (a nil
@@ -166,6 +182,18 @@ func NewPSWith(reg prometheus.Registerer, o PSOptions) *PS {
 			Name: MetricPSRejectedRequests,
 			Help: "Requests this parameter-server shard refused, by reason.",
 		}, []string{LabelReason}),
+		ConnectionsClosed: f.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricPSConnectionsClosed,
+			Help: "Connections this parameter server refused or cut (over the limit, failed TLS, idle, too slow), by plane and reason.",
+		}, []string{LabelPlane, LabelReason}),
+		DataPlaneConnections: f.NewGauge(prometheus.GaugeOpts{
+			Name: MetricPSDataPlaneConnections,
+			Help: "Open connections of this parameter server's TCP data plane.",
+		}),
+		DataPlaneBuffered: f.NewGauge(prometheus.GaugeOpts{
+			Name: MetricPSDataPlaneBuffered,
+			Help: "Bytes of push payload buffers this parameter server's TCP data plane holds (in use or kept for reuse).",
+		}),
 	}
 }
 

@@ -320,6 +320,9 @@ var metricConstants = []string{
 	metrics.MetricSyncBarrierWait,
 	metrics.MetricPSShardParameters,
 	metrics.MetricPSRejectedRequests,
+	metrics.MetricPSConnectionsClosed,
+	metrics.MetricPSDataPlaneConnections,
+	metrics.MetricPSDataPlaneBuffered,
 	metrics.MetricEvalAccuracy,
 	metrics.MetricEvalLoss,
 	metrics.MetricCheckpointDuration,
@@ -403,6 +406,7 @@ func populatedRegistries() []*prometheus.Registry {
 	p.RPCSentBytes.WithLabelValues("pull")
 	p.RPCReceivedBytes.WithLabelValues("push")
 	p.RejectedRequests.WithLabelValues("stale")
+	p.ConnectionsClosed.WithLabelValues("data", "idle")
 
 	chief := metrics.NewRegistry("test")
 	c := metrics.NewChief(chief)

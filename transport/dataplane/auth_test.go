@@ -6,38 +6,39 @@ import (
 	"log/slog"
 	"net"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/pstrain/pstrain/observe/metrics"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/transport/auth"
 )
 
-// startAuth is start with a server that requires sessions of keys and
-// records the reasons it refuses.
+// startAuth is start with a server that requires sessions of keys (nil:
+// none) and returns the refusal counts by reason.
 func startAuth(t testing.TB, b Backend, keys *auth.Keyring, maxPayload int) (addr string, reasons func() map[string]int) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	seen := map[string]int{}
-	s := NewServer(b, lis, maxPayload, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	s.RequireAuth(keys, func(r string) { mu.Lock(); seen[r]++; mu.Unlock() })
+	reg := prometheus.NewRegistry()
+	m := metrics.NewPS(reg)
+	s := NewServer(b, lis, Config{MaxPayload: maxPayload, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: m, Auth: keys})
 	done := make(chan error, 1)
 	go func() { done <- s.Serve() }()
 	t.Cleanup(func() { s.Close(); <-done })
 	return lis.Addr().String(), func() map[string]int {
-		mu.Lock()
-		defer mu.Unlock()
 		out := map[string]int{}
-		for k, v := range seen {
-			out[k] = v
+		for _, r := range []string{auth.ReasonNoCredential, auth.ReasonBadCredential, auth.ReasonForbidden, auth.ReasonCertificate} {
+			if n := int(testutil.ToFloat64(m.RejectedRequests.WithLabelValues(r))); n > 0 {
+				out[r] = n
+			}
 		}
 		return out
 	}

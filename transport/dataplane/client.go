@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -116,6 +117,11 @@ func (c *Client) connect(ctx context.Context) error {
 // call sends one request and reads its response. The payload is sent
 // from its slices as they are (writev). The response's payload goes into
 // dst if it is given and the sizes agree, else into the client's buffer.
+//
+// A server closes a connection that stays idle (dataplane.Limits
+// IdleTimeout); if a reused connection turns out closed before any of
+// the response arrives, the request was never read: call sends it once
+// more on a new connection.
 func (c *Client) call(ctx context.Context, req request, payload net.Buffers, dst [][]float32) (response, []byte, error) {
 	if len(req.runID) > 255 { // the frame has one byte for its length
 		return response{}, nil, status.Error(codes.InvalidArgument, "run id longer than 255 bytes")
@@ -125,9 +131,57 @@ func (c *Client) call(ctx context.Context, req request, payload net.Buffers, dst
 	if err := ctx.Err(); err != nil {
 		return response{}, nil, status.FromContextError(err).Err()
 	}
-	if err := c.connect(ctx); err != nil {
-		return response{}, nil, err
+	n := 0
+	for _, p := range payload {
+		n += len(p)
 	}
+	req.payloadLen = uint32(n)
+	for attempt := 0; ; attempt++ {
+		reused := c.conn != nil
+		if err := c.connect(ctx); err != nil {
+			return response{}, nil, err
+		}
+		resp, direct, err := c.exchange(ctx, req, payload, dst)
+		if err == nil {
+			if resp.code != 0 {
+				return response{}, nil, status.Error(codes.Code(resp.code), string(c.buf))
+			}
+			if direct {
+				return resp, nil, nil
+			}
+			return resp, c.buf, nil
+		}
+		c.drop()
+		if reused && attempt == 0 && errors.Is(err, errClosedByServer) && ctx.Err() == nil {
+			continue
+		}
+		addr := c.addr
+		c.addr = "" // the PS may have restarted elsewhere: ask it again
+		if ctx.Err() != nil {
+			return response{}, nil, status.FromContextError(ctx.Err()).Err()
+		}
+		var ne net.Error
+		if _, ok := ctx.Deadline(); ok && errors.As(err, &ne) && ne.Timeout() {
+			// The connection's deadline is the context's; it can fire a
+			// moment before the context says so.
+			return response{}, nil, status.FromContextError(context.DeadlineExceeded).Err()
+		}
+		if errors.Is(err, ErrBadFrame) {
+			return response{}, nil, status.Errorf(codes.Internal, "data plane %s: %v", addr, err)
+		}
+		return response{}, nil, status.Errorf(codes.Unavailable, "data plane %s: %v", addr, err)
+	}
+}
+
+// errClosedByServer wraps an error that shows the server closed the
+// connection before answering: the write failed (broken pipe, reset) or
+// the connection ended before the response's first byte.
+var errClosedByServer = errors.New("closed by the server before answering")
+
+// exchange writes one request on the connection and reads its response
+// (an error response's message into c.buf). direct: the payload went
+// into dst. Call with mu and a connection.
+func (c *Client) exchange(ctx context.Context, req request, payload net.Buffers, dst [][]float32) (resp response, direct bool, err error) {
 	conn := c.conn
 	if d, ok := ctx.Deadline(); ok {
 		conn.SetDeadline(d)
@@ -142,61 +196,45 @@ func (c *Client) call(ctx context.Context, req request, payload net.Buffers, dst
 			c.drop()
 		}
 	}()
-	n := 0
-	for _, p := range payload {
-		n += len(p)
-	}
-	req.payloadLen = uint32(n)
 	c.hdr = appendSigned(c.hdr[:0], req, c.auth)
 	bufs := append(net.Buffers{c.hdr}, payload...)
-	_, err := bufs.WriteTo(conn)
-	var resp response
-	if err == nil {
-		resp, err = readResponse(c.rd, c.scratch, c.maxPayload)
+	if _, err := bufs.WriteTo(conn); err != nil {
+		return resp, false, closedByServer(err)
 	}
-	direct := false
-	if err == nil && resp.code == 0 && dst != nil && wire.SharesMemory() {
+	if _, err := c.rd.Peek(1); err != nil {
+		return resp, false, closedByServer(err)
+	}
+	if resp, err = readResponse(c.rd, c.scratch, c.maxPayload); err != nil {
+		return resp, false, err
+	}
+	if resp.code == 0 && dst != nil && wire.SharesMemory() {
 		want := 0
 		for _, d := range dst {
 			want += 4 * len(d)
 		}
 		direct = int(resp.payloadLen) == want
 	}
-	if err == nil && direct {
+	if direct {
 		for _, d := range dst {
-			if _, err = io.ReadFull(c.rd, wire.Bytes(d)); err != nil {
-				break
+			if _, err := io.ReadFull(c.rd, wire.Bytes(d)); err != nil {
+				return resp, false, err
 			}
 		}
 		c.buf = c.buf[:0]
-	} else if err == nil {
-		c.buf = grow(c.buf, int(resp.payloadLen))
-		_, err = io.ReadFull(c.rd, c.buf)
+		return resp, true, nil
 	}
-	if err != nil {
-		c.drop()
-		c.addr = "" // the PS may have restarted elsewhere: ask it again
-		if ctx.Err() != nil {
-			return response{}, nil, status.FromContextError(ctx.Err()).Err()
-		}
-		var ne net.Error
-		if _, ok := ctx.Deadline(); ok && errors.As(err, &ne) && ne.Timeout() {
-			// The connection's deadline is the context's; it can fire a
-			// moment before the context says so.
-			return response{}, nil, status.FromContextError(context.DeadlineExceeded).Err()
-		}
-		if errors.Is(err, ErrBadFrame) {
-			return response{}, nil, status.Errorf(codes.Internal, "data plane %s: %v", c.addr, err)
-		}
-		return response{}, nil, status.Errorf(codes.Unavailable, "data plane %s: %v", c.addr, err)
+	c.buf = grow(c.buf, int(resp.payloadLen))
+	_, err = io.ReadFull(c.rd, c.buf)
+	return resp, false, err
+}
+
+// closedByServer wraps err with errClosedByServer if it says the peer
+// closed the connection.
+func closedByServer(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		return fmt.Errorf("%w: %w", errClosedByServer, err)
 	}
-	if resp.code != 0 {
-		return response{}, nil, status.Error(codes.Code(resp.code), string(c.buf))
-	}
-	if direct {
-		return resp, nil, nil
-	}
-	return resp, c.buf, nil
+	return err
 }
 
 // Pull is ParameterServerClient.Pull over the data plane.

@@ -80,7 +80,7 @@ func start(t *testing.T, maxPayload int) (*fakeBackend, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := NewServer(b, lis, maxPayload, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s := NewServer(b, lis, Config{MaxPayload: maxPayload, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	done := make(chan error, 1)
 	go func() { done <- s.Serve() }()
 	t.Cleanup(func() {

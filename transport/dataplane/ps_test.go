@@ -45,7 +45,7 @@ func TestDataPositionAndRetainOverTheDataPlane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ds := NewServer(srv, lis, 1<<20, log)
+	ds := NewServer(srv, lis, Config{MaxPayload: 1 << 20, Log: log})
 	go ds.Serve()
 	t.Cleanup(func() { ds.Close() })
 	c := client(lis.Addr().String(), 1<<20)

@@ -5,8 +5,10 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"sync"
 	"time"
@@ -14,6 +16,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/pstrain/pstrain/internal/ratelog"
+	"github.com/pstrain/pstrain/observe/metrics"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/transport/auth"
 )
@@ -27,15 +31,40 @@ type Backend interface {
 	Push(context.Context, *pb.PushRequest) (*pb.PushResponse, error)
 }
 
+// Config configures a Server.
+type Config struct {
+	// MaxPayload is the largest payload a frame may announce
+	// (--max-message-mb, or less); a larger one is refused before it is
+	// read.
+	MaxPayload int
+	// Limits bound connections, buffered bytes and slow clients.
+	Limits Limits
+	Log    *slog.Logger
+	// Metrics receives the refusal counts, the connection count and the
+	// bytes buffered (nil: none).
+	Metrics *metrics.PS
+	// Now is the clock of the refusal log and of buffer reuse (nil:
+	// time.Now). Connection deadlines use the real clock.
+	Now func() time.Time
+	// Auth, when set, is the run's keyring: every request must carry a
+	// valid session credential whose sender may make it (auth.AllowPull,
+	// auth.AllowPush), or it is refused before its payload is read and
+	// its connection closed. nil: no credential is needed (tests).
+	Auth *auth.Keyring
+}
+
 // Server serves a Backend on a listener (wrap it with tls.NewListener for
 // TLS).
 type Server struct {
-	b          Backend
-	lis        net.Listener
-	maxPayload int
-	log        *slog.Logger
-	keys       *auth.Keyring       // nil: requests need no credential
-	refused    func(reason string) // told every refused request's reason
+	b       Backend
+	lis     net.Listener
+	cfg     Config
+	lim     Limits
+	m       *metrics.PS
+	refusal *ratelog.Logger
+	bufs    *buffers
+	ctx     context.Context // cancelled by Close
+	stop    context.CancelFunc
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -43,28 +72,45 @@ type Server struct {
 	wg     sync.WaitGroup
 }
 
-// NewServer returns a server for b on lis; payloads above maxPayload bytes
-// are refused and their connection closed.
-func NewServer(b Backend, lis net.Listener, maxPayload int, log *slog.Logger) *Server {
-	return &Server{b: b, lis: lis, maxPayload: maxPayload, log: log, conns: map[net.Conn]struct{}{}}
+// NewServer returns a server for b on lis.
+func NewServer(b Backend, lis net.Listener, cfg Config) *Server {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	m := cfg.Metrics
+	if m == nil {
+		m = metrics.NewPS(nil)
+	}
+	lim := cfg.Limits.WithDefaults()
+	ctx, stop := context.WithCancel(context.Background())
+	return &Server{b: b, lis: lis, cfg: cfg, lim: lim, m: m, refusal: ratelog.New(cfg.Log, lim.LogEvery, cfg.Now),
+		bufs: newBuffers(lim, cfg.Now, func(n int64) { m.DataPlaneBuffered.Set(float64(n)) }),
+		ctx:  ctx, stop: stop, conns: map[net.Conn]struct{}{}}
 }
 
-// RequireAuth makes the server refuse every request without a valid
-// session credential of keys (or one its sender may not make: see
-// auth.AllowPull and auth.AllowPush), before reading its payload, and
-// close the connection; refused, when set, is told the reason. Call
-// before Serve.
-func (s *Server) RequireAuth(keys *auth.Keyring, refused func(reason string)) {
-	s.keys, s.refused = keys, refused
-}
+// SetPushSize tells the server the size in bytes of the shard's
+// gradient as pushed (its parameters times 4, or 2 with bf16): a push
+// announcing more is refused before its payload is read, and the buffer
+// budget holds at least MinBufferedPushes such pushes. Call it whenever
+// the shard is initialised.
+func (s *Server) SetPushSize(n int) { s.bufs.setSize(n) }
 
 // Addr is the listening address.
 func (s *Server) Addr() net.Addr { return s.lis.Addr() }
 
 // Serve accepts connections until Close. It returns nil after Close. An
 // accept error (e.g. out of file descriptors) is logged and retried with
-// backoff, as net/http does, so the data plane never stops quietly.
+// backoff, as net/http does, so the data plane never stops quietly. A
+// connection past Limits.MaxConns is closed at once.
 func (s *Server) Serve() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go s.housekeep()
 	backoff := 5 * time.Millisecond
 	for {
 		c, err := s.lis.Accept()
@@ -75,8 +121,11 @@ func (s *Server) Serve() error {
 			if closed {
 				return nil
 			}
-			s.log.Warn("data plane: accept failed; retrying", "err", err, "in", backoff)
-			time.Sleep(backoff)
+			s.cfg.Log.Warn("data plane: accept failed; retrying", "err", err, "in", backoff)
+			select {
+			case <-time.After(backoff):
+			case <-s.ctx.Done():
+			}
 			backoff = min(2*backoff, time.Second)
 			continue
 		}
@@ -87,16 +136,45 @@ func (s *Server) Serve() error {
 			c.Close()
 			return nil
 		}
+		if len(s.conns) >= s.lim.MaxConns {
+			s.mu.Unlock()
+			s.cut(c, "limit", fmt.Errorf("%d connections open (--max-connections)", s.lim.MaxConns))
+			c.Close()
+			continue
+		}
 		s.conns[c] = struct{}{}
+		s.m.DataPlaneConnections.Set(float64(len(s.conns)))
 		s.wg.Add(1)
 		s.mu.Unlock()
 		go func() {
 			defer s.wg.Done()
 			s.serveConn(c)
+			// The slot is free before the client sees the connection
+			// closed.
 			s.mu.Lock()
 			delete(s.conns, c)
+			s.m.DataPlaneConnections.Set(float64(len(s.conns)))
 			s.mu.Unlock()
+			c.Close()
 		}()
+	}
+}
+
+// housekeep flushes the refusal log and drops push buffers kept unused
+// too long, every LogEvery, until Close.
+func (s *Server) housekeep() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.lim.LogEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			s.refusal.Flush(false)
+			s.bufs.trim()
+		case <-s.ctx.Done():
+			s.refusal.Flush(true)
+			return
+		}
 	}
 }
 
@@ -105,6 +183,7 @@ func (s *Server) Serve() error {
 func (s *Server) Close() error {
 	s.mu.Lock()
 	s.closed = true
+	s.stop()
 	err := s.lis.Close()
 	for c := range s.conns {
 		c.Close()
@@ -114,17 +193,39 @@ func (s *Server) Close() error {
 	return err
 }
 
-// serveConn answers one connection's requests in order. The gradient is
-// read into a buffer reused for every push on the connection, and a pull
-// writes the shard's immutable parameter snapshot straight to the socket.
+// cut counts and logs (rate-limited) a connection refused or closed for
+// reason, a ConnectionsClosed reason. An idle connection closed is
+// housekeeping, not a warning (a healthy client reconnects when it next
+// calls): it is logged at debug level.
+func (s *Server) cut(c net.Conn, reason string, err error) {
+	s.m.ConnectionsClosed.WithLabelValues("data", reason).Inc()
+	if reason == "idle" {
+		s.cfg.Log.Debug("data plane: idle connection closed", "remote", c.RemoteAddr().String(), "err", err)
+		return
+	}
+	s.refusal.Warn(reason, "data plane: connection closed", "reason", reason, "remote", c.RemoteAddr().String(), "err", err)
+}
+
+// reject counts and logs (rate-limited) a request refused for reason, a
+// RejectedRequests reason, and answers it with code; the caller then
+// closes the connection.
+func (s *Server) reject(c net.Conn, hdr []byte, reason string, code codes.Code, err error) {
+	s.m.RejectedRequests.WithLabelValues(reason).Inc()
+	s.refusal.Warn(reason, "data plane: request refused; closing its connection", "reason", reason, "remote", c.RemoteAddr().String(), "err", err)
+	s.writeError(c, hdr, code, err.Error())
+}
+
+// serveConn answers one connection's requests in order, until the
+// connection is done; the caller closes it. A push's gradient is read
+// into a buffer from the server's budget, and a pull writes the shard's
+// immutable parameter snapshot straight to the socket.
 func (s *Server) serveConn(c net.Conn) {
-	defer c.Close()
 	if tc, ok := c.(*tls.Conn); ok {
 		// Like gRPC's: a client that never finishes the handshake does not
 		// hold the connection forever.
-		tc.SetDeadline(time.Now().Add(5 * time.Second))
+		tc.SetDeadline(time.Now().Add(handshakeTimeout))
 		if err := tc.Handshake(); err != nil {
-			s.log.Warn("data plane: TLS handshake refused", "remote", c.RemoteAddr(), "err", err)
+			s.cut(c, "tls", err)
 			return
 		}
 		tc.SetDeadline(time.Time{})
@@ -132,64 +233,27 @@ func (s *Server) serveConn(c net.Conn) {
 	rd := bufio.NewReaderSize(c, 64<<10)
 	scratch := make([]byte, 512)
 	hdr := make([]byte, 0, respLen)
-	var payload []byte
 	for {
-		req, err := readRequest(rd, scratch, s.maxPayload)
-		if err != nil {
-			if errors.Is(err, ErrBadFrame) {
-				s.log.Warn("data plane: closing a connection that sent a bad frame", "remote", c.RemoteAddr(), "err", err)
-				s.writeError(c, hdr, codes.InvalidArgument, err.Error())
-			}
+		req, ok := s.readHeader(c, rd, scratch, hdr)
+		if !ok {
 			return
 		}
+		// Who sent it, before its payload is read.
 		if err := s.authorize(c, req); err != nil {
-			if s.refused != nil {
-				s.refused(auth.Reason(err))
-			}
-			s.log.Warn("data plane: refused a request", "remote", c.RemoteAddr(), "err", err)
 			code := codes.PermissionDenied
 			if r := auth.Reason(err); r == auth.ReasonNoCredential || r == auth.ReasonBadCredential {
 				code = codes.Unauthenticated
 			}
-			s.writeError(c, hdr, code, err.Error())
+			s.reject(c, hdr, auth.Reason(err), code, err)
 			return
 		}
-		payload = grow(payload, int(req.payloadLen))
-		if _, err := io.ReadFull(rd, payload); err != nil {
+		payload, ok := s.readPayload(c, rd, req, hdr)
+		if !ok {
 			return
 		}
-		var resp response
-		var body []byte
-		release := func() {}
-		switch req.op {
-		case opPull:
-			pr, done, err := s.pull(c, rd, req)
-			if err != nil {
-				if errors.Is(err, errGone) {
-					return
-				}
-				st := status.Convert(err)
-				resp.code, body = byte(st.Code()), []byte(st.Message())
-				break
-			}
-			resp.version, resp.generation, resp.done, body = pr.Version, pr.Generation, pr.Done, pr.Params
-			resp.dataPosition = pr.DataPosition
-			release = done
-		case opPush:
-			pr, err := s.b.Push(context.Background(), &pb.PushRequest{Worker: req.worker, Version: req.version,
-				Grad: payload, RunId: req.runID, Loss: req.loss, Generation: req.generation, DataPosition: req.dataPos})
-			if err != nil {
-				st := status.Convert(err)
-				resp.code, body = byte(st.Code()), []byte(st.Message())
-				break
-			}
-			resp.outcome, resp.version, resp.done = byte(pr.Outcome), pr.Version, pr.Done
-		}
-		resp.payloadLen = uint32(len(body))
-		bufs := net.Buffers{appendResponse(hdr[:0], resp), body}
-		_, err = bufs.WriteTo(c)
-		release()
-		if err != nil {
+		ok = s.answer(c, rd, req, payload, hdr)
+		s.bufs.put(payload)
+		if !ok {
 			return
 		}
 	}
@@ -198,13 +262,13 @@ func (s *Server) serveConn(c net.Conn) {
 // authorize checks req's credential (when the server requires one) and
 // that its sender may make it.
 func (s *Server) authorize(c net.Conn, req request) error {
-	if s.keys == nil {
+	if s.cfg.Auth == nil {
 		return nil
 	}
 	if req.id.Role == "" {
 		return &auth.Error{Reason: auth.ReasonNoCredential, Msg: "the data plane needs a session credential: register with the chief first (is this client a task of the run?)"}
 	}
-	if err := s.keys.VerifyFrame(req.id, req.signed, req.mac); err != nil {
+	if err := s.cfg.Auth.VerifyFrame(req.id, req.signed, req.mac); err != nil {
 		return err
 	}
 	if err := auth.CheckCertificate(peerCertName(c), req.id); err != nil {
@@ -229,6 +293,116 @@ func peerCertName(c net.Conn) string {
 	return ""
 }
 
+// readHeader waits up to IdleTimeout for a request to start, then up to
+// FrameGrace for the rest of its header. false: the connection is done
+// (closed, idle, slow or sent a bad frame: counted, logged, answered).
+func (s *Server) readHeader(c net.Conn, rd *bufio.Reader, scratch, hdr []byte) (request, bool) {
+	c.SetReadDeadline(time.Now().Add(s.lim.IdleTimeout))
+	if _, err := rd.Peek(1); err != nil {
+		if isTimeout(err) {
+			s.cut(c, "idle", fmt.Errorf("no request for %v", s.lim.IdleTimeout))
+		}
+		return request{}, false
+	}
+	c.SetReadDeadline(time.Now().Add(s.lim.FrameGrace))
+	// The payload's size is checked below against the server's limits,
+	// not by the frame reader, so that it is counted as too large.
+	req, err := readRequest(rd, scratch, math.MaxInt)
+	switch {
+	case err == nil:
+		return req, true
+	case errors.Is(err, ErrBadFrame):
+		s.reject(c, hdr, "bad_frame", codes.InvalidArgument, err)
+	case isTimeout(err):
+		s.cut(c, "slow", fmt.Errorf("request header not in within %v", s.lim.FrameGrace))
+	}
+	return request{}, false
+}
+
+// readPayload reads a push's gradient into a buffer of the budget,
+// within FrameGrace + length/MinRate. A push larger than MaxPayload, the
+// shard's push size or the whole budget is refused before its payload is
+// read, as is one the budget has no room for within BufferWait. false:
+// the connection is done.
+func (s *Server) readPayload(c net.Conn, rd *bufio.Reader, req request, hdr []byte) ([]byte, bool) {
+	defer c.SetReadDeadline(time.Time{})
+	n := int(req.payloadLen)
+	if n > s.cfg.MaxPayload {
+		s.reject(c, hdr, "too_large", codes.InvalidArgument,
+			fmt.Errorf("%w: payload of %d bytes exceeds the limit of %d (--max-message-mb)", errTooLarge, n, s.cfg.MaxPayload))
+		return nil, false
+	}
+	payload, err := s.bufs.get(s.ctx, n, s.lim.BufferWait)
+	switch {
+	case errors.Is(err, errTooLarge):
+		s.reject(c, hdr, "too_large", codes.InvalidArgument, err)
+		return nil, false
+	case errors.Is(err, errBusy):
+		used, kept, limit := s.bufs.stats()
+		s.reject(c, hdr, "busy", codes.Unavailable, fmt.Errorf("%w (%d of %d bytes in use, %d kept)", err, used, limit, kept))
+		return nil, false
+	case err != nil:
+		return nil, false // the server is closing
+	}
+	c.SetReadDeadline(time.Now().Add(s.lim.frameTime(n)))
+	if _, err := io.ReadFull(rd, payload); err != nil {
+		s.bufs.put(payload)
+		if isTimeout(err) {
+			s.cut(c, "slow", fmt.Errorf("a payload of %d bytes not in within %v", n, s.lim.frameTime(n)))
+		}
+		return nil, false
+	}
+	return payload, true
+}
+
+// answer handles one request and writes its response within
+// FrameGrace + length/MinRate. false: the connection is done.
+func (s *Server) answer(c net.Conn, rd *bufio.Reader, req request, payload, hdr []byte) bool {
+	var resp response
+	var body []byte
+	release := func() {}
+	switch req.op {
+	case opPull:
+		pr, done, err := s.pull(c, rd, req)
+		if err != nil {
+			if errors.Is(err, errGone) {
+				return false
+			}
+			st := status.Convert(err)
+			resp.code, body = byte(st.Code()), []byte(st.Message())
+			break
+		}
+		resp.version, resp.generation, resp.done, body = pr.Version, pr.Generation, pr.Done, pr.Params
+		resp.dataPosition = pr.DataPosition
+		release = done
+	case opPush:
+		pr, err := s.b.Push(context.Background(), &pb.PushRequest{Worker: req.worker, Version: req.version,
+			Grad: payload, RunId: req.runID, Loss: req.loss, Generation: req.generation, DataPosition: req.dataPos})
+		if err != nil {
+			st := status.Convert(err)
+			resp.code, body = byte(st.Code()), []byte(st.Message())
+			break
+		}
+		resp.outcome, resp.version, resp.done = byte(pr.Outcome), pr.Version, pr.Done
+	}
+	resp.payloadLen = uint32(len(body))
+	bufs := net.Buffers{appendResponse(hdr[:0], resp), body}
+	c.SetWriteDeadline(time.Now().Add(s.lim.frameTime(len(body))))
+	_, err := bufs.WriteTo(c)
+	c.SetWriteDeadline(time.Time{})
+	release()
+	if isTimeout(err) {
+		s.cut(c, "slow", fmt.Errorf("a response of %d bytes not taken within %v", len(body), s.lim.frameTime(len(body))))
+	}
+	return err == nil
+}
+
+// isTimeout reports a deadline that passed.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
 // errGone means the client went away while its pull was blocked.
 var errGone = errors.New("dataplane: client gone")
 
@@ -243,8 +417,7 @@ func (s *Server) pull(c net.Conn, rd *bufio.Reader, req request) (resp *pb.PullR
 	watched := make(chan bool, 1) // true: the client is gone
 	go func() {
 		_, err := rd.Peek(1)
-		var ne net.Error
-		gone := !(errors.As(err, &ne) && ne.Timeout())
+		gone := !isTimeout(err)
 		if gone {
 			cancel()
 		}

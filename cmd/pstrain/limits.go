@@ -1,0 +1,46 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"time"
+
+	"github.com/pstrain/pstrain/task"
+	"github.com/pstrain/pstrain/transport/dataplane"
+)
+
+// limitFlags are a task's resource limits (docs/security.md, "Limits").
+type limitFlags struct {
+	maxConns      *int
+	maxBufferedMB *int
+	idleTimeout   *time.Duration
+}
+
+func bindLimitFlags(fs *flag.FlagSet) limitFlags {
+	return limitFlags{
+		maxConns: fs.Int("max-connections", 0,
+			"connections each listener (gRPC; a PS's data plane) serves at once; more are closed at once (0 = 2 per task of the cluster + 64)"),
+		maxBufferedMB: fs.Int("max-buffered-mb", dataplane.DefaultMaxBuffered>>20,
+			"ps: MiB of push payloads the data plane buffers at once over all connections, at least (workers + 1) pushes of the shard"),
+		idleTimeout: fs.Duration("idle-timeout", dataplane.DefaultIdleTimeout,
+			"close a connection with no request for this long (clients reconnect by themselves)"),
+	}
+}
+
+func (l limitFlags) validate() error {
+	switch {
+	case *l.maxConns < 0:
+		return errors.New("--max-connections must not be negative")
+	case *l.maxBufferedMB <= 0:
+		return errors.New("--max-buffered-mb must be positive")
+	case *l.idleTimeout <= 0:
+		return errors.New("--idle-timeout must be positive")
+	}
+	return nil
+}
+
+func (l limitFlags) apply(o *task.Options) {
+	o.MaxConnections = *l.maxConns
+	o.MaxBufferedBytes = int64(*l.maxBufferedMB) << 20
+	o.IdleTimeout = *l.idleTimeout
+}
