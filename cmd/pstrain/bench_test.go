@@ -91,7 +91,9 @@ func TestBenchMemoryJSON(t *testing.T) {
 	var got struct {
 		Compute *json.RawMessage `json:"compute"`
 		Memory  *struct {
-			Worker, Chief, PS role
+			Roles struct { // memory.roles.{ps,worker,chief} (the architecture's contract)
+				Worker, Chief, PS role
+			} `json:"roles"`
 			Shards            []json.RawMessage `json:"shards"`
 			TotalPeakRSSBytes int64             `json:"total_peak_rss_bytes"`
 		} `json:"memory"`
@@ -104,22 +106,23 @@ func TestBenchMemoryJSON(t *testing.T) {
 		t.Fatalf("want the memory section alone: %s", stdout.String())
 	}
 	sum := int64(0)
-	for name, r := range map[string]role{"worker": m.Worker, "chief": m.Chief, "ps": m.PS} {
+	roles := m.Roles
+	for name, r := range map[string]role{"worker": roles.Worker, "chief": roles.Chief, "ps": roles.PS} {
 		if r.Tasks == nil || r.PeakRSSBytes == nil || r.MeetsGoal == nil {
-			t.Fatalf("memory.%s lacks tasks, peak_rss_bytes or meets_goal: %s", name, stdout.String())
+			t.Fatalf("memory.roles.%s lacks tasks, peak_rss_bytes or meets_goal: %s", name, stdout.String())
 		}
 		if *r.PeakRSSBytes <= 0 {
-			t.Errorf("memory.%s.peak_rss_bytes = %d", name, *r.PeakRSSBytes)
+			t.Errorf("memory.roles.%s.peak_rss_bytes = %d", name, *r.PeakRSSBytes)
 		}
 		sum += int64(*r.Tasks) * *r.PeakRSSBytes
 		t.Logf("%s: %d task(s), peak RSS %.1f MiB (goal met: %v)", name, *r.Tasks, float64(*r.PeakRSSBytes)/(1<<20), *r.MeetsGoal)
 	}
-	if *m.Worker.Tasks != 2 || *m.Chief.Tasks != 1 || *m.PS.Tasks != 2 || len(m.Shards) != 2 {
+	if *roles.Worker.Tasks != 2 || *roles.Chief.Tasks != 1 || *roles.PS.Tasks != 2 || len(m.Shards) != 2 {
 		t.Errorf("tasks: %d workers, %d chief, %d PS, %d shards; want the default cluster's 2, 1, 2, 2",
-			*m.Worker.Tasks, *m.Chief.Tasks, *m.PS.Tasks, len(m.Shards))
+			*roles.Worker.Tasks, *roles.Chief.Tasks, *roles.PS.Tasks, len(m.Shards))
 	}
-	if m.Worker.GoalBytes != 120<<20 || m.Chief.GoalBytes != 120<<20 {
-		t.Errorf("goals: worker %d, chief %d; want 120 MiB", m.Worker.GoalBytes, m.Chief.GoalBytes)
+	if roles.Worker.GoalBytes != 120<<20 || roles.Chief.GoalBytes != 120<<20 {
+		t.Errorf("goals: worker %d, chief %d; want 120 MiB", roles.Worker.GoalBytes, roles.Chief.GoalBytes)
 	}
 	// The total is over every task; each role's peak is its largest task's.
 	if m.TotalPeakRSSBytes <= 0 || m.TotalPeakRSSBytes > sum {

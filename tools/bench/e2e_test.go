@@ -99,10 +99,10 @@ func TestRunEndToEndAndMemoryWithFakeRunner(t *testing.T) {
 	}
 	// Every role's peak RSS, from the default cluster's run.
 	m := res.Memory
-	if m.Worker != (MemoryRole{Tasks: 2, PeakRSSBytes: 95 << 20, GoalBytes: RoleGoalBytes, MeetsGoal: true}) ||
-		m.Chief != (MemoryRole{Tasks: 1, PeakRSSBytes: 130 << 20, GoalBytes: RoleGoalBytes, MeetsGoal: false}) ||
-		m.PS.Tasks != 2 || m.PS.PeakRSSBytes != 61<<20 || m.PS.MeetsGoal != m.MeetsGoal || m.TotalPeakRSSBytes != (60+61+90+95+130)<<20 {
-		t.Errorf("roles: worker %+v chief %+v ps %+v total %d", m.Worker, m.Chief, m.PS, m.TotalPeakRSSBytes)
+	if m.Roles.Worker != (MemoryRole{Tasks: 2, PeakRSSBytes: 95 << 20, GoalBytes: RoleGoalBytes, MeetsGoal: true}) ||
+		m.Roles.Chief != (MemoryRole{Tasks: 1, PeakRSSBytes: 130 << 20, GoalBytes: RoleGoalBytes, MeetsGoal: false}) ||
+		m.Roles.PS.Tasks != 2 || m.Roles.PS.PeakRSSBytes != 61<<20 || m.Roles.PS.MeetsGoal != m.MeetsGoal || m.TotalPeakRSSBytes != (60+61+90+95+130)<<20 {
+		t.Errorf("roles: %+v total %d", m.Roles, m.TotalPeakRSSBytes)
 	}
 
 	res, err = Run(context.Background(), Config{Sections: []string{SectionEndToEnd, SectionMemory}, Quick: true,

@@ -52,19 +52,25 @@ type MemoryShard struct {
 }
 
 // MemoryResult is the memory section. PSRSSOverState is the largest of
-// the shards' ratios; MeetsGoal is the shards' goal. Worker, Chief and PS
-// are each role's peak RSS in the same run, TotalPeakRSSBytes the sum
-// over every task.
+// the shards' ratios; MeetsGoal is the shards' goal. Roles are each
+// role's peak RSS in the same run, TotalPeakRSSBytes the sum over every
+// task.
 type MemoryResult struct {
 	Model             string        `json:"model"`
 	Optimizer         string        `json:"optimizer"`
 	PSRSSOverState    float64       `json:"ps_rss_over_state"`
 	MeetsGoal         bool          `json:"meets_goal"`
 	Shards            []MemoryShard `json:"shards"`
-	Worker            MemoryRole    `json:"worker"`
-	Chief             MemoryRole    `json:"chief"`
-	PS                MemoryRole    `json:"ps"`
+	Roles             MemoryRoles   `json:"roles"`
 	TotalPeakRSSBytes int64         `json:"total_peak_rss_bytes"`
+}
+
+// MemoryRoles are the figures of each role (memory.roles.{worker,chief,ps}
+// in the JSON, an architecture contract).
+type MemoryRoles struct {
+	Worker MemoryRole `json:"worker"`
+	Chief  MemoryRole `json:"chief"`
+	PS     MemoryRole `json:"ps"`
 }
 
 // RoleGoalBytes is the goal for a worker's and the chief's peak RSS in
@@ -95,10 +101,10 @@ func Memory(rep *report.Report) (*MemoryResult, error) {
 		return nil, err
 	}
 	res := &MemoryResult{Model: rep.Model, Optimizer: rep.Optimizer, MeetsGoal: true}
-	if res.Worker, err = roleMemory(rep, "worker", rep.Workers, RoleGoalBytes); err != nil {
+	if res.Roles.Worker, err = roleMemory(rep, "worker", rep.Workers, RoleGoalBytes); err != nil {
 		return nil, err
 	}
-	if res.Chief, err = roleMemory(rep, "chief", 1, RoleGoalBytes); err != nil {
+	if res.Roles.Chief, err = roleMemory(rep, "chief", 1, RoleGoalBytes); err != nil {
 		return nil, err
 	}
 	for _, t := range rep.Tasks {
@@ -120,10 +126,10 @@ func Memory(rep *report.Report) (*MemoryResult, error) {
 		res.MeetsGoal = res.MeetsGoal && m.MeetsGoal
 		res.PSRSSOverState = max(res.PSRSSOverState, m.RSSOverState)
 		res.Shards = append(res.Shards, m)
-		res.PS.Tasks++
-		res.PS.PeakRSSBytes = max(res.PS.PeakRSSBytes, m.PeakRSSBytes)
+		res.Roles.PS.Tasks++
+		res.Roles.PS.PeakRSSBytes = max(res.Roles.PS.PeakRSSBytes, m.PeakRSSBytes)
 	}
-	res.PS.MeetsGoal = res.MeetsGoal
+	res.Roles.PS.MeetsGoal = res.MeetsGoal
 	return res, nil
 }
 

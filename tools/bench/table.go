@@ -81,14 +81,14 @@ func WriteTable(w io.Writer, r *Result) error {
 		for _, r := range []struct {
 			name string
 			r    MemoryRole
-		}{{"worker", mem.Worker}, {"chief", mem.Chief}, {"ps", mem.PS}} {
+		}{{"worker", mem.Roles.Worker}, {"chief", mem.Roles.Chief}, {"ps", mem.Roles.PS}} {
 			goal := "per shard"
 			if r.r.GoalBytes > 0 {
 				goal = fmt.Sprintf("%.0f", mib(r.r.GoalBytes))
 			}
 			fmt.Fprintf(tw, "  %s\t%d\t%.1f\t%s\t%v\n", r.name, r.r.Tasks, mib(r.r.PeakRSSBytes), goal, r.r.MeetsGoal)
 		}
-		fmt.Fprintf(tw, "  all tasks\t%d\t%.1f\t\t\n", mem.Worker.Tasks+mem.Chief.Tasks+mem.PS.Tasks, mib(mem.TotalPeakRSSBytes))
+		fmt.Fprintf(tw, "  all tasks\t%d\t%.1f\t\t\n", mem.Roles.Worker.Tasks+mem.Roles.Chief.Tasks+mem.Roles.PS.Tasks, mib(mem.TotalPeakRSSBytes))
 	}
 	if len(r.Errors) > 0 {
 		fmt.Fprintln(tw, "\nfailed sections:")
