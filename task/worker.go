@@ -2,6 +2,7 @@ package task
 
 import (
 	"context"
+	"math"
 
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/ml/blas"
@@ -51,7 +52,9 @@ func RunWorker(ctx context.Context, o Options, blasThreads int) error {
 		return err
 	}
 	// Only the shard's images, as stored (a byte per pixel), converted a
-	// batch at a time into the net's input.
+	// batch at a time into the net's input. The shard is the one this
+	// registration names (the task's index of --workers); a process
+	// registers once, and a restarted worker reads its range anew.
 	shard, err := train.Shard(dataset.ShardSpec{Index: int(reg0.DataShard), Count: int(reg0.NumDataShards),
 		Fraction: o.Run.DataFraction, Seed: o.Run.Seed})
 	if err != nil {
@@ -61,7 +64,7 @@ func RunWorker(ctx context.Context, o Options, blasThreads int) error {
 	// like drop_remainder), so every step has exactly Batch samples and the
 	// graph keeps one shape; the worker seeks them to its data position.
 	batches := dataset.NewFullBatches(dataset.NewBatcher(shard, o.Run.Batch, o.Run.Seed+int64(reg0.DataShard)))
-	o.Log.Info("worker registered", "task", o.Task, "run", reg0.RunId, "data_shard", reg0.DataShard, "samples", shard.N, "data_mib", float64(shard.HeldBytes())/(1<<20), "blas", blas.Name)
+	o.Log.Info("worker registered", "task", o.Task, "run", reg0.RunId, "data_shard", reg0.DataShard, "samples", shard.N, "data_mib", math.Round(float64(shard.HeldBytes())/(1<<20)*10)/10, "blas", blas.Name)
 
 	var shards []worker.Shard
 	for _, a := range o.Cluster.PS {
