@@ -57,7 +57,7 @@ func (e *Evaluator) Score(stride int) (acc, loss float64, n int, err error) {
 		labels = labels[:0]
 		for ; next < e.test.N && len(labels) < b; next += stride {
 			k := len(labels)
-			copy(x[k*dim:(k+1)*dim], e.test.Images[next*dim:(next+1)*dim])
+			e.test.Sample(next, x[k*dim:(k+1)*dim])
 			labels = append(labels, e.test.Labels[next])
 		}
 		n := len(labels)

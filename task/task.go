@@ -277,18 +277,6 @@ func (o Options) register(ctx context.Context, client pb.ChiefClient, spec *mode
 	return nil, fmt.Errorf("chief at %s refused %s: %s", chiefAddr, o.Task, status.Convert(err).Message())
 }
 
-// loadData loads the run's data set (train and test).
-func loadData(r config.Run) (train, test *dataset.Dataset, err error) {
-	train, test, err = dataset.Load(r.DataDir, r.Dataset)
-	if err != nil {
-		return nil, nil, err
-	}
-	if r.DataFraction < 1 {
-		train = train.Subset(r.DataFraction, r.Seed)
-	}
-	return train, test, nil
-}
-
 // specFor is the model for the data set's shape.
 func specFor(r config.Run, ds *dataset.Dataset) model.Spec {
 	return r.Spec(ds.Dim, ds.Classes)

@@ -2,6 +2,7 @@ package task
 
 import (
 	"context"
+	"math"
 
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/ml/blas"
@@ -23,11 +24,13 @@ func RunWorker(ctx context.Context, o Options, blasThreads int) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	train, test, err := loadData(o.Run)
+	// The training set's shape and labels; the images of the worker's
+	// shard are read once the chief has said which shard that is.
+	train, err := dataset.OpenTrainSet(o.Run.DataDir, o.Run.Dataset)
 	if err != nil {
 		return err
 	}
-	spec := specFor(o.Run, test)
+	spec := o.Run.Spec(train.Dim, train.Classes)
 	plan, err := partition.New(spec, len(o.Cluster.PS))
 	if err != nil {
 		return err
@@ -51,12 +54,20 @@ func RunWorker(ctx context.Context, o Options, blasThreads int) error {
 	if err != nil {
 		return err
 	}
-	shard := train.Shard(int(reg0.DataShard), int(reg0.NumDataShards))
+	// Only the shard's images, as stored (a byte per pixel), converted a
+	// batch at a time into the net's input. The shard is the one this
+	// registration names (the task's index of --workers); a process
+	// registers once, and a restarted worker reads its range anew.
+	shard, err := train.Shard(dataset.ShardSpec{Index: int(reg0.DataShard), Count: int(reg0.NumDataShards),
+		Fraction: o.Run.DataFraction, Seed: o.Run.Seed})
+	if err != nil {
+		return err
+	}
 	// Full batches only (the short one at the end of an epoch is skipped,
 	// like drop_remainder), so every step has exactly Batch samples and the
 	// graph keeps one shape; the worker seeks them to its data position.
 	batches := dataset.NewFullBatches(dataset.NewBatcher(shard, o.Run.Batch, o.Run.Seed+int64(reg0.DataShard)))
-	o.Log.Info("worker registered", "run", reg0.RunId, "data_shard", reg0.DataShard, "samples", shard.N, "blas", blas.Name)
+	o.Log.Info("worker registered", "run", reg0.RunId, "data_shard", reg0.DataShard, "samples", shard.N, "data_mib", math.Round(float64(shard.HeldBytes())/(1<<20)*10)/10, "blas", blas.Name)
 
 	var shards []worker.Shard
 	for _, a := range o.Cluster.PS {

@@ -1,13 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/pstrain/pstrain/internal/testbin"
 )
 
 func TestBenchRejectsBadFlags(t *testing.T) {
@@ -57,5 +62,70 @@ func TestBenchPredict(t *testing.T) {
 	// 10 ms compute + 2 x max(1 ms software, 1 ms link) + 0.1 ms update.
 	if d := got.Prediction.StepSeconds - 0.0121; d > 1e-9 || d < -1e-9 {
 		t.Errorf("step = %v s, want 0.0121", got.Prediction.StepSeconds)
+	}
+}
+
+// TestBenchMemoryJSON runs `pstrain bench --sections memory --json` for
+// real: one default cluster run (2 PS, 2 workers, to the target), whose
+// report gives every role's peak RSS. It checks the JSON's shape and that
+// the figures come from that run, not how large they are.
+func TestBenchMemoryJSON(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a cluster")
+	}
+	d := testbin.MNIST(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin.Path(t), "bench", "--sections", "memory", "--json", "--data-dir", d, "--work-dir", t.TempDir())
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("pstrain bench: %v\n%s\n%s", err, stdout.String(), stderr.String())
+	}
+	type role struct {
+		Tasks        *int   `json:"tasks"`
+		PeakRSSBytes *int64 `json:"peak_rss_bytes"`
+		GoalBytes    int64  `json:"goal_bytes"`
+		MeetsGoal    *bool  `json:"meets_goal"`
+	}
+	var got struct {
+		Compute *json.RawMessage `json:"compute"`
+		Memory  *struct {
+			Roles struct { // memory.roles.{ps,worker,chief} (the architecture's contract)
+				Worker, Chief, PS role
+			} `json:"roles"`
+			Shards            []json.RawMessage `json:"shards"`
+			TotalPeakRSSBytes int64             `json:"total_peak_rss_bytes"`
+		} `json:"memory"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
+		t.Fatalf("%v in %s", err, stdout.String())
+	}
+	m := got.Memory
+	if m == nil || got.Compute != nil {
+		t.Fatalf("want the memory section alone: %s", stdout.String())
+	}
+	sum := int64(0)
+	roles := m.Roles
+	for name, r := range map[string]role{"worker": roles.Worker, "chief": roles.Chief, "ps": roles.PS} {
+		if r.Tasks == nil || r.PeakRSSBytes == nil || r.MeetsGoal == nil {
+			t.Fatalf("memory.roles.%s lacks tasks, peak_rss_bytes or meets_goal: %s", name, stdout.String())
+		}
+		if *r.PeakRSSBytes <= 0 {
+			t.Errorf("memory.roles.%s.peak_rss_bytes = %d", name, *r.PeakRSSBytes)
+		}
+		sum += int64(*r.Tasks) * *r.PeakRSSBytes
+		t.Logf("%s: %d task(s), peak RSS %.1f MiB (goal met: %v)", name, *r.Tasks, float64(*r.PeakRSSBytes)/(1<<20), *r.MeetsGoal)
+	}
+	if *roles.Worker.Tasks != 2 || *roles.Chief.Tasks != 1 || *roles.PS.Tasks != 2 || len(m.Shards) != 2 {
+		t.Errorf("tasks: %d workers, %d chief, %d PS, %d shards; want the default cluster's 2, 1, 2, 2",
+			*roles.Worker.Tasks, *roles.Chief.Tasks, *roles.PS.Tasks, len(m.Shards))
+	}
+	if roles.Worker.GoalBytes != 120<<20 || roles.Chief.GoalBytes != 120<<20 {
+		t.Errorf("goals: worker %d, chief %d; want 120 MiB", roles.Worker.GoalBytes, roles.Chief.GoalBytes)
+	}
+	// The total is over every task; each role's peak is its largest task's.
+	if m.TotalPeakRSSBytes <= 0 || m.TotalPeakRSSBytes > sum {
+		t.Errorf("total_peak_rss_bytes = %d, want in (0, %d]", m.TotalPeakRSSBytes, sum)
 	}
 }

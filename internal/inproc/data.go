@@ -42,8 +42,9 @@ func SyntheticSplit(nTrain, nTest, dim, classes int, seed uint64) (train, test *
 	return train, test
 }
 
-// NewBatches is how a worker task reads its data shard: the full batches
+// NewBatches is how a worker task reads its data shard (a
+// dataset.TrainShard there, any dataset.Samples here): the full batches
 // (dataset.FullBatches) of a dataset.Batcher of batch and seed.
-func NewBatches(shard *dataset.Dataset, batch int, seed int64) worker.BatchSource {
+func NewBatches(shard dataset.Samples, batch int, seed int64) worker.BatchSource {
 	return dataset.NewFullBatches(dataset.NewBatcher(shard, batch, seed))
 }

@@ -111,3 +111,17 @@ func (m pixelMap) apply(src, dst []float32) {
 		dst[d] = min(max(v, 0), 1)
 	}
 }
+
+// applyBytes is apply on stored pixels, scaled by s: the same values
+// apply gives on the scaled image, without the scaled image.
+func (m pixelMap) applyBytes(src []uint8, s *pixelScale, dst []float32) {
+	for d := range dst {
+		var v float32
+		for q := 0; q < 4; q++ {
+			if i := m.src[d][q]; i >= 0 {
+				v += m.w[d][q] * s[src[i]]
+			}
+		}
+		dst[d] = min(max(v, 0), 1)
+	}
+}

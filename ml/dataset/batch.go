@@ -61,8 +61,8 @@ func (s *splitMix64) uniform(m uint64) uint64 {
 	return hi
 }
 
-// Batcher iterates over a Dataset in mini-batches, epoch after epoch, in a
-// deterministic order.
+// Batcher iterates over a data set (a Dataset, a TrainShard: any Samples)
+// in mini-batches, epoch after epoch, in a deterministic order.
 //
 // # Order
 //
@@ -73,14 +73,15 @@ func (s *splitMix64) uniform(m uint64) uint64 {
 // P_e = Permutation(N, seed+e) (seed+e computed in int64, wrapping), and
 // batch k of epoch e holds samples P_e[k*B : min((k+1)*B, N)], in that order.
 // The last batch of an epoch is short when B does not divide N; no sample is
-// dropped or repeated within an epoch. Two Batchers built from equal data
-// sets with the same (batch, seed) therefore produce identical sequences, and
+// dropped or repeated within an epoch. Two Batchers built from data sets
+// with equal samples with the same (batch, seed) therefore produce identical sequences, and
 // SeekStep(s) makes the next batch the one at step s, exactly as if s batches had
 // been taken.
 //
-// A Batcher is not safe for concurrent use; the Dataset is only read.
+// A Batcher is not safe for concurrent use; the data set is only read.
 type Batcher struct {
-	ds        *Dataset
+	ds        Samples
+	n, dim    int // ds.Shape()
 	batch     int
 	seed      int64
 	perEpoch  int64
@@ -91,21 +92,24 @@ type Batcher struct {
 
 // NewBatcher returns a Batcher over ds with batch size batch (> 0) whose
 // order is derived from seed, positioned at step 0. It panics if batch <= 0.
-func NewBatcher(ds *Dataset, batch int, seed int64) *Batcher {
+func NewBatcher(ds Samples, batch int, seed int64) *Batcher {
 	if batch <= 0 {
 		panic(fmt.Sprintf("data: NewBatcher: batch size %d <= 0", batch))
 	}
-	perEpoch := int64((ds.N + batch - 1) / batch)
+	n, dim := ds.Shape()
+	perEpoch := int64((n + batch - 1) / batch)
 	if perEpoch == 0 {
 		perEpoch = 1
 	}
 	return &Batcher{
 		ds:        ds,
+		n:         n,
+		dim:       dim,
 		batch:     batch,
 		seed:      seed,
 		perEpoch:  perEpoch,
 		permEpoch: -1,
-		perm:      make([]int, ds.N),
+		perm:      make([]int, n),
 	}
 }
 
@@ -117,11 +121,11 @@ func NewBatcher(ds *Dataset, batch int, seed int64) *Batcher {
 // regenerated in a buffer owned by the Batcher. It panics if
 // len(x) < min(B, N)*Dim or len(y) < min(B, N).
 func (b *Batcher) Next(x []float32, y []uint8) (n int, epoch int) {
-	ds := b.ds
-	full := min(b.batch, ds.N)
-	if len(x) < full*ds.Dim || len(y) < full {
+	d := b.dim
+	full := min(b.batch, b.n)
+	if len(x) < full*d || len(y) < full {
 		panic(fmt.Sprintf("data: Batcher.Next: buffers hold %d values and %d labels, need %d and %d",
-			len(x), len(y), full*ds.Dim, full))
+			len(x), len(y), full*d, full))
 	}
 	e, k := b.step/b.perEpoch, b.step%b.perEpoch
 	if e != b.permEpoch {
@@ -129,11 +133,9 @@ func (b *Batcher) Next(x []float32, y []uint8) (n int, epoch int) {
 		b.permEpoch = e
 	}
 	lo := int(k) * b.batch
-	hi := min(lo+b.batch, ds.N)
-	d := ds.Dim
+	hi := min(lo+b.batch, b.n)
 	for i, j := range b.perm[lo:hi] {
-		copy(x[i*d:(i+1)*d], ds.Images[j*d:(j+1)*d])
-		y[i] = ds.Labels[j]
+		y[i] = b.ds.Sample(j, x[i*d:(i+1)*d])
 	}
 	b.step++
 	return hi - lo, int(e)

@@ -12,13 +12,13 @@ type batchRec struct {
 }
 
 func takeBatches(b *Batcher, steps int) []batchRec {
-	ds := b.ds
-	x := make([]float32, b.BatchSize()*ds.Dim)
+	_, dim := b.ds.Shape()
+	x := make([]float32, b.BatchSize()*dim)
 	y := make([]uint8, b.BatchSize())
 	var out []batchRec
 	for i := 0; i < steps; i++ {
 		n, e := b.Next(x, y)
-		out = append(out, batchRec{n, e, slices.Clone(x[:n*ds.Dim]), slices.Clone(y[:n])})
+		out = append(out, batchRec{n, e, slices.Clone(x[:n*dim]), slices.Clone(y[:n])})
 	}
 	return out
 }

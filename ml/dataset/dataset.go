@@ -5,7 +5,20 @@ import (
 	"math"
 )
 
+// Samples is a data set as a Batcher reads it: n samples of dim values
+// each. Sample writes sample i's dim values into x[:dim] and returns its
+// label; it must not keep x, and concurrent calls must be safe (a
+// Dataset and a TrainShard are read-only). Shape is constant.
+type Samples interface {
+	Shape() (n, dim int)
+	Sample(i int, x []float32) (label uint8)
+}
+
 // Dataset is an in-memory image classification data set.
+//
+// Its images are held either as float32 values (Images) or as stored,
+// one byte per pixel (Pixels, four times smaller), converted a sample at
+// a time by Sample; exactly one of the two is set when N > 0.
 //
 // A Dataset is not modified by any method of this package, so one value may
 // be read by many goroutines at once. Datasets returned by Shard share their
@@ -13,8 +26,12 @@ import (
 type Dataset struct {
 	// Images holds N*Dim pixel values, sample after sample (row-major
 	// [N, Dim]; within a sample the IDX row-major [rows, cols] order),
-	// each scaled to [0, 1] as float32(byte) / 255.
+	// each scaled to [0, 1] as float32(byte) / 255; nil when Pixels holds
+	// the images.
 	Images []float32
+	// Pixels holds the images as stored instead: N*Dim bytes in the same
+	// order, pixel b meaning float32(b) / 255; nil when Images holds them.
+	Pixels []uint8
 	// Labels holds N class labels.
 	Labels []uint8
 	// N is the number of samples, Dim the number of values per sample
@@ -29,28 +46,47 @@ type Dataset struct {
 // ErrCorrupt if the ranks are wrong, an image has no pixels, or the counts of
 // images and labels differ.
 func NewDataset(images, labels *IDX) (*Dataset, error) {
-	if len(images.Dims) != 3 {
-		return nil, fmt.Errorf("data: images must have rank 3 [N, rows, cols], got dims %v: %w", images.Dims, ErrCorrupt)
+	ds, err := checkPair(images, labels)
+	if err != nil {
+		return nil, err
+	}
+	ds.Images = scalePixels(images.Data)
+	return ds, nil
+}
+
+// checkPair validates an image and a label IDX as NewDataset does and
+// returns the Dataset they make, without its images.
+func checkPair(images, labels *IDX) (*Dataset, error) {
+	ds, err := pairShape(images.Dims, labels)
+	if err != nil {
+		return nil, err
+	}
+	if len(images.Data) != ds.N*ds.Dim {
+		return nil, fmt.Errorf("data: IDX data length does not match its dims: %w", ErrCorrupt)
+	}
+	return ds, nil
+}
+
+// pairShape is checkPair on the images' dimensions alone (their header):
+// the Dataset's labels, N, Dim and Classes.
+func pairShape(imageDims []int, labels *IDX) (*Dataset, error) {
+	if len(imageDims) != 3 {
+		return nil, fmt.Errorf("data: images must have rank 3 [N, rows, cols], got dims %v: %w", imageDims, ErrCorrupt)
 	}
 	if len(labels.Dims) != 1 {
 		return nil, fmt.Errorf("data: labels must have rank 1 [N], got dims %v: %w", labels.Dims, ErrCorrupt)
 	}
-	n, dim := images.Dims[0], images.Dims[1]*images.Dims[2]
+	n, dim := imageDims[0], imageDims[1]*imageDims[2]
 	if labels.Dims[0] != n {
 		return nil, fmt.Errorf("data: %d images but %d labels: %w", n, labels.Dims[0], ErrCorrupt)
 	}
 	if dim == 0 && n > 0 {
-		return nil, fmt.Errorf("data: images have no pixels (dims %v): %w", images.Dims, ErrCorrupt)
+		return nil, fmt.Errorf("data: images have no pixels (dims %v): %w", imageDims, ErrCorrupt)
 	}
-	if len(images.Data) != n*dim || len(labels.Data) != n {
+	if len(labels.Data) != n {
 		return nil, fmt.Errorf("data: IDX data length does not match its dims: %w", ErrCorrupt)
 	}
-	ds := &Dataset{
-		Images: scalePixels(images.Data),
-		Labels: labels.Data,
-		N:      n,
-		Dim:    dim,
-	}
+	ds := &Dataset{Labels: labels.Data, N: n, Dim: dim}
 	ds.Classes = maxLabel(ds.Labels) + 1
 	if n == 0 {
 		ds.Classes = 0
@@ -58,16 +94,40 @@ func NewDataset(images, labels *IDX) (*Dataset, error) {
 	return ds, nil
 }
 
-// scalePixels converts bytes to float32(b)/255 with a lookup table.
+// newStoredDataset is NewDataset keeping the images as stored (Pixels).
+func newStoredDataset(images, labels *IDX) (*Dataset, error) {
+	ds, err := checkPair(images, labels)
+	if err != nil {
+		return nil, err
+	}
+	ds.Pixels = images.Data
+	return ds, nil
+}
+
+// pixelScale maps a stored pixel b to float32(b)/255, the value the
+// data sets hold (a table: one load per pixel instead of a division).
+type pixelScale [256]float32
+
+func newPixelScale() *pixelScale {
+	var s pixelScale
+	for i := range s {
+		s[i] = float32(i) / 255
+	}
+	return &s
+}
+
+// scale writes the values of the stored pixels src into dst.
+func (s *pixelScale) scale(dst []float32, src []uint8) {
+	dst = dst[:len(src)]
+	for i, v := range src {
+		dst[i] = s[v]
+	}
+}
+
+// scalePixels converts bytes to float32(b)/255.
 func scalePixels(b []byte) []float32 {
-	var lut [256]float32
-	for i := range lut {
-		lut[i] = float32(i) / 255
-	}
 	out := make([]float32, len(b))
-	for i, v := range b {
-		out[i] = lut[v]
-	}
+	newPixelScale().scale(out, b)
 	return out
 }
 
@@ -81,9 +141,27 @@ func maxLabel(labels []uint8) int {
 	return m
 }
 
-// Image returns the Dim pixel values of sample i (a sub-slice of Images).
+// Image returns the Dim pixel values of sample i (a sub-slice of Images;
+// a Dataset held as Pixels has none: use Sample).
 func (ds *Dataset) Image(i int) []float32 {
 	return ds.Images[i*ds.Dim : (i+1)*ds.Dim : (i+1)*ds.Dim]
+}
+
+// Shape returns N and Dim (Samples).
+func (ds *Dataset) Shape() (n, dim int) { return ds.N, ds.Dim }
+
+// Sample writes the Dim values of sample i into x and returns its label
+// (Samples). For a Dataset held as Pixels it converts the bytes.
+func (ds *Dataset) Sample(i int, x []float32) uint8 {
+	d := ds.Dim
+	if ds.Pixels != nil {
+		for j, b := range ds.Pixels[i*d : (i+1)*d] {
+			x[j] = float32(b) / 255
+		}
+	} else {
+		copy(x[:d], ds.Images[i*d:(i+1)*d])
+	}
+	return ds.Labels[i]
 }
 
 // Shard returns shard i of n: the contiguous range of samples
@@ -93,22 +171,34 @@ func (ds *Dataset) Image(i int) []float32 {
 // backing arrays (with capacity clipped, so appending to it cannot clobber a
 // neighbour). Shard panics unless 0 <= i < n.
 func (ds *Dataset) Shard(i, n int) *Dataset {
-	if n <= 0 || i < 0 || i >= n {
-		panic(fmt.Sprintf("data: Shard(%d, %d): need 0 <= i < n", i, n))
-	}
-	q, r := ds.N/n, ds.N%n
-	lo := i*q + min(i, r)
-	hi := lo + q
-	if i < r {
-		hi++
-	}
-	return &Dataset{
-		Images:  ds.Images[lo*ds.Dim : hi*ds.Dim : hi*ds.Dim],
+	lo, hi := shardRange(ds.N, i, n)
+	out := &Dataset{
 		Labels:  ds.Labels[lo:hi:hi],
 		N:       hi - lo,
 		Dim:     ds.Dim,
 		Classes: ds.Classes,
 	}
+	if ds.Pixels != nil {
+		out.Pixels = ds.Pixels[lo*ds.Dim : hi*ds.Dim : hi*ds.Dim]
+	} else {
+		out.Images = ds.Images[lo*ds.Dim : hi*ds.Dim : hi*ds.Dim]
+	}
+	return out
+}
+
+// shardRange is the range of samples [lo, hi) of shard i of n of a set
+// of size samples (see Dataset.Shard). It panics unless 0 <= i < n.
+func shardRange(size, i, n int) (lo, hi int) {
+	if n <= 0 || i < 0 || i >= n {
+		panic(fmt.Sprintf("data: Shard(%d, %d): need 0 <= i < n", i, n))
+	}
+	q, r := size/n, size%n
+	lo = i*q + min(i, r)
+	hi = lo + q
+	if i < r {
+		hi++
+	}
+	return lo, hi
 }
 
 // SubsetSize is the number of samples Subset(fraction, seed) keeps from a set
@@ -131,15 +221,25 @@ func SubsetSize(fraction float64, n int) int {
 func (ds *Dataset) Subset(fraction float64, seed int64) *Dataset {
 	k := SubsetSize(fraction, ds.N)
 	perm := Permutation(ds.N, seed)[:k]
+	d := ds.Dim
 	out := &Dataset{
-		Images:  make([]float32, k*ds.Dim),
 		Labels:  make([]uint8, k),
 		N:       k,
-		Dim:     ds.Dim,
+		Dim:     d,
 		Classes: ds.Classes,
 	}
+	if ds.Pixels != nil {
+		out.Pixels = make([]uint8, k*d)
+		for j, src := range perm {
+			copy(out.Pixels[j*d:(j+1)*d], ds.Pixels[src*d:(src+1)*d])
+		}
+	} else {
+		out.Images = make([]float32, k*d)
+		for j, src := range perm {
+			copy(out.Images[j*d:(j+1)*d], ds.Images[src*d:(src+1)*d])
+		}
+	}
 	for j, src := range perm {
-		copy(out.Images[j*ds.Dim:(j+1)*ds.Dim], ds.Images[src*ds.Dim:(src+1)*ds.Dim])
 		out.Labels[j] = ds.Labels[src]
 	}
 	return out

@@ -214,3 +214,44 @@ func TestPermutationIsUniform(t *testing.T) {
 		}
 	}
 }
+
+// A Dataset held as stored (Pixels) has the samples of the same set held
+// as float32 values, and so do its shards and subsets.
+func TestStoredDataset(t *testing.T) {
+	img, _ := ParseIDX(synthImages(17, 2, 3))
+	lbl, _ := ParseIDX(synthLabels(17, 5))
+	f, err := NewDataset(img, lbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := newStoredDataset(img, lbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Images != nil || len(s.Pixels) != 17*6 || s.Classes != f.Classes {
+		t.Fatalf("stored set: %d values, %d bytes, classes %d", len(s.Images), len(s.Pixels), s.Classes)
+	}
+	if !sameSamples(s, f) {
+		t.Fatal("stored and float32 sets differ")
+	}
+	for i := 0; i < 3; i++ {
+		if !sameSamples(s.Shard(i, 3), f.Shard(i, 3)) || s.Shard(i, 3).Pixels == nil {
+			t.Errorf("shard %d of 3 differs", i)
+		}
+	}
+	if !sameSamples(s.Subset(0.5, 4), f.Subset(0.5, 4)) {
+		t.Error("subsets differ")
+	}
+	if _, err := newStoredDataset(img, lbl3(t)); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("mismatched labels: err = %v", err)
+	}
+}
+
+func lbl3(t *testing.T) *IDX {
+	t.Helper()
+	l, err := ParseIDX(synthLabels(3, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}

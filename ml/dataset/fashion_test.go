@@ -294,9 +294,13 @@ func TestLoadEvalMatchesLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	if n != train.N || etest.N != test.N || etest.Dim != test.Dim || etest.Classes != test.Classes ||
-		!equalF32(etest.Images, test.Images) || string(etest.Labels) != string(test.Labels) {
+		!sameSamples(etest, test) || string(etest.Labels) != string(test.Labels) {
 		t.Errorf("LoadEval: train N %d, test %d/%d/%d; Load: train N %d, test %d/%d/%d",
 			n, etest.N, etest.Dim, etest.Classes, train.N, test.N, test.Dim, test.Classes)
+	}
+	// Held as stored: a byte per pixel, no float32 copy.
+	if etest.Images != nil || len(etest.Pixels) != etest.N*etest.Dim {
+		t.Errorf("LoadEval's test set holds %d float32 values and %d bytes, want 0 and %d", len(etest.Images), len(etest.Pixels), etest.N*etest.Dim)
 	}
 	if _, n4, err := LoadEval(dir, "mnist-x4"); err != nil || n4 != 4*train.N {
 		t.Errorf("mnist-x4: %d training samples (%v), want %d", n4, err, 4*train.N)

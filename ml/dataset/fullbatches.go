@@ -29,7 +29,7 @@ type FullBatches struct {
 
 // NewFullBatches returns the full batches of b's order, positioned at 0.
 func NewFullBatches(b *Batcher) *FullBatches {
-	return &FullBatches{b: b, perEpoch: max(1, int64(b.ds.N/b.batch))}
+	return &FullBatches{b: b, perEpoch: max(1, int64(b.n/b.batch))}
 }
 
 // Next copies the batch at the current position into x (B*Dim values) and
@@ -37,13 +37,13 @@ func NewFullBatches(b *Batcher) *FullBatches {
 // are smaller.
 func (f *FullBatches) Next(x []float32, y []uint8) {
 	b := f.b
-	B, d := b.batch, b.ds.Dim
+	B, d := b.batch, b.dim
 	if len(x) < B*d || len(y) < B {
 		panic(fmt.Sprintf("data: FullBatches.Next: buffers hold %d values and %d labels, need %d and %d", len(x), len(y), B*d, B))
 	}
 	e, k := f.pos/f.perEpoch, f.pos%f.perEpoch
 	f.pos++
-	if b.ds.N == 0 {
+	if b.n == 0 {
 		return
 	}
 	b.SeekStep(e*b.perEpoch + k)

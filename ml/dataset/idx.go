@@ -118,11 +118,10 @@ func readIDX(r io.Reader, size int64) (*IDX, error) {
 		src, size = zr, -1
 	}
 
-	dims, body, err := readIDXHeader(src, gz)
+	dims, hdrLen, body, err := readIDXHeader(src, gz)
 	if err != nil {
 		return nil, err
 	}
-	hdrLen := 4 + 4*len(dims)
 
 	var data []byte
 	if size >= 0 {
@@ -158,6 +157,24 @@ func readIDX(r io.Reader, size int64) (*IDX, error) {
 		return nil, maybeGzip(err, gz)
 	}
 	return &IDX{Dims: dims, Data: data}, nil
+}
+
+// readIDXHeader reads and validates the header at the start of r (gz: r
+// is a gzip stream's content) and returns what parseIDXHeader returns.
+func readIDXHeader(r io.Reader, gz bool) (dims []int, hdrLen int, body int64, err error) {
+	// Fixed part of the header, then the dimensions.
+	var hdr [4 + 4*3]byte
+	if err := readHeaderPart(r, hdr[:4], gz); err != nil {
+		return nil, 0, 0, err
+	}
+	if err := checkIDXPrefix(hdr[:4]); err != nil {
+		return nil, 0, 0, err
+	}
+	hdrLen = 4 + 4*int(hdr[3])
+	if err := readHeaderPart(r, hdr[4:hdrLen], gz); err != nil {
+		return nil, 0, 0, err
+	}
+	return parseIDXHeader(hdr[:hdrLen])
 }
 
 func errShortHeader() error {

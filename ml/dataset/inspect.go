@@ -74,7 +74,7 @@ func dataPaths(dir, name string) (paths [4]string, per int, err error) {
 		paths, err = idxPaths(dir, name)
 		return paths, 1, err
 	default:
-		return paths, 0, fmt.Errorf("data: unknown data set %q (want \"mnist\", \"mnist-x4\", \"fashion-mnist\" or \"%sTRAINIMAGES,TRAINLABELS,TESTIMAGES,TESTLABELS\")", name, idxPrefix)
+		return paths, 0, unknownSet(name)
 	}
 	for i, f := range spec.files {
 		if paths[i], err = locate(filepath.Join(dir, spec.subdir), f.name); err != nil {
@@ -93,7 +93,7 @@ func inspectIDX(path string, labels bool) (dims []int, maxLab int, err error) {
 		return nil, 0, err
 	}
 	defer closeFn()
-	dims, body, err := readIDXHeader(r, gz)
+	dims, _, body, err := readIDXHeader(r, gz)
 	if err != nil {
 		return nil, 0, fmt.Errorf("data: %s: %w", path, err)
 	}
@@ -128,22 +128,4 @@ func inspectIDX(path string, labels bool) (dims []int, maxLab int, err error) {
 		return nil, 0, fmt.Errorf("data: %s: %w", path, sizeMismatch(dims, body, n))
 	}
 	return dims, maxLab, nil
-}
-
-// readIDXHeader reads an IDX header from r and returns the dimensions
-// and the body length they declare.
-func readIDXHeader(r io.Reader, gz bool) (dims []int, body int64, err error) {
-	var hdr [4 + 4*3]byte
-	if err := readHeaderPart(r, hdr[:4], gz); err != nil {
-		return nil, 0, err
-	}
-	if err := checkIDXPrefix(hdr[:4]); err != nil {
-		return nil, 0, err
-	}
-	hdrLen := 4 + 4*int(hdr[3])
-	if err := readHeaderPart(r, hdr[4:hdrLen], gz); err != nil {
-		return nil, 0, err
-	}
-	dims, _, body, err = parseIDXHeader(hdr[:hdrLen])
-	return dims, body, err
 }

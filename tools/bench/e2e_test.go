@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -30,7 +31,8 @@ func (f *fakeRunner) Run(ctx context.Context, args []string) (*report.Report, ti
 	rep := &report.Report{Model: "784-800-10", PS: 2, Workers: 2, Optimizer: "momentum", TargetAccuracy: 0.975,
 		TimeToTargetSeconds: &ttt, StartupSeconds: 1.5, TrainSeconds: 10, SamplesPerSecond: 1000 * float64(len(f.calls)),
 		TestAccuracy: 0.976, GlobalSteps: 700,
-		Tasks: map[string]report.Task{"ps/0": {PeakRSSBytes: 60 << 20}, "ps/1": {PeakRSSBytes: 61 << 20}}}
+		Tasks: map[string]report.Task{"ps/0": {PeakRSSBytes: 60 << 20}, "ps/1": {PeakRSSBytes: 61 << 20},
+			"worker/0": {PeakRSSBytes: 90 << 20}, "worker/1": {PeakRSSBytes: 95 << 20}, "chief": {PeakRSSBytes: 130 << 20}}}
 	return rep, 12 * time.Second, nil
 }
 
@@ -90,8 +92,17 @@ func TestRunEndToEndAndMemoryWithFakeRunner(t *testing.T) {
 	if err := WriteTable(&sb, res); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(sb.String(), "memory: PS RSS / state") || !strings.Contains(sb.String(), "ps/1") {
+	if !strings.Contains(sb.String(), "memory: PS RSS / state") || !strings.Contains(sb.String(), "ps/1") ||
+		!regexp.MustCompile(`worker +2 +95\.0 +120 +true`).MatchString(sb.String()) ||
+		!regexp.MustCompile(`chief +1 +130\.0 +120 +false`).MatchString(sb.String()) {
 		t.Errorf("table:\n%s", sb.String())
+	}
+	// Every role's peak RSS, from the default cluster's run.
+	m := res.Memory
+	if m.Roles.Worker != (MemoryRole{Tasks: 2, PeakRSSBytes: 95 << 20, GoalBytes: RoleGoalBytes, MeetsGoal: true}) ||
+		m.Roles.Chief != (MemoryRole{Tasks: 1, PeakRSSBytes: 130 << 20, GoalBytes: RoleGoalBytes, MeetsGoal: false}) ||
+		m.Roles.PS.Tasks != 2 || m.Roles.PS.PeakRSSBytes != 61<<20 || m.Roles.PS.MeetsGoal != m.MeetsGoal || m.TotalPeakRSSBytes != (60+61+90+95+130)<<20 {
+		t.Errorf("roles: %+v total %d", m.Roles, m.TotalPeakRSSBytes)
 	}
 
 	res, err = Run(context.Background(), Config{Sections: []string{SectionEndToEnd, SectionMemory}, Quick: true,

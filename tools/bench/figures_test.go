@@ -120,9 +120,16 @@ func TestStateBytesAndMemory(t *testing.T) {
 	if !near(m.PSRSSOverState, m.Shards[1].RSSOverState) {
 		t.Errorf("PSRSSOverState = %v, want the largest shard ratio %v", m.PSRSSOverState, m.Shards[1].RSSOverState)
 	}
+	if m.Roles.Chief.PeakRSSBytes != 1<<30 || m.Roles.Chief.MeetsGoal || m.Roles.Worker.Tasks != 0 {
+		t.Errorf("roles: %+v", m.Roles)
+	}
 	delete(rep.Tasks, "ps/1")
 	if _, err := Memory(rep); err == nil || !strings.Contains(err.Error(), "ps/1") {
 		t.Errorf("missing task: err = %v, want it named", err)
+	}
+	rep.Workers = 1
+	if _, err := Memory(rep); err == nil || !strings.Contains(err.Error(), "worker/0") {
+		t.Errorf("missing worker: err = %v, want it named", err)
 	}
 }
 
@@ -176,10 +183,25 @@ func TestResultJSONKeys(t *testing.T) {
 	}
 	for _, k := range []string{"compute.samples_per_second", "compute.fraction_of_ceiling", "wire.mb_per_second",
 		"wire.fraction_of_tcp", "ps_overhead.ratio", "end_to_end.time_to_target_seconds", "end_to_end.wall_seconds",
-		"memory.ps_rss_over_state", "compute.gflops", "machine.date"} {
+		"memory.ps_rss_over_state", "compute.gflops", "machine.date", "memory.roles", "memory.total_peak_rss_bytes"} {
 		sec, key, _ := strings.Cut(k, ".")
 		if _, ok := m[sec][key]; !ok {
 			t.Errorf("JSON lacks %s: %s", k, b)
+		}
+	}
+	// Each role's figures.
+	// memory.roles.{ps,worker,chief}.peak_rss_bytes (the architecture's
+	// contract), with the role's task count and goal.
+	roles, _ := m["memory"]["roles"].(map[string]any)
+	for _, role := range []string{"worker", "chief", "ps"} {
+		fig, ok := roles[role].(map[string]any)
+		if !ok {
+			t.Fatalf("memory.roles.%s is not an object: %s", role, b)
+		}
+		for _, k := range []string{"tasks", "peak_rss_bytes", "meets_goal"} {
+			if _, ok := fig[k]; !ok {
+				t.Errorf("memory.roles.%s lacks %s: %s", role, k, b)
+			}
 		}
 	}
 	// A run that never reached the target says null, not 0.

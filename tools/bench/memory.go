@@ -52,17 +52,45 @@ type MemoryShard struct {
 }
 
 // MemoryResult is the memory section. PSRSSOverState is the largest of
-// the shards' ratios.
+// the shards' ratios; MeetsGoal is the shards' goal. Roles are each
+// role's peak RSS in the same run, TotalPeakRSSBytes the sum over every
+// task.
 type MemoryResult struct {
-	Model          string        `json:"model"`
-	Optimizer      string        `json:"optimizer"`
-	PSRSSOverState float64       `json:"ps_rss_over_state"`
-	MeetsGoal      bool          `json:"meets_goal"`
-	Shards         []MemoryShard `json:"shards"`
+	Model             string        `json:"model"`
+	Optimizer         string        `json:"optimizer"`
+	PSRSSOverState    float64       `json:"ps_rss_over_state"`
+	MeetsGoal         bool          `json:"meets_goal"`
+	Shards            []MemoryShard `json:"shards"`
+	Roles             MemoryRoles   `json:"roles"`
+	TotalPeakRSSBytes int64         `json:"total_peak_rss_bytes"`
+}
+
+// MemoryRoles are the figures of each role (memory.roles.{worker,chief,ps}
+// in the JSON, an architecture contract).
+type MemoryRoles struct {
+	Worker MemoryRole `json:"worker"`
+	Chief  MemoryRole `json:"chief"`
+	PS     MemoryRole `json:"ps"`
+}
+
+// RoleGoalBytes is the goal for a worker's and the chief's peak RSS in
+// the default run (issue 13, "Small processes"): a worker holds its data
+// shard as stored, the chief the test set.
+const RoleGoalBytes = 120 << 20
+
+// MemoryRole is one role's figures: how many of its tasks the run had,
+// the largest peak RSS among them, and the goal for that peak (0 for the
+// PS, whose goal is per shard: see Shards).
+type MemoryRole struct {
+	Tasks        int   `json:"tasks"`
+	PeakRSSBytes int64 `json:"peak_rss_bytes"`
+	GoalBytes    int64 `json:"goal_bytes,omitempty"`
+	MeetsGoal    bool  `json:"meets_goal"`
 }
 
 // Memory sets each PS's peak RSS in rep against its state, from the
-// report's model, shard count and optimizer.
+// report's model, shard count and optimizer, and gives every role's peak
+// RSS.
 func Memory(rep *report.Report) (*MemoryResult, error) {
 	spec, err := ParseModel(rep.Model)
 	if err != nil {
@@ -73,6 +101,15 @@ func Memory(rep *report.Report) (*MemoryResult, error) {
 		return nil, err
 	}
 	res := &MemoryResult{Model: rep.Model, Optimizer: rep.Optimizer, MeetsGoal: true}
+	if res.Roles.Worker, err = roleMemory(rep, "worker", rep.Workers, RoleGoalBytes); err != nil {
+		return nil, err
+	}
+	if res.Roles.Chief, err = roleMemory(rep, "chief", 1, RoleGoalBytes); err != nil {
+		return nil, err
+	}
+	for _, t := range rep.Tasks {
+		res.TotalPeakRSSBytes += t.PeakRSSBytes
+	}
 	for s := range rep.PS {
 		name := fmt.Sprintf("ps/%d", s)
 		t, ok := rep.Tasks[name]
@@ -89,8 +126,30 @@ func Memory(rep *report.Report) (*MemoryResult, error) {
 		res.MeetsGoal = res.MeetsGoal && m.MeetsGoal
 		res.PSRSSOverState = max(res.PSRSSOverState, m.RSSOverState)
 		res.Shards = append(res.Shards, m)
+		res.Roles.PS.Tasks++
+		res.Roles.PS.PeakRSSBytes = max(res.Roles.PS.PeakRSSBytes, m.PeakRSSBytes)
 	}
+	res.Roles.PS.MeetsGoal = res.MeetsGoal
 	return res, nil
+}
+
+// roleMemory is the figures of role's n tasks in rep ("chief" is one
+// task, the others ROLE/i), each of which must be there.
+func roleMemory(rep *report.Report, role string, n int, goal int64) (MemoryRole, error) {
+	r := MemoryRole{Tasks: n, GoalBytes: goal}
+	for i := range n {
+		name := role
+		if role != "chief" {
+			name = fmt.Sprintf("%s/%d", role, i)
+		}
+		t, ok := rep.Tasks[name]
+		if !ok {
+			return r, fmt.Errorf("bench: report has no %s task", name)
+		}
+		r.PeakRSSBytes = max(r.PeakRSSBytes, t.PeakRSSBytes)
+	}
+	r.MeetsGoal = r.PeakRSSBytes > 0 && r.PeakRSSBytes <= goal
+	return r, nil
 }
 
 // ParseModel reads a spec written by model.Spec.String ("784-800-10").

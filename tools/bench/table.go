@@ -77,6 +77,18 @@ func WriteTable(w io.Writer, r *Result) error {
 		for _, s := range mem.Shards {
 			fmt.Fprintf(tw, "  %s\t%.1f\t%.2f\t%.1f\t%.1f\n", s.Task, mib(s.PeakRSSBytes), mib(s.StateBytes), s.RSSOverState, mib(s.GoalBytes))
 		}
+		fmt.Fprintf(tw, "\n  role\ttasks\tpeak RSS MiB\tgoal MiB\tmeets goal\n")
+		for _, r := range []struct {
+			name string
+			r    MemoryRole
+		}{{"worker", mem.Roles.Worker}, {"chief", mem.Roles.Chief}, {"ps", mem.Roles.PS}} {
+			goal := "per shard"
+			if r.r.GoalBytes > 0 {
+				goal = fmt.Sprintf("%.0f", mib(r.r.GoalBytes))
+			}
+			fmt.Fprintf(tw, "  %s\t%d\t%.1f\t%s\t%v\n", r.name, r.r.Tasks, mib(r.r.PeakRSSBytes), goal, r.r.MeetsGoal)
+		}
+		fmt.Fprintf(tw, "  all tasks\t%d\t%.1f\t\t\n", mem.Roles.Worker.Tasks+mem.Roles.Chief.Tasks+mem.Roles.PS.Tasks, mib(mem.TotalPeakRSSBytes))
 	}
 	if len(r.Errors) > 0 {
 		fmt.Fprintln(tw, "\nfailed sections:")
