@@ -217,7 +217,7 @@ func cmdEval(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if *dataDir != "" {
 		r.DataDir = *dataDir
 	}
-	_, test, err := dataset.Load(r.DataDir, r.Dataset)
+	test, _, err := dataset.LoadEval(r.DataDir, r.Dataset) // the test set alone
 	if err != nil {
 		return err
 	}
