@@ -6,7 +6,7 @@ GOBIN   := $(shell $(GO) env GOPATH)/bin
 # with every in-process cluster test (internal/inproc's users).
 RACE_PKGS := ./ps/... ./worker/... ./chief/... ./observe/metrics/... ./checkpoint/... ./launcher/... ./observe/bottleneck/... ./transport/tlsconf/... ./transport/dataplane/... ./internal/inproc/... ./tools/bench/...
 
-.PHONY: all build build-purego deps data run test lint fmt bench monitor fuzz clean
+.PHONY: chaos all build build-purego deps data run test lint fmt bench monitor fuzz clean
 
 all: build
 
@@ -51,6 +51,12 @@ fuzz:
 	    $(GO) test -run '^$$' -fuzz "^$$n\$$" -fuzztime $(FUZZTIME) $$d; \
 	  done; \
 	done
+
+# The long chaos schedule (10 faults over a 20-epoch run; the short one
+# runs in make test): CHAOS_SEED picks the schedule.
+CHAOS_SEED ?= 19
+chaos: build data
+	$(GO) test -count=1 -timeout 30m -run '^TestChaos$$' -v ./cmd/pstrain -chaos.long -chaos.seed $(CHAOS_SEED)
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./ml/nn/
