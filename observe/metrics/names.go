@@ -39,6 +39,8 @@ const (
 	MetricSyncBarrierWait         = "pstrain_sync_barrier_wait_seconds"
 	MetricPSShardParameters       = "pstrain_ps_shard_parameters"
 	MetricPSRejectedRequests      = "pstrain_ps_rejected_requests_total"
+	MetricPSRefusedGradients      = "pstrain_ps_refused_gradients_total"
+	MetricPSGradientNormRatio     = "pstrain_ps_gradient_norm_ratio"
 
 	// Chief.
 	MetricEvalAccuracy          = "pstrain_eval_accuracy_ratio"
@@ -51,13 +53,15 @@ const (
 	MetricStepsLost             = "pstrain_steps_lost_total"
 	MetricLiveWorkers           = "pstrain_live_workers"
 	MetricChiefRejectedRequests = "pstrain_chief_rejected_requests_total"
+	MetricDivergences           = "pstrain_divergences_total"
 )
 
 // Label names.
 const (
 	LabelOp        = "op"        // RPC operation, e.g. "pull" or "push"
 	LabelPhase     = "phase"     // worker step phase, one of the Phase constants
-	LabelReason    = "reason"    // why a parameter server rejected a request
+	LabelReason    = "reason"    // why a parameter server rejected a request or refused a gradient
+	LabelWorker    = "worker"    // a worker's index, on pstrain_ps_refused_gradients_total
 	LabelTask      = "task"      // task identity, e.g. "worker/3" or "ps/0"
 	LabelMode      = "mode"      // CPU mode of pstrain_host_cpu_seconds_total
 	LabelVersion   = "version"   // pstrain version in pstrain_build_info
