@@ -24,6 +24,7 @@ import (
 	"github.com/pstrain/pstrain/ml/dataset"
 	"github.com/pstrain/pstrain/observe/report"
 	"github.com/pstrain/pstrain/task"
+	"github.com/pstrain/pstrain/worker"
 )
 
 const usage = `pstrain — parameter-server training
@@ -330,12 +331,17 @@ func cmdTask(ctx context.Context, role string, args []string, stdout, stderr io.
 	progress := fs.Bool("progress", false, "chief: print a progress line every second on stdout")
 	runID := fs.String("run-id", "", "chief: run identifier (default: generated; give one so that a restarted chief can adopt its running cluster)")
 	statePath := fs.String("state-file", "", "chief: keep the report's history here so that a restarted chief can finish it")
+	faultGradient := fs.String("fault-gradient", "", "testing: worker/I@STEP:SCALE multiplies worker I's gradient by SCALE once, at global step STEP (worker/I@every:SCALE: every step); other tasks ignore it")
 	tlsF := bindTLSFlags(fs)
 	tokenFile := bindTokenFlag(fs)
 	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
 	if err := r.Validate(); err != nil {
+		return asUsage(err)
+	}
+	gradFaults, err := worker.ParseGradientFaults(*faultGradient, r.Workers)
+	if err != nil {
 		return asUsage(err)
 	}
 	spec, t, err := cluster.Load(*clusterFile, os.Getenv("TF_CONFIG"))
@@ -372,7 +378,7 @@ func cmdTask(ctx context.Context, role string, args []string, stdout, stderr io.
 		}
 	}
 	o := task.Options{Cluster: spec, Task: tk, Run: r, MetricsAddr: ma, DataAddr: *dataAddr, ConnectTimeout: *connectTimeout,
-		MaxMessageBytes: *maxMsgMB << 20, Log: log}
+		MaxMessageBytes: *maxMsgMB << 20, Log: log, GradientFaults: gradFaults}
 	if o.TLS, err = tlsF.load(spec, tk, log); err != nil {
 		return err
 	}
@@ -409,6 +415,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	bindRunFlags(fs, &r)
 	reportPath := fs.String("report", "", "write the run report (JSON) here")
 	faults := fs.String("fault", "", "kill -9 tasks at times after start, e.g. ps/1@8s,worker/0@12s,chief@20s (resilience demos and tests)")
+	faultGradient := fs.String("fault-gradient", "", "testing: poison gradients, e.g. worker/1@30:1e6 (worker 1's gradient times 1e6 once, at global step 30) or worker/3@every:-4 (every step); demos and tests of the divergence guard")
 	maxRestarts := fs.Int("max-restarts", 5, "restarts allowed per task before the run fails")
 	dir := fs.String("run-dir", "run", "where the cluster file and the task logs go")
 	sdDir := fs.String("sd-dir", "run/targets", "where the Prometheus file_sd target file goes")
@@ -430,6 +437,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return asUsage(err)
 	}
+	if _, err := worker.ParseGradientFaults(*faultGradient, r.Workers); err != nil {
+		return asUsage(err)
+	}
 	if *maxRestarts < 0 {
 		return usagef("--max-restarts must be >= 0")
 	}
@@ -437,7 +447,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	tlsArgs, err := runTLSArgs(*tlsDir, r, log)
+	childArgs, err := runTLSArgs(*tlsDir, r, log)
 	if err != nil {
 		return err
 	}
@@ -445,7 +455,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	tlsArgs = append(tlsArgs, "--auth-token-file="+tokenPath)
+	childArgs = append(childArgs, "--auth-token-file="+tokenPath)
+	if *faultGradient != "" {
+		childArgs = append(childArgs, "--fault-gradient="+*faultGradient) // every task gets it; only the worker named acts on it
+	}
 	if dataset.Fetchable(r.Dataset) {
 		// A fresh checkout has no data: fetch it (verified) before starting.
 		if err := dataset.Fetch(ctx, r.DataDir, r.Dataset, func(f string, a ...any) { log.Info(fmt.Sprintf(f, a...)) }); err != nil {
@@ -459,7 +472,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fmt.Fprintf(stdout, "pstrain: %s SGD, %d PS, %d workers, MLP %s, batch %d, lr %s, %s\n", r.Mode, r.PS, r.Workers,
 		r.Spec(784, 10).String(), r.Batch, lrText(r), r.Optimizer)
 	rep, err := launcher.Run(ctx, launcher.Config{Run: r, Exe: exe, Dir: *dir, SDDir: *sdDir, MetricsPortBase: *portBase,
-		ChildArgs: runArgs, ExtraArgs: append([]string{"--connect-timeout=" + connectTimeout.String(), "--log-level=" + *logLevel}, tlsArgs...),
+		ChildArgs: runArgs, ExtraArgs: append([]string{"--connect-timeout=" + connectTimeout.String(), "--log-level=" + *logLevel}, childArgs...),
 		Progress: stdout, Log: log, Faults: fl, MaxRestarts: *maxRestarts, BottleneckEvery: 10 * time.Second,
 		Abort: claimAbort(ctx)})
 	if err != nil {
