@@ -31,7 +31,6 @@ const (
 	PushResponse_APPLIED   PushResponse_Outcome = 0 // applied (async/ssp) or aggregated (sync)
 	PushResponse_STALE     PushResponse_Outcome = 1 // dropped: computed from an older version (sync)
 	PushResponse_DUPLICATE PushResponse_Outcome = 2 // dropped: this worker already contributed to the step
-	PushResponse_REFUSED   PushResponse_Outcome = 3 // dropped by the divergence guard: its norm was far beyond the recent ones
 )
 
 // Enum value maps for PushResponse_Outcome.
@@ -40,13 +39,11 @@ var (
 		0: "APPLIED",
 		1: "STALE",
 		2: "DUPLICATE",
-		3: "REFUSED",
 	}
 	PushResponse_Outcome_value = map[string]int32{
 		"APPLIED":   0,
 		"STALE":     1,
 		"DUPLICATE": 2,
-		"REFUSED":   3,
 	}
 )
 
@@ -1493,16 +1490,15 @@ const file_pstrain_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\x06 \x01(\x03R\n" +
 	"generation\x12#\n" +
-	"\rdata_position\x18\a \x01(\x03R\fdataPosition\"\xb7\x01\n" +
+	"\rdata_position\x18\a \x01(\x03R\fdataPosition\"\xaa\x01\n" +
 	"\fPushResponse\x12:\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2 .pstrain.v1.PushResponse.OutcomeR\aoutcome\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12\x12\n" +
-	"\x04done\x18\x03 \x01(\bR\x04done\"=\n" +
+	"\x04done\x18\x03 \x01(\bR\x04done\"0\n" +
 	"\aOutcome\x12\v\n" +
 	"\aAPPLIED\x10\x00\x12\t\n" +
 	"\x05STALE\x10\x01\x12\r\n" +
-	"\tDUPLICATE\x10\x02\x12\v\n" +
-	"\aREFUSED\x10\x03\"6\n" +
+	"\tDUPLICATE\x10\x02\"6\n" +
 	"\x11MembershipRequest\x12!\n" +
 	"\flive_workers\x18\x01 \x03(\x05R\vliveWorkers\"\x14\n" +
 	"\x12MembershipResponse\"\x0f\n" +

@@ -87,6 +87,15 @@ func (g *NormGuard) Accept(norm float64) {
 	g.ref = max(med, g.floor)
 }
 
+// Inherit takes over prev's window of accepted norms (and so its
+// reference): a shard re-initialised by the chief (a rollback, or a
+// restore after another shard failed) is not left without a guard for a
+// warm-up, which an attacker could time its gradients for.
+func (g *NormGuard) Inherit(prev *NormGuard) {
+	g.window = append(g.window[:0], prev.window...)
+	g.next, g.ref = prev.next, prev.ref
+}
+
 // Reference is the norm ratios are taken against (0 while warming up).
 func (g *NormGuard) Reference() float64 { return g.ref }
 

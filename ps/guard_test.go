@@ -1,12 +1,18 @@
 package ps
 
 import (
+	"context"
 	"math"
 	"slices"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/ml/optim"
+	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/transport/wire"
 )
 
 // feed has g judge each norm and accept those it does not refuse, as a
@@ -428,5 +434,117 @@ func BenchmarkPushSync(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// Over the server: a refused push is answered as dropped (STALE, which
+// the data plane carries), counted by worker and reason, and reported in
+// Status with the first outlier.
+func TestServerRefusesAndReports(t *testing.T) {
+	srv, _, n := newSyncServer(t, 1)
+	ctx := context.Background()
+	g := make([]float32, n)
+	for i := range g {
+		g[i] = 0.5
+	}
+	push := func(w int32, g []float32) *pb.PushResponse {
+		t.Helper()
+		st, _ := srv.Status(ctx, &pb.StatusRequest{})
+		resp, err := srv.Push(ctx, &pb.PushRequest{RunId: "r", Worker: w, Version: st.Version, Grad: wire.Bytes(g), Generation: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	for range GuardWindow {
+		push(0, g)
+		push(1, g)
+	}
+	huge := slices.Clone(g)
+	huge[0] = 1e9
+	if resp := push(1, huge); resp.Outcome != pb.PushResponse_STALE {
+		t.Errorf("refused push answered %v, want STALE", resp.Outcome)
+	}
+	if got := testutil.ToFloat64(srv.m.RefusedGradients.WithLabelValues("1", "norm")); got != 1 {
+		t.Errorf(`pstrain_ps_refused_gradients_total{worker="1",reason="norm"} = %v, want 1`, got)
+	}
+	st, _ := srv.Status(ctx, &pb.StatusRequest{})
+	if !slices.Equal(st.RefusedGradients, []int64{0, 1}) || st.FirstOutlierWorker == nil || *st.FirstOutlierWorker != 1 {
+		t.Errorf("status refused %v, first outlier %v; want [0 1] and worker 1", st.RefusedGradients, st.FirstOutlierWorker)
+	}
+	if got := testutil.CollectAndCount(srv.m.GradientNormRatio); got != 1 {
+		t.Errorf("norm ratio histogram: %d series", got)
+	}
+}
+
+// The chief's learning-rate factor scales the rate and its schedule.
+func TestInitLRFactor(t *testing.T) {
+	srv, _, n := newTestServer(t, 1, func(r *config.Run) { r.Workers, r.PS, r.Optimizer, r.LR = 1, 1, "sgd", 1 })
+	o := OptionsFor(func() config.Run {
+		r := config.Default()
+		r.Workers, r.PS, r.Optimizer, r.LR, r.LRSchedule = 1, 1, "sgd", 1, "constant"
+		return r
+	}())
+	o.LRFactor = 0.25
+	spec := model.Spec{Input: 4, Hidden: []int{3}, Classes: 2}
+	ctx := context.Background()
+	if _, err := srv.Init(ctx, &pb.InitRequest{RunId: "r", NumShards: 1, ShardOptions: o.JSON(),
+		Params: wire.Bytes(make([]float32, n)), Generation: 2, ModelSpec: spec.JSON()}); err != nil {
+		t.Fatal(err)
+	}
+	g := make([]float32, n)
+	g[0] = 1
+	if _, err := srv.Push(ctx, &pb.PushRequest{RunId: "r", Grad: wire.Bytes(g), Generation: 2}); err != nil {
+		t.Fatal(err)
+	}
+	_, params, _, _, _ := srv.Snapshot()
+	if params[0] != -0.25 {
+		t.Errorf("param %v after a gradient of 1 at lr 1 x factor 0.25, want -0.25", params[0])
+	}
+	o.LRFactor = 2
+	if _, err := ParseOptions(o.JSON()); err == nil {
+		t.Error("lr_factor 2 accepted")
+	}
+}
+
+// A shard the chief re-initialises (a rollback) keeps its norm guard's
+// window: no warm-up for an attacker to time a gradient for. A new run
+// starts afresh.
+func TestReinitKeepsTheGuard(t *testing.T) {
+	srv, _, n := newSyncServer(t, 1)
+	ctx := context.Background()
+	g := make([]float32, n)
+	for i := range g {
+		g[i] = 0.5
+	}
+	for range GuardWindow {
+		for w := range 2 {
+			st, _ := srv.Status(ctx, &pb.StatusRequest{})
+			if _, err := srv.Push(ctx, &pb.PushRequest{RunId: "r", Worker: int32(w), Version: st.Version, Grad: wire.Bytes(g), Generation: 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	r := config.Default()
+	r.Workers, r.PS, r.Optimizer, r.LRSchedule = 2, 1, "momentum", "constant"
+	spec := model.Spec{Input: 4, Hidden: []int{3}, Classes: 2}
+	reinit := func(run string) {
+		t.Helper()
+		if _, err := srv.Init(ctx, &pb.InitRequest{RunId: run, NumShards: 1, ShardOptions: OptionsFor(r).JSON(),
+			Params: wire.Bytes(make([]float32, n)), Generation: 2, ModelSpec: spec.JSON()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reinit("r")
+	huge := slices.Clone(g)
+	huge[0] = 1e9
+	resp, err := srv.Push(ctx, &pb.PushRequest{RunId: "r", Worker: 1, Grad: wire.Bytes(huge), Generation: 2})
+	if err != nil || resp.Outcome != pb.PushResponse_STALE {
+		t.Fatalf("huge gradient right after a re-init: %v, %v; want it refused", resp, err)
+	}
+	reinit("another run")
+	resp, err = srv.Push(ctx, &pb.PushRequest{RunId: "another run", Worker: 1, Grad: wire.Bytes(huge), Generation: 2})
+	if err != nil || resp.Outcome != pb.PushResponse_APPLIED {
+		t.Fatalf("a new run's first gradient: %v, %v; want it applied (warm-up)", resp, err)
 	}
 }

@@ -230,6 +230,9 @@ func (s *Server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitRespons
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.shard != nil && s.runID == req.RunId && s.index == int(req.Shard) {
+		sh.InheritGuard(s.shard) // re-initialised by the chief: no warm-up to exploit
+	}
 	s.shard, s.runID, s.index = sh, req.RunId, int(req.Shard)
 	s.gen, s.numShards, s.plan, s.opts = req.Generation, int(req.NumShards), plan, opts
 	s.dropRetained()
@@ -451,7 +454,14 @@ func (s *Server) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushRespons
 	case s.opts.Mode == config.SSP:
 		s.notify() // the slowest worker's clock may have moved
 	}
-	return &pb.PushResponse{Outcome: pb.PushResponse_Outcome(res.Outcome), Version: s.shard.Version(), Done: s.shard.Done()}, nil
+	outcome := pb.PushResponse_Outcome(res.Outcome)
+	if res.Outcome == Refused {
+		// Dropped, like a NaN under --nan-policy skip: the wire's
+		// outcomes (and a data-plane client's check of them) predate the
+		// guard, and the worker's next step is the same either way.
+		outcome = pb.PushResponse_STALE
+	}
+	return &pb.PushResponse{Outcome: outcome, Version: s.shard.Version(), Done: s.shard.Done()}, nil
 }
 
 // refused records a gradient the norm guard refused: counted against its
@@ -561,7 +571,7 @@ func (s *Server) Stop(ctx context.Context, req *pb.StopRequest) (*pb.StopRespons
 // ratio and whose it was, and the refusals. Call with mu held.
 func (s *Server) logGuard() {
 	st := s.shard.Stats()
-	s.log.Info("gradient norms at the stop", "judged", st.Applied+st.Refused, "refused", st.Refused,
+	s.log.Info("gradient norms at the stop", "gradients", st.Applied+st.Refused, "refused", st.Refused,
 		"max_ratio", fmt.Sprintf("%.3g", st.MaxRatio), "max_ratio_worker", st.MaxRatioWorker, "max_ratio_version", st.MaxRatioVersion,
 		"limit", s.opts.NormGuard, "refused_by_worker", s.shard.Refused())
 }

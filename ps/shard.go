@@ -271,6 +271,14 @@ func (s *Shard) Refused() []int64 { return slices.Clone(s.refused) }
 // (nil: none).
 func (s *Shard) Outlier() *Outlier { return s.outlier }
 
+// InheritGuard gives the shard prev's norm guard window, if prev held as
+// many parameters (the same shard of the same run, re-initialised).
+func (s *Shard) InheritGuard(prev *Shard) {
+	if prev != nil && len(prev.params) == len(s.params) {
+		s.guard.Inherit(prev.guard)
+	}
+}
+
 // Stop ends training: every pull is ready and returns done.
 func (s *Shard) Stop() { s.done = true }
 
