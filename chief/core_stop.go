@@ -85,7 +85,8 @@ func (c *Core) Evaluated(now time.Time, res EvalResult) []Action {
 		c.log.Info("evaluation of a rolled-back model ignored", "step", res.Step, "generation", res.Generation)
 		return c.wind(now)
 	}
-	ev := report.Eval{Step: res.Step, Seconds: c.seconds(res.At), TestAccuracy: res.Accuracy, TestLoss: res.Loss, TestSamples: res.Samples, Subset: !res.Full}
+	divActs, diverged := c.checkDivergence(now, res)
+	ev := report.Eval{Step: res.Step, Seconds: c.seconds(res.At), TestAccuracy: res.Accuracy, TestLoss: jsonLoss(res.Loss), TestSamples: res.Samples, Subset: !res.Full}
 	c.st.Evals = append(c.st.Evals, ev)
 	c.st.TestSeconds += res.Duration.Seconds()
 	c.m.EvalAccuracy.Set(res.Accuracy)
@@ -94,6 +95,10 @@ func (c *Core) Evaluated(now time.Time, res EvalResult) []Action {
 		"test_accuracy", fmt.Sprintf("%.4f", ev.TestAccuracy), "test_loss", fmt.Sprintf("%.4f", ev.TestLoss))
 	acts := []Action{c.save()}
 	switch {
+	case diverged && c.phase != stopping:
+		// A rollback (ordered, or waiting for a checkpoint under way), or
+		// the end of a run that diverged too often.
+		return append(acts, divActs...)
 	case c.phase == stopping:
 		if res.Full && c.finalEvalAsked && c.finalEval == nil {
 			c.finalEval = &ev
@@ -225,7 +230,7 @@ func (c *Core) CheckpointDone(now time.Time, res CheckpointResult) []Action {
 		c.log.Info("checkpoint committed", "step", res.Step, "bytes", res.Bytes,
 			"seconds", fmt.Sprintf("%.3f", res.Duration.Seconds()), "max_pause", res.Pause.Round(time.Microsecond))
 	}
-	acts := c.wind(now)
+	acts := append(c.wind(now), c.sendRollback()...)
 	if len(acts) > 0 {
 		if _, ok := acts[0].(SaveState); ok {
 			return acts // finish saves
@@ -248,7 +253,16 @@ func (c *Core) report() *report.Report {
 		Seed: r.Seed, TargetAccuracy: r.TargetAccuracy, TargetHold: c.targetHold(),
 		StoppedBy: c.stopReason, GlobalSteps: c.steps, FinalStep: c.steps,
 		TestSeconds: c.st.TestSeconds, Evals: c.st.Evals, TimeToTargetSeconds: c.st.TimeToTargetSeconds,
-		Restarts: c.st.Restarts, TrainStartedUnix: c.st.TrainStartedUnix, Checkpoints: c.st.Checkpoints}
+		Restarts: c.st.Restarts, TrainStartedUnix: c.st.TrainStartedUnix, Checkpoints: c.st.Checkpoints,
+		Divergences: slices.Clone(c.st.Divergences), RefusedGradients: map[string]int64{}}
+	if rep.Divergences == nil {
+		rep.Divergences = []report.Divergence{}
+	}
+	for w, n := range c.refused(false) {
+		if n > 0 {
+			rep.RefusedGradients[fmt.Sprintf("worker/%d", w)] = n
+		}
+	}
 	if !c.start.IsZero() {
 		rep.TrainSeconds = c.trainEnd.Sub(c.start).Seconds()
 	}

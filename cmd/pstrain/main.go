@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -447,6 +449,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	warnGuard(log, r)
 	childArgs, err := runTLSArgs(*tlsDir, r, log)
 	if err != nil {
 		return err
@@ -491,6 +494,17 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return nil
 }
 
+// warnGuard warns of a norm guard likely to refuse honest gradients:
+// with tiny batches one sample's gradient dominates, and honest norms
+// spread far more (docs/security.md measures batch 4 at up to 17.7 times
+// the median, batch 1 at 57).
+func warnGuard(log *slog.Logger, r config.Run) {
+	if r.NormGuard > 0 && r.Batch < 8 {
+		log.Warn("with a batch this small honest gradient norms spread widely; --norm-guard may refuse some (consider --norm-guard 100, or 0 to turn it off)",
+			"batch", r.Batch, "norm_guard", r.NormGuard)
+	}
+}
+
 // flagSet reports whether the flag name was given on the command line.
 func flagSet(fs *flag.FlagSet, name string) bool {
 	set := false
@@ -519,6 +533,7 @@ func printSummary(w io.Writer, rep *report.Report) {
 	if rep.Bottleneck != nil {
 		fmt.Fprintf(w, "where the time went: %s\n", rep.Bottleneck)
 	}
+	printGuard(w, rep)
 	for _, rs := range rep.Restarts {
 		back := "never"
 		if rs.BackAtSeconds != nil {
@@ -529,6 +544,32 @@ func printSummary(w io.Writer, rep *report.Report) {
 	for _, name := range sortedTasks(rep.Tasks) {
 		t := rep.Tasks[name]
 		fmt.Fprintf(w, "  %-9s peak RSS %6.1f MiB  CPU %6.2f s\n", name, float64(t.PeakRSSBytes)/(1<<20), t.CPUSeconds)
+	}
+}
+
+// printGuard prints what the divergence guard did: the gradients
+// refused by worker, and each divergence with its rollback and suspect.
+func printGuard(w io.Writer, rep *report.Report) {
+	if len(rep.RefusedGradients) > 0 {
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(rep.RefusedGradients)) {
+			parts = append(parts, fmt.Sprintf("%s %d", k, rep.RefusedGradients[k]))
+		}
+		fmt.Fprintf(w, "gradients refused (non-finite or beyond the norm guard): %s\n", strings.Join(parts, ", "))
+	}
+	for _, d := range rep.Divergences {
+		back := "not rolled back (training had ended)"
+		switch {
+		case d.RolledBackTo > 0:
+			back = fmt.Sprintf("rolled back to step %d, lr x%g", d.RolledBackTo, d.LRFactor)
+		case d.RolledBackTo == 0:
+			back = fmt.Sprintf("rolled back to the initial weights, lr x%g", d.LRFactor)
+		}
+		suspect := "no worker stood out"
+		if d.SuspectWorker != "" {
+			suspect = "suspect " + d.SuspectWorker + ": " + d.Evidence
+		}
+		fmt.Fprintf(w, "divergence: the model of step %d (test loss %.4g, best %.4g); %s; %s\n", d.AtStep, d.TestLoss, d.BestLoss, back, suspect)
 	}
 }
 
