@@ -69,20 +69,19 @@ type Core struct {
 	finalCkptAsked bool
 	reinitAsked    bool
 
-	// The divergence guard (core_diverge.go): the shards' refusal counts
-	// (by shard, by worker: at the last poll, accumulated through the
-	// shards' re-initialisations, and when this generation began), the
+	// The divergence guard (core_diverge.go): the shards' counts of
+	// gradients refused by the norm guard and of non-finite ones, the
 	// first out-of-line gradient's worker each shard reported (-1: none),
 	// the step this generation began at and whether a rollback began it,
 	// its newest good evaluation's step (-1: none), and the rollback
 	// decided (sent: ordered).
-	refusedSeen, refusedTotal, refusedAtGen [][]int64
-	outliers                                []int
-	genStart                                int64
-	genFromRollback                         bool
-	lastGood                                int64
-	rollback                                *Rollback
-	rollbackSent                            bool
+	refusedGrads, nonFiniteGrads shardCounts
+	outliers                     []int
+	genStart                     int64
+	genFromRollback              bool
+	lastGood                     int64
+	rollback                     *Rollback
+	rollbackSent                 bool
 }
 
 type phase int
@@ -156,12 +155,8 @@ func NewCore(p CoreParams, runID string, log *slog.Logger, m *metrics.Chief, now
 		psSeen: make([]bool, r.PS), workerSeen: make([]bool, r.Workers),
 		versions: make([]int64, r.PS), down: make([]time.Time, r.PS),
 		st:       State{RunID: runID, Evals: []report.Eval{}, Restarts: []report.Restart{}, LatestCheckpoint: -1},
-		outliers: make([]int, r.PS), lastGood: -1}
-	for range r.PS {
-		c.refusedSeen = append(c.refusedSeen, make([]int64, r.Workers))
-		c.refusedTotal = append(c.refusedTotal, make([]int64, r.Workers))
-		c.refusedAtGen = append(c.refusedAtGen, make([]int64, r.Workers))
-	}
+		outliers: make([]int, r.PS), lastGood: -1,
+		refusedGrads: newShardCounts(r.PS, r.Workers), nonFiniteGrads: newShardCounts(r.PS, r.Workers)}
 	c.beginGeneration(0, false)
 	return c
 }

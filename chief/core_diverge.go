@@ -61,40 +61,67 @@ func (c *Core) beginGeneration(step int64, rollback bool) {
 	for s := range c.outliers {
 		c.outliers[s] = -1
 	}
-	for s := range c.refusedTotal {
-		c.refusedAtGen[s] = append(c.refusedAtGen[s][:0], c.refusedTotal[s]...)
+	c.refusedGrads.markGeneration()
+	c.nonFiniteGrads.markGeneration()
+}
+
+// noteGuard records a poll's refusal counts and first outlier (shard s's,
+// since its last Init).
+func (c *Core) noteGuard(s int, x ShardStatus) {
+	c.refusedGrads.note(s, x.Refused)
+	c.nonFiniteGrads.note(s, x.NonFinite)
+	if x.Outlier >= 0 && c.outliers[s] < 0 {
+		c.outliers[s] = x.Outlier
 	}
 }
 
-// noteRefusals records a poll's refusal counts and first outliers (shard
-// s's, counted since its last Init: a count lower than the last one seen
-// means the shard was re-initialised).
-func (c *Core) noteRefusals(s int, x ShardStatus) {
-	if len(c.refusedSeen) == 0 {
-		return
+// shardCounts are per-worker counters that every shard keeps since its
+// last Init, accumulated by the chief through the shards'
+// re-initialisations: by shard, by worker, the count at the last poll,
+// the total, and the total when the generation began.
+type shardCounts struct {
+	seen, total, atGen [][]int64
+}
+
+func newShardCounts(shards, workers int) shardCounts {
+	var c shardCounts
+	for range shards {
+		c.seen = append(c.seen, make([]int64, workers))
+		c.total = append(c.total, make([]int64, workers))
+		c.atGen = append(c.atGen, make([]int64, workers))
 	}
-	seen, total := c.refusedSeen[s], c.refusedTotal[s]
-	for w := range min(len(x.Refused), len(seen)) {
-		n := x.Refused[w]
+	return c
+}
+
+// note records shard s's counts; one lower than the last seen means the
+// shard was re-initialised and counts afresh.
+func (c shardCounts) note(s int, counts []int64) {
+	seen, total := c.seen[s], c.total[s]
+	for w := range min(len(counts), len(seen)) {
+		n := counts[w]
 		if n < seen[w] {
 			seen[w] = 0
 		}
 		total[w] += n - seen[w]
 		seen[w] = n
 	}
-	if x.Outlier >= 0 && c.outliers[s] < 0 {
-		c.outliers[s] = x.Outlier
+}
+
+func (c shardCounts) markGeneration() {
+	for s := range c.total {
+		copy(c.atGen[s], c.total[s])
 	}
 }
 
-// refused is each worker's refused gradients, the most any shard
-// refused, since the run began (gen false) or this generation did.
-func (c *Core) refused(gen bool) []int64 {
-	out := make([]int64, c.p.Run.Workers)
-	for s, total := range c.refusedTotal {
+// byWorker is each worker's count, the most any shard counted (each
+// judges its own slice of the same gradient), since the run began (gen
+// false) or this generation did.
+func (c shardCounts) byWorker(workers int, gen bool) []int64 {
+	out := make([]int64, workers)
+	for s, total := range c.total {
 		for w, n := range total {
 			if gen {
-				n -= c.refusedAtGen[s][w]
+				n -= c.atGen[s][w]
 			}
 			out[w] = max(out[w], n)
 		}
@@ -102,16 +129,22 @@ func (c *Core) refused(gen bool) []int64 {
 	return out
 }
 
+// refused is each worker's gradients refused by the norm guard (see
+// shardCounts.byWorker).
+func (c *Core) refused(gen bool) []int64 { return c.refusedGrads.byWorker(c.p.Run.Workers, gen) }
+
 // suspect names the worker whose gradients stood out in this
 // generation: the one that pushed the first out-of-line gradient a shard
 // saw (the cause: once a model diverged, every worker's gradients are
-// out of line), else the one with the most refused gradients, else none
-// ("").
+// out of line, and non-finite ones, never applied, are symptoms), else
+// the one with the most gradients refused by the norm guard, else none
+// ("": the model diverged with no gradient out of line, e.g. from too
+// high a learning rate).
 func (c *Core) suspect() (worker, evidence string) {
 	refused := c.refused(true)
 	for s, w := range c.outliers {
 		if w >= 0 && w < len(refused) {
-			return fmt.Sprintf("worker/%d", w), fmt.Sprintf("it pushed the first out-of-line gradient ps/%d saw; %d of its gradients refused", s, refused[w])
+			return fmt.Sprintf("worker/%d", w), fmt.Sprintf("it pushed the first out-of-line gradient ps/%d saw; %d of its gradients refused by the norm guard", s, refused[w])
 		}
 	}
 	best, most := -1, int64(0)
@@ -121,7 +154,7 @@ func (c *Core) suspect() (worker, evidence string) {
 		}
 	}
 	if best >= 0 {
-		return fmt.Sprintf("worker/%d", best), fmt.Sprintf("%d of its gradients refused", most)
+		return fmt.Sprintf("worker/%d", best), fmt.Sprintf("%d of its gradients refused by the norm guard", most)
 	}
 	return "", ""
 }

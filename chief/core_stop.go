@@ -245,6 +245,17 @@ func (c *Core) finish() []Action {
 	return []Action{c.save(), Finish{Report: c.report()}}
 }
 
+// byWorker names the non-zero counts by worker ("worker/1").
+func byWorker(counts []int64) map[string]int64 {
+	out := map[string]int64{}
+	for w, n := range counts {
+		if n > 0 {
+			out[fmt.Sprintf("worker/%d", w)] = n
+		}
+	}
+	return out
+}
+
 func (c *Core) report() *report.Report {
 	r := c.p.Run
 	rep := &report.Report{Mode: string(r.Mode), PS: r.PS, Workers: r.Workers, ReplicasToAggregate: r.Replicas(),
@@ -254,14 +265,10 @@ func (c *Core) report() *report.Report {
 		StoppedBy: c.stopReason, GlobalSteps: c.steps, FinalStep: c.steps,
 		TestSeconds: c.st.TestSeconds, Evals: c.st.Evals, TimeToTargetSeconds: c.st.TimeToTargetSeconds,
 		Restarts: c.st.Restarts, TrainStartedUnix: c.st.TrainStartedUnix, Checkpoints: c.st.Checkpoints,
-		Divergences: slices.Clone(c.st.Divergences), RefusedGradients: map[string]int64{}}
+		Divergences: slices.Clone(c.st.Divergences), RefusedGradients: byWorker(c.refused(false)),
+		NonFiniteGradients: byWorker(c.nonFiniteGrads.byWorker(r.Workers, false))}
 	if rep.Divergences == nil {
 		rep.Divergences = []report.Divergence{}
-	}
-	for w, n := range c.refused(false) {
-		if n > 0 {
-			rep.RefusedGradients[fmt.Sprintf("worker/%d", w)] = n
-		}
 	}
 	if !c.start.IsZero() {
 		rep.TrainSeconds = c.trainEnd.Sub(c.start).Seconds()

@@ -19,12 +19,13 @@ type ShardStatus struct {
 	Done         bool
 	StaleDropped int64
 	Loss         float32
-	// Refused is, by worker, the gradients the shard refused since its
-	// last Init; Outlier the worker of the first out-of-line gradient
+	// Refused and NonFinite are, by worker, the gradients the shard's
+	// norm guard refused and those holding NaN or Inf since its last
+	// Init; Outlier the worker of the first finite out-of-line gradient
 	// since then (-1: none).
-	Refused  []int64
-	Outlier  int
-	otherRun bool // initialised for another run (adoption refuses it)
+	Refused, NonFinite []int64
+	Outlier            int
+	otherRun           bool // initialised for another run (adoption refuses it)
 }
 
 // Tick is a poll: the time, and each shard's status (nil before
@@ -139,7 +140,7 @@ func (c *Core) tickTraining(now time.Time, shards []ShardStatus) []Action {
 			return append(acts, c.orderRestore(now, s, shards))
 		default:
 			c.down[s] = time.Time{}
-			c.noteRefusals(s, x)
+			c.noteGuard(s, x)
 		}
 	}
 	if anyDown || c.restoring != nil || c.rollback != nil {

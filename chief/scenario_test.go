@@ -37,9 +37,10 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	tick t=S [shards=V,V,...]     a poll; V is a version, "down" (no answer),
 //	     [done=I,...]             "empty" (back without state); done lists
 //	     [refused=W:N,...]        shards that say training is done; every
-//	     [outlier=W]              shard says it refused N of worker W's
-//	                             gradients since its Init, and that its
-//	                             first out-of-line gradient was worker W's
+//	     [non-finite=W:N,...]     shard says its norm guard refused N of
+//	     [outlier=W]              worker W's gradients since its Init (N
+//	                             non-finite ones), and that its first
+//	                             out-of-line gradient was worker W's
 //	started|restored t=S step=N [latest=N]
 //	membership-sent live=I,...
 //	evaluated t=S seq=N gen=N step=N acc=F [loss=F] [full] [err=MSG]
@@ -367,18 +368,26 @@ func shardsOf(a map[string]string) []ShardStatus {
 	}
 	for i := range out {
 		out[i].Outlier = outlier
-		for _, wn := range strings.Split(a["refused"], ",") {
-			w, n, ok := strings.Cut(wn, ":")
-			wi, err1 := strconv.Atoi(w)
-			ni, err2 := strconv.ParseInt(n, 10, 64)
-			if !ok || err1 != nil || err2 != nil {
-				continue
-			}
-			for len(out[i].Refused) <= wi {
-				out[i].Refused = append(out[i].Refused, 0)
-			}
-			out[i].Refused[wi] = ni
+		out[i].Refused = workerCounts(a["refused"])
+		out[i].NonFinite = workerCounts(a["non-finite"])
+	}
+	return out
+}
+
+// workerCounts reads W:N,... into counts by worker index.
+func workerCounts(v string) []int64 {
+	var out []int64
+	for _, wn := range strings.Split(v, ",") {
+		w, n, ok := strings.Cut(wn, ":")
+		wi, err1 := strconv.Atoi(w)
+		ni, err2 := strconv.ParseInt(n, 10, 64)
+		if !ok || err1 != nil || err2 != nil || wi < 0 {
+			continue
 		}
+		for len(out) <= wi {
+			out = append(out, 0)
+		}
+		out[wi] = ni
 	}
 	return out
 }
@@ -392,5 +401,6 @@ func (s *scenario) divergences() string {
 		lines = append(lines, fmt.Sprintf("divergence at-step=%d test-loss=%.4g best-loss=%.4g rolled-back-to=%d lr-factor=%g suspect=%q evidence=%q",
 			d.AtStep, d.TestLoss, d.BestLoss, d.RolledBackTo, d.LRFactor, d.SuspectWorker, d.Evidence))
 	}
-	return strings.Join(append(lines, fmt.Sprintf("lr-factor=%g refused=%v", c.LRFactor(), c.refused(false))), "\n")
+	return strings.Join(append(lines, fmt.Sprintf("lr-factor=%g refused=%v non-finite=%v", c.LRFactor(), c.refused(false),
+		c.nonFiniteGrads.byWorker(c.p.Run.Workers, false))), "\n")
 }

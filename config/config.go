@@ -53,7 +53,7 @@ type NaNPolicy string
 // The NaN policies.
 const (
 	Reject NaNPolicy = "reject" // refuse the push: the worker stops and says why
-	Skip   NaNPolicy = "skip"   // drop it (sync: count it as a zero gradient); training goes on
+	Skip   NaNPolicy = "skip"   // drop it (sync: it counts for the step, left out of the mean); training goes on
 )
 
 // DefaultNormGuard is --norm-guard's default multiple: far beyond the

@@ -800,10 +800,12 @@ type StatusResponse struct {
 	MaxVersion   int64                  `protobuf:"varint,10,opt,name=max_version,json=maxVersion,proto3" json:"max_version,omitempty"`
 	DataAddr     string                 `protobuf:"bytes,11,opt,name=data_addr,json=dataAddr,proto3" json:"data_addr,omitempty"` // the TCP data plane's address ("" = none)
 	// The divergence guard (docs/security.md), since the shard's last Init:
-	// by worker index, the gradients refused (non-finite, or by the norm
-	// guard); and the worker of the first out-of-line gradient, if any.
+	// by worker index, the gradients the norm guard refused and those
+	// holding NaN or Inf; and the worker of the first finite out-of-line
+	// gradient, if any.
 	RefusedGradients   []int64 `protobuf:"varint,12,rep,packed,name=refused_gradients,json=refusedGradients,proto3" json:"refused_gradients,omitempty"`
 	FirstOutlierWorker *int32  `protobuf:"varint,13,opt,name=first_outlier_worker,json=firstOutlierWorker,proto3,oneof" json:"first_outlier_worker,omitempty"`
+	NonFiniteGradients []int64 `protobuf:"varint,14,rep,packed,name=non_finite_gradients,json=nonFiniteGradients,proto3" json:"non_finite_gradients,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -927,6 +929,13 @@ func (x *StatusResponse) GetFirstOutlierWorker() int32 {
 		return *x.FirstOutlierWorker
 	}
 	return 0
+}
+
+func (x *StatusResponse) GetNonFiniteGradients() []int64 {
+	if x != nil {
+		return x.NonFiniteGradients
+	}
+	return nil
 }
 
 type CheckpointRequest struct {
@@ -1502,7 +1511,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x11MembershipRequest\x12!\n" +
 	"\flive_workers\x18\x01 \x03(\x05R\vliveWorkers\"\x14\n" +
 	"\x12MembershipResponse\"\x0f\n" +
-	"\rStatusRequest\"\xcd\x03\n" +
+	"\rStatusRequest\"\xff\x03\n" +
 	"\x0eStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12 \n" +
 	"\vinitialized\x18\x02 \x01(\bR\vinitialized\x12\x12\n" +
@@ -1521,7 +1530,8 @@ const file_pstrain_proto_rawDesc = "" +
 	"maxVersion\x12\x1b\n" +
 	"\tdata_addr\x18\v \x01(\tR\bdataAddr\x12+\n" +
 	"\x11refused_gradients\x18\f \x03(\x03R\x10refusedGradients\x125\n" +
-	"\x14first_outlier_worker\x18\r \x01(\x05H\x00R\x12firstOutlierWorker\x88\x01\x01B\x17\n" +
+	"\x14first_outlier_worker\x18\r \x01(\x05H\x00R\x12firstOutlierWorker\x88\x01\x01\x120\n" +
+	"\x14non_finite_gradients\x18\x0e \x03(\x03R\x12nonFiniteGradientsB\x17\n" +
 	"\x15_first_outlier_worker\"y\n" +
 	"\x11CheckpointRequest\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x1d\n" +

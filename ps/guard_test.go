@@ -286,18 +286,20 @@ func TestAsyncRefusedGradient(t *testing.T) {
 }
 
 // Non-finite gradients are refused with ErrNonFinite, as before, and now
-// also counted against their worker and named the first outlier.
+// also counted against their worker, apart from the norm guard's
+// refusals; they are not outliers (never applied, they cannot be what
+// made a model diverge).
 func TestNonFiniteCountsAgainstTheWorker(t *testing.T) {
 	s := syncShard(t, 2, 2, 2, 20, config.Mean)
 	nan := float32(math.NaN())
 	if _, err := s.Push(1, 0, grad(1, nan)); err == nil {
 		t.Fatal("NaN gradient accepted")
 	}
-	if ref := s.Refused(); !slices.Equal(ref, []int64{0, 1}) {
-		t.Errorf("refused %v, want [0 1]", ref)
+	if nf, ref := s.NonFinite(), s.Refused(); !slices.Equal(nf, []int64{0, 1}) || !slices.Equal(ref, []int64{0, 0}) {
+		t.Errorf("non-finite %v, refused %v; want [0 1] and [0 0]", nf, ref)
 	}
-	if o := s.Outlier(); o == nil || o.Worker != 1 || !math.IsInf(o.Ratio, 1) {
-		t.Errorf("outlier %+v", o)
+	if o := s.Outlier(); o != nil {
+		t.Errorf("a non-finite gradient made outlier %+v", o)
 	}
 }
 
@@ -546,5 +548,31 @@ func TestReinitKeepsTheGuard(t *testing.T) {
 	resp, err = srv.Push(ctx, &pb.PushRequest{RunId: "another run", Worker: 1, Grad: wire.Bytes(huge), Generation: 2})
 	if err != nil || resp.Outcome != pb.PushResponse_APPLIED {
 		t.Fatalf("a new run's first gradient: %v, %v; want it applied (warm-up)", resp, err)
+	}
+}
+
+// A gradient dropped by --nan-policy skip (Drop) is treated like a
+// refused one in a sync step: arrived, left out of the mean; it never
+// enters the norm guard's window (a run of dropped gradients must not
+// drag the reference down to where honest ones look huge).
+func TestDropLeavesGradientOutOfTheStep(t *testing.T) {
+	s := syncShard(t, 2, 2, 1, 20, config.Mean)
+	warm(t, s, 2, grad(1))
+	ref, v, p := s.guard.Reference(), s.Version(), s.Params()[0]
+	if s.Drop(0, v, 0) {
+		t.Fatal("the first of two arrivals completed the step")
+	}
+	if s.Drop(0, v, 0) || s.Drop(1, v-1, 0) {
+		t.Fatal("a duplicate or stale drop completed the step")
+	}
+	if r, _ := s.Push(1, v, grad(2)); !r.Advanced || s.Params()[0] != p-2 {
+		t.Fatalf("%+v, param %v: want the step applied with worker 1's gradient alone (%v)", r, s.Params()[0], p-2)
+	}
+	for range 2 * GuardWindow {
+		s.Drop(0, s.Version(), 0)
+		s.Drop(1, s.Version(), 0)
+	}
+	if s.guard.Reference() != ref {
+		t.Errorf("dropped gradients moved the reference from %v to %v", ref, s.guard.Reference())
 	}
 }

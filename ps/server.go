@@ -423,15 +423,11 @@ func (s *Server) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushRespons
 		}
 		if errors.Is(err, ErrNonFinite) && s.opts.NaNPolicy == config.Skip {
 			// --nan-policy skip: counted, never applied, training goes on.
-			// In sync mode the worker still counts for the step, with a
-			// zero gradient: otherwise the step would wait for it forever.
-			// Either way its batch is used up (its data position moves on).
-			if s.opts.Mode == config.Sync {
-				if res, err := s.shard.PushAt(int(req.Worker), req.Version, make([]float32, len(g)), req.DataPosition); err == nil && res.Advanced {
-					s.advanced()
-				}
-			} else {
-				s.shard.SkipBatch(int(req.Worker), req.DataPosition)
+			// In sync mode the worker still counts for the step, its
+			// gradient left out of the mean (otherwise the step would wait
+			// for it forever); either way its batch is used up (Drop).
+			if s.shard.Drop(int(req.Worker), req.Version, req.DataPosition) {
+				s.advanced()
 			}
 			return &pb.PushResponse{Outcome: pb.PushResponse_STALE, Version: s.shard.Version(), Done: s.shard.Done()}, nil
 		}
@@ -535,7 +531,7 @@ func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusR
 	resp := &pb.StatusResponse{Version: s.shard.Version(), Initialized: true, Done: s.shard.Done(),
 		StaleDropped: st.StaleDropped, Applied: st.Applied, NumParams: int64(len(s.shard.Params())),
 		RunId: s.runID, LastLoss: s.lastLoss, Generation: s.gen, MaxVersion: s.shard.MaxVersion(), DataAddr: s.dataAddr,
-		RefusedGradients: s.shard.Refused()}
+		RefusedGradients: s.shard.Refused(), NonFiniteGradients: s.shard.NonFinite()}
 	if o := s.shard.Outlier(); o != nil {
 		w := int32(o.Worker)
 		resp.FirstOutlierWorker = &w

@@ -168,13 +168,15 @@ type Stats struct {
 	MaxRatioVersion int64
 }
 
-// Outlier is the first gradient since Init that a shard found out of
-// line: non-finite, refused by the norm guard, or (the guard refusing
-// nothing) with a norm ratio beyond OutlierRatio.
+// Outlier is the first finite gradient since Init that a shard found out
+// of line: refused by the norm guard, or with a norm ratio beyond
+// OutlierRatio (the guard refusing nothing). Non-finite gradients are
+// not outliers: never applied, they cannot make a model diverge, and a
+// diverged model makes them on every worker.
 type Outlier struct {
 	Worker  int
-	Version int64   // the version it was computed from
-	Ratio   float64 // +Inf: non-finite
+	Version int64 // the version it was computed from
+	Ratio   float64
 }
 
 // Shard is one parameter-server shard's state machine: a flat parameter
@@ -201,9 +203,10 @@ type Shard struct {
 	contributors []int
 	after        []int64 // the contributors' data positions once the step is applied
 
-	guard   *NormGuard
-	refused []int64  // by worker: gradients refused since Init (norm or non-finite)
-	outlier *Outlier // the first out-of-line gradient since Init
+	guard     *NormGuard
+	refused   []int64  // by worker: gradients the norm guard refused since Init
+	nonFinite []int64  // by worker: non-finite gradients since Init
+	outlier   *Outlier // the first out-of-line gradient since Init
 
 	live  []bool  // by worker index; all true until told otherwise
 	clock []int64 // gradients received per worker (ssp)
@@ -228,7 +231,7 @@ func NewShard(cfg ShardConfig, params []float32, opt optim.Optimizer, version in
 	floor := GuardFloorRMS * math.Sqrt(float64(max(1, len(params))))
 	s := &Shard{cfg: cfg, params: params, opt: opt, version: version,
 		live: make([]bool, cfg.Workers), clock: make([]int64, cfg.Workers), pos: make([]int64, cfg.Workers),
-		guard: NewNormGuard(cfg.NormGuard, floor), refused: make([]int64, cfg.Workers)}
+		guard: NewNormGuard(cfg.NormGuard, floor), refused: make([]int64, cfg.Workers), nonFinite: make([]int64, cfg.Workers)}
 	for i := range s.live {
 		s.live[i] = true
 	}
@@ -263,9 +266,13 @@ func (s *Shard) Done() bool { return s.done }
 // Stats returns the counters.
 func (s *Shard) Stats() Stats { return s.stats }
 
-// Refused returns, by worker index, the gradients refused since the
-// shard was made: non-finite ones and those the norm guard refused.
+// Refused returns, by worker index, the gradients the norm guard refused
+// since the shard was made.
 func (s *Shard) Refused() []int64 { return slices.Clone(s.refused) }
+
+// NonFinite returns, by worker index, the gradients holding NaN or Inf
+// since the shard was made.
+func (s *Shard) NonFinite() []int64 { return slices.Clone(s.nonFinite) }
 
 // Outlier is the first out-of-line gradient since the shard was made
 // (nil: none).
@@ -322,8 +329,7 @@ func (s *Shard) PushAt(worker int, version int64, grad []float32, after int64) (
 	}
 	sq := sumSquares(grad)
 	if !isFinite(sq) {
-		s.refused[worker]++
-		s.noteOutlier(worker, version, math.Inf(1))
+		s.nonFinite[worker]++
 		return PushResult{}, ErrNonFinite
 	}
 	res := PushResult{Staleness: s.version - version, Norm: math.Sqrt(sq)}
@@ -363,15 +369,42 @@ func (s *Shard) PushAt(worker int, version int64, grad []float32, after int64) (
 	if !refuse {
 		g = grad
 	}
+	res.Advanced = s.arrive(worker, after, g)
+	return res, nil
+}
+
+// arrive counts worker's gradient g (nil: one that is left out) into the
+// current sync step, completing the step when it has enough, and reports
+// whether it did.
+func (s *Shard) arrive(worker int, after int64, g []float32) bool {
 	s.contributors = append(s.contributors, worker)
 	s.after = append(s.after, after)
 	if len(s.contributors) >= s.replicas() {
 		s.advance(g)
-		res.Advanced = true
-		return res, nil
+		return true
 	}
 	s.keep(g)
-	return res, nil
+	return false
+}
+
+// Drop accounts for a gradient dropped by policy rather than applied (a
+// non-finite one under --nan-policy skip), computed from version on the
+// worker's batch at after-1. Its batch is used up. In sync mode it
+// counts as arrived but not in the step's aggregate, like a gradient the
+// norm guard refused (a stale or duplicate one changes nothing); it
+// reports whether that completed the step.
+func (s *Shard) Drop(worker int, version, after int64) bool {
+	switch {
+	case worker < 0 || worker >= s.cfg.Workers || s.done:
+		return false
+	case s.cfg.Mode != config.Sync:
+		s.credit(worker, after)
+		return false
+	case version != s.version || slices.Contains(s.contributors, worker):
+		return false
+	}
+	s.clock[worker]++
+	return s.arrive(worker, after, nil)
 }
 
 // judge has the norm guard judge a gradient that would otherwise count,
@@ -645,16 +678,4 @@ func (s *Shard) SetDataPositions(pos []int64) error {
 	}
 	copy(s.pos, pos)
 	return nil
-}
-
-// SkipBatch moves worker's data position past a batch whose gradient was
-// dropped rather than applied by policy (a non-finite one under
-// --nan-policy skip, async/ssp), so that the worker does not compute the
-// same batch again, and again; after is as for PushAt. (In sync mode such
-// a worker is counted with a zero gradient, which moves its position like
-// any other.)
-func (s *Shard) SkipBatch(worker int, after int64) {
-	if worker >= 0 && worker < len(s.pos) && !s.done {
-		s.credit(worker, after)
-	}
 }

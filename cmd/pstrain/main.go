@@ -496,7 +496,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 // warnGuard warns of a norm guard likely to refuse honest gradients:
 // with tiny batches one sample's gradient dominates, and honest norms
-// spread far more (docs/security.md measures batch 4 at up to 17.7 times
+// spread far more (docs/security.md measures batch 4 at up to 18.1 times
 // the median, batch 1 at 57).
 func warnGuard(log *slog.Logger, r config.Run) {
 	if r.NormGuard > 0 && r.Batch < 8 {
@@ -550,12 +550,18 @@ func printSummary(w io.Writer, rep *report.Report) {
 // printGuard prints what the divergence guard did: the gradients
 // refused by worker, and each divergence with its rollback and suspect.
 func printGuard(w io.Writer, rep *report.Report) {
-	if len(rep.RefusedGradients) > 0 {
-		var parts []string
-		for _, k := range slices.Sorted(maps.Keys(rep.RefusedGradients)) {
-			parts = append(parts, fmt.Sprintf("%s %d", k, rep.RefusedGradients[k]))
+	for _, c := range []struct {
+		what   string
+		counts map[string]int64
+	}{{"gradients refused by the norm guard", rep.RefusedGradients}, {"non-finite gradients (never applied)", rep.NonFiniteGradients}} {
+		if len(c.counts) == 0 {
+			continue
 		}
-		fmt.Fprintf(w, "gradients refused (non-finite or beyond the norm guard): %s\n", strings.Join(parts, ", "))
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(c.counts)) {
+			parts = append(parts, fmt.Sprintf("%s %d", k, c.counts[k]))
+		}
+		fmt.Fprintf(w, "%s: %s\n", c.what, strings.Join(parts, ", "))
 	}
 	for _, d := range rep.Divergences {
 		back := "not rolled back (training had ended)"

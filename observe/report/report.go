@@ -115,9 +115,11 @@ type Report struct {
 	// Checkpoints counts the checkpoint attempts.
 	Checkpoints Checkpoints `json:"checkpoints"`
 	// RefusedGradients counts, by worker ("worker/1"), the gradients the
-	// parameter servers refused (non-finite, or beyond the norm guard):
-	// the most any one shard refused, since each judges its own slice.
-	RefusedGradients map[string]int64 `json:"refused_gradients"`
+	// parameter servers' norm guard refused, and NonFiniteGradients those
+	// holding NaN or Inf (refused or dropped by --nan-policy): the most
+	// any one shard counted, since each judges its own slice.
+	RefusedGradients   map[string]int64 `json:"refused_gradients"`
+	NonFiniteGradients map[string]int64 `json:"non_finite_gradients"`
 	// Divergences are the times the model diverged, in order.
 	Divergences []Divergence    `json:"divergences"`
 	Evals       []Eval          `json:"evals"`
