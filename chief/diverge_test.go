@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/observe/metrics"
 )
@@ -131,5 +133,47 @@ func TestDivergenceAtTheEndIsReported(t *testing.T) {
 	rep := c.report()
 	if len(rep.Divergences) != 1 || rep.Divergences[0].RolledBackTo != -1 || rep.Divergences[0].AtStep != 30 {
 		t.Errorf("divergences %+v", rep.Divergences)
+	}
+}
+
+// The rollback's file work: the checkpoints after the last good step are
+// moved aside (not deleted), and the shards are initialised with the
+// learning-rate factor the core holds.
+func TestRollbackSetsAsideLaterCheckpointsAndScalesTheRate(t *testing.T) {
+	dir := t.TempDir()
+	store := checkpoint.NewStore(checkpoint.OSFS{}, dir, 0)
+	for _, step := range []int64{10, 20, 30, 40} {
+		info, err := store.WriteShard(step, 0, 1, []checkpoint.Tensor{{Name: "w", Shape: []int{1}, Data: []float32{float32(step)}}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := store.Commit(checkpoint.Manifest{Step: step, Version: step, Shards: []checkpoint.ShardInfo{info}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := config.Default()
+	c, err := New(Config{Run: r, Spec: r.Spec(784, 10), RunID: "run-1", PS: make([]PS, r.PS), Store: store,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.setAsideAfter(20); err != nil {
+		t.Fatal(err)
+	}
+	infos, err := store.List()
+	if err != nil || len(infos) != 2 || infos[0].Step != 20 {
+		t.Fatalf("after setting aside: %+v, %v; want steps 20 and 10", infos, err)
+	}
+	moved, _ := filepath.Glob(filepath.Join(dir, "diverged-*", "*"))
+	if len(moved) != 2 {
+		t.Errorf("moved aside: %v, want the checkpoints of steps 30 and 40", moved)
+	}
+
+	if o := c.shardOptions(); o.LRFactor != 0 || o.Rate() != r.LR {
+		t.Errorf("before any rollback: factor %v, rate %v", o.LRFactor, o.Rate())
+	}
+	c.core.st.LRFactor = 0.25
+	if o := c.shardOptions(); o.LRFactor != 0.25 || o.Rate() != r.LR/4 {
+		t.Errorf("after two rollbacks: factor %v, rate %v; want 0.25 and %v", o.LRFactor, o.Rate(), r.LR/4)
 	}
 }

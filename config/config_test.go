@@ -34,6 +34,12 @@ func TestValidateRejectsImpossibleValues(t *testing.T) {
 		"--wire-dtype":            func(r *Run) { r.WireDType = "fp8" },
 		"--lr-schedule":           func(r *Run) { r.LRSchedule = "linear" },
 		"--warmup-steps":          func(r *Run) { r.WarmupSteps = -1 },
+		"--norm-guard":            func(r *Run) { r.NormGuard = 1.5 },
+		"--norm-guard negative":   func(r *Run) { r.NormGuard = -20 },
+		"--norm-guard NaN":        func(r *Run) { r.NormGuard = math.NaN() },
+		"--norm-guard Inf":        func(r *Run) { r.NormGuard = math.Inf(1) },
+		"--aggregate":             func(r *Run) { r.Aggregate = "median" },
+		"--aggregate async":       func(r *Run) { r.Aggregate, r.Mode = TrimmedMean, Async },
 	}
 	for name, mutate := range cases {
 		r := Default()
