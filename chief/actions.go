@@ -32,6 +32,18 @@ type Restore struct {
 	Generation int64
 }
 
+// Rollback restores every shard, in Generation, after the model
+// diverged: from the newest valid checkpoint at or before step AtMost
+// (the initial weights if there is none), with the learning rate scaled
+// by LRFactor (the core's LRFactor, which Init sends). The checkpoints of
+// later steps are first moved aside: they may hold the diverged model.
+// Answered by Core.RolledBack.
+type Rollback struct {
+	AtMost     int64
+	Generation int64
+	LRFactor   float64
+}
+
 // SetMembership tells every shard which workers are alive (a sync step
 // waits only for those). Answered by Core.MembershipSent.
 type SetMembership struct{ Live []int32 }
@@ -84,6 +96,7 @@ type Finish struct {
 
 func (InitCluster) action()   {}
 func (Restore) action()       {}
+func (Rollback) action()      {}
 func (SetMembership) action() {}
 func (Evaluate) action()      {}
 func (Checkpoint) action()    {}
@@ -97,6 +110,9 @@ func (a InitCluster) String() string {
 }
 func (a Restore) String() string {
 	return fmt.Sprintf("restore shards=%s generation=%d", ints(a.Shards), a.Generation)
+}
+func (a Rollback) String() string {
+	return fmt.Sprintf("rollback at-most-step=%d generation=%d lr-factor=%g", a.AtMost, a.Generation, a.LRFactor)
 }
 func (a SetMembership) String() string { return "set-membership live=" + ints(a.Live) }
 func (a Evaluate) String() string {
@@ -125,8 +141,12 @@ func (a Finish) String() string {
 	if r.Checkpoints.FinalFailed {
 		final = " final-checkpoint-failed"
 	}
-	return fmt.Sprintf("finish stopped-by=%s global-steps=%d final-step=%d test-accuracy=%s checkpoints=%d/%d-failed%s",
+	s := fmt.Sprintf("finish stopped-by=%s global-steps=%d final-step=%d test-accuracy=%s checkpoints=%d/%d-failed%s",
 		r.StoppedBy, r.GlobalSteps, r.FinalStep, acc, r.Checkpoints.Committed, r.Checkpoints.Failed, final)
+	if len(r.Divergences) > 0 {
+		s += fmt.Sprintf(" divergences=%d", len(r.Divergences))
+	}
+	return s
 }
 
 func ints[T int | int32 | int64](xs []T) string {

@@ -225,6 +225,12 @@ func (c *Chief) perform(ctx, jobCtx context.Context, a Action, results chan<- fu
 			return nil, err
 		}
 		return c.step(func(now time.Time) []Action { return c.core.Restored(now, step) }), nil
+	case Rollback:
+		step, fromCkpt, err := c.rollback(ctx, a)
+		if err != nil {
+			return nil, err
+		}
+		return c.step(func(now time.Time) []Action { return c.core.RolledBack(now, step, fromCkpt) }), nil
 	case SetMembership:
 		if c.setMembership(ctx, a.Live) {
 			c.step(func(time.Time) []Action { c.core.MembershipSent(a.Live); return nil })

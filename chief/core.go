@@ -68,6 +68,20 @@ type Core struct {
 	finalEvalAsked bool
 	finalCkptAsked bool
 	reinitAsked    bool
+
+	// The divergence guard (core_diverge.go): the shards' counts of
+	// gradients refused by the norm guard and of non-finite ones, the
+	// first out-of-line gradient's worker each shard reported (-1: none),
+	// the step this generation began at and whether a rollback began it,
+	// its newest good evaluation's step (-1: none), and the rollback
+	// decided (sent: ordered).
+	refusedGrads, nonFiniteGrads shardCounts
+	outliers                     []int
+	genStart                     int64
+	genFromRollback              bool
+	lastGood                     int64
+	rollback                     *Rollback
+	rollbackSent                 bool
 }
 
 type phase int
@@ -122,6 +136,10 @@ type State struct {
 	StoppedBy    string       `json:"stopped_by,omitempty"`
 	TrainSeconds float64      `json:"train_seconds,omitempty"`
 	FinalEval    *report.Eval `json:"final_eval,omitempty"`
+	// LRFactor scales the learning rate after rollbacks (0: 1), and
+	// Divergences are the divergences so far (docs/security.md).
+	LRFactor    float64             `json:"lr_factor,omitempty"`
+	Divergences []report.Divergence `json:"divergences,omitempty"`
 }
 
 // NewCore returns a core waiting for registrations.
@@ -136,7 +154,10 @@ func NewCore(p CoreParams, runID string, log *slog.Logger, m *metrics.Chief, now
 	c := &Core{p: p, log: log, m: m, created: now, lastNag: now, members: NewMembership(r.HeartbeatTimeout),
 		psSeen: make([]bool, r.PS), workerSeen: make([]bool, r.Workers),
 		versions: make([]int64, r.PS), down: make([]time.Time, r.PS),
-		st: State{RunID: runID, Evals: []report.Eval{}, Restarts: []report.Restart{}, LatestCheckpoint: -1}}
+		st:       State{RunID: runID, Evals: []report.Eval{}, Restarts: []report.Restart{}, LatestCheckpoint: -1},
+		outliers: make([]int, r.PS), lastGood: -1,
+		refusedGrads: newShardCounts(r.PS, r.Workers), nonFiniteGrads: newShardCounts(r.PS, r.Workers)}
+	c.beginGeneration(0, false)
 	return c
 }
 
@@ -281,6 +302,7 @@ func (c *Core) save() Action {
 	st := c.st
 	st.Evals = slices.Clone(st.Evals)
 	st.Restarts = slices.Clone(st.Restarts)
+	st.Divergences = slices.Clone(st.Divergences)
 	return SaveState{State: st}
 }
 

@@ -85,7 +85,8 @@ func (c *Core) Evaluated(now time.Time, res EvalResult) []Action {
 		c.log.Info("evaluation of a rolled-back model ignored", "step", res.Step, "generation", res.Generation)
 		return c.wind(now)
 	}
-	ev := report.Eval{Step: res.Step, Seconds: c.seconds(res.At), TestAccuracy: res.Accuracy, TestLoss: res.Loss, TestSamples: res.Samples, Subset: !res.Full}
+	divActs, diverged := c.checkDivergence(now, res)
+	ev := report.Eval{Step: res.Step, Seconds: c.seconds(res.At), TestAccuracy: res.Accuracy, TestLoss: jsonLoss(res.Loss), TestSamples: res.Samples, Subset: !res.Full}
 	c.st.Evals = append(c.st.Evals, ev)
 	c.st.TestSeconds += res.Duration.Seconds()
 	c.m.EvalAccuracy.Set(res.Accuracy)
@@ -94,6 +95,10 @@ func (c *Core) Evaluated(now time.Time, res EvalResult) []Action {
 		"test_accuracy", fmt.Sprintf("%.4f", ev.TestAccuracy), "test_loss", fmt.Sprintf("%.4f", ev.TestLoss))
 	acts := []Action{c.save()}
 	switch {
+	case diverged && c.phase != stopping:
+		// A rollback (ordered, or waiting for a checkpoint under way), or
+		// the end of a run that diverged too often.
+		return append(acts, divActs...)
 	case c.phase == stopping:
 		if res.Full && c.finalEvalAsked && c.finalEval == nil {
 			c.finalEval = &ev
@@ -232,7 +237,7 @@ func (c *Core) CheckpointDone(now time.Time, res CheckpointResult) []Action {
 		c.log.Info("checkpoint committed", "step", res.Step, "bytes", res.Bytes,
 			"seconds", fmt.Sprintf("%.3f", res.Duration.Seconds()), "max_pause", res.Pause.Round(time.Microsecond))
 	}
-	acts := c.wind(now)
+	acts := append(c.wind(now), c.sendRollback()...)
 	if len(acts) > 0 {
 		if _, ok := acts[0].(SaveState); ok {
 			return acts // finish saves
@@ -247,6 +252,17 @@ func (c *Core) finish() []Action {
 	return []Action{c.save(), Finish{Report: c.report()}}
 }
 
+// byWorker names the non-zero counts by worker ("worker/1").
+func byWorker(counts []int64) map[string]int64 {
+	out := map[string]int64{}
+	for w, n := range counts {
+		if n > 0 {
+			out[fmt.Sprintf("worker/%d", w)] = n
+		}
+	}
+	return out
+}
+
 func (c *Core) report() *report.Report {
 	r := c.p.Run
 	rep := &report.Report{Mode: string(r.Mode), PS: r.PS, Workers: r.Workers, ReplicasToAggregate: r.Replicas(),
@@ -255,7 +271,12 @@ func (c *Core) report() *report.Report {
 		Seed: r.Seed, TargetAccuracy: r.TargetAccuracy, TargetHold: c.targetHold(),
 		StoppedBy: c.stopReason, GlobalSteps: c.steps, FinalStep: c.steps,
 		TestSeconds: c.st.TestSeconds, Evals: c.st.Evals, TimeToTargetSeconds: c.st.TimeToTargetSeconds,
-		Restarts: c.st.Restarts, TrainStartedUnix: c.st.TrainStartedUnix, Checkpoints: c.st.Checkpoints}
+		Restarts: c.st.Restarts, TrainStartedUnix: c.st.TrainStartedUnix, Checkpoints: c.st.Checkpoints,
+		Divergences: slices.Clone(c.st.Divergences), RefusedGradients: byWorker(c.refused(false)),
+		NonFiniteGradients: byWorker(c.nonFiniteGrads.byWorker(r.Workers, false))}
+	if rep.Divergences == nil {
+		rep.Divergences = []report.Divergence{}
+	}
 	if !c.start.IsZero() {
 		rep.TrainSeconds = c.trainEnd.Sub(c.start).Seconds()
 	}

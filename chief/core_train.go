@@ -19,7 +19,13 @@ type ShardStatus struct {
 	Done         bool
 	StaleDropped int64
 	Loss         float32
-	otherRun     bool // initialised for another run (adoption refuses it)
+	// Refused and NonFinite are, by worker, the gradients the shard's
+	// norm guard refused and those holding NaN or Inf since its last
+	// Init; Outlier the worker of the first finite out-of-line gradient
+	// since then (-1: none).
+	Refused, NonFinite []int64
+	Outlier            int
+	otherRun           bool // initialised for another run (adoption refuses it)
 }
 
 // Tick is a poll: the time, and each shard's status (nil before
@@ -62,6 +68,7 @@ func (c *Core) Started(now time.Time, step, latest int64) []Action {
 		c.versions[s] = step
 	}
 	c.st.LatestCheckpoint = latest
+	c.beginGeneration(step, false)
 	c.log.Info("training started", "max_steps", c.MaxSteps(), "step", step, "generation", c.st.Generation)
 	return []Action{c.save()}
 }
@@ -99,6 +106,7 @@ func (c *Core) Adopt(now time.Time, a Adoption) []Action {
 	for s := range c.versions {
 		c.versions[s] = a.Step
 	}
+	c.beginGeneration(a.Step, false)
 	c.st.Restarts = append(c.st.Restarts, report.Restart{Task: "chief", BackAtSeconds: ptr(c.seconds(now)), RestoredStep: a.Step})
 	c.m.TaskRestarts.WithLabelValues("chief").Inc()
 	c.log.Warn("chief restarted: adopting the running cluster", "step", a.Step, "generation", c.st.Generation)
@@ -132,9 +140,10 @@ func (c *Core) tickTraining(now time.Time, shards []ShardStatus) []Action {
 			return append(acts, c.orderRestore(now, s, shards))
 		default:
 			c.down[s] = time.Time{}
+			c.noteGuard(s, x)
 		}
 	}
-	if anyDown || c.restoring != nil {
+	if anyDown || c.restoring != nil || c.rollback != nil {
 		return acts
 	}
 	done := false
@@ -245,6 +254,7 @@ func (c *Core) Restored(now time.Time, step int64) []Action {
 		c.versions[s] = step
 	}
 	c.step = step
+	c.beginGeneration(step, false)
 	if r.task == "" {
 		return []Action{c.save()}
 	}

@@ -11,7 +11,6 @@ import (
 	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/checkpoint/shardckpt"
 	pb "github.com/pstrain/pstrain/proto"
-	"github.com/pstrain/pstrain/ps"
 	"github.com/pstrain/pstrain/transport/wire"
 )
 
@@ -127,7 +126,7 @@ func (c *Chief) initShard(ctx context.Context, s int, in shardInit, gen int64) e
 	c.mu.Lock()
 	live := c.core.Live(c.cfg.Now())
 	c.mu.Unlock()
-	req := &pb.InitRequest{RunId: c.cfg.RunID, Shard: int32(s), NumShards: int32(r.PS), ShardOptions: ps.OptionsFor(r).JSON(),
+	req := &pb.InitRequest{RunId: c.cfg.RunID, Shard: int32(s), NumShards: int32(r.PS), ShardOptions: c.shardOptions().JSON(),
 		Params: wire.Bytes(in.params), Version: in.version, MaxVersion: MaxSteps(r, c.cfg.TrainN), LiveWorkers: live,
 		Generation: gen, ModelSpec: c.cfg.Spec.JSON(), OptimizerStep: in.optSteps,
 		StepsPerEpoch: StepsPerEpoch(r, c.cfg.TrainN), DataPositions: in.positions}

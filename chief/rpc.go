@@ -71,7 +71,11 @@ func (c *Chief) pollShards(ctx context.Context) []ShardStatus {
 			}
 			out[s] = ShardStatus{Serving: st.Initialized && st.RunId == c.cfg.RunID, Version: st.Version,
 				Generation: st.Generation, Done: st.Done, StaleDropped: st.StaleDropped, Loss: st.LastLoss,
+				Refused: st.RefusedGradients, NonFinite: st.NonFiniteGradients, Outlier: -1,
 				otherRun: st.Initialized && st.RunId != c.cfg.RunID}
+			if st.FirstOutlierWorker != nil {
+				out[s].Outlier = int(*st.FirstOutlierWorker)
+			}
 		}()
 	}
 	wg.Wait()

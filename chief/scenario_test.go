@@ -36,10 +36,18 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	heartbeat WORKER t=S          a worker's heartbeat
 //	tick t=S [shards=V,V,...]     a poll; V is a version, "down" (no answer),
 //	     [done=I,...]             "empty" (back without state); done lists
-//	                             shards that say training is done
+//	     [refused=W:N,...]        shards that say training is done; every
+//	     [non-finite=W:N,...]     shard says its norm guard refused N of
+//	     [outlier=W]              worker W's gradients since its Init (N
+//	                             non-finite ones), and that its first
+//	                             out-of-line gradient was worker W's
 //	started|restored t=S step=N [latest=N]
 //	membership-sent live=I,...
-//	evaluated t=S seq=N gen=N step=N acc=F [full] [err=MSG]
+//	evaluated t=S seq=N gen=N step=N acc=F [loss=F] [full] [err=MSG]
+//	rolled-back t=S step=N        the Rollback is done (step 0: the
+//	                             initial weights, no checkpoint)
+//	divergences                  the divergences recorded, the learning
+//	                             rate's factor and the refused gradients
 //	checkpoint-done t=S step=N [err=MSG] [skipped=MSG] [final] [retained]
 //	reinitialised t=S
 //	stopped t=S versions=V,...
@@ -171,6 +179,8 @@ func (s *scenario) do(cmd string) (string, error) {
 		step, at, skip := checkpointAt(s.core.p.Run.Mode, s.core.MaxSteps(),
 			Checkpoint{Latest: num(a, "latest"), Final: final}, nums(a["versions"]), num(a, "ahead"))
 		return fmt.Sprintf("step=%d at-version=%d skip=%q", step, at, skip), nil
+	case f[0] == "divergences":
+		return s.divergences(), nil
 	case f[0] == "state":
 		c := s.core
 		return fmt.Sprintf("phase=%s generation=%d hold=%d step=%d latest-checkpoint=%d restarts=%d",
@@ -198,7 +208,10 @@ func (s *scenario) events() map[string]func(a map[string]string, now time.Time) 
 		"started": func(a map[string]string, now time.Time) []Action {
 			return c.Started(now, num(a, "step"), num(a, "latest"))
 		},
-		"restored":      func(a map[string]string, now time.Time) []Action { return c.Restored(now, num(a, "step")) },
+		"restored": func(a map[string]string, now time.Time) []Action { return c.Restored(now, num(a, "step")) },
+		"rolled-back": func(a map[string]string, now time.Time) []Action {
+			return c.RolledBack(now, num(a, "step"), num(a, "step") > 0)
+		},
 		"reinitialised": func(a map[string]string, now time.Time) []Action { return c.Reinitialised(now) },
 		"stopped":       func(a map[string]string, now time.Time) []Action { return c.ShardsStopped(now, nums(a["versions"])) },
 		"interrupt":     func(a map[string]string, now time.Time) []Action { return c.Interrupt(now) },
@@ -212,9 +225,10 @@ func (s *scenario) events() map[string]func(a map[string]string, now time.Time) 
 		},
 		"evaluated": func(a map[string]string, now time.Time) []Action {
 			acc, _ := strconv.ParseFloat(a["acc"], 64)
+			loss, _ := strconv.ParseFloat(a["loss"], 64) // "NaN" too
 			_, full := a["full"]
 			res := EvalResult{Seq: num(a, "seq"), Generation: num(a, "gen"), Step: num(a, "step"), At: now,
-				Accuracy: acc, Full: full, Samples: 2000}
+				Accuracy: acc, Loss: loss, Full: full, Samples: 2000}
 			if full {
 				res.Samples = 10000
 			}
@@ -348,5 +362,45 @@ func shardsOf(a map[string]string) []ShardStatus {
 			out[d].Done = true
 		}
 	}
+	outlier := -1
+	if w, ok := a["outlier"]; ok {
+		outlier, _ = strconv.Atoi(w)
+	}
+	for i := range out {
+		out[i].Outlier = outlier
+		out[i].Refused = workerCounts(a["refused"])
+		out[i].NonFinite = workerCounts(a["non-finite"])
+	}
 	return out
+}
+
+// workerCounts reads W:N,... into counts by worker index.
+func workerCounts(v string) []int64 {
+	var out []int64
+	for _, wn := range strings.Split(v, ",") {
+		w, n, ok := strings.Cut(wn, ":")
+		wi, err1 := strconv.Atoi(w)
+		ni, err2 := strconv.ParseInt(n, 10, 64)
+		if !ok || err1 != nil || err2 != nil || wi < 0 {
+			continue
+		}
+		for len(out) <= wi {
+			out = append(out, 0)
+		}
+		out[wi] = ni
+	}
+	return out
+}
+
+// divergences prints the divergences recorded, the learning rate's
+// factor and the refused gradients by worker.
+func (s *scenario) divergences() string {
+	c := s.core
+	var lines []string
+	for _, d := range c.st.Divergences {
+		lines = append(lines, fmt.Sprintf("divergence at-step=%d test-loss=%.4g best-loss=%.4g rolled-back-to=%d lr-factor=%g suspect=%q evidence=%q",
+			d.AtStep, d.TestLoss, d.BestLoss, d.RolledBackTo, d.LRFactor, d.SuspectWorker, d.Evidence))
+	}
+	return strings.Join(append(lines, fmt.Sprintf("lr-factor=%g refused=%v non-finite=%v", c.LRFactor(), c.refused(false),
+		c.nonFiniteGrads.byWorker(c.p.Run.Workers, false))), "\n")
 }

@@ -53,7 +53,21 @@ type NaNPolicy string
 // The NaN policies.
 const (
 	Reject NaNPolicy = "reject" // refuse the push: the worker stops and says why
-	Skip   NaNPolicy = "skip"   // drop it (sync: count it as a zero gradient); training goes on
+	Skip   NaNPolicy = "skip"   // drop it (sync: it counts for the step, left out of the mean); training goes on
+)
+
+// DefaultNormGuard is --norm-guard's default multiple: far beyond the
+// largest ratio of a gradient's norm to the recent median measured on
+// honest runs (docs/security.md, "The divergence guard").
+const DefaultNormGuard = 20
+
+// Aggregate is how a sync step combines its gradients.
+type Aggregate string
+
+// The aggregation rules.
+const (
+	Mean        Aggregate = "mean"         // the mean of the step's gradients
+	TrimmedMean Aggregate = "trimmed-mean" // per coordinate, the mean without the largest and the smallest value (3 or more gradients)
 )
 
 // Run is the configuration of one training run. Fields tagged
@@ -80,6 +94,15 @@ type Run struct {
 	// why), Skip drops it and training goes on. Either way it is counted
 	// and never applied.
 	NaNPolicy NaNPolicy `json:"nan_policy"`
+	// NormGuard is the divergence guard's multiple K: a PS refuses a
+	// gradient whose L2 norm (of its shard's slice) is more than K times
+	// the median of the shard's recent accepted norms (package ps,
+	// NormGuard; docs/security.md). 0 turns the refusals off.
+	NormGuard float64 `json:"norm_guard,omitempty"`
+	// Aggregate is how a sync step combines its gradients: Mean, or
+	// TrimmedMean (sync only). Empty (a run written before it existed)
+	// is Mean.
+	Aggregate Aggregate `json:"aggregate,omitempty"`
 	// DataPlane carries pulls and pushes: GRPC or TCP (raw frames;
 	// package dataplane).
 	DataPlane DataPlane `json:"data_plane"`
@@ -190,6 +213,8 @@ func Default() Run {
 		DataFraction:     1,
 		Seed:             1,
 		NaNPolicy:        Reject,
+		NormGuard:        DefaultNormGuard,
+		Aggregate:        Mean,
 		DataPlane:        TCP,
 		WireDType:        F32,
 		DataDir:          "data",
@@ -242,6 +267,12 @@ func (r Run) Validate() error {
 		return fmt.Errorf("--keep-checkpoints must be >= 0 (0 keeps all), got %d", r.KeepCheckpoints)
 	case r.KeepArchives < -1:
 		return fmt.Errorf("--keep-archives must be >= -1 (0 keeps none, -1 all), got %d", r.KeepArchives)
+	case !(r.NormGuard == 0 || r.NormGuard >= 2) || math.IsInf(r.NormGuard, 0):
+		return fmt.Errorf("--norm-guard must be 0 (off) or a multiple of at least 2, got %v", r.NormGuard)
+	case r.Aggregate != "" && oneOf("--aggregate", r.Aggregate, Mean, TrimmedMean) != nil:
+		return oneOf("--aggregate", r.Aggregate, Mean, TrimmedMean)
+	case r.Aggregate == TrimmedMean && r.Mode != Sync:
+		return fmt.Errorf("--aggregate %s combines the gradients of a sync step: it needs --mode sync, got %s", r.Aggregate, r.Mode)
 	}
 	for _, err := range []error{
 		oneOf("--data-plane", r.DataPlane, GRPC, TCP),
@@ -314,6 +345,7 @@ func Parse(b []byte) (Run, error) {
 	if r.LRSchedule == "" {
 		r.LRSchedule = "constant" // written before schedules existed
 	}
+
 	return r, nil
 }
 

@@ -35,6 +35,12 @@ func TestValidateRejectsImpossibleValues(t *testing.T) {
 		"--lr-schedule":           func(r *Run) { r.LRSchedule = "linear" },
 		"--warmup-steps":          func(r *Run) { r.WarmupSteps = -1 },
 		"--keep-archives":         func(r *Run) { r.KeepArchives = -2 },
+		"--norm-guard":            func(r *Run) { r.NormGuard = 1.5 },
+		"--norm-guard negative":   func(r *Run) { r.NormGuard = -20 },
+		"--norm-guard NaN":        func(r *Run) { r.NormGuard = math.NaN() },
+		"--norm-guard Inf":        func(r *Run) { r.NormGuard = math.Inf(1) },
+		"--aggregate":             func(r *Run) { r.Aggregate = "median" },
+		"--aggregate async":       func(r *Run) { r.Aggregate, r.Mode = TrimmedMean, Async },
 	}
 	for name, mutate := range cases {
 		r := Default()

@@ -787,20 +787,27 @@ func (*StatusRequest) Descriptor() ([]byte, []int) {
 }
 
 type StatusResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       int64                  `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	Initialized   bool                   `protobuf:"varint,2,opt,name=initialized,proto3" json:"initialized,omitempty"`
-	Done          bool                   `protobuf:"varint,3,opt,name=done,proto3" json:"done,omitempty"`
-	StaleDropped  int64                  `protobuf:"varint,4,opt,name=stale_dropped,json=staleDropped,proto3" json:"stale_dropped,omitempty"`
-	Applied       int64                  `protobuf:"varint,5,opt,name=applied,proto3" json:"applied,omitempty"`
-	NumParams     int64                  `protobuf:"varint,6,opt,name=num_params,json=numParams,proto3" json:"num_params,omitempty"`
-	RunId         string                 `protobuf:"bytes,7,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	LastLoss      float32                `protobuf:"fixed32,8,opt,name=last_loss,json=lastLoss,proto3" json:"last_loss,omitempty"`
-	Generation    int64                  `protobuf:"varint,9,opt,name=generation,proto3" json:"generation,omitempty"`
-	MaxVersion    int64                  `protobuf:"varint,10,opt,name=max_version,json=maxVersion,proto3" json:"max_version,omitempty"`
-	DataAddr      string                 `protobuf:"bytes,11,opt,name=data_addr,json=dataAddr,proto3" json:"data_addr,omitempty"` // the TCP data plane's address ("" = none)
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Version      int64                  `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Initialized  bool                   `protobuf:"varint,2,opt,name=initialized,proto3" json:"initialized,omitempty"`
+	Done         bool                   `protobuf:"varint,3,opt,name=done,proto3" json:"done,omitempty"`
+	StaleDropped int64                  `protobuf:"varint,4,opt,name=stale_dropped,json=staleDropped,proto3" json:"stale_dropped,omitempty"`
+	Applied      int64                  `protobuf:"varint,5,opt,name=applied,proto3" json:"applied,omitempty"`
+	NumParams    int64                  `protobuf:"varint,6,opt,name=num_params,json=numParams,proto3" json:"num_params,omitempty"`
+	RunId        string                 `protobuf:"bytes,7,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	LastLoss     float32                `protobuf:"fixed32,8,opt,name=last_loss,json=lastLoss,proto3" json:"last_loss,omitempty"`
+	Generation   int64                  `protobuf:"varint,9,opt,name=generation,proto3" json:"generation,omitempty"`
+	MaxVersion   int64                  `protobuf:"varint,10,opt,name=max_version,json=maxVersion,proto3" json:"max_version,omitempty"`
+	DataAddr     string                 `protobuf:"bytes,11,opt,name=data_addr,json=dataAddr,proto3" json:"data_addr,omitempty"` // the TCP data plane's address ("" = none)
+	// The divergence guard (docs/security.md), since the shard's last Init:
+	// by worker index, the gradients the norm guard refused and those
+	// holding NaN or Inf; and the worker of the first finite out-of-line
+	// gradient, if any.
+	RefusedGradients   []int64 `protobuf:"varint,12,rep,packed,name=refused_gradients,json=refusedGradients,proto3" json:"refused_gradients,omitempty"`
+	FirstOutlierWorker *int32  `protobuf:"varint,13,opt,name=first_outlier_worker,json=firstOutlierWorker,proto3,oneof" json:"first_outlier_worker,omitempty"`
+	NonFiniteGradients []int64 `protobuf:"varint,14,rep,packed,name=non_finite_gradients,json=nonFiniteGradients,proto3" json:"non_finite_gradients,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -908,6 +915,27 @@ func (x *StatusResponse) GetDataAddr() string {
 		return x.DataAddr
 	}
 	return ""
+}
+
+func (x *StatusResponse) GetRefusedGradients() []int64 {
+	if x != nil {
+		return x.RefusedGradients
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetFirstOutlierWorker() int32 {
+	if x != nil && x.FirstOutlierWorker != nil {
+		return *x.FirstOutlierWorker
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetNonFiniteGradients() []int64 {
+	if x != nil {
+		return x.NonFiniteGradients
+	}
+	return nil
 }
 
 type CheckpointRequest struct {
@@ -1483,7 +1511,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x11MembershipRequest\x12!\n" +
 	"\flive_workers\x18\x01 \x03(\x05R\vliveWorkers\"\x14\n" +
 	"\x12MembershipResponse\"\x0f\n" +
-	"\rStatusRequest\"\xd0\x02\n" +
+	"\rStatusRequest\"\xff\x03\n" +
 	"\x0eStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12 \n" +
 	"\vinitialized\x18\x02 \x01(\bR\vinitialized\x12\x12\n" +
@@ -1500,7 +1528,11 @@ const file_pstrain_proto_rawDesc = "" +
 	"\vmax_version\x18\n" +
 	" \x01(\x03R\n" +
 	"maxVersion\x12\x1b\n" +
-	"\tdata_addr\x18\v \x01(\tR\bdataAddr\"y\n" +
+	"\tdata_addr\x18\v \x01(\tR\bdataAddr\x12+\n" +
+	"\x11refused_gradients\x18\f \x03(\x03R\x10refusedGradients\x125\n" +
+	"\x14first_outlier_worker\x18\r \x01(\x05H\x00R\x12firstOutlierWorker\x88\x01\x01\x120\n" +
+	"\x14non_finite_gradients\x18\x0e \x03(\x03R\x12nonFiniteGradientsB\x17\n" +
+	"\x15_first_outlier_worker\"y\n" +
 	"\x11CheckpointRequest\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x1d\n" +
 	"\n" +
@@ -1622,6 +1654,7 @@ func file_pstrain_proto_init() {
 	if File_pstrain_proto != nil {
 		return
 	}
+	file_pstrain_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -114,8 +114,8 @@ func TestPushAtTracksTheFurthestBatch(t *testing.T) {
 	want(3, 3, 2)
 	a := newTestShard(t, ShardConfig{Mode: config.Async, Workers: 1}, 1)
 	a.PushAt(0, 0, grad(1), 5)
-	a.SkipBatch(0, 6)
-	a.SkipBatch(0, 0)
+	a.Drop(0, 0, 6)
+	a.Drop(0, 0, 0)
 	if got := a.DataPosition(0); got != 7 {
 		t.Fatalf("async position %d, want 7", got)
 	}

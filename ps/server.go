@@ -62,6 +62,31 @@ type Server struct {
 	retained *retainedSnap
 	// dataAddr is the TCP data plane's address ("" = none).
 	dataAddr string
+	// refusals rate-limits the log lines of refused gradients;
+	// guardLogged says the stop's summary of them was logged.
+	refusals    refusalLog
+	guardLogged bool
+}
+
+// refusalLog rate-limits the log of refused gradients: the first one, then
+// at most one line every refusalLogEvery, which counts those not logged.
+type refusalLog struct {
+	last     time.Time
+	unlogged int
+}
+
+const refusalLogEvery = 10 * time.Second
+
+// due reports whether a refusal at now is logged, and how many earlier
+// ones were not.
+func (r *refusalLog) due(now time.Time) (bool, int) {
+	if !r.last.IsZero() && now.Sub(r.last) < refusalLogEvery {
+		r.unlogged++
+		return false, 0
+	}
+	n := r.unlogged
+	r.last, r.unlogged = now, 0
+	return true, n
 }
 
 // pullSnap is the byte encoding of the parameters at one version, shared
@@ -155,7 +180,7 @@ func (s *Server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitRespons
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	params = append([]float32(nil), params...) // own it; the request buffer may be reused
-	opt, err := optim.New(optim.Config{Name: opts.Optimizer, LR: opts.LR, Momentum: opts.Momentum}, len(params))
+	opt, err := optim.New(optim.Config{Name: opts.Optimizer, LR: opts.Rate(), Momentum: opts.Momentum}, len(params))
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -182,7 +207,7 @@ func (s *Server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitRespons
 		}
 	}
 	sc := ShardConfig{Mode: opts.Mode, Replicas: opts.Replicas, Staleness: opts.Staleness,
-		Workers: opts.Workers, MaxVersion: req.MaxVersion}
+		Workers: opts.Workers, MaxVersion: req.MaxVersion, NormGuard: opts.NormGuard, Aggregate: opts.Aggregate}
 	if sc.LR, err = lrSchedule(opts, req); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -205,6 +230,9 @@ func (s *Server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitRespons
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.shard != nil && s.runID == req.RunId && s.index == int(req.Shard) {
+		sh.InheritGuard(s.shard) // re-initialised by the chief: no warm-up to exploit
+	}
 	s.shard, s.runID, s.index = sh, req.RunId, int(req.Shard)
 	s.gen, s.numShards, s.plan, s.opts = req.Generation, int(req.NumShards), plan, opts
 	s.dropRetained()
@@ -215,16 +243,18 @@ func (s *Server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitRespons
 	s.m.ShardParameters.Set(float64(len(params)))
 	s.m.RPCReceivedBytes.WithLabelValues("init").Add(float64(len(req.Params)))
 	s.notify()
+	s.refusals, s.guardLogged = refusalLog{}, false
 	s.log.Info("shard initialised", "shard", req.Shard, "of", req.NumShards, "params", len(params),
-		"version", req.Version, "generation", req.Generation, "mode", opts.Mode, "run", req.RunId)
+		"version", req.Version, "generation", req.Generation, "mode", opts.Mode, "run", req.RunId, "lr", opts.Rate())
 	return &pb.InitResponse{}, nil
 }
 
 // lrSchedule is the run's learning rate as a function of the shard's
 // version: --lr-schedule and --warmup-steps over the run's length as the
-// chief gives it (steps per epoch, last version), the same on every shard.
-// Constant without warmup is the zero schedule: the optimizer keeps the
-// configured rate and never has it set.
+// chief gives it (steps per epoch, last version), the same on every shard,
+// scaled by the chief's factor (Options.Rate). Constant without warmup is
+// the zero schedule: the optimizer keeps the configured rate and never
+// has it set.
 func lrSchedule(o Options, req *pb.InitRequest) (optim.LRSchedule, error) {
 	sched, err := optim.ParseSchedule(o.LRSchedule)
 	if err != nil {
@@ -233,7 +263,7 @@ func lrSchedule(o Options, req *pb.InitRequest) (optim.LRSchedule, error) {
 	if sched.Kind == optim.Constant && o.WarmupSteps == 0 {
 		return optim.LRSchedule{}, nil
 	}
-	l, err := optim.NewLRSchedule(o.LR, sched, o.WarmupSteps, req.StepsPerEpoch, req.MaxVersion)
+	l, err := optim.NewLRSchedule(o.Rate(), sched, o.WarmupSteps, req.StepsPerEpoch, req.MaxVersion)
 	if err != nil {
 		return optim.LRSchedule{}, fmt.Errorf("%w (init request: steps_per_epoch %v, max_version %d)", err, req.StepsPerEpoch, req.MaxVersion)
 	}
@@ -388,25 +418,30 @@ func (s *Server) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushRespons
 	res, err := s.shard.PushAt(int(req.Worker), req.Version, g, req.DataPosition)
 	if err != nil {
 		s.m.RejectedRequests.WithLabelValues(rejectReason(err)).Inc()
+		if errors.Is(err, ErrNonFinite) {
+			s.m.RefusedGradients.WithLabelValues(strconv.Itoa(int(req.Worker)), "non_finite").Inc()
+		}
 		if errors.Is(err, ErrNonFinite) && s.opts.NaNPolicy == config.Skip {
 			// --nan-policy skip: counted, never applied, training goes on.
-			// In sync mode the worker still counts for the step, with a
-			// zero gradient: otherwise the step would wait for it forever.
-			// Either way its batch is used up (its data position moves on).
-			if s.opts.Mode == config.Sync {
-				if res, err := s.shard.PushAt(int(req.Worker), req.Version, make([]float32, len(g)), req.DataPosition); err == nil && res.Advanced {
-					s.advanced()
-				}
-			} else {
-				s.shard.SkipBatch(int(req.Worker), req.DataPosition)
+			// In sync mode the worker still counts for the step, its
+			// gradient left out of the mean (otherwise the step would wait
+			// for it forever); either way its batch is used up (Drop).
+			if s.shard.Drop(int(req.Worker), req.Version, req.DataPosition) {
+				s.advanced()
 			}
 			return &pb.PushResponse{Outcome: pb.PushResponse_STALE, Version: s.shard.Version(), Done: s.shard.Done()}, nil
 		}
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	s.m.GradientStaleness.Observe(float64(res.Staleness))
-	if res.Outcome == Stale {
+	if res.Ratio > 0 {
+		s.m.GradientNormRatio.Observe(res.Ratio)
+	}
+	switch res.Outcome {
+	case Stale:
 		s.m.StaleGradientsDropped.Inc()
+	case Refused:
+		s.refused(req, res)
 	}
 	s.lastLoss = req.Loss
 	switch {
@@ -415,7 +450,25 @@ func (s *Server) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushRespons
 	case s.opts.Mode == config.SSP:
 		s.notify() // the slowest worker's clock may have moved
 	}
-	return &pb.PushResponse{Outcome: pb.PushResponse_Outcome(res.Outcome), Version: s.shard.Version(), Done: s.shard.Done()}, nil
+	outcome := pb.PushResponse_Outcome(res.Outcome)
+	if res.Outcome == Refused {
+		// Dropped, like a NaN under --nan-policy skip: the wire's
+		// outcomes (and a data-plane client's check of them) predate the
+		// guard, and the worker's next step is the same either way.
+		outcome = pb.PushResponse_STALE
+	}
+	return &pb.PushResponse{Outcome: outcome, Version: s.shard.Version(), Done: s.shard.Done()}, nil
+}
+
+// refused records a gradient the norm guard refused: counted against its
+// worker, and logged (rate-limited). Call with mu held.
+func (s *Server) refused(req *pb.PushRequest, res PushResult) {
+	s.m.RefusedGradients.WithLabelValues(strconv.Itoa(int(req.Worker)), "norm").Inc()
+	if ok, skipped := s.refusals.due(time.Now()); ok {
+		s.log.Warn("gradient refused by the norm guard: never applied", "worker", req.Worker, "version", req.Version,
+			"norm", fmt.Sprintf("%.4g", res.Norm), "ratio", fmt.Sprintf("%.4g", res.Ratio), "limit", s.opts.NormGuard,
+			"refused_by_worker", s.shard.Refused(), "not_logged_since_last", skipped)
+	}
 }
 
 // gradient reads a push's payload as the run sends it: float32 (a view
@@ -475,15 +528,25 @@ func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusR
 		return &pb.StatusResponse{DataAddr: s.dataAddr}, nil
 	}
 	st := s.shard.Stats()
-	return &pb.StatusResponse{Version: s.shard.Version(), Initialized: true, Done: s.shard.Done(),
+	resp := &pb.StatusResponse{Version: s.shard.Version(), Initialized: true, Done: s.shard.Done(),
 		StaleDropped: st.StaleDropped, Applied: st.Applied, NumParams: int64(len(s.shard.Params())),
-		RunId: s.runID, LastLoss: s.lastLoss, Generation: s.gen, MaxVersion: s.shard.MaxVersion(), DataAddr: s.dataAddr}, nil
+		RunId: s.runID, LastLoss: s.lastLoss, Generation: s.gen, MaxVersion: s.shard.MaxVersion(), DataAddr: s.dataAddr,
+		RefusedGradients: s.shard.Refused(), NonFiniteGradients: s.shard.NonFinite()}
+	if o := s.shard.Outlier(); o != nil {
+		w := int32(o.Worker)
+		resp.FirstOutlierWorker = &w
+	}
+	return resp, nil
 }
 
 // Stop ends training and optionally the process.
 func (s *Server) Stop(ctx context.Context, req *pb.StopRequest) (*pb.StopResponse, error) {
 	s.mu.Lock()
 	if s.shard != nil {
+		if !s.guardLogged {
+			s.guardLogged = true
+			s.logGuard()
+		}
 		s.shard.Stop()
 		// Versions beyond this one will never come.
 		v := s.shard.Version()
@@ -498,6 +561,15 @@ func (s *Server) Stop(ctx context.Context, req *pb.StopRequest) (*pb.StopRespons
 		go s.shutdown()
 	}
 	return &pb.StopResponse{}, nil
+}
+
+// logGuard logs what the norm guard saw since Init: the largest norm
+// ratio and whose it was, and the refusals. Call with mu held.
+func (s *Server) logGuard() {
+	st := s.shard.Stats()
+	s.log.Info("gradient norms at the stop", "gradients", st.Applied+st.Refused, "refused", st.Refused,
+		"max_ratio", fmt.Sprintf("%.3g", st.MaxRatio), "max_ratio_worker", st.MaxRatioWorker, "max_ratio_version", st.MaxRatioVersion,
+		"limit", s.opts.NormGuard, "refused_by_worker", s.shard.Refused())
 }
 
 // Snapshot copies the shard's state (for checkpoints and tests).

@@ -450,7 +450,7 @@ func TestInitShardOptions(t *testing.T) {
 	if err := json.Unmarshal(o.JSON(), &keys); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"lr", "lr_schedule", "mode", "momentum", "nan_policy", "optimizer", "replicas", "staleness", "warmup_steps", "wire_dtype", "workers"}
+	want := []string{"aggregate", "lr", "lr_schedule", "mode", "momentum", "nan_policy", "norm_guard", "optimizer", "replicas", "staleness", "warmup_steps", "wire_dtype", "workers"}
 	if got := slices.Sorted(maps.Keys(keys)); !slices.Equal(got, want) {
 		t.Errorf("shard options carry %v, want %v", got, want)
 	}

@@ -32,6 +32,11 @@ type ShardConfig struct {
 	// LR is the learning rate at each version, set on the optimizer
 	// before every update (zero: the optimizer's own rate throughout).
 	LR optim.LRSchedule
+	// NormGuard is the divergence guard's multiple (0: refuse nothing;
+	// see NormGuard).
+	NormGuard float64
+	// Aggregate is how a sync step combines its gradients (empty: mean).
+	Aggregate config.Aggregate
 }
 
 // Options are what a shard needs of the run configuration, and all of it
@@ -59,13 +64,28 @@ type Options struct {
 	NaNPolicy config.NaNPolicy `json:"nan_policy"`
 	// WireDType is how the workers' pushes encode gradients.
 	WireDType config.WireDType `json:"wire_dtype"`
+	// NormGuard is the divergence guard's multiple (--norm-guard).
+	NormGuard float64 `json:"norm_guard"`
+	// Aggregate is how a sync step combines its gradients.
+	Aggregate config.Aggregate `json:"aggregate"`
+	// LRFactor scales the learning rate and its schedule: the chief
+	// lowers it after rolling a diverged model back (0 means 1).
+	LRFactor float64 `json:"lr_factor,omitempty"`
 }
 
 // OptionsFor is the part of the run configuration r a shard needs.
 func OptionsFor(r config.Run) Options {
 	return Options{Mode: r.Mode, Replicas: r.Replicas(), Staleness: r.Staleness, Workers: r.Workers,
 		Optimizer: r.Optimizer, LR: r.LR, Momentum: r.Momentum, LRSchedule: r.LRSchedule, WarmupSteps: r.WarmupSteps,
-		NaNPolicy: r.NaNPolicy, WireDType: r.WireDType}
+		NaNPolicy: r.NaNPolicy, WireDType: r.WireDType, NormGuard: r.NormGuard, Aggregate: r.Aggregate}
+}
+
+// Rate is the learning rate the shard applies: LR times LRFactor.
+func (o Options) Rate() float64 {
+	if o.LRFactor == 0 {
+		return o.LR
+	}
+	return o.LR * o.LRFactor
 }
 
 // Validate reports the first impossible value. The rules are the run
@@ -76,9 +96,12 @@ func (o Options) Validate() error {
 	r := config.Default() // valid values for the fields a shard does not receive
 	r.Mode, r.ReplicasToAggregate, r.Staleness, r.Workers = o.Mode, o.Replicas, o.Staleness, o.Workers
 	r.Optimizer, r.LR, r.Momentum, r.LRSchedule, r.WarmupSteps = o.Optimizer, o.LR, o.Momentum, o.LRSchedule, o.WarmupSteps
-	r.NaNPolicy, r.WireDType = o.NaNPolicy, o.WireDType
+	r.NaNPolicy, r.WireDType, r.NormGuard, r.Aggregate = o.NaNPolicy, o.WireDType, o.NormGuard, o.Aggregate
 	if err := r.Validate(); err != nil {
 		return err
+	}
+	if !(o.LRFactor >= 0 && o.LRFactor <= 1) {
+		return fmt.Errorf("lr_factor (the chief's learning-rate factor after a rollback) must be in (0, 1], got %v", o.LRFactor)
 	}
 	if o.Replicas < 1 { // the run's 0 (all workers) is resolved by OptionsFor
 		return fmt.Errorf("replicas (gradients per sync step, --replicas-to-aggregate resolved) must be at least 1, got %d", o.Replicas)
@@ -115,6 +138,10 @@ const (
 	Applied   Outcome = iota // applied (async/ssp) or counted into the step (sync)
 	Stale                    // sync: computed from an old version; dropped
 	Duplicate                // sync: this worker already contributed this step
+	// Refused: the norm guard refused it (never applied). A sync step
+	// counts it as arrived but leaves it out of the mean, as if its
+	// worker had died after pushing; its batch is used up.
+	Refused
 )
 
 // PushResult says what a push did.
@@ -122,6 +149,10 @@ type PushResult struct {
 	Outcome   Outcome
 	Staleness int64 // shard version at arrival minus the gradient's version
 	Advanced  bool  // the push completed a step: the version moved on
+	// Norm is the gradient's L2 norm and Ratio its ratio to the norm
+	// guard's reference (0 while the guard warms up, or when the
+	// gradient was dropped before it was judged).
+	Norm, Ratio float64
 }
 
 // Stats are the shard's counters since Init.
@@ -129,6 +160,23 @@ type Stats struct {
 	Applied      int64 // gradients applied or aggregated
 	StaleDropped int64
 	Duplicates   int64
+	Refused      int64 // by the norm guard
+	// MaxRatio is the largest norm ratio judged (see PushResult), of
+	// worker MaxRatioWorker's gradient from version MaxRatioVersion.
+	MaxRatio        float64
+	MaxRatioWorker  int
+	MaxRatioVersion int64
+}
+
+// Outlier is the first finite gradient since Init that a shard found out
+// of line: refused by the norm guard, or with a norm ratio beyond
+// OutlierRatio (the guard refusing nothing). Non-finite gradients are
+// not outliers: never applied, they cannot make a model diverge, and a
+// diverged model makes them on every worker.
+type Outlier struct {
+	Worker  int
+	Version int64 // the version it was computed from
+	Ratio   float64
 }
 
 // Shard is one parameter-server shard's state machine: a flat parameter
@@ -137,9 +185,11 @@ type Stats struct {
 // calls and wakes blocked pulls when Version changes.
 //
 // Invariants: Version is the number of updates applied since the initial
-// parameters (sync: steps; async/ssp: gradients). In sync mode accum holds
-// the sum of the gradients counted for the current version and
-// contributors their workers; both are empty after every advance.
+// parameters (sync: steps; async/ssp: gradients). In sync mode
+// contributors are the workers whose gradients arrived for the current
+// version, refused ones included; of the accepted ones, accum holds the
+// sum (mean aggregation) or kept[:accepted] copies (trimmed mean). All are
+// empty after every advance.
 type Shard struct {
 	cfg     ShardConfig
 	params  []float32
@@ -148,8 +198,15 @@ type Shard struct {
 	done    bool
 
 	accum        []float32
+	kept         [][]float32 // trimmed mean: room for a step's gradients
+	accepted     int         // gradients of the current step in accum or kept
 	contributors []int
 	after        []int64 // the contributors' data positions once the step is applied
+
+	guard     *NormGuard
+	refused   []int64  // by worker: gradients the norm guard refused since Init
+	nonFinite []int64  // by worker: non-finite gradients since Init
+	outlier   *Outlier // the first out-of-line gradient since Init
 
 	live  []bool  // by worker index; all true until told otherwise
 	clock []int64 // gradients received per worker (ssp)
@@ -168,13 +225,24 @@ func NewShard(cfg ShardConfig, params []float32, opt optim.Optimizer, version in
 	if cfg.Mode == config.Sync && (cfg.Replicas < 1 || cfg.Replicas > cfg.Workers) {
 		return nil, fmt.Errorf("ps: replicas to aggregate must be in 1..%d, got %d", cfg.Workers, cfg.Replicas)
 	}
+	if cfg.Aggregate == config.TrimmedMean && cfg.Mode != config.Sync {
+		return nil, fmt.Errorf("ps: the trimmed mean aggregates sync steps; mode is %s", cfg.Mode)
+	}
+	floor := GuardFloorRMS * math.Sqrt(float64(max(1, len(params))))
 	s := &Shard{cfg: cfg, params: params, opt: opt, version: version,
-		live: make([]bool, cfg.Workers), clock: make([]int64, cfg.Workers), pos: make([]int64, cfg.Workers)}
+		live: make([]bool, cfg.Workers), clock: make([]int64, cfg.Workers), pos: make([]int64, cfg.Workers),
+		guard: NewNormGuard(cfg.NormGuard, floor), refused: make([]int64, cfg.Workers), nonFinite: make([]int64, cfg.Workers)}
 	for i := range s.live {
 		s.live[i] = true
 	}
 	if cfg.Mode == config.Sync {
 		s.accum = make([]float32, len(params))
+	}
+	if cfg.Aggregate == config.TrimmedMean {
+		s.kept = make([][]float32, cfg.Replicas)
+		for i := range s.kept {
+			s.kept[i] = make([]float32, len(params))
+		}
 	}
 	s.checkDone()
 	return s, nil
@@ -197,6 +265,26 @@ func (s *Shard) Done() bool { return s.done }
 
 // Stats returns the counters.
 func (s *Shard) Stats() Stats { return s.stats }
+
+// Refused returns, by worker index, the gradients the norm guard refused
+// since the shard was made.
+func (s *Shard) Refused() []int64 { return slices.Clone(s.refused) }
+
+// NonFinite returns, by worker index, the gradients holding NaN or Inf
+// since the shard was made.
+func (s *Shard) NonFinite() []int64 { return slices.Clone(s.nonFinite) }
+
+// Outlier is the first out-of-line gradient since the shard was made
+// (nil: none).
+func (s *Shard) Outlier() *Outlier { return s.outlier }
+
+// InheritGuard gives the shard prev's norm guard window, if prev held as
+// many parameters (the same shard of the same run, re-initialised).
+func (s *Shard) InheritGuard(prev *Shard) {
+	if prev != nil && len(prev.params) == len(s.params) {
+		s.guard.Inherit(prev.guard)
+	}
+}
 
 // Stop ends training: every pull is ready and returns done.
 func (s *Shard) Stop() { s.done = true }
@@ -222,6 +310,13 @@ func (s *Shard) Push(worker int, version int64, grad []float32) (PushResult, err
 // PushAt is Push of a gradient computed on the worker's batch at position
 // after-1: once the gradient is in the parameters, the worker's data
 // position is at least after. after 0 (not known) moves it by one.
+//
+// A gradient holding NaN or Inf is refused with ErrNonFinite. One the
+// norm guard refuses (NormGuard) is not an error: its outcome is Refused
+// and it is never applied. In async and ssp mode it changes nothing but
+// the worker's clock and data position; a sync step counts it as arrived
+// (the worker does not send another) but leaves it out of the step's
+// aggregate, like the gradient of a worker that died after pushing.
 func (s *Shard) PushAt(worker int, version int64, grad []float32, after int64) (PushResult, error) {
 	if worker < 0 || worker >= s.cfg.Workers {
 		return PushResult{}, fmt.Errorf("%w: %d (workers: %d)", ErrBadWorker, worker, s.cfg.Workers)
@@ -232,60 +327,213 @@ func (s *Shard) PushAt(worker int, version int64, grad []float32, after int64) (
 	if version > s.version {
 		return PushResult{}, fmt.Errorf("%w: gradient from version %d, shard at %d", ErrFutureVersion, version, s.version)
 	}
-	if !finite(grad) {
+	sq := sumSquares(grad)
+	if !isFinite(sq) {
+		s.nonFinite[worker]++
 		return PushResult{}, ErrNonFinite
 	}
-	res := PushResult{Staleness: s.version - version}
+	res := PushResult{Staleness: s.version - version, Norm: math.Sqrt(sq)}
 	if s.done {
 		// Training is over; the gradient changes nothing but is not an error.
 		res.Outcome = Stale
 		return res, nil
 	}
+	if s.cfg.Mode == config.Sync {
+		switch {
+		case version < s.version:
+			s.stats.StaleDropped++
+			res.Outcome = Stale
+			return res, nil
+		case slices.Contains(s.contributors, worker):
+			s.stats.Duplicates++
+			res.Outcome = Duplicate
+			return res, nil
+		}
+	}
+	refuse := s.judge(worker, version, &res)
+	s.clock[worker]++
 	if s.cfg.Mode != config.Sync {
+		if refuse {
+			s.credit(worker, after) // its batch is used up
+			return res, nil
+		}
 		s.setLR()
 		s.opt.Apply(s.params, grad, 1)
 		s.version++
-		s.clock[worker]++
 		s.credit(worker, after)
-		s.stats.Applied++
 		res.Advanced = true
 		s.checkDone()
 		return res, nil
 	}
-	switch {
-	case version < s.version:
-		s.stats.StaleDropped++
-		res.Outcome = Stale
-		return res, nil
-	case slices.Contains(s.contributors, worker):
-		s.stats.Duplicates++
-		res.Outcome = Duplicate
-		return res, nil
+	var g []float32 // the gradient, if it counts
+	if !refuse {
+		g = grad
 	}
-	s.clock[worker]++
-	s.stats.Applied++
-	if n := len(s.contributors) + 1; n >= s.replicas() {
-		// This gradient completes the step: add, apply and clear in one
-		// pass (for a single gradient, apply it directly).
-		s.setLR()
-		if n == 1 {
-			s.opt.Apply(s.params, grad, 1)
-		} else {
-			s.opt.ApplySum(s.params, s.accum, grad, float32(1/float64(n)))
-		}
-		s.credit(worker, after)
-		s.creditContributors()
-		s.version++
-		s.checkDone()
-		res.Advanced = true
-		return res, nil
-	}
-	for i, g := range grad {
-		s.accum[i] += g
-	}
+	res.Advanced = s.arrive(worker, after, g)
+	return res, nil
+}
+
+// arrive counts worker's gradient g (nil: one that is left out) into the
+// current sync step, completing the step when it has enough, and reports
+// whether it did.
+func (s *Shard) arrive(worker int, after int64, g []float32) bool {
 	s.contributors = append(s.contributors, worker)
 	s.after = append(s.after, after)
-	return res, nil
+	if len(s.contributors) >= s.replicas() {
+		s.advance(g)
+		return true
+	}
+	s.keep(g)
+	return false
+}
+
+// Drop accounts for a gradient dropped by policy rather than applied (a
+// non-finite one under --nan-policy skip), computed from version on the
+// worker's batch at after-1. Its batch is used up. In sync mode it
+// counts as arrived but not in the step's aggregate, like a gradient the
+// norm guard refused (a stale or duplicate one changes nothing); it
+// reports whether that completed the step.
+func (s *Shard) Drop(worker int, version, after int64) bool {
+	switch {
+	case worker < 0 || worker >= s.cfg.Workers || s.done:
+		return false
+	case s.cfg.Mode != config.Sync:
+		s.credit(worker, after)
+		return false
+	case version != s.version || slices.Contains(s.contributors, worker):
+		return false
+	}
+	s.clock[worker]++
+	return s.arrive(worker, after, nil)
+}
+
+// judge has the norm guard judge a gradient that would otherwise count,
+// records its verdict in res and the shard's bookkeeping, and reports
+// whether the gradient is refused.
+func (s *Shard) judge(worker int, version int64, res *PushResult) bool {
+	v := s.guard.Judge(res.Norm)
+	res.Ratio = v.Ratio
+	if v.Ratio > s.stats.MaxRatio {
+		s.stats.MaxRatio, s.stats.MaxRatioWorker, s.stats.MaxRatioVersion = v.Ratio, worker, version
+	}
+	if v.Refuse || v.Ratio > OutlierRatio {
+		s.noteOutlier(worker, version, v.Ratio)
+	}
+	if v.Refuse {
+		s.refused[worker]++
+		s.stats.Refused++
+		res.Outcome = Refused
+		return true
+	}
+	s.guard.Accept(res.Norm)
+	s.stats.Applied++
+	res.Outcome = Applied
+	return false
+}
+
+func (s *Shard) noteOutlier(worker int, version int64, ratio float64) {
+	if s.outlier == nil {
+		s.outlier = &Outlier{Worker: worker, Version: version, Ratio: ratio}
+	}
+}
+
+// keep adds g (nil: a refused gradient) to the current sync step.
+func (s *Shard) keep(g []float32) {
+	switch {
+	case g == nil:
+		return
+	case s.kept != nil:
+		copy(s.kept[s.accepted], g)
+	default:
+		for i, x := range g {
+			s.accum[i] += x
+		}
+	}
+	s.accepted++
+}
+
+// advance completes the current sync step: it applies the aggregate of
+// the step's accepted gradients and last (the completing gradient, nil if
+// it was refused or there is none), credits the contributors' data
+// positions and moves the version on. A step whose gradients were all
+// refused changes no parameter.
+func (s *Shard) advance(last []float32) {
+	n := s.accepted
+	if last != nil {
+		n++
+	}
+	if n > 0 {
+		s.setLR()
+	}
+	switch {
+	case n == 0:
+	case s.kept != nil:
+		if last != nil {
+			copy(s.kept[s.accepted], last)
+		}
+		TrimmedMean(s.accum, s.kept[:n])
+		s.opt.Apply(s.params, s.accum, 1)
+	case n == 1 && last != nil:
+		// A single gradient: apply it directly.
+		s.opt.Apply(s.params, last, 1)
+	case last != nil:
+		// The last gradient completes the step: add, apply and clear in
+		// one pass.
+		s.opt.ApplySum(s.params, s.accum, last, float32(1/float64(n)))
+	default:
+		s.opt.Apply(s.params, s.accum, float32(1/float64(n)))
+	}
+	if s.kept == nil && last == nil {
+		clear(s.accum) // (ApplySum cleared it; the trimmed mean overwrites it)
+	}
+	s.accepted = 0
+	s.creditContributors()
+	s.version++
+	s.checkDone()
+}
+
+// TrimmedMean writes into dst, per coordinate, the mean of the values of
+// grads without the largest and the smallest one (one each, whichever
+// gradients hold them); with fewer than 3 gradients, the plain mean.
+// Equal values are dropped once each, so trimming [1 1 1 5] leaves the
+// mean of [1 1]. The values dropped are never added, so one huge value
+// cannot swamp the others' precision.
+func TrimmedMean(dst []float32, grads [][]float32) {
+	m := len(grads)
+	if m < 3 {
+		inv := 1 / float32(m)
+		for i := range dst {
+			var sum float32
+			for _, g := range grads {
+				sum += g[i]
+			}
+			dst[i] = sum * inv
+		}
+		return
+	}
+	inv := 1 / float32(m-2)
+	for i := range dst {
+		lo, hi := 0, 0
+		for k := 1; k < m; k++ {
+			v := grads[k][i]
+			if v < grads[lo][i] {
+				lo = k
+			}
+			if v > grads[hi][i] {
+				hi = k
+			}
+		}
+		if lo == hi { // (only when every value is the same) drop any two
+			hi = 1
+		}
+		var sum float32
+		for k, g := range grads {
+			if k != lo && k != hi {
+				sum += g[i]
+			}
+		}
+		dst[i] = sum * inv
+	}
 }
 
 // credit moves worker's data position past a gradient now in the
@@ -307,19 +555,14 @@ func (s *Shard) creditContributors() {
 	s.contributors, s.after = s.contributors[:0], s.after[:0]
 }
 
-// maybeAdvance applies the mean of the aggregated gradients if the step has
-// enough of them.
+// maybeAdvance completes the step if it has enough gradients (the live
+// workers changed).
 func (s *Shard) maybeAdvance() bool {
 	n := len(s.contributors)
 	if n == 0 || n < s.replicas() {
 		return false
 	}
-	s.setLR()
-	s.opt.Apply(s.params, s.accum, float32(1/float64(n)))
-	clear(s.accum)
-	s.creditContributors()
-	s.version++
-	s.checkDone()
+	s.advance(nil)
 	return true
 }
 
@@ -435,25 +678,4 @@ func (s *Shard) SetDataPositions(pos []int64) error {
 	}
 	copy(s.pos, pos)
 	return nil
-}
-
-// SkipBatch moves worker's data position past a batch whose gradient was
-// dropped rather than applied by policy (a non-finite one under
-// --nan-policy skip, async/ssp), so that the worker does not compute the
-// same batch again, and again; after is as for PushAt. (In sync mode such
-// a worker is counted with a zero gradient, which moves its position like
-// any other.)
-func (s *Shard) SkipBatch(worker int, after int64) {
-	if worker >= 0 && worker < len(s.pos) && !s.done {
-		s.credit(worker, after)
-	}
-}
-
-func finite(x []float32) bool {
-	for _, v := range x {
-		if v-v != 0 { // NaN or ±Inf
-			return false
-		}
-	}
-	return true
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/pstrain/pstrain/transport/auth"
 	"github.com/pstrain/pstrain/transport/dataplane"
 	"github.com/pstrain/pstrain/transport/tlsconf"
+	"github.com/pstrain/pstrain/worker"
 )
 
 // Version is reported in pstrain_build_info.
@@ -72,6 +73,9 @@ type Options struct {
 	Auth *auth.Keyring
 	// Now is the clock of registrations (time.Now when nil).
 	Now func() time.Time
+	// GradientFaults poison workers' gradients (tests:
+	// --fault-gradient); a worker applies those naming its index.
+	GradientFaults []worker.GradientFault
 
 	creds *auth.Client // this task's session, set by prepare
 }

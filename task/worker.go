@@ -92,7 +92,7 @@ func RunWorker(ctx context.Context, o Options, blasThreads int) error {
 	defer net.Close()
 	w, err := worker.New(worker.Config{Index: o.Task.Index, RunID: reg0.RunId, Run: o.Run, Plan: plan, Net: net,
 		Shards: shards, Batches: batches, Log: o.Log, Metrics: m,
-		RetryTimeout: o.ConnectTimeout})
+		RetryTimeout: o.ConnectTimeout, Faults: o.GradientFaults})
 	if err != nil {
 		return err
 	}

@@ -93,6 +93,9 @@ type Config struct {
 	// others before it pushes it a catch-up gradient (ps.Align); 0:
 	// ps.CatchUpAfter.
 	CatchUpAfter time.Duration
+	// Faults poison this worker's gradients (tests: --fault-gradient);
+	// those of other workers are ignored.
+	Faults []GradientFault
 }
 
 // Worker runs the loop.
@@ -105,6 +108,7 @@ type Worker struct {
 	step     int64
 	lastLoss float32
 	mu       sync.Mutex // guards step, lastLoss for Progress
+	faults   faults
 }
 
 // New checks the configuration and allocates the buffers.
@@ -125,6 +129,12 @@ func New(cfg Config) (*Worker, error) {
 		cfg.CatchUpAfter = ps.CatchUpAfter
 	}
 	w := &Worker{cfg: cfg, labels: make([]uint8, cfg.Net.Batch())}
+	for _, f := range cfg.Faults {
+		if f.Worker == cfg.Index {
+			w.faults.list = append(w.faults.list, f)
+			w.faults.fired = append(w.faults.fired, false)
+		}
+	}
 	for _, s := range cfg.Plan.Shards {
 		if cfg.Run.WireDType == config.BF16 {
 			w.half = append(w.half, make([]byte, 2*s.Size))
@@ -194,6 +204,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		if c.BeforePush != nil {
 			c.BeforePush(w.step)
 		}
+		w.poison(views, grads)
 		if err := w.pushAll(ctx, all, views, loss, grads); err != nil {
 			return err
 		}
@@ -245,6 +256,31 @@ func (w *Worker) compute(positions []int64) (float32, [][]float32, error) {
 		return 0, nil, err
 	}
 	return loss, grads, nil
+}
+
+// poison applies the worker's gradient faults (Config.Faults) to a
+// gradient computed from the parameters views describe.
+func (w *Worker) poison(views []ps.PullView, grads [][]float32) {
+	if len(w.faults.list) == 0 {
+		return
+	}
+	var version int64
+	for _, v := range views {
+		version = max(version, v.Version)
+	}
+	k := w.faults.scale(version)
+	if k == 1 {
+		return
+	}
+	if !w.faults.logged {
+		w.faults.logged = true // (once: an every-step fault would flood the log)
+		w.cfg.Log.Warn("fault injection (--fault-gradient): scaling this worker's gradient", "worker", w.cfg.Index, "version", version, "scale", k)
+	}
+	for _, g := range grads {
+		for i := range g {
+			g[i] *= k
+		}
+	}
 }
 
 // catchUp pushes the shards in a.CatchUp a gradient computed on the

@@ -57,7 +57,9 @@ func bindRunFlags(fs *flag.FlagSet, r *config.Run) {
 	fs.Int64Var(&r.Seed, "seed", r.Seed, "seed for initial weights and data order")
 	fs.StringVar((*string)(&r.DataPlane), "data-plane", string(r.DataPlane), "how workers pull and push: grpc, or tcp (raw float32 frames beside the gRPC API; faster)")
 	fs.StringVar((*string)(&r.WireDType), "wire-dtype", string(r.WireDType), "how workers send gradients: f32, or bf16 (half the bytes, 8 significant bits)")
-	fs.StringVar((*string)(&r.NaNPolicy), "nan-policy", string(r.NaNPolicy), "a gradient with NaN/Inf: reject (the worker stops with an error) or skip (dropped, training goes on; sync counts it as a zero gradient); never applied")
+	fs.StringVar((*string)(&r.NaNPolicy), "nan-policy", string(r.NaNPolicy), "a gradient with NaN/Inf: reject (the worker stops with an error) or skip (dropped, training goes on; sync counts it for the step, left out of the mean); never applied")
+	fs.Float64Var(&r.NormGuard, "norm-guard", r.NormGuard, "refuse a gradient whose norm is more than this many times the median of the shard's last 32 accepted norms (0 = off; docs/security.md)")
+	fs.StringVar((*string)(&r.Aggregate), "aggregate", string(r.Aggregate), "sync: how a step combines its gradients: mean, or trimmed-mean (per coordinate, without the largest and smallest value; 3 or more gradients)")
 	fs.DurationVar(&r.EvalEvery, "eval-every", r.EvalEvery, "chief: evaluate on the test set this often (0 = only at the end)")
 	fs.DurationVar(&r.HeartbeatTimeout, "heartbeat-timeout", r.HeartbeatTimeout, "a worker silent this long is considered dead")
 	fs.StringVar(&r.CheckpointDir, "checkpoint-dir", r.CheckpointDir, "where checkpoints go, shared by the chief and every PS (\"\" = no checkpoints)")
@@ -107,6 +109,8 @@ func runArgs(r config.Run) []string {
 		"--data-fraction=" + strconv.FormatFloat(r.DataFraction, 'g', -1, 64),
 		fmt.Sprintf("--seed=%d", r.Seed),
 		"--nan-policy=" + string(r.NaNPolicy),
+		"--norm-guard=" + strconv.FormatFloat(r.NormGuard, 'g', -1, 64),
+		"--aggregate=" + string(r.Aggregate),
 		"--data-plane=" + string(r.DataPlane),
 		"--wire-dtype=" + string(r.WireDType),
 		"--eval-every=" + r.EvalEvery.String(),

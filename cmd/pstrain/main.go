@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,6 +27,7 @@ import (
 	"github.com/pstrain/pstrain/observe/report"
 	"github.com/pstrain/pstrain/preflight"
 	"github.com/pstrain/pstrain/task"
+	"github.com/pstrain/pstrain/worker"
 )
 
 const usage = `pstrain — parameter-server training
@@ -349,6 +352,7 @@ flags must agree with the chief's.`)
 	summary := fs.Bool("summary", true, "chief: print the run's summary on stdout at the end (pstrain run prints its own)")
 	runID := fs.String("run-id", "", "chief: run identifier (default: generated; give one so that a restarted chief can adopt its running cluster)")
 	statePath := fs.String("state-file", "", "chief: keep the report's history here so that a restarted chief can finish it")
+	faultGradient := fs.String("fault-gradient", "", "testing: worker/I@STEP:SCALE multiplies worker I's gradient by SCALE once, at global step STEP (worker/I@every:SCALE: every step); other tasks ignore it")
 	tlsF := bindTLSFlags(fs)
 	tokenFile := bindTokenFlag(fs)
 	for _, f := range []string{"ps", "workers"} {
@@ -385,6 +389,10 @@ flags must agree with the chief's.`)
 	if err := r.Validate(); err != nil { // again: with the cluster's counts
 		return asUsage(err)
 	}
+	gradFaults, err := worker.ParseGradientFaults(*faultGradient, r.Workers)
+	if err != nil {
+		return asUsage(err)
+	}
 	role = tk.Type
 	// The process's identity is "self": "task" is left to lines about a
 	// task (the chief's "task registered task=ps/0").
@@ -415,7 +423,7 @@ flags must agree with the chief's.`)
 		return err
 	}
 	o := task.Options{Cluster: spec, Task: tk, Run: r, MetricsAddr: ma, HostMetrics: hm, DataAddr: *dataAddr, ConnectTimeout: *connectTimeout,
-		MaxMessageBytes: *maxMsgMB << 20, Log: log}
+		MaxMessageBytes: *maxMsgMB << 20, Log: log, GradientFaults: gradFaults}
 	lim.apply(&o)
 	if o.TLS, err = tlsF.load(spec, tk, log); err != nil {
 		return err
@@ -453,6 +461,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	bindRunFlags(fs, &r)
 	reportPath := fs.String("report", "", "write the run report (JSON) here")
 	faults := fs.String("fault", "", "kill -9 tasks at times after start, e.g. ps/1@8s,worker/0@12s,chief@20s (resilience demos and tests)")
+	faultGradient := fs.String("fault-gradient", "", "testing: poison gradients, e.g. worker/1@30:1e6 (worker 1's gradient times 1e6 once, at global step 30) or worker/3@every:-4 (every step); demos and tests of the divergence guard")
 	maxRestarts := fs.Int("max-restarts", 5, "restarts allowed per task before the run fails")
 	dir := fs.String("run-dir", "run", "where the cluster file and the task logs go")
 	sdDir := fs.String("sd-dir", "run/targets", "where the Prometheus file_sd target file goes")
@@ -482,6 +491,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return asUsage(err)
 	}
+	if _, err := worker.ParseGradientFaults(*faultGradient, r.Workers); err != nil {
+		return asUsage(err)
+	}
 	if *maxRestarts < 0 {
 		return usagef("--max-restarts must be >= 0")
 	}
@@ -506,9 +518,13 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	tlsArgs, err := runTLSArgs(*tlsDir, r, log)
+	warnGuard(log, r)
+	childArgs, err := runTLSArgs(*tlsDir, r, log)
 	if err != nil {
 		return err
+	}
+	if *faultGradient != "" {
+		childArgs = append(childArgs, "--fault-gradient="+*faultGradient) // every task gets it; only the worker named acts on it
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -517,7 +533,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fmt.Fprintf(stdout, "pstrain: %s SGD, %d PS, %d workers, MLP %s, batch %d, lr %s, %s\n", r.Mode, r.PS, r.Workers,
 		r.Spec(shape.Dim, shape.Classes).String(), r.Batch, lrText(r), r.Optimizer)
 	rep, err := launcher.Run(ctx, launcher.Config{Run: r, Exe: exe, Dir: *dir, SDDir: *sdDir, MetricsPortBase: *portBase,
-		ChildArgs: runArgs, ExtraArgs: append([]string{"--connect-timeout=" + connectTimeout.String(), "--log-level=" + *logLevel, "--summary=false"}, tlsArgs...),
+		ChildArgs: runArgs, ExtraArgs: append([]string{"--connect-timeout=" + connectTimeout.String(), "--log-level=" + *logLevel, "--summary=false"}, childArgs...),
 		Progress: stdout, Log: log, Faults: fl, MaxRestarts: *maxRestarts, BottleneckEvery: 10 * time.Second,
 		Abort: claimAbort(ctx), TaskTimeout: *taskTimeout, KillStale: *killStale, AuthTokenFile: *tokenFile})
 	if err != nil {
@@ -539,6 +555,17 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 // positive checks that the duration flag name is > 0 (a usage error).
 func positive(name string, d time.Duration) error {
 	return asUsage(preflight.Positive("--"+name, d))
+}
+
+// warnGuard warns of a norm guard likely to refuse honest gradients:
+// with tiny batches one sample's gradient dominates, and honest norms
+// spread far more (docs/security.md measures batch 4 at up to 18.1 times
+// the median, batch 1 at 57).
+func warnGuard(log *slog.Logger, r config.Run) {
+	if r.NormGuard > 0 && r.Batch < 8 {
+		log.Warn("with a batch this small honest gradient norms spread widely; --norm-guard may refuse some (consider --norm-guard 100, or 0 to turn it off)",
+			"batch", r.Batch, "norm_guard", r.NormGuard)
+	}
 }
 
 // flagSet reports whether the flag name was given on the command line.
@@ -572,6 +599,7 @@ func printSummary(w io.Writer, rep *report.Report) {
 	if rep.Bottleneck != nil {
 		fmt.Fprintf(w, "where the time went: %s\n", rep.Bottleneck)
 	}
+	printGuard(w, rep)
 	for _, rs := range rep.Restarts {
 		fmt.Fprintln(w, restartLine(rs))
 	}
@@ -599,6 +627,38 @@ func restartLine(rs report.Restart) string {
 		step = fmt.Sprintf("restored step %d", rs.RestoredStep)
 	}
 	return fmt.Sprintf("restart: %-9s %s, %s, %s", rs.Task, died, back, step)
+}
+
+// printGuard prints what the divergence guard did: the gradients
+// refused by worker, and each divergence with its rollback and suspect.
+func printGuard(w io.Writer, rep *report.Report) {
+	for _, c := range []struct {
+		what   string
+		counts map[string]int64
+	}{{"gradients refused by the norm guard", rep.RefusedGradients}, {"non-finite gradients (never applied)", rep.NonFiniteGradients}} {
+		if len(c.counts) == 0 {
+			continue
+		}
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(c.counts)) {
+			parts = append(parts, fmt.Sprintf("%s %d", k, c.counts[k]))
+		}
+		fmt.Fprintf(w, "%s: %s\n", c.what, strings.Join(parts, ", "))
+	}
+	for _, d := range rep.Divergences {
+		back := "not rolled back (training had ended)"
+		switch {
+		case d.RolledBackTo > 0:
+			back = fmt.Sprintf("rolled back to step %d, lr x%g", d.RolledBackTo, d.LRFactor)
+		case d.RolledBackTo == 0:
+			back = fmt.Sprintf("rolled back to the initial weights, lr x%g", d.LRFactor)
+		}
+		suspect := "no worker stood out"
+		if d.SuspectWorker != "" {
+			suspect = "suspect " + d.SuspectWorker + ": " + d.Evidence
+		}
+		fmt.Fprintf(w, "divergence: the model of step %d (test loss %.4g, best %.4g); %s; %s\n", d.AtStep, d.TestLoss, d.BestLoss, back, suspect)
+	}
 }
 
 func sortedTasks(m map[string]report.Task) []string {

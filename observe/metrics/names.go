@@ -42,6 +42,8 @@ const (
 	MetricPSConnectionsClosed     = "pstrain_ps_connections_closed_total"
 	MetricPSDataPlaneConnections  = "pstrain_ps_dataplane_connections"
 	MetricPSDataPlaneBuffered     = "pstrain_ps_dataplane_buffered_bytes"
+	MetricPSRefusedGradients      = "pstrain_ps_refused_gradients_total"
+	MetricPSGradientNormRatio     = "pstrain_ps_gradient_norm_ratio"
 
 	// Chief.
 	MetricEvalAccuracy          = "pstrain_eval_accuracy_ratio"
@@ -55,14 +57,16 @@ const (
 	MetricStepsLost             = "pstrain_steps_lost_total"
 	MetricLiveWorkers           = "pstrain_live_workers"
 	MetricChiefRejectedRequests = "pstrain_chief_rejected_requests_total"
+	MetricDivergences           = "pstrain_divergences_total"
 )
 
 // Label names.
 const (
 	LabelOp        = "op"        // RPC operation, e.g. "pull" or "push"
 	LabelPhase     = "phase"     // worker step phase, one of the Phase constants
-	LabelReason    = "reason"    // why a parameter server rejected a request or closed a connection
+	LabelReason    = "reason"    // why a parameter server rejected a request, refused a gradient or closed a connection
 	LabelPlane     = "plane"     // which listener of a parameter server: "grpc" or "data"
+	LabelWorker    = "worker"    // a worker's index, on pstrain_ps_refused_gradients_total
 	LabelMode      = "mode"      // CPU mode of pstrain_host_cpu_seconds_total
 	LabelVersion   = "version"   // pstrain version in pstrain_build_info
 	LabelRevision  = "revision"  // VCS revision in pstrain_build_info ("unknown" if not stamped)

@@ -122,6 +122,14 @@ type PS struct {
 	// plane holds, in use or kept for reuse; never above its budget
 	// (pstrain_ps_dataplane_buffered_bytes).
 	DataPlaneBuffered prometheus.Gauge
+	// RefusedGradients counts the gradients the divergence guard refused,
+	// by worker index and reason (norm or non_finite)
+	// (pstrain_ps_refused_gradients_total).
+	RefusedGradients *prometheus.CounterVec
+	// GradientNormRatio observes each judged gradient's L2 norm over the
+	// norm guard's reference, the median of the recent accepted norms
+	// (pstrain_ps_gradient_norm_ratio).
+	GradientNormRatio prometheus.Histogram
 }
 
 // NewPS creates the parameter-server metrics and registers them on reg (a nil
@@ -194,8 +202,21 @@ func NewPSWith(reg prometheus.Registerer, o PSOptions) *PS {
 			Name: MetricPSDataPlaneBuffered,
 			Help: "Bytes of push payload buffers this parameter server's TCP data plane holds (in use or kept for reuse).",
 		}),
+		RefusedGradients: f.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricPSRefusedGradients,
+			Help: "Gradients this parameter-server shard refused and never applied, by worker and reason (norm: beyond the norm guard; non_finite: NaN or Inf).",
+		}, []string{LabelWorker, LabelReason}),
+		GradientNormRatio: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    MetricPSGradientNormRatio,
+			Help:    "Each judged gradient's L2 norm over the median of this shard's recent accepted norms (the norm guard refuses beyond --norm-guard).",
+			Buckets: NormRatioBuckets(),
+		}),
 	}
 }
+
+// NormRatioBuckets are the buckets of pstrain_ps_gradient_norm_ratio:
+// 1/8 doubling up to 1024.
+func NormRatioBuckets() []float64 { return prometheus.ExponentialBuckets(0.125, 2, 14) }
 
 // Chief holds the metrics of the chief (coordinator). Create it with
 // [NewChief].
@@ -239,6 +260,9 @@ type Chief struct {
 	// unknown role or index), run_id (a heartbeat of another run)
 	// (pstrain_chief_rejected_requests_total).
 	RejectedRequests *prometheus.CounterVec
+	// Divergences counts the times the model diverged and was rolled back
+	// (pstrain_divergences_total).
+	Divergences prometheus.Counter
 }
 
 // NewChief creates the chief metrics and registers them on reg (a nil reg
@@ -295,6 +319,10 @@ func NewChief(reg prometheus.Registerer) *Chief {
 			Name: MetricChiefRejectedRequests,
 			Help: "Registrations and heartbeats the chief refused, by reason.",
 		}, []string{LabelReason}),
+		Divergences: f.NewCounter(prometheus.CounterOpts{
+			Name: MetricDivergences,
+			Help: "Times the model diverged (its test loss was not finite or exploded); each is rolled back to a checkpoint unless training had ended.",
+		}),
 	}
 }
 

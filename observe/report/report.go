@@ -17,7 +17,10 @@ type Eval struct {
 	Step         int64   `json:"step"`
 	Seconds      float64 `json:"seconds"` // since the first step, when the weights were read
 	TestAccuracy float64 `json:"test_accuracy"`
-	TestLoss     float64 `json:"test_loss"`
+	// TestLoss is the mean cross-entropy; a loss that was not finite (a
+	// diverged model) is written as the largest float64, 1.8e308, since
+	// JSON has no NaN or Inf.
+	TestLoss float64 `json:"test_loss"`
 	// TestSamples is how many test samples were scored; Subset is set
 	// when that was a fixed subset of the test set (a routine first pass)
 	// rather than all of it.
@@ -39,6 +42,29 @@ type Restart struct {
 	// RestoredStep is the step it was back at (-1: it was not back in
 	// training before the run ended).
 	RestoredStep int64 `json:"restored_step"`
+}
+
+// Divergence is one time the model diverged: an evaluation's test loss
+// was not finite or exploded against the best so far
+// (docs/security.md, "The divergence guard").
+type Divergence struct {
+	AtStep  int64   `json:"at_step"` // the version of the diverged model
+	Seconds float64 `json:"seconds"` // since the first step, when it was evaluated
+	// TestLoss is the diverged model's (1.8e308 if not finite), BestLoss
+	// the lowest of the run before it.
+	TestLoss float64 `json:"test_loss"`
+	BestLoss float64 `json:"best_loss"`
+	// RolledBackTo is the step of the checkpoint the shards were rolled
+	// back to (0 with no checkpoint: the initial weights; -1: not rolled
+	// back, training had ended).
+	RolledBackTo int64 `json:"rolled_back_to"`
+	// LRFactor is the learning rate's factor from then on (halved at
+	// each rollback).
+	LRFactor float64 `json:"lr_factor"`
+	// SuspectWorker names the worker whose gradients stood out
+	// ("worker/1"), "" if none did; Evidence says how.
+	SuspectWorker string `json:"suspect_worker"`
+	Evidence      string `json:"evidence,omitempty"`
 }
 
 // Checkpoints are the run's checkpoint attempts: committed, failed, and
@@ -98,7 +124,15 @@ type Report struct {
 	FinalStep  int64 `json:"final_step"`
 	TargetHold int   `json:"target_hold"`
 	// Checkpoints counts the checkpoint attempts.
-	Checkpoints Checkpoints     `json:"checkpoints"`
+	Checkpoints Checkpoints `json:"checkpoints"`
+	// RefusedGradients counts, by worker ("worker/1"), the gradients the
+	// parameter servers' norm guard refused, and NonFiniteGradients those
+	// holding NaN or Inf (refused or dropped by --nan-policy): the most
+	// any one shard counted, since each judges its own slice.
+	RefusedGradients   map[string]int64 `json:"refused_gradients"`
+	NonFiniteGradients map[string]int64 `json:"non_finite_gradients"`
+	// Divergences are the times the model diverged, in order.
+	Divergences []Divergence    `json:"divergences"`
 	Evals       []Eval          `json:"evals"`
 	Restarts    []Restart       `json:"restarts"`
 	Tasks       map[string]Task `json:"tasks"`
