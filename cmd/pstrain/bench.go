@@ -8,7 +8,6 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
-	"slices"
 	"strings"
 	"time"
 
@@ -28,8 +27,8 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	budget := fs.Duration("duration", 0, "time per measurement loop (default 1.5s, 0.4s with --quick)")
 	rounds := fs.Int("rounds", 0, "alternating measurement rounds per section; the best counts (default 3, 2 with --quick)")
 	batches := fs.String("batches", "128,512", "compute batch sizes; the first is also ps_overhead's")
-	dataDir := fs.String("data-dir", "data", "data sets for end_to_end runs")
-	workDir := fs.String("work-dir", "", "where end_to_end runs keep reports and logs (default: a temporary directory, removed)")
+	dataDir := fs.String("data-dir", "data", "data sets for cluster and end_to_end runs")
+	workDir := fs.String("work-dir", "", "where cluster and end_to_end runs keep reports and logs (default: a temporary directory, removed)")
 	blasThreads := fs.Int("blas-threads", 1, "OpenBLAS threads for compute, wire and ps_overhead")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process (not of end_to_end's children) here")
 	memProfile := fs.String("memprofile", "", "write an allocation profile of this process here at the end")
@@ -71,7 +70,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cfg := bench.Config{Sections: secs, Quick: *quick, Spec: model.Spec{Input: 784, Hidden: []int{800}, Classes: 10},
 		Batches: bs, BLAS: gorgonia.WhichBLAS(), BLASName: blas.Name, Budget: *budget, Rounds: *rounds, Seed: *seed,
 		Progress: stderr}
-	if slices.Contains(secs, bench.SectionEndToEnd) || slices.Contains(secs, bench.SectionMemory) {
+	if cfg.NeedsRunner() {
 		exe, err := os.Executable()
 		if err != nil {
 			return err

@@ -20,13 +20,14 @@ const (
 	SectionWire       = "wire"
 	SectionPSOverhead = "ps_overhead"
 	SectionMetrics    = "metrics_overhead"
+	SectionCluster    = "cluster"
 	SectionEndToEnd   = "end_to_end"
 	SectionMemory     = "memory"
 )
 
 // Sections lists every section name in measuring order.
 func Sections() []string {
-	return []string{SectionCompute, SectionWire, SectionPSOverhead, SectionMetrics, SectionEndToEnd, SectionMemory}
+	return []string{SectionCompute, SectionWire, SectionPSOverhead, SectionMetrics, SectionCluster, SectionEndToEnd, SectionMemory}
 }
 
 // ParseSections reads a comma list of section names ("" = all), in the
@@ -93,6 +94,7 @@ type Result struct {
 	PSOverheadGRPC *OverheadResult `json:"ps_overhead_grpc,omitempty"`
 	// MetricsOverhead is what serving and scraping /metrics costs.
 	MetricsOverhead *MetricsOverheadResult `json:"metrics_overhead,omitempty"`
+	Cluster         *ClusterResult         `json:"cluster,omitempty"`
 	EndToEnd        *E2EResult             `json:"end_to_end,omitempty"`
 	Memory          *MemoryResult          `json:"memory,omitempty"`
 	Errors          map[string]string      `json:"errors,omitempty"`
@@ -122,13 +124,25 @@ func (c Config) Validate() error {
 	if err := checkDurations(c.Budget, c.Rounds); err != nil {
 		return err
 	}
-	if c.Runner == nil && (slices.Contains(c.Sections, SectionEndToEnd) || slices.Contains(c.Sections, SectionMemory)) {
-		return errors.New("bench: end_to_end and memory need a runner (the pstrain binary)")
+	if c.Runner == nil && c.NeedsRunner() {
+		return errors.New("bench: cluster, end_to_end and memory need a runner (the pstrain binary)")
 	}
-	if c.BLAS == nil && slices.Contains(c.Sections, SectionCompute) {
-		return errors.New("bench: compute needs a BLAS")
+	for _, s := range []string{SectionCompute, SectionCluster, SectionEndToEnd} {
+		if c.BLAS == nil && slices.Contains(c.Sections, s) {
+			return fmt.Errorf("bench: %s needs a BLAS", s)
+		}
 	}
 	return nil
+}
+
+// NeedsRunner says whether a selected section runs the pstrain binary.
+func (c Config) NeedsRunner() bool {
+	for _, s := range []string{SectionCluster, SectionEndToEnd, SectionMemory} {
+		if slices.Contains(c.Sections, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // E2EPlan is the end_to_end grid for a full or a quick run. A full run's
@@ -197,6 +211,19 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 			fail(SectionMetrics, err)
 		}
 	}
+	ceilingConfig := ComputeConfig{Spec: c.Spec, BLAS: c.BLAS, BLASName: c.BLASName, Budget: c.Budget, Rounds: c.Rounds, Seed: c.Seed, Now: c.Now}
+	if has(SectionCluster) && ctx.Err() == nil {
+		plan := ClusterPlanFor(c.Quick)
+		fmt.Fprintf(c.Progress, "bench: cluster (%d setups, each run for %g and %g epochs; the difference is measured)\n",
+			len(plan.Setups), plan.ShortEpochs, plan.LongEpochs)
+		ceil, err := ceilingFor(ctx, ceilingConfig, res.Compute, plan.Batch)
+		if err == nil {
+			res.Cluster, err = Cluster(ctx, c.Runner, plan, res.Machine.CPUs, ceil)
+		}
+		if err != nil {
+			fail(SectionCluster, err)
+		}
+	}
 	if (has(SectionEndToEnd) || has(SectionMemory)) && ctx.Err() == nil {
 		plan := E2EPlan(c.Quick)
 		plan.Runner = c.Runner
@@ -214,6 +241,9 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		default:
 			if has(SectionEndToEnd) {
 				res.EndToEnd = e2e
+				if err := e2e.setIdeal(ctx, ceilingConfig, res.Compute, target, res.Machine.CPUs); err != nil {
+					fail(SectionEndToEnd, err)
+				}
 			}
 			if has(SectionMemory) {
 				if res.Memory, err = Memory(target); err != nil {

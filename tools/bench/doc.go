@@ -11,8 +11,13 @@
 //     same payload (TCPEcho).
 //   - Overhead: 1 PS + 1 worker over loopback gRPC against the same model
 //     trained in-process with a local optimizer.
+//   - Cluster: the real binary's steady samples/s (the stretch a long run
+//     trains beyond a short one) for the default, async and 1+1 clusters,
+//     against cores x one process's BLAS ceiling (Ceiling, Efficiency).
 //   - EndToEnd: the real binary (`pstrain run --report`) to the target
-//     accuracy, and short fixed runs over a grid of workers, PS and modes.
+//     accuracy, its time to target over the ideal time
+//     (TimeToTargetOverIdeal), and short fixed runs over a grid of
+//     workers, PS and modes.
 //   - Memory: each PS's peak RSS (from a run report) against the bytes of
 //     parameters and optimizer state its shard holds (StateBytes).
 //

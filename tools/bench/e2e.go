@@ -108,7 +108,32 @@ type E2EResult struct {
 	SamplesPerSecond    float64  `json:"samples_per_second"`
 	TestAccuracy        float64  `json:"test_accuracy"`
 	GlobalSteps         int64    `json:"global_steps"`
-	Runs                []E2ERun `json:"runs"`
+	// SamplesToTarget is what the target run had trained when it held the
+	// target; IdealSeconds is that over Cores x one process's BLAS ceiling
+	// (CeilingSamplesPerSecond, at the run's batch, measured in the same
+	// bench run), and TimeToTargetOverIdeal is TimeToTargetSeconds over
+	// IdealSeconds (null if the target was not reached).
+	SamplesToTarget         int64    `json:"samples_to_target"`
+	Cores                   int      `json:"cores"`
+	CeilingSamplesPerSecond float64  `json:"ceiling_samples_per_second"`
+	IdealSeconds            float64  `json:"ideal_seconds"`
+	TimeToTargetOverIdeal   *float64 `json:"time_to_target_over_ideal"`
+	Runs                    []E2ERun `json:"runs"`
+}
+
+// setIdeal sets the ideal-time figures of the target run rep (nothing
+// without one) against the ceiling at rep's batch.
+func (e *E2EResult) setIdeal(ctx context.Context, c ComputeConfig, compute *ComputeResult, rep *report.Report, cores int) error {
+	if rep == nil {
+		return nil
+	}
+	ceil, err := ceilingFor(ctx, c, compute, rep.Batch)
+	if err != nil {
+		return err
+	}
+	e.SamplesToTarget, e.Cores, e.CeilingSamplesPerSecond = SamplesToTarget(rep), cores, ceil
+	e.IdealSeconds, e.TimeToTargetOverIdeal = TimeToTargetOverIdeal(rep.TimeToTargetSeconds, e.SamplesToTarget, cores, ceil)
+	return nil
 }
 
 // EndToEnd makes the runs. It returns the target run's report too (nil

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"gonum.org/v1/gonum/blas/gonum"
+
 	"github.com/pstrain/pstrain/observe/report"
 )
 
@@ -28,7 +30,7 @@ func (f *fakeRunner) Run(ctx context.Context, args []string) (*report.Report, ti
 		return nil, time.Second, errors.New("task died")
 	}
 	ttt := 9.25
-	rep := &report.Report{Model: "784-800-10", PS: 2, Workers: 2, Optimizer: "momentum", TargetAccuracy: 0.975,
+	rep := &report.Report{Mode: "sync", Batch: 128, ReplicasToAggregate: 2, Model: "784-800-10", PS: 2, Workers: 2, Optimizer: "momentum", TargetAccuracy: 0.975,
 		TimeToTargetSeconds: &ttt, StartupSeconds: 1.5, TrainSeconds: 10, SamplesPerSecond: 1000 * float64(len(f.calls)),
 		TestAccuracy: 0.976, GlobalSteps: 700,
 		Tasks: map[string]report.Task{"ps/0": {PeakRSSBytes: 60 << 20}, "ps/1": {PeakRSSBytes: 61 << 20},
@@ -106,14 +108,14 @@ func TestRunEndToEndAndMemoryWithFakeRunner(t *testing.T) {
 	}
 
 	res, err = Run(context.Background(), Config{Sections: []string{SectionEndToEnd, SectionMemory}, Quick: true,
-		Spec: mnistMLP, Batches: []int{128}, Budget: time.Millisecond, Rounds: 1, Runner: &fakeRunner{}})
+		Spec: mnistMLP, Batches: []int{128}, BLAS: gonum.Implementation{}, Budget: time.Millisecond, Rounds: 1, Runner: &fakeRunner{}})
 	if err != nil || res.EndToEnd == nil || len(res.EndToEnd.Runs) != 4 || res.Memory == nil {
 		t.Fatalf("quick e2e = %+v, %v; want 4 grid runs and memory", res, err)
 	}
 
 	// A failing target run fails both sections without failing Run.
 	res, err = Run(context.Background(), Config{Sections: []string{SectionEndToEnd, SectionMemory},
-		Spec: mnistMLP, Batches: []int{128}, Budget: time.Millisecond, Rounds: 1, Runner: &fakeRunner{failTarget: true}})
+		Spec: mnistMLP, Batches: []int{128}, BLAS: gonum.Implementation{}, Budget: time.Millisecond, Rounds: 1, Runner: &fakeRunner{failTarget: true}})
 	if err != nil || res.EndToEnd != nil || res.Memory != nil || res.Errors[SectionEndToEnd] == "" || res.Errors[SectionMemory] == "" {
 		t.Fatalf("failed target run: %+v, %v", res, err)
 	}

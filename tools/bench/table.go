@@ -52,6 +52,23 @@ func WriteTable(w io.Writer, r *Result) error {
 			100*m.Overhead, m.ScrapeEverySeconds, m.Scrapes, m.ScrapeMillisecondsMean, m.Batch)
 		fmt.Fprintf(tw, "  metrics off\t%.0f samples/s\n  metrics on\t%.0f samples/s\n", m.OffSamplesPerSecond, m.OnSamplesPerSecond)
 	}
+	if c := r.Cluster; c != nil {
+		fmt.Fprintf(tw, "\ncluster: efficiency %.2f (samples/s of the default cluster vs %d cores x one process's ceiling of %.0f samples/s at batch %d = %.0f)\n",
+			c.Efficiency, c.Cores, c.CeilingSamplesPerSecond, c.Batch, c.MachineSamplesPerSecond)
+		fmt.Fprintln(tw, "  setup\tsamples/s\tefficiency\tmeasured samples\tmeasured s\tcompute\tpush\tpull\tbarrier")
+		for _, row := range c.Runs {
+			if row.Error != "" {
+				fmt.Fprintf(tw, "  %s\tfailed: %s\t\t\t\t\t\t\t\n", row.Name, row.Error)
+				continue
+			}
+			ph := "\t\t\t"
+			if p := row.Phases; p != nil {
+				ph = fmt.Sprintf("%.0f%%\t%.0f%%\t%.0f%%\t%.0f%%", 100*p.Compute, 100*p.Push, 100*p.Pull, 100*p.BarrierWait)
+			}
+			fmt.Fprintf(tw, "  %s\t%.0f\t%.2f\t%d\t%.2f\t%s\n", row.Name, row.SamplesPerSecond, row.Efficiency,
+				row.MeasuredSamples, row.MeasuredSeconds, ph)
+		}
+	}
 	if e := r.EndToEnd; e != nil {
 		ttt := "not reached"
 		if e.TimeToTargetSeconds != nil {
@@ -59,6 +76,10 @@ func WriteTable(w io.Writer, r *Result) error {
 		}
 		fmt.Fprintf(tw, "\nend_to_end: time to %.1f%%: %s; whole run %.2f s (startup %.2f s), %.0f samples/s, final acc %.2f%%\n",
 			100*e.TargetAccuracy, ttt, e.WallSeconds, e.StartupSeconds, e.SamplesPerSecond, 100*e.TestAccuracy)
+		if x := e.TimeToTargetOverIdeal; x != nil {
+			fmt.Fprintf(tw, "  time to target / ideal %.2f (ideal %.2f s: %d samples at %d cores x %.0f samples/s)\n",
+				*x, e.IdealSeconds, e.SamplesToTarget, e.Cores, e.CeilingSamplesPerSecond)
+		}
 		if len(e.Runs) > 0 {
 			fmt.Fprintln(tw, "  mode\tPS\tworkers\tepochs\tsamples/s\ttrain s\twall s\tstartup s")
 			for _, row := range e.Runs {
