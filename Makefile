@@ -13,8 +13,10 @@ all: build
 deps:
 	./scripts/setup.sh
 
+# -buildvcs=auto: stamp the git revision into pstrain_build_info even
+# where GOFLAGS turns stamping off (outside a checkout it stamps nothing).
 build:
-	$(GO) build -o $(BIN) ./cmd/pstrain
+	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/pstrain
 
 # A binary without cgo/OpenBLAS (gonum's pure-Go BLAS).
 build-purego:
