@@ -1,6 +1,7 @@
 package chief
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -87,6 +88,17 @@ type StopShards struct{}
 
 // SaveState persists what a restarted chief needs.
 type SaveState struct{ State State }
+
+// ErrGaveUp is matched by the error of a run the chief ended on purpose
+// (Finish with Err: the tasks never registered, the model kept
+// diverging): a restarted chief would not do better.
+var ErrGaveUp = errors.New("chief: gave up")
+
+// gaveUp is a Finish's error: its message, matching ErrGaveUp.
+type gaveUp struct{ error }
+
+func (g gaveUp) Is(target error) bool { return target == ErrGaveUp }
+func (g gaveUp) Unwrap() error        { return g.error }
 
 // Finish ends the run: Report is the result (nil with Err).
 type Finish struct {

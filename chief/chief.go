@@ -160,7 +160,10 @@ func (c *Chief) Run(ctx context.Context) (*report.Report, error) {
 				if f.Report != nil {
 					f.Report.Restarts = nonNil(f.Report.Restarts)
 				}
-				return f.Report, f.Err
+				if f.Err != nil {
+					return f.Report, gaveUp{f.Err}
+				}
+				return f.Report, nil
 			}
 			more, err := c.perform(work, jobCtx, a, results, &jobs)
 			if err != nil {

@@ -236,6 +236,11 @@ func stoppedBySignal(p *proc) bool {
 // chief; `pstrain run` exits with the same status.
 const ExitFinalCheckpointFailed = 3
 
+// ExitChiefGaveUp is the exit status of a chief that ended the run on
+// purpose with an error (its tasks never registered, the model kept
+// diverging): the launcher does not restart it, and the run fails.
+const ExitChiefGaveUp = 4
+
 // Run starts the cluster and waits for it to finish.
 func Run(ctx context.Context, c Config) (*report.Report, error) {
 	t0 := time.Now()
@@ -568,6 +573,8 @@ func (s *supervisor) judge(ctx context.Context, p *proc) exitVerdict {
 	s.mu.Unlock()
 	isChief := p.task.Type == cluster.Chief
 	switch {
+	case isChief && p.cmd.ProcessState.ExitCode() == ExitChiefGaveUp:
+		return taskFailed
 	case isChief && (stoppedBySignal(p) || p.cmd.ProcessState.ExitCode() == ExitFinalCheckpointFailed):
 		// The chief stopped the run cleanly on a signal (ours, or one
 		// sent to it directly), or finished it without its final

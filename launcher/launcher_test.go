@@ -1,6 +1,8 @@
 package launcher
 
 import (
+	"context"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
@@ -9,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/observe/report"
 )
@@ -144,6 +147,23 @@ func TestStopBegun(t *testing.T) {
 		os.WriteFile(p, []byte(state), 0o644)
 		if got := stopBegun(p, "run-1"); got != want {
 			t.Errorf("%s: stop begun = %v, want %v", state, got, want)
+		}
+	}
+}
+
+// TestJudgeChiefExits: how the launcher takes a chief's exit status: a
+// signal's (the run stopped cleanly) and 3 (finished, final checkpoint
+// failed) end the run as done; 4 (the chief gave up on purpose) fails it
+// without a restart; 1 (a crash) is restarted.
+func TestJudgeChiefExits(t *testing.T) {
+	s := &supervisor{}
+	for code, want := range map[int]exitVerdict{130: taskDone, 143: taskDone, ExitFinalCheckpointFailed: taskDone,
+		ExitChiefGaveUp: taskFailed, 1: taskCrash} {
+		cmd := exec.Command("sh", "-c", fmt.Sprintf("exit %d", code))
+		err := cmd.Run()
+		p := &proc{task: cluster.Task{Type: cluster.Chief}, cmd: cmd, err: err}
+		if got := s.judge(context.Background(), p); got != want {
+			t.Errorf("chief exiting %d: verdict %v, want %v", code, got, want)
 		}
 	}
 }

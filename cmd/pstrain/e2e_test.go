@@ -21,6 +21,7 @@ import (
 
 	"github.com/pstrain/pstrain/internal/syncbuf"
 	"github.com/pstrain/pstrain/internal/testbin"
+	"github.com/pstrain/pstrain/launcher"
 	"github.com/pstrain/pstrain/observe/report"
 	"github.com/pstrain/pstrain/transport/auth"
 )
@@ -274,6 +275,10 @@ func TestPSNeverUp(t *testing.T) {
 	err := c.wait(t, time.Minute)
 	if out := c.out.String(); err == nil || !strings.Contains(out, "ps/0 ("+a[1]+")") {
 		t.Fatalf("err %v, output:\n%s", err, out)
+	}
+	// It gave up on purpose: a launcher must not restart it.
+	if got := exitStatus(t, err); got != launcher.ExitChiefGaveUp {
+		t.Errorf("exit status %d, want %d (the chief gave up)", got, launcher.ExitChiefGaveUp)
 	}
 }
 

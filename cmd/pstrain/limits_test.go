@@ -20,19 +20,29 @@ import (
 	"github.com/pstrain/pstrain/internal/testbin"
 	"github.com/pstrain/pstrain/observe/metrics"
 	"github.com/pstrain/pstrain/observe/report"
+	"github.com/pstrain/pstrain/transport/auth"
 )
 
-// pushHeader is the header of a data-plane push (docs/wire.md: "PSD2",
+// pushHeader is the header of a data-plane push (docs/wire.md: "PSD3",
 // op 2, no flags, no run id, worker, version, generation, loss, data
-// position, payload length; little-endian) announcing n payload bytes.
-func pushHeader(n uint32) []byte {
-	b := append([]byte("PSD2"), 2, 0, 0)
+// position, payload length, then the credential; little-endian)
+// announcing n payload bytes, signed as worker/0 with keys: a client
+// holding the run's token (an outsider's frame is refused before its
+// size is even looked at: security_test.go), so that the limits are
+// what refuses it.
+func pushHeader(keys *auth.Keyring, n uint32) []byte {
+	b := append([]byte("PSD3"), 2, 0, 0)
 	b = binary.LittleEndian.AppendUint32(b, 0) // worker
 	b = binary.LittleEndian.AppendUint64(b, 0) // version
 	b = binary.LittleEndian.AppendUint64(b, 0) // generation
 	b = binary.LittleEndian.AppendUint32(b, 0) // loss
 	b = binary.LittleEndian.AppendUint64(b, 0) // data position
-	return binary.LittleEndian.AppendUint32(b, n)
+	b = binary.LittleEndian.AppendUint32(b, n)
+	id := auth.Identity{Role: auth.RoleWorker, Index: 0, Session: 1}
+	b = append(b, byte(auth.RoleCode(id.Role)))
+	b = binary.LittleEndian.AppendUint32(b, uint32(id.Index))
+	b = binary.LittleEndian.AppendUint64(b, id.Session)
+	return append(b, keys.FrameMAC(id, b)...)
 }
 
 // procStatusMiB reads a field of /proc/PID/status (VmRSS, VmHWM) in MiB.
@@ -116,8 +126,14 @@ func TestHostileConnectionsLeaveThePSBounded(t *testing.T) {
 	// A long run, stopped with Ctrl-C below; evaluations only at the end,
 	// so that the worker holds the only connection to the data plane
 	// meanwhile.
+	token := tokenFile(t)
+	tok, err := auth.ReadTokenFile(token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := auth.NewKeyring(tok)
 	common := []string{"--cluster", cf, "--ps", "1", "--workers", "1", "--data-dir", d, "--epochs", "1000",
-		"--target-accuracy", "0", "--eval-every", "0", "--connect-timeout", "30s"}
+		"--target-accuracy", "0", "--eval-every", "0", "--connect-timeout", "30s", "--auth-token-file", token}
 	chief := startTask(t, nil, append([]string{"chief", "--metrics-addr", "off", "--report", rp}, common...)...)
 	ps := startTask(t, nil, append([]string{"ps", "--index", "0", "--data-addr", dataAddr, "--metrics-addr", metricsAddr,
 		"--max-connections", "8", "--idle-timeout", "3s"}, common...)...)
@@ -177,7 +193,7 @@ func TestHostileConnectionsLeaveThePSBounded(t *testing.T) {
 			c.SetDeadline(t0.Add(hold))
 			chunk := make([]byte, 1<<20)
 			sent := 0
-			_, err = c.Write(pushHeader(announced))
+			_, err = c.Write(pushHeader(keys, announced))
 			for err == nil && sent < announced {
 				var n int
 				n, err = c.Write(chunk)

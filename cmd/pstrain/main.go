@@ -362,9 +362,8 @@ flags must agree with the chief's.`)
 	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
-	if err := r.Validate(); err != nil {
-		return asUsage(err)
-	}
+	// The run's flags are validated once --ps and --workers are known
+	// (from the cluster when not given).
 	if err := positive("connect-timeout", *connectTimeout); err != nil {
 		return err
 	}
@@ -386,7 +385,7 @@ flags must agree with the chief's.`)
 	if err := shapeFromCluster(&r, spec, flagSet(fs, "ps"), flagSet(fs, "workers")); err != nil {
 		return err
 	}
-	if err := r.Validate(); err != nil { // again: with the cluster's counts
+	if err := r.Validate(); err != nil { // with the cluster's counts
 		return asUsage(err)
 	}
 	gradFaults, err := worker.ParseGradientFaults(*faultGradient, r.Workers)
@@ -442,6 +441,9 @@ flags must agree with the chief's.`)
 		co.Progress = stdout
 	}
 	rep, err := task.RunChief(ctx, o, co)
+	if errors.Is(err, chief.ErrGaveUp) {
+		return &exitError{code: launcher.ExitChiefGaveUp, err: err}
+	}
 	if err != nil {
 		return err
 	}

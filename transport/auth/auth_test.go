@@ -148,6 +148,8 @@ func TestAllow(t *testing.T) {
 		{chief, pb.ParameterServer_Push_FullMethodName, &pb.PushRequest{Worker: 0}, ReasonForbidden},
 		{w1, pb.ParameterServer_Pull_FullMethodName, &pb.PullRequest{Worker: 1}, ""},
 		{w1, pb.ParameterServer_Pull_FullMethodName, &pb.PullRequest{Worker: -1}, ReasonForbidden},
+		{w1, pb.ParameterServer_Pull_FullMethodName, &pb.PullRequest{Worker: 1, Retain: true}, ReasonForbidden},
+		{chief, pb.ParameterServer_Pull_FullMethodName, &pb.PullRequest{Worker: -1, Retain: true}, ""},
 		{chief, pb.ParameterServer_Pull_FullMethodName, &pb.PullRequest{Worker: -1}, ""},
 		{chief, pb.ParameterServer_Pull_FullMethodName, &pb.PullRequest{Worker: 0}, ReasonForbidden},
 		{ps0, pb.ParameterServer_Status_FullMethodName, &pb.StatusRequest{}, ""},

@@ -22,7 +22,7 @@ func Allow(id Identity, method string, req any) error {
 		return nil
 	case pb.ParameterServer_Pull_FullMethodName:
 		r, _ := req.(*pb.PullRequest)
-		return AllowPull(id, r.GetWorker())
+		return AllowPull(id, r.GetWorker(), r.GetRetain())
 	case pb.ParameterServer_Push_FullMethodName:
 		r, _ := req.(*pb.PushRequest)
 		return AllowPush(id, r.GetWorker())
@@ -34,10 +34,15 @@ func Allow(id Identity, method string, req any) error {
 }
 
 // AllowPull says whether id may pull as reader worker: a worker as
-// itself, the chief as -1.
-func AllowPull(id Identity, worker int32) error {
+// itself, the chief as -1. Only the chief's pulls may retain the version
+// they read (its evaluations: the model a target stop hands back is the
+// retained one, so no worker may replace it).
+func AllowPull(id Identity, worker int32, retain bool) error {
 	if id.Role == RoleChief && worker == -1 {
 		return nil
+	}
+	if retain {
+		return refuse(ReasonForbidden, "%s may not retain a version: only the chief's evaluations do", id.Task())
 	}
 	return asWorker(id, worker, "pull")
 }

@@ -102,13 +102,25 @@ func TestServerRequiresASession(t *testing.T) {
 		}
 		r.c.Close()
 	}
+	// A refused push whose payload is still on its way: the refusal, not
+	// a reset connection (which the worker would retry as Unavailable).
+	big := make([]byte, 5<<20)
+	for _, r := range []struct {
+		c    *Client
+		code codes.Code
+	}{{signed(addr, other, auth.RoleWorker, 0, 1<<20), codes.Unauthenticated}, {signed(addr, keys, auth.RoleWorker, 1, 1<<20), codes.PermissionDenied}} {
+		if _, err := r.c.Push(ctx, &pb.PushRequest{Worker: 0, Grad: big, RunId: "r"}); status.Code(err) != r.code {
+			t.Errorf("a refused 5 MiB push: %v, want %v", err, r.code)
+		}
+		r.c.Close()
+	}
 	b.mu.Lock()
 	pushes := b.pushes
 	b.mu.Unlock()
 	if pushes != 1 {
 		t.Errorf("%d pushes reached the backend, want 1 (the signed one)", pushes)
 	}
-	want := map[string]int{auth.ReasonNoCredential: 2, auth.ReasonBadCredential: 1, auth.ReasonForbidden: 3}
+	want := map[string]int{auth.ReasonNoCredential: 2, auth.ReasonBadCredential: 2, auth.ReasonForbidden: 4}
 	got := reasons()
 	for r, n := range want {
 		if got[r] != n {

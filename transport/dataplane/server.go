@@ -213,6 +213,30 @@ func (s *Server) reject(c net.Conn, hdr []byte, reason string, code codes.Code, 
 	s.m.RejectedRequests.WithLabelValues(reason).Inc()
 	s.refusal.Warn(reason, "data plane: request refused; closing its connection", "reason", reason, "remote", c.RemoteAddr().String(), "err", err)
 	s.writeError(c, hdr, code, err.Error())
+	linger(c)
+}
+
+// lingerFor and lingerBytes bound how long and how much of a refused
+// connection is drained: enough for a worker's push (a default shard's
+// gradient is 1.3 MB), far less than what an attacker announces.
+const (
+	lingerFor   = time.Second
+	lingerBytes = 16 << 20
+)
+
+// linger half-closes c and discards what the client still sends (a
+// refused push's payload) for up to lingerFor before the caller closes
+// it: closing with unread bytes makes the kernel reset the connection,
+// and a reset can overtake the refusal just written, leaving the client
+// with "connection reset" (which it retries) instead of the reason
+// (which it reports). Draining costs no memory and stops after
+// lingerBytes or lingerFor, whatever the client does.
+func linger(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	}
+	c.SetReadDeadline(time.Now().Add(lingerFor))
+	io.CopyN(io.Discard, c, lingerBytes)
 }
 
 // serveConn answers one connection's requests in order, until the
@@ -277,7 +301,7 @@ func (s *Server) authorize(c net.Conn, req request) error {
 	if req.op == opPush {
 		return auth.AllowPush(req.id, req.worker)
 	}
-	return auth.AllowPull(req.id, req.worker)
+	return auth.AllowPull(req.id, req.worker, req.retain)
 }
 
 // peerCertName is the common name of a TLS client's certificate ("" on
