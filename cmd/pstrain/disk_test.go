@@ -140,7 +140,9 @@ func TestFullDisk(t *testing.T) {
 		}
 		latest, _, err := checkpoint.NewStore(checkpoint.OSFS{}, disk, 0).Latest()
 		if err != nil || latest.Step != rep.GlobalSteps || !latest.Manifest.Final {
-			t.Errorf("newest valid checkpoint %+v (%v): want the final one, of step %d", latest, err, rep.GlobalSteps)
+			chiefLog, _ := os.ReadFile(filepath.Join(tmp, "run", "logs", "chief.log"))
+			t.Errorf("newest valid checkpoint %+v (%v, final %v): want the final one, of step %d (final_step %d, restarts %+v)\nchief.log:\n%s",
+				latest, err, latest.Manifest != nil && latest.Manifest.Final, rep.GlobalSteps, rep.FinalStep, rep.Restarts, chiefLog)
 		}
 	})
 }

@@ -323,6 +323,10 @@ var metricConstants = []string{
 	metrics.MetricPSConnectionsClosed,
 	metrics.MetricPSDataPlaneConnections,
 	metrics.MetricPSDataPlaneBuffered,
+	metrics.MetricPSRefusedGradients,
+	metrics.MetricPSGradientNormRatio,
+	metrics.MetricCheckpointFailures,
+	metrics.MetricDivergences,
 	metrics.MetricEvalAccuracy,
 	metrics.MetricEvalLoss,
 	metrics.MetricCheckpointDuration,
@@ -407,6 +411,7 @@ func populatedRegistries() []*prometheus.Registry {
 	p.RPCReceivedBytes.WithLabelValues("push")
 	p.RejectedRequests.WithLabelValues("stale")
 	p.ConnectionsClosed.WithLabelValues("data", "idle")
+	p.RefusedGradients.WithLabelValues("0", "norm")
 
 	chief := metrics.NewRegistry("test")
 	c := metrics.NewChief(chief)
