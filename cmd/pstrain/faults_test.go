@@ -435,6 +435,9 @@ func TestTimeoutsMustBePositive(t *testing.T) {
 		{[]string{"run", "--task-timeout", "-1s"}, "--task-timeout must be > 0, got -1s"},
 		{[]string{"ps", "--connect-timeout", "-5s"}, "--connect-timeout must be > 0, got -5s"},
 		{[]string{"worker", "--connect-timeout", "0"}, "--connect-timeout must be > 0, got 0s"},
+		{[]string{"ps", "--idle-timeout", "0s"}, "--idle-timeout must be > 0, got 0s"},
+		{[]string{"ps", "--max-buffered-mb", "0"}, "--max-buffered-mb must be > 0, got 0"},
+		{[]string{"chief", "--max-connections", "-1"}, "--max-connections must be >= 0 (0: the default), got -1"},
 	} {
 		err := run(context.Background(), c.args, io.Discard, io.Discard)
 		if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), c.msg) {

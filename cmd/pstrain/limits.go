@@ -1,10 +1,11 @@
 package main
 
 import (
-	"errors"
 	"flag"
+	"fmt"
 	"time"
 
+	"github.com/pstrain/pstrain/preflight"
 	"github.com/pstrain/pstrain/task"
 	"github.com/pstrain/pstrain/transport/dataplane"
 )
@@ -30,13 +31,11 @@ func bindLimitFlags(fs *flag.FlagSet) limitFlags {
 func (l limitFlags) validate() error {
 	switch {
 	case *l.maxConns < 0:
-		return errors.New("--max-connections must not be negative")
+		return fmt.Errorf("--max-connections must be >= 0 (0: the default), got %d", *l.maxConns)
 	case *l.maxBufferedMB <= 0:
-		return errors.New("--max-buffered-mb must be positive")
-	case *l.idleTimeout <= 0:
-		return errors.New("--idle-timeout must be positive")
+		return fmt.Errorf("--max-buffered-mb must be > 0, got %d", *l.maxBufferedMB)
 	}
-	return nil
+	return preflight.Positive("--idle-timeout", *l.idleTimeout)
 }
 
 func (l limitFlags) apply(o *task.Options) {

@@ -1,8 +1,6 @@
 package dataplane
 
 import (
-	"errors"
-	"fmt"
 	"time"
 )
 
@@ -88,21 +86,6 @@ func (l Limits) WithDefaults() Limits {
 	def(&l.LogEvery, DefaultLogEvery)
 	def(&l.KeepBuffers, DefaultKeepBuffers)
 	return l
-}
-
-// Validate reports a negative limit (after WithDefaults none is zero).
-func (l Limits) Validate() error {
-	switch {
-	case l.MaxConns < 0:
-		return fmt.Errorf("dataplane: connection limit %d is negative", l.MaxConns)
-	case l.MaxBuffered < 0:
-		return fmt.Errorf("dataplane: buffer budget %d is negative", l.MaxBuffered)
-	case l.MinBufferedPushes < 0 || l.MinRate < 0:
-		return errors.New("dataplane: negative limit")
-	case l.BufferWait < 0 || l.IdleTimeout < 0 || l.FrameGrace < 0 || l.LogEvery < 0 || l.KeepBuffers < 0:
-		return errors.New("dataplane: negative timeout")
-	}
-	return nil
 }
 
 // frameTime is how long a frame, or a response, of n payload bytes may
