@@ -278,8 +278,8 @@ func FuzzReadRequest(f *testing.F) {
 	f.Add(appendSigned(nil, request{op: opPush, runID: "run-1", worker: 1, version: 2, generation: 3, loss: 0.5, dataPos: 7, payloadLen: 16}, nil))
 	f.Add(appendSigned(nil, request{op: opPull, runID: ""}, nil))
 	f.Add(appendSigned(nil, request{op: opPull, retain: true, runID: "run-1", worker: -1, version: 9}, nil))
-	f.Add([]byte("PSD2\x01\x00\xff"))
-	f.Add([]byte("PSD2\x02\x01\x00"))
+	f.Add([]byte("PSD3\x01\x00\xff"))
+	f.Add([]byte("PSD3\x02\x01\x00"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := readRequest(bytes.NewReader(b), make([]byte, 512), 64)
 		if err != nil {
@@ -301,7 +301,7 @@ func FuzzReadResponse(f *testing.F) {
 	f.Add(appendResponse(nil, response{version: 5, generation: 2, dataPosition: 40, payloadLen: 16}))
 	f.Add(appendResponse(nil, response{code: byte(codes.InvalidArgument), payloadLen: 9}))
 	f.Add(appendResponse(nil, response{outcome: byte(pb.PushResponse_DUPLICATE), done: true, version: -1}))
-	f.Add([]byte("PSD2\x00\x03\x02"))
+	f.Add([]byte("PSD3\x00\x03\x02"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := readResponse(bytes.NewReader(b), make([]byte, respLen), 64)
 		if err != nil {
