@@ -42,9 +42,11 @@
 //	                          (e.g. against a Prometheus without targets). Errors
 //	                          always fail.
 //
-// In a run without failures, the series of "Task restarts" and the
-// "rejected" query of "RPC retries and rejections" (#B) do not exist, and
-// "Checkpoint age" is empty until the first checkpoint.
+// In a run without failures, the series of "Task restarts", the
+// "rejected" query of "RPC retries and rejections" (#B), "Requests refused
+// by reason", "Connections closed by plane and reason" and "Gradients
+// refused by worker and reason" do not exist, and "Checkpoint age" is
+// empty until the first checkpoint.
 
 package dashboard
 
