@@ -418,7 +418,7 @@ flags must agree with the chief's.`)
 			return err
 		}
 	}
-	if err := checkTask(r, spec, tk, ma, da, *connectTimeout); err != nil {
+	if err := checkTask(r, spec, tk, ma, da); err != nil {
 		return err
 	}
 	o := task.Options{Cluster: spec, Task: tk, Run: r, MetricsAddr: ma, HostMetrics: hm, DataAddr: *dataAddr, ConnectTimeout: *connectTimeout,

@@ -58,15 +58,12 @@ func checkRun(r config.Run) (dataset.Shape, error) {
 	return shape, nil
 }
 
-// checkTask checks one task before it starts: --connect-timeout, the
-// cluster's addresses (no two the same listener under two names), this
-// task's own listeners, and the memory its role needs on this machine.
-// A PS needs no data; it checks its memory only when it can read the data
-// set's shape.
-func checkTask(r config.Run, spec cluster.Spec, tk cluster.Task, metricsAddr, dataAddr string, connectTimeout time.Duration) error {
-	if err := preflight.Positive("--connect-timeout", connectTimeout); err != nil {
-		return asUsage(err)
-	}
+// checkTask checks one task before it starts: the cluster's addresses
+// (no two the same listener under two names), this task's own listeners,
+// and the memory its role needs on this machine. A PS needs no data; it
+// checks its memory only when it can read the data set's shape. (Its
+// flags on their own were checked right after parsing.)
+func checkTask(r config.Run, spec cluster.Spec, tk cluster.Task, metricsAddr, dataAddr string) error {
 	var all []preflight.Addr
 	for _, t := range spec.Tasks() {
 		a, _ := spec.Addr(t)
