@@ -57,29 +57,12 @@ func (s *Store) retryOnFullDisk(step int64, op func() error) error {
 // once: one that finds a checkpoint gone goes on. It returns the names
 // deleted.
 func (s *Store) freeSpace(step int64) ([]string, error) {
-	entries, err := s.fs.ReadDir(s.dir)
+	l, err := s.list()
 	if err != nil {
 		return nil, err
 	}
-	type ckpt struct {
-		step int64
-		name string
-	}
-	var complete []ckpt
-	var junk []string
-	present := make(map[string]bool, len(entries))
-	for _, e := range entries {
-		present[e.Name()] = true
-		st, kind, ok := parseDirName(e.Name())
-		switch {
-		case !ok:
-		case kind == kindComplete:
-			complete = append(complete, ckpt{st, e.Name()})
-		case kind == kindTrash, kind == kindTmp && st != step:
-			junk = append(junk, e.Name())
-		}
-	}
-	sort.Slice(complete, func(a, b int) bool { return complete[a].step > complete[b].step })
+	junk := l.leftovers(func(e dirEntry) bool { return e.kind == kindTrash || e.step != step })
+	complete, present := l.complete, l.present
 	valid := -1
 	for i, c := range complete {
 		if s.Verify(filepath.Join(s.dir, c.name)) == nil {
@@ -113,19 +96,14 @@ func (s *Store) freeSpace(step int64) ([]string, error) {
 // each attempt). A missing directory holds nothing. It returns the names
 // removed.
 func (s *Store) RemoveTemporaries() ([]string, error) {
-	entries, err := s.fs.ReadDir(s.dir)
+	l, err := s.list()
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: listing %s: %w", s.dir, err)
 	}
-	var junk []string
-	for _, e := range entries {
-		if _, kind, ok := parseDirName(e.Name()); ok && kind != kindComplete {
-			junk = append(junk, e.Name())
-		}
-	}
+	junk := l.leftovers(func(dirEntry) bool { return true })
 	if err := s.removeAll(junk); err != nil {
 		return nil, fmt.Errorf("checkpoint: removing leftovers in %s: %w", s.dir, err)
 	}

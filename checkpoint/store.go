@@ -509,6 +509,55 @@ func allDamaged(dir string, damaged []Info) error {
 	return fmt.Errorf("%w: %w: %d in %s: %s", ErrNoCheckpoint, ErrAllDamaged, len(damaged), dir, strings.Join(why, "; "))
 }
 
+// dirEntry is a checkpoint directory entry: ckpt-<step>, .tmp or .trash.
+type dirEntry struct {
+	step int64
+	name string
+	kind dirKind
+}
+
+// listing is the store's directory: its complete checkpoints newest
+// first, its leftovers (temporary directories, interrupted deletions) and
+// every name it holds.
+type listing struct {
+	complete []dirEntry
+	leftover []dirEntry
+	present  map[string]bool
+}
+
+// list reads the store's directory (the error is ReadDir's, unwrapped).
+func (s *Store) list() (listing, error) {
+	entries, err := s.fs.ReadDir(s.dir)
+	if err != nil {
+		return listing{}, err
+	}
+	l := listing{present: make(map[string]bool, len(entries))}
+	for _, e := range entries {
+		l.present[e.Name()] = true
+		st, kind, ok := parseDirName(e.Name())
+		switch {
+		case !ok:
+		case kind == kindComplete:
+			l.complete = append(l.complete, dirEntry{st, e.Name(), kind})
+		default:
+			l.leftover = append(l.leftover, dirEntry{st, e.Name(), kind})
+		}
+	}
+	sort.Slice(l.complete, func(a, b int) bool { return l.complete[a].step > l.complete[b].step })
+	return l, nil
+}
+
+// leftovers are the names of the leftovers that match.
+func (l listing) leftovers(match func(dirEntry) bool) []string {
+	var out []string
+	for _, e := range l.leftover {
+		if match(e) {
+			out = append(out, e.name)
+		}
+	}
+	return out
+}
+
 // prune deletes, after step was committed, the complete checkpoints older
 // than step that are not among the keep newest valid ones, temporary
 // directories of steps before step, and leftovers of interrupted
@@ -516,32 +565,13 @@ func allDamaged(dir string, damaged []Info) error {
 // first, so that an interrupted deletion never leaves a half-deleted
 // checkpoint that looks complete.
 func (s *Store) prune(step int64) error {
-	entries, err := s.fs.ReadDir(s.dir)
+	l, err := s.list()
 	if err != nil {
 		return err
 	}
-	type ckpt struct {
-		step int64
-		name string
-	}
-	var complete []ckpt
-	var remove []string
-	present := make(map[string]bool, len(entries))
-	for _, e := range entries {
-		present[e.Name()] = true
-		st, kind, ok := parseDirName(e.Name())
-		if !ok {
-			continue
-		}
-		switch {
-		case kind == kindComplete:
-			complete = append(complete, ckpt{st, e.Name()})
-		case kind == kindTrash, kind == kindTmp && st < step:
-			remove = append(remove, e.Name())
-		}
-	}
+	remove := l.leftovers(func(e dirEntry) bool { return e.kind == kindTrash || e.step < step })
+	complete, present := l.complete, l.present
 	if s.keep > 0 {
-		sort.Slice(complete, func(a, b int) bool { return complete[a].step > complete[b].step })
 		kept := 0
 		for _, c := range complete {
 			if kept < s.keep {
