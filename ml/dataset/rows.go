@@ -159,43 +159,19 @@ func streamShort(err error, got, want int64) error {
 // header. An uncompressed file's length is checked against them; a
 // gzip-compressed one is only checked as far as its header.
 func readIDXDims(path string) ([]int, error) {
-	f, err := os.Open(path)
+	r, gz, size, closeFn, err := openData(path)
 	if err != nil {
-		return nil, fmt.Errorf("data: %w", err)
+		return nil, err
 	}
-	defer f.Close()
-	dims, err := dimsFrom(f)
+	defer closeFn()
+	dims, hdrLen, body, err := readIDXHeader(r, gz)
+	if err == nil && !gz {
+		if got := size - int64(hdrLen); got != body {
+			err = sizeMismatch(dims, body, got)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("data: %s: %w", path, err)
-	}
-	return dims, nil
-}
-
-func dimsFrom(f *os.File) ([]int, error) {
-	br := bufio.NewReader(f)
-	gz, err := isGzip(br)
-	if err != nil {
-		return nil, err
-	}
-	if gz {
-		zr, err := gzip.NewReader(br)
-		if err != nil {
-			return nil, classifyGzip(err)
-		}
-		defer zr.Close()
-		dims, _, _, err := readIDXHeader(zr, true)
-		return dims, err
-	}
-	dims, hdrLen, body, err := readIDXHeader(br, false)
-	if err != nil {
-		return nil, err
-	}
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if got := st.Size() - int64(hdrLen); got != body {
-		return nil, sizeMismatch(dims, body, got)
 	}
 	return dims, nil
 }
