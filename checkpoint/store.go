@@ -302,6 +302,41 @@ func (s *Store) Commit(m Manifest) error {
 	return nil
 }
 
+// MarkFinal marks the committed checkpoint of step as the final one when
+// it already holds the state training ended with: versions[i] is shard
+// i's version at the end, and every shard of the checkpoint must have
+// been snapshotted at it. It rewrites only MANIFEST.json, atomically, so
+// a crash leaves the old manifest or the new one, both valid. It reports
+// whether the checkpoint held that state; if not, nothing changed and
+// the caller writes a new final checkpoint.
+func (s *Store) MarkFinal(step int64, versions []int64) (bool, error) {
+	dir := s.Path(step)
+	m, err := check(s.fs, dir, false)
+	if err != nil {
+		return false, fmt.Errorf("checkpoint: marking step %d final: %w", step, err)
+	}
+	if len(m.Shards) != len(versions) {
+		return false, nil
+	}
+	for i, sh := range m.Shards {
+		if sh.Version != versions[i] {
+			return false, nil
+		}
+	}
+	if m.Final {
+		return true, nil
+	}
+	m.Final = true
+	data, err := EncodeManifest(*m)
+	if err != nil {
+		return false, err
+	}
+	if err := s.retryOnFullDisk(step, func() error { return s.writeFileAtomic(dir, ManifestName, data) }); err != nil {
+		return false, fmt.Errorf("checkpoint: marking step %d final: %w", step, err)
+	}
+	return true, nil
+}
+
 func (s *Store) commit(m Manifest, manifest []byte) error {
 	final, tmpDir := s.Path(m.Step), s.tmpPath(m.Step)
 	if _, err := s.fs.Stat(final); err == nil {

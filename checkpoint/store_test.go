@@ -526,3 +526,71 @@ func harmless(t *testing.T, orig, b []byte) bool {
 	ey, _ := EncodeManifest(y)
 	return string(ex) == string(ey)
 }
+
+// TestMarkFinal: the newest checkpoint is marked final only when it holds
+// the shards' final versions, and a fault at any step of the rewrite
+// leaves a checkpoint that verifies, final or not.
+func TestMarkFinal(t *testing.T) {
+	commit := func(t *testing.T, s *Store) {
+		t.Helper()
+		infos, err := writeShards(s, 7, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range infos {
+			infos[i].Version = 7
+		}
+		if err := s.Commit(testManifest(7, infos)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	final := func(t *testing.T, s *Store) bool {
+		t.Helper()
+		if err := s.Verify(s.Path(7)); err != nil {
+			t.Fatal(err)
+		}
+		c, err := s.Load(s.Path(7))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Manifest.Final
+	}
+	s := NewStore(NewMemFS(), testDir, 2)
+	commit(t, s)
+	if ok, err := s.MarkFinal(7, []int64{7, 6}); ok || err != nil {
+		t.Fatalf("MarkFinal with a shard past the checkpoint = %t, %v; want false, nil", ok, err)
+	}
+	if final(t, s) {
+		t.Fatal("a checkpoint not holding the final state was marked final")
+	}
+	if ok, err := s.MarkFinal(8, []int64{7, 7}); ok || err == nil {
+		t.Fatalf("MarkFinal of a missing checkpoint = %t, %v; want an error", ok, err)
+	}
+	if ok, err := s.MarkFinal(7, []int64{7, 7}); !ok || err != nil {
+		t.Fatalf("MarkFinal = %t, %v; want true, nil", ok, err)
+	}
+	if !final(t, s) {
+		t.Fatal("not marked final")
+	}
+	checkLoads(t, s, s.Path(7), 7)
+
+	for k := 0; ; k++ {
+		m := NewMemFS()
+		commit(t, NewStore(m, testDir, 2))
+		f := NewFaultFS(m, k, false)
+		ok, err := NewStore(f, testDir, 2).MarkFinal(7, []int64{7, 7})
+		if !f.Triggered() {
+			if !ok || err != nil {
+				t.Fatalf("no fault injected at %d, but MarkFinal = %t, %v", k, ok, err)
+			}
+			if k < 3 {
+				t.Fatalf("only %d operations", k)
+			}
+			break
+		}
+		got := final(t, NewStore(m, testDir, 2))
+		if ok && !got {
+			t.Fatalf("fault at op %d (%s): MarkFinal said yes, the manifest says no", k, f.Ops()[k])
+		}
+	}
+}

@@ -76,6 +76,18 @@ func checkpointAt(mode config.Mode, maxSteps int64, a Checkpoint, versions []int
 func (c *Chief) writeCheckpoint(ctx context.Context, a Checkpoint, versions []int64, ahead int64) CheckpointResult {
 	t0 := c.cfg.Now()
 	r := c.cfg.Run
+	if a.Final && !a.Retained && a.Latest > 0 {
+		// The newest checkpoint may hold the final state already (a
+		// checkpoint landed on the last step): mark it final rather than
+		// write the same state again under the next step's name.
+		ok, err := c.cfg.Store.MarkFinal(a.Latest, versions)
+		if err != nil {
+			c.cfg.Log.Warn("could not mark the newest checkpoint final; writing a new final checkpoint", "err", err)
+		}
+		if ok {
+			return CheckpointResult{Step: a.Latest, Reused: true, Duration: c.cfg.Now().Sub(t0)}
+		}
+	}
 	step, at, skip := checkpointAt(r.Mode, MaxSteps(r, c.cfg.TrainN), a, versions, ahead)
 	if skip != "" {
 		return CheckpointResult{Step: step, Skipped: skip}

@@ -130,8 +130,8 @@ func TestClusterSmallDiskHeals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(infos) > 2 || infos[0].Step != rep.GlobalSteps {
-		t.Errorf("%d checkpoints left, the newest of step %d; want at most 2, the newest the final one (%d)", len(infos), infos[0].Step, rep.GlobalSteps)
+	if len(infos) > 2 || infos[0].Step != rep.GlobalSteps || !infos[0].Manifest.Final {
+		t.Errorf("%d checkpoints left, the newest of step %d (final: %t); want at most 2, the newest the final one (%d)", len(infos), infos[0].Step, infos[0].Manifest.Final, rep.GlobalSteps)
 	}
 	if err := c.Checkpoints().Verify(infos[0].Path); err != nil {
 		t.Error(err)

@@ -196,7 +196,10 @@ type CheckpointResult struct {
 	Pause    time.Duration // the longest lock hold among the shards
 	Duration time.Duration
 	Skipped  string // why nothing was written, if so
-	Err      error
+	// Reused says the newest checkpoint (Step) held the final state and
+	// was marked final instead of written again.
+	Reused bool
+	Err    error
 }
 
 // CheckpointDone records a checkpoint attempt.
@@ -227,6 +230,9 @@ func (c *Core) CheckpointDone(now time.Time, res CheckpointResult) []Action {
 		}
 	case res.Skipped != "":
 		c.log.Info("checkpoint skipped", "step", res.Step, "why", res.Skipped)
+	case res.Reused:
+		c.st.Checkpoints.FinalFailed = false
+		c.log.Info("the newest checkpoint holds the final state; marked it final", "step", res.Step)
 	default:
 		c.st.Checkpoints.FinalFailed = false
 		c.st.Checkpoints.Committed++

@@ -49,6 +49,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	divergences                  the divergences recorded, the learning
 //	                             rate's factor and the refused gradients
 //	checkpoint-done t=S step=N [err=MSG] [skipped=MSG] [final] [retained]
+//	                             [reused] (the newest checkpoint marked final)
 //	reinitialised t=S
 //	stopped t=S versions=V,...
 //	interrupt t=S
@@ -240,7 +241,8 @@ func (s *scenario) events() map[string]func(a map[string]string, now time.Time) 
 		"checkpoint-done": func(a map[string]string, now time.Time) []Action {
 			_, retained := a["retained"]
 			_, final := a["final"]
-			res := CheckpointResult{Step: num(a, "step"), Skipped: a["skipped"], Retained: retained, Final: final}
+			_, reused := a["reused"]
+			res := CheckpointResult{Step: num(a, "step"), Skipped: a["skipped"], Retained: retained, Final: final, Reused: reused}
 			if e, ok := a["err"]; ok {
 				res.Err = errors.New(e)
 			}

@@ -209,8 +209,8 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := latest.Manifest
-	// (Its directory may be named one past the final step when a routine
-	// checkpoint of the last step committed first: chief.checkpointAt.)
+	// (Its directory is named by the newest shard version, which may be a
+	// step past the model's: docs/recovery.md, "The final checkpoint".)
 	if m == nil || !m.Final || m.Version != rep.FinalStep {
 		t.Fatalf("the newest checkpoint is %+v, want the final one at step %d", latest, rep.FinalStep)
 	}

@@ -140,8 +140,8 @@ func TestFullDisk(t *testing.T) {
 		}
 		latest, _, err := checkpoint.NewStore(checkpoint.OSFS{}, disk, 0).Latest()
 		// The final checkpoint is the newest and holds the last step's
-		// model; its directory may be named one past it when a routine
-		// checkpoint of the last step committed first (chief.checkpointAt).
+		// model (its directory is named by the newest shard version:
+		// docs/recovery.md, "The final checkpoint").
 		if err != nil || latest.Manifest == nil || !latest.Manifest.Final || latest.Manifest.Version != rep.GlobalSteps {
 			chiefLog, _ := os.ReadFile(filepath.Join(tmp, "run", "logs", "chief.log"))
 			t.Errorf("newest valid checkpoint %+v (%v, final %v): want the final one, of step %d (final_step %d, restarts %+v)\nchief.log:\n%s",

@@ -56,7 +56,8 @@ func TestLaunchScriptBehavesLikeRun(t *testing.T) {
 		t.Fatalf("checkpoints in %s: %v, %v; report says %d committed", filepath.Join(dir, "checkpoints"), infos, err, rep.Checkpoints.Committed)
 	}
 	// The newest is the final checkpoint, of the last step's model (its
-	// directory may be named one past it: chief.checkpointAt).
+	// directory is named by the newest shard version: docs/recovery.md,
+	// "The final checkpoint").
 	if m := infos[0].Manifest; m == nil || !m.Final || m.Version != rep.GlobalSteps {
 		t.Errorf("newest checkpoint %+v: want the final one, of the model of step %d", infos[0], rep.GlobalSteps)
 	}
