@@ -3,6 +3,9 @@ package nn
 import (
 	"testing"
 
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
 	"github.com/pstrain/pstrain/ml/blas"
 	"github.com/pstrain/pstrain/ml/model"
 )
@@ -39,4 +42,78 @@ func benchStep(b *testing.B, batch int) {
 func BenchmarkStep784x800x10(b *testing.B) {
 	b.Run("batch128", func(b *testing.B) { benchStep(b, 128) })
 	b.Run("batch512", func(b *testing.B) { benchStep(b, 512) })
+}
+
+// defaultCNN is the CNN `pstrain run --model cnn` trains by default.
+func defaultCNN() model.Spec {
+	return model.Spec{Kind: model.KindCNN, Input: 784, Height: 28, Width: 28, Conv: []int{16, 32}, Hidden: []int{256}, Classes: 10}
+}
+
+// BenchmarkCNNStep measures one forward+backward pass of the default CNN
+// (im2col + this binary's BLAS).
+func BenchmarkCNNStep(b *testing.B) {
+	if err := blas.Setup(1); err != nil {
+		b.Fatal(err)
+	}
+	spec := defaultCNN()
+	n, err := New(spec, 128, true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i, w := range spec.Init(1) {
+		copy(n.Params()[i], w)
+	}
+	for i := range n.Input() {
+		n.Input()[i] = float32(i%255) / 255
+	}
+	labels := make([]uint8, 128)
+	for i := range labels {
+		labels[i] = uint8(i % 10)
+	}
+	n.SetLabels(labels)
+	for b.Loop() {
+		if _, err := n.Step(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(128*b.N)/b.Elapsed().Seconds(), "samples/s")
+}
+
+// BenchmarkCNNStepGorgonia is the same network and batch as
+// BenchmarkCNNStep built from gorgonia's Conv2d, MaxPool2D and Mul (NCHW),
+// the alternative docs/models.md compares against.
+func BenchmarkCNNStepGorgonia(b *testing.B) {
+	if err := blas.Setup(1); err != nil {
+		b.Fatal(err)
+	}
+	const batch = 128
+	g := G.NewGraph()
+	x := G.NewTensor(g, tensor.Float32, 4, G.WithShape(batch, 1, 28, 28), G.WithInit(G.Uniform(0, 1)), G.WithName("x"))
+	y := G.NewMatrix(g, tensor.Float32, G.WithShape(batch, 10), G.WithInit(G.Zeroes()), G.WithName("y"))
+	w0 := G.NewTensor(g, tensor.Float32, 4, G.WithShape(16, 1, 5, 5), G.WithInit(G.GlorotU(1)), G.WithName("w0"))
+	w1 := G.NewTensor(g, tensor.Float32, 4, G.WithShape(32, 16, 5, 5), G.WithInit(G.GlorotU(1)), G.WithName("w1"))
+	w2 := G.NewMatrix(g, tensor.Float32, G.WithShape(512, 256), G.WithInit(G.GlorotU(1)), G.WithName("w2"))
+	w3 := G.NewMatrix(g, tensor.Float32, G.WithShape(256, 10), G.WithInit(G.GlorotU(1)), G.WithName("w3"))
+	h := x
+	for _, w := range []*G.Node{w0, w1} {
+		h = G.Must(G.Conv2d(h, w, tensor.Shape{5, 5}, nil, []int{1, 1}, nil))
+		h = G.Must(G.Rectify(h))
+		h = G.Must(G.MaxPool2D(h, tensor.Shape{2, 2}, []int{0, 0}, []int{2, 2}))
+	}
+	h = G.Must(G.Reshape(h, tensor.Shape{batch, 512}))
+	h = G.Must(G.Rectify(G.Must(G.Mul(h, w2))))
+	h = G.Must(G.Mul(h, w3))
+	loss := G.Must(G.Neg(G.Must(G.Mean(G.Must(G.HadamardProd(G.Must(G.LogSoftMax(h)), y))))))
+	if _, err := G.Grad(loss, w0, w1, w2, w3); err != nil {
+		b.Fatal(err)
+	}
+	vm := G.NewTapeMachine(g)
+	defer vm.Close()
+	for b.Loop() {
+		if err := vm.RunAll(); err != nil {
+			b.Fatal(err)
+		}
+		vm.Reset()
+	}
+	b.ReportMetric(float64(batch*b.N)/b.Elapsed().Seconds(), "samples/s")
 }

@@ -1,8 +1,3 @@
-// Package nn runs the forward and backward pass of a model.Spec MLP with
-// gorgonia (float32). A Net is built once for a fixed batch size; each step
-// the caller writes new weights into Params() in place, fills Input() and
-// Labels(), calls Step, and reads the gradients from Grads(). Nothing is
-// reallocated between steps.
 package nn
 
 import (
@@ -14,9 +9,8 @@ import (
 	"github.com/pstrain/pstrain/ml/model"
 )
 
-// Net is one compiled MLP graph for a fixed batch size. It is not safe for
-// concurrent use.
-type Net struct {
+// mlpNet is one compiled gorgonia MLP graph for a fixed batch size.
+type mlpNet struct {
 	spec    model.Spec
 	batch   int
 	train   bool
@@ -34,16 +28,9 @@ type Net struct {
 	outVal  G.Value
 }
 
-// New builds the graph for spec and batch. With train set, Step also
-// computes gradients; otherwise only the forward pass (for evaluation).
-func New(spec model.Spec, batch int, train bool) (*Net, error) {
-	if err := spec.Validate(); err != nil {
-		return nil, err
-	}
-	if batch <= 0 {
-		return nil, fmt.Errorf("nn: batch must be positive, got %d", batch)
-	}
-	n := &Net{spec: spec, batch: batch, train: train, g: G.NewGraph()}
+// newMLP builds the graph for a valid MLP spec and a positive batch.
+func newMLP(spec model.Spec, batch int, train bool) (*mlpNet, error) {
+	n := &mlpNet{spec: spec, batch: batch, train: train, g: G.NewGraph()}
 	n.xData = make([]float32, batch*spec.Input)
 	n.yData = make([]float32, batch*spec.Classes)
 	xT := tensor.New(tensor.WithShape(batch, spec.Input), tensor.WithBacking(n.xData))
@@ -111,30 +98,18 @@ func New(spec model.Spec, batch int, train bool) (*Net, error) {
 	return n, nil
 }
 
-// Batch is the fixed batch size.
-func (n *Net) Batch() int { return n.batch }
+func (n *mlpNet) Params() [][]float32 { return n.params }
 
-// Spec is the model spec the net was built for.
-func (n *Net) Spec() model.Spec { return n.spec }
+func (n *mlpNet) Input() []float32 { return n.xData }
 
-// Params returns the weight buffers in model.Spec.Variables() order. Write
-// new weights into them before Step; they are the graph's own memory.
-func (n *Net) Params() [][]float32 { return n.params }
-
-// Input is the [batch x input] buffer the next Step reads.
-func (n *Net) Input() []float32 { return n.xData }
-
-// SetLabels writes the one-hot targets for labels (len = batch).
-func (n *Net) SetLabels(labels []uint8) {
+func (n *mlpNet) SetLabels(labels []uint8) {
 	clear(n.yData)
 	for i, l := range labels {
 		n.yData[i*n.spec.Classes+int(l)] = 1
 	}
 }
 
-// Step runs the forward (and, for a training net, backward) pass and
-// returns the mean loss over the batch.
-func (n *Net) Step() (float32, error) {
+func (n *mlpNet) Step() (float32, error) {
 	defer n.vm.Reset()
 	if err := n.vm.RunAll(); err != nil {
 		return 0, fmt.Errorf("nn: run: %w", err)
@@ -142,9 +117,7 @@ func (n *Net) Step() (float32, error) {
 	return n.lossVal.Data().(float32), nil
 }
 
-// Grads returns the gradients computed by the last Step, in variable order.
-// The slices belong to the graph and are overwritten by the next Step.
-func (n *Net) Grads() ([][]float32, error) {
+func (n *mlpNet) Grads() ([][]float32, error) {
 	if !n.train {
 		return nil, fmt.Errorf("nn: net was built without gradients")
 	}
@@ -159,8 +132,6 @@ func (n *Net) Grads() ([][]float32, error) {
 	return out, nil
 }
 
-// Logits returns the output of the last Step ([batch x classes]).
-func (n *Net) Logits() []float32 { return n.outVal.Data().([]float32) }
+func (n *mlpNet) Logits() []float32 { return n.outVal.Data().([]float32) }
 
-// Close releases the VM.
-func (n *Net) Close() error { return n.vm.Close() }
+func (n *mlpNet) Close() error { return n.vm.Close() }

@@ -1,0 +1,357 @@
+package nn
+
+import (
+	"fmt"
+	"math"
+
+	gblas "gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/gonum"
+	G "gorgonia.org/gorgonia"
+
+	"github.com/pstrain/pstrain/ml/model"
+)
+
+// cnnNet is a LeNet-style CNN (model.Spec with Kind cnn) written out by
+// hand: every feature map is NHWC ([batch, height, width, channels],
+// channels innermost), a convolution is im2col followed by one Sgemm, and
+// the dense layers are one Sgemm each. Sgemm is the BLAS gorgonia uses
+// (package blas installs OpenBLAS), so the CNN and the MLP multiply on the
+// same library. docs/models.md has the shapes and why not gorgonia's
+// Conv2d.
+type cnnNet struct {
+	spec   model.Spec
+	batch  int
+	train  bool
+	gemm   gblas.Float32Level3
+	layers []model.ConvLayer
+	params [][]float32 // model.Spec.Variables order
+	grads  [][]float32 // same shapes; nil for an eval net
+	x      []float32   // [batch, H, W, C]
+	labels []int       // -1: no label (row contributes nothing)
+	conv   []convBufs
+	dense  []denseBufs
+	prob   []float32 // softmax of the logits, [batch, classes]
+}
+
+// convBufs is one convolution block's memory. P = batch*OutH*OutW.
+type convBufs struct {
+	col   []float32 // [P, K] im2col patches of the block's input
+	out   []float32 // [P, Out] ReLU(conv + bias)
+	pool  []float32 // [batch*PoolH*PoolW, Out] 2x2 max of out
+	arg   []int32   // index into out of each pool element's maximum
+	dOut  []float32 // train: dLoss/d(conv + bias), [P, Out]
+	dCol  []float32 // train, not the first block: dLoss/dcol, [P, K]
+	dPool []float32 // train: dLoss/dpool
+}
+
+// denseBufs is one dense layer's memory.
+type denseBufs struct {
+	in, out int
+	z       []float32 // [batch, out] activations (ReLU applied but on the last)
+	dz      []float32 // train: dLoss/d(pre-activation)
+}
+
+func newCNN(spec model.Spec, batch int, train bool) *cnnNet {
+	n := &cnnNet{spec: spec, batch: batch, train: train, layers: spec.ConvLayers(), gemm: sgemmImpl()}
+	for _, v := range spec.Variables() {
+		n.params = append(n.params, make([]float32, v.Size()))
+		if train {
+			n.grads = append(n.grads, make([]float32, v.Size()))
+		}
+	}
+	n.x = make([]float32, batch*spec.Input)
+	n.labels = make([]int, batch)
+	for i, l := range n.layers {
+		p := batch * l.OutH * l.OutW
+		c := convBufs{
+			col:  make([]float32, p*l.K()),
+			out:  make([]float32, p*l.Out),
+			pool: make([]float32, batch*l.PoolH*l.PoolW*l.Out),
+			arg:  make([]int32, batch*l.PoolH*l.PoolW*l.Out),
+		}
+		if train {
+			c.dOut = make([]float32, len(c.out))
+			c.dPool = make([]float32, len(c.pool))
+			if i > 0 {
+				c.dCol = make([]float32, len(c.col))
+			}
+		}
+		n.conv = append(n.conv, c)
+	}
+	dims := append(append([]int{spec.Features()}, spec.Hidden...), spec.Classes)
+	for l := 0; l+1 < len(dims); l++ {
+		d := denseBufs{in: dims[l], out: dims[l+1], z: make([]float32, batch*dims[l+1])}
+		if train {
+			d.dz = make([]float32, len(d.z))
+		}
+		n.dense = append(n.dense, d)
+	}
+	n.prob = make([]float32, batch*spec.Classes)
+	return n
+}
+
+// sgemmImpl is the single-precision BLAS gorgonia is set to use (package
+// blas sets it), or gonum's.
+func sgemmImpl() gblas.Float32Level3 {
+	if b, ok := G.WhichBLAS().(gblas.Float32Level3); ok {
+		return b
+	}
+	return gonum.Implementation{}
+}
+
+func (n *cnnNet) Params() [][]float32 { return n.params }
+func (n *cnnNet) Input() []float32    { return n.x }
+func (n *cnnNet) Close() error        { return nil }
+
+func (n *cnnNet) Logits() []float32 { return n.dense[len(n.dense)-1].z }
+
+func (n *cnnNet) SetLabels(labels []uint8) {
+	for i := range n.labels {
+		n.labels[i] = -1
+		if i < len(labels) {
+			n.labels[i] = int(labels[i])
+		}
+	}
+}
+
+func (n *cnnNet) Grads() ([][]float32, error) {
+	if !n.train {
+		return nil, fmt.Errorf("nn: net was built without gradients")
+	}
+	return n.grads, nil
+}
+
+func (n *cnnNet) Step() (float32, error) {
+	n.forward()
+	loss := n.softmaxLoss() // NaN or Inf is reported as is, like the MLP's: callers decide
+	if n.train {
+		n.backward()
+	}
+	return loss, nil
+}
+
+// wIndex and bIndex are the positions in Params of conv block l's kernel
+// and bias; dense layer l's follow all the conv blocks'.
+func wIndex(l int) int { return 2 * l }
+func bIndex(l int) int { return 2*l + 1 }
+
+func (n *cnnNet) forward() {
+	in := n.x
+	for l, g := range n.layers {
+		c := &n.conv[l]
+		p := n.batch * g.OutH * g.OutW
+		im2col(in, g, n.batch, c.col)
+		n.gemm.Sgemm(gblas.NoTrans, gblas.Trans, p, g.Out, g.K(), 1, c.col, g.K(), n.params[wIndex(l)], g.K(), 0, c.out, g.Out)
+		addBias(c.out, n.params[bIndex(l)], true)
+		maxPool(c.out, g, n.batch, c.pool, c.arg)
+		in = c.pool
+	}
+	off := len(n.layers)
+	for l := range n.dense {
+		d := &n.dense[l]
+		n.gemm.Sgemm(gblas.NoTrans, gblas.NoTrans, n.batch, d.out, d.in, 1, in, d.in, n.params[wIndex(off+l)], d.out, 0, d.z, d.out)
+		addBias(d.z, n.params[bIndex(off+l)], l+1 < len(n.dense))
+		in = d.z
+	}
+}
+
+// softmaxLoss fills prob and returns the mean cross-entropy over the
+// labelled rows, divided by the whole batch as the MLP's graph does.
+func (n *cnnNet) softmaxLoss() float32 {
+	k := n.spec.Classes
+	z := n.Logits()
+	var loss float64
+	for i := 0; i < n.batch; i++ {
+		row, p := z[i*k:(i+1)*k], n.prob[i*k:(i+1)*k]
+		hi := row[0]
+		for _, v := range row {
+			hi = max(hi, v)
+		}
+		var sum float64
+		for j, v := range row {
+			e := math.Exp(float64(v - hi))
+			p[j] = float32(e)
+			sum += e
+		}
+		for j := range p {
+			p[j] = float32(float64(p[j]) / sum)
+		}
+		if y := n.labels[i]; y >= 0 {
+			loss -= float64(row[y]-hi) - math.Log(sum)
+		}
+	}
+	return float32(loss / float64(n.batch))
+}
+
+func (n *cnnNet) backward() {
+	k, off := n.spec.Classes, len(n.layers)
+	last := &n.dense[len(n.dense)-1]
+	scale := float32(1 / float64(n.batch))
+	for i := 0; i < n.batch; i++ {
+		dz, p := last.dz[i*k:(i+1)*k], n.prob[i*k:(i+1)*k]
+		if n.labels[i] < 0 {
+			clear(dz)
+			continue
+		}
+		for j := range dz {
+			dz[j] = p[j] * scale
+		}
+		dz[n.labels[i]] -= scale
+	}
+	for l := len(n.dense) - 1; l >= 0; l-- {
+		d := &n.dense[l]
+		in, dIn := n.denseInput(l)
+		n.gemm.Sgemm(gblas.Trans, gblas.NoTrans, d.in, d.out, n.batch, 1, in, d.in, d.dz, d.out, 0, n.grads[wIndex(off+l)], d.out)
+		colSum(d.dz, d.out, n.grads[bIndex(off+l)])
+		if dIn == nil {
+			continue
+		}
+		n.gemm.Sgemm(gblas.NoTrans, gblas.Trans, n.batch, d.in, d.out, 1, d.dz, d.out, n.params[wIndex(off+l)], d.out, 0, dIn, d.in)
+		if l > 0 {
+			reluMask(dIn, in) // in is the previous layer's ReLU output
+		}
+	}
+	for l := len(n.layers) - 1; l >= 0; l-- {
+		g, c := n.layers[l], &n.conv[l]
+		p := n.batch * g.OutH * g.OutW
+		unpool(c.dPool, c.arg, c.out, c.dOut)
+		n.gemm.Sgemm(gblas.Trans, gblas.NoTrans, g.Out, g.K(), p, 1, c.dOut, g.Out, c.col, g.K(), 0, n.grads[wIndex(l)], g.K())
+		colSum(c.dOut, g.Out, n.grads[bIndex(l)])
+		if l == 0 {
+			continue // nothing wants the gradient of the images
+		}
+		n.gemm.Sgemm(gblas.NoTrans, gblas.NoTrans, p, g.K(), g.Out, 1, c.dOut, g.Out, n.params[wIndex(l)], g.K(), 0, c.dCol, g.K())
+		col2im(c.dCol, g, n.batch, n.conv[l-1].dPool)
+	}
+}
+
+// denseInput is dense layer l's input and the buffer its gradient
+// goes to: the previous dense layer's, or the last conv block's pooled map.
+func (n *cnnNet) denseInput(l int) (in, dIn []float32) {
+	if l > 0 {
+		return n.dense[l-1].z, n.dense[l-1].dz
+	}
+	last := len(n.conv) - 1
+	return n.conv[last].pool, n.conv[last].dPool
+}
+
+// im2col writes, for every output position of block g, the KxK patch of in
+// under it: row (b, oy, ox) of col is the patch in (ky, kx, c) order, which
+// is the order of a kernel row. In NHWC each kernel row (ky) of the patch
+// is one contiguous run of K*C floats.
+func im2col(in []float32, g model.ConvLayer, batch int, col []float32) {
+	const k = model.KernelSize
+	run, kk := k*g.InC, g.K()
+	row := 0
+	for b := 0; b < batch; b++ {
+		for oy := 0; oy < g.OutH; oy++ {
+			for ox := 0; ox < g.OutW; ox++ {
+				dst := col[row*kk : (row+1)*kk]
+				for ky := 0; ky < k; ky++ {
+					src := ((b*g.InH+oy+ky)*g.InW + ox) * g.InC
+					copy(dst[ky*run:(ky+1)*run], in[src:src+run])
+				}
+				row++
+			}
+		}
+	}
+}
+
+// col2im is im2col's adjoint: it sums every patch gradient of col back
+// into the input positions it was copied from. dIn is overwritten.
+func col2im(col []float32, g model.ConvLayer, batch int, dIn []float32) {
+	const k = model.KernelSize
+	clear(dIn)
+	run, kk := k*g.InC, g.K()
+	row := 0
+	for b := 0; b < batch; b++ {
+		for oy := 0; oy < g.OutH; oy++ {
+			for ox := 0; ox < g.OutW; ox++ {
+				src := col[row*kk : (row+1)*kk]
+				for ky := 0; ky < k; ky++ {
+					at := ((b*g.InH+oy+ky)*g.InW + ox) * g.InC
+					dst := dIn[at : at+run]
+					for i, v := range src[ky*run : (ky+1)*run] {
+						dst[i] += v
+					}
+				}
+				row++
+			}
+		}
+	}
+}
+
+// maxPool takes the maximum of each 2x2 window of out (an odd last row or
+// column is dropped) per channel, and records where it was in arg.
+func maxPool(out []float32, g model.ConvLayer, batch int, pool []float32, arg []int32) {
+	c := g.Out
+	offs := [...]int{c, g.OutW * c, g.OutW*c + c}
+	dst := 0
+	for b := 0; b < batch; b++ {
+		for py := 0; py < g.PoolH; py++ {
+			for px := 0; px < g.PoolW; px++ {
+				base := ((b*g.OutH+2*py)*g.OutW + 2*px) * c
+				pv, pa := pool[dst:dst+c], arg[dst:dst+c]
+				copy(pv, out[base:base+c])
+				for j := range pa {
+					pa[j] = int32(base + j)
+				}
+				for _, o := range offs {
+					for j, v := range out[base+o : base+o+c] {
+						if v > pv[j] {
+							pv[j], pa[j] = v, int32(base+o+j)
+						}
+					}
+				}
+				dst += c
+			}
+		}
+	}
+}
+
+// unpool routes each pooled gradient to the position its maximum came from,
+// through the ReLU before the pool (zero where the activation was not
+// positive). dOut is overwritten.
+func unpool(dPool []float32, arg []int32, out, dOut []float32) {
+	clear(dOut)
+	for i, a := range arg {
+		if out[a] > 0 {
+			dOut[a] = dPool[i]
+		}
+	}
+}
+
+// addBias adds bias to every row of m (row width len(bias)), then applies
+// ReLU if relu is set.
+func addBias(m, bias []float32, relu bool) {
+	w := len(bias)
+	for r := 0; r < len(m); r += w {
+		row := m[r : r+w]
+		for j, b := range bias {
+			v := row[j] + b
+			if relu && v < 0 {
+				v = 0
+			}
+			row[j] = v
+		}
+	}
+}
+
+// reluMask zeroes the gradient d where the ReLU output act was not positive.
+func reluMask(d, act []float32) {
+	for i, a := range act {
+		if a <= 0 {
+			d[i] = 0
+		}
+	}
+}
+
+// colSum writes the sum of the rows of m (width w) into dst.
+func colSum(m []float32, w int, dst []float32) {
+	clear(dst)
+	for r := 0; r < len(m); r += w {
+		for j, v := range m[r : r+w] {
+			dst[j] += v
+		}
+	}
+}

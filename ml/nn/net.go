@@ -1,0 +1,85 @@
+// Package nn runs the forward and backward pass of a model.Spec: an MLP
+// as a gorgonia graph, a CNN as hand-written im2col convolutions whose
+// products run on the BLAS package blas installed (float32 throughout).
+// A Net is built once for a fixed batch size; each step the caller writes
+// new weights into Params() in place, fills Input() and Labels(), calls
+// Step, and reads the gradients from Grads(). Nothing is reallocated
+// between steps.
+package nn
+
+import (
+	"fmt"
+
+	"github.com/pstrain/pstrain/ml/model"
+)
+
+// Net is one network, MLP or CNN, for a fixed batch size. It is not safe
+// for concurrent use.
+type Net struct {
+	spec  model.Spec
+	batch int
+	impl  backend
+}
+
+// backend is one kind of network; Net's methods of the same names
+// document them.
+type backend interface {
+	Params() [][]float32
+	Input() []float32
+	SetLabels(labels []uint8)
+	Step() (float32, error)
+	Grads() ([][]float32, error)
+	Logits() []float32
+	Close() error
+}
+
+// New builds the net for spec and batch. With train set, Step also
+// computes gradients; otherwise only the forward pass (for evaluation).
+func New(spec model.Spec, batch int, train bool) (*Net, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	if batch <= 0 {
+		return nil, fmt.Errorf("nn: batch must be positive, got %d", batch)
+	}
+	var (
+		impl backend
+		err  error
+	)
+	if spec.IsCNN() {
+		impl = newCNN(spec, batch, train)
+	} else if impl, err = newMLP(spec, batch, train); err != nil {
+		return nil, err
+	}
+	return &Net{spec: spec, batch: batch, impl: impl}, nil
+}
+
+// Batch is the fixed batch size.
+func (n *Net) Batch() int { return n.batch }
+
+// Spec is the model spec the net was built for.
+func (n *Net) Spec() model.Spec { return n.spec }
+
+// Params returns the weight buffers in model.Spec.Variables() order. Write
+// new weights into them before Step; they are the net's own memory.
+func (n *Net) Params() [][]float32 { return n.impl.Params() }
+
+// Input is the [batch x input] buffer the next Step reads.
+func (n *Net) Input() []float32 { return n.impl.Input() }
+
+// SetLabels writes the one-hot targets for labels (len = batch).
+func (n *Net) SetLabels(labels []uint8) { n.impl.SetLabels(labels) }
+
+// Step runs the forward (and, for a training net, backward) pass and
+// returns the mean loss over the batch.
+func (n *Net) Step() (float32, error) { return n.impl.Step() }
+
+// Grads returns the gradients computed by the last Step, in variable order.
+// The slices belong to the net and are overwritten by the next Step.
+func (n *Net) Grads() ([][]float32, error) { return n.impl.Grads() }
+
+// Logits returns the output of the last Step ([batch x classes]).
+func (n *Net) Logits() []float32 { return n.impl.Logits() }
+
+// Close releases what the net holds.
+func (n *Net) Close() error { return n.impl.Close() }
