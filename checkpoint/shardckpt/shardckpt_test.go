@@ -119,3 +119,51 @@ func TestTensorsChecksSizes(t *testing.T) {
 		t.Errorf("%d tensors, want a parameter and a momentum tensor per block", len(ts))
 	}
 }
+
+// A CNN checkpoint names its kernels by output-channel range
+// ("conv0/w[0:16]") and restores onto any PS count, and is refused for an
+// MLP (and an MLP's for a CNN).
+func TestCNNRoundTripAcrossShardCounts(t *testing.T) {
+	spec := model.Spec{Kind: model.KindCNN, Input: 784, Height: 28, Width: 28, Conv: []int{16, 32}, Hidden: []int{256}, Classes: 10}
+	vars := spec.Init(4)
+	ck := writeCheckpoint(t, spec, vars, 2)
+	var names []string
+	for _, sh := range ck.Manifest.Shards {
+		names = append(names, sh.Tensors...)
+	}
+	for _, want := range []string{"conv0/w[0:16]", "conv0/b[0:1]", "conv1/w[0:32]", "dense1/w[0:256]"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("no tensor %q among %v", want, names)
+		}
+	}
+	st, err := Read(ck, spec, "adam")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for v := range vars {
+		if !slices.Equal(st.Vars[v], vars[v]) {
+			t.Fatalf("variable %d differs after the round trip", v)
+		}
+	}
+	for _, n := range []int{1, 3, 4} {
+		plan, err := partition.New(spec, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for s := range plan.Shards {
+			params, opt := st.Shard(plan, s)
+			want := make([]float32, plan.Shards[s].Size)
+			plan.Gather(s, vars, want)
+			if !slices.Equal(params, want) {
+				t.Fatalf("shard %d of %d: parameters differ", s, n)
+			}
+			if opt[0] != -want[0] || opt[len(want)] != 2*want[0] {
+				t.Fatalf("shard %d of %d: optimizer state not restored", s, n)
+			}
+		}
+	}
+	mlp := model.Spec{Input: 784, Hidden: []int{256}, Classes: 10}
+	if _, err := Read(ck, mlp, "adam"); err == nil || !strings.Contains(err.Error(), "holds model cnn 28x28x1-c16-c32-256-10, the run trains 784-256-10") {
+		t.Fatalf("reading a CNN checkpoint for an MLP: err = %v", err)
+	}
+}

@@ -124,3 +124,52 @@ func TestSegmentsMatchGather(t *testing.T) {
 		}
 	}
 }
+
+// A CNN's kernels are one row per output channel, so the row cuts (block
+// boundaries) shard them by output channel; the default CNN (and the wider ones the flags
+// allow) splits within 5% on 1-4 parameter servers.
+func TestCNNBalancedByOutputChannel(t *testing.T) {
+	cnn := func(conv []int, hidden int) model.Spec {
+		return model.Spec{Kind: model.KindCNN, Input: 784, Height: 28, Width: 28, Conv: conv, Hidden: []int{hidden}, Classes: 10}
+	}
+	for _, spec := range []model.Spec{cnn([]int{16, 32}, 256), cnn([]int{32, 64}, 512), cnn([]int{6, 16}, 120)} {
+		for n := 1; n <= 4; n++ {
+			p, err := New(spec, n)
+			if err != nil {
+				t.Fatalf("%s on %d shards: %v", spec, n, err)
+			}
+			if im := p.Imbalance(); im > 0.05 {
+				t.Errorf("%s on %d shards: imbalance %.3f > 5%% (sizes %v)", spec, n, im, sizes(p))
+			}
+			checkCoverage(t, spec, p)
+		}
+	}
+}
+
+// A kernel bigger than a shard's share is cut between output channels:
+// with 3 shards of a CNN whose second kernel holds most of the bytes,
+// that kernel spans shards and every piece is a channel range.
+func TestCNNKernelSplitAcrossShards(t *testing.T) {
+	spec := model.Spec{Kind: model.KindCNN, Input: 784, Height: 28, Width: 28, Conv: []int{8, 64}, Hidden: []int{16}, Classes: 10}
+	p, err := New(spec, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var holders []int
+	channels := 0
+	for s, sh := range p.Shards {
+		for _, b := range sh.Blocks {
+			if p.Vars[b.Var].Name == "conv1/w" {
+				holders = append(holders, s)
+				channels += b.RowEnd - b.RowStart
+			}
+		}
+	}
+	if len(holders) < 2 || channels != 64 {
+		t.Fatalf("conv1/w (64 channels, %d of %d elements) on shards %v covering %d channels; sizes %v",
+			p.Vars[2].Size(), spec.NumParams(), holders, channels, sizes(p))
+	}
+	if im := p.Imbalance(); im > 0.05 {
+		t.Errorf("imbalance %.3f (sizes %v)", im, sizes(p))
+	}
+}
