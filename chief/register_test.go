@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -69,5 +70,27 @@ func TestRegisterRefusesAndCounts(t *testing.T) {
 	resp, err := c.Register(ctx, &pb.RegisterRequest{Role: "worker", Index: 1, RunConfig: r.JSON(), ModelSpec: spec.JSON()})
 	if err != nil || resp.RunId != "run-1" || resp.DataShard != 1 || resp.NumDataShards != int32(r.Workers) {
 		t.Fatalf("a matching worker: %+v, %v", resp, err)
+	}
+}
+
+// A worker started with --model cnn against an MLP chief is refused, and
+// the message names the model kind and the two specs.
+func TestRegisterRefusesAnotherModelKind(t *testing.T) {
+	r := config.Default()
+	c, err := New(Config{Run: r, Spec: r.Spec(784, 10), RunID: "run-1", PS: make([]PS, r.PS), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Metrics: metrics.NewChief(prometheus.NewRegistry())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cnn := r
+	cnn.Model, cnn.Conv, cnn.Hidden = "cnn", config.DefaultCNNConv, config.DefaultCNNHidden
+	_, err = c.Register(context.Background(), &pb.RegisterRequest{Role: "worker", Index: 0, RunConfig: cnn.JSON(), ModelSpec: cnn.Spec(784, 10).JSON()})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("a CNN worker for an MLP chief: %v", err)
+	}
+	for _, want := range []string{"model: mlp (chief) vs cnn (this task)", `"kind":"cnn"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal %q does not say %q", err, want)
+		}
 	}
 }

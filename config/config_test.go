@@ -41,6 +41,10 @@ func TestValidateRejectsImpossibleValues(t *testing.T) {
 		"--norm-guard Inf":        func(r *Run) { r.NormGuard = math.Inf(1) },
 		"--aggregate":             func(r *Run) { r.Aggregate = "median" },
 		"--aggregate async":       func(r *Run) { r.Aggregate, r.Mode = TrimmedMean, Async },
+		"--model":                 func(r *Run) { r.Model = "rnn" },
+		"--conv for an MLP":       func(r *Run) { r.Conv = []int{16} },
+		"--conv missing":          func(r *Run) { r.Model = "cnn" },
+		"--conv zero":             func(r *Run) { r.Model, r.Conv = "cnn", []int{16, 0} },
 	}
 	for name, mutate := range cases {
 		r := Default()
@@ -184,5 +188,40 @@ func TestRunConfigJSONIsUnchanged(t *testing.T) {
 	r, err = Parse([]byte(`{"mode":"async","ps":1,"workers":2,"hidden":[8],"batch":4,"lr":0.5,"optimizer":"sgd"}`))
 	if err != nil || r.Mode != Async || r.NaNPolicy != "" || r.DataPlane != "" || r.WireDType != "" || r.LRSchedule != "constant" {
 		t.Errorf("parsed %+v, %v", r, err)
+	}
+}
+
+// --model cnn makes a CNN spec reading the square input as an image; an
+// MLP's configuration and spec are what they were before CNNs existed,
+// and a CNN run differs from an MLP run in Diff by its kind.
+func TestModelKindInSpecAndDiff(t *testing.T) {
+	mlp := Default()
+	if s := mlp.Spec(784, 10); s.IsCNN() || s.String() != "784-800-10" {
+		t.Fatalf("default spec %s", s)
+	}
+	cnn := Default()
+	cnn.Model, cnn.Conv, cnn.Hidden = "cnn", DefaultCNNConv, DefaultCNNHidden
+	if err := cnn.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	s := cnn.Spec(784, 10)
+	if err := s.Validate(); err != nil || s.String() != "cnn 28x28x1-c16-c32-256-10" {
+		t.Fatalf("CNN spec %s: %v", s, err)
+	}
+	if err := cnn.Spec(785, 10).Validate(); err == nil {
+		t.Fatal("a CNN on 785-pixel rows validated")
+	}
+	d := strings.Join(mlp.Diff(cnn), "; ")
+	if !strings.Contains(d, "model: mlp (chief) vs cnn (this task)") || !strings.Contains(d, "conv: [] (chief) vs [16 32] (this task)") {
+		t.Fatalf("Diff = %s", d)
+	}
+	back, err := Parse(cnn.JSON())
+	if err != nil || !reflect.DeepEqual(back, cnn) {
+		t.Fatalf("round trip: %+v, %v", back, err)
+	}
+	named := mlp
+	named.Model = "mlp"
+	if back, _ := Parse(named.JSON()); back.Model != "" || len(mlp.Diff(back)) != 0 {
+		t.Fatalf("\"mlp\" is not read as the MLP: %+v", back.Model)
 	}
 }

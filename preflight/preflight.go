@@ -37,12 +37,14 @@ type Footprint struct {
 
 // Estimate is the footprint of run r on data of shape d.
 func Estimate(r config.Run, d dataset.Shape) Footprint {
-	layers := append(append([]int{d.Dim}, r.Hidden...), d.Classes)
-	params, units := 0.0, 0.0 // weights and biases; activations per sample
-	for i := 0; i+1 < len(layers); i++ {
-		params += float64(layers[i])*float64(layers[i+1]) + float64(layers[i+1])
+	spec := r.Spec(d.Dim, d.Classes)
+	params, units := float64(spec.NumParams()), 0.0 // weights and biases; activations per sample
+	for _, l := range spec.ConvLayers() {
+		// A CNN block holds its im2col patches, its output and the pooled map.
+		units += float64(l.OutH*l.OutW) * float64(l.K()+l.Out)
+		units += float64(l.PoolH * l.PoolW * l.Out)
 	}
-	for _, n := range layers {
+	for _, n := range append(append([]int{d.Dim}, r.Hidden...), d.Classes) {
 		units += float64(n)
 	}
 	slots := float64(len(shardckpt.SlotNames(r.Optimizer)))

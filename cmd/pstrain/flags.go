@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -10,19 +11,14 @@ import (
 	"github.com/pstrain/pstrain/ml/model"
 )
 
-// hiddenFlag parses --hidden 256,128.
-type hiddenFlag struct{ v *[]int }
-
-func (h hiddenFlag) String() string {
-	if h.v == nil {
-		return ""
-	}
-	var s []string
-	for _, n := range *h.v {
-		s = append(s, strconv.Itoa(n))
-	}
-	return strings.Join(s, ",")
+// hiddenFlag parses --hidden 256,128. set, if not nil, records that the
+// flag was given.
+type hiddenFlag struct {
+	v   *[]int
+	set *bool
 }
+
+func (h hiddenFlag) String() string { return sizesText(h.v) }
 
 func (h hiddenFlag) Set(s string) error {
 	v, err := model.ParseHidden(s)
@@ -30,6 +26,81 @@ func (h hiddenFlag) Set(s string) error {
 		return err
 	}
 	*h.v = v
+	if h.set != nil {
+		*h.set = true
+	}
+	return nil
+}
+
+func sizesText(v *[]int) string {
+	if v == nil {
+		return ""
+	}
+	var s []string
+	for _, n := range *v {
+		s = append(s, strconv.Itoa(n))
+	}
+	return strings.Join(s, ",")
+}
+
+// modelFlags are --model, --conv and --hidden together: choosing a model
+// gives it its default sizes for the flags not given (in any order), so
+// `--model cnn` alone trains the default CNN and `--model cnn --hidden
+// 512` keeps its 512.
+type modelFlags struct {
+	r                  *config.Run
+	hiddenSet, convSet bool
+}
+
+type modelFlag struct{ m *modelFlags }
+
+func (f modelFlag) String() string {
+	if f.m == nil {
+		return model.KindMLP
+	}
+	return f.m.r.Model.String()
+}
+
+func (f modelFlag) Set(s string) error {
+	r := f.m.r
+	switch s {
+	case model.KindMLP:
+		r.Model = ""
+		if !f.m.convSet {
+			r.Conv = nil
+		}
+		if !f.m.hiddenSet {
+			r.Hidden = config.Default().Hidden
+		}
+	case model.KindCNN:
+		r.Model = model.KindCNN
+		if !f.m.convSet {
+			r.Conv = slices.Clone(config.DefaultCNNConv)
+		}
+		if !f.m.hiddenSet {
+			r.Hidden = slices.Clone(config.DefaultCNNHidden)
+		}
+	default:
+		return fmt.Errorf("must be mlp or cnn, got %q", s)
+	}
+	return nil
+}
+
+type convFlag struct{ m *modelFlags }
+
+func (f convFlag) String() string {
+	if f.m == nil {
+		return ""
+	}
+	return sizesText(&f.m.r.Conv)
+}
+
+func (f convFlag) Set(s string) error {
+	v, err := model.ParseConv(s)
+	if err != nil {
+		return err
+	}
+	f.m.r.Conv, f.m.convSet = v, true
 	return nil
 }
 
@@ -41,7 +112,10 @@ func bindRunFlags(fs *flag.FlagSet, r *config.Run) {
 	fs.IntVar(&r.ReplicasToAggregate, "replicas-to-aggregate", r.ReplicasToAggregate, "sync: gradients per step (0 = all workers; fewer makes the rest backup workers)")
 	fs.IntVar(&r.PS, "ps", r.PS, "number of parameter-server shards")
 	fs.IntVar(&r.Workers, "workers", r.Workers, "number of workers")
-	fs.Var(hiddenFlag{&r.Hidden}, "hidden", "comma list of hidden layer sizes")
+	m := &modelFlags{r: r}
+	fs.Var(modelFlag{m}, "model", "network: mlp, or cnn (LeNet-style: per --conv entry a 5x5 convolution, ReLU and 2x2 max-pool, then the --hidden dense layers; docs/models.md)")
+	fs.Var(convFlag{m}, "conv", "cnn: comma list of each convolution's output channels (default with --model cnn: "+sizesText(&config.DefaultCNNConv)+")")
+	fs.Var(hiddenFlag{&r.Hidden, &m.hiddenSet}, "hidden", "comma list of hidden (dense) layer sizes (default with --model cnn: "+sizesText(&config.DefaultCNNHidden)+")")
 	fs.IntVar(&r.Batch, "batch", r.Batch, "per-worker batch size")
 	fs.Float64Var(&r.LR, "lr", r.LR, "learning rate")
 	fs.Float64Var(&r.Momentum, "momentum", r.Momentum, "momentum (optimizer momentum)")
@@ -94,7 +168,9 @@ func runArgs(r config.Run) []string {
 		fmt.Sprintf("--replicas-to-aggregate=%d", r.ReplicasToAggregate),
 		fmt.Sprintf("--ps=%d", r.PS),
 		fmt.Sprintf("--workers=%d", r.Workers),
-		"--hidden=" + hiddenFlag{&r.Hidden}.String(),
+		"--model=" + r.Model.String(),
+		"--conv=" + sizesText(&r.Conv),
+		"--hidden=" + sizesText(&r.Hidden),
 		fmt.Sprintf("--batch=%d", r.Batch),
 		"--lr=" + strconv.FormatFloat(r.LR, 'g', -1, 64),
 		"--momentum=" + strconv.FormatFloat(r.Momentum, 'g', -1, 64),

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"flag"
+	"io"
+	"reflect"
+	"testing"
+
+	"github.com/pstrain/pstrain/config"
+)
+
+func parseRunFlags(t *testing.T, args ...string) config.Run {
+	t.Helper()
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	r := config.Default()
+	bindRunFlags(fs, &r)
+	if err := fs.Parse(args); err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
+	return r
+}
+
+// --model cnn brings the CNN's default sizes for the flags not given, in
+// whatever order they come; a child reads back a CNN configuration from
+// runArgs.
+func TestModelFlagsDefaultsAndRoundTrip(t *testing.T) {
+	for _, c := range []struct {
+		args         []string
+		model        config.ModelKind
+		conv, hidden []int
+	}{
+		{nil, "", nil, []int{800}},
+		{[]string{"--model=cnn"}, "cnn", config.DefaultCNNConv, config.DefaultCNNHidden},
+		{[]string{"--hidden=512", "--model=cnn"}, "cnn", config.DefaultCNNConv, []int{512}},
+		{[]string{"--model=cnn", "--conv=32,64", "--hidden=512"}, "cnn", []int{32, 64}, []int{512}},
+		{[]string{"--conv=8", "--model=cnn"}, "cnn", []int{8}, config.DefaultCNNHidden},
+		{[]string{"--model=cnn", "--model=mlp"}, "", nil, []int{800}},
+	} {
+		r := parseRunFlags(t, c.args...)
+		if r.Model != c.model || !reflect.DeepEqual(r.Conv, c.conv) || !reflect.DeepEqual(r.Hidden, c.hidden) {
+			t.Errorf("%v: model %q conv %v hidden %v, want %q %v %v", c.args, r.Model, r.Conv, r.Hidden, c.model, c.conv, c.hidden)
+		}
+		if err := r.Validate(); err != nil {
+			t.Errorf("%v: %v", c.args, err)
+		}
+		if back := parseRunFlags(t, runArgs(r)...); !reflect.DeepEqual(back, r) {
+			t.Errorf("%v: round trip through runArgs: %+v, want %+v", c.args, back, r)
+		}
+	}
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	r := config.Default()
+	bindRunFlags(fs, &r)
+	if err := fs.Parse([]string{"--model=rnn"}); err == nil {
+		t.Error("--model=rnn accepted")
+	}
+	if err := parseRunFlags(t, "--conv=16").Validate(); err == nil {
+		t.Error("--conv without --model cnn accepted")
+	}
+}
