@@ -56,7 +56,7 @@ type modelFlag struct{ m *modelFlags }
 
 func (f modelFlag) String() string {
 	if f.m == nil {
-		return model.KindMLP
+		return "" // the zero Value, which flag's help compares the default with
 	}
 	return f.m.r.Model.String()
 }
@@ -114,8 +114,8 @@ func bindRunFlags(fs *flag.FlagSet, r *config.Run) {
 	fs.IntVar(&r.Workers, "workers", r.Workers, "number of workers")
 	m := &modelFlags{r: r}
 	fs.Var(modelFlag{m}, "model", "network: mlp, or cnn (LeNet-style: per --conv entry a 5x5 convolution, ReLU and 2x2 max-pool, then the --hidden dense layers; docs/models.md)")
-	fs.Var(convFlag{m}, "conv", "cnn: comma list of each convolution's output channels (default with --model cnn: "+sizesText(&config.DefaultCNNConv)+")")
-	fs.Var(hiddenFlag{&r.Hidden, &m.hiddenSet}, "hidden", "comma list of hidden (dense) layer sizes (default with --model cnn: "+sizesText(&config.DefaultCNNHidden)+")")
+	fs.Var(convFlag{m}, "conv", "cnn: comma list of each convolution's output channels (--model cnn: "+sizesText(&config.DefaultCNNConv)+" unless given)")
+	fs.Var(hiddenFlag{&r.Hidden, &m.hiddenSet}, "hidden", "comma list of hidden (dense) layer sizes (--model cnn: "+sizesText(&config.DefaultCNNHidden)+" unless given)")
 	fs.IntVar(&r.Batch, "batch", r.Batch, "per-worker batch size")
 	fs.Float64Var(&r.LR, "lr", r.LR, "learning rate")
 	fs.Float64Var(&r.Momentum, "momentum", r.Momentum, "momentum (optimizer momentum)")

@@ -23,6 +23,7 @@ import (
 	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/launcher"
+	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/ml/dataset"
 	"github.com/pstrain/pstrain/observe/report"
 	"github.com/pstrain/pstrain/preflight"
@@ -532,8 +533,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "pstrain: %s SGD, %d PS, %d workers, MLP %s, batch %d, lr %s, %s\n", r.Mode, r.PS, r.Workers,
-		r.Spec(shape.Dim, shape.Classes).String(), r.Batch, lrText(r), r.Optimizer)
+	fmt.Fprintf(stdout, "pstrain: %s SGD, %d PS, %d workers, %s, batch %d, lr %s, %s\n", r.Mode, r.PS, r.Workers,
+		modelText(r.Spec(shape.Dim, shape.Classes)), r.Batch, lrText(r), r.Optimizer)
 	rep, err := launcher.Run(ctx, launcher.Config{Run: r, Exe: exe, Dir: *dir, SDDir: *sdDir, MetricsPortBase: *portBase,
 		ChildArgs: runArgs, ExtraArgs: append([]string{"--connect-timeout=" + connectTimeout.String(), "--log-level=" + *logLevel, "--summary=false"}, childArgs...),
 		Progress: stdout, Log: log, Faults: fl, MaxRestarts: *maxRestarts, BottleneckEvery: 10 * time.Second,
@@ -698,4 +699,13 @@ func cmdData(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	return dataset.Fetch(ctx, *dir, *name, func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) })
+}
+
+// modelText names a model for a header line: "MLP 784-800-10" or
+// "cnn 28x28x1-c16-c32-256-10" (a CNN's spec says its kind).
+func modelText(s model.Spec) string {
+	if s.IsCNN() {
+		return s.String()
+	}
+	return "MLP " + s.String()
 }

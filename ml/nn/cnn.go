@@ -28,6 +28,11 @@ type cnnNet struct {
 	grads  [][]float32 // same shapes; nil for an eval net
 	x      []float32   // [batch, H, W, C]
 	labels []int       // -1: no label (row contributes nothing)
+	// chunk is how many images one im2col holds: the whole batch when
+	// training (the backward pass reuses the patches), evalChunk for an
+	// eval net, so that evaluating in batches of 1000 does not hold 1000
+	// images' patches (100 MiB for the default CNN).
+	chunk int
 	conv   []convBufs
 	dense  []denseBufs
 	prob   []float32 // softmax of the logits, [batch, classes]
@@ -35,7 +40,7 @@ type cnnNet struct {
 
 // convBufs is one convolution block's memory. P = batch*OutH*OutW.
 type convBufs struct {
-	col   []float32 // [P, K] im2col patches of the block's input
+	col   []float32 // [chunk*OutH*OutW, K] im2col patches of the block's input
 	out   []float32 // [P, Out] ReLU(conv + bias)
 	pool  []float32 // [batch*PoolH*PoolW, Out] 2x2 max of out
 	arg   []int32   // index into out of each pool element's maximum
@@ -51,8 +56,14 @@ type denseBufs struct {
 	dz      []float32 // train: dLoss/d(pre-activation)
 }
 
+// evalChunk is the images per im2col of an eval net.
+const evalChunk = 32
+
 func newCNN(spec model.Spec, batch int, train bool) *cnnNet {
-	n := &cnnNet{spec: spec, batch: batch, train: train, layers: spec.ConvLayers(), gemm: sgemmImpl()}
+	n := &cnnNet{spec: spec, batch: batch, train: train, layers: spec.ConvLayers(), gemm: sgemmImpl(), chunk: batch}
+	if !train {
+		n.chunk = min(batch, evalChunk)
+	}
 	for _, v := range spec.Variables() {
 		n.params = append(n.params, make([]float32, v.Size()))
 		if train {
@@ -64,7 +75,7 @@ func newCNN(spec model.Spec, batch int, train bool) *cnnNet {
 	for i, l := range n.layers {
 		p := batch * l.OutH * l.OutW
 		c := convBufs{
-			col:  make([]float32, p*l.K()),
+			col:  make([]float32, n.chunk*l.OutH*l.OutW*l.K()),
 			out:  make([]float32, p*l.Out),
 			pool: make([]float32, batch*l.PoolH*l.PoolW*l.Out),
 			arg:  make([]int32, batch*l.PoolH*l.PoolW*l.Out),
@@ -139,9 +150,12 @@ func (n *cnnNet) forward() {
 	in := n.x
 	for l, g := range n.layers {
 		c := &n.conv[l]
-		p := n.batch * g.OutH * g.OutW
-		im2col(in, g, n.batch, c.col)
-		n.gemm.Sgemm(gblas.NoTrans, gblas.Trans, p, g.Out, g.K(), 1, c.col, g.K(), n.params[wIndex(l)], g.K(), 0, c.out, g.Out)
+		inSize, outSize := g.InH*g.InW*g.InC, g.OutH*g.OutW*g.Out
+		for b := 0; b < n.batch; b += n.chunk {
+			m := min(n.chunk, n.batch-b)
+			im2col(in[b*inSize:(b+m)*inSize], g, m, c.col)
+			n.gemm.Sgemm(gblas.NoTrans, gblas.Trans, m*g.OutH*g.OutW, g.Out, g.K(), 1, c.col, g.K(), n.params[wIndex(l)], g.K(), 0, c.out[b*outSize:], g.Out)
+		}
 		addBias(c.out, n.params[bIndex(l)], true)
 		maxPool(c.out, g, n.batch, c.pool, c.arg)
 		in = c.pool

@@ -285,3 +285,31 @@ func TestCNNLearnsABatch(t *testing.T) {
 		t.Fatalf("loss %v -> %v after 200 steps", first, last)
 	}
 }
+
+// An eval net convolves in chunks of evalChunk images; a batch that is
+// not a multiple of it (a partial last chunk) gives the logits a training
+// net computes on the whole batch at once.
+func TestCNNEvalChunksMatchWholeBatch(t *testing.T) {
+	spec := model.Spec{Kind: model.KindCNN, Input: 784, Height: 28, Width: 28, Conv: []int{4, 6}, Hidden: []int{16}, Classes: 10}
+	const batch = 2*evalChunk + 5
+	tr, _ := randomCNN(t, spec, batch, 6)
+	ev, err := New(spec, batch, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range tr.Params() {
+		copy(ev.Params()[i], p)
+	}
+	copy(ev.Input(), tr.Input())
+	if _, err := tr.Step(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ev.Step(); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range tr.Logits() {
+		if d := math.Abs(float64(ev.Logits()[i] - v)); d > 1e-5*math.Max(1, math.Abs(float64(v))) {
+			t.Fatalf("logit %d (image %d): eval %v, train %v", i, i/10, ev.Logits()[i], v)
+		}
+	}
+}
