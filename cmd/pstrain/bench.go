@@ -13,6 +13,7 @@ import (
 
 	"gorgonia.org/gorgonia"
 
+	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/ml/blas"
 	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/tools/bench"
@@ -33,6 +34,8 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process (not of end_to_end's children) here")
 	memProfile := fs.String("memprofile", "", "write an allocation profile of this process here at the end")
 	seed := fs.Uint64("seed", 1, "seed for weights and synthetic data")
+	mr := config.Default()
+	bindModelFlags(fs, &mr)
 	predict := fs.String("predict", "", "print the scaling model's prediction for workers=N,ps=M,net=10gbit[,latency=50us] instead of measuring")
 	calibration := fs.String("calibration", "", "--predict: calibrate from this file, the output of pstrain bench --json (default: the reference figures in docs/scaling.md)")
 	if err := parse(fs, args, stdout); err != nil {
@@ -67,7 +70,11 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := blas.Setup(*blasThreads); err != nil {
 		return err
 	}
-	cfg := bench.Config{Sections: secs, Quick: *quick, Spec: model.Spec{Input: 784, Hidden: []int{800}, Classes: 10},
+	if err := mr.Validate(); err != nil {
+		return asUsage(err)
+	}
+	spec := mr.Spec(784, 10) // MNIST's shape: the sections use synthetic data of it
+	cfg := bench.Config{Sections: secs, Quick: *quick, Spec: spec,
 		Batches: bs, BLAS: gorgonia.WhichBLAS(), BLASName: blas.Name, Budget: *budget, Rounds: *rounds, Seed: *seed,
 		Progress: stderr}
 	if cfg.NeedsRunner() {

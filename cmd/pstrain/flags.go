@@ -112,10 +112,7 @@ func bindRunFlags(fs *flag.FlagSet, r *config.Run) {
 	fs.IntVar(&r.ReplicasToAggregate, "replicas-to-aggregate", r.ReplicasToAggregate, "sync: gradients per step (0 = all workers; fewer makes the rest backup workers)")
 	fs.IntVar(&r.PS, "ps", r.PS, "number of parameter-server shards")
 	fs.IntVar(&r.Workers, "workers", r.Workers, "number of workers")
-	m := &modelFlags{r: r}
-	fs.Var(modelFlag{m}, "model", "network: mlp, or cnn (LeNet-style: per --conv entry a 5x5 convolution, ReLU and 2x2 max-pool, then the --hidden dense layers; docs/models.md)")
-	fs.Var(convFlag{m}, "conv", "cnn: comma list of each convolution's output channels (--model cnn: "+sizesText(&config.DefaultCNNConv)+" unless given)")
-	fs.Var(hiddenFlag{&r.Hidden, &m.hiddenSet}, "hidden", "comma list of hidden (dense) layer sizes (--model cnn: "+sizesText(&config.DefaultCNNHidden)+" unless given)")
+	bindModelFlags(fs, r)
 	fs.IntVar(&r.Batch, "batch", r.Batch, "per-worker batch size")
 	fs.Float64Var(&r.LR, "lr", r.LR, "learning rate")
 	fs.Float64Var(&r.Momentum, "momentum", r.Momentum, "momentum (optimizer momentum)")
@@ -141,6 +138,14 @@ func bindRunFlags(fs *flag.FlagSet, r *config.Run) {
 	fs.IntVar(&r.KeepCheckpoints, "keep-checkpoints", r.KeepCheckpoints, "how many checkpoints to keep (0 = all)")
 	fs.IntVar(&r.KeepArchives, "keep-archives", r.KeepArchives, "chief: how many archive-TIME directories of earlier runs' checkpoints to keep in --checkpoint-dir; older ones are deleted when a new run starts (0 = none, -1 = all)")
 	fs.BoolVar(&r.Resume, "resume", r.Resume, "start from the newest valid checkpoint in --checkpoint-dir, if any; with checkpoints there but every one damaged, refuse to start (false: start afresh, moving old checkpoints aside)")
+}
+
+// bindModelFlags registers --model, --conv and --hidden on fs.
+func bindModelFlags(fs *flag.FlagSet, r *config.Run) {
+	m := &modelFlags{r: r}
+	fs.Var(modelFlag{m}, "model", "network: mlp, or cnn (LeNet-style: per --conv entry a 5x5 convolution, ReLU and 2x2 max-pool, then the --hidden dense layers; docs/models.md)")
+	fs.Var(convFlag{m}, "conv", "cnn: comma list of each convolution's output channels (--model cnn: "+sizesText(&config.DefaultCNNConv)+" unless given)")
+	fs.Var(hiddenFlag{&r.Hidden, &m.hiddenSet}, "hidden", "comma list of hidden (dense) layer sizes (--model cnn: "+sizesText(&config.DefaultCNNHidden)+" unless given)")
 }
 
 // lrText describes the learning rate for a header line: "0.2", or with a

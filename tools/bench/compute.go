@@ -45,6 +45,7 @@ type ComputeBatch struct {
 // first batch size's.
 type ComputeResult struct {
 	BLAS              string         `json:"blas"`
+	Model             string         `json:"model,omitempty"` // model.Spec.String
 	Batch             int            `json:"batch"`
 	FLOPsPerSample    int64          `json:"flops_per_sample"`
 	Products          int            `json:"products_per_step"`
@@ -72,7 +73,7 @@ func Compute(ctx context.Context, c ComputeConfig) (*ComputeResult, error) {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	res := &ComputeResult{BLAS: c.BLASName}
+	res := &ComputeResult{BLAS: c.BLASName, Model: c.Spec.String()}
 	for _, b := range c.Batches {
 		cb, err := computeBatch(ctx, c, b)
 		if err != nil {

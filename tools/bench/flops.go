@@ -31,6 +31,19 @@ func (g Gemm) FLOPs() int64 { return 2 * int64(g.M) * int64(g.N) * int64(g.K) }
 // the input is not a variable, so the backward pass stops at dW_0. For the
 // 784-800-10 MLP that is five products: X·W1, H·W2, dW2, dH, dW1. Bias
 // additions, ReLU and softmax are element-wise and not counted.
+//
+// A CNN (package nn's im2col convolutions) adds, for each convolution c
+// with P = batch·outH·outW output positions and K = inC·5·5 patch
+// elements, before the dense layers (whose first input is the pooled map,
+// so its dH is computed too) and after them in the backward pass:
+//
+//	forward   Y_c    = Col_c · W_cᵀ     [P x K]·[K x out]
+//	backward  dW_c   = dY_cᵀ · Col_c    [out x P]·[P x K]
+//	backward  dCol_c = dY_c · W_c       [P x out]·[out x K]  (not for c = 0)
+//
+// im2col, col2im and pooling are copies and comparisons, not counted: the
+// ceiling is the products alone, so they are part of what the step pays
+// beyond it.
 func Products(spec model.Spec, batch int) ([]Gemm, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
@@ -38,16 +51,28 @@ func Products(spec model.Spec, batch int) ([]Gemm, error) {
 	if batch <= 0 {
 		return nil, fmt.Errorf("bench: batch must be positive, got %d", batch)
 	}
-	dims := append(append([]int{spec.Input}, spec.Hidden...), spec.Classes)
-	layers := len(dims) - 1
+	conv := spec.ConvLayers()
 	var out []Gemm
+	for c, g := range conv {
+		out = append(out, Gemm{Name: fmt.Sprintf("fwd Col%d·W%dᵀ", c, c), M: batch * g.OutH * g.OutW, N: g.Out, K: g.K(), TransB: true})
+	}
+	dims := append(append([]int{spec.Features()}, spec.Hidden...), spec.Classes)
+	layers := len(dims) - 1
 	for l := 0; l < layers; l++ {
 		out = append(out, Gemm{Name: fmt.Sprintf("fwd H%d·W%d", l, l), M: batch, N: dims[l+1], K: dims[l]})
 	}
 	for l := layers - 1; l >= 0; l-- {
 		out = append(out, Gemm{Name: fmt.Sprintf("bwd dW%d=H%dᵀ·dZ%d", l, l, l), M: dims[l], N: dims[l+1], K: batch, TransA: true})
-		if l > 0 {
+		if l > 0 || len(conv) > 0 {
 			out = append(out, Gemm{Name: fmt.Sprintf("bwd dH%d=dZ%d·W%dᵀ", l, l, l), M: batch, N: dims[l], K: dims[l+1], TransB: true})
+		}
+	}
+	for c := len(conv) - 1; c >= 0; c-- {
+		g := conv[c]
+		p := batch * g.OutH * g.OutW
+		out = append(out, Gemm{Name: fmt.Sprintf("bwd dWc%d=dY%dᵀ·Col%d", c, c, c), M: g.Out, N: g.K(), K: p, TransA: true})
+		if c > 0 {
+			out = append(out, Gemm{Name: fmt.Sprintf("bwd dCol%d=dY%d·W%d", c, c, c), M: p, N: g.K(), K: g.Out})
 		}
 	}
 	return out, nil

@@ -115,3 +115,41 @@ func TestGemmBuffersLayout(t *testing.T) {
 	}
 	var _ Sgemmer = gonum.Implementation{}
 }
+
+// The default CNN's products are the ones nn's cnnNet calls, with the
+// same shapes: the conv blocks' im2col products around the dense layers.
+func TestProductsCNN(t *testing.T) {
+	spec := model.Spec{Kind: model.KindCNN, Input: 784, Height: 28, Width: 28, Conv: []int{16, 32}, Hidden: []int{256}, Classes: 10}
+	got, err := Products(spec, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Gemm{
+		{M: 2 * 576, N: 16, K: 25, TransB: true}, // conv0 forward
+		{M: 2 * 64, N: 32, K: 400, TransB: true}, // conv1 forward
+		{M: 2, N: 256, K: 512},                   // dense0
+		{M: 2, N: 10, K: 256},                    // dense1
+		{M: 256, N: 10, K: 2, TransA: true},      // dW dense1
+		{M: 2, N: 256, K: 10, TransB: true},      // dH dense1
+		{M: 512, N: 256, K: 2, TransA: true},     // dW dense0
+		{M: 2, N: 512, K: 256, TransB: true},     // dH dense0: into the pooled map
+		{M: 32, N: 400, K: 2 * 64, TransA: true}, // dW conv1
+		{M: 2 * 64, N: 400, K: 32},               // dCol conv1
+		{M: 16, N: 25, K: 2 * 576, TransA: true}, // dW conv0 (no dCol: the images)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d products %+v, want %d", len(got), got, len(want))
+	}
+	for i := range want {
+		g := got[i]
+		if g.M != want[i].M || g.N != want[i].N || g.K != want[i].K || g.TransA != want[i].TransA || g.TransB != want[i].TransB {
+			t.Errorf("product %d (%s) = %+v, want %+v", i, g.Name, g, want[i])
+		}
+	}
+	flops, _ := StepFLOPs(spec, 1)
+	// Per sample: conv0 2 x 576·16·25, conv1 3 x 64·32·400, dense0
+	// 3 x 512·256, dense1 3 x 256·10, two FLOPs per term.
+	if want := int64(2 * (2*576*16*25 + 3*64*32*400 + 3*512*256 + 3*256*10)); flops != want {
+		t.Fatalf("StepFLOPs = %d per sample, want %d", flops, want)
+	}
+}

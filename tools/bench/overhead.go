@@ -277,5 +277,6 @@ func pairRun(spec model.Spec, batch int, seed uint64) config.Run {
 	run := config.Default()
 	run.PS, run.Workers, run.Batch, run.Mode, run.Seed = 1, 1, batch, config.Sync, int64(seed)
 	run.Hidden, run.DataPlane, run.LR = spec.Hidden, config.TCP, 0.01
+	run.Model, run.Conv = config.ModelKind(spec.Kind), spec.Conv
 	return run
 }

@@ -18,8 +18,12 @@ func WriteTable(w io.Writer, r *Result) error {
 	}
 	fmt.Fprintln(tw)
 	if c := r.Compute; c != nil {
-		fmt.Fprintf(tw, "\ncompute: fraction of ceiling %.2f (forward+backward vs the step's %d matrix products on %s; %d FLOP/sample)\n",
-			c.FractionOfCeiling, c.Products, c.BLAS, c.FLOPsPerSample)
+		model := ""
+		if c.Model != "" {
+			model = " of " + c.Model
+		}
+		fmt.Fprintf(tw, "\ncompute: fraction of ceiling %.2f (forward+backward%s vs the step's %d matrix products on %s; %d FLOP/sample)\n",
+			c.FractionOfCeiling, model, c.Products, c.BLAS, c.FLOPsPerSample)
 		fmt.Fprintln(tw, "  batch\tsamples/s\tGFLOP/s\tceiling samples/s\tceiling GFLOP/s\tfraction")
 		for _, b := range c.Batches {
 			fmt.Fprintf(tw, "  %d\t%.0f\t%.1f\t%.0f\t%.1f\t%.2f\n", b.Batch, b.SamplesPerSecond, b.GFLOPS,

@@ -48,7 +48,7 @@ func Wire(ctx context.Context, c WireConfig) (*WireResult, error) {
 	}
 	run := config.Default()
 	run.PS, run.Workers, run.Mode, run.Optimizer, run.LR = 1, 1, config.Async, "sgd", 1e-6
-	run.Hidden = c.Spec.Hidden
+	run.Hidden, run.Model, run.Conv = c.Spec.Hidden, config.ModelKind(c.Spec.Kind), c.Spec.Conv
 	if c.DataPlane != "" {
 		run.DataPlane = c.DataPlane
 	}
