@@ -371,6 +371,14 @@ var (
 	DefaultCNNHidden = []int{256}
 )
 
+// The CNN's learning rate and warmup when --lr and --warmup-steps are not
+// given: the MLP's 0.2 (with momentum 0.9) blows the CNN's loss up within
+// 20 steps, and 0.05 without warmup did too on 2 workers (docs/models.md).
+const (
+	DefaultCNNLR          = 0.05
+	DefaultCNNWarmupSteps = 200
+)
+
 // Spec is the model the run trains on data with the given input size and
 // number of classes. A CNN reads the input as a square single-channel
 // image; on data that is not square its spec fails Validate.

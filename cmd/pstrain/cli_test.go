@@ -120,7 +120,7 @@ func TestCommandHelpFlags(t *testing.T) {
 			t.Errorf("pstrain run -h lists -%s %d times", f, n)
 		}
 	}
-	for _, want := range []string{"comma list of hidden layer sizes (default 800)\n", `SGD mode: sync, async or ssp (default "sync")` + "\n"} {
+	for _, want := range []string{"comma list of hidden (dense) layer sizes (--model cnn: 256 unless given) (default 800)\n", `SGD mode: sync, async or ssp (default "sync")` + "\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("pstrain run -h does not say %q", want)
 		}

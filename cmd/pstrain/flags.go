@@ -43,13 +43,38 @@ func sizesText(v *[]int) string {
 	return strings.Join(s, ",")
 }
 
-// modelFlags are --model, --conv and --hidden together: choosing a model
-// gives it its default sizes for the flags not given (in any order), so
-// `--model cnn` alone trains the default CNN and `--model cnn --hidden
-// 512` keeps its 512.
+// modelFlags are --model, --conv and --hidden together (and, on the
+// commands that take them, --lr and --warmup-steps): choosing a model
+// gives it its defaults for the flags not given, in any order, so `--model
+// cnn` alone trains the default CNN at its learning rate and `--model cnn
+// --hidden 512` keeps its 512.
 type modelFlags struct {
-	r                  *config.Run
-	hiddenSet, convSet bool
+	r                                    *config.Run
+	hiddenSet, convSet, lrSet, warmupSet bool
+}
+
+// setFlag wraps a flag's Value to record that it was given.
+type setFlag struct {
+	flag.Value
+	set *bool
+}
+
+func (f setFlag) String() string {
+	if f.Value == nil {
+		return "" // the zero Value, which flag's help compares the default with
+	}
+	return f.Value.String()
+}
+
+func (f setFlag) Set(s string) error {
+	*f.set = true
+	return f.Value.Set(s)
+}
+
+// track records in *set whether fs's flag name is given.
+func track(fs *flag.FlagSet, name string, set *bool) {
+	fl := fs.Lookup(name)
+	fl.Value = setFlag{fl.Value, set}
 }
 
 type modelFlag struct{ m *modelFlags }
@@ -62,28 +87,34 @@ func (f modelFlag) String() string {
 }
 
 func (f modelFlag) Set(s string) error {
-	r := f.m.r
 	switch s {
 	case model.KindMLP:
-		r.Model = ""
-		if !f.m.convSet {
-			r.Conv = nil
-		}
-		if !f.m.hiddenSet {
-			r.Hidden = config.Default().Hidden
-		}
+		d := config.Default()
+		f.m.apply("", nil, d.Hidden, d.LR, d.WarmupSteps)
 	case model.KindCNN:
-		r.Model = model.KindCNN
-		if !f.m.convSet {
-			r.Conv = slices.Clone(config.DefaultCNNConv)
-		}
-		if !f.m.hiddenSet {
-			r.Hidden = slices.Clone(config.DefaultCNNHidden)
-		}
+		f.m.apply(model.KindCNN, config.DefaultCNNConv, config.DefaultCNNHidden, config.DefaultCNNLR, config.DefaultCNNWarmupSteps)
 	default:
 		return fmt.Errorf("must be mlp or cnn, got %q", s)
 	}
 	return nil
+}
+
+// apply sets the model kind and, for the flags not given, its defaults.
+func (m *modelFlags) apply(kind config.ModelKind, conv, hidden []int, lr float64, warmup int64) {
+	r := m.r
+	r.Model = kind
+	if !m.convSet {
+		r.Conv = slices.Clone(conv)
+	}
+	if !m.hiddenSet {
+		r.Hidden = slices.Clone(hidden)
+	}
+	if !m.lrSet {
+		r.LR = lr
+	}
+	if !m.warmupSet {
+		r.WarmupSteps = warmup
+	}
 }
 
 type convFlag struct{ m *modelFlags }
@@ -112,13 +143,13 @@ func bindRunFlags(fs *flag.FlagSet, r *config.Run) {
 	fs.IntVar(&r.ReplicasToAggregate, "replicas-to-aggregate", r.ReplicasToAggregate, "sync: gradients per step (0 = all workers; fewer makes the rest backup workers)")
 	fs.IntVar(&r.PS, "ps", r.PS, "number of parameter-server shards")
 	fs.IntVar(&r.Workers, "workers", r.Workers, "number of workers")
-	bindModelFlags(fs, r)
+	m := bindModelFlags(fs, r)
 	fs.IntVar(&r.Batch, "batch", r.Batch, "per-worker batch size")
-	fs.Float64Var(&r.LR, "lr", r.LR, "learning rate")
+	fs.Float64Var(&r.LR, "lr", r.LR, "learning rate (--model cnn: "+strconv.FormatFloat(config.DefaultCNNLR, 'g', -1, 64)+" unless given)")
 	fs.Float64Var(&r.Momentum, "momentum", r.Momentum, "momentum (optimizer momentum)")
 	fs.StringVar(&r.Optimizer, "optimizer", r.Optimizer, "sgd, momentum or adam")
 	fs.StringVar(&r.LRSchedule, "lr-schedule", r.LRSchedule, "learning rate over the global step: constant, step:EPOCHS:FACTOR (times FACTOR every EPOCHS epochs, e.g. step:2:0.5) or cosine (to 0 at the last step of --epochs); applied by the PS shards")
-	fs.Int64Var(&r.WarmupSteps, "warmup-steps", r.WarmupSteps, "ramp the learning rate up linearly over this many first global steps (0 = no warmup)")
+	fs.Int64Var(&r.WarmupSteps, "warmup-steps", r.WarmupSteps, "ramp the learning rate up linearly over this many first global steps (0 = no warmup; --model cnn: "+strconv.FormatInt(config.DefaultCNNWarmupSteps, 10)+" unless given)")
 	fs.Float64Var(&r.Epochs, "epochs", r.Epochs, "epochs to train (an upper bound when --target-accuracy is set)")
 	fs.Float64Var(&r.TargetAccuracy, "target-accuracy", r.TargetAccuracy, "stop once the test accuracy holds at this (0 = run all epochs); the model handed back is one that scored it")
 	fs.IntVar(&r.TargetHold, "target-hold", r.TargetHold, "evaluations in a row that must score --target-accuracy on the whole test set before the run stops")
@@ -138,14 +169,17 @@ func bindRunFlags(fs *flag.FlagSet, r *config.Run) {
 	fs.IntVar(&r.KeepCheckpoints, "keep-checkpoints", r.KeepCheckpoints, "how many checkpoints to keep (0 = all)")
 	fs.IntVar(&r.KeepArchives, "keep-archives", r.KeepArchives, "chief: how many archive-TIME directories of earlier runs' checkpoints to keep in --checkpoint-dir; older ones are deleted when a new run starts (0 = none, -1 = all)")
 	fs.BoolVar(&r.Resume, "resume", r.Resume, "start from the newest valid checkpoint in --checkpoint-dir, if any; with checkpoints there but every one damaged, refuse to start (false: start afresh, moving old checkpoints aside)")
+	track(fs, "lr", &m.lrSet)
+	track(fs, "warmup-steps", &m.warmupSet)
 }
 
 // bindModelFlags registers --model, --conv and --hidden on fs.
-func bindModelFlags(fs *flag.FlagSet, r *config.Run) {
+func bindModelFlags(fs *flag.FlagSet, r *config.Run) *modelFlags {
 	m := &modelFlags{r: r}
 	fs.Var(modelFlag{m}, "model", "network: mlp, or cnn (LeNet-style: per --conv entry a 5x5 convolution, ReLU and 2x2 max-pool, then the --hidden dense layers; docs/models.md)")
 	fs.Var(convFlag{m}, "conv", "cnn: comma list of each convolution's output channels (--model cnn: "+sizesText(&config.DefaultCNNConv)+" unless given)")
 	fs.Var(hiddenFlag{&r.Hidden, &m.hiddenSet}, "hidden", "comma list of hidden (dense) layer sizes (--model cnn: "+sizesText(&config.DefaultCNNHidden)+" unless given)")
+	return m
 }
 
 // lrText describes the learning rate for a header line: "0.2", or with a

@@ -38,6 +38,13 @@ func TestModelFlagsDefaultsAndRoundTrip(t *testing.T) {
 		{[]string{"--model=cnn", "--model=mlp"}, "", nil, []int{800}},
 	} {
 		r := parseRunFlags(t, c.args...)
+		lr, warmup := config.Default().LR, config.Default().WarmupSteps
+		if c.model.IsCNN() {
+			lr, warmup = config.DefaultCNNLR, config.DefaultCNNWarmupSteps
+		}
+		if r.LR != lr || r.WarmupSteps != warmup {
+			t.Errorf("%v: lr %v warmup %d, want %v %d", c.args, r.LR, r.WarmupSteps, lr, warmup)
+		}
 		if r.Model != c.model || !reflect.DeepEqual(r.Conv, c.conv) || !reflect.DeepEqual(r.Hidden, c.hidden) {
 			t.Errorf("%v: model %q conv %v hidden %v, want %q %v %v", c.args, r.Model, r.Conv, r.Hidden, c.model, c.conv, c.hidden)
 		}
@@ -47,6 +54,14 @@ func TestModelFlagsDefaultsAndRoundTrip(t *testing.T) {
 		if back := parseRunFlags(t, runArgs(r)...); !reflect.DeepEqual(back, r) {
 			t.Errorf("%v: round trip through runArgs: %+v, want %+v", c.args, back, r)
 		}
+	}
+	// A learning rate or warmup given, before or after --model, stays.
+	if r := parseRunFlags(t, "--lr=0.01", "--model=cnn", "--warmup-steps=5"); r.LR != 0.01 || r.WarmupSteps != 5 {
+		t.Errorf("given lr and warmup replaced: %v %d", r.LR, r.WarmupSteps)
+	}
+	// A learning rate or warmup given, before or after --model, stays.
+	if r := parseRunFlags(t, "--lr=0.01", "--model=cnn", "--warmup-steps=5"); r.LR != 0.01 || r.WarmupSteps != 5 {
+		t.Errorf("given lr and warmup replaced: %v %d", r.LR, r.WarmupSteps)
 	}
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
