@@ -41,8 +41,8 @@ type cnnNet struct {
 // convBufs is one convolution block's memory. P = batch*OutH*OutW.
 type convBufs struct {
 	col   []float32 // [chunk*OutH*OutW, K] im2col patches of the block's input
-	out   []float32 // [P, Out] ReLU(conv + bias)
-	pool  []float32 // [batch*PoolH*PoolW, Out] 2x2 max of out
+	out   []float32 // [P, Out] the convolution without its bias
+	pool  []float32 // [batch*PoolH*PoolW, Out] ReLU(2x2 max of out + bias)
 	arg   []int32   // index into out of each pool element's maximum
 	dOut  []float32 // train: dLoss/d(conv + bias), [P, Out]
 	dCol  []float32 // train, not the first block: dLoss/dcol, [P, K]
@@ -156,8 +156,7 @@ func (n *cnnNet) forward() {
 			im2col(in[b*inSize:(b+m)*inSize], g, m, c.col)
 			n.gemm.Sgemm(gblas.NoTrans, gblas.Trans, m*g.OutH*g.OutW, g.Out, g.K(), 1, c.col, g.K(), n.params[wIndex(l)], g.K(), 0, c.out[b*outSize:], g.Out)
 		}
-		addBias(c.out, n.params[bIndex(l)], true)
-		maxPool(c.out, g, n.batch, c.pool, c.arg)
+		maxPool(c.out, n.params[bIndex(l)], g, n.batch, c.pool, c.arg)
 		in = c.pool
 	}
 	off := len(n.layers)
@@ -228,7 +227,7 @@ func (n *cnnNet) backward() {
 	for l := len(n.layers) - 1; l >= 0; l-- {
 		g, c := n.layers[l], &n.conv[l]
 		p := n.batch * g.OutH * g.OutW
-		unpool(c.dPool, c.arg, c.out, c.dOut)
+		unpool(c.dPool, c.arg, c.pool, g, n.batch, c.dOut)
 		n.gemm.Sgemm(gblas.Trans, gblas.NoTrans, g.Out, g.K(), p, 1, c.dOut, g.Out, c.col, g.K(), 0, n.grads[wIndex(l)], g.K())
 		colSum(c.dOut, g.Out, n.grads[bIndex(l)])
 		if l == 0 {
@@ -263,7 +262,14 @@ func im2col(in []float32, g model.ConvLayer, batch int, col []float32) {
 				dst := col[row*kk : (row+1)*kk]
 				for ky := 0; ky < k; ky++ {
 					src := ((b*g.InH+oy+ky)*g.InW + ox) * g.InC
-					copy(dst[ky*run:(ky+1)*run], in[src:src+run])
+					d, s := dst[ky*run:(ky+1)*run], in[src:src+run]
+					if run < 16 { // one channel: a call to copy costs more than 5 moves
+						for i := range d {
+							d[i] = s[i]
+						}
+						continue
+					}
+					copy(d, s)
 				}
 				row++
 			}
@@ -295,9 +301,12 @@ func col2im(col []float32, g model.ConvLayer, batch int, dIn []float32) {
 	}
 }
 
-// maxPool takes the maximum of each 2x2 window of out (an odd last row or
-// column is dropped) per channel, and records where it was in arg.
-func maxPool(out []float32, g model.ConvLayer, batch int, pool []float32, arg []int32) {
+// maxPool writes ReLU(max + bias) of each 2x2 window of out per channel
+// (an odd last row or column is dropped) and records in arg where the
+// maximum was. Bias and ReLU commute with the maximum (the bias is the
+// same across a channel's window, ReLU is monotone), so they are applied
+// to the pooled map only: a quarter of the work of applying them to out.
+func maxPool(out, bias []float32, g model.ConvLayer, batch int, pool []float32, arg []int32) {
 	c := g.Out
 	offs := [...]int{c, g.OutW * c, g.OutW*c + c}
 	dst := 0
@@ -317,20 +326,38 @@ func maxPool(out []float32, g model.ConvLayer, batch int, pool []float32, arg []
 						}
 					}
 				}
+				for j, bj := range bias[:c] {
+					pv[j] = max(pv[j]+bj, 0)
+				}
 				dst += c
 			}
 		}
 	}
 }
 
-// unpool routes each pooled gradient to the position its maximum came from,
-// through the ReLU before the pool (zero where the activation was not
-// positive). dOut is overwritten.
-func unpool(dPool []float32, arg []int32, out, dOut []float32) {
-	clear(dOut)
-	for i, a := range arg {
-		if out[a] > 0 {
-			dOut[a] = dPool[i]
+// unpool writes dOut, the gradient of the convolution's output: each
+// pooled gradient goes to the position its maximum came from if the ReLU
+// after the pool passed it (the pooled value is positive), every other
+// position of the window gets 0. Positions in no window (an odd last row
+// or column) are never written: they stay 0 from allocation.
+func unpool(dPool []float32, arg []int32, pool []float32, g model.ConvLayer, batch int, dOut []float32) {
+	c := g.Out
+	offs := [...]int{0, c, g.OutW * c, g.OutW*c + c}
+	src := 0
+	for b := 0; b < batch; b++ {
+		for py := 0; py < g.PoolH; py++ {
+			for px := 0; px < g.PoolW; px++ {
+				base := ((b*g.OutH+2*py)*g.OutW + 2*px) * c
+				for _, o := range offs {
+					clear(dOut[base+o : base+o+c])
+				}
+				for j, a := range arg[src : src+c] {
+					if pool[src+j] > 0 {
+						dOut[a] = dPool[src+j]
+					}
+				}
+				src += c
+			}
 		}
 	}
 }
