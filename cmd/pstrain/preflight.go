@@ -44,6 +44,9 @@ func checkRun(r config.Run) (dataset.Shape, error) {
 	if err != nil {
 		return shape, err
 	}
+	if err := r.Spec(shape.Dim, shape.Classes).Validate(); err != nil { // a CNN on data that is no image, or too small for its convolutions
+		return shape, asUsage(fmt.Errorf("%s: %w", r.Dataset, err))
+	}
 	if avail, err := preflight.MemAvailable(procRoot); err == nil {
 		what := fmt.Sprintf("the run (a chief, %d PS and %d workers, model %s, batch %d)", r.PS, r.Workers, r.Spec(shape.Dim, shape.Classes), r.Batch)
 		if err := preflight.CheckMemory(what, preflight.Estimate(r, shape).Run(r), avail); err != nil {
@@ -89,6 +92,9 @@ func checkTask(r config.Run, spec cluster.Spec, tk cluster.Task, metricsAddr, da
 		return nil
 	case err != nil:
 		return err
+	}
+	if err := r.Spec(shape.Dim, shape.Classes).Validate(); err != nil {
+		return asUsage(fmt.Errorf("%s: %w", r.Dataset, err))
 	}
 	avail, err := preflight.MemAvailable(procRoot)
 	if err != nil {

@@ -126,7 +126,10 @@ func (s Spec) Validate() error {
 }
 
 func (s Spec) validateCNN() error {
-	if s.Height <= 0 || s.Width <= 0 || s.Input%(s.Height*s.Width) != 0 {
+	if s.Height <= 0 || s.Width <= 0 {
+		return fmt.Errorf("model: a CNN reads square images, and %d values per sample are not a square", s.Input)
+	}
+	if s.Input%(s.Height*s.Width) != 0 {
 		return fmt.Errorf("model: a CNN needs an image: input %d is not a multiple of height %d x width %d", s.Input, s.Height, s.Width)
 	}
 	if len(s.Conv) == 0 {
