@@ -33,9 +33,9 @@ type cnnNet struct {
 	// eval net, so that evaluating in batches of 1000 does not hold 1000
 	// images' patches (100 MiB for the default CNN).
 	chunk int
-	conv   []convBufs
-	dense  []denseBufs
-	prob   []float32 // softmax of the logits, [batch, classes]
+	conv  []convBufs
+	dense []denseBufs
+	prob  []float32 // softmax of the logits, [batch, classes]
 }
 
 // convBufs is one convolution block's memory. P = batch*OutH*OutW.
