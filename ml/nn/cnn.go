@@ -28,22 +28,24 @@ type cnnNet struct {
 	grads  [][]float32 // same shapes; nil for an eval net
 	x      []float32   // [batch, H, W, C]
 	labels []int       // -1: no label (row contributes nothing)
-	// chunk is how many images one im2col holds: the whole batch when
-	// training (the backward pass reuses the patches), evalChunk for an
-	// eval net, so that evaluating in batches of 1000 does not hold 1000
-	// images' patches (100 MiB for the default CNN).
+	// chunk is how many images the conv blocks take at a time: the whole
+	// batch when training (the backward pass reuses every block's
+	// patches and maps), evalChunk for an eval net, so that evaluating in
+	// batches of 1000 does not hold 1000 images' patches and maps (about
+	// 150 MiB for the default CNN). Only the last block's pooled map, the
+	// dense layers' input, is kept for the whole batch.
 	chunk int
 	conv  []convBufs
 	dense []denseBufs
 	prob  []float32 // softmax of the logits, [batch, classes]
 }
 
-// convBufs is one convolution block's memory. P = batch*OutH*OutW.
+// convBufs is one convolution block's memory. P = chunk*OutH*OutW.
 type convBufs struct {
-	col   []float32 // [chunk*OutH*OutW, K] im2col patches of the block's input
+	col   []float32 // [P, K] im2col patches of the block's input
 	out   []float32 // [P, Out] the convolution without its bias
-	pool  []float32 // [batch*PoolH*PoolW, Out] ReLU(2x2 max of out + bias)
-	arg   []int32   // index into out of each pool element's maximum
+	pool  []float32 // [chunk*PoolH*PoolW, Out] ReLU(2x2 max of out + bias); the last block's: [batch*...]
+	arg   []int32   // [chunk*PoolH*PoolW, Out] index into out of each pool element's maximum
 	dOut  []float32 // train: dLoss/d(conv + bias), [P, Out]
 	dCol  []float32 // train, not the first block: dLoss/dcol, [P, K]
 	dPool []float32 // train: dLoss/dpool
@@ -73,12 +75,15 @@ func newCNN(spec model.Spec, batch int, train bool) *cnnNet {
 	n.x = make([]float32, batch*spec.Input)
 	n.labels = make([]int, batch)
 	for i, l := range n.layers {
-		p := batch * l.OutH * l.OutW
+		p, pooled := n.chunk*l.OutH*l.OutW, l.PoolH*l.PoolW*l.Out
 		c := convBufs{
-			col:  make([]float32, n.chunk*l.OutH*l.OutW*l.K()),
+			col:  make([]float32, p*l.K()),
 			out:  make([]float32, p*l.Out),
-			pool: make([]float32, batch*l.PoolH*l.PoolW*l.Out),
-			arg:  make([]int32, batch*l.PoolH*l.PoolW*l.Out),
+			pool: make([]float32, n.chunk*pooled),
+			arg:  make([]int32, n.chunk*pooled),
+		}
+		if i == len(n.layers)-1 {
+			c.pool = make([]float32, batch*pooled)
 		}
 		if train {
 			c.dOut = make([]float32, len(c.out))
@@ -147,18 +152,22 @@ func wIndex(l int) int { return 2 * l }
 func bIndex(l int) int { return 2*l + 1 }
 
 func (n *cnnNet) forward() {
-	in := n.x
-	for l, g := range n.layers {
-		c := &n.conv[l]
-		inSize, outSize := g.InH*g.InW*g.InC, g.OutH*g.OutW*g.Out
-		for b := 0; b < n.batch; b += n.chunk {
-			m := min(n.chunk, n.batch-b)
-			im2col(in[b*inSize:(b+m)*inSize], g, m, c.col)
-			n.gemm.Sgemm(gblas.NoTrans, gblas.Trans, m*g.OutH*g.OutW, g.Out, g.K(), 1, c.col, g.K(), n.params[wIndex(l)], g.K(), 0, c.out[b*outSize:], g.Out)
+	for b := 0; b < n.batch; b += n.chunk {
+		m := min(n.chunk, n.batch-b)
+		in := n.x[b*n.spec.Input : (b+m)*n.spec.Input]
+		for l, g := range n.layers {
+			c := &n.conv[l]
+			im2col(in, g, m, c.col)
+			n.gemm.Sgemm(gblas.NoTrans, gblas.Trans, m*g.OutH*g.OutW, g.Out, g.K(), 1, c.col, g.K(), n.params[wIndex(l)], g.K(), 0, c.out, g.Out)
+			pool := c.pool
+			if l == len(n.layers)-1 {
+				pool = pool[b*g.PoolH*g.PoolW*g.Out:]
+			}
+			maxPool(c.out, n.params[bIndex(l)], g, m, pool, c.arg)
+			in = pool
 		}
-		maxPool(c.out, n.params[bIndex(l)], g, n.batch, c.pool, c.arg)
-		in = c.pool
 	}
+	in := n.conv[len(n.conv)-1].pool
 	off := len(n.layers)
 	for l := range n.dense {
 		d := &n.dense[l]
