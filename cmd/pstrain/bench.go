@@ -89,7 +89,11 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 			defer os.RemoveAll(dir)
 		}
-		cfg.Runner = &bench.ExecRunner{Exe: exe, Dir: dir, DataDir: *dataDir}
+		runner := &bench.ExecRunner{Exe: exe, Dir: dir, DataDir: *dataDir}
+		if mr.Model.IsCNN() { // the cluster runs train the model compute measured
+			runner.Model = []string{"--model=cnn", "--conv=" + sizesText(&mr.Conv), "--hidden=" + sizesText(&mr.Hidden)}
+		}
+		cfg.Runner = runner
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)

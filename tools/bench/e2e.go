@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -27,8 +28,11 @@ type ExecRunner struct {
 	Exe     string
 	Dir     string
 	DataDir string
-	Now     Clock
-	n       int
+	// Model holds the flags choosing the model every run trains (e.g.
+	// --model=cnn), given before each run's own; nil: the default MLP.
+	Model []string
+	Now   Clock
+	n     int
 }
 
 // Run implements Runner. On ctx's end the cluster is interrupted (SIGINT,
@@ -51,7 +55,7 @@ func (e *ExecRunner) Run(ctx context.Context, args []string) (*report.Report, ti
 	defer logf.Close()
 	repPath := filepath.Join(dir, "report.json")
 	full := append([]string{"run", "--report", repPath, "--run-dir", dir, "--sd-dir", filepath.Join(dir, "targets"),
-		"--data-dir", e.DataDir}, args...)
+		"--data-dir", e.DataDir}, append(slices.Clone(e.Model), args...)...)
 	cmd := exec.CommandContext(ctx, e.Exe, full...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }

@@ -157,10 +157,11 @@ while [ $# -gt 0 ]; do
     --report) rep="$2"; shift ;;
     --data-dir) [ "$2" = /data ] || { echo "data dir $2"; exit 3; }; shift ;;
     --mode) [ "$2" = boom ] && { echo "exploded"; exit 1; }; shift ;;
+    --model=*) model="${1#--model=}" ;;
   esac
   shift
 done
-echo '{"mode":"sync","ps":1,"samples_per_second":1234.5,"time_to_target_seconds":null}' > "$rep"
+echo '{"mode":"sync","ps":1,"model":"'"$model"'","samples_per_second":1234.5,"time_to_target_seconds":null}' > "$rep"
 `
 	if err := os.WriteFile(exe, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
@@ -180,5 +181,16 @@ echo '{"mode":"sync","ps":1,"samples_per_second":1234.5,"time_to_target_seconds"
 	log, _ := os.ReadFile(filepath.Join(dir, "work", "run02", "run.log"))
 	if !strings.Contains(string(log), "exploded") {
 		t.Errorf("run.log = %q, want the child's output", log)
+	}
+	if rep.Model != "" {
+		t.Errorf("a runner without Model passed model %q", rep.Model)
+	}
+	// Model's flags reach every run (bench --model cnn's cluster runs).
+	r.Model = []string{"--model=cnn"}
+	if rep, _, err = r.Run(context.Background(), []string{"--mode", "sync"}); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Model != "cnn" {
+		t.Fatalf("a runner with Model: report model %q, want cnn", rep.Model)
 	}
 }
