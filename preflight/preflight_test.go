@@ -149,3 +149,22 @@ func TestBytes(t *testing.T) {
 		}
 	}
 }
+
+// A CNN's footprint counts its own parameters (not an MLP's of the same
+// --hidden) and, per sample, each conv block's patches, output and pooled
+// map.
+func TestEstimateCNN(t *testing.T) {
+	r := config.Default()
+	r.Model, r.Conv, r.Hidden = "cnn", []int{16, 32}, []int{256}
+	params := 16.0*25 + 16 + 32*400 + 32 + 512*256 + 256 + 256*10 + 10
+	units := 576.0*(25+16) + 144*16 + 64*(400+32) + 16*32 + 784 + 256 + 10
+	f := Estimate(r, mnist)
+	want := Footprint{
+		Chief:  2*params*4 + 10000*784*4,
+		PS:     3 * params * 4 / 2,
+		Worker: 2*params*4 + 2*128*units*4 + 70000*784*4,
+	}
+	if f != want {
+		t.Fatalf("Estimate = %+v, want %+v", f, want)
+	}
+}
