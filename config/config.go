@@ -74,25 +74,25 @@ const (
 // `check:"-"` are local to a task and excluded from the registration
 // comparison.
 type Run struct {
-	Mode                Mode    `json:"mode"`
-	Staleness           int     `json:"staleness"`
-	ReplicasToAggregate int     `json:"replicas_to_aggregate"` // 0: all workers
-	PS                  int     `json:"ps"`
-	Workers             int     `json:"workers"`
+	Mode                Mode `json:"mode"`
+	Staleness           int  `json:"staleness"`
+	ReplicasToAggregate int  `json:"replicas_to_aggregate"` // 0: all workers
+	PS                  int  `json:"ps"`
+	Workers             int  `json:"workers"`
 	// MaxWorkers bounds the workers an elastic run may scale to
 	// (docs/elastic.md): `pstrain scale`, or a worker registering with
 	// the next index. 0: WorkerSlots' default.
-	MaxWorkers int `json:"max_workers,omitempty"`
-	Hidden              []int   `json:"hidden"`
-	Batch               int     `json:"batch"`
-	LR                  float64 `json:"lr"`
-	Momentum            float64 `json:"momentum"`
-	Optimizer           string  `json:"optimizer"`
-	Epochs              float64 `json:"epochs"`
-	TargetAccuracy      float64 `json:"target_accuracy"`
-	Dataset             string  `json:"dataset"`
-	DataFraction        float64 `json:"data_fraction"`
-	Seed                int64   `json:"seed"`
+	MaxWorkers     int     `json:"max_workers,omitempty"`
+	Hidden         []int   `json:"hidden"`
+	Batch          int     `json:"batch"`
+	LR             float64 `json:"lr"`
+	Momentum       float64 `json:"momentum"`
+	Optimizer      string  `json:"optimizer"`
+	Epochs         float64 `json:"epochs"`
+	TargetAccuracy float64 `json:"target_accuracy"`
+	Dataset        string  `json:"dataset"`
+	DataFraction   float64 `json:"data_fraction"`
+	Seed           int64   `json:"seed"`
 	// NaNPolicy is what a PS does with a gradient holding NaN or Inf:
 	// Reject refuses the push with an error (the worker stops and says
 	// why), Skip drops it and training goes on. Either way it is counted

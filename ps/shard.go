@@ -246,7 +246,7 @@ func NewShard(cfg ShardConfig, params []float32, opt optim.Optimizer, version in
 	s := &Shard{cfg: cfg, params: params, opt: opt, version: version, members: cfg.Workers,
 		live: make([]bool, cfg.Workers), clock: make([]int64, cfg.Workers), pos: make([]int64, cfg.Workers),
 		retired: make([]bool, cfg.Workers),
-		guard: NewNormGuard(cfg.NormGuard, floor), refused: make([]int64, cfg.Workers), nonFinite: make([]int64, cfg.Workers)}
+		guard:   NewNormGuard(cfg.NormGuard, floor), refused: make([]int64, cfg.Workers), nonFinite: make([]int64, cfg.Workers)}
 	for i := range s.live {
 		s.live[i] = true
 	}
