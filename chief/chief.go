@@ -56,6 +56,9 @@ type Config struct {
 	// EvalSubset is the fraction of the test set a routine evaluation
 	// scores (default 0.2; see CoreParams).
 	EvalSubset float64
+	// ScaleFile is where `pstrain scale` asks for another worker count
+	// ("" = nowhere; docs/elastic.md): read at every poll it changed.
+	ScaleFile string
 }
 
 // Chief is the coordinator; it also serves the Chief gRPC API.
@@ -66,6 +69,8 @@ type Chief struct {
 
 	mu   sync.Mutex // guards core: the RPC handlers and the loop share it
 	core *Core
+
+	scale scaleWatch // the loop's only
 }
 
 // New checks the configuration and computes the partition plan.
@@ -118,6 +123,14 @@ func (c *Chief) taskNames() []string {
 		out = append(out, fmt.Sprintf("worker/%d", i))
 	}
 	return out
+}
+
+// maxSteps is the run's last step (a change of the worker count moves
+// it).
+func (c *Chief) maxSteps() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.core.MaxSteps()
 }
 
 // Plan is the partition of the model across shards.
@@ -201,6 +214,14 @@ func (c *Chief) tick(ctx context.Context) []Action {
 	if polling {
 		shards = c.pollShards(ctx)
 	}
+	if n, ok := c.scale.poll(c.cfg.ScaleFile, c.cfg.Log); ok {
+		c.step(func(now time.Time) []Action {
+			if err := c.core.Scale(n, now); err != nil {
+				c.cfg.Log.Error("scale request refused", "file", c.cfg.ScaleFile, "err", err)
+			}
+			return nil
+		})
+	}
 	var p Progress
 	acts := c.step(func(now time.Time) []Action {
 		p = c.core.Progress(now)
@@ -235,7 +256,10 @@ func (c *Chief) perform(ctx, jobCtx context.Context, a Action, results chan<- fu
 		}
 		return c.step(func(now time.Time) []Action { return c.core.RolledBack(now, step, fromCkpt) }), nil
 	case SetMembership:
-		if c.setMembership(ctx, a.Live) {
+		switch sent, refused := c.setMembership(ctx, a); {
+		case refused:
+			return c.step(c.core.MembershipRefused), nil
+		case sent:
 			c.step(func(time.Time) []Action { c.core.MembershipSent(a.Live); return nil })
 		}
 	case Evaluate:

@@ -352,6 +352,7 @@ flags must agree with the chief's.`)
 	summary := fs.Bool("summary", true, "chief: print the run's summary on stdout at the end (pstrain run prints its own)")
 	runID := fs.String("run-id", "", "chief: run identifier (default: generated; give one so that a restarted chief can adopt its running cluster)")
 	statePath := fs.String("state-file", "", "chief: keep the report's history here so that a restarted chief can finish it")
+	scaleFile := fs.String("scale-file", "", "chief: change the worker count when this JSON file ({\"workers\": N}) changes (pstrain scale writes it; docs/elastic.md)")
 	faultGradient := fs.String("fault-gradient", "", "testing: worker/I@STEP:SCALE multiplies worker I's gradient by SCALE once, at global step STEP (worker/I@every:SCALE: every step); other tasks ignore it")
 	tlsF := bindTLSFlags(fs)
 	tokenFile := bindTokenFlag(fs)
@@ -436,7 +437,7 @@ flags must agree with the chief's.`)
 	case cluster.Worker:
 		return task.RunWorker(ctx, o, *blasThreads)
 	}
-	co := task.ChiefOptions{RunID: *runID, ReportPath: *reportPath, StatePath: *statePath}
+	co := task.ChiefOptions{RunID: *runID, ReportPath: *reportPath, StatePath: *statePath, ScaleFile: *scaleFile}
 	if *progress {
 		co.Progress = stdout
 	}
