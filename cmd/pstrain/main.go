@@ -42,6 +42,8 @@ Usage:
   pstrain eval --checkpoint DIR       test accuracy of a checkpoint
   pstrain top [--targets FILE | --cluster FILE] [--once]
                                       live view of every task: steps/s, phases, CPU, RSS, load
+  pstrain scale --run-dir DIR --workers N
+                                      add or remove workers of a running sync run
   pstrain bench [--json] [--quick]    performance ratios against this machine's limits
   pstrain sweep --grid SPEC --out DIR experiment grids: runs, results.csv, summary.md, plots
   pstrain plot DIR                    re-draw a sweep's plots from its CSV
@@ -215,6 +217,7 @@ var commands = map[string]command{
 	"checkpoint": cmdCheckpoint,
 	"eval":       cmdEval,
 	"top":        cmdTop,
+	"scale":      cmdScale,
 	"bench":      cmdBench,
 	"sweep":      cmdSweep,
 	"plot":       cmdPlot,
