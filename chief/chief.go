@@ -19,6 +19,7 @@ import (
 
 	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/ml/dataset"
 	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/ml/partition"
 	"github.com/pstrain/pstrain/observe/metrics"
@@ -123,6 +124,21 @@ func (c *Chief) taskNames() []string {
 		out = append(out, fmt.Sprintf("worker/%d", i))
 	}
 	return out
+}
+
+// Scale asks for workers workers (docs/elastic.md); --scale-file is the
+// task's way to call it.
+func (c *Chief) Scale(workers int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.core.Scale(workers, c.cfg.Now())
+}
+
+// DataPlan is the run's data plan in effect.
+func (c *Chief) DataPlan() dataset.DataPlan {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.core.st.Plan
 }
 
 // maxSteps is the run's last step (a change of the worker count moves
