@@ -97,7 +97,6 @@ type Core struct {
 	endNoted    bool
 	pending     *SetMembership
 	lastSent    *SetMembership
-	sentElastic *SetMembership
 }
 
 type phase int

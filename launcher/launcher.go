@@ -274,6 +274,7 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 	// PS's data plane. The cluster has a worker slot for every worker the
 	// run may scale to (--max-workers); the first --workers start.
 	slots := r.WorkerSlots()
+	c.Run.MaxWorkers, r.MaxWorkers = slots, slots // every task is told the slots the cluster file lists
 	n := 1 + r.PS + slots
 	ports, err := freePorts(2*n + r.PS)
 	if err != nil {
