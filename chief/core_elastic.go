@@ -235,7 +235,8 @@ func (c *Core) PlanAcked(worker, eras int) {
 
 // admit checks that worker index may register: one of the run's
 // --workers, one a scale-up is adding, or (sync, training) the next
-// index, which asks for one more worker.
+// index or a later one below --max-workers, which asks for index+1
+// workers.
 func (c *Core) admit(index int, now time.Time) error {
 	r := c.p.Run
 	switch {
@@ -247,8 +248,9 @@ func (c *Core) admit(index int, now time.Time) error {
 		return nil
 	case index < c.target && c.retired[index] && c.target > c.workers():
 		return nil // removed before, added again
-	case index == c.target && c.phase == training:
-		// A worker started by hand with the next index: one more.
+	case index >= c.target && c.phase == training:
+		// A worker started by hand with the next index (or a later one:
+		// pods start in any order): the run grows to index+1 workers.
 		return c.Scale(index+1, now)
 	}
 	if c.phase < training {
