@@ -106,7 +106,7 @@ func New(cfg Config) (*Chief, error) {
 	for _, p := range cfg.PS {
 		core.p.PSAddrs = append(core.p.PSAddrs, p.Addr)
 	}
-	c := &Chief{cfg: cfg, plan: plan, core: core}
+	c := &Chief{cfg: cfg, plan: plan, core: core, scale: scaleWatch{since: time.Now()}}
 	// Every task's restart counter exists from the start, so dashboards
 	// show 0 rather than nothing.
 	for _, t := range c.taskNames() {

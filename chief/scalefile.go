@@ -31,10 +31,12 @@ func ReadScaleRequest(path string) (ScaleRequest, error) {
 }
 
 // scaleWatch notices a new scale request: a file whose modification
-// time or sequence changed since it was last read.
+// time or sequence changed since it was last read, and that was written
+// after since (a request left by an earlier run is not this one's).
 type scaleWatch struct {
-	mod time.Time
-	seq int64
+	since time.Time
+	mod   time.Time
+	seq   int64
 }
 
 // poll returns the worker count of a new request in path (ok), logging
@@ -44,7 +46,7 @@ func (w *scaleWatch) poll(path string, log *slog.Logger) (int, bool) {
 		return 0, false
 	}
 	fi, err := os.Stat(path)
-	if err != nil || fi.ModTime().Equal(w.mod) {
+	if err != nil || fi.ModTime().Equal(w.mod) || fi.ModTime().Before(w.since) {
 		return 0, false
 	}
 	r, err := ReadScaleRequest(path)
