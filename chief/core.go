@@ -262,7 +262,7 @@ func (c *Core) Register(reg Registration, now time.Time) (int64, error) {
 		if err := c.admit(index, now); err != nil {
 			return 0, err
 		}
-		if c.workerSeen[index] && c.phase >= training {
+		if c.workerSeen[index] && c.phase >= training && !c.retired[index] {
 			// Registering again: the worker was restarted. It resumes its
 			// data shard where the shards say it was and joins at the
 			// current step.

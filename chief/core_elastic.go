@@ -126,6 +126,14 @@ func (c *Core) beginChange(now time.Time) []Action {
 		return nil
 	}
 	c.change = &change{from: c.workers(), to: c.target, at: at, epoch: epoch, asked: c.targetAsked}
+	live := c.members.Live(now)
+	for w := c.workers(); w < c.target; w++ {
+		// Joining: the release waits for each to register, again for one
+		// removed earlier that is not heard from (its process exited).
+		if c.retired[w] && !slices.Contains(live, w) {
+			c.workerSeen[w] = false
+		}
+	}
 	c.log.Info("membership change: holding the shards at the next epoch boundary", "from", c.workers(), "to", c.target, "step", at, "epoch", epoch)
 	return c.membership(now)
 }
@@ -155,24 +163,25 @@ func (c *Core) heldSent() {
 	c.acks = map[int]int{}
 }
 
-// notReady lists the workers the release waits for: live workers that
-// stay and have not acknowledged the new plan, and joining ones that
-// have not registered (up to StartupTimeout after the hold): every
-// live member of the new era has the plan before it pulls the boundary
-// step.
+// notReady lists the workers the release waits for, up to
+// StartupTimeout after the hold: live members of the new era that have
+// not acknowledged its plan, and joining workers that have not
+// registered. So every live member has the plan before it pulls the
+// boundary step; one that does not (a worker too old to say which plan
+// it uses) is released without after the timeout.
 func (c *Core) notReady(now time.Time, ch *change) []int {
+	if now.Sub(ch.heldAt) >= c.p.StartupTimeout {
+		return nil // (tickElastic's log named the workers waited for)
+	}
 	var out []int
-	live := c.members.Live(now)
-	for _, w := range live {
+	for _, w := range c.members.Live(now) {
 		if w < ch.to && c.acks[w] < len(ch.plan.Eras) {
 			out = append(out, w)
 		}
 	}
-	if now.Sub(ch.heldAt) < c.p.StartupTimeout {
-		for w := ch.from; w < ch.to; w++ {
-			if !c.workerSeen[w] {
-				out = append(out, w)
-			}
+	for w := ch.from; w < ch.to; w++ {
+		if !c.workerSeen[w] {
+			out = append(out, w)
 		}
 	}
 	return out

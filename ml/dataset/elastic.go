@@ -187,17 +187,12 @@ func NewElasticBatches(worker int, seed int64, plan DataPlan, load ShardLoader) 
 	return b, nil
 }
 
-// SetPlan replaces the plan after loading the shards its eras need. A
-// plan with fewer eras than the current one (an older plan) is ignored.
+// SetPlan replaces the plan after loading the shards its eras need. (The
+// chief's plan only grows, but for a change a restarted chief dropped:
+// the plan then loses the era that never took effect.)
 func (b *ElasticBatches) SetPlan(p DataPlan) error {
 	if err := p.Validate(); err != nil {
 		return err
-	}
-	b.mu.Lock()
-	old := len(b.plan.Eras)
-	b.mu.Unlock()
-	if len(p.Eras) < old {
-		return nil
 	}
 	loaded := map[[2]int]*Batcher{}
 	for _, e := range p.Eras {
@@ -213,9 +208,6 @@ func (b *ElasticBatches) SetPlan(p DataPlan) error {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(p.Eras) < len(b.plan.Eras) {
-		return nil
-	}
 	for k, v := range loaded {
 		b.batchers[k] = v
 	}
