@@ -41,6 +41,7 @@ func TestValidateRejectsImpossibleValues(t *testing.T) {
 		"--norm-guard Inf":        func(r *Run) { r.NormGuard = math.Inf(1) },
 		"--aggregate":             func(r *Run) { r.Aggregate = "median" },
 		"--aggregate async":       func(r *Run) { r.Aggregate, r.Mode = TrimmedMean, Async },
+		"--max-workers":           func(r *Run) { r.Workers, r.MaxWorkers = 4, 3 },
 	}
 	for name, mutate := range cases {
 		r := Default()
@@ -184,5 +185,26 @@ func TestRunConfigJSONIsUnchanged(t *testing.T) {
 	r, err = Parse([]byte(`{"mode":"async","ps":1,"workers":2,"hidden":[8],"batch":4,"lr":0.5,"optimizer":"sgd"}`))
 	if err != nil || r.Mode != Async || r.NaNPolicy != "" || r.DataPlane != "" || r.WireDType != "" || r.LRSchedule != "constant" {
 		t.Errorf("parsed %+v, %v", r, err)
+	}
+}
+
+// The worker slots of an elastic run, and the replicas a sync step
+// aggregates with another worker count (docs/elastic.md).
+func TestWorkerSlotsAndReplicas(t *testing.T) {
+	r := Default()
+	if r.WorkerSlots() != 8 {
+		t.Errorf("default slots %d, want 8", r.WorkerSlots())
+	}
+	r.Workers = 12
+	if r.WorkerSlots() != 12 {
+		t.Errorf("12 workers: slots %d, want 12", r.WorkerSlots())
+	}
+	r.Workers, r.MaxWorkers = 2, 4
+	if r.WorkerSlots() != 4 || r.ReplicasFor(3) != 3 {
+		t.Errorf("--max-workers 4: slots %d, replicas for 3 %d; want 4 and 3", r.WorkerSlots(), r.ReplicasFor(3))
+	}
+	r.Workers, r.ReplicasToAggregate = 3, 2 // one backup worker, kept
+	if r.ReplicasFor(4) != 3 || r.ReplicasFor(1) != 1 || r.ReplicasFor(3) != r.Replicas() {
+		t.Errorf("one backup worker: replicas for 4, 1, 3 = %d, %d, %d; want 3, 1, 2", r.ReplicasFor(4), r.ReplicasFor(1), r.ReplicasFor(3))
 	}
 }
