@@ -304,7 +304,9 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 	}
 	tasks := spec.Tasks()
 	s.targets = newTargets(c.SDDir, tasks, s.metricsAddr)
-	if err := s.targets.setAll(true); err != nil {
+	// (Each task is listed once started, below: the worker slots of an
+	// elastic run are not, until a scale request starts them.)
+	if err := s.targets.setAll(false); err != nil {
 		return nil, err
 	}
 	// Whatever the outcome, no target of this run outlives it.
@@ -365,10 +367,7 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 	var started []cluster.Task
 	for i, t := range tasks {
 		if t.Type == cluster.Worker && t.Index >= r.Workers {
-			if err := s.targets.set(i, false); err != nil { // a slot, until a scale request
-				return nil, err
-			}
-			continue
+			continue // a slot, until a scale request
 		}
 		if t.Type == cluster.Worker {
 			s.scaler.running[t.Index] = true
