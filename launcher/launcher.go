@@ -624,7 +624,14 @@ func (s *supervisor) judge(ctx context.Context, p *proc) exitVerdict {
 	case p.err == nil && isChief:
 		return taskDone // the chief ends the run
 	case p.task.Type == cluster.Worker && s.scaler != nil && s.scaler.retiring(p.task.Index):
-		return taskDone // removed by a scale request (docs/elastic.md)
+		// Removed by a scale request (docs/elastic.md): it exits 0 when
+		// its shards say done; any other end is logged, not restarted.
+		if p.err != nil {
+			s.c.Log.Warn("a removed worker did not exit cleanly", "task", p.task, "err", exitText(p))
+		} else {
+			s.c.Log.Info("removed worker exited", "task", p.task)
+		}
+		return taskDone
 	case p.err == nil && s.runEnding(ctx):
 		return taskDone
 	}

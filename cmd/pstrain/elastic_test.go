@@ -135,6 +135,12 @@ func TestScaleWorkers(t *testing.T) {
 	if n := float64(batches*int64(plan.Batch)) / float64(plan.N); n-rep.EpochsDone > 1e-6 || rep.EpochsDone-n > 1e-6 {
 		t.Errorf("the positions hold %.4f epochs of samples, the report %.4f", n, rep.EpochsDone)
 	}
+	// The removed workers exited 0 when their shards said done.
+	for _, w := range []string{"worker/1", "worker/2", "worker/3"} {
+		if !strings.Contains(run.out.String(), `msg="removed worker exited" task=`+w) {
+			t.Errorf("%s did not exit cleanly:\n%s", w, run.out)
+		}
+	}
 	for _, line := range []string{"workers: 2 -> 4 at step", "workers: 4 -> 1 at step"} {
 		if !strings.Contains(run.out.String(), line) {
 			t.Errorf("the summary has no %q:\n%s", line, run.out)
