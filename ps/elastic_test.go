@@ -1,10 +1,17 @@
 package ps
 
 import (
+	"context"
 	"errors"
+	"slices"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/pstrain/pstrain/config"
+	pb "github.com/pstrain/pstrain/proto"
 )
 
 // step pushes a gradient of 1 from each worker at the shard's version
@@ -92,5 +99,61 @@ func TestShardMembershipChange(t *testing.T) {
 	}
 	if !s.Done() {
 		t.Fatal("not done at the new max version")
+	}
+}
+
+// Over the server: a hold at a version reached is FAILED_PRECONDITION
+// (what the chief reads as a refusal); a worker that joins waits in its
+// pull until it is a member; a retired one's pull answers done; a
+// checkpoint records every worker's position, the added ones' too.
+func TestServerMembership(t *testing.T) {
+	srv, _, n := newSyncServer(t, 1)
+	ctx := context.Background()
+	push(t, srv, 0, 0, 1, n)
+	push(t, srv, 1, 0, 1, n)
+	_, err := srv.SetMembership(ctx, &pb.MembershipRequest{LiveWorkers: []int32{0, 1}, Members: 2, Replicas: 2, MaxVersion: 100, HoldAt: 1})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("hold at the version reached: %v, want FailedPrecondition", err)
+	}
+	joined := make(chan *pb.PullResponse, 1)
+	go func() {
+		resp, err := srv.Pull(ctx, &pb.PullRequest{Worker: 2, RunId: "r"})
+		if err != nil {
+			t.Error(err)
+		}
+		joined <- resp
+	}()
+	select {
+	case resp := <-joined:
+		t.Fatalf("a worker not yet a member pulled: %+v", resp)
+	case <-time.After(50 * time.Millisecond): // (a bound on a wait that must not end)
+	}
+	resp, err := srv.SetMembership(ctx, &pb.MembershipRequest{LiveWorkers: []int32{0, 1, 2}, Members: 3, Replicas: 3, MaxVersion: 100})
+	if err != nil || resp.Version != 1 {
+		t.Fatalf("release: %+v, %v", resp, err)
+	}
+	select {
+	case resp := <-joined:
+		if resp.Done || resp.Version != 1 {
+			t.Fatalf("the joining worker's pull: %+v", resp)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the joining worker's pull still waits after the release")
+	}
+	for w := range int32(3) {
+		push(t, srv, w, 1, 1, n)
+	}
+	if _, err := srv.SetMembership(ctx, &pb.MembershipRequest{LiveWorkers: []int32{0, 1, 2}, Members: 1, Retired: []int32{1, 2}, Replicas: 1, MaxVersion: 100}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := srv.Pull(ctx, &pb.PullRequest{Worker: 2, RunId: "r", MinVersion: 50}); err != nil || !resp.Done || resp.DataPosition != 1 {
+		t.Fatalf("a retired worker's pull: %+v, %v; want done at position 1", resp, err)
+	}
+	ck, err := srv.Checkpoint(ctx, &pb.CheckpointRequest{Step: 2, RunId: "r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ck.DataPositions, []int64{2, 2, 1}) {
+		t.Fatalf("checkpoint positions %v, want [2 2 1]", ck.DataPositions)
 	}
 }
