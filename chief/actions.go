@@ -3,6 +3,7 @@ package chief
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/pstrain/pstrain/observe/report"
@@ -46,8 +47,24 @@ type Rollback struct {
 }
 
 // SetMembership tells every shard which workers are alive (a sync step
-// waits only for those). Answered by Core.MembershipSent.
-type SetMembership struct{ Live []int32 }
+// waits only for those) and, in an elastic run (docs/elastic.md; Members
+// > 0), the whole membership: the workers that contribute, the removed
+// ones, the replicas to aggregate, the last step and a hold at a step
+// boundary (HoldAt > 0). Answered by Core.MembershipSent, or
+// Core.MembershipRefused when a shard refused the hold.
+type SetMembership struct {
+	Live       []int32
+	Members    int
+	Retired    []int32
+	Replicas   int
+	MaxVersion int64
+	HoldAt     int64
+}
+
+func (a SetMembership) equal(b SetMembership) bool {
+	return slices.Equal(a.Live, b.Live) && a.Members == b.Members && slices.Equal(a.Retired, b.Retired) &&
+		a.Replicas == b.Replicas && a.MaxVersion == b.MaxVersion && a.HoldAt == b.HoldAt
+}
 
 // Evaluate pulls the model from every shard, each keeping the version it
 // sends (PullRequest.retain), and scores it: first on the test subset;
@@ -126,7 +143,13 @@ func (a Restore) String() string {
 func (a Rollback) String() string {
 	return fmt.Sprintf("rollback at-most-step=%d generation=%d lr-factor=%g", a.AtMost, a.Generation, a.LRFactor)
 }
-func (a SetMembership) String() string { return "set-membership live=" + ints(a.Live) }
+func (a SetMembership) String() string {
+	s := "set-membership live=" + ints(a.Live)
+	if a.Members > 0 {
+		s += fmt.Sprintf(" members=%d retired=%s replicas=%d max-version=%d hold-at=%d", a.Members, ints(a.Retired), a.Replicas, a.MaxVersion, a.HoldAt)
+	}
+	return s
+}
 func (a Evaluate) String() string {
 	return fmt.Sprintf("evaluate seq=%d generation=%d subset=%g confirm-above=%g", a.Seq, a.Generation, a.Subset, a.ConfirmAbove)
 }

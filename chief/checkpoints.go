@@ -88,7 +88,7 @@ func (c *Chief) writeCheckpoint(ctx context.Context, a Checkpoint, versions []in
 			return CheckpointResult{Step: a.Latest, Reused: true, Duration: c.cfg.Now().Sub(t0)}
 		}
 	}
-	step, at, skip := checkpointAt(r.Mode, MaxSteps(r, c.cfg.TrainN), a, versions, ahead)
+	step, at, skip := checkpointAt(r.Mode, c.maxSteps(), a, versions, ahead)
 	if skip != "" {
 		return CheckpointResult{Step: step, Skipped: skip}
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/ml/dataset"
 	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/ml/partition"
 	"github.com/pstrain/pstrain/observe/metrics"
@@ -56,6 +57,9 @@ type Config struct {
 	// EvalSubset is the fraction of the test set a routine evaluation
 	// scores (default 0.2; see CoreParams).
 	EvalSubset float64
+	// ScaleFile is where `pstrain scale` asks for another worker count
+	// ("" = nowhere; docs/elastic.md): read at every poll it changed.
+	ScaleFile string
 }
 
 // Chief is the coordinator; it also serves the Chief gRPC API.
@@ -66,6 +70,8 @@ type Chief struct {
 
 	mu   sync.Mutex // guards core: the RPC handlers and the loop share it
 	core *Core
+
+	scale scaleWatch // the loop's only
 }
 
 // New checks the configuration and computes the partition plan.
@@ -100,7 +106,7 @@ func New(cfg Config) (*Chief, error) {
 	for _, p := range cfg.PS {
 		core.p.PSAddrs = append(core.p.PSAddrs, p.Addr)
 	}
-	c := &Chief{cfg: cfg, plan: plan, core: core}
+	c := &Chief{cfg: cfg, plan: plan, core: core, scale: scaleWatch{since: time.Now()}}
 	// Every task's restart counter exists from the start, so dashboards
 	// show 0 rather than nothing.
 	for _, t := range c.taskNames() {
@@ -118,6 +124,29 @@ func (c *Chief) taskNames() []string {
 		out = append(out, fmt.Sprintf("worker/%d", i))
 	}
 	return out
+}
+
+// Scale asks for workers workers (docs/elastic.md); --scale-file is the
+// task's way to call it.
+func (c *Chief) Scale(workers int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.core.Scale(workers, c.cfg.Now())
+}
+
+// DataPlan is the run's data plan in effect.
+func (c *Chief) DataPlan() dataset.DataPlan {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.core.st.Plan
+}
+
+// maxSteps is the run's last step (a change of the worker count moves
+// it).
+func (c *Chief) maxSteps() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.core.MaxSteps()
 }
 
 // Plan is the partition of the model across shards.
@@ -201,6 +230,14 @@ func (c *Chief) tick(ctx context.Context) []Action {
 	if polling {
 		shards = c.pollShards(ctx)
 	}
+	if n, ok := c.scale.poll(c.cfg.ScaleFile, c.cfg.Log); ok {
+		c.step(func(now time.Time) []Action {
+			if err := c.core.Scale(n, now); err != nil {
+				c.cfg.Log.Error("scale request refused", "file", c.cfg.ScaleFile, "err", err)
+			}
+			return nil
+		})
+	}
 	var p Progress
 	acts := c.step(func(now time.Time) []Action {
 		p = c.core.Progress(now)
@@ -235,7 +272,10 @@ func (c *Chief) perform(ctx, jobCtx context.Context, a Action, results chan<- fu
 		}
 		return c.step(func(now time.Time) []Action { return c.core.RolledBack(now, step, fromCkpt) }), nil
 	case SetMembership:
-		if c.setMembership(ctx, a.Live) {
+		switch sent, refused := c.setMembership(ctx, a); {
+		case refused:
+			return c.step(c.core.MembershipRefused), nil
+		case sent:
 			c.step(func(time.Time) []Action { c.core.MembershipSent(a.Live); return nil })
 		}
 	case Evaluate:

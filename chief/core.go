@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/ml/dataset"
 	"github.com/pstrain/pstrain/observe/metrics"
 	"github.com/pstrain/pstrain/observe/report"
 )
@@ -82,6 +83,20 @@ type Core struct {
 	lastGood                     int64
 	rollback                     *Rollback
 	rollbackSent                 bool
+
+	// Elastic workers (core_elastic.go): the worker count asked for and
+	// when, the change under way, the data plan's eras each worker said
+	// it uses (during a change), the removed workers, and whether the
+	// run's end before the next boundary was logged. pending is the
+	// last SetMembership ordered, lastSent the last every shard heard.
+	target      int
+	targetAsked time.Time
+	change      *change
+	acks        map[int]int
+	retired     map[int]bool
+	endNoted    bool
+	pending     *SetMembership
+	lastSent    *SetMembership
 }
 
 type phase int
@@ -140,6 +155,12 @@ type State struct {
 	// Divergences are the divergences so far (docs/security.md).
 	LRFactor    float64             `json:"lr_factor,omitempty"`
 	Divergences []report.Divergence `json:"divergences,omitempty"`
+	// Elastic workers (docs/elastic.md): the data plan, the worker count
+	// changes, and the run's last step once a change moved it (0: the
+	// MaxSteps formula).
+	Plan       dataset.DataPlan          `json:"data_plan"`
+	Membership []report.MembershipChange `json:"membership_changes,omitempty"`
+	MaxSteps   int64                     `json:"max_steps,omitempty"`
 }
 
 // NewCore returns a core waiting for registrations.
@@ -152,9 +173,11 @@ func NewCore(p CoreParams, runID string, log *slog.Logger, m *metrics.Chief, now
 	}
 	r := p.Run
 	c := &Core{p: p, log: log, m: m, created: now, lastNag: now, members: NewMembership(r.HeartbeatTimeout),
-		psSeen: make([]bool, r.PS), workerSeen: make([]bool, r.Workers),
+		psSeen: make([]bool, r.PS), workerSeen: make([]bool, r.WorkerSlots()),
+		target: r.Workers, retired: map[int]bool{},
 		versions: make([]int64, r.PS), down: make([]time.Time, r.PS),
-		st:       State{RunID: runID, Evals: []report.Eval{}, Restarts: []report.Restart{}, LatestCheckpoint: -1},
+		st: State{RunID: runID, Evals: []report.Eval{}, Restarts: []report.Restart{}, LatestCheckpoint: -1,
+			Plan: dataset.NewDataPlan(p.TrainN, r.Batch, r.Workers)},
 		outliers: make([]int, r.PS), lastGood: -1,
 		refusedGrads: newShardCounts(r.PS, r.Workers), nonFiniteGrads: newShardCounts(r.PS, r.Workers)}
 	c.beginGeneration(0, false)
@@ -182,7 +205,13 @@ func MaxSteps(r config.Run, trainN int) int64 {
 }
 
 // MaxSteps is this run's last version.
-func (c *Core) MaxSteps() int64 { return MaxSteps(c.p.Run, c.p.TrainN) }
+// A change of the worker count moves it (core_elastic.go).
+func (c *Core) MaxSteps() int64 {
+	if c.st.MaxSteps > 0 {
+		return c.st.MaxSteps
+	}
+	return MaxSteps(c.p.Run, c.p.TrainN)
+}
 
 // Phase names the core's phase (for logs and tests).
 func (c *Core) Phase() string { return c.phase.String() }
@@ -230,10 +259,10 @@ func (c *Core) Register(reg Registration, now time.Time) (int64, error) {
 		}
 		c.psSeen[index] = true
 	case "worker":
-		if index < 0 || index >= len(c.workerSeen) {
-			return 0, fmt.Errorf("%w: worker index %d out of range (the run has %d)", ErrBadTask, index, len(c.workerSeen))
+		if err := c.admit(index, now); err != nil {
+			return 0, err
 		}
-		if c.workerSeen[index] && c.phase >= training {
+		if c.workerSeen[index] && c.phase >= training && !c.retired[index] {
 			// Registering again: the worker was restarted. It resumes its
 			// data shard where the shards say it was and joins at the
 			// current step.
@@ -254,7 +283,7 @@ func (c *Core) Register(reg Registration, now time.Time) (int64, error) {
 // Heartbeat keeps a worker alive and says whether it should stop.
 func (c *Core) Heartbeat(worker int, now time.Time) (stop bool, err error) {
 	if worker < 0 || worker >= len(c.workerSeen) {
-		return false, fmt.Errorf("%w: worker index %d out of range (the run has %d)", ErrBadTask, worker, len(c.workerSeen))
+		return false, fmt.Errorf("%w: worker index %d out of range (the run has at most %d)", ErrBadTask, worker, len(c.workerSeen))
 	}
 	c.members.Beat(worker, now)
 	return c.Stopping(), nil
@@ -272,7 +301,7 @@ func (c *Core) Missing() []string {
 			out = append(out, fmt.Sprintf("ps/%d", i))
 		}
 	}
-	for i, ok := range c.workerSeen {
+	for i, ok := range c.workerSeen[:c.p.Run.Workers] {
 		if !ok {
 			out = append(out, fmt.Sprintf("worker/%d", i))
 		}
@@ -303,6 +332,8 @@ func (c *Core) save() Action {
 	st.Evals = slices.Clone(st.Evals)
 	st.Restarts = slices.Clone(st.Restarts)
 	st.Divergences = slices.Clone(st.Divergences)
+	st.Membership = slices.Clone(st.Membership)
+	st.Plan.Eras = slices.Clone(st.Plan.Eras)
 	return SaveState{State: st}
 }
 

@@ -248,6 +248,9 @@ func (c *Core) RolledBack(now time.Time, step int64, fromCheckpoint bool) []Acti
 	d := &c.st.Divergences[len(c.st.Divergences)-1]
 	d.RolledBackTo = step
 	c.beginGeneration(step, true)
+	if c.elastic() {
+		c.lastSent = nil // the re-initialised shards start from the run's membership: say it again
+	}
 	c.lastEval = now // the next evaluation scores the restored model after a while of training
 	c.log.Warn("rolled back after a divergence", "to_step", step, "from_checkpoint", fromCheckpoint,
 		"lr_factor", rb.LRFactor, "generation", rb.Generation)

@@ -283,14 +283,16 @@ func (c *Core) report() *report.Report {
 	if rep.Divergences == nil {
 		rep.Divergences = []report.Divergence{}
 	}
+	rep.MembershipChanges = append([]report.MembershipChange{}, c.st.Membership...)
+	rep.FinalWorkers = c.workers()
 	if !c.start.IsZero() {
 		rep.TrainSeconds = c.trainEnd.Sub(c.start).Seconds()
 	}
 	rep.StaleGradientsDropped = c.stale / int64(max(1, r.PS)) // every shard drops the same late pushes
-	perStep := float64(SamplesPerStep(r))
-	rep.EpochsDone = float64(c.steps) * perStep / float64(max(1, c.p.TrainN))
+	samples := c.samplesAt(c.steps)
+	rep.EpochsDone = samples / float64(max(1, c.p.TrainN))
 	if rep.TrainSeconds > 0 {
-		rep.SamplesPerSecond = float64(c.steps) * perStep / rep.TrainSeconds
+		rep.SamplesPerSecond = samples / rep.TrainSeconds
 	}
 	for _, e := range rep.Evals {
 		if !e.Subset {

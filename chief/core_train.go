@@ -90,6 +90,7 @@ func (c *Core) Adopt(now time.Time, a Adoption) []Action {
 		c.st = *a.Saved
 	}
 	c.st.Generation = max(c.st.Generation, a.Generation)
+	c.adoptPlan()
 	c.start = now
 	if c.st.TrainStartedUnix > 0 {
 		c.start = time.Unix(0, int64(c.st.TrainStartedUnix*1e9))
@@ -97,7 +98,7 @@ func (c *Core) Adopt(now time.Time, a Adoption) []Action {
 	for i := range c.psSeen {
 		c.psSeen[i] = true
 	}
-	for i := range c.workerSeen {
+	for i := range c.workers() {
 		c.workerSeen[i] = true
 		c.members.Beat(i, now) // live until their heartbeats say otherwise
 	}
@@ -159,6 +160,9 @@ func (c *Core) tickTraining(now time.Time, shards []ShardStatus) []Action {
 	if done {
 		return append(acts, c.tickDone(now)...)
 	}
+	if more := c.tickElastic(now); len(more) > 0 {
+		acts = append(slices.DeleteFunc(acts, func(a Action) bool { _, ok := a.(SetMembership); return ok }), more...)
+	}
 	if a, ok := c.evalDue(now); ok {
 		acts = append(acts, a)
 	}
@@ -183,26 +187,37 @@ func (c *Core) tickDone(now time.Time) []Action {
 	return nil
 }
 
-// membership orders the shards told of a change in the live workers.
+// membership orders the shards told of a change in the live workers
+// (or, in an elastic run, in the membership).
 func (c *Core) membership(now time.Time) []Action {
 	live := c.Live(now)
 	c.m.LiveWorkers.Set(float64(len(live)))
-	if slices.Equal(live, c.lastLive) && c.lastLive != nil {
+	a := c.membershipAction(live)
+	if c.lastSent != nil && a.equal(*c.lastSent) {
 		return nil
 	}
-	if c.lastLive != nil && !slices.Equal(live, c.loggedLive) {
+	if c.lastLive != nil && !slices.Equal(live, c.loggedLive) && !slices.Equal(live, c.lastLive) {
 		c.log.Warn("live workers changed", "live", live, "was", c.lastLive)
 	}
 	c.loggedLive = live
-	return []Action{SetMembership{Live: live}}
+	c.pending = &a
+	return []Action{a}
 }
 
-// MembershipSent says every shard was told live.
+// MembershipSent says every shard was told live (and the rest of the
+// SetMembership last ordered).
 func (c *Core) MembershipSent(live []int32) {
 	c.lastLive = live
 	if c.lastLive == nil {
 		c.lastLive = []int32{}
 	}
+	a := SetMembership{}
+	if c.pending != nil {
+		a = *c.pending
+	}
+	a.Live = c.lastLive
+	c.lastSent = &a
+	c.heldSent()
 }
 
 // restoreInfo is a Restore under way.
@@ -255,6 +270,9 @@ func (c *Core) Restored(now time.Time, step int64) []Action {
 	}
 	c.step = step
 	c.beginGeneration(step, false)
+	if c.elastic() {
+		c.lastSent = nil // the restored shards start from the run's membership: say it again
+	}
 	if r.task == "" {
 		return []Action{c.save()}
 	}
@@ -297,21 +315,22 @@ type Progress struct {
 	LastAccuracy  float64 // -1 before the first evaluation
 	Elapsed, ETA  time.Duration
 	LiveWorkers   int
+	Workers       int // the workers the run has (elastic: docs/elastic.md)
 	StaleDropped  int64
 }
 
 // Progress reports where training is.
 func (c *Core) Progress(now time.Time) Progress {
-	perStep := float64(SamplesPerStep(c.p.Run))
+	samples := c.samplesAt(c.step)
 	elapsed := now.Sub(c.start)
 	p := Progress{Step: c.step, MaxStep: c.MaxSteps(), Loss: c.loss, LastAccuracy: -1, Elapsed: elapsed,
-		LiveWorkers: len(c.lastLive), StaleDropped: c.stale}
+		LiveWorkers: len(c.lastLive), Workers: c.workers(), StaleDropped: c.stale}
 	if n := len(c.st.Evals); n > 0 {
 		p.LastAccuracy = c.st.Evals[n-1].TestAccuracy
 	}
-	p.Epoch = float64(c.step) * perStep / float64(max(1, c.p.TrainN))
+	p.Epoch = samples / float64(max(1, c.p.TrainN))
 	if s := elapsed.Seconds(); s > 0 {
-		p.SamplesPerSec = float64(c.step) * perStep / s
+		p.SamplesPerSec = samples / s
 	}
 	if c.step > 0 {
 		p.ETA = time.Duration(float64(elapsed) * float64(p.MaxStep-c.step) / float64(c.step))

@@ -127,7 +127,7 @@ func (c *Chief) initShard(ctx context.Context, s int, in shardInit, gen int64) e
 	live := c.core.Live(c.cfg.Now())
 	c.mu.Unlock()
 	req := &pb.InitRequest{RunId: c.cfg.RunID, Shard: int32(s), NumShards: int32(r.PS), ShardOptions: c.shardOptions().JSON(),
-		Params: wire.Bytes(in.params), Version: in.version, MaxVersion: MaxSteps(r, c.cfg.TrainN), LiveWorkers: live,
+		Params: wire.Bytes(in.params), Version: in.version, MaxVersion: c.maxSteps(), LiveWorkers: live,
 		Generation: gen, ModelSpec: c.cfg.Spec.JSON(), OptimizerStep: in.optSteps,
 		StepsPerEpoch: StepsPerEpoch(r, c.cfg.TrainN), DataPositions: in.positions}
 	if len(in.opt) > 0 {

@@ -35,7 +35,11 @@ func (c *Chief) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Regi
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	c.cfg.Log.Info("task registered", "task", task, "addr", req.Address, "pid", req.Pid)
-	return &pb.RegisterResponse{RunId: c.cfg.RunID, DataShard: req.Index, NumDataShards: int32(c.cfg.Run.Workers), StartStep: step}, nil
+	c.mu.Lock()
+	plan := c.core.Plan()
+	c.mu.Unlock()
+	return &pb.RegisterResponse{RunId: c.cfg.RunID, DataShard: req.Index, NumDataShards: int32(c.cfg.Run.Workers), StartStep: step,
+		DataPlan: plan.JSON()}, nil
 }
 
 // Heartbeat keeps a worker alive and tells it whether to stop.
@@ -46,12 +50,18 @@ func (c *Chief) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.He
 	}
 	c.mu.Lock()
 	stop, err := c.core.Heartbeat(int(req.Worker), c.cfg.Now())
+	var plan []byte
+	if err == nil && req.PlanEras > 0 { // (0: a worker that does not follow a data plan)
+		if p, changed := c.core.HeartbeatPlan(int(req.Worker), int(req.PlanEras)); changed {
+			plan = p.JSON()
+		}
+	}
 	c.mu.Unlock()
 	if err != nil {
 		c.cfg.Metrics.RejectedRequests.WithLabelValues("task").Inc()
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	return &pb.HeartbeatResponse{Stop: stop}, nil
+	return &pb.HeartbeatResponse{Stop: stop, DataPlan: plan}, nil
 }
 
 // pollShards asks every shard for its status once, in parallel.
@@ -82,17 +92,21 @@ func (c *Chief) pollShards(ctx context.Context) []ShardStatus {
 	return out
 }
 
-// setMembership tells every shard the live workers; it reports whether
-// all of them heard it.
-func (c *Chief) setMembership(ctx context.Context, live []int32) bool {
-	sent := true
+// setMembership tells every shard the live workers (and, in an elastic
+// run, the whole membership); it reports whether all of them heard it,
+// and whether one refused a hold at a step it had reached.
+func (c *Chief) setMembership(ctx context.Context, a SetMembership) (sent, refused bool) {
+	req := &pb.MembershipRequest{LiveWorkers: a.Live, Members: int32(a.Members), Retired: a.Retired,
+		Replicas: int32(a.Replicas), MaxVersion: a.MaxVersion, HoldAt: a.HoldAt}
+	sent = true
 	for _, p := range c.cfg.PS {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := p.Client.SetMembership(cctx, &pb.MembershipRequest{LiveWorkers: live})
+		_, err := p.Client.SetMembership(cctx, req)
 		cancel()
 		sent = sent && err == nil
+		refused = refused || (a.HoldAt > 0 && status.Code(err) == codes.FailedPrecondition)
 	}
-	return sent
+	return sent, refused
 }
 
 // stopShards ends training on every shard (workers see done on their

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/ml/dataset"
 	"github.com/pstrain/pstrain/observe/metrics"
 	"github.com/pstrain/pstrain/observe/report"
 )
@@ -58,6 +59,13 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	                             state says a stop had begun
 //	checkpoint-at versions=V,... latest=N ahead=N [final]
 //	                             where a checkpoint goes (checkpointAt)
+//	scale N t=S                  ask for N workers (Core.Scale)
+//	heartbeat W t=S eras=N        (with eras: the worker uses a data plan
+//	                             of N eras; prints the plan it is sent)
+//	membership-refused t=S       a shard refused the hold
+//	plan                         workers, target, last step, data plan
+//	                             (eras epoch@step:workers, /batches per
+//	                             epoch), the changes recorded
 //	state                        the core's phase, generation, hold, step
 //
 // Times are seconds since the core was made.
@@ -182,6 +190,16 @@ func (s *scenario) do(cmd string) (string, error) {
 		return fmt.Sprintf("step=%d at-version=%d skip=%q", step, at, skip), nil
 	case f[0] == "divergences":
 		return s.divergences(), nil
+	case f[0] == "scale":
+		n, _ := strconv.Atoi(f[1])
+		if err := s.core.Scale(n, s.at(a)); err != nil {
+			return "error: " + err.Error(), nil
+		}
+		return "ok", nil
+	case f[0] == "plan":
+		c := s.core
+		return fmt.Sprintf("workers=%d target=%d max-steps=%d plan=%s changes=%+v", c.workers(), c.Target(), c.MaxSteps(),
+			planText(c.Plan()), c.st.Membership), nil
 	case f[0] == "state":
 		c := s.core
 		return fmt.Sprintf("phase=%s generation=%d hold=%d step=%d latest-checkpoint=%d restarts=%d",
@@ -213,9 +231,10 @@ func (s *scenario) events() map[string]func(a map[string]string, now time.Time) 
 		"rolled-back": func(a map[string]string, now time.Time) []Action {
 			return c.RolledBack(now, num(a, "step"), num(a, "step") > 0)
 		},
-		"reinitialised": func(a map[string]string, now time.Time) []Action { return c.Reinitialised(now) },
-		"stopped":       func(a map[string]string, now time.Time) []Action { return c.ShardsStopped(now, nums(a["versions"])) },
-		"interrupt":     func(a map[string]string, now time.Time) []Action { return c.Interrupt(now) },
+		"reinitialised":      func(a map[string]string, now time.Time) []Action { return c.Reinitialised(now) },
+		"stopped":            func(a map[string]string, now time.Time) []Action { return c.ShardsStopped(now, nums(a["versions"])) },
+		"interrupt":          func(a map[string]string, now time.Time) []Action { return c.Interrupt(now) },
+		"membership-refused": func(a map[string]string, now time.Time) []Action { return c.MembershipRefused(now) },
 		"membership-sent": func(a map[string]string, now time.Time) []Action {
 			var live []int32
 			for _, n := range nums(a["live"]) {
@@ -303,6 +322,8 @@ func (s *scenario) config(a map[string]string) error {
 			p.Evaluate = v == "true"
 		case "checkpoints":
 			p.Checkpoints = v == "true"
+		case "max-workers":
+			p.Run.MaxWorkers, err = strconv.Atoi(v)
 		default:
 			return fmt.Errorf("unknown config key %q", k)
 		}
@@ -325,7 +346,14 @@ func (s *scenario) member(f []string, a map[string]string) string {
 		if err != nil {
 			return "error: " + err.Error()
 		}
-		return fmt.Sprintf("ok stop=%t", stop)
+		out := fmt.Sprintf("ok stop=%t", stop)
+		if eras, ok := a["eras"]; ok {
+			n, _ := strconv.Atoi(eras)
+			if p, changed := s.core.HeartbeatPlan(idx, n); changed {
+				out += " plan=" + planText(p)
+			}
+		}
+		return out
 	}
 	// register ROLE INDEX [lr=F] t=S: lr gives the task another
 	// learning rate than the run's.
@@ -405,4 +433,13 @@ func (s *scenario) divergences() string {
 	}
 	return strings.Join(append(lines, fmt.Sprintf("lr-factor=%g refused=%v non-finite=%v", c.LRFactor(), c.refused(false),
 		c.nonFiniteGrads.byWorker(c.p.Run.Workers, false))), "\n")
+}
+
+// planText is a data plan in a line: its eras as epoch@step:workers.
+func planText(p dataset.DataPlan) string {
+	var eras []string
+	for _, e := range p.Eras {
+		eras = append(eras, fmt.Sprintf("%d@%d:%d", e.Epoch, e.Step, e.Workers))
+	}
+	return fmt.Sprintf("[%s]/%d", strings.Join(eras, " "), p.PerEpoch(len(p.Eras)-1))
 }

@@ -79,6 +79,10 @@ type Run struct {
 	ReplicasToAggregate int  `json:"replicas_to_aggregate"` // 0: all workers
 	PS                  int  `json:"ps"`
 	Workers             int  `json:"workers"`
+	// MaxWorkers bounds the workers an elastic run may scale to
+	// (docs/elastic.md): `pstrain scale`, or a worker registering with
+	// the next index. 0: WorkerSlots' default.
+	MaxWorkers int `json:"max_workers,omitempty"`
 	// Model is the network's kind: empty for an MLP (so an MLP's
 	// configuration is what it was before CNNs existed), or model.KindCNN.
 	Model ModelKind `json:"model,omitempty"`
@@ -262,6 +266,8 @@ func (r Run) Validate() error {
 		return fmt.Errorf("--replicas-to-aggregate must be >= 0 (0 means all workers), got %d", r.ReplicasToAggregate)
 	case r.ReplicasToAggregate > r.Workers:
 		return fmt.Errorf("--replicas-to-aggregate %d is more than --workers %d: a step could never complete", r.ReplicasToAggregate, r.Workers)
+	case r.MaxWorkers != 0 && r.MaxWorkers < r.Workers:
+		return fmt.Errorf("--max-workers %d is less than --workers %d (0 = the default, %d)", r.MaxWorkers, r.Workers, max(r.Workers, 8))
 	case r.Staleness < 0:
 		return fmt.Errorf("--staleness must be >= 0, got %d", r.Staleness)
 	case r.Batch < 1:
@@ -379,6 +385,25 @@ const (
 	DefaultCNNLR          = 0.05
 	DefaultCNNWarmupSteps = 200
 )
+
+// WorkerSlots is the most workers the run may have at once
+// (--max-workers; 0: at least 8, and never fewer than --workers).
+func (r Run) WorkerSlots() int {
+	if r.MaxWorkers > 0 {
+		return r.MaxWorkers
+	}
+	return max(r.Workers, 8)
+}
+
+// ReplicasFor is the number of gradients a sync step aggregates with
+// workers workers: all of them, or as many fewer as the run's backup
+// workers (--replicas-to-aggregate below --workers), at least one.
+func (r Run) ReplicasFor(workers int) int {
+	if r.ReplicasToAggregate == 0 {
+		return workers
+	}
+	return max(1, workers-(r.Workers-r.ReplicasToAggregate))
+}
 
 // Spec is the model the run trains on data with the given input size and
 // number of classes. A CNN reads the input as a square single-channel

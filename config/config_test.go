@@ -45,6 +45,7 @@ func TestValidateRejectsImpossibleValues(t *testing.T) {
 		"--conv for an MLP":       func(r *Run) { r.Conv = []int{16} },
 		"--conv missing":          func(r *Run) { r.Model = "cnn" },
 		"--conv zero":             func(r *Run) { r.Model, r.Conv = "cnn", []int{16, 0} },
+		"--max-workers":           func(r *Run) { r.Workers, r.MaxWorkers = 4, 3 },
 	}
 	for name, mutate := range cases {
 		r := Default()
@@ -223,5 +224,26 @@ func TestModelKindInSpecAndDiff(t *testing.T) {
 	named.Model = "mlp"
 	if back, _ := Parse(named.JSON()); back.Model != "" || len(mlp.Diff(back)) != 0 {
 		t.Fatalf("\"mlp\" is not read as the MLP: %+v", back.Model)
+	}
+}
+
+// The worker slots of an elastic run, and the replicas a sync step
+// aggregates with another worker count (docs/elastic.md).
+func TestWorkerSlotsAndReplicas(t *testing.T) {
+	r := Default()
+	if r.WorkerSlots() != 8 {
+		t.Errorf("default slots %d, want 8", r.WorkerSlots())
+	}
+	r.Workers = 12
+	if r.WorkerSlots() != 12 {
+		t.Errorf("12 workers: slots %d, want 12", r.WorkerSlots())
+	}
+	r.Workers, r.MaxWorkers = 2, 4
+	if r.WorkerSlots() != 4 || r.ReplicasFor(3) != 3 {
+		t.Errorf("--max-workers 4: slots %d, replicas for 3 %d; want 4 and 3", r.WorkerSlots(), r.ReplicasFor(3))
+	}
+	r.Workers, r.ReplicasToAggregate = 3, 2 // one backup worker, kept
+	if r.ReplicasFor(4) != 3 || r.ReplicasFor(1) != 1 || r.ReplicasFor(3) != r.Replicas() {
+		t.Errorf("one backup worker: replicas for 4, 1, 3 = %d, %d, %d; want 3, 1, 2", r.ReplicasFor(4), r.ReplicasFor(1), r.ReplicasFor(3))
 	}
 }

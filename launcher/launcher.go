@@ -171,6 +171,7 @@ type supervisor struct {
 	targets *targets
 	pidDir  string // <Dir>/pids: a pid file per live process (stale.go)
 	proc    procFS
+	scaler  *scaler // elastic workers (scale.go)
 
 	mu       sync.Mutex
 	procs    map[string]*proc
@@ -270,8 +271,11 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 	}
 	c.ExtraArgs = append(append([]string(nil), c.ExtraArgs...), "--auth-token-file="+tokenPath)
 	// Every port a task binds is reserved here: gRPC, metrics, and each
-	// PS's data plane.
-	n := 1 + r.PS + r.Workers
+	// PS's data plane. The cluster has a worker slot for every worker the
+	// run may scale to (--max-workers); the first --workers start.
+	slots := r.WorkerSlots()
+	c.Run.MaxWorkers, r.MaxWorkers = slots, slots // every task is told the slots the cluster file lists
+	n := 1 + r.PS + slots
 	ports, err := freePorts(2*n + r.PS)
 	if err != nil {
 		return nil, err
@@ -282,7 +286,7 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 	for i := 0; i < r.PS; i++ {
 		spec.PS = append(spec.PS, addr(1+i))
 	}
-	for i := 0; i < r.Workers; i++ {
+	for i := 0; i < slots; i++ {
 		spec.Worker = append(spec.Worker, addr(1+r.PS+i))
 	}
 	s := &supervisor{c: c, t0: t0, procs: map[string]*proc{}, usage: map[string]report.Task{},
@@ -300,7 +304,9 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 	}
 	tasks := spec.Tasks()
 	s.targets = newTargets(c.SDDir, tasks, s.metricsAddr)
-	if err := s.targets.setAll(true); err != nil {
+	// (Each task is listed once started, below: the worker slots of an
+	// elastic run are not, until a scale request starts them.)
+	if err := s.targets.setAll(false); err != nil {
 		return nil, err
 	}
 	// Whatever the outcome, no target of this run outlives it.
@@ -311,6 +317,7 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 	}()
 	os.Remove(s.chiefReport)
 	os.Remove(s.statePath)
+	os.Remove(filepath.Join(c.Dir, ScaleRequestFile)) // an earlier run's
 
 	// Every task is started from one thread that lives as long as the
 	// run (see forker); it ends after every task has exited.
@@ -328,10 +335,14 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 	}()
 	chiefDone := make(chan error, 1)
 	failed := make(chan error, len(tasks))
-	for i, t := range tasks {
+	s.scaler = &scaler{s: s, slots: slots, target: r.Workers, running: map[int]bool{}}
+	launch := func(i int, t cluster.Task) error {
 		p, err := s.start(ctx, &wg, i, t)
 		if err != nil {
-			return nil, err
+			return err
+		}
+		if err := s.targets.set(i, true); err != nil {
+			c.Log.Warn("could not update the Prometheus targets file", "dir", c.SDDir, "err", err)
 		}
 		wg.Add(1)
 		go func() {
@@ -340,6 +351,9 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 			if err := s.targets.set(i, false); err != nil {
 				c.Log.Warn("could not update the Prometheus targets file", "dir", c.SDDir, "err", err)
 			}
+			if t.Type == cluster.Worker {
+				s.scaler.exited(t.Index)
+			}
 			switch {
 			case t.Type == cluster.Chief:
 				chiefDone <- err
@@ -347,7 +361,28 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 				failed <- err
 			}
 		}()
+		return nil
 	}
+	s.scaler.start = func(t cluster.Task) error { return launch(1+r.PS+t.Index, t) }
+	var started []cluster.Task
+	for i, t := range tasks {
+		if t.Type == cluster.Worker && t.Index >= r.Workers {
+			continue // a slot, until a scale request
+		}
+		if t.Type == cluster.Worker {
+			s.scaler.running[t.Index] = true
+		}
+		if err := launch(i, t); err != nil {
+			return nil, err
+		}
+		started = append(started, t)
+	}
+	s.scaler.writeStatus()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.scaler.watch(ctx, c.Dir, 200*time.Millisecond)
+	}()
 	for _, f := range c.Faults {
 		wg.Add(1)
 		go func() {
@@ -355,13 +390,13 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 			s.inject(ctx, f)
 		}()
 	}
-	c.Log.Info("cluster started", "chief", spec.Chief[0], "ps", len(spec.PS), "workers", len(spec.Worker),
+	c.Log.Info("cluster started", "chief", spec.Chief[0], "ps", len(spec.PS), "workers", r.Workers, "max_workers", slots,
 		"logs", filepath.Join(c.Dir, "logs"), "run", s.runID)
 
 	// Where the time goes: scrape every task each second; say it every
 	// BottleneckEvery, and for the whole run at the end.
 	var targets []bottleneck.Target
-	for i, t := range tasks {
+	for i, t := range started {
 		targets = append(targets, bottleneck.Target{Task: t.String(), Role: t.Type, URL: "http://" + s.metricsAddr(i) + metrics.MetricsPath})
 	}
 	mon, err := bottleneck.NewMonitor(bottleneck.MonitorConfig{Targets: targets, Cores: runtime.NumCPU()})
@@ -476,7 +511,8 @@ func (s *supervisor) start(ctx context.Context, wg *sync.WaitGroup, i int, t clu
 	if t.Type != cluster.Chief {
 		args = append(args, fmt.Sprintf("--index=%d", t.Index))
 	} else {
-		args = append(args, "--report="+s.chiefReport, "--progress", "--run-id="+s.runID, "--state-file="+s.statePath)
+		args = append(args, "--report="+s.chiefReport, "--progress", "--run-id="+s.runID, "--state-file="+s.statePath,
+			"--scale-file="+filepath.Join(c.Dir, ScaleRequestFile))
 	}
 	args = append(append(args, c.ChildArgs(c.Run)...), c.ExtraArgs...)
 	cmd := exec.Command(c.Exe, args...)
@@ -587,6 +623,15 @@ func (s *supervisor) judge(ctx context.Context, p *proc) exitVerdict {
 		return taskDone
 	case p.err == nil && isChief:
 		return taskDone // the chief ends the run
+	case p.task.Type == cluster.Worker && s.scaler != nil && s.scaler.retiring(p.task.Index):
+		// Removed by a scale request (docs/elastic.md): it exits 0 when
+		// its shards say done; any other end is logged, not restarted.
+		if p.err != nil {
+			s.c.Log.Warn("a removed worker did not exit cleanly", "task", p.task, "err", exitText(p))
+		} else {
+			s.c.Log.Info("removed worker exited", "task", p.task)
+		}
+		return taskDone
 	case p.err == nil && s.runEnding(ctx):
 		return taskDone
 	}

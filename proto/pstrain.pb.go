@@ -670,9 +670,17 @@ func (x *PushResponse) GetDone() bool {
 	return false
 }
 
+// An elastic run's worker set (docs/elastic.md). Only live_workers is
+// set by a chief of a fixed run; the other fields' zero values leave the
+// shard's as they are, but hold_at: 0 releases a hold.
 type MembershipRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	LiveWorkers   []int32                `protobuf:"varint,1,rep,packed,name=live_workers,json=liveWorkers,proto3" json:"live_workers,omitempty"`
+	Members       int32                  `protobuf:"varint,2,opt,name=members,proto3" json:"members,omitempty"`                         // worker indices below it contribute
+	Retired       []int32                `protobuf:"varint,3,rep,packed,name=retired,proto3" json:"retired,omitempty"`                  // removed workers: their pulls answer done
+	Replicas      int32                  `protobuf:"varint,4,opt,name=replicas,proto3" json:"replicas,omitempty"`                       // sync: gradients per step, all members live
+	MaxVersion    int64                  `protobuf:"varint,5,opt,name=max_version,json=maxVersion,proto3" json:"max_version,omitempty"` // the version training ends at
+	HoldAt        int64                  `protobuf:"varint,6,opt,name=hold_at,json=holdAt,proto3" json:"hold_at,omitempty"`             // hold workers' pulls at this version (0: none)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -714,8 +722,44 @@ func (x *MembershipRequest) GetLiveWorkers() []int32 {
 	return nil
 }
 
+func (x *MembershipRequest) GetMembers() int32 {
+	if x != nil {
+		return x.Members
+	}
+	return 0
+}
+
+func (x *MembershipRequest) GetRetired() []int32 {
+	if x != nil {
+		return x.Retired
+	}
+	return nil
+}
+
+func (x *MembershipRequest) GetReplicas() int32 {
+	if x != nil {
+		return x.Replicas
+	}
+	return 0
+}
+
+func (x *MembershipRequest) GetMaxVersion() int64 {
+	if x != nil {
+		return x.MaxVersion
+	}
+	return 0
+}
+
+func (x *MembershipRequest) GetHoldAt() int64 {
+	if x != nil {
+		return x.HoldAt
+	}
+	return 0
+}
+
 type MembershipResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       int64                  `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -748,6 +792,13 @@ func (x *MembershipResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use MembershipResponse.ProtoReflect.Descriptor instead.
 func (*MembershipResponse) Descriptor() ([]byte, []int) {
 	return file_pstrain_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *MembershipResponse) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
 }
 
 type StatusRequest struct {
@@ -1272,6 +1323,7 @@ type RegisterResponse struct {
 	DataShard     int32                  `protobuf:"varint,2,opt,name=data_shard,json=dataShard,proto3" json:"data_shard,omitempty"`
 	NumDataShards int32                  `protobuf:"varint,3,opt,name=num_data_shards,json=numDataShards,proto3" json:"num_data_shards,omitempty"`
 	StartStep     int64                  `protobuf:"varint,4,opt,name=start_step,json=startStep,proto3" json:"start_step,omitempty"`
+	DataPlan      []byte                 `protobuf:"bytes,5,opt,name=data_plan,json=dataPlan,proto3" json:"data_plan,omitempty"` // JSON of dataset.DataPlan (docs/elastic.md)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1334,11 +1386,19 @@ func (x *RegisterResponse) GetStartStep() int64 {
 	return 0
 }
 
+func (x *RegisterResponse) GetDataPlan() []byte {
+	if x != nil {
+		return x.DataPlan
+	}
+	return nil
+}
+
 type HeartbeatRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Worker        int32                  `protobuf:"varint,1,opt,name=worker,proto3" json:"worker,omitempty"`
 	RunId         string                 `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
 	Step          int64                  `protobuf:"varint,3,opt,name=step,proto3" json:"step,omitempty"`
+	PlanEras      int32                  `protobuf:"varint,4,opt,name=plan_eras,json=planEras,proto3" json:"plan_eras,omitempty"` // the eras of the data plan the worker uses
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1394,9 +1454,17 @@ func (x *HeartbeatRequest) GetStep() int64 {
 	return 0
 }
 
+func (x *HeartbeatRequest) GetPlanEras() int32 {
+	if x != nil {
+		return x.PlanEras
+	}
+	return 0
+}
+
 type HeartbeatResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Stop          bool                   `protobuf:"varint,1,opt,name=stop,proto3" json:"stop,omitempty"`
+	DataPlan      []byte                 `protobuf:"bytes,2,opt,name=data_plan,json=dataPlan,proto3" json:"data_plan,omitempty"` // the chief's data plan, when it has more eras than plan_eras
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1436,6 +1504,13 @@ func (x *HeartbeatResponse) GetStop() bool {
 		return x.Stop
 	}
 	return false
+}
+
+func (x *HeartbeatResponse) GetDataPlan() []byte {
+	if x != nil {
+		return x.DataPlan
+	}
+	return nil
 }
 
 var File_pstrain_proto protoreflect.FileDescriptor
@@ -1507,10 +1582,17 @@ const file_pstrain_proto_rawDesc = "" +
 	"\aOutcome\x12\v\n" +
 	"\aAPPLIED\x10\x00\x12\t\n" +
 	"\x05STALE\x10\x01\x12\r\n" +
-	"\tDUPLICATE\x10\x02\"6\n" +
+	"\tDUPLICATE\x10\x02\"\xc0\x01\n" +
 	"\x11MembershipRequest\x12!\n" +
-	"\flive_workers\x18\x01 \x03(\x05R\vliveWorkers\"\x14\n" +
-	"\x12MembershipResponse\"\x0f\n" +
+	"\flive_workers\x18\x01 \x03(\x05R\vliveWorkers\x12\x18\n" +
+	"\amembers\x18\x02 \x01(\x05R\amembers\x12\x18\n" +
+	"\aretired\x18\x03 \x03(\x05R\aretired\x12\x1a\n" +
+	"\breplicas\x18\x04 \x01(\x05R\breplicas\x12\x1f\n" +
+	"\vmax_version\x18\x05 \x01(\x03R\n" +
+	"maxVersion\x12\x17\n" +
+	"\ahold_at\x18\x06 \x01(\x03R\x06holdAt\".\n" +
+	"\x12MembershipResponse\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x03R\aversion\"\x0f\n" +
 	"\rStatusRequest\"\xff\x03\n" +
 	"\x0eStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12 \n" +
@@ -1558,20 +1640,23 @@ const file_pstrain_proto_rawDesc = "" +
 	"model_spec\x18\x04 \x01(\fR\tmodelSpec\x12\x1d\n" +
 	"\n" +
 	"run_config\x18\x05 \x01(\fR\trunConfig\x12\x10\n" +
-	"\x03pid\x18\x06 \x01(\x05R\x03pid\"\x8f\x01\n" +
+	"\x03pid\x18\x06 \x01(\x05R\x03pid\"\xac\x01\n" +
 	"\x10RegisterResponse\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1d\n" +
 	"\n" +
 	"data_shard\x18\x02 \x01(\x05R\tdataShard\x12&\n" +
 	"\x0fnum_data_shards\x18\x03 \x01(\x05R\rnumDataShards\x12\x1d\n" +
 	"\n" +
-	"start_step\x18\x04 \x01(\x03R\tstartStep\"U\n" +
+	"start_step\x18\x04 \x01(\x03R\tstartStep\x12\x1b\n" +
+	"\tdata_plan\x18\x05 \x01(\fR\bdataPlan\"r\n" +
 	"\x10HeartbeatRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x12\n" +
-	"\x04step\x18\x03 \x01(\x03R\x04step\"'\n" +
+	"\x04step\x18\x03 \x01(\x03R\x04step\x12\x1b\n" +
+	"\tplan_eras\x18\x04 \x01(\x05R\bplanEras\"D\n" +
 	"\x11HeartbeatResponse\x12\x12\n" +
-	"\x04stop\x18\x01 \x01(\bR\x04stop2\xdb\x03\n" +
+	"\x04stop\x18\x01 \x01(\bR\x04stop\x12\x1b\n" +
+	"\tdata_plan\x18\x02 \x01(\fR\bdataPlan2\xdb\x03\n" +
 	"\x0fParameterServer\x129\n" +
 	"\x04Init\x12\x17.pstrain.v1.InitRequest\x1a\x18.pstrain.v1.InitResponse\x129\n" +
 	"\x04Pull\x12\x17.pstrain.v1.PullRequest\x1a\x18.pstrain.v1.PullResponse\x129\n" +

@@ -342,8 +342,8 @@ func (s *Server) pull(ctx context.Context, req *pb.PullRequest, shared bool) (*p
 	} else {
 		p.escaped = true
 	}
-	resp := &pb.PullResponse{Version: sh.Version(), Params: p.b, Done: sh.Done(), Generation: s.gen}
-	if w := int(req.Worker); w >= 0 && w < s.opts.Workers {
+	resp := &pb.PullResponse{Version: sh.Version(), Params: p.b, Done: sh.Done() || sh.Retired(int(req.Worker)), Generation: s.gen}
+	if w := int(req.Worker); w >= 0 && w < sh.Slots() {
 		resp.DataPosition = sh.DataPosition(w)
 	}
 	if req.Retain {
@@ -512,12 +512,17 @@ func (s *Server) SetMembership(ctx context.Context, req *pb.MembershipRequest) (
 	if s.shard == nil {
 		return nil, status.Error(codes.Unavailable, "shard not initialised yet")
 	}
-	if s.shard.SetLive(toInts(req.LiveWorkers)) {
+	advanced, err := s.shard.SetMembership(Membership{Live: toInts(req.LiveWorkers), Members: int(req.Members),
+		Retired: toInts(req.Retired), Replicas: int(req.Replicas), MaxVersion: req.MaxVersion, HoldAt: req.HoldAt})
+	if err != nil {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	if advanced {
 		s.advanced() // a step waiting for a dead worker completed
 	} else {
-		s.notify() // SSP bounds follow the live set
+		s.notify() // SSP bounds, joining and retired workers follow the membership
 	}
-	return &pb.MembershipResponse{}, nil
+	return &pb.MembershipResponse{Version: s.shard.Version()}, nil
 }
 
 // Status reports the shard's progress.
@@ -609,7 +614,7 @@ func (s *Server) fillSnapshot(sn *snapshot, p *pullSnap) {
 	sn.version, sn.params, sn.held = s.shard.Version(), params, p
 	sn.opt, sn.optSteps = append(sn.opt[:0], st...), steps
 	sn.positions = sn.positions[:0]
-	for w := range s.opts.Workers {
+	for w := range s.shard.Slots() {
 		sn.positions = append(sn.positions, s.shard.DataPosition(w))
 	}
 	sn.plan, sn.index, sn.numShards, sn.optName, sn.runID = s.plan, s.index, s.numShards, s.opts.Optimizer, s.runID

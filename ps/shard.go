@@ -18,6 +18,9 @@ var (
 	ErrBadLength     = errors.New("gradient length does not match the shard")
 	ErrBadWorker     = errors.New("worker index out of range")
 	ErrNonFinite     = errors.New("gradient contains NaN or Inf")
+	// ErrPastHold refuses a hold (Membership.HoldAt) at a version the
+	// shard has already reached: workers may have pulled it.
+	ErrPastHold = errors.New("the shard is already at or past the hold's version")
 )
 
 // ShardConfig is the Shard state machine's configuration: the update
@@ -208,6 +211,17 @@ type Shard struct {
 	nonFinite []int64  // by worker: non-finite gradients since Init
 	outlier   *Outlier // the first out-of-line gradient since Init
 
+	// Elastic membership (docs/elastic.md). Worker indices below members
+	// contribute; a pull from one at or above it waits (a worker about to
+	// join) unless the worker is retired (removed: its pulls answer
+	// done). holdAt > 0 holds every worker's pull once the version
+	// reaches it, until the chief releases the hold (a membership change
+	// at that step boundary). The per-worker slices grow with the
+	// indices the shard is told of.
+	members int
+	retired []bool
+	holdAt  int64
+
 	live  []bool  // by worker index; all true until told otherwise
 	clock []int64 // gradients received per worker (ssp)
 	// pos[w] is worker w's data position (see DataPosition).
@@ -229,9 +243,10 @@ func NewShard(cfg ShardConfig, params []float32, opt optim.Optimizer, version in
 		return nil, fmt.Errorf("ps: the trimmed mean aggregates sync steps; mode is %s", cfg.Mode)
 	}
 	floor := GuardFloorRMS * math.Sqrt(float64(max(1, len(params))))
-	s := &Shard{cfg: cfg, params: params, opt: opt, version: version,
+	s := &Shard{cfg: cfg, params: params, opt: opt, version: version, members: cfg.Workers,
 		live: make([]bool, cfg.Workers), clock: make([]int64, cfg.Workers), pos: make([]int64, cfg.Workers),
-		guard: NewNormGuard(cfg.NormGuard, floor), refused: make([]int64, cfg.Workers), nonFinite: make([]int64, cfg.Workers)}
+		retired: make([]bool, cfg.Workers),
+		guard:   NewNormGuard(cfg.NormGuard, floor), refused: make([]int64, cfg.Workers), nonFinite: make([]int64, cfg.Workers)}
 	for i := range s.live {
 		s.live[i] = true
 	}
@@ -318,8 +333,8 @@ func (s *Shard) Push(worker int, version int64, grad []float32) (PushResult, err
 // (the worker does not send another) but leaves it out of the step's
 // aggregate, like the gradient of a worker that died after pushing.
 func (s *Shard) PushAt(worker int, version int64, grad []float32, after int64) (PushResult, error) {
-	if worker < 0 || worker >= s.cfg.Workers {
-		return PushResult{}, fmt.Errorf("%w: %d (workers: %d)", ErrBadWorker, worker, s.cfg.Workers)
+	if worker < 0 || worker >= len(s.live) {
+		return PushResult{}, fmt.Errorf("%w: %d (workers: %d)", ErrBadWorker, worker, len(s.live))
 	}
 	if len(grad) != len(s.params) {
 		return PushResult{}, fmt.Errorf("%w: got %d values, want %d", ErrBadLength, len(grad), len(s.params))
@@ -333,8 +348,10 @@ func (s *Shard) PushAt(worker int, version int64, grad []float32, after int64) (
 		return PushResult{}, ErrNonFinite
 	}
 	res := PushResult{Staleness: s.version - version, Norm: math.Sqrt(sq)}
-	if s.done {
-		// Training is over; the gradient changes nothing but is not an error.
+	if s.done || worker >= s.members || s.held() {
+		// Training is over, the worker is not (or no longer) a member, or
+		// the step is held for a membership change: the gradient changes
+		// nothing but is not an error.
 		res.Outcome = Stale
 		return res, nil
 	}
@@ -395,7 +412,7 @@ func (s *Shard) arrive(worker int, after int64, g []float32) bool {
 // reports whether that completed the step.
 func (s *Shard) Drop(worker int, version, after int64) bool {
 	switch {
-	case worker < 0 || worker >= s.cfg.Workers || s.done:
+	case worker < 0 || worker >= s.members || s.done || s.held():
 		return false
 	case s.cfg.Mode != config.Sync:
 		s.credit(worker, after)
@@ -580,6 +597,88 @@ func (s *Shard) checkDone() {
 	}
 }
 
+// Membership is an elastic run's worker set (docs/elastic.md), as the
+// chief sends it: Shard.SetMembership.
+type Membership struct {
+	Live []int
+	// Members: worker indices below it contribute (0: unchanged).
+	Members int
+	// Retired are indices whose pulls answer done (removed workers).
+	Retired []int
+	// Replicas is a sync step's gradients with every member live (0:
+	// unchanged); MaxVersion the version training ends at (0: unchanged).
+	Replicas   int
+	MaxVersion int64
+	// HoldAt > 0 holds the workers' pulls once the version reaches it
+	// (refused with ErrPastHold if the shard is already there and the
+	// hold is new); 0 releases any hold.
+	HoldAt int64
+}
+
+// SetMembership applies m; it reports whether that completed a pending
+// sync step. A refused hold changes nothing.
+func (s *Shard) SetMembership(m Membership) (bool, error) {
+	if m.HoldAt > 0 && m.HoldAt != s.holdAt && s.version >= m.HoldAt && !s.done {
+		return false, fmt.Errorf("%w: hold at %d, shard at %d", ErrPastHold, m.HoldAt, s.version)
+	}
+	s.holdAt = m.HoldAt
+	if m.Members > 0 {
+		s.grow(m.Members)
+		s.members = m.Members
+	}
+	for _, w := range m.Retired {
+		s.grow(w + 1)
+	}
+	clear(s.retired)
+	for _, w := range m.Retired {
+		if w >= 0 {
+			s.retired[w] = true
+		}
+	}
+	if m.Replicas > 0 {
+		s.cfg.Replicas = m.Replicas
+		if s.kept != nil && len(s.kept) < m.Replicas {
+			for len(s.kept) < m.Replicas {
+				s.kept = append(s.kept, make([]float32, len(s.params)))
+			}
+		}
+	}
+	if m.MaxVersion > 0 {
+		s.cfg.MaxVersion = m.MaxVersion
+		s.checkDone()
+	}
+	live := m.Live
+	if m.Members > 0 {
+		live = slices.DeleteFunc(slices.Clone(live), func(w int) bool { return w >= s.members })
+	}
+	return s.SetLive(live), nil
+}
+
+// grow makes room for worker indices below n.
+func (s *Shard) grow(n int) {
+	for len(s.live) < n {
+		s.live = append(s.live, false)
+		s.clock = append(s.clock, 0)
+		s.pos = append(s.pos, 0)
+		s.retired = append(s.retired, false)
+		s.refused = append(s.refused, 0)
+		s.nonFinite = append(s.nonFinite, 0)
+	}
+	s.cfg.Workers = max(s.cfg.Workers, n)
+}
+
+// held says the shard is at a hold's version: no pull of a worker is
+// answered and no gradient counts until the chief releases it.
+func (s *Shard) held() bool { return s.holdAt > 0 && s.version >= s.holdAt }
+
+// Retired says worker was removed from the run: its pulls answer done.
+func (s *Shard) Retired(worker int) bool {
+	return worker >= 0 && worker < len(s.retired) && s.retired[worker]
+}
+
+// Slots is the number of worker indices the shard keeps state for.
+func (s *Shard) Slots() int { return len(s.live) }
+
 // SetLive records which workers are alive. A worker coming back to life
 // in ssp mode starts at the slowest live worker's clock, so it neither
 // blocks the others nor races ahead. Returns true if the change completed
@@ -624,8 +723,11 @@ func (s *Shard) minLiveClock() (int64, bool) {
 // PullReady reports whether a pull by worker (-1 for the chief) needing at
 // least minVersion can be answered now.
 func (s *Shard) PullReady(worker int, minVersion int64) bool {
-	if s.done {
+	if s.done || s.Retired(worker) {
 		return true
+	}
+	if worker >= 0 && (worker >= s.members || s.held()) {
+		return false // a worker about to join, or a membership change at this step
 	}
 	switch s.cfg.Mode {
 	case config.Sync:

@@ -27,6 +27,9 @@ type ChiefOptions struct {
 	// StatePath is where the chief keeps what a restarted chief needs
 	// ("" = nowhere: a restarted chief loses the report's history).
 	StatePath string
+	// ScaleFile is where `pstrain scale` asks for another worker count
+	// ("" = nowhere).
+	ScaleFile string
 }
 
 // RunChief coordinates the run and returns its report.
@@ -95,7 +98,8 @@ func RunChief(ctx context.Context, o Options, co ChiefOptions) (*report.Report, 
 		co.RunID = fmt.Sprintf("run-%d", time.Now().UnixNano())
 	}
 	cfg := chief.Config{Run: o.Run, Spec: spec, RunID: co.RunID, PS: pss, TrainN: trainN, Evaluator: ev,
-		Log: o.Log, Metrics: m, StartupTimeout: o.ConnectTimeout, StatePath: co.StatePath}
+		Log: o.Log, Metrics: m, StartupTimeout: o.ConnectTimeout, StatePath: co.StatePath,
+		ScaleFile: co.ScaleFile}
 	if o.Run.CheckpointDir != "" {
 		cfg.Store = checkpoint.NewStore(checkpoint.OSFS{}, o.Run.CheckpointDir, o.Run.KeepCheckpoints).WithLog(o.Log)
 	}

@@ -2,6 +2,7 @@ package task
 
 import (
 	"context"
+	"errors"
 	"math"
 
 	"github.com/pstrain/pstrain/config"
@@ -55,19 +56,33 @@ func RunWorker(ctx context.Context, o Options, blasThreads int) error {
 		return err
 	}
 	// Only the shard's images, as stored (a byte per pixel), converted a
-	// batch at a time into the net's input. The shard is the one this
-	// registration names (the task's index of --workers); a process
-	// registers once, and a restarted worker reads its range anew.
-	shard, err := train.Shard(dataset.ShardSpec{Index: int(reg0.DataShard), Count: int(reg0.NumDataShards),
-		Fraction: o.Run.DataFraction, Seed: o.Run.Seed})
+	// batch at a time into the net's input. The shards are those the
+	// chief's data plan gives this index, era by era (docs/elastic.md: a
+	// run's worker count may change at an epoch boundary); a process
+	// registers once, and a restarted worker reads its shards anew.
+	// Full batches only (the short one at the end of an epoch is
+	// skipped, like drop_remainder), so every step has exactly Batch
+	// samples and the graph keeps one shape; the worker seeks them to its
+	// data position.
+	dplan, err := registrationPlan(reg0, o.Run)
 	if err != nil {
 		return err
 	}
-	// Full batches only (the short one at the end of an epoch is skipped,
-	// like drop_remainder), so every step has exactly Batch samples and the
-	// graph keeps one shape; the worker seeks them to its data position.
-	batches := dataset.NewFullBatches(dataset.NewBatcher(shard, o.Run.Batch, o.Run.Seed+int64(reg0.DataShard)))
-	o.Log.Info("worker registered", "run", reg0.RunId, "data_shard", reg0.DataShard, "samples", shard.N, "data_mib", math.Round(float64(shard.HeldBytes())/(1<<20)*10)/10, "blas", blas.Name)
+	var held int
+	load := func(index, count int) (dataset.Samples, error) {
+		sh, err := train.Shard(dataset.ShardSpec{Index: index, Count: count, Fraction: o.Run.DataFraction, Seed: o.Run.Seed})
+		if err != nil {
+			return nil, err
+		}
+		held += sh.HeldBytes()
+		o.Log.Info("data shard loaded", "worker", index, "of", count, "samples", sh.N, "data_mib", math.Round(float64(sh.HeldBytes())/(1<<20)*10)/10)
+		return sh, nil
+	}
+	batches, err := dataset.NewElasticBatches(o.Task.Index, o.Run.Seed, dplan, load)
+	if err != nil {
+		return err
+	}
+	o.Log.Info("worker registered", "run", reg0.RunId, "workers", dplan.Last().Workers, "data_mib", math.Round(float64(held)/(1<<20)*10)/10, "blas", blas.Name)
 
 	var shards []worker.Shard
 	for _, a := range o.Cluster.PS {
@@ -91,7 +106,7 @@ func RunWorker(ctx context.Context, o Options, blasThreads int) error {
 	}
 	defer net.Close()
 	w, err := worker.New(worker.Config{Index: o.Task.Index, RunID: reg0.RunId, Run: o.Run, Plan: plan, Net: net,
-		Shards: shards, Batches: batches, Log: o.Log, Metrics: m,
+		Shards: shards, Batches: batches, DataPlan: batches, Log: o.Log, Metrics: m,
 		RetryTimeout: o.ConnectTimeout, Faults: o.GradientFaults})
 	if err != nil {
 		return err
@@ -107,4 +122,14 @@ func RunWorker(ctx context.Context, o Options, blasThreads int) error {
 	cancel()
 	<-hbDone
 	return err
+}
+
+// registrationPlan is the data plan the chief's registration answer
+// carries; a chief without one (older) gives the fixed split of the
+// run's --workers.
+func registrationPlan(reg *pb.RegisterResponse, r config.Run) (dataset.DataPlan, error) {
+	if len(reg.DataPlan) == 0 {
+		return dataset.NewDataPlan(0, r.Batch, int(reg.NumDataShards)), errors.New("the chief sent no data plan (an older pstrain?)")
+	}
+	return dataset.ParseDataPlan(reg.DataPlan)
 }

@@ -4,8 +4,19 @@ import (
 	"context"
 	"time"
 
+	"github.com/pstrain/pstrain/ml/dataset"
 	pb "github.com/pstrain/pstrain/proto"
 )
+
+// PlanFollower is a worker's data source under an elastic run's data
+// plan (dataset.ElasticBatches): heartbeats say how many eras it knows
+// and hand it the chief's plan when that differs; SetPlan loads the new
+// data shard before it returns, so the next heartbeat's acknowledgement
+// means the worker can read the new era (docs/elastic.md).
+type PlanFollower interface {
+	Eras() int
+	SetPlan(dataset.DataPlan) error
+}
 
 // Heartbeats keeps the worker live at the chief until ctx ends: a
 // heartbeat every quarter of timeout (at least every 50 ms), carrying the
@@ -22,11 +33,32 @@ func (w *Worker) Heartbeats(ctx context.Context, chief pb.ChiefClient, timeout t
 		case <-t.C:
 		}
 		step, _ := w.Progress()
+		req := &pb.HeartbeatRequest{Worker: int32(w.cfg.Index), RunId: w.cfg.RunID, Step: step}
+		if w.cfg.DataPlan != nil {
+			req.PlanEras = int32(w.cfg.DataPlan.Eras())
+		}
 		hctx, cancel := context.WithTimeout(ctx, timeout)
-		_, err := chief.Heartbeat(hctx, &pb.HeartbeatRequest{Worker: int32(w.cfg.Index), RunId: w.cfg.RunID, Step: step})
+		resp, err := chief.Heartbeat(hctx, req)
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			w.cfg.Log.Debug("heartbeat failed", "worker", w.cfg.Index, "err", err)
 		}
+		if err == nil && len(resp.DataPlan) > 0 && w.cfg.DataPlan != nil {
+			w.followPlan(resp.DataPlan)
+		}
 	}
+}
+
+// followPlan hands the data source the chief's new plan.
+func (w *Worker) followPlan(b []byte) {
+	p, err := dataset.ParseDataPlan(b)
+	if err == nil {
+		err = w.cfg.DataPlan.SetPlan(p)
+	}
+	if err != nil {
+		w.cfg.Log.Error("cannot follow the chief's data plan", "worker", w.cfg.Index, "err", err)
+		return
+	}
+	last := p.Last()
+	w.cfg.Log.Info("data plan changed", "worker", w.cfg.Index, "eras", len(p.Eras), "workers", last.Workers, "from_epoch", last.Epoch, "from_step", last.Step)
 }

@@ -96,6 +96,9 @@ type Config struct {
 	// Faults poison this worker's gradients (tests: --fault-gradient);
 	// those of other workers are ignored.
 	Faults []GradientFault
+	// DataPlan, if set, follows the chief's data plan (Batches under an
+	// elastic run's plan; see Heartbeats).
+	DataPlan PlanFollower
 }
 
 // Worker runs the loop.

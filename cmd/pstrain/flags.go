@@ -143,6 +143,7 @@ func bindRunFlags(fs *flag.FlagSet, r *config.Run) {
 	fs.IntVar(&r.ReplicasToAggregate, "replicas-to-aggregate", r.ReplicasToAggregate, "sync: gradients per step (0 = all workers; fewer makes the rest backup workers)")
 	fs.IntVar(&r.PS, "ps", r.PS, "number of parameter-server shards")
 	fs.IntVar(&r.Workers, "workers", r.Workers, "number of workers")
+	fs.IntVar(&r.MaxWorkers, "max-workers", r.MaxWorkers, "most workers the run may scale to with `pstrain scale` or a worker registering with the next index (0 = 8, or --workers if more; docs/elastic.md)")
 	m := bindModelFlags(fs, r)
 	fs.IntVar(&r.Batch, "batch", r.Batch, "per-worker batch size")
 	fs.Float64Var(&r.LR, "lr", r.LR, "learning rate (--model cnn: "+strconv.FormatFloat(config.DefaultCNNLR, 'g', -1, 64)+" unless given)")
@@ -207,6 +208,7 @@ func runArgs(r config.Run) []string {
 		fmt.Sprintf("--replicas-to-aggregate=%d", r.ReplicasToAggregate),
 		fmt.Sprintf("--ps=%d", r.PS),
 		fmt.Sprintf("--workers=%d", r.Workers),
+		fmt.Sprintf("--max-workers=%d", r.MaxWorkers),
 		"--model=" + r.Model.String(),
 		"--conv=" + sizesText(&r.Conv),
 		"--hidden=" + sizesText(&r.Hidden),

@@ -43,6 +43,8 @@ Usage:
   pstrain eval --checkpoint DIR       test accuracy of a checkpoint
   pstrain top [--targets FILE | --cluster FILE] [--once]
                                       live view of every task: steps/s, phases, CPU, RSS, load
+  pstrain scale --run-dir DIR --workers N
+                                      add or remove workers of a running sync run
   pstrain bench [--json] [--quick]    performance ratios against this machine's limits
   pstrain sweep --grid SPEC --out DIR experiment grids: runs, results.csv, summary.md, plots
   pstrain plot DIR                    re-draw a sweep's plots from its CSV
@@ -216,6 +218,7 @@ var commands = map[string]command{
 	"checkpoint": cmdCheckpoint,
 	"eval":       cmdEval,
 	"top":        cmdTop,
+	"scale":      cmdScale,
 	"bench":      cmdBench,
 	"sweep":      cmdSweep,
 	"plot":       cmdPlot,
@@ -353,6 +356,7 @@ flags must agree with the chief's.`)
 	summary := fs.Bool("summary", true, "chief: print the run's summary on stdout at the end (pstrain run prints its own)")
 	runID := fs.String("run-id", "", "chief: run identifier (default: generated; give one so that a restarted chief can adopt its running cluster)")
 	statePath := fs.String("state-file", "", "chief: keep the report's history here so that a restarted chief can finish it")
+	scaleFile := fs.String("scale-file", "", "chief: change the worker count when this JSON file ({\"workers\": N}) changes (pstrain scale writes it; docs/elastic.md)")
 	faultGradient := fs.String("fault-gradient", "", "testing: worker/I@STEP:SCALE multiplies worker I's gradient by SCALE once, at global step STEP (worker/I@every:SCALE: every step); other tasks ignore it")
 	tlsF := bindTLSFlags(fs)
 	tokenFile := bindTokenFlag(fs)
@@ -437,7 +441,7 @@ flags must agree with the chief's.`)
 	case cluster.Worker:
 		return task.RunWorker(ctx, o, *blasThreads)
 	}
-	co := task.ChiefOptions{RunID: *runID, ReportPath: *reportPath, StatePath: *statePath}
+	co := task.ChiefOptions{RunID: *runID, ReportPath: *reportPath, StatePath: *statePath, ScaleFile: *scaleFile}
 	if *progress {
 		co.Progress = stdout
 	}
@@ -583,6 +587,9 @@ func printSummary(w io.Writer, rep *report.Report) {
 	lr := lrText(config.Run{LR: rep.LR, LRSchedule: rep.LRSchedule, WarmupSteps: rep.WarmupSteps})
 	fmt.Fprintf(w, "mode %s, %d PS, %d workers, model %s, batch %d, lr %s, %s, BLAS %s\n", rep.Mode, rep.PS, rep.Workers, rep.Model, rep.Batch, lr, rep.Optimizer, rep.BLAS)
 	fmt.Fprintf(w, "stopped by: %s after %d global steps (%.2f epochs)\n", rep.StoppedBy, rep.GlobalSteps, rep.EpochsDone)
+	for _, c := range rep.MembershipChanges {
+		fmt.Fprintf(w, "workers: %d -> %d at step %d (epoch %d) at %.2f s, asked at %.2f s\n", c.From, c.To, c.Step, c.Epoch, c.Seconds, c.AskedSeconds)
+	}
 	fmt.Fprintf(w, "test accuracy: %.2f%% (the model of step %d; best %.2f%%)\n", 100*rep.TestAccuracy, rep.FinalStep, 100*rep.BestTestAccuracy)
 	if rep.TimeToTargetSeconds != nil {
 		fmt.Fprintf(w, "time to %.2f%% held for %d evaluations: %.2f s of training\n", 100*rep.TargetAccuracy, rep.TargetHold, *rep.TimeToTargetSeconds)

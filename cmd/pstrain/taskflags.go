@@ -43,7 +43,10 @@ func shapeFromCluster(r *config.Run, spec cluster.Spec, psSet, workersSet bool) 
 	if r.PS != len(spec.PS) {
 		given = append(given, fmt.Sprintf("--ps=%d", r.PS))
 	}
-	if r.Workers != len(spec.Worker) {
+	// An elastic cluster may list more workers than it starts with, up
+	// to an explicit --max-workers: the slots it can scale into
+	// (docs/elastic.md).
+	if r.Workers != len(spec.Worker) && (r.MaxWorkers == 0 || r.Workers > len(spec.Worker) || len(spec.Worker) > r.MaxWorkers) {
 		given = append(given, fmt.Sprintf("--workers=%d", r.Workers))
 	}
 	if len(given) > 0 {

@@ -67,6 +67,17 @@ func TestShapeFromCluster(t *testing.T) {
 			t.Errorf("%+v: %v; want a usage error %q", c, err, c.err)
 		}
 	}
+	// An elastic run's cluster lists a slot for every worker it may
+	// scale to (--max-workers), more than --workers.
+	r := config.Default()
+	r.PS, r.Workers, r.MaxWorkers = 1, 2, 3
+	if err := shapeFromCluster(&r, spec, true, true); err != nil || r.Workers != 2 {
+		t.Errorf("--workers 2 --max-workers 3 of a cluster of 3 workers: %v, workers %d", err, r.Workers)
+	}
+	r.MaxWorkers = 2
+	if err := shapeFromCluster(&r, spec, true, true); !errors.Is(err, errUsage) {
+		t.Errorf("--max-workers 2 of a cluster of 3 workers: %v, want a usage error", err)
+	}
 }
 
 // --host-metrics auto: only the cluster's first task on each host exports

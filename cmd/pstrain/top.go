@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -33,6 +34,9 @@ type topOptions struct {
 	// between, if set, runs between the two scrapes of once (tests use it to
 	// make the metrics move).
 	between func()
+	// reload, if set, reads the targets again (the live view follows an
+	// elastic run's workers coming and going: docs/elastic.md).
+	reload func() ([]bottleneck.Target, error)
 }
 
 // cmdTop is `pstrain top`: a live terminal view of a running cluster, read
@@ -70,7 +74,11 @@ func cmdTop(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	return runTop(ctx, topOptions{targets: targets, interval: *interval, window: *window, once: *once, cores: runtime.NumCPU()}, stdout)
+	o := topOptions{targets: targets, interval: *interval, window: *window, once: *once, cores: runtime.NumCPU()}
+	if *clusterFile == "" {
+		o.reload = func() ([]bottleneck.Target, error) { return sdTargets(*targetsFile) }
+	}
+	return runTop(ctx, o, stdout)
 }
 
 // sdTargets reads a Prometheus file_sd JSON file: a list of
@@ -159,9 +167,32 @@ func runTop(ctx context.Context, o topOptions, stdout io.Writer) error {
 		}
 		return nil
 	}
+	for {
+		changed, err := runTopLive(ctx, o, mon, stdout)
+		switch {
+		case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+			return nil
+		case changed == nil:
+			return err
+		}
+		// The tasks changed (workers added or removed): a new monitor
+		// over them; the window starts again.
+		o.targets = changed
+		if mon, err = bottleneck.NewMonitor(bottleneck.MonitorConfig{Targets: o.targets, Cores: o.cores, Scrape: o.scrape}); err != nil {
+			return err
+		}
+	}
+}
+
+// runTopLive refreshes the view every interval until ctx ends, or until
+// o.reload gives other targets, which it returns.
+func runTopLive(ctx context.Context, o topOptions, mon *bottleneck.Monitor, stdout io.Writer) ([]bottleneck.Target, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	ticker := time.NewTicker(o.interval)
 	defer ticker.Stop()
-	err = mon.Run(ctx, ticker.C, func(bottleneck.Snapshot) {
+	var changed []bottleneck.Target
+	err := mon.Run(ctx, ticker.C, func(bottleneck.Snapshot) {
 		var sb strings.Builder
 		sb.WriteString(clearScreen)
 		fmt.Fprintf(&sb, "pstrain top: %d tasks, every %s, bottleneck over the last %s (Ctrl-C quits)\n\n", len(o.targets), o.interval, o.window)
@@ -171,11 +202,14 @@ func runTop(ctx context.Context, o topOptions, stdout io.Writer) error {
 			renderTop(&sb, b)
 		}
 		_, _ = io.WriteString(stdout, sb.String())
+		if o.reload != nil {
+			if ts, err := o.reload(); err == nil && !slices.Equal(ts, o.targets) {
+				changed = ts
+				cancel()
+			}
+		}
 	})
-	if errors.Is(err, context.Canceled) {
-		return nil
-	}
-	return err
+	return changed, err
 }
 
 // up counts the tasks that answered.
@@ -233,7 +267,17 @@ func renderTop(w io.Writer, b bottleneck.Breakdown) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", t.Task, role, state, steps, compute, push, pull, barrier, cpu, rss, load)
 	}
 	_ = tw.Flush()
-	fmt.Fprintf(w, "\nover %.2fs: %.1f worker steps/s, %.0f samples/s\n", b.WindowSeconds, b.StepsPerSecond, b.SamplesPerSecond)
+	workers, workersUp := 0, 0
+	for _, t := range b.Tasks {
+		if t.Role == bottleneck.RoleWorker {
+			workers++
+			if t.Up {
+				workersUp++
+			}
+		}
+	}
+	fmt.Fprintf(w, "\nworkers: %d up of %d\n", workersUp, workers)
+	fmt.Fprintf(w, "over %.2fs: %.1f worker steps/s, %.0f samples/s\n", b.WindowSeconds, b.StepsPerSecond, b.SamplesPerSecond)
 	fmt.Fprintln(w, b.String())
 	for _, e := range errs {
 		fmt.Fprintln(w, "down:", e)

@@ -11,11 +11,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/pstrain/pstrain/observe/bottleneck"
 	"github.com/pstrain/pstrain/observe/metrics"
 )
 
@@ -154,6 +157,9 @@ func TestTopOnceFromTargets(t *testing.T) {
 	if !strings.Contains(s, "down: worker/1: ") {
 		t.Errorf("the dead target's error is not shown:\n%s", s)
 	}
+	if !strings.Contains(s, "workers: 1 up of 2") {
+		t.Errorf("no worker count (1 up of 2) in\n%s", s)
+	}
 }
 
 func TestTopOnceFromCluster(t *testing.T) {
@@ -283,5 +289,49 @@ func TestTopOnceFailsWhenNoTaskAnswers(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "none of the 2 tasks answered") {
 		t.Errorf("stderr %q does not say no task answered", stderr.String())
+	}
+}
+
+// The live view follows the target file: an elastic run's workers come
+// and go (docs/elastic.md).
+func TestTopLiveFollowsTargets(t *testing.T) {
+	c := startTopCluster(t)
+	targets, err := sdTargets(writeSD(t, c, deadAddr(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fewer := slices.DeleteFunc(slices.Clone(targets), func(x bottleneck.Target) bool { return x.Task == "worker/1" })
+	var mu sync.Mutex
+	current := targets
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	w := &notifyWriter{ch: make(chan string, 100)}
+	done := make(chan error, 1)
+	go func() {
+		done <- runTop(ctx, topOptions{targets: targets, interval: 10 * time.Millisecond, window: time.Second, cores: 2,
+			reload: func() ([]bottleneck.Target, error) { mu.Lock(); defer mu.Unlock(); return current, nil }}, w)
+	}()
+	deadline := time.After(20 * time.Second)
+	saw := func(want string) {
+		t.Helper()
+		for {
+			select {
+			case s := <-w.ch:
+				if strings.Contains(s, want) {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("no refresh with %q", want)
+			}
+		}
+	}
+	saw("workers: 1 up of 2")
+	mu.Lock()
+	current = fewer
+	mu.Unlock()
+	saw("workers: 1 up of 1")
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("runTop after cancel: %v, want nil", err)
 	}
 }

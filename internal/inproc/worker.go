@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/ml/dataset"
 	"github.com/pstrain/pstrain/ml/nn"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/transport/auth"
@@ -47,11 +48,13 @@ type Worker struct {
 	expected bool
 }
 
-// StartWorker starts worker index (0 <= index < Run.Workers), or starts
-// it again after it ended (it registers again, like a restarted process).
+// StartWorker starts worker index (0 <= index < Run.WorkerSlots(): an
+// elastic run's workers may go past Run.Workers, docs/elastic.md), or
+// starts it again after it ended (it registers again, like a restarted
+// process).
 func (c *Cluster) StartWorker(index int, o WorkerOptions) (*Worker, error) {
-	if index < 0 || index >= c.cfg.Run.Workers {
-		return nil, fmt.Errorf("inproc: worker index %d out of range (the run has %d)", index, c.cfg.Run.Workers)
+	if index < 0 || index >= c.cfg.Run.WorkerSlots() {
+		return nil, fmt.Errorf("inproc: worker index %d out of range (the run has at most %d)", index, c.cfg.Run.WorkerSlots())
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -306,9 +309,23 @@ func (w *Worker) run(o WorkerOptions) error {
 		runID, dataShard, numShards = reg.RunId, int(reg.DataShard), int(reg.NumDataShards)
 	}
 	var src worker.BatchSource
+	var follower worker.PlanFollower
 	switch {
 	case o.Batches != nil:
 		src = o.Batches(dataShard, numShards)
+	case c.cfg.Train != nil && w.reg != nil:
+		// As task.RunWorker: the shards of the chief's data plan.
+		plan, err := dataset.ParseDataPlan(w.reg.DataPlan)
+		if err != nil {
+			return err
+		}
+		train := c.cfg.Train
+		eb, err := dataset.NewElasticBatches(w.index, r.Seed, plan,
+			func(i, n int) (dataset.Samples, error) { return train.Shard(i, n), nil })
+		if err != nil {
+			return err
+		}
+		src, follower = eb, eb
 	case c.cfg.Train != nil:
 		src = NewBatches(c.cfg.Train.Shard(dataShard, numShards), r.Batch, r.Seed+int64(dataShard))
 	default:
@@ -325,7 +342,7 @@ func (w *Worker) run(o WorkerOptions) error {
 	}
 	defer net.Close()
 	cfg := worker.Config{Index: w.index, RunID: runID, Run: r, Plan: c.plan, Net: net, Shards: shards,
-		Batches: src, Log: log, RetryTimeout: c.cfg.RetryTimeout}
+		Batches: src, DataPlan: follower, Log: log, RetryTimeout: c.cfg.RetryTimeout}
 	if o.Tweak != nil {
 		o.Tweak(&cfg)
 	}

@@ -58,6 +58,8 @@ const (
 	MetricLiveWorkers           = "pstrain_live_workers"
 	MetricChiefRejectedRequests = "pstrain_chief_rejected_requests_total"
 	MetricDivergences           = "pstrain_divergences_total"
+	MetricMembershipChanges     = "pstrain_membership_changes_total"
+	MetricWorkers               = "pstrain_workers"
 )
 
 // Label names.

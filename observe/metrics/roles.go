@@ -263,6 +263,12 @@ type Chief struct {
 	// Divergences counts the times the model diverged and was rolled back
 	// (pstrain_divergences_total).
 	Divergences prometheus.Counter
+	// MembershipChanges counts the changes of an elastic run's worker
+	// count that took effect (pstrain_membership_changes_total), and
+	// Workers is the count in effect (pstrain_workers; the live ones are
+	// pstrain_live_workers).
+	MembershipChanges prometheus.Counter
+	Workers           prometheus.Gauge
 }
 
 // NewChief creates the chief metrics and registers them on reg (a nil reg
@@ -322,6 +328,14 @@ func NewChief(reg prometheus.Registerer) *Chief {
 		Divergences: f.NewCounter(prometheus.CounterOpts{
 			Name: MetricDivergences,
 			Help: "Times the model diverged (its test loss was not finite or exploded); each is rolled back to a checkpoint unless training had ended.",
+		}),
+		MembershipChanges: f.NewCounter(prometheus.CounterOpts{
+			Name: MetricMembershipChanges,
+			Help: "Changes of the worker count (pstrain scale, or a worker registering with the next index) that took effect at a step boundary.",
+		}),
+		Workers: f.NewGauge(prometheus.GaugeOpts{
+			Name: MetricWorkers,
+			Help: "Workers the run has (the data is split among them); pstrain_live_workers counts those heard from.",
 		}),
 	}
 }

@@ -44,6 +44,19 @@ type Restart struct {
 	RestoredStep int64 `json:"restored_step"`
 }
 
+// MembershipChange is a change of an elastic run's worker count
+// (docs/elastic.md).
+type MembershipChange struct {
+	Step    int64   `json:"step"`    // the step boundary it took effect at
+	Epoch   int64   `json:"epoch"`   // the data epoch that starts there
+	Seconds float64 `json:"seconds"` // since the first step, when it took effect
+	// AskedSeconds is when it was asked for (pstrain scale, or a worker
+	// registering with the next index).
+	AskedSeconds float64 `json:"asked_seconds"`
+	From         int     `json:"from"` // workers before
+	To           int     `json:"to"`   // and after
+}
+
 // Divergence is one time the model diverged: an evaluation's test loss
 // was not finite or exploded against the best so far
 // (docs/security.md, "The divergence guard").
@@ -132,11 +145,15 @@ type Report struct {
 	RefusedGradients   map[string]int64 `json:"refused_gradients"`
 	NonFiniteGradients map[string]int64 `json:"non_finite_gradients"`
 	// Divergences are the times the model diverged, in order.
-	Divergences []Divergence    `json:"divergences"`
-	Evals       []Eval          `json:"evals"`
-	Restarts    []Restart       `json:"restarts"`
-	Tasks       map[string]Task `json:"tasks"`
-	BLAS        string          `json:"blas"`
+	Divergences []Divergence `json:"divergences"`
+	// MembershipChanges are an elastic run's worker count changes, in
+	// order (docs/elastic.md); FinalWorkers the count at the end.
+	MembershipChanges []MembershipChange `json:"membership_changes"`
+	FinalWorkers      int                `json:"final_workers"`
+	Evals             []Eval             `json:"evals"`
+	Restarts          []Restart          `json:"restarts"`
+	Tasks             map[string]Task    `json:"tasks"`
+	BLAS              string             `json:"blas"`
 	// TrainStartedUnix is when the first step began (Unix seconds).
 	TrainStartedUnix float64 `json:"train_started_unix"`
 	// Bottleneck says where the step time went over the whole run and what

@@ -337,6 +337,8 @@ var metricConstants = []string{
 	metrics.MetricStepsLost,
 	metrics.MetricLiveWorkers,
 	metrics.MetricChiefRejectedRequests,
+	metrics.MetricMembershipChanges,
+	metrics.MetricWorkers,
 }
 
 // scrapeSeries are the series Prometheus itself adds for every target.

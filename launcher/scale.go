@@ -1,0 +1,185 @@
+package launcher
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/pstrain/pstrain/chief"
+	"github.com/pstrain/pstrain/cluster"
+	"github.com/pstrain/pstrain/config"
+)
+
+// Elastic workers (docs/elastic.md). `pstrain scale --run-dir DIR
+// --workers N` writes DIR/scale-request.json (RequestScale); the launcher
+// of the run on DIR watches it and starts the workers N adds or lets the
+// ones it removes exit, and the chief (--scale-file, the same file)
+// changes the run's worker count at the next epoch boundary. No port is
+// opened for it: whoever may write the run directory may scale the run.
+const (
+	// ScaleRequestFile is the request, in the run directory.
+	ScaleRequestFile = "scale-request.json"
+	// ScaleStatusFile says what a request may ask: the run's mode, its
+	// --max-workers and the worker count last asked for.
+	ScaleStatusFile = "scale-status.json"
+)
+
+// ScaleStatus is the content of ScaleStatusFile.
+type ScaleStatus struct {
+	RunID      string `json:"run_id"`
+	Mode       string `json:"mode"`
+	MaxWorkers int    `json:"max_workers"`
+	Workers    int    `json:"workers"`
+}
+
+// Errors of a refused RequestScale.
+var (
+	ErrNoRun    = errors.New("no run")
+	ErrBadScale = errors.New("cannot scale")
+)
+
+// RequestScale asks the `pstrain run` on dir for workers workers. It
+// checks that a launcher is running there, that the run is sync and that
+// workers is in 1..--max-workers, and returns the count it replaces.
+func RequestScale(dir string, workers int) (was int, err error) {
+	if !launcherAlive(dir, procFS("/proc")) {
+		return 0, fmt.Errorf("%w in %s: no pstrain run is running there (%s has no live launcher)", ErrNoRun, dir, filepath.Join(dir, "pids"))
+	}
+	st, err := readScaleStatus(dir)
+	if err != nil {
+		return 0, fmt.Errorf("%w in %s: %v (a pstrain run older than elastic workers?)", ErrNoRun, dir, err)
+	}
+	switch {
+	case st.Mode != string(config.Sync):
+		return 0, fmt.Errorf("%w: elastic workers need --mode sync (the run in %s is %s)", ErrBadScale, dir, st.Mode)
+	case workers < 1:
+		return 0, fmt.Errorf("%w: --workers must be at least 1, got %d", ErrBadScale, workers)
+	case workers > st.MaxWorkers:
+		return 0, fmt.Errorf("%w: --workers %d is more than the run's --max-workers %d", ErrBadScale, workers, st.MaxWorkers)
+	}
+	path := filepath.Join(dir, ScaleRequestFile)
+	prev, _ := chief.ReadScaleRequest(path)
+	req := chief.ScaleRequest{Workers: workers, Seq: prev.Seq + 1}
+	return st.Workers, writeJSON(path, req)
+}
+
+func launcherAlive(dir string, fs procFS) bool {
+	b, err := os.ReadFile(pidFileName(filepath.Join(dir, "pids"), "launcher"))
+	var r pidRecord
+	return err == nil && json.Unmarshal(b, &r) == nil && fs.alive(r)
+}
+
+func readScaleStatus(dir string) (ScaleStatus, error) {
+	var st ScaleStatus
+	b, err := os.ReadFile(filepath.Join(dir, ScaleStatusFile))
+	if err == nil {
+		err = json.Unmarshal(b, &st)
+	}
+	return st, err
+}
+
+// writeJSON writes v to path atomically.
+func writeJSON(path string, v any) error {
+	b, _ := json.MarshalIndent(v, "", "  ")
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// scaler is the launcher's side of elastic workers: the worker count
+// asked for, and starting the workers a request adds. The workers a
+// request removes exit by themselves (their shards answer done at the
+// boundary); retiring says their exit is no failure.
+type scaler struct {
+	s     *supervisor
+	start func(t cluster.Task) error // starts and supervises a worker
+	slots int
+
+	mu      sync.Mutex
+	target  int
+	running map[int]bool // worker processes the launcher supervises
+}
+
+// retiring says worker index was removed by a scale request: its exit
+// ends it.
+func (sc *scaler) retiring(index int) bool {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	return index >= sc.target
+}
+
+// exited notes that worker index's supervision ended.
+func (sc *scaler) exited(index int) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	delete(sc.running, index)
+}
+
+// watch polls the request file until ctx ends.
+func (sc *scaler) watch(ctx context.Context, dir string, every time.Duration) {
+	path := filepath.Join(dir, ScaleRequestFile)
+	var seq int64
+	if r, err := chief.ReadScaleRequest(path); err == nil {
+		seq = r.Seq // a request of an earlier run on dir is not this run's
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		r, err := chief.ReadScaleRequest(path)
+		if err != nil || r.Seq == seq {
+			continue
+		}
+		seq = r.Seq
+		sc.apply(r.Workers)
+	}
+}
+
+// apply makes workers the target: it starts the workers below it that
+// are not running.
+func (sc *scaler) apply(workers int) {
+	log := sc.s.c.Log
+	if workers < 1 || workers > sc.slots || sc.s.isFinished() || sc.s.stopping() {
+		log.Error("scale request ignored", "workers", workers, "max_workers", sc.slots)
+		return
+	}
+	sc.mu.Lock()
+	was := sc.target
+	sc.target = workers
+	var start []int
+	for w := range workers {
+		if !sc.running[w] {
+			sc.running[w] = true
+			start = append(start, w)
+		}
+	}
+	sc.mu.Unlock()
+	log.Info("scaling the workers: the change takes effect at the next epoch boundary", "from", was, "to", workers)
+	sc.writeStatus()
+	for _, w := range start {
+		if err := sc.start(cluster.Task{Type: cluster.Worker, Index: w}); err != nil {
+			log.Error("could not start a worker", "task", fmt.Sprintf("worker/%d", w), "err", err)
+			sc.exited(w)
+		}
+	}
+}
+
+func (sc *scaler) writeStatus() {
+	sc.mu.Lock()
+	st := ScaleStatus{RunID: sc.s.runID, Mode: string(sc.s.c.Run.Mode), MaxWorkers: sc.slots, Workers: sc.target}
+	sc.mu.Unlock()
+	if err := writeJSON(filepath.Join(sc.s.c.Dir, ScaleStatusFile), st); err != nil {
+		sc.s.c.Log.Warn("could not write the scale status", "err", err)
+	}
+}

@@ -1,0 +1,61 @@
+package launcher
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/pstrain/pstrain/chief"
+)
+
+// RequestScale writes a request only for a live run, in range, in sync
+// mode; each request has the next sequence number.
+func TestRequestScale(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := RequestScale(dir, 2); !errors.Is(err, ErrNoRun) {
+		t.Fatalf("no launcher: %v, want ErrNoRun", err)
+	}
+	// This test process stands for the launcher.
+	pids := filepath.Join(dir, "pids")
+	if err := os.MkdirAll(pids, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fs := procFS("/proc")
+	cl, err := fs.cmdline(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writePidFile(pids, fs.record("launcher", os.Getpid(), cl)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RequestScale(dir, 2); !errors.Is(err, ErrNoRun) {
+		t.Fatalf("no scale status: %v, want ErrNoRun", err)
+	}
+	status := func(st ScaleStatus) {
+		t.Helper()
+		if err := writeJSON(filepath.Join(dir, ScaleStatusFile), st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	status(ScaleStatus{Mode: "async", MaxWorkers: 4, Workers: 2})
+	if _, err := RequestScale(dir, 3); !errors.Is(err, ErrBadScale) {
+		t.Fatalf("async run: %v, want ErrBadScale", err)
+	}
+	status(ScaleStatus{Mode: "sync", MaxWorkers: 4, Workers: 2})
+	for _, n := range []int{0, 5} {
+		if _, err := RequestScale(dir, n); !errors.Is(err, ErrBadScale) {
+			t.Errorf("%d workers of at most 4: %v, want ErrBadScale", n, err)
+		}
+	}
+	for i, n := range []int{4, 1} {
+		was, err := RequestScale(dir, n)
+		if err != nil || was != 2 {
+			t.Fatalf("scale to %d: was %d, %v", n, was, err)
+		}
+		r, err := chief.ReadScaleRequest(filepath.Join(dir, ScaleRequestFile))
+		if err != nil || r.Workers != n || r.Seq != int64(i+1) {
+			t.Fatalf("request %+v, %v; want %d workers, seq %d", r, err, n, i+1)
+		}
+	}
+}

@@ -1,0 +1,299 @@
+package dataset
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// DataPlan is how the training set is split among a changing number of
+// workers (docs/elastic.md). It is a list of eras: from era k's first
+// epoch on (until the next era's), workers 0..Workers-1 each read shard
+// i of Workers, PerEpoch(k) full batches of it per epoch. Every member of
+// an era reads the same number of batches per epoch, so in a sync run,
+// where every member contributes one batch to every step, an era's epoch
+// boundaries are global steps: Era.Step + m*PerEpoch(k).
+//
+// A worker's data position (how many of its batches the model holds,
+// docs/recovery.md "Data positions") counts its batches across the eras
+// it is a member of, in order: era k's batches of worker w are the
+// positions from Start(w, k) (the batches of w's earlier eras) on. So a
+// position means the same batch whenever it is read, a worker that is
+// behind at an era change reads the rest of its old shard first, and a
+// worker that leaves and later comes back goes on after its last era.
+//
+// The plan is the chief's (it decides the eras); every worker receives
+// it as JSON at registration and in heartbeat answers.
+type DataPlan struct {
+	// N is the number of training samples (after --data-fraction) and
+	// Batch the per-worker batch size.
+	N     int   `json:"n"`
+	Batch int   `json:"batch"`
+	Eras  []Era `json:"eras"`
+}
+
+// Era is one membership of the data: from global epoch Epoch (and, in a
+// sync run, global step Step) on, Workers workers.
+type Era struct {
+	Epoch   int64 `json:"epoch"`
+	Step    int64 `json:"step"`
+	Workers int   `json:"workers"`
+}
+
+// NewDataPlan is the plan of a run that starts with workers workers.
+func NewDataPlan(n, batch, workers int) DataPlan {
+	return DataPlan{N: n, Batch: batch, Eras: []Era{{Workers: workers}}}
+}
+
+// Validate reports a plan no worker could follow.
+func (p DataPlan) Validate() error {
+	if p.N < 0 || p.Batch < 1 || len(p.Eras) == 0 {
+		return fmt.Errorf("data plan: n %d, batch %d, %d eras", p.N, p.Batch, len(p.Eras))
+	}
+	for k, e := range p.Eras {
+		if e.Workers < 1 {
+			return fmt.Errorf("data plan: era %d has %d workers", k, e.Workers)
+		}
+		if k > 0 && (e.Epoch <= p.Eras[k-1].Epoch || e.Step < p.Eras[k-1].Step) {
+			return fmt.Errorf("data plan: era %d (epoch %d, step %d) does not follow era %d (epoch %d, step %d)",
+				k, e.Epoch, e.Step, k-1, p.Eras[k-1].Epoch, p.Eras[k-1].Step)
+		}
+	}
+	return nil
+}
+
+// JSON encodes the plan.
+func (p DataPlan) JSON() []byte {
+	b, _ := json.Marshal(p) // plain values: cannot fail
+	return b
+}
+
+// ParseDataPlan decodes and validates a plan.
+func ParseDataPlan(b []byte) (DataPlan, error) {
+	var p DataPlan
+	if err := json.Unmarshal(b, &p); err != nil {
+		return DataPlan{}, fmt.Errorf("data plan: %w", err)
+	}
+	return p, p.Validate()
+}
+
+// Last is the current era.
+func (p DataPlan) Last() Era { return p.Eras[len(p.Eras)-1] }
+
+// PerEpoch is the number of full batches each member of era k reads per
+// epoch: those of the era's smallest shard, floor(floor(N/W)/B), at
+// least 1 (a shard smaller than a batch has one, as in FullBatches).
+func (p DataPlan) PerEpoch(k int) int64 {
+	return max(1, int64(p.N/p.Eras[k].Workers/p.Batch))
+}
+
+// epochs is how many epochs era k lasts (-1: the last era, open).
+func (p DataPlan) epochs(k int) int64 {
+	if k == len(p.Eras)-1 {
+		return -1
+	}
+	return p.Eras[k+1].Epoch - p.Eras[k].Epoch
+}
+
+// Start is worker w's data position at the start of era k: its batches
+// of the earlier eras it was a member of.
+func (p DataPlan) Start(w, k int) int64 {
+	var pos int64
+	for j := 0; j < k; j++ {
+		if w < p.Eras[j].Workers {
+			pos += p.epochs(j) * p.PerEpoch(j)
+		}
+	}
+	return pos
+}
+
+// Locate is where worker w's batch at data position pos is: era k (the
+// worker reads shard w of Eras[k].Workers), global epoch epoch and the
+// batch's index in that epoch. ok is false when w is a member of no era
+// that holds pos (it was removed and its position is past its last era).
+func (p DataPlan) Locate(w int, pos int64) (k int, epoch, batch int64, ok bool) {
+	var start int64
+	for k := range p.Eras {
+		if w >= p.Eras[k].Workers {
+			continue
+		}
+		f, n := p.PerEpoch(k), p.epochs(k)
+		if n < 0 || pos < start+n*f {
+			j := pos - start
+			return k, p.Eras[k].Epoch + j/f, j % f, true
+		}
+		start += n * f
+	}
+	return 0, 0, 0, false
+}
+
+// Boundary is the first epoch boundary of the current era at or after
+// step (a sync run: every member reads one batch per step), and the
+// global epoch that starts there.
+func (p DataPlan) Boundary(step int64) (at, epoch int64) {
+	k := len(p.Eras) - 1
+	e, f := p.Eras[k], p.PerEpoch(k)
+	m := max(0, (step-e.Step+f-1)/f)
+	return e.Step + m*f, e.Epoch + m
+}
+
+// Scale is the plan with an era of workers workers from global step at
+// and epoch epoch on (Boundary's answer). Without a change it is p.
+func (p DataPlan) Scale(at, epoch int64, workers int) DataPlan {
+	if workers == p.Last().Workers {
+		return p
+	}
+	q := p
+	q.Eras = append(append([]Era(nil), p.Eras...), Era{Epoch: epoch, Step: at, Workers: workers})
+	return q
+}
+
+// ShardLoader reads shard index of count of the training set (the
+// worker task's TrainSet.Shard; tests' Dataset.Shard).
+type ShardLoader func(index, count int) (Samples, error)
+
+// ElasticBatches is a worker's stream of full batches under a DataPlan:
+// the batch at data position p is batch b of global epoch e of the
+// worker's shard in the era p falls in (DataPlan.Locate), in the order
+// a Batcher over that shard with seed Seed+w gives (epoch e's
+// permutation). Under a plan of one era it is FullBatches over shard w
+// of W, but for the per-epoch count: every member reads PerEpoch full
+// batches, those of the smallest shard.
+//
+// The plan is replaced with SetPlan (from the heartbeat goroutine): it
+// loads the shard of any new era the worker is a member of before the
+// new plan is used, so Next never reads a file. Next and SeekBatch are
+// for the training loop; SetPlan and Plan may be called concurrently
+// with them.
+type ElasticBatches struct {
+	worker int
+	seed   int64
+	load   ShardLoader
+
+	mu       sync.Mutex
+	plan     DataPlan
+	batchers map[[2]int]*Batcher // by (index, count) of a shard
+	pos      int64
+}
+
+// NewElasticBatches returns worker's batches under plan, positioned at 0,
+// with the shards of plan's eras it is a member of loaded.
+func NewElasticBatches(worker int, seed int64, plan DataPlan, load ShardLoader) (*ElasticBatches, error) {
+	b := &ElasticBatches{worker: worker, seed: seed, load: load, batchers: map[[2]int]*Batcher{}}
+	if err := b.SetPlan(plan); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// SetPlan replaces the plan after loading the shards its eras need. (The
+// chief's plan only grows, but for a change a restarted chief dropped:
+// the plan then loses the era that never took effect.)
+func (b *ElasticBatches) SetPlan(p DataPlan) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	loaded := map[[2]int]*Batcher{}
+	for _, e := range p.Eras {
+		key := [2]int{b.worker, e.Workers}
+		if b.worker >= e.Workers || loaded[key] != nil || b.has(key) {
+			continue
+		}
+		ds, err := b.load(b.worker, e.Workers)
+		if err != nil {
+			return fmt.Errorf("data: shard %d of %d: %w", b.worker, e.Workers, err)
+		}
+		loaded[key] = NewBatcher(ds, p.Batch, b.seed+int64(b.worker))
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for k, v := range loaded {
+		b.batchers[k] = v
+	}
+	b.plan = p
+	return nil
+}
+
+func (b *ElasticBatches) has(key [2]int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.batchers[key] != nil
+}
+
+// Plan is the plan in use.
+func (b *ElasticBatches) Plan() DataPlan {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.plan
+}
+
+// Eras is the number of eras of the plan in use (what a heartbeat says
+// the worker knows).
+func (b *ElasticBatches) Eras() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.plan.Eras)
+}
+
+// ErrNoEra says a worker's position lies past its last era: it was
+// removed from the run.
+var ErrNoEra = errors.New("data: the worker is a member of no era at this position")
+
+// Where locates the batch at position pos (DataPlan.Locate).
+func (b *ElasticBatches) Where(pos int64) (era int, epoch, batch int64, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k, e, i, ok := b.plan.Locate(b.worker, pos)
+	if !ok {
+		return 0, 0, 0, fmt.Errorf("%w (worker %d, position %d)", ErrNoEra, b.worker, pos)
+	}
+	return k, e, i, nil
+}
+
+// Next copies the batch at the current position into x and y and moves
+// to the next position. A position past the worker's last era (it was
+// removed; the shards answer its pulls with done, so it is not trained
+// on) repeats the era's last batch rather than reading another worker's
+// samples.
+func (b *ElasticBatches) Next(x []float32, y []uint8) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k, e, i, ok := b.plan.Locate(b.worker, b.pos)
+	b.pos++
+	if !ok {
+		return
+	}
+	bt := b.batchers[[2]int{b.worker, b.plan.Eras[k].Workers}]
+	B, d := bt.batch, bt.dim
+	if len(x) < B*d || len(y) < B {
+		panic(fmt.Sprintf("data: ElasticBatches.Next: buffers hold %d values and %d labels, need %d and %d", len(x), len(y), B*d, B))
+	}
+	if bt.n == 0 {
+		return
+	}
+	bt.SeekStep(e*bt.perEpoch + i)
+	n, _ := bt.Next(x, y)
+	for j := n; j < B; j++ { // only a shard smaller than a batch
+		s := j % n
+		copy(x[j*d:(j+1)*d], x[s*d:(s+1)*d])
+		y[j] = y[s]
+	}
+}
+
+// SeekBatch makes position the next batch. It panics if position < 0.
+func (b *ElasticBatches) SeekBatch(position int64) {
+	if position < 0 {
+		panic(fmt.Sprintf("data: ElasticBatches.SeekBatch(%d): negative position", position))
+	}
+	b.mu.Lock()
+	b.pos = position
+	b.mu.Unlock()
+}
+
+// Position is the position of the batch Next returns next.
+func (b *ElasticBatches) Position() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.pos
+}
