@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
 	"image/png"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,8 +25,8 @@ func TestResolveRun(t *testing.T) {
 	if p["mode"] != "async" || p["hidden"] != "256,128" || p["lr"] != "0.05" || p["workers"] != "2" || p["eval-every"] != "1s" {
 		t.Errorf("resolved %v", p)
 	}
-	if len(p) != len(sweep.Keys()) {
-		t.Errorf("%d keys, want %d: %v", len(p), len(sweep.Keys()), p)
+	if _, ok := p[sweep.KeyCPUs]; len(p) != len(sweep.Keys())-1 || ok || p["model"] != "mlp" {
+		t.Errorf("%d keys, want every key but cpus (%d): %v", len(p), len(sweep.Keys())-1, p)
 	}
 	for params, want := range map[string]string{
 		"workers=abc":             "workers=abc: ",
@@ -32,11 +34,48 @@ func TestResolveRun(t *testing.T) {
 		"data-fraction=2":         "--data-fraction must be in (0, 1]",
 		"hidden=0":                "hidden",
 		"replicas-to-aggregate=5": "--replicas-to-aggregate 5 is more than --workers 2",
+		"batch=0":                 "batch",
+		"optimizer=lbfgs":         "optimizer",
+		"staleness=-1":            "staleness",
+		"cpus=1":                  "cpus is not a run flag",
 	} {
 		k, v, _ := strings.Cut(params, "=")
 		if _, err := resolveRun(map[string]string{k: v}); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: err = %v, want %q", params, err, want)
 		}
+	}
+}
+
+// The model key maps to --model when the run flags have it; a build
+// without it (only the MLP) resolves model=mlp and refuses the others.
+func TestResolveModel(t *testing.T) {
+	newFS := func(withModel bool) (*flag.FlagSet, *string) {
+		fs := flag.NewFlagSet("grid", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		model := "mlp"
+		if withModel {
+			fs.StringVar(&model, "model", model, "")
+		}
+		fs.Int("workers", 2, "")
+		return fs, &model
+	}
+	ok := func() error { return nil }
+	fs, _ := newFS(false)
+	if _, err := resolveWith(fs, ok, func() []string { return nil }, map[string]string{"model": "cnn"}); err == nil || !strings.Contains(err.Error(), "no --model flag") {
+		t.Errorf("model=cnn without --model: %v", err)
+	}
+	fs, _ = newFS(false)
+	if p, err := resolveWith(fs, ok, func() []string { return []string{"--workers=2"} }, map[string]string{"model": "mlp"}); err != nil || p["model"] != "mlp" || p["workers"] != "2" {
+		t.Errorf("model=mlp without --model: %v %v", p, err)
+	}
+	fs, model := newFS(true)
+	args := func() []string { return []string{"--model=" + *model, "--workers=2"} }
+	if p, err := resolveWith(fs, ok, args, map[string]string{"model": "cnn"}); err != nil || p["model"] != "cnn" || *model != "cnn" {
+		t.Errorf("model=cnn with --model: %v %v (flag %q)", p, err, *model)
+	}
+	// The real flags: whatever this build has, mlp resolves.
+	if p, err := resolveRun(map[string]string{"model": "mlp"}); err != nil || p["model"] != "mlp" {
+		t.Errorf("resolveRun model=mlp: %v %v", p, err)
 	}
 }
 
@@ -47,6 +86,8 @@ func TestSweepBadGrid(t *testing.T) {
 		"mode=sync,async;workers=2,0": "workers=0",
 		"mode=sync;wrkers=2":          `unknown key "wrkers"`,
 		"lr=0.1,fast":                 "lr=fast",
+		"model=mlp,svm":               "model=svm",
+		"cpus=1,4096":                 "cpus=4096: this machine lets the sweep use only",
 	} {
 		var stdout, stderr bytes.Buffer
 		err := runSweep(context.Background(), "/nonexistent/pstrain", []string{"--grid", grid, "--out", out}, &stdout, &stderr)
