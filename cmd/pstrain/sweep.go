@@ -30,7 +30,7 @@ func cmdSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // runSweep is cmdSweep with the pstrain binary to run given.
 func runSweep(ctx context.Context, exe string, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("sweep", "sweep --grid SPEC --out DIR [flags]", "Run a grid of pstrain run configurations and write results.csv, summary.md and plots.")
-	grid := fs.String("grid", "", "grid of pstrain run flags, e.g. 'mode=sync,async;workers=1,2;data-fraction=0.3,1' (hidden layers: hidden=800,256+128)")
+	grid := fs.String("grid", "", "grid of pstrain run flags, e.g. 'mode=sync,async;workers=1,2;data-fraction=0.3,1' (hidden layers: hidden=800,256+128; model=mlp,cnn; cpus=1,2 pins each run's processes to that many CPUs with taskset)")
 	repeat := fs.Int("repeat", 1, "runs per configuration (repeat r uses seed+r)")
 	out := fs.String("out", "", "output directory (results.csv, summary.md, plots, runs/); re-running resumes it")
 	dataDir := fs.String("data-dir", "data", "directory holding the data sets")
