@@ -121,3 +121,13 @@ func TestWatchSeesAffinity(t *testing.T) {
 		t.Errorf("evidence %+v", ev)
 	}
 }
+
+func TestStartupShare(t *testing.T) {
+	r := Row{StartupSeconds: 2, WallSeconds: 16}
+	if v, ok := r.Metric("startup_share"); !ok || v != 0.125 {
+		t.Errorf("startup_share %v %v, want 0.125", v, ok)
+	}
+	if v := (&Row{StartupSeconds: 2}).StartupShare(); !math.IsNaN(v) {
+		t.Errorf("no wall time gave %v", v)
+	}
+}

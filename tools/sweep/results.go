@@ -137,6 +137,9 @@ func columns() []column {
 		floatCol("train_seconds", func(r *Row) *float64 { return &r.TrainSeconds }),
 		floatCol("test_seconds", func(r *Row) *float64 { return &r.TestSeconds }),
 		floatCol("wall_seconds", func(r *Row) *float64 { return &r.WallSeconds }),
+		// Derived: start-up as a share of the wall time (read back, it is
+		// recomputed from the two columns).
+		column{"startup_share", func(r *Row) string { return fmtFloat(r.StartupShare()) }, func(*Row, string) error { return nil }},
 		floatCol("samples_per_second", func(r *Row) *float64 { return &r.SamplesPerSecond }),
 		floatCol("test_accuracy", func(r *Row) *float64 { return &r.TestAccuracy }),
 		floatCol("best_test_accuracy", func(r *Row) *float64 { return &r.BestTestAccuracy }),
@@ -316,6 +319,15 @@ func rowFromReport(row *Row, rep *report.Report, samples []Sample) {
 			row.PhaseCompute, row.PhasePush, row.PhasePull, row.PhaseBarrier, row.PhaseWait = p.Compute, p.Push, p.Pull, p.BarrierWait, p.Wait
 		}
 	}
+}
+
+// StartupShare is the run's start-up (until the first step) as a share of
+// its wall time, NaN when either is unknown.
+func (r *Row) StartupShare() float64 {
+	if !(r.WallSeconds > 0) || math.IsNaN(r.StartupSeconds) {
+		return math.NaN()
+	}
+	return r.StartupSeconds / r.WallSeconds
 }
 
 // setEvidence fills the row's columns from the run's own interval.
