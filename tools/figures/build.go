@@ -46,7 +46,10 @@ type Figure struct {
 	// XTicks, when set, makes the x axis categorical: X values are indices
 	// into XTicks, drawn as its labels.
 	XTicks []string
-	Series []Series
+	// YFromZero starts the y axis at 0 (for amounts, where a cut axis
+	// would magnify differences).
+	YFromZero bool
+	Series    []Series
 }
 
 // Input is what the figures are built from.
@@ -139,17 +142,18 @@ type Metric struct {
 	Column string  // results.csv column, e.g. "train_seconds"
 	Title  string  // axis title
 	Scale  float64 // multiply by this for display
+	Zero   bool    // draw the y axis from 0
 }
 
 // paramMetrics are the columns drawn against every varied parameter.
 func paramMetrics() []Metric {
 	return []Metric{
-		{"test_accuracy", "test accuracy % (final model)", 100},
-		{"train_seconds", "train seconds", 1},
-		{"samples_per_second", "samples/s", 1},
-		{"cpu_seconds_run", "CPU seconds, whole run (all processes)", 1},
-		{"peak_rss_bytes_total", "peak RSS, sum over processes (MiB)", 1.0 / (1 << 20)},
-		{"run_queue_mean", "host run queue during the run (mean)", 1},
+		{"test_accuracy", "test accuracy % (final model)", 100, false},
+		{"train_seconds", "train seconds", 1, true},
+		{"samples_per_second", "samples/s", 1, true},
+		{"cpu_seconds_run", "CPU seconds, whole run (all processes)", 1, true},
+		{"peak_rss_bytes_total", "peak RSS, sum over processes (MiB)", 1.0 / (1 << 20), true},
+		{"run_queue_mean", "host run queue during the run (mean)", 1, true},
 	}
 }
 
@@ -196,7 +200,8 @@ func (a Axis) X(v string) float64 { return a.at[v] }
 // each point the median over the repeats with their min and max as a
 // whisker. Rows whose metric was not measured are left out.
 func ParamFigure(rows []sweep.Row, p string, others []string, m Metric) Figure {
-	f := Figure{Name: m.Column + "_vs_" + p, Title: m.Title + " vs " + p + " (median, whiskers min-max over repeats)", XLabel: p, YLabel: m.Title}
+	f := Figure{Name: m.Column + "_vs_" + p, Title: m.Title + " vs " + p + " (median, whiskers min-max over repeats)", XLabel: p, YLabel: m.Title,
+		YFromZero: m.Zero}
 	var kept []sweep.Row
 	for _, r := range rows {
 		if y, ok := r.Metric(m.Column); ok && !math.IsNaN(y) {

@@ -135,7 +135,7 @@ func TestParamFigureGroups(t *testing.T) {
 	}
 	rows := rowsOf(params, acc)
 	rows[0].TestAccuracy = math.NaN()
-	f := ParamFigure(rows, "data-fraction", []string{"epochs"}, Metric{"test_accuracy", "acc", 100})
+	f := ParamFigure(rows, "data-fraction", []string{"epochs"}, Metric{"test_accuracy", "acc", 100, false})
 	if f.Name != "test_accuracy_vs_data-fraction" || f.XTicks != nil || len(f.Series) != 2 {
 		t.Fatalf("figure %+v", f)
 	}
@@ -162,7 +162,7 @@ func TestParamFigureGroups(t *testing.T) {
 		t.Errorf("epochs=3 series %+v", three)
 	}
 	// No other varied key: one series of all runs.
-	if f := ParamFigure(rows, "epochs", nil, Metric{"test_accuracy", "acc", 1}); len(f.Series) != 1 || f.Series[0].Label != "all runs" {
+	if f := ParamFigure(rows, "epochs", nil, Metric{"test_accuracy", "acc", 1, false}); len(f.Series) != 1 || f.Series[0].Label != "all runs" {
 		t.Errorf("single series %+v", f.Series)
 	}
 }
@@ -330,5 +330,17 @@ func TestDrawAllFromDirectory(t *testing.T) {
 	}
 	if _, err := DrawAll(t.TempDir()); err == nil {
 		t.Error("a directory without results.csv was drawn")
+	}
+}
+
+func TestDodgeStep(t *testing.T) {
+	one := Figure{Series: []Series{{X: []float64{1, 4}}}}
+	two := Figure{Series: []Series{{X: []float64{1, 4}}, {X: []float64{2, 3}}}}
+	cat := Figure{XTicks: []string{"a", "b"}, Series: two.Series}
+	if dodgeStep(one) != 0 || math.Abs(dodgeStep(two)-0.045) > 1e-12 || dodgeStep(cat) != 0.08 {
+		t.Errorf("dodge %v %v %v", dodgeStep(one), dodgeStep(two), dodgeStep(cat))
+	}
+	if f := ParamFigure(rowsOf([]map[string]string{{"workers": "1"}}, []float64{0.9}), "workers", nil, paramMetrics()[1]); !f.YFromZero {
+		t.Error("train seconds not drawn from 0")
 	}
 }
