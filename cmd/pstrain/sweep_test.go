@@ -3,9 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
+	"fmt"
 	"image/png"
+	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,8 +27,8 @@ func TestResolveRun(t *testing.T) {
 	if p["mode"] != "async" || p["hidden"] != "256,128" || p["lr"] != "0.05" || p["workers"] != "2" || p["eval-every"] != "1s" {
 		t.Errorf("resolved %v", p)
 	}
-	if len(p) != len(sweep.Keys()) {
-		t.Errorf("%d keys, want %d: %v", len(p), len(sweep.Keys()), p)
+	if _, ok := p[sweep.KeyCPUs]; len(p) != len(sweep.Keys())-1 || ok || p["model"] != "mlp" {
+		t.Errorf("%d keys, want every key but cpus (%d): %v", len(p), len(sweep.Keys())-1, p)
 	}
 	for params, want := range map[string]string{
 		"workers=abc":             "workers=abc: ",
@@ -32,11 +36,48 @@ func TestResolveRun(t *testing.T) {
 		"data-fraction=2":         "--data-fraction must be in (0, 1]",
 		"hidden=0":                "hidden",
 		"replicas-to-aggregate=5": "--replicas-to-aggregate 5 is more than --workers 2",
+		"batch=0":                 "batch",
+		"optimizer=lbfgs":         "optimizer",
+		"staleness=-1":            "staleness",
+		"cpus=1":                  "cpus is not a run flag",
 	} {
 		k, v, _ := strings.Cut(params, "=")
 		if _, err := resolveRun(map[string]string{k: v}); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: err = %v, want %q", params, err, want)
 		}
+	}
+}
+
+// The model key maps to --model when the run flags have it; a build
+// without it (only the MLP) resolves model=mlp and refuses the others.
+func TestResolveModel(t *testing.T) {
+	newFS := func(withModel bool) (*flag.FlagSet, *string) {
+		fs := flag.NewFlagSet("grid", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		model := "mlp"
+		if withModel {
+			fs.StringVar(&model, "model", model, "")
+		}
+		fs.Int("workers", 2, "")
+		return fs, &model
+	}
+	ok := func() error { return nil }
+	fs, _ := newFS(false)
+	if _, err := resolveWith(fs, ok, func() []string { return nil }, map[string]string{"model": "cnn"}); err == nil || !strings.Contains(err.Error(), "no --model flag") {
+		t.Errorf("model=cnn without --model: %v", err)
+	}
+	fs, _ = newFS(false)
+	if p, err := resolveWith(fs, ok, func() []string { return []string{"--workers=2"} }, map[string]string{"model": "mlp"}); err != nil || p["model"] != "mlp" || p["workers"] != "2" {
+		t.Errorf("model=mlp without --model: %v %v", p, err)
+	}
+	fs, model := newFS(true)
+	args := func() []string { return []string{"--model=" + *model, "--workers=2"} }
+	if p, err := resolveWith(fs, ok, args, map[string]string{"model": "cnn"}); err != nil || p["model"] != "cnn" || *model != "cnn" {
+		t.Errorf("model=cnn with --model: %v %v (flag %q)", p, err, *model)
+	}
+	// The real flags: whatever this build has, mlp resolves.
+	if p, err := resolveRun(map[string]string{"model": "mlp"}); err != nil || p["model"] != "mlp" {
+		t.Errorf("resolveRun model=mlp: %v %v", p, err)
 	}
 }
 
@@ -47,6 +88,8 @@ func TestSweepBadGrid(t *testing.T) {
 		"mode=sync,async;workers=2,0": "workers=0",
 		"mode=sync;wrkers=2":          `unknown key "wrkers"`,
 		"lr=0.1,fast":                 "lr=fast",
+		"model=mlp,svm":               "model=svm",
+		"cpus=1,4096":                 "cpus=4096: this machine lets the sweep use only",
 	} {
 		var stdout, stderr bytes.Buffer
 		err := runSweep(context.Background(), "/nonexistent/pstrain", []string{"--grid", grid, "--out", out}, &stdout, &stderr)
@@ -62,23 +105,43 @@ func TestSweepBadGrid(t *testing.T) {
 	}
 }
 
-// A tiny real sweep: two configurations (sync and async) of a small
-// cluster on 5% of MNIST, end to end through the real binary.
+// e2eAxes are the axes TestSweepEndToEnd varies. Every assertion is
+// written over their cross product, so covering the model axis once
+// `pstrain run --model cnn` exists is one more line here:
+//
+//	{"model", []string{"mlp", "cnn"}},
+var e2eAxes = []struct {
+	key    string
+	values []string
+}{
+	{"cpus", []string{"1", "2"}},
+}
+
+// A tiny real sweep over e2eAxes (cpus=1,2: the whole cluster pinned to
+// one CPU, then two) of a small cluster on 5% of MNIST, end to end through
+// the real binary: the pinning is checked on the run's own processes.
 func TestSweepEndToEnd(t *testing.T) {
+	own, err := sweep.OwnCPUs()
+	if err != nil || len(own) < 2 {
+		t.Skipf("needs 2 CPUs to pin to (have %v, %v)", own, err)
+	}
 	d := testbin.MNIST(t)
 	exe := bin.Path(t)
 	out := filepath.Join(t.TempDir(), "tiny")
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	// Plain SGD: async with momentum 0.9 over 24 updates is unstable
-	// (stale gradients and momentum compound; docs/semantics.md).
-	args := []string{"--grid", "mode=sync,async;workers=2;ps=1;hidden=64;optimizer=sgd;lr=0.2;data-fraction=0.05;epochs=1;eval-every=500ms;target-accuracy=0",
-		"--out", out, "--data-dir", d, "--sample-every", "250ms"}
+	grid := "mode=sync;workers=2;ps=1;hidden=64;optimizer=sgd;lr=0.2;data-fraction=0.05;epochs=1;eval-every=500ms;target-accuracy=0"
+	runs := 1
+	for _, ax := range e2eAxes {
+		grid += ";" + ax.key + "=" + strings.Join(ax.values, ",")
+		runs *= len(ax.values)
+	}
+	args := []string{"--grid", grid, "--out", out, "--data-dir", d, "--sample-every", "250ms"}
 	var stdout, stderr bytes.Buffer
 	if err := runSweep(ctx, exe, args, &stdout, &stderr); err != nil {
 		t.Fatalf("sweep: %v\n%s\n%s", err, stdout.String(), stderr.String())
 	}
-	for _, want := range []string{"2 configurations x 1 repeats = 2 runs", "[1/2]", "[2/2]", "ETA", "ok in"} {
+	for _, want := range []string{fmt.Sprintf("%d configurations x 1 repeats = %d runs", runs, runs), "[1/", fmt.Sprintf("[%d/%d]", runs, runs), "ETA", "ok in"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("progress lacks %q:\n%s", want, stdout.String())
 		}
@@ -87,53 +150,65 @@ func TestSweepEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rows) != 2 {
-		t.Fatalf("%d rows, want 2", len(rows))
+	if len(rows) != runs {
+		t.Fatalf("%d rows, want %d", len(rows), runs)
 	}
-	for i, mode := range []string{"sync", "async"} {
-		r := rows[i]
-		if r.Status != sweep.StatusOK || r.Params["mode"] != mode || r.Params["hidden"] != "64" || r.Params["data-fraction"] != "0.05" {
-			t.Errorf("row %d: %+v", i, r)
+	for _, r := range rows {
+		name := sweep.Label(r.Params, sweep.VariedKeys(rows))
+		if r.Status != sweep.StatusOK || r.Params["hidden"] != "64" || r.Params["data-fraction"] != "0.05" {
+			t.Errorf("%s: %+v", name, r)
 		}
-		// 3000 samples: sync steps take 2x32... batch 128 per worker.
 		if r.GlobalSteps <= 0 || r.TestAccuracy < 0.5 || r.TrainSeconds <= 0 || r.SamplesPerSecond <= 0 {
-			t.Errorf("%s: steps %d accuracy %.3f train %.2fs", mode, r.GlobalSteps, r.TestAccuracy, r.TrainSeconds)
+			t.Errorf("%s: steps %d accuracy %.3f train %.2fs", name, r.GlobalSteps, r.TestAccuracy, r.TrainSeconds)
 		}
 		if r.CPUWorker <= 0 || r.CPUPS <= 0 || r.CPUChief <= 0 || r.RSSWorker <= 0 || r.RSSPS <= 0 {
-			t.Errorf("%s: resources %+v", mode, r)
+			t.Errorf("%s: resources %+v", name, r)
 		}
 		if !(r.Load1Max >= 0) || r.WallSeconds < r.TrainSeconds {
-			t.Errorf("%s: load max %v wall %v (no metrics samples?)", mode, r.Load1Max, r.WallSeconds)
+			t.Errorf("%s: load max %v wall %v (no metrics samples?)", name, r.Load1Max, r.WallSeconds)
+		}
+		// The pinning holds on the run's processes (read from
+		// /proc/PID/status while it ran): cpus=N allows the first N.
+		n, _ := strconv.Atoi(r.Params["cpus"])
+		if want := sweep.FormatCPUList(own[:n]); r.CPUsAllowed != want {
+			t.Errorf("%s: the run's processes were allowed on CPUs %q, want %q", name, r.CPUsAllowed, want)
+		}
+		// The run's own CPU (rusage of pstrain run and every task it
+		// reaped) covers what the tasks report, plus the launcher.
+		if !(r.RunCPUSeconds >= 0.9*r.CPUTotal) || !(r.HostCPUSeconds >= 0.9*r.RunCPUSeconds) || !(r.RunQueueMean >= 0) {
+			t.Errorf("%s: run CPU %v, tasks' CPU %v, host CPU %v, run queue %v", name, r.RunCPUSeconds, r.CPUTotal, r.HostCPUSeconds, r.RunQueueMean)
 		}
 		samples, err := sweep.ReadRunSamples(out, r.RunID)
 		if err != nil || len(samples) < 4 {
-			t.Errorf("%s: %d samples: %v", mode, len(samples), err)
+			t.Errorf("%s: %d samples: %v", name, len(samples), err)
 		}
 	}
 	md, err := os.ReadFile(filepath.Join(out, sweep.SummaryFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"2 runs finished", "## By mode", "| mode=sync | 1 |", "| async | 1 |"} {
-		if !strings.Contains(string(md), want) {
-			t.Errorf("summary lacks %q:\n%s", want, md)
+	for _, ax := range e2eAxes {
+		if !strings.Contains(string(md), "## By "+ax.key) {
+			t.Errorf("summary lacks a table by %s:\n%s", ax.key, md)
 		}
 	}
 
-	// The plot model: what each figure must show for this sweep.
+	// The plot model: per run curves, and every metric against each
+	// varied key with one series per combination of the others.
 	in, err := figures.Load(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]int{"error_vs_step": 2, "error_vs_seconds": 2, "load_over_time": 2, "memory_over_time": 2, "accuracy_vs_cpu": 2}
-	figs := figures.Build(in)
-	if len(figs) != len(want) {
-		t.Errorf("%d figures, want %d", len(figs), len(want))
-	}
-	for _, f := range figs {
-		if n, ok := want[f.Name]; !ok || len(f.Series) != n {
-			t.Errorf("figure %s: %d series, want %d", f.Name, len(f.Series), n)
+	want := map[string]int{"error_vs_step": runs, "error_vs_seconds": runs, "load_over_time": runs, "memory_over_time": runs, "accuracy_vs_cpu": 2}
+	for _, ax := range e2eAxes {
+		for _, m := range []string{"test_accuracy", "train_seconds", "samples_per_second", "cpu_seconds_run", "peak_rss_bytes_total", "run_queue_mean"} {
+			want[m+"_vs_"+ax.key] = runs / len(ax.values)
 		}
+	}
+	figs := figures.Build(in)
+	got := map[string]int{}
+	for _, f := range figs {
+		got[f.Name] = len(f.Series)
 		for _, s := range f.Series {
 			if len(s.X) == 0 {
 				t.Errorf("figure %s: series %q is empty", f.Name, s.Label)
@@ -148,6 +223,11 @@ func TestSweepEndToEnd(t *testing.T) {
 			t.Errorf("%s.png: %v", f.Name, err)
 		}
 	}
+	for name, n := range want {
+		if got[name] != n {
+			t.Errorf("figure %s: %d series, want %d (figures: %v)", name, got[name], n, got)
+		}
+	}
 
 	// Re-running resumes: nothing runs again; `pstrain plot` re-draws.
 	stdout.Reset()
@@ -155,7 +235,7 @@ func TestSweepEndToEnd(t *testing.T) {
 	if err := runSweep(ctx, "/nonexistent/pstrain", args, &stdout, &stderr); err != nil {
 		t.Fatalf("resume: %v\n%s", err, stdout.String())
 	}
-	if !strings.Contains(stdout.String(), "2 of 2 runs already finished") {
+	if !strings.Contains(stdout.String(), fmt.Sprintf("%d of %d runs already finished", runs, runs)) {
 		t.Errorf("resume output:\n%s", stdout.String())
 	}
 	stdout.Reset()
@@ -163,7 +243,7 @@ func TestSweepEndToEnd(t *testing.T) {
 	if err := cmdPlot(ctx, []string{out}, &stdout, &stderr); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(out, "error_vs_step.png")); err != nil || !strings.Contains(stdout.String(), "drew 5 plots") {
+	if _, err := os.Stat(filepath.Join(out, "error_vs_step.png")); err != nil || !strings.Contains(stdout.String(), fmt.Sprintf("drew %d plots", len(figs))) {
 		t.Errorf("plot: %v\n%s", err, stdout.String())
 	}
 }

@@ -24,6 +24,7 @@ type Kind int
 const (
 	Line    Kind = iota // points joined in order, with markers
 	Scatter             // markers only
+	Bars                // bars at X, stacked on the figure's earlier Bars series
 )
 
 // Series is one legend entry of a figure.
@@ -31,6 +32,9 @@ type Series struct {
 	Label string
 	Kind  Kind
 	X, Y  []float64
+	// YLo and YHi, when set (as long as Y), are the range drawn as a
+	// whisker at each point: the min and max over repeats.
+	YLo, YHi []float64
 }
 
 // Figure is the model of one plot.
@@ -39,7 +43,13 @@ type Figure struct {
 	Title  string
 	XLabel string
 	YLabel string
-	Series []Series
+	// XTicks, when set, makes the x axis categorical: X values are indices
+	// into XTicks, drawn as its labels.
+	XTicks []string
+	// YFromZero starts the y axis at 0 (for amounts, where a cut axis
+	// would magnify differences).
+	YFromZero bool
+	Series    []Series
 }
 
 // Input is what the figures are built from.
@@ -94,24 +104,15 @@ func Build(in Input) []Figure {
 	add(bySteps)
 	add(bySecs)
 
-	type vs struct{ metric, title string }
-	against := map[string][]vs{
-		"workers":       {{"train_seconds", "train seconds"}, {"samples_per_second", "samples/s"}},
-		"ps":            {{"train_seconds", "train seconds"}, {"samples_per_second", "samples/s"}},
-		"data-fraction": {{"test_accuracy", "test accuracy %"}, {"train_seconds", "train seconds"}},
-		"epochs":        {{"test_accuracy", "test accuracy %"}, {"train_seconds", "train seconds"}},
-		"batch":         {{"train_seconds", "train seconds"}, {"test_accuracy", "test accuracy %"}},
-	}
-	for _, p := range []string{"workers", "ps", "data-fraction", "epochs", "batch"} {
-		if !slices.Contains(varied, p) {
-			continue
-		}
-		for _, m := range against[p] {
-			add(paramFigure(ok, p, m.metric, m.title, slices.Contains(varied, "mode")))
+	for _, p := range legendKeys {
+		others := slices.DeleteFunc(slices.Clone(legendKeys), func(k string) bool { return k == p })
+		for _, m := range paramMetrics() {
+			add(ParamFigure(ok, p, others, m))
 		}
 	}
+	add(BottleneckFigure(ok, legendKeys))
 
-	load := Figure{Name: "load_over_time", Title: "Host load average (1 min) during each run", XLabel: "seconds since the run started", YLabel: "load1"}
+	load := Figure{Name: "load_over_time", Title: "Host load average (1 min, lags the run) during each run", XLabel: "seconds since the run started", YLabel: "load1"}
 	mem := Figure{Name: "memory_over_time", Title: "Resident memory of all processes of each run", XLabel: "seconds since the run started", YLabel: "RSS, sum over processes (MiB)"}
 	for _, r := range ok {
 		ticks := byTick(in.Samples[r.RunID])
@@ -136,48 +137,194 @@ func Build(in Input) []Figure {
 	return figs
 }
 
-// paramFigure plots the median of metric against parameter p, one series
-// per mode when byMode (otherwise one series).
-func paramFigure(rows []sweep.Row, p, metric, ytitle string, byMode bool) Figure {
-	f := Figure{Name: metric + "_vs_" + p, Title: ytitle + " vs " + p + " (median over runs)", XLabel: p, YLabel: ytitle}
-	scale := 1.0
-	if metric == "test_accuracy" {
-		scale = 100
+// Metric is a results.csv column drawn against a parameter.
+type Metric struct {
+	Column string  // results.csv column, e.g. "train_seconds"
+	Title  string  // axis title
+	Scale  float64 // multiply by this for display
+	Zero   bool    // draw the y axis from 0
+}
+
+// paramMetrics are the columns drawn against every varied parameter.
+func paramMetrics() []Metric {
+	return []Metric{
+		{"test_accuracy", "test accuracy % (final model)", 100, false},
+		{"train_seconds", "train seconds", 1, true},
+		{"samples_per_second", "samples/s", 1, true},
+		{"cpu_seconds_run", "CPU seconds, whole run (all processes)", 1, true},
+		{"peak_rss_bytes_total", "peak RSS, sum over processes (MiB)", 1.0 / (1 << 20), true},
+		{"run_queue_mean", "host run queue during the run (mean)", 1, true},
 	}
-	series := map[string]map[float64][]float64{}
-	var order []string
+}
+
+// Axis is the x axis of a parameter: its values in order of first
+// appearance and where each is drawn. A parameter whose values are all
+// numbers is drawn at those numbers; any other is categorical, drawn at
+// 0, 1, ... and labelled with Ticks.
+type Axis struct {
+	Values []string
+	Ticks  []string // nil for a numeric axis
+	at     map[string]float64
+}
+
+// NewAxis lays out the values rows take for parameter p.
+func NewAxis(rows []sweep.Row, p string) Axis {
+	a := Axis{at: map[string]float64{}}
+	numeric := true
 	for _, r := range rows {
-		x, err := strconv.ParseFloat(r.Params[p], 64)
+		v := r.Params[p]
+		if _, seen := a.at[v]; seen {
+			continue
+		}
+		x, err := strconv.ParseFloat(v, 64)
 		if err != nil {
-			continue
+			numeric = false
 		}
-		y, ok := r.Metric(metric)
-		if !ok || math.IsNaN(y) {
-			continue
-		}
-		key := "all runs"
-		if byMode {
-			key = "mode=" + r.Params["mode"]
-		}
-		if series[key] == nil {
-			series[key] = map[float64][]float64{}
-			order = append(order, key)
-		}
-		series[key][x] = append(series[key][x], y*scale)
+		a.at[v] = x
+		a.Values = append(a.Values, v)
 	}
-	for _, key := range order {
-		s := Series{Label: key}
+	if !numeric {
+		a.Ticks = slices.Clone(a.Values)
+		for i, v := range a.Values {
+			a.at[v] = float64(i)
+		}
+	}
+	return a
+}
+
+// X is where value v is drawn.
+func (a Axis) X(v string) float64 { return a.at[v] }
+
+// ParamFigure draws metric m against parameter p: one series per
+// combination of the other varied parameters (never pooled over them),
+// each point the median over the repeats with their min and max as a
+// whisker. Rows whose metric was not measured are left out.
+func ParamFigure(rows []sweep.Row, p string, others []string, m Metric) Figure {
+	f := Figure{Name: m.Column + "_vs_" + p, Title: m.Title + " vs " + p + " (median, whiskers min-max over repeats)", XLabel: p, YLabel: m.Title,
+		YFromZero: m.Zero}
+	var kept []sweep.Row
+	for _, r := range rows {
+		if y, ok := r.Metric(m.Column); ok && !math.IsNaN(y) {
+			kept = append(kept, r)
+		}
+	}
+	ax := NewAxis(kept, p)
+	f.XTicks = ax.Ticks
+	for _, g := range groupRows(kept, func(r sweep.Row) string { return sweep.Label(r.Params, others) }) {
+		if len(others) == 0 {
+			g.label = "all runs"
+		}
+		s := Series{Label: g.label}
 		var xs []float64
-		for x := range series[key] {
-			xs = append(xs, x)
+		at := map[float64][]float64{}
+		for _, r := range g.rows {
+			x := ax.X(r.Params[p])
+			if _, ok := at[x]; !ok {
+				xs = append(xs, x)
+			}
+			y, _ := r.Metric(m.Column)
+			at[x] = append(at[x], y*m.Scale)
 		}
 		sort.Float64s(xs)
 		for _, x := range xs {
-			s.X, s.Y = append(s.X, x), append(s.Y, sweep.SpreadOf(series[key][x]).Median)
+			sp := sweep.SpreadOf(at[x])
+			s.X, s.Y = append(s.X, x), append(s.Y, sp.Median)
+			s.YLo, s.YHi = append(s.YLo, sp.Min), append(s.YHi, sp.Max)
 		}
 		f.Series = append(f.Series, s)
 	}
 	return f
+}
+
+// rowGroup is the rows sharing a label.
+type rowGroup struct {
+	label string
+	rows  []sweep.Row
+}
+
+// groupRows groups rows by key, in order of first appearance.
+func groupRows(rows []sweep.Row, key func(sweep.Row) string) []rowGroup {
+	var gs []rowGroup
+	at := map[string]int{}
+	for _, r := range rows {
+		k := key(r)
+		i, ok := at[k]
+		if !ok {
+			i = len(gs)
+			at[k] = i
+			gs = append(gs, rowGroup{label: k})
+		}
+		gs[i].rows = append(gs[i].rows, r)
+	}
+	return gs
+}
+
+// BottleneckFigure stacks the workers' step-time shares (compute, push,
+// pull, barrier wait, wait; the mean over the repeats, in %) for each
+// configuration (labelled by keys, with its most frequent verdict). Runs
+// without a breakdown are left out; a phase no run spent time in is not
+// drawn.
+func BottleneckFigure(rows []sweep.Row, keys []string) Figure {
+	f := Figure{Name: "bottleneck", Title: "Where the workers' step time went (mean over repeats) and the verdict",
+		XLabel: "configuration (verdict, runs)", YLabel: "share of step time %"}
+	phases := []struct {
+		label string
+		get   func(sweep.Row) float64
+	}{
+		{"compute", func(r sweep.Row) float64 { return r.PhaseCompute }},
+		{"push", func(r sweep.Row) float64 { return r.PhasePush }},
+		{"pull", func(r sweep.Row) float64 { return r.PhasePull }},
+		{"barrier wait", func(r sweep.Row) float64 { return r.PhaseBarrier }},
+		{"wait (staleness bound)", func(r sweep.Row) float64 { return r.PhaseWait }},
+	}
+	var kept []sweep.Row
+	for _, r := range rows {
+		if !math.IsNaN(r.PhaseCompute) {
+			kept = append(kept, r)
+		}
+	}
+	groups := groupRows(kept, func(r sweep.Row) string { return sweep.Label(r.Params, keys) })
+	if len(groups) == 0 {
+		return f
+	}
+	for _, g := range groups {
+		f.XTicks = append(f.XTicks, fmt.Sprintf("%s (%s)", g.label, verdictOf(g.rows)))
+	}
+	for _, ph := range phases {
+		s := Series{Label: ph.label, Kind: Bars}
+		any := false
+		for i, g := range groups {
+			var sum float64
+			for _, r := range g.rows {
+				sum += ph.get(r)
+			}
+			mean := 100 * sum / float64(len(g.rows))
+			any = any || mean > 0
+			s.X, s.Y = append(s.X, float64(i)), append(s.Y, mean)
+		}
+		if any {
+			f.Series = append(f.Series, s)
+		}
+	}
+	return f
+}
+
+// verdictOf is the most frequent verdict of rows (the first of equals)
+// with how many of them had it, e.g. "CPU-bound 3/3".
+func verdictOf(rows []sweep.Row) string {
+	count := map[string]int{}
+	best := ""
+	for _, r := range rows {
+		v := r.Bottleneck
+		if v == "" {
+			v = "none"
+		}
+		count[v]++
+		if best == "" || count[v] > count[best] {
+			best = v
+		}
+	}
+	return fmt.Sprintf("%s %d/%d", best, count[best], len(rows))
 }
 
 // paretoFigure scatters test accuracy against total CPU seconds and draws

@@ -54,9 +54,14 @@ func TestBuild(t *testing.T) {
 	}
 	want := map[string]int{
 		"error_vs_step": 12, "error_vs_seconds": 12, // one per run
-		"train_seconds_vs_workers": 2, "samples_per_second_vs_workers": 2, // one per mode
 		"load_over_time": 12, "memory_over_time": 12,
 		"accuracy_vs_cpu": 2, // runs + front
+	}
+	// Every metric against each varied key: one series per value of the
+	// other (2 modes; 3 worker counts).
+	for _, m := range paramMetrics() {
+		want[m.Column+"_vs_workers"] = 2
+		want[m.Column+"_vs_mode"] = 3
 	}
 	if !reflect.DeepEqual(counts, want) {
 		t.Errorf("figures %v\nwant %v", counts, want)
@@ -71,14 +76,148 @@ func TestBuild(t *testing.T) {
 		case "train_seconds_vs_workers":
 			// sync, workers=1: runs 0 and 1 have 10 and 11 train seconds.
 			s := f.Series[0]
-			if s.Label != "mode=sync" || !reflect.DeepEqual(s.X, []float64{1, 2, 4}) || s.Y[0] != 10.5 {
+			if s.Label != "mode=sync" || !reflect.DeepEqual(s.X, []float64{1, 2, 4}) || s.Y[0] != 10.5 || s.YLo[0] != 10 || s.YHi[0] != 11 {
 				t.Errorf("param series %+v", s)
+			}
+		case "train_seconds_vs_mode":
+			// Categorical: sync at 0, async at 1; workers=4 async is
+			// runs 10 and 11.
+			s := f.Series[2]
+			if !reflect.DeepEqual(f.XTicks, []string{"sync", "async"}) || s.Label != "workers=4" ||
+				!reflect.DeepEqual(s.X, []float64{0, 1}) || s.Y[1] != 20.5 {
+				t.Errorf("categorical figure %+v", f)
 			}
 		case "memory_over_time":
 			s := f.Series[0]
 			if !reflect.DeepEqual(s.X, []float64{0, 1}) || !reflect.DeepEqual(s.Y, []float64{3, 3}) {
 				t.Errorf("memory %+v", s)
 			}
+		}
+	}
+}
+
+// rowsOf makes finished rows from parameter maps, with a metric value.
+func rowsOf(params []map[string]string, acc []float64) []sweep.Row {
+	var rows []sweep.Row
+	for i, p := range params {
+		full := map[string]string{}
+		for _, k := range sweep.Keys() {
+			full[k] = "1"
+		}
+		for k, v := range p {
+			full[k] = v
+		}
+		rows = append(rows, sweep.Row{RunID: fmt.Sprint(i), Status: sweep.StatusOK, Params: full, TestAccuracy: acc[i],
+			PhaseCompute: math.NaN()})
+	}
+	return rows
+}
+
+// One series per value of the other varied key, never pooled; repeats
+// become the median and a min-max whisker; unmeasured runs are left out.
+func TestParamFigureGroups(t *testing.T) {
+	var params []map[string]string
+	var acc []float64
+	for _, df := range []string{"0.5", "1"} {
+		for _, ep := range []string{"1", "3"} {
+			for rep := 0; rep < 3; rep++ {
+				params = append(params, map[string]string{"data-fraction": df, "epochs": ep})
+				v := 0.9
+				if df == "1" {
+					v += 0.04
+				}
+				if ep == "3" {
+					v += 0.02
+				}
+				acc = append(acc, v+0.001*float64(rep))
+			}
+		}
+	}
+	rows := rowsOf(params, acc)
+	rows[0].TestAccuracy = math.NaN()
+	f := ParamFigure(rows, "data-fraction", []string{"epochs"}, Metric{"test_accuracy", "acc", 100, false})
+	if f.Name != "test_accuracy_vs_data-fraction" || f.XTicks != nil || len(f.Series) != 2 {
+		t.Fatalf("figure %+v", f)
+	}
+	one, three := f.Series[0], f.Series[1]
+	if one.Label != "epochs=1" || three.Label != "epochs=3" {
+		t.Errorf("labels %q %q", one.Label, three.Label)
+	}
+	near := func(a, b []float64) bool {
+		if len(a) != len(b) {
+			return false
+		}
+		for i := range a {
+			if math.Abs(a[i]-b[i]) > 1e-9 {
+				return false
+			}
+		}
+		return true
+	}
+	// epochs=1 at 0.5: the NaN run left out, median of 90.1 and 90.2.
+	if !near(one.X, []float64{0.5, 1}) || !near(one.Y, []float64{90.15, 94.1}) || !near(one.YLo, []float64{90.1, 94}) || !near(one.YHi, []float64{90.2, 94.2}) {
+		t.Errorf("epochs=1 series %+v", one)
+	}
+	if !near(three.Y, []float64{92.1, 96.1}) {
+		t.Errorf("epochs=3 series %+v", three)
+	}
+	// No other varied key: one series of all runs.
+	if f := ParamFigure(rows, "epochs", nil, Metric{"test_accuracy", "acc", 1, false}); len(f.Series) != 1 || f.Series[0].Label != "all runs" {
+		t.Errorf("single series %+v", f.Series)
+	}
+}
+
+func TestAxis(t *testing.T) {
+	rows := rowsOf([]map[string]string{{"hidden": "800"}, {"hidden": "256,128"}, {"hidden": "800"}, {"cpus": "all"}}, []float64{1, 1, 1, 1})
+	a := NewAxis(rows, "hidden")
+	if !reflect.DeepEqual(a.Ticks, []string{"800", "256,128", "1"}) || a.X("256,128") != 1 || a.X("1") != 2 {
+		t.Errorf("categorical axis %+v", a)
+	}
+	b := NewAxis(rows[:1], "hidden")
+	if b.Ticks != nil || b.X("800") != 800 {
+		t.Errorf("numeric axis %+v", b)
+	}
+	c := NewAxis(rows, "cpus") // "1", "1", "1", "all": not all numbers
+	if !reflect.DeepEqual(c.Ticks, []string{"1", "all"}) {
+		t.Errorf("cpus axis %+v", c)
+	}
+}
+
+func TestBottleneckFigure(t *testing.T) {
+	rows := rowsOf([]map[string]string{{"workers": "1"}, {"workers": "1"}, {"workers": "2"}, {"workers": "2"}, {"workers": "4"}},
+		[]float64{1, 1, 1, 1, 1})
+	set := func(r *sweep.Row, verdict string, c, push, pull, bw float64) {
+		r.Bottleneck, r.PhaseCompute, r.PhasePush, r.PhasePull, r.PhaseBarrier, r.PhaseWait = verdict, c, push, pull, bw, 0
+	}
+	set(&rows[0], "compute-bound", 0.8, 0.1, 0.1, 0)
+	set(&rows[1], "compute-bound", 0.6, 0.1, 0.1, 0.2)
+	set(&rows[2], "CPU-bound", 0.5, 0.2, 0.2, 0.1)
+	set(&rows[3], "barrier", 0.4, 0.2, 0.2, 0.2)
+	// rows[4] has no breakdown: left out.
+	f := BottleneckFigure(rows, []string{"workers"})
+	if !reflect.DeepEqual(f.XTicks, []string{"workers=1 (compute-bound 2/2)", "workers=2 (CPU-bound 1/2)"}) {
+		t.Errorf("ticks %q", f.XTicks)
+	}
+	var labels []string
+	for _, s := range f.Series {
+		labels = append(labels, s.Label)
+		if s.Kind != Bars {
+			t.Errorf("series %q is not bars", s.Label)
+		}
+	}
+	if !reflect.DeepEqual(labels, []string{"compute", "push", "pull", "barrier wait"}) {
+		t.Errorf("phases %v (wait is 0 everywhere and must be left out)", labels)
+	}
+	if c := f.Series[0]; math.Abs(c.Y[0]-70) > 1e-9 || math.Abs(c.Y[1]-45) > 1e-9 {
+		t.Errorf("compute shares %v, want mean 70 and 45", c.Y)
+	}
+	for i := range f.XTicks {
+		var sum float64
+		for _, s := range f.Series {
+			sum += s.Y[i]
+		}
+		if math.Abs(sum-100) > 1e-9 {
+			t.Errorf("configuration %d stacks to %v%%", i, sum)
 		}
 	}
 }
@@ -132,6 +271,28 @@ func TestRenderWritesPNGAndSVG(t *testing.T) {
 	if err := Render(bad, dir); err == nil {
 		t.Error("mismatched series rendered")
 	}
+	bad = Figure{Name: "bad", Series: []Series{{Label: "a", X: []float64{1}, Y: []float64{1}, YLo: []float64{1}}}}
+	if err := Render(bad, dir); err == nil {
+		t.Error("mismatched whiskers rendered")
+	}
+	// The legend is outside the data area: the image is wider than the
+	// plot by the legend's strip, and without a legend it is not.
+	noLegend := Figure{Name: "n", Title: "N", XLabel: "x", YLabel: "y"}
+	if err := Render(noLegend, dir); err != nil {
+		t.Fatal(err)
+	}
+	nb, _ := os.ReadFile(filepath.Join(dir, "n.png"))
+	nimg, err := png.Decode(bytes.NewReader(nb))
+	if err != nil || img.Bounds().Dx() <= nimg.Bounds().Dx() {
+		t.Errorf("with a legend %d px wide, without %d px (%v)", img.Bounds().Dx(), nimg.Bounds().Dx(), err)
+	}
+	// Whiskers, categorical ticks and stacked bars render.
+	f = Figure{Name: "w", XTicks: []string{"a", "b"}, Series: []Series{
+		{Label: "l", X: []float64{0, 1}, Y: []float64{2, 3}, YLo: []float64{1, 3}, YHi: []float64{2.5, 4}},
+		{Label: "b1", Kind: Bars, X: []float64{0, 1}, Y: []float64{40, 50}}, {Label: "b2", Kind: Bars, X: []float64{0, 1}, Y: []float64{60, 50}}}}
+	if err := Render(f, dir); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestDrawAllFromDirectory(t *testing.T) {
@@ -169,5 +330,17 @@ func TestDrawAllFromDirectory(t *testing.T) {
 	}
 	if _, err := DrawAll(t.TempDir()); err == nil {
 		t.Error("a directory without results.csv was drawn")
+	}
+}
+
+func TestDodgeStep(t *testing.T) {
+	one := Figure{Series: []Series{{X: []float64{1, 4}}}}
+	two := Figure{Series: []Series{{X: []float64{1, 4}}, {X: []float64{2, 3}}}}
+	cat := Figure{XTicks: []string{"a", "b"}, Series: two.Series}
+	if dodgeStep(one) != 0 || math.Abs(dodgeStep(two)-0.045) > 1e-12 || dodgeStep(cat) != 0.08 {
+		t.Errorf("dodge %v %v %v", dodgeStep(one), dodgeStep(two), dodgeStep(cat))
+	}
+	if f := ParamFigure(rowsOf([]map[string]string{{"workers": "1"}}, []float64{0.9}), "workers", nil, paramMetrics()[1]); !f.YFromZero {
+		t.Error("train seconds not drawn from 0")
 	}
 }

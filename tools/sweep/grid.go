@@ -4,18 +4,48 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strings"
 )
 
-// Keys returns the `pstrain run` flags a grid may vary, in the order
-// results.csv lists them.
+// Keys returns the keys a grid may vary, in the order results.csv lists
+// them: `pstrain run` flags, and KeyCPUs, which the sweep applies itself.
 func Keys() []string {
-	return []string{"mode", "workers", "ps", "batch", "lr", "momentum", "optimizer", "lr-schedule", "warmup-steps", "hidden",
+	return []string{"mode", "model", "workers", "ps", KeyCPUs, "batch", "lr", "momentum", "optimizer", "lr-schedule", "warmup-steps", "hidden",
 		"epochs", "data-fraction", "dataset", "staleness", "replicas-to-aggregate",
 		"target-accuracy", "seed", "eval-every",
 	}
+}
+
+// KeyCPUs pins every process of a run to that many CPUs (the first ones
+// the sweep itself may use), or CPUsAll (no pinning). It is not a run flag:
+// the sweep starts `pstrain run` under taskset, and every task inherits the
+// affinity.
+const (
+	KeyCPUs = "cpus"
+	CPUsAll = "all"
+)
+
+// Models are the values of the model key (`pstrain run --model`).
+func Models() []string { return []string{"mlp", "cnn"} }
+
+// checkValue checks what ParseGrid can check of a value without the run
+// configuration: the keys the run flags do not know (cpus) or that this
+// build's run flags may not have yet (model).
+func checkValue(key, v string) error {
+	switch key {
+	case "model":
+		if !slices.Contains(Models(), v) {
+			return fmt.Errorf("grid: model=%s: want one of %s", v, strings.Join(Models(), ", "))
+		}
+	case KeyCPUs:
+		if err := checkCPUs(v, math.MaxInt); err != nil {
+			return fmt.Errorf("grid: %w", err)
+		}
+	}
+	return nil
 }
 
 // isKey reports whether k is one of Keys.
@@ -63,6 +93,9 @@ func ParseGrid(spec string) (Grid, error) {
 			if v == "" {
 				return nil, fmt.Errorf("grid: key %q has an empty value in %q", k, part)
 			}
+			if err := checkValue(k, v); err != nil {
+				return nil, err
+			}
 			if slices.Contains(ax.Values, v) {
 				return nil, fmt.Errorf("grid: key %q lists value %q twice", k, v)
 			}
@@ -106,10 +139,10 @@ func (g Grid) String() string {
 }
 
 // Resolver checks one configuration and completes it: given the grid's
-// values for some keys (flag syntax, e.g. "hidden" as "256,128"), it returns
-// a value for every key in Keys (defaults filled in) or an error naming the
-// bad key and value. cmd/pstrain implements it with the run flags and
-// config.Run.Validate.
+// values for some run-flag keys (flag syntax, e.g. "hidden" as "256,128"),
+// it returns a value for every key in Keys except KeyCPUs (defaults filled
+// in) or an error naming the bad key and value. cmd/pstrain implements it
+// with the run flags and config.Run.Validate.
 type Resolver func(params map[string]string) (map[string]string, error)
 
 // Config is one configuration of a grid, fully resolved.
@@ -122,9 +155,10 @@ type Config struct {
 }
 
 // Expand lists every configuration of g (the last axis varies fastest),
-// resolved and validated by resolve. It fails on the first bad
-// configuration, before anything runs.
-func (g Grid) Expand(resolve Resolver) ([]Config, error) {
+// resolved and validated by resolve; a cpus value must be at most
+// availableCPUs (the CPUs the sweep may pin runs to). It fails on the first
+// bad configuration, before anything runs.
+func (g Grid) Expand(resolve Resolver, availableCPUs int) ([]Config, error) {
 	if resolve == nil {
 		return nil, fmt.Errorf("grid: no resolver")
 	}
@@ -132,13 +166,22 @@ func (g Grid) Expand(resolve Resolver) ([]Config, error) {
 	idx := make([]int, len(g))
 	for {
 		params := map[string]string{}
+		cpus := CPUsAll
 		for i, ax := range g {
+			if ax.Key == KeyCPUs {
+				cpus = ax.Values[idx[i]]
+				continue
+			}
 			params[ax.Key] = flagValue(ax.Key, ax.Values[idx[i]])
+		}
+		if err := checkCPUs(cpus, availableCPUs); err != nil {
+			return nil, fmt.Errorf("grid: configuration %s: %w", describe(g, idx), err)
 		}
 		full, err := resolve(params)
 		if err != nil {
 			return nil, fmt.Errorf("grid: configuration %s: %w", describe(g, idx), err)
 		}
+		full[KeyCPUs] = cpus
 		for _, k := range Keys() {
 			if _, ok := full[k]; !ok {
 				return nil, fmt.Errorf("grid: resolver left %q unset", k)
@@ -180,7 +223,7 @@ func describe(g Grid, idx []int) string {
 // value every run before them had. configID leaves a key out at that
 // value, so a configuration keeps the ID it had and an older sweep
 // directory still resumes.
-var laterKeys = map[string]string{"lr-schedule": "constant", "warmup-steps": "0"}
+var laterKeys = map[string]string{"lr-schedule": "constant", "warmup-steps": "0", "model": "mlp", KeyCPUs: CPUsAll}
 
 // configID hashes the sorted parameters (except the data directory, which
 // does not change the run, and laterKeys at their old value).

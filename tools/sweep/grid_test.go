@@ -17,7 +17,7 @@ func fakeResolve(p map[string]string) (map[string]string, error) {
 	for _, k := range Keys() {
 		out[k] = "1"
 	}
-	out["mode"] = "sync"
+	out["mode"], out["model"] = "sync", "mlp"
 	for k, v := range p {
 		out[k] = v
 	}
@@ -65,7 +65,7 @@ func TestParseGridErrors(t *testing.T) {
 
 func TestExpand(t *testing.T) {
 	g, _ := ParseGrid("mode=sync,async;hidden=800,256+128")
-	cs, err := g.Expand(fakeResolve)
+	cs, err := g.Expand(fakeResolve, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestExpand(t *testing.T) {
 	}
 	// IDs depend on the parameters, not on the grid's order.
 	g2, _ := ParseGrid("hidden=256+128,800;mode=async,sync")
-	cs2, _ := g2.Expand(fakeResolve)
+	cs2, _ := g2.Expand(fakeResolve, 2)
 	ids := map[string]bool{}
 	for _, c := range cs {
 		ids[c.ID] = true
@@ -98,7 +98,7 @@ func TestExpand(t *testing.T) {
 
 func TestExpandNamesBadConfiguration(t *testing.T) {
 	g, _ := ParseGrid("mode=sync;workers=2,0")
-	_, err := g.Expand(fakeResolve)
+	_, err := g.Expand(fakeResolve, 2)
 	if err == nil || !strings.Contains(err.Error(), "workers=0") || !strings.Contains(err.Error(), "--workers must be at least 1") {
 		t.Fatalf("err = %v", err)
 	}
@@ -126,6 +126,8 @@ func sampleRows() []Row {
 			GlobalSteps: int64(100 + i), TrainSeconds: float64(10 + i), TestAccuracy: 0.9 + 0.01*float64(i),
 			BestTestAccuracy: 0.95, TimeToTargetSeconds: math.NaN(), SamplesPerSecond: 1000, CPUTotal: float64(20 + i),
 			RSSTotal: 5 << 20, Load1Mean: 1.5, Load1Max: 2, StoppedBy: "epochs",
+			CPUsAllowed: "0-1", RunCPUSeconds: 21.5, HostCPUSeconds: 30, OtherCPUSeconds: 8.5, RunQueueMean: 2.25, RunQueueMax: 5,
+			Bottleneck: "compute", PhaseCompute: 0.6, PhasePush: 0.1, PhasePull: 0.1, PhaseBarrier: 0.2, PhaseWait: 0,
 		})
 	}
 	rows[0].TimeToTargetSeconds = 7.5
@@ -142,7 +144,8 @@ func TestCSVRoundTrip(t *testing.T) {
 	header, _, _ := strings.Cut(buf.String(), "\n")
 	for _, col := range []string{"run_id", "mode", "data-fraction", "train_seconds", "test_seconds", "samples_per_second", "test_accuracy",
 		"best_test_accuracy", "time_to_target_seconds", "cpu_seconds_ps", "peak_rss_bytes_worker", "load1_mean", "load1_max",
-		"stale_gradients_dropped", "restarts"} {
+		"stale_gradients_dropped", "restarts", "model", "cpus", "cpus_allowed", "cpu_seconds_run", "host_cpu_seconds", "other_cpu_seconds",
+		"run_queue_mean", "run_queue_max", "bottleneck", "phase_compute", "phase_push", "phase_pull", "phase_barrier_wait", "phase_wait"} {
 		if !strings.Contains(","+header+",", ","+col+",") {
 			t.Errorf("header lacks %s: %s", col, header)
 		}
@@ -186,7 +189,7 @@ func TestSummary(t *testing.T) {
 		"| mode=sync | 2 | 10.5 (10.0–11.0) |",        // train seconds: median (range)
 		"| sync | 2 | 10.5 (10.0–11.0) |",             // the per-parameter table
 		"| 90.50 (90.00–91.00) | 95.00 | 7.5 [1/2] |", // accuracy, best, time to target reached by 1 of 2
-		"Fixed parameters: workers=1",
+		"Fixed parameters: model=mlp workers=1",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("summary lacks %q:\n%s", want, s)

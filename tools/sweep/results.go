@@ -47,8 +47,23 @@ type Row struct {
 	// task's peak, in bytes.
 	RSSChief, RSSPS, RSSWorker, RSSTotal float64
 	// Host 1-minute load average while the run trained, from the metrics
-	// samples (NaN without samples).
+	// samples (NaN without samples). A 1-minute average lags: in a short
+	// run it mostly shows the minute before; RunQueueMean is the run's own.
 	Load1Mean, Load1Max float64
+
+	// Evidence from the run's own interval (Evidence; NaN or "" for runs
+	// of sweeps made before it was measured).
+	CPUsAllowed     string  // CPUs the run's processes were allowed on
+	RunCPUSeconds   float64 // rusage of the run and every task it reaped
+	HostCPUSeconds  float64 // busy CPU time of the host during the run
+	OtherCPUSeconds float64 // HostCPUSeconds not the run's
+	RunQueueMean    float64 // runnable tasks on the host, sampled during the run
+	RunQueueMax     float64
+
+	// The bottleneck verdict over the whole run and the workers' step-time
+	// shares (observe/bottleneck; "" and NaN when the run had none).
+	Bottleneck                                                  string
+	PhaseCompute, PhasePush, PhasePull, PhaseBarrier, PhaseWait float64
 
 	StaleDropped int64
 	Restarts     int
@@ -122,6 +137,9 @@ func columns() []column {
 		floatCol("train_seconds", func(r *Row) *float64 { return &r.TrainSeconds }),
 		floatCol("test_seconds", func(r *Row) *float64 { return &r.TestSeconds }),
 		floatCol("wall_seconds", func(r *Row) *float64 { return &r.WallSeconds }),
+		// Derived: start-up as a share of the wall time (read back, it is
+		// recomputed from the two columns).
+		column{"startup_share", func(r *Row) string { return fmtFloat(r.StartupShare()) }, func(*Row, string) error { return nil }},
 		floatCol("samples_per_second", func(r *Row) *float64 { return &r.SamplesPerSecond }),
 		floatCol("test_accuracy", func(r *Row) *float64 { return &r.TestAccuracy }),
 		floatCol("best_test_accuracy", func(r *Row) *float64 { return &r.BestTestAccuracy }),
@@ -136,6 +154,18 @@ func columns() []column {
 		floatCol("peak_rss_bytes_total", func(r *Row) *float64 { return &r.RSSTotal }),
 		floatCol("load1_mean", func(r *Row) *float64 { return &r.Load1Mean }),
 		floatCol("load1_max", func(r *Row) *float64 { return &r.Load1Max }),
+		strCol("cpus_allowed", func(r *Row) *string { return &r.CPUsAllowed }),
+		floatCol("cpu_seconds_run", func(r *Row) *float64 { return &r.RunCPUSeconds }),
+		floatCol("host_cpu_seconds", func(r *Row) *float64 { return &r.HostCPUSeconds }),
+		floatCol("other_cpu_seconds", func(r *Row) *float64 { return &r.OtherCPUSeconds }),
+		floatCol("run_queue_mean", func(r *Row) *float64 { return &r.RunQueueMean }),
+		floatCol("run_queue_max", func(r *Row) *float64 { return &r.RunQueueMax }),
+		strCol("bottleneck", func(r *Row) *string { return &r.Bottleneck }),
+		floatCol("phase_compute", func(r *Row) *float64 { return &r.PhaseCompute }),
+		floatCol("phase_push", func(r *Row) *float64 { return &r.PhasePush }),
+		floatCol("phase_pull", func(r *Row) *float64 { return &r.PhasePull }),
+		floatCol("phase_barrier_wait", func(r *Row) *float64 { return &r.PhaseBarrier }),
+		floatCol("phase_wait", func(r *Row) *float64 { return &r.PhaseWait }),
 		intCol("stale_gradients_dropped", func(r *Row) *int64 { return &r.StaleDropped }),
 		column{"restarts", func(r *Row) string { return strconv.Itoa(r.Restarts) },
 			func(r *Row, s string) (err error) { r.Restarts, err = strconv.Atoi(s); return err }},
@@ -203,6 +233,10 @@ func ReadCSV(r io.Reader) ([]Row, error) {
 	rows := make([]Row, 0, len(recs)-1)
 	for li, rec := range recs[1:] {
 		row := Row{Params: map[string]string{}}
+		// Columns the file lacks (added later) are unmeasured: NaN.
+		for _, c := range byName {
+			_ = c.set(&row, "")
+		}
 		for i, v := range rec {
 			c, ok := byName[header[i]]
 			if !ok {
@@ -279,6 +313,32 @@ func rowFromReport(row *Row, rep *report.Report, samples []Sample) {
 	row.StaleDropped = rep.StaleGradientsDropped
 	row.Restarts = len(rep.Restarts)
 	row.StoppedBy = rep.StoppedBy
+	if b := rep.Bottleneck; b != nil {
+		row.Bottleneck = b.Verdict
+		if p := b.Phases; p != nil {
+			row.PhaseCompute, row.PhasePush, row.PhasePull, row.PhaseBarrier, row.PhaseWait = p.Compute, p.Push, p.Pull, p.BarrierWait, p.Wait
+		}
+	}
+}
+
+// StartupShare is the run's start-up (until the first step) as a share of
+// its wall time, NaN when either is unknown.
+func (r *Row) StartupShare() float64 {
+	if !(r.WallSeconds > 0) || math.IsNaN(r.StartupSeconds) {
+		return math.NaN()
+	}
+	return r.StartupSeconds / r.WallSeconds
+}
+
+// setEvidence fills the row's columns from the run's own interval.
+func (r *Row) setEvidence(e Evidence) {
+	r.CPUsAllowed = e.CPUsAllowed
+	r.RunCPUSeconds = e.RunCPUSeconds
+	r.HostCPUSeconds = e.HostCPUSeconds
+	r.OtherCPUSeconds = e.OtherCPUSeconds()
+	if e.RunQueueSamples > 0 {
+		r.RunQueueMean, r.RunQueueMax = e.RunQueueMean, e.RunQueueMax
+	}
 }
 
 // loadStats is the mean and maximum of the host load in samples, one value

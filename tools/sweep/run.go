@@ -46,14 +46,24 @@ type Options struct {
 	// StopGrace is how long a run may take to stop after ctx is cancelled
 	// before it is killed (default 15s).
 	StopGrace time.Duration
+	// CPUs are the CPUs runs may be pinned to (OwnCPUs); cpus=N pins a run
+	// to the first N. Needed only when a configuration sets cpus.
+	CPUs []int
+	// ProcRoot is the proc file system read for the evidence (default
+	// /proc); ProcEvery is how often it is sampled (default 250ms).
+	ProcRoot  string
+	ProcEvery time.Duration
 }
 
 // meta is runs/ID/meta.json: what a finished run was.
 type meta struct {
-	Params      map[string]string `json:"params"`
-	Seed        int64             `json:"seed"`
-	Args        []string          `json:"args"`
-	WallSeconds float64           `json:"wall_seconds"`
+	Params map[string]string `json:"params"`
+	Seed   int64             `json:"seed"`
+	Args   []string          `json:"args"`
+	// Command is the whole command line run (taskset included when pinned).
+	Command     []string  `json:"command,omitempty"`
+	WallSeconds float64   `json:"wall_seconds"`
+	Evidence    *Evidence `json:"evidence,omitempty"`
 }
 
 // Run executes every configuration Repeat times, one after another, and
@@ -85,6 +95,12 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 	}
 	if o.StopGrace <= 0 {
 		o.StopGrace = 15 * time.Second
+	}
+	if o.ProcRoot == "" {
+		o.ProcRoot = "/proc"
+	}
+	if o.ProcEvery <= 0 {
+		o.ProcEvery = 250 * time.Millisecond
 	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
@@ -206,8 +222,11 @@ func runSeed(params map[string]string, rep int) (int64, error) {
 
 func newRow(cfg Config, rep int, id string) Row {
 	seed, _ := runSeed(cfg.Params, rep)
+	nan := math.NaN()
 	return Row{RunID: id, ConfigID: cfg.ID, Repeat: rep, Params: cfg.Params, Seed: seed,
-		TimeToTargetSeconds: math.NaN(), Load1Mean: math.NaN(), Load1Max: math.NaN()}
+		TimeToTargetSeconds: nan, Load1Mean: nan, Load1Max: nan,
+		RunCPUSeconds: nan, HostCPUSeconds: nan, OtherCPUSeconds: nan, RunQueueMean: nan, RunQueueMax: nan,
+		PhaseCompute: nan, PhasePush: nan, PhasePull: nan, PhaseBarrier: nan, PhaseWait: nan}
 }
 
 // loadFinished rebuilds the row of a finished run from its files.
@@ -229,6 +248,9 @@ func loadFinished(dir, id string, cfg Config, rep int) (Row, bool, error) {
 	var m meta
 	if b, err := os.ReadFile(filepath.Join(rd, MetaFile)); err == nil && json.Unmarshal(b, &m) == nil {
 		row.WallSeconds = m.WallSeconds
+		if m.Evidence != nil {
+			row.setEvidence(*m.Evidence)
+		}
 	}
 	return row, true, nil
 }
@@ -256,21 +278,21 @@ func runOne(ctx context.Context, o Options, cfg Config, rep int, id string) (Row
 	}
 	sdDir := filepath.Join(cdir, "targets")
 	tmpReport := filepath.Join(cdir, ReportFile)
-	args := []string{"run", "--report", tmpReport, "--run-dir", cdir, "--sd-dir", sdDir, "--data-dir", o.DataDir}
-	for _, k := range Keys() {
-		v := cfg.Params[k]
-		if k == "seed" {
-			v = strconv.FormatInt(seed, 10)
-		}
-		args = append(args, "--"+k+"="+v)
-	}
+	args := append([]string{"run", "--report", tmpReport, "--run-dir", cdir, "--sd-dir", sdDir, "--data-dir", o.DataDir},
+		RunFlags(cfg.Params, seed)...)
 	args = append(args, o.ExtraArgs...)
+	name, argv, err := Command(o.Exe, args, cfg.Params[KeyCPUs], o.CPUs)
+	if err != nil {
+		return fail(err)
+	}
 	out, err := os.Create(filepath.Join(rd, OutputFile))
 	if err != nil {
 		return fail(err)
 	}
 	defer out.Close()
-	cmd := exec.CommandContext(ctx, o.Exe, args...)
+	watcher := procWatcher{root: o.ProcRoot, every: o.ProcEvery}
+	host0, hostErr := watcher.hostStat()
+	cmd := exec.CommandContext(ctx, name, argv...)
 	cmd.Stdout, cmd.Stderr = out, out
 	// Let `pstrain run` stop its tasks cleanly; kill it only if it hangs.
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
@@ -285,10 +307,19 @@ func runOne(ctx context.Context, o Options, cfg Config, rep int, id string) (Row
 		s := sampler{targetsPath: filepath.Join(sdDir, targetsFile), every: o.SampleEvery, scrape: o.Scrape, now: o.Now}
 		samplesCh <- s.run(sctx, t0)
 	}()
+	evCh := make(chan Evidence, 1)
+	go func() { evCh <- watcher.watch(sctx, cmd.Process.Pid) }()
 	runErr := cmd.Wait()
 	stopSampling()
 	samples := <-samplesCh
+	ev := <-evCh
 	row.WallSeconds = o.Now().Sub(t0).Seconds()
+	if host1, err := watcher.hostStat(); err == nil && hostErr == nil {
+		ev.HostCPUSeconds = busySeconds(host0, host1)
+	}
+	if ps := cmd.ProcessState; ps != nil {
+		ev.RunCPUSeconds = (ps.UserTime() + ps.SystemTime()).Seconds()
+	}
 	if ctx.Err() != nil {
 		return row, ctx.Err()
 	}
@@ -306,7 +337,8 @@ func runOne(ctx context.Context, o Options, cfg Config, rep int, id string) (Row
 	if err := writeAtomic(filepath.Join(rd, SamplesFile), sb.Bytes()); err != nil {
 		return fail(err)
 	}
-	mb, _ := json.MarshalIndent(meta{Params: cfg.Params, Seed: seed, Args: args, WallSeconds: row.WallSeconds}, "", "  ")
+	mb, _ := json.MarshalIndent(meta{Params: cfg.Params, Seed: seed, Args: args, Command: append([]string{name}, argv...),
+		WallSeconds: row.WallSeconds, Evidence: &ev}, "", "  ")
 	if err := writeAtomic(filepath.Join(rd, MetaFile), append(mb, '\n')); err != nil {
 		return fail(err)
 	}
@@ -317,7 +349,27 @@ func runOne(ctx context.Context, o Options, cfg Config, rep int, id string) (Row
 	// The task logs are large and only useful for failures.
 	_ = os.RemoveAll(cdir)
 	rowFromReport(&row, rp, samples)
+	row.setEvidence(ev)
 	return row, nil
+}
+
+// RunFlags are the `pstrain run` flags of a configuration, run with seed:
+// every key but cpus (which the sweep applies with taskset). model=mlp, the
+// run's default, is left out so that a pstrain built without other models
+// (and without --model) runs it.
+func RunFlags(params map[string]string, seed int64) []string {
+	var out []string
+	for _, k := range Keys() {
+		v := params[k]
+		switch {
+		case k == KeyCPUs, k == "model" && (v == "mlp" || v == ""):
+			continue
+		case k == "seed":
+			v = strconv.FormatInt(seed, 10)
+		}
+		out = append(out, "--"+k+"="+v)
+	}
+	return out
 }
 
 // tailFile returns the last n lines of a file (for error messages).

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -58,6 +60,10 @@ func fakeRun(args []string) int {
 	f, _ := os.OpenFile(os.Getenv(fakeEnv), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	fmt.Fprintf(f, "lr=%s seed=%s\n", *lr, *seed)
 	f.Close()
+	if *lr == "0.125" { // report the CPUs this process may use
+		own, _ := OwnCPUs()
+		return fakeReport(*rp, FormatCPUList(own))
+	}
 	switch *lr {
 	case "0.5":
 		fmt.Println("fake: diverged")
@@ -86,12 +92,17 @@ func fakeRun(args []string) int {
 	for hits.Load() < 3 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
+	return fakeReport(*rp, "epochs")
+}
+
+// fakeReport writes the fake run's report, stopped by stoppedBy.
+func fakeReport(path, stoppedBy string) int {
 	ttt := 3.0
 	rep := report.Report{Mode: "sync", GlobalSteps: 42, TrainSeconds: 4, TestAccuracy: 0.9, BestTestAccuracy: 0.91,
-		TimeToTargetSeconds: &ttt, SamplesPerSecond: 1234, StoppedBy: "epochs",
+		TimeToTargetSeconds: &ttt, SamplesPerSecond: 1234, StoppedBy: stoppedBy,
 		Tasks: map[string]report.Task{"chief": {PeakRSSBytes: 100, CPUSeconds: 1}, "ps/0": {PeakRSSBytes: 50, CPUSeconds: 2},
 			"worker/0": {PeakRSSBytes: 300, CPUSeconds: 5}, "worker/1": {PeakRSSBytes: 200, CPUSeconds: 4}}}
-	if err := rep.Write(*rp); err != nil {
+	if err := rep.Write(path); err != nil {
 		return 4
 	}
 	return 0
@@ -103,13 +114,18 @@ func fakeOptions(t *testing.T, grid string) (Options, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs, err := g.Expand(fakeResolve)
+	own, err := OwnCPUs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := g.Expand(fakeResolve, len(own))
 	if err != nil {
 		t.Fatal(err)
 	}
 	log := filepath.Join(t.TempDir(), "invocations")
 	t.Setenv(fakeEnv, log)
-	return Options{Exe: os.Args[0], Dir: t.TempDir(), DataDir: "data", Configs: cs, Repeat: 2, SampleEvery: 50 * time.Millisecond}, log
+	return Options{Exe: os.Args[0], Dir: t.TempDir(), DataDir: "data", Configs: cs, Repeat: 2, SampleEvery: 50 * time.Millisecond,
+		CPUs: own, ProcEvery: 20 * time.Millisecond}, log
 }
 
 func invocations(t *testing.T, log string) []string {
@@ -231,5 +247,40 @@ func TestRunCancelKeepsFinished(t *testing.T) {
 	}
 	if got := invocations(t, log); len(got) != 2 {
 		t.Errorf("ran %v after the cancel", got)
+	}
+}
+
+// cpus=1 starts the run under taskset: the run itself finds itself on one
+// CPU, the evidence says so, and results.csv records both.
+func TestRunPinsCPUs(t *testing.T) {
+	if _, err := exec.LookPath("taskset"); err != nil {
+		t.Skip("no taskset")
+	}
+	o, _ := fakeOptions(t, "lr=0.125;cpus=1,all")
+	o.Repeat = 1
+	rows, err := Run(context.Background(), o)
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("%d rows, %v", len(rows), err)
+	}
+	first := FormatCPUList(o.CPUs[:1])
+	if r := rows[0]; r.Params[KeyCPUs] != "1" || r.StoppedBy != first || r.CPUsAllowed != first {
+		t.Errorf("cpus=1: the run saw CPUs %q, evidence %q; want %q", r.StoppedBy, r.CPUsAllowed, first)
+	}
+	if r := rows[1]; r.Params[KeyCPUs] != CPUsAll || r.StoppedBy != FormatCPUList(o.CPUs) || r.CPUsAllowed != FormatCPUList(o.CPUs) {
+		t.Errorf("cpus=all: the run saw CPUs %q, evidence %q; want %q", r.StoppedBy, r.CPUsAllowed, FormatCPUList(o.CPUs))
+	}
+	for _, r := range rows {
+		if math.IsNaN(r.RunQueueMean) || math.IsNaN(r.RunCPUSeconds) || r.RunCPUSeconds < 0 || math.IsNaN(r.HostCPUSeconds) {
+			t.Errorf("evidence missing: %+v", r)
+		}
+	}
+	var m meta
+	b, _ := os.ReadFile(filepath.Join(RunDir(o.Dir, rows[0].RunID), MetaFile))
+	if err := json.Unmarshal(b, &m); err != nil || len(m.Command) < 3 || m.Command[0] != "taskset" || m.Command[2] != first {
+		t.Errorf("meta.json command %v: %v", m.Command, err)
+	}
+	onDisk, err := ReadResults(o.Dir)
+	if err != nil || onDisk[0].Params[KeyCPUs] != "1" || onDisk[0].CPUsAllowed != first {
+		t.Errorf("results.csv: %v %+v", err, onDisk)
 	}
 }

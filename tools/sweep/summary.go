@@ -51,9 +51,11 @@ func summaryMetrics() []summaryMetric {
 		{"test acc %", "test_accuracy", 100, 2},
 		{"best acc %", "best_test_accuracy", 100, 2},
 		{"time to target s", "time_to_target_seconds", 1, 1},
-		{"CPU s", "cpu_seconds_total", 1, 1},
+		{"start-up % of wall", "startup_share", 100, 0},
+		{"CPU s (run)", "cpu_seconds_run", 1, 1},
+		{"other CPU s", "other_cpu_seconds", 1, 1},
 		{"peak RSS MiB (sum)", "peak_rss_bytes_total", 1.0 / (1 << 20), 0},
-		{"load1 mean", "load1_mean", 1, 2},
+		{"run queue", "run_queue_mean", 1, 1},
 	}
 }
 
