@@ -105,20 +105,18 @@ func TestSweepBadGrid(t *testing.T) {
 	}
 }
 
-// e2eAxes are the axes TestSweepEndToEnd varies. Every assertion is
-// written over their cross product, so covering the model axis once
-// `pstrain run --model cnn` exists is one more line here:
-//
-//	{"model", []string{"mlp", "cnn"}},
+// e2eAxes are the axes TestSweepEndToEnd varies; every assertion is
+// written over their cross product.
 var e2eAxes = []struct {
 	key    string
 	values []string
 }{
 	{"cpus", []string{"1", "2"}},
+	{"model", []string{"mlp", "cnn"}},
 }
 
 // A tiny real sweep over e2eAxes (cpus=1,2: the whole cluster pinned to
-// one CPU, then two) of a small cluster on 5% of MNIST, end to end through
+// one CPU, then two; the MLP and the CNN) of a small cluster on 5% of MNIST, end to end through
 // the real binary: the pinning is checked on the run's own processes.
 func TestSweepEndToEnd(t *testing.T) {
 	own, err := sweep.OwnCPUs()
@@ -130,7 +128,7 @@ func TestSweepEndToEnd(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "tiny")
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	grid := "mode=sync;workers=2;ps=1;hidden=64;optimizer=sgd;lr=0.2;data-fraction=0.05;epochs=1;eval-every=500ms;target-accuracy=0"
+	grid := "mode=sync;workers=2;ps=1;hidden=64;optimizer=sgd;lr=0.2;warmup-steps=0;data-fraction=0.05;epochs=1;eval-every=500ms;target-accuracy=0"
 	runs := 1
 	for _, ax := range e2eAxes {
 		grid += ";" + ax.key + "=" + strings.Join(ax.values, ",")

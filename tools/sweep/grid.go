@@ -13,7 +13,7 @@ import (
 // Keys returns the keys a grid may vary, in the order results.csv lists
 // them: `pstrain run` flags, and KeyCPUs, which the sweep applies itself.
 func Keys() []string {
-	return []string{"mode", "model", "workers", "ps", KeyCPUs, "batch", "lr", "momentum", "optimizer", "lr-schedule", "warmup-steps", "hidden",
+	return []string{"mode", "model", "workers", "ps", KeyCPUs, "batch", "lr", "momentum", "optimizer", "lr-schedule", "warmup-steps", "hidden", "conv",
 		"epochs", "data-fraction", "dataset", "staleness", "replicas-to-aggregate",
 		"target-accuracy", "seed", "eval-every",
 	}

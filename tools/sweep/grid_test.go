@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -197,5 +198,37 @@ func TestSummary(t *testing.T) {
 	}
 	if strings.Contains(s, "## By workers") {
 		t.Error("a table for a parameter that did not vary")
+	}
+}
+
+// A key whose value follows from an earlier varied key (model=cnn brings
+// its own warmup and hidden sizes) is not an axis of its own; two keys
+// crossed in the grid both are.
+func TestVariedKeysLeaveOutConsequences(t *testing.T) {
+	cfg := func(kv ...string) Config {
+		p := map[string]string{}
+		for i := 0; i < len(kv); i += 2 {
+			p[kv[i]] = kv[i+1]
+		}
+		return Config{Params: p}
+	}
+	var configs []Config
+	for _, cpus := range []string{"1", "2"} {
+		configs = append(configs,
+			cfg("model", "mlp", "cpus", cpus, "warmup-steps", "0", "hidden", "800", "lr", "0.2"),
+			cfg("model", "cnn", "cpus", cpus, "warmup-steps", "200", "hidden", "256", "lr", "0.2"))
+	}
+	if got := variedKeys(configs); !slices.Equal(got, []string{"model", "cpus"}) {
+		t.Errorf("varied keys %v, want [model cpus]", got)
+	}
+	// lr crossed with hidden: neither fixes the other.
+	configs = nil
+	for _, lr := range []string{"0.1", "0.2"} {
+		for _, h := range []string{"100", "200"} {
+			configs = append(configs, cfg("lr", lr, "hidden", h))
+		}
+	}
+	if got := variedKeys(configs); !slices.Equal(got, []string{"lr", "hidden"}) {
+		t.Errorf("varied keys %v, want [lr hidden]", got)
 	}
 }

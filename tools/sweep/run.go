@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -391,7 +392,9 @@ func firstLine(s string) string {
 }
 
 // variedKeys are the keys taking more than one value over configs, in Keys
-// order.
+// order, without the ones that follow from an earlier varied key: model=cnn
+// brings its own --conv, --hidden, --lr and --warmup-steps defaults, and
+// those are consequences of the model axis, not axes of their own.
 func variedKeys(configs []Config) []string {
 	var out []string
 	for _, k := range Keys() {
@@ -399,11 +402,24 @@ func variedKeys(configs []Config) []string {
 		for _, c := range configs {
 			seen[c.Params[k]] = true
 		}
-		if len(seen) > 1 {
+		if len(seen) > 1 && !slices.ContainsFunc(out, func(j string) bool { return determines(configs, j, k) }) {
 			out = append(out, k)
 		}
 	}
 	return out
+}
+
+// determines says whether key j's value fixes key k's over configs (k is
+// a function of j).
+func determines(configs []Config, j, k string) bool {
+	of := map[string]string{}
+	for _, c := range configs {
+		if v, ok := of[c.Params[j]]; ok && v != c.Params[k] {
+			return false
+		}
+		of[c.Params[j]] = c.Params[k]
+	}
+	return true
 }
 
 // VariedKeys are the parameters taking more than one value over rows, in
