@@ -4,7 +4,7 @@ BIN     := bin/pstrain
 GOBIN   := $(shell $(GO) env GOPATH)/bin
 # Packages with goroutines and locks: tested under the race detector too,
 # with every in-process cluster test (internal/inproc's users).
-RACE_PKGS := ./ps/... ./worker/... ./chief/... ./observe/metrics/... ./checkpoint/... ./launcher/... ./observe/bottleneck/... ./transport/tlsconf/... ./transport/dataplane/... ./internal/inproc/... ./tools/bench/...
+RACE_PKGS := ./ps/... ./worker/... ./chief/... ./observe/metrics/... ./checkpoint/... ./launcher/... ./observe/bottleneck/... ./transport/tlsconf/... ./transport/dataplane/... ./internal/inproc/... ./tools/bench/... ./tools/sweep/...
 
 .PHONY: chaos all build build-purego deps data run test lint fmt bench monitor fuzz clean
 
