@@ -205,7 +205,7 @@ func (g Grid) Expand(resolve Resolver, availableCPUs int) ([]Config, error) {
 
 // flagValue converts a grid value to flag syntax.
 func flagValue(key, v string) string {
-	if key == "hidden" {
+	if key == "hidden" || key == "conv" {
 		return strings.ReplaceAll(v, "+", ",")
 	}
 	return v

@@ -232,3 +232,27 @@ func TestVariedKeysLeaveOutConsequences(t *testing.T) {
 		t.Errorf("varied keys %v, want [lr hidden]", got)
 	}
 }
+
+// The summary's fixed parameters give a consequence of a varied key with
+// each of its values, not the first row's value as if it held for all.
+func TestSummaryFixedFollowsModel(t *testing.T) {
+	var rows []Row
+	for _, m := range []struct{ model, lr string }{{"mlp", "0.2"}, {"cnn", "0.05"}} {
+		rows = append(rows, Row{RunID: m.model, Status: StatusOK, Params: map[string]string{"model": m.model, "lr": m.lr, "workers": "2"}})
+	}
+	var buf bytes.Buffer
+	WriteSummary(&buf, rows)
+	if want := "lr=(0.2 with model=mlp, 0.05 with model=cnn)"; !strings.Contains(buf.String(), want) {
+		t.Errorf("summary lacks %q:\n%s", want, buf.String())
+	}
+	if !strings.Contains(buf.String(), " workers=2") {
+		t.Errorf("summary lacks the fixed workers=2:\n%s", buf.String())
+	}
+}
+
+// conv takes several layers in a grid as hidden does: 8+16 is --conv=8,16.
+func TestConvValueSyntax(t *testing.T) {
+	if got := flagValue("conv", "8+16"); got != "8,16" {
+		t.Errorf("flagValue(conv, 8+16) = %q, want 8,16", got)
+	}
+}

@@ -125,7 +125,7 @@ func WriteSummary(w io.Writer, rows []Row) {
 		var fixed []string
 		for _, k := range Keys() {
 			if !slices.Contains(varied, k) {
-				fixed = append(fixed, k+"="+rows[0].Params[k])
+				fixed = append(fixed, fixedText(rows, varied, k))
 			}
 		}
 		fmt.Fprintf(w, "Fixed parameters: %s\n\n", strings.Join(fixed, " "))
@@ -159,4 +159,44 @@ func writeTable(w io.Writer, first string, gs []group) {
 		}
 		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
 	}
+}
+
+// fixedText describes a parameter that is not an axis: its one value, or,
+// for one that follows a varied key (model=cnn brings its own lr), its
+// value with each of that key's values.
+func fixedText(rows []Row, varied []string, k string) string {
+	cs := make([]Config, len(rows))
+	for i, r := range rows {
+		cs[i] = Config{Params: r.Params}
+	}
+	for _, j := range varied {
+		if !determines(cs, j, k) {
+			continue
+		}
+		var with []string
+		seen := map[string]bool{}
+		for _, r := range rows {
+			if v := r.Params[j]; !seen[v] {
+				seen[v] = true
+				val := r.Params[k]
+				if val == "" {
+					val = "none"
+				}
+				with = append(with, fmt.Sprintf("%s with %s=%s", val, j, v))
+			}
+		}
+		if len(with) > 1 && len(distinct(rows, k)) > 1 {
+			return k + "=(" + strings.Join(with, ", ") + ")"
+		}
+	}
+	return k + "=" + rows[0].Params[k]
+}
+
+// distinct is the set of k's values over rows.
+func distinct(rows []Row, k string) map[string]bool {
+	out := map[string]bool{}
+	for _, r := range rows {
+		out[r.Params[k]] = true
+	}
+	return out
 }
