@@ -121,13 +121,15 @@ func TestFullDisk(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		tmp, disk := t.TempDir(), smallDisk(t, "3m")
-		status, out, rep := diskRun(t, ctx, tmp, disk, "--data-fraction", "0.5", "--epochs", "2", "--hidden", "100",
-			"--keep-checkpoints", "0", "--checkpoint-every", "20") // steps: 234 steps make 11, however loaded the machine
+		// Every 20 steps of 351: up to 17 routine checkpoints (one in
+		// flight at a time, so fewer on a loaded machine).
+		status, out, rep := diskRun(t, ctx, tmp, disk, "--data-fraction", "0.5", "--epochs", "3", "--hidden", "100",
+			"--keep-checkpoints", "0", "--checkpoint-every", "20")
 		if status != 0 {
 			t.Fatalf("exit status %d\n%s", status, out)
 		}
 		if ck := rep.Checkpoints; ck.Failed != 0 || ck.Committed < 6 {
-			t.Errorf("report checkpoints %+v: want none failed and at least 6 committed (4 fit at once)", ck)
+			t.Errorf("report checkpoints %+v: want none failed and at least 6 committed (4 fit at once)\n%s", ck, grepLines(filepath.Join(tmp, "run", "logs", "chief.log"), "checkpoint"))
 		}
 		logs, _ := filepath.Glob(filepath.Join(tmp, "run", "logs", "ps-*.log"))
 		freed := false
@@ -317,4 +319,16 @@ func TestChecksBeforeStarting(t *testing.T) {
 			}
 		})
 	}
+}
+
+// grepLines returns the lines of the file at path that contain sub.
+func grepLines(path, sub string) string {
+	b, _ := os.ReadFile(path)
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
