@@ -32,11 +32,22 @@ type Net struct {
 	yData   []float32
 	lossVal G.Value
 	outVal  G.Value
+	direct  *direct // the pass Step runs (direct.go); nil: the graph's
 }
 
 // New builds the graph for spec and batch. With train set, Step also
 // computes gradients; otherwise only the forward pass (for evaluation).
 func New(spec model.Spec, batch int, train bool) (*Net, error) {
+	n, err := newGraph(spec, batch, train)
+	if err != nil {
+		return nil, err
+	}
+	n.direct = newDirect(spec, batch, train, n.xData, n.yData, n.params)
+	return n, nil
+}
+
+// newGraph is New running gorgonia's graph (the tests' reference).
+func newGraph(spec model.Spec, batch int, train bool) (*Net, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
@@ -135,6 +146,9 @@ func (n *Net) SetLabels(labels []uint8) {
 // Step runs the forward (and, for a training net, backward) pass and
 // returns the mean loss over the batch.
 func (n *Net) Step() (float32, error) {
+	if n.direct != nil {
+		return n.direct.step(), nil
+	}
 	defer n.vm.Reset()
 	if err := n.vm.RunAll(); err != nil {
 		return 0, fmt.Errorf("nn: run: %w", err)
@@ -148,6 +162,9 @@ func (n *Net) Grads() ([][]float32, error) {
 	if !n.train {
 		return nil, fmt.Errorf("nn: net was built without gradients")
 	}
+	if n.direct != nil {
+		return n.direct.grads, nil
+	}
 	out := make([][]float32, len(n.grads))
 	for i, g := range n.grads {
 		v := g.Value()
@@ -160,7 +177,12 @@ func (n *Net) Grads() ([][]float32, error) {
 }
 
 // Logits returns the output of the last Step ([batch x classes]).
-func (n *Net) Logits() []float32 { return n.outVal.Data().([]float32) }
+func (n *Net) Logits() []float32 {
+	if n.direct != nil {
+		return n.direct.logits()
+	}
+	return n.outVal.Data().([]float32)
+}
 
 // Close releases the VM.
 func (n *Net) Close() error { return n.vm.Close() }
