@@ -1,5 +1,7 @@
-// Package nn runs the forward and backward pass of a model.Spec MLP with
-// gorgonia (float32). A Net is built once for a fixed batch size; each step
+// Package nn runs the forward and backward pass of a model.Spec MLP
+// (float32): written out over the BLAS (direct.go), with gorgonia's graph
+// of the same net built beside it as the reference the tests compare
+// with. A Net is built once for a fixed batch size; each step
 // the caller writes new weights into Params() in place, fills Input() and
 // Labels(), calls Step, and reads the gradients from Grads(). Nothing is
 // reallocated between steps.
