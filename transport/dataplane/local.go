@@ -97,5 +97,12 @@ func dialLocal(ctx context.Context, d *net.Dialer, tcpAddr string) net.Conn {
 	if err != nil {
 		return nil
 	}
+	if !peerIsUs(conn) {
+		// An abstract name can be taken by any local process before the
+		// PS binds it (the PS then serves TCP only, and says nothing):
+		// talk only to a process of our own user.
+		conn.Close()
+		return nil
+	}
 	return tune(conn)
 }

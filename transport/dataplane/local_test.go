@@ -179,3 +179,48 @@ func TestServerAnswersReadyPullsAtOnce(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// A same-host connection is used only with a peer of this process's user
+// (SO_PEERCRED): the server here is this process.
+func TestPeerIsUsOnOwnSocket(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("abstract Unix sockets are Linux's")
+	}
+	lis, err := net.Listen(localNetwork, "@pstrain-dataplane-test/"+t.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	go func() {
+		if c, err := lis.Accept(); err == nil {
+			defer c.Close()
+			io.Copy(io.Discard, c)
+		}
+	}()
+	c, err := net.Dial(localNetwork, lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if !peerIsUs(c) {
+		t.Fatal("a connection to this process's own socket: peer not recognised as this user")
+	}
+	tc, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	go func() {
+		if c, err := tc.Accept(); err == nil {
+			c.Close()
+		}
+	}()
+	cc, err := net.Dial("tcp", tc.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	if peerIsUs(cc) {
+		t.Fatal("a TCP connection passed the Unix peer check")
+	}
+}
