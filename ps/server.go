@@ -317,13 +317,12 @@ func (s *Server) pull(ctx context.Context, req *pb.PullRequest, shared bool) (*p
 	defer s.observe("pull", start)
 	s.mu.Lock()
 	for {
-		if err := s.checkRun(req.RunId); err != nil {
+		ready, err := s.pullReady(req)
+		if err != nil {
 			s.mu.Unlock()
 			return nil, nil, err
 		}
-		// A reader from another generation has parameters of a timeline
-		// the chief rolled back: it gets the current state at once.
-		if (req.Generation != 0 && req.Generation != s.gen) || s.shard.PullReady(int(req.Worker), req.MinVersion) {
+		if ready {
 			break
 		}
 		ch := s.changed
@@ -335,6 +334,43 @@ func (s *Server) pull(ctx context.Context, req *pb.PullRequest, shared bool) (*p
 		}
 		s.mu.Lock()
 	}
+	resp, p := s.answerPull(req, shared, start)
+	s.mu.Unlock()
+	s.m.RPCSentBytes.WithLabelValues("pull").Add(float64(len(resp.Params)))
+	return resp, p, nil
+}
+
+// PullSharedNow is PullShared when the pull need not wait: ready is false
+// (and nothing held) when it would. The data plane answers such a pull
+// without watching its connection for a client gone meanwhile.
+func (s *Server) PullSharedNow(req *pb.PullRequest) (resp *pb.PullResponse, release func(), ready bool, err error) {
+	start := time.Now()
+	s.mu.Lock()
+	if ready, err = s.pullReady(req); err != nil || !ready {
+		s.mu.Unlock()
+		return nil, nil, false, err
+	}
+	resp, p := s.answerPull(req, true, start)
+	s.mu.Unlock()
+	s.observe("pull", start)
+	s.m.RPCSentBytes.WithLabelValues("pull").Add(float64(len(resp.Params)))
+	return resp, func() { s.release(p) }, true, nil
+}
+
+// pullReady says whether req's pull may be answered now. Call with mu
+// held.
+func (s *Server) pullReady(req *pb.PullRequest) (bool, error) {
+	if err := s.checkRun(req.RunId); err != nil {
+		return false, err
+	}
+	// A reader from another generation has parameters of a timeline
+	// the chief rolled back: it gets the current state at once.
+	return (req.Generation != 0 && req.Generation != s.gen) || s.shard.PullReady(int(req.Worker), req.MinVersion), nil
+}
+
+// answerPull answers a ready pull with the current snapshot, held for
+// the caller when shared. Call with mu held.
+func (s *Server) answerPull(req *pb.PullRequest, shared bool, start time.Time) (*pb.PullResponse, *pullSnap) {
 	sh := s.shard
 	p := s.current()
 	if shared {
@@ -349,12 +385,10 @@ func (s *Server) pull(ctx context.Context, req *pb.PullRequest, shared bool) (*p
 	if req.Retain {
 		s.retain(p)
 	}
-	s.mu.Unlock()
 	if req.Worker >= 0 {
 		s.m.BarrierWait.Observe(time.Since(start).Seconds())
 	}
-	s.m.RPCSentBytes.WithLabelValues("pull").Add(float64(len(resp.Params)))
-	return resp, p, nil
+	return resp, p
 }
 
 // current returns the current version's pull snapshot, encoding it if no

@@ -494,3 +494,52 @@ func with(o Options, f func(*Options)) []byte {
 	f(&o)
 	return o.JSON()
 }
+
+// PullSharedNow answers a pull that need not wait like PullShared, holding
+// the snapshot until released, and holds nothing for one that would wait.
+func TestPullSharedNowAnswersOnlyReadyPulls(t *testing.T) {
+	srv, _, n := newSyncServer(t, 1)
+	now := func(worker int32, v int64) (*pb.PullResponse, func(), bool) {
+		t.Helper()
+		resp, release, ready, err := srv.PullSharedNow(&pb.PullRequest{Worker: worker, MinVersion: v, RunId: "r", Generation: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, release, ready
+	}
+	if _, _, ready := now(0, 1); ready {
+		t.Fatal("a pull of version 1 at version 0 was answered at once")
+	}
+	srv.mu.Lock()
+	held := srv.snap != nil && srv.snap.readers > 0
+	srv.mu.Unlock()
+	if held {
+		t.Fatal("a pull that would wait left the snapshot held")
+	}
+	push(t, srv, 0, 0, 1, n)
+	push(t, srv, 1, 0, 1, n)
+	resp, release, ready := now(0, 1)
+	if !ready || resp.Version != 1 {
+		t.Fatalf("a pull of the current version: ready %v, %+v", ready, resp)
+	}
+	_, params, _, _, err := srv.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(resp.Params, wire.Bytes(params)) {
+		t.Fatal("the answer does not hold the current parameters")
+	}
+	srv.mu.Lock()
+	readers := srv.snap.readers
+	srv.mu.Unlock()
+	release()
+	srv.mu.Lock()
+	after := srv.snap.readers
+	srv.mu.Unlock()
+	if readers < 1 || after != readers-1 {
+		t.Fatalf("snapshot readers %d while held, %d after release", readers, after)
+	}
+	if _, _, _, err := srv.PullSharedNow(&pb.PullRequest{RunId: "other"}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("a pull for another run: %v", err)
+	}
+}

@@ -313,41 +313,55 @@ func (w *Worker) catchUp(ctx context.Context, a ps.Alignment, views []ps.PullVie
 func (w *Worker) pushAll(ctx context.Context, shards []int, views []ps.PullView, loss float32, grads [][]float32) error {
 	c := w.cfg
 	errs := make([]error, len(shards))
+	fanOut(len(shards), func(i int) {
+		s := shards[i]
+		req := &pb.PushRequest{Worker: int32(c.Index), Version: views[s].Version, RunId: c.RunID, Loss: loss, Generation: views[s].Generation,
+			DataPosition: w.next} // the batch's position + 1
+		push := func() error { _, err := c.Shards[s].Client.Push(ctx, req); return err }
+		sp, segmented := c.Shards[s].Client.(SegmentedDataPlane)
+		switch {
+		case w.half != nil:
+			// Rounded straight from the model's gradients.
+			off := 0
+			for _, seg := range c.Plan.Segments(s, grads) {
+				wire.PutBF16(w.half[s][off:], seg)
+				off += 2 * len(seg)
+			}
+			req.Grad = w.half[s]
+		case segmented:
+			segs := c.Plan.Segments(s, grads)
+			push = func() error { _, err := sp.PushSegments(ctx, req, segs); return err }
+		default:
+			c.Plan.Gather(s, grads, w.flat[s])
+			req.Grad = wire.Bytes(w.flat[s])
+		}
+		errs[i] = w.retry(ctx, s, "push", push)
+		bytes := 4 * c.Plan.Shards[s].Size
+		if w.half != nil {
+			bytes = len(w.half[s])
+		}
+		c.Metrics.RPCSentBytes.WithLabelValues("push").Add(float64(bytes))
+	})
+	return errors.Join(errs...)
+}
+
+// fanOut runs f(0) ... f(n-1) in parallel and returns when all have:
+// the last on the calling goroutine, which would otherwise only wait (a
+// goroutine fewer to start and wake per round, on cores the whole
+// cluster shares).
+func fanOut(n int, f func(i int)) {
 	var wg sync.WaitGroup
-	for i, s := range shards {
+	for i := range n - 1 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req := &pb.PushRequest{Worker: int32(c.Index), Version: views[s].Version, RunId: c.RunID, Loss: loss, Generation: views[s].Generation,
-				DataPosition: w.next} // the batch's position + 1
-			push := func() error { _, err := c.Shards[s].Client.Push(ctx, req); return err }
-			sp, segmented := c.Shards[s].Client.(SegmentedDataPlane)
-			switch {
-			case w.half != nil:
-				// Rounded straight from the model's gradients.
-				off := 0
-				for _, seg := range c.Plan.Segments(s, grads) {
-					wire.PutBF16(w.half[s][off:], seg)
-					off += 2 * len(seg)
-				}
-				req.Grad = w.half[s]
-			case segmented:
-				segs := c.Plan.Segments(s, grads)
-				push = func() error { _, err := sp.PushSegments(ctx, req, segs); return err }
-			default:
-				c.Plan.Gather(s, grads, w.flat[s])
-				req.Grad = wire.Bytes(w.flat[s])
-			}
-			errs[i] = w.retry(ctx, s, "push", push)
-			bytes := 4 * c.Plan.Shards[s].Size
-			if w.half != nil {
-				bytes = len(w.half[s])
-			}
-			c.Metrics.RPCSentBytes.WithLabelValues("push").Add(float64(bytes))
+			f(i)
 		}()
 	}
+	if n > 0 {
+		f(n - 1)
+	}
 	wg.Wait()
-	return errors.Join(errs...)
 }
 
 // pullAll pulls every shard at minVersion in parallel, straight into the
@@ -387,15 +401,10 @@ func (w *Worker) pullRound(ctx context.Context, pulls []ps.Pull, views []ps.Pull
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errs := make([]error, len(pulls))
-	var wg sync.WaitGroup
-	for i, p := range pulls {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = w.pullOne(ctx, cancel, p, &views[p.Shard], &positions[p.Shard])
-		}()
-	}
-	wg.Wait()
+	fanOut(len(pulls), func(i int) {
+		p := pulls[i]
+		errs[i] = w.pullOne(ctx, cancel, p, &views[p.Shard], &positions[p.Shard])
+	})
 	return errors.Join(errs...)
 }
 

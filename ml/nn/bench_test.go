@@ -10,12 +10,14 @@ import (
 	"github.com/pstrain/pstrain/ml/model"
 )
 
-func benchStep(b *testing.B, batch int) {
+func benchStep(b *testing.B, batch int) { benchNet(b, batch, New) }
+
+func benchNet(b *testing.B, batch int, build func(model.Spec, int, bool) (*Net, error)) {
 	if err := blas.Setup(1); err != nil {
 		b.Fatal(err)
 	}
 	spec := model.Spec{Input: 784, Hidden: []int{800}, Classes: 10}
-	n, err := New(spec, batch, true)
+	n, err := build(spec, batch, true)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -42,6 +44,8 @@ func benchStep(b *testing.B, batch int) {
 func BenchmarkStep784x800x10(b *testing.B) {
 	b.Run("batch128", func(b *testing.B) { benchStep(b, 128) })
 	b.Run("batch512", func(b *testing.B) { benchStep(b, 512) })
+	// gorgonia's tape machine, which Step ran before the written-out pass.
+	b.Run("graph-batch128", func(b *testing.B) { benchNet(b, 128, newGraph) })
 }
 
 // defaultCNN is the CNN `pstrain run --model cnn` trains by default.

@@ -26,10 +26,38 @@ type mlpNet struct {
 	yData   []float32
 	lossVal G.Value
 	outVal  G.Value
+	direct  *direct // the pass Step runs (direct.go); nil: the graph's
 }
 
-// newMLP builds the graph for a valid MLP spec and a positive batch.
+// newMLP builds the net for a valid MLP spec and a positive batch: Step
+// runs the written-out pass (direct.go) over the graph's buffers.
 func newMLP(spec model.Spec, batch int, train bool) (*mlpNet, error) {
+	n, err := newMLPGraph(spec, batch, train)
+	if err != nil {
+		return nil, err
+	}
+	n.direct = newDirect(spec, batch, train, n.xData, n.yData, n.params)
+	return n, nil
+}
+
+// newGraph is New for an MLP running gorgonia's graph instead of the
+// written-out pass: the reference the tests compare with.
+func newGraph(spec model.Spec, batch int, train bool) (*Net, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	if batch <= 0 || spec.IsCNN() {
+		return nil, fmt.Errorf("nn: newGraph needs an MLP spec and a positive batch")
+	}
+	impl, err := newMLPGraph(spec, batch, train)
+	if err != nil {
+		return nil, err
+	}
+	return &Net{spec: spec, batch: batch, impl: impl}, nil
+}
+
+// newMLPGraph builds gorgonia's graph of the MLP.
+func newMLPGraph(spec model.Spec, batch int, train bool) (*mlpNet, error) {
 	n := &mlpNet{spec: spec, batch: batch, train: train, g: G.NewGraph()}
 	n.xData = make([]float32, batch*spec.Input)
 	n.yData = make([]float32, batch*spec.Classes)
@@ -110,6 +138,9 @@ func (n *mlpNet) SetLabels(labels []uint8) {
 }
 
 func (n *mlpNet) Step() (float32, error) {
+	if n.direct != nil {
+		return n.direct.step(), nil
+	}
 	defer n.vm.Reset()
 	if err := n.vm.RunAll(); err != nil {
 		return 0, fmt.Errorf("nn: run: %w", err)
@@ -120,6 +151,9 @@ func (n *mlpNet) Step() (float32, error) {
 func (n *mlpNet) Grads() ([][]float32, error) {
 	if !n.train {
 		return nil, fmt.Errorf("nn: net was built without gradients")
+	}
+	if n.direct != nil {
+		return n.direct.grads, nil
 	}
 	out := make([][]float32, len(n.grads))
 	for i, g := range n.grads {
@@ -132,6 +166,11 @@ func (n *mlpNet) Grads() ([][]float32, error) {
 	return out, nil
 }
 
-func (n *mlpNet) Logits() []float32 { return n.outVal.Data().([]float32) }
+func (n *mlpNet) Logits() []float32 {
+	if n.direct != nil {
+		return n.direct.logits()
+	}
+	return n.outVal.Data().([]float32)
+}
 
 func (n *mlpNet) Close() error { return n.vm.Close() }

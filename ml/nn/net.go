@@ -1,6 +1,8 @@
 // Package nn runs the forward and backward pass of a model.Spec: an MLP
-// as a gorgonia graph, a CNN as hand-written im2col convolutions whose
-// products run on the BLAS package blas installed (float32 throughout).
+// as five matrix products written out (direct.go; gorgonia's graph of the
+// same net is built beside it as the reference the tests compare with),
+// a CNN as hand-written im2col convolutions; the products run on the BLAS
+// package blas installed (float32 throughout).
 // A Net is built once for a fixed batch size; each step the caller writes
 // new weights into Params() in place, fills Input() and Labels(), calls
 // Step, and reads the gradients from Grads(). Nothing is reallocated

@@ -87,7 +87,14 @@ func (c *Client) connect(ctx context.Context) error {
 		c.addr = addr
 	}
 	d := net.Dialer{Timeout: 10 * time.Second}
-	conn, err := d.DialContext(ctx, "tcp", c.addr)
+	var conn net.Conn
+	if c.tls == nil {
+		conn = dialLocal(ctx, &d, c.addr) // same host: no TCP (local.go)
+	}
+	var err error
+	if conn == nil {
+		conn, err = d.DialContext(ctx, "tcp", c.addr)
+	}
 	if err != nil {
 		addr := c.addr
 		c.addr = "" // a restarted PS listens elsewhere: ask again next time

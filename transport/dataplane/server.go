@@ -31,6 +31,13 @@ type Backend interface {
 	Push(context.Context, *pb.PushRequest) (*pb.PushResponse, error)
 }
 
+// NowPuller is a Backend that can also answer a pull that need not wait
+// without a context (*ps.Server does): ready is false, and nothing held,
+// when the pull would wait.
+type NowPuller interface {
+	PullSharedNow(*pb.PullRequest) (resp *pb.PullResponse, release func(), ready bool, err error)
+}
+
 // Config configures a Server.
 type Config struct {
 	// MaxPayload is the largest payload a frame may announce
@@ -58,6 +65,7 @@ type Config struct {
 type Server struct {
 	b       Backend
 	lis     net.Listener
+	local   net.Listener // the same-host socket beside lis (local.go), or nil
 	cfg     Config
 	lim     Limits
 	m       *metrics.PS
@@ -83,7 +91,7 @@ func NewServer(b Backend, lis net.Listener, cfg Config) *Server {
 	}
 	lim := cfg.Limits.WithDefaults()
 	ctx, stop := context.WithCancel(context.Background())
-	return &Server{b: b, lis: lis, cfg: cfg, lim: lim, m: m, refusal: ratelog.New(cfg.Log, lim.LogEvery, cfg.Now),
+	return &Server{b: b, lis: lis, local: listenLocal(lis), cfg: cfg, lim: lim, m: m, refusal: ratelog.New(cfg.Log, lim.LogEvery, cfg.Now),
 		bufs: newBuffers(lim, cfg.Now, func(n int64) { m.DataPlaneBuffered.Set(float64(n)) }),
 		ctx:  ctx, stop: stop, conns: map[net.Conn]struct{}{}}
 }
@@ -98,10 +106,12 @@ func (s *Server) SetPushSize(n int) { s.bufs.setSize(n) }
 // Addr is the listening address.
 func (s *Server) Addr() net.Addr { return s.lis.Addr() }
 
-// Serve accepts connections until Close. It returns nil after Close. An
+// Serve accepts connections until Close, on the listener and on the
+// same-host socket beside it (local.go). It returns nil after Close. An
 // accept error (e.g. out of file descriptors) is logged and retried with
 // backoff, as net/http does, so the data plane never stops quietly. A
-// connection past Limits.MaxConns is closed at once.
+// connection past Limits.MaxConns (both listeners' together) is closed
+// at once.
 func (s *Server) Serve() error {
 	s.mu.Lock()
 	if s.closed {
@@ -109,17 +119,32 @@ func (s *Server) Serve() error {
 		return nil
 	}
 	s.wg.Add(1)
+	if s.local != nil {
+		s.wg.Add(1)
+	}
 	s.mu.Unlock()
 	go s.housekeep()
+	if s.local != nil {
+		go func() {
+			defer s.wg.Done()
+			s.accept(s.local)
+		}()
+	}
+	s.accept(s.lis)
+	return nil
+}
+
+// accept serves lis's connections until Close (see Serve).
+func (s *Server) accept(lis net.Listener) {
 	backoff := 5 * time.Millisecond
 	for {
-		c, err := s.lis.Accept()
+		c, err := lis.Accept()
 		if err != nil {
 			s.mu.Lock()
 			closed := s.closed
 			s.mu.Unlock()
 			if closed {
-				return nil
+				return
 			}
 			s.cfg.Log.Warn("data plane: accept failed; retrying", "err", err, "in", backoff)
 			select {
@@ -134,7 +159,7 @@ func (s *Server) Serve() error {
 		if s.closed {
 			s.mu.Unlock()
 			c.Close()
-			return nil
+			return
 		}
 		if len(s.conns) >= s.lim.MaxConns {
 			s.mu.Unlock()
@@ -185,6 +210,9 @@ func (s *Server) Close() error {
 	s.closed = true
 	s.stop()
 	err := s.lis.Close()
+	if s.local != nil {
+		s.local.Close()
+	}
 	for c := range s.conns {
 		c.Close()
 	}
@@ -436,6 +464,15 @@ var errGone = errors.New("dataplane: client gone")
 // is gone (or broke the protocol). On success the caller calls release
 // once the parameters are written.
 func (s *Server) pull(c net.Conn, rd *bufio.Reader, req request) (resp *pb.PullResponse, release func(), err error) {
+	pr := &pb.PullRequest{Worker: req.worker, MinVersion: req.version, RunId: req.runID,
+		Generation: req.generation, Retain: req.retain}
+	if now, ok := s.b.(NowPuller); ok {
+		// A pull that need not wait needs no watcher: the goroutine and
+		// the two deadline changes cost more than the answer.
+		if resp, release, ready, err := now.PullSharedNow(pr); err != nil || ready {
+			return resp, release, err
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	watched := make(chan bool, 1) // true: the client is gone
@@ -447,8 +484,7 @@ func (s *Server) pull(c net.Conn, rd *bufio.Reader, req request) (resp *pb.PullR
 		}
 		watched <- gone
 	}()
-	resp, release, err = s.b.PullShared(ctx, &pb.PullRequest{Worker: req.worker, MinVersion: req.version, RunId: req.runID,
-		Generation: req.generation, Retain: req.retain})
+	resp, release, err = s.b.PullShared(ctx, pr)
 	// Stop the watcher: a read deadline in the past wakes it.
 	c.SetReadDeadline(time.Unix(1, 0))
 	gone := <-watched

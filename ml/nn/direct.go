@@ -1,0 +1,120 @@
+package nn
+
+import (
+	"math"
+
+	"gonum.org/v1/gonum/blas"
+	G "gorgonia.org/gorgonia"
+
+	"github.com/pstrain/pstrain/ml/model"
+)
+
+// direct is the MLP's forward and backward pass written out (issue 13):
+// the same matrix products, through the BLAS gorgonia was told to use
+// (G.WhichBLAS: OpenBLAS once blas.Setup ran), and the element-wise
+// passes (bias, ReLU, softmax cross-entropy and their gradients) as
+// loops over buffers allocated once. Gorgonia's tape machine spent about
+// a quarter of a worker's step around its products: re-dispatching every
+// op, a pass per element-wise op, and ~4 MB of garbage per step. The
+// graph is still built (Net's parameter buffers are its memory, and the
+// tests check this pass against it).
+type direct struct {
+	sizes  []int       // layer widths: input, hidden..., classes
+	batch  int         //
+	params [][]float32 // W0, b0, W1, b1, ... (Net.params)
+	grads  [][]float32 // same shapes
+	acts   [][]float32 // acts[0] is the input; acts[l+1] layer l's output (after ReLU if hidden; logits last)
+	deltas [][]float32 // deltas[l]: the loss's gradient w.r.t. layer l's pre-activation
+	y      []float32   // one-hot targets (Net.yData)
+	train  bool
+}
+
+func newDirect(spec model.Spec, batch int, train bool, x, y []float32, params [][]float32) *direct {
+	sizes := append(append([]int{spec.Input}, spec.Hidden...), spec.Classes)
+	d := &direct{sizes: sizes, batch: batch, params: params, y: y, train: train}
+	d.acts = append(d.acts, x)
+	for l := 1; l < len(sizes); l++ {
+		d.acts = append(d.acts, make([]float32, batch*sizes[l]))
+		if train {
+			d.deltas = append(d.deltas, make([]float32, batch*sizes[l]))
+		}
+	}
+	if train {
+		for _, p := range params {
+			d.grads = append(d.grads, make([]float32, len(p)))
+		}
+	}
+	return d
+}
+
+// logits is the last layer's output of the last step.
+func (d *direct) logits() []float32 { return d.acts[len(d.acts)-1] }
+
+// step runs the forward pass, the loss, and for a training net the
+// backward pass; it returns the mean softmax cross-entropy.
+func (d *direct) step() float32 {
+	bl := G.WhichBLAS()
+	layers := len(d.sizes) - 1
+	for l := range layers {
+		in, out := d.sizes[l], d.sizes[l+1]
+		w, b := d.params[2*l], d.params[2*l+1]
+		z := d.acts[l+1]
+		bl.Sgemm(blas.NoTrans, blas.NoTrans, d.batch, out, in, 1, d.acts[l], in, w, out, 0, z, out)
+		addBias(z, b, l+1 < layers)
+	}
+	loss := softmaxXent(d.logits(), d.y, d.batch, d.sizes[layers], d.deltasOrNil(layers-1))
+	if !d.train {
+		return loss
+	}
+	for l := layers - 1; l >= 0; l-- {
+		in, out := d.sizes[l], d.sizes[l+1]
+		dz := d.deltas[l]
+		// dW = a^T dz, db = the column sums of dz.
+		bl.Sgemm(blas.Trans, blas.NoTrans, in, out, d.batch, 1, d.acts[l], in, dz, out, 0, d.grads[2*l], out)
+		colSum(dz, out, d.grads[2*l+1])
+		if l == 0 {
+			break // nothing reads the input's gradient
+		}
+		// da = dz W^T, then through the ReLU of layer l-1 (whose output
+		// is acts[l]).
+		prev := d.deltas[l-1]
+		bl.Sgemm(blas.NoTrans, blas.Trans, d.batch, in, out, 1, dz, out, d.params[2*l], out, 0, prev, in)
+		reluMask(prev, d.acts[l])
+	}
+	return loss
+}
+
+func (d *direct) deltasOrNil(l int) []float32 {
+	if !d.train {
+		return nil
+	}
+	return d.deltas[l]
+}
+
+// softmaxXent returns the mean over the rows of -sum(y log softmax(z))
+// and, if dz is not nil, writes its gradient w.r.t. z: (softmax(z) - y) /
+// rows.
+func softmaxXent(z, y []float32, rows, cols int, dz []float32) float32 {
+	var total float64
+	inv := float32(1 / float64(rows))
+	for r := range rows {
+		zr, yr := z[r*cols:(r+1)*cols], y[r*cols:(r+1)*cols]
+		m := zr[0]
+		for _, v := range zr[1:] {
+			m = max(m, v)
+		}
+		var s float64
+		for _, v := range zr {
+			s += math.Exp(float64(v - m))
+		}
+		logS := math.Log(s)
+		for j, v := range zr {
+			logp := float64(v-m) - logS
+			total -= float64(yr[j]) * logp
+			if dz != nil {
+				dz[r*cols+j] = (float32(math.Exp(logp)) - yr[j]) * inv
+			}
+		}
+	}
+	return float32(total / float64(rows))
+}
