@@ -265,20 +265,8 @@ func (b *ElasticBatches) Next(x []float32, y []uint8) {
 		return
 	}
 	bt := b.batchers[[2]int{b.worker, b.plan.Eras[k].Workers}]
-	B, d := bt.batch, bt.dim
-	if len(x) < B*d || len(y) < B {
-		panic(fmt.Sprintf("data: ElasticBatches.Next: buffers hold %d values and %d labels, need %d and %d", len(x), len(y), B*d, B))
-	}
-	if bt.n == 0 {
-		return
-	}
-	bt.SeekStep(e*bt.perEpoch + i)
-	n, _ := bt.Next(x, y)
-	for j := n; j < B; j++ { // only a shard smaller than a batch
-		s := j % n
-		copy(x[j*d:(j+1)*d], x[s*d:(s+1)*d])
-		y[j] = y[s]
-	}
+	bt.checkBuffers("ElasticBatches", x, y)
+	bt.fullBatch(e*bt.perEpoch+i, x, y)
 }
 
 // SeekBatch makes position the next batch. It panics if position < 0.

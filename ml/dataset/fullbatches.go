@@ -37,18 +37,32 @@ func NewFullBatches(b *Batcher) *FullBatches {
 // are smaller.
 func (f *FullBatches) Next(x []float32, y []uint8) {
 	b := f.b
-	B, d := b.batch, b.dim
-	if len(x) < B*d || len(y) < B {
-		panic(fmt.Sprintf("data: FullBatches.Next: buffers hold %d values and %d labels, need %d and %d", len(x), len(y), B*d, B))
-	}
+	b.checkBuffers("FullBatches", x, y)
 	e, k := f.pos/f.perEpoch, f.pos%f.perEpoch
 	f.pos++
+	b.fullBatch(e*b.perEpoch+k, x, y)
+}
+
+// checkBuffers panics if x and y cannot hold a batch (who names the
+// caller).
+func (b *Batcher) checkBuffers(who string, x []float32, y []uint8) {
+	B, d := b.batch, b.dim
+	if len(x) < B*d || len(y) < B {
+		panic(fmt.Sprintf("data: %s.Next: buffers hold %d values and %d labels, need %d and %d", who, len(x), len(y), B*d, B))
+	}
+}
+
+// fullBatch copies batch step of b's order into x and y, repeating the
+// shard's samples when the shard is smaller than a batch (an empty shard
+// leaves the buffers alone).
+func (b *Batcher) fullBatch(step int64, x []float32, y []uint8) {
 	if b.n == 0 {
 		return
 	}
-	b.SeekStep(e*b.perEpoch + k)
+	b.SeekStep(step)
 	n, _ := b.Next(x, y)
-	for i := n; i < B; i++ { // only a shard smaller than a batch
+	d := b.dim
+	for i := n; i < b.batch; i++ { // only a shard smaller than a batch
 		j := i % n
 		copy(x[i*d:(i+1)*d], x[j*d:(j+1)*d])
 		y[i] = y[j]

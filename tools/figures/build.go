@@ -210,14 +210,14 @@ func ParamFigure(rows []sweep.Row, p string, others []string, m Metric) Figure {
 	}
 	ax := NewAxis(kept, p)
 	f.XTicks = ax.Ticks
-	for _, g := range groupRows(kept, func(r sweep.Row) string { return sweep.Label(r.Params, others) }) {
+	for _, g := range sweep.GroupBy(kept, func(r sweep.Row) string { return sweep.Label(r.Params, others) }) {
 		if len(others) == 0 {
-			g.label = "all runs"
+			g.Label = "all runs"
 		}
-		s := Series{Label: g.label}
+		s := Series{Label: g.Label}
 		var xs []float64
 		at := map[float64][]float64{}
-		for _, r := range g.rows {
+		for _, r := range g.Rows {
 			x := ax.X(r.Params[p])
 			if _, ok := at[x]; !ok {
 				xs = append(xs, x)
@@ -234,29 +234,6 @@ func ParamFigure(rows []sweep.Row, p string, others []string, m Metric) Figure {
 		f.Series = append(f.Series, s)
 	}
 	return f
-}
-
-// rowGroup is the rows sharing a label.
-type rowGroup struct {
-	label string
-	rows  []sweep.Row
-}
-
-// groupRows groups rows by key, in order of first appearance.
-func groupRows(rows []sweep.Row, key func(sweep.Row) string) []rowGroup {
-	var gs []rowGroup
-	at := map[string]int{}
-	for _, r := range rows {
-		k := key(r)
-		i, ok := at[k]
-		if !ok {
-			i = len(gs)
-			at[k] = i
-			gs = append(gs, rowGroup{label: k})
-		}
-		gs[i].rows = append(gs[i].rows, r)
-	}
-	return gs
 }
 
 // BottleneckFigure stacks the workers' step-time shares (compute, push,
@@ -283,22 +260,22 @@ func BottleneckFigure(rows []sweep.Row, keys []string) Figure {
 			kept = append(kept, r)
 		}
 	}
-	groups := groupRows(kept, func(r sweep.Row) string { return sweep.Label(r.Params, keys) })
+	groups := sweep.GroupBy(kept, func(r sweep.Row) string { return sweep.Label(r.Params, keys) })
 	if len(groups) == 0 {
 		return f
 	}
 	for _, g := range groups {
-		f.XTicks = append(f.XTicks, fmt.Sprintf("%s (%s)", g.label, verdictOf(g.rows)))
+		f.XTicks = append(f.XTicks, fmt.Sprintf("%s (%s)", g.Label, verdictOf(g.Rows)))
 	}
 	for _, ph := range phases {
 		s := Series{Label: ph.label, Kind: Bars}
 		any := false
 		for i, g := range groups {
 			var sum float64
-			for _, r := range g.rows {
+			for _, r := range g.Rows {
 				sum += ph.get(r)
 			}
-			mean := 100 * sum / float64(len(g.rows))
+			mean := 100 * sum / float64(len(g.Rows))
 			any = any || mean > 0
 			s.X, s.Y = append(s.X, float64(i)), append(s.Y, mean)
 		}

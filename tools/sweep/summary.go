@@ -77,15 +77,15 @@ func (m summaryMetric) cell(s Spread, runs int) string {
 	return out
 }
 
-// group is a set of rows sharing a label.
-type group struct {
-	label string
-	rows  []Row
+// Group is a set of rows sharing a label.
+type Group struct {
+	Label string
+	Rows  []Row
 }
 
-// groupBy groups rows by key(row), in order of first appearance.
-func groupBy(rows []Row, key func(Row) string) []group {
-	var gs []group
+// GroupBy groups rows by key(row), in order of first appearance.
+func GroupBy(rows []Row, key func(Row) string) []Group {
+	var gs []Group
 	at := map[string]int{}
 	for _, r := range rows {
 		k := key(r)
@@ -93,9 +93,9 @@ func groupBy(rows []Row, key func(Row) string) []group {
 		if !ok {
 			i = len(gs)
 			at[k] = i
-			gs = append(gs, group{label: k})
+			gs = append(gs, Group{Label: k})
 		}
-		gs[i].rows = append(gs[i].rows, r)
+		gs[i].Rows = append(gs[i].Rows, r)
 	}
 	return gs
 }
@@ -134,14 +134,14 @@ func WriteSummary(w io.Writer, rows []Row) {
 		return
 	}
 	fmt.Fprintf(w, "## By configuration (over repeats)\n\n")
-	writeTable(w, "configuration", groupBy(ok, func(r Row) string { return Label(r.Params, varied) }))
+	writeTable(w, "configuration", GroupBy(ok, func(r Row) string { return Label(r.Params, varied) }))
 	for _, k := range varied {
 		fmt.Fprintf(w, "\n## By %s (other parameters pooled)\n\n", k)
-		writeTable(w, k, groupBy(ok, func(r Row) string { return r.Params[k] }))
+		writeTable(w, k, GroupBy(ok, func(r Row) string { return r.Params[k] }))
 	}
 }
 
-func writeTable(w io.Writer, first string, gs []group) {
+func writeTable(w io.Writer, first string, gs []Group) {
 	ms := summaryMetrics()
 	head := []string{first, "runs"}
 	for _, m := range ms {
@@ -149,13 +149,13 @@ func writeTable(w io.Writer, first string, gs []group) {
 	}
 	fmt.Fprintf(w, "| %s |\n|%s\n", strings.Join(head, " | "), strings.Repeat("---|", len(head)))
 	for _, g := range gs {
-		cells := []string{g.label, fmt.Sprint(len(g.rows))}
+		cells := []string{g.Label, fmt.Sprint(len(g.Rows))}
 		for _, m := range ms {
-			vs := make([]float64, len(g.rows))
-			for i := range g.rows {
-				vs[i], _ = g.rows[i].Metric(m.column)
+			vs := make([]float64, len(g.Rows))
+			for i := range g.Rows {
+				vs[i], _ = g.Rows[i].Metric(m.column)
 			}
-			cells = append(cells, m.cell(SpreadOf(vs), len(g.rows)))
+			cells = append(cells, m.cell(SpreadOf(vs), len(g.Rows)))
 		}
 		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
 	}
