@@ -88,6 +88,10 @@ type Checkpoint struct {
 	Latest   int64 // the newest committed checkpoint's step (-1: none)
 	Final    bool
 	Retained bool
+	// Stopped says Versions are every shard's version after the stop (all
+	// answered it), not an older poll's: only then may a final checkpoint
+	// reuse a committed one that holds those versions.
+	Stopped bool
 }
 
 // Reinit initialises every shard, in Generation, with the model the
@@ -154,7 +158,7 @@ func (a Evaluate) String() string {
 	return fmt.Sprintf("evaluate seq=%d generation=%d subset=%g confirm-above=%g", a.Seq, a.Generation, a.Subset, a.ConfirmAbove)
 }
 func (a Checkpoint) String() string {
-	return fmt.Sprintf("checkpoint versions=%s latest=%d final=%t retained=%t", ints(a.Versions), a.Latest, a.Final, a.Retained)
+	return fmt.Sprintf("checkpoint versions=%s latest=%d final=%t retained=%t stopped=%t", ints(a.Versions), a.Latest, a.Final, a.Retained, a.Stopped)
 }
 func (a Reinit) String() string {
 	return fmt.Sprintf("reinit-from-evaluated generation=%d version=%d", a.Generation, a.Version)

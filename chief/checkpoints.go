@@ -76,7 +76,7 @@ func checkpointAt(mode config.Mode, maxSteps int64, a Checkpoint, versions []int
 func (c *Chief) writeCheckpoint(ctx context.Context, a Checkpoint, versions []int64, ahead int64) CheckpointResult {
 	t0 := c.cfg.Now()
 	r := c.cfg.Run
-	if a.Final && !a.Retained && a.Latest > 0 {
+	if a.Final && a.Stopped && !a.Retained && a.Latest > 0 {
 		// The newest checkpoint may hold the final state already (a
 		// checkpoint landed on the last step): mark it final rather than
 		// write the same state again under the next step's name.

@@ -40,17 +40,19 @@ type Core struct {
 	psSeen     []bool
 	workerSeen []bool
 
-	st         State     // what a restarted chief needs (saved on change)
-	start      time.Time // training start
-	step       int64     // the lowest shard version at the last poll
-	versions   []int64   // each shard's version at the last poll
-	stale      int64     // stale gradients dropped, summed over shards
-	loss       float32
-	down       []time.Time // when each shard was first seen down (zero: up)
-	lastLive   []int32     // the live set the shards were last told
-	loggedLive []int32     // the live set last logged
-	restoring  *restoreInfo
-	doneAt     time.Time // when a shard first said training is done
+	st       State     // what a restarted chief needs (saved on change)
+	start    time.Time // training start
+	step     int64     // the lowest shard version at the last poll
+	versions []int64   // each shard's version at the last poll
+	// versionsStopped says versions came from every shard after the stop.
+	versionsStopped bool
+	stale           int64 // stale gradients dropped, summed over shards
+	loss            float32
+	down            []time.Time // when each shard was first seen down (zero: up)
+	lastLive        []int32     // the live set the shards were last told
+	loggedLive      []int32     // the live set last logged
+	restoring       *restoreInfo
+	doneAt          time.Time // when a shard first said training is done
 
 	evalSeq  int64     // evaluations ordered so far
 	evalBusy bool      // an evaluation is running

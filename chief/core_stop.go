@@ -158,6 +158,7 @@ func (c *Core) ShardsStopped(now time.Time, versions []int64) []Action {
 		lo := slices.Min(versions)
 		c.steps = max(c.steps, lo)
 		copy(c.versions, versions)
+		c.versionsStopped = true
 	}
 	return c.wind(now)
 }
@@ -176,7 +177,7 @@ func (c *Core) wind(now time.Time) []Action {
 	if c.p.Checkpoints && !c.finalCkptAsked {
 		c.finalCkptAsked, c.ckptBusy = true, true
 		return []Action{Checkpoint{Versions: append([]int64(nil), c.versions...), Latest: c.st.LatestCheckpoint,
-			Final: true, Retained: c.stopReason == StopTarget}}
+			Final: true, Retained: c.stopReason == StopTarget, Stopped: c.versionsStopped}}
 	}
 	return c.finish()
 }

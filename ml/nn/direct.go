@@ -93,12 +93,21 @@ func (d *direct) deltasOrNil(l int) []float32 {
 
 // softmaxXent returns the mean over the rows of -sum(y log softmax(z))
 // and, if dz is not nil, writes its gradient w.r.t. z: (softmax(z) - y) /
-// rows.
+// rows, 0 for a row without a label.
 func softmaxXent(z, y []float32, rows, cols int, dz []float32) float32 {
 	var total float64
 	inv := float32(1 / float64(rows))
 	for r := range rows {
 		zr, yr := z[r*cols:(r+1)*cols], y[r*cols:(r+1)*cols]
+		if !labelled(yr) {
+			// A row without a label (a short batch's padding) adds
+			// nothing to the loss and nothing to the gradient, as in the
+			// graph (whose gradient is softmax*sum(y) - y) and the CNN.
+			if dz != nil {
+				clear(dz[r*cols : (r+1)*cols])
+			}
+			continue
+		}
 		m := zr[0]
 		for _, v := range zr[1:] {
 			m = max(m, v)
@@ -117,4 +126,14 @@ func softmaxXent(z, y []float32, rows, cols int, dz []float32) float32 {
 		}
 	}
 	return float32(total / float64(rows))
+}
+
+// labelled says whether the one-hot target row y names a class.
+func labelled(y []float32) bool {
+	for _, v := range y {
+		if v != 0 {
+			return true
+		}
+	}
+	return false
 }
