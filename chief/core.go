@@ -232,6 +232,8 @@ func (c *Core) Stopping() bool { return c.phase >= stopping }
 var (
 	ErrBadTask  = errors.New("no such task in this run")
 	ErrMismatch = errors.New("does not match the chief's run")
+	// ErrNotYet refuses a registration the task should retry shortly.
+	ErrNotYet = errors.New("not yet")
 )
 
 // Registration is what a task says of itself when it registers.

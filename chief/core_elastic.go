@@ -77,6 +77,21 @@ func (c *Core) Scale(workers int, now time.Time) error {
 // was).
 func (c *Core) Target() int { return c.target }
 
+// DataSlots is, for a run whose data plan has changed (more than one
+// era), the most workers any era had: the data positions a checkpoint of
+// this run records cover at most that many. 0 for a run that never
+// scaled (the positions are then one per --workers).
+func (c *Core) DataSlots() int {
+	if len(c.st.Plan.Eras) <= 1 {
+		return 0
+	}
+	n := 0
+	for _, e := range c.st.Plan.Eras {
+		n = max(n, e.Workers)
+	}
+	return n
+}
+
 // Plan is the data plan workers are to use: the next one once a change
 // is held (workers load it before the release), else the current one.
 func (c *Core) Plan() dataset.DataPlan {
@@ -225,6 +240,12 @@ func (c *Core) membershipAction(live []int32) SetMembership {
 	a.Replicas = c.p.Run.ReplicasFor(a.Members)
 	a.MaxVersion = c.MaxSteps()
 	for w := range c.retired {
+		if ch := c.change; ch != nil && w >= ch.from && w < ch.to {
+			// Being added back: not retired any more, and not a member
+			// until the release, so the shards hold its pulls rather than
+			// answer "done" (which would end the new process at once).
+			continue
+		}
 		a.Retired = append(a.Retired, int32(w))
 	}
 	slices.Sort(a.Retired)
@@ -253,10 +274,17 @@ func (c *Core) admit(index int, now time.Time) error {
 		return fmt.Errorf("%w: worker index %d out of range (the run has at most %d: --max-workers)", ErrBadTask, index, len(c.workerSeen))
 	case index < r.Workers && c.phase < training:
 		return nil
+	case index < c.target && c.target > c.workers() && (c.retired[index] || c.shardsRetire(index)):
+		// Removed before, added again: no longer retired, but until
+		// every shard has heard so it would answer the new process's
+		// first pull with "done" and end it; the task retries.
+		delete(c.retired, index)
+		if c.shardsRetire(index) {
+			return fmt.Errorf("%w: the shards are being told that worker %d is back", ErrNotYet, index)
+		}
+		return nil
 	case index < max(c.target, c.workers()) && !c.retired[index]:
 		return nil
-	case index < c.target && c.retired[index] && c.target > c.workers():
-		return nil // removed before, added again
 	case index >= c.target && c.phase == training:
 		// A worker started by hand with the next index (or a later one:
 		// pods start in any order): the run grows to index+1 workers.
@@ -266,6 +294,12 @@ func (c *Core) admit(index int, now time.Time) error {
 		return fmt.Errorf("%w: worker index %d out of range (the run has %d)", ErrBadTask, index, r.Workers)
 	}
 	return fmt.Errorf("%w: worker index %d: the run has %d workers (the next index is %d)", ErrBadTask, index, c.workers(), c.target)
+}
+
+// shardsRetire says the membership every shard last heard retires
+// worker index.
+func (c *Core) shardsRetire(index int) bool {
+	return c.lastSent != nil && slices.Contains(c.lastSent.Retired, int32(index))
 }
 
 // HeartbeatPlan records the data plan's eras worker uses and returns the

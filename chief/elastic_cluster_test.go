@@ -129,3 +129,54 @@ func TestElasticWorkers(t *testing.T) {
 	}
 	t.Logf("changes %+v, plan %+v, positions %v", got, plan.Eras, pos)
 }
+
+// A worker removed and then added back trains again: the shards hold its
+// pulls until the change is released instead of answering "done" (which
+// ended the new process at once while the run waited for it).
+func TestElasticWorkerAddedBack(t *testing.T) {
+	run := tinyRun(config.Sync, 60)
+	run.MaxWorkers = 2
+	run.HeartbeatTimeout = 2 * time.Second
+	c, _ := startRun(t, run, inproc.WorkerOptions{})
+	ch := c.Chief().Chief()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if err := inproc.WaitFor(ctx, "training", func() bool { s, _ := c.Worker(0).Progress(); return s >= 3 }); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Scale(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Worker(1).Wait(ctx); err != nil {
+		t.Fatalf("removed worker 1: %v", err)
+	}
+	if err := ch.Scale(2); err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.StartWorker(1, inproc.WorkerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended := func() bool {
+		select {
+		case <-w.Done():
+			return true
+		default:
+			return false
+		}
+	}
+	if err := inproc.WaitFor(ctx, "the re-added worker to train", func() bool { s, _ := w.Progress(); return s >= 3 || ended() }); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := w.Progress(); s < 3 {
+		s0, _ := c.Worker(0).Progress()
+		t.Fatalf("re-added worker 1 ended after %d steps (err %v) while worker 0 is at step %d; plan %+v", s, w.Err(), s0, ch.DataPlan().Eras)
+	}
+	rep, err := c.Finish(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.MembershipChanges) != 2 || rep.MembershipChanges[1].To != 2 {
+		t.Errorf("membership changes %+v, want 2 -> 1 -> 2", rep.MembershipChanges)
+	}
+}

@@ -125,8 +125,9 @@ func (c *Chief) initShard(ctx context.Context, s int, in shardInit, gen int64) e
 	r := c.cfg.Run
 	c.mu.Lock()
 	live := c.core.Live(c.cfg.Now())
+	slots := c.core.DataSlots()
 	c.mu.Unlock()
-	req := &pb.InitRequest{RunId: c.cfg.RunID, Shard: int32(s), NumShards: int32(r.PS), ShardOptions: c.shardOptions().JSON(),
+	req := &pb.InitRequest{DataSlots: int32(slots), RunId: c.cfg.RunID, Shard: int32(s), NumShards: int32(r.PS), ShardOptions: c.shardOptions().JSON(),
 		Params: wire.Bytes(in.params), Version: in.version, MaxVersion: c.maxSteps(), LiveWorkers: live,
 		Generation: gen, ModelSpec: c.cfg.Spec.JSON(), OptimizerStep: in.optSteps,
 		StepsPerEpoch: StepsPerEpoch(r, c.cfg.TrainN), DataPositions: in.positions}

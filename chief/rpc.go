@@ -30,6 +30,8 @@ func (c *Chief) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Regi
 		c.cfg.Metrics.RejectedRequests.WithLabelValues("config").Inc()
 		c.cfg.Log.Error("refused task with a different configuration", "task", task, "err", err)
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, ErrNotYet):
+		return nil, status.Error(codes.Unavailable, err.Error()) // the task retries
 	case err != nil:
 		c.cfg.Metrics.RejectedRequests.WithLabelValues("task").Inc()
 		return nil, status.Error(codes.InvalidArgument, err.Error())

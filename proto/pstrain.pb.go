@@ -173,7 +173,14 @@ type InitRequest struct {
 	// to aggregate, staleness, workers, optimizer, learning rate and its
 	// schedule, NaN policy, gradient wire type), built by ps.OptionsFor.
 	// Required: a PS refuses an Init without valid options.
-	ShardOptions  []byte `protobuf:"bytes,16,opt,name=shard_options,json=shardOptions,proto3" json:"shard_options,omitempty"`
+	ShardOptions []byte `protobuf:"bytes,16,opt,name=shard_options,json=shardOptions,proto3" json:"shard_options,omitempty"`
+	// data_slots is set by the chief of an elastic run (its data plan has
+	// more than one era, docs/elastic.md): data_positions then count each
+	// worker's batches across the plan's eras, and any number of them up to
+	// data_slots is meaningful (a worker beyond them has read nothing). 0:
+	// data_positions must have one entry per --workers, or are of a run cut
+	// differently and ignored.
+	DataSlots     int32 `protobuf:"varint,17,opt,name=data_slots,json=dataSlots,proto3" json:"data_slots,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -319,6 +326,13 @@ func (x *InitRequest) GetShardOptions() []byte {
 		return x.ShardOptions
 	}
 	return nil
+}
+
+func (x *InitRequest) GetDataSlots() int32 {
+	if x != nil {
+		return x.DataSlots
+	}
+	return 0
 }
 
 type InitResponse struct {
@@ -1522,7 +1536,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x05Block\x12\x1a\n" +
 	"\bvariable\x18\x01 \x01(\x05R\bvariable\x12\x1b\n" +
 	"\trow_start\x18\x02 \x01(\x05R\browStart\x12\x17\n" +
-	"\arow_end\x18\x03 \x01(\x05R\x06rowEnd\"\xa0\x04\n" +
+	"\arow_end\x18\x03 \x01(\x05R\x06rowEnd\"\xbf\x04\n" +
 	"\vInitRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\x05R\x05shard\x12\x1d\n" +
@@ -1546,7 +1560,9 @@ const file_pstrain_proto_rawDesc = "" +
 	"model_spec\x18\r \x01(\fR\tmodelSpec\x12&\n" +
 	"\x0fsteps_per_epoch\x18\x0e \x01(\x01R\rstepsPerEpoch\x12%\n" +
 	"\x0edata_positions\x18\x0f \x03(\x03R\rdataPositions\x12#\n" +
-	"\rshard_options\x18\x10 \x01(\fR\fshardOptions\"\x0e\n" +
+	"\rshard_options\x18\x10 \x01(\fR\fshardOptions\x12\x1d\n" +
+	"\n" +
+	"data_slots\x18\x11 \x01(\x05R\tdataSlots\"\x0e\n" +
 	"\fInitResponse\"\x95\x01\n" +
 	"\vPullRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12\x1f\n" +

@@ -142,13 +142,19 @@ func TestSetDataPositions(t *testing.T) {
 // initWith re-initialises srv (shard 0 of 1, two sync workers) with the
 // given data positions in generation gen.
 func initWith(srv *Server, n int, gen int64, positions []int64) error {
+	return initSlots(srv, n, gen, positions, 0)
+}
+
+// initSlots is initWith as the chief of an elastic run sends it: slots is
+// InitRequest.data_slots.
+func initSlots(srv *Server, n int, gen int64, positions []int64, slots int32) error {
 	spec := model.Spec{Input: 4, Hidden: []int{3}, Classes: 2}
 	r := config.Default()
 	r.LRSchedule = "constant" // the update rule under test, not the schedule
 	r.Workers, r.PS, r.Optimizer = 2, 1, "momentum"
 	_, err := srv.Init(context.Background(), &pb.InitRequest{RunId: "r", Shard: 0, NumShards: 1, ShardOptions: OptionsFor(r).JSON(),
 		Params: wire.Bytes(make([]float32, n)), Generation: gen, ModelSpec: spec.JSON(), DataPositions: positions,
-		StepsPerEpoch: 100}) // as the chief sends it (a step schedule needs it)
+		StepsPerEpoch: 100, DataSlots: slots}) // as the chief sends it (a step schedule needs it)
 	return err
 }
 
@@ -226,5 +232,42 @@ func TestNaNSkipUsesUpTheBatch(t *testing.T) {
 				t.Fatalf("data position after a skipped gradient: %v %v, want 1", pr.GetDataPosition(), err)
 			}
 		})
+	}
+}
+
+// A shard restored from a checkpoint of an elastic run keeps the data
+// positions of every worker that had joined, however many there were
+// against --workers (2 here): 3 after a scale-up, or 2 from a checkpoint
+// older than a scale-up to 4 (the new workers then start at 0).
+func TestElasticRunKeepsDataPositions(t *testing.T) {
+	srv, _, n := newSyncServer(t, 1)
+	ctx := context.Background()
+	positions := func() []int64 {
+		t.Helper()
+		resp, err := srv.Checkpoint(ctx, &pb.CheckpointRequest{Step: 1, RunId: "r"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.DataPositions
+	}
+	if err := initSlots(srv, n, 2, []int64{2, 4, 1}, 3); err != nil {
+		t.Fatal(err)
+	}
+	if got := positions(); !slices.Equal(got, []int64{2, 4, 1}) {
+		t.Fatalf("positions %v after a restore of 3 workers' positions, want [2 4 1]", got)
+	}
+	if err := initSlots(srv, n, 3, []int64{6, 5}, 4); err != nil {
+		t.Fatal(err)
+	}
+	if got := positions(); len(got) < 2 || got[0] != 6 || got[1] != 5 || slices.ContainsFunc(got[2:], func(p int64) bool { return p != 0 }) {
+		t.Fatalf("positions %v after a restore of an older checkpoint's [6 5], want [6 5] and zeros", got)
+	}
+	// Without data_slots (a run that never scaled), 3 positions for 2
+	// workers are of a run cut differently: ignored.
+	if err := initSlots(srv, n, 4, []int64{1, 2, 3}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := positions(); slices.ContainsFunc(got, func(p int64) bool { return p != 0 }) {
+		t.Fatalf("positions %v for another number of workers were used", got)
 	}
 }

@@ -215,8 +215,13 @@ func (s *Server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitRespons
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if len(req.DataPositions) == opts.Workers {
-		if err := sh.SetDataPositions(req.DataPositions); err != nil {
+	if pos := req.DataPositions; len(pos) == opts.Workers || req.DataSlots > 0 && len(pos) > 0 && len(pos) <= int(req.DataSlots) {
+		// An elastic run's positions cover the workers that had joined
+		// when the checkpoint was taken: the shard keeps state for every
+		// one of them, and a worker beyond them starts at 0.
+		sh.grow(len(pos))
+		pos = append(slices.Clone(pos), make([]int64, sh.Slots()-len(pos))...)
+		if err := sh.SetDataPositions(pos); err != nil {
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
 	} else if len(req.DataPositions) > 0 {

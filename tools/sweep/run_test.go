@@ -61,6 +61,11 @@ func fakeRun(args []string) int {
 	fmt.Fprintf(f, "lr=%s seed=%s\n", *lr, *seed)
 	f.Close()
 	if *lr == "0.125" { // report the CPUs this process may use
+		// Last as a run does, many sampling periods (ProcEvery 20 ms), so
+		// that the sweep's watcher sees this process even on a loaded
+		// machine under -race; a process gone in a few milliseconds
+		// leaves no evidence (the CI run that hit this).
+		time.Sleep(500 * time.Millisecond)
 		own, _ := OwnCPUs()
 		return fakeReport(*rp, FormatCPUList(own))
 	}
