@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/ml/optim"
 	pb "github.com/pstrain/pstrain/proto"
 )
 
@@ -155,5 +156,30 @@ func TestServerMembership(t *testing.T) {
 	}
 	if !slices.Equal(ck.DataPositions, []int64{2, 2, 1}) {
 		t.Fatalf("checkpoint positions %v, want [2 2 1]", ck.DataPositions)
+	}
+}
+
+// A membership that moves the run's last step moves the end of a cosine
+// schedule with it, so every shard (and one restored after the change,
+// built with the new end) applies the same learning rate.
+func TestMembershipMovesTheScheduleEnd(t *testing.T) {
+	sched, err := optim.ParseSchedule("cosine")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lr, err := optim.NewLRSchedule(1, sched, 0, 5, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newTestShard(t, ShardConfig{Mode: config.Sync, Replicas: 2, Workers: 2, MaxVersion: 10, LR: lr}, 1)
+	if _, err := s.SetMembership(Membership{Live: []int{0}, Members: 1, Replicas: 1, MaxVersion: 20}); err != nil {
+		t.Fatal(err)
+	}
+	restored, err := optim.NewLRSchedule(1, sched, 0, 5, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := s.cfg.LR.At(8), restored.At(8); got != want {
+		t.Fatalf("learning rate at step 8 after the end moved to 20: %v, a shard built with that end says %v", got, want)
 	}
 }

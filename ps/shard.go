@@ -645,6 +645,12 @@ func (s *Shard) SetMembership(m Membership) (bool, error) {
 	}
 	if m.MaxVersion > 0 {
 		s.cfg.MaxVersion = m.MaxVersion
+		if s.cfg.LR.MaxVersion > 0 {
+			// The schedule ends at the run's new last step, on every
+			// shard alike (a shard restored after the change was built
+			// with it).
+			s.cfg.LR.MaxVersion = m.MaxVersion
+		}
 		s.checkDone()
 	}
 	live := m.Live
