@@ -8,7 +8,11 @@ import (
 
 // peerIsUs reports whether the process at the other end of a Unix
 // connection runs as this process's effective user (SO_PEERCRED).
-func peerIsUs(c net.Conn) bool {
+func peerIsUs(c net.Conn) bool { return peerIsUser(c, os.Geteuid()) }
+
+// peerIsUser reports whether the process at the other end of a Unix
+// connection runs as uid.
+func peerIsUser(c net.Conn, uid int) bool {
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
 		return false
@@ -24,5 +28,5 @@ func peerIsUs(c net.Conn) bool {
 	}); err != nil || credErr != nil {
 		return false
 	}
-	return int(cred.Uid) == os.Geteuid()
+	return int(cred.Uid) == uid
 }

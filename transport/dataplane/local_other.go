@@ -6,3 +6,6 @@ import "net"
 
 // peerIsUs is false off Linux, where no same-host socket is used.
 func peerIsUs(net.Conn) bool { return false }
+
+// peerIsUser is false off Linux, like peerIsUs.
+func peerIsUser(net.Conn, int) bool { return false }

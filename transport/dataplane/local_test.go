@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -204,6 +205,9 @@ func TestPeerIsUsOnOwnSocket(t *testing.T) {
 	defer c.Close()
 	if !peerIsUs(c) {
 		t.Fatal("a connection to this process's own socket: peer not recognised as this user")
+	}
+	if peerIsUser(c, os.Geteuid()+1) {
+		t.Fatal("the peer passed the check for another user's uid")
 	}
 	tc, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
