@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"cmp"
 	"os"
 	"slices"
 	"strings"
@@ -128,15 +129,7 @@ func mergeRestarts(chief []report.Restart, seen []restart, t0 time.Time, trainSt
 			out = append(out, r)
 		}
 	}
-	slices.SortStableFunc(out, func(a, b report.Restart) int {
-		switch {
-		case a.KilledAtSeconds < b.KilledAtSeconds:
-			return -1
-		case a.KilledAtSeconds > b.KilledAtSeconds:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(out, func(a, b report.Restart) int { return cmp.Compare(a.KilledAtSeconds, b.KilledAtSeconds) })
 	return out
 }
 

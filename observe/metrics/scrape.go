@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -192,15 +193,7 @@ func (f Families) Histogram(name string, labels map[string]string) (Histogram, b
 	for ub, c := range buckets {
 		h.Buckets = append(h.Buckets, Bucket{UpperBound: ub, Count: c})
 	}
-	slices.SortFunc(h.Buckets, func(a, b Bucket) int {
-		switch {
-		case a.UpperBound < b.UpperBound:
-			return -1
-		case a.UpperBound > b.UpperBound:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(h.Buckets, func(a, b Bucket) int { return cmp.Compare(a.UpperBound, b.UpperBound) })
 	return h, true
 }
 

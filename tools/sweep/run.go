@@ -424,12 +424,15 @@ func determines(configs []Config, j, k string) bool {
 
 // VariedKeys are the parameters taking more than one value over rows, in
 // Keys order.
-func VariedKeys(rows []Row) []string {
+func VariedKeys(rows []Row) []string { return variedKeys(configsOf(rows)) }
+
+// configsOf is the configuration of each row.
+func configsOf(rows []Row) []Config {
 	cs := make([]Config, len(rows))
 	for i, r := range rows {
 		cs[i] = Config{Params: r.Params}
 	}
-	return variedKeys(cs)
+	return cs
 }
 
 // label describes a run by its varied parameters.

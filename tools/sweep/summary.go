@@ -165,10 +165,14 @@ func writeTable(w io.Writer, first string, gs []Group) {
 // for one that follows a varied key (model=cnn brings its own lr), its
 // value with each of that key's values.
 func fixedText(rows []Row, varied []string, k string) string {
-	cs := make([]Config, len(rows))
-	for i, r := range rows {
-		cs[i] = Config{Params: r.Params}
+	values := map[string]bool{}
+	for _, r := range rows {
+		values[r.Params[k]] = true
 	}
+	if len(values) == 1 {
+		return k + "=" + rows[0].Params[k]
+	}
+	cs := configsOf(rows)
 	for _, j := range varied {
 		if !determines(cs, j, k) {
 			continue
@@ -185,18 +189,7 @@ func fixedText(rows []Row, varied []string, k string) string {
 				with = append(with, fmt.Sprintf("%s with %s=%s", val, j, v))
 			}
 		}
-		if len(with) > 1 && len(distinct(rows, k)) > 1 {
-			return k + "=(" + strings.Join(with, ", ") + ")"
-		}
+		return k + "=(" + strings.Join(with, ", ") + ")"
 	}
 	return k + "=" + rows[0].Params[k]
-}
-
-// distinct is the set of k's values over rows.
-func distinct(rows []Row, k string) map[string]bool {
-	out := map[string]bool{}
-	for _, r := range rows {
-		out[r.Params[k]] = true
-	}
-	return out
 }
