@@ -122,6 +122,13 @@ func TestKillStale(t *testing.T) {
 	go func() { cmd.Wait(); close(reaped) }() // it is our child: reap it, as init would an orphan
 	fs := procFS("/proc")
 	r := fs.record("ps/0", cmd.Process.Pid, cmd.Args)
+	// Start returns once the child has closed its exec pipe, which the
+	// kernel does before the new program's argv is mapped: for a moment
+	// /proc/PID/cmdline reads empty. Wait for the exec to finish.
+	deadline := time.Now().Add(10 * time.Second)
+	for !fs.alive(r) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
 	if r.StartTicks == 0 || !fs.alive(r) {
 		t.Fatalf("record %+v of a running process is not alive", r)
 	}
