@@ -180,7 +180,12 @@ type InitRequest struct {
 	// data_slots is meaningful (a worker beyond them has read nothing). 0:
 	// data_positions must have one entry per --workers, or are of a run cut
 	// differently and ignored.
-	DataSlots     int32 `protobuf:"varint,17,opt,name=data_slots,json=dataSlots,proto3" json:"data_slots,omitempty"`
+	DataSlots int32 `protobuf:"varint,17,opt,name=data_slots,json=dataSlots,proto3" json:"data_slots,omitempty"`
+	// Hot standbys: the shard's replication epoch (the chief raises it at
+	// every change of primary or standby; requests of an older epoch are
+	// refused) and its standby's gRPC address ("" = none).
+	Epoch         int64  `protobuf:"varint,18,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	StandbyAddr   string `protobuf:"bytes,19,opt,name=standby_addr,json=standbyAddr,proto3" json:"standby_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -333,6 +338,20 @@ func (x *InitRequest) GetDataSlots() int32 {
 		return x.DataSlots
 	}
 	return 0
+}
+
+func (x *InitRequest) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *InitRequest) GetStandbyAddr() string {
+	if x != nil {
+		return x.StandbyAddr
+	}
+	return ""
 }
 
 type InitResponse struct {
@@ -871,8 +890,20 @@ type StatusResponse struct {
 	RefusedGradients   []int64 `protobuf:"varint,12,rep,packed,name=refused_gradients,json=refusedGradients,proto3" json:"refused_gradients,omitempty"`
 	FirstOutlierWorker *int32  `protobuf:"varint,13,opt,name=first_outlier_worker,json=firstOutlierWorker,proto3,oneof" json:"first_outlier_worker,omitempty"`
 	NonFiniteGradients []int64 `protobuf:"varint,14,rep,packed,name=non_finite_gradients,json=nonFiniteGradients,proto3" json:"non_finite_gradients,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Hot standbys (docs/replication.md). role is "primary" (serving
+	// workers), "standby" (receiving a primary's updates), "deposed" (a
+	// primary a newer epoch replaced: it serves nobody) or "" (no state
+	// yet). standby_attached: a primary's standby holds its snapshot and
+	// acknowledges its updates. The lag is a primary's updates applied but
+	// not yet acknowledged by its standby, and the age of the oldest.
+	Role                  string  `protobuf:"bytes,15,opt,name=role,proto3" json:"role,omitempty"`
+	Epoch                 int64   `protobuf:"varint,16,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	StandbyAttached       bool    `protobuf:"varint,17,opt,name=standby_attached,json=standbyAttached,proto3" json:"standby_attached,omitempty"`
+	ReplicationLagUpdates int64   `protobuf:"varint,18,opt,name=replication_lag_updates,json=replicationLagUpdates,proto3" json:"replication_lag_updates,omitempty"`
+	ReplicationLagSeconds float64 `protobuf:"fixed64,19,opt,name=replication_lag_seconds,json=replicationLagSeconds,proto3" json:"replication_lag_seconds,omitempty"`
+	StandbyAddr           string  `protobuf:"bytes,20,opt,name=standby_addr,json=standbyAddr,proto3" json:"standby_addr,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1001,6 +1032,48 @@ func (x *StatusResponse) GetNonFiniteGradients() []int64 {
 		return x.NonFiniteGradients
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetStandbyAttached() bool {
+	if x != nil {
+		return x.StandbyAttached
+	}
+	return false
+}
+
+func (x *StatusResponse) GetReplicationLagUpdates() int64 {
+	if x != nil {
+		return x.ReplicationLagUpdates
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetReplicationLagSeconds() float64 {
+	if x != nil {
+		return x.ReplicationLagSeconds
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetStandbyAddr() string {
+	if x != nil {
+		return x.StandbyAddr
+	}
+	return ""
 }
 
 type CheckpointRequest struct {
@@ -1247,9 +1320,516 @@ func (*StopResponse) Descriptor() ([]byte, []int) {
 	return file_pstrain_proto_rawDescGZIP(), []int{14}
 }
 
+// ReplicaOp is one update a primary applied, in the order it applied it.
+type ReplicaOp struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*ReplicaOp_Snapshot
+	//	*ReplicaOp_Push
+	//	*ReplicaOp_Membership
+	//	*ReplicaOp_Stop
+	Op            isReplicaOp_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaOp) Reset() {
+	*x = ReplicaOp{}
+	mi := &file_pstrain_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaOp) ProtoMessage() {}
+
+func (x *ReplicaOp) ProtoReflect() protoreflect.Message {
+	mi := &file_pstrain_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaOp.ProtoReflect.Descriptor instead.
+func (*ReplicaOp) Descriptor() ([]byte, []int) {
+	return file_pstrain_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ReplicaOp) GetOp() isReplicaOp_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *ReplicaOp) GetSnapshot() *ReplicaSnapshot {
+	if x != nil {
+		if x, ok := x.Op.(*ReplicaOp_Snapshot); ok {
+			return x.Snapshot
+		}
+	}
+	return nil
+}
+
+func (x *ReplicaOp) GetPush() *PushRequest {
+	if x != nil {
+		if x, ok := x.Op.(*ReplicaOp_Push); ok {
+			return x.Push
+		}
+	}
+	return nil
+}
+
+func (x *ReplicaOp) GetMembership() *MembershipRequest {
+	if x != nil {
+		if x, ok := x.Op.(*ReplicaOp_Membership); ok {
+			return x.Membership
+		}
+	}
+	return nil
+}
+
+func (x *ReplicaOp) GetStop() *StopRequest {
+	if x != nil {
+		if x, ok := x.Op.(*ReplicaOp_Stop); ok {
+			return x.Stop
+		}
+	}
+	return nil
+}
+
+type isReplicaOp_Op interface {
+	isReplicaOp_Op()
+}
+
+type ReplicaOp_Snapshot struct {
+	// snapshot replaces the standby's whole state: the primary's shard as
+	// an Init would make it, and the rest of its state machine
+	// (shard_state, JSON of ps.ShardState: the sync step under way, the
+	// norm guard's window, the counters...).
+	Snapshot *ReplicaSnapshot `protobuf:"bytes,1,opt,name=snapshot,proto3,oneof"`
+}
+
+type ReplicaOp_Push struct {
+	Push *PushRequest `protobuf:"bytes,2,opt,name=push,proto3,oneof"`
+}
+
+type ReplicaOp_Membership struct {
+	Membership *MembershipRequest `protobuf:"bytes,3,opt,name=membership,proto3,oneof"`
+}
+
+type ReplicaOp_Stop struct {
+	Stop *StopRequest `protobuf:"bytes,4,opt,name=stop,proto3,oneof"`
+}
+
+func (*ReplicaOp_Snapshot) isReplicaOp_Op() {}
+
+func (*ReplicaOp_Push) isReplicaOp_Op() {}
+
+func (*ReplicaOp_Membership) isReplicaOp_Op() {}
+
+func (*ReplicaOp_Stop) isReplicaOp_Op() {}
+
+type ReplicaSnapshot struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Init          *InitRequest           `protobuf:"bytes,1,opt,name=init,proto3" json:"init,omitempty"`
+	ShardState    []byte                 `protobuf:"bytes,2,opt,name=shard_state,json=shardState,proto3" json:"shard_state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaSnapshot) Reset() {
+	*x = ReplicaSnapshot{}
+	mi := &file_pstrain_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaSnapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaSnapshot) ProtoMessage() {}
+
+func (x *ReplicaSnapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_pstrain_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaSnapshot.ProtoReflect.Descriptor instead.
+func (*ReplicaSnapshot) Descriptor() ([]byte, []int) {
+	return file_pstrain_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ReplicaSnapshot) GetInit() *InitRequest {
+	if x != nil {
+		return x.Init
+	}
+	return nil
+}
+
+func (x *ReplicaSnapshot) GetShardState() []byte {
+	if x != nil {
+		return x.ShardState
+	}
+	return nil
+}
+
+type ReplicaBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RunId         string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Shard         int32                  `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	Epoch         int64                  `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	FirstSeq      int64                  `protobuf:"varint,4,opt,name=first_seq,json=firstSeq,proto3" json:"first_seq,omitempty"` // the sequence number of ops[0] (a snapshot restarts at 1)
+	Ops           []*ReplicaOp           `protobuf:"bytes,5,rep,name=ops,proto3" json:"ops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaBatch) Reset() {
+	*x = ReplicaBatch{}
+	mi := &file_pstrain_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaBatch) ProtoMessage() {}
+
+func (x *ReplicaBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_pstrain_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaBatch.ProtoReflect.Descriptor instead.
+func (*ReplicaBatch) Descriptor() ([]byte, []int) {
+	return file_pstrain_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ReplicaBatch) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *ReplicaBatch) GetShard() int32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *ReplicaBatch) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ReplicaBatch) GetFirstSeq() int64 {
+	if x != nil {
+		return x.FirstSeq
+	}
+	return 0
+}
+
+func (x *ReplicaBatch) GetOps() []*ReplicaOp {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
+type ReplicaAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           int64                  `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`         // the last operation applied
+	Version       int64                  `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"` // the standby's version after it
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaAck) Reset() {
+	*x = ReplicaAck{}
+	mi := &file_pstrain_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaAck) ProtoMessage() {}
+
+func (x *ReplicaAck) ProtoReflect() protoreflect.Message {
+	mi := &file_pstrain_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaAck.ProtoReflect.Descriptor instead.
+func (*ReplicaAck) Descriptor() ([]byte, []int) {
+	return file_pstrain_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ReplicaAck) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ReplicaAck) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type PromoteRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RunId         string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Shard         int32                  `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	Epoch         int64                  `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromoteRequest) Reset() {
+	*x = PromoteRequest{}
+	mi := &file_pstrain_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromoteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromoteRequest) ProtoMessage() {}
+
+func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pstrain_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromoteRequest.ProtoReflect.Descriptor instead.
+func (*PromoteRequest) Descriptor() ([]byte, []int) {
+	return file_pstrain_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *PromoteRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *PromoteRequest) GetShard() int32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *PromoteRequest) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+type PromoteResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       int64                  `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"` // the version the new primary serves from
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromoteResponse) Reset() {
+	*x = PromoteResponse{}
+	mi := &file_pstrain_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromoteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromoteResponse) ProtoMessage() {}
+
+func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pstrain_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromoteResponse.ProtoReflect.Descriptor instead.
+func (*PromoteResponse) Descriptor() ([]byte, []int) {
+	return file_pstrain_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *PromoteResponse) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type SetStandbyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RunId         string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Shard         int32                  `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	Epoch         int64                  `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Addr          string                 `protobuf:"bytes,4,opt,name=addr,proto3" json:"addr,omitempty"` // "" = none: go on alone
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetStandbyRequest) Reset() {
+	*x = SetStandbyRequest{}
+	mi := &file_pstrain_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetStandbyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetStandbyRequest) ProtoMessage() {}
+
+func (x *SetStandbyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pstrain_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetStandbyRequest.ProtoReflect.Descriptor instead.
+func (*SetStandbyRequest) Descriptor() ([]byte, []int) {
+	return file_pstrain_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *SetStandbyRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *SetStandbyRequest) GetShard() int32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *SetStandbyRequest) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *SetStandbyRequest) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+type SetStandbyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetStandbyResponse) Reset() {
+	*x = SetStandbyResponse{}
+	mi := &file_pstrain_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetStandbyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetStandbyResponse) ProtoMessage() {}
+
+func (x *SetStandbyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pstrain_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetStandbyResponse.ProtoReflect.Descriptor instead.
+func (*SetStandbyResponse) Descriptor() ([]byte, []int) {
+	return file_pstrain_proto_rawDescGZIP(), []int{22}
+}
+
 type RegisterRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Role          string                 `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"` // "ps" or "worker"
+	Role          string                 `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"` // "ps", "standby" or "worker"
 	Index         int32                  `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
 	Address       string                 `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
 	ModelSpec     []byte                 `protobuf:"bytes,4,opt,name=model_spec,json=modelSpec,proto3" json:"model_spec,omitempty"` // JSON of model.Spec
@@ -1261,7 +1841,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_pstrain_proto_msgTypes[15]
+	mi := &file_pstrain_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1273,7 +1853,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[15]
+	mi := &file_pstrain_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1286,7 +1866,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{15}
+	return file_pstrain_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RegisterRequest) GetRole() string {
@@ -1344,7 +1924,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_pstrain_proto_msgTypes[16]
+	mi := &file_pstrain_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1356,7 +1936,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[16]
+	mi := &file_pstrain_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1369,7 +1949,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{16}
+	return file_pstrain_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RegisterResponse) GetRunId() string {
@@ -1419,7 +1999,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_pstrain_proto_msgTypes[17]
+	mi := &file_pstrain_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1431,7 +2011,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[17]
+	mi := &file_pstrain_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1444,7 +2024,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{17}
+	return file_pstrain_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *HeartbeatRequest) GetWorker() int32 {
@@ -1485,7 +2065,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_pstrain_proto_msgTypes[18]
+	mi := &file_pstrain_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1497,7 +2077,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[18]
+	mi := &file_pstrain_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1510,7 +2090,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{18}
+	return file_pstrain_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *HeartbeatResponse) GetStop() bool {
@@ -1536,7 +2116,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x05Block\x12\x1a\n" +
 	"\bvariable\x18\x01 \x01(\x05R\bvariable\x12\x1b\n" +
 	"\trow_start\x18\x02 \x01(\x05R\browStart\x12\x17\n" +
-	"\arow_end\x18\x03 \x01(\x05R\x06rowEnd\"\xbf\x04\n" +
+	"\arow_end\x18\x03 \x01(\x05R\x06rowEnd\"\xf8\x04\n" +
 	"\vInitRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\x05R\x05shard\x12\x1d\n" +
@@ -1562,7 +2142,9 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x0edata_positions\x18\x0f \x03(\x03R\rdataPositions\x12#\n" +
 	"\rshard_options\x18\x10 \x01(\fR\fshardOptions\x12\x1d\n" +
 	"\n" +
-	"data_slots\x18\x11 \x01(\x05R\tdataSlots\"\x0e\n" +
+	"data_slots\x18\x11 \x01(\x05R\tdataSlots\x12\x14\n" +
+	"\x05epoch\x18\x12 \x01(\x03R\x05epoch\x12!\n" +
+	"\fstandby_addr\x18\x13 \x01(\tR\vstandbyAddr\"\x0e\n" +
 	"\fInitResponse\"\x95\x01\n" +
 	"\vPullRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12\x1f\n" +
@@ -1609,7 +2191,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\ahold_at\x18\x06 \x01(\x03R\x06holdAt\".\n" +
 	"\x12MembershipResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\"\x0f\n" +
-	"\rStatusRequest\"\xff\x03\n" +
+	"\rStatusRequest\"\xe7\x05\n" +
 	"\x0eStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12 \n" +
 	"\vinitialized\x18\x02 \x01(\bR\vinitialized\x12\x12\n" +
@@ -1629,7 +2211,13 @@ const file_pstrain_proto_rawDesc = "" +
 	"\tdata_addr\x18\v \x01(\tR\bdataAddr\x12+\n" +
 	"\x11refused_gradients\x18\f \x03(\x03R\x10refusedGradients\x125\n" +
 	"\x14first_outlier_worker\x18\r \x01(\x05H\x00R\x12firstOutlierWorker\x88\x01\x01\x120\n" +
-	"\x14non_finite_gradients\x18\x0e \x03(\x03R\x12nonFiniteGradientsB\x17\n" +
+	"\x14non_finite_gradients\x18\x0e \x03(\x03R\x12nonFiniteGradients\x12\x12\n" +
+	"\x04role\x18\x0f \x01(\tR\x04role\x12\x14\n" +
+	"\x05epoch\x18\x10 \x01(\x03R\x05epoch\x12)\n" +
+	"\x10standby_attached\x18\x11 \x01(\bR\x0fstandbyAttached\x126\n" +
+	"\x17replication_lag_updates\x18\x12 \x01(\x03R\x15replicationLagUpdates\x126\n" +
+	"\x17replication_lag_seconds\x18\x13 \x01(\x01R\x15replicationLagSeconds\x12!\n" +
+	"\fstandby_addr\x18\x14 \x01(\tR\vstandbyAddrB\x17\n" +
 	"\x15_first_outlier_worker\"y\n" +
 	"\x11CheckpointRequest\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x1d\n" +
@@ -1647,7 +2235,41 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x0edata_positions\x18\a \x03(\x03R\rdataPositions\")\n" +
 	"\vStopRequest\x12\x1a\n" +
 	"\bshutdown\x18\x01 \x01(\bR\bshutdown\"\x0e\n" +
-	"\fStopResponse\"\xa5\x01\n" +
+	"\fStopResponse\"\xeb\x01\n" +
+	"\tReplicaOp\x129\n" +
+	"\bsnapshot\x18\x01 \x01(\v2\x1b.pstrain.v1.ReplicaSnapshotH\x00R\bsnapshot\x12-\n" +
+	"\x04push\x18\x02 \x01(\v2\x17.pstrain.v1.PushRequestH\x00R\x04push\x12?\n" +
+	"\n" +
+	"membership\x18\x03 \x01(\v2\x1d.pstrain.v1.MembershipRequestH\x00R\n" +
+	"membership\x12-\n" +
+	"\x04stop\x18\x04 \x01(\v2\x17.pstrain.v1.StopRequestH\x00R\x04stopB\x04\n" +
+	"\x02op\"_\n" +
+	"\x0fReplicaSnapshot\x12+\n" +
+	"\x04init\x18\x01 \x01(\v2\x17.pstrain.v1.InitRequestR\x04init\x12\x1f\n" +
+	"\vshard_state\x18\x02 \x01(\fR\n" +
+	"shardState\"\x97\x01\n" +
+	"\fReplicaBatch\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x14\n" +
+	"\x05shard\x18\x02 \x01(\x05R\x05shard\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\x12\x1b\n" +
+	"\tfirst_seq\x18\x04 \x01(\x03R\bfirstSeq\x12'\n" +
+	"\x03ops\x18\x05 \x03(\v2\x15.pstrain.v1.ReplicaOpR\x03ops\"8\n" +
+	"\n" +
+	"ReplicaAck\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x03R\aversion\"S\n" +
+	"\x0ePromoteRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x14\n" +
+	"\x05shard\x18\x02 \x01(\x05R\x05shard\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\"+\n" +
+	"\x0fPromoteResponse\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x03R\aversion\"j\n" +
+	"\x11SetStandbyRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x14\n" +
+	"\x05shard\x18\x02 \x01(\x05R\x05shard\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\x12\x12\n" +
+	"\x04addr\x18\x04 \x01(\tR\x04addr\"\x14\n" +
+	"\x12SetStandbyResponse\"\xa5\x01\n" +
 	"\x0fRegisterRequest\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x05R\x05index\x12\x18\n" +
@@ -1672,7 +2294,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\tplan_eras\x18\x04 \x01(\x05R\bplanEras\"D\n" +
 	"\x11HeartbeatResponse\x12\x12\n" +
 	"\x04stop\x18\x01 \x01(\bR\x04stop\x12\x1b\n" +
-	"\tdata_plan\x18\x02 \x01(\fR\bdataPlan2\xdb\x03\n" +
+	"\tdata_plan\x18\x02 \x01(\fR\bdataPlan2\xab\x05\n" +
 	"\x0fParameterServer\x129\n" +
 	"\x04Init\x12\x17.pstrain.v1.InitRequest\x1a\x18.pstrain.v1.InitResponse\x129\n" +
 	"\x04Pull\x12\x17.pstrain.v1.PullRequest\x1a\x18.pstrain.v1.PullResponse\x129\n" +
@@ -1681,7 +2303,11 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x06Status\x12\x19.pstrain.v1.StatusRequest\x1a\x1a.pstrain.v1.StatusResponse\x129\n" +
 	"\x04Stop\x12\x17.pstrain.v1.StopRequest\x1a\x18.pstrain.v1.StopResponse\x12K\n" +
 	"\n" +
-	"Checkpoint\x12\x1d.pstrain.v1.CheckpointRequest\x1a\x1e.pstrain.v1.CheckpointResponse2\x98\x01\n" +
+	"Checkpoint\x12\x1d.pstrain.v1.CheckpointRequest\x1a\x1e.pstrain.v1.CheckpointResponse\x12=\n" +
+	"\tReplicate\x12\x18.pstrain.v1.ReplicaBatch\x1a\x16.pstrain.v1.ReplicaAck\x12B\n" +
+	"\aPromote\x12\x1a.pstrain.v1.PromoteRequest\x1a\x1b.pstrain.v1.PromoteResponse\x12K\n" +
+	"\n" +
+	"SetStandby\x12\x1d.pstrain.v1.SetStandbyRequest\x1a\x1e.pstrain.v1.SetStandbyResponse2\x98\x01\n" +
 	"\x05Chief\x12E\n" +
 	"\bRegister\x12\x1b.pstrain.v1.RegisterRequest\x1a\x1c.pstrain.v1.RegisterResponse\x12H\n" +
 	"\tHeartbeat\x12\x1c.pstrain.v1.HeartbeatRequest\x1a\x1d.pstrain.v1.HeartbeatResponseB%Z#github.com/pstrain/pstrain/proto;pbb\x06proto3"
@@ -1699,7 +2325,7 @@ func file_pstrain_proto_rawDescGZIP() []byte {
 }
 
 var file_pstrain_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pstrain_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_pstrain_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_pstrain_proto_goTypes = []any{
 	(PushResponse_Outcome)(0),  // 0: pstrain.v1.PushResponse.Outcome
 	(*Block)(nil),              // 1: pstrain.v1.Block
@@ -1717,37 +2343,57 @@ var file_pstrain_proto_goTypes = []any{
 	(*CheckpointResponse)(nil), // 13: pstrain.v1.CheckpointResponse
 	(*StopRequest)(nil),        // 14: pstrain.v1.StopRequest
 	(*StopResponse)(nil),       // 15: pstrain.v1.StopResponse
-	(*RegisterRequest)(nil),    // 16: pstrain.v1.RegisterRequest
-	(*RegisterResponse)(nil),   // 17: pstrain.v1.RegisterResponse
-	(*HeartbeatRequest)(nil),   // 18: pstrain.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),  // 19: pstrain.v1.HeartbeatResponse
+	(*ReplicaOp)(nil),          // 16: pstrain.v1.ReplicaOp
+	(*ReplicaSnapshot)(nil),    // 17: pstrain.v1.ReplicaSnapshot
+	(*ReplicaBatch)(nil),       // 18: pstrain.v1.ReplicaBatch
+	(*ReplicaAck)(nil),         // 19: pstrain.v1.ReplicaAck
+	(*PromoteRequest)(nil),     // 20: pstrain.v1.PromoteRequest
+	(*PromoteResponse)(nil),    // 21: pstrain.v1.PromoteResponse
+	(*SetStandbyRequest)(nil),  // 22: pstrain.v1.SetStandbyRequest
+	(*SetStandbyResponse)(nil), // 23: pstrain.v1.SetStandbyResponse
+	(*RegisterRequest)(nil),    // 24: pstrain.v1.RegisterRequest
+	(*RegisterResponse)(nil),   // 25: pstrain.v1.RegisterResponse
+	(*HeartbeatRequest)(nil),   // 26: pstrain.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),  // 27: pstrain.v1.HeartbeatResponse
 }
 var file_pstrain_proto_depIdxs = []int32{
 	1,  // 0: pstrain.v1.InitRequest.blocks:type_name -> pstrain.v1.Block
 	0,  // 1: pstrain.v1.PushResponse.outcome:type_name -> pstrain.v1.PushResponse.Outcome
-	2,  // 2: pstrain.v1.ParameterServer.Init:input_type -> pstrain.v1.InitRequest
-	4,  // 3: pstrain.v1.ParameterServer.Pull:input_type -> pstrain.v1.PullRequest
-	6,  // 4: pstrain.v1.ParameterServer.Push:input_type -> pstrain.v1.PushRequest
-	8,  // 5: pstrain.v1.ParameterServer.SetMembership:input_type -> pstrain.v1.MembershipRequest
-	10, // 6: pstrain.v1.ParameterServer.Status:input_type -> pstrain.v1.StatusRequest
-	14, // 7: pstrain.v1.ParameterServer.Stop:input_type -> pstrain.v1.StopRequest
-	12, // 8: pstrain.v1.ParameterServer.Checkpoint:input_type -> pstrain.v1.CheckpointRequest
-	16, // 9: pstrain.v1.Chief.Register:input_type -> pstrain.v1.RegisterRequest
-	18, // 10: pstrain.v1.Chief.Heartbeat:input_type -> pstrain.v1.HeartbeatRequest
-	3,  // 11: pstrain.v1.ParameterServer.Init:output_type -> pstrain.v1.InitResponse
-	5,  // 12: pstrain.v1.ParameterServer.Pull:output_type -> pstrain.v1.PullResponse
-	7,  // 13: pstrain.v1.ParameterServer.Push:output_type -> pstrain.v1.PushResponse
-	9,  // 14: pstrain.v1.ParameterServer.SetMembership:output_type -> pstrain.v1.MembershipResponse
-	11, // 15: pstrain.v1.ParameterServer.Status:output_type -> pstrain.v1.StatusResponse
-	15, // 16: pstrain.v1.ParameterServer.Stop:output_type -> pstrain.v1.StopResponse
-	13, // 17: pstrain.v1.ParameterServer.Checkpoint:output_type -> pstrain.v1.CheckpointResponse
-	17, // 18: pstrain.v1.Chief.Register:output_type -> pstrain.v1.RegisterResponse
-	19, // 19: pstrain.v1.Chief.Heartbeat:output_type -> pstrain.v1.HeartbeatResponse
-	11, // [11:20] is the sub-list for method output_type
-	2,  // [2:11] is the sub-list for method input_type
-	2,  // [2:2] is the sub-list for extension type_name
-	2,  // [2:2] is the sub-list for extension extendee
-	0,  // [0:2] is the sub-list for field type_name
+	17, // 2: pstrain.v1.ReplicaOp.snapshot:type_name -> pstrain.v1.ReplicaSnapshot
+	6,  // 3: pstrain.v1.ReplicaOp.push:type_name -> pstrain.v1.PushRequest
+	8,  // 4: pstrain.v1.ReplicaOp.membership:type_name -> pstrain.v1.MembershipRequest
+	14, // 5: pstrain.v1.ReplicaOp.stop:type_name -> pstrain.v1.StopRequest
+	2,  // 6: pstrain.v1.ReplicaSnapshot.init:type_name -> pstrain.v1.InitRequest
+	16, // 7: pstrain.v1.ReplicaBatch.ops:type_name -> pstrain.v1.ReplicaOp
+	2,  // 8: pstrain.v1.ParameterServer.Init:input_type -> pstrain.v1.InitRequest
+	4,  // 9: pstrain.v1.ParameterServer.Pull:input_type -> pstrain.v1.PullRequest
+	6,  // 10: pstrain.v1.ParameterServer.Push:input_type -> pstrain.v1.PushRequest
+	8,  // 11: pstrain.v1.ParameterServer.SetMembership:input_type -> pstrain.v1.MembershipRequest
+	10, // 12: pstrain.v1.ParameterServer.Status:input_type -> pstrain.v1.StatusRequest
+	14, // 13: pstrain.v1.ParameterServer.Stop:input_type -> pstrain.v1.StopRequest
+	12, // 14: pstrain.v1.ParameterServer.Checkpoint:input_type -> pstrain.v1.CheckpointRequest
+	18, // 15: pstrain.v1.ParameterServer.Replicate:input_type -> pstrain.v1.ReplicaBatch
+	20, // 16: pstrain.v1.ParameterServer.Promote:input_type -> pstrain.v1.PromoteRequest
+	22, // 17: pstrain.v1.ParameterServer.SetStandby:input_type -> pstrain.v1.SetStandbyRequest
+	24, // 18: pstrain.v1.Chief.Register:input_type -> pstrain.v1.RegisterRequest
+	26, // 19: pstrain.v1.Chief.Heartbeat:input_type -> pstrain.v1.HeartbeatRequest
+	3,  // 20: pstrain.v1.ParameterServer.Init:output_type -> pstrain.v1.InitResponse
+	5,  // 21: pstrain.v1.ParameterServer.Pull:output_type -> pstrain.v1.PullResponse
+	7,  // 22: pstrain.v1.ParameterServer.Push:output_type -> pstrain.v1.PushResponse
+	9,  // 23: pstrain.v1.ParameterServer.SetMembership:output_type -> pstrain.v1.MembershipResponse
+	11, // 24: pstrain.v1.ParameterServer.Status:output_type -> pstrain.v1.StatusResponse
+	15, // 25: pstrain.v1.ParameterServer.Stop:output_type -> pstrain.v1.StopResponse
+	13, // 26: pstrain.v1.ParameterServer.Checkpoint:output_type -> pstrain.v1.CheckpointResponse
+	19, // 27: pstrain.v1.ParameterServer.Replicate:output_type -> pstrain.v1.ReplicaAck
+	21, // 28: pstrain.v1.ParameterServer.Promote:output_type -> pstrain.v1.PromoteResponse
+	23, // 29: pstrain.v1.ParameterServer.SetStandby:output_type -> pstrain.v1.SetStandbyResponse
+	25, // 30: pstrain.v1.Chief.Register:output_type -> pstrain.v1.RegisterResponse
+	27, // 31: pstrain.v1.Chief.Heartbeat:output_type -> pstrain.v1.HeartbeatResponse
+	20, // [20:32] is the sub-list for method output_type
+	8,  // [8:20] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_pstrain_proto_init() }
@@ -1756,13 +2402,19 @@ func file_pstrain_proto_init() {
 		return
 	}
 	file_pstrain_proto_msgTypes[10].OneofWrappers = []any{}
+	file_pstrain_proto_msgTypes[15].OneofWrappers = []any{
+		(*ReplicaOp_Snapshot)(nil),
+		(*ReplicaOp_Push)(nil),
+		(*ReplicaOp_Membership)(nil),
+		(*ReplicaOp_Stop)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pstrain_proto_rawDesc), len(file_pstrain_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   19,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -30,6 +30,9 @@ const (
 	ParameterServer_Status_FullMethodName        = "/pstrain.v1.ParameterServer/Status"
 	ParameterServer_Stop_FullMethodName          = "/pstrain.v1.ParameterServer/Stop"
 	ParameterServer_Checkpoint_FullMethodName    = "/pstrain.v1.ParameterServer/Checkpoint"
+	ParameterServer_Replicate_FullMethodName     = "/pstrain.v1.ParameterServer/Replicate"
+	ParameterServer_Promote_FullMethodName       = "/pstrain.v1.ParameterServer/Promote"
+	ParameterServer_SetStandby_FullMethodName    = "/pstrain.v1.ParameterServer/SetStandby"
 )
 
 // ParameterServerClient is the client API for ParameterServer service.
@@ -62,6 +65,21 @@ type ParameterServerClient interface {
 	// the background and answers when the file is durable. See
 	// docs/recovery.md.
 	Checkpoint(ctx context.Context, in *CheckpointRequest, opts ...grpc.CallOption) (*CheckpointResponse, error)
+	// Hot standbys (--ps-replicas 1, docs/replication.md).
+	//
+	// Replicate carries a primary's updates to its standby, in order: a
+	// batch of operations numbered from first_seq, answered once the
+	// standby has applied them all. Only the other process of the same
+	// shard (ps/N or standby/N) may call it.
+	Replicate(ctx context.Context, in *ReplicaBatch, opts ...grpc.CallOption) (*ReplicaAck, error)
+	// Promote makes a standby its shard's primary at a new epoch; from then
+	// on it refuses the old primary's batches (chief only).
+	Promote(ctx context.Context, in *PromoteRequest, opts ...grpc.CallOption) (*PromoteResponse, error)
+	// SetStandby tells a primary where its standby listens, at a new
+	// epoch: it sends the standby a snapshot of its state and then every
+	// update. An empty address drops the standby: the primary goes on
+	// alone (chief only).
+	SetStandby(ctx context.Context, in *SetStandbyRequest, opts ...grpc.CallOption) (*SetStandbyResponse, error)
 }
 
 type parameterServerClient struct {
@@ -142,6 +160,36 @@ func (c *parameterServerClient) Checkpoint(ctx context.Context, in *CheckpointRe
 	return out, nil
 }
 
+func (c *parameterServerClient) Replicate(ctx context.Context, in *ReplicaBatch, opts ...grpc.CallOption) (*ReplicaAck, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReplicaAck)
+	err := c.cc.Invoke(ctx, ParameterServer_Replicate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *parameterServerClient) Promote(ctx context.Context, in *PromoteRequest, opts ...grpc.CallOption) (*PromoteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PromoteResponse)
+	err := c.cc.Invoke(ctx, ParameterServer_Promote_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *parameterServerClient) SetStandby(ctx context.Context, in *SetStandbyRequest, opts ...grpc.CallOption) (*SetStandbyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetStandbyResponse)
+	err := c.cc.Invoke(ctx, ParameterServer_SetStandby_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ParameterServerServer is the server API for ParameterServer service.
 // All implementations must embed UnimplementedParameterServerServer
 // for forward compatibility.
@@ -172,6 +220,21 @@ type ParameterServerServer interface {
 	// the background and answers when the file is durable. See
 	// docs/recovery.md.
 	Checkpoint(context.Context, *CheckpointRequest) (*CheckpointResponse, error)
+	// Hot standbys (--ps-replicas 1, docs/replication.md).
+	//
+	// Replicate carries a primary's updates to its standby, in order: a
+	// batch of operations numbered from first_seq, answered once the
+	// standby has applied them all. Only the other process of the same
+	// shard (ps/N or standby/N) may call it.
+	Replicate(context.Context, *ReplicaBatch) (*ReplicaAck, error)
+	// Promote makes a standby its shard's primary at a new epoch; from then
+	// on it refuses the old primary's batches (chief only).
+	Promote(context.Context, *PromoteRequest) (*PromoteResponse, error)
+	// SetStandby tells a primary where its standby listens, at a new
+	// epoch: it sends the standby a snapshot of its state and then every
+	// update. An empty address drops the standby: the primary goes on
+	// alone (chief only).
+	SetStandby(context.Context, *SetStandbyRequest) (*SetStandbyResponse, error)
 	mustEmbedUnimplementedParameterServerServer()
 }
 
@@ -202,6 +265,15 @@ func (UnimplementedParameterServerServer) Stop(context.Context, *StopRequest) (*
 }
 func (UnimplementedParameterServerServer) Checkpoint(context.Context, *CheckpointRequest) (*CheckpointResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Checkpoint not implemented")
+}
+func (UnimplementedParameterServerServer) Replicate(context.Context, *ReplicaBatch) (*ReplicaAck, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Replicate not implemented")
+}
+func (UnimplementedParameterServerServer) Promote(context.Context, *PromoteRequest) (*PromoteResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Promote not implemented")
+}
+func (UnimplementedParameterServerServer) SetStandby(context.Context, *SetStandbyRequest) (*SetStandbyResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SetStandby not implemented")
 }
 func (UnimplementedParameterServerServer) mustEmbedUnimplementedParameterServerServer() {}
 func (UnimplementedParameterServerServer) testEmbeddedByValue()                         {}
@@ -350,6 +422,60 @@ func _ParameterServer_Checkpoint_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ParameterServer_Replicate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReplicaBatch)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ParameterServerServer).Replicate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ParameterServer_Replicate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ParameterServerServer).Replicate(ctx, req.(*ReplicaBatch))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ParameterServer_Promote_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PromoteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ParameterServerServer).Promote(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ParameterServer_Promote_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ParameterServerServer).Promote(ctx, req.(*PromoteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ParameterServer_SetStandby_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetStandbyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ParameterServerServer).SetStandby(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ParameterServer_SetStandby_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ParameterServerServer).SetStandby(ctx, req.(*SetStandbyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ParameterServer_ServiceDesc is the grpc.ServiceDesc for ParameterServer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -384,6 +510,18 @@ var ParameterServer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Checkpoint",
 			Handler:    _ParameterServer_Checkpoint_Handler,
+		},
+		{
+			MethodName: "Replicate",
+			Handler:    _ParameterServer_Replicate_Handler,
+		},
+		{
+			MethodName: "Promote",
+			Handler:    _ParameterServer_Promote_Handler,
+		},
+		{
+			MethodName: "SetStandby",
+			Handler:    _ParameterServer_SetStandby_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
