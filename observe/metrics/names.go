@@ -44,6 +44,10 @@ const (
 	MetricPSDataPlaneBuffered     = "pstrain_ps_dataplane_buffered_bytes"
 	MetricPSRefusedGradients      = "pstrain_ps_refused_gradients_total"
 	MetricPSGradientNormRatio     = "pstrain_ps_gradient_norm_ratio"
+	MetricPSReplicaRole           = "pstrain_ps_replica_role"
+	MetricPSReplicationLag        = "pstrain_ps_replication_lag_updates"
+	MetricPSReplicationLagSeconds = "pstrain_ps_replication_lag_seconds"
+	MetricPSReplicatedBytes       = "pstrain_ps_replicated_bytes_total"
 
 	// Chief.
 	MetricEvalAccuracy          = "pstrain_eval_accuracy_ratio"
@@ -60,6 +64,7 @@ const (
 	MetricDivergences           = "pstrain_divergences_total"
 	MetricMembershipChanges     = "pstrain_membership_changes_total"
 	MetricWorkers               = "pstrain_workers"
+	MetricFailovers             = "pstrain_failovers_total"
 )
 
 // Label names.
@@ -69,6 +74,8 @@ const (
 	LabelReason    = "reason"    // why a parameter server rejected a request, refused a gradient or closed a connection
 	LabelPlane     = "plane"     // which listener of a parameter server: "grpc" or "data"
 	LabelWorker    = "worker"    // a worker's index, on pstrain_ps_refused_gradients_total
+	LabelRole      = "role"      // a PS process's replica role: primary, standby, deposed or none
+	LabelShard     = "shard"     // a shard's index, on pstrain_failovers_total
 	LabelMode      = "mode"      // CPU mode of pstrain_host_cpu_seconds_total
 	LabelVersion   = "version"   // pstrain version in pstrain_build_info
 	LabelRevision  = "revision"  // VCS revision in pstrain_build_info ("unknown" if not stamped)

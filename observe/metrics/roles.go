@@ -130,6 +130,18 @@ type PS struct {
 	// norm guard's reference, the median of the recent accepted norms
 	// (pstrain_ps_gradient_norm_ratio).
 	GradientNormRatio prometheus.Histogram
+	// Hot standbys (docs/replication.md). ReplicaRole is 1 for this
+	// process's role (primary, standby, deposed or none) and 0 for the
+	// others (pstrain_ps_replica_role); ReplicationLag and
+	// ReplicationLagSeconds are a primary's updates not yet acknowledged
+	// by its standby and the age of the oldest
+	// (pstrain_ps_replication_lag_updates, _seconds); ReplicatedBytes
+	// counts the bytes a primary sent its standby, snapshots included
+	// (pstrain_ps_replicated_bytes_total).
+	ReplicaRole           *prometheus.GaugeVec
+	ReplicationLag        prometheus.Gauge
+	ReplicationLagSeconds prometheus.Gauge
+	ReplicatedBytes       prometheus.Counter
 }
 
 // NewPS creates the parameter-server metrics and registers them on reg (a nil
@@ -211,6 +223,22 @@ func NewPSWith(reg prometheus.Registerer, o PSOptions) *PS {
 			Help:    "Each judged gradient's L2 norm over the median of this shard's recent accepted norms (the norm guard refuses beyond --norm-guard).",
 			Buckets: NormRatioBuckets(),
 		}),
+		ReplicaRole: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: MetricPSReplicaRole,
+			Help: "1 for this parameter-server process's replica role (primary, standby, deposed, none), 0 for the others.",
+		}, []string{LabelRole}),
+		ReplicationLag: f.NewGauge(prometheus.GaugeOpts{
+			Name: MetricPSReplicationLag,
+			Help: "Updates this primary applied that its hot standby has not yet acknowledged.",
+		}),
+		ReplicationLagSeconds: f.NewGauge(prometheus.GaugeOpts{
+			Name: MetricPSReplicationLagSeconds,
+			Help: "Age of the oldest update this primary applied that its hot standby has not yet acknowledged, in seconds (0: none).",
+		}),
+		ReplicatedBytes: f.NewCounter(prometheus.CounterOpts{
+			Name: MetricPSReplicatedBytes,
+			Help: "Bytes this primary sent its hot standby (snapshots and updates).",
+		}),
 	}
 }
 
@@ -269,6 +297,9 @@ type Chief struct {
 	// pstrain_live_workers).
 	MembershipChanges prometheus.Counter
 	Workers           prometheus.Gauge
+	// Failovers counts the promotions of a hot standby to its shard's
+	// primary, by shard (pstrain_failovers_total; docs/replication.md).
+	Failovers *prometheus.CounterVec
 }
 
 // NewChief creates the chief metrics and registers them on reg (a nil reg
@@ -337,6 +368,10 @@ func NewChief(reg prometheus.Registerer) *Chief {
 			Name: MetricWorkers,
 			Help: "Workers the run has (the data is split among them); pstrain_live_workers counts those heard from.",
 		}),
+		Failovers: f.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricFailovers,
+			Help: "Times the chief promoted a shard's hot standby to primary, by shard.",
+		}, []string{LabelShard}),
 	}
 }
 
