@@ -42,6 +42,16 @@ type Restart struct {
 	// RestoredStep is the step it was back at (-1: it was not back in
 	// training before the run ended).
 	RestoredStep int64 `json:"restored_step"`
+	// StepsLost is how many steps training went back: the newest version
+	// any shard had reached minus RestoredStep (0 for a hot standby's
+	// failover: the standby held every acknowledged update).
+	StepsLost int64 `json:"steps_lost"`
+	// TookOver names the hot standby promoted in the dead task's place
+	// ("standby/0"; docs/replication.md), and FailoverSeconds the time
+	// from detecting the death to the promoted primary serving; empty
+	// and 0 when the shard was restored from a checkpoint.
+	TookOver        string  `json:"took_over,omitempty"`
+	FailoverSeconds float64 `json:"failover_seconds,omitempty"`
 }
 
 // MembershipChange is a change of an elastic run's worker count
