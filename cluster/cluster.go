@@ -7,6 +7,10 @@
 //	{"cluster": {"chief": ["h:p"], "ps": ["h:p", ...], "worker": ["h:p", ...]},
 //	 "task": {"type": "ps", "index": 0}}
 //
+// A cluster with hot-standby shards (--ps-replicas 1, docs/replication.md)
+// also lists "standby": one address per ps address, standby/N being the
+// second process of shard N.
+//
 // A cluster file holds either that whole object or just its "cluster" part.
 // "master", the chief's name in older TFJobs, is read as "chief".
 package cluster
@@ -26,6 +30,9 @@ const (
 	Chief  = "chief"
 	PS     = "ps"
 	Worker = "worker"
+	// Standby is the second process of a shard with a hot standby: which
+	// of ps/N and standby/N is the shard's primary is the chief's call.
+	Standby = "standby"
 )
 
 // Spec lists every task's address.
@@ -33,6 +40,8 @@ type Spec struct {
 	Chief  []string `json:"chief"`
 	PS     []string `json:"ps"`
 	Worker []string `json:"worker"`
+	// Standby is empty, or has one address per PS (hot standbys).
+	Standby []string `json:"standby,omitempty"`
 }
 
 // Task identifies one process.
@@ -49,15 +58,15 @@ func (t Task) String() string {
 	return fmt.Sprintf("%s/%d", t.Type, t.Index)
 }
 
-// ParseTask parses "ps/0", "worker/3" or "chief".
+// ParseTask parses "ps/0", "standby/0", "worker/3" or "chief".
 func ParseTask(s string) (Task, error) {
 	if s == Chief || s == "chief/0" {
 		return Task{Type: Chief}, nil
 	}
 	typ, idx, ok := strings.Cut(s, "/")
 	n, err := strconv.Atoi(idx)
-	if !ok || err != nil || n < 0 || (typ != PS && typ != Worker) {
-		return Task{}, fmt.Errorf("task %q: want chief, ps/N or worker/N", s)
+	if !ok || err != nil || n < 0 || (typ != PS && typ != Worker && typ != Standby) {
+		return Task{}, fmt.Errorf("task %q: want chief, ps/N, standby/N or worker/N", s)
 	}
 	return Task{Type: typ, Index: n}, nil
 }
@@ -73,14 +82,15 @@ type tfConfig struct {
 
 // specJSON is a Spec as written: the chief may be called master.
 type specJSON struct {
-	Chief  []string `json:"chief"`
-	Master []string `json:"master"`
-	PS     []string `json:"ps"`
-	Worker []string `json:"worker"`
+	Chief   []string `json:"chief"`
+	Master  []string `json:"master"`
+	PS      []string `json:"ps"`
+	Worker  []string `json:"worker"`
+	Standby []string `json:"standby"`
 }
 
 func (j specJSON) spec() (Spec, error) {
-	s := Spec{Chief: j.Chief, PS: j.PS, Worker: j.Worker}
+	s := Spec{Chief: j.Chief, PS: j.PS, Worker: j.Worker, Standby: j.Standby}
 	if len(j.Master) > 0 {
 		if len(j.Chief) > 0 {
 			return Spec{}, errors.New("cluster: both chief and master given (master is an older name of the chief: give one)")
@@ -157,6 +167,9 @@ func (s Spec) Validate() error {
 	if len(s.Worker) < 1 {
 		return errors.New("cluster: need at least one worker address")
 	}
+	if len(s.Standby) > 0 && len(s.Standby) != len(s.PS) {
+		return fmt.Errorf("cluster: %d standby addresses for %d ps: a hot standby needs one per shard, or none", len(s.Standby), len(s.PS))
+	}
 	seen := map[string]string{}
 	for _, t := range s.Tasks() {
 		a, _ := s.Addr(t)
@@ -171,11 +184,14 @@ func (s Spec) Validate() error {
 	return nil
 }
 
-// Tasks lists every task: chief, ps/0.., worker/0...
+// Tasks lists every task: chief, ps/0.., standby/0.., worker/0...
 func (s Spec) Tasks() []Task {
 	ts := []Task{{Type: Chief}}
 	for i := range s.PS {
 		ts = append(ts, Task{Type: PS, Index: i})
+	}
+	for i := range s.Standby {
+		ts = append(ts, Task{Type: Standby, Index: i})
 	}
 	for i := range s.Worker {
 		ts = append(ts, Task{Type: Worker, Index: i})
@@ -193,8 +209,10 @@ func (s Spec) Addr(t Task) (string, error) {
 		list = s.PS
 	case Worker:
 		list = s.Worker
+	case Standby:
+		list = s.Standby
 	default:
-		return "", fmt.Errorf("cluster: unknown task type %q (want chief, ps or worker)", t.Type)
+		return "", fmt.Errorf("cluster: unknown task type %q (want chief, ps, standby or worker)", t.Type)
 	}
 	if t.Index < 0 || t.Index >= len(list) {
 		return "", fmt.Errorf("cluster: no %s with index %d (the cluster has %d)", t.Type, t.Index, len(list))
@@ -203,7 +221,7 @@ func (s Spec) Addr(t Task) (string, error) {
 }
 
 // FirstOnHost reports whether t is the first task of the cluster (in the
-// order of Tasks: chief, ps/0.., worker/0..) whose address has t's host:
+// order of Tasks: chief, ps/0.., standby/0.., worker/0..) whose address has t's host:
 // the one task per host that reports what all of them share, such as the
 // host's load. Hosts are compared as written, so two names (or a name and
 // an address) of one machine count as two hosts.
