@@ -35,10 +35,13 @@ type PS struct {
 
 // Config holds the chief's dependencies.
 type Config struct {
-	Run       config.Run
-	Spec      model.Spec
-	RunID     string
-	PS        []PS
+	Run   config.Run
+	Spec  model.Spec
+	RunID string
+	PS    []PS
+	// Standbys are the shards' second processes (standby/N), one per PS,
+	// or none: no hot standbys (docs/replication.md).
+	Standbys  []PS
 	TrainN    int        // training samples (after --data-fraction)
 	Evaluator *Evaluator // nil: no evaluation
 	Log       *slog.Logger
