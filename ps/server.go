@@ -66,6 +66,21 @@ type Server struct {
 	// guardLogged says the stop's summary of them was logged.
 	refusals    refusalLog
 	guardLogged bool
+
+	// Hot standby (docs/replication.md; replica.go). shardIndex is this
+	// process's shard (ps/N or standby/N; -1: not told), dial how it
+	// reaches its standby. role and epoch are the process's place in the
+	// shard's replication; lastInit the request of the Init that made the
+	// state, without its payloads (a snapshot's template); rep the link to
+	// the standby of a primary that has one; replSeq a standby's last
+	// applied operation.
+	shardIndex int
+	dial       ReplicaDialer
+	role       string
+	epoch      int64
+	lastInit   *pb.InitRequest
+	rep        *replicator
+	replSeq    int64
 }
 
 // refusalLog rate-limits the log of refused gradients: the first one, then
@@ -146,7 +161,9 @@ func NewServer(log *slog.Logger, m *metrics.PS, shutdown func()) *Server {
 	if shutdown == nil {
 		shutdown = func() {}
 	}
-	return &Server{log: log, m: m, shutdown: shutdown, changed: make(chan struct{}), index: -1}
+	s := &Server{log: log, m: m, shutdown: shutdown, changed: make(chan struct{}), index: -1, shardIndex: -1}
+	s.setRole(roleNone)
+	return s
 }
 
 // SetDataAddr records the address of the TCP data plane serving this
@@ -171,18 +188,55 @@ func (s *Server) observe(op string, start time.Time) {
 // Init replaces the shard's state.
 func (s *Server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitResponse, error) {
 	defer s.observe("init", time.Now())
+	b, err := s.build(req)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.shardIndex >= 0 && int(req.Shard) != s.shardIndex {
+		return nil, status.Errorf(codes.InvalidArgument, "init of shard %d: this process serves shard %d", req.Shard, s.shardIndex)
+	}
+	s.install(b, true)
+	// Any Init makes the process its shard's primary; with a standby
+	// address it attaches that standby (replica.go).
+	s.stopReplica()
+	s.setRole(rolePrimary)
+	s.epoch = req.Epoch
+	if req.StandbyAddr != "" {
+		if err := s.startReplica(req.StandbyAddr); err != nil {
+			return nil, err
+		}
+	}
+	s.log.Info("shard initialised", "shard", req.Shard, "of", req.NumShards, "params", len(b.sh.Params()),
+		"version", req.Version, "generation", req.Generation, "mode", b.opts.Mode, "run", req.RunId, "lr", b.opts.Rate(),
+		"epoch", req.Epoch, "standby", req.StandbyAddr)
+	return &pb.InitResponse{}, nil
+}
+
+// built is a shard an Init request describes, made before taking the lock.
+type built struct {
+	sh   *Shard
+	plan partition.Plan
+	opts Options
+	req  *pb.InitRequest
+}
+
+// build makes the shard req describes (Init's work that needs no lock);
+// its errors are gRPC statuses.
+func (s *Server) build(req *pb.InitRequest) (built, error) {
 	opts, err := ParseOptions(req.ShardOptions)
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return built{}, status.Error(codes.InvalidArgument, err.Error())
 	}
 	params, err := wire.Floats(req.Params)
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return built{}, status.Error(codes.InvalidArgument, err.Error())
 	}
 	params = append([]float32(nil), params...) // own it; the request buffer may be reused
 	opt, err := optim.New(optim.Config{Name: opts.Optimizer, LR: opts.Rate(), Momentum: opts.Momentum}, len(params))
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return built{}, status.Error(codes.InvalidArgument, err.Error())
 	}
 	if len(req.OptimizerState) > 0 || req.OptimizerStep > 0 {
 		st, err := wire.Floats(req.OptimizerState)
@@ -190,30 +244,31 @@ func (s *Server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitRespons
 			err = opt.SetState(st, req.OptimizerStep)
 		}
 		if err != nil {
-			return nil, status.Error(codes.InvalidArgument, err.Error())
+			return built{}, status.Error(codes.InvalidArgument, err.Error())
 		}
 	}
 	var plan partition.Plan
 	if len(req.ModelSpec) > 0 {
 		var spec model.Spec
 		if err := json.Unmarshal(req.ModelSpec, &spec); err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "model spec: %v", err)
+			return built{}, status.Errorf(codes.InvalidArgument, "model spec: %v", err)
 		}
 		if plan, err = partition.New(spec, int(req.NumShards)); err != nil {
-			return nil, status.Error(codes.InvalidArgument, err.Error())
+			return built{}, status.Error(codes.InvalidArgument, err.Error())
 		}
 		if req.Shard < 0 || int(req.Shard) >= len(plan.Shards) || plan.Shards[req.Shard].Size != len(params) {
-			return nil, status.Errorf(codes.InvalidArgument, "shard %d of %d: %d parameters do not match the model's partition", req.Shard, req.NumShards, len(params))
+			return built{}, status.Errorf(codes.InvalidArgument, "shard %d of %d: %d parameters do not match the model's partition", req.Shard, req.NumShards, len(params))
 		}
 	}
 	sc := ShardConfig{Mode: opts.Mode, Replicas: opts.Replicas, Staleness: opts.Staleness,
-		Workers: opts.Workers, MaxVersion: req.MaxVersion, NormGuard: opts.NormGuard, Aggregate: opts.Aggregate}
+		Workers: opts.Workers, MaxVersion: req.MaxVersion, NormGuard: opts.NormGuard, Aggregate: opts.Aggregate,
+		Dedupe: req.Epoch > 0}
 	if sc.LR, err = lrSchedule(opts, req); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return built{}, status.Error(codes.InvalidArgument, err.Error())
 	}
 	sh, err := NewShard(sc, params, opt, req.Version)
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return built{}, status.Error(codes.InvalidArgument, err.Error())
 	}
 	if pos := req.DataPositions; len(pos) == opts.Workers || req.DataSlots > 0 && len(pos) > 0 && len(pos) <= int(req.DataSlots) {
 		// An elastic run's positions cover the workers that had joined
@@ -222,7 +277,7 @@ func (s *Server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitRespons
 		sh.grow(len(pos))
 		pos = append(slices.Clone(pos), make([]int64, sh.Slots()-len(pos))...)
 		if err := sh.SetDataPositions(pos); err != nil {
-			return nil, status.Error(codes.InvalidArgument, err.Error())
+			return built{}, status.Error(codes.InvalidArgument, err.Error())
 		}
 	} else if len(req.DataPositions) > 0 {
 		// A checkpoint of a run with another number of workers: their data
@@ -233,9 +288,15 @@ func (s *Server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitRespons
 	if req.LiveWorkers != nil {
 		sh.SetLive(toInts(req.LiveWorkers))
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.shard != nil && s.runID == req.RunId && s.index == int(req.Shard) {
+	return built{sh: sh, plan: plan, opts: opts, req: req}, nil
+}
+
+// install makes b the shard's state, replacing the one before; with
+// inherit, the new shard keeps the old one's norm-guard window (a
+// snapshot brings its own). Call with mu held.
+func (s *Server) install(b built, inherit bool) {
+	sh, req, plan, opts, params := b.sh, b.req, b.plan, b.opts, b.sh.Params()
+	if inherit && s.shard != nil && s.runID == req.RunId && s.index == int(req.Shard) {
 		sh.InheritGuard(s.shard) // re-initialised by the chief: no warm-up to exploit
 	}
 	s.shard, s.runID, s.index = sh, req.RunId, int(req.Shard)
@@ -249,9 +310,8 @@ func (s *Server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitRespons
 	s.m.RPCReceivedBytes.WithLabelValues("init").Add(float64(len(req.Params)))
 	s.notify()
 	s.refusals, s.guardLogged = refusalLog{}, false
-	s.log.Info("shard initialised", "shard", req.Shard, "of", req.NumShards, "params", len(params),
-		"version", req.Version, "generation", req.Generation, "mode", opts.Mode, "run", req.RunId, "lr", opts.Rate())
-	return &pb.InitResponse{}, nil
+	s.lastInit = initTemplate(req)
+	s.replSeq = 0
 }
 
 // lrSchedule is the run's learning rate as a function of the shard's
@@ -365,8 +425,14 @@ func (s *Server) PullSharedNow(req *pb.PullRequest) (resp *pb.PullResponse, rele
 // pullReady says whether req's pull may be answered now. Call with mu
 // held.
 func (s *Server) pullReady(req *pb.PullRequest) (bool, error) {
+	if err := s.serving(); err != nil {
+		return false, err
+	}
 	if err := s.checkRun(req.RunId); err != nil {
 		return false, err
+	}
+	if !s.replicated() {
+		return false, nil // a version the standby does not hold yet
 	}
 	// A reader from another generation has parameters of a timeline
 	// the chief rolled back: it gets the current state at once.
@@ -440,19 +506,39 @@ func (s *Server) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushRespons
 	defer s.observe("push", time.Now())
 	s.m.RPCReceivedBytes.WithLabelValues("push").Add(float64(len(req.Grad)))
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.checkRun(req.RunId); err != nil {
+	if err := s.serving(); err != nil {
+		s.mu.Unlock()
 		return nil, err
+	}
+	resp, err, forward := s.applyPush(req)
+	var w replicaWait
+	if forward {
+		w = s.replicate(&pb.ReplicaOp{Op: &pb.ReplicaOp_Push{Push: clonePush(req)}})
+	}
+	s.mu.Unlock()
+	// Answered only once the standby holds it (replica.go).
+	if err := s.awaitReplica(ctx, w); err != nil {
+		return nil, err
+	}
+	return resp, err
+}
+
+// applyPush is Push's work on the shard, on a primary and on its standby
+// alike; forward says the push reached the shard (it passed the run and
+// payload checks), so the standby must apply it too. Call with mu held.
+func (s *Server) applyPush(req *pb.PushRequest) (resp *pb.PushResponse, err error, forward bool) {
+	if err := s.checkRun(req.RunId); err != nil {
+		return nil, err, false
 	}
 	g, err := s.gradient(req.Grad)
 	if err != nil {
 		s.m.RejectedRequests.WithLabelValues("bad_length").Inc()
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, status.Error(codes.InvalidArgument, err.Error()), false
 	}
 	if req.Generation != 0 && req.Generation != s.gen {
 		// Computed from parameters the chief has since rolled back.
 		s.m.StaleGradientsDropped.Inc()
-		return &pb.PushResponse{Outcome: pb.PushResponse_STALE, Version: s.shard.Version(), Done: s.shard.Done()}, nil
+		return &pb.PushResponse{Outcome: pb.PushResponse_STALE, Version: s.shard.Version(), Done: s.shard.Done()}, nil, false
 	}
 	res, err := s.shard.PushAt(int(req.Worker), req.Version, g, req.DataPosition)
 	if err != nil {
@@ -468,9 +554,9 @@ func (s *Server) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushRespons
 			if s.shard.Drop(int(req.Worker), req.Version, req.DataPosition) {
 				s.advanced()
 			}
-			return &pb.PushResponse{Outcome: pb.PushResponse_STALE, Version: s.shard.Version(), Done: s.shard.Done()}, nil
+			return &pb.PushResponse{Outcome: pb.PushResponse_STALE, Version: s.shard.Version(), Done: s.shard.Done()}, nil, true
 		}
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, status.Error(codes.InvalidArgument, err.Error()), errors.Is(err, ErrNonFinite)
 	}
 	s.m.GradientStaleness.Observe(float64(res.Staleness))
 	if res.Ratio > 0 {
@@ -496,7 +582,7 @@ func (s *Server) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushRespons
 		// guard, and the worker's next step is the same either way.
 		outcome = pb.PushResponse_STALE
 	}
-	return &pb.PushResponse{Outcome: outcome, Version: s.shard.Version(), Done: s.shard.Done()}, nil
+	return &pb.PushResponse{Outcome: outcome, Version: s.shard.Version(), Done: s.shard.Done()}, nil, true
 }
 
 // refused records a gradient the norm guard refused: counted against its
@@ -547,7 +633,25 @@ func rejectReason(err error) string {
 func (s *Server) SetMembership(ctx context.Context, req *pb.MembershipRequest) (*pb.MembershipResponse, error) {
 	defer s.observe("membership", time.Now())
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	if err := s.serving(); err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	resp, err := s.applyMembership(req)
+	var w replicaWait
+	if err == nil {
+		w = s.replicate(&pb.ReplicaOp{Op: &pb.ReplicaOp_Membership{Membership: req}})
+	}
+	s.mu.Unlock()
+	if err := s.awaitReplica(ctx, w); err != nil {
+		return nil, err
+	}
+	return resp, err
+}
+
+// applyMembership is SetMembership's work on the shard (primary and
+// standby alike). Call with mu held.
+func (s *Server) applyMembership(req *pb.MembershipRequest) (*pb.MembershipResponse, error) {
 	if s.shard == nil {
 		return nil, status.Error(codes.Unavailable, "shard not initialised yet")
 	}
@@ -569,10 +673,10 @@ func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusR
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.shard == nil {
-		return &pb.StatusResponse{DataAddr: s.dataAddr}, nil
+		return &pb.StatusResponse{DataAddr: s.dataAddr, Role: s.role, Epoch: s.epoch}, nil
 	}
 	st := s.shard.Stats()
-	resp := &pb.StatusResponse{Version: s.shard.Version(), Initialized: true, Done: s.shard.Done(),
+	resp := &pb.StatusResponse{Version: s.visibleVersion(), Initialized: true, Done: s.shard.Done(),
 		StaleDropped: st.StaleDropped, Applied: st.Applied, NumParams: int64(len(s.shard.Params())),
 		RunId: s.runID, LastLoss: s.lastLoss, Generation: s.gen, MaxVersion: s.shard.MaxVersion(), DataAddr: s.dataAddr,
 		RefusedGradients: s.shard.Refused(), NonFiniteGradients: s.shard.NonFinite()}
@@ -580,12 +684,31 @@ func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusR
 		w := int32(o.Worker)
 		resp.FirstOutlierWorker = &w
 	}
+	s.replicaStatus(resp)
 	return resp, nil
 }
 
 // Stop ends training and optionally the process.
 func (s *Server) Stop(ctx context.Context, req *pb.StopRequest) (*pb.StopResponse, error) {
 	s.mu.Lock()
+	if s.role != roleStandby {
+		s.applyStop()
+		// The standby follows (not awaited: nothing after the stop needs
+		// it, and a dead standby must not hold up the run's end).
+		s.replicate(&pb.ReplicaOp{Op: &pb.ReplicaOp_Stop{Stop: &pb.StopRequest{}}})
+	}
+	s.mu.Unlock()
+	if req.Shutdown {
+		s.log.Info("shutdown ordered by the chief")
+		// Answer first: the process exits after the handler returns.
+		go s.shutdown()
+	}
+	return &pb.StopResponse{}, nil
+}
+
+// applyStop is Stop's work on the shard (primary and standby alike). Call
+// with mu held.
+func (s *Server) applyStop() {
 	if s.shard != nil {
 		if !s.guardLogged {
 			s.guardLogged = true
@@ -598,13 +721,6 @@ func (s *Server) Stop(ctx context.Context, req *pb.StopRequest) (*pb.StopRespons
 		s.firePending()
 	}
 	s.notify()
-	s.mu.Unlock()
-	if req.Shutdown {
-		s.log.Info("shutdown ordered by the chief")
-		// Answer first: the process exits after the handler returns.
-		go s.shutdown()
-	}
-	return &pb.StopResponse{}, nil
 }
 
 // logGuard logs what the norm guard saw since Init: the largest norm

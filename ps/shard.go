@@ -40,6 +40,12 @@ type ShardConfig struct {
 	NormGuard float64
 	// Aggregate is how a sync step combines its gradients (empty: mean).
 	Aggregate config.Aggregate
+	// Dedupe (shards with a hot standby): in async and ssp mode a
+	// gradient whose batch the shard has already counted (its data
+	// position is not past the worker's) is a Duplicate: a worker's retry,
+	// after a failover, of a push the old primary applied and replicated
+	// but never answered. (A sync step already knows its contributors.)
+	Dedupe bool
 }
 
 // Options are what a shard needs of the run configuration, and all of it
@@ -366,6 +372,11 @@ func (s *Shard) PushAt(worker int, version int64, grad []float32, after int64) (
 			res.Outcome = Duplicate
 			return res, nil
 		}
+	}
+	if s.cfg.Dedupe && s.cfg.Mode != config.Sync && after > 0 && after <= s.pos[worker] {
+		s.stats.Duplicates++
+		res.Outcome = Duplicate
+		return res, nil
 	}
 	refuse := s.judge(worker, version, &res)
 	s.clock[worker]++

@@ -1,0 +1,567 @@
+package ps
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/transport/wire"
+)
+
+// Hot standbys (--ps-replicas 1; docs/replication.md). A primary forwards
+// every update it applies — pushes, membership changes, the stop — in the
+// order it applied them, to its standby, which applies them to a copy of
+// the same state machine; the copy started from a snapshot of the
+// primary's whole state. A push is answered, and a version shown to a
+// pull, only once the standby has acknowledged it; so when the chief
+// promotes the standby it holds every acknowledged update, and the
+// updates it lacks were never acknowledged: their workers send them again.
+
+// Replica roles (StatusResponse.role).
+const (
+	roleNone    = ""        // no state yet
+	rolePrimary = "primary" // serves workers
+	roleStandby = "standby" // applies its primary's updates
+	roleDeposed = "deposed" // a primary a newer epoch replaced: serves nobody
+)
+
+var allRoles = []string{roleNone, rolePrimary, roleStandby, roleDeposed}
+
+// ReplicaDialer connects to the standby at addr: a client of its gRPC API
+// and the function that closes the connection.
+type ReplicaDialer func(ctx context.Context, addr string) (pb.ParameterServerClient, func() error, error)
+
+// Replication's timing.
+const (
+	// replicaCallTimeout bounds one Replicate call.
+	replicaCallTimeout = 5 * time.Second
+	// replicaAckTimeout bounds how long a push waits for its standby's
+	// acknowledgement before it is refused as Unavailable (the worker
+	// sends it again; the chief drops or replaces a standby that died
+	// well within it).
+	replicaAckTimeout = 20 * time.Second
+	replicaRetryFirst = 10 * time.Millisecond
+	replicaRetryMax   = 200 * time.Millisecond
+)
+
+// SetShardIndex tells the server which shard its process serves (ps/N
+// and standby/N serve shard N): an Init or a replica batch for another
+// shard is refused. Call it before serving.
+func (s *Server) SetShardIndex(i int) { s.shardIndex = i }
+
+// SetReplicaDialer gives the server the way to reach a standby. Call it
+// before serving; without one a primary cannot attach a standby.
+func (s *Server) SetReplicaDialer(d ReplicaDialer) { s.dial = d }
+
+// Close stops the server's background work (a standby link). It does
+// not stop serving.
+func (s *Server) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopReplica()
+}
+
+// setRole records the process's role, in Status and the metrics. Call
+// with mu held.
+func (s *Server) setRole(r string) {
+	s.role = r
+	for _, x := range allRoles {
+		v := 0.0
+		if x == r {
+			v = 1
+		}
+		name := x
+		if name == roleNone {
+			name = "none"
+		}
+		s.m.ReplicaRole.WithLabelValues(name).Set(v)
+	}
+}
+
+// serving refuses a worker's (or the chief's) request to a process that
+// does not serve its shard. Call with mu held.
+func (s *Server) serving() error {
+	switch s.role {
+	case roleStandby:
+		return status.Errorf(codes.Unavailable, "ps: shard %d here is a standby: its primary serves workers", s.index)
+	case roleDeposed:
+		return status.Errorf(codes.Unavailable, "ps: shard %d here is deposed (a standby was promoted at a newer epoch): its new primary serves workers", s.index)
+	}
+	return nil
+}
+
+// replicator is a primary's link to its standby. One goroutine
+// (runReplica) sends the queued operations in order, in batches, and
+// retries a batch until the standby acknowledges it or the link is
+// stopped; the fields below the channels are guarded by Server.mu.
+type replicator struct {
+	addr  string
+	epoch int64
+	stop  chan struct{} // closed: the link is dropped
+	wake  chan struct{} // an operation was queued
+
+	queue        []*pb.ReplicaOp // not yet acknowledged, in order: the first is acked+1
+	queued       []time.Time     // when each queued operation was applied
+	nextSeq      int64           // the next operation's sequence number
+	acked        int64           // the last operation the standby acknowledged
+	ackedVersion int64           // the standby's version after it
+	attached     bool            // the standby acknowledged the snapshot
+	err          error           // the last failure since the last acknowledgement
+}
+
+// replicaWait is what a request waits for: its operation's sequence
+// number on a link (nil: nothing to wait for).
+type replicaWait struct {
+	r   *replicator
+	seq int64
+}
+
+// startReplica attaches the standby at addr: its first operation is a
+// snapshot of the whole state. Until the standby acknowledges it the
+// primary goes on alone. Call with mu held, after stopReplica.
+func (s *Server) startReplica(addr string) error {
+	if s.dial == nil {
+		return status.Error(codes.FailedPrecondition, "ps: this process cannot reach a standby (no replica dialer)")
+	}
+	snap, err := s.snapshotOp()
+	if err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	r := &replicator{addr: addr, epoch: s.epoch, stop: make(chan struct{}), wake: make(chan struct{}, 1),
+		queue: []*pb.ReplicaOp{snap}, queued: []time.Time{time.Now()}, nextSeq: 2}
+	s.rep = r
+	go s.runReplica(r)
+	s.log.Info("attaching a hot standby", "addr", addr, "epoch", s.epoch, "version", s.shard.Version())
+	return nil
+}
+
+// stopReplica drops the standby link, if any: the primary goes on alone,
+// and requests waiting for the standby are answered. Call with mu held.
+func (s *Server) stopReplica() {
+	if s.rep == nil {
+		return
+	}
+	close(s.rep.stop)
+	s.rep = nil
+	s.updateLag()
+	s.notify()
+}
+
+// replicate queues op for the standby, if the primary has one. Call with
+// mu held, right after applying op.
+func (s *Server) replicate(op *pb.ReplicaOp) replicaWait {
+	r := s.rep
+	if r == nil {
+		return replicaWait{}
+	}
+	seq := r.nextSeq
+	r.nextSeq++
+	r.queue = append(r.queue, op)
+	r.queued = append(r.queued, time.Now())
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+	s.updateLag()
+	return replicaWait{r: r, seq: seq}
+}
+
+// replicated says every update applied is on the standby (or there is no
+// attached standby to wait for): what a pull may see. Call with mu held.
+func (s *Server) replicated() bool {
+	r := s.rep
+	return r == nil || !r.attached || r.acked == r.nextSeq-1
+}
+
+// visibleVersion is the version workers can see: the standby's while it
+// lags. Call with mu held.
+func (s *Server) visibleVersion() int64 {
+	if !s.replicated() {
+		return s.rep.ackedVersion
+	}
+	return s.shard.Version()
+}
+
+// awaitReplica waits until w's operation is safe to acknowledge: the
+// standby holds it, the link was dropped or replaced (the primary goes on
+// alone, or a new standby starts from a snapshot that holds it), or the
+// standby never attached. A primary deposed meanwhile refuses it as
+// Unavailable: the worker sends it to the new primary.
+func (s *Server) awaitReplica(ctx context.Context, w replicaWait) error {
+	if w.r == nil {
+		return nil
+	}
+	timer := time.NewTimer(replicaAckTimeout)
+	defer timer.Stop()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		switch {
+		case s.role != rolePrimary:
+			return status.Errorf(codes.Unavailable, "ps: shard %d: not acknowledged (this primary was deposed before its standby held the update)", s.index)
+		case s.rep != w.r || !w.r.attached || w.r.acked >= w.seq:
+			return nil
+		}
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			s.mu.Lock()
+			return status.FromContextError(ctx.Err()).Err()
+		case <-timer.C:
+			s.mu.Lock()
+			return status.Errorf(codes.Unavailable, "ps: shard %d: the standby at %s did not acknowledge the update within %v", s.index, w.r.addr, replicaAckTimeout)
+		}
+		s.mu.Lock()
+	}
+}
+
+// runReplica is the link's goroutine: it connects to the standby and sends
+// it the queued operations in order until the link is stopped. A failed
+// batch is sent again (the standby skips what it already applied); a
+// batch refused because a newer epoch exists deposes the primary.
+func (s *Server) runReplica(r *replicator) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-r.stop
+		cancel()
+	}()
+	var client pb.ParameterServerClient
+	closeConn := func() error { return nil }
+	defer func() { closeConn() }()
+	backoff := replicaRetryFirst
+	retry := func(err error) bool {
+		s.mu.Lock()
+		if s.rep == r && r.err == nil {
+			s.log.Warn("hot standby not reachable; retrying", "addr", r.addr, "err", err)
+		}
+		if s.rep == r {
+			r.err = err
+		}
+		s.mu.Unlock()
+		select {
+		case <-r.stop:
+			return false
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, replicaRetryMax)
+		return true
+	}
+	for client == nil {
+		c, cl, err := s.dial(ctx, r.addr)
+		if err == nil {
+			client, closeConn = c, cl
+		} else if !retry(err) {
+			return
+		}
+	}
+	for {
+		batch, ok := s.nextBatch(r)
+		if !ok {
+			return
+		}
+		cctx, ccancel := context.WithTimeout(ctx, replicaCallTimeout)
+		ack, err := client.Replicate(cctx, batch)
+		ccancel()
+		if err == nil {
+			backoff = replicaRetryFirst
+			s.acknowledged(r, batch, ack)
+			continue
+		}
+		if status.Code(err) == codes.Aborted {
+			s.depose(r, err)
+			return
+		}
+		if !retry(err) {
+			return
+		}
+	}
+}
+
+// nextBatch waits for queued operations and returns the next batch: the
+// oldest unacknowledged operations, as many as fit in about one push's
+// bytes (a snapshot alone). ok is false once the link is stopped.
+func (s *Server) nextBatch(r *replicator) (*pb.ReplicaBatch, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(r.queue) == 0 {
+		s.mu.Unlock()
+		select {
+		case <-r.stop:
+			s.mu.Lock()
+			return nil, false
+		case <-r.wake:
+		}
+		s.mu.Lock()
+	}
+	if s.rep != r {
+		return nil, false
+	}
+	limit := 4 * len(s.shard.Params())
+	n, size := 0, 0
+	for _, op := range r.queue {
+		b := opBytes(op)
+		if n > 0 && (size+b > limit || op.GetSnapshot() != nil) {
+			break
+		}
+		n, size = n+1, size+b
+		if op.GetSnapshot() != nil {
+			break
+		}
+	}
+	return &pb.ReplicaBatch{RunId: s.runID, Shard: int32(s.index), Epoch: r.epoch, FirstSeq: r.acked + 1,
+		Ops: slices.Clone(r.queue[:n])}, true
+}
+
+func opBytes(op *pb.ReplicaOp) int {
+	switch {
+	case op.GetPush() != nil:
+		return len(op.GetPush().Grad)
+	case op.GetSnapshot() != nil:
+		i := op.GetSnapshot().Init
+		return len(i.GetParams()) + len(i.GetOptimizerState()) + len(op.GetSnapshot().ShardState)
+	}
+	return 64
+}
+
+// acknowledged records the standby's acknowledgement of batch.
+func (s *Server) acknowledged(r *replicator, batch *pb.ReplicaBatch, ack *pb.ReplicaAck) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.rep != r {
+		return
+	}
+	last := batch.FirstSeq + int64(len(batch.Ops)) - 1
+	if ack.Seq != last {
+		// The standby holds another history (it restarted?): the link is
+		// broken until the chief attaches it again.
+		r.err = fmt.Errorf("the standby acknowledged operation %d of a batch ending at %d", ack.Seq, last)
+		return
+	}
+	done := int(last - r.acked)
+	for _, op := range r.queue[:done] {
+		s.m.ReplicatedBytes.Add(float64(opBytes(op)))
+	}
+	r.queue, r.queued = slices.Delete(r.queue, 0, done), slices.Delete(r.queued, 0, done)
+	if !r.attached && batch.Ops[0].GetSnapshot() != nil {
+		r.attached = true
+		s.log.Info("hot standby attached", "addr", r.addr, "epoch", r.epoch, "version", ack.Version)
+	}
+	if r.err != nil {
+		s.log.Info("hot standby reachable again", "addr", r.addr)
+	}
+	r.acked, r.ackedVersion, r.err = last, ack.Version, nil
+	s.updateLag()
+	s.notify()
+}
+
+// depose: a newer epoch refused the link's batch; a standby was promoted
+// in this primary's place (it was frozen or cut off). It serves nobody
+// from now on and acknowledges nothing more.
+func (s *Server) depose(r *replicator, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.rep != r {
+		return
+	}
+	s.log.Warn("deposed: a newer primary serves this shard", "epoch", s.epoch, "err", status.Convert(err).Message())
+	s.stopReplica()
+	s.setRole(roleDeposed)
+}
+
+// updateLag sets the lag metrics. Call with mu held.
+func (s *Server) updateLag() {
+	n, age := 0, 0.0
+	if r := s.rep; r != nil && len(r.queued) > 0 {
+		n, age = len(r.queued), time.Since(r.queued[0]).Seconds()
+	}
+	s.m.ReplicationLag.Set(float64(n))
+	s.m.ReplicationLagSeconds.Set(age)
+}
+
+// replicaStatus fills resp's replication fields. Call with mu held.
+func (s *Server) replicaStatus(resp *pb.StatusResponse) {
+	resp.Role, resp.Epoch = s.role, s.epoch
+	if r := s.rep; r != nil {
+		resp.StandbyAddr, resp.StandbyAttached = r.addr, r.attached
+		resp.ReplicationLagUpdates = int64(len(r.queued))
+		if len(r.queued) > 0 {
+			resp.ReplicationLagSeconds = time.Since(r.queued[0]).Seconds()
+		}
+	}
+}
+
+// snapshotOp is the shard's whole state as a replica operation. Call with
+// mu held.
+func (s *Server) snapshotOp() (*pb.ReplicaOp, error) {
+	st, err := encodeShardState(s.shard.State())
+	if err != nil {
+		return nil, err
+	}
+	init := proto.Clone(s.lastInit).(*pb.InitRequest)
+	opt, steps := s.shard.Optimizer().State()
+	init.Params = slices.Clone(wire.Bytes(s.shard.Params()))
+	init.OptimizerState, init.OptimizerStep = slices.Clone(wire.Bytes(opt)), steps
+	init.Version, init.MaxVersion, init.Generation, init.Epoch = s.shard.Version(), s.shard.MaxVersion(), s.gen, s.epoch
+	return &pb.ReplicaOp{Op: &pb.ReplicaOp_Snapshot{Snapshot: &pb.ReplicaSnapshot{Init: init, ShardState: st}}}, nil
+}
+
+// initTemplate is req without its payloads and per-worker lists: what a
+// snapshot's Init repeats of it.
+func initTemplate(req *pb.InitRequest) *pb.InitRequest {
+	t := proto.Clone(req).(*pb.InitRequest)
+	t.Params, t.OptimizerState, t.DataPositions, t.LiveWorkers, t.StandbyAddr = nil, nil, nil, nil, ""
+	return t
+}
+
+// clonePush copies a push for the standby's queue: the data plane reuses
+// the payload's buffer once the push is answered.
+func clonePush(req *pb.PushRequest) *pb.PushRequest {
+	c := proto.Clone(req).(*pb.PushRequest)
+	c.Grad = slices.Clone(req.Grad)
+	return c
+}
+
+// Replicate applies a primary's batch of operations (standby side).
+func (s *Server) Replicate(ctx context.Context, b *pb.ReplicaBatch) (*pb.ReplicaAck, error) {
+	defer s.observe("replicate", time.Now())
+	if len(b.Ops) == 0 || b.FirstSeq < 1 {
+		return nil, status.Errorf(codes.InvalidArgument, "replica batch: %d operations from %d", len(b.Ops), b.FirstSeq)
+	}
+	if s.shardIndex >= 0 && int(b.Shard) != s.shardIndex {
+		return nil, status.Errorf(codes.InvalidArgument, "replica batch for shard %d: this process serves shard %d", b.Shard, s.shardIndex)
+	}
+	var fresh *built
+	if snap := b.Ops[0].GetSnapshot(); snap != nil {
+		x, err := s.fromSnapshot(b, snap)
+		if err != nil {
+			return nil, err
+		}
+		fresh = &x
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b.Epoch < s.epoch || b.Epoch == s.epoch && s.role == rolePrimary {
+		return nil, status.Errorf(codes.Aborted, "replica batch of epoch %d refused: this process is the %s of epoch %d", b.Epoch, s.role, s.epoch)
+	}
+	ops := b.Ops
+	if fresh != nil {
+		s.stopReplica()
+		s.install(*fresh, false)
+		s.setRole(roleStandby)
+		s.epoch, s.replSeq, ops = b.Epoch, b.FirstSeq, ops[1:]
+		s.log.Info("standby: snapshot installed", "shard", b.Shard, "epoch", b.Epoch, "version", s.shard.Version())
+	}
+	if s.role != roleStandby || s.shard == nil || b.Epoch != s.epoch || b.RunId != s.runID {
+		return nil, status.Errorf(codes.Unavailable, "replica batch of epoch %d: this process holds no snapshot of it (role %q, epoch %d)", b.Epoch, s.role, s.epoch)
+	}
+	first := b.FirstSeq + int64(len(b.Ops)-len(ops))
+	for i, op := range ops {
+		seq := first + int64(i)
+		if seq <= s.replSeq {
+			continue // sent again: applied already
+		}
+		if seq != s.replSeq+1 {
+			return nil, status.Errorf(codes.FailedPrecondition, "replica batch: operation %d after %d", seq, s.replSeq)
+		}
+		if err := s.applyReplicated(op); err != nil {
+			return nil, err
+		}
+		s.replSeq = seq
+	}
+	return &pb.ReplicaAck{Seq: s.replSeq, Version: s.shard.Version()}, nil
+}
+
+// fromSnapshot builds the shard a snapshot describes.
+func (s *Server) fromSnapshot(b *pb.ReplicaBatch, snap *pb.ReplicaSnapshot) (built, error) {
+	if b.FirstSeq != 1 || snap.Init == nil {
+		return built{}, status.Errorf(codes.InvalidArgument, "replica batch: a snapshot must open a link (operation 1 with an init), got operation %d", b.FirstSeq)
+	}
+	if snap.Init.RunId != b.RunId || snap.Init.Shard != b.Shard {
+		return built{}, status.Errorf(codes.InvalidArgument, "replica snapshot of run %q shard %d in a batch of run %q shard %d", snap.Init.RunId, snap.Init.Shard, b.RunId, b.Shard)
+	}
+	x, err := s.build(snap.Init)
+	if err != nil {
+		return built{}, err
+	}
+	st, err := decodeShardState(snap.ShardState)
+	if err == nil {
+		err = x.sh.SetState(st)
+	}
+	if err != nil {
+		return built{}, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return x, nil
+}
+
+// applyReplicated applies one of the primary's operations. Call with mu
+// held.
+func (s *Server) applyReplicated(op *pb.ReplicaOp) error {
+	switch {
+	case op.GetPush() != nil:
+		s.applyPush(op.GetPush()) // the same outcome as on the primary, errors included
+	case op.GetMembership() != nil:
+		if _, err := s.applyMembership(op.GetMembership()); err != nil {
+			return status.Errorf(codes.FailedPrecondition, "replicated membership change: %v (the primary applied it)", err)
+		}
+	case op.GetStop() != nil:
+		s.applyStop()
+	default:
+		return status.Error(codes.InvalidArgument, "replica batch: an empty operation, or a snapshot after the first")
+	}
+	return nil
+}
+
+// Promote makes a standby its shard's primary at a newer epoch (chief
+// only): it serves workers at once, from the state its old primary
+// acknowledged, and refuses that primary's batches from now on.
+func (s *Server) Promote(ctx context.Context, req *pb.PromoteRequest) (*pb.PromoteResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.role != roleStandby || s.shard == nil:
+		return nil, status.Errorf(codes.FailedPrecondition, "promote: this process is not a standby holding a snapshot (role %q)", s.role)
+	case req.RunId != s.runID || int(req.Shard) != s.index:
+		return nil, status.Errorf(codes.FailedPrecondition, "promote: for run %q shard %d, this standby holds run %q shard %d", req.RunId, req.Shard, s.runID, s.index)
+	case req.Epoch <= s.epoch:
+		return nil, status.Errorf(codes.FailedPrecondition, "promote: epoch %d is not past this standby's %d", req.Epoch, s.epoch)
+	}
+	s.setRole(rolePrimary)
+	s.epoch = req.Epoch
+	s.advanced()
+	s.log.Warn("promoted to primary", "shard", s.index, "epoch", s.epoch, "version", s.shard.Version())
+	return &pb.PromoteResponse{Version: s.shard.Version()}, nil
+}
+
+// SetStandby attaches a primary's standby at addr, or drops it ("": the
+// primary goes on alone), at the epoch given (chief only).
+func (s *Server) SetStandby(ctx context.Context, req *pb.SetStandbyRequest) (*pb.SetStandbyResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.role != rolePrimary || s.shard == nil:
+		return nil, status.Errorf(codes.FailedPrecondition, "set standby: this process is not its shard's primary (role %q)", s.role)
+	case req.RunId != s.runID || int(req.Shard) != s.index:
+		return nil, status.Errorf(codes.FailedPrecondition, "set standby: for run %q shard %d, this primary serves run %q shard %d", req.RunId, req.Shard, s.runID, s.index)
+	case req.Epoch < s.epoch:
+		return nil, status.Errorf(codes.FailedPrecondition, "set standby: epoch %d is older than this primary's %d", req.Epoch, s.epoch)
+	}
+	s.stopReplica()
+	s.epoch = req.Epoch
+	if req.Addr == "" {
+		s.log.Warn("hot standby dropped: going on alone", "epoch", s.epoch)
+		return &pb.SetStandbyResponse{}, nil
+	}
+	if err := s.startReplica(req.Addr); err != nil {
+		return nil, err
+	}
+	return &pb.SetStandbyResponse{}, nil
+}

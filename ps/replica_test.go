@@ -1,0 +1,417 @@
+package ps
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/ml/model"
+	"github.com/pstrain/pstrain/ml/partition"
+	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/transport/wire"
+)
+
+// link is a primary's connection to its standby, in memory. Before each
+// batch reaches the standby, onBatch may "kill" the primary: the batch is
+// then lost (or, with ackLost, applied by the standby but its
+// acknowledgement lost), and the link stays cut.
+type link struct {
+	pb.ParameterServerClient // only Replicate is called
+	to                       *Server
+	mu                       sync.Mutex
+	cut                      bool
+	onBatch                  func(*pb.ReplicaBatch) (kill, ackLost bool)
+	killed                   func()
+}
+
+func (l *link) Replicate(ctx context.Context, b *pb.ReplicaBatch, _ ...grpc.CallOption) (*pb.ReplicaAck, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cut {
+		return nil, status.Error(codes.Unavailable, "the primary is dead")
+	}
+	if l.onBatch != nil {
+		if kill, ackLost := l.onBatch(b); kill {
+			if ackLost {
+				if _, err := l.to.Replicate(ctx, b); err != nil {
+					return nil, err
+				}
+			}
+			l.cut = true
+			l.killed()
+			return nil, status.Error(codes.Unavailable, "the primary died")
+		}
+	}
+	return l.to.Replicate(ctx, b)
+}
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// replicaInit is the Init of shard 0 of 1 of a small model.
+func replicaInit(t *testing.T, mode config.Mode, epoch int64, standby string) (*pb.InitRequest, int) {
+	t.Helper()
+	spec := model.Spec{Input: 5, Hidden: []int{4}, Classes: 3}
+	plan, err := partition.New(spec, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := config.Default()
+	r.Mode, r.Workers, r.PS, r.Optimizer, r.LRSchedule, r.WarmupSteps, r.LR = mode, 2, 1, "momentum", "cosine", 3, 0.1
+	n := plan.Shards[0].Size
+	params := make([]float32, n)
+	for i := range params {
+		params[i] = float32(i%7) / 7
+	}
+	return &pb.InitRequest{RunId: "r", Shard: 0, NumShards: 1, ShardOptions: OptionsFor(r).JSON(),
+		Params: wire.Bytes(params), ModelSpec: spec.JSON(), MaxVersion: 1000, StepsPerEpoch: 10,
+		Generation: 1, Epoch: epoch, StandbyAddr: standby}, n
+}
+
+// gradOf is worker w's gradient for its i-th push: fixed numbers, so two
+// runs of the same pushes apply the same floats.
+func gradOf(w, i, n int) []float32 {
+	g := make([]float32, n)
+	for j := range g {
+		g[j] = float32((w+1)*(j+3)%11-5) / float32(1+i%5)
+	}
+	return g
+}
+
+// failover sends a worker's requests to the shard's current process and
+// switches to the other on Unavailable, as a worker's client does.
+type failover struct {
+	procs  [2]*Server
+	dead   [2]chan struct{}
+	cur    int
+	orphan int // pushes a dead process never answered
+}
+
+func (f *failover) push(t *testing.T, req *pb.PushRequest) *pb.PushResponse {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		i := f.cur
+		type result struct {
+			resp *pb.PushResponse
+			err  error
+		}
+		ch := make(chan result, 1)
+		go func() {
+			resp, err := f.procs[i].Push(context.Background(), req)
+			ch <- result{resp, err}
+		}()
+		var res result
+		select {
+		case res = <-ch:
+			select {
+			case <-f.dead[i]:
+				// Answered after its process died: nobody hears it.
+				res = result{err: status.Error(codes.Unavailable, "dead")}
+			default:
+			}
+		case <-f.dead[i]:
+			f.orphan++
+			res = result{err: status.Error(codes.Unavailable, "connection lost")}
+		}
+		if res.err == nil {
+			return res.resp
+		}
+		if status.Code(res.err) != codes.Unavailable {
+			t.Fatalf("push %+v: %v", req, res.err)
+		}
+		f.cur = 1 - f.cur
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("push of worker %d at version %d: no process took it", req.Worker, req.Version)
+	return nil
+}
+
+func (f *failover) pull(t *testing.T, worker int32, minVersion int64) *pb.PullResponse {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-f.dead[f.cur]:
+			f.cur = 1 - f.cur
+			continue
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		resp, err := f.procs[f.cur].Pull(ctx, &pb.PullRequest{Worker: worker, MinVersion: minVersion, RunId: "r"})
+		cancel()
+		if err == nil {
+			return resp
+		}
+		if c := status.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded {
+			t.Fatalf("pull: %v", err)
+		}
+		f.cur = 1 - f.cur
+	}
+	t.Fatalf("pull of worker %d at version %d: nobody answered", worker, minVersion)
+	return nil
+}
+
+// trainPushes runs steps of two workers pushing in index order through
+// push, each pulling the next version first, and returns the final
+// parameters as pulled.
+func trainPushes(t *testing.T, mode config.Mode, steps int, push func(*pb.PushRequest) *pb.PushResponse,
+	pull func(worker int32, min int64) *pb.PullResponse, n int) []float32 {
+	t.Helper()
+	var pos [2]int64
+	var last *pb.PullResponse
+	for i := range steps {
+		for w := range int32(2) {
+			min := int64(0)
+			if mode == config.Sync {
+				min = int64(i)
+			}
+			view := pull(w, min)
+			pos[w]++
+			push(&pb.PushRequest{Worker: w, Version: view.Version, Grad: wire.Bytes(gradOf(int(w), i, n)), RunId: "r",
+				Generation: 1, DataPosition: pos[w]})
+		}
+	}
+	last = pull(0, 0)
+	if mode == config.Sync && last.Version != int64(steps) {
+		t.Fatalf("after %d steps the shard is at version %d", steps, last.Version)
+	}
+	p, err := wire.Floats(last.Params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.Clone(p)
+}
+
+// A primary killed around the replication of a push — before its standby
+// got it, or after the standby applied it but before the primary heard so
+// — never acknowledges it; the worker sends it to the promoted standby,
+// and the run ends with exactly the parameters of an undisturbed run.
+func TestFailoverLosesNoAcknowledgedPush(t *testing.T) {
+	const steps = 12
+	cases := []struct {
+		name       string
+		mode       config.Mode
+		killWorker int32 // the push whose replication the primary dies in
+		killAt     int64 // that worker's data position
+		ackLost    bool
+	}{
+		{"sync first push of a step, lost", config.Sync, 0, 5, false},
+		{"sync push completing a step, lost", config.Sync, 1, 5, false},
+		{"sync push completing a step, applied by the standby", config.Sync, 1, 7, true},
+		{"async push, lost", config.Async, 1, 6, false},
+		{"async push, applied by the standby", config.Async, 0, 6, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			// The undisturbed run: one process, no standby.
+			ref := NewServer(quietLog(), nil, nil)
+			req, n := replicaInit(t, c.mode, 0, "")
+			if _, err := ref.Init(context.Background(), req); err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			want := trainPushes(t, c.mode, steps,
+				func(r *pb.PushRequest) *pb.PushResponse {
+					resp, err := ref.Push(ctx, r)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return resp
+				},
+				func(w int32, min int64) *pb.PullResponse {
+					resp, err := ref.Pull(ctx, &pb.PullRequest{Worker: w, MinVersion: min, RunId: "r"})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return resp
+				}, n)
+
+			primary, standby := NewServer(quietLog(), nil, nil), NewServer(quietLog(), nil, nil)
+			f := &failover{procs: [2]*Server{primary, standby}, dead: [2]chan struct{}{make(chan struct{}), make(chan struct{})}}
+			killed := false
+			l := &link{to: standby}
+			l.onBatch = func(b *pb.ReplicaBatch) (bool, bool) {
+				for _, op := range b.Ops {
+					if p := op.GetPush(); p != nil && p.Worker == c.killWorker && p.DataPosition == c.killAt {
+						return true, c.ackLost
+					}
+				}
+				return false, false
+			}
+			l.killed = func() {
+				killed = true
+				close(f.dead[0])
+				// The chief's part: promote the standby.
+				if _, err := standby.Promote(ctx, &pb.PromoteRequest{RunId: "r", Shard: 0, Epoch: 2}); err != nil {
+					t.Error(err)
+				}
+			}
+			primary.SetReplicaDialer(func(context.Context, string) (pb.ParameterServerClient, func() error, error) {
+				return l, func() error { return nil }, nil
+			})
+			t.Cleanup(primary.Close)
+			req, _ = replicaInit(t, c.mode, 1, "standby")
+			if _, err := primary.Init(ctx, req); err != nil {
+				t.Fatal(err)
+			}
+			waitAttached(t, primary)
+			got := trainPushes(t, c.mode, steps, func(r *pb.PushRequest) *pb.PushResponse { return f.push(t, r) },
+				func(w int32, min int64) *pb.PullResponse { return f.pull(t, w, min) }, n)
+			if !killed {
+				t.Fatal("the primary was never killed: the test proves nothing")
+			}
+			if f.orphan != 1 {
+				t.Errorf("%d pushes were left unanswered by the dead primary, want 1 (the one it died replicating)", f.orphan)
+			}
+			if f.cur != 1 {
+				t.Error("the run did not end on the promoted standby")
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("parameters after the failover differ from the undisturbed run's:\n got %v\nwant %v", got[:6], want[:6])
+			}
+			st, err := standby.Status(ctx, &pb.StatusRequest{})
+			if err != nil || st.Role != rolePrimary || st.Epoch != 2 {
+				t.Fatalf("the promoted standby's status: %+v, %v", st, err)
+			}
+		})
+	}
+}
+
+func waitAttached(t *testing.T, s *Server) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		st, err := s.Status(context.Background(), &pb.StatusRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.StandbyAttached {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatal("the standby never attached")
+}
+
+// A standby refuses workers, and a deposed primary acknowledges nothing:
+// once its standby was promoted at a newer epoch, its next batch is
+// refused and it steps down.
+func TestStandbyRefusesWorkersAndFencesItsOldPrimary(t *testing.T) {
+	ctx := context.Background()
+	primary, standby := NewServer(quietLog(), nil, nil), NewServer(quietLog(), nil, nil)
+	l := &link{to: standby}
+	primary.SetReplicaDialer(func(context.Context, string) (pb.ParameterServerClient, func() error, error) {
+		return l, func() error { return nil }, nil
+	})
+	t.Cleanup(primary.Close)
+	req, n := replicaInit(t, config.Sync, 1, "standby")
+	if _, err := primary.Init(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	waitAttached(t, primary)
+	_, err := standby.Push(ctx, &pb.PushRequest{Worker: 0, Grad: wire.Bytes(make([]float32, n)), RunId: "r", Generation: 1})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("a standby took a worker's push: %v", err)
+	}
+	if _, err := standby.Pull(ctx, &pb.PullRequest{Worker: 0, RunId: "r"}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("a standby answered a worker's pull: %v", err)
+	}
+	if _, err := standby.Promote(ctx, &pb.PromoteRequest{RunId: "r", Shard: 0, Epoch: 1}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("promotion at the current epoch: %v", err)
+	}
+	// The primary is frozen (as far as the chief can tell); its standby is
+	// promoted. The old primary wakes up and takes a push: the standby
+	// refuses the batch, the primary is deposed and refuses the push.
+	if _, err := standby.Promote(ctx, &pb.PromoteRequest{RunId: "r", Shard: 0, Epoch: 2}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = primary.Push(ctx, &pb.PushRequest{Worker: 0, Grad: wire.Bytes(gradOf(0, 0, n)), RunId: "r", Generation: 1, DataPosition: 1})
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("a deposed primary's push: %v, want Unavailable", err)
+	}
+	st, _ := primary.Status(ctx, &pb.StatusRequest{})
+	if st.Role != roleDeposed {
+		t.Fatalf("old primary's role %q, want deposed", st.Role)
+	}
+	if v, _ := standby.Status(ctx, &pb.StatusRequest{}); v.Version != 0 || v.Role != rolePrimary {
+		t.Fatalf("the new primary took the deposed one's update: %+v", v)
+	}
+	// The new primary attaches the old one as its standby (a newer epoch).
+	l2 := &link{to: primary}
+	standby.SetReplicaDialer(func(context.Context, string) (pb.ParameterServerClient, func() error, error) {
+		return l2, func() error { return nil }, nil
+	})
+	t.Cleanup(standby.Close)
+	if _, err := standby.SetStandby(ctx, &pb.SetStandbyRequest{RunId: "r", Shard: 0, Epoch: 3, Addr: "ps/0"}); err != nil {
+		t.Fatal(err)
+	}
+	waitAttached(t, standby)
+	if st, _ := primary.Status(ctx, &pb.StatusRequest{}); st.Role != roleStandby || st.Epoch != 3 {
+		t.Fatalf("the old primary after the attach: role %q epoch %d", st.Role, st.Epoch)
+	}
+}
+
+// A primary whose standby died waits, and goes on alone once the chief
+// drops the standby: the waiting push is then acknowledged.
+func TestDroppedStandbyReleasesWaitingPushes(t *testing.T) {
+	ctx := context.Background()
+	primary, standby := NewServer(quietLog(), nil, nil), NewServer(quietLog(), nil, nil)
+	l := &link{to: standby}
+	primary.SetReplicaDialer(func(context.Context, string) (pb.ParameterServerClient, func() error, error) {
+		return l, func() error { return nil }, nil
+	})
+	t.Cleanup(primary.Close)
+	req, n := replicaInit(t, config.Sync, 1, "standby")
+	if _, err := primary.Init(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	waitAttached(t, primary)
+	l.mu.Lock()
+	l.cut = true // the standby died
+	l.mu.Unlock()
+	done := make(chan error, 1)
+	go func() {
+		_, err := primary.Push(ctx, &pb.PushRequest{Worker: 0, Grad: wire.Bytes(gradOf(0, 0, n)), RunId: "r", Generation: 1, DataPosition: 1})
+		done <- err
+	}()
+	// The push is applied but not acknowledged while the standby is gone.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, _ := primary.Status(ctx, &pb.StatusRequest{})
+		if st.ReplicationLagUpdates == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the push never reached the replication queue")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("push answered while its standby was unreachable: %v", err)
+	default:
+	}
+	if _, err := primary.SetStandby(ctx, &pb.SetStandbyRequest{RunId: "r", Shard: 0, Epoch: 2}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the push still waits after the standby was dropped")
+	}
+	if _, err := primary.SetStandby(ctx, &pb.SetStandbyRequest{RunId: "r", Shard: 0, Epoch: 1}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("a set-standby of an older epoch: %v", err)
+	}
+}
