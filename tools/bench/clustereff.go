@@ -16,16 +16,26 @@ type ClusterSetup struct {
 	Mode    string
 	PS      int
 	Workers int
+	// Replicas is --ps-replicas: 1 gives every shard a hot standby
+	// (docs/replication.md).
+	Replicas int
 }
 
-// Name is the setup's key in the JSON ("sync-2ps-2w").
-func (s ClusterSetup) Name() string { return fmt.Sprintf("%s-%dps-%dw", s.Mode, s.PS, s.Workers) }
+// Name is the setup's key in the JSON ("sync-2ps-2w", "sync-2ps-2w-r1"
+// with hot standbys).
+func (s ClusterSetup) Name() string {
+	n := fmt.Sprintf("%s-%dps-%dw", s.Mode, s.PS, s.Workers)
+	if s.Replicas > 0 {
+		n += fmt.Sprintf("-r%d", s.Replicas)
+	}
+	return n
+}
 
 // ClusterSetups are the clusters measured: the default one (sync, 2 PS,
-// 2 workers, whose efficiency is the headline), the same async, and
-// 1 PS + 1 worker.
+// 2 workers, whose efficiency is the headline), the same async, 1 PS + 1
+// worker, and the first two with hot standbys (what replication costs).
 func ClusterSetups() []ClusterSetup {
-	return []ClusterSetup{{"sync", 2, 2}, {"async", 2, 2}, {"sync", 1, 1}}
+	return []ClusterSetup{{"sync", 2, 2, 0}, {"async", 2, 2, 0}, {"sync", 1, 1, 0}, {"sync", 2, 2, 1}, {"async", 2, 2, 1}}
 }
 
 // ClusterPlan says how long the two runs of each setup train: the
@@ -83,6 +93,10 @@ type ClusterResult struct {
 	CeilingSamplesPerSecond float64      `json:"ceiling_samples_per_second"`
 	MachineSamplesPerSecond float64      `json:"machine_samples_per_second"`
 	Runs                    []ClusterRun `json:"runs"`
+	// ReplicaThroughput is, by setup without replicas ("sync-2ps-2w"),
+	// the samples/s of the same cluster with hot standbys over its own:
+	// what --ps-replicas 1 keeps of the throughput.
+	ReplicaThroughput map[string]float64 `json:"replica_throughput,omitempty"`
 }
 
 // Efficiency is samples/s over what cores processes each at the ceiling
@@ -141,14 +155,42 @@ func Cluster(ctx context.Context, r Runner, p ClusterPlan, cores int, ceiling fl
 		}
 		res.Runs = append(res.Runs, row)
 	}
+	res.ReplicaThroughput = replicaThroughput(p.Setups, res.Runs)
 	return res, nil
+}
+
+// replicaThroughput pairs each setup with hot standbys with the same one
+// without and gives the ratio of their rates.
+func replicaThroughput(setups []ClusterSetup, runs []ClusterRun) map[string]float64 {
+	rate := map[ClusterSetup]float64{}
+	for i, s := range setups {
+		if runs[i].Error == "" {
+			rate[s] = runs[i].SamplesPerSecond
+		}
+	}
+	var out map[string]float64
+	for s, r := range rate {
+		base := s
+		base.Replicas = 0
+		if b, ok := rate[base]; ok && s.Replicas > 0 && b > 0 {
+			if out == nil {
+				out = map[string]float64{}
+			}
+			out[base.Name()] = r / b
+		}
+	}
+	return out
 }
 
 func clusterSetup(ctx context.Context, r Runner, p ClusterPlan, s ClusterSetup, cores int, ceiling float64) ClusterRun {
 	row := ClusterRun{Name: s.Name(), Mode: s.Mode, PS: s.PS, Workers: s.Workers, Batch: p.Batch,
 		ShortEpochs: p.ShortEpochs, LongEpochs: p.LongEpochs}
 	args := func(epochs float64) []string {
-		return append(GridArgs(s.Mode, s.PS, s.Workers, epochs), "--batch", fmt.Sprint(p.Batch))
+		a := append(GridArgs(s.Mode, s.PS, s.Workers, epochs), "--batch", fmt.Sprint(p.Batch))
+		if s.Replicas > 0 {
+			a = append(a, "--ps-replicas", fmt.Sprint(s.Replicas))
+		}
+		return a
 	}
 	short, _, err := r.Run(ctx, args(p.ShortEpochs))
 	if err != nil {

@@ -84,7 +84,7 @@ func TestSamplesToTarget(t *testing.T) {
 // steady rate is rate exactly.
 type clusterRunner struct {
 	calls [][]string
-	rate  map[string]float64 // by mode
+	rate  map[string]float64 // by mode, "sync-r1" with --ps-replicas 1
 	fail  string             // fail runs with these flags
 }
 
@@ -98,6 +98,10 @@ func (f *clusterRunner) Run(ctx context.Context, args []string) (*report.Report,
 	workers, _ := strconv.Atoi(flag("--workers"))
 	batch, _ := strconv.Atoi(flag("--batch"))
 	mode := flag("--mode")
+	key := mode
+	if slices.Contains(args, "--ps-replicas") {
+		key += "-r" + flag("--ps-replicas")
+	}
 	samples := epochs * 60000
 	perStep := batch
 	if mode == "sync" {
@@ -105,7 +109,7 @@ func (f *clusterRunner) Run(ctx context.Context, args []string) (*report.Report,
 	}
 	steps := int64(samples) / int64(perStep)
 	rep := &report.Report{Mode: mode, Batch: batch, ReplicasToAggregate: workers, GlobalSteps: steps,
-		TrainSeconds: 1 + float64(steps*int64(perStep))/f.rate[mode],
+		TrainSeconds: 1 + float64(steps*int64(perStep))/f.rate[key],
 		Bottleneck: &bottleneck.Breakdown{Phases: &bottleneck.Phases{Compute: 0.5, Push: 0.2, Pull: 0.2, BarrierWait: 0.1},
 			Tasks: []bottleneck.Task{{Task: "ps/0", CPUPercent: ptrTo(22.0)}, {Task: "chief"}}}}
 	return rep, 5 * time.Second, nil
@@ -114,13 +118,14 @@ func (f *clusterRunner) Run(ctx context.Context, args []string) (*report.Report,
 func ptrTo(v float64) *float64 { return &v }
 
 func TestClusterSection(t *testing.T) {
-	f := &clusterRunner{rate: map[string]float64{"sync": 16000, "async": 20000}, fail: "--ps 1"}
+	rates := map[string]float64{"sync": 16000, "async": 20000, "sync-r1": 12000, "async-r1": 18000}
+	f := &clusterRunner{rate: rates, fail: "--ps 1 "}
 	p := ClusterPlan{Setups: ClusterSetups(), Batch: 100, ShortEpochs: 0.5, LongEpochs: 2}
 	res, err := Cluster(context.Background(), f, p, 2, 32000)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(f.calls) != 5 {
+	if len(f.calls) != 9 {
 		t.Fatalf("%d runs, want a short and a long one per setup, none after a failed short one: %q", len(f.calls), f.calls)
 	}
 	if want := []string{"--mode", "sync", "--ps", "2", "--workers", "2", "--epochs", "0.5", "--target-accuracy", "0", "--eval-every", "0s", "--batch", "100"}; !slices.Equal(f.calls[0], want) {
@@ -129,8 +134,14 @@ func TestClusterSection(t *testing.T) {
 	if res.Cores != 2 || res.CeilingSamplesPerSecond != 32000 || res.MachineSamplesPerSecond != 64000 || res.Batch != 100 {
 		t.Errorf("cluster header = %+v", res)
 	}
-	if len(res.Runs) != 3 {
+	if len(res.Runs) != 5 {
 		t.Fatalf("runs = %+v", res.Runs)
+	}
+	if r := res.Runs[3]; r.Name != "sync-2ps-2w-r1" || !near(r.SamplesPerSecond, 12000) || !slices.Contains(f.calls[5], "--ps-replicas") {
+		t.Errorf("sync with hot standbys = %+v (flags %q)", r, f.calls[5])
+	}
+	if x := res.ReplicaThroughput; len(x) != 2 || !near(x["sync-2ps-2w"], 0.75) || !near(x["async-2ps-2w"], 0.9) {
+		t.Errorf("replica throughput = %v, want sync 0.75 and async 0.9", x)
 	}
 	def, async, small := res.Runs[0], res.Runs[1], res.Runs[2]
 	// 1.5 epochs measured: 90000 samples (900 sync steps of 2 x 100).
@@ -165,13 +176,13 @@ func TestClusterSection(t *testing.T) {
 	if err := json.Unmarshal(b, &got); err != nil {
 		t.Fatal(err)
 	}
-	if got.Cluster.Efficiency == nil || !near(*got.Cluster.Efficiency, 0.25) || len(got.Cluster.Runs) != 3 ||
+	if got.Cluster.Efficiency == nil || !near(*got.Cluster.Efficiency, 0.25) || len(got.Cluster.Runs) != 5 ||
 		got.Cluster.Runs[1].Name != "async-2ps-2w" || got.Cluster.Runs[1].Efficiency == nil {
 		t.Errorf("JSON: %s", b)
 	}
 
 	// The default cluster failing fails the section.
-	if _, err := Cluster(context.Background(), &clusterRunner{rate: f.rate, fail: "--mode sync --ps 2"}, p, 2, 32000); err == nil {
+	if _, err := Cluster(context.Background(), &clusterRunner{rate: f.rate, fail: "--mode sync --ps 2 --workers 2 --epochs 0.5"}, p, 2, 32000); err == nil {
 		t.Error("a failing default cluster did not fail the section")
 	}
 	if _, err := Cluster(context.Background(), f, ClusterPlan{Setups: ClusterSetups(), Batch: 100, ShortEpochs: 1, LongEpochs: 1}, 2, 1); err == nil {
@@ -180,14 +191,14 @@ func TestClusterSection(t *testing.T) {
 }
 
 func TestRunClusterAndEndToEndRatios(t *testing.T) {
-	f := &clusterRunner{rate: map[string]float64{"sync": 16000, "async": 20000}}
+	f := &clusterRunner{rate: map[string]float64{"sync": 16000, "async": 20000, "sync-r1": 12000, "async-r1": 18000}}
 	res, err := Run(context.Background(), Config{Sections: []string{SectionCluster}, Quick: true, Spec: mnistMLP,
 		Batches: []int{128}, BLAS: gonum.Implementation{}, BLASName: "gonum", Budget: time.Millisecond, Rounds: 1, Runner: f})
 	if err != nil || len(res.Errors) > 0 {
 		t.Fatalf("Run = %+v, %v", res, err)
 	}
 	c := res.Cluster
-	if c == nil || c.CeilingSamplesPerSecond <= 0 || c.Cores != res.Machine.CPUs || len(c.Runs) != 3 ||
+	if c == nil || c.CeilingSamplesPerSecond <= 0 || c.Cores != res.Machine.CPUs || len(c.Runs) != 5 ||
 		!near(c.Efficiency, 16000/(float64(c.Cores)*c.CeilingSamplesPerSecond)) {
 		t.Fatalf("cluster = %+v", c)
 	}
@@ -195,7 +206,8 @@ func TestRunClusterAndEndToEndRatios(t *testing.T) {
 	if err := WriteTable(&sb, res); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(sb.String(), "cluster: efficiency") || !strings.Contains(sb.String(), "async-2ps-2w") {
+	if !strings.Contains(sb.String(), "cluster: efficiency") || !strings.Contains(sb.String(), "async-2ps-2w") ||
+		!strings.Contains(sb.String(), "sync-2ps-2w keeps 0.75 of its samples/s") {
 		t.Errorf("table:\n%s", sb.String())
 	}
 

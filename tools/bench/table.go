@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"text/tabwriter"
 )
@@ -71,6 +72,9 @@ func WriteTable(w io.Writer, r *Result) error {
 			}
 			fmt.Fprintf(tw, "  %s\t%.0f\t%.2f\t%d\t%.2f\t%s\n", row.Name, row.SamplesPerSecond, row.Efficiency,
 				row.MeasuredSamples, row.MeasuredSeconds, ph)
+		}
+		for _, name := range slices.Sorted(maps.Keys(c.ReplicaThroughput)) {
+			fmt.Fprintf(tw, "  with hot standbys (--ps-replicas 1), %s keeps %.2f of its samples/s\n", name, c.ReplicaThroughput[name])
 		}
 	}
 	if e := r.EndToEnd; e != nil {
