@@ -106,14 +106,15 @@ func New(cfg Config) (*Chief, error) {
 	if cfg.EvalSubset <= 0 {
 		cfg.EvalSubset = 0.2
 	}
-	core := NewCore(CoreParams{Run: cfg.Run, TrainN: cfg.TrainN, Model: cfg.Spec.String(), Spec: cfg.Spec.JSON(), Evaluate: cfg.Evaluator != nil,
-		Checkpoints: cfg.Store != nil, StartupTimeout: cfg.StartupTimeout, EvalSubset: cfg.EvalSubset}, cfg.RunID, cfg.Log, cfg.Metrics, cfg.Now())
+	params := CoreParams{Run: cfg.Run, TrainN: cfg.TrainN, Model: cfg.Spec.String(), Spec: cfg.Spec.JSON(), Evaluate: cfg.Evaluator != nil,
+		Checkpoints: cfg.Store != nil, StartupTimeout: cfg.StartupTimeout, EvalSubset: cfg.EvalSubset}
 	for _, p := range cfg.PS {
-		core.p.PSAddrs = append(core.p.PSAddrs, p.Addr)
+		params.PSAddrs = append(params.PSAddrs, p.Addr)
 	}
 	for _, p := range cfg.Standbys {
-		core.p.StandbyAddrs = append(core.p.StandbyAddrs, p.Addr)
+		params.StandbyAddrs = append(params.StandbyAddrs, p.Addr)
 	}
+	core := NewCore(params, cfg.RunID, cfg.Log, cfg.Metrics, cfg.Now())
 	c := &Chief{cfg: cfg, plan: plan, core: core, scale: scaleWatch{since: time.Now()}}
 	// Every task's restart counter exists from the start, so dashboards
 	// show 0 rather than nothing.
