@@ -107,6 +107,27 @@ type Reinit struct {
 // their next pull). Answered by Core.ShardsStopped.
 type StopShards struct{}
 
+// Promote makes Task (standby/N or ps/N), the standby of shard Shard,
+// the shard's primary at Epoch: its primary died with the standby
+// attached (docs/replication.md, rule 1). Answered by Core.Promoted with
+// the version the new primary serves from, or Core.PromoteFailed.
+type Promote struct {
+	Shard int
+	Task  string
+	Epoch int64
+}
+
+// SetStandby tells shard Shard's primary where its standby listens, at
+// Epoch: Addr "" drops the standby (it died: the primary goes on alone),
+// else the primary sends that process a snapshot and then every update
+// (docs/replication.md, rules 2 and 3). Answered by Core.StandbySet or
+// Core.StandbyFailed.
+type SetStandby struct {
+	Shard int
+	Epoch int64
+	Addr  string
+}
+
 // SaveState persists what a restarted chief needs.
 type SaveState struct{ State State }
 
@@ -135,6 +156,8 @@ func (Evaluate) action()      {}
 func (Checkpoint) action()    {}
 func (Reinit) action()        {}
 func (StopShards) action()    {}
+func (Promote) action()       {}
+func (SetStandby) action()    {}
 func (SaveState) action()     {}
 func (Finish) action()        {}
 
@@ -164,6 +187,16 @@ func (a Reinit) String() string {
 	return fmt.Sprintf("reinit-from-evaluated generation=%d version=%d", a.Generation, a.Version)
 }
 func (StopShards) String() string { return "stop-shards" }
+func (a Promote) String() string {
+	return fmt.Sprintf("promote shard=%d task=%s epoch=%d", a.Shard, a.Task, a.Epoch)
+}
+func (a SetStandby) String() string {
+	addr := a.Addr
+	if addr == "" {
+		addr = "none"
+	}
+	return fmt.Sprintf("set-standby shard=%d epoch=%d addr=%s", a.Shard, a.Epoch, addr)
+}
 func (a SaveState) String() string {
 	return fmt.Sprintf("save-state generation=%d", a.State.Generation)
 }

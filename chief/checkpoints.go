@@ -124,7 +124,7 @@ func (c *Chief) writeShardsAndCommit(ctx context.Context, a Checkpoint, step, at
 	resps := make([]*pb.CheckpointResponse, len(c.cfg.PS))
 	errs := make([]error, len(c.cfg.PS))
 	var wg sync.WaitGroup
-	for s, p := range c.cfg.PS {
+	for s, p := range c.primaries() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

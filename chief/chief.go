@@ -13,7 +13,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math"
 	"sync"
 	"time"
 
@@ -85,6 +84,9 @@ func New(cfg Config) (*Chief, error) {
 	if len(cfg.PS) != cfg.Run.PS {
 		return nil, fmt.Errorf("chief: %d PS addresses for --ps %d", len(cfg.PS), cfg.Run.PS)
 	}
+	if len(cfg.Standbys) > 0 && len(cfg.Standbys) != len(cfg.PS) {
+		return nil, fmt.Errorf("chief: %d standby addresses for %d PS: a hot standby needs one per shard, or none", len(cfg.Standbys), len(cfg.PS))
+	}
 	plan, err := partition.New(cfg.Spec, cfg.Run.PS)
 	if err != nil {
 		return nil, err
@@ -104,11 +106,15 @@ func New(cfg Config) (*Chief, error) {
 	if cfg.EvalSubset <= 0 {
 		cfg.EvalSubset = 0.2
 	}
-	core := NewCore(CoreParams{Run: cfg.Run, TrainN: cfg.TrainN, Model: cfg.Spec.String(), Spec: cfg.Spec.JSON(), Evaluate: cfg.Evaluator != nil,
-		Checkpoints: cfg.Store != nil, StartupTimeout: cfg.StartupTimeout, EvalSubset: cfg.EvalSubset}, cfg.RunID, cfg.Log, cfg.Metrics, cfg.Now())
+	params := CoreParams{Run: cfg.Run, TrainN: cfg.TrainN, Model: cfg.Spec.String(), Spec: cfg.Spec.JSON(), Evaluate: cfg.Evaluator != nil,
+		Checkpoints: cfg.Store != nil, StartupTimeout: cfg.StartupTimeout, EvalSubset: cfg.EvalSubset}
 	for _, p := range cfg.PS {
-		core.p.PSAddrs = append(core.p.PSAddrs, p.Addr)
+		params.PSAddrs = append(params.PSAddrs, p.Addr)
 	}
+	for _, p := range cfg.Standbys {
+		params.StandbyAddrs = append(params.StandbyAddrs, p.Addr)
+	}
+	core := NewCore(params, cfg.RunID, cfg.Log, cfg.Metrics, cfg.Now())
 	c := &Chief{cfg: cfg, plan: plan, core: core, scale: scaleWatch{since: time.Now()}}
 	// Every task's restart counter exists from the start, so dashboards
 	// show 0 rather than nothing.
@@ -122,6 +128,9 @@ func (c *Chief) taskNames() []string {
 	out := []string{"chief"}
 	for i := 0; i < c.cfg.Run.PS; i++ {
 		out = append(out, fmt.Sprintf("ps/%d", i))
+	}
+	for i := range c.cfg.Standbys {
+		out = append(out, fmt.Sprintf("standby/%d", i))
 	}
 	for i := 0; i < c.cfg.Run.Workers; i++ {
 		out = append(out, fmt.Sprintf("worker/%d", i))
@@ -229,9 +238,9 @@ func (c *Chief) tick(ctx context.Context) []Action {
 	c.mu.Lock()
 	polling := c.core.phase == training
 	c.mu.Unlock()
-	var shards []ShardStatus
+	var ps, standby []ShardStatus
 	if polling {
-		shards = c.pollShards(ctx)
+		ps, standby = c.pollAll(ctx)
 	}
 	if n, ok := c.scale.poll(c.cfg.ScaleFile, c.cfg.Log); ok {
 		c.step(func(now time.Time) []Action {
@@ -244,7 +253,7 @@ func (c *Chief) tick(ctx context.Context) []Action {
 	var p Progress
 	acts := c.step(func(now time.Time) []Action {
 		p = c.core.Progress(now)
-		return c.core.Tick(now, shards)
+		return c.core.Tick(now, ps, standby)
 	})
 	if polling && c.cfg.OnProgress != nil {
 		c.cfg.OnProgress(p)
@@ -311,6 +320,17 @@ func (c *Chief) perform(ctx, jobCtx context.Context, a Action, results chan<- fu
 			c.cfg.Log.Error("could not stop every shard; finishing the run", "err", err)
 		}
 		return c.step(func(now time.Time) []Action { return c.core.ShardsStopped(now, versions) }), nil
+	case Promote:
+		version, err := c.promote(ctx, a)
+		if err != nil {
+			return c.step(func(now time.Time) []Action { return c.core.PromoteFailed(now, a.Shard, err) }), nil
+		}
+		return c.step(func(now time.Time) []Action { return c.core.Promoted(now, a.Shard, version) }), nil
+	case SetStandby:
+		if err := c.setStandby(ctx, a); err != nil {
+			return c.step(func(now time.Time) []Action { return c.core.StandbyFailed(now, a.Shard, err) }), nil
+		}
+		return c.step(func(now time.Time) []Action { return c.core.StandbySet(now, a.Shard, a.Epoch, a.Addr) }), nil
 	case SaveState:
 		c.saveState(a.State)
 	default:
@@ -320,30 +340,18 @@ func (c *Chief) perform(ctx, jobCtx context.Context, a Action, results chan<- fu
 }
 
 // adopt checks whether this chief was restarted into a running cluster
-// (some shard serves this run and none serves another) and if so hands
-// the core what it found.
+// (some shard's primary serves this run and none serves another) and if
+// so hands the core what it found.
 func (c *Chief) adopt(ctx context.Context) []Action {
-	ss := c.pollShards(ctx)
-	a := Adoption{Step: math.MaxInt64}
-	ok, lo := false, int64(math.MaxInt64)
-	for _, st := range ss {
-		if st.Err != nil || !st.Serving {
-			if st.Err == nil && st.otherRun {
-				return nil
-			}
-			continue
-		}
-		ok = true
-		a.Generation, lo = max(a.Generation, st.Generation), min(lo, st.Generation)
-		a.Step = min(a.Step, st.Version)
+	ps, standby := c.pollAll(ctx)
+	var saved *State
+	if st, ok := c.loadState(); ok {
+		saved = &st
 	}
+	a, ok := adoptionOf(ps, standby, saved)
 	if !ok {
-		c.cfg.Log.Info("waiting for tasks to register", "ps", c.cfg.Run.PS, "workers", c.cfg.Run.Workers)
+		c.cfg.Log.Info("waiting for tasks to register", "ps", c.cfg.Run.PS, "standbys", len(c.cfg.Standbys), "workers", c.cfg.Run.Workers)
 		return nil
-	}
-	a.Split = lo != a.Generation
-	if saved, ok := c.loadState(); ok {
-		a.Saved = &saved
 	}
 	return c.step(func(now time.Time) []Action { return c.core.Adopt(now, a) })
 }

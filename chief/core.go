@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/ml/dataset"
 	"github.com/pstrain/pstrain/observe/metrics"
@@ -39,6 +40,11 @@ type Core struct {
 	members    *Membership
 	psSeen     []bool
 	workerSeen []bool
+	// standbySeen says which standby/N registered; rep is what the core
+	// knows of each shard's two processes between polls (hot standbys,
+	// core_replica.go; both nil without them).
+	standbySeen []bool
+	rep         []replicaRun
 
 	st       State     // what a restarted chief needs (saved on change)
 	start    time.Time // training start
@@ -121,8 +127,14 @@ type CoreParams struct {
 	TrainN int    // training samples (after --data-fraction)
 	Model  string // the model, as the report names it
 	Spec   []byte // the model spec's JSON, which every task must match
-	// PSAddrs name the shards' addresses in messages (optional).
+	// PSAddrs name the shards' addresses in messages (optional without
+	// hot standbys).
 	PSAddrs []string
+	// StandbyAddrs are the addresses of the shards' hot standbys
+	// (standby/N), one per shard, or none: no hot standbys
+	// (docs/replication.md). With them PSAddrs must be set too: a
+	// primary is told its standby's address.
+	StandbyAddrs []string
 	// Evaluate says an evaluator exists; Checkpoints that a store does.
 	Evaluate, Checkpoints bool
 	// StartupTimeout bounds the wait for every task to register.
@@ -163,6 +175,10 @@ type State struct {
 	Plan       dataset.DataPlan          `json:"data_plan"`
 	Membership []report.MembershipChange `json:"membership_changes,omitempty"`
 	MaxSteps   int64                     `json:"max_steps,omitempty"`
+	// Replicas are, by shard, which process is the primary and the
+	// replication epoch (hot standbys, docs/replication.md; empty
+	// without them).
+	Replicas []Replica `json:"replicas,omitempty"`
 }
 
 // NewCore returns a core waiting for registrations.
@@ -182,6 +198,13 @@ func NewCore(p CoreParams, runID string, log *slog.Logger, m *metrics.Chief, now
 			Plan: dataset.NewDataPlan(p.TrainN, r.Batch, r.Workers)},
 		outliers: make([]int, r.PS), lastGood: -1,
 		refusedGrads: newShardCounts(r.PS, r.Workers), nonFiniteGrads: newShardCounts(r.PS, r.Workers)}
+	if len(p.StandbyAddrs) > 0 {
+		c.standbySeen, c.rep = make([]bool, r.PS), make([]replicaRun, r.PS)
+		c.st.Replicas = make([]Replica, r.PS)
+		for s := range c.st.Replicas {
+			c.st.Replicas[s] = Replica{Primary: cluster.PS, Epoch: 1}
+		}
+	}
 	c.beginGeneration(0, false)
 	return c
 }
@@ -238,7 +261,7 @@ var (
 
 // Registration is what a task says of itself when it registers.
 type Registration struct {
-	Role  string // "ps" or "worker"
+	Role  string // "ps", "standby" or "worker"
 	Index int
 	Run   config.Run // its copy of the run configuration
 	Spec  []byte     // its model spec (JSON; empty: not checked)
@@ -262,6 +285,11 @@ func (c *Core) Register(reg Registration, now time.Time) (int64, error) {
 			return 0, fmt.Errorf("%w: ps index %d out of range (the run has %d)", ErrBadTask, index, len(c.psSeen))
 		}
 		c.psSeen[index] = true
+	case cluster.Standby:
+		if index < 0 || index >= len(c.standbySeen) {
+			return 0, fmt.Errorf("%w: standby index %d out of range (the run has %d)", ErrBadTask, index, len(c.standbySeen))
+		}
+		c.standbySeen[index] = true
 	case "worker":
 		if err := c.admit(index, now); err != nil {
 			return 0, err
@@ -305,6 +333,11 @@ func (c *Core) Missing() []string {
 			out = append(out, fmt.Sprintf("ps/%d", i))
 		}
 	}
+	for i, ok := range c.standbySeen {
+		if !ok {
+			out = append(out, fmt.Sprintf("standby/%d (%s)", i, c.p.StandbyAddrs[i]))
+		}
+	}
 	for i, ok := range c.workerSeen[:c.p.Run.Workers] {
 		if !ok {
 			out = append(out, fmt.Sprintf("worker/%d", i))
@@ -338,6 +371,7 @@ func (c *Core) save() Action {
 	st.Divergences = slices.Clone(st.Divergences)
 	st.Membership = slices.Clone(st.Membership)
 	st.Plan.Eras = slices.Clone(st.Plan.Eras)
+	st.Replicas = slices.Clone(st.Replicas)
 	return SaveState{State: st}
 }
 

@@ -209,6 +209,7 @@ func (c *Core) checkDivergence(now time.Time, res EvalResult) ([]Action, bool) {
 	c.st.Divergences = append(c.st.Divergences, d)
 	c.st.Generation++
 	c.hold = 0
+	c.initEpochs(allShards(len(c.versions)))
 	c.rollback = &Rollback{AtMost: max(atMost, -1), Generation: c.st.Generation, LRFactor: d.LRFactor}
 	c.log.Error("the model diverged: rolling back to the last good checkpoint with half the learning rate",
 		"step", res.Step, "test_loss", res.Loss, "best_loss", best, "at_most_step", c.rollback.AtMost,

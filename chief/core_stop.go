@@ -213,6 +213,7 @@ func (c *Core) CheckpointDone(now time.Time, res CheckpointResult) []Action {
 		c.log.Error("the shards' retained model is gone; re-initialising them with the model the chief scored", "err", res.Err)
 		c.reinitAsked, c.ckptBusy = true, true
 		c.st.Generation++
+		c.initEpochs(allShards(len(c.versions)))
 		return []Action{Reinit{Generation: c.st.Generation, Version: c.finalEval.Step}}
 	case res.Err != nil && c.phase == stopping && !res.Final:
 		// A routine checkpoint waiting for a version the stopped shards

@@ -10,7 +10,7 @@ import (
 	"github.com/pstrain/pstrain/observe/report"
 )
 
-// ShardStatus is one shard's answer to a poll.
+// ShardStatus is one PS process's answer to a poll.
 type ShardStatus struct {
 	Err          error // the shard did not answer (the rest is unset)
 	Serving      bool  // initialised, for this run
@@ -25,17 +25,29 @@ type ShardStatus struct {
 	// since then (-1: none).
 	Refused, NonFinite []int64
 	Outlier            int
-	otherRun           bool // initialised for another run (adoption refuses it)
+	// Hot standbys (docs/replication.md): the process's role ("primary",
+	// "standby", "deposed" or "": no state), its replication epoch, and
+	// for a primary whether its standby is attached, where it is, and
+	// how far it lags (updates, and the oldest's age in seconds).
+	Role                  string
+	Epoch                 int64
+	StandbyAttached       bool
+	StandbyAddr           string
+	ReplicationLag        int64
+	ReplicationLagSeconds float64
+	otherRun              bool // initialised for another run (adoption refuses it)
 }
 
-// Tick is a poll: the time, and each shard's status (nil before
-// training, when the shards are not polled).
-func (c *Core) Tick(now time.Time, shards []ShardStatus) []Action {
+// Tick is a poll: the time, and the status of each shard's processes:
+// ps[s] is ps/s's, standby[s] standby/s's (nil without hot standbys).
+// Both are nil before training, when the shards are not polled. Which
+// of the two is the shard's primary is the core's to say (Replica).
+func (c *Core) Tick(now time.Time, ps, standby []ShardStatus) []Action {
 	switch c.phase {
 	case registering:
 		return c.tickRegistering(now)
 	case training:
-		return c.tickTraining(now, shards)
+		return c.tickTraining(now, ps, standby)
 	}
 	return nil
 }
@@ -79,6 +91,9 @@ type Adoption struct {
 	Step       int64 // the lowest version among them
 	Split      bool  // their generations differ: a rollback was cut short
 	Saved      *State
+	// Replicas are each shard's primary and epoch as the processes
+	// said (hot standbys; nil: the saved ones, or the start's).
+	Replicas []Replica
 }
 
 // Adopt takes over a running cluster after a chief restart: it skips
@@ -97,6 +112,12 @@ func (c *Core) Adopt(now time.Time, a Adoption) []Action {
 	}
 	for i := range c.psSeen {
 		c.psSeen[i] = true
+	}
+	for i := range c.standbySeen {
+		c.standbySeen[i] = true
+	}
+	if c.replicated() {
+		c.adoptReplicas(a.Replicas)
 	}
 	for i := range c.workers() {
 		c.workerSeen[i] = true
@@ -121,8 +142,13 @@ func (c *Core) Adopt(now time.Time, a Adoption) []Action {
 	return []Action{c.save()}
 }
 
-func (c *Core) tickTraining(now time.Time, shards []ShardStatus) []Action {
-	acts := c.membership(now)
+func (c *Core) tickTraining(now time.Time, ps, standby []ShardStatus) []Action {
+	shards := ps
+	var acts []Action
+	if c.replicated() && len(ps) > 0 {
+		shards, acts = c.tickReplicas(now, ps, standby)
+	}
+	acts = append(acts, c.membership(now)...)
 	anyDown := false
 	for s, x := range shards {
 		switch {
@@ -245,11 +271,12 @@ func (c *Core) orderRestore(now time.Time, s int, shards []ShardStatus) Action {
 	}
 	detected, task := now, ""
 	if s >= 0 {
-		detected, task = c.down[s], fmt.Sprintf("ps/%d", s)
+		detected, task = c.down[s], c.primaryTask(s)
 		if c.p.Run.Mode != config.Sync {
 			targets = []int{s}
 		}
 	}
+	c.initEpochs(targets)
 	c.st.Generation++
 	c.hold = 0 // the model is replaced: a hold of the target starts again
 	c.restoring = &restoreInfo{task: task, detected: detected, reached: reached, shards: targets}
@@ -267,6 +294,9 @@ func (c *Core) Restored(now time.Time, step int64) []Action {
 	for _, s := range r.shards {
 		c.down[s] = time.Time{}
 		c.versions[s] = step
+		if c.replicated() {
+			c.rep[s].lost = ""
+		}
 	}
 	c.step = step
 	c.beginGeneration(step, false)
@@ -281,7 +311,7 @@ func (c *Core) Restored(now time.Time, step int64) []Action {
 	c.m.Recovery.Observe(now.Sub(r.detected).Seconds())
 	c.m.StepsLost.Add(float64(lost))
 	c.st.Restarts = append(c.st.Restarts, report.Restart{Task: r.task, KilledAtSeconds: c.seconds(r.detected),
-		BackAtSeconds: ptr(c.seconds(now)), RestoredStep: step})
+		BackAtSeconds: ptr(c.seconds(now)), RestoredStep: step, StepsLost: lost})
 	c.log.Warn("parameter server restored", "task", r.task, "from_step", step, "steps_lost", lost,
 		"shards_rolled_back", len(r.shards), "generation", c.st.Generation,
 		"recovery_seconds", fmt.Sprintf("%.2f", now.Sub(r.detected).Seconds()))

@@ -58,7 +58,7 @@ func trainingCore(t *testing.T, m *metrics.Chief) (*Core, time.Time) {
 			t.Fatal(err)
 		}
 	}
-	c.Tick(now, nil)
+	c.Tick(now, nil, nil)
 	c.Started(now, 0, -1)
 	return c, now
 }

@@ -99,7 +99,7 @@ func (c *Chief) evaluate(ctx context.Context, a Evaluate) EvalResult {
 	t0 := c.cfg.Now()
 	res := EvalResult{Seq: a.Seq, Generation: a.Generation, Step: math.MaxInt64}
 	params := c.cfg.Evaluator.Params()
-	for s, p := range c.cfg.PS {
+	for s, p := range c.primaries() {
 		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		resp, err := p.Client.Pull(pctx, &pb.PullRequest{Worker: -1, RunId: c.cfg.RunID, Retain: true})
 		cancel()

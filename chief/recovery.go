@@ -134,8 +134,28 @@ func (c *Chief) initShard(ctx context.Context, s int, in shardInit, gen int64) e
 	if len(in.opt) > 0 {
 		req.OptimizerState = wire.Bytes(in.opt)
 	}
-	p := c.cfg.PS[s]
-	return c.callPS(ctx, s, "init", func(ctx context.Context) error { _, err := p.Client.Init(ctx, req); return err })
+	p := c.primary(s)
+	req.Epoch, req.StandbyAddr = c.standbyFor(ctx, s)
+	return c.callPS(ctx, s, p, "init", func(ctx context.Context) error { _, err := p.Client.Init(ctx, req); return err })
+}
+
+// standbyFor is what shard s's Init says of hot standbys: the shard's
+// epoch and its standby's address when that process answers Status
+// ("" otherwise: the primary goes on alone until the chief sees the
+// standby back). Without hot standbys: 0 and "".
+func (c *Chief) standbyFor(ctx context.Context, s int) (epoch int64, addr string) {
+	if len(c.cfg.Standbys) == 0 {
+		return 0, ""
+	}
+	c.mu.Lock()
+	r := c.core.Replica(s)
+	c.mu.Unlock()
+	o := c.process(other(r.Primary), s)
+	if st := c.status(ctx, o); st.Err != nil {
+		c.cfg.Log.Warn("the shard's standby does not answer: its primary starts alone", "shard", s, "standby", task(other(r.Primary), s), "err", st.Err)
+		return r.Epoch, ""
+	}
+	return r.Epoch, o.Addr
 }
 
 // initCluster initialises every shard at the start of a run: from the

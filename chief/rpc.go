@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/internal/retry"
 	pb "github.com/pstrain/pstrain/proto"
@@ -66,32 +69,117 @@ func (c *Chief) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.He
 	return &pb.HeartbeatResponse{Stop: stop, DataPlan: plan}, nil
 }
 
-// pollShards asks every shard for its status once, in parallel.
+// pollTimeout bounds a poll's Status call. A dead process answers at
+// once (its connection is refused); only a frozen one takes this long.
+const pollTimeout = 5 * time.Second
+
+// primary is the process that is shard s's primary: where everything
+// meant for "the shard" goes (Init, Checkpoint, Stop, SetMembership,
+// evaluation pulls, SetStandby).
+func (c *Chief) primary(s int) PS {
+	if len(c.cfg.Standbys) == 0 {
+		return c.cfg.PS[s]
+	}
+	c.mu.Lock()
+	r := c.core.Replica(s)
+	c.mu.Unlock()
+	return c.process(r.Primary, s)
+}
+
+// process is shard s's process of type typ (ps or standby).
+func (c *Chief) process(typ string, s int) PS {
+	if typ == cluster.Standby {
+		return c.cfg.Standbys[s]
+	}
+	return c.cfg.PS[s]
+}
+
+// primaries is every shard's primary.
+func (c *Chief) primaries() []PS {
+	out := make([]PS, len(c.cfg.PS))
+	for s := range out {
+		out[s] = c.primary(s)
+	}
+	return out
+}
+
+// pollShards asks every shard's primary for its status once, in
+// parallel.
 func (c *Chief) pollShards(ctx context.Context) []ShardStatus {
-	out := make([]ShardStatus, len(c.cfg.PS))
+	return c.poll(ctx, c.primaries())
+}
+
+// pollAll asks every PS process for its status once, in parallel: ps/N
+// and (with hot standbys) standby/N.
+func (c *Chief) pollAll(ctx context.Context) (ps, standby []ShardStatus) {
+	all := c.poll(ctx, append(slices.Clone(c.cfg.PS), c.cfg.Standbys...))
+	ps = all[:len(c.cfg.PS)]
+	if len(c.cfg.Standbys) > 0 {
+		standby = all[len(c.cfg.PS):]
+	}
+	return ps, standby
+}
+
+// poll asks each process for its status once, in parallel.
+func (c *Chief) poll(ctx context.Context, procs []PS) []ShardStatus {
+	out := make([]ShardStatus, len(procs))
 	var wg sync.WaitGroup
-	for s, p := range c.cfg.PS {
+	for i, p := range procs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			defer cancel()
-			st, err := p.Client.Status(cctx, &pb.StatusRequest{})
-			if err != nil {
-				out[s] = ShardStatus{Err: fmt.Errorf("%s: %s", p.Addr, status.Convert(err).Message())}
-				return
-			}
-			out[s] = ShardStatus{Serving: st.Initialized && st.RunId == c.cfg.RunID, Version: st.Version,
-				Generation: st.Generation, Done: st.Done, StaleDropped: st.StaleDropped, Loss: st.LastLoss,
-				Refused: st.RefusedGradients, NonFinite: st.NonFiniteGradients, Outlier: -1,
-				otherRun: st.Initialized && st.RunId != c.cfg.RunID}
-			if st.FirstOutlierWorker != nil {
-				out[s].Outlier = int(*st.FirstOutlierWorker)
-			}
+			out[i] = c.status(ctx, p)
 		}()
 	}
 	wg.Wait()
 	return out
+}
+
+// status is one process's answer to Status.
+func (c *Chief) status(ctx context.Context, p PS) ShardStatus {
+	cctx, cancel := context.WithTimeout(ctx, pollTimeout)
+	defer cancel()
+	st, err := p.Client.Status(cctx, &pb.StatusRequest{})
+	if err != nil {
+		return ShardStatus{Err: fmt.Errorf("%s: %s", p.Addr, status.Convert(err).Message())}
+	}
+	out := ShardStatus{Serving: st.Initialized && st.RunId == c.cfg.RunID, Version: st.Version,
+		Generation: st.Generation, Done: st.Done, StaleDropped: st.StaleDropped, Loss: st.LastLoss,
+		Refused: st.RefusedGradients, NonFinite: st.NonFiniteGradients, Outlier: -1,
+		Role: st.Role, Epoch: st.Epoch, StandbyAttached: st.StandbyAttached, StandbyAddr: st.StandbyAddr,
+		ReplicationLag: st.ReplicationLagUpdates, ReplicationLagSeconds: st.ReplicationLagSeconds,
+		otherRun: st.Initialized && st.RunId != c.cfg.RunID}
+	if st.FirstOutlierWorker != nil {
+		out.Outlier = int(*st.FirstOutlierWorker)
+	}
+	return out
+}
+
+// promote carries out a Promote: one attempt (a failure is decided on
+// at the next poll), answering the version the new primary serves from.
+func (c *Chief) promote(ctx context.Context, a Promote) (int64, error) {
+	typ, _, _ := strings.Cut(a.Task, "/")
+	p := c.process(typ, a.Shard)
+	cctx, cancel := context.WithTimeout(ctx, pollTimeout)
+	defer cancel()
+	resp, err := p.Client.Promote(cctx, &pb.PromoteRequest{RunId: c.cfg.RunID, Shard: int32(a.Shard), Epoch: a.Epoch})
+	if err != nil {
+		return 0, fmt.Errorf("promote %s at %s: %w", a.Task, p.Addr, err)
+	}
+	return resp.Version, nil
+}
+
+// setStandby carries out a SetStandby on the shard's primary (one
+// attempt).
+func (c *Chief) setStandby(ctx context.Context, a SetStandby) error {
+	p := c.primary(a.Shard)
+	cctx, cancel := context.WithTimeout(ctx, pollTimeout)
+	defer cancel()
+	_, err := p.Client.SetStandby(cctx, &pb.SetStandbyRequest{RunId: c.cfg.RunID, Shard: int32(a.Shard), Epoch: a.Epoch, Addr: a.Addr})
+	if err != nil {
+		return fmt.Errorf("set-standby on shard %d's primary at %s: %w", a.Shard, p.Addr, err)
+	}
+	return nil
 }
 
 // setMembership tells every shard the live workers (and, in an elastic
@@ -101,7 +189,7 @@ func (c *Chief) setMembership(ctx context.Context, a SetMembership) (sent, refus
 	req := &pb.MembershipRequest{LiveWorkers: a.Live, Members: int32(a.Members), Retired: a.Retired,
 		Replicas: int32(a.Replicas), MaxVersion: a.MaxVersion, HoldAt: a.HoldAt}
 	sent = true
-	for _, p := range c.cfg.PS {
+	for _, p := range c.primaries() {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		_, err := p.Client.SetMembership(cctx, req)
 		cancel()
@@ -115,8 +203,8 @@ func (c *Chief) setMembership(ctx context.Context, a SetMembership) (sent, refus
 // next pull) and returns the shards' versions after it (nil if one did
 // not answer the poll).
 func (c *Chief) stopShards(ctx context.Context) ([]int64, error) {
-	for s, p := range c.cfg.PS {
-		if err := c.callPS(ctx, s, "stop", func(ctx context.Context) error { _, err := p.Client.Stop(ctx, &pb.StopRequest{}); return err }); err != nil {
+	for s, p := range c.primaries() {
+		if err := c.callPS(ctx, s, p, "stop", func(ctx context.Context) error { _, err := p.Client.Stop(ctx, &pb.StopRequest{}); return err }); err != nil {
 			return nil, err
 		}
 	}
@@ -130,22 +218,27 @@ func (c *Chief) stopShards(ctx context.Context) ([]int64, error) {
 	return versions, nil
 }
 
-// Shutdown tells every PS process to exit.
+// Shutdown tells every PS process to exit (standbys too).
 func (c *Chief) Shutdown(ctx context.Context) {
-	for s, p := range c.cfg.PS {
-		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if _, err := p.Client.Stop(ctx, &pb.StopRequest{Shutdown: true}); err != nil {
-			c.cfg.Log.Warn("could not shut down ps", "ps", s, "addr", p.Addr, "err", err)
+	for _, procs := range []struct {
+		typ string
+		ps  []PS
+	}{{cluster.PS, c.cfg.PS}, {cluster.Standby, c.cfg.Standbys}} {
+		for s, p := range procs.ps {
+			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			if _, err := p.Client.Stop(ctx, &pb.StopRequest{Shutdown: true}); err != nil {
+				c.cfg.Log.Warn("could not shut down a PS process", "task", task(procs.typ, s), "addr", p.Addr, "err", err)
+			}
+			cancel()
 		}
-		cancel()
 	}
 }
 
-// callPS retries an RPC to shard s while it is unavailable, for up to
-// StartupTimeout from the first failure, and names the shard's address
-// when it gives up.
-func (c *Chief) callPS(ctx context.Context, s int, op string, f func(context.Context) error) error {
-	addr := c.cfg.PS[s].Addr
+// callPS retries an RPC to shard s's process p while it is
+// unavailable, for up to StartupTimeout from the first failure, and
+// names the process's address when it gives up.
+func (c *Chief) callPS(ctx context.Context, s int, p PS, op string, f func(context.Context) error) error {
+	addr := p.Addr
 	err := retry.Do(ctx, retry.Policy{First: 50 * time.Millisecond, Max: time.Second, Patience: c.cfg.StartupTimeout,
 		Retryable: retry.OnCodes(codes.Unavailable, codes.DeadlineExceeded), Now: c.cfg.Now},
 		func(ctx context.Context) error {

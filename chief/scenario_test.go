@@ -31,7 +31,8 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	config KEY=VALUE...          a new core (ps, workers, mode, target, hold,
 //	                             epochs, batch, train-n, eval-every, subset,
 //	                             checkpoint-every, heartbeat, resume,
-//	                             evaluate, checkpoints)
+//	                             evaluate, checkpoints, standbys: true
+//	                             gives every shard a hot standby)
 //	register ROLE INDEX [lr=F] t=S  a task registers (lr: with another
 //	                             learning rate than the run's)
 //	heartbeat WORKER t=S          a worker's heartbeat
@@ -41,7 +42,13 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	     [non-finite=W:N,...]     shard says its norm guard refused N of
 //	     [outlier=W]              worker W's gradients since its Init (N
 //	                             non-finite ones), and that its first
-//	                             out-of-line gradient was worker W's
+//	                             out-of-line gradient was worker W's.
+//	     [standbys=V,...]         With hot standbys, shards are the ps/N
+//	                             processes, standbys the standby/N ones;
+//	                             V may be V:ROLE[:EPOCH[:attached]]
+//	                             (ROLE primary, standby or deposed;
+//	                             attached or attaching: a primary whose
+//	                             standby is the shard's other process)
 //	started|restored t=S step=N [latest=N]
 //	membership-sent live=I,...
 //	evaluated t=S seq=N gen=N step=N acc=F [loss=F] [full] [err=MSG]
@@ -57,6 +64,17 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	adopt t=S gen=N step=N [split] [stopped-by=WHY [final-step=N final-acc=F]]
 //	                             a restarted chief; stopped-by: the saved
 //	                             state says a stop had begun
+//	adopt t=S shards=V,... standbys=V,... [saved=TYPE:EPOCH,...]
+//	                             a restarted chief finds these processes
+//	                             (adoptionOf); its saved state holds
+//	                             those primaries
+//	promoted t=S shard=N version=V  the Promote is done
+//	promote-failed t=S shard=N err=MSG
+//	standby-set t=S shard=N epoch=E addr=A  the SetStandby is done
+//	                             (addr=none: "")
+//	standby-failed t=S shard=N err=MSG
+//	replicas                     each shard's primary and epoch
+//	restarts                     the restarts recorded
 //	checkpoint-at versions=V,... latest=N ahead=N [final]
 //	                             where a checkpoint goes (checkpointAt)
 //	scale N t=S                  ask for N workers (Core.Scale)
@@ -200,6 +218,15 @@ func (s *scenario) do(cmd string) (string, error) {
 		c := s.core
 		return fmt.Sprintf("workers=%d target=%d max-steps=%d plan=%s changes=%+v", c.workers(), c.Target(), c.MaxSteps(),
 			planText(c.Plan()), c.st.Membership), nil
+	case f[0] == "replicas":
+		var lines []string
+		for i := range s.core.st.Replicas {
+			r := s.core.Replica(i)
+			lines = append(lines, fmt.Sprintf("shard=%d primary=%s/%d epoch=%d", i, r.Primary, i, r.Epoch))
+		}
+		return strings.Join(lines, "\n"), nil
+	case f[0] == "restarts":
+		return s.restarts(), nil
 	case f[0] == "state":
 		c := s.core
 		return fmt.Sprintf("phase=%s generation=%d hold=%d step=%d latest-checkpoint=%d restarts=%d",
@@ -223,7 +250,25 @@ func (s *scenario) do(cmd string) (string, error) {
 func (s *scenario) events() map[string]func(a map[string]string, now time.Time) []Action {
 	c := s.core
 	return map[string]func(map[string]string, time.Time) []Action{
-		"tick": func(a map[string]string, now time.Time) []Action { return c.Tick(now, shardsOf(a)) },
+		"tick": func(a map[string]string, now time.Time) []Action {
+			return c.Tick(now, shardsOf(a, "shards"), shardsOf(a, "standbys"))
+		},
+		"promoted": func(a map[string]string, now time.Time) []Action {
+			return c.Promoted(now, int(num(a, "shard")), num(a, "version"))
+		},
+		"promote-failed": func(a map[string]string, now time.Time) []Action {
+			return c.PromoteFailed(now, int(num(a, "shard")), errors.New(a["err"]))
+		},
+		"standby-set": func(a map[string]string, now time.Time) []Action {
+			addr := a["addr"]
+			if addr == "none" {
+				addr = ""
+			}
+			return c.StandbySet(now, int(num(a, "shard")), num(a, "epoch"), addr)
+		},
+		"standby-failed": func(a map[string]string, now time.Time) []Action {
+			return c.StandbyFailed(now, int(num(a, "shard")), errors.New(a["err"]))
+		},
 		"started": func(a map[string]string, now time.Time) []Action {
 			return c.Started(now, num(a, "step"), num(a, "latest"))
 		},
@@ -268,6 +313,9 @@ func (s *scenario) events() map[string]func(a map[string]string, now time.Time) 
 			return c.CheckpointDone(now, res)
 		},
 		"adopt": func(a map[string]string, now time.Time) []Action {
+			if _, ok := a["shards"]; ok {
+				return s.adoptFound(a, now)
+			}
 			_, split := a["split"]
 			ad := Adoption{Generation: num(a, "gen"), Step: num(a, "step"), Split: split}
 			if by, ok := a["stopped-by"]; ok {
@@ -322,6 +370,13 @@ func (s *scenario) config(a map[string]string) error {
 			p.Evaluate = v == "true"
 		case "checkpoints":
 			p.Checkpoints = v == "true"
+		case "standbys":
+			if v == "true" {
+				for i := range p.Run.PS {
+					p.PSAddrs = append(p.PSAddrs, fmt.Sprintf("ps%d:7000", i))
+					p.StandbyAddrs = append(p.StandbyAddrs, fmt.Sprintf("standby%d:7000", i))
+				}
+			}
 		case "max-workers":
 			p.Run.MaxWorkers, err = strconv.Atoi(v)
 		default:
@@ -369,9 +424,44 @@ func (s *scenario) member(f []string, a map[string]string) string {
 	return fmt.Sprintf("ok step=%d", step)
 }
 
-// shardsOf reads shards=10,down,empty and done=0,1.
-func shardsOf(a map[string]string) []ShardStatus {
-	v, ok := a["shards"]
+// restarts prints the restarts recorded.
+func (s *scenario) restarts() string {
+	var lines []string
+	for _, r := range s.core.st.Restarts {
+		back := "never"
+		if r.BackAtSeconds != nil {
+			back = fmt.Sprintf("%.2f", *r.BackAtSeconds)
+		}
+		lines = append(lines, fmt.Sprintf("restart task=%s killed-at=%.2f back-at=%s restored-step=%d steps-lost=%d took-over=%q failover-seconds=%.2f",
+			r.Task, r.KilledAtSeconds, back, r.RestoredStep, r.StepsLost, r.TookOver, r.FailoverSeconds))
+	}
+	if len(lines) == 0 {
+		return "(none)"
+	}
+	return strings.Join(lines, "\n")
+}
+
+// adoptFound is an adopt of the processes found (adoptionOf), the
+// saved state holding saved=TYPE:EPOCH,... as the shards' primaries.
+func (s *scenario) adoptFound(a map[string]string, now time.Time) []Action {
+	saved := &State{RunID: "run-test", Evals: []report.Eval{}, Restarts: []report.Restart{}, LatestCheckpoint: -1}
+	for _, r := range strings.Split(a["saved"], ",") {
+		typ, e, ok := strings.Cut(r, ":")
+		if n, err := strconv.ParseInt(e, 10, 64); ok && err == nil {
+			saved.Replicas = append(saved.Replicas, Replica{Primary: typ, Epoch: n})
+		}
+	}
+	ad, ok := adoptionOf(shardsOf(a, "shards"), shardsOf(a, "standbys"), saved)
+	if !ok {
+		return nil
+	}
+	return s.core.Adopt(now, ad)
+}
+
+// shardsOf reads key=10,down,empty,10:standby:1:attached and done=0,1
+// (and the guard's counts, the same for every process listed).
+func shardsOf(a map[string]string, key string) []ShardStatus {
+	v, ok := a[key]
 	if !ok {
 		return nil
 	}
@@ -383,8 +473,23 @@ func shardsOf(a map[string]string) []ShardStatus {
 		case "empty":
 			out = append(out, ShardStatus{})
 		default:
-			n, _ := strconv.ParseInt(f, 10, 64)
-			out = append(out, ShardStatus{Serving: true, Version: n})
+			parts := strings.Split(f, ":")
+			n, _ := strconv.ParseInt(parts[0], 10, 64)
+			x := ShardStatus{Serving: true, Version: n}
+			if len(parts) > 1 {
+				x.Role = parts[1]
+			}
+			if len(parts) > 2 {
+				x.Epoch, _ = strconv.ParseInt(parts[2], 10, 64)
+			}
+			if len(parts) > 3 { // attached or attaching: its standby is the shard's other process
+				x.StandbyAttached = parts[3] == "attached"
+				x.StandbyAddr = fmt.Sprintf("standby%d:7000", len(out))
+				if key == "standbys" {
+					x.StandbyAddr = fmt.Sprintf("ps%d:7000", len(out))
+				}
+			}
+			out = append(out, x)
 		}
 	}
 	for _, d := range nums(a["done"]) {

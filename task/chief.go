@@ -68,23 +68,30 @@ func RunChief(ctx context.Context, o Options, co ChiefOptions) (*report.Report, 
 	if err != nil {
 		return nil, err
 	}
-	var pss []chief.PS
-	for _, a := range o.Cluster.PS {
-		c, err := o.dial(a)
-		if err != nil {
-			return nil, err
+	// Every PS process: ps/N, and standby/N with hot standbys (the
+	// chief routes what is meant for a shard to its primary).
+	var pss, standbys []chief.PS
+	for _, procs := range []struct {
+		addrs []string
+		into  *[]chief.PS
+	}{{o.Cluster.PS, &pss}, {o.Cluster.Standby, &standbys}} {
+		for _, a := range procs.addrs {
+			c, err := o.dial(a)
+			if err != nil {
+				return nil, err
+			}
+			defer c.Close()
+			var client pb.ParameterServerClient = pb.NewParameterServerClient(c)
+			if o.Run.DataPlane == config.TCP {
+				// The evaluation's pulls too: on gRPC each costs the PS a
+				// copy of its parameters that cannot be reused, and a
+				// marshalling buffer.
+				dc := o.dataPlaneClient(client)
+				defer dc.Close()
+				client = pullsViaDataPlane{client, dc}
+			}
+			*procs.into = append(*procs.into, chief.PS{Addr: a, Client: client})
 		}
-		defer c.Close()
-		var client pb.ParameterServerClient = pb.NewParameterServerClient(c)
-		if o.Run.DataPlane == config.TCP {
-			// The evaluation's pulls too: on gRPC each costs the PS a
-			// copy of its parameters that cannot be reused, and a
-			// marshalling buffer.
-			dc := o.dataPlaneClient(client)
-			defer dc.Close()
-			client = pullsViaDataPlane{client, dc}
-		}
-		pss = append(pss, chief.PS{Addr: a, Client: client})
 	}
 	if co.EvalBatch <= 0 {
 		co.EvalBatch = 1000
@@ -97,7 +104,7 @@ func RunChief(ctx context.Context, o Options, co ChiefOptions) (*report.Report, 
 	if co.RunID == "" {
 		co.RunID = fmt.Sprintf("run-%d", time.Now().UnixNano())
 	}
-	cfg := chief.Config{Run: o.Run, Spec: spec, RunID: co.RunID, PS: pss, TrainN: trainN, Evaluator: ev,
+	cfg := chief.Config{Run: o.Run, Spec: spec, RunID: co.RunID, PS: pss, Standbys: standbys, TrainN: trainN, Evaluator: ev,
 		Log: o.Log, Metrics: m, StartupTimeout: o.ConnectTimeout, StatePath: co.StatePath,
 		ScaleFile: co.ScaleFile}
 	if o.Run.CheckpointDir != "" {

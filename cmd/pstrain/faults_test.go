@@ -459,6 +459,12 @@ func TestRestartLine(t *testing.T) {
 			"restart: ps/1      died at 6.05 s (unresponsive), back at 8.20 s, restored step 380"},
 		{report.Restart{Task: "worker/0", KilledAtSeconds: 6.05, BackAtSeconds: &back, RestoredStep: -1},
 			"restart: worker/0  died at 6.05 s, back at 8.20 s, not back in training before the end"},
+		{report.Restart{Task: "ps/1", Cause: "fault", KilledAtSeconds: 6.05, BackAtSeconds: &back, RestoredStep: 300, StepsLost: 80},
+			"restart: ps/1      died at 6.05 s (fault), back at 8.20 s, restored step 300, 80 steps lost"},
+		{report.Restart{Task: "ps/0", KilledAtSeconds: 4.01, BackAtSeconds: &back, RestoredStep: 372, TookOver: "standby/0", FailoverSeconds: 0.12},
+			"restart: ps/0      died at 4.01 s, standby/0 took over in 0.12 s at step 372, 0 steps lost"},
+		{report.Restart{Task: "standby/0", Cause: "fault", KilledAtSeconds: 9.5, RestoredStep: 610, StepsLost: 1, TookOver: "ps/0", FailoverSeconds: 0.2},
+			"restart: standby/0 died at 9.50 s (fault), ps/0 took over in 0.20 s at step 610, 1 step lost"},
 	} {
 		if got := restartLine(c.r); got != c.want {
 			t.Errorf("restartLine(%+v) =\n%q, want\n%q", c.r, got, c.want)

@@ -620,13 +620,19 @@ func printSummary(w io.Writer, rep *report.Report) {
 }
 
 // restartLine is a restart in the summary, on the report's clock
-// (seconds since the run started):
+// (seconds since the run started): a restore from a checkpoint (with the
+// steps it lost, if any), or a hot standby's failover:
 //
-//	restart: ps/1      died at 6.05 s (unresponsive), back at 8.20 s, restored step 380
+//	restart: ps/1      died at 6.05 s (unresponsive), back at 8.20 s, restored step 380, 20 steps lost
+//	restart: ps/0      died at 4.01 s, standby/0 took over in 0.12 s at step 372, 0 steps lost
 func restartLine(rs report.Restart) string {
 	died := fmt.Sprintf("died at %.2f s", rs.KilledAtSeconds)
 	if rs.Cause != "" {
 		died += " (" + rs.Cause + ")"
+	}
+	if rs.TookOver != "" {
+		return fmt.Sprintf("restart: %-9s %s, %s took over in %.2f s at step %d, %s", rs.Task, died, rs.TookOver,
+			rs.FailoverSeconds, rs.RestoredStep, stepsLost(rs.StepsLost))
 	}
 	back := "never back"
 	if rs.BackAtSeconds != nil {
@@ -635,8 +641,18 @@ func restartLine(rs report.Restart) string {
 	step := "not back in training before the end"
 	if rs.RestoredStep >= 0 {
 		step = fmt.Sprintf("restored step %d", rs.RestoredStep)
+		if rs.StepsLost > 0 {
+			step += ", " + stepsLost(rs.StepsLost)
+		}
 	}
 	return fmt.Sprintf("restart: %-9s %s, %s, %s", rs.Task, died, back, step)
+}
+
+func stepsLost(n int64) string {
+	if n == 1 {
+		return "1 step lost"
+	}
+	return fmt.Sprintf("%d steps lost", n)
 }
 
 // printGuard prints what the divergence guard did: the gradients
