@@ -61,6 +61,11 @@ type replicaRun struct {
 	failedAt  time.Time
 	lost      string    // the dead task a restore under way answers ("": the primary)
 	promote   *failover // the Promote ordered
+	// standbyUp: the other process was last seen as the primary's
+	// attached standby; standbyDown is when it was then first seen dead
+	// or empty (zero: it was not), until it is attached again.
+	standbyUp   bool
+	standbyDown time.Time
 }
 
 // failover is a Promote under way.
@@ -222,6 +227,7 @@ func (c *Core) replicaRules(now time.Time, s int, p, o ShardStatus) (ShardStatus
 // primary is told of its standby's death or return.
 func (c *Core) standbyRule(now time.Time, s int, p, o ShardStatus) []Action {
 	r, st := &c.rep[s], &c.st.Replicas[s]
+	c.noteStandby(now, s, p, o)
 	want := ""
 	if o.Err == nil {
 		want = c.addrOf(other(st.Primary), s)
@@ -241,6 +247,27 @@ func (c *Core) standbyRule(now time.Time, s int, p, o ShardStatus) []Action {
 		return nil // attaching
 	}
 	return []Action{SetStandby{Shard: s, Epoch: max(st.Epoch, p.Epoch) + 1, Addr: want}}
+}
+
+// noteStandby records a standby's death and return as a restart of its
+// task: it lost nothing (its primary went on), and it is back when its
+// primary says it is attached again.
+func (c *Core) noteStandby(now time.Time, s int, p, o ShardStatus) {
+	r := &c.rep[s]
+	attached := o.Err == nil && o.Role == roleStandby && p.StandbyAttached
+	switch {
+	case attached && !r.standbyDown.IsZero():
+		name := task(other(c.st.Replicas[s].Primary), s)
+		c.st.Restarts = append(c.st.Restarts, report.Restart{Task: name, KilledAtSeconds: c.seconds(r.standbyDown),
+			BackAtSeconds: ptr(c.seconds(now)), RestoredStep: p.Version})
+		c.m.TaskRestarts.WithLabelValues(name).Inc()
+		c.log.Warn("standby back and attached", "task", name, "shard", s, "version", p.Version,
+			"down_seconds", fmt.Sprintf("%.2f", now.Sub(r.standbyDown).Seconds()))
+		r.standbyDown = time.Time{}
+	case r.standbyUp && !attached && (o.Err != nil || o.Role == "") && r.standbyDown.IsZero():
+		r.standbyDown = now
+	}
+	r.standbyUp = attached
 }
 
 // Promoted says the Promote of shard's standby is done: it serves from
@@ -330,6 +357,7 @@ func (c *Core) switchPrimary(now time.Time, s int, to string, epoch, version int
 	r := &c.rep[s]
 	r.attached, r.seen, r.lost = false, version, ""
 	r.told, r.toldKnown, r.toldAt = "", true, now
+	r.standbyUp, r.standbyDown = false, time.Time{} // the dead primary's record is the failover's
 	c.down[s] = time.Time{}
 }
 

@@ -101,6 +101,29 @@ func TestMergeRestartsOverlappingKills(t *testing.T) {
 	})
 }
 
+// TestMergeRestartsFailovers: with hot standbys a dead primary's record
+// is the failover, back (its standby took over) before the launcher
+// started the dead process again; it keeps what the chief said of it,
+// and the same task's later death as a standby takes its own record.
+func TestMergeRestartsFailovers(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	back := func(s float64) *float64 { return &s }
+	chief := []report.Restart{ // training began at 1 s
+		{Task: "ps/0", KilledAtSeconds: 3.05, BackAtSeconds: back(3.15), RestoredStep: 300, TookOver: "standby/0", FailoverSeconds: 0.1},
+		{Task: "ps/0", KilledAtSeconds: 11.1, BackAtSeconds: back(12.5), RestoredStep: 900},
+	}
+	seen := []restart{
+		{task: "ps/0", cause: CauseFault, exitedAt: at(4), backAt: at(4.4)},
+		{task: "ps/0", cause: CauseFault, exitedAt: at(12), backAt: at(12.4)},
+	}
+	got := mergeRestarts(chief, seen, t0, 1001, true)
+	checkRestarts(t, got, []report.Restart{
+		{Task: "ps/0", Cause: CauseFault, KilledAtSeconds: 4, BackAtSeconds: back(4.15), RestoredStep: 300, TookOver: "standby/0", FailoverSeconds: 0.1},
+		{Task: "ps/0", Cause: CauseFault, KilledAtSeconds: 12, BackAtSeconds: back(13.5), RestoredStep: 900},
+	})
+}
+
 func checkRestarts(t *testing.T, got, want []report.Restart) {
 	t.Helper()
 	if len(got) != len(want) {
@@ -110,7 +133,8 @@ func checkRestarts(t *testing.T, got, want []report.Restart) {
 	for i, w := range want {
 		g := got[i]
 		if g.Task != w.Task || g.Cause != w.Cause || !near(g.KilledAtSeconds, w.KilledAtSeconds) || g.BackAtSeconds == nil ||
-			!near(*g.BackAtSeconds, *w.BackAtSeconds) || g.RestoredStep != w.RestoredStep {
+			!near(*g.BackAtSeconds, *w.BackAtSeconds) || g.RestoredStep != w.RestoredStep || g.StepsLost != w.StepsLost ||
+			g.TookOver != w.TookOver || !near(g.FailoverSeconds, w.FailoverSeconds) {
 			t.Errorf("restart %d: %+v (back %v), want %+v (back %v)", i, g, deref(g.BackAtSeconds), w, *w.BackAtSeconds)
 		}
 	}

@@ -61,7 +61,10 @@ type restart struct {
 // no record of its own takes the first rollback after its new process
 // started (two PS killed close together are back with the same rollback).
 // A restart the chief never saw back before the run ended keeps the
-// process's start as its back time and restored step -1.
+// process's start as its back time and restored step -1. A hot standby's
+// failover (docs/replication.md) is back when the standby took over,
+// usually before the dead process is started again: its record belongs to
+// the death just before it.
 func mergeRestarts(chief []report.Restart, seen []restart, t0 time.Time, trainStartUnix float64, rollbackAll bool) []report.Restart {
 	off := 0.0 // the chief's clock on the run's
 	if trainStartUnix > 0 {
@@ -82,8 +85,12 @@ func mergeRestarts(chief []report.Restart, seen []restart, t0 time.Time, trainSt
 	rel := func(t time.Time) float64 { return t.Sub(t0).Seconds() }
 	// window is where restart i's chief record may fall: from its new
 	// process's start to the task's next death.
-	window := func(i int) (from, to float64) {
+	// (A failover's record may fall from the death itself.)
+	window := func(i int, failover bool) (from, to float64) {
 		from, to = rel(seen[i].backAt), float64(1<<62)
+		if failover {
+			from = rel(seen[i].exitedAt)
+		}
 		for _, n := range seen[i+1:] {
 			if n.task == seen[i].task {
 				return from, rel(n.exitedAt)
@@ -98,8 +105,8 @@ func mergeRestarts(chief []report.Restart, seen []restart, t0 time.Time, trainSt
 	match := make([]int, len(seen))
 	for i, s := range seen {
 		match[i] = -1
-		from, to := window(i)
 		for j, r := range recs {
+			from, to := window(i, r.TookOver != "")
 			if !used[j] && r.Task == s.task && in(r, from, to) {
 				used[j], match[i] = true, j
 				break
@@ -111,7 +118,7 @@ func mergeRestarts(chief []report.Restart, seen []restart, t0 time.Time, trainSt
 		m := report.Restart{Task: s.task, Cause: s.cause, KilledAtSeconds: rel(s.exitedAt), BackAtSeconds: ptr(rel(s.backAt)), RestoredStep: -1}
 		j := match[i]
 		if j < 0 && rollbackAll && strings.HasPrefix(s.task, "ps/") {
-			from, to := window(i)
+			from, to := window(i, false)
 			for k, r := range recs {
 				if strings.HasPrefix(r.Task, "ps/") && in(r, from, to) && (j < 0 || *r.BackAtSeconds < *recs[j].BackAtSeconds) {
 					j = k
@@ -119,7 +126,9 @@ func mergeRestarts(chief []report.Restart, seen []restart, t0 time.Time, trainSt
 			}
 		}
 		if j >= 0 {
-			m.BackAtSeconds, m.RestoredStep = recs[j].BackAtSeconds, recs[j].RestoredStep
+			r := recs[j]
+			m.BackAtSeconds, m.RestoredStep, m.StepsLost = r.BackAtSeconds, r.RestoredStep, r.StepsLost
+			m.TookOver, m.FailoverSeconds = r.TookOver, r.FailoverSeconds
 		}
 		out = append(out, m)
 	}
