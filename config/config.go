@@ -81,7 +81,7 @@ type Run struct {
 	// PSReplicas is the hot standbys per shard (--ps-replicas): 0, or 1
 	// (standby/N beside every ps/N; docs/replication.md).
 	PSReplicas int `json:"ps_replicas,omitempty"`
-	Workers             int  `json:"workers"`
+	Workers    int `json:"workers"`
 	// MaxWorkers bounds the workers an elastic run may scale to
 	// (docs/elastic.md): `pstrain scale`, or a worker registering with
 	// the next index. 0: WorkerSlots' default.

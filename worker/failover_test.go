@@ -78,7 +78,9 @@ func (s *syncBuffer) switches() int {
 	return strings.Count(s.b.String(), "switching to the other process of shard 3")
 }
 
-func unavailable() error { return status.Error(codes.Unavailable, "ps: shard 3 here is a standby: its primary serves workers") }
+func unavailable() error {
+	return status.Error(codes.Unavailable, "ps: shard 3 here is a standby: its primary serves workers")
+}
 
 func TestFailoverSwitchesOnUnavailable(t *testing.T) {
 	var logs syncBuffer
