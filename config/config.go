@@ -78,7 +78,10 @@ type Run struct {
 	Staleness           int  `json:"staleness"`
 	ReplicasToAggregate int  `json:"replicas_to_aggregate"` // 0: all workers
 	PS                  int  `json:"ps"`
-	Workers             int  `json:"workers"`
+	// PSReplicas is the hot standbys per shard (--ps-replicas): 0, or 1
+	// (standby/N beside every ps/N; docs/replication.md).
+	PSReplicas int `json:"ps_replicas,omitempty"`
+	Workers    int `json:"workers"`
 	// MaxWorkers bounds the workers an elastic run may scale to
 	// (docs/elastic.md): `pstrain scale`, or a worker registering with
 	// the next index. 0: WorkerSlots' default.
@@ -260,6 +263,8 @@ func (r Run) Validate() error {
 	switch {
 	case r.PS < 1:
 		return fmt.Errorf("--ps must be at least 1, got %d", r.PS)
+	case r.PSReplicas < 0 || r.PSReplicas > 1:
+		return fmt.Errorf("--ps-replicas must be 0 (no hot standbys) or 1 (a standby process per shard), got %d", r.PSReplicas)
 	case r.Workers < 1:
 		return fmt.Errorf("--workers must be at least 1, got %d", r.Workers)
 	case r.ReplicasToAggregate < 0:
@@ -359,6 +364,10 @@ func oneOf[T ~string](flag string, got T, want ...T) error {
 
 // Schedule is the parsed --lr-schedule.
 func (r Run) Schedule() (optim.Schedule, error) { return optim.ParseSchedule(r.LRSchedule) }
+
+// Standbys is the number of standby processes the run has: one per
+// shard with --ps-replicas 1, else none.
+func (r Run) Standbys() int { return r.PS * r.PSReplicas }
 
 // Replicas is the number of gradients a sync step aggregates when all
 // workers are alive.

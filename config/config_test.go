@@ -46,6 +46,8 @@ func TestValidateRejectsImpossibleValues(t *testing.T) {
 		"--conv missing":          func(r *Run) { r.Model = "cnn" },
 		"--conv zero":             func(r *Run) { r.Model, r.Conv = "cnn", []int{16, 0} },
 		"--max-workers":           func(r *Run) { r.Workers, r.MaxWorkers = 4, 3 },
+		"--ps-replicas":           func(r *Run) { r.PSReplicas = 2 },
+		"--ps-replicas negative":  func(r *Run) { r.PSReplicas = -1 },
 	}
 	for name, mutate := range cases {
 		r := Default()
@@ -245,5 +247,23 @@ func TestWorkerSlotsAndReplicas(t *testing.T) {
 	r.Workers, r.ReplicasToAggregate = 3, 2 // one backup worker, kept
 	if r.ReplicasFor(4) != 3 || r.ReplicasFor(1) != 1 || r.ReplicasFor(3) != r.Replicas() {
 		t.Errorf("one backup worker: replicas for 4, 1, 3 = %d, %d, %d; want 3, 1, 2", r.ReplicasFor(4), r.ReplicasFor(1), r.ReplicasFor(3))
+	}
+}
+
+// A task started with a different --ps-replicas than the chief's is
+// refused at registration: the field is compared, and survives the JSON
+// every task sends.
+func TestPSReplicasIsCompared(t *testing.T) {
+	a, b := Default(), Default()
+	b.PSReplicas = 1
+	if d := a.Diff(b); len(d) != 1 || d[0] != "ps_replicas: 0 (chief) vs 1 (this task)" {
+		t.Fatalf("Diff = %q", d)
+	}
+	r, err := Parse(b.JSON())
+	if err != nil || r.PSReplicas != 1 || r.Standbys() != b.PS {
+		t.Fatalf("JSON round trip: %+v, %v", r, err)
+	}
+	if a.Standbys() != 0 {
+		t.Fatalf("Standbys without replicas = %d", a.Standbys())
 	}
 }

@@ -1,6 +1,7 @@
 // Package launcher runs a whole cluster on this machine as separate
 // processes (`pstrain run`): it picks ports, writes the cluster file and
-// the Prometheus file_sd targets, starts the chief, the PS shards and the
+// the Prometheus file_sd targets, starts the chief, the PS shards (and,
+// with --ps-replicas 1, a hot standby for each: standby/N) and the
 // workers, relays the chief's progress, watches every process, and
 // assembles the report with each process's peak RSS and CPU time.
 //
@@ -49,7 +50,8 @@ type Config struct {
 	// SDDir receives the Prometheus file_sd target file.
 	SDDir string
 	// MetricsPortBase: chief on base, ps/i on base+1+i, worker/i on
-	// base+1+PS+i. 0 picks free ports.
+	// base+1+PS+i, standby/i (--ps-replicas 1) on base+1+PS+slots+i
+	// after every worker slot (Run.WorkerSlots). 0 picks free ports.
 	MetricsPortBase int
 	// ChildArgs renders the run configuration as flags.
 	ChildArgs func(config.Run) []string
@@ -107,16 +109,20 @@ type Fault struct {
 	At   time.Duration
 }
 
-// ParseFaults reads "ps/1@8s,worker/0@12s,chief@20s" and checks each task
-// against the run's shape.
+// ParseFaults reads "ps/1@8s,worker/0@12s,chief@20s,standby/0@3s" and
+// checks each task against the run's shape.
 func ParseFaults(s string, r config.Run) ([]Fault, error) {
 	var out []Fault
 	if strings.TrimSpace(s) == "" {
 		return nil, nil
 	}
 	valid := map[string]bool{}
-	for _, t := range (cluster.Spec{Chief: []string{""}, PS: make([]string, r.PS), Worker: make([]string, r.Workers)}).Tasks() {
+	for _, t := range (cluster.Spec{Chief: []string{""}, PS: make([]string, r.PS), Worker: make([]string, r.Workers), Standby: make([]string, r.Standbys())}).Tasks() {
 		valid[t.String()] = true
+	}
+	standbys := ""
+	if r.Standbys() > 0 {
+		standbys = fmt.Sprintf(", standby/0..standby/%d", r.Standbys()-1)
 	}
 	for _, part := range strings.Split(s, ",") {
 		task, at, ok := strings.Cut(strings.TrimSpace(part), "@")
@@ -124,7 +130,7 @@ func ParseFaults(s string, r config.Run) ([]Fault, error) {
 			task = "chief"
 		}
 		if !ok || !valid[task] {
-			return nil, fmt.Errorf("--fault %q: want TASK@TIME with TASK one of chief, ps/0..ps/%d, worker/0..worker/%d (e.g. ps/1@8s)", part, r.PS-1, r.Workers-1)
+			return nil, fmt.Errorf("--fault %q: want TASK@TIME with TASK one of chief, ps/0..ps/%d%s, worker/0..worker/%d (e.g. ps/1@8s)", part, r.PS-1, standbys, r.Workers-1)
 		}
 		d, err := time.ParseDuration(at)
 		if err != nil || d < 0 {
@@ -163,7 +169,7 @@ type supervisor struct {
 	statePath   string
 	runID       string
 	metricsAddr func(int) string
-	dataPorts   []int // the PS data planes', by PS index
+	dataPorts   []int // the PS data planes': ps/i's at i, standby/i's at PS+i
 	// t0 is the run's start: every time the launcher logs or reports is
 	// seconds since t0 (see since).
 	t0      time.Time
@@ -271,12 +277,14 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 	}
 	c.ExtraArgs = append(append([]string(nil), c.ExtraArgs...), "--auth-token-file="+tokenPath)
 	// Every port a task binds is reserved here: gRPC, metrics, and each
-	// PS's data plane. The cluster has a worker slot for every worker the
-	// run may scale to (--max-workers); the first --workers start.
+	// PS's (and standby's) data plane. The cluster has a worker slot for
+	// every worker the run may scale to (--max-workers); the first
+	// --workers start. The standbys' ports come after all the others
+	// (launchOrder), so a run's other ports are where they were without.
 	slots := r.WorkerSlots()
 	c.Run.MaxWorkers, r.MaxWorkers = slots, slots // every task is told the slots the cluster file lists
-	n := 1 + r.PS + slots
-	ports, err := freePorts(2*n + r.PS)
+	n := 1 + r.PS + slots + r.Standbys()
+	ports, err := freePorts(2*n + r.PS + r.Standbys())
 	if err != nil {
 		return nil, err
 	}
@@ -288,6 +296,9 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 	}
 	for i := 0; i < slots; i++ {
 		spec.Worker = append(spec.Worker, addr(1+r.PS+i))
+	}
+	for i := 0; i < r.Standbys(); i++ {
+		spec.Standby = append(spec.Standby, addr(1+r.PS+slots+i))
 	}
 	s := &supervisor{c: c, t0: t0, procs: map[string]*proc{}, usage: map[string]report.Task{},
 		clusterFile: filepath.Join(c.Dir, "cluster.json"), chiefReport: filepath.Join(c.Dir, "chief-report.json"),
@@ -302,7 +313,7 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 	if err := os.WriteFile(s.clusterFile, spec.JSON(), 0o644); err != nil {
 		return nil, err
 	}
-	tasks := spec.Tasks()
+	tasks := launchOrder(spec)
 	s.targets = newTargets(c.SDDir, tasks, s.metricsAddr)
 	// (Each task is listed once started, below: the worker slots of an
 	// elastic run are not, until a scale request starts them.)
@@ -390,14 +401,18 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 			s.inject(ctx, f)
 		}()
 	}
-	c.Log.Info("cluster started", "chief", spec.Chief[0], "ps", len(spec.PS), "workers", r.Workers, "max_workers", slots,
+	c.Log.Info("cluster started", "chief", spec.Chief[0], "ps", len(spec.PS), "standbys", len(spec.Standby), "workers", r.Workers, "max_workers", slots,
 		"logs", filepath.Join(c.Dir, "logs"), "run", s.runID)
 
 	// Where the time goes: scrape every task each second; say it every
 	// BottleneckEvery, and for the whole run at the end.
 	var targets []bottleneck.Target
 	for i, t := range started {
-		targets = append(targets, bottleneck.Target{Task: t.String(), Role: t.Type, URL: "http://" + s.metricsAddr(i) + metrics.MetricsPath})
+		role := t.Type
+		if role == cluster.Standby {
+			role = bottleneck.RolePS // a shard's second process: a PS either way
+		}
+		targets = append(targets, bottleneck.Target{Task: t.String(), Role: role, URL: "http://" + s.metricsAddr(i) + metrics.MetricsPath})
 	}
 	mon, err := bottleneck.NewMonitor(bottleneck.MonitorConfig{Targets: targets, Cores: runtime.NumCPU()})
 	if err != nil {
@@ -467,6 +482,23 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 	return rep, nil
 }
 
+// launchOrder is the cluster's tasks in the order the launcher numbers
+// them (ports, metrics ports, targets): the chief, ps/0.., the worker
+// slots, then standby/0.. (--ps-replicas 1). The standbys come last so
+// that every other task's number, hence its ports, is the same with or
+// without them.
+func launchOrder(spec cluster.Spec) []cluster.Task {
+	var out, standbys []cluster.Task
+	for _, t := range spec.Tasks() {
+		if t.Type == cluster.Standby {
+			standbys = append(standbys, t)
+			continue
+		}
+		out = append(out, t)
+	}
+	return append(out, standbys...)
+}
+
 // wait waits for the chief to finish the run. On interrupt it asks the
 // chief to stop the run cleanly (SIGTERM: it stops the shards, scores and
 // checkpoints the model and writes the report) and no task is restarted
@@ -505,8 +537,11 @@ func (s *supervisor) wait(interrupt <-chan struct{}, chiefDone, failed <-chan er
 func (s *supervisor) start(ctx context.Context, wg *sync.WaitGroup, i int, t cluster.Task) (*proc, error) {
 	c := s.c
 	args := []string{t.Type, "--cluster=" + s.clusterFile, "--metrics-addr=" + s.metricsAddr(i)}
-	if t.Type == cluster.PS {
+	switch t.Type {
+	case cluster.PS:
 		args = append(args, "--data-addr=127.0.0.1:"+strconv.Itoa(s.dataPorts[t.Index]))
+	case cluster.Standby:
+		args = append(args, "--data-addr=127.0.0.1:"+strconv.Itoa(s.dataPorts[c.Run.PS+t.Index]))
 	}
 	if t.Type != cluster.Chief {
 		args = append(args, fmt.Sprintf("--index=%d", t.Index))

@@ -41,6 +41,41 @@ func TestParseFaults(t *testing.T) {
 	}
 }
 
+// With hot standbys a fault may name standby/N, and the message lists
+// them; without, standby/0 is no task of the run.
+func TestParseFaultsStandby(t *testing.T) {
+	r := config.Default() // 2 PS
+	if _, err := ParseFaults("standby/0@3s", r); err == nil || strings.Contains(err.Error(), "standby/0..") {
+		t.Fatalf("standby/0 without --ps-replicas: %v, want a refusal that lists no standbys", err)
+	}
+	r.PSReplicas = 1
+	got, err := ParseFaults("standby/1@3s,ps/0@1s", r)
+	if err != nil || len(got) != 2 || got[0] != (Fault{"standby/1", 3 * time.Second}) {
+		t.Fatalf("ParseFaults = %+v, %v", got, err)
+	}
+	if _, err := ParseFaults("standby/2@3s", r); err == nil || !strings.Contains(err.Error(), "standby/0..standby/1") {
+		t.Fatalf("standby/2 of 2 shards: %v, want a refusal listing standby/0..standby/1", err)
+	}
+}
+
+// The standbys are numbered after every other task, so the others keep
+// their ports (and --metrics-port-base offsets) with or without them.
+func TestLaunchOrderPutsStandbysLast(t *testing.T) {
+	spec := cluster.Spec{Chief: []string{"c:1"}, PS: []string{"p:1", "p:2"}, Worker: []string{"w:1", "w:2", "w:3"}, Standby: []string{"s:1", "s:2"}}
+	var got []string
+	for _, tk := range launchOrder(spec) {
+		got = append(got, tk.String())
+	}
+	want := "chief ps/0 ps/1 worker/0 worker/1 worker/2 standby/0 standby/1"
+	if strings.Join(got, " ") != want {
+		t.Fatalf("launchOrder = %q, want %q", got, want)
+	}
+	spec.Standby = nil
+	if n := len(launchOrder(spec)); n != 6 {
+		t.Fatalf("without standbys: %d tasks", n)
+	}
+}
+
 // TestMergeRestarts: every time on the run's clock (the chief's are
 // shifted by the start-up time), each launcher restart matched to the
 // chief's record of its own recovery by time, not by order.

@@ -14,14 +14,16 @@
 # run/launch/<task>.log; the chief's progress and summary go to the
 # terminal. PSTRAIN_BIN (bin/pstrain) and LAUNCH_DIR (run/launch) change
 # the binary and that directory. --ps and --workers come from the cluster
-# file. Every task gets the run's secret, run/launch/auth-token (made if
+# file, and so do the hot standbys: a "standby" list (one address per ps,
+# or none) starts standby/N beside every ps/N (--ps-replicas 1 follows from
+# it; PS_REPLICAS=0 or 1 states it, checked against the file). Every task gets the run's secret, run/launch/auth-token (made if
 # missing; PSTRAIN_AUTH_TOKEN_FILE names another): on several hosts, copy
 # the same file to each. Ctrl-C (or SIGTERM) stops the run cleanly: the
 # chief stops the workers, writes a final checkpoint and the report, and
 # the script exits 130 (143); a second Ctrl-C kills every task at once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 1 ] || { sed -n '2,22p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '2,24p' "$0"; exit 2; }
 cluster="$1"; shift
 only=()
 while [ $# -gt 0 ]; do
@@ -37,8 +39,16 @@ dir="${LAUNCH_DIR:-run/launch}"
 # Count the tasks (python-free: jq may be absent).
 nps=$(grep -o '"ps"[^]]*]' "$cluster" | grep -o '"[^"]*:[0-9]*"' | wc -l)
 nw=$(grep -o '"worker"[^]]*]' "$cluster" | grep -o '"[^"]*:[0-9]*"' | wc -l)
+nsb=$(grep -o '"standby"[^]]*]' "$cluster" | grep -o '"[^"]*:[0-9]*"' | wc -l || true)
+replicas=0
+[ "$nsb" -eq 0 ] || replicas=1
+if [ -n "${PS_REPLICAS:-}" ] && [ "$PS_REPLICAS" != "$replicas" ]; then
+  echo "launch.sh: PS_REPLICAS=$PS_REPLICAS but $cluster lists $nsb standby addresses (want one per ps for 1, none for 0)" >&2
+  exit 2
+fi
 tasks=(chief)
 for ((i = 0; i < nps; i++)); do tasks+=("ps/$i"); done
+for ((i = 0; i < nsb; i++)); do tasks+=("standby/$i"); done
 for ((i = 0; i < nw; i++)); do tasks+=("worker/$i"); done
 mkdir -p "$dir"
 token="${PSTRAIN_AUTH_TOKEN_FILE:-$dir/auth-token}"
@@ -73,7 +83,7 @@ for t in "${tasks[@]}"; do
   args=("$role" --cluster "$cluster" --auth-token-file "$token")
   case "$role" in
     chief) args+=(--progress --report "$dir/report.json" --checkpoint-dir "$dir/checkpoints") ;;
-    ps) args+=(--index "${t#*/}" --checkpoint-dir "$dir/checkpoints") ;;
+    ps | standby) args+=(--index "${t#*/}" --checkpoint-dir "$dir/checkpoints") ;;
     *) args+=(--index "${t#*/}") ;;
   esac
   log="$dir/${t//\//-}.log"

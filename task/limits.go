@@ -81,7 +81,9 @@ func (o Options) dataLimits() dataplane.Limits {
 // bounds a shard, so (1 + optimizer slots) x the model's bytes + 1 MiB
 // (and at most --max-message-mb). A PS never reads the data: for an
 // idx: data set, whose sample size only its files say, the bound is
-// --max-message-mb.
+// --max-message-mb. With hot standbys (--ps-replicas 1) the largest is a
+// primary's snapshot to its standby (Replicate: an Init and the shard's
+// state beside it), bounded by twice that.
 func psMaxRecv(r config.Run, ceiling int) int {
 	dim, classes, ok := dataset.NamedShape(r.Dataset)
 	if !ok {
@@ -92,7 +94,11 @@ func psMaxRecv(r config.Run, ceiling int) int {
 		st, _ := opt.State()
 		slots = len(st)
 	}
-	n := int64(1+slots)*4*int64(r.Spec(dim, classes).NumParams()) + 16*int64(r.Workers) + 1<<20
+	copies := int64(1 + slots)
+	if r.PSReplicas > 0 {
+		copies *= 2
+	}
+	n := copies*4*int64(r.Spec(dim, classes).NumParams()) + 16*int64(r.Workers) + 1<<20
 	return int(min(n, int64(ceiling)))
 }
 

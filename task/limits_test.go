@@ -20,6 +20,10 @@ func TestPSMaxRecvFollowsTheModel(t *testing.T) {
 	if got, want := psMaxRecv(r, 256<<20), 3*4*params+16*2+1<<20; got != want {
 		t.Errorf("adam: %d, want %d", got, want)
 	}
+	r.PSReplicas = 1 // a standby receives its primary's snapshot: an Init and the shard's state
+	if got, want := psMaxRecv(r, 256<<20), 6*4*params+16*2+1<<20; got != want {
+		t.Errorf("adam with a standby: %d, want %d", got, want)
+	}
 	if got := psMaxRecv(r, 1<<20); got != 1<<20 {
 		t.Errorf("under a smaller --max-message-mb: %d", got)
 	}

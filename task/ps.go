@@ -53,6 +53,13 @@ func RunPS(ctx context.Context, o Options) error {
 	lis = o.limitListener(lis, refusals, m.ConnectionsClosed.WithLabelValues("grpc", "limit").Inc)
 	shutdown := make(chan struct{})
 	srv := ps.NewServer(o.Log, m, func() { close(shutdown) })
+	// Hot standbys (docs/replication.md): the shard this process serves,
+	// and how, as a primary, it reaches its standby.
+	// INTEGRATION: uncomment once ps.Server has these setters (the ps
+	// engineer's branch adds them):
+	//	srv.SetShardIndex(o.Task.Index)
+	//	srv.SetReplicaDialer(replicaDialer(o))
+	_ = replicaDialer // (used by the line above once it is uncommented)
 	if o.Run.CheckpointDir != "" {
 		srv.SetCheckpointStore(checkpoint.NewStore(checkpoint.OSFS{}, o.Run.CheckpointDir, o.Run.KeepCheckpoints).WithLog(o.Log))
 	}
@@ -96,5 +103,22 @@ func RunPS(ctx context.Context, o Options) error {
 		return fmt.Errorf("grpc server: %w", err)
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// replicaDialer is how a primary (ps/N or standby/N: the chief decides)
+// reaches the other process of its shard: a gRPC connection under the
+// task's session and TLS, so the standby's guard lets its Replicate
+// batches in (transport/auth: a session of ps/N or standby/N for shard
+// N).
+// It returns the client of that process's ParameterServer service and
+// what closes it.
+func replicaDialer(o Options) func(ctx context.Context, addr string) (pb.ParameterServerClient, func() error, error) {
+	return func(_ context.Context, addr string) (pb.ParameterServerClient, func() error, error) {
+		c, err := o.dial(addr)
+		if err != nil {
+			return nil, nil, err
+		}
+		return pb.NewParameterServerClient(c), c.Close, nil
 	}
 }

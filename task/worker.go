@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 
+	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/ml/blas"
 	"github.com/pstrain/pstrain/ml/dataset"
@@ -85,18 +86,23 @@ func RunWorker(ctx context.Context, o Options, blasThreads int) error {
 	o.Log.Info("worker registered", "run", reg0.RunId, "workers", dplan.Last().Workers, "data_mib", math.Round(float64(held)/(1<<20)*10)/10, "blas", blas.Name)
 
 	var shards []worker.Shard
-	for _, a := range o.Cluster.PS {
-		c, err := o.dial(a)
+	for i, a := range o.Cluster.PS {
+		dp, closeDP, err := o.shardClient(a)
 		if err != nil {
 			return err
 		}
-		defer c.Close()
-		gc := pb.NewParameterServerClient(c)
-		var dp worker.DataPlane = gc
-		if o.Run.DataPlane == config.TCP {
-			dc := o.dataPlaneClient(gc)
-			defer dc.Close()
-			dp = dc
+		defer closeDP()
+		if len(o.Cluster.Standby) > 0 {
+			// A hot standby: the shard's client switches to the other
+			// process when the one it talks to refuses (docs/replication.md).
+			sa := o.Cluster.Standby[i]
+			sdp, closeSDP, err := o.shardClient(sa)
+			if err != nil {
+				return err
+			}
+			defer closeSDP()
+			dp = worker.NewFailover(i, worker.Process{Task: cluster.Task{Type: cluster.PS, Index: i}.String(), Addr: a, Client: dp},
+				worker.Process{Task: cluster.Task{Type: cluster.Standby, Index: i}.String(), Addr: sa, Client: sdp}, o.Log)
 		}
 		shards = append(shards, worker.Shard{Addr: a, Client: dp})
 	}
@@ -122,6 +128,21 @@ func RunWorker(ctx context.Context, o Options, blasThreads int) error {
 	cancel()
 	<-hbDone
 	return err
+}
+
+// shardClient is a worker's client of the PS process at addr: gRPC, or
+// the TCP data plane (found through its gRPC Status); close closes it.
+func (o Options) shardClient(addr string) (dp worker.DataPlane, close func(), err error) {
+	c, err := o.dial(addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	gc := pb.NewParameterServerClient(c)
+	if o.Run.DataPlane != config.TCP {
+		return gc, func() { c.Close() }, nil
+	}
+	dc := o.dataPlaneClient(gc)
+	return dc, func() { dc.Close(); c.Close() }, nil
 }
 
 // registrationPlan is the data plan the chief's registration answer

@@ -129,6 +129,9 @@ func runTLSArgs(dir string, r config.Run, log *slog.Logger) ([]string, error) {
 	for i := 0; i < r.Workers; i++ {
 		spec.Worker = append(spec.Worker, fmt.Sprintf("127.0.0.1:%d", 100+r.PS+i))
 	}
+	for i := 0; i < r.Standbys(); i++ { // standby/N: a certificate of its own, like ps/N
+		spec.Standby = append(spec.Standby, fmt.Sprintf("127.0.0.1:%d", 100+r.PS+r.Workers+i))
+	}
 	written, err := certs.Ensure(abs, spec, nil, certs.Options{Validity: 30 * 24 * time.Hour})
 	if err != nil {
 		return nil, err

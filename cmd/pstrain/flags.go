@@ -142,6 +142,7 @@ func bindRunFlags(fs *flag.FlagSet, r *config.Run) {
 	fs.IntVar(&r.Staleness, "staleness", r.Staleness, "ssp: how many steps a worker may run ahead of the slowest live worker")
 	fs.IntVar(&r.ReplicasToAggregate, "replicas-to-aggregate", r.ReplicasToAggregate, "sync: gradients per step (0 = all workers; fewer makes the rest backup workers)")
 	fs.IntVar(&r.PS, "ps", r.PS, "number of parameter-server shards")
+	fs.IntVar(&r.PSReplicas, "ps-replicas", r.PSReplicas, "hot standbys per PS shard: 0, or 1 (a standby/N process beside every ps/N takes over when its primary dies; docs/replication.md)")
 	fs.IntVar(&r.Workers, "workers", r.Workers, "number of workers")
 	fs.IntVar(&r.MaxWorkers, "max-workers", r.MaxWorkers, "most workers the run may scale to with `pstrain scale` or a worker registering with the next index (0 = 8, or --workers if more; docs/elastic.md)")
 	m := bindModelFlags(fs, r)
@@ -207,6 +208,7 @@ func runArgs(r config.Run) []string {
 		fmt.Sprintf("--staleness=%d", r.Staleness),
 		fmt.Sprintf("--replicas-to-aggregate=%d", r.ReplicasToAggregate),
 		fmt.Sprintf("--ps=%d", r.PS),
+		fmt.Sprintf("--ps-replicas=%d", r.PSReplicas),
 		fmt.Sprintf("--workers=%d", r.Workers),
 		fmt.Sprintf("--max-workers=%d", r.MaxWorkers),
 		"--model=" + r.Model.String(),

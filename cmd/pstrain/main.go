@@ -35,8 +35,9 @@ const usage = `pstrain — parameter-server training
 
 Usage:
   pstrain run [flags]                 start a local cluster (chief, PS, workers) and train
-  pstrain chief|ps|worker [flags]     run one task of a cluster (--cluster FILE or TF_CONFIG)
-  pstrain task [flags]                run the task TF_CONFIG names (chief, master, ps or worker)
+  pstrain chief|ps|standby|worker [flags]
+                                      run one task of a cluster (--cluster FILE or TF_CONFIG)
+  pstrain task [flags]                run the task TF_CONFIG names (chief, master, ps, standby or worker)
   pstrain data fetch [--dataset mnist|fashion-mnist|mnist-x4] [--data-dir data]
   pstrain checkpoint ls|verify|inspect DIR
                                       look at checkpoints
@@ -212,6 +213,7 @@ var commands = map[string]command{
 	"token":      cmdToken,
 	"chief":      taskCommand(cluster.Chief),
 	"ps":         taskCommand(cluster.PS),
+	"standby":    taskCommand(cluster.Standby),
 	"worker":     taskCommand(cluster.Worker),
 	"task":       taskCommand(""),
 	"data":       cmdData,
@@ -337,8 +339,10 @@ func cmdTask(ctx context.Context, role string, args []string, stdout, stderr io.
 	}
 	fs := newFlagSet(name, name+" [flags]", about+`: the cluster comes from --cluster FILE or the
 TF_CONFIG environment variable (Kubeflow's TFJob sets it; "master" is read as
-the chief). --ps, --workers and the index default to the cluster's; the run
-flags must agree with the chief's.`)
+the chief). --ps, --workers, --ps-replicas and the index default to the
+cluster's; the run flags must agree with the chief's. A standby is the second
+process of a shard (--ps-replicas 1): it runs the PS code and takes over when
+the chief promotes it.`)
 	r := config.Default()
 	bindRunFlags(fs, &r)
 	clusterFile := fs.String("cluster", "", "cluster file (JSON: {\"chief\":[..],\"ps\":[..],\"worker\":[..]}); default: the TF_CONFIG environment variable")
@@ -360,7 +364,7 @@ flags must agree with the chief's.`)
 	faultGradient := fs.String("fault-gradient", "", "testing: worker/I@STEP:SCALE multiplies worker I's gradient by SCALE once, at global step STEP (worker/I@every:SCALE: every step); other tasks ignore it")
 	tlsF := bindTLSFlags(fs)
 	tokenFile := bindTokenFlag(fs)
-	for _, f := range []string{"ps", "workers"} {
+	for _, f := range []string{"ps", "workers", "ps-replicas"} {
 		fl := fs.Lookup(f)
 		fl.DefValue, fl.Usage = "0", fl.Usage+" (default: the cluster's)"
 	}
@@ -388,6 +392,9 @@ flags must agree with the chief's.`)
 		return err
 	}
 	if err := shapeFromCluster(&r, spec, flagSet(fs, "ps"), flagSet(fs, "workers")); err != nil {
+		return err
+	}
+	if err := replicasFromCluster(&r, spec, flagSet(fs, "ps-replicas")); err != nil {
 		return err
 	}
 	if err := r.Validate(); err != nil { // with the cluster's counts
@@ -418,7 +425,7 @@ flags must agree with the chief's.`)
 		return err
 	}
 	da := *dataAddr
-	if da == "" && role == cluster.PS {
+	if da == "" && (role == cluster.PS || role == cluster.Standby) {
 		if da, err = task.DefaultDataAddr(addr); err != nil {
 			return err
 		}
@@ -436,7 +443,7 @@ flags must agree with the chief's.`)
 		return err
 	}
 	switch role {
-	case cluster.PS:
+	case cluster.PS, cluster.Standby:
 		return task.RunPS(ctx, o)
 	case cluster.Worker:
 		return task.RunWorker(ctx, o, *blasThreads)
@@ -461,8 +468,17 @@ flags must agree with the chief's.`)
 	return finalCheckpointFailed(rep)
 }
 
+// psText says how many PS processes a run has: "2 PS", or with hot
+// standbys "2 PS + 2 standbys".
+func psText(r config.Run) string {
+	if n := r.Standbys(); n > 0 {
+		return fmt.Sprintf("%d PS + %d standbys", r.PS, n)
+	}
+	return fmt.Sprintf("%d PS", r.PS)
+}
+
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("run", "run [flags]", "Start a local cluster (a chief, --ps parameter servers, --workers workers) and train.")
+	fs := newFlagSet("run", "run [flags]", "Start a local cluster (a chief, --ps parameter servers and, with --ps-replicas 1, a hot standby for each, --workers workers) and train.")
 	r := config.Default()
 	r.CheckpointDir = filepath.Join("run", "checkpoints")
 	bindRunFlags(fs, &r)
@@ -472,7 +488,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	maxRestarts := fs.Int("max-restarts", 5, "restarts allowed per task before the run fails")
 	dir := fs.String("run-dir", "run", "where the cluster file and the task logs go")
 	sdDir := fs.String("sd-dir", "run/targets", "where the Prometheus file_sd target file goes")
-	portBase := fs.Int("metrics-port-base", 0, "metrics ports: chief on BASE, ps/i on BASE+1+i, worker/i after them (0 = free ports)")
+	portBase := fs.Int("metrics-port-base", 0, "metrics ports: chief on BASE, ps/i on BASE+1+i, worker/i after them, then standby/i (--ps-replicas 1) after every worker slot (0 = free ports)")
 	connectTimeout := fs.Duration("connect-timeout", time.Minute, "how long tasks wait for each other before giving up")
 	taskTimeout := fs.Duration("task-timeout", 10*time.Second, "a task whose /healthz answers nothing this long is killed and restarted; a task exiting 0 mid-run is restarted after this long")
 	killStale := fs.Bool("kill-stale", false, "kill processes of an earlier run still alive on --run-dir (default: refuse to start beside them)")
@@ -537,7 +553,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "pstrain: %s SGD, %d PS, %d workers, %s, batch %d, lr %s, %s\n", r.Mode, r.PS, r.Workers,
+	fmt.Fprintf(stdout, "pstrain: %s SGD, %s, %d workers, %s, batch %d, lr %s, %s\n", r.Mode, psText(r), r.Workers,
 		modelText(r.Spec(shape.Dim, shape.Classes)), r.Batch, lrText(r), r.Optimizer)
 	rep, err := launcher.Run(ctx, launcher.Config{Run: r, Exe: exe, Dir: *dir, SDDir: *sdDir, MetricsPortBase: *portBase,
 		ChildArgs: runArgs, ExtraArgs: append([]string{"--connect-timeout=" + connectTimeout.String(), "--log-level=" + *logLevel, "--summary=false"}, childArgs...),
@@ -694,7 +710,7 @@ func sortedTasks(m map[string]report.Task) []string {
 			out = append(out, t)
 		}
 	}
-	for _, prefix := range []string{"ps/", "worker/"} {
+	for _, prefix := range []string{"ps/", "standby/", "worker/"} {
 		for i := 0; ; i++ {
 			k := fmt.Sprintf("%s%d", prefix, i)
 			if _, ok := m[k]; !ok {

@@ -31,7 +31,11 @@ func checkRunFlags(r config.Run, metricsPortBase int, connectTimeout time.Durati
 	if err := preflight.Positive("--connect-timeout", connectTimeout); err != nil {
 		return asUsage(err)
 	}
-	return asUsage(preflight.CheckPortRange("--metrics-port-base", metricsPortBase, 1+r.PS+r.Workers))
+	n := 1 + r.PS + r.Workers
+	if r.Standbys() > 0 {
+		n = 1 + r.PS + r.WorkerSlots() + r.Standbys() // the standbys' ports follow every worker slot's
+	}
+	return asUsage(preflight.CheckPortRange("--metrics-port-base", metricsPortBase, n))
 }
 
 // checkRun checks, before `pstrain run` starts any process, what would
@@ -48,8 +52,9 @@ func checkRun(r config.Run) (dataset.Shape, error) {
 		return shape, asUsage(fmt.Errorf("%s: %w", r.Dataset, err))
 	}
 	if avail, err := preflight.MemAvailable(procRoot); err == nil {
-		what := fmt.Sprintf("the run (a chief, %d PS and %d workers, model %s, batch %d)", r.PS, r.Workers, r.Spec(shape.Dim, shape.Classes), r.Batch)
-		if err := preflight.CheckMemory(what, preflight.Estimate(r, shape).Run(r), avail); err != nil {
+		what := fmt.Sprintf("the run (a chief, %s and %d workers, model %s, batch %d)", psText(r), r.Workers, r.Spec(shape.Dim, shape.Classes), r.Batch)
+		f := preflight.Estimate(r, shape)
+		if err := preflight.CheckMemory(what, f.Run(r)+float64(r.Standbys())*f.PS, avail); err != nil { // a standby holds what its primary does
 			return shape, asUsage(err)
 		}
 	}
@@ -88,7 +93,7 @@ func checkTask(r config.Run, spec cluster.Spec, tk cluster.Task, metricsAddr, da
 	}
 	shape, err := dataset.Inspect(r.DataDir, r.Dataset)
 	switch {
-	case err != nil && tk.Type == cluster.PS:
+	case err != nil && (tk.Type == cluster.PS || tk.Type == cluster.Standby):
 		return nil
 	case err != nil:
 		return err
@@ -101,7 +106,7 @@ func checkTask(r config.Run, spec cluster.Spec, tk cluster.Task, metricsAddr, da
 		return nil // not Linux: nothing to compare with
 	}
 	f := preflight.Estimate(r, shape)
-	need := map[string]float64{cluster.Chief: f.Chief, cluster.PS: f.PS, cluster.Worker: f.Worker}[tk.Type]
+	need := map[string]float64{cluster.Chief: f.Chief, cluster.PS: f.PS, cluster.Standby: f.PS, cluster.Worker: f.Worker}[tk.Type]
 	what := fmt.Sprintf("%s (model %s, batch %d)", tk, r.Spec(shape.Dim, shape.Classes), r.Batch)
 	return asUsage(preflight.CheckMemory(what, need, avail))
 }

@@ -15,7 +15,7 @@ import (
 func resolveTask(role string, index int, t *cluster.Task) (cluster.Task, error) {
 	if role == "" {
 		if t == nil {
-			return cluster.Task{}, usagef("TF_CONFIG (or the cluster file) names no task: set its \"task\", or run pstrain chief, ps or worker")
+			return cluster.Task{}, usagef("TF_CONFIG (or the cluster file) names no task: set its \"task\", or run pstrain chief, ps, standby or worker")
 		}
 		role = t.Type
 	}
@@ -54,6 +54,29 @@ func shapeFromCluster(r *config.Run, spec cluster.Spec, psSet, workersSet bool) 
 			len(spec.PS), len(spec.Worker), strings.Join(given, " "))
 	}
 	return nil
+}
+
+// replicasFromCluster takes --ps-replicas from the cluster when it was
+// not given (set): 1 when the cluster lists standby addresses, else 0.
+// Given, it must agree: a cluster with standbys needs --ps-replicas 1 and
+// one without them --ps-replicas 0, so that every task, the chief
+// included, agrees on whether each shard has a second process.
+func replicasFromCluster(r *config.Run, spec cluster.Spec, set bool) error {
+	has := 0
+	if len(spec.Standby) > 0 {
+		has = 1
+	}
+	if !set {
+		r.PSReplicas = has
+		return nil
+	}
+	switch {
+	case r.PSReplicas == has:
+		return nil
+	case has == 1:
+		return usagef("the cluster lists %d standby addresses (hot standbys) but --ps-replicas=%d; make them agree: --ps-replicas 1 (or leave the flag out: it comes from the cluster)", len(spec.Standby), r.PSReplicas)
+	}
+	return usagef("--ps-replicas=%d but the cluster lists no standby addresses; add a \"standby\" job with one address per ps (or leave the flag out: it comes from the cluster)", r.PSReplicas)
 }
 
 // hostMetricsOn reads --host-metrics: on, off, or auto (the cluster's

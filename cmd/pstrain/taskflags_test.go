@@ -18,12 +18,14 @@ func TestResolveTask(t *testing.T) {
 		want  cluster.Task
 		err   string
 	}{
-		{cluster.PS, -1, ps1, *ps1, ""},                                        // index from TF_CONFIG
-		{cluster.PS, 0, ps1, cluster.Task{Type: cluster.PS}, ""},               // --index wins
-		{cluster.Worker, -1, ps1, cluster.Task{}, "TF_CONFIG names no worker"}, // TF_CONFIG is another role's
-		{cluster.Worker, -1, nil, cluster.Task{}, "pass --index"},              // nothing says
-		{cluster.Chief, -1, nil, cluster.Task{Type: cluster.Chief}, ""},        // the chief is chief
-		{"", -1, ps1, *ps1, ""},                                                // pstrain task: role and index
+		{cluster.PS, -1, ps1, *ps1, ""},                                                                             // index from TF_CONFIG
+		{cluster.PS, 0, ps1, cluster.Task{Type: cluster.PS}, ""},                                                    // --index wins
+		{cluster.Worker, -1, ps1, cluster.Task{}, "TF_CONFIG names no worker"},                                      // TF_CONFIG is another role's
+		{cluster.Worker, -1, nil, cluster.Task{}, "pass --index"},                                                   // nothing says
+		{"", -1, &cluster.Task{Type: cluster.Standby, Index: 1}, cluster.Task{Type: cluster.Standby, Index: 1}, ""}, // pstrain task as standby/1
+		{cluster.Standby, -1, ps1, cluster.Task{}, "TF_CONFIG names no standby"},
+		{cluster.Chief, -1, nil, cluster.Task{Type: cluster.Chief}, ""}, // the chief is chief
+		{"", -1, ps1, *ps1, ""}, // pstrain task: role and index
 		{"", -1, &cluster.Task{Type: cluster.Chief}, cluster.Task{Type: cluster.Chief}, ""},
 		{"", 0, ps1, cluster.Task{Type: cluster.PS}, ""}, // pstrain task --index 0
 		{"", -1, nil, cluster.Task{}, "names no task"},
@@ -82,6 +84,38 @@ func TestShapeFromCluster(t *testing.T) {
 
 // --host-metrics auto: only the cluster's first task on each host exports
 // the host's metrics (pstrain run's tasks are all on 127.0.0.1: the chief).
+// --ps-replicas comes from the cluster (its standby job) when not given,
+// so TF_CONFIG alone is enough; given, it must agree with the cluster.
+func TestReplicasFromCluster(t *testing.T) {
+	plain := cluster.Spec{Chief: []string{"c:1"}, PS: []string{"p:2", "p:3"}, Worker: []string{"w:4"}}
+	hot := plain
+	hot.Standby = []string{"s:5", "s:6"}
+	for _, c := range []struct {
+		spec cluster.Spec
+		flag int
+		set  bool
+		want int
+		err  string
+	}{
+		{plain, 0, false, 0, ""},
+		{hot, 0, false, 1, ""},
+		{hot, 1, true, 1, ""},
+		{plain, 0, true, 0, ""},
+		{hot, 0, true, 0, "the cluster lists 2 standby addresses (hot standbys) but --ps-replicas=0"},
+		{plain, 1, true, 0, "--ps-replicas=1 but the cluster lists no standby addresses"},
+	} {
+		r := config.Default()
+		r.PSReplicas = c.flag
+		err := replicasFromCluster(&r, c.spec, c.set)
+		switch {
+		case c.err == "" && (err != nil || r.PSReplicas != c.want):
+			t.Errorf("standbys %d, --ps-replicas %d (given %v): %d, %v; want %d", len(c.spec.Standby), c.flag, c.set, r.PSReplicas, err, c.want)
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err) || !errors.Is(err, errUsage)):
+			t.Errorf("standbys %d, --ps-replicas %d: %v; want a usage error with %q", len(c.spec.Standby), c.flag, err, c.err)
+		}
+	}
+}
+
 func TestHostMetricsOn(t *testing.T) {
 	spec := cluster.Spec{Chief: []string{"127.0.0.1:1"}, PS: []string{"127.0.0.1:2"}, Worker: []string{"10.0.0.2:3", "10.0.0.2:4"}}
 	for _, c := range []struct {

@@ -7,6 +7,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,9 +16,11 @@ import (
 	"time"
 
 	"github.com/pstrain/pstrain/cluster"
+	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/internal/testbin"
 	"github.com/pstrain/pstrain/observe/report"
 	"github.com/pstrain/pstrain/transport/certs"
+	"github.com/pstrain/pstrain/transport/tlsconf"
 )
 
 func TestRunOverMutualTLS(t *testing.T) {
@@ -180,5 +184,26 @@ func TestWorkerWithoutCertificateFailsFast(t *testing.T) {
 	// second): far below --connect-timeout.
 	if took > 10*time.Second {
 		t.Errorf("the worker took %v to give up (--connect-timeout 1m), want <= 10s", took)
+	}
+}
+
+// `pstrain run --tls-dir --ps-replicas 1` makes a certificate for every
+// standby too, named as its identity (standby-N: transport/auth binds a
+// session's role to its certificate's name).
+func TestRunTLSArgsCertifiesStandbys(t *testing.T) {
+	dir := t.TempDir()
+	r := config.Default()
+	r.PSReplicas = 1
+	if _, err := runTLSArgs(dir, r, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"standby-0", "standby-1"} {
+		f, err := tlsconf.Load(tlsconf.Files{Cert: filepath.Join(dir, name+".pem"), Key: filepath.Join(dir, name+"-key.pem"), CA: filepath.Join(dir, certs.CAFile)})
+		if err == nil && f.Name() != name {
+			t.Fatalf("%s's certificate is named %q", name, f.Name())
+		}
+		if err != nil {
+			t.Fatalf("%s's certificate: %v", name, err)
+		}
 	}
 }

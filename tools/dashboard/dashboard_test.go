@@ -338,6 +338,11 @@ var metricConstants = []string{
 	metrics.MetricLiveWorkers,
 	metrics.MetricChiefRejectedRequests,
 	metrics.MetricMembershipChanges,
+	metrics.MetricPSReplicaRole,
+	metrics.MetricPSReplicationLag,
+	metrics.MetricPSReplicationLagSeconds,
+	metrics.MetricPSReplicatedBytes,
+	metrics.MetricFailovers,
 	metrics.MetricWorkers,
 }
 
@@ -414,11 +419,13 @@ func populatedRegistries() []*prometheus.Registry {
 	p.RejectedRequests.WithLabelValues("stale")
 	p.ConnectionsClosed.WithLabelValues("data", "idle")
 	p.RefusedGradients.WithLabelValues("0", "norm")
+	p.ReplicaRole.WithLabelValues("primary")
 
 	chief := metrics.NewRegistry("test")
 	c := metrics.NewChief(chief)
 	c.TaskRestarts.WithLabelValues("worker/0")
 	c.RejectedRequests.WithLabelValues("config")
+	c.Failovers.WithLabelValues("0")
 
 	regs := []*prometheus.Registry{worker, ps, chief}
 	// NewRegistry leaves the host collector out where there is no /proc;

@@ -52,7 +52,14 @@ import (
 //     connections it refuses or cuts (over the limit, failed TLS, idle,
 //     slow). Whether killing worker/1 leaves one to cut within the test
 //     depends on timing (in a run on 2 busy cores it did: one series).
+//   - "PS process roles": pstrain_ps_replica_role has a series once a PS
+//     process has a replica role (the ps side of hot standbys sets it); and
+//     "Failovers and replicated bytes#A": pstrain_failovers_total only
+//     after the chief promoted a standby. The local run has no
+//     --ps-replicas and no PS fault.
 var localAllowEmpty = []string{
+	"PS process roles",
+	"Failovers and replicated bytes#A",
 	"RPC retries and rejections#B",
 	"Requests refused by reason",
 	"Connections closed by plane and reason",

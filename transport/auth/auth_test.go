@@ -81,6 +81,30 @@ func TestCallCredential(t *testing.T) {
 	}
 }
 
+// A standby has a session like a PS: its credential and registration
+// proof verify as standby/N, it may not pose as ps/N, and its role has a
+// data-plane code of its own.
+func TestStandbySession(t *testing.T) {
+	k := testKeys(t, 1)
+	id := Identity{Role: RoleStandby, Index: 1, Session: 0xabc}
+	cred := k.CallCredential(id, pb.ParameterServer_Replicate_FullMethodName)
+	if got, err := k.VerifyCall(cred, pb.ParameterServer_Replicate_FullMethodName); err != nil || got != id {
+		t.Fatalf("VerifyCall = %+v, %v; want %+v", got, err, id)
+	}
+	posing := strings.Replace(cred, ":standby:1:", ":ps:1:", 1)
+	if _, err := k.VerifyCall(posing, pb.ParameterServer_Replicate_FullMethodName); Reason(err) != ReasonBadCredential {
+		t.Fatalf("standby/1's credential as ps/1: %v", err)
+	}
+	now := time.Unix(1700000000, 0)
+	if got, err := k.VerifyRegister(k.RegisterProof(RoleStandby, 1, now), now); err != nil || got.Role != RoleStandby || got.Index != 1 {
+		t.Fatalf("VerifyRegister = %+v, %v", got, err)
+	}
+	c := RoleCode(RoleStandby)
+	if c < 0 || RoleOf(byte(c)) != RoleStandby || c == RoleCode(RolePS) {
+		t.Fatalf("standby's data-plane code %d maps back to %q", c, RoleOf(byte(c)))
+	}
+}
+
 func TestFrameMAC(t *testing.T) {
 	k := testKeys(t, 1)
 	id := Identity{Role: RoleWorker, Index: 0, Session: 7}
@@ -130,6 +154,9 @@ func TestAllow(t *testing.T) {
 	w0 := Identity{Role: RoleWorker, Index: 0, Session: 2}
 	w1 := Identity{Role: RoleWorker, Index: 1, Session: 3}
 	ps0 := Identity{Role: RolePS, Index: 0, Session: 4}
+	ps1 := Identity{Role: RolePS, Index: 1, Session: 5}
+	sb0 := Identity{Role: RoleStandby, Index: 0, Session: 6}
+	sb1 := Identity{Role: RoleStandby, Index: 1, Session: 7}
 	cases := []struct {
 		id     Identity
 		method string
@@ -144,6 +171,24 @@ func TestAllow(t *testing.T) {
 		{w0, pb.ParameterServer_Init_FullMethodName, &pb.InitRequest{}, ReasonForbidden},
 		{ps0, pb.ParameterServer_Checkpoint_FullMethodName, &pb.CheckpointRequest{}, ReasonForbidden},
 		{w0, pb.ParameterServer_Push_FullMethodName, &pb.PushRequest{Worker: 0}, ""},
+		// Hot standbys: the chief alone promotes and attaches; a shard's
+		// two processes (either may be the primary) alone replicate it.
+		{chief, pb.ParameterServer_Promote_FullMethodName, &pb.PromoteRequest{Epoch: 2}, ""},
+		{chief, pb.ParameterServer_SetStandby_FullMethodName, &pb.SetStandbyRequest{Epoch: 2}, ""},
+		{ps0, pb.ParameterServer_Promote_FullMethodName, &pb.PromoteRequest{Epoch: 2}, ReasonForbidden},
+		{sb0, pb.ParameterServer_Promote_FullMethodName, &pb.PromoteRequest{Epoch: 2}, ReasonForbidden},
+		{w0, pb.ParameterServer_SetStandby_FullMethodName, &pb.SetStandbyRequest{Epoch: 2}, ReasonForbidden},
+		{sb0, pb.ParameterServer_SetStandby_FullMethodName, &pb.SetStandbyRequest{Epoch: 2}, ReasonForbidden},
+		{ps0, pb.ParameterServer_Replicate_FullMethodName, &pb.ReplicaBatch{Shard: 0}, ""},
+		{sb0, pb.ParameterServer_Replicate_FullMethodName, &pb.ReplicaBatch{Shard: 0}, ""},
+		{sb1, pb.ParameterServer_Replicate_FullMethodName, &pb.ReplicaBatch{Shard: 1}, ""},
+		{ps1, pb.ParameterServer_Replicate_FullMethodName, &pb.ReplicaBatch{Shard: 0}, ReasonForbidden},
+		{sb1, pb.ParameterServer_Replicate_FullMethodName, &pb.ReplicaBatch{Shard: 0}, ReasonForbidden},
+		{chief, pb.ParameterServer_Replicate_FullMethodName, &pb.ReplicaBatch{Shard: 0}, ReasonForbidden},
+		{w0, pb.ParameterServer_Replicate_FullMethodName, &pb.ReplicaBatch{Shard: 0}, ReasonForbidden},
+		{ps0, pb.ParameterServer_Replicate_FullMethodName, nil, ReasonForbidden}, // no batch: shard 0 by default, but not from an untyped request
+		{sb0, pb.ParameterServer_Pull_FullMethodName, &pb.PullRequest{Worker: 0}, ReasonForbidden},
+		{sb0, pb.ParameterServer_Status_FullMethodName, &pb.StatusRequest{}, ""},
 		{w1, pb.ParameterServer_Push_FullMethodName, &pb.PushRequest{Worker: 0}, ReasonForbidden},
 		{chief, pb.ParameterServer_Push_FullMethodName, &pb.PushRequest{Worker: 0}, ReasonForbidden},
 		{w1, pb.ParameterServer_Pull_FullMethodName, &pb.PullRequest{Worker: 1}, ""},
@@ -174,6 +219,12 @@ func TestCheckCertificate(t *testing.T) {
 	}
 	if Reason(CheckCertificate("worker-0", w1)) != ReasonCertificate {
 		t.Fatal("worker-0's certificate acted as worker/1")
+	}
+	if err := CheckCertificate("standby-0", Identity{Role: RoleStandby}); err != nil {
+		t.Fatalf("standby/0 with its certificate: %v", err)
+	}
+	if Reason(CheckCertificate("ps-0", Identity{Role: RoleStandby})) != ReasonCertificate {
+		t.Fatal("ps/0's certificate acted as standby/0")
 	}
 	if Reason(CheckCertificate("worker-1", Identity{Role: RoleChief})) != ReasonCertificate {
 		t.Fatal("a worker's certificate acted as the chief")

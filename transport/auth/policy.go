@@ -5,19 +5,27 @@ import (
 )
 
 // Allow says whether id may call method (a gRPC full method name) with
-// req: Init, SetMembership, Checkpoint and Stop are the chief's alone; a
-// worker pulls, pushes and heartbeats only as itself; the chief pulls as
-// the reader -1 (its evaluations); Status answers any task of the run.
-// Registration is not a session call (see VerifyRegister); any other
-// method is refused.
+// req: Init, SetMembership, Checkpoint, Stop, Promote and SetStandby are
+// the chief's alone; a worker pulls, pushes and heartbeats only as
+// itself; the chief pulls as the reader -1 (its evaluations); Replicate
+// comes only from the other process of the same shard (AllowReplicate);
+// Status answers any task of the run. Registration is not a session call
+// (see VerifyRegister); any other method is refused.
 func Allow(id Identity, method string, req any) error {
 	switch method {
 	case pb.ParameterServer_Init_FullMethodName, pb.ParameterServer_SetMembership_FullMethodName,
-		pb.ParameterServer_Checkpoint_FullMethodName, pb.ParameterServer_Stop_FullMethodName:
+		pb.ParameterServer_Checkpoint_FullMethodName, pb.ParameterServer_Stop_FullMethodName,
+		pb.ParameterServer_Promote_FullMethodName, pb.ParameterServer_SetStandby_FullMethodName:
 		if id.Role != RoleChief {
 			return refuse(ReasonForbidden, "%s may not call %s: only the chief may", id.Task(), method)
 		}
 		return nil
+	case pb.ParameterServer_Replicate_FullMethodName:
+		r, ok := req.(*pb.ReplicaBatch)
+		if !ok || r == nil {
+			return refuse(ReasonForbidden, "%s: %s without a replication batch", id.Task(), method)
+		}
+		return AllowReplicate(id, r.GetShard())
 	case pb.ParameterServer_Status_FullMethodName:
 		return nil
 	case pb.ParameterServer_Pull_FullMethodName:
@@ -45,6 +53,17 @@ func AllowPull(id Identity, worker int32, retain bool) error {
 		return refuse(ReasonForbidden, "%s may not retain a version: only the chief's evaluations do", id.Task())
 	}
 	return asWorker(id, worker, "pull")
+}
+
+// AllowReplicate says whether id may send shard's replication batches:
+// only a PS process of that shard, ps/N or standby/N (either may be the
+// primary: the chief decides), never a worker, the chief, or another
+// shard's process.
+func AllowReplicate(id Identity, shard int32) error {
+	if (id.Role != RolePS && id.Role != RoleStandby) || int64(id.Index) != int64(shard) {
+		return refuse(ReasonForbidden, "%s may not replicate shard %d: only ps/%d or standby/%d may", id.Task(), shard, shard, shard)
+	}
+	return nil
 }
 
 // AllowPush says whether id may push as worker: only that worker.

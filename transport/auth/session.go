@@ -17,10 +17,15 @@ const (
 	RoleChief  = "chief"
 	RolePS     = "ps"
 	RoleWorker = "worker"
+	// RoleStandby is a shard's second process (--ps-replicas 1): it runs
+	// the PS code; which of ps/N and standby/N is the primary is the
+	// chief's call.
+	RoleStandby = "standby"
 )
 
-// roleCodes number the roles on the data plane.
-var roleCodes = [...]string{RoleChief, RolePS, RoleWorker}
+// roleCodes number the roles on the data plane (append only: a code is
+// on the wire).
+var roleCodes = [...]string{RoleChief, RolePS, RoleWorker, RoleStandby}
 
 // RoleCode is role's number on the data plane (-1 if unknown).
 func RoleCode(role string) int {

@@ -1,0 +1,244 @@
+package worker_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/internal/inproc"
+	"github.com/pstrain/pstrain/ml/model"
+	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/worker"
+)
+
+// fakeProc is one PS process as a worker sees it: every call is counted
+// and answered by answer (nil: success).
+type fakeProc struct {
+	name   string
+	calls  atomic.Int64
+	answer func() error
+}
+
+func (f *fakeProc) call() error {
+	f.calls.Add(1)
+	if f.answer == nil {
+		return nil
+	}
+	return f.answer()
+}
+
+func (f *fakeProc) Pull(context.Context, *pb.PullRequest, ...grpc.CallOption) (*pb.PullResponse, error) {
+	if err := f.call(); err != nil {
+		return nil, err
+	}
+	return &pb.PullResponse{Version: 7}, nil
+}
+
+func (f *fakeProc) Push(context.Context, *pb.PushRequest, ...grpc.CallOption) (*pb.PushResponse, error) {
+	return &pb.PushResponse{}, f.call()
+}
+
+// segmentedProc is a fakeProc that also pulls into and pushes from
+// segments, as dataplane.Client does.
+type segmentedProc struct{ *fakeProc }
+
+func (s segmentedProc) PullInto(ctx context.Context, in *pb.PullRequest, _ [][]float32) (*pb.PullResponse, error) {
+	return s.Pull(ctx, in)
+}
+
+func (s segmentedProc) PushSegments(ctx context.Context, in *pb.PushRequest, _ [][]float32) (*pb.PushResponse, error) {
+	return s.Push(ctx, in)
+}
+
+// syncBuffer is a log destination safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) switches() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return strings.Count(s.b.String(), "switching to the other process of shard 3")
+}
+
+func unavailable() error {
+	return status.Error(codes.Unavailable, "ps: shard 3 here is a standby: its primary serves workers")
+}
+
+func TestFailoverSwitchesOnUnavailable(t *testing.T) {
+	var logs syncBuffer
+	down := true
+	ps := &fakeProc{name: "ps/3", answer: func() error {
+		if down {
+			return unavailable()
+		}
+		return nil
+	}}
+	sb := &fakeProc{name: "standby/3"}
+	dp := worker.NewFailover(3, worker.Process{Task: "ps/3", Addr: "a:1", Client: ps}, worker.Process{Task: "standby/3", Addr: "b:1", Client: sb},
+		slog.New(slog.NewTextHandler(&logs, nil)))
+	ctx := context.Background()
+	// The first call goes to ps/3, fails Unavailable, and is returned as
+	// such (for the worker's retry loop); the retry goes to standby/3.
+	if _, err := dp.Push(ctx, &pb.PushRequest{}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("first push: %v, want the Unavailable error itself", err)
+	}
+	if resp, err := dp.Pull(ctx, &pb.PullRequest{}); err != nil || resp.Version != 7 {
+		t.Fatalf("pull after the switch: %v, %v", resp, err)
+	}
+	if _, err := dp.Push(ctx, &pb.PushRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if ps.calls.Load() != 1 || sb.calls.Load() != 2 {
+		t.Fatalf("calls: ps/3 %d, standby/3 %d; want 1 and 2", ps.calls.Load(), sb.calls.Load())
+	}
+	if n := logs.switches(); n != 1 {
+		t.Fatalf("%d switch lines, want 1:\n%s", n, logs.b.String())
+	}
+	if !strings.Contains(logs.b.String(), "to=standby/3") {
+		t.Fatalf("the switch line does not name the new process:\n%s", logs.b.String())
+	}
+	// standby/3 dies in turn (its primary came back as ps/3): back.
+	down = false
+	sb.answer = func() error { return unavailable() }
+	if _, err := dp.Pull(ctx, &pb.PullRequest{}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("pull from the dead standby: %v", err)
+	}
+	if _, err := dp.Pull(ctx, &pb.PullRequest{}); err != nil || ps.calls.Load() != 2 {
+		t.Fatalf("pull after switching back: %v (ps/3 calls %d)", err, ps.calls.Load())
+	}
+	if n := logs.switches(); n != 2 {
+		t.Fatalf("%d switch lines after switching back, want 2", n)
+	}
+}
+
+func TestFailoverKeepsProcessOnOtherErrors(t *testing.T) {
+	var logs syncBuffer
+	refused := status.Error(codes.InvalidArgument, "bad gradient")
+	ps := &fakeProc{answer: func() error { return refused }}
+	sb := &fakeProc{}
+	dp := worker.NewFailover(3, worker.Process{Task: "ps/3", Client: ps}, worker.Process{Task: "standby/3", Client: sb},
+		slog.New(slog.NewTextHandler(&logs, nil)))
+	for range 3 {
+		if _, err := dp.Push(context.Background(), &pb.PushRequest{}); !errors.Is(err, refused) {
+			t.Fatalf("push: %v, want %v", err, refused)
+		}
+	}
+	if ps.calls.Load() != 3 || sb.calls.Load() != 0 || logs.switches() != 0 {
+		t.Fatalf("calls ps/3 %d standby/3 %d, switches %d: a non-Unavailable error must not switch", ps.calls.Load(), sb.calls.Load(), logs.switches())
+	}
+}
+
+// Calls in flight together that all fail on the old process switch once,
+// not back and forth.
+func TestFailoverSwitchesOnceForConcurrentFailures(t *testing.T) {
+	const n = 8
+	var logs syncBuffer
+	var arrived sync.WaitGroup
+	arrived.Add(n)
+	ps := &fakeProc{answer: func() error {
+		arrived.Done()
+		arrived.Wait() // every call is in flight at the old process
+		return unavailable()
+	}}
+	sb := &fakeProc{}
+	dp := worker.NewFailover(3, worker.Process{Task: "ps/3", Client: ps}, worker.Process{Task: "standby/3", Client: sb},
+		slog.New(slog.NewTextHandler(&logs, nil)))
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			dp.Pull(context.Background(), &pb.PullRequest{})
+		}()
+	}
+	wg.Wait()
+	if _, err := dp.Push(context.Background(), &pb.PushRequest{}); err != nil || sb.calls.Load() != 1 {
+		t.Fatalf("after the failures: %v, standby/3 calls %d", err, sb.calls.Load())
+	}
+	if s := logs.switches(); s != 1 {
+		t.Fatalf("%d switch lines for %d concurrent failures, want 1", s, n)
+	}
+}
+
+func TestFailoverIsSegmentedWhenBothAre(t *testing.T) {
+	log := quietLog()
+	ps, sb := &fakeProc{answer: unavailable}, &fakeProc{}
+	dp := worker.NewFailover(0, worker.Process{Task: "ps/0", Client: segmentedProc{ps}}, worker.Process{Task: "standby/0", Client: segmentedProc{sb}}, log)
+	sp, ok := dp.(worker.SegmentedDataPlane)
+	if !ok {
+		t.Fatal("two segmented clients: the failover is not a SegmentedDataPlane")
+	}
+	if _, err := sp.PushSegments(context.Background(), &pb.PushRequest{}, nil); status.Code(err) != codes.Unavailable {
+		t.Fatalf("PushSegments: %v", err)
+	}
+	if _, err := sp.PullInto(context.Background(), &pb.PullRequest{}, nil); err != nil || sb.calls.Load() != 1 {
+		t.Fatalf("PullInto after the switch: %v, standby/0 calls %d", err, sb.calls.Load())
+	}
+	mixed := worker.NewFailover(0, worker.Process{Task: "ps/0", Client: segmentedProc{ps}}, worker.Process{Task: "standby/0", Client: sb}, log)
+	if _, ok := mixed.(worker.SegmentedDataPlane); ok {
+		t.Fatal("one plain client: the failover claims to be segmented")
+	}
+}
+
+// A worker whose shard 0 starts on a process that refuses it (a standby:
+// codes.Unavailable) trains to the end: its retry loop retries, and the
+// failover sends the retry to the shard's serving process.
+func TestWorkerTrainsThroughFailover(t *testing.T) {
+	for _, plane := range []config.DataPlane{config.GRPC, config.TCP} {
+		t.Run(string(plane), func(t *testing.T) {
+			spec := model.Spec{Input: 16, Hidden: []int{8}, Classes: 3}
+			run := config.Default()
+			run.LRSchedule = "constant"
+			run.Mode, run.PS, run.Workers, run.Batch, run.Hidden, run.LR, run.DataPlane = config.Async, 2, 1, 16, spec.Hidden, 0.05, plane
+			data := inproc.Synthetic(300, spec.Input, spec.Classes, 5)
+			const total = 40
+			c := startCluster(t, run, spec, total)
+			var logs syncBuffer
+			standby := &fakeProc{answer: func() error {
+				return status.Error(codes.Unavailable, "ps: shard 0 here is a standby: its primary serves workers")
+			}}
+			var segmented bool
+			startWorker(t, c, context.Background(), 0, countingSource(data, run.Batch, 0), func(cfg *worker.Config) {
+				real := cfg.Shards[0].Client
+				var first worker.DataPlane = standby
+				if _, ok := real.(worker.SegmentedDataPlane); ok {
+					first = segmentedProc{standby}
+				}
+				cfg.Shards[0].Client = worker.NewFailover(0, worker.Process{Task: "standby/0", Client: first},
+					worker.Process{Task: "ps/0", Addr: cfg.Shards[0].Addr, Client: real}, slog.New(slog.NewTextHandler(&logs, nil)))
+				_, segmented = cfg.Shards[0].Client.(worker.SegmentedDataPlane)
+			})
+			waitAll(t, c)
+			if st, _ := c.PS(0).Status(); st.Version != total {
+				t.Fatalf("shard 0 at version %d, want %d", st.Version, total)
+			}
+			if standby.calls.Load() != 1 {
+				t.Fatalf("the standby was called %d times, want once (then the failover stays on the primary)", standby.calls.Load())
+			}
+			if n := strings.Count(logs.b.String(), "switching to the other process of shard 0"); n != 1 {
+				t.Fatalf("%d switch lines, want 1:\n%s", n, logs.b.String())
+			}
+			if want := plane == config.TCP; segmented != want {
+				t.Fatalf("segmented failover = %v on %s", segmented, plane)
+			}
+		})
+	}
+}
