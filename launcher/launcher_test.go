@@ -154,7 +154,8 @@ func TestMergeRestartsFailovers(t *testing.T) {
 	}
 	got := mergeRestarts(chief, seen, t0, 1001, true)
 	checkRestarts(t, got, []report.Restart{
-		{Task: "ps/0", Cause: CauseFault, KilledAtSeconds: 4, BackAtSeconds: back(4.15), RestoredStep: 300, TookOver: "standby/0", FailoverSeconds: 0.1},
+		// The failover took 0.15 s from the death, 0.1 s from the chief's poll.
+		{Task: "ps/0", Cause: CauseFault, KilledAtSeconds: 4, BackAtSeconds: back(4.15), RestoredStep: 300, TookOver: "standby/0", FailoverSeconds: 0.15},
 		{Task: "ps/0", Cause: CauseFault, KilledAtSeconds: 12, BackAtSeconds: back(13.5), RestoredStep: 900},
 	})
 }

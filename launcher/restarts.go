@@ -129,6 +129,11 @@ func mergeRestarts(chief []report.Restart, seen []restart, t0 time.Time, trainSt
 			r := recs[j]
 			m.BackAtSeconds, m.RestoredStep, m.StepsLost = r.BackAtSeconds, r.RestoredStep, r.StepsLost
 			m.TookOver, m.FailoverSeconds = r.TookOver, r.FailoverSeconds
+			if r.TookOver != "" && r.BackAtSeconds != nil {
+				// From the death itself, which the launcher saw; the
+				// chief counts from its next poll.
+				m.FailoverSeconds = max(r.FailoverSeconds, *r.BackAtSeconds-m.KilledAtSeconds)
+			}
 		}
 		out = append(out, m)
 	}

@@ -32,7 +32,10 @@ func RunPS(ctx context.Context, o Options) error {
 	// and its encoding, and 10% would collect several times a step (PS
 	// CPU doubled, measured): 50% there. docs/scaling.md, "PS memory".
 	gcPercent := 10
-	if o.Run.DataPlane == config.GRPC {
+	switch {
+	case o.Run.PSReplicas > 0:
+		gcPercent = 100
+	case o.Run.DataPlane == config.GRPC:
 		gcPercent = 50
 	}
 	debug.SetGCPercent(gcPercent)
@@ -55,11 +58,9 @@ func RunPS(ctx context.Context, o Options) error {
 	srv := ps.NewServer(o.Log, m, func() { close(shutdown) })
 	// Hot standbys (docs/replication.md): the shard this process serves,
 	// and how, as a primary, it reaches its standby.
-	// INTEGRATION: uncomment once ps.Server has these setters (the ps
-	// engineer's branch adds them):
-	//	srv.SetShardIndex(o.Task.Index)
-	//	srv.SetReplicaDialer(replicaDialer(o))
-	_ = replicaDialer // (used by the line above once it is uncommented)
+	srv.SetShardIndex(o.Task.Index)
+	srv.SetReplicaDialer(replicaDialer(o))
+	defer srv.Close()
 	if o.Run.CheckpointDir != "" {
 		srv.SetCheckpointStore(checkpoint.NewStore(checkpoint.OSFS{}, o.Run.CheckpointDir, o.Run.KeepCheckpoints).WithLog(o.Log))
 	}

@@ -18,12 +18,9 @@ import (
 // `pstrain run --ps-replicas 1` starts standby/N beside every ps/N: 7
 // processes for 2 shards and 2 workers, the standbys in the cluster file
 // and the Prometheus targets, each listening on its own gRPC, data-plane
-// and metrics ports, and each registering with the chief as standby/N.
-//
-// What it does not cover: replication itself (the ps and chief sides of
-// docs/replication.md), so it neither waits for the chief to accept the
-// standbys nor checks how the run ends; a chief that does not know the
-// role refuses them, and the launcher restarts them meanwhile.
+// and metrics ports, each registering with the chief as standby/N and
+// taking its primary's snapshot. (TestHotStandbysLoseNothing kills the
+// primaries.)
 func TestRunStartsStandbys(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process test")
@@ -111,16 +108,14 @@ func TestRunStartsStandbys(t *testing.T) {
 				t.Errorf("%s's data plane %s is a task's gRPC address", task, dataAddr)
 			}
 		}
-		// ... and registers with the chief as standby/i: the chief accepts
-		// it (task registered) or, without the chief's side of hot
-		// standbys, refuses the role; either way it was asked as
-		// standby/i.
+		// ... registers with the chief as standby/i and holds its
+		// primary's snapshot.
 		chiefLog := filepath.Join(r.dir, "logs", "chief.log")
-		waitFor(t, r, 30*time.Second, task+" registering", func() bool {
+		waitFor(t, r, 30*time.Second, task+" registered and attached", func() bool {
 			b, _ := os.ReadFile(log)
 			c, _ := os.ReadFile(chiefLog)
-			return strings.Contains(string(c), `msg="task registered" task=`+task) ||
-				regexp.MustCompile(`refused `+regexp.QuoteMeta(task)+`: .*standby`).Match(b)
+			return regexp.MustCompile(`msg="task registered" .*task=`+regexp.QuoteMeta(task)+` `).Match(c) &&
+				strings.Contains(string(b), `msg="standby: snapshot installed"`)
 		})
 	}
 }
