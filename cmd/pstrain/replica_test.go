@@ -26,8 +26,8 @@ func TestHotStandbysLoseNothing(t *testing.T) {
 		name string
 		args []string
 	}{
-		{"sync", []string{"--mode", "sync", "--epochs", "9"}},
-		{"async", []string{"--mode", "async", "--optimizer", "sgd", "--lr", "0.1", "--epochs", "8"}},
+		{"sync", []string{"--mode", "sync", "--epochs", "4"}},
+		{"async", []string{"--mode", "async", "--optimizer", "sgd", "--lr", "0.1", "--epochs", "5"}},
 	}
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {

@@ -224,6 +224,11 @@ func up(b bottleneck.Breakdown) int {
 }
 
 // renderTop prints the task table and the bottleneck line.
+// replicated says the cluster has hot standbys: some PS process is one.
+func replicated(b bottleneck.Breakdown) bool {
+	return slices.ContainsFunc(b.Tasks, func(t bottleneck.Task) bool { return t.Replica == "standby" || t.Replica == "deposed" })
+}
+
 func renderTop(w io.Writer, b bottleneck.Breakdown) {
 	hosts := map[string]bottleneck.Host{}
 	for _, h := range b.Hosts {
@@ -263,6 +268,9 @@ func renderTop(w io.Writer, b bottleneck.Breakdown) {
 		role := t.Role
 		if role == "" {
 			role = "?"
+		}
+		if t.Replica != "" && t.Replica != "none" && (t.Replica != "primary" || replicated(b)) {
+			role = "ps-" + t.Replica // hot standbys: which process serves the shard
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", t.Task, role, state, steps, compute, push, pull, barrier, cpu, rss, load)
 	}

@@ -162,6 +162,30 @@ func TestTopOnceFromTargets(t *testing.T) {
 	}
 }
 
+// With hot standbys the ROLE column says which process of a shard serves
+// it: after a failover standby/0 is the primary and ps/0 its standby.
+func TestTopShowsReplicaRoles(t *testing.T) {
+	b := bottleneck.Breakdown{Tasks: []bottleneck.Task{
+		{Task: "ps/0", Role: "ps", Up: true, Replica: "standby"},
+		{Task: "ps/1", Role: "ps", Up: true, Replica: "primary"},
+		{Task: "standby/0", Role: "ps", Up: true, Replica: "primary"},
+		{Task: "standby/1", Role: "ps", Up: true, Replica: "deposed"},
+	}}
+	var out bytes.Buffer
+	renderTop(&out, b)
+	for task, want := range map[string]string{"ps/0": "ps-standby", "ps/1": "ps-primary", "standby/0": "ps-primary", "standby/1": "ps-deposed"} {
+		if r := row(t, out.String(), task); r[1] != want {
+			t.Errorf("%s's role %q, want %q:\n%s", task, r[1], want, out.String())
+		}
+	}
+	// Without standbys every PS is its shard's primary: not worth a word.
+	out.Reset()
+	renderTop(&out, bottleneck.Breakdown{Tasks: []bottleneck.Task{{Task: "ps/0", Role: "ps", Up: true, Replica: "primary"}}})
+	if r := row(t, out.String(), "ps/0"); r[1] != "ps" {
+		t.Errorf("ps/0's role %q without standbys, want ps", r[1])
+	}
+}
+
 func TestTopOnceFromCluster(t *testing.T) {
 	c := startTopCluster(t)
 	grpc := func(metricsAddr string) string {

@@ -101,11 +101,14 @@ type Phases struct {
 
 // Task is one task's figures over the window.
 type Task struct {
-	Task  string `json:"task"`
-	Role  string `json:"role"`
-	Host  string `json:"host"`
-	Up    bool   `json:"up"` // the last scrape succeeded
-	Error string `json:"error,omitempty"`
+	Task string `json:"task"`
+	Role string `json:"role"`
+	Host string `json:"host"`
+	Up   bool   `json:"up"` // the last scrape succeeded
+	// Replica is a PS process's replica role at the last scrape
+	// (primary, standby, deposed, none; docs/replication.md).
+	Replica string `json:"replica,omitempty"`
+	Error   string `json:"error,omitempty"`
 	// CPUPercent is the task's CPU time over the window as a percentage of
 	// one core (200 = two cores busy). Nil when not measured.
 	CPUPercent *float64 `json:"cpu_percent,omitempty"`
@@ -160,13 +163,14 @@ var ErrTooFewSnapshots = errors.New("bottleneck: need at least two snapshots")
 
 // taskState accumulates one task over the snapshots.
 type taskState struct {
-	target Target
-	role   string
-	last   *Reading
-	inc    map[string]float64 // increase of each counter seen in two readings
-	up     bool
-	err    string
-	gauges map[string]float64 // latest value of each gauge
+	target  Target
+	role    string
+	last    *Reading
+	replica string
+	inc     map[string]float64 // increase of each counter seen in two readings
+	up      bool
+	err     string
+	gauges  map[string]float64 // latest value of each gauge
 }
 
 // Compute returns the breakdown over snaps, which must be in time order and
@@ -215,6 +219,7 @@ func Compute(snaps []Snapshot, cores int) (Breakdown, error) {
 			if st.role == "" {
 				st.role = r.Role
 			}
+			st.replica = r.Replica
 			if st.last != nil {
 				for k, v := range r.Counters {
 					if prev, ok := st.last.Counters[k]; ok {
@@ -247,7 +252,7 @@ func Compute(snaps []Snapshot, cores int) (Breakdown, error) {
 	var all Phases // summed seconds over workers
 	var allTotal float64
 	for _, st := range order {
-		t := Task{Task: st.target.Task, Role: st.role, Host: st.target.Host(), Up: st.up, Error: st.err}
+		t := Task{Task: st.target.Task, Role: st.role, Host: st.target.Host(), Up: st.up, Error: st.err, Replica: st.replica}
 		if v, ok := st.inc[keyCPU]; ok {
 			p := 100 * v / window
 			t.CPUPercent = &p

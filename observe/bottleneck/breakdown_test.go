@@ -390,6 +390,20 @@ func TestExtractRole(t *testing.T) {
 	}
 }
 
+func TestExtractReplica(t *testing.T) {
+	text := psText(proc{}, 1, 1) + `# TYPE pstrain_ps_replica_role gauge
+pstrain_ps_replica_role{role="primary"} 0
+pstrain_ps_replica_role{role="standby"} 1
+pstrain_ps_replica_role{role="none"} 0
+`
+	if got := Extract(parse(t, text)).Replica; got != "standby" {
+		t.Errorf("replica = %q, want standby", got)
+	}
+	if got := Extract(parse(t, psText(proc{}, 1, 1))).Replica; got != "" {
+		t.Errorf("replica of a PS without the series = %q, want none", got)
+	}
+}
+
 func TestCompareTasks(t *testing.T) {
 	names := []string{"worker/10", "other", "ps/1", "worker/2", "chief", "ps/0"}
 	slicesSort(names)

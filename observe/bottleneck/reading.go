@@ -104,6 +104,10 @@ type Reading struct {
 	// exports step phases, "ps" when it exports barrier waits, "chief" when
 	// it exports evaluation results, else "".
 	Role string
+	// Replica is a PS process's place in its shard's replication
+	// (pstrain_ps_replica_role: primary, standby, deposed, none; "" when
+	// not exported).
+	Replica string
 }
 
 // Extract reduces one scrape of one task to a Reading. It never fails:
@@ -149,6 +153,11 @@ func Extract(f metrics.Families) Reading {
 		r.Counters[keyHostCPUBusy] = total - idle
 	}
 
+	for _, s := range f.Series(metrics.MetricPSReplicaRole, nil) {
+		if s.Value == 1 {
+			r.Replica = s.Labels[metrics.LabelRole]
+		}
+	}
 	switch {
 	case f.Has(metrics.MetricWorkerStepPhase) || f.Has(metrics.MetricWorkerSteps):
 		r.Role = RoleWorker
