@@ -512,7 +512,8 @@ func (s *Server) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushRespons
 	}
 	resp, err, forward := s.applyPush(req)
 	var w replicaWait
-	if forward {
+	if forward && s.rep != nil {
+		// (The copy only for a standby: without one a push allocates nothing.)
 		w = s.replicate(&pb.ReplicaOp{Op: &pb.ReplicaOp_Push{Push: clonePush(req)}})
 	}
 	s.mu.Unlock()
