@@ -287,8 +287,10 @@ func (s *Server) runReplica(r *replicator) {
 }
 
 // nextBatch waits for queued operations and returns the next batch: the
-// oldest unacknowledged operations, as many as fit in about one push's
-// bytes (a snapshot alone). ok is false once the link is stopped.
+// oldest unacknowledged operations, as many as fit in two pushes' bytes
+// (the pushes of a step arrive together; a PS's gRPC limit holds two
+// with room to spare: task.psMaxRecv), a snapshot alone. ok is false
+// once the link is stopped.
 func (s *Server) nextBatch(r *replicator) (*pb.ReplicaBatch, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -305,7 +307,7 @@ func (s *Server) nextBatch(r *replicator) (*pb.ReplicaBatch, bool) {
 	if s.rep != r {
 		return nil, false
 	}
-	limit := 4 * len(s.shard.Params())
+	limit := 2 * 4 * len(s.shard.Params())
 	n, size := 0, 0
 	for _, op := range r.queue {
 		b := opBytes(op)
