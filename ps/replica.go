@@ -272,9 +272,10 @@ func (s *Server) runReplica(r *replicator) {
 		ack, err := client.Replicate(cctx, batch)
 		ccancel()
 		if err == nil {
-			backoff = replicaRetryFirst
-			s.acknowledged(r, batch, ack)
-			continue
+			if err = s.acknowledged(r, batch, ack); err == nil {
+				backoff = replicaRetryFirst
+				continue
+			}
 		}
 		if status.Code(err) == codes.Aborted {
 			s.depose(r, err)
@@ -334,19 +335,20 @@ func opBytes(op *pb.ReplicaOp) int {
 	return 64
 }
 
-// acknowledged records the standby's acknowledgement of batch.
-func (s *Server) acknowledged(r *replicator, batch *pb.ReplicaBatch, ack *pb.ReplicaAck) {
+// acknowledged records the standby's acknowledgement of batch; an
+// acknowledgement of another operation than the batch's last is an error
+// (the batch is sent again, after a pause).
+func (s *Server) acknowledged(r *replicator, batch *pb.ReplicaBatch, ack *pb.ReplicaAck) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.rep != r {
-		return
+		return nil
 	}
 	last := batch.FirstSeq + int64(len(batch.Ops)) - 1
 	if ack.Seq != last {
-		// The standby holds another history (it restarted?): the link is
-		// broken until the chief attaches it again.
-		r.err = fmt.Errorf("the standby acknowledged operation %d of a batch ending at %d", ack.Seq, last)
-		return
+		// The standby holds another history: the link is broken until the
+		// chief attaches it again.
+		return fmt.Errorf("the standby acknowledged operation %d of a batch ending at %d", ack.Seq, last)
 	}
 	done := int(last - r.acked)
 	for _, op := range r.queue[:done] {
@@ -363,6 +365,7 @@ func (s *Server) acknowledged(r *replicator, batch *pb.ReplicaBatch, ack *pb.Rep
 	r.acked, r.ackedVersion, r.err = last, ack.Version, nil
 	s.updateLag()
 	s.notify()
+	return nil
 }
 
 // depose: a newer epoch refused the link's batch; a standby was promoted
