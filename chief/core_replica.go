@@ -40,6 +40,10 @@ const (
 // was told of before the chief tells it again.
 const attachGrace = 5 * time.Second
 
+// stuckLag is how long a standby may leave an update unacknowledged
+// before the chief attaches it again (a push waits 20 s for it).
+const stuckLag = 10.0 // seconds
+
 // Replica is which process of a shard is its primary, and the shard's
 // replication epoch.
 type Replica struct {
@@ -183,6 +187,8 @@ func (c *Core) replicaRules(now time.Time, s int, p, o ShardStatus) (ShardStatus
 	pDead := p.Err != nil || !p.Serving || p.Role == roleStandby || p.Role == roleDeposed
 	if !pDead {
 		r.attached, r.seen = p.StandbyAttached, p.Version
+		// (A SetStandby whose answer was lost moved the epoch on.)
+		st.Epoch = max(st.Epoch, p.Epoch)
 		if !r.toldKnown {
 			r.told, r.toldKnown, r.toldAt = p.StandbyAddr, true, now
 		}
@@ -238,8 +244,13 @@ func (c *Core) standbyRule(now time.Time, s int, p, o ShardStatus) []Action {
 	case want != r.told:
 	case want == "":
 		return nil
-	case o.Role == roleStandby && o.Epoch >= st.Epoch:
+	case o.Role == roleStandby && o.Epoch >= st.Epoch && p.ReplicationLagSeconds < stuckLag:
 		return nil // attached, or about to be
+	case o.Role == roleStandby && o.Epoch >= st.Epoch:
+		// It answers but acknowledges nothing: pushes wait for it. Attach
+		// it afresh (a snapshot at a new epoch).
+		c.log.Warn("standby acknowledges nothing: attaching it again", "shard", s,
+			"lag_seconds", fmt.Sprintf("%.1f", p.ReplicationLagSeconds))
 	case p.StandbyAttached && (o.Role == "" || o.Role == roleDeposed):
 		// The standby lost its state since it was attached (restarted
 		// between two polls): attach it again.
@@ -305,6 +316,7 @@ func (c *Core) StandbySet(now time.Time, shard int, epoch int64, addr string) []
 	}
 	r := &c.rep[shard]
 	r.told, r.toldKnown, r.toldAt, r.failedAt = addr, true, now, time.Time{}
+	r.attached = false // a new link (or none): attached again only when its primary says so
 	c.st.Replicas[shard].Epoch = max(c.st.Replicas[shard].Epoch, epoch)
 	standby := task(other(c.st.Replicas[shard].Primary), shard)
 	if addr == "" {
@@ -323,6 +335,7 @@ func (c *Core) StandbyFailed(now time.Time, shard int, err error) []Action {
 		return nil
 	}
 	c.rep[shard].failedAt = now
+	c.rep[shard].attached = false // the primary may have dropped its link before failing
 	c.log.Warn("could not tell a primary of its standby", "shard", shard, "err", err)
 	return nil
 }

@@ -47,8 +47,10 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	                             processes, standbys the standby/N ones;
 //	                             V may be V:ROLE[:EPOCH[:attached]]
 //	                             (ROLE primary, standby or deposed;
-//	                             attached or attaching: a primary whose
-//	                             standby is the shard's other process)
+//	                             attached, attaching or stuck: a primary
+//	                             whose standby is the shard's other
+//	                             process; stuck: an update of it has
+//	                             waited 15 s for the standby)
 //	started|restored t=S step=N [latest=N]
 //	membership-sent live=I,...
 //	evaluated t=S seq=N gen=N step=N acc=F [loss=F] [full] [err=MSG]
@@ -482,8 +484,11 @@ func shardsOf(a map[string]string, key string) []ShardStatus {
 			if len(parts) > 2 {
 				x.Epoch, _ = strconv.ParseInt(parts[2], 10, 64)
 			}
-			if len(parts) > 3 { // attached or attaching: its standby is the shard's other process
-				x.StandbyAttached = parts[3] == "attached"
+			if len(parts) > 3 { // attached, attaching or stuck: its standby is the shard's other process
+				x.StandbyAttached = parts[3] != "attaching"
+				if parts[3] == "stuck" { // attached, but an update unacknowledged for 15 s
+					x.ReplicationLagSeconds = 15
+				}
 				x.StandbyAddr = fmt.Sprintf("standby%d:7000", len(out))
 				if key == "standbys" {
 					x.StandbyAddr = fmt.Sprintf("ps%d:7000", len(out))

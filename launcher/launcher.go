@@ -376,6 +376,7 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 	}
 	s.scaler.start = func(t cluster.Task) error { return launch(1+r.PS+t.Index, t) }
 	var started []cluster.Task
+	var launchIndex []int // started[i]'s index in tasks: its ports'
 	for i, t := range tasks {
 		if t.Type == cluster.Worker && t.Index >= r.Workers {
 			continue // a slot, until a scale request
@@ -387,6 +388,7 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 			return nil, err
 		}
 		started = append(started, t)
+		launchIndex = append(launchIndex, i)
 	}
 	s.scaler.writeStatus()
 	wg.Add(1)
@@ -412,7 +414,7 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 		if role == cluster.Standby {
 			role = bottleneck.RolePS // a shard's second process: a PS either way
 		}
-		targets = append(targets, bottleneck.Target{Task: t.String(), Role: role, URL: "http://" + s.metricsAddr(i) + metrics.MetricsPath})
+		targets = append(targets, bottleneck.Target{Task: t.String(), Role: role, URL: "http://" + s.metricsAddr(launchIndex[i]) + metrics.MetricsPath})
 	}
 	mon, err := bottleneck.NewMonitor(bottleneck.MonitorConfig{Targets: targets, Cores: runtime.NumCPU()})
 	if err != nil {

@@ -120,7 +120,7 @@ func mergeRestarts(chief []report.Restart, seen []restart, t0 time.Time, trainSt
 		if j < 0 && rollbackAll && strings.HasPrefix(s.task, "ps/") {
 			from, to := window(i, false)
 			for k, r := range recs {
-				if strings.HasPrefix(r.Task, "ps/") && in(r, from, to) && (j < 0 || *r.BackAtSeconds < *recs[j].BackAtSeconds) {
+				if strings.HasPrefix(r.Task, "ps/") && r.TookOver == "" && in(r, from, to) && (j < 0 || *r.BackAtSeconds < *recs[j].BackAtSeconds) {
 					j = k
 				}
 			}

@@ -46,6 +46,8 @@ const (
 	// sends it again; the chief drops or replaces a standby that died
 	// well within it).
 	replicaAckTimeout = 20 * time.Second
+	// stopReplicaWait bounds how long a Stop waits for its standby.
+	stopReplicaWait   = 2 * time.Second
 	replicaRetryFirst = 10 * time.Millisecond
 	replicaRetryMax   = 200 * time.Millisecond
 )
@@ -111,8 +113,13 @@ type replicator struct {
 	nextSeq      int64           // the next operation's sequence number
 	acked        int64           // the last operation the standby acknowledged
 	ackedVersion int64           // the standby's version after it
-	attached     bool            // the standby acknowledged the snapshot
-	err          error           // the last failure since the last acknowledgement
+	// snapAcked: the standby acknowledged the snapshot, when the
+	// operations up to catchUp were queued (answered alone while the
+	// snapshot travelled). From then on every update waits for the
+	// standby; it is attached (may be promoted) once it holds catchUp.
+	snapAcked bool
+	catchUp   int64
+	err       error // the last failure since the last acknowledgement
 }
 
 // replicaWait is what a request waits for: its operation's sequence
@@ -173,11 +180,16 @@ func (s *Server) replicate(op *pb.ReplicaOp) replicaWait {
 }
 
 // replicated says every update applied is on the standby (or there is no
-// attached standby to wait for): what a pull may see. Call with mu held.
+// standby to wait for: none, or its snapshot still travels): what a pull
+// may see. Call with mu held.
 func (s *Server) replicated() bool {
 	r := s.rep
-	return r == nil || !r.attached || r.acked == r.nextSeq-1
+	return r == nil || !r.snapAcked || r.acked == r.nextSeq-1
 }
+
+// attached says the standby holds every update the primary answered:
+// the chief may promote it. Call with mu held.
+func (r *replicator) attached() bool { return r.snapAcked && r.acked >= r.catchUp }
 
 // visibleVersion is the version workers can see: the standby's while it
 // lags. Call with mu held.
@@ -205,7 +217,7 @@ func (s *Server) awaitReplica(ctx context.Context, w replicaWait) error {
 		switch {
 		case s.role != rolePrimary:
 			return status.Errorf(codes.Unavailable, "ps: shard %d: not acknowledged (this primary was deposed before its standby held the update)", s.index)
-		case s.rep != w.r || !w.r.attached || w.r.acked >= w.seq:
+		case s.rep != w.r || !w.r.snapAcked || w.r.acked >= w.seq:
 			return nil
 		}
 		ch := s.changed
@@ -350,19 +362,24 @@ func (s *Server) acknowledged(r *replicator, batch *pb.ReplicaBatch, ack *pb.Rep
 		// chief attaches it again.
 		return fmt.Errorf("the standby acknowledged operation %d of a batch ending at %d", ack.Seq, last)
 	}
+	wasAttached := r.attached()
 	done := int(last - r.acked)
 	for _, op := range r.queue[:done] {
 		s.m.ReplicatedBytes.Add(float64(opBytes(op)))
 	}
 	r.queue, r.queued = slices.Delete(r.queue, 0, done), slices.Delete(r.queued, 0, done)
-	if !r.attached && batch.Ops[0].GetSnapshot() != nil {
-		r.attached = true
-		s.log.Info("hot standby attached", "addr", r.addr, "epoch", r.epoch, "version", ack.Version)
+	if !r.snapAcked && batch.Ops[0].GetSnapshot() != nil {
+		r.snapAcked, r.catchUp = true, r.nextSeq-1
+		s.log.Info("hot standby holds the snapshot; catching up", "addr", r.addr, "epoch", r.epoch,
+			"version", ack.Version, "updates_behind", r.catchUp-last)
 	}
 	if r.err != nil {
 		s.log.Info("hot standby reachable again", "addr", r.addr)
 	}
 	r.acked, r.ackedVersion, r.err = last, ack.Version, nil
+	if !wasAttached && r.attached() {
+		s.log.Info("hot standby attached", "addr", r.addr, "epoch", r.epoch, "version", ack.Version)
+	}
 	s.updateLag()
 	s.notify()
 	return nil
@@ -396,7 +413,7 @@ func (s *Server) updateLag() {
 func (s *Server) replicaStatus(resp *pb.StatusResponse) {
 	resp.Role, resp.Epoch = s.role, s.epoch
 	if r := s.rep; r != nil {
-		resp.StandbyAddr, resp.StandbyAttached = r.addr, r.attached
+		resp.StandbyAddr, resp.StandbyAttached = r.addr, r.attached()
 		resp.ReplicationLagUpdates = int64(len(r.queued))
 		if len(r.queued) > 0 {
 			resp.ReplicationLagSeconds = time.Since(r.queued[0]).Seconds()
@@ -422,17 +439,19 @@ func (s *Server) snapshotOp() (*pb.ReplicaOp, error) {
 // initTemplate is req without its payloads and per-worker lists: what a
 // snapshot's Init repeats of it.
 func initTemplate(req *pb.InitRequest) *pb.InitRequest {
+	payloads := &pb.InitRequest{Params: req.Params, OptimizerState: req.OptimizerState}
+	req.Params, req.OptimizerState = nil, nil // not copied: the template needs none
 	t := proto.Clone(req).(*pb.InitRequest)
-	t.Params, t.OptimizerState, t.DataPositions, t.LiveWorkers, t.StandbyAddr = nil, nil, nil, nil, ""
+	req.Params, req.OptimizerState = payloads.Params, payloads.OptimizerState
+	t.DataPositions, t.LiveWorkers, t.StandbyAddr = nil, nil, ""
 	return t
 }
 
 // clonePush copies a push for the standby's queue: the data plane reuses
 // the payload's buffer once the push is answered.
 func clonePush(req *pb.PushRequest) *pb.PushRequest {
-	c := proto.Clone(req).(*pb.PushRequest)
-	c.Grad = slices.Clone(req.Grad)
-	return c
+	return &pb.PushRequest{Worker: req.Worker, Version: req.Version, Grad: slices.Clone(req.Grad), RunId: req.RunId,
+		Loss: req.Loss, Generation: req.Generation, DataPosition: req.DataPosition}
 }
 
 // Replicate applies a primary's batch of operations (standby side).
@@ -454,10 +473,20 @@ func (s *Server) Replicate(ctx context.Context, b *pb.ReplicaBatch) (*pb.Replica
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		// Its primary gave up on this call and sends the batch again: a
+		// copy arriving late must not be applied over newer state.
+		return nil, status.FromContextError(err).Err()
+	}
 	if b.Epoch < s.epoch || b.Epoch == s.epoch && s.role == rolePrimary {
 		return nil, status.Errorf(codes.Aborted, "replica batch of epoch %d refused: this process is the %s of epoch %d", b.Epoch, s.role, s.epoch)
 	}
 	ops := b.Ops
+	if fresh != nil && b.Epoch == s.epoch && s.role == roleStandby && s.replSeq >= 1 {
+		// This link's snapshot again (its acknowledgement was lost): the
+		// standby holds it, and maybe updates since.
+		fresh, ops = nil, ops[1:]
+	}
 	if fresh != nil {
 		s.stopReplica()
 		s.install(*fresh, false)

@@ -32,6 +32,7 @@ type link struct {
 	cut                      bool
 	onBatch                  func(*pb.ReplicaBatch) (kill, ackLost bool)
 	killed                   func()
+	gate                     func(*pb.ReplicaBatch) // called before a batch is delivered (may block)
 }
 
 func (l *link) Replicate(ctx context.Context, b *pb.ReplicaBatch, _ ...grpc.CallOption) (*pb.ReplicaAck, error) {
@@ -39,6 +40,9 @@ func (l *link) Replicate(ctx context.Context, b *pb.ReplicaBatch, _ ...grpc.Call
 	defer l.mu.Unlock()
 	if l.cut {
 		return nil, status.Error(codes.Unavailable, "the primary is dead")
+	}
+	if l.gate != nil {
+		l.gate(b)
 	}
 	if l.onBatch != nil {
 		if kill, ackLost := l.onBatch(b); kill {
@@ -440,5 +444,64 @@ func TestPushWithoutStandbyAllocatesNoPayload(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	if per := (after.TotalAlloc - before.TotalAlloc) / pushes; per >= uint64(len(g)) {
 		t.Fatalf("a push allocated %d bytes, a payload is %d: something copies it", per, len(g))
+	}
+}
+
+// While a standby's snapshot travels the primary answers pushes alone;
+// once the standby holds the snapshot it must also hold those pushes
+// before it counts as attached (the chief promotes only an attached
+// standby), and a pull shows nothing it lacks meanwhile.
+func TestStandbyAttachedOnlyOnceCaughtUp(t *testing.T) {
+	ctx := context.Background()
+	primary, standby := NewServer(quietLog(), nil, nil), NewServer(quietLog(), nil, nil)
+	snapshotSent, releaseSnapshot := make(chan struct{}), make(chan struct{})
+	catchUpSent, releaseCatchUp := make(chan struct{}), make(chan struct{})
+	l := &link{to: standby}
+	l.gate = func(b *pb.ReplicaBatch) {
+		switch {
+		case b.Ops[0].GetSnapshot() != nil:
+			close(snapshotSent)
+			<-releaseSnapshot
+		case b.FirstSeq == 2:
+			close(catchUpSent)
+			<-releaseCatchUp
+		}
+	}
+	primary.SetReplicaDialer(func(context.Context, string) (pb.ParameterServerClient, func() error, error) {
+		return l, func() error { return nil }, nil
+	})
+	t.Cleanup(primary.Close)
+	req, n := replicaInit(t, config.Async, 1, "standby")
+	if _, err := primary.Init(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	<-snapshotSent
+	// Two pushes while the snapshot travels: answered at once.
+	for i := range 2 {
+		if _, err := primary.Push(ctx, &pb.PushRequest{Worker: 0, Version: int64(i), Grad: wire.Bytes(gradOf(0, i, n)),
+			RunId: "r", Generation: 1, DataPosition: int64(i + 1)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(releaseSnapshot)
+	<-catchUpSent
+	// The standby holds the snapshot, not yet the two pushes.
+	st, _ := primary.Status(ctx, &pb.StatusRequest{})
+	if st.StandbyAttached {
+		t.Fatal("a standby missing two answered pushes counts as attached: promoting it would lose them")
+	}
+	if st.Version != 0 {
+		t.Fatalf("Status shows version %d, which the standby does not hold", st.Version)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, err := primary.Pull(pctx, &pb.PullRequest{Worker: 0, RunId: "r"})
+	cancel()
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("a pull during the catch-up answered (%v): it would show versions the standby lacks", err)
+	}
+	close(releaseCatchUp)
+	waitAttached(t, primary)
+	if v, _ := standby.Status(ctx, &pb.StatusRequest{}); v.Version != 2 {
+		t.Fatalf("attached standby at version %d, want 2", v.Version)
 	}
 }

@@ -692,13 +692,18 @@ func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusR
 // Stop ends training and optionally the process.
 func (s *Server) Stop(ctx context.Context, req *pb.StopRequest) (*pb.StopResponse, error) {
 	s.mu.Lock()
+	var w replicaWait
 	if s.role != roleStandby {
 		s.applyStop()
-		// The standby follows (not awaited: nothing after the stop needs
-		// it, and a dead standby must not hold up the run's end).
-		s.replicate(&pb.ReplicaOp{Op: &pb.ReplicaOp_Stop{Stop: &pb.StopRequest{}}})
+		w = s.replicate(&pb.ReplicaOp{Op: &pb.ReplicaOp_Stop{Stop: &pb.StopRequest{}}})
 	}
 	s.mu.Unlock()
+	// The standby follows. Awaited briefly, so the versions Status shows
+	// after the stop are the shard's final ones (the chief marks the
+	// final checkpoint by them); a dead standby does not hold up the end.
+	sctx, cancel := context.WithTimeout(ctx, stopReplicaWait)
+	s.awaitReplica(sctx, w)
+	cancel()
 	if req.Shutdown {
 		s.log.Info("shutdown ordered by the chief")
 		// Answer first: the process exits after the handler returns.

@@ -96,7 +96,10 @@ func psMaxRecv(r config.Run, ceiling int) int {
 	}
 	copies := int64(1 + slots)
 	if r.PSReplicas > 0 {
-		copies *= 2
+		// A snapshot: parameters, optimizer state, and the sync step
+		// under way (its sum, or up to one kept copy per worker with the
+		// trimmed mean) as base64 in JSON (4/3 of its bytes).
+		copies += 2 * int64(1+r.Workers)
 	}
 	n := copies*4*int64(r.Spec(dim, classes).NumParams()) + 16*int64(r.Workers) + 1<<20
 	return int(min(n, int64(ceiling)))

@@ -20,8 +20,10 @@ func TestPSMaxRecvFollowsTheModel(t *testing.T) {
 	if got, want := psMaxRecv(r, 256<<20), 3*4*params+16*2+1<<20; got != want {
 		t.Errorf("adam: %d, want %d", got, want)
 	}
-	r.PSReplicas = 1 // a standby receives its primary's snapshot: an Init and the shard's state
-	if got, want := psMaxRecv(r, 256<<20), 6*4*params+16*2+1<<20; got != want {
+	// A standby receives its primary's snapshot: an Init, and the step
+	// under way (its sum, or a copy per worker) as base64 in JSON.
+	r.PSReplicas = 1
+	if got, want := psMaxRecv(r, 256<<20), (3+2*(1+2))*4*params+16*2+1<<20; got != want {
 		t.Errorf("adam with a standby: %d, want %d", got, want)
 	}
 	if got := psMaxRecv(r, 1<<20); got != 1<<20 {
