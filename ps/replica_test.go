@@ -307,22 +307,30 @@ func waitAttached(t *testing.T, s *Server) {
 	t.Fatal("the standby never attached")
 }
 
+// attachedPair is a primary of shard 0 in mode and its standby, linked in
+// memory, the standby attached; n is the shard's size.
+func attachedPair(t *testing.T, mode config.Mode) (primary, standby *Server, l *link, n int) {
+	t.Helper()
+	primary, standby = NewServer(quietLog(), nil, nil), NewServer(quietLog(), nil, nil)
+	l = &link{to: standby}
+	primary.SetReplicaDialer(func(context.Context, string) (pb.ParameterServerClient, func() error, error) {
+		return l, func() error { return nil }, nil
+	})
+	t.Cleanup(primary.Close)
+	req, n := replicaInit(t, mode, 1, "standby")
+	if _, err := primary.Init(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	waitAttached(t, primary)
+	return primary, standby, l, n
+}
+
 // A standby refuses workers, and a deposed primary acknowledges nothing:
 // once its standby was promoted at a newer epoch, its next batch is
 // refused and it steps down.
 func TestStandbyRefusesWorkersAndFencesItsOldPrimary(t *testing.T) {
 	ctx := context.Background()
-	primary, standby := NewServer(quietLog(), nil, nil), NewServer(quietLog(), nil, nil)
-	l := &link{to: standby}
-	primary.SetReplicaDialer(func(context.Context, string) (pb.ParameterServerClient, func() error, error) {
-		return l, func() error { return nil }, nil
-	})
-	t.Cleanup(primary.Close)
-	req, n := replicaInit(t, config.Sync, 1, "standby")
-	if _, err := primary.Init(ctx, req); err != nil {
-		t.Fatal(err)
-	}
-	waitAttached(t, primary)
+	primary, standby, _, n := attachedPair(t, config.Sync)
 	_, err := standby.Push(ctx, &pb.PushRequest{Worker: 0, Grad: wire.Bytes(make([]float32, n)), RunId: "r", Generation: 1})
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("a standby took a worker's push: %v", err)
@@ -369,17 +377,7 @@ func TestStandbyRefusesWorkersAndFencesItsOldPrimary(t *testing.T) {
 // drops the standby: the waiting push is then acknowledged.
 func TestDroppedStandbyReleasesWaitingPushes(t *testing.T) {
 	ctx := context.Background()
-	primary, standby := NewServer(quietLog(), nil, nil), NewServer(quietLog(), nil, nil)
-	l := &link{to: standby}
-	primary.SetReplicaDialer(func(context.Context, string) (pb.ParameterServerClient, func() error, error) {
-		return l, func() error { return nil }, nil
-	})
-	t.Cleanup(primary.Close)
-	req, n := replicaInit(t, config.Sync, 1, "standby")
-	if _, err := primary.Init(ctx, req); err != nil {
-		t.Fatal(err)
-	}
-	waitAttached(t, primary)
+	primary, _, l, n := attachedPair(t, config.Sync)
 	l.mu.Lock()
 	l.cut = true // the standby died
 	l.mu.Unlock()
