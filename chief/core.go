@@ -105,6 +105,9 @@ type Core struct {
 	endNoted    bool
 	pending     *SetMembership
 	lastSent    *SetMembership
+	// retiredHeard is what the shards may retire when lastSent is not
+	// known (see shardsRetire).
+	retiredHeard []int32
 }
 
 type phase int

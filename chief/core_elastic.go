@@ -162,8 +162,20 @@ func (c *Core) MembershipRefused(now time.Time) []Action {
 	}
 	c.log.Info("membership change: a shard was past the boundary; trying the next one", "step", c.change.at)
 	c.change = nil
+	// Some shards may have taken the refused request: until the next one
+	// is heard by all, any of them may retire what it retired.
+	if c.pending != nil {
+		c.retiredHeard = mergeRetired(c.retiredHeard, c.pending.Retired)
+	}
 	c.lastSent = nil
 	return c.membership(now)
+}
+
+// mergeRetired is the sorted union of two retired lists.
+func mergeRetired(a, b []int32) []int32 {
+	out := slices.Concat(a, b)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // heldSent notes that every shard took the hold: the new plan is
@@ -299,7 +311,12 @@ func (c *Core) admit(index int, now time.Time) error {
 // shardsRetire says the membership every shard last heard retires
 // worker index.
 func (c *Core) shardsRetire(index int) bool {
-	return c.lastSent != nil && slices.Contains(c.lastSent.Retired, int32(index))
+	if c.lastSent == nil {
+		// Not known (a membership to be said again after a refused hold
+		// or a restore): what the shards last heard, or may have.
+		return slices.Contains(c.retiredHeard, int32(index))
+	}
+	return slices.Contains(c.lastSent.Retired, int32(index))
 }
 
 // HeartbeatPlan records the data plan's eras worker uses and returns the

@@ -243,6 +243,7 @@ func (c *Core) MembershipSent(live []int32) {
 	}
 	a.Live = c.lastLive
 	c.lastSent = &a
+	c.retiredHeard = slices.Clone(a.Retired)
 	c.heldSent()
 }
 
