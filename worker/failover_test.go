@@ -1,7 +1,6 @@
 package worker_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/internal/inproc"
+	"github.com/pstrain/pstrain/internal/syncbuf"
 	"github.com/pstrain/pstrain/ml/model"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/worker"
@@ -60,22 +60,9 @@ func (s segmentedProc) PushSegments(ctx context.Context, in *pb.PushRequest, _ [
 	return s.Push(ctx, in)
 }
 
-// syncBuffer is a log destination safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) switches() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.Count(s.b.String(), "switching to the other process of shard 3")
+// switches counts the switch lines for shard 3 in a log.
+func switches(logs *syncbuf.Buffer) int {
+	return strings.Count(logs.String(), "switching to the other process of shard 3")
 }
 
 func unavailable() error {
@@ -83,7 +70,7 @@ func unavailable() error {
 }
 
 func TestFailoverSwitchesOnUnavailable(t *testing.T) {
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	down := true
 	ps := &fakeProc{name: "ps/3", answer: func() error {
 		if down {
@@ -109,11 +96,11 @@ func TestFailoverSwitchesOnUnavailable(t *testing.T) {
 	if ps.calls.Load() != 1 || sb.calls.Load() != 2 {
 		t.Fatalf("calls: ps/3 %d, standby/3 %d; want 1 and 2", ps.calls.Load(), sb.calls.Load())
 	}
-	if n := logs.switches(); n != 1 {
-		t.Fatalf("%d switch lines, want 1:\n%s", n, logs.b.String())
+	if n := switches(&logs); n != 1 {
+		t.Fatalf("%d switch lines, want 1:\n%s", n, logs.String())
 	}
-	if !strings.Contains(logs.b.String(), "to=standby/3") {
-		t.Fatalf("the switch line does not name the new process:\n%s", logs.b.String())
+	if !strings.Contains(logs.String(), "to=standby/3") {
+		t.Fatalf("the switch line does not name the new process:\n%s", logs.String())
 	}
 	// standby/3 dies in turn (its primary came back as ps/3): back.
 	down = false
@@ -124,13 +111,13 @@ func TestFailoverSwitchesOnUnavailable(t *testing.T) {
 	if _, err := dp.Pull(ctx, &pb.PullRequest{}); err != nil || ps.calls.Load() != 2 {
 		t.Fatalf("pull after switching back: %v (ps/3 calls %d)", err, ps.calls.Load())
 	}
-	if n := logs.switches(); n != 2 {
+	if n := switches(&logs); n != 2 {
 		t.Fatalf("%d switch lines after switching back, want 2", n)
 	}
 }
 
 func TestFailoverKeepsProcessOnOtherErrors(t *testing.T) {
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	refused := status.Error(codes.InvalidArgument, "bad gradient")
 	ps := &fakeProc{answer: func() error { return refused }}
 	sb := &fakeProc{}
@@ -141,8 +128,8 @@ func TestFailoverKeepsProcessOnOtherErrors(t *testing.T) {
 			t.Fatalf("push: %v, want %v", err, refused)
 		}
 	}
-	if ps.calls.Load() != 3 || sb.calls.Load() != 0 || logs.switches() != 0 {
-		t.Fatalf("calls ps/3 %d standby/3 %d, switches %d: a non-Unavailable error must not switch", ps.calls.Load(), sb.calls.Load(), logs.switches())
+	if ps.calls.Load() != 3 || sb.calls.Load() != 0 || switches(&logs) != 0 {
+		t.Fatalf("calls ps/3 %d standby/3 %d, switches %d: a non-Unavailable error must not switch", ps.calls.Load(), sb.calls.Load(), switches(&logs))
 	}
 }
 
@@ -150,7 +137,7 @@ func TestFailoverKeepsProcessOnOtherErrors(t *testing.T) {
 // not back and forth.
 func TestFailoverSwitchesOnceForConcurrentFailures(t *testing.T) {
 	const n = 8
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	var arrived sync.WaitGroup
 	arrived.Add(n)
 	ps := &fakeProc{answer: func() error {
@@ -173,7 +160,7 @@ func TestFailoverSwitchesOnceForConcurrentFailures(t *testing.T) {
 	if _, err := dp.Push(context.Background(), &pb.PushRequest{}); err != nil || sb.calls.Load() != 1 {
 		t.Fatalf("after the failures: %v, standby/3 calls %d", err, sb.calls.Load())
 	}
-	if s := logs.switches(); s != 1 {
+	if s := switches(&logs); s != 1 {
 		t.Fatalf("%d switch lines for %d concurrent failures, want 1", s, n)
 	}
 }
@@ -211,7 +198,7 @@ func TestWorkerTrainsThroughFailover(t *testing.T) {
 			data := inproc.Synthetic(300, spec.Input, spec.Classes, 5)
 			const total = 40
 			c := startCluster(t, run, spec, total)
-			var logs syncBuffer
+			var logs syncbuf.Buffer
 			standby := &fakeProc{answer: func() error {
 				return status.Error(codes.Unavailable, "ps: shard 0 here is a standby: its primary serves workers")
 			}}
@@ -233,8 +220,8 @@ func TestWorkerTrainsThroughFailover(t *testing.T) {
 			if standby.calls.Load() != 1 {
 				t.Fatalf("the standby was called %d times, want once (then the failover stays on the primary)", standby.calls.Load())
 			}
-			if n := strings.Count(logs.b.String(), "switching to the other process of shard 0"); n != 1 {
-				t.Fatalf("%d switch lines, want 1:\n%s", n, logs.b.String())
+			if n := strings.Count(logs.String(), "switching to the other process of shard 0"); n != 1 {
+				t.Fatalf("%d switch lines, want 1:\n%s", n, logs.String())
 			}
 			if want := plane == config.TCP; segmented != want {
 				t.Fatalf("segmented failover = %v on %s", segmented, plane)
