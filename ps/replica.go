@@ -554,18 +554,28 @@ func (s *Server) applyReplicated(op *pb.ReplicaOp) error {
 	return nil
 }
 
+// orderedAs refuses the chief's order op unless this process holds a
+// shard in role, of the run and shard the order is for. Call with mu held.
+func (s *Server) orderedAs(op, role, runID string, shard int32) error {
+	switch {
+	case s.role != role || s.shard == nil:
+		return status.Errorf(codes.FailedPrecondition, "%s: this process is not a %s holding the shard's state (role %q)", op, role, s.role)
+	case runID != s.runID || int(shard) != s.index:
+		return status.Errorf(codes.FailedPrecondition, "%s: for run %q shard %d, this %s holds run %q shard %d", op, runID, shard, role, s.runID, s.index)
+	}
+	return nil
+}
+
 // Promote makes a standby its shard's primary at a newer epoch (chief
 // only): it serves workers at once, from the state its old primary
 // acknowledged, and refuses that primary's batches from now on.
 func (s *Server) Promote(ctx context.Context, req *pb.PromoteRequest) (*pb.PromoteResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	switch {
-	case s.role != roleStandby || s.shard == nil:
-		return nil, status.Errorf(codes.FailedPrecondition, "promote: this process is not a standby holding a snapshot (role %q)", s.role)
-	case req.RunId != s.runID || int(req.Shard) != s.index:
-		return nil, status.Errorf(codes.FailedPrecondition, "promote: for run %q shard %d, this standby holds run %q shard %d", req.RunId, req.Shard, s.runID, s.index)
-	case req.Epoch <= s.epoch:
+	if err := s.orderedAs("promote", roleStandby, req.RunId, req.Shard); err != nil {
+		return nil, err
+	}
+	if req.Epoch <= s.epoch {
 		return nil, status.Errorf(codes.FailedPrecondition, "promote: epoch %d is not past this standby's %d", req.Epoch, s.epoch)
 	}
 	s.setRole(rolePrimary)
@@ -580,12 +590,10 @@ func (s *Server) Promote(ctx context.Context, req *pb.PromoteRequest) (*pb.Promo
 func (s *Server) SetStandby(ctx context.Context, req *pb.SetStandbyRequest) (*pb.SetStandbyResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	switch {
-	case s.role != rolePrimary || s.shard == nil:
-		return nil, status.Errorf(codes.FailedPrecondition, "set standby: this process is not its shard's primary (role %q)", s.role)
-	case req.RunId != s.runID || int(req.Shard) != s.index:
-		return nil, status.Errorf(codes.FailedPrecondition, "set standby: for run %q shard %d, this primary serves run %q shard %d", req.RunId, req.Shard, s.runID, s.index)
-	case req.Epoch < s.epoch:
+	if err := s.orderedAs("set standby", rolePrimary, req.RunId, req.Shard); err != nil {
+		return nil, err
+	}
+	if req.Epoch < s.epoch {
 		return nil, status.Errorf(codes.FailedPrecondition, "set standby: epoch %d is older than this primary's %d", req.Epoch, s.epoch)
 	}
 	s.stopReplica()
