@@ -439,11 +439,8 @@ func (s *Server) snapshotOp() (*pb.ReplicaOp, error) {
 // initTemplate is req without its payloads and per-worker lists: what a
 // snapshot's Init repeats of it.
 func initTemplate(req *pb.InitRequest) *pb.InitRequest {
-	payloads := &pb.InitRequest{Params: req.Params, OptimizerState: req.OptimizerState}
-	req.Params, req.OptimizerState = nil, nil // not copied: the template needs none
-	t := proto.Clone(req).(*pb.InitRequest)
-	req.Params, req.OptimizerState = payloads.Params, payloads.OptimizerState
-	t.DataPositions, t.LiveWorkers, t.StandbyAddr = nil, nil, ""
+	t := proto.Clone(req).(*pb.InitRequest) // (an Init is rare: copying its payload once is nothing)
+	t.Params, t.OptimizerState, t.DataPositions, t.LiveWorkers, t.StandbyAddr = nil, nil, nil, nil, ""
 	return t
 }
 
