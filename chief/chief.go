@@ -49,6 +49,12 @@ type Config struct {
 	// OnProgress is called about every PollEvery.
 	OnProgress func(Progress)
 	PollEvery  time.Duration
+	// SilentAfter is how long a poll waits for a process's answer with
+	// hot standbys before the process counts as gone and its standby is
+	// promoted (default 1 s; docs/replication.md, "A frozen primary").
+	// Without standbys a poll waits 5 s: there a wrong guess costs a
+	// restore, here only a re-attach.
+	SilentAfter time.Duration
 	// StartupTimeout bounds the wait for every task to register.
 	StartupTimeout time.Duration
 	// Store is where checkpoints go (nil: none).
@@ -99,6 +105,9 @@ func New(cfg Config) (*Chief, error) {
 	}
 	if cfg.PollEvery <= 0 {
 		cfg.PollEvery = 100 * time.Millisecond
+	}
+	if cfg.SilentAfter <= 0 {
+		cfg.SilentAfter = time.Second
 	}
 	if cfg.StartupTimeout <= 0 {
 		cfg.StartupTimeout = 2 * time.Minute

@@ -206,7 +206,7 @@ func (c *Core) replicaRules(now time.Time, s int, p, o ShardStatus) (ShardStatus
 		if r.promote == nil {
 			detected := c.down[s]
 			if detected.IsZero() {
-				detected = now
+				detected = p.lostAt(now)
 			}
 			r.promote = &failover{dead: pName, to: oName, detected: detected, seen: r.seen, epoch: st.Epoch + 1}
 			c.log.Warn("shard primary lost: promoting its standby", "task", pName, "why", why, "standby", oName, "shard", s)
@@ -349,7 +349,7 @@ func (c *Core) follow(now time.Time, s int, p, o ShardStatus) []Action {
 	if f == nil {
 		detected := c.down[s]
 		if detected.IsZero() {
-			detected = now
+			detected = p.lostAt(now)
 		}
 		f = &failover{dead: task(st.Primary, s), to: task(other(st.Primary), s), detected: detected, seen: r.seen}
 	}

@@ -36,6 +36,19 @@ type ShardStatus struct {
 	ReplicationLag        int64
 	ReplicationLagSeconds float64
 	otherRun              bool // initialised for another run (adoption refuses it)
+	// Asked is when the question was asked (zero: at the tick). A process
+	// that did not answer was last known alive then, not when the answer
+	// timed out: a frozen one is lost for the whole timeout.
+	Asked time.Time
+}
+
+// lostAt is when a shard that did not answer was lost: when it was
+// asked, or now when that is unknown.
+func (x ShardStatus) lostAt(now time.Time) time.Time {
+	if x.Asked.IsZero() || x.Asked.After(now) {
+		return now
+	}
+	return x.Asked
 }
 
 // Tick is a poll: the time, and the status of each shard's processes:
@@ -154,7 +167,7 @@ func (c *Core) tickTraining(now time.Time, ps, standby []ShardStatus) []Action {
 		switch {
 		case x.Err != nil:
 			if c.down[s].IsZero() {
-				c.down[s] = now
+				c.down[s] = x.lostAt(now)
 				c.log.Warn("parameter server unreachable", "ps", s, "err", x.Err)
 			}
 			anyDown = true

@@ -35,6 +35,7 @@ type fakePS struct {
 
 	mu          sync.Mutex
 	dead        bool
+	frozen      bool // Status answers nothing: a SIGSTOPped process
 	role        string
 	epoch       int64
 	version     int64
@@ -49,9 +50,15 @@ type fakePS struct {
 
 var errRefused = status.Error(codes.Unavailable, "connection refused")
 
-func (f *fakePS) Status(context.Context, *pb.StatusRequest, ...grpc.CallOption) (*pb.StatusResponse, error) {
+func (f *fakePS) Status(ctx context.Context, _ *pb.StatusRequest, _ ...grpc.CallOption) (*pb.StatusResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.frozen {
+		f.mu.Unlock()
+		<-ctx.Done()
+		f.mu.Lock()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
 	if f.dead {
 		return nil, errRefused
 	}
@@ -159,34 +166,46 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // promoted at epoch 2 and becomes what the chief calls "shard 0" (the
 // stop goes to it, not to ps/0); ps/0 back empty is attached to it as
 // its standby; the report records the failover.
-func TestDriverFailsOverToTheStandby(t *testing.T) {
+// failoverCluster is a chief driving fake PS processes with hot
+// standbys: two shards, one worker, every task registered.
+type failoverCluster struct {
+	ps, standbys []*fakePS
+	c            *Chief
+	m            *metrics.Chief
+	cancel       context.CancelFunc
+	done         chan failoverResult
+}
+
+type failoverResult struct {
+	rep *report.Report
+	err error
+}
+
+func startFailoverCluster(t *testing.T, silentAfter time.Duration) *failoverCluster {
+	t.Helper()
 	r := config.Default()
 	r.PS, r.Workers, r.TargetAccuracy = 2, 1, 0
 	spec := r.Spec(784, 10)
 	peers := map[string]*fakePS{}
-	var ps, standbys []*fakePS
+	fc := &failoverCluster{m: metrics.NewChief(prometheus.NewRegistry()), done: make(chan failoverResult, 1)}
 	var cps, cstandbys []PS
 	for s := range r.PS {
 		p := &fakePS{addr: fmt.Sprintf("ps%d:1", s), peers: peers}
 		b := &fakePS{addr: fmt.Sprintf("standby%d:1", s), peers: peers}
 		peers[p.addr], peers[b.addr] = p, b
-		ps, standbys = append(ps, p), append(standbys, b)
+		fc.ps, fc.standbys = append(fc.ps, p), append(fc.standbys, b)
 		cps, cstandbys = append(cps, PS{Addr: p.addr, Client: p}), append(cstandbys, PS{Addr: b.addr, Client: b})
 	}
-	m := metrics.NewChief(prometheus.NewRegistry())
-	c, err := New(Config{Run: r, Spec: spec, RunID: "run-1", PS: cps, Standbys: cstandbys, Metrics: m,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), PollEvery: 5 * time.Millisecond})
+	c, err := New(Config{Run: r, Spec: spec, RunID: "run-1", PS: cps, Standbys: cstandbys, Metrics: fc.m,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), PollEvery: 5 * time.Millisecond, SilentAfter: silentAfter})
 	if err != nil {
 		t.Fatal(err)
 	}
+	fc.c = c
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	type result struct {
-		rep *report.Report
-		err error
-	}
-	done := make(chan result, 1)
-	go func() { rep, err := c.Run(ctx); done <- result{rep, err} }()
+	fc.cancel = cancel
+	t.Cleanup(cancel)
+	go func() { rep, err := c.Run(ctx); fc.done <- failoverResult{rep, err} }()
 	for _, reg := range []struct {
 		role string
 		n    int
@@ -197,16 +216,49 @@ func TestDriverFailsOverToTheStandby(t *testing.T) {
 			}
 		}
 	}
-	waitFor(t, "ps/0 initialised", func() bool { return with(ps[0], func(f *fakePS) int { return len(f.inits) }) == 1 })
+	waitFor(t, "ps/0 initialised", func() bool { return with(fc.ps[0], func(f *fakePS) int { return len(f.inits) }) == 1 })
+	// Two polls since the Init: the chief has seen the standby attached.
+	polled := with(fc.ps[0], func(f *fakePS) int { return f.polls })
+	waitFor(t, "two polls of ps/0", func() bool { return with(fc.ps[0], func(f *fakePS) int { return f.polls }) >= polled+2 })
+	return fc
+}
+
+// finish interrupts the run and returns its report.
+func (fc *failoverCluster) finish(t *testing.T) *report.Report {
+	t.Helper()
+	fc.cancel()
+	var res failoverResult
+	select {
+	case res = <-fc.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the chief did not finish after the interrupt")
+	}
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	return res.rep
+}
+
+// failovers are the report's restarts that were failovers.
+func failovers(rep *report.Report) []report.Restart {
+	var fo []report.Restart
+	for _, x := range rep.Restarts {
+		if x.TookOver != "" {
+			fo = append(fo, x)
+		}
+	}
+	return fo
+}
+
+func TestDriverFailsOverToTheStandby(t *testing.T) {
+	fc := startFailoverCluster(t, 0)
+	ps, standbys, m := fc.ps, fc.standbys, fc.m
 	for s, p := range ps {
 		in := with(p, func(f *fakePS) *pb.InitRequest { return f.inits[0] })
 		if in.Epoch != 1 || in.StandbyAddr != standbys[s].addr {
 			t.Errorf("ps/%d Init epoch=%d standby_addr=%q, want 1 and %q", s, in.Epoch, in.StandbyAddr, standbys[s].addr)
 		}
 	}
-	// Two polls since the Init: the chief has seen the standby attached.
-	polled := with(ps[0], func(f *fakePS) int { return f.polls })
-	waitFor(t, "two polls of ps/0", func() bool { return with(ps[0], func(f *fakePS) int { return f.polls }) >= polled+2 })
 
 	ps[0].mu.Lock()
 	ps[0].dead = true
@@ -228,34 +280,44 @@ func TestDriverFailsOverToTheStandby(t *testing.T) {
 		t.Errorf("ps/0 is a standby at epoch %d, want 3", e)
 	}
 
-	cancel() // interrupt: the stop goes to each shard's primary
-	var res result
-	select {
-	case res = <-done:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the chief did not finish after the interrupt")
-	}
-	if res.err != nil {
-		t.Fatal(res.err)
-	}
+	rep := fc.finish(t) // interrupt: the stop goes to each shard's primary
 	stops := []int{with(ps[0], func(f *fakePS) int { return f.stops }), with(standbys[0], func(f *fakePS) int { return f.stops }),
 		with(ps[1], func(f *fakePS) int { return f.stops }), with(standbys[1], func(f *fakePS) int { return f.stops })}
 	if !slices.Equal(stops, []int{0, 1, 1, 0}) {
 		t.Errorf("stops to ps/0, standby/0, ps/1, standby/1: %v, want [0 1 1 0]", stops)
 	}
-	var fo []report.Restart
-	for _, x := range res.rep.Restarts {
-		if x.TookOver != "" {
-			fo = append(fo, x)
-		}
-	}
+	fo := failovers(rep)
 	if len(fo) != 1 || fo[0].Task != "ps/0" || fo[0].TookOver != "standby/0" || fo[0].StepsLost != 0 || fo[0].BackAtSeconds == nil {
 		t.Errorf("failovers in the report %+v, want one of ps/0 to standby/0 losing 0 steps", fo)
 	}
 	if n := testutil.ToFloat64(m.Failovers.WithLabelValues("0")); n != 1 {
 		t.Errorf("failovers{shard=0} = %g, want 1", n)
 	}
-	if c.core.Generation() != 1 { // (Run has returned: the core is ours)
-		t.Errorf("generation %d after a failover, want 1 (nothing restored)", c.core.Generation())
+	if fc.c.core.Generation() != 1 { // (Run has returned: the core is ours)
+		t.Errorf("generation %d after a failover, want 1 (nothing restored)", fc.c.core.Generation())
+	}
+}
+
+// A frozen primary (it neither answers nor refuses) is given up after
+// SilentAfter, not the 5 s a poll waits without standbys, and the
+// failover the report shows counts from the poll it did not answer: the
+// silence is part of the pause workers saw.
+func TestDriverPromotesPastAFrozenPrimary(t *testing.T) {
+	const silent = 300 * time.Millisecond
+	fc := startFailoverCluster(t, silent)
+	frozeAt := time.Now()
+	fc.ps[0].mu.Lock()
+	fc.ps[0].frozen = true
+	fc.ps[0].mu.Unlock()
+	waitFor(t, "standby/0 promoted", func() bool { return with(fc.standbys[0], func(f *fakePS) string { return f.role }) == "primary" })
+	if waited := time.Since(frozeAt); waited >= pollTimeout {
+		t.Errorf("standby/0 promoted %v after ps/0 froze: the poll waited as long as without standbys (%v)", waited, pollTimeout)
+	}
+	fo := failovers(fc.finish(t))
+	if len(fo) != 1 || fo[0].Task != "ps/0" || fo[0].TookOver != "standby/0" {
+		t.Fatalf("failovers in the report %+v, want one of ps/0 to standby/0", fo)
+	}
+	if fo[0].FailoverSeconds < silent.Seconds() {
+		t.Errorf("failover of a frozen primary reported as %.3f s: less than the %v it went unanswered", fo[0].FailoverSeconds, silent)
 	}
 }

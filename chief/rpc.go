@@ -69,8 +69,9 @@ func (c *Chief) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.He
 	return &pb.HeartbeatResponse{Stop: stop, DataPlan: plan}, nil
 }
 
-// pollTimeout bounds a poll's Status call. A dead process answers at
-// once (its connection is refused); only a frozen one takes this long.
+// pollTimeout bounds a poll's Status call without hot standbys (with
+// them: Config.SilentAfter). A dead process answers at once (its
+// connection is refused); only a frozen one takes this long.
 const pollTimeout = 5 * time.Second
 
 // primary is the process that is shard s's primary: where everything
@@ -137,18 +138,23 @@ func (c *Chief) poll(ctx context.Context, procs []PS) []ShardStatus {
 
 // status is one process's answer to Status.
 func (c *Chief) status(ctx context.Context, p PS) ShardStatus {
-	cctx, cancel := context.WithTimeout(ctx, pollTimeout)
+	timeout := pollTimeout
+	if len(c.cfg.Standbys) > 0 {
+		timeout = c.cfg.SilentAfter
+	}
+	asked := c.cfg.Now()
+	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	st, err := p.Client.Status(cctx, &pb.StatusRequest{})
 	if err != nil {
-		return ShardStatus{Err: fmt.Errorf("%s: %s", p.Addr, status.Convert(err).Message())}
+		return ShardStatus{Err: fmt.Errorf("%s: %s", p.Addr, status.Convert(err).Message()), Asked: asked}
 	}
 	out := ShardStatus{Serving: st.Initialized && st.RunId == c.cfg.RunID, Version: st.Version,
 		Generation: st.Generation, Done: st.Done, StaleDropped: st.StaleDropped, Loss: st.LastLoss,
 		Refused: st.RefusedGradients, NonFinite: st.NonFiniteGradients, Outlier: -1,
 		Role: st.Role, Epoch: st.Epoch, StandbyAttached: st.StandbyAttached, StandbyAddr: st.StandbyAddr,
 		ReplicationLag: st.ReplicationLagUpdates, ReplicationLagSeconds: st.ReplicationLagSeconds,
-		otherRun: st.Initialized && st.RunId != c.cfg.RunID}
+		otherRun: st.Initialized && st.RunId != c.cfg.RunID, Asked: asked}
 	if st.FirstOutlierWorker != nil {
 		out.Outlier = int(*st.FirstOutlierWorker)
 	}

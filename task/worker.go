@@ -87,22 +87,23 @@ func RunWorker(ctx context.Context, o Options, blasThreads int) error {
 
 	var shards []worker.Shard
 	for i, a := range o.Cluster.PS {
-		dp, closeDP, err := o.shardClient(a)
+		dp, gc, closeDP, err := o.shardClient(a)
 		if err != nil {
 			return err
 		}
 		defer closeDP()
 		if len(o.Cluster.Standby) > 0 {
 			// A hot standby: the shard's client switches to the other
-			// process when the one it talks to refuses (docs/replication.md).
+			// process when the one it talks to refuses, or stays silent
+			// while the other serves as primary (docs/replication.md).
 			sa := o.Cluster.Standby[i]
-			sdp, closeSDP, err := o.shardClient(sa)
+			sdp, sgc, closeSDP, err := o.shardClient(sa)
 			if err != nil {
 				return err
 			}
 			defer closeSDP()
-			dp = worker.NewFailover(i, worker.Process{Task: cluster.Task{Type: cluster.PS, Index: i}.String(), Addr: a, Client: dp},
-				worker.Process{Task: cluster.Task{Type: cluster.Standby, Index: i}.String(), Addr: sa, Client: sdp}, o.Log)
+			dp = worker.NewFailover(i, worker.Process{Task: cluster.Task{Type: cluster.PS, Index: i}.String(), Addr: a, Client: dp, Role: roleOf(gc)},
+				worker.Process{Task: cluster.Task{Type: cluster.Standby, Index: i}.String(), Addr: sa, Client: sdp, Role: roleOf(sgc)}, o.Log)
 		}
 		shards = append(shards, worker.Shard{Addr: a, Client: dp})
 	}
@@ -131,18 +132,27 @@ func RunWorker(ctx context.Context, o Options, blasThreads int) error {
 }
 
 // shardClient is a worker's client of the PS process at addr: gRPC, or
-// the TCP data plane (found through its gRPC Status); close closes it.
-func (o Options) shardClient(addr string) (dp worker.DataPlane, close func(), err error) {
+// the TCP data plane (found through its gRPC Status), with its gRPC
+// client (gc) for everything else; close closes both.
+func (o Options) shardClient(addr string) (dp worker.DataPlane, gc pb.ParameterServerClient, close func(), err error) {
 	c, err := o.dial(addr)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	gc := pb.NewParameterServerClient(c)
+	gc = pb.NewParameterServerClient(c)
 	if o.Run.DataPlane != config.TCP {
-		return gc, func() { c.Close() }, nil
+		return gc, gc, func() { c.Close() }, nil
 	}
 	dc := o.dataPlaneClient(gc)
-	return dc, func() { dc.Close(); c.Close() }, nil
+	return dc, gc, func() { dc.Close(); c.Close() }, nil
+}
+
+// roleOf asks the PS behind gc its replication role (worker.Process.Role).
+func roleOf(gc pb.ParameterServerClient) func(context.Context) (string, error) {
+	return func(ctx context.Context) (string, error) {
+		st, err := gc.Status(ctx, &pb.StatusRequest{})
+		return st.GetRole(), err
+	}
 }
 
 // registrationPlan is the data plan the chief's registration answer

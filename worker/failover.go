@@ -2,9 +2,11 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -19,7 +21,22 @@ type Process struct {
 	Task   string // "ps/0", "standby/0"
 	Addr   string
 	Client DataPlane
+	// Role asks the process its replication role (Status.role: "primary",
+	// "standby", "deposed" or ""); nil: it is never asked, and a call to
+	// a frozen process waits for it to wake or its context to end.
+	Role func(ctx context.Context) (string, error)
 }
+
+// A call that has not returned after slowCall asks the shard's other
+// process, every slowCall, whether it is now the primary: a frozen
+// process neither answers nor refuses, so being refused cannot tell the
+// worker of its successor (docs/replication.md, "A frozen primary"). A
+// sync pull waiting at the barrier is slow too; its other process then
+// answers "standby" and nothing changes.
+const slowCall = 250 * time.Millisecond
+
+// errSuperseded cancels a call whose process's peer was promoted.
+var errSuperseded = errors.New("the shard's other process serves as its primary now")
 
 // failover is the DataPlane of a shard with a hot standby: it holds the
 // clients of both processes and sends every call to the current one.
@@ -28,7 +45,9 @@ type Process struct {
 // that is down, or a standby or deposed primary, answers
 // codes.Unavailable. On that error failover makes the other process the
 // current one before returning the error, so the worker's retry loop
-// (which retries Unavailable) sends the retry there.
+// (which retries Unavailable) sends the retry there. A frozen process
+// refuses nothing; a call to it is abandoned as Unavailable once the
+// other process says it is the primary (call, slowCall).
 type failover struct {
 	shard int
 	procs [2]Process
@@ -70,16 +89,59 @@ func (f *failover) done(i int32, err error) error {
 	return err
 }
 
-func (f *failover) Pull(ctx context.Context, in *pb.PullRequest, opts ...grpc.CallOption) (*pb.PullResponse, error) {
+// call sends one call to the current process. While it is under way
+// past slowCall, the other process is asked whether it is the primary
+// now; if so the call is abandoned as Unavailable (so the retry loop
+// sends it again, to that process: a push that did count is then a
+// duplicate, docs/replication.md).
+func call[T any](ctx context.Context, f *failover, send func(context.Context, DataPlane) (T, error)) (T, error) {
 	i, c := f.current()
-	resp, err := c.Pull(ctx, in, opts...)
+	other := f.procs[1-i]
+	if other.Role == nil {
+		resp, err := send(ctx, c)
+		return resp, f.done(i, err)
+	}
+	cctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	watch := time.AfterFunc(slowCall, func() { f.watch(cctx, other, cancel) })
+	defer watch.Stop()
+	resp, err := send(cctx, c)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(cctx), errSuperseded) {
+		err = status.Errorf(codes.Unavailable, "%s did not answer and %s serves as shard %d's primary now", f.procs[i].Task, other.Task, f.shard)
+	}
 	return resp, f.done(i, err)
 }
 
+// watch asks other, every slowCall until ctx ends, whether it is the
+// primary; if so it cancels the call with errSuperseded.
+func (f *failover) watch(ctx context.Context, other Process, cancel context.CancelCauseFunc) {
+	t := time.NewTicker(slowCall)
+	defer t.Stop()
+	for {
+		actx, done := context.WithTimeout(ctx, slowCall)
+		role, err := other.Role(actx)
+		done()
+		if err == nil && role == rolePrimary {
+			cancel(errSuperseded)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// rolePrimary is Status.role of a shard's primary.
+const rolePrimary = "primary"
+
+func (f *failover) Pull(ctx context.Context, in *pb.PullRequest, opts ...grpc.CallOption) (*pb.PullResponse, error) {
+	return call(ctx, f, func(ctx context.Context, c DataPlane) (*pb.PullResponse, error) { return c.Pull(ctx, in, opts...) })
+}
+
 func (f *failover) Push(ctx context.Context, in *pb.PushRequest, opts ...grpc.CallOption) (*pb.PushResponse, error) {
-	i, c := f.current()
-	resp, err := c.Push(ctx, in, opts...)
-	return resp, f.done(i, err)
+	return call(ctx, f, func(ctx context.Context, c DataPlane) (*pb.PushResponse, error) { return c.Push(ctx, in, opts...) })
 }
 
 // segmentedFailover is a failover whose clients are both
@@ -87,13 +149,13 @@ func (f *failover) Push(ctx context.Context, in *pb.PushRequest, opts ...grpc.Ca
 type segmentedFailover struct{ *failover }
 
 func (f segmentedFailover) PullInto(ctx context.Context, in *pb.PullRequest, dst [][]float32) (*pb.PullResponse, error) {
-	i, c := f.current()
-	resp, err := c.(SegmentedDataPlane).PullInto(ctx, in, dst)
-	return resp, f.done(i, err)
+	return call(ctx, f.failover, func(ctx context.Context, c DataPlane) (*pb.PullResponse, error) {
+		return c.(SegmentedDataPlane).PullInto(ctx, in, dst)
+	})
 }
 
 func (f segmentedFailover) PushSegments(ctx context.Context, in *pb.PushRequest, segs [][]float32) (*pb.PushResponse, error) {
-	i, c := f.current()
-	resp, err := c.(SegmentedDataPlane).PushSegments(ctx, in, segs)
-	return resp, f.done(i, err)
+	return call(ctx, f.failover, func(ctx context.Context, c DataPlane) (*pb.PushResponse, error) {
+		return c.(SegmentedDataPlane).PushSegments(ctx, in, segs)
+	})
 }

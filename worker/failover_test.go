@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -227,5 +228,144 @@ func TestWorkerTrainsThroughFailover(t *testing.T) {
 				t.Fatalf("segmented failover = %v on %s", segmented, plane)
 			}
 		})
+	}
+}
+
+// frozenProc is a PS process that stopped without dying: a call waits
+// until its context ends (or until thaw is closed: it answers then).
+type frozenProc struct {
+	thaw  chan struct{}
+	calls atomic.Int64
+}
+
+func (f *frozenProc) wait(ctx context.Context) error {
+	f.calls.Add(1)
+	select {
+	case <-f.thaw:
+		return nil
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+func (f *frozenProc) Pull(ctx context.Context, _ *pb.PullRequest, _ ...grpc.CallOption) (*pb.PullResponse, error) {
+	if err := f.wait(ctx); err != nil {
+		return nil, err
+	}
+	return &pb.PullResponse{Version: 9}, nil
+}
+
+func (f *frozenProc) Push(ctx context.Context, _ *pb.PushRequest, _ ...grpc.CallOption) (*pb.PushResponse, error) {
+	return &pb.PushResponse{}, f.wait(ctx)
+}
+
+// roles is a process's answers to Role: role, and how often it was asked.
+type roles struct {
+	mu    sync.Mutex
+	role  string
+	asked int
+}
+
+func (r *roles) get(context.Context) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.asked++
+	return r.role, nil
+}
+
+func (r *roles) set(role string) {
+	r.mu.Lock()
+	r.role = role
+	r.mu.Unlock()
+}
+
+func (r *roles) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.asked
+}
+
+// waitUntil polls cond until it holds, failing after a generous deadline.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A frozen primary neither answers nor refuses. A call stuck on it is
+// abandoned as Unavailable once the shard's other process says it is
+// the primary (the chief promoted it), and the retry goes there; while
+// the other says "standby" the call waits, as a sync pull at the
+// barrier must.
+func TestFailoverLeavesAFrozenPrimaryForItsSuccessor(t *testing.T) {
+	var logs syncbuf.Buffer
+	frozen := &frozenProc{thaw: make(chan struct{})}
+	standby := &fakeProc{name: "standby/3"}
+	standbyRole := &roles{role: "standby"}
+	f := worker.NewFailover(3, worker.Process{Task: "ps/3", Client: frozen, Role: (&roles{role: "primary"}).get},
+		worker.Process{Task: "standby/3", Client: standby, Role: standbyRole.get}, slog.New(slog.NewTextHandler(&logs, nil)))
+
+	type result struct {
+		resp *pb.PullResponse
+		err  error
+	}
+	got := make(chan result, 1)
+	go func() {
+		resp, err := f.Pull(context.Background(), &pb.PullRequest{})
+		got <- result{resp, err}
+	}()
+	waitUntil(t, "the standby asked twice whether it is the primary", func() bool { return standbyRole.count() >= 2 })
+	select {
+	case r := <-got:
+		t.Fatalf("the call to the frozen process ended (%v, %v) while its peer was still a standby", r.resp, r.err)
+	default:
+	}
+
+	standbyRole.set("primary") // the chief promoted it
+	var r result
+	select {
+	case r = <-got:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the call to the frozen primary was not abandoned after its standby was promoted")
+	}
+	if status.Code(r.err) != codes.Unavailable || !strings.Contains(r.err.Error(), "standby/3 serves as shard 3's primary now") {
+		t.Fatalf("abandoned call: %v, want Unavailable naming standby/3 as the primary", r.err)
+	}
+	if switches(&logs) != 1 {
+		t.Fatalf("%d switch lines, want 1:\n%s", switches(&logs), logs.String())
+	}
+	if resp, err := f.Pull(context.Background(), &pb.PullRequest{}); err != nil || resp.Version != 7 || standby.calls.Load() != 1 {
+		t.Fatalf("retry: %v, %v after %d standby calls; want the promoted standby's answer", resp, err, standby.calls.Load())
+	}
+	if n := frozen.calls.Load(); n != 1 {
+		t.Fatalf("the frozen process got %d calls, want 1", n)
+	}
+}
+
+// A slow call whose process answers in the end is not abandoned while
+// the other process is a standby.
+func TestFailoverWaitsOutASlowPrimary(t *testing.T) {
+	var logs syncbuf.Buffer
+	slow := &frozenProc{thaw: make(chan struct{})}
+	standbyRole := &roles{role: "standby"}
+	f := worker.NewFailover(3, worker.Process{Task: "ps/3", Client: slow},
+		worker.Process{Task: "standby/3", Client: &fakeProc{}, Role: standbyRole.get}, slog.New(slog.NewTextHandler(&logs, nil)))
+	got := make(chan error, 1)
+	go func() {
+		_, err := f.Push(context.Background(), &pb.PushRequest{})
+		got <- err
+	}()
+	waitUntil(t, "the standby asked twice", func() bool { return standbyRole.count() >= 2 })
+	close(slow.thaw)
+	if err := <-got; err != nil {
+		t.Fatalf("slow push: %v, want its answer", err)
+	}
+	if switches(&logs) != 0 {
+		t.Fatalf("switched away from a slow primary:\n%s", logs.String())
 	}
 }
