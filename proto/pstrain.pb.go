@@ -1329,6 +1329,7 @@ type ReplicaOp struct {
 	//	*ReplicaOp_Push
 	//	*ReplicaOp_Membership
 	//	*ReplicaOp_Stop
+	//	*ReplicaOp_Retain
 	Op            isReplicaOp_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1407,6 +1408,15 @@ func (x *ReplicaOp) GetStop() *StopRequest {
 	return nil
 }
 
+func (x *ReplicaOp) GetRetain() int64 {
+	if x != nil {
+		if x, ok := x.Op.(*ReplicaOp_Retain); ok {
+			return x.Retain
+		}
+	}
+	return 0
+}
+
 type isReplicaOp_Op interface {
 	isReplicaOp_Op()
 }
@@ -1431,6 +1441,13 @@ type ReplicaOp_Stop struct {
 	Stop *StopRequest `protobuf:"bytes,4,opt,name=stop,proto3,oneof"`
 }
 
+type ReplicaOp_Retain struct {
+	// retain: the chief's evaluation pull kept the primary's state of
+	// this version for a target stop's final checkpoint (Checkpoint
+	// retained); the standby keeps its own, which is the same state.
+	Retain int64 `protobuf:"varint,5,opt,name=retain,proto3,oneof"`
+}
+
 func (*ReplicaOp_Snapshot) isReplicaOp_Op() {}
 
 func (*ReplicaOp_Push) isReplicaOp_Op() {}
@@ -1438,6 +1455,8 @@ func (*ReplicaOp_Push) isReplicaOp_Op() {}
 func (*ReplicaOp_Membership) isReplicaOp_Op() {}
 
 func (*ReplicaOp_Stop) isReplicaOp_Op() {}
+
+func (*ReplicaOp_Retain) isReplicaOp_Op() {}
 
 type ReplicaSnapshot struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2235,14 +2254,15 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x0edata_positions\x18\a \x03(\x03R\rdataPositions\")\n" +
 	"\vStopRequest\x12\x1a\n" +
 	"\bshutdown\x18\x01 \x01(\bR\bshutdown\"\x0e\n" +
-	"\fStopResponse\"\xeb\x01\n" +
+	"\fStopResponse\"\x85\x02\n" +
 	"\tReplicaOp\x129\n" +
 	"\bsnapshot\x18\x01 \x01(\v2\x1b.pstrain.v1.ReplicaSnapshotH\x00R\bsnapshot\x12-\n" +
 	"\x04push\x18\x02 \x01(\v2\x17.pstrain.v1.PushRequestH\x00R\x04push\x12?\n" +
 	"\n" +
 	"membership\x18\x03 \x01(\v2\x1d.pstrain.v1.MembershipRequestH\x00R\n" +
 	"membership\x12-\n" +
-	"\x04stop\x18\x04 \x01(\v2\x17.pstrain.v1.StopRequestH\x00R\x04stopB\x04\n" +
+	"\x04stop\x18\x04 \x01(\v2\x17.pstrain.v1.StopRequestH\x00R\x04stop\x12\x18\n" +
+	"\x06retain\x18\x05 \x01(\x03H\x00R\x06retainB\x04\n" +
 	"\x02op\"_\n" +
 	"\x0fReplicaSnapshot\x12+\n" +
 	"\x04init\x18\x01 \x01(\v2\x17.pstrain.v1.InitRequestR\x04init\x12\x1f\n" +
@@ -2407,6 +2427,7 @@ func file_pstrain_proto_init() {
 		(*ReplicaOp_Push)(nil),
 		(*ReplicaOp_Membership)(nil),
 		(*ReplicaOp_Stop)(nil),
+		(*ReplicaOp_Retain)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

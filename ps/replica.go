@@ -545,10 +545,25 @@ func (s *Server) applyReplicated(op *pb.ReplicaOp) error {
 		}
 	case op.GetStop() != nil:
 		s.applyStop()
+	case isRetain(op):
+		// Ops arrive in the order the primary applied them, so this is
+		// the version the primary retained; were it not, the shard's
+		// Checkpoint with retained set says so rather than saving
+		// another state.
+		if v := s.shard.Version(); v != op.GetRetain() {
+			s.log.Warn("replicated retain of another version: not kept", "retain", op.GetRetain(), "version", v)
+			return nil
+		}
+		s.retain(s.current())
 	default:
 		return status.Error(codes.InvalidArgument, "replica batch: an empty operation, or a snapshot after the first")
 	}
 	return nil
+}
+
+func isRetain(op *pb.ReplicaOp) bool {
+	_, ok := op.Op.(*pb.ReplicaOp_Retain)
+	return ok
 }
 
 // orderedAs refuses the chief's order op unless this process holds a

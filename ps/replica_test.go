@@ -503,3 +503,52 @@ func TestStandbyAttachedOnlyOnceCaughtUp(t *testing.T) {
 		t.Fatalf("attached standby at version %d, want 2", v.Version)
 	}
 }
+
+// The state a chief's evaluation pull retains (for a target stop's final
+// checkpoint) survives a failover: the standby keeps the same version's
+// state, so the promoted standby can checkpoint it after more steps.
+func TestRetainedStateSurvivesFailover(t *testing.T) {
+	ctx := context.Background()
+	primary, standby, _, n := attachedPair(t, config.Sync)
+	f := &failover{procs: [2]*Server{primary, standby}, dead: [2]chan struct{}{make(chan struct{}), make(chan struct{})}}
+	push := func(req *pb.PushRequest) *pb.PushResponse { return f.push(t, req) }
+	trainPushes(t, config.Sync, 3, push, func(w int32, min int64) *pb.PullResponse { return f.pull(t, w, min) }, n)
+	kept, err := primary.Pull(ctx, &pb.PullRequest{Worker: -1, Retain: true, RunId: "r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := wire.Floats(kept.Params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = slices.Clone(want)
+	// One more step, so the live state moves past the retained one.
+	for w := range int32(2) {
+		push(&pb.PushRequest{Worker: w, Version: kept.Version, Grad: wire.Bytes(gradOf(int(w), 9, n)), RunId: "r", Generation: 1, DataPosition: 4})
+	}
+	if _, err := primary.Pull(ctx, &pb.PullRequest{Worker: 0, MinVersion: kept.Version + 1, RunId: "r"}); err != nil {
+		t.Fatal(err) // answered: the standby holds the step, and the retain before it
+	}
+
+	if _, err := standby.Promote(ctx, &pb.PromoteRequest{RunId: "r", Shard: 0, Epoch: 2}); err != nil {
+		t.Fatal(err)
+	}
+	standby.mu.Lock()
+	v := standby.shard.Version()
+	r, err := standby.holdRetained(kept.Version)
+	standby.mu.Unlock()
+	if v != kept.Version+1 {
+		t.Fatalf("promoted standby at version %d, want %d", v, kept.Version+1)
+	}
+	if err != nil {
+		t.Fatalf("the promoted standby has no retained state of version %d: %v", kept.Version, err)
+	}
+	defer standby.releaseRetained(r)
+	got, err := wire.Floats(r.held.b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatal("the promoted standby retained other parameters than its primary's evaluation pull saw")
+	}
+}

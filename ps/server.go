@@ -455,6 +455,12 @@ func (s *Server) answerPull(req *pb.PullRequest, shared bool, start time.Time) (
 	}
 	if req.Retain {
 		s.retain(p)
+		// The standby keeps the same state: a pull is answered only
+		// once it holds every update, so the op reaches it right after
+		// the updates that made this version. Not awaited: a primary
+		// lost before the op arrives leaves no retained state, and the
+		// target stop's checkpoint falls back to the live state.
+		s.replicate(&pb.ReplicaOp{Op: &pb.ReplicaOp_Retain{Retain: sh.Version()}})
 	}
 	if req.Worker >= 0 {
 		s.m.BarrierWait.Observe(time.Since(start).Seconds())
