@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -550,5 +552,38 @@ func TestRetainedStateSurvivesFailover(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Fatal("the promoted standby retained other parameters than its primary's evaluation pull saw")
+	}
+}
+
+// A standby applies its primary's pushes but does not count them in the
+// exported per-gradient series: a sum over PS processes counts each
+// gradient once (docs/replication.md, "Metrics").
+func TestStandbyDoesNotCountItsPrimarysGradients(t *testing.T) {
+	primary, standby, _, n := attachedPair(t, config.Sync)
+	f := &failover{procs: [2]*Server{primary, standby}, dead: [2]chan struct{}{make(chan struct{}), make(chan struct{})}}
+	trainPushes(t, config.Sync, 3, func(req *pb.PushRequest) *pb.PushResponse { return f.push(t, req) },
+		func(w int32, min int64) *pb.PullResponse { return f.pull(t, w, min) }, n)
+	// A stale push (a version the step has passed): counted as dropped.
+	f.push(t, &pb.PushRequest{Worker: 1, Version: 0, Grad: wire.Bytes(gradOf(1, 0, n)), RunId: "r", Generation: 1, DataPosition: 4})
+	if _, err := primary.Pull(context.Background(), &pb.PullRequest{Worker: 0, MinVersion: 3, RunId: "r"}); err != nil {
+		t.Fatal(err) // answered once the standby holds every push
+	}
+	count := func(s *Server) (staleness uint64, dropped float64) {
+		var d dto.Metric
+		if err := s.m.GradientStaleness.Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		return d.GetHistogram().GetSampleCount(), testutil.ToFloat64(s.m.StaleGradientsDropped)
+	}
+	ps, pd := count(primary)
+	ss, sd := count(standby)
+	if ps != 7 || pd != 1 {
+		t.Errorf("primary counted %d gradients' staleness and %g dropped, want 7 and 1", ps, pd)
+	}
+	if ss != 0 || sd != 0 {
+		t.Errorf("standby counted %d gradients' staleness and %g dropped, want none: they are its primary's", ss, sd)
+	}
+	if got, _ := count(&Server{m: standby.mirror}); got != 7 {
+		t.Errorf("standby applied %d gradients (its mirror series), want 7", got)
 	}
 }

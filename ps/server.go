@@ -29,8 +29,13 @@ import (
 type Server struct {
 	pb.UnimplementedParameterServerServer
 
-	log      *slog.Logger
-	m        *metrics.PS
+	log *slog.Logger
+	m   *metrics.PS
+	// mirror takes the per-gradient series (staleness, norm ratios,
+	// refused and dropped gradients, rejected pushes) while the process
+	// is a standby: its pushes are its primary's, counted there, and a
+	// sum over PS processes must not count them twice. Never exported.
+	mirror   *metrics.PS
 	shutdown func() // called after a Stop with shutdown set
 
 	mu      sync.Mutex
@@ -161,7 +166,7 @@ func NewServer(log *slog.Logger, m *metrics.PS, shutdown func()) *Server {
 	if shutdown == nil {
 		shutdown = func() {}
 	}
-	s := &Server{log: log, m: m, shutdown: shutdown, changed: make(chan struct{}), index: -1, shardIndex: -1}
+	s := &Server{log: log, m: m, mirror: metrics.NewPS(nil), shutdown: shutdown, changed: make(chan struct{}), index: -1, shardIndex: -1}
 	s.setRole(roleNone)
 	return s
 }
@@ -530,6 +535,15 @@ func (s *Server) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushRespons
 	return resp, err
 }
 
+// gradientMetrics is where a push's per-gradient series go: the
+// exported ones, or mirror on a standby. Call with mu held.
+func (s *Server) gradientMetrics() *metrics.PS {
+	if s.role == roleStandby {
+		return s.mirror
+	}
+	return s.m
+}
+
 // applyPush is Push's work on the shard, on a primary and on its standby
 // alike; forward says the push reached the shard (it passed the run and
 // payload checks), so the standby must apply it too. Call with mu held.
@@ -537,21 +551,22 @@ func (s *Server) applyPush(req *pb.PushRequest) (resp *pb.PushResponse, err erro
 	if err := s.checkRun(req.RunId); err != nil {
 		return nil, err, false
 	}
+	m := s.gradientMetrics()
 	g, err := s.gradient(req.Grad)
 	if err != nil {
-		s.m.RejectedRequests.WithLabelValues("bad_length").Inc()
+		m.RejectedRequests.WithLabelValues("bad_length").Inc()
 		return nil, status.Error(codes.InvalidArgument, err.Error()), false
 	}
 	if req.Generation != 0 && req.Generation != s.gen {
 		// Computed from parameters the chief has since rolled back.
-		s.m.StaleGradientsDropped.Inc()
+		m.StaleGradientsDropped.Inc()
 		return &pb.PushResponse{Outcome: pb.PushResponse_STALE, Version: s.shard.Version(), Done: s.shard.Done()}, nil, false
 	}
 	res, err := s.shard.PushAt(int(req.Worker), req.Version, g, req.DataPosition)
 	if err != nil {
-		s.m.RejectedRequests.WithLabelValues(rejectReason(err)).Inc()
+		m.RejectedRequests.WithLabelValues(rejectReason(err)).Inc()
 		if errors.Is(err, ErrNonFinite) {
-			s.m.RefusedGradients.WithLabelValues(strconv.Itoa(int(req.Worker)), "non_finite").Inc()
+			m.RefusedGradients.WithLabelValues(strconv.Itoa(int(req.Worker)), "non_finite").Inc()
 		}
 		if errors.Is(err, ErrNonFinite) && s.opts.NaNPolicy == config.Skip {
 			// --nan-policy skip: counted, never applied, training goes on.
@@ -565,15 +580,15 @@ func (s *Server) applyPush(req *pb.PushRequest) (resp *pb.PushResponse, err erro
 		}
 		return nil, status.Error(codes.InvalidArgument, err.Error()), errors.Is(err, ErrNonFinite)
 	}
-	s.m.GradientStaleness.Observe(float64(res.Staleness))
+	m.GradientStaleness.Observe(float64(res.Staleness))
 	if res.Ratio > 0 {
-		s.m.GradientNormRatio.Observe(res.Ratio)
+		m.GradientNormRatio.Observe(res.Ratio)
 	}
 	switch res.Outcome {
 	case Stale:
-		s.m.StaleGradientsDropped.Inc()
+		m.StaleGradientsDropped.Inc()
 	case Refused:
-		s.refused(req, res)
+		s.refused(m, req, res)
 	}
 	s.lastLoss = req.Loss
 	switch {
@@ -594,8 +609,8 @@ func (s *Server) applyPush(req *pb.PushRequest) (resp *pb.PushResponse, err erro
 
 // refused records a gradient the norm guard refused: counted against its
 // worker, and logged (rate-limited). Call with mu held.
-func (s *Server) refused(req *pb.PushRequest, res PushResult) {
-	s.m.RefusedGradients.WithLabelValues(strconv.Itoa(int(req.Worker)), "norm").Inc()
+func (s *Server) refused(m *metrics.PS, req *pb.PushRequest, res PushResult) {
+	m.RefusedGradients.WithLabelValues(strconv.Itoa(int(req.Worker)), "norm").Inc()
 	if ok, skipped := s.refusals.due(time.Now()); ok {
 		s.log.Warn("gradient refused by the norm guard: never applied", "worker", req.Worker, "version", req.Version,
 			"norm", fmt.Sprintf("%.4g", res.Norm), "ratio", fmt.Sprintf("%.4g", res.Ratio), "limit", s.opts.NormGuard,
