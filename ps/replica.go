@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -33,9 +34,16 @@ const (
 
 var allRoles = []string{roleNone, rolePrimary, roleStandby, roleDeposed}
 
-// ReplicaDialer connects to the standby at addr: a client of its gRPC API
-// and the function that closes the connection.
-type ReplicaDialer func(ctx context.Context, addr string) (pb.ParameterServerClient, func() error, error)
+// ReplicaClient is what a primary calls on its standby: the gRPC
+// client of its ParameterServer service, or one whose Replicate goes
+// over the standby's data plane (task: --data-plane tcp).
+type ReplicaClient interface {
+	Replicate(ctx context.Context, in *pb.ReplicaBatch, opts ...grpc.CallOption) (*pb.ReplicaAck, error)
+}
+
+// ReplicaDialer connects to the standby at addr (its gRPC address): a
+// client and the function that closes its connections.
+type ReplicaDialer func(ctx context.Context, addr string) (ReplicaClient, func() error, error)
 
 // Replication's timing.
 const (
@@ -246,7 +254,7 @@ func (s *Server) runReplica(r *replicator) {
 		<-r.stop
 		cancel()
 	}()
-	var client pb.ParameterServerClient
+	var client ReplicaClient
 	closeConn := func() error { return nil }
 	defer func() { closeConn() }()
 	backoff := replicaRetryFirst

@@ -260,7 +260,7 @@ func TestFailoverLosesNoAcknowledgedPush(t *testing.T) {
 					t.Error(err)
 				}
 			}
-			primary.SetReplicaDialer(func(context.Context, string) (pb.ParameterServerClient, func() error, error) {
+			primary.SetReplicaDialer(func(context.Context, string) (ReplicaClient, func() error, error) {
 				return l, func() error { return nil }, nil
 			})
 			t.Cleanup(primary.Close)
@@ -313,7 +313,7 @@ func attachedPair(t *testing.T, mode config.Mode) (primary, standby *Server, l *
 	t.Helper()
 	primary, standby = NewServer(quietLog(), nil, nil), NewServer(quietLog(), nil, nil)
 	l = &link{to: standby}
-	primary.SetReplicaDialer(func(context.Context, string) (pb.ParameterServerClient, func() error, error) {
+	primary.SetReplicaDialer(func(context.Context, string) (ReplicaClient, func() error, error) {
 		return l, func() error { return nil }, nil
 	})
 	t.Cleanup(primary.Close)
@@ -360,7 +360,7 @@ func TestStandbyRefusesWorkersAndFencesItsOldPrimary(t *testing.T) {
 	}
 	// The new primary attaches the old one as its standby (a newer epoch).
 	l2 := &link{to: primary}
-	standby.SetReplicaDialer(func(context.Context, string) (pb.ParameterServerClient, func() error, error) {
+	standby.SetReplicaDialer(func(context.Context, string) (ReplicaClient, func() error, error) {
 		return l2, func() error { return nil }, nil
 	})
 	t.Cleanup(standby.Close)
@@ -465,7 +465,7 @@ func TestStandbyAttachedOnlyOnceCaughtUp(t *testing.T) {
 			<-releaseCatchUp
 		}
 	}
-	primary.SetReplicaDialer(func(context.Context, string) (pb.ParameterServerClient, func() error, error) {
+	primary.SetReplicaDialer(func(context.Context, string) (ReplicaClient, func() error, error) {
 		return l, func() error { return nil }, nil
 	})
 	t.Cleanup(primary.Close)

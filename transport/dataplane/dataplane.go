@@ -55,8 +55,9 @@ var magic = [4]byte{'P', 'S', 'D', '3'}
 
 // Request ops.
 const (
-	opPull = 1
-	opPush = 2
+	opPull      = 1
+	opPush      = 2
+	opReplicate = 3 // a primary's replication batch to its standby (replicate.go)
 )
 
 // Request flags.
@@ -137,14 +138,14 @@ func readRequest(rd io.Reader, scratch []byte, maxPayload int) (request, error) 
 		return r, fmt.Errorf("%w: bad magic %q", ErrBadFrame, h[:4])
 	}
 	r.op = h[4]
-	if r.op != opPull && r.op != opPush {
+	if r.op != opPull && r.op != opPush && r.op != opReplicate {
 		return r, fmt.Errorf("%w: unknown op %d", ErrBadFrame, r.op)
 	}
 	switch flags := h[5]; {
 	case flags&^flagRetain != 0:
 		return r, fmt.Errorf("%w: unknown flags %#x", ErrBadFrame, flags)
 	case flags != 0 && r.op != opPull:
-		return r, fmt.Errorf("%w: a push with the retain flag", ErrBadFrame)
+		return r, fmt.Errorf("%w: op %d with the retain flag", ErrBadFrame, r.op)
 	default:
 		r.retain = flags&flagRetain != 0
 	}

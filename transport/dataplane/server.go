@@ -299,6 +299,12 @@ func (s *Server) serveConn(c net.Conn) {
 			s.reject(c, hdr, auth.Reason(err), code, err)
 			return
 		}
+		if req.op == opReplicate {
+			if !s.replicate(c, rd, req, hdr) {
+				return
+			}
+			continue
+		}
 		payload, ok := s.readPayload(c, rd, req, hdr)
 		if !ok {
 			return
@@ -326,8 +332,11 @@ func (s *Server) authorize(c net.Conn, req request) error {
 	if err := auth.CheckCertificate(peerCertName(c), req.id); err != nil {
 		return err
 	}
-	if req.op == opPush {
+	switch req.op {
+	case opPush:
 		return auth.AllowPush(req.id, req.worker)
+	case opReplicate:
+		return auth.AllowReplicate(req.id, req.worker) // the frame's shard
 	}
 	return auth.AllowPull(req.id, req.worker, req.retain)
 }
@@ -385,26 +394,35 @@ func (s *Server) readPayload(c net.Conn, rd *bufio.Reader, req request, hdr []by
 		return nil, false
 	}
 	payload, err := s.bufs.get(s.ctx, n, s.lim.BufferWait)
-	switch {
-	case errors.Is(err, errTooLarge):
-		s.reject(c, hdr, "too_large", codes.InvalidArgument, err)
+	if err != nil {
+		s.payloadFailed(c, hdr, n, err)
 		return nil, false
-	case errors.Is(err, errBusy):
-		used, kept, limit := s.bufs.stats()
-		s.reject(c, hdr, "busy", codes.Unavailable, fmt.Errorf("%w (%d of %d bytes in use, %d kept)", err, used, limit, kept))
-		return nil, false
-	case err != nil:
-		return nil, false // the server is closing
 	}
 	c.SetReadDeadline(time.Now().Add(s.lim.frameTime(n)))
 	if _, err := io.ReadFull(rd, payload); err != nil {
 		s.bufs.put(payload)
-		if isTimeout(err) {
-			s.cut(c, "slow", fmt.Errorf("a payload of %d bytes not in within %v", n, s.lim.frameTime(n)))
-		}
+		s.payloadFailed(c, hdr, n, err)
 		return nil, false
 	}
 	return payload, true
+}
+
+// payloadFailed handles an error reading a payload of n bytes: a
+// malformed one or one the budget can never or not now hold is refused,
+// one too slow is cut; else the connection broke or the server is
+// closing. The caller then closes the connection.
+func (s *Server) payloadFailed(c net.Conn, hdr []byte, n int, err error) {
+	switch {
+	case errors.Is(err, ErrBadFrame):
+		s.reject(c, hdr, "bad_frame", codes.InvalidArgument, err)
+	case errors.Is(err, errTooLarge):
+		s.reject(c, hdr, "too_large", codes.InvalidArgument, err)
+	case errors.Is(err, errBusy):
+		used, kept, limit := s.bufs.stats()
+		s.reject(c, hdr, "busy", codes.Unavailable, fmt.Errorf("%w (%d of %d bytes in use, %d kept)", err, used, limit, kept))
+	case isTimeout(err):
+		s.cut(c, "slow", fmt.Errorf("a payload of %d bytes not in within %v", n, s.lim.frameTime(n)))
+	}
 }
 
 // answer handles one request and writes its response within
@@ -437,12 +455,19 @@ func (s *Server) answer(c net.Conn, rd *bufio.Reader, req request, payload, hdr 
 		}
 		resp.outcome, resp.version, resp.done = byte(pr.Outcome), pr.Version, pr.Done
 	}
+	ok := s.respond(c, hdr, resp, body)
+	release()
+	return ok
+}
+
+// respond writes resp (into hdr's room) with body as its payload within FrameGrace +
+// length/MinRate. false: the connection is done.
+func (s *Server) respond(c net.Conn, hdr []byte, resp response, body []byte) bool {
 	resp.payloadLen = uint32(len(body))
 	bufs := net.Buffers{appendResponse(hdr[:0], resp), body}
 	c.SetWriteDeadline(time.Now().Add(s.lim.frameTime(len(body))))
 	_, err := bufs.WriteTo(c)
 	c.SetWriteDeadline(time.Time{})
-	release()
 	if isTimeout(err) {
 		s.cut(c, "slow", fmt.Errorf("a response of %d bytes not taken within %v", len(body), s.lim.frameTime(len(body))))
 	}
@@ -473,29 +498,37 @@ func (s *Server) pull(c net.Conn, rd *bufio.Reader, req request) (resp *pb.PullR
 			return resp, release, err
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	watched := make(chan bool, 1) // true: the client is gone
-	go func() {
-		_, err := rd.Peek(1)
-		gone := !isTimeout(err)
-		if gone {
-			cancel()
-		}
-		watched <- gone
-	}()
-	resp, release, err = s.b.PullShared(ctx, pr)
-	// Stop the watcher: a read deadline in the past wakes it.
-	c.SetReadDeadline(time.Unix(1, 0))
-	gone := <-watched
-	c.SetReadDeadline(time.Time{})
-	if gone {
+	if s.watched(c, rd, func(ctx context.Context) { resp, release, err = s.b.PullShared(ctx, pr) }) {
 		if err == nil {
 			release()
 		}
 		return nil, nil, errGone
 	}
 	return resp, release, err
+}
+
+// watched runs fn with a context that is cancelled if the client closes
+// the connection meanwhile, and reports whether it did (gone). Clients
+// never send while a request is outstanding, so any read that returns
+// during fn means the client is gone (or broke the protocol).
+func (s *Server) watched(c net.Conn, rd *bufio.Reader, fn func(context.Context)) (gone bool) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	watcher := make(chan bool, 1) // true: the client is gone
+	go func() {
+		_, err := rd.Peek(1)
+		gone := !isTimeout(err)
+		if gone {
+			cancel()
+		}
+		watcher <- gone
+	}()
+	fn(ctx)
+	// Stop the watcher: a read deadline in the past wakes it.
+	c.SetReadDeadline(time.Unix(1, 0))
+	gone = <-watcher
+	c.SetReadDeadline(time.Time{})
+	return gone
 }
 
 func (s *Server) writeError(c net.Conn, hdr []byte, code codes.Code, msg string) {
