@@ -27,7 +27,9 @@ func (*ackingStandby) Replicate(ctx context.Context, b *pb.ReplicaBatch) (*pb.Re
 	return ack(ctx, b)
 }
 
-type grpcStandby struct{ pb.UnimplementedParameterServerServer }
+type grpcStandby struct {
+	pb.UnimplementedParameterServerServer
+}
 
 func (grpcStandby) Replicate(ctx context.Context, b *pb.ReplicaBatch) (*pb.ReplicaAck, error) {
 	return ack(ctx, b)
