@@ -116,11 +116,15 @@ type replicator struct {
 	stop  chan struct{} // closed: the link is dropped
 	wake  chan struct{} // an operation was queued
 
-	queue        []*pb.ReplicaOp // not yet acknowledged, in order: the first is acked+1
-	queued       []time.Time     // when each queued operation was applied
-	nextSeq      int64           // the next operation's sequence number
-	acked        int64           // the last operation the standby acknowledged
-	ackedVersion int64           // the standby's version after it
+	queue  []*pb.ReplicaOp // not yet acknowledged, in order: the first is acked+1
+	queued []time.Time     // when each queued operation was applied
+	// release[i], if not nil, gives back the buffer queue[i] holds (a
+	// push's, lent by the data plane: PushKept) once the standby holds
+	// it or the link's goroutine is done.
+	release      []func()
+	nextSeq      int64 // the next operation's sequence number
+	acked        int64 // the last operation the standby acknowledged
+	ackedVersion int64 // the standby's version after it
 	// snapAcked: the standby acknowledged the snapshot, when the
 	// operations up to catchUp were queued (answered alone while the
 	// snapshot travelled). From then on every update waits for the
@@ -149,7 +153,7 @@ func (s *Server) startReplica(addr string) error {
 		return status.Error(codes.Internal, err.Error())
 	}
 	r := &replicator{addr: addr, epoch: s.epoch, stop: make(chan struct{}), wake: make(chan struct{}, 1),
-		queue: []*pb.ReplicaOp{snap}, queued: []time.Time{time.Now()}, nextSeq: 2}
+		queue: []*pb.ReplicaOp{snap}, queued: []time.Time{time.Now()}, release: []func(){nil}, nextSeq: 2}
 	s.rep = r
 	go s.runReplica(r)
 	s.log.Info("attaching a hot standby", "addr", addr, "epoch", s.epoch, "version", s.shard.Version())
@@ -168,17 +172,22 @@ func (s *Server) stopReplica() {
 	s.notify()
 }
 
-// replicate queues op for the standby, if the primary has one. Call with
+// replicate queues op for the standby, if the primary has one, with
+// the function that releases the buffer it holds (nil: none). Call with
 // mu held, right after applying op.
-func (s *Server) replicate(op *pb.ReplicaOp) replicaWait {
+func (s *Server) replicate(op *pb.ReplicaOp, release func()) replicaWait {
 	r := s.rep
 	if r == nil {
+		if release != nil {
+			release()
+		}
 		return replicaWait{}
 	}
 	seq := r.nextSeq
 	r.nextSeq++
 	r.queue = append(r.queue, op)
 	r.queued = append(r.queued, time.Now())
+	r.release = append(r.release, release)
 	select {
 	case r.wake <- struct{}{}:
 	default:
@@ -256,7 +265,14 @@ func (s *Server) runReplica(r *replicator) {
 	}()
 	var client ReplicaClient
 	closeConn := func() error { return nil }
-	defer func() { closeConn() }()
+	defer func() {
+		closeConn()
+		// The link is stopped (nothing is queued on it any more) and no
+		// batch is being sent: the buffers still queued are free.
+		s.mu.Lock()
+		r.releaseFirst(len(r.release))
+		s.mu.Unlock()
+	}()
 	backoff := replicaRetryFirst
 	retry := func(err error) bool {
 		s.mu.Lock()
@@ -375,6 +391,7 @@ func (s *Server) acknowledged(r *replicator, batch *pb.ReplicaBatch, ack *pb.Rep
 	for _, op := range r.queue[:done] {
 		s.m.ReplicatedBytes.Add(float64(opBytes(op)))
 	}
+	r.releaseFirst(done)
 	r.queue, r.queued = slices.Delete(r.queue, 0, done), slices.Delete(r.queued, 0, done)
 	if !r.snapAcked && batch.Ops[0].GetSnapshot() != nil {
 		r.snapAcked, r.catchUp = true, r.nextSeq-1
@@ -391,6 +408,19 @@ func (s *Server) acknowledged(r *replicator, batch *pb.ReplicaBatch, ack *pb.Rep
 	s.updateLag()
 	s.notify()
 	return nil
+}
+
+// releaseFirst gives back the buffers of the first n queued operations
+// and drops their release functions. Call with mu held (or once the
+// link's goroutine is the only one left that uses r), and only when no
+// batch being sent holds them.
+func (r *replicator) releaseFirst(n int) {
+	for _, f := range r.release[:n] {
+		if f != nil {
+			f()
+		}
+	}
+	r.release = slices.Delete(r.release, 0, n)
 }
 
 // depose: a newer epoch refused the link's batch; a standby was promoted

@@ -38,6 +38,14 @@ type NowPuller interface {
 	PullSharedNow(*pb.PullRequest) (resp *pb.PullResponse, release func(), ready bool, err error)
 }
 
+// PushKeeper is a Backend that may keep a push's payload buffer after
+// answering it (*ps.Server does, for its standby's queue): it calls
+// release exactly once when done with it. The server reuses the buffer
+// for a later push only then.
+type PushKeeper interface {
+	PushKept(ctx context.Context, req *pb.PushRequest, release func()) (*pb.PushResponse, error)
+}
+
 // Config configures a Server.
 type Config struct {
 	// MaxPayload is the largest payload a frame may announce
@@ -309,9 +317,7 @@ func (s *Server) serveConn(c net.Conn) {
 		if !ok {
 			return
 		}
-		ok = s.answer(c, rd, req, payload, hdr)
-		s.bufs.put(payload)
-		if !ok {
+		if !s.answer(c, rd, req, payload, hdr) {
 			return
 		}
 	}
@@ -426,7 +432,9 @@ func (s *Server) payloadFailed(c net.Conn, hdr []byte, n int, err error) {
 }
 
 // answer handles one request and writes its response within
-// FrameGrace + length/MinRate. false: the connection is done.
+// FrameGrace + length/MinRate; payload, a buffer of the budget (or nil),
+// is released, or handed to a PushKeeper backend that releases it. false:
+// the connection is done.
 func (s *Server) answer(c net.Conn, rd *bufio.Reader, req request, payload, hdr []byte) bool {
 	var resp response
 	var body []byte
@@ -446,7 +454,7 @@ func (s *Server) answer(c net.Conn, rd *bufio.Reader, req request, payload, hdr 
 		resp.dataPosition = pr.DataPosition
 		release = done
 	case opPush:
-		pr, err := s.b.Push(context.Background(), &pb.PushRequest{Worker: req.worker, Version: req.version,
+		pr, err := s.push(&pb.PushRequest{Worker: req.worker, Version: req.version,
 			Grad: payload, RunId: req.runID, Loss: req.loss, Generation: req.generation, DataPosition: req.dataPos})
 		if err != nil {
 			st := status.Convert(err)
@@ -472,6 +480,18 @@ func (s *Server) respond(c net.Conn, hdr []byte, resp response, body []byte) boo
 		s.cut(c, "slow", fmt.Errorf("a response of %d bytes not taken within %v", len(body), s.lim.frameTime(len(body))))
 	}
 	return err == nil
+}
+
+// push hands pr to the backend with its payload buffer: lent to a
+// PushKeeper, released here after any other backend's Push.
+func (s *Server) push(pr *pb.PushRequest) (*pb.PushResponse, error) {
+	buf := pr.Grad
+	if k, ok := s.b.(PushKeeper); ok {
+		var once sync.Once
+		return k.PushKept(context.Background(), pr, func() { once.Do(func() { s.bufs.put(buf) }) })
+	}
+	defer s.bufs.put(buf)
+	return s.b.Push(context.Background(), pr)
 }
 
 // isTimeout reports a deadline that passed.
