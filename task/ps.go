@@ -33,10 +33,15 @@ func RunPS(ctx context.Context, o Options) error {
 	// compressed), so collecting at 10% growth keeps the heap at that
 	// live size for free. On gRPC every pulled version costs a new copy
 	// and its encoding, and 10% would collect several times a step (PS
-	// CPU doubled, measured): 50% there. docs/scaling.md, "PS memory".
+	// CPU doubled, measured): 50% there, and 100% with hot standbys,
+	// where every replicated push and batch is a payload-sized copy too
+	// (at 10% the collector took two thirds of a primary's CPU). On TCP
+	// a primary's standby gets each push in the buffer the worker's push
+	// was read into, and reads it into a reused one: no copy either
+	// side. docs/scaling.md, "PS memory"; docs/replication.md, "Cost".
 	gcPercent := 10
 	switch {
-	case o.Run.PSReplicas > 0:
+	case o.Run.DataPlane == config.GRPC && o.Run.PSReplicas > 0:
 		gcPercent = 100
 	case o.Run.DataPlane == config.GRPC:
 		gcPercent = 50

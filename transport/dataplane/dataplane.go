@@ -12,17 +12,19 @@
 //
 // The wire format (docs/wire.md), all integers little-endian:
 //
-//	request:  "PSD3" | op u8 (1 pull, 2 push) | flags u8 | run-id length u8 |
-//	          run id | worker i32 | version i64 | generation i64 | loss f32 |
-//	          data position i64 | payload length u32 | role u8 | index i32 |
-//	          session u64 | mac [16] | payload (push: the gradient)
+//	request:  "PSD3" | op u8 (1 pull, 2 push, 3 replicate) | flags u8 |
+//	          run-id length u8 | run id | worker i32 | version i64 |
+//	          generation i64 | loss f32 | data position i64 |
+//	          payload length u32 | role u8 | index i32 | session u64 |
+//	          mac [16] | payload (push: the gradient; replicate: the
+//	          batch's operations, replicate.go)
 //	response: "PSD3" | code u8 (a gRPC status code; 0 = OK) | outcome u8 |
 //	          done u8 | version i64 | generation i64 | data position i64 |
 //	          payload length u32 | payload (pull: the parameters; an error:
 //	          its message)
 //
 // Request flags: bit 0 is a pull's retain (PullRequest.retain); a push
-// has none, and any other bit is a malformed frame. A push carries the
+// or a replicate frame has none, and any other bit is a malformed frame. A push carries the
 // worker's data position once its gradient counts
 // (PushRequest.data_position; 0 in a pull), a pull's response the
 // pulling worker's data position (PullResponse.data_position; 0 for a
@@ -34,6 +36,10 @@
 // the credential, are refused as a bad magic: a worker and a PS of
 // different builds fail clearly instead of misreading each other's
 // frames.
+//
+// Op 3 carries a primary's replication batch to its hot standby; its
+// layout is in replicate.go. It needs no new magic: the pull and push
+// frames did not change.
 //
 // One request is outstanding per connection. Errors carry gRPC status
 // codes, so callers (the worker's retry loop) treat both planes alike: a
