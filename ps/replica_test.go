@@ -643,3 +643,62 @@ func TestPushKeptReleasesItsBufferOnce(t *testing.T) {
 		}
 	})
 }
+
+// A standby holds a batch that arrives before its predecessor (another
+// lane of the link sent it beside it) until the predecessor is applied,
+// and gives up on it when the call's context ends.
+func TestStandbyWaitsForAnEarlierBatch(t *testing.T) {
+	ctx := context.Background()
+	primary, standby, lk, n := attachedPair(t, config.Sync)
+	lk.mu.Lock()
+	lk.cut = true // the batches below are delivered by hand
+	lk.mu.Unlock()
+	for w := range 2 {
+		go primary.Push(ctx, &pb.PushRequest{Worker: int32(w), Grad: wire.Bytes(gradOf(w, 0, n)), RunId: "r", Generation: 1, DataPosition: 1})
+	}
+	var ops []*pb.ReplicaOp
+	for deadline := time.Now().Add(10 * time.Second); len(ops) < 2; time.Sleep(time.Millisecond) {
+		primary.mu.Lock()
+		ops = slices.Clone(primary.rep.queue)
+		primary.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatal("the pushes never reached the replication queue")
+		}
+	}
+	batch := func(seq int64, op *pb.ReplicaOp) *pb.ReplicaBatch {
+		return &pb.ReplicaBatch{RunId: "r", Shard: 0, Epoch: 1, FirstSeq: seq, Ops: []*pb.ReplicaOp{op}}
+	}
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if _, err := standby.Replicate(short, batch(3, ops[1])); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("a batch whose predecessor never came: %v, want DeadlineExceeded", err)
+	}
+	standby.mu.Lock()
+	seq := standby.replSeq
+	standby.mu.Unlock()
+	if seq != 1 {
+		t.Fatalf("the standby is at operation %d after a batch it gave up on, want 1 (the snapshot)", seq)
+	}
+	// Sent again beside its predecessor: held until that is applied
+	// (whichever the standby reads first).
+	second := make(chan *pb.ReplicaAck, 1)
+	go func() {
+		ack, err := standby.Replicate(ctx, batch(3, ops[1]))
+		if err != nil {
+			t.Error(err)
+		}
+		second <- ack
+	}()
+	ack, err := standby.Replicate(ctx, batch(2, ops[0]))
+	if err != nil || ack.Seq < 2 {
+		t.Fatalf("the earlier batch: %v, %v", ack, err)
+	}
+	select {
+	case ack := <-second:
+		if ack == nil || ack.Seq != 3 || ack.Version != 1 {
+			t.Fatalf("the later batch's acknowledgement %v, want operation 3 at version 1", ack)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the later batch still waits after its predecessor was applied")
+	}
+}
