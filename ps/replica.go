@@ -3,9 +3,7 @@ package ps
 import (
 	"context"
 	"fmt"
-	"math"
 	"slices"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -71,11 +69,6 @@ func (s *Server) SetShardIndex(i int) { s.shardIndex = i }
 // before serving; without one a primary cannot attach a standby.
 func (s *Server) SetReplicaDialer(d ReplicaDialer) { s.dial = d }
 
-// SetReplicaLanes sets how many batches a primary may have under way to
-// its standby at once, each on its own connection (the dialer is called
-// once per lane; 1, the default, when n < 1). Call it before serving.
-func (s *Server) SetReplicaLanes(n int) { s.lanes = n }
-
 // Close stops the server's background work (a standby link). It does
 // not stop serving.
 func (s *Server) Close() {
@@ -121,9 +114,7 @@ type replicator struct {
 	addr  string
 	epoch int64
 	stop  chan struct{} // closed: the link is dropped
-	// kick is closed (and replaced) when a lane may have a batch to send:
-	// an operation was queued, a batch came back.
-	kick chan struct{}
+	wake  chan struct{} // an operation was queued
 
 	queue  []*pb.ReplicaOp // not yet acknowledged, in order: the first is acked+1
 	queued []time.Time     // when each queued operation was applied
@@ -141,25 +132,6 @@ type replicator struct {
 	snapAcked bool
 	catchUp   int64
 	err       error // the last failure since the last acknowledgement
-
-	// Batches in flight (at most len(flying): SetReplicaLanes). sent is
-	// the last operation handed to a lane; flying[i] the first operation
-	// of lane i's batch in flight (0: none). After a failure sending
-	// resumes from acked+1, maybe beside a batch still in flight with
-	// the same operations (the standby applies each once).
-	sent   int64
-	flying []int64
-	// freed are the releases of acknowledged operations, run once no
-	// batch in flight holds them (an operation is acknowledged as soon as
-	// the standby applied it, maybe while a batch holding it is still
-	// being sent or returns).
-	freed []seqRelease
-}
-
-// seqRelease is an acknowledged operation's buffer release.
-type seqRelease struct {
-	seq     int64
-	release func()
 }
 
 // replicaWait is what a request waits for: its operation's sequence
@@ -180,9 +152,8 @@ func (s *Server) startReplica(addr string) error {
 	if err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}
-	r := &replicator{addr: addr, epoch: s.epoch, stop: make(chan struct{}), kick: make(chan struct{}),
-		queue: []*pb.ReplicaOp{snap}, queued: []time.Time{time.Now()}, release: []func(){nil}, nextSeq: 2,
-		flying: make([]int64, max(1, s.lanes))}
+	r := &replicator{addr: addr, epoch: s.epoch, stop: make(chan struct{}), wake: make(chan struct{}, 1),
+		queue: []*pb.ReplicaOp{snap}, queued: []time.Time{time.Now()}, release: []func(){nil}, nextSeq: 2}
 	s.rep = r
 	go s.runReplica(r)
 	s.log.Info("attaching a hot standby", "addr", addr, "epoch", s.epoch, "version", s.shard.Version())
@@ -217,7 +188,10 @@ func (s *Server) replicate(op *pb.ReplicaOp, release func()) replicaWait {
 	r.queue = append(r.queue, op)
 	r.queued = append(r.queued, time.Now())
 	r.release = append(r.release, release)
-	r.kicked()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
 	s.updateLag()
 	return replicaWait{r: r, seq: seq}
 }
@@ -278,13 +252,10 @@ func (s *Server) awaitReplica(ctx context.Context, w replicaWait) error {
 	}
 }
 
-// runReplica is the link's work: a goroutine per lane, each with its own
-// connection to the standby, sending it the queued operations in order,
-// in batches, until the link is stopped. A failed batch is sent again
-// (the standby skips what it already applied); a batch refused because
-// a newer epoch exists deposes the primary. With more than one lane the
-// next batch goes while one is under way (the standby applies them in
-// order).
+// runReplica is the link's goroutine: it connects to the standby and sends
+// it the queued operations in order until the link is stopped. A failed
+// batch is sent again (the standby skips what it already applied); a
+// batch refused because a newer epoch exists deposes the primary.
 func (s *Server) runReplica(r *replicator) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -292,28 +263,16 @@ func (s *Server) runReplica(r *replicator) {
 		<-r.stop
 		cancel()
 	}()
-	var wg sync.WaitGroup
-	for lane := range r.flying {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s.runLane(ctx, r, lane)
-		}()
-	}
-	wg.Wait()
-	// The link is stopped (nothing is queued on it any more) and no
-	// batch is being sent: the buffers still held are free.
-	s.mu.Lock()
-	r.releaseFirst(len(r.release))
-	r.releaseFreed(math.MaxInt64)
-	s.mu.Unlock()
-}
-
-// runLane is one lane of the link (runReplica).
-func (s *Server) runLane(ctx context.Context, r *replicator, lane int) {
 	var client ReplicaClient
 	closeConn := func() error { return nil }
-	defer func() { closeConn() }()
+	defer func() {
+		closeConn()
+		// The link is stopped (nothing is queued on it any more) and no
+		// batch is being sent: the buffers still queued are free.
+		s.mu.Lock()
+		r.releaseFirst(len(r.release))
+		s.mu.Unlock()
+	}()
 	backoff := replicaRetryFirst
 	retry := func(err error) bool {
 		s.mu.Lock()
@@ -341,16 +300,18 @@ func (s *Server) runLane(ctx context.Context, r *replicator, lane int) {
 		}
 	}
 	for {
-		batch, ok := s.nextBatch(r, lane)
+		batch, ok := s.nextBatch(r)
 		if !ok {
 			return
 		}
 		cctx, ccancel := context.WithTimeout(ctx, replicaCallTimeout)
 		ack, err := client.Replicate(cctx, batch)
 		ccancel()
-		if err = s.landed(r, lane, batch, ack, err); err == nil {
-			backoff = replicaRetryFirst
-			continue
+		if err == nil {
+			if err = s.acknowledged(r, batch, ack); err == nil {
+				backoff = replicaRetryFirst
+				continue
+			}
 		}
 		if status.Code(err) == codes.Aborted {
 			s.depose(r, err)
@@ -362,37 +323,30 @@ func (s *Server) runLane(ctx context.Context, r *replicator, lane int) {
 	}
 }
 
-// nextBatch waits until lane may send a batch and returns it: the oldest
-// operations not yet sent, as many as fit in two pushes' bytes (the
-// pushes of a step arrive together; a PS's gRPC limit holds two with
-// room to spare: task.psMaxRecv), a snapshot alone. No batch goes beside
-// an unacknowledged snapshot (the standby could apply nothing after it
-// yet). ok is false once the link is stopped.
-func (s *Server) nextBatch(r *replicator, lane int) (*pb.ReplicaBatch, bool) {
+// nextBatch waits for queued operations and returns the next batch: the
+// oldest unacknowledged operations, as many as fit in two pushes' bytes
+// (the pushes of a step arrive together; a PS's gRPC limit holds two
+// with room to spare: task.psMaxRecv), a snapshot alone. ok is false
+// once the link is stopped.
+func (s *Server) nextBatch(r *replicator) (*pb.ReplicaBatch, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for {
-		if s.rep != r {
-			return nil, false
-		}
-		r.sent = max(r.sent, r.acked)
-		if r.sent < r.nextSeq-1 && (r.snapAcked || r.inFlight() == 0) {
-			break
-		}
-		ch := r.kick
+	for len(r.queue) == 0 {
 		s.mu.Unlock()
 		select {
 		case <-r.stop:
 			s.mu.Lock()
 			return nil, false
-		case <-ch:
+		case <-r.wake:
 		}
 		s.mu.Lock()
 	}
+	if s.rep != r {
+		return nil, false
+	}
 	limit := 2 * 4 * len(s.shard.Params())
-	from := int(r.sent - r.acked) // the queue starts at acked+1
 	n, size := 0, 0
-	for _, op := range r.queue[from:] {
+	for _, op := range r.queue {
 		b := opBytes(op)
 		if n > 0 && (size+b > limit || op.GetSnapshot() != nil) {
 			break
@@ -402,61 +356,8 @@ func (s *Server) nextBatch(r *replicator, lane int) (*pb.ReplicaBatch, bool) {
 			break
 		}
 	}
-	first := r.sent + 1
-	r.sent += int64(n)
-	r.flying[lane] = first
-	return &pb.ReplicaBatch{RunId: s.runID, Shard: int32(s.index), Epoch: r.epoch, FirstSeq: first,
-		Ops: slices.Clone(r.queue[from : from+n])}, true
-}
-
-// inFlight is the number of batches under way. Call with mu held.
-func (r *replicator) inFlight() int {
-	n := 0
-	for _, f := range r.flying {
-		if f != 0 {
-			n++
-		}
-	}
-	return n
-}
-
-// kicked wakes the lanes waiting for a batch. Call with mu held.
-func (r *replicator) kicked() {
-	close(r.kick)
-	r.kick = make(chan struct{})
-}
-
-// landed records the outcome of lane's batch: its acknowledgement (ack,
-// when err is nil) or its failure, returned (also an acknowledgement
-// that makes no sense: the batch is sent again, after a pause).
-func (s *Server) landed(r *replicator, lane int, batch *pb.ReplicaBatch, ack *pb.ReplicaAck, err error) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r.flying[lane] = 0
-	defer r.kicked()
-	if s.rep != r {
-		return err
-	}
-	if err == nil {
-		err = s.acknowledged(r, batch, ack)
-	}
-	if err != nil {
-		r.sent = r.acked // send again what was not acknowledged
-	}
-	r.releaseFreed(r.oldestFlying())
-	return err
-}
-
-// oldestFlying is the first operation of the oldest batch in flight
-// (MaxInt64: none). Call with mu held.
-func (r *replicator) oldestFlying() int64 {
-	oldest := int64(math.MaxInt64)
-	for _, f := range r.flying {
-		if f != 0 {
-			oldest = min(oldest, f)
-		}
-	}
-	return oldest
+	return &pb.ReplicaBatch{RunId: s.runID, Shard: int32(s.index), Epoch: r.epoch, FirstSeq: r.acked + 1,
+		Ops: slices.Clone(r.queue[:n])}, true
 }
 
 func opBytes(op *pb.ReplicaOp) int {
@@ -470,31 +371,27 @@ func opBytes(op *pb.ReplicaOp) int {
 	return 64
 }
 
-// acknowledged records the standby's acknowledgement of batch: it holds
-// every operation up to ack.Seq, the batch's last or, when a batch of
-// another lane was applied first, a later one. An acknowledgement of an
-// operation before the batch's last, or of one never queued, is an
-// error (the batch is sent again, after a pause). Call with mu held.
+// acknowledged records the standby's acknowledgement of batch; an
+// acknowledgement of another operation than the batch's last is an error
+// (the batch is sent again, after a pause).
 func (s *Server) acknowledged(r *replicator, batch *pb.ReplicaBatch, ack *pb.ReplicaAck) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.rep != r {
+		return nil
+	}
 	last := batch.FirstSeq + int64(len(batch.Ops)) - 1
-	if ack.Seq < last || ack.Seq >= r.nextSeq {
+	if ack.Seq != last {
 		// The standby holds another history: the link is broken until the
 		// chief attaches it again.
 		return fmt.Errorf("the standby acknowledged operation %d of a batch ending at %d", ack.Seq, last)
 	}
-	if ack.Seq <= r.acked {
-		return nil // another lane's acknowledgement said so already
-	}
-	last = ack.Seq
 	wasAttached := r.attached()
 	done := int(last - r.acked)
-	for i, op := range r.queue[:done] {
+	for _, op := range r.queue[:done] {
 		s.m.ReplicatedBytes.Add(float64(opBytes(op)))
-		if f := r.release[i]; f != nil {
-			r.freed = append(r.freed, seqRelease{seq: r.acked + 1 + int64(i), release: f})
-		}
 	}
-	r.release = slices.Delete(r.release, 0, done)
+	r.releaseFirst(done)
 	r.queue, r.queued = slices.Delete(r.queue, 0, done), slices.Delete(r.queued, 0, done)
 	if !r.snapAcked && batch.Ops[0].GetSnapshot() != nil {
 		r.snapAcked, r.catchUp = true, r.nextSeq-1
@@ -511,17 +408,6 @@ func (s *Server) acknowledged(r *replicator, batch *pb.ReplicaBatch, ack *pb.Rep
 	s.updateLag()
 	s.notify()
 	return nil
-}
-
-// releaseFreed gives back the buffers of acknowledged operations before
-// seq. Call with mu held.
-func (r *replicator) releaseFreed(seq int64) {
-	n := 0
-	for n < len(r.freed) && r.freed[n].seq < seq {
-		r.freed[n].release()
-		n++
-	}
-	r.freed = slices.Delete(r.freed, 0, n)
 }
 
 // releaseFirst gives back the buffers of the first n queued operations
@@ -627,8 +513,8 @@ func (s *Server) Replicate(ctx context.Context, b *pb.ReplicaBatch) (*pb.Replica
 		// copy arriving late must not be applied over newer state.
 		return nil, status.FromContextError(err).Err()
 	}
-	if err := s.newerEpoch(b); err != nil {
-		return nil, err
+	if b.Epoch < s.epoch || b.Epoch == s.epoch && s.role == rolePrimary {
+		return nil, status.Errorf(codes.Aborted, "replica batch of epoch %d refused: this process is the %s of epoch %d", b.Epoch, s.role, s.epoch)
 	}
 	ops := b.Ops
 	if fresh != nil && b.Epoch == s.epoch && s.role == roleStandby && s.replSeq >= 1 {
@@ -643,31 +529,10 @@ func (s *Server) Replicate(ctx context.Context, b *pb.ReplicaBatch) (*pb.Replica
 		s.epoch, s.replSeq, ops = b.Epoch, b.FirstSeq, ops[1:]
 		s.log.Info("standby: snapshot installed", "shard", b.Shard, "epoch", b.Epoch, "version", s.shard.Version())
 	}
-	if err := s.holdsLink(b); err != nil {
-		return nil, err
+	if s.role != roleStandby || s.shard == nil || b.Epoch != s.epoch || b.RunId != s.runID {
+		return nil, status.Errorf(codes.Unavailable, "replica batch of epoch %d: this process holds no snapshot of it (role %q, epoch %d)", b.Epoch, s.role, s.epoch)
 	}
 	first := b.FirstSeq + int64(len(b.Ops)-len(ops))
-	for first > s.replSeq+1 {
-		// Sent beside its predecessor (another lane of the link, or a
-		// copy sent again): wait for it to be applied.
-		ch := s.changed
-		s.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-		}
-		s.mu.Lock()
-		if err := ctx.Err(); err != nil {
-			return nil, status.FromContextError(err).Err()
-		}
-		if err := s.newerEpoch(b); err != nil {
-			return nil, err
-		}
-		if err := s.holdsLink(b); err != nil {
-			return nil, err
-		}
-	}
-	defer s.notify() // a batch of another lane may wait for these
 	for i, op := range ops {
 		seq := first + int64(i)
 		if seq <= s.replSeq {
@@ -682,24 +547,6 @@ func (s *Server) Replicate(ctx context.Context, b *pb.ReplicaBatch) (*pb.Replica
 		s.replSeq = seq
 	}
 	return &pb.ReplicaAck{Seq: s.replSeq, Version: s.shard.Version()}, nil
-}
-
-// newerEpoch refuses a batch of an epoch this process has seen replaced
-// (its sender is deposed). Call with mu held.
-func (s *Server) newerEpoch(b *pb.ReplicaBatch) error {
-	if b.Epoch < s.epoch || b.Epoch == s.epoch && s.role == rolePrimary {
-		return status.Errorf(codes.Aborted, "replica batch of epoch %d refused: this process is the %s of epoch %d", b.Epoch, s.role, s.epoch)
-	}
-	return nil
-}
-
-// holdsLink refuses a batch of a link whose snapshot this process does
-// not hold. Call with mu held.
-func (s *Server) holdsLink(b *pb.ReplicaBatch) error {
-	if s.role != roleStandby || s.shard == nil || b.Epoch != s.epoch || b.RunId != s.runID {
-		return status.Errorf(codes.Unavailable, "replica batch of epoch %d: this process holds no snapshot of it (role %q, epoch %d)", b.Epoch, s.role, s.epoch)
-	}
-	return nil
 }
 
 // fromSnapshot builds the shard a snapshot describes.

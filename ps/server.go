@@ -76,7 +76,6 @@ type Server struct {
 	// applied operation.
 	shardIndex int
 	dial       ReplicaDialer
-	lanes      int // batches under way to a standby at once (SetReplicaLanes)
 	role       string
 	epoch      int64
 	lastInit   *pb.InitRequest

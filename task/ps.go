@@ -68,12 +68,6 @@ func RunPS(ctx context.Context, o Options) error {
 	// and how, as a primary, it reaches its standby.
 	srv.SetShardIndex(o.Task.Index)
 	srv.SetReplicaDialer(replicaDialer(o))
-	if o.Run.DataPlane == config.TCP {
-		// The two pushes of a sync step arrive together: the second's
-		// batch goes while the first's is under way, on a second
-		// connection, instead of after it (docs/replication.md, "Cost").
-		srv.SetReplicaLanes(2)
-	}
 	defer srv.Close()
 	if o.Run.CheckpointDir != "" {
 		srv.SetCheckpointStore(checkpoint.NewStore(checkpoint.OSFS{}, o.Run.CheckpointDir, o.Run.KeepCheckpoints).WithLog(o.Log))
