@@ -468,8 +468,8 @@ func (s *Server) answer(c net.Conn, rd *bufio.Reader, req request, payload, hdr 
 	return ok
 }
 
-// respond writes resp (into hdr's room) with body as its payload within FrameGrace +
-// length/MinRate. false: the connection is done.
+// respond writes resp (into hdr's room) with body as its payload within
+// FrameGrace + length/MinRate. false: the connection is done.
 func (s *Server) respond(c net.Conn, hdr []byte, resp response, body []byte) bool {
 	resp.payloadLen = uint32(len(body))
 	bufs := net.Buffers{appendResponse(hdr[:0], resp), body}
