@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -33,9 +34,16 @@ const (
 
 var allRoles = []string{roleNone, rolePrimary, roleStandby, roleDeposed}
 
-// ReplicaDialer connects to the standby at addr: a client of its gRPC API
-// and the function that closes the connection.
-type ReplicaDialer func(ctx context.Context, addr string) (pb.ParameterServerClient, func() error, error)
+// ReplicaClient is what a primary calls on its standby: the gRPC
+// client of its ParameterServer service, or one whose Replicate goes
+// over the standby's data plane (task: --data-plane tcp).
+type ReplicaClient interface {
+	Replicate(ctx context.Context, in *pb.ReplicaBatch, opts ...grpc.CallOption) (*pb.ReplicaAck, error)
+}
+
+// ReplicaDialer connects to the standby at addr (its gRPC address): a
+// client and the function that closes its connections.
+type ReplicaDialer func(ctx context.Context, addr string) (ReplicaClient, func() error, error)
 
 // Replication's timing.
 const (
@@ -108,11 +116,15 @@ type replicator struct {
 	stop  chan struct{} // closed: the link is dropped
 	wake  chan struct{} // an operation was queued
 
-	queue        []*pb.ReplicaOp // not yet acknowledged, in order: the first is acked+1
-	queued       []time.Time     // when each queued operation was applied
-	nextSeq      int64           // the next operation's sequence number
-	acked        int64           // the last operation the standby acknowledged
-	ackedVersion int64           // the standby's version after it
+	queue  []*pb.ReplicaOp // not yet acknowledged, in order: the first is acked+1
+	queued []time.Time     // when each queued operation was applied
+	// release[i], if not nil, gives back the buffer queue[i] holds (a
+	// push's, lent by the data plane: PushKept) once the standby holds
+	// it or the link's goroutine is done.
+	release      []func()
+	nextSeq      int64 // the next operation's sequence number
+	acked        int64 // the last operation the standby acknowledged
+	ackedVersion int64 // the standby's version after it
 	// snapAcked: the standby acknowledged the snapshot, when the
 	// operations up to catchUp were queued (answered alone while the
 	// snapshot travelled). From then on every update waits for the
@@ -141,7 +153,7 @@ func (s *Server) startReplica(addr string) error {
 		return status.Error(codes.Internal, err.Error())
 	}
 	r := &replicator{addr: addr, epoch: s.epoch, stop: make(chan struct{}), wake: make(chan struct{}, 1),
-		queue: []*pb.ReplicaOp{snap}, queued: []time.Time{time.Now()}, nextSeq: 2}
+		queue: []*pb.ReplicaOp{snap}, queued: []time.Time{time.Now()}, release: []func(){nil}, nextSeq: 2}
 	s.rep = r
 	go s.runReplica(r)
 	s.log.Info("attaching a hot standby", "addr", addr, "epoch", s.epoch, "version", s.shard.Version())
@@ -160,17 +172,22 @@ func (s *Server) stopReplica() {
 	s.notify()
 }
 
-// replicate queues op for the standby, if the primary has one. Call with
+// replicate queues op for the standby, if the primary has one, with
+// the function that releases the buffer it holds (nil: none). Call with
 // mu held, right after applying op.
-func (s *Server) replicate(op *pb.ReplicaOp) replicaWait {
+func (s *Server) replicate(op *pb.ReplicaOp, release func()) replicaWait {
 	r := s.rep
 	if r == nil {
+		if release != nil {
+			release()
+		}
 		return replicaWait{}
 	}
 	seq := r.nextSeq
 	r.nextSeq++
 	r.queue = append(r.queue, op)
 	r.queued = append(r.queued, time.Now())
+	r.release = append(r.release, release)
 	select {
 	case r.wake <- struct{}{}:
 	default:
@@ -246,9 +263,16 @@ func (s *Server) runReplica(r *replicator) {
 		<-r.stop
 		cancel()
 	}()
-	var client pb.ParameterServerClient
+	var client ReplicaClient
 	closeConn := func() error { return nil }
-	defer func() { closeConn() }()
+	defer func() {
+		closeConn()
+		// The link is stopped (nothing is queued on it any more) and no
+		// batch is being sent: the buffers still queued are free.
+		s.mu.Lock()
+		r.releaseFirst(len(r.release))
+		s.mu.Unlock()
+	}()
 	backoff := replicaRetryFirst
 	retry := func(err error) bool {
 		s.mu.Lock()
@@ -367,6 +391,7 @@ func (s *Server) acknowledged(r *replicator, batch *pb.ReplicaBatch, ack *pb.Rep
 	for _, op := range r.queue[:done] {
 		s.m.ReplicatedBytes.Add(float64(opBytes(op)))
 	}
+	r.releaseFirst(done)
 	r.queue, r.queued = slices.Delete(r.queue, 0, done), slices.Delete(r.queued, 0, done)
 	if !r.snapAcked && batch.Ops[0].GetSnapshot() != nil {
 		r.snapAcked, r.catchUp = true, r.nextSeq-1
@@ -383,6 +408,19 @@ func (s *Server) acknowledged(r *replicator, batch *pb.ReplicaBatch, ack *pb.Rep
 	s.updateLag()
 	s.notify()
 	return nil
+}
+
+// releaseFirst gives back the buffers of the first n queued operations
+// and drops their release functions. Call with mu held (or once the
+// link's goroutine is the only one left that uses r), and only when no
+// batch being sent holds them.
+func (r *replicator) releaseFirst(n int) {
+	for _, f := range r.release[:n] {
+		if f != nil {
+			f()
+		}
+	}
+	r.release = slices.Delete(r.release, 0, n)
 }
 
 // depose: a newer epoch refused the link's batch; a standby was promoted

@@ -262,7 +262,7 @@ func TestFailoverLosesNoAcknowledgedPush(t *testing.T) {
 					t.Error(err)
 				}
 			}
-			primary.SetReplicaDialer(func(context.Context, string) (pb.ParameterServerClient, func() error, error) {
+			primary.SetReplicaDialer(func(context.Context, string) (ReplicaClient, func() error, error) {
 				return l, func() error { return nil }, nil
 			})
 			t.Cleanup(primary.Close)
@@ -315,7 +315,7 @@ func attachedPair(t *testing.T, mode config.Mode) (primary, standby *Server, l *
 	t.Helper()
 	primary, standby = NewServer(quietLog(), nil, nil), NewServer(quietLog(), nil, nil)
 	l = &link{to: standby}
-	primary.SetReplicaDialer(func(context.Context, string) (pb.ParameterServerClient, func() error, error) {
+	primary.SetReplicaDialer(func(context.Context, string) (ReplicaClient, func() error, error) {
 		return l, func() error { return nil }, nil
 	})
 	t.Cleanup(primary.Close)
@@ -362,7 +362,7 @@ func TestStandbyRefusesWorkersAndFencesItsOldPrimary(t *testing.T) {
 	}
 	// The new primary attaches the old one as its standby (a newer epoch).
 	l2 := &link{to: primary}
-	standby.SetReplicaDialer(func(context.Context, string) (pb.ParameterServerClient, func() error, error) {
+	standby.SetReplicaDialer(func(context.Context, string) (ReplicaClient, func() error, error) {
 		return l2, func() error { return nil }, nil
 	})
 	t.Cleanup(standby.Close)
@@ -467,7 +467,7 @@ func TestStandbyAttachedOnlyOnceCaughtUp(t *testing.T) {
 			<-releaseCatchUp
 		}
 	}
-	primary.SetReplicaDialer(func(context.Context, string) (pb.ParameterServerClient, func() error, error) {
+	primary.SetReplicaDialer(func(context.Context, string) (ReplicaClient, func() error, error) {
 		return l, func() error { return nil }, nil
 	})
 	t.Cleanup(primary.Close)
@@ -586,4 +586,144 @@ func TestStandbyDoesNotCountItsPrimarysGradients(t *testing.T) {
 	if got, _ := count(&Server{m: standby.mirror}); got != 7 {
 		t.Errorf("standby applied %d gradients (its mirror series), want 7", got)
 	}
+}
+
+// lent is a push buffer lent with PushKept, which records its releases.
+type lent struct {
+	mu       sync.Mutex
+	released int
+}
+
+func (l *lent) release() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.released++
+}
+
+func (l *lent) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.released
+}
+
+// waitReleased waits until l was released once.
+func (l *lent) waitReleased(t *testing.T, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); l.count() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: the lent buffer was never released", what)
+		}
+	}
+	if n := l.count(); n != 1 {
+		t.Fatalf("%s: the lent buffer was released %d times", what, n)
+	}
+}
+
+// A push's buffer lent with PushKept is released at once without a
+// standby (or while its snapshot travels: the push is copied), and
+// otherwise only once the standby holds the push, which it gets
+// uncopied, or once the link is dropped.
+func TestPushKeptReleasesItsBufferOnce(t *testing.T) {
+	ctx := context.Background()
+	pushReq := func(n, i int) *pb.PushRequest {
+		return &pb.PushRequest{Worker: 0, Version: int64(i), Grad: wire.Bytes(gradOf(0, i, n)), RunId: "r", Generation: 1, DataPosition: int64(i + 1)}
+	}
+	t.Run("alone", func(t *testing.T) {
+		srv := NewServer(quietLog(), nil, nil)
+		req, n := replicaInit(t, config.Async, 0, "")
+		if _, err := srv.Init(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		var l lent
+		if _, err := srv.PushKept(ctx, pushReq(n, 0), l.release); err != nil {
+			t.Fatal(err)
+		}
+		if l.count() != 1 {
+			t.Fatalf("released %d times by the time the push was answered, want 1", l.count())
+		}
+	})
+	t.Run("attached", func(t *testing.T) {
+		primary, standby, lk, n := attachedPair(t, config.Async)
+		var got []byte
+		lk.mu.Lock()
+		lk.gate = func(b *pb.ReplicaBatch) {
+			if p := b.Ops[0].GetPush(); p != nil {
+				got = p.Grad
+			}
+		}
+		lk.mu.Unlock()
+		var l lent
+		req := pushReq(n, 0)
+		if _, err := primary.PushKept(ctx, req, l.release); err != nil {
+			t.Fatal(err)
+		}
+		l.waitReleased(t, "acknowledged")
+		if &got[0] != &req.Grad[0] {
+			t.Fatal("the standby's batch holds a copy of the lent buffer: the copy PushKept exists to save")
+		}
+		if v, _ := standby.Status(ctx, &pb.StatusRequest{}); v.Version != 1 {
+			t.Fatalf("standby at version %d, want 1", v.Version)
+		}
+		// The standby dies with a push queued: the push waits, its buffer
+		// is held until the chief drops the standby.
+		lk.mu.Lock()
+		lk.cut = true
+		lk.mu.Unlock()
+		var l2 lent
+		done := make(chan error, 1)
+		go func() {
+			_, err := primary.PushKept(ctx, pushReq(n, 1), l2.release)
+			done <- err
+		}()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+			if st, _ := primary.Status(ctx, &pb.StatusRequest{}); st.ReplicationLagUpdates == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the push never reached the replication queue")
+			}
+		}
+		if l2.count() != 0 {
+			t.Fatal("a buffer the standby's queue holds was released")
+		}
+		if _, err := primary.SetStandby(ctx, &pb.SetStandbyRequest{RunId: "r", Shard: 0, Epoch: 2}); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		l2.waitReleased(t, "dropped")
+	})
+	t.Run("snapshot travelling", func(t *testing.T) {
+		primary, standby := NewServer(quietLog(), nil, nil), NewServer(quietLog(), nil, nil)
+		sent, resume := make(chan struct{}), make(chan struct{})
+		lk := &link{to: standby, gate: func(b *pb.ReplicaBatch) {
+			if b.Ops[0].GetSnapshot() != nil {
+				close(sent)
+				<-resume
+			}
+		}}
+		primary.SetReplicaDialer(func(context.Context, string) (ReplicaClient, func() error, error) {
+			return lk, func() error { return nil }, nil
+		})
+		t.Cleanup(primary.Close)
+		req, n := replicaInit(t, config.Async, 1, "standby")
+		if _, err := primary.Init(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		<-sent
+		var l lent
+		_, err := primary.PushKept(ctx, pushReq(n, 0), l.release)
+		close(resume)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.count() != 1 {
+			t.Fatalf("a push answered while the snapshot travels: released %d times on return, want 1 (it is copied)", l.count())
+		}
+		waitAttached(t, primary)
+		if v, _ := standby.Status(ctx, &pb.StatusRequest{}); v.Version != 1 {
+			t.Fatalf("standby at version %d, want 1", v.Version)
+		}
+	})
 }

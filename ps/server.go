@@ -465,7 +465,7 @@ func (s *Server) answerPull(req *pb.PullRequest, shared bool, start time.Time) (
 		// the updates that made this version. Not awaited: a primary
 		// lost before the op arrives leaves no retained state, and the
 		// target stop's checkpoint falls back to the live state.
-		s.replicate(&pb.ReplicaOp{Op: &pb.ReplicaOp_Retain{Retain: sh.Version()}})
+		s.replicate(&pb.ReplicaOp{Op: &pb.ReplicaOp_Retain{Retain: sh.Version()}}, nil)
 	}
 	if req.Worker >= 0 {
 		s.m.BarrierWait.Observe(time.Since(start).Seconds())
@@ -514,20 +514,44 @@ func (s *Server) release(p *pullSnap) {
 
 // Push applies or aggregates one gradient.
 func (s *Server) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushResponse, error) {
+	return s.PushKept(ctx, req, nil)
+}
+
+// PushKept is Push for a caller that lends req.Grad's buffer (the data
+// plane's): release, unless nil, is called exactly once when the server
+// is done with the buffer, maybe after PushKept returns. A primary whose
+// standby is attached queues the push for it as it is, and releases the
+// buffer once the standby holds it, instead of copying it (a copy per
+// push was the primary's largest allocation: 1.3 MB, hundreds of times
+// a second). Without release the push is copied for the standby.
+func (s *Server) PushKept(ctx context.Context, req *pb.PushRequest, release func()) (*pb.PushResponse, error) {
 	defer s.observe("push", time.Now())
 	s.m.RPCReceivedBytes.WithLabelValues("push").Add(float64(len(req.Grad)))
 	s.mu.Lock()
 	if err := s.serving(); err != nil {
 		s.mu.Unlock()
+		if release != nil {
+			release()
+		}
 		return nil, err
 	}
 	resp, err, forward := s.applyPush(req)
 	var w replicaWait
 	if forward && s.rep != nil {
-		// (The copy only for a standby: without one a push allocates nothing.)
-		w = s.replicate(&pb.ReplicaOp{Op: &pb.ReplicaOp_Push{Push: clonePush(req)}})
+		// (The copy only for a standby: without one a push allocates
+		// nothing. While the snapshot travels the push is answered at
+		// once, so it may not hold the lent buffer.)
+		if release != nil && s.rep.snapAcked {
+			w = s.replicate(&pb.ReplicaOp{Op: &pb.ReplicaOp_Push{Push: req}}, release)
+			release = nil // the link's now
+		} else {
+			w = s.replicate(&pb.ReplicaOp{Op: &pb.ReplicaOp_Push{Push: clonePush(req)}}, nil)
+		}
 	}
 	s.mu.Unlock()
+	if release != nil {
+		release()
+	}
 	// Answered only once the standby holds it (replica.go).
 	if err := s.awaitReplica(ctx, w); err != nil {
 		return nil, err
@@ -662,7 +686,7 @@ func (s *Server) SetMembership(ctx context.Context, req *pb.MembershipRequest) (
 	resp, err := s.applyMembership(req)
 	var w replicaWait
 	if err == nil {
-		w = s.replicate(&pb.ReplicaOp{Op: &pb.ReplicaOp_Membership{Membership: req}})
+		w = s.replicate(&pb.ReplicaOp{Op: &pb.ReplicaOp_Membership{Membership: req}}, nil)
 	}
 	s.mu.Unlock()
 	if err := s.awaitReplica(ctx, w); err != nil {
@@ -716,7 +740,7 @@ func (s *Server) Stop(ctx context.Context, req *pb.StopRequest) (*pb.StopRespons
 	var w replicaWait
 	if s.role != roleStandby {
 		s.applyStop()
-		w = s.replicate(&pb.ReplicaOp{Op: &pb.ReplicaOp_Stop{Stop: &pb.StopRequest{}}})
+		w = s.replicate(&pb.ReplicaOp{Op: &pb.ReplicaOp_Stop{Stop: &pb.StopRequest{}}}, nil)
 	}
 	s.mu.Unlock()
 	// The standby follows. Awaited briefly, so the versions Status shows

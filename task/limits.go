@@ -122,6 +122,19 @@ type psAPI struct {
 	initialised func(*pb.InitRequest)
 }
 
+// Replicate is the shard's Replicate; a standby that installed its
+// primary's snapshot tells the data plane the shard's push size too (it
+// gets no Init).
+func (a psAPI) Replicate(ctx context.Context, b *pb.ReplicaBatch) (*pb.ReplicaAck, error) {
+	ack, err := a.Server.Replicate(ctx, b)
+	if err == nil && len(b.Ops) > 0 {
+		if snap := b.Ops[0].GetSnapshot(); snap != nil && snap.Init != nil {
+			a.initialised(snap.Init)
+		}
+	}
+	return ack, err
+}
+
 func (a psAPI) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitResponse, error) {
 	resp, err := a.Server.Init(ctx, req)
 	if err == nil {

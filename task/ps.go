@@ -5,6 +5,9 @@ import (
 	"crypto/tls"
 	"fmt"
 	"runtime/debug"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
 
 	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/config"
@@ -30,10 +33,15 @@ func RunPS(ctx context.Context, o Options) error {
 	// compressed), so collecting at 10% growth keeps the heap at that
 	// live size for free. On gRPC every pulled version costs a new copy
 	// and its encoding, and 10% would collect several times a step (PS
-	// CPU doubled, measured): 50% there. docs/scaling.md, "PS memory".
+	// CPU doubled, measured): 50% there, and 100% with hot standbys,
+	// where every replicated push and batch is a payload-sized copy too
+	// (at 10% the collector took two thirds of a primary's CPU). On TCP
+	// a primary's standby gets each push in the buffer the worker's push
+	// was read into, and reads it into a reused one: no copy either
+	// side. docs/scaling.md, "PS memory"; docs/replication.md, "Cost".
 	gcPercent := 10
 	switch {
-	case o.Run.PSReplicas > 0:
+	case o.Run.DataPlane == config.GRPC && o.Run.PSReplicas > 0:
 		gcPercent = 100
 	case o.Run.DataPlane == config.GRPC:
 		gcPercent = 50
@@ -66,7 +74,15 @@ func RunPS(ctx context.Context, o Options) error {
 	}
 	maxRecv := psMaxRecv(o.Run, o.MaxMessageBytes)
 	g := o.grpcServer(maxRecv, func(reason string) { m.RejectedRequests.WithLabelValues(reason).Inc() })
-	api := psAPI{Server: srv, initialised: func(*pb.InitRequest) {}}
+	// The data plane learns the shard's push size from its Init, or from
+	// the snapshot a standby installs (ds is set before anything is
+	// served).
+	var ds *dataplane.Server
+	api := psAPI{Server: srv, initialised: func(req *pb.InitRequest) {
+		if ds != nil {
+			ds.SetPushSize(pushSize(req))
+		}
+	}}
 	if o.Run.DataPlane == config.TCP {
 		dlis, daddr, err := o.listenData(addr)
 		if err != nil {
@@ -75,8 +91,7 @@ func RunPS(ctx context.Context, o Options) error {
 		if o.TLS != nil {
 			dlis = tls.NewListener(dlis, o.TLS.ServerTLS())
 		}
-		ds := dataplane.NewServer(srv, dlis, dataplane.Config{MaxPayload: maxRecv, Limits: o.dataLimits(), Log: o.Log, Metrics: m, Auth: o.Auth})
-		api.initialised = func(req *pb.InitRequest) { ds.SetPushSize(pushSize(req)) }
+		ds = dataplane.NewServer(api, dlis, dataplane.Config{MaxPayload: maxRecv, Limits: o.dataLimits(), Log: o.Log, Metrics: m, Auth: o.Auth})
 		go ds.Serve()
 		defer ds.Close()
 		srv.SetDataAddr(daddr)
@@ -109,17 +124,49 @@ func RunPS(ctx context.Context, o Options) error {
 
 // replicaDialer is how a primary (ps/N or standby/N: the chief decides)
 // reaches the other process of its shard: a gRPC connection under the
-// task's session and TLS, so the standby's guard lets its Replicate
-// batches in (transport/auth: a session of ps/N or standby/N for shard
-// N).
-// It returns the client of that process's ParameterServer service and
-// what closes it.
-func replicaDialer(o Options) func(ctx context.Context, addr string) (pb.ParameterServerClient, func() error, error) {
-	return func(_ context.Context, addr string) (pb.ParameterServerClient, func() error, error) {
+// task's session and TLS, so the standby lets its Replicate batches in
+// (transport/auth: a session of ps/N or standby/N for shard N). With
+// --data-plane tcp the batches go over the standby's data plane, signed
+// with the same session (docs/replication.md), and over gRPC only if the
+// standby reports none.
+func replicaDialer(o Options) ps.ReplicaDialer {
+	return func(_ context.Context, addr string) (ps.ReplicaClient, func() error, error) {
 		c, err := o.dial(addr)
 		if err != nil {
 			return nil, nil, err
 		}
-		return pb.NewParameterServerClient(c), c.Close, nil
+		gc := pb.NewParameterServerClient(c)
+		if o.Run.DataPlane != config.TCP {
+			return gc, c.Close, nil
+		}
+		rc := &replicaViaDataPlane{grpc: gc}
+		rc.dp = o.dataPlaneClientWith(gc, rc.resolved)
+		return rc, func() error {
+			rc.dp.Close()
+			return c.Close()
+		}, nil
 	}
+}
+
+// replicaViaDataPlane sends a standby its batches over the standby's
+// data plane, found with its gRPC Status like a worker's; a standby that
+// reports no data plane gets them over gRPC from then on.
+type replicaViaDataPlane struct {
+	grpc   pb.ParameterServerClient
+	dp     *dataplane.Client
+	noData atomic.Bool // the standby reported no data plane
+}
+
+// resolved notes the data-plane address the standby reported.
+func (r *replicaViaDataPlane) resolved(addr string) { r.noData.Store(addr == "") }
+
+func (r *replicaViaDataPlane) Replicate(ctx context.Context, in *pb.ReplicaBatch, opts ...grpc.CallOption) (*pb.ReplicaAck, error) {
+	if r.noData.Load() {
+		return r.grpc.Replicate(ctx, in, opts...)
+	}
+	ack, err := r.dp.Replicate(ctx, in)
+	if err != nil && r.noData.Load() {
+		return r.grpc.Replicate(ctx, in, opts...)
+	}
+	return ack, err
 }

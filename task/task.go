@@ -127,6 +127,12 @@ func (o Options) dial(addr string) (*grpc.ClientConn, error) {
 // gc reaches: the PS reports where that listens (its --data-addr) in
 // Status, asked again after every broken connection.
 func (o Options) dataPlaneClient(gc pb.ParameterServerClient) *dataplane.Client {
+	return o.dataPlaneClientWith(gc, func(string) {})
+}
+
+// dataPlaneClientWith is dataPlaneClient that tells resolved every
+// address the PS reports ("": it has no data plane).
+func (o Options) dataPlaneClientWith(gc pb.ParameterServerClient, resolved func(addr string)) *dataplane.Client {
 	var tc *tls.Config
 	if o.TLS != nil {
 		tc = o.TLS.ClientTLS()
@@ -136,6 +142,7 @@ func (o Options) dataPlaneClient(gc pb.ParameterServerClient) *dataplane.Client 
 		if err != nil {
 			return "", err
 		}
+		resolved(st.DataAddr)
 		return st.DataAddr, nil
 	}, tc, o.MaxMessageBytes)
 	c.SignWith(o.creds)

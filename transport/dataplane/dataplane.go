@@ -12,17 +12,19 @@
 //
 // The wire format (docs/wire.md), all integers little-endian:
 //
-//	request:  "PSD3" | op u8 (1 pull, 2 push) | flags u8 | run-id length u8 |
-//	          run id | worker i32 | version i64 | generation i64 | loss f32 |
-//	          data position i64 | payload length u32 | role u8 | index i32 |
-//	          session u64 | mac [16] | payload (push: the gradient)
+//	request:  "PSD3" | op u8 (1 pull, 2 push, 3 replicate) | flags u8 |
+//	          run-id length u8 | run id | worker i32 | version i64 |
+//	          generation i64 | loss f32 | data position i64 |
+//	          payload length u32 | role u8 | index i32 | session u64 |
+//	          mac [16] | payload (push: the gradient; replicate: the
+//	          batch's operations, replicate.go)
 //	response: "PSD3" | code u8 (a gRPC status code; 0 = OK) | outcome u8 |
 //	          done u8 | version i64 | generation i64 | data position i64 |
 //	          payload length u32 | payload (pull: the parameters; an error:
 //	          its message)
 //
 // Request flags: bit 0 is a pull's retain (PullRequest.retain); a push
-// has none, and any other bit is a malformed frame. A push carries the
+// or a replicate frame has none, and any other bit is a malformed frame. A push carries the
 // worker's data position once its gradient counts
 // (PushRequest.data_position; 0 in a pull), a pull's response the
 // pulling worker's data position (PullResponse.data_position; 0 for a
@@ -34,6 +36,10 @@
 // the credential, are refused as a bad magic: a worker and a PS of
 // different builds fail clearly instead of misreading each other's
 // frames.
+//
+// Op 3 carries a primary's replication batch to its hot standby; its
+// layout is in replicate.go. It needs no new magic: the pull and push
+// frames did not change.
 //
 // One request is outstanding per connection. Errors carry gRPC status
 // codes, so callers (the worker's retry loop) treat both planes alike: a
@@ -55,8 +61,9 @@ var magic = [4]byte{'P', 'S', 'D', '3'}
 
 // Request ops.
 const (
-	opPull = 1
-	opPush = 2
+	opPull      = 1
+	opPush      = 2
+	opReplicate = 3 // a primary's replication batch to its standby (replicate.go)
 )
 
 // Request flags.
@@ -137,14 +144,14 @@ func readRequest(rd io.Reader, scratch []byte, maxPayload int) (request, error) 
 		return r, fmt.Errorf("%w: bad magic %q", ErrBadFrame, h[:4])
 	}
 	r.op = h[4]
-	if r.op != opPull && r.op != opPush {
+	if r.op != opPull && r.op != opPush && r.op != opReplicate {
 		return r, fmt.Errorf("%w: unknown op %d", ErrBadFrame, r.op)
 	}
 	switch flags := h[5]; {
 	case flags&^flagRetain != 0:
 		return r, fmt.Errorf("%w: unknown flags %#x", ErrBadFrame, flags)
 	case flags != 0 && r.op != opPull:
-		return r, fmt.Errorf("%w: a push with the retain flag", ErrBadFrame)
+		return r, fmt.Errorf("%w: op %d with the retain flag", ErrBadFrame, r.op)
 	default:
 		r.retain = flags&flagRetain != 0
 	}

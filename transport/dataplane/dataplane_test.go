@@ -219,13 +219,14 @@ func TestBadFramesAreRejected(t *testing.T) {
 	b, addr := start(t, 1024)
 	good := appendSigned(nil, request{op: opPush, runID: "r", payloadLen: 4}, nil)
 	cases := map[string][]byte{
-		"bad magic":    append([]byte("HTTP"), good[4:]...),
-		"unknown op":   append(append([]byte{}, good[:4]...), append([]byte{9}, good[5:]...)...),
-		"too large":    appendSigned(nil, request{op: opPush, runID: "r", payloadLen: 4096}, nil),
-		"pull payload": appendSigned(nil, request{op: opPull, runID: "r", payloadLen: 8}, nil),
-		"push retain":  appendSigned(nil, request{op: opPush, retain: true, runID: "r", payloadLen: 4}, nil),
-		"unknown flag": append(append([]byte{}, good[:5]...), append([]byte{0x80}, good[6:]...)...),
-		"old format":   append([]byte("PSD1"), good[4:]...),
+		"bad magic":        append([]byte("HTTP"), good[4:]...),
+		"unknown op":       append(append([]byte{}, good[:4]...), append([]byte{9}, good[5:]...)...),
+		"too large":        appendSigned(nil, request{op: opPush, runID: "r", payloadLen: 4096}, nil),
+		"pull payload":     appendSigned(nil, request{op: opPull, runID: "r", payloadLen: 8}, nil),
+		"push retain":      appendSigned(nil, request{op: opPush, retain: true, runID: "r", payloadLen: 4}, nil),
+		"replicate retain": appendSigned(nil, request{op: opReplicate, retain: true, runID: "r", dataPos: 1, payloadLen: 5}, nil),
+		"unknown flag":     append(append([]byte{}, good[:5]...), append([]byte{0x80}, good[6:]...)...),
+		"old format":       append([]byte("PSD1"), good[4:]...),
 	}
 	for name, frame := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -278,6 +279,7 @@ func FuzzReadRequest(f *testing.F) {
 	f.Add(appendSigned(nil, request{op: opPush, runID: "run-1", worker: 1, version: 2, generation: 3, loss: 0.5, dataPos: 7, payloadLen: 16}, nil))
 	f.Add(appendSigned(nil, request{op: opPull, runID: ""}, nil))
 	f.Add(appendSigned(nil, request{op: opPull, retain: true, runID: "run-1", worker: -1, version: 9}, nil))
+	f.Add(appendSigned(nil, request{op: opReplicate, runID: "run-1", worker: 2, version: 3, generation: 4, dataPos: 1, payloadLen: 40}, nil))
 	f.Add([]byte("PSD3\x01\x00\xff"))
 	f.Add([]byte("PSD3\x02\x01\x00"))
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -285,7 +287,7 @@ func FuzzReadRequest(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if r.payloadLen > 64 || (r.op != opPull && r.op != opPush) || (r.retain && r.op != opPull) {
+		if r.payloadLen > 64 || (r.op != opPull && r.op != opPush && r.op != opReplicate) || (r.retain && r.op != opPull) {
 			t.Fatalf("accepted %+v", r)
 		}
 		// What was accepted encodes back to the bytes read.

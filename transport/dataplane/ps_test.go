@@ -7,7 +7,13 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/checkpoint/shardckpt"
@@ -100,4 +106,116 @@ func TestDataPositionAndRetainOverTheDataPlane(t *testing.T) {
 	if _, now, _, _, _ := srv.Snapshot(); bytes.Equal(wire.Bytes(now), evaluated) {
 		t.Fatal("training did not move on after the evaluation pull")
 	}
+}
+
+// Hot standbys over the data plane, against real shards: a primary whose
+// standby is reached with this package's client keeps it equal to
+// itself bit for bit, and once the standby is promoted at a newer epoch
+// the old primary's next batch comes back Aborted, which deposes it;
+// the promoted standby serves on from the state the old one
+// acknowledged.
+func TestStandbyOverTheDataPlane(t *testing.T) {
+	spec := model.Spec{Input: 6, Hidden: []int{5}, Classes: 3}
+	plan, err := partition.New(spec, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := plan.Shards[0].Size
+	r := config.Default()
+	r.Mode, r.Workers, r.PS, r.Optimizer = config.Sync, 2, 1, "momentum"
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	standby := ps.NewServer(log, nil, nil)
+	standby.SetShardIndex(0)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := NewServer(standby, lis, Config{MaxPayload: 1 << 20, Log: log})
+	go ds.Serve()
+	t.Cleanup(func() { ds.Close() })
+
+	primary := ps.NewServer(log, nil, nil)
+	primary.SetShardIndex(0)
+	var calls atomic.Int64
+	primary.SetReplicaDialer(func(_ context.Context, addr string) (ps.ReplicaClient, func() error, error) {
+		if addr != "standby/0" {
+			t.Errorf("dialled %q", addr)
+		}
+		c := client(lis.Addr().String(), 1<<20)
+		return countingReplica{c, &calls}, c.Close, nil
+	})
+	t.Cleanup(primary.Close)
+	ctx := context.Background()
+	params := make([]float32, n)
+	for i := range params {
+		params[i] = float32(i%5) / 5
+	}
+	if _, err := primary.Init(ctx, &pb.InitRequest{RunId: "r", NumShards: 1, ShardOptions: ps.OptionsFor(r).JSON(), ModelSpec: spec.JSON(),
+		Params: wire.Bytes(params), Generation: 1, StepsPerEpoch: 100, MaxVersion: 100, Epoch: 1, StandbyAddr: "standby/0"}); err != nil {
+		t.Fatal(err)
+	}
+	// Pushes are replicated once the standby holds the snapshot.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if st, _ := primary.Status(ctx, &pb.StatusRequest{}); st.StandbyAttached {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the standby never attached")
+		}
+	}
+	push := func(s *ps.Server, w int32, v int64) error {
+		g := make([]float32, n)
+		for i := range g {
+			g[i] = float32((int(w)+1)*(i+3)%7-3) / float32(v+1)
+		}
+		_, err := s.Push(ctx, &pb.PushRequest{Worker: w, Version: v, Grad: wire.Bytes(g), RunId: "r", Generation: 1, DataPosition: v + 1})
+		return err
+	}
+	const steps = 5
+	for v := int64(0); v < steps; v++ {
+		for w := int32(0); w < 2; w++ {
+			if err := push(primary, w, v); err != nil {
+				t.Fatalf("step %d worker %d: %v", v, w, err)
+			}
+		}
+	}
+	pv, pp, po, _, _ := primary.Snapshot()
+	sv, sp, so, _, err := standby.Snapshot()
+	if err != nil || pv != steps || sv != steps || !slices.Equal(pp, sp) || !slices.Equal(po, so) {
+		t.Fatalf("standby at version %d (%v), primary at %d: the standby's state differs from its primary's", sv, err, pv)
+	}
+	if calls.Load() < 1+steps {
+		t.Fatalf("%d replicate calls for a snapshot and %d steps", calls.Load(), steps)
+	}
+	// The chief promotes the standby; the old primary, not dead after
+	// all, takes a push: its standby refuses the batch (Aborted over the
+	// data plane) and it steps down without acknowledging it.
+	if _, err := standby.Promote(ctx, &pb.PromoteRequest{RunId: "r", Shard: 0, Epoch: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := push(primary, 0, steps); status.Code(err) != codes.Unavailable {
+		t.Fatalf("a push to the deposed primary: %v, want Unavailable", err)
+	}
+	if st, _ := primary.Status(ctx, &pb.StatusRequest{}); st.Role != "deposed" {
+		t.Fatalf("the old primary's role %q, want deposed", st.Role)
+	}
+	for w := int32(0); w < 2; w++ {
+		if err := push(standby, w, steps); err != nil {
+			t.Fatalf("a push to the promoted standby: %v", err)
+		}
+	}
+	if st, _ := standby.Status(ctx, &pb.StatusRequest{}); st.Role != "primary" || st.Version != steps+1 {
+		t.Fatalf("the promoted standby: role %q version %d, want primary at %d", st.Role, st.Version, steps+1)
+	}
+}
+
+// countingReplica counts a replica client's calls.
+type countingReplica struct {
+	*Client
+	n *atomic.Int64
+}
+
+func (c countingReplica) Replicate(ctx context.Context, in *pb.ReplicaBatch, opts ...grpc.CallOption) (*pb.ReplicaAck, error) {
+	c.n.Add(1)
+	return c.Client.Replicate(ctx, in, opts...)
 }

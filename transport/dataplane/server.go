@@ -38,6 +38,14 @@ type NowPuller interface {
 	PullSharedNow(*pb.PullRequest) (resp *pb.PullResponse, release func(), ready bool, err error)
 }
 
+// PushKeeper is a Backend that may keep a push's payload buffer after
+// answering it (*ps.Server does, for its standby's queue): it calls
+// release exactly once when done with it. The server reuses the buffer
+// for a later push only then.
+type PushKeeper interface {
+	PushKept(ctx context.Context, req *pb.PushRequest, release func()) (*pb.PushResponse, error)
+}
+
 // Config configures a Server.
 type Config struct {
 	// MaxPayload is the largest payload a frame may announce
@@ -299,13 +307,17 @@ func (s *Server) serveConn(c net.Conn) {
 			s.reject(c, hdr, auth.Reason(err), code, err)
 			return
 		}
+		if req.op == opReplicate {
+			if !s.replicate(c, rd, req, hdr) {
+				return
+			}
+			continue
+		}
 		payload, ok := s.readPayload(c, rd, req, hdr)
 		if !ok {
 			return
 		}
-		ok = s.answer(c, rd, req, payload, hdr)
-		s.bufs.put(payload)
-		if !ok {
+		if !s.answer(c, rd, req, payload, hdr) {
 			return
 		}
 	}
@@ -326,8 +338,11 @@ func (s *Server) authorize(c net.Conn, req request) error {
 	if err := auth.CheckCertificate(peerCertName(c), req.id); err != nil {
 		return err
 	}
-	if req.op == opPush {
+	switch req.op {
+	case opPush:
 		return auth.AllowPush(req.id, req.worker)
+	case opReplicate:
+		return auth.AllowReplicate(req.id, req.worker) // the frame's shard
 	}
 	return auth.AllowPull(req.id, req.worker, req.retain)
 }
@@ -385,30 +400,41 @@ func (s *Server) readPayload(c net.Conn, rd *bufio.Reader, req request, hdr []by
 		return nil, false
 	}
 	payload, err := s.bufs.get(s.ctx, n, s.lim.BufferWait)
-	switch {
-	case errors.Is(err, errTooLarge):
-		s.reject(c, hdr, "too_large", codes.InvalidArgument, err)
+	if err != nil {
+		s.payloadFailed(c, hdr, n, err)
 		return nil, false
-	case errors.Is(err, errBusy):
-		used, kept, limit := s.bufs.stats()
-		s.reject(c, hdr, "busy", codes.Unavailable, fmt.Errorf("%w (%d of %d bytes in use, %d kept)", err, used, limit, kept))
-		return nil, false
-	case err != nil:
-		return nil, false // the server is closing
 	}
 	c.SetReadDeadline(time.Now().Add(s.lim.frameTime(n)))
 	if _, err := io.ReadFull(rd, payload); err != nil {
 		s.bufs.put(payload)
-		if isTimeout(err) {
-			s.cut(c, "slow", fmt.Errorf("a payload of %d bytes not in within %v", n, s.lim.frameTime(n)))
-		}
+		s.payloadFailed(c, hdr, n, err)
 		return nil, false
 	}
 	return payload, true
 }
 
+// payloadFailed handles an error reading a payload of n bytes: a
+// malformed one or one the budget can never or not now hold is refused,
+// one too slow is cut; else the connection broke or the server is
+// closing. The caller then closes the connection.
+func (s *Server) payloadFailed(c net.Conn, hdr []byte, n int, err error) {
+	switch {
+	case errors.Is(err, ErrBadFrame):
+		s.reject(c, hdr, "bad_frame", codes.InvalidArgument, err)
+	case errors.Is(err, errTooLarge):
+		s.reject(c, hdr, "too_large", codes.InvalidArgument, err)
+	case errors.Is(err, errBusy):
+		used, kept, limit := s.bufs.stats()
+		s.reject(c, hdr, "busy", codes.Unavailable, fmt.Errorf("%w (%d of %d bytes in use, %d kept)", err, used, limit, kept))
+	case isTimeout(err):
+		s.cut(c, "slow", fmt.Errorf("a payload of %d bytes not in within %v", n, s.lim.frameTime(n)))
+	}
+}
+
 // answer handles one request and writes its response within
-// FrameGrace + length/MinRate. false: the connection is done.
+// FrameGrace + length/MinRate; payload, a buffer of the budget (or nil),
+// is released, or handed to a PushKeeper backend that releases it. false:
+// the connection is done.
 func (s *Server) answer(c net.Conn, rd *bufio.Reader, req request, payload, hdr []byte) bool {
 	var resp response
 	var body []byte
@@ -428,7 +454,7 @@ func (s *Server) answer(c net.Conn, rd *bufio.Reader, req request, payload, hdr 
 		resp.dataPosition = pr.DataPosition
 		release = done
 	case opPush:
-		pr, err := s.b.Push(context.Background(), &pb.PushRequest{Worker: req.worker, Version: req.version,
+		pr, err := s.push(&pb.PushRequest{Worker: req.worker, Version: req.version,
 			Grad: payload, RunId: req.runID, Loss: req.loss, Generation: req.generation, DataPosition: req.dataPos})
 		if err != nil {
 			st := status.Convert(err)
@@ -437,16 +463,35 @@ func (s *Server) answer(c net.Conn, rd *bufio.Reader, req request, payload, hdr 
 		}
 		resp.outcome, resp.version, resp.done = byte(pr.Outcome), pr.Version, pr.Done
 	}
+	ok := s.respond(c, hdr, resp, body)
+	release()
+	return ok
+}
+
+// respond writes resp (into hdr's room) with body as its payload within
+// FrameGrace + length/MinRate. false: the connection is done.
+func (s *Server) respond(c net.Conn, hdr []byte, resp response, body []byte) bool {
 	resp.payloadLen = uint32(len(body))
 	bufs := net.Buffers{appendResponse(hdr[:0], resp), body}
 	c.SetWriteDeadline(time.Now().Add(s.lim.frameTime(len(body))))
 	_, err := bufs.WriteTo(c)
 	c.SetWriteDeadline(time.Time{})
-	release()
 	if isTimeout(err) {
 		s.cut(c, "slow", fmt.Errorf("a response of %d bytes not taken within %v", len(body), s.lim.frameTime(len(body))))
 	}
 	return err == nil
+}
+
+// push hands pr to the backend with its payload buffer: lent to a
+// PushKeeper, released here after any other backend's Push.
+func (s *Server) push(pr *pb.PushRequest) (*pb.PushResponse, error) {
+	buf := pr.Grad
+	if k, ok := s.b.(PushKeeper); ok {
+		var once sync.Once
+		return k.PushKept(context.Background(), pr, func() { once.Do(func() { s.bufs.put(buf) }) })
+	}
+	defer s.bufs.put(buf)
+	return s.b.Push(context.Background(), pr)
 }
 
 // isTimeout reports a deadline that passed.
@@ -473,29 +518,37 @@ func (s *Server) pull(c net.Conn, rd *bufio.Reader, req request) (resp *pb.PullR
 			return resp, release, err
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	watched := make(chan bool, 1) // true: the client is gone
-	go func() {
-		_, err := rd.Peek(1)
-		gone := !isTimeout(err)
-		if gone {
-			cancel()
-		}
-		watched <- gone
-	}()
-	resp, release, err = s.b.PullShared(ctx, pr)
-	// Stop the watcher: a read deadline in the past wakes it.
-	c.SetReadDeadline(time.Unix(1, 0))
-	gone := <-watched
-	c.SetReadDeadline(time.Time{})
-	if gone {
+	if s.watched(c, rd, func(ctx context.Context) { resp, release, err = s.b.PullShared(ctx, pr) }) {
 		if err == nil {
 			release()
 		}
 		return nil, nil, errGone
 	}
 	return resp, release, err
+}
+
+// watched runs fn with a context that is cancelled if the client closes
+// the connection meanwhile, and reports whether it did (gone). Clients
+// never send while a request is outstanding, so any read that returns
+// during fn means the client is gone (or broke the protocol).
+func (s *Server) watched(c net.Conn, rd *bufio.Reader, fn func(context.Context)) (gone bool) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	watcher := make(chan bool, 1) // true: the client is gone
+	go func() {
+		_, err := rd.Peek(1)
+		gone := !isTimeout(err)
+		if gone {
+			cancel()
+		}
+		watcher <- gone
+	}()
+	fn(ctx)
+	// Stop the watcher: a read deadline in the past wakes it.
+	c.SetReadDeadline(time.Unix(1, 0))
+	gone = <-watcher
+	c.SetReadDeadline(time.Time{})
+	return gone
 }
 
 func (s *Server) writeError(c net.Conn, hdr []byte, code codes.Code, msg string) {
