@@ -178,6 +178,8 @@ type supervisor struct {
 	pidDir  string // <Dir>/pids: a pid file per live process (stale.go)
 	proc    procFS
 	scaler  *scaler // elastic workers (scale.go)
+	// env is every task's environment (taskEnv).
+	env []string
 
 	mu       sync.Mutex
 	procs    map[string]*proc
@@ -303,7 +305,8 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 	s := &supervisor{c: c, t0: t0, procs: map[string]*proc{}, usage: map[string]report.Task{},
 		clusterFile: filepath.Join(c.Dir, "cluster.json"), chiefReport: filepath.Join(c.Dir, "chief-report.json"),
 		statePath: filepath.Join(c.Dir, "chief-state.json"), runID: fmt.Sprintf("run-%d", t0.UnixNano()),
-		dataPorts: ports[2*n:], pidDir: pidDir, proc: procFS("/proc")}
+		dataPorts: ports[2*n:], pidDir: pidDir, proc: procFS("/proc"),
+		env: taskEnv(os.Environ(), runtime.NumCPU(), 1+r.PS+r.Workers+r.Standbys())}
 	s.metricsAddr = func(i int) string {
 		if c.MetricsPortBase > 0 {
 			return "127.0.0.1:" + strconv.Itoa(c.MetricsPortBase+i)
@@ -553,7 +556,7 @@ func (s *supervisor) start(ctx context.Context, wg *sync.WaitGroup, i int, t clu
 	}
 	args = append(append(args, c.ChildArgs(c.Run)...), c.ExtraArgs...)
 	cmd := exec.Command(c.Exe, args...)
-	cmd.Env = append(os.Environ(), "OPENBLAS_NUM_THREADS=1")
+	cmd.Env = s.env
 	// Each task in its own process group, so a Ctrl-C at the terminal
 	// reaches only this launcher, which stops the run in order (see
 	// wait); and killed with the launcher, so no task outlives it

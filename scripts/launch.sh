@@ -77,6 +77,14 @@ on_signal() {
 trap 'on_signal 130' INT
 trap 'on_signal 143' TERM
 trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
+# As `pstrain run` does (launcher/env.go): the tasks started on this host
+# share its cores, one Go thread each unless GOMAXPROCS says otherwise.
+if [ -z "${GOMAXPROCS:-}" ]; then
+  n=${#tasks[@]}
+  [ ${#only[@]} -gt 0 ] && n=${#only[@]}
+  procs=$(( $(nproc) / n ))
+  export GOMAXPROCS=$(( procs > 0 ? procs : 1 ))
+fi
 for t in "${tasks[@]}"; do
   if [ ${#only[@]} -gt 0 ] && [[ ! " ${only[*]} " == *" $t "* ]]; then continue; fi
   role="${t%%/*}"
