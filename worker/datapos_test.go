@@ -576,8 +576,44 @@ func (h *posHarness) restoreAll(gen, at int64) {
 // none is used twice.
 func TestDroppedGradientsBatchIsUsedAgain(t *testing.T) {
 	h := newPosHarness(t, config.Sync, 3, 2, false)
+	// The run must last until worker 2 has taken a batch again (in a
+	// few milliseconds workers 0 and 1 can finish it first): they wait
+	// for worker 2's first pull after their first pull, and for its
+	// second batch before their push of step gate. (Worker 2's second
+	// step is an odd one, which does not wait for them.)
+	batchesOf2 := func() int {
+		h.l.mu.Lock()
+		defer h.l.mu.Unlock()
+		n := 0
+		for _, b := range h.l.batches {
+			if b.worker == 2 {
+				n++
+			}
+		}
+		return n
+	}
+	var pulled2 atomic.Bool
+	const gate = 5
+	wait := func(what string, cond func() bool) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := inproc.WaitFor(ctx, what, cond); err != nil {
+			t.Error(err)
+		}
+	}
 	for w := range 2 {
-		h.start(w, nil)
+		h.start(w, func(cfg *worker.Config, _ func()) {
+			cfg.AfterPull = func(step int64) {
+				if step == 0 {
+					wait("worker 2's first pull", pulled2.Load)
+				}
+			}
+			cfg.BeforePush = func(step int64) {
+				if step == gate {
+					wait("worker 2's second batch", func() bool { return batchesOf2() >= 2 })
+				}
+			}
+		})
 	}
 	// Worker 2 straggles every other step: it pushes only once the others
 	// have completed the step on every shard, so its gradient is stale
@@ -596,7 +632,10 @@ func TestDroppedGradientsBatchIsUsedAgain(t *testing.T) {
 	}
 	var pulled int64
 	h.start(2, func(cfg *worker.Config, _ func()) {
-		cfg.AfterPull = func(int64) { pulled, _ = versions() }
+		cfg.AfterPull = func(int64) {
+			pulled, _ = versions()
+			pulled2.Store(true)
+		}
 		cfg.BeforePush = func(step int64) {
 			if step%2 == 1 {
 				return
