@@ -80,6 +80,7 @@ func (c *Client) drop() {
 	}
 	unmap(c.shm)
 	c.shm, c.local = nil, false
+	c.shmRd.Reset(nil)
 }
 
 // connect connects if need be; a same-host connection made for a push
@@ -168,8 +169,10 @@ func (c *Client) offer(ctx context.Context, d *net.Dialer, uc *net.UnixConn, fit
 }
 
 // call sends one request and reads its response. The payload is sent
-// from its slices as they are (writev). The response's payload goes into
-// dst if it is given and the sizes agree, else into the client's buffer.
+// from its slices as they are (writev), or copied into the connection's
+// shared region if it has one that holds it (shm.go). The response's
+// payload goes into dst if it is given and the sizes agree, else into the
+// client's buffer.
 //
 // A server closes a connection that stays idle (dataplane.Limits
 // IdleTimeout); if a reused connection turns out closed before any of
