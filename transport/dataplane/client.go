@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -44,6 +45,13 @@ type Client struct {
 	hdr     []byte
 	scratch []byte
 	buf     []byte
+
+	// Shared memory with a same-host server (shm.go).
+	local  bool   // conn is a same-host (Unix) connection
+	shm    []byte // conn's region, once the server took it; nil: none
+	noShm  bool   // the server refused a region or cannot take one: do not offer again
+	shmFit int    // the largest payload seen: the next region holds it
+	shmRd  bytes.Reader
 }
 
 // NewClient returns a client that finds its server with resolve. With a
@@ -70,13 +78,20 @@ func (c *Client) drop() {
 		c.conn.Close()
 		c.conn = nil
 	}
+	unmap(c.shm)
+	c.shm, c.local = nil, false
+	c.shmRd.Reset(nil)
 }
 
-func (c *Client) connect(ctx context.Context) error {
+// connect connects if need be; a same-host connection made for a push
+// or pull of up to fit bytes (0: other calls) is offered a region that
+// holds them (shm.go).
+func (c *Client) connect(ctx context.Context, fit int) error {
 	if c.conn != nil {
 		return nil
 	}
 	if c.addr == "" {
+		c.noShm = false // perhaps another server
 		addr, err := c.resolve(ctx)
 		if err != nil {
 			return err
@@ -92,7 +107,10 @@ func (c *Client) connect(ctx context.Context) error {
 		conn = dialLocal(ctx, &d, c.addr) // same host: no TCP (local.go)
 	}
 	var err error
-	if conn == nil {
+	if uc, ok := conn.(*net.UnixConn); ok && fit > 0 && !c.noShm {
+		conn, err = c.offer(ctx, &d, uc, fit)
+	}
+	if conn == nil && err == nil {
 		conn, err = d.DialContext(ctx, "tcp", c.addr)
 	}
 	if err != nil {
@@ -118,12 +136,43 @@ func (c *Client) connect(ctx context.Context) error {
 		conn = tc
 	}
 	c.conn, c.rd = conn, bufio.NewReaderSize(conn, 64<<10)
+	_, c.local = conn.(*net.UnixConn)
 	return nil
 }
 
+// offer offers uc's server a region for payloads of up to fit bytes and
+// returns the connection to use: uc, with c.shm set if the server took
+// the region; or a new one if the server could not read the offer (a
+// server of an earlier build, which closes the connection), nil if that
+// fails (then the client dials TCP); or an error if the connection broke.
+// Once a server has refused, the client offers no more.
+func (c *Client) offer(ctx context.Context, d *net.Dialer, uc *net.UnixConn, fit int) (net.Conn, error) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(d.Timeout)
+	}
+	mem, _, err := offerRegion(uc, regionSize(fit, c.maxPayload), deadline)
+	switch {
+	case err == nil && mem != nil:
+		c.shm = mem
+		return uc, nil
+	case err == nil:
+		c.noShm = true
+		return uc, nil
+	}
+	uc.Close()
+	if errors.Is(err, errNoPreamble) {
+		c.noShm = true
+		return dialLocal(ctx, d, c.addr), nil
+	}
+	return nil, err
+}
+
 // call sends one request and reads its response. The payload is sent
-// from its slices as they are (writev). The response's payload goes into
-// dst if it is given and the sizes agree, else into the client's buffer.
+// from its slices as they are (writev), or copied into the connection's
+// shared region if it has one that holds it (shm.go). The response's
+// payload goes into dst if it is given and the sizes agree, else into the
+// client's buffer.
 //
 // A server closes a connection that stays idle (dataplane.Limits
 // IdleTimeout); if a reused connection turns out closed before any of
@@ -143,9 +192,20 @@ func (c *Client) call(ctx context.Context, req request, payload net.Buffers, dst
 		n += len(p)
 	}
 	req.payloadLen = uint32(n)
+	fit := 0 // the region this call's payload needs (shm.go); 0: none
+	if req.op == opPush || req.op == opPull {
+		fit = max(n, c.shmFit, 1)
+		for _, d := range dst {
+			fit = max(fit, 4*len(d))
+		}
+		fit = min(fit, c.maxPayload)
+		if c.conn != nil && c.local && !c.noShm && len(c.shm) < fit {
+			c.drop() // connect again, with a region that holds it
+		}
+	}
 	for attempt := 0; ; attempt++ {
 		reused := c.conn != nil
-		if err := c.connect(ctx); err != nil {
+		if err := c.connect(ctx, fit); err != nil {
 			return response{}, nil, err
 		}
 		resp, direct, err := c.exchange(ctx, req, payload, dst)
@@ -203,8 +263,17 @@ func (c *Client) exchange(ctx context.Context, req request, payload net.Buffers,
 			c.drop()
 		}
 	}()
+	bufs := net.Buffers{nil}
+	if req.shm = c.shm != nil && (req.op == opPush || req.op == opPull) && int(req.payloadLen) <= len(c.shm); req.shm {
+		off := 0
+		for _, p := range payload {
+			off += copy(c.shm[off:], p)
+		}
+	} else {
+		bufs = append(bufs, payload...)
+	}
 	c.hdr = appendSigned(c.hdr[:0], req, c.auth)
-	bufs := append(net.Buffers{c.hdr}, payload...)
+	bufs[0] = c.hdr
 	if _, err := bufs.WriteTo(conn); err != nil {
 		return resp, false, closedByServer(err)
 	}
@@ -213,6 +282,18 @@ func (c *Client) exchange(ctx context.Context, req request, payload net.Buffers,
 	}
 	if resp, err = readResponse(c.rd, c.scratch, c.maxPayload); err != nil {
 		return resp, false, err
+	}
+	var body io.Reader = c.rd
+	switch {
+	case resp.shm && (!req.shm || req.op != opPull || resp.code != 0):
+		return resp, false, fmt.Errorf("%w: a response in shared memory to a request that did not ask for it", ErrBadFrame)
+	case resp.shm && int(resp.payloadLen) > len(c.shm):
+		return resp, false, fmt.Errorf("%w: a payload of %d bytes in a shared region of %d", ErrBadFrame, resp.payloadLen, len(c.shm))
+	case resp.shm:
+		c.shmRd.Reset(c.shm[:resp.payloadLen])
+		body = &c.shmRd
+	case c.local && resp.code == 0:
+		c.shmFit = max(c.shmFit, int(resp.payloadLen)) // the next region holds it
 	}
 	if resp.code == 0 && dst != nil && wire.SharesMemory() {
 		want := 0
@@ -223,7 +304,7 @@ func (c *Client) exchange(ctx context.Context, req request, payload net.Buffers,
 	}
 	if direct {
 		for _, d := range dst {
-			if _, err := io.ReadFull(c.rd, wire.Bytes(d)); err != nil {
+			if _, err := io.ReadFull(body, wire.Bytes(d)); err != nil {
 				return resp, false, err
 			}
 		}
@@ -231,7 +312,7 @@ func (c *Client) exchange(ctx context.Context, req request, payload net.Buffers,
 		return resp, true, nil
 	}
 	c.buf = grow(c.buf, int(resp.payloadLen))
-	_, err = io.ReadFull(c.rd, c.buf)
+	_, err = io.ReadFull(body, c.buf)
 	return resp, false, err
 }
 

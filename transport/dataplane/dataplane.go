@@ -19,12 +19,16 @@
 //	          mac [16] | payload (push: the gradient; replicate: the
 //	          batch's operations, replicate.go)
 //	response: "PSD3" | code u8 (a gRPC status code; 0 = OK) | outcome u8 |
-//	          done u8 | version i64 | generation i64 | data position i64 |
-//	          payload length u32 | payload (pull: the parameters; an error:
-//	          its message)
+//	          flags u8 (bit 0 done, bit 1 shm) | version i64 |
+//	          generation i64 | data position i64 | payload length u32 |
+//	          payload (pull: the parameters; an error: its message)
 //
-// Request flags: bit 0 is a pull's retain (PullRequest.retain); a push
-// or a replicate frame has none, and any other bit is a malformed frame. A push carries the
+// Request flags: bit 0 is a pull's retain (PullRequest.retain); bit 1
+// (shm), a push's or a pull's, says the payload is in the connection's
+// shared-memory region (shm.go): a push's gradient is there and not on
+// the socket, and a pull's parameters may be answered there (the
+// response's bit 1). A replicate frame has none, and any other bit is a
+// malformed frame. A push carries the
 // worker's data position once its gradient counts
 // (PushRequest.data_position; 0 in a pull), a pull's response the
 // pulling worker's data position (PullResponse.data_position; 0 for a
@@ -67,7 +71,16 @@ const (
 )
 
 // Request flags.
-const flagRetain = 1 << 0 // pull: PullRequest.retain
+const (
+	flagRetain = 1 << 0 // pull: PullRequest.retain
+	flagShm    = 1 << 1 // push, pull: the payload is in the connection's shared region (shm.go)
+)
+
+// Response flags, in the byte that says done.
+const (
+	respDone = 1 << 0
+	respShm  = 1 << 1 // the payload is in the connection's shared region, not on the socket
+)
 
 const (
 	reqFixed  = 4 + 1 + 1 + 1                 // magic, op, flags, run-id length
@@ -83,6 +96,7 @@ var ErrBadFrame = errors.New("dataplane: malformed frame")
 type request struct {
 	op         byte
 	retain     bool // pull: keep this version for a retained checkpoint
+	shm        bool // push: the gradient is in the shared region; pull: answer there if it fits
 	runID      string
 	worker     int32
 	version    int64 // pull: the minimum version
@@ -123,6 +137,9 @@ func appendRequest(b []byte, r request) []byte {
 	if r.retain {
 		flags |= flagRetain
 	}
+	if r.shm {
+		flags |= flagShm
+	}
 	b = append(b, r.op, flags, byte(len(r.runID)))
 	b = append(b, r.runID...)
 	b = binary.LittleEndian.AppendUint32(b, uint32(r.worker))
@@ -148,12 +165,15 @@ func readRequest(rd io.Reader, scratch []byte, maxPayload int) (request, error) 
 		return r, fmt.Errorf("%w: unknown op %d", ErrBadFrame, r.op)
 	}
 	switch flags := h[5]; {
-	case flags&^flagRetain != 0:
+	case flags&^(flagRetain|flagShm) != 0:
 		return r, fmt.Errorf("%w: unknown flags %#x", ErrBadFrame, flags)
-	case flags != 0 && r.op != opPull:
+	case flags&flagRetain != 0 && r.op != opPull:
 		return r, fmt.Errorf("%w: op %d with the retain flag", ErrBadFrame, r.op)
+	case flags&flagShm != 0 && r.op == opReplicate:
+		return r, fmt.Errorf("%w: op %d with the shared-memory flag", ErrBadFrame, r.op)
 	default:
 		r.retain = flags&flagRetain != 0
+		r.shm = flags&flagShm != 0
 	}
 	n := int(h[6])
 	rest := scratch[reqFixed : reqFixed+n+reqFields+reqAuth]
@@ -192,6 +212,7 @@ type response struct {
 	code         byte
 	outcome      byte
 	done         bool
+	shm          bool // the payload is in the shared region
 	version      int64
 	generation   int64
 	dataPosition int64 // pull: the pulling worker's
@@ -202,7 +223,10 @@ func appendResponse(b []byte, r response) []byte {
 	b = append(b, magic[:]...)
 	d := byte(0)
 	if r.done {
-		d = 1
+		d |= respDone
+	}
+	if r.shm {
+		d |= respShm
 	}
 	b = append(b, r.code, r.outcome, d)
 	b = binary.LittleEndian.AppendUint64(b, uint64(r.version))
@@ -220,8 +244,8 @@ func readResponse(rd io.Reader, scratch []byte, maxPayload int) (response, error
 	if [4]byte(h[:4]) != magic {
 		return r, fmt.Errorf("%w: bad magic %q", ErrBadFrame, h[:4])
 	}
-	r.code, r.outcome, r.done = h[4], h[5], h[6] == 1
-	if h[6] > 1 || r.outcome > byte(pb.PushResponse_DUPLICATE) {
+	r.code, r.outcome, r.done, r.shm = h[4], h[5], h[6]&respDone != 0, h[6]&respShm != 0
+	if h[6]&^(respDone|respShm) != 0 || r.outcome > byte(pb.PushResponse_DUPLICATE) {
 		return r, fmt.Errorf("%w: bad flags", ErrBadFrame)
 	}
 	r.version = int64(binary.LittleEndian.Uint64(h[7:]))

@@ -282,12 +282,16 @@ func FuzzReadRequest(f *testing.F) {
 	f.Add(appendSigned(nil, request{op: opReplicate, runID: "run-1", worker: 2, version: 3, generation: 4, dataPos: 1, payloadLen: 40}, nil))
 	f.Add([]byte("PSD3\x01\x00\xff"))
 	f.Add([]byte("PSD3\x02\x01\x00"))
+	f.Add(appendSigned(nil, request{op: opPush, shm: true, runID: "run-1", worker: 1, payloadLen: 16}, nil))
+	f.Add(appendSigned(nil, request{op: opPull, shm: true, retain: true, runID: "run-1"}, nil))
+	f.Add([]byte("PSD3\x03\x02\x00"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := readRequest(bytes.NewReader(b), make([]byte, 512), 64)
 		if err != nil {
 			return
 		}
-		if r.payloadLen > 64 || (r.op != opPull && r.op != opPush && r.op != opReplicate) || (r.retain && r.op != opPull) {
+		if r.payloadLen > 64 || (r.op != opPull && r.op != opPush && r.op != opReplicate) || (r.retain && r.op != opPull) ||
+			(r.shm && r.op == opReplicate) {
 			t.Fatalf("accepted %+v", r)
 		}
 		// What was accepted encodes back to the bytes read.
@@ -304,6 +308,8 @@ func FuzzReadResponse(f *testing.F) {
 	f.Add(appendResponse(nil, response{code: byte(codes.InvalidArgument), payloadLen: 9}))
 	f.Add(appendResponse(nil, response{outcome: byte(pb.PushResponse_DUPLICATE), done: true, version: -1}))
 	f.Add([]byte("PSD3\x00\x03\x02"))
+	f.Add(appendResponse(nil, response{version: 5, done: true, shm: true, payloadLen: 16}))
+	f.Add([]byte("PSD3\x00\x00\x04"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := readResponse(bytes.NewReader(b), make([]byte, respLen), 64)
 		if err != nil {

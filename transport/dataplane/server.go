@@ -11,6 +11,7 @@ import (
 	"math"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -66,6 +67,9 @@ type Config struct {
 	// auth.AllowPush), or it is refused before its payload is read and
 	// its connection closed. nil: no credential is needed (tests).
 	Auth *auth.Keyring
+	// NoSharedMemory refuses the shared-memory regions same-host clients
+	// offer (shm.go): their payloads go through the socket.
+	NoSharedMemory bool
 }
 
 // Server serves a Backend on a listener (wrap it with tls.NewListener for
@@ -81,6 +85,10 @@ type Server struct {
 	bufs    *buffers
 	ctx     context.Context // cancelled by Close
 	stop    context.CancelFunc
+	uid     int          // the user whose processes may hand us a region (shm.go)
+	regions atomic.Int64 // clients' regions mapped
+	// tests: read no preamble, as a server of an earlier build
+	noPreamble bool
 
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
@@ -101,7 +109,7 @@ func NewServer(b Backend, lis net.Listener, cfg Config) *Server {
 	ctx, stop := context.WithCancel(context.Background())
 	return &Server{b: b, lis: lis, local: listenLocal(lis), cfg: cfg, lim: lim, m: m, refusal: ratelog.New(cfg.Log, lim.LogEvery, cfg.Now),
 		bufs: newBuffers(lim, cfg.Now, func(n int64) { m.DataPlaneBuffered.Set(float64(n)) }),
-		ctx:  ctx, stop: stop, conns: map[net.Conn]struct{}{}}
+		ctx:  ctx, stop: stop, uid: serverUID(), conns: map[net.Conn]struct{}{}}
 }
 
 // SetPushSize tells the server the size in bytes of the shard's
@@ -278,7 +286,8 @@ func linger(c net.Conn) {
 // serveConn answers one connection's requests in order, until the
 // connection is done; the caller closes it. A push's gradient is read
 // into a buffer from the server's budget, and a pull writes the shard's
-// immutable parameter snapshot straight to the socket.
+// immutable parameter snapshot straight to the socket, or both go
+// through the region a same-host client offered (shm.go).
 func (s *Server) serveConn(c net.Conn) {
 	if tc, ok := c.(*tls.Conn); ok {
 		// Like gRPC's: a client that never finishes the handshake does not
@@ -290,7 +299,15 @@ func (s *Server) serveConn(c net.Conn) {
 		}
 		tc.SetDeadline(time.Time{})
 	}
-	rd := bufio.NewReaderSize(c, 64<<10)
+	var src io.Reader = c
+	var shm []byte // the client's region, or nil
+	if uc, ok := c.(*net.UnixConn); ok && !s.noPreamble {
+		if shm, src, ok = s.takeRegion(uc); !ok {
+			return
+		}
+		defer s.releaseRegion(shm)
+	}
+	rd := bufio.NewReaderSize(src, 64<<10)
 	scratch := make([]byte, 512)
 	hdr := make([]byte, 0, respLen)
 	for {
@@ -307,17 +324,25 @@ func (s *Server) serveConn(c net.Conn) {
 			s.reject(c, hdr, auth.Reason(err), code, err)
 			return
 		}
+		if req.shm && (shm == nil || int64(req.payloadLen) > int64(len(shm))) {
+			err := fmt.Errorf("%w: a payload of %d bytes in a shared region of %d", ErrBadFrame, req.payloadLen, len(shm))
+			if shm == nil {
+				err = fmt.Errorf("%w: a shared-memory payload on a connection without a shared region", ErrBadFrame)
+			}
+			s.reject(c, hdr, "bad_frame", codes.InvalidArgument, err)
+			return
+		}
 		if req.op == opReplicate {
 			if !s.replicate(c, rd, req, hdr) {
 				return
 			}
 			continue
 		}
-		payload, ok := s.readPayload(c, rd, req, hdr)
+		payload, ok := s.readPayload(c, rd, req, hdr, shm)
 		if !ok {
 			return
 		}
-		if !s.answer(c, rd, req, payload, hdr) {
+		if !s.answer(c, rd, req, payload, hdr, shm) {
 			return
 		}
 	}
@@ -391,7 +416,12 @@ func (s *Server) readHeader(c net.Conn, rd *bufio.Reader, scratch, hdr []byte) (
 // shard's push size or the whole budget is refused before its payload is
 // read, as is one the budget has no room for within BufferWait. false:
 // the connection is done.
-func (s *Server) readPayload(c net.Conn, rd *bufio.Reader, req request, hdr []byte) ([]byte, bool) {
+//
+// A gradient in the shared region shm (the caller checked it is within)
+// is copied out before the backend sees it: the client can write the
+// region at any time, and the backend may keep the buffer (PushKeeper)
+// after the push is answered.
+func (s *Server) readPayload(c net.Conn, rd *bufio.Reader, req request, hdr, shm []byte) ([]byte, bool) {
 	defer c.SetReadDeadline(time.Time{})
 	n := int(req.payloadLen)
 	if n > s.cfg.MaxPayload {
@@ -403,6 +433,10 @@ func (s *Server) readPayload(c net.Conn, rd *bufio.Reader, req request, hdr []by
 	if err != nil {
 		s.payloadFailed(c, hdr, n, err)
 		return nil, false
+	}
+	if req.shm {
+		copy(payload, shm[:n])
+		return payload, true
 	}
 	c.SetReadDeadline(time.Now().Add(s.lim.frameTime(n)))
 	if _, err := io.ReadFull(rd, payload); err != nil {
@@ -434,8 +468,9 @@ func (s *Server) payloadFailed(c net.Conn, hdr []byte, n int, err error) {
 // answer handles one request and writes its response within
 // FrameGrace + length/MinRate; payload, a buffer of the budget (or nil),
 // is released, or handed to a PushKeeper backend that releases it. false:
-// the connection is done.
-func (s *Server) answer(c net.Conn, rd *bufio.Reader, req request, payload, hdr []byte) bool {
+// the connection is done. A pull that asks for it has its parameters
+// written into the shared region shm when they fit.
+func (s *Server) answer(c net.Conn, rd *bufio.Reader, req request, payload, hdr, shm []byte) bool {
 	var resp response
 	var body []byte
 	release := func() {}
@@ -453,6 +488,10 @@ func (s *Server) answer(c net.Conn, rd *bufio.Reader, req request, payload, hdr 
 		resp.version, resp.generation, resp.done, body = pr.Version, pr.Generation, pr.Done, pr.Params
 		resp.dataPosition = pr.DataPosition
 		release = done
+		if req.shm && len(body) <= len(shm) {
+			copy(shm, body)
+			resp.shm, resp.payloadLen, body = true, uint32(len(body)), nil
+		}
 	case opPush:
 		pr, err := s.push(&pb.PushRequest{Worker: req.worker, Version: req.version,
 			Grad: payload, RunId: req.runID, Loss: req.loss, Generation: req.generation, DataPosition: req.dataPos})
@@ -471,7 +510,9 @@ func (s *Server) answer(c net.Conn, rd *bufio.Reader, req request, payload, hdr 
 // respond writes resp (into hdr's room) with body as its payload within
 // FrameGrace + length/MinRate. false: the connection is done.
 func (s *Server) respond(c net.Conn, hdr []byte, resp response, body []byte) bool {
-	resp.payloadLen = uint32(len(body))
+	if !resp.shm {
+		resp.payloadLen = uint32(len(body))
+	}
 	bufs := net.Buffers{appendResponse(hdr[:0], resp), body}
 	c.SetWriteDeadline(time.Now().Add(s.lim.frameTime(len(body))))
 	_, err := bufs.WriteTo(c)
