@@ -473,8 +473,9 @@ func (s *Shard) keep(g []float32) {
 	case s.kept != nil:
 		copy(s.kept[s.accepted], g)
 	default:
+		acc := s.accum[:len(g)] // (through s, the loop reloaded the slice for every element)
 		for i, x := range g {
-			s.accum[i] += x
+			acc[i] += x
 		}
 	}
 	s.accepted++
