@@ -81,14 +81,7 @@ func start(t *testing.T, maxPayload int) (*fakeBackend, string) {
 		t.Fatal(err)
 	}
 	s := NewServer(b, lis, Config{MaxPayload: maxPayload, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	done := make(chan error, 1)
-	go func() { done <- s.Serve() }()
-	t.Cleanup(func() {
-		s.Close()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
+	serveTest(t, s)
 	return b, lis.Addr().String()
 }
 
@@ -363,4 +356,18 @@ func TestVectoredPushAndPull(t *testing.T) {
 	if err != nil || string(resp.Params) != "params-abcde" || small[0][0] != 0 {
 		t.Fatalf("mismatched PullInto: %v %q %v", err, resp.Params, small)
 	}
+}
+
+// serveTest serves s until the test ends, then closes it and checks that
+// Serve returned cleanly.
+func serveTest(t *testing.T, s *Server) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- s.Serve() }()
+	t.Cleanup(func() {
+		s.Close()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
 }

@@ -44,14 +44,7 @@ func serveLimited(t *testing.T, b Backend, lis net.Listener, cfg Config) (*Serve
 	m := metrics.NewPS(prometheus.NewRegistry())
 	cfg.Metrics = m
 	s := NewServer(b, lis, cfg)
-	done := make(chan error, 1)
-	go func() { done <- s.Serve() }()
-	t.Cleanup(func() {
-		s.Close()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
+	serveTest(t, s)
 	return s, lis.Addr().String(), m
 }
 

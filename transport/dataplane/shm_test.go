@@ -67,14 +67,7 @@ func serveShm(t *testing.T, b Backend, cfg Config, setup func(*Server)) (*Server
 	if setup != nil {
 		setup(s)
 	}
-	done := make(chan error, 1)
-	go func() { done <- s.Serve() }()
-	t.Cleanup(func() {
-		s.Close()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
+	serveTest(t, s)
 	return s, lis.Addr().String()
 }
 
