@@ -147,20 +147,28 @@ func (c *Client) connect(ctx context.Context, fit int) error {
 // fails (then the client dials TCP); or an error if the connection broke.
 // Once a server has refused, the client offers no more.
 func (c *Client) offer(ctx context.Context, d *net.Dialer, uc *net.UnixConn, fit int) (net.Conn, error) {
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = time.Now().Add(d.Timeout)
+	deadline := time.Now().Add(d.Timeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
 	}
-	mem, _, err := offerRegion(uc, regionSize(fit, c.maxPayload), deadline)
+	// A cancelled call does not wait for the server's answer.
+	stop := context.AfterFunc(ctx, func() { uc.SetDeadline(time.Unix(1, 0)) })
+	mem, st, err := offerRegion(uc, regionSize(fit, c.maxPayload), deadline)
+	stop()
 	switch {
 	case err == nil && mem != nil:
 		c.shm = mem
 		return uc, nil
+	case err == nil && st == regionNotOffered:
+		return uc, nil // no region to offer this time (memfd or mmap failed here): perhaps next time
 	case err == nil:
 		c.noShm = true
 		return uc, nil
 	}
 	uc.Close()
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
 	if errors.Is(err, errNoPreamble) {
 		c.noShm = true
 		return dialLocal(ctx, d, c.addr), nil
@@ -194,10 +202,11 @@ func (c *Client) call(ctx context.Context, req request, payload net.Buffers, dst
 	req.payloadLen = uint32(n)
 	fit := 0 // the region this call's payload needs (shm.go); 0: none
 	if req.op == opPush || req.op == opPull {
-		fit = max(n, c.shmFit, 1)
+		want := 0 // a pull's payload fills every slice of dst
 		for _, d := range dst {
-			fit = max(fit, 4*len(d))
+			want += 4 * len(d)
 		}
+		fit = max(n, c.shmFit, want, 1)
 		fit = min(fit, c.maxPayload)
 		if c.conn != nil && c.local && !c.noShm && len(c.shm) < fit {
 			c.drop() // connect again, with a region that holds it

@@ -87,6 +87,7 @@ type Server struct {
 	stop    context.CancelFunc
 	uid     int          // the user whose processes may hand us a region (shm.go)
 	regions atomic.Int64 // clients' regions mapped
+	inShm   atomic.Int64 // payloads read from or written into a region (tests)
 	// tests: read no preamble, as a server of an earlier build
 	noPreamble bool
 
@@ -435,6 +436,9 @@ func (s *Server) readPayload(c net.Conn, rd *bufio.Reader, req request, hdr, shm
 		return nil, false
 	}
 	if req.shm {
+		if n > 0 {
+			s.inShm.Add(1)
+		}
 		copy(payload, shm[:n])
 		return payload, true
 	}
@@ -489,6 +493,7 @@ func (s *Server) answer(c net.Conn, rd *bufio.Reader, req request, payload, hdr,
 		resp.dataPosition = pr.DataPosition
 		release = done
 		if req.shm && len(body) <= len(shm) {
+			s.inShm.Add(1)
 			copy(shm, body)
 			resp.shm, resp.payloadLen, body = true, uint32(len(body)), nil
 		}

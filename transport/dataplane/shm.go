@@ -43,6 +43,11 @@ const (
 	regionForeign   = 2 // the client runs as another user
 	regionRefused   = 3 // not a sealed memfd of the announced size within the limit
 	regionMapFailed = 4 // mmap failed on the server
+
+	// regionNotOffered is the client's own: it could not make a region
+	// (memfd_create or mmap failed), sent nothing, and may try again on
+	// its next connection.
+	regionNotOffered = 255
 )
 
 // minRegion is the smallest region a client offers: mapped memory costs

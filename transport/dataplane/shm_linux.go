@@ -61,7 +61,7 @@ func unmap(mem []byte) {
 func offerRegion(conn *net.UnixConn, size int, deadline time.Time) (mem []byte, st byte, err error) {
 	mem, fd, err := newRegion(size)
 	if err != nil {
-		return nil, regionMapFailed, nil // nothing sent: carry on without
+		return nil, regionNotOffered, nil // nothing sent: carry on without
 	}
 	defer unix.Close(fd)
 	conn.SetDeadline(deadline)
@@ -98,8 +98,23 @@ func (s *Server) takeRegion(c *net.UnixConn) (mem []byte, rd io.Reader, ok bool)
 	c.SetReadDeadline(time.Now().Add(s.lim.IdleTimeout))
 	defer c.SetReadDeadline(time.Time{})
 	var pre [preambleLen]byte
-	oob := make([]byte, unix.CmsgSpace(4*4)) // room for more fds than the one expected, to close them
-	n, oobn, _, _, err := c.ReadMsgUnix(pre[:], oob)
+	// Descriptors are taken only from a process of our own user. Closing
+	// one runs its file's flush, which a file on a FUSE mount a foreign
+	// process controls could make wait forever, holding the connection's
+	// slot and Close; read without room for them, the kernel drops them
+	// with no flush.
+	same := peerIsUser(c, s.uid)
+	var (
+		n, oobn int
+		err     error
+		oob     []byte
+	)
+	if same {
+		oob = make([]byte, unix.CmsgSpace(4*4)) // room for more fds than the one expected, to close them
+		n, oobn, _, _, err = c.ReadMsgUnix(pre[:], oob)
+	} else {
+		n, err = c.Read(pre[:])
+	}
 	fds := receivedFDs(oob[:oobn])
 	defer func() {
 		for _, fd := range fds {
@@ -113,6 +128,8 @@ func (s *Server) takeRegion(c *net.UnixConn) (mem []byte, rd io.Reader, ok bool)
 		return nil, nil, false
 	}
 	if n < len(preambleMagic) {
+		// Begun, so the rest is due within FrameGrace, as a header's is.
+		c.SetReadDeadline(time.Now().Add(s.lim.FrameGrace))
 		m, err := io.ReadFull(c, pre[n:len(preambleMagic)])
 		n += m
 		if err != nil {
@@ -131,7 +148,7 @@ func (s *Server) takeRegion(c *net.UnixConn) (mem []byte, rd io.Reader, ok bool)
 		return nil, nil, false
 	}
 	size := binary.LittleEndian.Uint64(pre[4:])
-	st, mem, err := s.mapRegion(c, fds, size)
+	st, mem, err := s.mapRegion(same, fds, size)
 	if err != nil {
 		s.refusal.Warn("shm", "data plane: shared-memory region refused; payloads go through the socket", "remote", c.RemoteAddr().String(), "err", err)
 	}
@@ -149,13 +166,13 @@ func (s *Server) takeRegion(c *net.UnixConn) (mem []byte, rd io.Reader, ok bool)
 }
 
 // mapRegion checks and maps the region a client offered: only from a
-// process of the server's user, one memfd sealed against resizing, of
-// the announced size, no larger than a payload may be.
-func (s *Server) mapRegion(c *net.UnixConn, fds []int, size uint64) (st byte, mem []byte, err error) {
+// process of the server's user (same), one memfd on tmpfs sealed against
+// resizing, of the announced size, no larger than a payload may be.
+func (s *Server) mapRegion(same bool, fds []int, size uint64) (st byte, mem []byte, err error) {
 	switch {
 	case s.cfg.NoSharedMemory:
 		return regionDisabled, nil, nil
-	case !peerIsUser(c, s.uid):
+	case !same:
 		return regionForeign, nil, errors.New("the client runs as another user")
 	case len(fds) != 1:
 		return regionRefused, nil, fmt.Errorf("%d descriptors with the preamble, want 1", len(fds))
@@ -167,6 +184,16 @@ func (s *Server) mapRegion(c *net.UnixConn, fds []int, size uint64) (st byte, me
 	}
 	if seals&regionSeals != regionSeals {
 		return regionRefused, nil, fmt.Errorf("region not sealed against resizing (seals %#x, want %#x)", seals, regionSeals)
+	}
+	// Only tmpfs pages (a plain memfd's): a hugetlbfs memfd passes the
+	// checks above, but its pages can run out under the mapping, and a
+	// copy into it would fault the whole process.
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &fs); err != nil {
+		return regionRefused, nil, fmt.Errorf("fstatfs: %w", err)
+	}
+	if fs.Type != unix.TMPFS_MAGIC {
+		return regionRefused, nil, fmt.Errorf("region is not on tmpfs (file system %#x): not a plain memfd", fs.Type)
 	}
 	var st2 unix.Stat_t
 	if err := unix.Fstat(fd, &st2); err != nil {

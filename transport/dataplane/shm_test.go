@@ -143,11 +143,16 @@ func TestSharedMemoryMatchesTheSocket(t *testing.T) {
 		results[i] = [3][]byte{pushed, into, pulled}
 		shm, gaveUp := clientShm(c)
 		if off {
-			if shm != nil || !gaveUp || s.regions.Load() != 0 {
-				t.Fatalf("shared memory off: client region %d bytes, gave up %v, server regions %d", len(shm), gaveUp, s.regions.Load())
+			if shm != nil || !gaveUp || s.regions.Load() != 0 || s.inShm.Load() != 0 {
+				t.Fatalf("shared memory off: client region %d bytes, gave up %v, server regions %d, payloads in one %d", len(shm), gaveUp, s.regions.Load(), s.inShm.Load())
 			}
 		} else if len(shm) < 4*n || s.regions.Load() != 1 {
 			t.Fatalf("client region %d bytes, server regions %d; want a region of at least %d bytes", len(shm), s.regions.Load(), 4*n)
+		} else if got := s.inShm.Load(); got != 4 {
+			// exchangeAll's two pulls into dst, its push and its plain
+			// pull: the first connection's region held them all (sized
+			// from dst).
+			t.Fatalf("%d payloads went through the region, want 4", got)
 		}
 		if n := connNetwork(t, c); n != localNetwork {
 			t.Fatalf("network %q", n)
@@ -452,5 +457,25 @@ func TestRegionsAreUnmapped(t *testing.T) {
 	c2.Close()
 	if got := mappedRegions(t) - before; got != 0 {
 		t.Fatalf("%d mappings left", got)
+	}
+}
+
+// A preamble begun and left unfinished (fewer bytes than its magic) is
+// held to FrameGrace, as a started header is, not to IdleTimeout.
+func TestUnfinishedPreambleIsCut(t *testing.T) {
+	e := &echoBackend{}
+	_, addr := serveShm(t, e, Config{Limits: Limits{IdleTimeout: time.Minute, FrameGrace: 100 * time.Millisecond}}, nil)
+	conn := dialUnix(t, addr)
+	defer conn.Close()
+	if _, err := conn.Write([]byte("PS")); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.ReadAll(conn); err != nil {
+		t.Fatalf("reading until the server closes: %v", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("the server held an unfinished preamble for %v", took)
 	}
 }
