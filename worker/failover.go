@@ -68,6 +68,13 @@ func NewFailover(shard int, first, second Process, log *slog.Logger) DataPlane {
 	return f
 }
 
+// Where names the process calls go to now, "standby/0 at ADDR" (the
+// worker's logs and errors say it: Located).
+func (f *failover) Where() string {
+	p := f.procs[f.cur.Load()]
+	return p.Task + " at " + p.Addr
+}
+
 // current is the index and client calls go to now.
 func (f *failover) current() (int32, DataPlane) {
 	i := f.cur.Load()

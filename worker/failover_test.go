@@ -103,6 +103,10 @@ func TestFailoverSwitchesOnUnavailable(t *testing.T) {
 	if !strings.Contains(logs.String(), "to=standby/3") {
 		t.Fatalf("the switch line does not name the new process:\n%s", logs.String())
 	}
+	// The worker's retry lines and errors name the process calls go to.
+	if w := dp.(worker.Located).Where(); w != "standby/3 at b:1" {
+		t.Fatalf("Where() = %q after the switch, want standby/3 at b:1", w)
+	}
 	// standby/3 dies in turn (its primary came back as ps/3): back.
 	down = false
 	sb.answer = func() error { return unavailable() }

@@ -472,15 +472,30 @@ func (w *Worker) pull(ctx context.Context, s int, minVersion, gen int64) (*pb.Pu
 	return resp, err
 }
 
+// Located is a DataPlane that can say which process its calls go to
+// now (a shard with a hot standby switches between two: NewFailover).
+type Located interface {
+	Where() string
+}
+
+// where names the process shard s's calls go to now: "ps/0 at ADDR", or
+// what its client says.
+func (w *Worker) where(s int) string {
+	if l, ok := w.cfg.Shards[s].Client.(Located); ok {
+		return l.Where()
+	}
+	return fmt.Sprintf("ps/%d at %s", s, w.cfg.Shards[s].Addr)
+}
+
 // retry calls f until it succeeds, fails with a non-retryable error, or
 // the shard has been unavailable for RetryTimeout.
 func (w *Worker) retry(ctx context.Context, s int, op string, f func() error) error {
-	addr := w.cfg.Shards[s].Addr
 	err := retry.Do(ctx, retry.Policy{First: 20 * time.Millisecond, Max: time.Second, Patience: w.cfg.RetryTimeout,
 		Retryable: retry.OnCodes(codes.Unavailable),
 		OnRetry: func(attempt int, err error) {
 			if attempt == 1 {
-				w.cfg.Log.Warn("parameter server unavailable, retrying", "ps", s, "addr", addr, "op", op, "err", status.Convert(err).Message())
+				// (After a switch to a hot standby, the process retried.)
+				w.cfg.Log.Warn("parameter server unavailable, retrying", "ps", s, "at", w.where(s), "op", op, "err", status.Convert(err).Message())
 			}
 			w.cfg.Metrics.Retries.Inc()
 		}}, func(context.Context) error { return f() })
@@ -489,7 +504,7 @@ func (w *Worker) retry(ctx context.Context, s int, op string, f func() error) er
 	case err == nil || err == ctx.Err():
 		return err
 	case errors.As(err, &gaveUp):
-		return fmt.Errorf("%s to ps/%d at %s: unavailable for %v, giving up: %w", op, s, addr, gaveUp.After.Round(time.Millisecond), gaveUp.Err)
+		return fmt.Errorf("%s to %s: unavailable for %v, giving up: %w", op, w.where(s), gaveUp.After.Round(time.Millisecond), gaveUp.Err)
 	}
-	return fmt.Errorf("%s to ps/%d at %s: %w", op, s, addr, err)
+	return fmt.Errorf("%s to %s: %w", op, w.where(s), err)
 }
