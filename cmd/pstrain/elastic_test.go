@@ -55,7 +55,7 @@ func TestScaleWorkers(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	ckdir := filepath.Join(dir, "ck")
-	run := startRun(t, ctx, dir, "--mode", "sync", "--hidden", "64", "--batch", "32", "--data-fraction", "0.1",
+	run := startRun(t, ctx, dir, "--mode", "sync", "--hidden", "64", "--batch", "32", "--data-fraction", "0.5",
 		"--epochs", "20", "--lr", "0.05", "--lr-schedule", "constant", "--checkpoint-dir", ckdir, "--max-workers", "4")
 	run.waitTraining(60 * time.Second)
 
