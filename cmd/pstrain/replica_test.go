@@ -15,9 +15,11 @@ import (
 // issue's fault plan kills ps/0 (its standby takes over), then ps/1, then
 // ps/0 again — by then the standby of shard 0's new primary, so the
 // primary goes on alone and re-attaches it when it is back. The issue
-// placed the kills at 4, 8 and 12 s; runs here now last 10-12 s, so the
-// kills go at 30%, 55% and 80% of the undisturbed run's wall time, which
-// keeps the last one inside training on a fast machine and a slow one. Every restart reports 0 steps lost, a failover says which replica
+// placed the kills at 4, 8 and 12 s; runs here now train for ~8-10 s
+// after ~2-3 s of start-up, so the kills go at 20%, 50% and 80% of the
+// undisturbed run's training, from when its training began: each lands
+// inside training on a fast machine and a slow one (at 30% of the whole
+// run's wall time the first one could come before the first step). Every restart reports 0 steps lost, a failover says which replica
 // took over and how fast, no checkpoint is restored, and the run ends
 // within 0.3 points of an undisturbed run with the same seed.
 func TestHotStandbysLoseNothing(t *testing.T) {
@@ -37,15 +39,21 @@ func TestHotStandbysLoseNothing(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 			defer cancel()
 			args := append([]string{"--ps-replicas", "1", "--checkpoint-every", "0"}, m.args...)
+			bin.Path(t) // built before the clock starts
+			launched := time.Now()
 			base, _ := faultRun(t, ctx, t.TempDir(), args...)
 			if len(base.Restarts) != 0 {
 				t.Fatalf("undisturbed run has restarts: %+v", base.Restarts)
 			}
 			t.Logf("%s undisturbed: %.2f%% after %d steps, %.1f s of training", m.name, 100*base.TestAccuracy, base.GlobalSteps, base.TrainSeconds)
-			wall := base.StartupSeconds + base.TrainSeconds
-			at := func(f float64) string { return fmt.Sprintf("%.2fs", f*wall) }
-			plan := "ps/0@" + at(0.30) + ",ps/1@" + at(0.55) + ",ps/0@" + at(0.80)
-			t.Logf("fault plan for a %.1f s run: %s", wall, plan)
+			// The kills fall at fractions of the undisturbed run's
+			// training, on the clock of its launch (the fault times'
+			// clock starts a little after it, so each kill lands a little
+			// later into training, never before it).
+			started := base.TrainStartedUnix - float64(launched.UnixNano())/1e9
+			at := func(f float64) string { return fmt.Sprintf("%.2fs", started+f*base.TrainSeconds) }
+			plan := "ps/0@" + at(0.20) + ",ps/1@" + at(0.50) + ",ps/0@" + at(0.80)
+			t.Logf("fault plan for training from %.1f s to %.1f s: %s", started, started+base.TrainSeconds, plan)
 			rep, out := faultRun(t, ctx, t.TempDir(), append(args, "--fault", plan)...)
 			if len(rep.Restarts) < 3 {
 				t.Fatalf("%d restarts, want the 3 kills (training over before the last?): %+v\n%s", len(rep.Restarts), rep.Restarts, out)
