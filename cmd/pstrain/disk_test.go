@@ -121,9 +121,11 @@ func TestFullDisk(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		tmp, disk := t.TempDir(), smallDisk(t, "3m")
-		// Every 20 steps of 351: up to 17 routine checkpoints (one in
-		// flight at a time, so fewer on a loaded machine).
-		status, out, rep := diskRun(t, ctx, tmp, disk, "--data-fraction", "0.5", "--epochs", "3", "--hidden", "100",
+		// Every 20 steps of 938: up to 46 routine checkpoints, one in
+		// flight at a time and one per chief poll (~0.1 s), so fewer; 3
+		// epochs (351 steps) trained in 0.5 s on 2026-11-26 and committed
+		// only 5.
+		status, out, rep := diskRun(t, ctx, tmp, disk, "--data-fraction", "0.5", "--epochs", "8", "--hidden", "100",
 			"--keep-checkpoints", "0", "--checkpoint-every", "20")
 		if status != 0 {
 			t.Fatalf("exit status %d\n%s", status, out)
