@@ -134,7 +134,7 @@ func RunChief(ctx context.Context, o Options, co ChiefOptions) (*report.Report, 
 	if err != nil {
 		return nil, err
 	}
-	rep.BLAS = blas.Name
+	rep.BLAS = blas.Describe()
 	// Also after an interrupt: the run is over, the PS processes go.
 	c.Shutdown(context.WithoutCancel(ctx))
 	if co.ReportPath != "" {

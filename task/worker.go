@@ -83,7 +83,7 @@ func RunWorker(ctx context.Context, o Options, blasThreads int) error {
 	if err != nil {
 		return err
 	}
-	o.Log.Info("worker registered", "run", reg0.RunId, "workers", dplan.Last().Workers, "data_mib", math.Round(float64(held)/(1<<20)*10)/10, "blas", blas.Name)
+	o.Log.Info("worker registered", "run", reg0.RunId, "workers", dplan.Last().Workers, "data_mib", math.Round(float64(held)/(1<<20)*10)/10, "blas", blas.Describe())
 
 	var shards []worker.Shard
 	for i, a := range o.Cluster.PS {

@@ -75,7 +75,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	spec := mr.Spec(784, 10) // MNIST's shape: the sections use synthetic data of it
 	cfg := bench.Config{Sections: secs, Quick: *quick, Spec: spec,
-		Batches: bs, BLAS: gorgonia.WhichBLAS(), BLASName: blas.Name, Budget: *budget, Rounds: *rounds, Seed: *seed,
+		Batches: bs, BLAS: gorgonia.WhichBLAS(), BLASName: blas.Describe(), Budget: *budget, Rounds: *rounds, Seed: *seed,
 		Progress: stderr}
 	if cfg.NeedsRunner() {
 		exe, err := os.Executable()

@@ -2,6 +2,8 @@ package blas
 
 import (
 	"math"
+	"os"
+	"strings"
 	"testing"
 
 	gblas "gonum.org/v1/gonum/blas"
@@ -46,5 +48,27 @@ func TestSetupSgemmMatchesGonum(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// Describe names the kernels OpenBLAS runs, and as OPENBLAS_CORETYPE asks
+// when it is set.
+func TestDescribeNamesTheKernels(t *testing.T) {
+	if err := Setup(1); err != nil {
+		t.Fatal(err)
+	}
+	d := Describe()
+	t.Log(d)
+	if Name != "openblas" {
+		if d != Name {
+			t.Errorf("Describe() = %q, want %q", d, Name)
+		}
+		return
+	}
+	if !strings.HasPrefix(d, Name+" (") || !strings.HasSuffix(d, ")") {
+		t.Errorf("Describe() = %q, want %q and the kernels' name in parentheses", d, Name)
+	}
+	if want := os.Getenv("OPENBLAS_CORETYPE"); want != "" && !strings.Contains(strings.ToLower(d), strings.ToLower(want)) {
+		t.Errorf("Describe() = %q with OPENBLAS_CORETYPE=%s", d, want)
 	}
 }

@@ -17,8 +17,10 @@ enum { rowMajor = 101, noTrans = 111, trans = 112 }; // cblas.h's values
 typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int,
                          const float *, int, float, float *, int);
 typedef void (*threads_fn)(int);
+typedef char *(*corename_fn)(void);
 static sgemm_fn pstrain_sgemm_ptr;
 static threads_fn pstrain_threads_ptr;
+static corename_fn pstrain_corename_ptr; // optional: NULL if the library lacks it
 
 // pstrain_blas_open loads OpenBLAS from name; NULL on success, else why not.
 static const char *pstrain_blas_open(const char *name) {
@@ -36,7 +38,12 @@ static const char *pstrain_blas_open(const char *name) {
 	}
 	pstrain_sgemm_ptr = s;
 	pstrain_threads_ptr = t;
+	pstrain_corename_ptr = (corename_fn)dlsym(h, "openblas_get_corename");
 	return NULL;
+}
+
+static const char *pstrain_corename(void) {
+	return pstrain_corename_ptr == NULL ? NULL : pstrain_corename_ptr();
 }
 
 static void pstrain_set_threads(int n) { pstrain_threads_ptr(n); }
@@ -68,6 +75,7 @@ const Name = "openblas"
 var loader struct {
 	once sync.Once
 	err  error
+	core string // the kernels OpenBLAS chose ("" if it cannot say)
 }
 
 func open() error {
@@ -80,6 +88,9 @@ func open() error {
 			msg := C.pstrain_blas_open(cname)
 			C.free(unsafe.Pointer(cname))
 			if msg == nil {
+				if c := C.pstrain_corename(); c != nil {
+					loader.core = strings.TrimSpace(C.GoString(c))
+				}
 				return
 			}
 			why = append(why, C.GoString(msg))
@@ -115,6 +126,16 @@ func (impl) Sgemm(tA, tB gblas.Transpose, m, n, k int, alpha float32, a []float3
 	C.pstrain_sgemm(cbool(tA != gblas.NoTrans), cbool(tB != gblas.NoTrans), C.int(m), C.int(n), C.int(k),
 		C.float(alpha), pa, C.int(lda), pb, C.int(ldb), C.float(beta),
 		(*C.float)(unsafe.Pointer(&c[0])), C.int(ldc))
+}
+
+// Describe names the BLAS and the kernels it runs, as OpenBLAS chose them
+// when it was loaded (by CPU, or as OPENBLAS_CORETYPE says): "openblas
+// (Haswell)". Where the kernels cannot be told, just Name.
+func Describe() string {
+	if open() != nil || loader.core == "" {
+		return Name
+	}
+	return Name + " (" + loader.core + ")"
 }
 
 // Setup loads OpenBLAS and makes gorgonia use it with the given number of

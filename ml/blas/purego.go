@@ -10,6 +10,9 @@ import (
 // Name says which BLAS this binary uses.
 const Name = "gonum"
 
+// Describe names the BLAS: gonum's has no kernels to choose.
+func Describe() string { return Name }
+
 // Setup makes gorgonia use gonum's pure-Go BLAS; threads is ignored and
 // it never fails.
 func Setup(threads int) error {
