@@ -9,6 +9,7 @@ import (
 
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/ml/optim"
+	"github.com/pstrain/pstrain/ml/vec"
 )
 
 // Errors a push can be refused with. The gRPC layer maps them to status
@@ -473,10 +474,7 @@ func (s *Shard) keep(g []float32) {
 	case s.kept != nil:
 		copy(s.kept[s.accepted], g)
 	default:
-		acc := s.accum[:len(g)] // (through s, the loop reloaded the slice for every element)
-		for i, x := range g {
-			acc[i] += x
-		}
+		vec.Add(s.accum, g)
 	}
 	s.accepted++
 }

@@ -1,0 +1,46 @@
+//go:build amd64 && !purego
+
+package vec
+
+import "golang.org/x/sys/cpu"
+
+// avx2 is whether this CPU and OS run AVX2 (fixed when the program
+// starts).
+var avx2 = cpu.X86.HasAVX2
+
+// bulk is how many of n values the assembly takes: whole blocks of
+// Lanes, with AVX2.
+func bulk(n int) int {
+	if !avx2 {
+		return 0
+	}
+	return n &^ (Lanes - 1)
+}
+
+// The assembly (vec_amd64.s); each takes a multiple of Lanes values.
+
+//go:noescape
+func momentumSumAVX2(p, v, acc, grad *float32, n int, mu, lr, scale float32)
+
+//go:noescape
+func momentumAVX2(p, v, grad *float32, n int, mu, lr, scale float32)
+
+//go:noescape
+func addAVX2(dst, src *float32, n int)
+
+//go:noescape
+func sumSquaresAVX2(x *float32, n int, l *[Lanes]float64)
+
+func momentumSumBulk(p, v, acc, g []float32, mu, lr, scale float32) {
+	momentumSumAVX2(&p[0], &v[0], &acc[0], &g[0], len(g), mu, lr, scale)
+}
+
+func momentumBulk(p, v, g []float32, mu, lr, scale float32) {
+	momentumAVX2(&p[0], &v[0], &g[0], len(g), mu, lr, scale)
+}
+
+func addBulk(dst, src []float32) { addAVX2(&dst[0], &src[0], len(src)) }
+
+func sumSquaresBulk(x []float32, l *[Lanes]float64) { sumSquaresAVX2(&x[0], len(x), l) }
+
+func avx2Available() bool { return avx2 }

@@ -1,0 +1,158 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// Each loop takes 16 values an iteration, two registers of 8: n is a
+// multiple of 16. The operations are Go's, one rounding each, in Go's
+// order (vec.go); in Go's assembly VSUBPS b, a, d is d = a - b.
+
+// func momentumSumAVX2(p, v, acc, grad *float32, n int, mu, lr, scale float32)
+TEXT ·momentumSumAVX2(SB), NOSPLIT, $0-52
+	MOVQ         p+0(FP), DI
+	MOVQ         v+8(FP), SI
+	MOVQ         acc+16(FP), DX
+	MOVQ         grad+24(FP), BX
+	MOVQ         n+32(FP), CX
+	VBROADCASTSS mu+40(FP), Y0
+	VBROADCASTSS lr+44(FP), Y1
+	VBROADCASTSS scale+48(FP), Y2
+	VXORPS       Y3, Y3, Y3
+	XORQ         AX, AX
+
+msloop:
+	CMPQ    AX, CX
+	JAE     msdone
+	VMOVUPS (DX)(AX*4), Y4      // acc
+	VMOVUPS 32(DX)(AX*4), Y5
+	VADDPS  (BX)(AX*4), Y4, Y4  // acc + g
+	VADDPS  32(BX)(AX*4), Y5, Y5
+	VMULPS  Y2, Y4, Y4          // scale*(acc + g)
+	VMULPS  Y2, Y5, Y5
+	VMOVUPS (SI)(AX*4), Y6      // v
+	VMOVUPS 32(SI)(AX*4), Y7
+	VMULPS  Y0, Y6, Y6          // mu*v
+	VMULPS  Y0, Y7, Y7
+	VADDPS  Y4, Y6, Y6          // mu*v + scale*(acc + g)
+	VADDPS  Y5, Y7, Y7
+	VMOVUPS Y6, (SI)(AX*4)
+	VMOVUPS Y7, 32(SI)(AX*4)
+	VMULPS  Y1, Y6, Y6          // lr*v
+	VMULPS  Y1, Y7, Y7
+	VMOVUPS (DI)(AX*4), Y8      // p
+	VMOVUPS 32(DI)(AX*4), Y9
+	VSUBPS  Y6, Y8, Y8          // p - lr*v
+	VSUBPS  Y7, Y9, Y9
+	VMOVUPS Y8, (DI)(AX*4)
+	VMOVUPS Y9, 32(DI)(AX*4)
+	VMOVUPS Y3, (DX)(AX*4)      // acc = 0
+	VMOVUPS Y3, 32(DX)(AX*4)
+	ADDQ    $16, AX
+	JMP     msloop
+
+msdone:
+	VZEROUPPER
+	RET
+
+// func momentumAVX2(p, v, grad *float32, n int, mu, lr, scale float32)
+TEXT ·momentumAVX2(SB), NOSPLIT, $0-44
+	MOVQ         p+0(FP), DI
+	MOVQ         v+8(FP), SI
+	MOVQ         grad+16(FP), BX
+	MOVQ         n+24(FP), CX
+	VBROADCASTSS mu+32(FP), Y0
+	VBROADCASTSS lr+36(FP), Y1
+	VBROADCASTSS scale+40(FP), Y2
+	XORQ         AX, AX
+
+mloop:
+	CMPQ    AX, CX
+	JAE     mdone
+	VMOVUPS (BX)(AX*4), Y4      // g
+	VMOVUPS 32(BX)(AX*4), Y5
+	VMULPS  Y2, Y4, Y4          // scale*g
+	VMULPS  Y2, Y5, Y5
+	VMOVUPS (SI)(AX*4), Y6      // v
+	VMOVUPS 32(SI)(AX*4), Y7
+	VMULPS  Y0, Y6, Y6          // mu*v
+	VMULPS  Y0, Y7, Y7
+	VADDPS  Y4, Y6, Y6          // mu*v + scale*g
+	VADDPS  Y5, Y7, Y7
+	VMOVUPS Y6, (SI)(AX*4)
+	VMOVUPS Y7, 32(SI)(AX*4)
+	VMULPS  Y1, Y6, Y6          // lr*v
+	VMULPS  Y1, Y7, Y7
+	VMOVUPS (DI)(AX*4), Y8      // p
+	VMOVUPS 32(DI)(AX*4), Y9
+	VSUBPS  Y6, Y8, Y8          // p - lr*v
+	VSUBPS  Y7, Y9, Y9
+	VMOVUPS Y8, (DI)(AX*4)
+	VMOVUPS Y9, 32(DI)(AX*4)
+	ADDQ    $16, AX
+	JMP     mloop
+
+mdone:
+	VZEROUPPER
+	RET
+
+// func addAVX2(dst, src *float32, n int)
+TEXT ·addAVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	XORQ AX, AX
+
+aloop:
+	CMPQ    AX, CX
+	JAE     adone
+	VMOVUPS (DI)(AX*4), Y0
+	VMOVUPS 32(DI)(AX*4), Y1
+	VADDPS  (SI)(AX*4), Y0, Y0
+	VADDPS  32(SI)(AX*4), Y1, Y1
+	VMOVUPS Y0, (DI)(AX*4)
+	VMOVUPS Y1, 32(DI)(AX*4)
+	ADDQ    $16, AX
+	JMP     aloop
+
+adone:
+	VZEROUPPER
+	RET
+
+// func sumSquaresAVX2(x *float32, n int, l *[16]float64)
+// Y0..Y3 are the partial sums of lanes 0-3, 4-7, 8-11 and 12-15: lane k
+// adds the squares of values k, k+16, k+32, ... in that order, each
+// widened to float64 first, as sumSquaresGo does.
+TEXT ·sumSquaresAVX2(SB), NOSPLIT, $0-24
+	MOVQ   x+0(FP), SI
+	MOVQ   n+8(FP), CX
+	MOVQ   l+16(FP), DI
+	VXORPD Y0, Y0, Y0
+	VXORPD Y1, Y1, Y1
+	VXORPD Y2, Y2, Y2
+	VXORPD Y3, Y3, Y3
+	XORQ   AX, AX
+
+sloop:
+	CMPQ      AX, CX
+	JAE       sdone
+	VCVTPS2PD (SI)(AX*4), Y4
+	VCVTPS2PD 16(SI)(AX*4), Y5
+	VCVTPS2PD 32(SI)(AX*4), Y6
+	VCVTPS2PD 48(SI)(AX*4), Y7
+	VMULPD    Y4, Y4, Y4
+	VMULPD    Y5, Y5, Y5
+	VMULPD    Y6, Y6, Y6
+	VMULPD    Y7, Y7, Y7
+	VADDPD    Y4, Y0, Y0
+	VADDPD    Y5, Y1, Y1
+	VADDPD    Y6, Y2, Y2
+	VADDPD    Y7, Y3, Y3
+	ADDQ      $16, AX
+	JMP       sloop
+
+sdone:
+	VMOVUPD Y0, (DI)
+	VMOVUPD Y1, 32(DI)
+	VMOVUPD Y2, 64(DI)
+	VMOVUPD Y3, 96(DI)
+	VZEROUPPER
+	RET

@@ -1,0 +1,18 @@
+//go:build !amd64 || purego
+
+package vec
+
+// bulk is 0: without the assembly, the Go loops take every value.
+func bulk(int) int { return 0 }
+
+func momentumSumBulk(p, v, acc, g []float32, mu, lr, scale float32) {
+	momentumSumGo(p, v, acc, g, mu, lr, scale)
+}
+
+func momentumBulk(p, v, g []float32, mu, lr, scale float32) { momentumGo(p, v, g, mu, lr, scale) }
+
+func addBulk(dst, src []float32) { addGo(dst, src) }
+
+func sumSquaresBulk(x []float32, l *[Lanes]float64) { sumSquaresGo(x, 0, l) }
+
+func avx2Available() bool { return false }
