@@ -3,6 +3,8 @@ package dataset
 import (
 	"fmt"
 	"math"
+
+	"github.com/pstrain/pstrain/ml/vec"
 )
 
 // Samples is a data set as a Batcher reads it: n samples of dim values
@@ -116,13 +118,9 @@ func newPixelScale() *pixelScale {
 	return &s
 }
 
-// scale writes the values of the stored pixels src into dst.
-func (s *pixelScale) scale(dst []float32, src []uint8) {
-	dst = dst[:len(src)]
-	for i, v := range src {
-		dst[i] = s[v]
-	}
-}
+// scale writes the values of the stored pixels src into dst (vec.Pixels:
+// the same values as the table, sixteen at a time with AVX2).
+func (s *pixelScale) scale(dst []float32, src []uint8) { vec.Pixels(dst, src) }
 
 // scalePixels converts bytes to float32(b)/255.
 func scalePixels(b []byte) []float32 {

@@ -9,6 +9,7 @@ import (
 	G "gorgonia.org/gorgonia"
 
 	"github.com/pstrain/pstrain/ml/model"
+	"github.com/pstrain/pstrain/ml/vec"
 )
 
 // cnnNet is a LeNet-style CNN (model.Spec with Kind cnn) written out by
@@ -374,54 +375,34 @@ func unpool(dPool []float32, arg []int32, pool []float32, g model.ConvLayer, bat
 // addBias adds bias to every row of m (row width len(bias)), then applies
 // ReLU if relu is set.
 //
-// The ReLU and reluMask below select without a branch (the compiler
-// turns the if into a conditional move of a bit mask): a hidden layer's
-// pre-activations are negative about half the time, at random, and a
-// branch on their sign was mispredicted so often that each pass over a
-// 128 x 800 layer took ~0.47 ms, together a quarter of the MLP's step;
-// masked, 0.07-0.09 ms (BenchmarkElementwise). Every value is the same
-// bit for bit (TestBranchFreeReLU: negative values become +0, -0 and NaN
-// pass as they did).
+// The ReLU and reluMask below select without a branch (package vec:
+// AVX2's compare and mask, or Go's conditional move of a bit mask): a
+// hidden layer's pre-activations are negative about half the time, at
+// random, and a branch on their sign was mispredicted so often that each
+// pass over a 128 x 800 layer took ~0.47 ms, together a quarter of the
+// MLP's step; masked in Go, 0.07-0.09 ms (BenchmarkElementwise). Every
+// value is the same bit for bit (TestBranchFreeReLU: negative values
+// become +0, -0 and NaN pass as they did).
 func addBias(m, bias []float32, relu bool) {
 	w := len(bias)
 	for r := 0; r < len(m); r += w {
 		row := m[r : r+w : r+w]
-		if !relu {
-			for j, b := range bias {
-				row[j] += b
-			}
-			continue
-		}
-		for j, b := range bias {
-			v := row[j] + b
-			var neg uint32
-			if v < 0 {
-				neg = math.MaxUint32
-			}
-			row[j] = math.Float32frombits(math.Float32bits(v) &^ neg)
+		if relu {
+			vec.AddReLU(row, bias)
+		} else {
+			vec.Add(row, bias)
 		}
 	}
 }
 
 // reluMask zeroes the gradient d where the ReLU output act was not
 // positive (without a branch: see addBias).
-func reluMask(d, act []float32) {
-	d = d[:len(act)]
-	for i, a := range act {
-		var off uint32
-		if a <= 0 {
-			off = math.MaxUint32
-		}
-		d[i] = math.Float32frombits(math.Float32bits(d[i]) &^ off)
-	}
-}
+func reluMask(d, act []float32) { vec.MaskNonPositive(d, act) }
 
 // colSum writes the sum of the rows of m (width w) into dst.
 func colSum(m []float32, w int, dst []float32) {
 	clear(dst)
 	for r := 0; r < len(m); r += w {
-		for j, v := range m[r : r+w] {
-			dst[j] += v
-		}
+		vec.Add(dst, m[r:r+w])
 	}
 }

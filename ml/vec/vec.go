@@ -17,6 +17,8 @@
 // push waits for all of it (docs/scaling.md, "The PS's loops").
 package vec
 
+import "math"
+
 // Lanes is how many partial sums SumSquares keeps: value i goes into
 // partial sum i % Lanes.
 const Lanes = 16
@@ -109,5 +111,75 @@ func sumSquaresGo(x []float32, first int, l *[Lanes]float64) {
 	for i, v := range x {
 		f := float64(v)
 		l[(first+i)%Lanes] += f * f
+	}
+}
+
+// AddReLU adds bias into x and takes the ReLU: for each i, v = x[i] +
+// bias[i], and x[i] = v, or +0 where v < 0. Without a branch: the signs
+// of a hidden layer are random, and a branch on them mispredicted half
+// the time. len(x) must be at least len(bias).
+func AddReLU(x, bias []float32) {
+	n := len(bias)
+	x = x[:n]
+	k := bulk(n)
+	if k > 0 {
+		addReLUBulk(x[:k], bias[:k])
+	}
+	addReLUGo(x[k:], bias[k:])
+}
+
+// MaskNonPositive zeroes d where act is not positive (the gradient
+// through a ReLU whose output was act): d[i] becomes +0 where act[i] <=
+// 0, and stays where act[i] > 0 or is NaN. len(d) must be at least
+// len(act).
+func MaskNonPositive(d, act []float32) {
+	n := len(act)
+	d = d[:n]
+	k := bulk(n)
+	if k > 0 {
+		maskBulk(d[:k], act[:k])
+	}
+	maskGo(d[k:], act[k:])
+}
+
+// Pixels converts stored pixels to the values a network reads: dst[i] =
+// float32(src[i]) / 255. len(dst) must be at least len(src).
+func Pixels(dst []float32, src []uint8) {
+	n := len(src)
+	dst = dst[:n]
+	k := bulk(n)
+	if k > 0 {
+		pixelsBulk(dst[:k], src[:k])
+	}
+	pixelsGo(dst[k:], src[k:])
+}
+
+func addReLUGo(x, bias []float32) {
+	x = x[:len(bias)]
+	for i, b := range bias {
+		v := x[i] + b
+		var neg uint32
+		if v < 0 {
+			neg = math.MaxUint32
+		}
+		x[i] = math.Float32frombits(math.Float32bits(v) &^ neg)
+	}
+}
+
+func maskGo(d, act []float32) {
+	d = d[:len(act)]
+	for i, a := range act {
+		var off uint32
+		if a <= 0 {
+			off = math.MaxUint32
+		}
+		d[i] = math.Float32frombits(math.Float32bits(d[i]) &^ off)
+	}
+}
+
+func pixelsGo(dst []float32, src []uint8) {
+	dst = dst[:len(src)]
+	for i, b := range src {
+		dst[i] = float32(b) / 255
 	}
 }

@@ -44,3 +44,18 @@ func addBulk(dst, src []float32) { addAVX2(&dst[0], &src[0], len(src)) }
 func sumSquaresBulk(x []float32, l *[Lanes]float64) { sumSquaresAVX2(&x[0], len(x), l) }
 
 func avx2Available() bool { return avx2 }
+
+//go:noescape
+func addReLUAVX2(x, bias *float32, n int)
+
+//go:noescape
+func maskAVX2(d, act *float32, n int)
+
+//go:noescape
+func pixelsAVX2(dst *float32, src *uint8, n int, div float32)
+
+func addReLUBulk(x, bias []float32) { addReLUAVX2(&x[0], &bias[0], len(bias)) }
+
+func maskBulk(d, act []float32) { maskAVX2(&d[0], &act[0], len(act)) }
+
+func pixelsBulk(dst []float32, src []uint8) { pixelsAVX2(&dst[0], &src[0], len(src), 255) }

@@ -156,3 +156,88 @@ sdone:
 	VMOVUPD Y3, 96(DI)
 	VZEROUPPER
 	RET
+
+// func addReLUAVX2(x, bias *float32, n int)
+// v = x + bias; x = v with its bits cleared where v < 0 (ordered: a NaN
+// stays).
+TEXT ·addReLUAVX2(SB), NOSPLIT, $0-24
+	MOVQ   x+0(FP), DI
+	MOVQ   bias+8(FP), SI
+	MOVQ   n+16(FP), CX
+	VXORPS Y15, Y15, Y15
+	XORQ   AX, AX
+
+rloop:
+	CMPQ    AX, CX
+	JAE     rdone
+	VMOVUPS (DI)(AX*4), Y0
+	VMOVUPS 32(DI)(AX*4), Y1
+	VADDPS  (SI)(AX*4), Y0, Y0
+	VADDPS  32(SI)(AX*4), Y1, Y1
+	VCMPPS  $1, Y15, Y0, Y2     // v < 0 (LT_OS)
+	VCMPPS  $1, Y15, Y1, Y3
+	VANDNPS Y0, Y2, Y0          // v &^ mask
+	VANDNPS Y1, Y3, Y1
+	VMOVUPS Y0, (DI)(AX*4)
+	VMOVUPS Y1, 32(DI)(AX*4)
+	ADDQ    $16, AX
+	JMP     rloop
+
+rdone:
+	VZEROUPPER
+	RET
+
+// func maskAVX2(d, act *float32, n int)
+// d's bits cleared where act <= 0 (ordered: a NaN keeps d).
+TEXT ·maskAVX2(SB), NOSPLIT, $0-24
+	MOVQ   d+0(FP), DI
+	MOVQ   act+8(FP), SI
+	MOVQ   n+16(FP), CX
+	VXORPS Y15, Y15, Y15
+	XORQ   AX, AX
+
+kloop:
+	CMPQ    AX, CX
+	JAE     kdone
+	VMOVUPS (SI)(AX*4), Y0
+	VMOVUPS 32(SI)(AX*4), Y1
+	VCMPPS  $2, Y15, Y0, Y2     // act <= 0 (LE_OS)
+	VCMPPS  $2, Y15, Y1, Y3
+	VANDNPS (DI)(AX*4), Y2, Y0  // d &^ mask
+	VANDNPS 32(DI)(AX*4), Y3, Y1
+	VMOVUPS Y0, (DI)(AX*4)
+	VMOVUPS Y1, 32(DI)(AX*4)
+	ADDQ    $16, AX
+	JMP     kloop
+
+kdone:
+	VZEROUPPER
+	RET
+
+// func pixelsAVX2(dst *float32, src *uint8, n int, div float32)
+// dst = float32(src) / div: bytes widened to int32, converted exactly,
+// then one correctly rounded division, as Go's float32(b) / 255.
+TEXT ·pixelsAVX2(SB), NOSPLIT, $0-28
+	MOVQ         dst+0(FP), DI
+	MOVQ         src+8(FP), SI
+	MOVQ         n+16(FP), CX
+	VBROADCASTSS div+24(FP), Y15
+	XORQ         AX, AX
+
+ploop:
+	CMPQ      AX, CX
+	JAE       pdone
+	VPMOVZXBD (SI)(AX*1), Y0
+	VPMOVZXBD 8(SI)(AX*1), Y1
+	VCVTDQ2PS Y0, Y0
+	VCVTDQ2PS Y1, Y1
+	VDIVPS    Y15, Y0, Y0
+	VDIVPS    Y15, Y1, Y1
+	VMOVUPS   Y0, (DI)(AX*4)
+	VMOVUPS   Y1, 32(DI)(AX*4)
+	ADDQ      $16, AX
+	JMP       ploop
+
+pdone:
+	VZEROUPPER
+	RET

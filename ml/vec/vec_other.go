@@ -16,3 +16,9 @@ func addBulk(dst, src []float32) { addGo(dst, src) }
 func sumSquaresBulk(x []float32, l *[Lanes]float64) { sumSquaresGo(x, 0, l) }
 
 func avx2Available() bool { return false }
+
+func addReLUBulk(x, bias []float32) { addReLUGo(x, bias) }
+
+func maskBulk(d, act []float32) { maskGo(d, act) }
+
+func pixelsBulk(dst []float32, src []uint8) { pixelsGo(dst, src) }

@@ -94,6 +94,50 @@ func TestKernelsMatchTheGoLoops(t *testing.T) {
 	}
 }
 
+// The network's kernels give their Go loops' results bit for bit, with
+// zeros of both signs and NaNs among the values.
+func TestNetworkKernelsMatchTheGoLoops(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	special := []float32{0, float32(math.Copysign(0, -1)), float32(math.NaN()), float32(math.Inf(-1)), float32(math.Inf(1))}
+	for _, n := range lengths {
+		x, bias, d, act := values(r, n), values(r, n), values(r, n), values(r, n)
+		for i := 0; i < n; i += 7 {
+			x[i] = special[i%len(special)]
+			act[(i*3)%n] = special[(i/7)%len(special)]
+		}
+		x1, x2 := clone(x), clone(x)
+		AddReLU(x1, bias)
+		addReLUGo(x2, bias)
+		sameBits(t, "AddReLU", x1, x2)
+
+		d1, d2 := clone(d), clone(d)
+		MaskNonPositive(d1, act)
+		maskGo(d2, act)
+		sameBits(t, "MaskNonPositive", d1, d2)
+
+		px := make([]uint8, n)
+		for i := range px {
+			px[i] = uint8(r.IntN(256))
+		}
+		p1, p2 := make([]float32, n), make([]float32, n)
+		Pixels(p1, px)
+		pixelsGo(p2, px)
+		sameBits(t, "Pixels", p1, p2)
+	}
+	// Every byte, through the blocks.
+	px := make([]uint8, 256)
+	for i := range px {
+		px[i] = uint8(i)
+	}
+	got := make([]float32, 256)
+	Pixels(got, px)
+	for i, v := range got {
+		if want := float32(i) / 255; math.Float32bits(v) != math.Float32bits(want) {
+			t.Fatalf("Pixels(%d) = %v, want %v", i, v, want)
+		}
+	}
+}
+
 // The kernels leave the values past the slices they are given alone.
 func TestKernelsStayInBounds(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
@@ -105,6 +149,8 @@ func TestKernelsStayInBounds(t *testing.T) {
 		MomentumSum(p[:n], v[:n], acc[:n], g, 0.9, 0.1, 1)
 		Momentum(p[:n], v[:n], g, 0.9, 0.1, 1)
 		Add(acc[:n], g)
+		AddReLU(v[:n], g)
+		MaskNonPositive(p[:n], g)
 		sameBits(t, "p past the end", p[n:], p0[n:])
 		sameBits(t, "v past the end", v[n:], v0[n:])
 		sameBits(t, "acc past the end", acc[n:], acc0[n:])
