@@ -386,6 +386,7 @@ func (s *Server) pull(ctx context.Context, req *pb.PullRequest, shared bool) (*p
 	start := time.Now()
 	defer s.observe("pull", start)
 	s.mu.Lock()
+	s.awaitInit(ctx)
 	for {
 		ready, err := s.pullReady(req)
 		if err != nil {
@@ -410,12 +411,60 @@ func (s *Server) pull(ctx context.Context, req *pb.PullRequest, shared bool) (*p
 	return resp, p, nil
 }
 
+// InitWait is how long a pull that finds the shard not initialised yet
+// waits for the chief's Init before it is answered Unavailable.
+//
+// Why: a worker is up before the chief has initialised the shards (the
+// chief starts training only once every task is), and a worker backs off
+// between retries up to 1 s. Answered at once, its first pull slept past
+// the Init by up to that second, inside the run's training time (in a
+// 1 PS + 1 worker run, 0.73 s of 4.2 s; with hot standbys the first sync
+// step came ~1.5 s after training began). Held, the pull is answered
+// when the Init lands. A PS restarted after a crash waits for the
+// chief's re-initialisation the same way. Bounded, so that a chief that
+// never comes still turns into Unavailable and the worker's patience
+// (--retry-timeout) counts as before.
+const InitWait = time.Second
+
+// awaitInit waits up to InitWait, with mu held (released meanwhile), for
+// a shard that serves workers but is not initialised yet to be, or ctx
+// to end.
+func (s *Server) awaitInit(ctx context.Context) {
+	if !s.awaitingInit() {
+		return
+	}
+	t := time.NewTimer(InitWait)
+	defer t.Stop()
+	for s.awaitingInit() {
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-t.C:
+			s.mu.Lock()
+			return
+		case <-ctx.Done():
+			s.mu.Lock()
+			return
+		}
+		s.mu.Lock()
+	}
+}
+
+// awaitingInit says the shard serves workers but the chief has not
+// initialised it yet. Call with mu held.
+func (s *Server) awaitingInit() bool { return s.shard == nil && s.serving() == nil }
+
 // PullSharedNow is PullShared when the pull need not wait: ready is false
 // (and nothing held) when it would. The data plane answers such a pull
 // without watching its connection for a client gone meanwhile.
 func (s *Server) PullSharedNow(req *pb.PullRequest) (resp *pb.PullResponse, release func(), ready bool, err error) {
 	start := time.Now()
 	s.mu.Lock()
+	if s.awaitingInit() {
+		s.mu.Unlock()
+		return nil, nil, false, nil // PullShared waits for the Init (InitWait)
+	}
 	if ready, err = s.pullReady(req); err != nil || !ready {
 		s.mu.Unlock()
 		return nil, nil, false, err

@@ -543,3 +543,60 @@ func TestPullSharedNowAnswersOnlyReadyPulls(t *testing.T) {
 		t.Fatalf("a pull for another run: %v", err)
 	}
 }
+
+// A pull that finds the shard not initialised waits for the chief's Init
+// (InitWait) instead of being refused at once, so a worker's first step
+// starts when the Init lands, not after its retry's back-off; the data
+// plane's non-blocking path hands it to the waiting one.
+func TestPullWaitsForInit(t *testing.T) {
+	spec := model.Spec{Input: 4, Hidden: []int{3}, Classes: 2}
+	plan, err := partition.New(spec, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := config.Default()
+	r.Workers, r.PS, r.LRSchedule = 2, 1, "constant"
+	initReq := &pb.InitRequest{RunId: "r", Shard: 0, NumShards: 1, ShardOptions: OptionsFor(r).JSON(),
+		Params: wire.Bytes(make([]float32, plan.Shards[0].Size)), Generation: 1, ModelSpec: spec.JSON()}
+	pullReq := &pb.PullRequest{Worker: 0, RunId: "r", Generation: 1}
+	newSrv := func() *Server { return NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil) }
+
+	// Not refused at once: a pull whose context ends first is answered
+	// only then.
+	srv := newSrv()
+	if _, _, ready, err := srv.PullSharedNow(pullReq); ready || err != nil {
+		t.Fatalf("PullSharedNow before the Init: ready %v, err %v; want not ready, no error (the waiting path answers)", ready, err)
+	}
+	const short = 50 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), short)
+	start := time.Now()
+	_, err = srv.Pull(ctx, pullReq)
+	cancel()
+	if took := time.Since(start); status.Code(err) != codes.Unavailable || took < short {
+		t.Fatalf("a pull before the Init with a %v context: %v after %v; want Unavailable once the context ended", short, err, took)
+	}
+
+	// Answered once the Init lands (each round races the pull against
+	// the Init; refused at once, some pull would come first and fail).
+	for range 20 {
+		srv := newSrv()
+		done := make(chan error, 1)
+		go func() {
+			_, err := srv.Pull(context.Background(), pullReq)
+			done <- err
+		}()
+		if _, err := srv.Init(context.Background(), initReq); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("a pull racing the Init: %v", err)
+		}
+	}
+
+	// Bounded: with no Init, Unavailable after InitWait.
+	start = time.Now()
+	_, err = newSrv().Pull(context.Background(), pullReq)
+	if took := time.Since(start); status.Code(err) != codes.Unavailable || took < InitWait {
+		t.Fatalf("a pull with no Init: %v after %v; want Unavailable after %v", err, took, InitWait)
+	}
+}
