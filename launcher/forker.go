@@ -4,6 +4,7 @@ import (
 	"os/exec"
 	"runtime"
 	"syscall"
+	"time"
 )
 
 // forker starts processes from one goroutine locked to its OS thread for
@@ -20,10 +21,15 @@ import (
 // ties every task's life to the launcher's: the thread ends when the
 // launcher process dies (SIGKILL included), or when close is called,
 // after the tasks are gone.
+//
+// The forking thread also carries the tasks' timer slack: Linux keeps a
+// thread's timer slack across fork and exec, and every thread of the
+// child inherits it from the thread that made it (see TaskTimerSlack).
 type forker struct {
-	reqs chan forkReq
-	tid  chan int // the forking thread's id, sent once
-	done chan struct{}
+	reqs  chan forkReq
+	tid   chan int   // the forking thread's id, sent once
+	slack chan error // setting the timer slack: nil, or why not; sent once
+	done  chan struct{}
 }
 
 type forkReq struct {
@@ -31,21 +37,27 @@ type forkReq struct {
 	err chan<- error
 }
 
-// newForker starts the forking goroutine. Call close once every process
-// it started has exited.
-func newForker() *forker {
-	f := &forker{reqs: make(chan forkReq), tid: make(chan int, 1), done: make(chan struct{})}
-	go f.loop()
+// newForker starts the forking goroutine; the processes it starts run
+// with timer slack slack (0: the thread's own, the kernel's default).
+// Call close once every process it started has exited.
+func newForker(slack time.Duration) *forker {
+	f := &forker{reqs: make(chan forkReq), tid: make(chan int, 1), slack: make(chan error, 1), done: make(chan struct{})}
+	go f.loop(slack)
 	return f
 }
 
-func (f *forker) loop() {
+func (f *forker) loop(slack time.Duration) {
 	defer close(f.done)
 	// Never unlocked: no other goroutine runs on this thread, so it
 	// lives exactly as long as this loop. When the loop returns the
 	// runtime ends the thread (any child still alive gets its Pdeathsig).
 	runtime.LockOSThread()
 	f.tid <- syscall.Gettid()
+	var err error
+	if slack > 0 {
+		err = setTimerSlack(slack)
+	}
+	f.slack <- err
 	for r := range f.reqs {
 		r.err <- r.cmd.Start()
 	}

@@ -88,7 +88,29 @@ type Config struct {
 	// KillStale: processes of an earlier run on Dir that are still alive
 	// are killed (SIGKILL) instead of failing the run with a StaleError.
 	KillStale bool
+	// TimerSlack is the timer slack every task runs with (Linux; 0 keeps
+	// the launcher's own, the kernel's default of 50 µs). `pstrain run`
+	// uses TaskTimerSlack.
+	TimerSlack time.Duration
 }
+
+// TaskTimerSlack is `pstrain run`'s --timer-slack: how late the kernel
+// may wake a task's sleeping thread to batch wake-ups.
+//
+// Why: a Go process with GOMAXPROCS=1 (the launcher's default for a
+// task on 2 cores, taskEnv) whose one P is in a cgo call (a worker's
+// matrix product, ~1-3 ms) has no idle P, so the runtime's monitor
+// thread (sysmon) takes the P back after a 20 µs sleep and, having done
+// so, keeps sleeping 20 µs. With the kernel's 50 µs slack a worker's
+// monitor woke every ~90 µs while it computed: ~3,000 times a second in
+// the default cluster, ~11,000 with 1 PS and 1 worker (perf sched), each
+// wake a context switch on the cores the workers compute on. With 1 ms
+// of slack it wakes ~1,000 times a second; CPU per sample fell 6-8% in
+// alternated runs. The cost: a timer in a task may fire up to 1 ms
+// late. A task's latency-sensitive waits are on sockets and channels,
+// which wake at once; its timers (retry back-offs, heartbeats,
+// deadlines) are 20 ms and longer (docs/scaling.md, "Timer slack").
+const TaskTimerSlack = time.Millisecond
 
 type proc struct {
 	task    cluster.Task
@@ -335,8 +357,11 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 
 	// Every task is started from one thread that lives as long as the
 	// run (see forker); it ends after every task has exited.
-	s.forker = newForker()
+	s.forker = newForker(c.TimerSlack)
 	defer s.forker.close()
+	if err := <-s.forker.slack; err != nil && !errors.Is(err, errNoSlack) {
+		c.Log.Warn("could not set the tasks' timer slack; they run with the kernel's default", "slack", c.TimerSlack, "err", err)
+	}
 	// The tasks live until the run ends or is aborted, not until ctx
 	// ends: an interrupt only asks the chief to stop the run.
 	interrupt := ctx.Done()

@@ -85,6 +85,10 @@ if [ -z "${GOMAXPROCS:-}" ]; then
   procs=$(( $(nproc) / n ))
   export GOMAXPROCS=$(( procs > 0 ? procs : 1 ))
 fi
+# And with 1 ms of timer slack (`pstrain run --timer-slack`): Linux keeps
+# it for the processes this shell starts. Where it cannot be set, the
+# kernel's default stays.
+echo 1000000 2>/dev/null >/proc/self/timerslack_ns || true
 for t in "${tasks[@]}"; do
   if [ ${#only[@]} -gt 0 ] && [[ ! " ${only[*]} " == *" $t "* ]]; then continue; fi
   role="${t%%/*}"

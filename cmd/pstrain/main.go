@@ -491,6 +491,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	portBase := fs.Int("metrics-port-base", 0, "metrics ports: chief on BASE, ps/i on BASE+1+i, worker/i after them, then standby/i (--ps-replicas 1) after every worker slot (0 = free ports)")
 	connectTimeout := fs.Duration("connect-timeout", time.Minute, "how long tasks wait for each other before giving up")
 	taskTimeout := fs.Duration("task-timeout", 10*time.Second, "a task whose /healthz answers nothing this long is killed and restarted; a task exiting 0 mid-run is restarted after this long")
+	timerSlack := fs.Duration("timer-slack", launcher.TaskTimerSlack, "how late the kernel may wake a task's sleeping thread (Linux timer slack; 0 = the kernel's default, 50µs): 1ms wakes the Go runtime's monitor thread in a worker ~3x less often")
 	killStale := fs.Bool("kill-stale", false, "kill processes of an earlier run still alive on --run-dir (default: refuse to start beside them)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	tlsDir := fs.String("tls-dir", "", "run every task over mutual TLS with certificates in this directory (made there if missing)")
@@ -506,6 +507,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if err := positive("task-timeout", *taskTimeout); err != nil {
 		return err
+	}
+	if *timerSlack < 0 {
+		return usagef("--timer-slack must be >= 0, got %v", *timerSlack)
 	}
 	if !flagSet(fs, "checkpoint-dir") && *dir != "run" {
 		r.CheckpointDir = filepath.Join(*dir, "checkpoints")
@@ -558,7 +562,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	rep, err := launcher.Run(ctx, launcher.Config{Run: r, Exe: exe, Dir: *dir, SDDir: *sdDir, MetricsPortBase: *portBase,
 		ChildArgs: runArgs, ExtraArgs: append([]string{"--connect-timeout=" + connectTimeout.String(), "--log-level=" + *logLevel, "--summary=false"}, childArgs...),
 		Progress: stdout, Log: log, Faults: fl, MaxRestarts: *maxRestarts, BottleneckEvery: 10 * time.Second,
-		Abort: claimAbort(ctx), TaskTimeout: *taskTimeout, KillStale: *killStale, AuthTokenFile: *tokenFile})
+		Abort: claimAbort(ctx), TaskTimeout: *taskTimeout, KillStale: *killStale, AuthTokenFile: *tokenFile,
+		TimerSlack: *timerSlack})
 	if err != nil {
 		return err
 	}
