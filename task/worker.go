@@ -13,6 +13,7 @@ import (
 	"github.com/pstrain/pstrain/ml/partition"
 	"github.com/pstrain/pstrain/observe/metrics"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/transport/dataplane"
 	"github.com/pstrain/pstrain/worker"
 )
 
@@ -92,6 +93,11 @@ func RunWorker(ctx context.Context, o Options, blasThreads int) error {
 			return err
 		}
 		defer closeDP()
+		// Pulls get a client of their own (worker.Shard.Puller): a second
+		// data-plane connection, or the same gRPC connection, which
+		// carries concurrent calls.
+		pdp := o.pullClient(dp, gc)
+		defer closeClient(pdp)
 		if len(o.Cluster.Standby) > 0 {
 			// A hot standby: the shard's client switches to the other
 			// process when the one it talks to refuses, or stays silent
@@ -102,10 +108,15 @@ func RunWorker(ctx context.Context, o Options, blasThreads int) error {
 				return err
 			}
 			defer closeSDP()
-			dp = worker.NewFailover(i, worker.Process{Task: cluster.Task{Type: cluster.PS, Index: i}.String(), Addr: a, Client: dp, Role: roleOf(gc)},
-				worker.Process{Task: cluster.Task{Type: cluster.Standby, Index: i}.String(), Addr: sa, Client: sdp, Role: roleOf(sgc)}, o.Log)
+			spdp := o.pullClient(sdp, sgc)
+			defer closeClient(spdp)
+			primary := worker.Process{Task: cluster.Task{Type: cluster.PS, Index: i}.String(), Addr: a, Role: roleOf(gc)}
+			standby := worker.Process{Task: cluster.Task{Type: cluster.Standby, Index: i}.String(), Addr: sa, Role: roleOf(sgc)}
+			pp, sp := primary, standby
+			primary.Client, standby.Client, pp.Client, sp.Client = dp, sdp, pdp, spdp
+			dp, pdp = worker.NewFailover(i, primary, standby, o.Log), worker.NewFailover(i, pp, sp, o.Log)
 		}
-		shards = append(shards, worker.Shard{Addr: a, Client: dp})
+		shards = append(shards, worker.Shard{Addr: a, Client: dp, Puller: pdp})
 	}
 	net, err := nn.New(spec, o.Run.Batch, true)
 	if err != nil {
@@ -145,6 +156,23 @@ func (o Options) shardClient(addr string) (dp worker.DataPlane, gc pb.ParameterS
 	}
 	dc := o.dataPlaneClient(gc)
 	return dc, gc, func() { dc.Close(); c.Close() }, nil
+}
+
+// pullClient is the client a shard's pulls use beside dp, its pushes':
+// another data-plane client of the same PS, or gc itself.
+func (o Options) pullClient(dp worker.DataPlane, gc pb.ParameterServerClient) worker.DataPlane {
+	if _, ok := dp.(*dataplane.Client); ok {
+		return o.dataPlaneClient(gc)
+	}
+	return gc
+}
+
+// closeClient closes c if it is a data-plane client (a gRPC client is
+// closed with its connection).
+func closeClient(c worker.DataPlane) {
+	if dc, ok := c.(*dataplane.Client); ok {
+		dc.Close()
+	}
 }
 
 // roleOf asks the PS behind gc its replication role (worker.Process.Role).

@@ -69,6 +69,19 @@ type SegmentedDataPlane interface {
 type Shard struct {
 	Addr   string
 	Client DataPlane
+	// Puller, if set, is a second client of the same process for the
+	// shard's pulls, so that in sync mode the next step's pull can wait
+	// at the shard while this step's push is under way (Run,
+	// pushAndPull). nil: pulls use Client, after the push is answered.
+	Puller DataPlane
+}
+
+// puller is the client the shard's pulls use.
+func (sh Shard) puller() DataPlane {
+	if sh.Puller != nil {
+		return sh.Puller
+	}
+	return sh.Client
 }
 
 // Config is everything a worker needs; all dependencies are passed in.
@@ -112,6 +125,7 @@ type Worker struct {
 	lastLoss float32
 	mu       sync.Mutex // guards step, lastLoss for Progress
 	faults   faults
+	tags     []ps.PullView // a step's pull views, kept for its pushes while the next pulls overwrite views
 }
 
 // New checks the configuration and allocates the buffers.
@@ -131,7 +145,7 @@ func New(cfg Config) (*Worker, error) {
 	if cfg.CatchUpAfter <= 0 {
 		cfg.CatchUpAfter = ps.CatchUpAfter
 	}
-	w := &Worker{cfg: cfg, labels: make([]uint8, cfg.Net.Batch())}
+	w := &Worker{cfg: cfg, labels: make([]uint8, cfg.Net.Batch()), tags: make([]ps.PullView, len(cfg.Shards))}
 	for _, f := range cfg.Faults {
 		if f.Worker == cfg.Index {
 			w.faults.list = append(w.faults.list, f)
@@ -174,9 +188,18 @@ func (w *Worker) Run(ctx context.Context) error {
 		all[s] = s
 	}
 	w.next = -1 // not yet known
+	overlap := c.Run.Mode == config.Sync && w.pullersApart()
+	var next *stepPulls // the next step's pulls, made alongside this step's pushes
 	for {
 		t0 := time.Now()
-		a, err := w.pullAll(ctx, minVersion, views, positions)
+		var a ps.Alignment
+		var err error
+		if next != nil {
+			a, err, t0 = next.a, next.err, next.since
+			next = nil
+		} else {
+			a, err = w.pullAll(ctx, minVersion, views, positions)
+		}
 		if err != nil {
 			return err
 		}
@@ -208,12 +231,19 @@ func (w *Worker) Run(ctx context.Context) error {
 			c.BeforePush(w.step)
 		}
 		w.poison(views, grads)
-		if err := w.pushAll(ctx, all, views, loss, grads); err != nil {
-			return err
-		}
-		c.Metrics.ObservePhase(metrics.PhasePush, time.Since(t2))
 		if c.Run.Mode == config.Sync {
 			minVersion = a.Version + 1 // the step's version on every shard
+		}
+		if overlap {
+			if next, err = w.pushAndPull(ctx, all, views, positions, loss, grads, minVersion); err != nil {
+				return err
+			}
+			c.Metrics.ObservePhase(metrics.PhasePush, next.since.Sub(t2))
+		} else {
+			if err := w.pushAll(ctx, all, views, loss, grads); err != nil {
+				return err
+			}
+			c.Metrics.ObservePhase(metrics.PhasePush, time.Since(t2))
 		}
 		w.mu.Lock()
 		w.step++
@@ -223,6 +253,68 @@ func (w *Worker) Run(ctx context.Context) error {
 		c.Metrics.Samples.Add(float64(c.Net.Batch()))
 		c.Metrics.TrainLoss.Set(float64(loss))
 	}
+}
+
+// pullersApart says every shard's pulls have a client of their own
+// (Shard.Puller), so a pull can be under way while a push is.
+func (w *Worker) pullersApart() bool {
+	for _, sh := range w.cfg.Shards {
+		if sh.Puller == nil {
+			return false
+		}
+	}
+	return len(w.cfg.Shards) > 0
+}
+
+// stepPulls is what the next step's pulls answered (pullAll's results),
+// and since, when the step's pushes were answered: the next step's pull
+// phase counts from there.
+type stepPulls struct {
+	a     ps.Alignment
+	err   error
+	since time.Time
+}
+
+// pushAndPull pushes the step's gradients and, at the same time, pulls
+// the next step's parameters at minVersion (sync: the version the step's
+// pushes complete), each shard's pull on its Puller.
+//
+// Why: sent after the push is answered, the pull of the step's last
+// pusher crossed to the PS and back once more after the step completed,
+// and that worker started its next step that much after the others,
+// which then waited for it at the next barrier. Sent together, the pull
+// waits at the shard and is answered when the step completes.
+//
+// The pulls overwrite views and positions; the pushes are tagged with
+// the versions this step pulled (a copy, w.tags). Only an answer that
+// is what a pull sent after the push would give is kept: a step at
+// minVersion or later. Anything else (a shard restarted meanwhile, a
+// rollback, a catch-up, done, an error) is pulled again after the
+// pushes, from the views as they were, as the sequential loop does.
+func (w *Worker) pushAndPull(ctx context.Context, all []int, views []ps.PullView, positions []int64, loss float32, grads [][]float32, minVersion int64) (*stepPulls, error) {
+	copy(w.tags, views)
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	res := &stepPulls{}
+	pulled := make(chan struct{})
+	go func() {
+		defer close(pulled)
+		res.a, res.err = w.pullAll(pctx, minVersion, views, positions)
+	}()
+	err := w.pushAll(ctx, all, w.tags, loss, grads)
+	res.since = time.Now()
+	if err != nil {
+		cancel() // the step may never complete without this push
+		<-pulled
+		copy(views, w.tags)
+		return nil, err
+	}
+	<-pulled
+	if res.err != nil || res.a.Action != ps.AlignStep || res.a.Version < minVersion {
+		copy(views, w.tags)
+		res.a, res.err = w.pullAll(ctx, minVersion, views, positions)
+	}
+	return res, nil
 }
 
 // compute runs the forward and backward pass on the batch at the data
@@ -457,10 +549,11 @@ func (w *Worker) pull(ctx context.Context, s int, minVersion, gen int64) (*pb.Pu
 	err := w.retry(ctx, s, "pull", func() error {
 		var err error
 		req := &pb.PullRequest{Worker: int32(w.cfg.Index), MinVersion: minVersion, RunId: w.cfg.RunID, Generation: gen}
-		if sp, ok := w.cfg.Shards[s].Client.(SegmentedDataPlane); ok {
+		cl := w.cfg.Shards[s].puller()
+		if sp, ok := cl.(SegmentedDataPlane); ok {
 			resp, err = sp.PullInto(ctx, req, w.cfg.Plan.Segments(s, w.cfg.Net.Params()))
 		} else {
-			resp, err = w.cfg.Shards[s].Client.Pull(ctx, req)
+			resp, err = cl.Pull(ctx, req)
 		}
 		if status.Code(err) == codes.Unavailable {
 			// The shard may have restarted from an older checkpoint: after

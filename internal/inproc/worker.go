@@ -265,13 +265,15 @@ func (c *Cluster) dialShards(who *auth.Client) ([]worker.Shard, func(), error) {
 		}
 		closers = append(closers, conn)
 		gc := pb.NewParameterServerClient(conn)
-		var dp worker.DataPlane = gc
+		// Pulls on a client of their own, as task.RunWorker's.
+		var dp, pull worker.DataPlane = gc, gc
 		if c.cfg.Run.DataPlane == config.TCP {
 			dc := dataPlaneClient(gc, c.cfg.MaxMessageBytes, who)
-			closers = append(closers, dc)
-			dp = dc
+			pc := dataPlaneClient(gc, c.cfg.MaxMessageBytes, who)
+			closers = append(closers, dc, pc)
+			dp, pull = dc, pc
 		}
-		shards = append(shards, worker.Shard{Addr: p.Addr(), Client: dp})
+		shards = append(shards, worker.Shard{Addr: p.Addr(), Client: dp, Puller: pull})
 	}
 	return shards, closeAll, nil
 }

@@ -1,0 +1,170 @@
+package worker_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/internal/inproc"
+	"github.com/pstrain/pstrain/ml/model"
+	"github.com/pstrain/pstrain/ml/nn"
+	"github.com/pstrain/pstrain/ml/partition"
+	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/transport/wire"
+	"github.com/pstrain/pstrain/worker"
+)
+
+// syncShard is one sync shard of a one-worker run as the worker sees
+// it: a push tagged with the current version completes the step; a pull
+// waits for its MinVersion; the shard says done at last. staleOnce makes
+// the pull it numbers (1 = the first) answer at once with the current
+// version, whatever it asked for, as a shard restarted from an older
+// checkpoint would.
+type syncShard struct {
+	size, last int
+	staleOnce  int
+
+	mu      sync.Mutex
+	changed chan struct{}
+	version int64
+	pulls   int
+	tags    []int64 // the version each push was tagged with
+	waiting bool    // a pull is waiting for a version past the current one
+	overlap int     // pushes that found the next step's pull already waiting
+}
+
+func newSyncShard(size, last int) *syncShard {
+	return &syncShard{size: size, last: last, changed: make(chan struct{})}
+}
+
+func (s *syncShard) notify() { close(s.changed); s.changed = make(chan struct{}) }
+
+func (s *syncShard) Pull(ctx context.Context, in *pb.PullRequest, _ ...grpc.CallOption) (*pb.PullResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pulls++
+	stale := s.pulls == s.staleOnce
+	for !stale && s.version < in.MinVersion && s.version < int64(s.last) {
+		s.waiting = true
+		s.notify()
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			s.mu.Lock()
+			s.waiting = false
+			return nil, ctx.Err()
+		}
+		s.mu.Lock()
+	}
+	s.waiting = false
+	return &pb.PullResponse{Version: s.version, Generation: 1, Done: s.version >= int64(s.last),
+		Params: wire.Bytes(make([]float32, s.size)), DataPosition: s.version}, nil
+}
+
+// Push waits (up to a second) for the next step's pull to be waiting
+// before it completes the step: with pulls on their own client it is.
+func (s *syncShard) Push(ctx context.Context, in *pb.PushRequest, _ ...grpc.CallOption) (*pb.PushResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	deadline := time.After(time.Second)
+	for !s.waiting {
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-deadline:
+		case <-ctx.Done():
+		}
+		s.mu.Lock()
+		if !s.waiting {
+			break
+		}
+	}
+	if s.waiting {
+		s.overlap++
+	}
+	s.tags = append(s.tags, in.Version)
+	if in.Version == s.version {
+		s.version++
+		s.notify()
+	}
+	return &pb.PushResponse{}, nil
+}
+
+func runOverlapped(t *testing.T, sh *syncShard, puller bool) {
+	t.Helper()
+	spec := model.Spec{Input: 6, Hidden: []int{4}, Classes: 3}
+	plan, err := partition.New(spec, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh.size = plan.Shards[0].Size
+	net, err := nn.New(spec, 2, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer net.Close()
+	run := config.Default()
+	run.Mode, run.PS, run.Workers, run.Batch = config.Sync, 1, 1, 2
+	shard := worker.Shard{Addr: "fake", Client: sh}
+	if puller {
+		shard.Puller = sh
+	}
+	data := inproc.Synthetic(20, spec.Input, spec.Classes, 1)
+	w, err := worker.New(worker.Config{Index: 0, RunID: "r", Run: run, Plan: plan, Net: net, Shards: []worker.Shard{shard},
+		Batches: &slice{d: data, m: 1, b: 2}, Log: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := w.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// With pulls on a client of their own, a sync step's pull is waiting at
+// the shard when its push completes the step, and each step's push is
+// tagged with the version the step computed on.
+func TestSyncPullWaitsWhilePushing(t *testing.T) {
+	sh := newSyncShard(0, 5)
+	runOverlapped(t, sh, true)
+	if want := []int64{0, 1, 2, 3, 4}; !slices.Equal(sh.tags, want) {
+		t.Fatalf("pushes tagged %v, want %v", sh.tags, want)
+	}
+	if sh.overlap != 5 {
+		t.Fatalf("%d of 5 pushes found the next pull waiting", sh.overlap)
+	}
+}
+
+// An answer below the version the step completes (here: a shard that
+// answers the overlapped pull at once, as one restarted from an older
+// checkpoint would) is not used: the pull is made again after the push,
+// so no step computes on a version twice.
+func TestSyncOverlappedPullBelowTheStepIsRedone(t *testing.T) {
+	sh := newSyncShard(0, 5)
+	sh.staleOnce = 3 // the first pull, step 1's overlapped one, then step 2's
+	runOverlapped(t, sh, true)
+	if want := []int64{0, 1, 2, 3, 4}; !slices.Equal(sh.tags, want) {
+		t.Fatalf("pushes tagged %v, want %v (a step computed on a stale answer)", sh.tags, want)
+	}
+}
+
+// Without a puller the worker pulls after the push, as before.
+func TestSyncWithoutPullerPullsAfterThePush(t *testing.T) {
+	sh := newSyncShard(0, 3)
+	runOverlapped(t, sh, false)
+	if want := []int64{0, 1, 2}; !slices.Equal(sh.tags, want) {
+		t.Fatalf("pushes tagged %v, want %v", sh.tags, want)
+	}
+	if sh.overlap != 0 {
+		t.Fatalf("%d pushes found a pull waiting, with one client", sh.overlap)
+	}
+}
