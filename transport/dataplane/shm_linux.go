@@ -112,6 +112,11 @@ func (s *Server) takeRegion(c *net.UnixConn) (mem []byte, rd io.Reader, ok bool)
 	if same {
 		oob = make([]byte, unix.CmsgSpace(4*4)) // room for more fds than the one expected, to close them
 		n, oobn, _, _, err = c.ReadMsgUnix(pre[:], oob)
+		// On an error (the idle deadline passing, among others) recvmsg's
+		// -1 comes back as n and oobn (Go's internal/poll passes it on),
+		// and slicing with it crashed the PS: a connection from a process
+		// of the same user that stayed silent for IdleTimeout was enough.
+		n, oobn = max(n, 0), max(oobn, 0)
 	} else {
 		n, err = c.Read(pre[:])
 	}

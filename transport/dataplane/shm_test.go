@@ -479,3 +479,24 @@ func TestUnfinishedPreambleIsCut(t *testing.T) {
 		t.Fatalf("the server held an unfinished preamble for %v", took)
 	}
 }
+
+// A same-user connection that sends nothing is cut when IdleTimeout
+// passes, and the server goes on serving: the failed read of the
+// preamble (recvmsg's -1) once crashed it.
+func TestSilentLocalConnectionIsCutAndTheServerLives(t *testing.T) {
+	e := &echoBackend{}
+	_, addr := serveShm(t, e, Config{Limits: Limits{IdleTimeout: 100 * time.Millisecond, FrameGrace: 100 * time.Millisecond}}, nil)
+	for range 3 {
+		conn := dialUnix(t, addr)
+		conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+		if _, err := io.ReadAll(conn); err != nil {
+			t.Fatalf("reading until the server closes the silent connection: %v", err)
+		}
+		conn.Close()
+	}
+	c := client(addr, 8<<20)
+	defer c.Close()
+	if _, err := c.Push(context.Background(), &pb.PushRequest{Grad: make([]byte, 64), RunId: "r"}); err != nil {
+		t.Fatalf("a push after the silent connections: %v", err)
+	}
+}
