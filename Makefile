@@ -38,9 +38,13 @@ lint:
 	$(GO) vet ./...
 	$(GOBIN)/staticcheck ./...
 
+# The last line: ml/vec's Go loops must match its assembly where the
+# compiler could fuse a multiply-add too (GOAMD64=v3), on a CPU that runs
+# v3 code.
 test: deps build data lint
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -race $(RACE_PKGS)
+	if grep -qw avx2 /proc/cpuinfo 2>/dev/null; then GOAMD64=v3 $(GO) test -count=1 ./ml/vec; fi
 
 # Every fuzzer in the repository (grep 'func Fuzz'), FUZZTIME each. Seed
 # corpora are in each package's testdata/fuzz/ and also run in `make test`.

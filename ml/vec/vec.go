@@ -6,7 +6,9 @@
 //
 // Both paths give the same results bit for bit: each value goes through
 // the same float32 operations in the same order (a product and a sum are
-// rounded one at a time: neither path fuses them), and SumSquares adds
+// rounded one at a time: the assembly has no fused multiply-add, and the
+// Go loops convert each product explicitly, which keeps the compiler
+// from fusing it where it would: arm64, amd64 with GOAMD64=v3), and SumSquares adds
 // into the same Lanes partial sums, combined in the same order. A shard
 // and its standby, or a run and its replay, agree whichever path they
 // take.
@@ -82,9 +84,12 @@ func SumSquares(x []float32) float64 {
 func momentumSumGo(p, v, acc, g []float32, mu, lr, scale float32) {
 	p, v, acc = p[:len(g)], v[:len(g)], acc[:len(g)]
 	for i, x := range g {
-		vi := mu*v[i] + scale*(acc[i]+x)
+		// The conversions round each product on its own: without them
+		// the compiler may fuse a product into the sum (arm64, amd64 with
+		// GOAMD64=v3), which the assembly does not.
+		vi := float32(mu*v[i]) + float32(scale*(acc[i]+x))
 		v[i] = vi
-		p[i] -= lr * vi
+		p[i] -= float32(lr * vi)
 		acc[i] = 0
 	}
 }
@@ -92,9 +97,9 @@ func momentumSumGo(p, v, acc, g []float32, mu, lr, scale float32) {
 func momentumGo(p, v, g []float32, mu, lr, scale float32) {
 	p, v = p[:len(g)], v[:len(g)]
 	for i, x := range g {
-		vi := mu*v[i] + scale*x
+		vi := float32(mu*v[i]) + float32(scale*x) // (no fusion: see momentumSumGo)
 		v[i] = vi
-		p[i] -= lr * vi
+		p[i] -= float32(lr * vi)
 	}
 }
 
@@ -110,7 +115,7 @@ func addGo(dst, src []float32) {
 func sumSquaresGo(x []float32, first int, l *[Lanes]float64) {
 	for i, v := range x {
 		f := float64(v)
-		l[(first+i)%Lanes] += f * f
+		l[(first+i)%Lanes] += float64(f * f) // (no fusion: see momentumSumGo)
 	}
 }
 
