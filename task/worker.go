@@ -110,11 +110,10 @@ func RunWorker(ctx context.Context, o Options, blasThreads int) error {
 			defer closeSDP()
 			spdp := o.pullClient(sdp, sgc)
 			defer closeClient(spdp)
-			primary := worker.Process{Task: cluster.Task{Type: cluster.PS, Index: i}.String(), Addr: a, Role: roleOf(gc)}
-			standby := worker.Process{Task: cluster.Task{Type: cluster.Standby, Index: i}.String(), Addr: sa, Role: roleOf(sgc)}
-			pp, sp := primary, standby
-			primary.Client, standby.Client, pp.Client, sp.Client = dp, sdp, pdp, spdp
-			dp, pdp = worker.NewFailover(i, primary, standby, o.Log), worker.NewFailover(i, pp, sp, o.Log)
+			dp, pdp = worker.NewFailoverPair(i,
+				worker.Process{Task: cluster.Task{Type: cluster.PS, Index: i}.String(), Addr: a, Client: dp, Role: roleOf(gc)},
+				worker.Process{Task: cluster.Task{Type: cluster.Standby, Index: i}.String(), Addr: sa, Client: sdp, Role: roleOf(sgc)},
+				pdp, spdp, o.Log)
 		}
 		shards = append(shards, worker.Shard{Addr: a, Client: dp, Puller: pdp})
 	}

@@ -52,14 +52,30 @@ type failover struct {
 	shard int
 	procs [2]Process
 	log   *slog.Logger
-	cur   atomic.Int32 // the index in procs calls go to
+	cur   *atomic.Int32 // the index in procs calls go to (shared by a pair: NewFailoverPair)
 }
 
 // NewFailover is the DataPlane of shard whose processes are first (the
 // current one at the start: ps/N, the primary the chief starts with) and
 // second. It is a SegmentedDataPlane when both clients are.
 func NewFailover(shard int, first, second Process, log *slog.Logger) DataPlane {
-	f := &failover{shard: shard, procs: [2]Process{first, second}, log: log}
+	return newFailover(shard, first, second, new(atomic.Int32), log)
+}
+
+// NewFailoverPair is two DataPlanes of shard that switch processes
+// together: push goes through first's and second's Client, pull through
+// their clients firstPull and secondPull (Shard.Puller). A switch either
+// learns of moves both, so a shard's pushes and pulls never go to
+// different processes for longer than a call under way.
+func NewFailoverPair(shard int, first, second Process, firstPull, secondPull DataPlane, log *slog.Logger) (push, pull DataPlane) {
+	cur := new(atomic.Int32)
+	fp, sp := first, second
+	fp.Client, sp.Client = firstPull, secondPull
+	return newFailover(shard, first, second, cur, log), newFailover(shard, fp, sp, cur, log)
+}
+
+func newFailover(shard int, first, second Process, cur *atomic.Int32, log *slog.Logger) DataPlane {
+	f := &failover{shard: shard, procs: [2]Process{first, second}, log: log, cur: cur}
 	_, s1 := first.Client.(SegmentedDataPlane)
 	_, s2 := second.Client.(SegmentedDataPlane)
 	if s1 && s2 {

@@ -121,6 +121,35 @@ func TestFailoverSwitchesOnUnavailable(t *testing.T) {
 	}
 }
 
+// A pair's pushes and pulls (NewFailoverPair: a shard's Client and
+// Puller) switch processes together: the push that is refused moves the
+// pulls too, which never reach the refusing process, and the switch is
+// logged once.
+func TestFailoverPairSwitchesTogether(t *testing.T) {
+	var logs syncbuf.Buffer
+	ps := &fakeProc{name: "ps/3", answer: unavailable}
+	psPull := &fakeProc{name: "ps/3 pulls"}
+	sb, sbPull := &fakeProc{name: "standby/3"}, &fakeProc{name: "standby/3 pulls"}
+	push, pull := worker.NewFailoverPair(3, worker.Process{Task: "ps/3", Addr: "a:1", Client: ps},
+		worker.Process{Task: "standby/3", Addr: "b:1", Client: sb}, psPull, sbPull, slog.New(slog.NewTextHandler(&logs, nil)))
+	ctx := context.Background()
+	if _, err := push.Push(ctx, &pb.PushRequest{}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("push to the dead primary: %v, want Unavailable", err)
+	}
+	if _, err := pull.Pull(ctx, &pb.PullRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if psPull.calls.Load() != 0 || sbPull.calls.Load() != 1 {
+		t.Fatalf("pulls: ps/3 %d, standby/3 %d; want 0 and 1 (the pull side switched with the push side)", psPull.calls.Load(), sbPull.calls.Load())
+	}
+	if w := pull.(worker.Located).Where(); w != "standby/3 at b:1" {
+		t.Fatalf("the pull side's Where() = %q, want standby/3 at b:1", w)
+	}
+	if n := switches(&logs); n != 1 {
+		t.Fatalf("%d switch lines, want 1:\n%s", n, logs.String())
+	}
+}
+
 func TestFailoverKeepsProcessOnOtherErrors(t *testing.T) {
 	var logs syncbuf.Buffer
 	refused := status.Error(codes.InvalidArgument, "bad gradient")

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/internal/inproc"
@@ -28,6 +30,7 @@ import (
 type syncShard struct {
 	size, last int
 	staleOnce  int
+	failPush   int // the push it numbers (1 = the first) fails for good
 
 	mu      sync.Mutex
 	changed chan struct{}
@@ -90,6 +93,9 @@ func (s *syncShard) Push(ctx context.Context, in *pb.PushRequest, _ ...grpc.Call
 	if s.waiting {
 		s.overlap++
 	}
+	if len(s.tags)+1 == s.failPush {
+		return nil, status.Error(codes.InvalidArgument, "this push is refused")
+	}
 	s.tags = append(s.tags, in.Version)
 	if in.Version == s.version {
 		s.version++
@@ -100,15 +106,23 @@ func (s *syncShard) Push(ctx context.Context, in *pb.PushRequest, _ ...grpc.Call
 
 func runOverlapped(t *testing.T, sh *syncShard, puller bool) {
 	t.Helper()
+	if err := runOverlappedErr(t, sh, puller); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// runOverlappedErr is runOverlapped returning the worker's error.
+func runOverlappedErr(t *testing.T, sh *syncShard, puller bool) error {
+	t.Helper()
 	spec := model.Spec{Input: 6, Hidden: []int{4}, Classes: 3}
 	plan, err := partition.New(spec, 1)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	sh.size = plan.Shards[0].Size
 	net, err := nn.New(spec, 2, true)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	defer net.Close()
 	run := config.Default()
@@ -121,13 +135,11 @@ func runOverlapped(t *testing.T, sh *syncShard, puller bool) {
 	w, err := worker.New(worker.Config{Index: 0, RunID: "r", Run: run, Plan: plan, Net: net, Shards: []worker.Shard{shard},
 		Batches: &slice{d: data, m: 1, b: 2}, Log: quietLog()})
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := w.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
+	return w.Run(ctx)
 }
 
 // With pulls on a client of their own, a sync step's pull is waiting at
@@ -166,5 +178,20 @@ func TestSyncWithoutPullerPullsAfterThePush(t *testing.T) {
 	}
 	if sh.overlap != 0 {
 		t.Fatalf("%d pushes found a pull waiting, with one client", sh.overlap)
+	}
+}
+
+// A push that fails for good ends the run with its error, and the next
+// step's pull, waiting at the shard for a version only that push would
+// have completed, is cancelled instead of holding the worker.
+func TestSyncFailedPushCancelsThePull(t *testing.T) {
+	sh := newSyncShard(0, 5)
+	sh.failPush = 3
+	err := runOverlappedErr(t, sh, true)
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("run: %v, want the push's InvalidArgument", err)
+	}
+	if want := []int64{0, 1}; !slices.Equal(sh.tags, want) {
+		t.Fatalf("pushes tagged %v, want %v", sh.tags, want)
 	}
 }

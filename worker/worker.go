@@ -571,10 +571,15 @@ type Located interface {
 	Where() string
 }
 
-// where names the process shard s's calls go to now: "ps/0 at ADDR", or
-// what its client says.
-func (w *Worker) where(s int) string {
-	if l, ok := w.cfg.Shards[s].Client.(Located); ok {
+// where names the process shard s's calls of op ("pull" or another) go
+// to now: "ps/0 at ADDR", or what its client says (pulls have their own,
+// Shard.Puller, which may have switched processes at another moment).
+func (w *Worker) where(s int, op string) string {
+	cl := w.cfg.Shards[s].Client
+	if op == "pull" {
+		cl = w.cfg.Shards[s].puller()
+	}
+	if l, ok := cl.(Located); ok {
 		return l.Where()
 	}
 	return fmt.Sprintf("ps/%d at %s", s, w.cfg.Shards[s].Addr)
@@ -588,7 +593,7 @@ func (w *Worker) retry(ctx context.Context, s int, op string, f func() error) er
 		OnRetry: func(attempt int, err error) {
 			if attempt == 1 {
 				// (After a switch to a hot standby, the process retried.)
-				w.cfg.Log.Warn("parameter server unavailable, retrying", "ps", s, "at", w.where(s), "op", op, "err", status.Convert(err).Message())
+				w.cfg.Log.Warn("parameter server unavailable, retrying", "ps", s, "at", w.where(s, op), "op", op, "err", status.Convert(err).Message())
 			}
 			w.cfg.Metrics.Retries.Inc()
 		}}, func(context.Context) error { return f() })
@@ -597,7 +602,7 @@ func (w *Worker) retry(ctx context.Context, s int, op string, f func() error) er
 	case err == nil || err == ctx.Err():
 		return err
 	case errors.As(err, &gaveUp):
-		return fmt.Errorf("%s to %s: unavailable for %v, giving up: %w", op, w.where(s), gaveUp.After.Round(time.Millisecond), gaveUp.Err)
+		return fmt.Errorf("%s to %s: unavailable for %v, giving up: %w", op, w.where(s, op), gaveUp.After.Round(time.Millisecond), gaveUp.Err)
 	}
-	return fmt.Errorf("%s to %s: %w", op, w.where(s), err)
+	return fmt.Errorf("%s to %s: %w", op, w.where(s, op), err)
 }

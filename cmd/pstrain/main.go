@@ -491,7 +491,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	portBase := fs.Int("metrics-port-base", 0, "metrics ports: chief on BASE, ps/i on BASE+1+i, worker/i after them, then standby/i (--ps-replicas 1) after every worker slot (0 = free ports)")
 	connectTimeout := fs.Duration("connect-timeout", time.Minute, "how long tasks wait for each other before giving up")
 	taskTimeout := fs.Duration("task-timeout", 10*time.Second, "a task whose /healthz answers nothing this long is killed and restarted; a task exiting 0 mid-run is restarted after this long")
-	timerSlack := fs.Duration("timer-slack", launcher.TaskTimerSlack, "how late the kernel may wake a task's sleeping thread (Linux timer slack; 0 = the kernel's default, 50µs): 1ms wakes the Go runtime's monitor thread in a worker ~3x less often")
+	timerSlack := fs.Duration("timer-slack", launcher.TaskTimerSlack, "how late the kernel may wake a task's sleeping thread (Linux timer slack; 0 = leave the launcher's own, normally the kernel's 50µs): 1ms wakes the Go runtime's monitor thread in a worker ~3x less often")
 	killStale := fs.Bool("kill-stale", false, "kill processes of an earlier run still alive on --run-dir (default: refuse to start beside them)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	tlsDir := fs.String("tls-dir", "", "run every task over mutual TLS with certificates in this directory (made there if missing)")
