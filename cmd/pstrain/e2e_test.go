@@ -106,8 +106,16 @@ func TestRunAsyncAndSSP(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Every async update consumes one batch: ceil(18000/128) = 141.
-			if rep.GlobalSteps != 141 || rep.TestAccuracy < 0.80 || rep.Mode != mode[1] {
-				t.Errorf("%s: steps %d accuracy %.4f mode %s", mode[1], rep.GlobalSteps, rep.TestAccuracy, rep.Mode)
+			// SSP's 3 workers on these 141 steps ended at 0.76-0.90 in 10
+			// runs on 2026-11-26 (0.76 once in 5 with the binary of that
+			// morning too: the order the stale gradients land in varies),
+			// so its bar is lower; both are far above chance (0.10).
+			minAcc := 0.80
+			if mode[1] == "ssp" {
+				minAcc = 0.70
+			}
+			if rep.GlobalSteps != 141 || rep.TestAccuracy < minAcc || rep.Mode != mode[1] {
+				t.Errorf("%s: steps %d accuracy %.4f (want >= %.2f) mode %s", mode[1], rep.GlobalSteps, rep.TestAccuracy, minAcc, rep.Mode)
 			}
 		})
 	}
