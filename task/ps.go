@@ -108,7 +108,27 @@ func RunPS(ctx context.Context, o Options) error {
 		return err
 	}
 	defer conn.Close()
-	if _, err := o.register(ctx, pb.NewChiefClient(conn), nil, addr); err != nil {
+	// The chief can restore this shard and end the run (Shutdown) before
+	// the registration gets through, e.g. when the PS was restarted into
+	// a network that had just healed: a shutdown ends the registration
+	// too, and the PS exits 0 instead of retrying a chief that is gone
+	// until --connect-timeout (found by TestPartitionPS).
+	rctx, stopRegister := context.WithCancel(ctx)
+	defer stopRegister()
+	go func() {
+		select {
+		case <-shutdown:
+			stopRegister()
+		case <-rctx.Done():
+		}
+	}()
+	if _, err := o.register(rctx, pb.NewChiefClient(conn), nil, addr); err != nil {
+		select {
+		case <-shutdown:
+			g.GracefulStop()
+			return nil
+		default:
+		}
 		return err
 	}
 	select {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -114,13 +115,25 @@ func offsetPort(addr string, off int) (string, error) {
 	return net.JoinHostPort(host, strconv.Itoa(p+off)), nil
 }
 
+// reconnect is how a task's gRPC connections retry a peer they cannot
+// reach: gRPC's default backoff grows to 2 minutes, during which every
+// call fails at once; a cluster's peers restart within seconds
+// (docs/recovery.md), so the wait between attempts stops at 2 s.
+func reconnect() grpc.ConnectParams {
+	return grpc.ConnectParams{
+		Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+		MinConnectTimeout: 5 * time.Second,
+	}
+}
+
 func (o Options) dial(addr string) (*grpc.ClientConn, error) {
 	creds := insecure.NewCredentials()
 	if o.TLS != nil {
 		creds = o.TLS.ClientCredentials()
 	}
 	return grpc.NewClient(addr, grpc.WithTransportCredentials(creds), grpc.WithChainUnaryInterceptor(o.creds.Unary()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(o.MaxMessageBytes), grpc.MaxCallSendMsgSize(o.MaxMessageBytes)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(o.MaxMessageBytes), grpc.MaxCallSendMsgSize(o.MaxMessageBytes)),
+		grpc.WithConnectParams(reconnect()))
 }
 
 // dataPlaneClient returns a client of the TCP data plane of the PS that
