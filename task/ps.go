@@ -63,7 +63,14 @@ func RunPS(ctx context.Context, o Options) error {
 	defer refusals.Flush(true)
 	lis = o.limitListener(lis, refusals, m.ConnectionsClosed.WithLabelValues("grpc", "limit").Inc)
 	shutdown := make(chan struct{})
-	srv := ps.NewServer(o.Log, m, func() { close(shutdown) })
+	// The chief can restore this shard and end the run (Shutdown) before
+	// this PS's registration gets through, e.g. when it was restarted into
+	// a network that had just healed: a shutdown ends the registration
+	// too, and the PS exits 0 instead of retrying a chief that is gone
+	// until --connect-timeout (found by TestPartitionPS).
+	registering, stopRegistering := context.WithCancel(ctx)
+	defer stopRegistering()
+	srv := ps.NewServer(o.Log, m, func() { close(shutdown); stopRegistering() })
 	// Hot standbys (docs/replication.md): the shard this process serves,
 	// and how, as a primary, it reaches its standby.
 	srv.SetShardIndex(o.Task.Index)
@@ -108,28 +115,12 @@ func RunPS(ctx context.Context, o Options) error {
 		return err
 	}
 	defer conn.Close()
-	// The chief can restore this shard and end the run (Shutdown) before
-	// the registration gets through, e.g. when the PS was restarted into
-	// a network that had just healed: a shutdown ends the registration
-	// too, and the PS exits 0 instead of retrying a chief that is gone
-	// until --connect-timeout (found by TestPartitionPS).
-	rctx, stopRegister := context.WithCancel(ctx)
-	defer stopRegister()
-	go func() {
+	if _, err := o.register(registering, pb.NewChiefClient(conn), nil, addr); err != nil {
 		select {
-		case <-shutdown:
-			stopRegister()
-		case <-rctx.Done():
-		}
-	}()
-	if _, err := o.register(rctx, pb.NewChiefClient(conn), nil, addr); err != nil {
-		select {
-		case <-shutdown:
-			g.GracefulStop()
-			return nil
+		case <-shutdown: // ended by the shutdown: stop below
 		default:
+			return err
 		}
-		return err
 	}
 	select {
 	case <-shutdown:

@@ -1,17 +1,19 @@
-// Package vec holds the float32 loops a parameter server runs over a
-// whole shard every step: the momentum update, adding a gradient into
-// the step's sum, and a gradient's sum of squares (its norm, and whether
-// it is finite). On amd64 with AVX2 they run eight values to an
+// Package vec holds the float32 loops of a training step that Go would
+// run one value at a time: a parameter server's passes over its whole
+// shard (the momentum update, adding a gradient into the step's sum, a
+// gradient's sum of squares: its norm, and whether it is finite) and a
+// worker's element-wise passes (bias and ReLU, the ReLU's gradient mask,
+// bytes to pixel values). On amd64 with AVX2 they run eight values to an
 // instruction; elsewhere, and built with -tags purego, in Go.
 //
 // Both paths give the same results bit for bit: each value goes through
 // the same float32 operations in the same order (a product and a sum are
 // rounded one at a time: the assembly has no fused multiply-add, and the
 // Go loops convert each product explicitly, which keeps the compiler
-// from fusing it where it would: arm64, amd64 with GOAMD64=v3), and SumSquares adds
-// into the same Lanes partial sums, combined in the same order. A shard
-// and its standby, or a run and its replay, agree whichever path they
-// take.
+// from fusing it where it would: arm64, amd64 with GOAMD64=v3), and
+// SumSquares adds into the same Lanes partial sums, combined in the same
+// order. A shard and its standby, or a run and its replay, agree
+// whichever path they take.
 //
 // Why: Go does not vectorise loops, and the scalar momentum update took
 // ~0.6 ns a value, in cache or out, ~190 µs per default shard and step,
