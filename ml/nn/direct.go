@@ -2,6 +2,7 @@ package nn
 
 import (
 	"math"
+	"slices"
 
 	"gonum.org/v1/gonum/blas"
 	G "gorgonia.org/gorgonia"
@@ -27,6 +28,28 @@ type direct struct {
 	deltas [][]float32 // deltas[l]: the loss's gradient w.r.t. layer l's pre-activation
 	y      []float32   // one-hot targets (Net.yData)
 	train  bool
+	// early: see setEarlyRows.
+	earlyRows []int
+	early     func(row int, loss float32)
+}
+
+// setEarlyRows has the backward pass compute the first layer's weight
+// gradient in row blocks split at rows (ascending, within the layer's
+// input width), the last block first, and call ready(r, loss) after each
+// block but the first: then rows r and up of that gradient, and every
+// other variable's, are final. nil rows: one product, no calls. It
+// reports false (and changes nothing) for rows out of order or range, or
+// a net without gradients.
+func (d *direct) setEarlyRows(rows []int, ready func(row int, loss float32)) bool {
+	if len(rows) == 0 || ready == nil {
+		d.earlyRows, d.early = nil, nil
+		return true
+	}
+	if !d.train || rows[0] <= 0 || rows[len(rows)-1] >= d.sizes[0] || !slices.IsSorted(rows) || len(slices.Compact(slices.Clone(rows))) != len(rows) {
+		return false
+	}
+	d.earlyRows, d.early = slices.Clone(rows), ready
+	return true
 }
 
 func newDirect(spec model.Spec, batch int, train bool, x, y []float32, params [][]float32) *direct {
@@ -70,11 +93,12 @@ func (d *direct) step() float32 {
 		in, out := d.sizes[l], d.sizes[l+1]
 		dz := d.deltas[l]
 		// dW = a^T dz, db = the column sums of dz.
-		bl.Sgemm(blas.Trans, blas.NoTrans, in, out, d.batch, 1, d.acts[l], in, dz, out, 0, d.grads[2*l], out)
 		colSum(dz, out, d.grads[2*l+1])
 		if l == 0 {
+			d.firstWeights(bl, dz, loss)
 			break // nothing reads the input's gradient
 		}
+		bl.Sgemm(blas.Trans, blas.NoTrans, in, out, d.batch, 1, d.acts[l], in, dz, out, 0, d.grads[2*l], out)
 		// da = dz W^T, then through the ReLU of layer l-1 (whose output
 		// is acts[l]).
 		prev := d.deltas[l-1]
@@ -82,6 +106,24 @@ func (d *direct) step() float32 {
 		reluMask(prev, d.acts[l])
 	}
 	return loss
+}
+
+// firstWeights computes the first layer's weight gradient a^T dz: rows
+// i of it are input i's, so a block of rows is the product over a block
+// of a's columns. With early rows the blocks go last first, each
+// announced as it is done (setEarlyRows), so a worker can send the
+// shards that hold them while the rest is computed.
+func (d *direct) firstWeights(bl blas.Float32Level3, dz []float32, loss float32) {
+	in, out := d.sizes[0], d.sizes[1]
+	a, g := d.acts[0], d.grads[0]
+	hi := in
+	for i := len(d.earlyRows) - 1; i >= 0; i-- {
+		r := d.earlyRows[i]
+		bl.Sgemm(blas.Trans, blas.NoTrans, hi-r, out, d.batch, 1, a[r:], in, dz, out, 0, g[r*out:], out)
+		d.early(r, loss)
+		hi = r
+	}
+	bl.Sgemm(blas.Trans, blas.NoTrans, hi, out, d.batch, 1, a, in, dz, out, 0, g, out)
 }
 
 func (d *direct) deltasOrNil(l int) []float32 {

@@ -180,3 +180,100 @@ func TestDirectPassShortBatchMatchesTheGraph(t *testing.T) {
 		compare(t, fmt.Sprintf("gradient %d", i), dg[i], gg[i])
 	}
 }
+
+// SetEarlyRows: the first layer's weight gradient comes in row blocks,
+// the last first, each announced once final, with every other gradient
+// already final; the whole gradient is the one-product pass's.
+func TestEarlyRowsAnnounceFinalGradients(t *testing.T) {
+	spec := model.Spec{Input: 784, Hidden: []int{800}, Classes: 10}
+	const batch = 32
+	ref, err := New(spec, batch, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	e, err := New(spec, batch, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	out := spec.Hidden[0]
+	r := rand.New(rand.NewPCG(5, 6))
+	for step := range 2 {
+		for i, w := range spec.Init(uint64(step + 7)) {
+			copy(ref.Params()[i], w)
+			copy(e.Params()[i], w)
+		}
+		labels := make([]uint8, batch)
+		for i := range labels {
+			labels[i] = uint8(r.IntN(spec.Classes))
+		}
+		for i := range ref.Input() {
+			v := float32(r.Float64())
+			ref.Input()[i], e.Input()[i] = v, v
+		}
+		ref.SetLabels(labels)
+		e.SetLabels(labels)
+		wantLoss, _ := ref.Step()
+		want, _ := ref.Grads()
+		got, _ := e.Grads()
+		var calls []int
+		ok := e.SetEarlyRows([]int{200, 397}, func(row int, loss float32) {
+			calls = append(calls, row)
+			if loss != wantLoss {
+				t.Errorf("step %d: ready(%d) with loss %v, the step's is %v", step, row, loss, wantLoss)
+			}
+			compare(t, fmt.Sprintf("step %d, rows %d and up at ready(%d)", step, row, row), got[0][row*out:], want[0][row*out:])
+			for v := 1; v < len(got); v++ {
+				compare(t, fmt.Sprintf("step %d, %s at ready(%d)", step, spec.Variables()[v].Name, row), got[v], want[v])
+			}
+			if step == 0 {
+				// The blocks below are not computed yet: still the net's
+				// fresh zeros.
+				for i, x := range got[0][:row*out] {
+					if x != 0 {
+						t.Fatalf("ready(%d): row %d already written", row, i/out)
+					}
+				}
+			}
+		})
+		if !ok {
+			t.Fatal("SetEarlyRows refused rows 200, 397")
+		}
+		loss, err := e.Step()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(calls) != "[397 200]" {
+			t.Fatalf("step %d: ready called for rows %v, want [397 200]", step, calls)
+		}
+		if !close32(loss, wantLoss) {
+			t.Fatalf("step %d: loss %v, one product %v", step, loss, wantLoss)
+		}
+		for v := range got {
+			compare(t, spec.Variables()[v].Name, got[v], want[v])
+		}
+	}
+	// Off again: one product, no calls.
+	if !e.SetEarlyRows(nil, nil) {
+		t.Fatal("SetEarlyRows(nil) refused")
+	}
+	called := false
+	e.SetEarlyRows(nil, func(int, float32) { called = true })
+	if _, err := e.Step(); err != nil || called {
+		t.Fatalf("after SetEarlyRows(nil): err %v, ready called %v", err, called)
+	}
+	for _, rows := range [][]int{{0}, {784}, {397, 200}, {200, 200}, {-1, 3}} {
+		if e.SetEarlyRows(rows, func(int, float32) {}) {
+			t.Errorf("SetEarlyRows(%v) accepted", rows)
+		}
+	}
+	eval, err := New(spec, batch, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eval.Close()
+	if eval.SetEarlyRows([]int{200}, func(int, float32) {}) {
+		t.Error("a net without gradients accepted early rows")
+	}
+}

@@ -148,6 +148,10 @@ func (n *mlpNet) Step() (float32, error) {
 	return n.lossVal.Data().(float32), nil
 }
 
+func (n *mlpNet) setEarlyRows(rows []int, ready func(int, float32)) bool {
+	return n.direct != nil && n.direct.setEarlyRows(rows, ready)
+}
+
 func (n *mlpNet) Grads() ([][]float32, error) {
 	if !n.train {
 		return nil, fmt.Errorf("nn: net was built without gradients")

@@ -76,6 +76,27 @@ func (n *Net) SetLabels(labels []uint8) { n.impl.SetLabels(labels) }
 // returns the mean loss over the batch.
 func (n *Net) Step() (float32, error) { return n.impl.Step() }
 
+// SetEarlyRows has each Step's backward pass announce parts of the
+// gradient as they become final, for a worker to send them while the
+// rest is computed (wait-free backpropagation, docs/scaling.md): the
+// first layer's weight gradient is computed in row blocks split at rows
+// (ascending, each within the input width), the last block first, and
+// ready(r, loss) is called after each block but the first. At that call
+// rows r and up of the first variable's gradient, and every other
+// variable's, hold this step's values (Grads' slices); loss is the
+// step's. ready runs on Step's goroutine and must not block for long.
+// nil rows turns it off. It reports false, changing nothing, for rows
+// out of order or range, and for nets whose pass does not support it
+// (the CNN, the graph, a net without gradients).
+func (n *Net) SetEarlyRows(rows []int, ready func(row int, loss float32)) bool {
+	if e, ok := n.impl.(interface {
+		setEarlyRows([]int, func(int, float32)) bool
+	}); ok {
+		return e.setEarlyRows(rows, ready)
+	}
+	return false
+}
+
 // Grads returns the gradients computed by the last Step, in variable order.
 // The slices belong to the net and are overwritten by the next Step.
 func (n *Net) Grads() ([][]float32, error) { return n.impl.Grads() }
