@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -19,27 +20,29 @@ import (
 )
 
 // The tests here kill a sync worker between its pushes of one step: its
-// gradient reaches ps/0, which completes the step, and never ps/1, which
-// waits for it. Nobody drops the worker from the live set (no chief, or a
+// gradient reaches one shard (ps/0, or ps/1, the shard a step pushes
+// early), which completes the step, and never the other, which waits for
+// it. Nobody drops the worker from the live set (no chief, or a
 // chief whose heartbeat timeout the replacement beats), so ps/1's step
 // can only complete with a gradient from a worker that has not
 // contributed to it: the catch-up (ps.Align).
 
 // dieBetweenPushes kills a worker incarnation between its pushes of the
 // first step it pushes at version at or later: as soon as its push to
-// ps/0 has returned. Its push to ps/1 of that step is held until then, so
-// it is never sent: neither gRPC nor the data plane sends a call whose
-// context has ended.
+// shard first has returned. Its push to the other shard of that step is
+// held until then, so it is never sent: neither gRPC nor the data plane
+// sends a call whose context has ended.
 type dieBetweenPushes struct {
 	at      int64
+	first   int
 	kill    func()
 	once    sync.Once
 	killed  chan struct{}
 	version int64 // the version of the step it died in, once killed is closed
 }
 
-func newDieBetweenPushes(at int64, kill func()) *dieBetweenPushes {
-	return &dieBetweenPushes{at: at, kill: kill, killed: make(chan struct{})}
+func newDieBetweenPushes(at int64, first int, kill func()) *dieBetweenPushes {
+	return &dieBetweenPushes{at: at, first: first, kill: kill, killed: make(chan struct{})}
 }
 
 // wrap puts the worker's clients behind d.
@@ -59,7 +62,7 @@ func (p *splitPlane) Push(ctx context.Context, in *pb.PushRequest, opts ...grpc.
 	d := p.d
 	switch {
 	case in.Version < d.at:
-	case p.shard == 0:
+	case p.shard == d.first:
 		resp, err := p.DataPlane.Push(ctx, in, opts...)
 		d.once.Do(func() {
 			d.version = in.Version
@@ -78,12 +81,15 @@ func (p *splitPlane) Push(ctx context.Context, in *pb.PushRequest, opts ...grpc.
 
 // A sync worker killed between its pushes, and nobody takes it out of the
 // live set: its replacement (same index, before any heartbeat timeout)
-// or, with backup workers, a worker that has not contributed to ps/1's
-// step pushes ps/1 a catch-up gradient, which completes the step; the run
-// trains to its last step. The data-position ledger still finds every
-// sample used once per epoch (the catch-up's batch is held by ps/1 only,
-// as a batch of a worker that died between its pushes is held by ps/0
-// only).
+// or, with backup workers, a worker that has not contributed to the
+// behind shard's step pushes it a catch-up gradient, which completes the
+// step; the run trains to its last step. The data-position ledger still
+// finds every sample used once per epoch (the catch-up's batch is held
+// by the behind shard only, as a batch of a worker that died between its
+// pushes is held by the other only). Either shard may be the one behind:
+// ps/1 when the worker dies after its push to ps/0, ps/0 when it dies
+// after the push to ps/1 that its step sends early (early.go), while it
+// still computes ps/0's rows.
 func TestWorkerKilledBetweenPushesCatchUp(t *testing.T) {
 	const killAt = 8
 	for _, tc := range []struct {
@@ -91,18 +97,21 @@ func TestWorkerKilledBetweenPushesCatchUp(t *testing.T) {
 		workers, replicas int
 		// replacement starts after the kill: worker 1 again, or worker 2,
 		// a backup worker that had not run (worker 1 never comes back;
-		// ps/1 needs two gradients of its step, and only worker 0's is
-		// there).
+		// the behind shard needs two gradients of its step, and only
+		// worker 0's is there).
 		replacement int
+		first       int // the shard the dying worker's push reaches
 	}{
-		{"restarted", 2, 0, 1},
-		{"backup worker", 3, 2, 2},
+		{"restarted", 2, 0, 1, 0},
+		{"backup worker", 3, 2, 2, 0},
+		{"restarted, ps/0 behind", 2, 0, 1, 1},
+		{"backup worker, ps/0 behind", 3, 2, 2, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newPosHarness(t, config.Sync, tc.workers, tc.replicas, false)
 			var d *dieBetweenPushes
 			w1 := h.start(1, func(cfg *worker.Config, kill func()) {
-				d = newDieBetweenPushes(killAt, kill)
+				d = newDieBetweenPushes(killAt, tc.first, kill)
 				d.wrap(cfg)
 			})
 			h.start(0, nil)
@@ -113,34 +122,34 @@ func TestWorkerKilledBetweenPushesCatchUp(t *testing.T) {
 			<-d.killed
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			waitSplit(ctx, t, h.c, d.version)
+			waitSplit(ctx, t, h.c, d.version, tc.first)
 			inc := int(h.incs.Load()) + 1
 			h.start(tc.replacement, nil)
 			h.check(func(gen, v, final int64) bool { return gen == 1 && v < final })
-			h.assertCaughtUp(inc, tc.replacement, d.version)
+			h.assertCaughtUp(inc, tc.replacement, d.version, 1-tc.first)
 		})
 	}
 }
 
-// waitSplit waits until ps/0 has completed the step at version v, which
-// ps/1 still waits for: the step's gradient of the worker that died in it
-// reached ps/0 only.
-func waitSplit(ctx context.Context, t *testing.T, c *inproc.Cluster, v int64) {
+// waitSplit waits until shard ahead (0 or 1) has completed the step at
+// version v, which the other still waits for: the step's gradient of the
+// worker that died in it reached shard ahead only.
+func waitSplit(ctx context.Context, t *testing.T, c *inproc.Cluster, v int64, ahead int) {
 	t.Helper()
-	if err := inproc.WaitFor(ctx, "ps/0 to complete the step", func() bool {
-		st, err := c.PS(0).Status()
+	if err := inproc.WaitFor(ctx, fmt.Sprintf("ps/%d to complete the step", ahead), func() bool {
+		st, err := c.PS(ahead).Status()
 		return err == nil && st.Version > v
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if st, err := c.PS(1).Status(); err != nil || st.Version != v {
-		t.Fatalf("ps/1 at version %d (%v), want %d: the push did not die half way", st.GetVersion(), err, v)
+	if st, err := c.PS(1 - ahead).Status(); err != nil || st.Version != v {
+		t.Fatalf("ps/%d at version %d (%v), want %d: the push did not die half way", 1-ahead, st.GetVersion(), err, v)
 	}
 }
 
-// assertCaughtUp checks that incarnation inc of worker w completed
-// ps/1's step at version v with a push to ps/1 alone.
-func (h *posHarness) assertCaughtUp(inc, w int, v int64) {
+// assertCaughtUp checks that incarnation inc of worker w completed shard
+// behind's step at version v with a push to that shard alone.
+func (h *posHarness) assertCaughtUp(inc, w int, v int64, behind int) {
 	t := h.t
 	t.Helper()
 	h.l.mu.Lock()
@@ -152,17 +161,17 @@ func (h *posHarness) assertCaughtUp(inc, w int, v int64) {
 			continue
 		}
 		shards[p.tag] = append(shards[p.tag], p.shard)
-		if p.shard == 1 && p.version == v && p.outcome == pb.PushResponse_APPLIED {
+		if p.shard == behind && p.version == v && p.outcome == pb.PushResponse_APPLIED {
 			counted = p.tag
 		}
 	}
 	if counted < 0 {
-		t.Fatalf("no gradient of worker %d (incarnation %d) was counted in ps/1's step at version %d", w, inc, v)
+		t.Fatalf("no gradient of worker %d (incarnation %d) was counted in ps/%d's step at version %d", w, inc, behind, v)
 	}
 	if s := shards[counted]; len(s) != 1 {
-		t.Fatalf("the gradient that completed ps/1's step at version %d went to shards %v, want ps/1 alone (a catch-up)", v, s)
+		t.Fatalf("the gradient that completed ps/%d's step at version %d went to shards %v, want ps/%d alone (a catch-up)", behind, v, s, behind)
 	}
-	t.Logf("worker %d (incarnation %d) caught ps/1 up at version %d with its batch %d", w, inc, v, h.l.batches[counted].pos)
+	t.Logf("worker %d (incarnation %d) caught ps/%d up at version %d with its batch %d", w, inc, behind, v, h.l.batches[counted].pos)
 }
 
 // The reviewers' case, with the chief: 2 workers, sync, the TCP data
@@ -190,7 +199,7 @@ func TestWorkerKilledBetweenPushesWithChief(t *testing.T) {
 	}
 	dying, die := context.WithCancel(context.Background())
 	defer die()
-	d := newDieBetweenPushes(killAt, die)
+	d := newDieBetweenPushes(killAt, 0, die)
 	old, err := c.StartWorker(1, inproc.WorkerOptions{Context: dying, Tweak: d.wrap})
 	if err != nil {
 		t.Fatal(err)
@@ -200,7 +209,7 @@ func TestWorkerKilledBetweenPushesWithChief(t *testing.T) {
 	if err := old.Wait(ctx); err == nil || dying.Err() == nil {
 		t.Fatalf("worker/1 ended with %v before it was killed", err)
 	}
-	waitSplit(ctx, t, c, d.version)
+	waitSplit(ctx, t, c, d.version, 0)
 	if _, err := c.StartWorker(1, inproc.WorkerOptions{}); err != nil {
 		t.Fatal(err)
 	}

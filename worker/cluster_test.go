@@ -120,10 +120,19 @@ func trainSync(t *testing.T, plane config.DataPlane, dtype config.WireDType, ste
 	data := inproc.Synthetic(500, syncSpec.Input, syncSpec.Classes, 3)
 
 	c := startCluster(t, run, syncSpec, steps)
+	var ws []*inproc.Worker
 	for i := 0; i < syncM; i++ {
-		startWorker(t, c, context.Background(), i, &slice{d: data, index: i, m: syncM, b: syncB}, nil)
+		ws = append(ws, startWorker(t, c, context.Background(), i, &slice{d: data, index: i, m: syncM, b: syncB}, nil))
 	}
 	waitAll(t, c)
+	// Shard 1 holds the first layer's later rows and the layers above:
+	// each step pushed it early, while the first rows were computed
+	// (early.go), and the comparisons below cover that path.
+	for _, w := range ws {
+		if done, _ := w.Progress(); w.EarlyPushes() != done || done == 0 {
+			t.Fatalf("worker %d pushed %d shards early in %d steps, want one a step", w.Index(), w.EarlyPushes(), done)
+		}
+	}
 	got, versions := params(t, c)
 	for _, v := range versions {
 		if v != steps {

@@ -98,7 +98,8 @@ type Config struct {
 	// RetryTimeout bounds how long an unavailable shard is retried.
 	RetryTimeout time.Duration
 	// BeforePush, if set, is called before each push with the step about to
-	// be pushed (tests use it to observe and to slow a worker down).
+	// be pushed (tests use it to observe and to slow a worker down). A
+	// worker with it pushes no shard early (early.go).
 	BeforePush func(step int64)
 	// AfterPull, if set, is called when a step's pulls have returned.
 	AfterPull func(step int64)
@@ -126,6 +127,7 @@ type Worker struct {
 	mu       sync.Mutex // guards step, lastLoss for Progress
 	faults   faults
 	tags     []ps.PullView // a step's pull views, kept for its pushes while the next pulls overwrite views
+	early    *early        // early pushes (early.go); nil: none
 }
 
 // New checks the configuration and allocates the buffers.
@@ -159,6 +161,7 @@ func New(cfg Config) (*Worker, error) {
 			w.flat = append(w.flat, make([]float32, s.Size))
 		}
 	}
+	w.setupEarly()
 	return w, nil
 }
 
@@ -220,9 +223,12 @@ func (w *Worker) Run(ctx context.Context) error {
 		t1 := time.Now()
 		c.Metrics.ObservePhase(metrics.PhasePull, t1.Sub(t0))
 
+		w.arm(ctx, views)
 		loss, grads, err := w.compute(positions)
+		w.disarm()
 		if err != nil {
-			return err
+			_, wait := w.collectEarly(nil) // none outlives Run
+			return errors.Join(err, wait())
 		}
 		t2 := time.Now()
 		c.Metrics.ObservePhase(metrics.PhaseCompute, t2.Sub(t1))
@@ -399,10 +405,18 @@ func (w *Worker) catchUp(ctx context.Context, a ps.Alignment, views []ps.PullVie
 	return w.pushAll(ctx, a.CatchUp, views, loss, grads)
 }
 
-// pushAll pushes each shard in shards its slice of grads, in parallel,
+// pushAll pushes each shard in shards its slice of grads (but those the
+// step pushed early, whose answers it waits for), in parallel,
 // tagged with the version and generation its pull answered with and the
 // data position after the batch (w.next).
 func (w *Worker) pushAll(ctx context.Context, shards []int, views []ps.PullView, loss float32, grads [][]float32) error {
+	rest, wait := w.collectEarly(shards)
+	err := w.pushShards(ctx, rest, views, loss, grads)
+	return errors.Join(err, wait())
+}
+
+// pushShards is pushAll of shards none of which went early.
+func (w *Worker) pushShards(ctx context.Context, shards []int, views []ps.PullView, loss float32, grads [][]float32) error {
 	c := w.cfg
 	errs := make([]error, len(shards))
 	fanOut(len(shards), func(i int) {

@@ -205,6 +205,17 @@ func (w *Worker) Progress() (int64, float32) {
 	return ww.Progress()
 }
 
+// EarlyPushes is worker.Worker.EarlyPushes of the incarnation (0 before
+// it is built).
+func (w *Worker) EarlyPushes() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.w == nil {
+		return 0
+	}
+	return w.w.EarlyPushes()
+}
+
 // Registration is the chief's answer to the worker's registration (nil
 // without a chief, or before it registered).
 func (w *Worker) Registration() *pb.RegisterResponse {
