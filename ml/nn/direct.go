@@ -36,8 +36,8 @@ type direct struct {
 // setEarlyRows has the backward pass compute the first layer's weight
 // gradient in row blocks split at rows (ascending, within the layer's
 // input width), the last block first, and call ready(r, loss) after each
-// block but the first: then rows r and up of that gradient, and every
-// other variable's, are final. nil rows: one product, no calls. It
+// block but the one of row 0: then rows r and up of that gradient, and
+// every other variable's, are final. nil rows: one product, no calls. It
 // reports false (and changes nothing) for rows out of order or range, or
 // a net without gradients.
 func (d *direct) setEarlyRows(rows []int, ready func(row int, loss float32)) bool {

@@ -81,10 +81,10 @@ func (n *Net) Step() (float32, error) { return n.impl.Step() }
 // rest is computed (wait-free backpropagation, docs/scaling.md): the
 // first layer's weight gradient is computed in row blocks split at rows
 // (ascending, each within the input width), the last block first, and
-// ready(r, loss) is called after each block but the first. At that call
-// rows r and up of the first variable's gradient, and every other
-// variable's, hold this step's values (Grads' slices); loss is the
-// step's. ready runs on Step's goroutine and must not block for long.
+// ready(r, loss) is called after each block but the one of row 0. At
+// that call rows r and up of the first variable's gradient, and every
+// other variable's, hold this step's values (Grads' slices); loss is
+// the step's. ready runs on Step's goroutine and must not block for long.
 // nil rows turns it off. It reports false, changing nothing, for rows
 // out of order or range, and for nets whose pass does not support it
 // (the CNN, the graph, a net without gradients).
