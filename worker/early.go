@@ -120,8 +120,8 @@ func (w *Worker) arm(ctx context.Context, views []ps.PullView) {
 	}
 }
 
-// disarm ends the compute arm allowed: the net's announcements (a catch-up
-// gradient's, say) push nothing.
+// disarm ends what arm allowed: announcements after it (those of a
+// catch-up gradient's compute, say) push nothing.
 func (w *Worker) disarm() {
 	if e := w.early; e != nil {
 		e.armed, e.ctx = false, nil
