@@ -307,14 +307,25 @@ func (l *Lab) Close() error {
 		if out, err := run(ctx, "ip", "netns", "del", h.NS); err != nil && !strings.Contains(out, "No such file") {
 			note(fmt.Errorf("netlab: ip netns del %s: %v: %s", h.NS, err, out))
 		}
-		if out, err := run(ctx, "ip", "link", "del", h.Link); err != nil && !strings.Contains(out, "Cannot find device") {
+		if out, err := run(ctx, "ip", "link", "del", h.Link); err != nil && !gone(out) {
 			note(fmt.Errorf("netlab: ip link del %s: %v: %s", h.Link, err, out))
 		}
 	}
-	if out, err := run(ctx, "ip", "link", "del", l.Bridge); err != nil && !strings.Contains(out, "Cannot find device") {
+	if out, err := run(ctx, "ip", "link", "del", l.Bridge); err != nil && !gone(out) {
 		note(fmt.Errorf("netlab: ip link del %s: %v: %s", l.Bridge, err, out))
 	}
 	return first
+}
+
+// gone reports whether ip's output says the link it was to delete no
+// longer exists: not found when looked up ("Cannot find device"), or
+// gone between the lookup and the delete ("No such device"). A veth's
+// host end goes by itself once the namespace holding its peer is
+// deleted, which the kernel finishes asynchronously, so it may vanish
+// at either moment (CI saw the second). Close's caller checks with
+// Leftovers that nothing is left.
+func gone(out string) bool {
+	return strings.Contains(out, "Cannot find device") || strings.Contains(out, "No such device")
 }
 
 // Leftovers lists the lab's resources that still exist (for tests of

@@ -640,3 +640,18 @@ func lastLine(s, sub string) string {
 	}
 	return last
 }
+
+// Close treats a link that vanished on its own as deleted, whichever
+// moment it vanished at, and any other failure as one.
+func TestGone(t *testing.T) {
+	for out, want := range map[string]bool{
+		`Cannot find device "pl55d8h0"`:              true,
+		"RTNETLINK answers: No such device":          true,
+		"RTNETLINK answers: Operation not permitted": false,
+		"": false,
+	} {
+		if got := gone(out); got != want {
+			t.Errorf("gone(%q) = %v, want %v", out, got, want)
+		}
+	}
+}
