@@ -37,16 +37,7 @@ func TestDirectPassMatchesTheGraph(t *testing.T) {
 				copy(d.Params()[i], w)
 				copy(g.Params()[i], w)
 			}
-			labels := make([]uint8, batch)
-			for i := range labels {
-				labels[i] = uint8(r.IntN(spec.Classes))
-			}
-			for i := range d.Input() {
-				v := float32(r.Float64())
-				d.Input()[i], g.Input()[i] = v, v
-			}
-			d.SetLabels(labels)
-			g.SetLabels(labels)
+			randomBatch(r, spec, batch, d, g)
 			dl, err := d.Step()
 			if err != nil {
 				t.Fatal(err)
@@ -76,6 +67,23 @@ func TestDirectPassMatchesTheGraph(t *testing.T) {
 		}
 		d.Close()
 		g.Close()
+	}
+}
+
+// randomBatch gives every net the same random batch: inputs in [0, 1)
+// and labels.
+func randomBatch(r *rand.Rand, spec model.Spec, batch int, nets ...*Net) {
+	labels := make([]uint8, batch)
+	for i := range labels {
+		labels[i] = uint8(r.IntN(spec.Classes))
+	}
+	x := make([]float32, len(nets[0].Input()))
+	for i := range x {
+		x[i] = float32(r.Float64())
+	}
+	for _, n := range nets {
+		copy(n.Input(), x)
+		n.SetLabels(labels)
 	}
 }
 
@@ -204,19 +212,19 @@ func TestEarlyRowsAnnounceFinalGradients(t *testing.T) {
 			copy(ref.Params()[i], w)
 			copy(e.Params()[i], w)
 		}
-		labels := make([]uint8, batch)
-		for i := range labels {
-			labels[i] = uint8(r.IntN(spec.Classes))
+		randomBatch(r, spec, batch, ref, e)
+		wantLoss, err := ref.Step()
+		if err != nil {
+			t.Fatal(err)
 		}
-		for i := range ref.Input() {
-			v := float32(r.Float64())
-			ref.Input()[i], e.Input()[i] = v, v
+		want, err := ref.Grads()
+		if err != nil {
+			t.Fatal(err)
 		}
-		ref.SetLabels(labels)
-		e.SetLabels(labels)
-		wantLoss, _ := ref.Step()
-		want, _ := ref.Grads()
-		got, _ := e.Grads()
+		got, err := e.Grads()
+		if err != nil {
+			t.Fatal(err)
+		}
 		var calls []int
 		ok := e.SetEarlyRows([]int{200, 397}, func(row int, loss float32) {
 			calls = append(calls, row)
