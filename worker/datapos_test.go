@@ -69,6 +69,21 @@ func (l *ledger) batch(b batchRec) int {
 	return len(l.batches) - 1
 }
 
+// tag is the batch the worker's source src took last at position pos:
+// the one a push of data position pos+1 carries the gradient of (the
+// batch taken last overall may be the next step's, loaded ahead while
+// the push was under way).
+func (l *ledger) tag(src *recordingSource, pos int64) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := len(l.batches) - 1; i >= 0; i-- {
+		if b := l.batches[i]; b.worker == src.worker && b.inc == src.inc && b.pos == pos {
+			return i
+		}
+	}
+	panic("a push of a batch its worker never took")
+}
+
 func (l *ledger) push(p pushRec) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -83,7 +98,6 @@ type recordingSource struct {
 	ids         map[string]int // a sample's image bytes -> its id
 	dim         int
 	worker, inc int
-	last        atomic.Int64 // the tag of the batch taken last
 }
 
 func (s *recordingSource) Next(x []float32, y []uint8) {
@@ -97,7 +111,7 @@ func (s *recordingSource) Next(x []float32, y []uint8) {
 		}
 		b.ids = append(b.ids, id)
 	}
-	s.last.Store(int64(s.l.batch(b)))
+	s.l.batch(b)
 }
 
 func (s *recordingSource) SeekBatch(p int64) { s.fb.SeekBatch(p) }
@@ -118,7 +132,7 @@ func (p *taggingPlane) Push(ctx context.Context, in *pb.PushRequest, opts ...grp
 		return nil, status.FromContextError(err).Err()
 	}
 	resp, err := p.DataPlane.Push(ctx, in, opts...)
-	r := pushRec{shard: p.shard, tag: int(p.src.last.Load()), worker: int(in.Worker), gen: in.Generation, version: in.Version, err: err}
+	r := pushRec{shard: p.shard, tag: p.l.tag(p.src, in.DataPosition-1), worker: int(in.Worker), gen: in.Generation, version: in.Version, err: err}
 	if err == nil {
 		r.outcome = resp.Outcome
 	}

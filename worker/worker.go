@@ -128,6 +128,7 @@ type Worker struct {
 	faults   faults
 	tags     []ps.PullView // a step's pull views, kept for its pushes while the next pulls overwrite views
 	early    *early        // early pushes (early.go); nil: none
+	ahead    *ahead        // starting steps ahead (ahead.go); nil: not
 }
 
 // New checks the configuration and allocates the buffers.
@@ -162,6 +163,7 @@ func New(cfg Config) (*Worker, error) {
 		}
 	}
 	w.setupEarly()
+	w.setupAhead()
 	return w, nil
 }
 
@@ -208,7 +210,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		switch a.Action {
 		case ps.AlignDone:
-			c.Log.Info("training done", "worker", c.Index, "steps", w.step)
+			c.Log.Info("training done", "worker", c.Index, "steps", w.step, "early_pushes", w.EarlyPushes(), "steps_started_ahead", w.AheadSteps())
 			return nil
 		case ps.AlignCatchUp:
 			if err := w.catchUp(ctx, a, views, positions); err != nil {
@@ -329,24 +331,29 @@ func (w *Worker) pushAndPull(ctx context.Context, all []int, views []ps.PullView
 // and the gradients. w.next is then the batch's position + 1.
 func (w *Worker) compute(positions []int64) (float32, [][]float32, error) {
 	c := w.cfg
-	if pos := slices.Max(positions); pos != w.next {
-		switch {
-		case w.next < 0:
-			c.Log.Info("data position", "worker", c.Index, "batch", pos)
-		case pos == w.next-1:
-			// No shard counted the last gradient (stale everywhere,
-			// e.g. a backup worker's that lost the race, or a duplicate
-			// catch-up): no sample of it is in the model yet.
-			c.Log.Debug("gradient not counted; using its batch again", "worker", c.Index, "batch", pos)
-		default:
-			c.Log.Warn("data position moved by the parameter servers (a rollback to a checkpoint?)", "worker", c.Index, "from", w.next, "to", pos)
+	pos := slices.Max(positions)
+	if w.takeAhead(pos) {
+		w.next = pos + 1 // the batch is in the input already
+	} else {
+		if pos != w.next {
+			switch {
+			case w.next < 0:
+				c.Log.Info("data position", "worker", c.Index, "batch", pos)
+			case pos == w.next-1:
+				// No shard counted the last gradient (stale everywhere,
+				// e.g. a backup worker's that lost the race, or a
+				// duplicate catch-up): no sample of it is in the model
+				// yet.
+				c.Log.Debug("gradient not counted; using its batch again", "worker", c.Index, "batch", pos)
+			default:
+				c.Log.Warn("data position moved by the parameter servers (a rollback to a checkpoint?)", "worker", c.Index, "from", w.next, "to", pos)
+			}
+			c.Batches.SeekBatch(pos)
+			w.next = pos
 		}
-		c.Batches.SeekBatch(pos)
-		w.next = pos
+		c.Batches.Next(c.Net.Input(), w.labels)
+		w.next++
 	}
-	x := c.Net.Input()
-	c.Batches.Next(x, w.labels)
-	w.next++
 	c.Net.SetLabels(w.labels)
 	loss, err := c.Net.Step()
 	if err != nil {
@@ -486,9 +493,13 @@ func (w *Worker) pullAll(ctx context.Context, minVersion int64, views []ps.PullV
 	for s := range pulls {
 		pulls[s] = ps.Pull{Shard: s, MinVersion: minVersion}
 	}
-	for {
+	w.aheadOpen()
+	for first := true; ; first = false {
 		err := w.pullRound(ctx, pulls, views, positions)
 		a := ps.Align(w.cfg.Run.Mode, views)
+		if first {
+			w.aheadClose(a)
+		}
 		switch {
 		case a.Action == ps.AlignDone:
 			return a, nil // the other pulls were cancelled
@@ -554,7 +565,9 @@ func (w *Worker) pullOne(ctx context.Context, cancel context.CancelFunc, p ps.Pu
 	c.Metrics.RPCReceivedBytes.WithLabelValues("pull").Add(float64(4 * c.Plan.Shards[s].Size))
 	if resp.Done {
 		cancel()
+		return nil
 	}
+	w.aheadAnswered(s)
 	return nil
 }
 

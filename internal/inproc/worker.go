@@ -216,6 +216,17 @@ func (w *Worker) EarlyPushes() int64 {
 	return w.w.EarlyPushes()
 }
 
+// AheadSteps is worker.Worker.AheadSteps of the incarnation (0 before
+// it is built).
+func (w *Worker) AheadSteps() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.w == nil {
+		return 0
+	}
+	return w.w.AheadSteps()
+}
+
 // Registration is the chief's answer to the worker's registration (nil
 // without a chief, or before it registered).
 func (w *Worker) Registration() *pb.RegisterResponse {

@@ -31,6 +31,10 @@ type direct struct {
 	// early: see setEarlyRows.
 	earlyRows []int
 	early     func(row int, loss float32)
+	// ahead: rows ahead and up of the first layer's product are in
+	// acts[1] for the input and weights as they are (forwardRows);
+	// sizes[0]: none.
+	ahead int
 }
 
 // setEarlyRows has the backward pass compute the first layer's weight
@@ -43,18 +47,66 @@ type direct struct {
 func (d *direct) setEarlyRows(rows []int, ready func(row int, loss float32)) bool {
 	if len(rows) == 0 || ready == nil {
 		d.earlyRows, d.early = nil, nil
+		d.forget()
 		return true
 	}
 	if !d.train || rows[0] <= 0 || rows[len(rows)-1] >= d.sizes[0] || !slices.IsSorted(rows) || len(slices.Compact(slices.Clone(rows))) != len(rows) {
 		return false
 	}
 	d.earlyRows, d.early = slices.Clone(rows), ready
+	d.ahead = d.sizes[0]
 	return true
+}
+
+// forwardRows computes, ahead of the next step, the part of its first
+// product that reads only the input and rows r and up of the first
+// weight variable: r must be one of the early rows. It reports false
+// (computing nothing) for any other r. The step uses what it computed,
+// so the caller must call forget if the input or those rows change
+// before the step.
+func (d *direct) forwardRows(r int) bool {
+	if _, ok := slices.BinarySearch(d.earlyRows, r); !ok {
+		return false
+	}
+	d.firstProduct(G.WhichBLAS(), r)
+	return true
+}
+
+// forget drops what forwardRows computed.
+func (d *direct) forget() { d.ahead = d.sizes[0] }
+
+// firstProduct computes rows r and up of the first layer's product
+// x W0, on top of what is already computed (rows d.ahead and up): rows
+// i of W0 meet column i of x, so a block of rows is a product over a
+// block of x's columns, added into the output. With early rows the
+// blocks are theirs, the last first, whether computed ahead or in the
+// step, so a step's result does not depend on how much of it was done
+// ahead (the sums are added in the same order).
+func (d *direct) firstProduct(bl blas.Float32Level3, r int) {
+	in, out := d.sizes[0], d.sizes[1]
+	x, w, z := d.acts[0], d.params[0], d.acts[1]
+	hi := d.ahead
+	for i := len(d.earlyRows); i >= 0 && hi > r; i-- {
+		lo := 0
+		if i > 0 {
+			lo = d.earlyRows[i-1]
+		}
+		if lo >= hi {
+			continue
+		}
+		beta := float32(1)
+		if hi == in {
+			beta = 0 // the first block overwrites the last step's sums
+		}
+		bl.Sgemm(blas.NoTrans, blas.NoTrans, d.batch, out, hi-lo, 1, x[lo:], in, w[lo*out:], out, beta, z, out)
+		hi = lo
+	}
+	d.ahead = hi
 }
 
 func newDirect(spec model.Spec, batch int, train bool, x, y []float32, params [][]float32) *direct {
 	sizes := append(append([]int{spec.Input}, spec.Hidden...), spec.Classes)
-	d := &direct{sizes: sizes, batch: batch, params: params, y: y, train: train}
+	d := &direct{sizes: sizes, batch: batch, params: params, y: y, train: train, ahead: spec.Input}
 	d.acts = append(d.acts, x)
 	for l := 1; l < len(sizes); l++ {
 		d.acts = append(d.acts, make([]float32, batch*sizes[l]))
@@ -82,7 +134,12 @@ func (d *direct) step() float32 {
 		in, out := d.sizes[l], d.sizes[l+1]
 		w, b := d.params[2*l], d.params[2*l+1]
 		z := d.acts[l+1]
-		bl.Sgemm(blas.NoTrans, blas.NoTrans, d.batch, out, in, 1, d.acts[l], in, w, out, 0, z, out)
+		if l == 0 {
+			d.firstProduct(bl, 0)
+			d.forget() // the next step's input and weights are new
+		} else {
+			bl.Sgemm(blas.NoTrans, blas.NoTrans, d.batch, out, in, 1, d.acts[l], in, w, out, 0, z, out)
+		}
 		addBias(z, b, l+1 < layers)
 	}
 	loss := softmaxXent(d.logits(), d.y, d.batch, d.sizes[layers], d.deltasOrNil(layers-1))

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/pstrain/pstrain/ml/model"
@@ -283,5 +284,107 @@ func TestEarlyRowsAnnounceFinalGradients(t *testing.T) {
 	defer eval.Close()
 	if eval.SetEarlyRows([]int{200}, func(int, float32) {}) {
 		t.Error("a net without gradients accepted early rows")
+	}
+}
+
+// ForwardRows: the part of the forward pass computed ahead is the one
+// the step uses, and the step's results are bit for bit those of a step
+// computed at once (the same blocks, added in the same order); Forget
+// drops it.
+func TestForwardRowsAhead(t *testing.T) {
+	spec := model.Spec{Input: 784, Hidden: []int{800}, Classes: 10}
+	const batch = 16
+	rows := []int{200, 397}
+	nets := make([]*Net, 2) // nets[0] computes each step at once, nets[1] partly ahead
+	for i := range nets {
+		n, err := New(spec, batch, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer n.Close()
+		if !n.SetEarlyRows(rows, func(int, float32) {}) {
+			t.Fatal("SetEarlyRows refused")
+		}
+		nets[i] = n
+	}
+	out := spec.Hidden[0]
+	r := rand.New(rand.NewPCG(8, 9))
+	load := func(seed uint64) {
+		for i, w := range spec.Init(seed) {
+			copy(nets[0].Params()[i], w)
+			copy(nets[1].Params()[i], w)
+		}
+		randomBatch(r, spec, batch, nets...)
+	}
+	// step runs both nets and says whether their losses and gradients
+	// are the same bits.
+	step := func() (float32, float32, bool) {
+		var loss [2]float32
+		var grads [2][][]float32
+		for i, n := range nets {
+			var err error
+			if loss[i], err = n.Step(); err != nil {
+				t.Fatal(err)
+			}
+			if grads[i], err = n.Grads(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		same := loss[0] == loss[1]
+		for v := range grads[0] {
+			same = same && slices.Equal(grads[0][v], grads[1][v])
+		}
+		return loss[0], loss[1], same
+	}
+	for i, ahead := range [][]int{{397}, {397, 200}, {200}, {}} {
+		load(uint64(i + 1))
+		for _, row := range ahead {
+			if !nets[1].ForwardRows(row) {
+				t.Fatalf("ForwardRows(%d) refused", row)
+			}
+		}
+		if a, b, same := step(); !same {
+			t.Fatalf("ahead from rows %v: loss %v, at once %v, or the gradients differ", ahead, b, a)
+		}
+	}
+
+	// What was computed ahead is used: rows changed after it do not
+	// count until Forget.
+	load(7)
+	if !nets[1].ForwardRows(397) {
+		t.Fatal("ForwardRows(397) refused")
+	}
+	clear(nets[1].Params()[0][397*out:])
+	if _, _, same := step(); !same {
+		t.Fatal("the step recomputed the rows computed ahead")
+	}
+	load(8)
+	nets[1].ForwardRows(397)
+	clear(nets[0].Params()[0][397*out:])
+	clear(nets[1].Params()[0][397*out:])
+	nets[1].Forget()
+	if a, b, same := step(); !same {
+		t.Fatalf("after Forget: loss %v, at once %v, or the gradients differ", b, a)
+	}
+	// A step forgets: the next one computes in full.
+	load(9)
+	clear(nets[0].Params()[0][397*out:])
+	clear(nets[1].Params()[0][397*out:])
+	if a, b, same := step(); !same {
+		t.Fatalf("a step after one ahead: loss %v, at once %v, or the gradients differ", b, a)
+	}
+
+	for _, row := range []int{0, 100, 784} {
+		if nets[1].ForwardRows(row) {
+			t.Errorf("ForwardRows(%d) accepted: not a row the net splits at", row)
+		}
+	}
+	plain, err := New(spec, batch, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if plain.ForwardRows(397) {
+		t.Error("a net without early rows accepted ForwardRows")
 	}
 }

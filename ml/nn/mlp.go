@@ -152,6 +152,14 @@ func (n *mlpNet) setEarlyRows(rows []int, ready func(int, float32)) bool {
 	return n.direct != nil && n.direct.setEarlyRows(rows, ready)
 }
 
+func (n *mlpNet) forwardRows(r int) bool { return n.direct != nil && n.direct.forwardRows(r) }
+
+func (n *mlpNet) forget() {
+	if n.direct != nil {
+		n.direct.forget()
+	}
+}
+
 func (n *mlpNet) Grads() ([][]float32, error) {
 	if !n.train {
 		return nil, fmt.Errorf("nn: net was built without gradients")

@@ -97,6 +97,31 @@ func (n *Net) SetEarlyRows(rows []int, ready func(row int, loss float32)) bool {
 	return false
 }
 
+// ForwardRows computes, ahead of the next Step, the part of its forward
+// pass that reads only Input() and rows r and up of the first weight
+// variable, for a worker to start on the parameters of the shards that
+// answered first while others have not (docs/scaling.md). r must be one
+// of the rows SetEarlyRows split at; with early rows the forward pass's
+// first product is computed in the same blocks, the last first, ahead or
+// not, so Step's results do not depend on how much was done ahead. Step
+// uses what ForwardRows computed: if Input() or those rows change before
+// it, call Forget. It reports false, computing nothing, for any other r
+// and for nets that do not split (see SetEarlyRows).
+func (n *Net) ForwardRows(r int) bool {
+	if a, ok := n.impl.(interface{ forwardRows(int) bool }); ok {
+		return a.forwardRows(r)
+	}
+	return false
+}
+
+// Forget drops what ForwardRows computed: the next Step computes its
+// forward pass in full.
+func (n *Net) Forget() {
+	if a, ok := n.impl.(interface{ forget() }); ok {
+		a.forget()
+	}
+}
+
 // Grads returns the gradients computed by the last Step, in variable order.
 // The slices belong to the net and are overwritten by the next Step.
 func (n *Net) Grads() ([][]float32, error) { return n.impl.Grads() }
