@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -84,6 +85,7 @@ type aheadShard struct {
 	last   int64
 	gate   func(pos int64) // nil: none
 	move   map[int64]int64
+	region []float32 // viewShard's answers (see there)
 
 	mu      sync.Mutex
 	changed chan struct{}
@@ -136,11 +138,65 @@ func (s *aheadShard) Push(ctx context.Context, in *pb.PushRequest, _ ...grpc.Cal
 	return &pb.PushResponse{}, nil
 }
 
-// runAhead runs the worker for steps steps against the two shards, shard
-// 0 answering each step's pull (but the first) once the worker has taken
-// the batch shard 1's answer names, and returns the worker, the shards
-// and what a reference needs.
-func runAhead(t *testing.T, steps int64, move map[int64]int64) (*worker.Worker, [2]*aheadShard, partition.Plan, [][]float32, *dataset.Dataset) {
+// viewShard is an aheadShard whose pulls answer in a region, as a
+// same-host PS does (worker.ViewingDataPlane): Params is a view of one
+// buffer that every request first scribbles over (the PS writes the
+// region only to answer a request; here it garbles it, so a worker that
+// reads the parameters of an earlier answer after it sent another
+// request computes on garbage).
+type viewShard struct{ *aheadShard }
+
+func (s viewShard) PullView(ctx context.Context, in *pb.PullRequest, _ [][]float32) (*pb.PullResponse, error) {
+	s.scribble()
+	resp, err := s.Pull(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	copy(s.region, s.params)
+	resp.Params = wire.Bytes(s.region)
+	return resp, nil
+}
+
+func (s viewShard) Push(ctx context.Context, in *pb.PushRequest, opts ...grpc.CallOption) (*pb.PushResponse, error) {
+	s.scribble()
+	return s.aheadShard.Push(ctx, in, opts...)
+}
+
+func (s viewShard) scribble() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range s.region {
+		s.region[i] = 7
+	}
+}
+
+// aheadOpts shape runAhead's run.
+type aheadOpts struct {
+	steps   int64
+	move    map[int64]int64 // shard 0's moved positions (aheadShard.move)
+	view    bool            // the shards answer in regions (viewShard)
+	start   [2]int64        // the shards' versions (and the worker's data positions) at the start
+	ungated bool            // shard 0 does not wait for the batch loaded ahead
+}
+
+// aheadRun is what runAhead leaves for the checks.
+type aheadRun struct {
+	w      *worker.Worker
+	shards [2]*aheadShard
+	plan   partition.Plan
+	params [][]float32 // the shards' parameters, whole
+	data   *dataset.Dataset
+	// weights is the net's own parameter memory (nn.Net.Params) before
+	// and after the run.
+	before, after [][]float32
+}
+
+// runAhead runs the worker for o.steps steps against the two shards,
+// shard 0 answering each step's pull (but the first) once the worker has
+// taken the batch shard 1's answer names, unless o.ungated.
+func runAhead(t *testing.T, o aheadOpts) aheadRun {
 	t.Helper()
 	spec := model.Spec{Input: 8, Hidden: []int{6}, Classes: 3}
 	plan, err := partition.New(spec, 2)
@@ -150,18 +206,25 @@ func runAhead(t *testing.T, steps int64, move map[int64]int64) (*worker.Worker, 
 	if b := plan.Shards[1].Blocks[0]; b.Var != 0 || b.RowStart == 0 {
 		t.Fatalf("shard 1 starts with %+v: the test needs it to hold the first layer's later rows", b)
 	}
-	params := spec.Init(3)
-	data := inproc.Synthetic(40, spec.Input, spec.Classes, 1)
-	src := newTakenSource(slice{d: data, m: 1, b: 2})
-	var shards [2]*aheadShard
+	r := aheadRun{plan: plan, params: spec.Init(3), data: inproc.Synthetic(40, spec.Input, spec.Classes, 1)}
+	src := newTakenSource(slice{d: r.data, m: 1, b: 2})
 	var conns []worker.Shard
-	for s := range shards {
+	for s := range r.shards {
 		flat := make([]float32, plan.Shards[s].Size)
-		plan.Gather(s, params, flat)
-		shards[s] = &aheadShard{params: flat, last: steps, changed: make(chan struct{})}
-		conns = append(conns, worker.Shard{Addr: fmt.Sprintf("fake/%d", s), Client: shards[s], Puller: shards[s]})
+		plan.Gather(s, r.params, flat)
+		sh := &aheadShard{params: flat, last: o.steps, changed: make(chan struct{}), region: make([]float32, len(flat)),
+			version: o.start[s], pos: o.start[s]}
+		r.shards[s] = sh
+		var dp worker.DataPlane = sh
+		if o.view {
+			dp = viewShard{sh}
+		}
+		conns = append(conns, worker.Shard{Addr: fmt.Sprintf("fake/%d", s), Client: dp, Puller: dp})
 	}
-	shards[0].gate, shards[0].move = src.waitTaken, move
+	r.shards[0].move = o.move
+	if !o.ungated {
+		r.shards[0].gate = src.waitTaken
+	}
 	net, err := nn.New(spec, 2, true)
 	if err != nil {
 		t.Fatal(err)
@@ -169,24 +232,30 @@ func runAhead(t *testing.T, steps int64, move map[int64]int64) (*worker.Worker, 
 	defer net.Close()
 	run := config.Default()
 	run.Mode, run.PS, run.Workers, run.Batch, run.Hidden = config.Sync, 2, 1, 2, spec.Hidden
-	w, err := worker.New(worker.Config{Index: 0, RunID: "r", Run: run, Plan: plan, Net: net, Shards: conns,
-		Batches: src, Log: quietLog()})
+	r.w, err = worker.New(worker.Config{Index: 0, RunID: "r", Run: run, Plan: plan, Net: net, Shards: conns,
+		Batches: src, Log: quietLog(), CatchUpAfter: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, p := range net.Params() {
+		r.before = append(r.before, slices.Clone(p))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := w.Run(ctx); err != nil {
+	if err := r.w.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return w, shards, plan, params, data
+	for _, p := range net.Params() {
+		r.after = append(r.after, slices.Clone(p))
+	}
+	return r
 }
 
-// checkAheadPushes checks that each step pushed both shards, in order,
-// the gradient a net computes from scratch on the shards' parameters
-// and the batch at the push's data position - 1, and that the positions
-// are want.
-func checkAheadPushes(t *testing.T, shards [2]*aheadShard, plan partition.Plan, params [][]float32, data *dataset.Dataset, want []int64) {
+// checkAheadPushes checks that every push to each shard carried the
+// gradient a net computes from scratch on the shards' parameters and the
+// batch at the push's data position - 1, and that the pushes were tagged
+// with versions and data positions as want says: "v@p ..." by shard.
+func checkAheadPushes(t *testing.T, r aheadRun, want [2]string) {
 	t.Helper()
 	spec := model.Spec{Input: 8, Hidden: []int{6}, Classes: 3}
 	ref, err := nn.New(spec, 2, true)
@@ -196,21 +265,18 @@ func checkAheadPushes(t *testing.T, shards [2]*aheadShard, plan partition.Plan, 
 	defer ref.Close()
 	// The same row blocks as the worker's net (its plan's), so the
 	// sums are added in the same order.
-	if !ref.SetEarlyRows([]int{plan.Shards[1].Blocks[0].RowStart}, func(int, float32) {}) {
+	if !ref.SetEarlyRows([]int{r.plan.Shards[1].Blocks[0].RowStart}, func(int, float32) {}) {
 		t.Fatal("the reference net refused early rows")
 	}
 	labels := make([]uint8, 2)
-	for s, sh := range shards {
-		var got []int64
+	for s, sh := range r.shards {
+		var got []string
 		for i, p := range sh.pushes {
-			got = append(got, p.pos)
-			if p.version != int64(i) {
-				t.Fatalf("shard %d: push %d tagged version %d", s, i, p.version)
-			}
-			for v, w := range params {
+			got = append(got, fmt.Sprintf("%d@%d", p.version, p.pos))
+			for v, w := range r.params {
 				copy(ref.Params()[v], w)
 			}
-			src := slice{d: data, m: 1, b: 2}
+			src := slice{d: r.data, m: 1, b: 2}
 			src.SeekBatch(p.pos - 1)
 			src.Next(ref.Input(), labels)
 			ref.SetLabels(labels)
@@ -221,27 +287,44 @@ func checkAheadPushes(t *testing.T, shards [2]*aheadShard, plan partition.Plan, 
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := make([]float32, plan.Shards[s].Size)
-			plan.Gather(s, grads, want)
-			if !slices.Equal(p.grad, want) {
-				t.Fatalf("shard %d, step %d (batch %d): pushed %v, a step from scratch gives %v", s, i, p.pos-1, p.grad, want)
+			g := make([]float32, r.plan.Shards[s].Size)
+			r.plan.Gather(s, grads, g)
+			if !slices.Equal(p.grad, g) {
+				t.Fatalf("shard %d, push %d (batch %d): pushed %v, a step from scratch gives %v", s, i, p.pos-1, p.grad, g)
 			}
 		}
-		if !slices.Equal(got, want) {
-			t.Fatalf("shard %d: pushes at data positions %v, want %v", s, got, want)
+		if g := strings.Join(got, " "); g != want[s] {
+			t.Fatalf("shard %d: pushes (version@data position) %s, want %s", s, g, want[s])
 		}
 	}
 }
 
 // Shard 1 answers first each step: the worker starts every step but the
 // first (its data position is not known before the first answers) ahead,
-// and pushes what a step from scratch computes.
+// and pushes what a step from scratch computes; so does a worker reading
+// its parameters where the pulls leave them, whose own weights are then
+// never written.
 func TestStepStartsAheadOnTheFirstAnswer(t *testing.T) {
-	w, shards, plan, params, data := runAhead(t, 6, nil)
-	if got := w.AheadSteps(); got != 5 {
-		t.Fatalf("%d of 6 steps started ahead, want 5", got)
+	for _, view := range []bool{false, true} {
+		t.Run(fmt.Sprintf("view=%v", view), func(t *testing.T) {
+			r := runAhead(t, aheadOpts{steps: 6, view: view})
+			if got := r.w.AheadSteps(); got != 5 {
+				t.Fatalf("%d of 6 steps started ahead, want 5", got)
+			}
+			all := "0@1 1@2 2@3 3@4 4@5 5@6"
+			checkAheadPushes(t, r, [2]string{all, all})
+			// The net's own weights: written by every pull without views,
+			// never with them.
+			if slices.Equal(r.before[0], r.params[0]) {
+				t.Fatal("the net's weights start as the shards' parameters: the check below could not fail")
+			}
+			for v := range r.after {
+				if want := map[bool][][]float32{false: r.params, true: r.before}[view]; !slices.Equal(r.after[v], want[v]) {
+					t.Fatalf("views %v: variable %d of the net's own weights is not what it should be", view, v)
+				}
+			}
+		})
 	}
-	checkAheadPushes(t, shards, plan, params, data, []int64{1, 2, 3, 4, 5, 6})
 }
 
 // Shard 0 answers step 3 with a data position 2 further on (as after a
@@ -249,9 +332,32 @@ func TestStepStartsAheadOnTheFirstAnswer(t *testing.T) {
 // is dropped, the step trains on the batch at the moved position, and
 // the steps after it start ahead again.
 func TestStepAheadOnAMovedPositionIsDropped(t *testing.T) {
-	w, shards, plan, params, data := runAhead(t, 6, map[int64]int64{3: 2})
-	if got := w.AheadSteps(); got != 4 {
-		t.Fatalf("%d of 6 steps started ahead, want 4 (all but the first and the moved one)", got)
+	for _, view := range []bool{false, true} {
+		t.Run(fmt.Sprintf("view=%v", view), func(t *testing.T) {
+			r := runAhead(t, aheadOpts{steps: 6, move: map[int64]int64{3: 2}, view: view})
+			if got := r.w.AheadSteps(); got != 4 {
+				t.Fatalf("%d of 6 steps started ahead, want 4 (all but the first and the moved one)", got)
+			}
+			all := "0@1 1@2 2@3 3@6 4@7 5@8"
+			checkAheadPushes(t, r, [2]string{all, all})
+		})
 	}
-	checkAheadPushes(t, shards, plan, params, data, []int64{1, 2, 3, 6, 7, 8})
+}
+
+// The worker starts (as a new incarnation of one that died between its
+// pushes) with shard 0 a step behind shard 1: the bounded pull that waits
+// for shard 0 stalls, and the worker pushes it a catch-up gradient
+// computed on the parameters it has. With views, that pull is a request
+// on shard 0's connection, which may rewrite its region (here it always
+// does): the worker copies the parameters into its weights before, and
+// the catch-up gradient is the right one.
+func TestViewsSurviveACatchUp(t *testing.T) {
+	for _, view := range []bool{false, true} {
+		t.Run(fmt.Sprintf("view=%v", view), func(t *testing.T) {
+			r := runAhead(t, aheadOpts{steps: 5, view: view, start: [2]int64{2, 3}, ungated: true})
+			// The catch-up (2@4) trains on batch 3, the one after the
+			// furthest a shard holds; shard 1 gets none.
+			checkAheadPushes(t, r, [2]string{"2@4 3@5 4@6", "3@5 4@6"})
+		})
+	}
 }

@@ -177,6 +177,17 @@ func (f segmentedFailover) PullInto(ctx context.Context, in *pb.PullRequest, dst
 	})
 }
 
+// PullView is the current client's PullView, or its PullInto if it has
+// none.
+func (f segmentedFailover) PullView(ctx context.Context, in *pb.PullRequest, dst [][]float32) (*pb.PullResponse, error) {
+	return call(ctx, f.failover, func(ctx context.Context, c DataPlane) (*pb.PullResponse, error) {
+		if v, ok := c.(ViewingDataPlane); ok {
+			return v.PullView(ctx, in, dst)
+		}
+		return c.(SegmentedDataPlane).PullInto(ctx, in, dst)
+	})
+}
+
 func (f segmentedFailover) PushSegments(ctx context.Context, in *pb.PushRequest, segs [][]float32) (*pb.PushResponse, error) {
 	return call(ctx, f.failover, func(ctx context.Context, c DataPlane) (*pb.PushResponse, error) {
 		return c.(SegmentedDataPlane).PushSegments(ctx, in, segs)

@@ -65,6 +65,14 @@ type SegmentedDataPlane interface {
 	PushSegments(ctx context.Context, in *pb.PushRequest, segs [][]float32) (*pb.PushResponse, error)
 }
 
+// ViewingDataPlane is a SegmentedDataPlane that can leave a pull's
+// parameters where they arrived (dataplane.Client.PullView): in a region
+// shared with a same-host PS, valid until the client's next call. The
+// net then reads them there (nn.Net.ReadFrom): no copy into its weights.
+type ViewingDataPlane interface {
+	PullView(ctx context.Context, in *pb.PullRequest, dst [][]float32) (*pb.PullResponse, error)
+}
+
 // Shard is one PS connection.
 type Shard struct {
 	Addr   string
@@ -129,6 +137,7 @@ type Worker struct {
 	tags     []ps.PullView // a step's pull views, kept for its pushes while the next pulls overwrite views
 	early    *early        // early pushes (early.go); nil: none
 	ahead    *ahead        // starting steps ahead (ahead.go); nil: not
+	viewed   []bool        // by shard: the net reads its parameters where its pulls leave them (views.go)
 }
 
 // New checks the configuration and allocates the buffers.
@@ -164,6 +173,7 @@ func New(cfg Config) (*Worker, error) {
 	}
 	w.setupEarly()
 	w.setupAhead()
+	w.setupViews()
 	return w, nil
 }
 
@@ -495,6 +505,9 @@ func (w *Worker) pullAll(ctx context.Context, minVersion int64, views []ps.PullV
 	}
 	w.aheadOpen()
 	for first := true; ; first = false {
+		if !first {
+			w.ownViews(pulls)
+		}
 		err := w.pullRound(ctx, pulls, views, positions)
 		a := ps.Align(w.cfg.Run.Mode, views)
 		if first {
@@ -547,16 +560,17 @@ func (w *Worker) pullOne(ctx context.Context, cancel context.CancelFunc, p ps.Pu
 		}
 		return err
 	}
-	if resp.Params != nil { // else read straight into the net's parameters
-		flat, err := wire.Floats(resp.Params)
+	var flat []float32 // nil: read straight into the net's parameters
+	if resp.Params != nil {
+		flat, err = wire.Floats(resp.Params)
 		if err == nil && len(flat) != c.Plan.Shards[s].Size {
 			err = fmt.Errorf("shard %d (%s) sent %d parameters, plan says %d", s, c.Shards[s].Addr, len(flat), c.Plan.Shards[s].Size)
 		}
 		if err != nil {
 			return err
 		}
-		c.Plan.Scatter(s, flat, c.Net.Params())
 	}
+	w.readShard(s, flat)
 	if resp.Generation != view.Generation && view.Generation != 0 {
 		c.Log.Warn("parameter server state replaced by the chief", "ps", s, "generation", resp.Generation, "version", resp.Version)
 	}
@@ -577,9 +591,14 @@ func (w *Worker) pull(ctx context.Context, s int, minVersion, gen int64) (*pb.Pu
 		var err error
 		req := &pb.PullRequest{Worker: int32(w.cfg.Index), MinVersion: minVersion, RunId: w.cfg.RunID, Generation: gen}
 		cl := w.cfg.Shards[s].puller()
-		if sp, ok := cl.(SegmentedDataPlane); ok {
+		vp, viewing := cl.(ViewingDataPlane)
+		sp, segmented := cl.(SegmentedDataPlane)
+		switch {
+		case viewing && w.viewed != nil && w.viewed[s]:
+			resp, err = vp.PullView(ctx, req, w.cfg.Plan.Segments(s, w.cfg.Net.Params()))
+		case segmented:
 			resp, err = sp.PullInto(ctx, req, w.cfg.Plan.Segments(s, w.cfg.Net.Params()))
-		} else {
+		default:
 			resp, err = cl.Pull(ctx, req)
 		}
 		if status.Code(err) == codes.Unavailable {

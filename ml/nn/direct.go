@@ -35,6 +35,11 @@ type direct struct {
 	// acts[1] for the input and weights as they are (forwardRows);
 	// sizes[0]: none.
 	ahead int
+	// from: where the pass reads each piece of the parameters other
+	// than params (readFrom); nil: params. Pieces are the first
+	// variable's blocks (split at earlyRows: from[0][i] is block i) and
+	// every other variable whole (from[v][0]).
+	from [][][]float32
 }
 
 // setEarlyRows has the backward pass compute the first layer's weight
@@ -46,15 +51,19 @@ type direct struct {
 // a net without gradients.
 func (d *direct) setEarlyRows(rows []int, ready func(row int, loss float32)) bool {
 	if len(rows) == 0 || ready == nil {
+		d.own() // (the pieces change)
 		d.earlyRows, d.early = nil, nil
+		d.resetFrom()
 		d.forget()
 		return true
 	}
 	if !d.train || rows[0] <= 0 || rows[len(rows)-1] >= d.sizes[0] || !slices.IsSorted(rows) || len(slices.Compact(slices.Clone(rows))) != len(rows) {
 		return false
 	}
+	d.own()
 	d.earlyRows, d.early = slices.Clone(rows), ready
-	d.ahead = d.sizes[0]
+	d.resetFrom()
+	d.forget()
 	return true
 }
 
@@ -84,7 +93,7 @@ func (d *direct) forget() { d.ahead = d.sizes[0] }
 // ahead (the sums are added in the same order).
 func (d *direct) firstProduct(bl blas.Float32Level3, r int) {
 	in, out := d.sizes[0], d.sizes[1]
-	x, w, z := d.acts[0], d.params[0], d.acts[1]
+	x, z := d.acts[0], d.acts[1]
 	hi := d.ahead
 	for i := len(d.earlyRows); i >= 0 && hi > r; i-- {
 		lo := 0
@@ -98,15 +107,98 @@ func (d *direct) firstProduct(bl blas.Float32Level3, r int) {
 		if hi == in {
 			beta = 0 // the first block overwrites the last step's sums
 		}
-		bl.Sgemm(blas.NoTrans, blas.NoTrans, d.batch, out, hi-lo, 1, x[lo:], in, w[lo*out:], out, beta, z, out)
+		bl.Sgemm(blas.NoTrans, blas.NoTrans, d.batch, out, hi-lo, 1, x[lo:], in, d.block(i, lo, hi), out, beta, z, out)
 		hi = lo
 	}
 	d.ahead = hi
 }
 
+// param is variable v (not the first) as the pass reads it.
+func (d *direct) param(v int) []float32 {
+	if f := d.from[v][0]; f != nil {
+		return f
+	}
+	return d.params[v]
+}
+
+// block is rows lo to hi of the first variable, block i of its pieces,
+// as the pass reads them.
+func (d *direct) block(i, lo, hi int) []float32 {
+	if f := d.from[0][i]; f != nil {
+		return f
+	}
+	out := d.sizes[1]
+	return d.params[0][lo*out : hi*out]
+}
+
+// piece is the index in from[v] of the piece of variable v that starts
+// at row, and its length; i -1: no piece starts there.
+func (d *direct) piece(v, row int) (i, n int) {
+	if v > 0 {
+		if row != 0 {
+			return -1, 0
+		}
+		return 0, len(d.params[v])
+	}
+	if row != 0 {
+		j, ok := slices.BinarySearch(d.earlyRows, row)
+		if !ok {
+			return -1, 0
+		}
+		i = j + 1
+	}
+	end := d.sizes[0]
+	if i < len(d.earlyRows) {
+		end = d.earlyRows[i]
+	}
+	return i, (end - row) * d.sizes[1]
+}
+
+// readFrom has the pass read the piece of variable v that starts at row
+// from data (of the piece's length), or from params again if data is
+// nil. It reports false, changing nothing, if no piece starts at row or
+// data's length is not the piece's.
+func (d *direct) readFrom(v, row int, data []float32) bool {
+	i, n := d.piece(v, row)
+	if i < 0 || (data != nil && len(data) != n) {
+		return false
+	}
+	d.from[v][i] = data
+	return true
+}
+
+// own copies every piece read from elsewhere into params and reads it
+// from params again.
+func (d *direct) own() {
+	for v, pieces := range d.from {
+		for i, f := range pieces {
+			if f == nil {
+				continue
+			}
+			start := 0
+			if v == 0 && i > 0 {
+				start = d.earlyRows[i-1] * d.sizes[1]
+			}
+			copy(d.params[v][start:], f)
+			pieces[i] = nil
+		}
+	}
+}
+
+// resetFrom sizes from for the pieces of the early rows (reading every
+// piece from params).
+func (d *direct) resetFrom() {
+	d.from = make([][][]float32, len(d.params))
+	for v := range d.from {
+		d.from[v] = make([][]float32, 1)
+	}
+	d.from[0] = make([][]float32, len(d.earlyRows)+1)
+}
+
 func newDirect(spec model.Spec, batch int, train bool, x, y []float32, params [][]float32) *direct {
 	sizes := append(append([]int{spec.Input}, spec.Hidden...), spec.Classes)
 	d := &direct{sizes: sizes, batch: batch, params: params, y: y, train: train, ahead: spec.Input}
+	d.resetFrom()
 	d.acts = append(d.acts, x)
 	for l := 1; l < len(sizes); l++ {
 		d.acts = append(d.acts, make([]float32, batch*sizes[l]))
@@ -132,7 +224,7 @@ func (d *direct) step() float32 {
 	layers := len(d.sizes) - 1
 	for l := range layers {
 		in, out := d.sizes[l], d.sizes[l+1]
-		w, b := d.params[2*l], d.params[2*l+1]
+		w, b := d.param(2*l), d.param(2*l+1)
 		z := d.acts[l+1]
 		if l == 0 {
 			d.firstProduct(bl, 0)
@@ -159,7 +251,7 @@ func (d *direct) step() float32 {
 		// da = dz W^T, then through the ReLU of layer l-1 (whose output
 		// is acts[l]).
 		prev := d.deltas[l-1]
-		bl.Sgemm(blas.NoTrans, blas.Trans, d.batch, in, out, 1, dz, out, d.params[2*l], out, 0, prev, in)
+		bl.Sgemm(blas.NoTrans, blas.Trans, d.batch, in, out, 1, dz, out, d.param(2*l), out, 0, prev, in)
 		reluMask(prev, d.acts[l])
 	}
 	return loss

@@ -388,3 +388,95 @@ func TestForwardRowsAhead(t *testing.T) {
 		t.Error("a net without early rows accepted ForwardRows")
 	}
 }
+
+// ReadFrom: a net that reads its parameters from other buffers computes
+// what one reading Params() does, bit for bit (computed ahead or not);
+// Own copies them into Params() and reads from there again.
+func TestReadFromOtherBuffers(t *testing.T) {
+	spec := model.Spec{Input: 784, Hidden: []int{800}, Classes: 10}
+	const batch = 16
+	rows := []int{397}
+	nets := make([]*Net, 2) // nets[1] reads from bufs
+	for i := range nets {
+		n, err := New(spec, batch, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer n.Close()
+		if !n.SetEarlyRows(rows, func(int, float32) {}) {
+			t.Fatal("SetEarlyRows refused")
+		}
+		nets[i] = n
+	}
+	out := spec.Hidden[0]
+	init := spec.Init(4)
+	for v, w := range init {
+		copy(nets[0].Params()[v], w)
+		clear(nets[1].Params()[v]) // not read
+	}
+	// The pieces: the first variable's two blocks, every other whole.
+	bufs := [][]float32{slices.Clone(init[0][:397*out]), slices.Clone(init[0][397*out:])}
+	if !nets[1].ReadFrom(0, 0, bufs[0]) || !nets[1].ReadFrom(0, 397, bufs[1]) {
+		t.Fatal("ReadFrom refused the first variable's blocks")
+	}
+	for v := 1; v < len(init); v++ {
+		bufs = append(bufs, slices.Clone(init[v]))
+		if !nets[1].ReadFrom(v, 0, bufs[len(bufs)-1]) {
+			t.Fatalf("ReadFrom refused variable %d", v)
+		}
+	}
+	r := rand.New(rand.NewPCG(10, 11))
+	same := func(what string) {
+		t.Helper()
+		var loss [2]float32
+		var grads [2][][]float32
+		for i, n := range nets {
+			var err error
+			if loss[i], err = n.Step(); err != nil {
+				t.Fatal(err)
+			}
+			if grads[i], err = n.Grads(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ok := loss[0] == loss[1]
+		for v := range grads[0] {
+			ok = ok && slices.Equal(grads[0][v], grads[1][v])
+		}
+		if !ok {
+			t.Fatalf("%s: loss %v, reading Params() %v, or the gradients differ", what, loss[1], loss[0])
+		}
+	}
+	randomBatch(r, spec, batch, nets...)
+	same("read from other buffers")
+	randomBatch(r, spec, batch, nets...)
+	nets[1].ForwardRows(397)
+	same("read from other buffers, computed ahead")
+
+	// Own: Params() now holds them, and the buffers are no longer read.
+	nets[1].Own()
+	for v, w := range init {
+		if !slices.Equal(nets[1].Params()[v], w) {
+			t.Fatalf("after Own, Params()[%d] is not what was read", v)
+		}
+	}
+	for _, b := range bufs {
+		clear(b)
+	}
+	randomBatch(r, spec, batch, nets...)
+	same("after Own")
+	// ReadFrom(.., nil) reads Params() again, copying nothing.
+	if !nets[1].ReadFrom(1, 0, bufs[2]) || !nets[1].ReadFrom(1, 0, nil) {
+		t.Fatal("ReadFrom of the first bias refused")
+	}
+	randomBatch(r, spec, batch, nets...)
+	same("after ReadFrom(nil)")
+
+	for _, c := range []struct {
+		v, row, n int
+	}{{0, 100, 100 * out}, {0, 397, 10}, {0, 0, 784 * out}, {1, 0, 3}, {2, 5, 5 * 10}} {
+		if nets[1].ReadFrom(c.v, c.row, make([]float32, c.n)) {
+			t.Errorf("ReadFrom(%d, %d, %d values) accepted: not a piece", c.v, c.row, c.n)
+		}
+	}
+}

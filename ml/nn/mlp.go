@@ -160,6 +160,16 @@ func (n *mlpNet) forget() {
 	}
 }
 
+func (n *mlpNet) readFrom(v, row int, data []float32) bool {
+	return n.direct != nil && n.direct.readFrom(v, row, data)
+}
+
+func (n *mlpNet) own() {
+	if n.direct != nil {
+		n.direct.own()
+	}
+}
+
 func (n *mlpNet) Grads() ([][]float32, error) {
 	if !n.train {
 		return nil, fmt.Errorf("nn: net was built without gradients")

@@ -63,7 +63,8 @@ func (n *Net) Batch() int { return n.batch }
 func (n *Net) Spec() model.Spec { return n.spec }
 
 // Params returns the weight buffers in model.Spec.Variables() order. Write
-// new weights into them before Step; they are the net's own memory.
+// new weights into them before Step; they are the net's own memory, and
+// what it reads but for the pieces ReadFrom points elsewhere.
 func (n *Net) Params() [][]float32 { return n.impl.Params() }
 
 // Input is the [batch x input] buffer the next Step reads.
@@ -119,6 +120,33 @@ func (n *Net) ForwardRows(r int) bool {
 func (n *Net) Forget() {
 	if a, ok := n.impl.(interface{ forget() }); ok {
 		a.forget()
+	}
+}
+
+// ReadFrom has the next Steps read a piece of the parameters from data
+// instead of Params(), until ReadFrom(v, row, nil) or Own: a worker
+// reads them where its pull left them (a region it shares with the
+// parameter server) instead of copying them into Params(). The pieces
+// are every variable but the first, whole (row 0), and the first
+// variable's blocks of rows split at the early rows (SetEarlyRows): a
+// piece that starts at row. data must hold the piece's values and not
+// change while a Step or ForwardRows reads it. It reports false,
+// changing nothing, for anything else, and for nets that read only
+// Params() (the CNN, the graph).
+func (n *Net) ReadFrom(v, row int, data []float32) bool {
+	if r, ok := n.impl.(interface {
+		readFrom(int, int, []float32) bool
+	}); ok {
+		return r.readFrom(v, row, data)
+	}
+	return false
+}
+
+// Own copies every piece read from elsewhere (ReadFrom) into Params()
+// and has the net read it from there again.
+func (n *Net) Own() {
+	if r, ok := n.impl.(interface{ own() }); ok {
+		r.own()
 	}
 }
 

@@ -186,7 +186,7 @@ func (c *Client) offer(ctx context.Context, d *net.Dialer, uc *net.UnixConn, fit
 // IdleTimeout); if a reused connection turns out closed before any of
 // the response arrives, the request was never read: call sends it once
 // more on a new connection.
-func (c *Client) call(ctx context.Context, req request, payload net.Buffers, dst [][]float32) (response, []byte, error) {
+func (c *Client) call(ctx context.Context, req request, payload net.Buffers, dst [][]float32, view bool) (response, []byte, error) {
 	if len(req.runID) > 255 { // the frame has one byte for its length
 		return response{}, nil, status.Error(codes.InvalidArgument, "run id longer than 255 bytes")
 	}
@@ -217,13 +217,25 @@ func (c *Client) call(ctx context.Context, req request, payload net.Buffers, dst
 		if err := c.connect(ctx, fit); err != nil {
 			return response{}, nil, err
 		}
-		resp, direct, err := c.exchange(ctx, req, payload, dst)
+		resp, direct, err := c.exchange(ctx, req, payload, dst, view)
 		if err == nil {
 			if resp.code != 0 {
 				return response{}, nil, status.Error(codes.Code(resp.code), string(c.buf))
 			}
 			if direct {
 				return resp, nil, nil
+			}
+			if view && resp.shm {
+				if c.shm == nil {
+					// Cancelled as the answer came: the connection,
+					// and the region with it, is gone.
+					err := ctx.Err()
+					if err == nil {
+						err = context.Canceled
+					}
+					return response{}, nil, status.FromContextError(err).Err()
+				}
+				return resp, c.shm[:resp.payloadLen], nil
 			}
 			return resp, c.buf, nil
 		}
@@ -256,8 +268,9 @@ var errClosedByServer = errors.New("closed by the server before answering")
 
 // exchange writes one request on the connection and reads its response
 // (an error response's message into c.buf). direct: the payload went
-// into dst. Call with mu and a connection.
-func (c *Client) exchange(ctx context.Context, req request, payload net.Buffers, dst [][]float32) (resp response, direct bool, err error) {
+// into dst. With view, a payload in the shared region stays there (the
+// caller reads it from c.shm). Call with mu and a connection.
+func (c *Client) exchange(ctx context.Context, req request, payload net.Buffers, dst [][]float32, view bool) (resp response, direct bool, err error) {
 	conn := c.conn
 	if d, ok := ctx.Deadline(); ok {
 		conn.SetDeadline(d)
@@ -298,6 +311,8 @@ func (c *Client) exchange(ctx context.Context, req request, payload net.Buffers,
 		return resp, false, fmt.Errorf("%w: a response in shared memory to a request that did not ask for it", ErrBadFrame)
 	case resp.shm && int(resp.payloadLen) > len(c.shm):
 		return resp, false, fmt.Errorf("%w: a payload of %d bytes in a shared region of %d", ErrBadFrame, resp.payloadLen, len(c.shm))
+	case resp.shm && view:
+		return resp, false, nil
 	case resp.shm:
 		c.shmRd.Reset(c.shm[:resp.payloadLen])
 		body = &c.shmRd
@@ -350,9 +365,23 @@ func (c *Client) PullInto(ctx context.Context, in *pb.PullRequest, dst [][]float
 	return c.pull(ctx, in, dst)
 }
 
+// PullView is PullInto, but a payload the server put in the connection's
+// shared region (a same-host server, shm.go) stays there: Params is a
+// view of the region, and dst is untouched. Params, a view or the
+// client's buffer, is valid until the client's next call: the server
+// writes the region only to answer a request, the client reads its
+// buffer only for one.
+func (c *Client) PullView(ctx context.Context, in *pb.PullRequest, dst [][]float32) (*pb.PullResponse, error) {
+	return c.pullView(ctx, in, dst, true)
+}
+
 func (c *Client) pull(ctx context.Context, in *pb.PullRequest, dst [][]float32) (*pb.PullResponse, error) {
+	return c.pullView(ctx, in, dst, false)
+}
+
+func (c *Client) pullView(ctx context.Context, in *pb.PullRequest, dst [][]float32, view bool) (*pb.PullResponse, error) {
 	resp, body, err := c.call(ctx, request{op: opPull, retain: in.Retain, runID: in.RunId, worker: in.Worker, version: in.MinVersion,
-		generation: in.Generation}, nil, dst)
+		generation: in.Generation}, nil, dst, view)
 	if err != nil {
 		return nil, err
 	}
@@ -378,7 +407,7 @@ func (c *Client) PushSegments(ctx context.Context, in *pb.PushRequest, segs [][]
 
 func (c *Client) push(ctx context.Context, in *pb.PushRequest, payload net.Buffers) (*pb.PushResponse, error) {
 	resp, _, err := c.call(ctx, request{op: opPush, runID: in.RunId, worker: in.Worker, version: in.Version,
-		generation: in.Generation, loss: in.Loss, dataPos: in.DataPosition}, payload, nil)
+		generation: in.Generation, loss: in.Loss, dataPos: in.DataPosition}, payload, nil, false)
 	if err != nil {
 		return nil, err
 	}

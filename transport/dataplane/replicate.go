@@ -81,7 +81,7 @@ func (c *Client) Replicate(ctx context.Context, in *pb.ReplicaBatch, _ ...grpc.C
 		return nil, status.Errorf(codes.InvalidArgument, "replica batch: %v", err)
 	}
 	resp, _, err := c.call(ctx, request{op: opReplicate, runID: in.RunId, worker: in.Shard, version: in.Epoch,
-		generation: in.FirstSeq, dataPos: int64(len(in.Ops))}, payload, nil)
+		generation: in.FirstSeq, dataPos: int64(len(in.Ops))}, payload, nil, false)
 	if err != nil {
 		return nil, err
 	}

@@ -500,3 +500,56 @@ func TestSilentLocalConnectionIsCutAndTheServerLives(t *testing.T) {
 		t.Fatalf("a push after the silent connections: %v", err)
 	}
 }
+
+// PullView leaves a payload that came in the shared region there: its
+// Params is the region itself (the server's next answer overwrites it),
+// dst is untouched. Without a region (shared memory off) it is PullInto.
+func TestPullViewLeavesThePayloadInTheRegion(t *testing.T) {
+	const n = 1000
+	for _, off := range []bool{false, true} {
+		e := &echoBackend{params: make([]byte, 4*n)}
+		_, addr := serveShm(t, e, Config{NoSharedMemory: off}, nil)
+		c := client(addr, 8<<20)
+		ctx := context.Background()
+		r := rand.New(rand.NewPCG(3, 4))
+		var want [2][]byte
+		for i := range want {
+			segs := segments(r, n)
+			if _, err := c.PushSegments(ctx, &pb.PushRequest{RunId: "r"}, segs); err != nil {
+				t.Fatal(err)
+			}
+			want[i] = flat(segs)
+		}
+		dst := [][]float32{make([]float32, n/2), make([]float32, n-n/2)}
+		resp, err := c.PullView(ctx, &pb.PullRequest{RunId: "r"}, dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if off {
+			if resp.Params != nil || !bytes.Equal(flat(dst), want[1]) {
+				t.Fatalf("without shared memory: %d bytes in Params, dst holds the push: %v", len(resp.Params), bytes.Equal(flat(dst), want[1]))
+			}
+			c.Close()
+			continue
+		}
+		shm, _ := clientShm(c)
+		switch {
+		case !bytes.Equal(resp.Params, want[1]):
+			t.Fatal("the view is not the last push")
+		case &resp.Params[0] != &shm[0]:
+			t.Fatal("Params is not a view of the region")
+		case !bytes.Equal(flat(dst), make([]byte, 4*n)):
+			t.Fatal("PullView wrote into dst")
+		}
+		// The next request reuses the region: the view shows the new push.
+		view := resp.Params
+		segs := segments(r, n)
+		if _, err := c.PushSegments(ctx, &pb.PushRequest{RunId: "r"}, segs); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(view, flat(segs)) {
+			t.Fatal("the region did not carry the next push: the view was a copy")
+		}
+		c.Close()
+	}
+}
