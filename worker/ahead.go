@@ -29,13 +29,13 @@ import (
 type ahead struct {
 	blocks []aheadBlock // the first layer's row blocks above row 0's, top first
 
-	mu       sync.Mutex // the pulls of a round answer on goroutines of their own
-	open     bool       // in a pullAll's first round
-	answered []bool     // by shard: answered in that round
-	next     int        // blocks computed ahead, from the top
-	batch    int64      // the data position of the batch loaded ahead; -1: none
-	valid    bool       // the round was the step's: what was computed stands if the batch does
-	count    atomic.Int64
+	mu         sync.Mutex // the pulls of a round answer on goroutines of their own
+	open       bool       // in a pullAll's first round
+	answered   []bool     // by shard: answered in that round
+	blocksDone int        // blocks computed ahead, from the top
+	loaded     bool       // the batch at the data position w.next is in the net's input
+	valid      bool       // the round was the step's: what was computed stands if the batch does
+	count      atomic.Int64
 }
 
 // aheadBlock is rows row and up (to the block above) of the first
@@ -79,21 +79,22 @@ func (w *Worker) AheadSteps() int64 {
 // setupAhead turns starting ahead on for a worker that pushes early (the
 // net splits its first product at the same rows).
 //
-// The batch is loaded after a shard answered the step's pull, as the
-// step's own load would be, so under an elastic run's data plan both
-// read the same plan: no shard answers a pull of a new era's first step
-// before every worker acknowledged the plan that adds the era
+// The batch is loaded after a shard answered the pull round of the step
+// that trains on it, as the step's own load would be (a batch loaded in
+// an earlier round is dropped), so under an elastic run's data plan
+// both read the same plan: no shard answers a pull of a new era's first
+// step before every worker acknowledged the plan that adds the era
 // (docs/elastic.md), and a plan changes no position before that step.
 func (w *Worker) setupAhead() {
 	if w.early == nil {
 		return
 	}
-	w.ahead = &ahead{blocks: aheadPlan(w.cfg.Plan, w.early.rows), answered: make([]bool, len(w.cfg.Shards)), batch: -1}
+	w.ahead = &ahead{blocks: aheadPlan(w.cfg.Plan, w.early.rows), answered: make([]bool, len(w.cfg.Shards))}
 }
 
 // aheadOpen starts a pullAll's first round: whatever an earlier round
-// computed is dropped (its parameters are about to be overwritten); a
-// batch loaded ahead stays, at the same data position.
+// computed or loaded is dropped (its parameters are about to be
+// overwritten, and its batch was read before this round's answers).
 func (w *Worker) aheadOpen() {
 	a := w.ahead
 	if a == nil {
@@ -101,9 +102,20 @@ func (w *Worker) aheadOpen() {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.open, a.next, a.valid = true, 0, false
+	a.open, a.blocksDone, a.valid = true, 0, false
 	clear(a.answered)
 	w.cfg.Net.Forget()
+	w.unloadAhead()
+}
+
+// unloadAhead puts the data source back where it was before a batch was
+// loaded ahead (it is at w.next + 1 then). Call with a.mu held, or where
+// no pull is under way.
+func (w *Worker) unloadAhead() {
+	if a := w.ahead; a.loaded {
+		a.loaded = false
+		w.cfg.Batches.SeekBatch(w.next)
+	}
 }
 
 // aheadAnswered notes that shard s answered the first round with
@@ -121,34 +133,34 @@ func (w *Worker) aheadAnswered(s int) {
 		return
 	}
 	a.answered[s] = true
-	for a.next < len(a.blocks) && !slices.ContainsFunc(a.blocks[a.next].shards, func(s int) bool { return !a.answered[s] }) {
-		if a.batch < 0 {
+	for a.blocksDone < len(a.blocks) && !slices.ContainsFunc(a.blocks[a.blocksDone].shards, func(s int) bool { return !a.answered[s] }) {
+		if !a.loaded {
 			if w.next < 0 {
 				return
 			}
 			w.cfg.Batches.Next(w.cfg.Net.Input(), w.labels)
-			a.batch = w.next
+			a.loaded = true
 		}
-		if !w.cfg.Net.ForwardRows(a.blocks[a.next].row) {
+		if !w.cfg.Net.ForwardRows(a.blocks[a.blocksDone].row) {
 			return
 		}
-		a.next++
+		a.blocksDone++
 	}
 }
 
 // aheadClose ends a pullAll's first round with what ps.Align made of
 // its answers: only a step on them keeps what was computed (another
 // round may overwrite the parameters it read).
-func (w *Worker) aheadClose(a ps.Alignment) {
-	h := w.ahead
-	if h == nil {
+func (w *Worker) aheadClose(al ps.Alignment) {
+	a := w.ahead
+	if a == nil {
 		return
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.open = false
-	h.valid = a.Action == ps.AlignStep
-	if !h.valid {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.open = false
+	a.valid = al.Action == ps.AlignStep
+	if !a.valid {
 		w.cfg.Net.Forget()
 	}
 }
@@ -159,20 +171,18 @@ func (w *Worker) aheadClose(a ps.Alignment) {
 // anything done ahead is dropped and the data source is back at w.next.
 func (w *Worker) takeAhead(pos int64) bool {
 	a := w.ahead
-	if a == nil || a.batch < 0 {
+	if a == nil || !a.loaded {
 		return false
 	}
-	loaded := a.batch
-	a.batch = -1
-	if a.valid && loaded == pos {
-		a.valid = false
-		if a.next > 0 {
+	if a.valid && w.next == pos {
+		a.loaded, a.valid = false, false
+		if a.blocksDone > 0 {
 			a.count.Add(1)
 		}
 		return true
 	}
 	a.valid = false
 	w.cfg.Net.Forget()
-	w.cfg.Batches.SeekBatch(w.next) // where it was before the batch was loaded
+	w.unloadAhead()
 	return false
 }

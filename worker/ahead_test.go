@@ -85,7 +85,8 @@ type aheadShard struct {
 	last   int64
 	gate   func(pos int64) // nil: none
 	move   map[int64]int64
-	region []float32 // viewShard's answers (see there)
+	lag    map[int64]bool // the first answer at a version in it says the version before (once)
+	region []float32      // viewShard's answers (see there)
 
 	mu      sync.Mutex
 	changed chan struct{}
@@ -112,12 +113,17 @@ func (s *aheadShard) Pull(ctx context.Context, in *pb.PullRequest, _ ...grpc.Cal
 		s.mu.Lock()
 	}
 	v, pos := s.version, s.pos
+	said := v
+	if s.lag[v] {
+		delete(s.lag, v)
+		said = v - 1
+	}
 	s.mu.Unlock()
 	done := v >= s.last
 	if s.gate != nil && v > 0 && !done {
 		s.gate(pos)
 	}
-	return &pb.PullResponse{Version: v, Generation: 1, Done: done, Params: wire.Bytes(slices.Clone(s.params)),
+	return &pb.PullResponse{Version: said, Generation: 1, Done: done, Params: wire.Bytes(slices.Clone(s.params)),
 		DataPosition: pos + s.move[v]}, nil
 }
 
@@ -176,6 +182,7 @@ func (s viewShard) scribble() {
 type aheadOpts struct {
 	steps   int64
 	move    map[int64]int64 // shard 0's moved positions (aheadShard.move)
+	lag     map[int64]bool  // shard 0's lagging answers (aheadShard.lag)
 	view    bool            // the shards answer in regions (viewShard)
 	start   [2]int64        // the shards' versions (and the worker's data positions) at the start
 	ungated bool            // shard 0 does not wait for the batch loaded ahead
@@ -188,9 +195,11 @@ type aheadRun struct {
 	plan   partition.Plan
 	params [][]float32 // the shards' parameters, whole
 	data   *dataset.Dataset
-	// weights is the net's own parameter memory (nn.Net.Params) before
-	// and after the run.
+	// The net's own parameter memory (nn.Net.Params): before the run,
+	// whether a pull wrote it (seen after each step's pulls), and after
+	// the run.
 	before, after [][]float32
+	written       bool
 }
 
 // runAhead runs the worker for o.steps steps against the two shards,
@@ -221,7 +230,7 @@ func runAhead(t *testing.T, o aheadOpts) aheadRun {
 		}
 		conns = append(conns, worker.Shard{Addr: fmt.Sprintf("fake/%d", s), Client: dp, Puller: dp})
 	}
-	r.shards[0].move = o.move
+	r.shards[0].move, r.shards[0].lag = o.move, o.lag
 	if !o.ungated {
 		r.shards[0].gate = src.waitTaken
 	}
@@ -230,15 +239,20 @@ func runAhead(t *testing.T, o aheadOpts) aheadRun {
 		t.Fatal(err)
 	}
 	defer net.Close()
-	run := config.Default()
-	run.Mode, run.PS, run.Workers, run.Batch, run.Hidden = config.Sync, 2, 1, 2, spec.Hidden
-	r.w, err = worker.New(worker.Config{Index: 0, RunID: "r", Run: run, Plan: plan, Net: net, Shards: conns,
-		Batches: src, Log: quietLog(), CatchUpAfter: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, p := range net.Params() {
 		r.before = append(r.before, slices.Clone(p))
+	}
+	run := config.Default()
+	run.Mode, run.PS, run.Workers, run.Batch, run.Hidden = config.Sync, 2, 1, 2, spec.Hidden
+	afterPull := func(int64) {
+		for v, p := range net.Params() {
+			r.written = r.written || !slices.Equal(p, r.before[v])
+		}
+	}
+	r.w, err = worker.New(worker.Config{Index: 0, RunID: "r", Run: run, Plan: plan, Net: net, Shards: conns,
+		Batches: src, Log: quietLog(), CatchUpAfter: 50 * time.Millisecond, AfterPull: afterPull})
+	if err != nil {
+		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -313,14 +327,18 @@ func TestStepStartsAheadOnTheFirstAnswer(t *testing.T) {
 			}
 			all := "0@1 1@2 2@3 3@4 4@5 5@6"
 			checkAheadPushes(t, r, [2]string{all, all})
-			// The net's own weights: written by every pull without views,
-			// never with them.
+			// The net's own weights: written by the pulls without
+			// in-place reads, never with them; after the run they hold
+			// the last answers either way (the net reads them again).
 			if slices.Equal(r.before[0], r.params[0]) {
-				t.Fatal("the net's weights start as the shards' parameters: the check below could not fail")
+				t.Fatal("the net's weights start as the shards' parameters: the checks below could not fail")
+			}
+			if r.written != !view {
+				t.Fatalf("in place %v: the pulls wrote the net's weights: %v", view, r.written)
 			}
 			for v := range r.after {
-				if want := map[bool][][]float32{false: r.params, true: r.before}[view]; !slices.Equal(r.after[v], want[v]) {
-					t.Fatalf("views %v: variable %d of the net's own weights is not what it should be", view, v)
+				if !slices.Equal(r.after[v], r.params[v]) {
+					t.Fatalf("in place %v: after the run, variable %d of the net's weights is not the shards'", view, v)
 				}
 			}
 		})
@@ -339,6 +357,24 @@ func TestStepAheadOnAMovedPositionIsDropped(t *testing.T) {
 				t.Fatalf("%d of 6 steps started ahead, want 4 (all but the first and the moved one)", got)
 			}
 			all := "0@1 1@2 2@3 3@6 4@7 5@8"
+			checkAheadPushes(t, r, [2]string{all, all})
+		})
+	}
+}
+
+// Shard 0 answers step 3's first pull a version behind (after the worker
+// loaded the batch and computed ahead on shard 1's answer): ps.Align asks
+// for another round, so what was computed ahead is dropped although the
+// batch is the step's, and the data source goes back for the step to
+// load it again.
+func TestStepAheadDroppedWhenAShardLags(t *testing.T) {
+	for _, view := range []bool{false, true} {
+		t.Run(fmt.Sprintf("view=%v", view), func(t *testing.T) {
+			r := runAhead(t, aheadOpts{steps: 6, lag: map[int64]bool{3: true}, view: view})
+			if got := r.w.AheadSteps(); got != 4 {
+				t.Fatalf("%d of 6 steps started ahead, want 4 (all but the first and the lagging one)", got)
+			}
+			all := "0@1 1@2 2@3 3@4 4@5 5@6"
 			checkAheadPushes(t, r, [2]string{all, all})
 		})
 	}

@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"slices"
 	"sync"
@@ -60,6 +61,7 @@ type ledger struct {
 	mu      sync.Mutex
 	batches []batchRec // by tag
 	pushes  []pushRec
+	errs    []string // pushes of a position other than their batch's
 }
 
 func (l *ledger) batch(b batchRec) int {
@@ -69,19 +71,32 @@ func (l *ledger) batch(b batchRec) int {
 	return len(l.batches) - 1
 }
 
-// tag is the batch the worker's source src took last at position pos:
-// the one a push of data position pos+1 carries the gradient of (the
-// batch taken last overall may be the next step's, loaded ahead while
-// the push was under way).
-func (l *ledger) tag(src *recordingSource, pos int64) int {
+// tag is the batch a push of src's worker with data position after
+// carries the gradient of: the batch the source took last, or the one
+// before it if the last is the next step's, loaded ahead while the push
+// was under way (worker/ahead.go). Either must be at after-1; if not,
+// the worker reported another position than the one it trained on,
+// which is recorded as an error (and the last batch is the tag).
+func (l *ledger) tag(src *recordingSource, after int64) int {
+	last, prev := src.taken()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for i := len(l.batches) - 1; i >= 0; i-- {
-		if b := l.batches[i]; b.worker == src.worker && b.inc == src.inc && b.pos == pos {
-			return i
-		}
+	switch {
+	case last >= 0 && l.batches[last].pos == after-1:
+		return last
+	case last >= 0 && prev >= 0 && l.batches[last].pos == after && l.batches[prev].pos == after-1:
+		return prev
 	}
-	panic("a push of a batch its worker never took")
+	l.errs = append(l.errs, fmt.Sprintf("worker %d (incarnation %d) pushed data position %d after taking batches %d and %d", src.worker, src.inc, after, l.pos(prev), l.pos(last)))
+	return last
+}
+
+// pos is the position of the batch tagged t, -1 for none.
+func (l *ledger) pos(t int) int64 {
+	if t < 0 {
+		return -1
+	}
+	return l.batches[t].pos
 }
 
 func (l *ledger) push(p pushRec) {
@@ -98,6 +113,15 @@ type recordingSource struct {
 	ids         map[string]int // a sample's image bytes -> its id
 	dim         int
 	worker, inc int
+	mu          sync.Mutex
+	last, prev  int // the tags of the batches taken last and before it (-1: none)
+}
+
+// taken is the tags of the batches taken last and before it.
+func (s *recordingSource) taken() (last, prev int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last, s.prev
 }
 
 func (s *recordingSource) Next(x []float32, y []uint8) {
@@ -111,7 +135,10 @@ func (s *recordingSource) Next(x []float32, y []uint8) {
 		}
 		b.ids = append(b.ids, id)
 	}
-	s.l.batch(b)
+	t := s.l.batch(b)
+	s.mu.Lock()
+	s.last, s.prev = t, s.last
+	s.mu.Unlock()
 }
 
 func (s *recordingSource) SeekBatch(p int64) { s.fb.SeekBatch(p) }
@@ -132,7 +159,7 @@ func (p *taggingPlane) Push(ctx context.Context, in *pb.PushRequest, opts ...grp
 		return nil, status.FromContextError(err).Err()
 	}
 	resp, err := p.DataPlane.Push(ctx, in, opts...)
-	r := pushRec{shard: p.shard, tag: p.l.tag(p.src, in.DataPosition-1), worker: int(in.Worker), gen: in.Generation, version: in.Version, err: err}
+	r := pushRec{shard: p.shard, tag: p.l.tag(p.src, in.DataPosition), worker: int(in.Worker), gen: in.Generation, version: in.Version, err: err}
 	if err == nil {
 		r.outcome = resp.Outcome
 	}
@@ -235,7 +262,7 @@ func (h *posHarness) start(index int, tweak func(cfg *worker.Config, kill func()
 		Batches: func(shard, n int) worker.BatchSource {
 			// As task.RunWorker reads its data shard.
 			b := dataset.NewBatcher(h.data.Shard(shard, n), h.run.Batch, h.run.Seed+int64(shard))
-			src = &recordingSource{fb: dataset.NewFullBatches(b), l: h.l, ids: h.ids, dim: h.data.Dim, worker: index, inc: inc}
+			src = &recordingSource{fb: dataset.NewFullBatches(b), l: h.l, ids: h.ids, dim: h.data.Dim, worker: index, inc: inc, last: -1, prev: -1}
 			return src
 		},
 		Tweak: func(cfg *worker.Config) {
@@ -272,6 +299,9 @@ func (h *posHarness) check(survives func(gen, v int64, final int64) bool) {
 	final := h.finalPositions()
 	h.l.mu.Lock()
 	defer h.l.mu.Unlock()
+	for _, e := range h.l.errs {
+		t.Error(e)
+	}
 	held := h.held(survives, versions)
 	most := int64(0) // the most epochs a worker completed
 	for w := range h.run.Workers {

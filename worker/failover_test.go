@@ -61,6 +61,18 @@ func (s segmentedProc) PushSegments(ctx context.Context, in *pb.PushRequest, _ [
 	return s.Push(ctx, in)
 }
 
+// viewingProc is a segmentedProc that can also leave a pull in place
+// (worker.ViewingDataPlane); its PullView answers Version 8, to tell it
+// from PullInto's 7.
+type viewingProc struct{ segmentedProc }
+
+func (v viewingProc) PullView(ctx context.Context, in *pb.PullRequest, _ [][]float32) (*pb.PullResponse, error) {
+	if err := v.call(); err != nil {
+		return nil, err
+	}
+	return &pb.PullResponse{Version: 8}, nil
+}
+
 // switches counts the switch lines for shard 3 in a log.
 func switches(logs *syncbuf.Buffer) int {
 	return strings.Count(logs.String(), "switching to the other process of shard 3")
@@ -216,6 +228,26 @@ func TestFailoverIsSegmentedWhenBothAre(t *testing.T) {
 	mixed := worker.NewFailover(0, worker.Process{Task: "ps/0", Client: segmentedProc{ps}}, worker.Process{Task: "standby/0", Client: sb}, log)
 	if _, ok := mixed.(worker.SegmentedDataPlane); ok {
 		t.Fatal("one plain client: the failover claims to be segmented")
+	}
+	// PullView goes to the serving process's PullView (after a refusal
+	// made it switch), or its PullInto if it has none.
+	vp, vs := &fakeProc{answer: unavailable}, &fakeProc{}
+	for _, c := range []struct {
+		standby worker.DataPlane
+		want    int64
+	}{{viewingProc{segmentedProc{vs}}, 8}, {segmentedProc{vs}, 7}} {
+		dp := worker.NewFailover(0, worker.Process{Task: "ps/0", Client: viewingProc{segmentedProc{vp}}}, worker.Process{Task: "standby/0", Client: c.standby}, log)
+		v, ok := dp.(worker.ViewingDataPlane)
+		if !ok {
+			t.Fatal("two segmented clients: the failover has no PullView")
+		}
+		if _, err := v.PullView(context.Background(), &pb.PullRequest{}, nil); status.Code(err) != codes.Unavailable {
+			t.Fatalf("PullView to ps/0: %v", err)
+		}
+		resp, err := v.PullView(context.Background(), &pb.PullRequest{}, nil)
+		if err != nil || resp.Version != c.want {
+			t.Fatalf("PullView after the switch: %v, %v; want the standby's answer to version %d", resp, err, c.want)
+		}
 	}
 }
 

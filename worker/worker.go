@@ -65,10 +65,11 @@ type SegmentedDataPlane interface {
 	PushSegments(ctx context.Context, in *pb.PushRequest, segs [][]float32) (*pb.PushResponse, error)
 }
 
-// ViewingDataPlane is a SegmentedDataPlane that can leave a pull's
-// parameters where they arrived (dataplane.Client.PullView): in a region
-// shared with a same-host PS, valid until the client's next call. The
-// net then reads them there (nn.Net.ReadFrom): no copy into its weights.
+// ViewingDataPlane is a DataPlane that can leave a pull's parameters
+// where they arrived (dataplane.Client.PullView): in a region shared
+// with a same-host PS, valid until the client's next call. The net then
+// reads them there (nn.Net.ReadFrom, inplace.go): no copy into its
+// weights.
 type ViewingDataPlane interface {
 	PullView(ctx context.Context, in *pb.PullRequest, dst [][]float32) (*pb.PullResponse, error)
 }
@@ -80,7 +81,9 @@ type Shard struct {
 	// Puller, if set, is a second client of the same process for the
 	// shard's pulls, so that in sync mode the next step's pull can wait
 	// at the shard while this step's push is under way (Run,
-	// pushAndPull). nil: pulls use Client, after the push is answered.
+	// pushAndPull), and so that the net can read a pull's answer in
+	// place until the next pull (inplace.go). nil: pulls use Client,
+	// after the push is answered.
 	Puller DataPlane
 }
 
@@ -137,7 +140,13 @@ type Worker struct {
 	tags     []ps.PullView // a step's pull views, kept for its pushes while the next pulls overwrite views
 	early    *early        // early pushes (early.go); nil: none
 	ahead    *ahead        // starting steps ahead (ahead.go); nil: not
-	viewed   []bool        // by shard: the net reads its parameters where its pulls leave them (views.go)
+	// In-place reads (inplace.go): by shard, whether the net reads its
+	// parameters where its pulls leave them, the answer it reads now
+	// (nil: its weights), and whether a pull sent since may have
+	// unmapped that answer. Each shard's entries are its pull's.
+	inPlace     []bool
+	placed      [][]float32
+	placedStale []bool
 }
 
 // New checks the configuration and allocates the buffers.
@@ -173,7 +182,7 @@ func New(cfg Config) (*Worker, error) {
 	}
 	w.setupEarly()
 	w.setupAhead()
-	w.setupViews()
+	w.setupInPlace()
 	return w, nil
 }
 
@@ -193,6 +202,7 @@ func (w *Worker) Progress() (int64, float32) {
 // a catch-up: a gradient pushed only to shards that stay behind the
 // others (see catchUp), after which the step's pulls start again.
 func (w *Worker) Run(ctx context.Context) error {
+	defer w.unplace()
 	c := w.cfg
 	n := len(c.Shards)
 	var minVersion int64            // sync: the version every shard must reach
@@ -506,7 +516,7 @@ func (w *Worker) pullAll(ctx context.Context, minVersion int64, views []ps.PullV
 	w.aheadOpen()
 	for first := true; ; first = false {
 		if !first {
-			w.ownViews(pulls)
+			w.keepPlaced(pulls)
 		}
 		err := w.pullRound(ctx, pulls, views, positions)
 		a := ps.Align(w.cfg.Run.Mode, views)
@@ -587,6 +597,7 @@ func (w *Worker) pullOne(ctx context.Context, cancel context.CancelFunc, p ps.Pu
 
 func (w *Worker) pull(ctx context.Context, s int, minVersion, gen int64) (*pb.PullResponse, error) {
 	var resp *pb.PullResponse
+	w.pullStarts(s)
 	err := w.retry(ctx, s, "pull", func() error {
 		var err error
 		req := &pb.PullRequest{Worker: int32(w.cfg.Index), MinVersion: minVersion, RunId: w.cfg.RunID, Generation: gen}
@@ -594,7 +605,7 @@ func (w *Worker) pull(ctx context.Context, s int, minVersion, gen int64) (*pb.Pu
 		vp, viewing := cl.(ViewingDataPlane)
 		sp, segmented := cl.(SegmentedDataPlane)
 		switch {
-		case viewing && w.viewed != nil && w.viewed[s]:
+		case viewing && w.inPlace != nil && w.inPlace[s]:
 			resp, err = vp.PullView(ctx, req, w.cfg.Plan.Segments(s, w.cfg.Net.Params()))
 		case segmented:
 			resp, err = sp.PullInto(ctx, req, w.cfg.Plan.Segments(s, w.cfg.Net.Params()))

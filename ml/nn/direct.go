@@ -31,10 +31,10 @@ type direct struct {
 	// early: see setEarlyRows.
 	earlyRows []int
 	early     func(row int, loss float32)
-	// ahead: rows ahead and up of the first layer's product are in
-	// acts[1] for the input and weights as they are (forwardRows);
+	// aheadFrom: rows aheadFrom and up of the first layer's product are
+	// in acts[1] for the input and weights as they are (forwardRows);
 	// sizes[0]: none.
-	ahead int
+	aheadFrom int
 	// from: where the pass reads each piece of the parameters other
 	// than params (readFrom); nil: params. Pieces are the first
 	// variable's blocks (split at earlyRows: from[0][i] is block i) and
@@ -82,10 +82,10 @@ func (d *direct) forwardRows(r int) bool {
 }
 
 // forget drops what forwardRows computed.
-func (d *direct) forget() { d.ahead = d.sizes[0] }
+func (d *direct) forget() { d.aheadFrom = d.sizes[0] }
 
 // firstProduct computes rows r and up of the first layer's product
-// x W0, on top of what is already computed (rows d.ahead and up): rows
+// x W0, on top of what is already computed (rows d.aheadFrom and up): rows
 // i of W0 meet column i of x, so a block of rows is a product over a
 // block of x's columns, added into the output. With early rows the
 // blocks are theirs, the last first, whether computed ahead or in the
@@ -94,7 +94,7 @@ func (d *direct) forget() { d.ahead = d.sizes[0] }
 func (d *direct) firstProduct(bl blas.Float32Level3, r int) {
 	in, out := d.sizes[0], d.sizes[1]
 	x, z := d.acts[0], d.acts[1]
-	hi := d.ahead
+	hi := d.aheadFrom
 	for i := len(d.earlyRows); i >= 0 && hi > r; i-- {
 		lo := 0
 		if i > 0 {
@@ -110,7 +110,7 @@ func (d *direct) firstProduct(bl blas.Float32Level3, r int) {
 		bl.Sgemm(blas.NoTrans, blas.NoTrans, d.batch, out, hi-lo, 1, x[lo:], in, d.block(i, lo, hi), out, beta, z, out)
 		hi = lo
 	}
-	d.ahead = hi
+	d.aheadFrom = hi
 }
 
 // param is variable v (not the first) as the pass reads it.
@@ -197,7 +197,7 @@ func (d *direct) resetFrom() {
 
 func newDirect(spec model.Spec, batch int, train bool, x, y []float32, params [][]float32) *direct {
 	sizes := append(append([]int{spec.Input}, spec.Hidden...), spec.Classes)
-	d := &direct{sizes: sizes, batch: batch, params: params, y: y, train: train, ahead: spec.Input}
+	d := &direct{sizes: sizes, batch: batch, params: params, y: y, train: train, aheadFrom: spec.Input}
 	d.resetFrom()
 	d.acts = append(d.acts, x)
 	for l := 1; l < len(sizes); l++ {
@@ -224,15 +224,14 @@ func (d *direct) step() float32 {
 	layers := len(d.sizes) - 1
 	for l := range layers {
 		in, out := d.sizes[l], d.sizes[l+1]
-		w, b := d.param(2*l), d.param(2*l+1)
 		z := d.acts[l+1]
 		if l == 0 {
 			d.firstProduct(bl, 0)
 			d.forget() // the next step's input and weights are new
 		} else {
-			bl.Sgemm(blas.NoTrans, blas.NoTrans, d.batch, out, in, 1, d.acts[l], in, w, out, 0, z, out)
+			bl.Sgemm(blas.NoTrans, blas.NoTrans, d.batch, out, in, 1, d.acts[l], in, d.param(2*l), out, 0, z, out)
 		}
-		addBias(z, b, l+1 < layers)
+		addBias(z, d.param(2*l+1), l+1 < layers)
 	}
 	loss := softmaxXent(d.logits(), d.y, d.batch, d.sizes[layers], d.deltasOrNil(layers-1))
 	if !d.train {

@@ -366,8 +366,13 @@ func TestForwardRowsAhead(t *testing.T) {
 	if a, b, same := step(); !same {
 		t.Fatalf("after Forget: loss %v, at once %v, or the gradients differ", b, a)
 	}
-	// A step forgets: the next one computes in full.
+	// A step forgets: the next one (same input, the rows changed)
+	// computes in full.
 	load(9)
+	nets[1].ForwardRows(397)
+	if a, b, same := step(); !same {
+		t.Fatalf("ahead from row 397: loss %v, at once %v, or the gradients differ", b, a)
+	}
 	clear(nets[0].Params()[0][397*out:])
 	clear(nets[1].Params()[0][397*out:])
 	if a, b, same := step(); !same {
