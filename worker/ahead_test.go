@@ -292,15 +292,7 @@ func checkAheadPushes(t *testing.T, r aheadRun, want [2]string) {
 			}
 			src := slice{d: r.data, m: 1, b: 2}
 			src.SeekBatch(p.pos - 1)
-			src.Next(ref.Input(), labels)
-			ref.SetLabels(labels)
-			if _, err := ref.Step(); err != nil {
-				t.Fatal(err)
-			}
-			grads, err := ref.Grads()
-			if err != nil {
-				t.Fatal(err)
-			}
+			grads := gradsOn(t, ref, &src, labels)
 			g := make([]float32, r.plan.Shards[s].Size)
 			r.plan.Gather(s, grads, g)
 			if !slices.Equal(p.grad, g) {
@@ -319,30 +311,28 @@ func checkAheadPushes(t *testing.T, r aheadRun, want [2]string) {
 // its parameters where the pulls leave them, whose own weights are then
 // never written.
 func TestStepStartsAheadOnTheFirstAnswer(t *testing.T) {
-	for _, view := range []bool{false, true} {
-		t.Run(fmt.Sprintf("view=%v", view), func(t *testing.T) {
-			r := runAhead(t, aheadOpts{steps: 6, view: view})
-			if got := r.w.AheadSteps(); got != 5 {
-				t.Fatalf("%d of 6 steps started ahead, want 5", got)
+	bothWays(t, func(t *testing.T, view bool) {
+		r := runAhead(t, aheadOpts{steps: 6, view: view})
+		if got := r.w.AheadSteps(); got != 5 {
+			t.Fatalf("%d of 6 steps started ahead, want 5", got)
+		}
+		all := "0@1 1@2 2@3 3@4 4@5 5@6"
+		checkAheadPushes(t, r, [2]string{all, all})
+		// The net's own weights: written by the pulls without
+		// in-place reads, never with them; after the run they hold
+		// the last answers either way (the net reads them again).
+		if slices.Equal(r.before[0], r.params[0]) {
+			t.Fatal("the net's weights start as the shards' parameters: the checks below could not fail")
+		}
+		if r.written != !view {
+			t.Fatalf("in place %v: the pulls wrote the net's weights: %v", view, r.written)
+		}
+		for v := range r.after {
+			if !slices.Equal(r.after[v], r.params[v]) {
+				t.Fatalf("in place %v: after the run, variable %d of the net's weights is not the shards'", view, v)
 			}
-			all := "0@1 1@2 2@3 3@4 4@5 5@6"
-			checkAheadPushes(t, r, [2]string{all, all})
-			// The net's own weights: written by the pulls without
-			// in-place reads, never with them; after the run they hold
-			// the last answers either way (the net reads them again).
-			if slices.Equal(r.before[0], r.params[0]) {
-				t.Fatal("the net's weights start as the shards' parameters: the checks below could not fail")
-			}
-			if r.written != !view {
-				t.Fatalf("in place %v: the pulls wrote the net's weights: %v", view, r.written)
-			}
-			for v := range r.after {
-				if !slices.Equal(r.after[v], r.params[v]) {
-					t.Fatalf("in place %v: after the run, variable %d of the net's weights is not the shards'", view, v)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // Shard 0 answers step 3 with a data position 2 further on (as after a
@@ -350,16 +340,14 @@ func TestStepStartsAheadOnTheFirstAnswer(t *testing.T) {
 // is dropped, the step trains on the batch at the moved position, and
 // the steps after it start ahead again.
 func TestStepAheadOnAMovedPositionIsDropped(t *testing.T) {
-	for _, view := range []bool{false, true} {
-		t.Run(fmt.Sprintf("view=%v", view), func(t *testing.T) {
-			r := runAhead(t, aheadOpts{steps: 6, move: map[int64]int64{3: 2}, view: view})
-			if got := r.w.AheadSteps(); got != 4 {
-				t.Fatalf("%d of 6 steps started ahead, want 4 (all but the first and the moved one)", got)
-			}
-			all := "0@1 1@2 2@3 3@6 4@7 5@8"
-			checkAheadPushes(t, r, [2]string{all, all})
-		})
-	}
+	bothWays(t, func(t *testing.T, view bool) {
+		r := runAhead(t, aheadOpts{steps: 6, move: map[int64]int64{3: 2}, view: view})
+		if got := r.w.AheadSteps(); got != 4 {
+			t.Fatalf("%d of 6 steps started ahead, want 4 (all but the first and the moved one)", got)
+		}
+		all := "0@1 1@2 2@3 3@6 4@7 5@8"
+		checkAheadPushes(t, r, [2]string{all, all})
+	})
 }
 
 // Shard 0 answers step 3's first pull a version behind (after the worker
@@ -368,16 +356,14 @@ func TestStepAheadOnAMovedPositionIsDropped(t *testing.T) {
 // batch is the step's, and the data source goes back for the step to
 // load it again.
 func TestStepAheadDroppedWhenAShardLags(t *testing.T) {
-	for _, view := range []bool{false, true} {
-		t.Run(fmt.Sprintf("view=%v", view), func(t *testing.T) {
-			r := runAhead(t, aheadOpts{steps: 6, lag: map[int64]bool{3: true}, view: view})
-			if got := r.w.AheadSteps(); got != 4 {
-				t.Fatalf("%d of 6 steps started ahead, want 4 (all but the first and the lagging one)", got)
-			}
-			all := "0@1 1@2 2@3 3@4 4@5 5@6"
-			checkAheadPushes(t, r, [2]string{all, all})
-		})
-	}
+	bothWays(t, func(t *testing.T, view bool) {
+		r := runAhead(t, aheadOpts{steps: 6, lag: map[int64]bool{3: true}, view: view})
+		if got := r.w.AheadSteps(); got != 4 {
+			t.Fatalf("%d of 6 steps started ahead, want 4 (all but the first and the lagging one)", got)
+		}
+		all := "0@1 1@2 2@3 3@4 4@5 5@6"
+		checkAheadPushes(t, r, [2]string{all, all})
+	})
 }
 
 // The worker starts (as a new incarnation of one that died between its
@@ -388,12 +374,18 @@ func TestStepAheadDroppedWhenAShardLags(t *testing.T) {
 // does): the worker copies the parameters into its weights before, and
 // the catch-up gradient is the right one.
 func TestViewsSurviveACatchUp(t *testing.T) {
+	bothWays(t, func(t *testing.T, view bool) {
+		r := runAhead(t, aheadOpts{steps: 5, view: view, start: [2]int64{2, 3}, ungated: true})
+		// The catch-up (2@4) trains on batch 3, the one after the
+		// furthest a shard holds; shard 1 gets none.
+		checkAheadPushes(t, r, [2]string{"2@4 3@5 4@6", "3@5 4@6"})
+	})
+}
+
+// bothWays runs f as a subtest without and with in-place reads
+// (viewShard).
+func bothWays(t *testing.T, f func(t *testing.T, view bool)) {
 	for _, view := range []bool{false, true} {
-		t.Run(fmt.Sprintf("view=%v", view), func(t *testing.T) {
-			r := runAhead(t, aheadOpts{steps: 5, view: view, start: [2]int64{2, 3}, ungated: true})
-			// The catch-up (2@4) trains on batch 3, the one after the
-			// furthest a shard holds; shard 1 gets none.
-			checkAheadPushes(t, r, [2]string{"2@4 3@5 4@6", "3@5 4@6"})
-		})
+		t.Run(fmt.Sprintf("view=%v", view), func(t *testing.T) { f(t, view) })
 	}
 }

@@ -104,11 +104,7 @@ func (w *Worker) keepPlaced(pulls []ps.Pull) {
 		return
 	}
 	for _, p := range pulls {
-		if flat := w.placed[p.Shard]; flat != nil {
-			w.cfg.Plan.Scatter(p.Shard, flat, w.cfg.Net.Params())
-			w.point(p.Shard, nil)
-			w.placed[p.Shard] = nil
-		}
+		w.takeBack(p.Shard, w.placed[p.Shard] != nil)
 	}
 }
 
@@ -120,10 +116,16 @@ func (w *Worker) unplace() {
 		return
 	}
 	for s, flat := range w.placed {
-		if flat != nil && !w.placedStale[s] {
-			w.cfg.Plan.Scatter(s, flat, w.cfg.Net.Params())
-		}
-		w.point(s, nil)
-		w.placed[s] = nil
+		w.takeBack(s, flat != nil && !w.placedStale[s])
 	}
+}
+
+// takeBack has the net read shard s from its weights again, after
+// copying what it read in place into them if copyIn.
+func (w *Worker) takeBack(s int, copyIn bool) {
+	if copyIn {
+		w.cfg.Plan.Scatter(s, w.placed[s], w.cfg.Net.Params())
+	}
+	w.point(s, nil)
+	w.placed[s] = nil
 }

@@ -207,24 +207,20 @@ func (w *Worker) Progress() (int64, float32) {
 
 // EarlyPushes is worker.Worker.EarlyPushes of the incarnation (0 before
 // it is built).
-func (w *Worker) EarlyPushes() int64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.w == nil {
-		return 0
-	}
-	return w.w.EarlyPushes()
-}
+func (w *Worker) EarlyPushes() int64 { return w.count((*worker.Worker).EarlyPushes) }
 
 // AheadSteps is worker.Worker.AheadSteps of the incarnation (0 before
 // it is built).
-func (w *Worker) AheadSteps() int64 {
+func (w *Worker) AheadSteps() int64 { return w.count((*worker.Worker).AheadSteps) }
+
+// count is f of the incarnation, 0 before it is built.
+func (w *Worker) count(f func(*worker.Worker) int64) int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.w == nil {
 		return 0
 	}
-	return w.w.AheadSteps()
+	return f(w.w)
 }
 
 // Registration is the chief's answer to the worker's registration (nil

@@ -294,19 +294,7 @@ func TestEarlyRowsAnnounceFinalGradients(t *testing.T) {
 func TestForwardRowsAhead(t *testing.T) {
 	spec := model.Spec{Input: 784, Hidden: []int{800}, Classes: 10}
 	const batch = 16
-	rows := []int{200, 397}
-	nets := make([]*Net, 2) // nets[0] computes each step at once, nets[1] partly ahead
-	for i := range nets {
-		n, err := New(spec, batch, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer n.Close()
-		if !n.SetEarlyRows(rows, func(int, float32) {}) {
-			t.Fatal("SetEarlyRows refused")
-		}
-		nets[i] = n
-	}
+	nets := earlyPair(t, spec, batch, []int{200, 397}) // nets[0] computes each step at once, nets[1] partly ahead
 	out := spec.Hidden[0]
 	r := rand.New(rand.NewPCG(8, 9))
 	load := func(seed uint64) {
@@ -316,26 +304,7 @@ func TestForwardRowsAhead(t *testing.T) {
 		}
 		randomBatch(r, spec, batch, nets...)
 	}
-	// step runs both nets and says whether their losses and gradients
-	// are the same bits.
-	step := func() (float32, float32, bool) {
-		var loss [2]float32
-		var grads [2][][]float32
-		for i, n := range nets {
-			var err error
-			if loss[i], err = n.Step(); err != nil {
-				t.Fatal(err)
-			}
-			if grads[i], err = n.Grads(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		same := loss[0] == loss[1]
-		for v := range grads[0] {
-			same = same && slices.Equal(grads[0][v], grads[1][v])
-		}
-		return loss[0], loss[1], same
-	}
+	step := func() (float32, float32, bool) { return stepBoth(t, nets) }
 	for i, ahead := range [][]int{{397}, {397, 200}, {200}, {}} {
 		load(uint64(i + 1))
 		for _, row := range ahead {
@@ -400,19 +369,7 @@ func TestForwardRowsAhead(t *testing.T) {
 func TestReadFromOtherBuffers(t *testing.T) {
 	spec := model.Spec{Input: 784, Hidden: []int{800}, Classes: 10}
 	const batch = 16
-	rows := []int{397}
-	nets := make([]*Net, 2) // nets[1] reads from bufs
-	for i := range nets {
-		n, err := New(spec, batch, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer n.Close()
-		if !n.SetEarlyRows(rows, func(int, float32) {}) {
-			t.Fatal("SetEarlyRows refused")
-		}
-		nets[i] = n
-	}
+	nets := earlyPair(t, spec, batch, []int{397}) // nets[1] reads from bufs
 	out := spec.Hidden[0]
 	init := spec.Init(4)
 	for v, w := range init {
@@ -433,23 +390,8 @@ func TestReadFromOtherBuffers(t *testing.T) {
 	r := rand.New(rand.NewPCG(10, 11))
 	same := func(what string) {
 		t.Helper()
-		var loss [2]float32
-		var grads [2][][]float32
-		for i, n := range nets {
-			var err error
-			if loss[i], err = n.Step(); err != nil {
-				t.Fatal(err)
-			}
-			if grads[i], err = n.Grads(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		ok := loss[0] == loss[1]
-		for v := range grads[0] {
-			ok = ok && slices.Equal(grads[0][v], grads[1][v])
-		}
-		if !ok {
-			t.Fatalf("%s: loss %v, reading Params() %v, or the gradients differ", what, loss[1], loss[0])
+		if a, b, ok := stepBoth(t, nets); !ok {
+			t.Fatalf("%s: loss %v, reading Params() %v, or the gradients differ", what, b, a)
 		}
 	}
 	randomBatch(r, spec, batch, nets...)
@@ -484,4 +426,45 @@ func TestReadFromOtherBuffers(t *testing.T) {
 			t.Errorf("ReadFrom(%d, %d, %d values) accepted: not a piece", c.v, c.row, c.n)
 		}
 	}
+}
+
+// earlyPair is two training nets for spec and batch with early rows
+// rows, closed when the test ends.
+func earlyPair(t *testing.T, spec model.Spec, batch int, rows []int) []*Net {
+	t.Helper()
+	nets := make([]*Net, 2)
+	for i := range nets {
+		n, err := New(spec, batch, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close() })
+		if !n.SetEarlyRows(rows, func(int, float32) {}) {
+			t.Fatal("SetEarlyRows refused")
+		}
+		nets[i] = n
+	}
+	return nets
+}
+
+// stepBoth runs a step of both nets and returns their losses and
+// whether the losses and gradients are the same bits.
+func stepBoth(t *testing.T, nets []*Net) (float32, float32, bool) {
+	t.Helper()
+	var loss [2]float32
+	var grads [2][][]float32
+	for i, n := range nets {
+		var err error
+		if loss[i], err = n.Step(); err != nil {
+			t.Fatal(err)
+		}
+		if grads[i], err = n.Grads(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	same := loss[0] == loss[1]
+	for v := range grads[0] {
+		same = same && slices.Equal(grads[0][v], grads[1][v])
+	}
+	return loss[0], loss[1], same
 }
