@@ -11,12 +11,9 @@ import (
 	"log/slog"
 	"maps"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/pstrain/pstrain/chief"
@@ -82,79 +79,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "pstrain:", err)
 		os.Exit(1)
 	}
-}
-
-// errInterrupted is returned by a command that stopped cleanly on SIGINT
-// or SIGTERM: main exits with 130 or 143 and no error message.
-var errInterrupted = errors.New("interrupted")
-
-// signals records the first SIGINT or SIGTERM. The first one cancels the
-// context: commands stop cleanly (`pstrain run` and the chief write a
-// final checkpoint and the report). A second one stops at once: abort is
-// closed, and the process exits unless a command that must clean up
-// (`pstrain run`, whose tasks run in their own process groups) has
-// claimed it.
-type signals struct {
-	mu      sync.Mutex
-	first   os.Signal
-	abort   chan struct{}
-	claimed bool
-}
-
-func watchSignals() (context.Context, *signals) {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	s := &signals{abort: make(chan struct{})}
-	ch := make(chan os.Signal, 2)
-	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
-	go func() {
-		first := <-ch
-		s.mu.Lock()
-		s.first = first
-		s.mu.Unlock()
-		cancel(fmt.Errorf("%v", first))
-		<-ch
-		s.mu.Lock()
-		claimed := s.claimed
-		s.mu.Unlock()
-		close(s.abort)
-		if !claimed {
-			os.Exit(s.exitCode())
-		}
-		// The claimant kills its tasks and returns; if it cannot, exit.
-		time.Sleep(10 * time.Second)
-		os.Exit(s.exitCode())
-	}()
-	return context.WithValue(ctx, signalsKey{}, s), s
-}
-
-type signalsKey struct{}
-
-// claimAbort returns the channel closed by a second signal and stops
-// that signal from exiting the process: the caller must then stop
-// promptly by itself. Nil when main did not set signals up (tests).
-func claimAbort(ctx context.Context) <-chan struct{} {
-	s, _ := ctx.Value(signalsKey{}).(*signals)
-	if s == nil {
-		return nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.claimed = true
-	return s.abort
-}
-
-func (s *signals) received() os.Signal {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.first
-}
-
-// exitCode is 128 + the signal's number: 130 for SIGINT, 143 for SIGTERM.
-func (s *signals) exitCode() int {
-	if n, ok := s.received().(syscall.Signal); ok {
-		return 128 + int(n)
-	}
-	return 1
 }
 
 // errUsage marks a command-line mistake: an unknown command or flag, a
