@@ -92,6 +92,9 @@ var errUsage = errors.New("usage")
 type usageError struct {
 	cmd string
 	err error
+	// full: print the whole usage instead of the error and the hint
+	// (`pstrain` alone).
+	full bool
 }
 
 func (e *usageError) Error() string        { return e.err.Error() }
@@ -115,10 +118,16 @@ func asUsage(err error) error {
 //
 //	pstrain run: flag provided but not defined: -bogus
 //	run 'pstrain run -h' for usage
+//
+// `pstrain` alone gets the whole usage instead, as Go's tools do.
 func printUsageError(w io.Writer, err error) {
 	cmd := ""
 	var ue *usageError
 	if errors.As(err, &ue) {
+		if ue.full {
+			fmt.Fprint(w, usage)
+			return
+		}
 		cmd = ue.cmd
 	}
 	if cmd == "" {
@@ -171,13 +180,12 @@ func isHelp(arg string) bool {
 // returns an error matching errUsage, printed by main.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usagef("no command given")
+		return &usageError{err: errors.New("no command given"), full: true}
 	}
 	switch name := args[0]; {
 	case name == "version" || name == "-version" || name == "--version":
-		fmt.Fprintln(stdout, "pstrain", task.Version)
-		return nil
-	case isHelp(name) && len(args) > 1 && commands[args[1]] != nil:
+		return cmdVersion(args[1:], stdout)
+	case isHelp(name) && len(args) > 1 && (commands[args[1]] != nil || args[1] == "version"):
 		// pstrain help COMMAND: the command's own help.
 		return run(ctx, []string{args[1], "-h"}, stdout, stderr)
 	case isHelp(name) && len(args) > 1 && !isHelp(args[1]):
@@ -196,6 +204,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		ue.cmd = args[0]
 	}
 	return err
+}
+
+// cmdVersion prints the version (`pstrain version`, `pstrain --version`).
+func cmdVersion(args []string, stdout io.Writer) error {
+	switch {
+	case len(args) == 1 && isHelp(args[0]):
+		fmt.Fprint(stdout, "usage: pstrain version\n\nPrint pstrain's version (also pstrain --version).\n")
+		return flag.ErrHelp
+	case len(args) > 0:
+		return &usageError{cmd: "version", err: fmt.Errorf("unexpected argument %q: version takes none", args[0])}
+	}
+	fmt.Fprintln(stdout, "pstrain", task.Version)
+	return nil
 }
 
 func newLogger(w io.Writer, level string, attrs ...any) (*slog.Logger, error) {
@@ -402,7 +423,14 @@ func psText(r config.Run) string {
 }
 
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("run", "run [flags]", "Start a local cluster (a chief, --ps parameter servers and, with --ps-replicas 1, a hot standby for each, --workers workers) and train.")
+	fs := newFlagSet("run", "run [flags]", `Start a local cluster (a chief, --ps parameter servers and, with --ps-replicas 1, a hot standby for each, --workers workers) and train.
+
+SIGINT (Ctrl-C) or SIGTERM stops the run cleanly: the model is scored and
+checkpointed, the summary and report are written, and pstrain exits with 130
+or 143, normally within a few seconds; a supervisor should allow 30 s before
+SIGKILL. Signals within 1 s of the first are the same interruption (timeout
+and supervisors signal the process and its group); a Ctrl-C a second or more
+later kills every task at once, with no final checkpoint.`)
 	r := config.Default()
 	r.CheckpointDir = filepath.Join("run", "checkpoints")
 	bindRunFlags(fs, &r)
