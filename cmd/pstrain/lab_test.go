@@ -5,10 +5,14 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/pstrain/pstrain/internal/testbin"
 )
 
 // pstrain sweep and plot run the lab binary found beside pstrain, under
@@ -56,5 +60,29 @@ func TestRunDryRun(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"run", "--dry-run", "--workers=0"}, &stdout, &stderr); !errors.Is(err, errUsage) {
 		t.Errorf("--workers=0: %v, want a usage error", err)
+	}
+}
+
+// The training binary links neither the lab nor the plotting libraries:
+// they are pstrain-lab's.
+func TestTrainingBinaryLinksNoLab(t *testing.T) {
+	root, err := testbin.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "list", "-deps", "./cmd/pstrain")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	if !slices.Contains(deps, "github.com/pstrain/pstrain/launcher") {
+		t.Fatalf("go list -deps ./cmd/pstrain does not list the launcher: %q", deps)
+	}
+	for _, d := range deps {
+		if strings.HasPrefix(d, "gonum.org/v1/plot") || strings.HasPrefix(d, "github.com/pstrain/pstrain/lab/") {
+			t.Errorf("cmd/pstrain depends on %s", d)
+		}
 	}
 }
