@@ -36,7 +36,7 @@ func main() {
 	os.Exit(exitCode(os.Stderr, prog, err, context.Cause(ctx)))
 }
 
-// signalCause cancels the context on SIGINT or SIGTERM.
+// signalCause is why the context was cancelled: SIGINT or SIGTERM.
 type signalCause struct{ sig syscall.Signal }
 
 func (s signalCause) Error() string { return s.sig.String() }
