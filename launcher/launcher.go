@@ -109,7 +109,7 @@ type Config struct {
 // alternated runs. The cost: a timer in a task may fire up to 1 ms
 // late. A task's latency-sensitive waits are on sockets and channels,
 // which wake at once; its timers (retry back-offs, heartbeats,
-// deadlines) are 20 ms and longer (docs/scaling.md, "Timer slack").
+// deadlines) are 20 ms and longer (docs/scaling.md, "The levers in the code").
 const TaskTimerSlack = time.Millisecond
 
 type proc struct {

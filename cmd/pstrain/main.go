@@ -49,6 +49,7 @@ Usage:
   pstrain bench [--json] [--quick]    performance ratios against this machine's limits
   pstrain sweep --grid SPEC --out DIR experiment grids: runs, results.csv, summary.md, plots
   pstrain plot DIR                    re-draw a sweep's plots from its CSV
+                                      (sweep and plot run pstrain-lab, built beside pstrain)
   pstrain certs --cluster FILE --out DIR
                                       a CA and a certificate per task, for --tls-dir
   pstrain token FILE                  a run's secret, for --auth-token-file
@@ -222,8 +223,8 @@ var commands = map[string]command{
 	"top":        cmdTop,
 	"scale":      cmdScale,
 	"bench":      cmdBench,
-	"sweep":      cmdSweep,
-	"plot":       cmdPlot,
+	"sweep":      labCommand("sweep"),
+	"plot":       labCommand("plot"),
 	"certs":      cmdCerts,
 }
 
@@ -496,6 +497,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	tlsDir := fs.String("tls-dir", "", "run every task over mutual TLS with certificates in this directory (made there if missing)")
 	tokenFile := fs.String("auth-token-file", "", "the run's secret (default: a new one in --run-dir for every launch)")
+	dryRun := fs.Bool("dry-run", false, "check the flags, print every run flag's resolved value (one --flag=value a line) and exit without starting anything")
 	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
@@ -523,6 +525,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if *maxRestarts < 0 {
 		return usagef("--max-restarts must be >= 0")
+	}
+	if *dryRun {
+		fmt.Fprintln(stdout, strings.Join(runArgs(r), "\n"))
+		return nil
 	}
 	// Log lines (stderr) and the progress (stdout) share the terminal:
 	// whole lines only, one at a time.
