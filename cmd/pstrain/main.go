@@ -349,6 +349,7 @@ the chief promotes it.`)
 	clusterFile := fs.String("cluster", "", "cluster file (JSON: {\"chief\":[..],\"ps\":[..],\"worker\":[..]}); default: the TF_CONFIG environment variable")
 	index := fs.Int("index", -1, "this task's index (-1: from TF_CONFIG or the cluster file's task)")
 	metricsAddr := fs.String("metrics-addr", "", "serve /metrics and /healthz here (default: the task's port + 1000; \"off\" disables)")
+	webConfig := bindWebConfigFlag(fs, "")
 	dataAddr := fs.String("data-addr", "", "ps: where the TCP data plane listens (default: the task's port + 2000)")
 	connectTimeout := fs.Duration("connect-timeout", time.Minute, "how long to wait for the chief or a PS before giving up")
 	maxMsgMB := fs.Int("max-message-mb", 256, "largest gRPC message accepted, in MiB")
@@ -435,7 +436,7 @@ the chief promotes it.`)
 		return err
 	}
 	o := task.Options{Cluster: spec, Task: tk, Run: r, MetricsAddr: ma, HostMetrics: hm, DataAddr: *dataAddr, ConnectTimeout: *connectTimeout,
-		MaxMessageBytes: *maxMsgMB << 20, Log: log, GradientFaults: gradFaults}
+		MaxMessageBytes: *maxMsgMB << 20, Log: log, GradientFaults: gradFaults, WebConfigFile: *webConfig}
 	lim.apply(&o)
 	if o.TLS, err = tlsF.load(spec, tk, log); err != nil {
 		return err
@@ -498,6 +499,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	tlsDir := fs.String("tls-dir", "", "run every task over mutual TLS with certificates in this directory (made there if missing)")
 	tokenFile := fs.String("auth-token-file", "", "the run's secret (default: a new one in --run-dir for every launch)")
 	dryRun := fs.Bool("dry-run", false, "check the flags, print every run flag's resolved value (one --flag=value a line) and exit without starting anything")
+	webConfig := bindWebConfigFlag(fs, ": every task gets a copy in --run-dir that also admits the launcher's health checks")
 	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
@@ -569,7 +571,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		ChildArgs: runArgs, ExtraArgs: append([]string{"--connect-timeout=" + connectTimeout.String(), "--log-level=" + *logLevel, "--summary=false"}, childArgs...),
 		Progress: stdout, Log: log, Faults: fl, MaxRestarts: *maxRestarts, BottleneckEvery: 10 * time.Second,
 		Abort: claimAbort(ctx), TaskTimeout: *taskTimeout, KillStale: *killStale, AuthTokenFile: *tokenFile,
-		TimerSlack: *timerSlack})
+		TimerSlack: *timerSlack, WebConfigFile: *webConfig})
 	if err != nil {
 		return err
 	}
