@@ -26,6 +26,7 @@ import (
 	"github.com/pstrain/pstrain/ml/dataset"
 	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/observe/report"
+	"github.com/pstrain/pstrain/observe/webconfig"
 	"github.com/pstrain/pstrain/preflight"
 	"github.com/pstrain/pstrain/task"
 	"github.com/pstrain/pstrain/worker"
@@ -527,6 +528,12 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if *maxRestarts < 0 {
 		return usagef("--max-restarts must be >= 0")
+	}
+	if *webConfig != "" {
+		// Refused here rather than by every task at start.
+		if _, err := webconfig.Read(*webConfig); err != nil {
+			return asUsage(err)
+		}
 	}
 	if *dryRun {
 		fmt.Fprintln(stdout, strings.Join(runArgs(r), "\n"))
