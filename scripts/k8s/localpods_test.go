@@ -420,6 +420,9 @@ func checkRun(t *testing.T, root string, pods []*localPod) {
 	if !strings.Contains(chiefLog, "stopped by: target") {
 		t.Fatalf("the chief did not stop at its target:\n%s", tail(chiefLog, 40))
 	}
+	if m := regexp.MustCompile(`stopped by: .*`).FindString(chiefLog); m != "" {
+		t.Log("chief: " + m)
+	}
 	for i := range standbys {
 		if !regexp.MustCompile(`msg="task registered" .*task=standby/` + strconv.Itoa(i) + ` `).MatchString(chiefLog) {
 			t.Errorf("standby/%d never registered with the chief", i)
