@@ -7,7 +7,7 @@ GOBIN   := $(shell $(GO) env GOPATH)/bin
 # with every in-process cluster test (internal/inproc's users).
 RACE_PKGS := ./ps/... ./worker/... ./chief/... ./observe/metrics/... ./checkpoint/... ./launcher/... ./observe/bottleneck/... ./transport/tlsconf/... ./transport/dataplane/... ./internal/inproc/... ./tools/bench/... ./lab/sweep/...
 
-.PHONY: chaos all build build-purego deps deps-run deps-test data run test lint fmt bench monitor fuzz clean
+.PHONY: chaos all build build-pstrain build-purego deps deps-run deps-test data run test lint fmt bench monitor fuzz clean
 
 all: build
 
@@ -27,20 +27,24 @@ deps-test:
 # where GOFLAGS turns stamping off (outside a checkout it stamps nothing).
 # bin/pstrain-lab (sweeps and plots; `pstrain sweep` and `pstrain plot` run
 # it) is built beside pstrain, which does not link the plotting libraries.
-build:
-	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/pstrain
+# build-pstrain is bin/pstrain alone: what make run and make data need
+# (a fresh clone's first run does not wait for gonum/plot to compile).
+build: build-pstrain
 	$(GO) build -buildvcs=auto -o $(LAB) ./cmd/pstrain-lab
+
+build-pstrain:
+	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/pstrain
 
 # A binary without cgo/OpenBLAS (gonum's pure-Go BLAS).
 build-purego:
 	CGO_ENABLED=0 $(GO) build -tags purego -o bin/pstrain-purego ./cmd/pstrain
 
-data: build
+data: build-pstrain
 	$(BIN) data fetch --dataset mnist --data-dir data
 
 # The default local cluster: chief, 2 PS, 2 workers, sync SGD, MLP
 # 784-800-10, until 97.5% test accuracy.
-run: deps-run build data
+run: deps-run build-pstrain data
 	$(BIN) run --report run/report.json
 
 # gofmt, go vet, staticcheck, and go.mod/go.sum as `go mod tidy` leaves
