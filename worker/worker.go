@@ -48,7 +48,7 @@ type SegmentedDataPlane interface {
 // ViewingDataPlane is a DataPlane that can leave a pull's parameters
 // where they arrived (dataplane.Client.PullView): in a region shared
 // with a same-host PS, valid until the client's next call. The net then
-// reads them there (nn.Net.ReadFrom, inplace.go): no copy into its
+// reads them there (nn.Net.ReadFrom, inplace_reads.go): no copy into its
 // weights.
 type ViewingDataPlane interface {
 	PullView(ctx context.Context, in *pb.PullRequest, dst [][]float32) (*pb.PullResponse, error)
@@ -60,10 +60,10 @@ type Shard struct {
 	Client DataPlane
 	// Puller, if set, is a second client of the same process for the
 	// shard's pulls, so that in sync mode the next step's pull can wait
-	// at the shard while this step's push is under way (Run,
-	// pushAndPull), and so that the net can read a pull's answer in
-	// place until the next pull (inplace.go). nil: pulls use Client,
-	// after the push is answered.
+	// at the shard while this step's push is under way
+	// (CoreParams.Overlap), and so that the net can read a pull's answer
+	// in place until the next pull (inplace_reads.go). nil: pulls use
+	// Client, after the push is answered.
 	Puller DataPlane
 }
 
@@ -90,7 +90,7 @@ type Config struct {
 	RetryTimeout time.Duration
 	// BeforePush, if set, is called before each push with the step about to
 	// be pushed (tests use it to observe and to slow a worker down). A
-	// worker with it pushes no shard early (early.go).
+	// worker with it pushes no shard early (early_push.go).
 	BeforePush func(step int64)
 	// AfterPull, if set, is called when a step's pulls have returned.
 	AfterPull func(step int64)
