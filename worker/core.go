@@ -186,9 +186,6 @@ func (c *Core) Start(now time.Time) []Action {
 	return c.startPulls(false)
 }
 
-// Steps is the number of steps done.
-func (c *Core) Steps() int64 { return c.steps }
-
 // startPulls is a step's first pull round: every shard at minVersion.
 // Whatever was computed or loaded ahead before is dropped (its
 // parameters are about to be overwritten, and its batch was read before
