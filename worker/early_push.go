@@ -8,16 +8,17 @@ import (
 	"github.com/pstrain/pstrain/ps"
 )
 
-// Early pushes (wait-free backpropagation at the shard boundaries). The
-// backward pass ends with the first layer's weight gradient, the step's
-// largest product, and the shards hold that variable in blocks of rows
-// (partition.Plan). A sync worker has the net compute it in row blocks,
-// last first (nn.Net.SetEarlyRows), and pushes each shard as soon as
-// every row and variable it holds is final (Core.RowsFinal), while the
-// net computes the rows below. The shard that holds row 0 goes with the
-// step's other pushes. The gradient and the semantics of a step are the
-// same; a shard's work on the push runs while the worker still
-// computes, on a core the sync barrier would otherwise leave idle.
+// Early pushes (wait-free backpropagation at the shard boundaries;
+// docs/scaling.md, "The levers in the code"). The backward pass ends
+// with the first layer's weight gradient, the step's largest product,
+// and the shards hold that variable in blocks of rows (partition.Plan).
+// A sync worker has the net compute it in row blocks, last first
+// (nn.Net.SetEarlyRows), and pushes each shard as soon as every row and
+// variable it holds is final (Core.RowsFinal), while the net computes
+// the rows below. The shard that holds row 0 goes with the step's other
+// pushes. The gradient and the semantics of a step are the same; a
+// shard's work on the push runs while the worker still computes, on a
+// core the sync barrier would otherwise leave idle.
 
 // earlyPlan is when each shard of p can be pushed: rows are the first
 // layer's row blocks' starts (ascending, all > 0) and ready[i] the shards

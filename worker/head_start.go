@@ -8,14 +8,14 @@ import (
 )
 
 // The step started ahead: the forward pass from the shards that answer
-// first. With early pushes (early_push.go) the shard of the first
-// layer's later rows completes its step before the shard of row 0,
-// which still sums and applies the step's last gradients, and answers
-// the next step's pull first. The forward pass's first product splits
-// by the same rows (nn.Net.ForwardRows), so a sync worker loads its
-// next batch and computes the part of the product those shards hold
-// while it waits for the others: on a core the barrier would otherwise
-// leave idle.
+// first (docs/scaling.md, "The levers in the code"). With early pushes
+// (early_push.go) the shard of the first layer's later rows completes
+// its step before the shard of row 0, which still sums and applies the
+// step's last gradients, and answers the next step's pull first. The
+// forward pass's first product splits by the same rows
+// (nn.Net.ForwardRows), so a sync worker loads its next batch and
+// computes the part of the product those shards hold while it waits for
+// the others: on a core the barrier would otherwise leave idle.
 //
 // It is a guess: the answers may turn out not to be the step's (ps.Align
 // asks for another round, a catch-up, or says done) and the data

@@ -1,13 +1,14 @@
 package worker
 
-// Parameters read in place, where the pulls leave them. A same-host PS
-// answers a pull in the region it shares with the connection
-// (dataplane, shm.go); copying the answer into the net's weights would
-// be a pass over the whole model on the worker every step. Instead the
-// net reads each piece of the parameters from the region
-// (nn.Net.ReadFrom) until the shard's next pull. That is safe because a
-// region changes only when the PS answers a request on its connection,
-// and a shard's pulls have a connection of their own (Shard.Puller):
+// Parameters read in place, where the pulls leave them (docs/scaling.md,
+// "The levers in the code"). A same-host PS answers a pull in the region
+// it shares with the connection (dataplane, shm.go); copying the answer
+// into the net's weights would be a pass over the whole model on the
+// worker every step. Instead the net reads each piece of the parameters
+// from the region (nn.Net.ReadFrom) until the shard's next pull. That is
+// safe because a region changes only when the PS answers a request on
+// its connection, and a shard's pulls have a connection of their own
+// (Shard.Puller):
 //
 //   - everything that reads the parameters (the step's passes, the next
 //     step's forward pass started ahead, a catch-up's passes) runs
