@@ -2,17 +2,16 @@ package chief
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/datadriven"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pstrain/pstrain/config"
@@ -21,12 +20,11 @@ import (
 	"github.com/pstrain/pstrain/observe/report"
 )
 
-var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testdata/*.txt")
-
-// TestScenarios replays the scripts in testdata/*.txt against the Core:
-// each block is one event and, after "----", the actions (or answer) the
-// core must give. `go test ./chief -run Scenarios -rewrite` rewrites the
-// expected output; read the diff before committing it. The events:
+// TestScenarios replays the scripts in testdata/*.txt against the Core
+// (github.com/cockroachdb/datadriven): each block is one event and,
+// after "----", the actions (or answer) the core must give. `go test
+// ./chief -run Scenarios -rewrite` rewrites the expected output; read the
+// diff before committing it. The events:
 //
 //	config KEY=VALUE...          a new core (ps, workers, mode, target, hold,
 //	                             epochs, batch, train-n, eval-every, subset,
@@ -95,66 +93,16 @@ func TestScenarios(t *testing.T) {
 		t.Fatalf("want at least 8 scenario files, found %d (%v)", len(files), err)
 	}
 	for _, f := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) { runScenario(t, f) })
-	}
-}
-
-type block struct {
-	cmd, want string
-	line      int
-}
-
-func readBlocks(t *testing.T, path string) (header string, blocks []block) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(string(b), "\n")
-	var head []string
-	for i := 0; i < len(lines); i++ {
-		l := lines[i]
-		if strings.TrimSpace(l) == "" || strings.HasPrefix(l, "#") {
-			if len(blocks) == 0 {
-				head = append(head, l)
-			}
-			continue
-		}
-		bl := block{cmd: l, line: i + 1}
-		if i+1 >= len(lines) || lines[i+1] != "----" {
-			t.Fatalf("%s:%d: %q is not followed by ----", path, i+1, l)
-		}
-		i += 2
-		var out []string
-		for ; i < len(lines) && lines[i] != ""; i++ {
-			out = append(out, lines[i])
-		}
-		bl.want = strings.Join(out, "\n")
-		blocks = append(blocks, bl)
-	}
-	return strings.TrimRight(strings.Join(head, "\n"), "\n"), blocks
-}
-
-func runScenario(t *testing.T, path string) {
-	header, blocks := readBlocks(t, path)
-	s := &scenario{t0: time.Unix(1_000_000, 0)}
-	var out strings.Builder
-	if header != "" {
-		out.WriteString(header + "\n\n")
-	}
-	for _, b := range blocks {
-		got, err := s.do(b.cmd)
-		if err != nil {
-			t.Fatalf("%s:%d: %s: %v", path, b.line, b.cmd, err)
-		}
-		if !*rewrite && got != b.want {
-			t.Errorf("%s:%d: %s\n got:\n%s\nwant:\n%s", path, b.line, b.cmd, got, b.want)
-		}
-		fmt.Fprintf(&out, "%s\n----\n%s\n\n", b.cmd, got)
-	}
-	if *rewrite {
-		if err := os.WriteFile(path, []byte(strings.TrimRight(out.String(), "\n")+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) {
+			s := &scenario{t0: time.Unix(1_000_000, 0)}
+			datadriven.RunTest(t, f, func(t *testing.T, d *datadriven.TestData) string {
+				got, err := s.do(d.FullCmd())
+				if err != nil {
+					t.Fatalf("%s: %s: %v", d.Pos, d.FullCmd(), err)
+				}
+				return got
+			})
+		})
 	}
 }
 

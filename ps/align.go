@@ -12,8 +12,8 @@ import (
 // step may use. The shards (Shard) decide what a gradient does; Align
 // decides, from what the pulls answered, whether a worker computes its
 // step, pulls some shards again, pushes a catch-up gradient, or stops.
-// It is pure (no I/O, no clock); worker.Worker.pullAll is the RPC loop
-// that applies it.
+// It is pure (no I/O, no clock); worker.Core applies it to each pull
+// round's answers.
 
 // CatchUpAfter is how long a worker waits for a shard that is behind the
 // others (in the newest generation) to reach their version before it

@@ -88,7 +88,7 @@ func (p *splitPlane) Push(ctx context.Context, in *pb.PushRequest, opts ...grpc.
 // by the behind shard only, as a batch of a worker that died between its
 // pushes is held by the other only). Either shard may be the one behind:
 // ps/1 when the worker dies after its push to ps/0, ps/0 when it dies
-// after the push to ps/1 that its step sends early (early.go), while it
+// after the push to ps/1 that its step sends early (early_push.go), while it
 // still computes ps/0's rows.
 func TestWorkerKilledBetweenPushesCatchUp(t *testing.T) {
 	const killAt = 8

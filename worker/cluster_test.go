@@ -127,7 +127,7 @@ func trainSync(t *testing.T, plane config.DataPlane, dtype config.WireDType, ste
 	waitAll(t, c)
 	// Shard 1 holds the first layer's later rows and the layers above:
 	// each step pushed it early, while the first rows were computed
-	// (early.go), and the comparisons below cover that path.
+	// (early_push.go), and the comparisons below cover that path.
 	for _, w := range ws {
 		if done, _ := w.Progress(); w.EarlyPushes() != done || done == 0 {
 			t.Fatalf("worker %d pushed %d shards early in %d steps, want one a step", w.Index(), w.EarlyPushes(), done)

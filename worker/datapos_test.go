@@ -74,7 +74,7 @@ func (l *ledger) batch(b batchRec) int {
 // tag is the batch a push of src's worker with data position after
 // carries the gradient of: the batch the source took last, or the one
 // before it if the last is the next step's, loaded ahead while the push
-// was under way (worker/ahead.go). Either must be at after-1; if not,
+// was under way (worker/head_start.go). Either must be at after-1; if not,
 // the worker reported another position than the one it trained on,
 // which is recorded as an error (and the last batch is the tag).
 func (l *ledger) tag(src *recordingSource, after int64) int {

@@ -45,17 +45,19 @@ func TestFaultsFire(t *testing.T) {
 	}
 }
 
-// poison scales every segment of the gradient in place, at the highest
-// version the pulls answered.
-func TestPoisonScalesTheGradient(t *testing.T) {
-	w := &Worker{cfg: Config{Index: 1, Log: slog.New(slog.NewTextHandler(io.Discard, nil))},
-		faults: faults{list: []GradientFault{{Worker: 1, Step: 7, Scale: 10}}, fired: []bool{false}}}
+// A step's fault factor is taken at the highest version the pulls
+// answered, and scale multiplies every segment of the gradient in place.
+func TestFaultScalesTheGradient(t *testing.T) {
+	c := NewCore(CoreParams{Index: 1, Shards: 2, Faults: []GradientFault{{Worker: 1, Step: 7, Scale: 10}}},
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	grads := [][]float32{{1, 2}, {-3}}
-	w.poison([]ps.PullView{{Version: 6}, {Version: 6}}, grads)
+	c.views = []ps.PullView{{Version: 6}, {Version: 6}}
+	scale(grads, c.scale())
 	if grads[0][1] != 2 {
 		t.Fatalf("poisoned before step 7: %v", grads)
 	}
-	w.poison([]ps.PullView{{Version: 6}, {Version: 7}}, grads)
+	c.views = []ps.PullView{{Version: 6}, {Version: 7}}
+	scale(grads, c.scale())
 	if !slices.Equal(grads[0], []float32{10, 20}) || grads[1][0] != -30 {
 		t.Errorf("at step 7: %v, want [[10 20] [-30]]", grads)
 	}

@@ -2,11 +2,13 @@ package worker_test
 
 import (
 	"context"
+	"math"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -16,6 +18,7 @@ import (
 	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/ml/nn"
 	"github.com/pstrain/pstrain/ml/partition"
+	"github.com/pstrain/pstrain/observe/metrics"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/transport/wire"
 	"github.com/pstrain/pstrain/worker"
@@ -193,5 +196,72 @@ func TestSyncFailedPushCancelsThePull(t *testing.T) {
 	}
 	if want := []int64{0, 1}; !slices.Equal(sh.tags, want) {
 		t.Fatalf("pushes tagged %v, want %v", sh.tags, want)
+	}
+}
+
+// tickClock is a clock that moves a second each time it is read.
+type tickClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *tickClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(time.Second)
+	return c.now
+}
+
+// The step phases a worker observes are read on the clock it is given
+// (Config.Clock), not the system's: with a clock that moves a whole
+// second a read, every phase lasts whole seconds.
+func TestPhasesReadTheInjectedClock(t *testing.T) {
+	spec := model.Spec{Input: 6, Hidden: []int{4}, Classes: 3}
+	plan, err := partition.New(spec, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := newSyncShard(plan.Shards[0].Size, 3)
+	net, err := nn.New(spec, 2, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer net.Close()
+	run := config.Default()
+	run.Mode, run.PS, run.Workers, run.Batch = config.Sync, 1, 1, 2
+	reg := prometheus.NewRegistry()
+	w, err := worker.New(worker.Config{Index: 0, RunID: "r", Run: run, Plan: plan, Net: net,
+		Shards: []worker.Shard{{Addr: "fake", Client: sh}}, Batches: &slice{d: inproc.Synthetic(20, spec.Input, spec.Classes, 1), m: 1, b: 2},
+		Log: quietLog(), Metrics: metrics.NewWorker(reg), Clock: &tickClock{now: time.Unix(0, 0)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := w.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	phases := 0
+	for _, f := range families {
+		if f.GetName() != metrics.MetricWorkerStepPhase {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			sum, n := m.GetHistogram().GetSampleSum(), m.GetHistogram().GetSampleCount()
+			if n == 0 {
+				continue
+			}
+			phases++
+			if sum < float64(n) || sum != math.Trunc(sum) {
+				t.Errorf("%v: %d observations summing to %gs, want whole seconds, at least one each", m.GetLabel(), n, sum)
+			}
+		}
+	}
+	if phases != 3 {
+		t.Fatalf("%d phases observed, want pull, compute and push", phases)
 	}
 }

@@ -26,7 +26,7 @@ import (
 // (the first layer's later rows and the layers above) answers each pull
 // before shard 0, which waits until the worker has loaded the step's
 // batch ahead: the worker then starts the step's forward pass from shard
-// 1's rows (ahead.go), and the gradients it pushes must be the ones a
+// 1's rows (head_start.go), and the gradients it pushes must be the ones a
 // step computed from scratch gives, bit for bit.
 
 // takenSource is a batch source that says which positions it was asked

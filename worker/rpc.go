@@ -1,0 +1,163 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/pstrain/pstrain/internal/retry"
+	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/transport/wire"
+)
+
+// errNoGradients answers an early push the net had no gradients for.
+var errNoGradients = errors.New("worker: the net has no gradients to push")
+
+// pullOne is one pull of a round: it reads the parameters into the
+// net's weights or leaves them where they arrive (the driver points the
+// net at them, readShard), or says the pull was bounded and its bound
+// passed first (Stalled).
+func (w *Worker) pullOne(ctx context.Context, p PullOrder) *pulled {
+	c := w.cfg
+	s := p.Shard
+	out := &pulled{ans: PullAnswer{Shard: s}}
+	pctx := ctx
+	if p.Bounded {
+		var stop context.CancelFunc
+		pctx, stop = context.WithTimeout(ctx, c.CatchUpAfter)
+		defer stop()
+	}
+	resp, err := w.pull(pctx, s, p.MinVersion, p.Generation)
+	if err != nil {
+		// The data plane's deadline can fire a moment before the
+		// context's: either says the bound passed.
+		if p.Bounded && ctx.Err() == nil && (pctx.Err() != nil || status.Code(err) == codes.DeadlineExceeded) {
+			out.ans.Stalled = true
+		} else {
+			out.ans.Err = err
+		}
+		return out
+	}
+	if resp.Params != nil {
+		out.flat, err = wire.Floats(resp.Params)
+		if err == nil && len(out.flat) != c.Plan.Shards[s].Size {
+			err = fmt.Errorf("shard %d (%s) sent %d parameters, plan says %d", s, c.Shards[s].Addr, len(out.flat), c.Plan.Shards[s].Size)
+		}
+		if err != nil {
+			out.ans.Err = err
+			return out
+		}
+	}
+	out.ans.Version, out.ans.Generation, out.ans.Done, out.ans.Position = resp.Version, resp.Generation, resp.Done, resp.DataPosition
+	c.Metrics.RPCReceivedBytes.WithLabelValues("pull").Add(float64(4 * c.Plan.Shards[s].Size))
+	return out
+}
+
+func (w *Worker) pull(ctx context.Context, s int, minVersion, gen int64) (*pb.PullResponse, error) {
+	var resp *pb.PullResponse
+	err := w.retry(ctx, s, "pull", func() error {
+		var err error
+		req := &pb.PullRequest{Worker: int32(w.cfg.Index), MinVersion: minVersion, RunId: w.cfg.RunID, Generation: gen}
+		cl := w.cfg.Shards[s].puller()
+		vp, viewing := cl.(ViewingDataPlane)
+		sp, segmented := cl.(SegmentedDataPlane)
+		switch {
+		case viewing && w.inPlace != nil && w.inPlace[s]:
+			resp, err = vp.PullView(ctx, req, w.cfg.Plan.Segments(s, w.cfg.Net.Params()))
+		case segmented:
+			resp, err = sp.PullInto(ctx, req, w.cfg.Plan.Segments(s, w.cfg.Net.Params()))
+		default:
+			resp, err = cl.Pull(ctx, req)
+		}
+		if status.Code(err) == codes.Unavailable {
+			// The shard may have restarted from an older checkpoint: after
+			// an outage take whatever version it has.
+			minVersion = 0
+		}
+		return err
+	})
+	return resp, err
+}
+
+// pushOne pushes shard s its slice of grads as a says, and says what the
+// shard did with it.
+func (w *Worker) pushOne(ctx context.Context, s int, a Push, grads [][]float32) PushOutcome {
+	c := w.cfg
+	tag := a.Tags[s]
+	req := &pb.PushRequest{Worker: int32(c.Index), Version: tag.Version, RunId: c.RunID, Loss: a.Loss, Generation: tag.Generation,
+		DataPosition: a.DataPosition}
+	var resp *pb.PushResponse
+	push := func() (err error) { resp, err = c.Shards[s].Client.Push(ctx, req); return err }
+	sp, segmented := c.Shards[s].Client.(SegmentedDataPlane)
+	bytes := 4 * c.Plan.Shards[s].Size
+	switch {
+	case w.half != nil:
+		// Rounded straight from the model's gradients.
+		off := 0
+		for _, seg := range c.Plan.Segments(s, grads) {
+			wire.PutBF16(w.half[s][off:], seg)
+			off += 2 * len(seg)
+		}
+		req.Grad = w.half[s]
+		bytes = len(w.half[s])
+	case segmented:
+		segs := c.Plan.Segments(s, grads)
+		push = func() (err error) { resp, err = sp.PushSegments(ctx, req, segs); return err }
+	default:
+		c.Plan.Gather(s, grads, w.flat[s])
+		req.Grad = wire.Bytes(w.flat[s])
+	}
+	err := w.retry(ctx, s, "push", push)
+	c.Metrics.RPCSentBytes.WithLabelValues("push").Add(float64(bytes))
+	out := PushOutcome{Shard: s, Err: err}
+	if err == nil && resp != nil && resp.Outcome != pb.PushResponse_APPLIED {
+		out.Result = PushDropped
+	}
+	return out
+}
+
+// Located is a DataPlane that can say which process its calls go to
+// now (a shard with a hot standby switches between two: NewFailover).
+type Located interface {
+	Where() string
+}
+
+// where names the process shard s's calls of op ("pull" or another) go
+// to now: "ps/0 at ADDR", or what its client says (pulls have their own,
+// Shard.Puller, which may have switched processes at another moment).
+func (w *Worker) where(s int, op string) string {
+	cl := w.cfg.Shards[s].Client
+	if op == "pull" {
+		cl = w.cfg.Shards[s].puller()
+	}
+	if l, ok := cl.(Located); ok {
+		return l.Where()
+	}
+	return fmt.Sprintf("ps/%d at %s", s, w.cfg.Shards[s].Addr)
+}
+
+// retry calls f until it succeeds, fails with a non-retryable error, or
+// the shard has been unavailable for RetryTimeout.
+func (w *Worker) retry(ctx context.Context, s int, op string, f func() error) error {
+	err := retry.Do(ctx, retry.Policy{First: 20 * time.Millisecond, Max: time.Second, Patience: w.cfg.RetryTimeout,
+		Retryable: retry.OnCodes(codes.Unavailable),
+		OnRetry: func(attempt int, err error) {
+			if attempt == 1 {
+				// (After a switch to a hot standby, the process retried.)
+				w.cfg.Log.Warn("parameter server unavailable, retrying", "ps", s, "at", w.where(s, op), "op", op, "err", status.Convert(err).Message())
+			}
+			w.cfg.Metrics.Retries.Inc()
+		}}, func(context.Context) error { return f() })
+	var gaveUp *retry.GaveUpError
+	switch {
+	case err == nil || err == ctx.Err():
+		return err
+	case errors.As(err, &gaveUp):
+		return fmt.Errorf("%s to %s: unavailable for %v, giving up: %w", op, w.where(s, op), gaveUp.After.Round(time.Millisecond), gaveUp.Err)
+	}
+	return fmt.Errorf("%s to %s: %w", op, w.where(s, op), err)
+}

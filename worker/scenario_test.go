@@ -1,0 +1,239 @@
+package worker
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+
+	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/ml/model"
+	"github.com/pstrain/pstrain/ml/partition"
+)
+
+// TestScenarios replays the scripts in testdata/*.txt against the Core
+// (github.com/cockroachdb/datadriven, like chief's): each block is one
+// event and, after "----", the actions the core gives, then what it
+// logged. `go test ./worker -run Scenarios -rewrite` rewrites the
+// expected output; read the diff before committing it. The events:
+//
+//	config [shards=N] [mode=M] [overlap] [early] [in-place=S,...]
+//	       [fault=STEP:SCALE|every:SCALE]
+//	                                a new core: N shards (2) of the MLP
+//	                                784-800-10, mode sync, async or ssp;
+//	                                overlap: the next step's pulls go with
+//	                                a step's pushes; early: early pushes
+//	                                and steps started ahead (earlyPlan);
+//	                                in-place: those shards are read in place
+//	start t=S                       the first pulls
+//	pulled ps=I v=V [gen=G] [pos=P] [done] [placed] t=S
+//	                                a pull's answer (placed: the net reads it
+//	                                where the pull left it)
+//	stalled ps=I t=S                a bounded pull's bound passed
+//	pull-failed ps=I err=MSG t=S    a pull failed (or was cancelled)
+//	head-started n=N t=S            a HeadStart computed N blocks
+//	rows-final row=R loss=F         the net says rows R and up are final
+//	rows-final first                (first: the first announced block's row)
+//	computed loss=F [err=MSG] t=S   the passes are done
+//	pushed ps=I [dropped] [refused] [err=MSG] t=S
+//	                                a push's answer
+//	state                           the core's state, steps, data position,
+//	                                the version every shard must reach and
+//	                                what each shard last answered
+//
+// Times are seconds since t=0; the core reads no other clock.
+func TestScenarios(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.txt")
+	if err != nil || len(files) < 10 {
+		t.Fatalf("want at least 10 scenario files, found %d (%v)", len(files), err)
+	}
+	for _, f := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) {
+			s := &scenario{t0: time.Unix(1_000_000, 0)}
+			datadriven.RunTest(t, f, func(t *testing.T, d *datadriven.TestData) string {
+				got, err := s.do(d)
+				if err != nil {
+					t.Fatalf("%s: %s: %v", d.Pos, d.FullCmd(), err)
+				}
+				return got
+			})
+		})
+	}
+}
+
+type scenario struct {
+	t0   time.Time
+	core *Core
+	logs bytes.Buffer
+	rows []int // the early rows, for rows-final first
+}
+
+// args reads a directive's arguments: key=value, or a bare key.
+func args(d *datadriven.TestData) map[string]string {
+	m := map[string]string{}
+	for _, a := range d.CmdArgs {
+		m[a.Key] = strings.Join(a.Vals, ",")
+	}
+	return m
+}
+
+func (s *scenario) at(a map[string]string) time.Time {
+	sec, _ := strconv.ParseFloat(a["t"], 64)
+	return s.t0.Add(time.Duration(sec * float64(time.Second)))
+}
+
+func num(a map[string]string, k string) int64 {
+	n, _ := strconv.ParseInt(a[k], 10, 64)
+	return n
+}
+
+func has(a map[string]string, k string) bool {
+	_, ok := a[k]
+	return ok
+}
+
+func errOf(a map[string]string) error {
+	if e, ok := a["err"]; ok {
+		return errors.New(e)
+	}
+	return nil
+}
+
+func (s *scenario) do(d *datadriven.TestData) (string, error) {
+	a := args(d)
+	if d.Cmd == "config" {
+		return "", s.config(a)
+	}
+	if s.core == nil {
+		return "", errors.New("no config yet")
+	}
+	if d.Cmd == "state" {
+		return s.state(), nil
+	}
+	acts, err := s.event(d.Cmd, a)
+	if err != nil {
+		return "", err
+	}
+	var lines []string
+	for _, x := range acts {
+		lines = append(lines, x.String())
+	}
+	if len(lines) == 0 {
+		lines = append(lines, "(nothing)")
+	}
+	if s.logs.Len() > 0 {
+		lines = append(lines, strings.TrimRight(s.logs.String(), "\n"))
+		s.logs.Reset()
+	}
+	return strings.Join(lines, "\n"), nil
+}
+
+// event feeds the core one event.
+func (s *scenario) event(cmd string, a map[string]string) ([]Action, error) {
+	c, now := s.core, s.at(a)
+	switch cmd {
+	case "start":
+		return c.Start(now), nil
+	case "pulled":
+		return c.Pulled(now, PullAnswer{Shard: int(num(a, "ps")), Version: num(a, "v"), Generation: num(a, "gen"),
+			Position: num(a, "pos"), Done: has(a, "done"), Placed: has(a, "placed")}), nil
+	case "stalled":
+		return c.Pulled(now, PullAnswer{Shard: int(num(a, "ps")), Stalled: true}), nil
+	case "pull-failed":
+		return c.Pulled(now, PullAnswer{Shard: int(num(a, "ps")), Err: errOf(a)}), nil
+	case "head-started":
+		return c.HeadStarted(now, int(num(a, "n"))), nil
+	case "rows-final":
+		row := int(num(a, "row"))
+		if has(a, "first") && len(s.rows) > 0 {
+			row = s.rows[len(s.rows)-1]
+		}
+		loss, _ := strconv.ParseFloat(a["loss"], 32)
+		return c.RowsFinal(row, float32(loss)), nil
+	case "computed":
+		loss, _ := strconv.ParseFloat(a["loss"], 32)
+		return c.Computed(now, float32(loss), errOf(a)), nil
+	case "pushed":
+		out := PushOutcome{Shard: int(num(a, "ps")), Err: errOf(a)}
+		switch {
+		case has(a, "dropped"):
+			out.Result = PushDropped
+		case has(a, "refused"):
+			out.Result = PushRefused
+		}
+		return c.Pushed(now, out), nil
+	}
+	return nil, fmt.Errorf("unknown event %q", cmd)
+}
+
+// config makes a new core.
+func (s *scenario) config(a map[string]string) error {
+	p := CoreParams{Shards: 2, Mode: config.Sync}
+	if n, ok := a["shards"]; ok {
+		p.Shards, _ = strconv.Atoi(n)
+	}
+	if m, ok := a["mode"]; ok {
+		p.Mode = config.Mode(m)
+	}
+	p.Overlap = has(a, "overlap")
+	if has(a, "early") {
+		plan, err := partition.New(model.Spec{Input: 784, Hidden: []int{800}, Classes: 10}, p.Shards)
+		if err != nil {
+			return err
+		}
+		p.EarlyRows, p.EarlyReady = earlyPlan(plan)
+		p.HeadStart = headStartPlan(plan, p.EarlyRows)
+		s.rows = p.EarlyRows
+	}
+	if v, ok := a["in-place"]; ok {
+		p.InPlace = make([]bool, p.Shards)
+		for _, f := range strings.Split(v, ",") {
+			i, _ := strconv.Atoi(f)
+			p.InPlace[i] = true
+		}
+	}
+	if v, ok := a["fault"]; ok {
+		f, err := parseGradientFault("worker/0@"+v, 1)
+		if err != nil {
+			return err
+		}
+		p.Faults = []GradientFault{f}
+	}
+	s.logs.Reset()
+	log := slog.New(slog.NewTextHandler(&s.logs, &slog.HandlerOptions{Level: slog.LevelDebug,
+		ReplaceAttr: func(groups []string, at slog.Attr) slog.Attr {
+			if at.Key == slog.TimeKey && len(groups) == 0 {
+				return slog.Attr{}
+			}
+			return at
+		}}))
+	s.core = NewCore(p, log)
+	return nil
+}
+
+// state prints where the core is.
+func (s *scenario) state() string {
+	c := s.core
+	var views []string
+	for i, v := range c.views {
+		x := fmt.Sprintf("ps/%d@%d:g%d pos=%d", i, v.Version, v.Generation, c.positions[i])
+		if v.Stalled {
+			x += " stalled"
+		}
+		views = append(views, x)
+	}
+	min := strconv.FormatInt(c.minVersion, 10)
+	if c.minVersion == math.MaxInt64 {
+		min = "max"
+	}
+	return fmt.Sprintf("state=%s steps=%d next-batch=%d min-version=%s early-pushes=%d started-ahead=%d\n%s",
+		c.state, c.steps, c.next, min, c.early.count, c.head.count, strings.Join(views, "\n"))
+}
