@@ -478,7 +478,17 @@ type PullResponse struct {
 	Generation int64                  `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
 	// data_position is the pulling worker's position in its data shard in
 	// this state (see InitRequest.data_positions).
-	DataPosition  int64 `protobuf:"varint,5,opt,name=data_position,json=dataPosition,proto3" json:"data_position,omitempty"`
+	DataPosition int64 `protobuf:"varint,5,opt,name=data_position,json=dataPosition,proto3" json:"data_position,omitempty"`
+	// Attribution (docs/security.md, "Attribution"), on a pull with
+	// retain set: over the shard's slice, since the previous such pull (or
+	// the shard's Init), worker_dot[w] is the dot product of worker w's
+	// accepted gradients' sum with the parameters' change, worker_sq[w]
+	// that sum's squared norm, and update_sq the change's squared norm.
+	// window_from is the version the window began at.
+	WorkerDot     []float64 `protobuf:"fixed64,6,rep,packed,name=worker_dot,json=workerDot,proto3" json:"worker_dot,omitempty"`
+	WorkerSq      []float64 `protobuf:"fixed64,7,rep,packed,name=worker_sq,json=workerSq,proto3" json:"worker_sq,omitempty"`
+	UpdateSq      float64   `protobuf:"fixed64,8,opt,name=update_sq,json=updateSq,proto3" json:"update_sq,omitempty"`
+	WindowFrom    int64     `protobuf:"varint,9,opt,name=window_from,json=windowFrom,proto3" json:"window_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -544,6 +554,34 @@ func (x *PullResponse) GetGeneration() int64 {
 func (x *PullResponse) GetDataPosition() int64 {
 	if x != nil {
 		return x.DataPosition
+	}
+	return 0
+}
+
+func (x *PullResponse) GetWorkerDot() []float64 {
+	if x != nil {
+		return x.WorkerDot
+	}
+	return nil
+}
+
+func (x *PullResponse) GetWorkerSq() []float64 {
+	if x != nil {
+		return x.WorkerSq
+	}
+	return nil
+}
+
+func (x *PullResponse) GetUpdateSq() float64 {
+	if x != nil {
+		return x.UpdateSq
+	}
+	return 0
+}
+
+func (x *PullResponse) GetWindowFrom() int64 {
+	if x != nil {
+		return x.WindowFrom
 	}
 	return 0
 }
@@ -707,13 +745,16 @@ func (x *PushResponse) GetDone() bool {
 // set by a chief of a fixed run; the other fields' zero values leave the
 // shard's as they are, but hold_at: 0 releases a hold.
 type MembershipRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	LiveWorkers   []int32                `protobuf:"varint,1,rep,packed,name=live_workers,json=liveWorkers,proto3" json:"live_workers,omitempty"`
-	Members       int32                  `protobuf:"varint,2,opt,name=members,proto3" json:"members,omitempty"`                         // worker indices below it contribute
-	Retired       []int32                `protobuf:"varint,3,rep,packed,name=retired,proto3" json:"retired,omitempty"`                  // removed workers: their pulls answer done
-	Replicas      int32                  `protobuf:"varint,4,opt,name=replicas,proto3" json:"replicas,omitempty"`                       // sync: gradients per step, all members live
-	MaxVersion    int64                  `protobuf:"varint,5,opt,name=max_version,json=maxVersion,proto3" json:"max_version,omitempty"` // the version training ends at
-	HoldAt        int64                  `protobuf:"varint,6,opt,name=hold_at,json=holdAt,proto3" json:"hold_at,omitempty"`             // hold workers' pulls at this version (0: none)
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	LiveWorkers []int32                `protobuf:"varint,1,rep,packed,name=live_workers,json=liveWorkers,proto3" json:"live_workers,omitempty"`
+	Members     int32                  `protobuf:"varint,2,opt,name=members,proto3" json:"members,omitempty"`                         // worker indices below it contribute
+	Retired     []int32                `protobuf:"varint,3,rep,packed,name=retired,proto3" json:"retired,omitempty"`                  // removed workers: their pulls answer done
+	Replicas    int32                  `protobuf:"varint,4,opt,name=replicas,proto3" json:"replicas,omitempty"`                       // sync: gradients per step, all members live
+	MaxVersion  int64                  `protobuf:"varint,5,opt,name=max_version,json=maxVersion,proto3" json:"max_version,omitempty"` // the version training ends at
+	HoldAt      int64                  `protobuf:"varint,6,opt,name=hold_at,json=holdAt,proto3" json:"hold_at,omitempty"`             // hold workers' pulls at this version (0: none)
+	// quarantined workers (docs/security.md): their pushes are refused and
+	// their pulls answer done.
+	Quarantined   []int32 `protobuf:"varint,7,rep,packed,name=quarantined,proto3" json:"quarantined,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -788,6 +829,13 @@ func (x *MembershipRequest) GetHoldAt() int64 {
 		return x.HoldAt
 	}
 	return 0
+}
+
+func (x *MembershipRequest) GetQuarantined() []int32 {
+	if x != nil {
+		return x.Quarantined
+	}
+	return nil
 }
 
 type MembershipResponse struct {
@@ -2075,9 +2123,12 @@ func (x *HeartbeatRequest) GetPlanEras() int32 {
 }
 
 type HeartbeatResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Stop          bool                   `protobuf:"varint,1,opt,name=stop,proto3" json:"stop,omitempty"`
-	DataPlan      []byte                 `protobuf:"bytes,2,opt,name=data_plan,json=dataPlan,proto3" json:"data_plan,omitempty"` // the chief's data plan, when it has more eras than plan_eras
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Stop     bool                   `protobuf:"varint,1,opt,name=stop,proto3" json:"stop,omitempty"`
+	DataPlan []byte                 `protobuf:"bytes,2,opt,name=data_plan,json=dataPlan,proto3" json:"data_plan,omitempty"` // the chief's data plan, when it has more eras than plan_eras
+	// quarantined says why the chief quarantined this worker ("": it is
+	// not): the shards refuse its gradients and its pulls answer done.
+	Quarantined   string `protobuf:"bytes,3,opt,name=quarantined,proto3" json:"quarantined,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2124,6 +2175,13 @@ func (x *HeartbeatResponse) GetDataPlan() []byte {
 		return x.DataPlan
 	}
 	return nil
+}
+
+func (x *HeartbeatResponse) GetQuarantined() string {
+	if x != nil {
+		return x.Quarantined
+	}
+	return ""
 }
 
 var File_pstrain_proto protoreflect.FileDescriptor
@@ -2173,7 +2231,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\x04 \x01(\x03R\n" +
 	"generation\x12\x16\n" +
-	"\x06retain\x18\x05 \x01(\bR\x06retain\"\x99\x01\n" +
+	"\x06retain\x18\x05 \x01(\bR\x06retain\"\x93\x02\n" +
 	"\fPullResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12\x16\n" +
 	"\x06params\x18\x02 \x01(\fR\x06params\x12\x12\n" +
@@ -2181,7 +2239,13 @@ const file_pstrain_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\x04 \x01(\x03R\n" +
 	"generation\x12#\n" +
-	"\rdata_position\x18\x05 \x01(\x03R\fdataPosition\"\xc3\x01\n" +
+	"\rdata_position\x18\x05 \x01(\x03R\fdataPosition\x12\x1d\n" +
+	"\n" +
+	"worker_dot\x18\x06 \x03(\x01R\tworkerDot\x12\x1b\n" +
+	"\tworker_sq\x18\a \x03(\x01R\bworkerSq\x12\x1b\n" +
+	"\tupdate_sq\x18\b \x01(\x01R\bupdateSq\x12\x1f\n" +
+	"\vwindow_from\x18\t \x01(\x03R\n" +
+	"windowFrom\"\xc3\x01\n" +
 	"\vPushRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12\x12\n" +
@@ -2199,7 +2263,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\aOutcome\x12\v\n" +
 	"\aAPPLIED\x10\x00\x12\t\n" +
 	"\x05STALE\x10\x01\x12\r\n" +
-	"\tDUPLICATE\x10\x02\"\xc0\x01\n" +
+	"\tDUPLICATE\x10\x02\"\xe2\x01\n" +
 	"\x11MembershipRequest\x12!\n" +
 	"\flive_workers\x18\x01 \x03(\x05R\vliveWorkers\x12\x18\n" +
 	"\amembers\x18\x02 \x01(\x05R\amembers\x12\x18\n" +
@@ -2207,7 +2271,8 @@ const file_pstrain_proto_rawDesc = "" +
 	"\breplicas\x18\x04 \x01(\x05R\breplicas\x12\x1f\n" +
 	"\vmax_version\x18\x05 \x01(\x03R\n" +
 	"maxVersion\x12\x17\n" +
-	"\ahold_at\x18\x06 \x01(\x03R\x06holdAt\".\n" +
+	"\ahold_at\x18\x06 \x01(\x03R\x06holdAt\x12 \n" +
+	"\vquarantined\x18\a \x03(\x05R\vquarantined\".\n" +
 	"\x12MembershipResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\"\x0f\n" +
 	"\rStatusRequest\"\xe7\x05\n" +
@@ -2311,10 +2376,11 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x12\n" +
 	"\x04step\x18\x03 \x01(\x03R\x04step\x12\x1b\n" +
-	"\tplan_eras\x18\x04 \x01(\x05R\bplanEras\"D\n" +
+	"\tplan_eras\x18\x04 \x01(\x05R\bplanEras\"f\n" +
 	"\x11HeartbeatResponse\x12\x12\n" +
 	"\x04stop\x18\x01 \x01(\bR\x04stop\x12\x1b\n" +
-	"\tdata_plan\x18\x02 \x01(\fR\bdataPlan2\xab\x05\n" +
+	"\tdata_plan\x18\x02 \x01(\fR\bdataPlan\x12 \n" +
+	"\vquarantined\x18\x03 \x01(\tR\vquarantined2\xab\x05\n" +
 	"\x0fParameterServer\x129\n" +
 	"\x04Init\x12\x17.pstrain.v1.InitRequest\x1a\x18.pstrain.v1.InitResponse\x129\n" +
 	"\x04Pull\x12\x17.pstrain.v1.PullRequest\x1a\x18.pstrain.v1.PullResponse\x129\n" +

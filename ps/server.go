@@ -508,6 +508,8 @@ func (s *Server) answerPull(req *pb.PullRequest, shared bool, start time.Time) (
 		resp.DataPosition = sh.DataPosition(w)
 	}
 	if req.Retain {
+		win := sh.CloseWindow()
+		resp.WorkerDot, resp.WorkerSq, resp.UpdateSq, resp.WindowFrom = win.Dot, win.Sq, win.UpdateSq, win.From
 		s.retain(p)
 		// The standby keeps the same state: a pull is answered only
 		// once it holds every update, so the op reaches it right after
@@ -662,6 +664,9 @@ func (s *Server) applyPush(req *pb.PushRequest) (resp *pb.PushResponse, err erro
 		m.StaleGradientsDropped.Inc()
 	case Refused:
 		s.refused(m, req, res)
+	case Quarantined:
+		m.RejectedRequests.WithLabelValues("quarantined").Inc()
+		return &pb.PushResponse{Outcome: pb.PushResponse_STALE, Version: s.shard.Version(), Done: true}, nil, true
 	}
 	s.lastLoss = req.Loss
 	switch {
@@ -751,7 +756,8 @@ func (s *Server) applyMembership(req *pb.MembershipRequest) (*pb.MembershipRespo
 		return nil, status.Error(codes.Unavailable, "shard not initialised yet")
 	}
 	advanced, err := s.shard.SetMembership(Membership{Live: toInts(req.LiveWorkers), Members: int(req.Members),
-		Retired: toInts(req.Retired), Replicas: int(req.Replicas), MaxVersion: req.MaxVersion, HoldAt: req.HoldAt})
+		Retired: toInts(req.Retired), Replicas: int(req.Replicas), MaxVersion: req.MaxVersion, HoldAt: req.HoldAt,
+		Quarantined: toInts(req.Quarantined)})
 	if err != nil {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
