@@ -12,6 +12,7 @@ import (
 	"github.com/pstrain/pstrain/ml/dataset"
 	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/ml/nn"
+	"github.com/pstrain/pstrain/ml/partition"
 )
 
 // Evaluator computes test accuracy and mean cross-entropy of a set of
@@ -89,8 +90,54 @@ func (e *Evaluator) Score(stride int) (acc, loss float64, n int, err error) {
 	return float64(correct) / float64(total), sumLoss / float64(total), total, nil
 }
 
+// initialLoss is the test loss of the model training starts from: the
+// seed's initial weights scored on the routine evaluation's subset (the
+// baseline divergence is judged against from the first evaluation, and
+// a final model is judged ruined against). Without an evaluator, or if
+// scoring fails, the loss of a uniform guess, ln(classes).
+func initialLoss(cfg Config, plan partition.Plan) float64 {
+	uniform := math.Log(float64(max(2, cfg.Spec.Classes)))
+	if cfg.Evaluator == nil {
+		return uniform
+	}
+	init := cfg.Spec.Init(uint64(cfg.Run.Seed))
+	params := cfg.Evaluator.Params()
+	for s := range plan.Shards {
+		flat := make([]float32, plan.Shards[s].Size)
+		plan.Gather(s, init, flat)
+		plan.Scatter(s, flat, params)
+	}
+	_, loss, _, err := cfg.Evaluator.Score(int(math.Round(1 / cfg.EvalSubset)))
+	if err != nil || !finite(loss) || loss <= 0 {
+		return uniform
+	}
+	return loss
+}
+
 // Close releases the net.
 func (e *Evaluator) Close() error { return e.net.Close() }
+
+// addWindow adds shard s's attribution figures (its pull's answer) to
+// w's, the sum over the shards before it (nil for the first). The
+// shards' windows may begin a step or two apart (each closes at its own
+// pull); over a window of many steps that does not matter.
+func addWindow(w *Window, s int, resp *pb.PullResponse) *Window {
+	if w == nil {
+		w = &Window{From: resp.WindowFrom}
+	}
+	w.From = min(w.From, resp.WindowFrom)
+	for len(w.Dot) < len(resp.WorkerDot) {
+		w.Dot, w.Sq = append(w.Dot, 0), append(w.Sq, 0)
+	}
+	for i, d := range resp.WorkerDot {
+		w.Dot[i] += d
+		if i < len(resp.WorkerSq) {
+			w.Sq[i] += resp.WorkerSq[i]
+		}
+	}
+	w.UpdateSq += resp.UpdateSq
+	return w
+}
 
 // evaluate carries out an Evaluate: it pulls every shard's parameters
 // (each shard retains the version it sends), then scores them, first on
@@ -117,6 +164,7 @@ func (c *Chief) evaluate(ctx context.Context, a Evaluate) EvalResult {
 		}
 		c.plan.Scatter(s, flat, params)
 		res.Step = min(res.Step, resp.Version)
+		res.Window = addWindow(res.Window, s, resp)
 	}
 	res.At = c.cfg.Now()
 	ev := c.cfg.Evaluator
