@@ -117,25 +117,43 @@ func initialLoss(cfg Config, plan partition.Plan) float64 {
 // Close releases the net.
 func (e *Evaluator) Close() error { return e.net.Close() }
 
-// addWindow adds shard s's attribution figures (its pull's answer) to
-// w's, the sum over the shards before it (nil for the first). The
-// shards' windows may begin a step or two apart (each closes at its own
-// pull); over a window of many steps that does not matter.
-func addWindow(w *Window, s int, resp *pb.PullResponse) *Window {
-	if w == nil {
-		w = &Window{From: resp.WindowFrom}
+// windows asks every shard for the attribution window its evaluation
+// pull (of versions[s]) closed and adds them up (nil: a shard did not
+// answer, or its last window is not the one that pull closed: it was
+// re-initialised since).
+func (c *Chief) windows(ctx context.Context, versions []int64) *Window {
+	var w *Window
+	for s, p := range c.primaries() {
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		st, err := p.Client.Status(sctx, &pb.StatusRequest{})
+		cancel()
+		if err != nil || s >= len(versions) || st.WindowTo != versions[s] {
+			return nil
+		}
+		w = addWindow(w, st)
 	}
-	w.From = min(w.From, resp.WindowFrom)
-	for len(w.Dot) < len(resp.WorkerDot) {
+	return w
+}
+
+// addWindow adds a shard's attribution figures to w's, the sum over the
+// shards before it (nil for the first). The shards' windows may begin a
+// step or two apart (each closes at its own pull); over a window of
+// many steps that does not matter.
+func addWindow(w *Window, st *pb.StatusResponse) *Window {
+	if w == nil {
+		w = &Window{From: st.WindowFrom}
+	}
+	w.From = min(w.From, st.WindowFrom)
+	for len(w.Dot) < len(st.WindowDot) {
 		w.Dot, w.Sq = append(w.Dot, 0), append(w.Sq, 0)
 	}
-	for i, d := range resp.WorkerDot {
+	for i, d := range st.WindowDot {
 		w.Dot[i] += d
-		if i < len(resp.WorkerSq) {
-			w.Sq[i] += resp.WorkerSq[i]
+		if i < len(st.WindowSq) {
+			w.Sq[i] += st.WindowSq[i]
 		}
 	}
-	w.UpdateSq += resp.UpdateSq
+	w.UpdateSq += st.WindowUpdateSq
 	return w
 }
 
@@ -146,6 +164,7 @@ func (c *Chief) evaluate(ctx context.Context, a Evaluate) EvalResult {
 	t0 := c.cfg.Now()
 	res := EvalResult{Seq: a.Seq, Generation: a.Generation, Step: math.MaxInt64}
 	params := c.cfg.Evaluator.Params()
+	var versions []int64
 	for s, p := range c.primaries() {
 		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		resp, err := p.Client.Pull(pctx, &pb.PullRequest{Worker: -1, RunId: c.cfg.RunID, Retain: true})
@@ -164,8 +183,9 @@ func (c *Chief) evaluate(ctx context.Context, a Evaluate) EvalResult {
 		}
 		c.plan.Scatter(s, flat, params)
 		res.Step = min(res.Step, resp.Version)
-		res.Window = addWindow(res.Window, s, resp)
+		versions = append(versions, resp.Version)
 	}
+	res.Window = c.windows(ctx, versions)
 	res.At = c.cfg.Now()
 	ev := c.cfg.Evaluator
 	if a.ConfirmAbove > 0 && a.Subset > 0 && a.Subset < 1 {

@@ -478,17 +478,7 @@ type PullResponse struct {
 	Generation int64                  `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
 	// data_position is the pulling worker's position in its data shard in
 	// this state (see InitRequest.data_positions).
-	DataPosition int64 `protobuf:"varint,5,opt,name=data_position,json=dataPosition,proto3" json:"data_position,omitempty"`
-	// Attribution (docs/security.md, "Attribution"), on a pull with
-	// retain set: over the shard's slice, since the previous such pull (or
-	// the shard's Init), worker_dot[w] is the dot product of worker w's
-	// accepted gradients' sum with the parameters' change, worker_sq[w]
-	// that sum's squared norm, and update_sq the change's squared norm.
-	// window_from is the version the window began at.
-	WorkerDot     []float64 `protobuf:"fixed64,6,rep,packed,name=worker_dot,json=workerDot,proto3" json:"worker_dot,omitempty"`
-	WorkerSq      []float64 `protobuf:"fixed64,7,rep,packed,name=worker_sq,json=workerSq,proto3" json:"worker_sq,omitempty"`
-	UpdateSq      float64   `protobuf:"fixed64,8,opt,name=update_sq,json=updateSq,proto3" json:"update_sq,omitempty"`
-	WindowFrom    int64     `protobuf:"varint,9,opt,name=window_from,json=windowFrom,proto3" json:"window_from,omitempty"`
+	DataPosition  int64 `protobuf:"varint,5,opt,name=data_position,json=dataPosition,proto3" json:"data_position,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -554,34 +544,6 @@ func (x *PullResponse) GetGeneration() int64 {
 func (x *PullResponse) GetDataPosition() int64 {
 	if x != nil {
 		return x.DataPosition
-	}
-	return 0
-}
-
-func (x *PullResponse) GetWorkerDot() []float64 {
-	if x != nil {
-		return x.WorkerDot
-	}
-	return nil
-}
-
-func (x *PullResponse) GetWorkerSq() []float64 {
-	if x != nil {
-		return x.WorkerSq
-	}
-	return nil
-}
-
-func (x *PullResponse) GetUpdateSq() float64 {
-	if x != nil {
-		return x.UpdateSq
-	}
-	return 0
-}
-
-func (x *PullResponse) GetWindowFrom() int64 {
-	if x != nil {
-		return x.WindowFrom
 	}
 	return 0
 }
@@ -950,8 +912,20 @@ type StatusResponse struct {
 	ReplicationLagUpdates int64   `protobuf:"varint,18,opt,name=replication_lag_updates,json=replicationLagUpdates,proto3" json:"replication_lag_updates,omitempty"`
 	ReplicationLagSeconds float64 `protobuf:"fixed64,19,opt,name=replication_lag_seconds,json=replicationLagSeconds,proto3" json:"replication_lag_seconds,omitempty"`
 	StandbyAddr           string  `protobuf:"bytes,20,opt,name=standby_addr,json=standbyAddr,proto3" json:"standby_addr,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// Attribution (docs/security.md, "Attribution"): the window the last
+	// pull with retain set closed, over the shard's slice, from version
+	// window_from to window_to (the previous such pull, or the shard's
+	// Init, to that one). window_dot[w] is worker w's accepted gradients'
+	// sum dotted with the parameters' descent (their value at window_from
+	// minus at window_to), window_sq[w] that sum's squared norm, and
+	// window_update_sq the descent's squared norm.
+	WindowDot      []float64 `protobuf:"fixed64,21,rep,packed,name=window_dot,json=windowDot,proto3" json:"window_dot,omitempty"`
+	WindowSq       []float64 `protobuf:"fixed64,22,rep,packed,name=window_sq,json=windowSq,proto3" json:"window_sq,omitempty"`
+	WindowUpdateSq float64   `protobuf:"fixed64,23,opt,name=window_update_sq,json=windowUpdateSq,proto3" json:"window_update_sq,omitempty"`
+	WindowFrom     int64     `protobuf:"varint,24,opt,name=window_from,json=windowFrom,proto3" json:"window_from,omitempty"`
+	WindowTo       int64     `protobuf:"varint,25,opt,name=window_to,json=windowTo,proto3" json:"window_to,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1122,6 +1096,41 @@ func (x *StatusResponse) GetStandbyAddr() string {
 		return x.StandbyAddr
 	}
 	return ""
+}
+
+func (x *StatusResponse) GetWindowDot() []float64 {
+	if x != nil {
+		return x.WindowDot
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetWindowSq() []float64 {
+	if x != nil {
+		return x.WindowSq
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetWindowUpdateSq() float64 {
+	if x != nil {
+		return x.WindowUpdateSq
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetWindowFrom() int64 {
+	if x != nil {
+		return x.WindowFrom
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetWindowTo() int64 {
+	if x != nil {
+		return x.WindowTo
+	}
+	return 0
 }
 
 type CheckpointRequest struct {
@@ -2231,7 +2240,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\x04 \x01(\x03R\n" +
 	"generation\x12\x16\n" +
-	"\x06retain\x18\x05 \x01(\bR\x06retain\"\x93\x02\n" +
+	"\x06retain\x18\x05 \x01(\bR\x06retain\"\x99\x01\n" +
 	"\fPullResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12\x16\n" +
 	"\x06params\x18\x02 \x01(\fR\x06params\x12\x12\n" +
@@ -2239,13 +2248,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\x04 \x01(\x03R\n" +
 	"generation\x12#\n" +
-	"\rdata_position\x18\x05 \x01(\x03R\fdataPosition\x12\x1d\n" +
-	"\n" +
-	"worker_dot\x18\x06 \x03(\x01R\tworkerDot\x12\x1b\n" +
-	"\tworker_sq\x18\a \x03(\x01R\bworkerSq\x12\x1b\n" +
-	"\tupdate_sq\x18\b \x01(\x01R\bupdateSq\x12\x1f\n" +
-	"\vwindow_from\x18\t \x01(\x03R\n" +
-	"windowFrom\"\xc3\x01\n" +
+	"\rdata_position\x18\x05 \x01(\x03R\fdataPosition\"\xc3\x01\n" +
 	"\vPushRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12\x12\n" +
@@ -2275,7 +2278,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\vquarantined\x18\a \x03(\x05R\vquarantined\".\n" +
 	"\x12MembershipResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\"\x0f\n" +
-	"\rStatusRequest\"\xe7\x05\n" +
+	"\rStatusRequest\"\x8b\a\n" +
 	"\x0eStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12 \n" +
 	"\vinitialized\x18\x02 \x01(\bR\vinitialized\x12\x12\n" +
@@ -2301,7 +2304,14 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x10standby_attached\x18\x11 \x01(\bR\x0fstandbyAttached\x126\n" +
 	"\x17replication_lag_updates\x18\x12 \x01(\x03R\x15replicationLagUpdates\x126\n" +
 	"\x17replication_lag_seconds\x18\x13 \x01(\x01R\x15replicationLagSeconds\x12!\n" +
-	"\fstandby_addr\x18\x14 \x01(\tR\vstandbyAddrB\x17\n" +
+	"\fstandby_addr\x18\x14 \x01(\tR\vstandbyAddr\x12\x1d\n" +
+	"\n" +
+	"window_dot\x18\x15 \x03(\x01R\twindowDot\x12\x1b\n" +
+	"\twindow_sq\x18\x16 \x03(\x01R\bwindowSq\x12(\n" +
+	"\x10window_update_sq\x18\x17 \x01(\x01R\x0ewindowUpdateSq\x12\x1f\n" +
+	"\vwindow_from\x18\x18 \x01(\x03R\n" +
+	"windowFrom\x12\x1b\n" +
+	"\twindow_to\x18\x19 \x01(\x03R\bwindowToB\x17\n" +
 	"\x15_first_outlier_worker\"y\n" +
 	"\x11CheckpointRequest\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x1d\n" +

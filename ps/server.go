@@ -65,6 +65,9 @@ type Server struct {
 	// retained is the state the last pull with retain set kept (the
 	// model the chief evaluated), nil if none since Init.
 	retained *retainedSnap
+	// window is the attribution window the last retained pull closed
+	// (Status reports it).
+	window Window
 	// dataAddr is the TCP data plane's address ("" = none).
 	dataAddr string
 	// refusals rate-limits the log lines of refused gradients;
@@ -307,6 +310,7 @@ func (s *Server) install(b built, inherit bool) {
 	s.shard, s.runID, s.index = sh, req.RunId, int(req.Shard)
 	s.gen, s.numShards, s.plan, s.opts = req.Generation, int(req.NumShards), plan, opts
 	s.dropRetained()
+	s.window = Window{}
 	s.retire(s.snap)
 	s.snap = nil
 	s.abortPending(func(*pendingSnap) bool { return true })
@@ -508,8 +512,7 @@ func (s *Server) answerPull(req *pb.PullRequest, shared bool, start time.Time) (
 		resp.DataPosition = sh.DataPosition(w)
 	}
 	if req.Retain {
-		win := sh.CloseWindow()
-		resp.WorkerDot, resp.WorkerSq, resp.UpdateSq, resp.WindowFrom = win.Dot, win.Sq, win.UpdateSq, win.From
+		s.window = sh.CloseWindow()
 		s.retain(p)
 		// The standby keeps the same state: a pull is answered only
 		// once it holds every update, so the op reaches it right after
@@ -780,7 +783,8 @@ func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusR
 	resp := &pb.StatusResponse{Version: s.visibleVersion(), Initialized: true, Done: s.shard.Done(),
 		StaleDropped: st.StaleDropped, Applied: st.Applied, NumParams: int64(len(s.shard.Params())),
 		RunId: s.runID, LastLoss: s.lastLoss, Generation: s.gen, MaxVersion: s.shard.MaxVersion(), DataAddr: s.dataAddr,
-		RefusedGradients: s.shard.Refused(), NonFiniteGradients: s.shard.NonFinite()}
+		RefusedGradients: s.shard.Refused(), NonFiniteGradients: s.shard.NonFinite(),
+		WindowDot: s.window.Dot, WindowSq: s.window.Sq, WindowUpdateSq: s.window.UpdateSq, WindowFrom: s.window.From, WindowTo: s.window.To}
 	if o := s.shard.Outlier(); o != nil {
 		w := int32(o.Worker)
 		resp.FirstOutlierWorker = &w

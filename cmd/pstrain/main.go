@@ -55,8 +55,11 @@ Usage:
   pstrain version                     the version (also --version)
 
 Run 'pstrain COMMAND -h' (or 'pstrain help COMMAND') for a command's flags.
-A command-line mistake exits with status 2, a failure with status 1; a
-run whose final checkpoint failed (the model is not saved) with status 3.
+A bad value given by the user (on the command line, in TF_CONFIG or in a
+cluster file) exits with status 2, a failure with status 1; a run whose
+final checkpoint failed (the model is not saved) with status 3; a run
+whose model is ruined (worse than the initial model, or diverged and not
+rolled back) or that the chief gave up on, with status 4.
 `
 
 func main() {
@@ -465,6 +468,9 @@ the chief promotes it.`)
 	if rep.StoppedBy == chief.StopInterrupted {
 		return errInterrupted
 	}
+	if err := ruinedRun(rep); err != nil {
+		return err
+	}
 	return finalCheckpointFailed(rep)
 }
 
@@ -577,6 +583,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if rep.StoppedBy == chief.StopInterrupted {
 		return errInterrupted
 	}
+	if err := ruinedRun(rep); err != nil {
+		return err
+	}
 	return finalCheckpointFailed(rep)
 }
 
@@ -647,6 +656,9 @@ func printSummary(w io.Writer, rep *report.Report) {
 //	restart: ps/1      died at 6.05 s (unresponsive), back at 8.20 s, restored step 380, 20 steps lost
 //	restart: ps/0      died at 4.01 s, standby/0 took over in 0.12 s at step 372, 0 steps lost
 func restartLine(rs report.Restart) string {
+	if rs.BackAtSeconds == nil && (rs.Cause == launcher.CauseQuarantined || rs.Cause == launcher.CauseRemoved) {
+		return fmt.Sprintf("ended:   %-9s at %.2f s (%s), not restarted", rs.Task, rs.KilledAtSeconds, rs.Cause)
+	}
 	died := fmt.Sprintf("died at %.2f s", rs.KilledAtSeconds)
 	if rs.Cause != "" {
 		died += " (" + rs.Cause + ")"
@@ -706,6 +718,27 @@ func printGuard(w io.Writer, rep *report.Report) {
 		}
 		fmt.Fprintf(w, "divergence: the model of step %d (test loss %.4g, best %.4g); %s; %s\n", d.AtStep, d.TestLoss, d.BestLoss, back, suspect)
 	}
+	for _, x := range rep.Suspects {
+		q := "not quarantined (too few workers left)"
+		if slices.Contains(rep.Quarantined, x.Worker) {
+			q = "quarantined"
+		}
+		fmt.Fprintf(w, "suspect: %s at step %d, %s: %s\n", x.Worker, x.AtStep, q, x.Reason)
+	}
+	if rep.Ruined != "" {
+		fmt.Fprintf(w, "RUINED: %s; the model is not a success (exit status %d)\n", rep.Ruined, launcher.ExitChiefGaveUp)
+	}
+}
+
+// ruinedRun is the error of a run whose model is ruined (nil if it is
+// not): worse than the initial one, or diverged and not rolled back.
+// The chief and `pstrain run` exit with launcher.ExitChiefGaveUp (4),
+// after the report and the summary are written.
+func ruinedRun(rep *report.Report) error {
+	if rep.Ruined == "" {
+		return nil
+	}
+	return &exitError{code: launcher.ExitChiefGaveUp, err: fmt.Errorf("the model is ruined: %s", rep.Ruined)}
 }
 
 func sortedTasks(m map[string]report.Task) []string {
