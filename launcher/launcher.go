@@ -291,7 +291,7 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 	if c.RestartBackoff <= 0 {
 		c.RestartBackoff = 250 * time.Millisecond
 	}
-	if err := os.MkdirAll(filepath.Join(c.Dir, "logs"), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(c.Dir, "logs"), 0o700); err != nil {
 		return nil, err
 	}
 	pidDir := filepath.Join(c.Dir, "pids")
@@ -601,7 +601,7 @@ func (s *supervisor) start(ctx context.Context, wg *sync.WaitGroup, i int, t clu
 		flags |= os.O_TRUNC
 	}
 	s.mu.Unlock()
-	lf, err := os.OpenFile(logPath, flags, 0o644)
+	lf, err := os.OpenFile(logPath, flags, 0o600)
 	if err != nil {
 		return nil, err
 	}
