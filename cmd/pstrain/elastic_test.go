@@ -66,6 +66,19 @@ func TestScaleWorkers(t *testing.T) {
 	if _, err := launcher.RequestScale(dir, 3); !errors.Is(err, launcher.ErrNoRun) {
 		t.Errorf("scale where no run is: %v, want ErrNoRun", err)
 	}
+	// One rule for the exit status: a count the user gives that the run
+	// cannot take is a usage error (2), like --workers 0; no run is a
+	// failure (1).
+	for _, c := range []struct {
+		dir, workers string
+		code         int
+	}{{run.dir, "1000", 2}, {run.dir, "0", 2}, {dir, "3", 1}} {
+		out, err := runPstrain(t, "scale", "--run-dir", c.dir, "--workers", c.workers)
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != c.code {
+			t.Errorf("pstrain scale --workers %s in %s: %v, want exit status %d\n%s", c.workers, c.dir, err, c.code, out)
+		}
+	}
 	out, err := runPstrain(t, "scale", "--run-dir", run.dir, "--workers", "4")
 	if err != nil || !strings.Contains(out, "for 4 workers (was 2)") {
 		t.Fatalf("pstrain scale --workers 4: %v\n%s", err, out)

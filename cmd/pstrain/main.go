@@ -382,7 +382,7 @@ the chief promotes it.`)
 	if err := lim.validate(); err != nil {
 		return asUsage(err)
 	}
-	spec, t, err := cluster.Load(*clusterFile, os.Getenv("TF_CONFIG"))
+	spec, t, err := loadCluster(*clusterFile, os.Getenv("TF_CONFIG"))
 	if err != nil {
 		return err
 	}
@@ -392,7 +392,7 @@ the chief promotes it.`)
 	}
 	addr, err := spec.Addr(tk)
 	if err != nil {
-		return err
+		return asUsage(err) // --index out of the cluster's range
 	}
 	if err := shapeFromCluster(&r, spec, flagSet(fs, "ps"), flagSet(fs, "workers")); err != nil {
 		return err
@@ -615,7 +615,7 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 func printSummary(w io.Writer, rep *report.Report) {
 	fmt.Fprintf(w, "\n== pstrain summary ==\n")
 	lr := lrText(config.Run{LR: rep.LR, LRSchedule: rep.LRSchedule, WarmupSteps: rep.WarmupSteps})
-	fmt.Fprintf(w, "mode %s, %d PS, %d workers, model %s, batch %d, lr %s, %s, BLAS %s\n", rep.Mode, rep.PS, rep.Workers, rep.Model, rep.Batch, lr, rep.Optimizer, rep.BLAS)
+	fmt.Fprintf(w, "mode %s, %d PS, %s, model %s, batch %d, lr %s, %s, BLAS %s\n", rep.Mode, rep.PS, workersText(rep), rep.Model, rep.Batch, lr, rep.Optimizer, rep.BLAS)
 	fmt.Fprintf(w, "stopped by: %s after %d global steps (%.2f epochs)\n", rep.StoppedBy, rep.GlobalSteps, rep.EpochsDone)
 	for _, c := range rep.MembershipChanges {
 		fmt.Fprintf(w, "workers: %d -> %d at step %d (epoch %d) at %.2f s, asked at %.2f s\n", c.From, c.To, c.Step, c.Epoch, c.Seconds, c.AskedSeconds)
@@ -647,6 +647,24 @@ func printSummary(w io.Writer, rep *report.Report) {
 		t := rep.Tasks[name]
 		fmt.Fprintf(w, "  %-9s peak RSS %6.1f MiB  CPU %6.2f s\n", name, float64(t.PeakRSSBytes)/(1<<20), t.CPUSeconds)
 	}
+}
+
+// workersText is the run's worker count with its changes by workers
+// that ended and were not restarted (quarantined, removed):
+// "2 workers, 1 from 6.20 s".
+func workersText(rep *report.Report) string {
+	s := fmt.Sprintf("%d workers", rep.Workers)
+	var at []float64
+	for _, r := range rep.Restarts {
+		if strings.HasPrefix(r.Task, "worker/") && r.BackAtSeconds == nil && r.Cause == launcher.CauseQuarantined {
+			at = append(at, r.KilledAtSeconds)
+		}
+	}
+	slices.Sort(at)
+	for i, t := range at {
+		s += fmt.Sprintf(", %d from %.2f s", rep.Workers-i-1, t)
+	}
+	return s
 }
 
 // restartLine is a restart in the summary, on the report's clock
