@@ -495,6 +495,7 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 			c.Log.Warn("task did not exit after training; killing it", "task", p.task)
 			p.cmd.Process.Kill()
 			<-p.done
+			s.noteEnded(p, CauseKilledAtEnd)
 		}
 	}
 	cancel()

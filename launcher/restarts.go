@@ -31,6 +31,9 @@ const (
 	CauseQuarantined = "quarantined"
 	// CauseRemoved: a worker removed by `pstrain scale`; not restarted.
 	CauseRemoved = "removed"
+	// CauseKilledAtEnd: it did not exit within 15 s of the run's end
+	// (frozen, or stuck) and the launcher killed it.
+	CauseKilledAtEnd = "killed-after-training"
 )
 
 // endedRecords are the report's records of processes that ended and

@@ -674,7 +674,7 @@ func workersText(rep *report.Report) string {
 //	restart: ps/1      died at 6.05 s (unresponsive), back at 8.20 s, restored step 380, 20 steps lost
 //	restart: ps/0      died at 4.01 s, standby/0 took over in 0.12 s at step 372, 0 steps lost
 func restartLine(rs report.Restart) string {
-	if rs.BackAtSeconds == nil && (rs.Cause == launcher.CauseQuarantined || rs.Cause == launcher.CauseRemoved) {
+	if rs.BackAtSeconds == nil && (rs.Cause == launcher.CauseQuarantined || rs.Cause == launcher.CauseRemoved || rs.Cause == launcher.CauseKilledAtEnd) {
 		return fmt.Sprintf("ended:   %-9s at %.2f s (%s), not restarted", rs.Task, rs.KilledAtSeconds, rs.Cause)
 	}
 	died := fmt.Sprintf("died at %.2f s", rs.KilledAtSeconds)
