@@ -21,9 +21,11 @@ import (
 // whose gradients point away from the others' is singled out whichever
 // of them the change followed, with two workers as with more.
 const (
-	// AgreeThreshold: an agreement beyond +-AgreeThreshold counts as
-	// one way or the other (honest workers' cosines with a change they
-	// are half of are about 0.7, with one they are a third of 0.58).
+	// AgreeThreshold: the other workers must agree by more than this
+	// for one below zero to be singled out (honest workers' cosines with
+	// a change they are half of are about 0.7, with one they are a third
+	// of 0.58, lower once the model has converged and their gradients
+	// are mostly noise: 0.24 to 0.5 measured late in a 3-worker run).
 	AgreeThreshold = 0.2
 	// Strikes is how many windows in a row must single a worker out
 	// before it is quarantined; a window that ended with the model
@@ -66,16 +68,22 @@ func Agreements(w Window, before, after float64) []float64 {
 	return out
 }
 
-// singledOut is the one worker the agreements single out: below
-// -AgreeThreshold while every other worker with gradients in the window
-// (at least one; skip's are left out) is above +AgreeThreshold. -1:
-// none.
+// singledOut is the one worker the agreements single out: below zero
+// (pointing away from the model's progress) while every other worker
+// with gradients in the window (at least one; skip's are left out) is
+// above +AgreeThreshold. An honest worker's gradients are part of the
+// descent, so its agreement with a change that helped is positive
+// however noisy they are (its own share of the descent, about
+// 1/sqrt(workers) of it, dominates the cross terms in so many
+// dimensions); a worker pulling the other way is at or below zero even
+// once the honest gradients are mostly noise and its own are
+// independent of the descent. -1: none.
 func singledOut(agree []float64, skip func(int) bool) int {
 	out, others := -1, 0
 	for w, a := range agree {
 		switch {
 		case math.IsNaN(a) || skip(w):
-		case a < -AgreeThreshold && out < 0:
+		case a < 0 && out < 0:
 			out = w
 		case a > AgreeThreshold:
 			others++
@@ -100,6 +108,7 @@ func (c *Core) attribute(res EvalResult, diverged bool) bool {
 	}
 	agree := Agreements(*res.Window, before, res.Loss)
 	w := singledOut(agree, c.isQuarantined)
+	c.log.Debug("attribution window", "step", res.Step, "agreements", fmtAgreements(agree), "loss_before", before, "loss_after", res.Loss)
 	for i := range c.strikes {
 		if i != w {
 			c.strikes[i] = 0

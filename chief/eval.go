@@ -128,6 +128,7 @@ func (c *Chief) windows(ctx context.Context, versions []int64) *Window {
 		st, err := p.Client.Status(sctx, &pb.StatusRequest{})
 		cancel()
 		if err != nil || s >= len(versions) || st.WindowTo != versions[s] {
+			c.cfg.Log.Debug("no attribution window for this evaluation", "ps", s, "err", err, "window_to", st.GetWindowTo(), "pulled", versions)
 			return nil
 		}
 		w = addWindow(w, st)

@@ -27,6 +27,8 @@ func TestAgreementsAndSingledOut(t *testing.T) {
 		{"three workers, the trimmed mean holds", cos(0.8, 0.75, -0.6), 0.8, 0.7, 2},
 		{"three workers, a second one undecided", cos(0.8, 0.1, -0.6), 0.8, 0.7, -1},
 		{"three workers, two against", cos(0.8, -0.5, -0.6), 0.8, 0.7, -1},
+		{"three workers, converged: the flipper's gradients are noise to the descent", cos(0.3, 0.26, -0.05), 0.30, 0.29, 2},
+		{"three honest workers, converged", cos(0.3, 0.26, 0.21), 0.30, 0.29, -1},
 		{"a worker without gradients does not count", Window{Dot: []float64{1.8, 0, -1.2}, Sq: []float64{1, 0, 1}, UpdateSq: 4}, 0.8, 0.7, 2},
 		{"a lone worker against nobody", Window{Dot: []float64{0, -1.2}, Sq: []float64{0, 1}, UpdateSq: 4}, 0.8, 0.7, -1},
 		{"the loss at the start unknown", cos(0.8, -0.6), math.NaN(), 0.7, -1},
