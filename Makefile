@@ -1,10 +1,11 @@
 # pstrain — see README.md.
 GO      ?= go
 BIN     := bin/pstrain
+LAB     := bin/pstrain-lab
 GOBIN   := $(shell $(GO) env GOPATH)/bin
 # Packages with goroutines and locks: tested under the race detector too,
 # with every in-process cluster test (internal/inproc's users).
-RACE_PKGS := ./ps/... ./worker/... ./chief/... ./observe/metrics/... ./checkpoint/... ./launcher/... ./observe/bottleneck/... ./transport/tlsconf/... ./transport/dataplane/... ./internal/inproc/... ./tools/bench/... ./tools/sweep/...
+RACE_PKGS := ./ps/... ./worker/... ./chief/... ./observe/metrics/... ./checkpoint/... ./launcher/... ./observe/bottleneck/... ./transport/tlsconf/... ./transport/dataplane/... ./internal/inproc/... ./tools/bench/... ./lab/sweep/...
 
 .PHONY: chaos all build build-purego deps data run test lint fmt bench monitor fuzz clean
 
@@ -15,8 +16,11 @@ deps:
 
 # -buildvcs=auto: stamp the git revision into pstrain_build_info even
 # where GOFLAGS turns stamping off (outside a checkout it stamps nothing).
+# bin/pstrain-lab (sweeps and plots; `pstrain sweep` and `pstrain plot` run
+# it) is built beside pstrain, which does not link the plotting libraries.
 build:
 	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/pstrain
+	$(GO) build -buildvcs=auto -o $(LAB) ./cmd/pstrain-lab
 
 # A binary without cgo/OpenBLAS (gonum's pure-Go BLAS).
 build-purego:

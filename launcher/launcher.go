@@ -16,6 +16,7 @@ package launcher
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,7 +24,6 @@ import (
 	"log/slog"
 	"maps"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -40,6 +40,7 @@ import (
 	"github.com/pstrain/pstrain/observe/bottleneck"
 	"github.com/pstrain/pstrain/observe/metrics"
 	"github.com/pstrain/pstrain/observe/report"
+	"github.com/pstrain/pstrain/observe/webconfig"
 	"github.com/pstrain/pstrain/transport/auth"
 )
 
@@ -63,6 +64,11 @@ type Config struct {
 	// a launch refused beside a live run leaves that run's token alone,
 	// and tasks of an earlier launch cannot talk to this one's).
 	AuthTokenFile string
+	// WebConfigFile is the exporter web config file (TLS, basic auth)
+	// for the tasks' metrics endpoints ("" = plain HTTP). The tasks get
+	// a copy in Dir that also lets the launcher's own probes and scrapes
+	// in (observe/webconfig.ForLauncher).
+	WebConfigFile string
 	Progress      io.Writer // where the chief's progress goes
 	Log           *slog.Logger
 	// Faults are SIGKILLs to inject (--fault).
@@ -110,7 +116,7 @@ type Config struct {
 // alternated runs. The cost: a timer in a task may fire up to 1 ms
 // late. A task's latency-sensitive waits are on sockets and channels,
 // which wake at once; its timers (retry back-offs, heartbeats,
-// deadlines) are 20 ms and longer (docs/scaling.md, "Timer slack").
+// deadlines) are 20 ms and longer (docs/scaling.md, "The levers in the code").
 const TaskTimerSlack = time.Millisecond
 
 type proc struct {
@@ -203,6 +209,8 @@ type supervisor struct {
 	scaler  *scaler // elastic workers (scale.go)
 	// env is every task's environment (taskEnv).
 	env []string
+	// web reaches the tasks' metrics endpoints (nil: plain HTTP).
+	web *webconfig.Client
 
 	mu       sync.Mutex
 	procs    map[string]*proc
@@ -240,8 +248,9 @@ func (s *supervisor) since(t time.Time) string {
 func (s *supervisor) stopWhenUp(ctx context.Context, p *proc) {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
-	url := "http://" + p.metrics + metrics.HealthPath
-	client := http.Client{Timeout: time.Second}
+	url := s.web.URL(p.metrics, metrics.HealthPath)
+	client := s.web.HTTP(time.Second)
+	defer client.CloseIdleConnections()
 	for {
 		select {
 		case <-ctx.Done():
@@ -304,6 +313,14 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 		return nil, err
 	}
 	c.ExtraArgs = append(append([]string(nil), c.ExtraArgs...), "--auth-token-file="+tokenPath)
+	var web *webconfig.Client
+	if c.WebConfigFile != "" {
+		var taskFile string
+		if taskFile, web, err = webconfig.ForLauncher(c.WebConfigFile, c.Dir, rand.Reader); err != nil {
+			return nil, err
+		}
+		c.ExtraArgs = append(c.ExtraArgs, "--web.config.file="+taskFile)
+	}
 	// Every port a task binds is reserved here: gRPC, metrics, and each
 	// PS's (and standby's) data plane. The cluster has a worker slot for
 	// every worker the run may scale to (--max-workers); the first
@@ -331,7 +348,7 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 	s := &supervisor{c: c, t0: t0, procs: map[string]*proc{}, usage: map[string]report.Task{},
 		clusterFile: filepath.Join(c.Dir, "cluster.json"), chiefReport: filepath.Join(c.Dir, "chief-report.json"),
 		statePath: filepath.Join(c.Dir, "chief-state.json"), runID: fmt.Sprintf("run-%d", t0.UnixNano()),
-		dataPorts: ports[2*n:], pidDir: pidDir, proc: procFS("/proc"),
+		dataPorts: ports[2*n:], pidDir: pidDir, proc: procFS("/proc"), web: web,
 		env: taskEnv(os.Environ(), runtime.NumCPU(), 1+r.PS+r.Workers+r.Standbys())}
 	s.metricsAddr = func(i int) string {
 		if c.MetricsPortBase > 0 {
@@ -446,9 +463,14 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 		if role == cluster.Standby {
 			role = bottleneck.RolePS // a shard's second process: a PS either way
 		}
-		targets = append(targets, bottleneck.Target{Task: t.String(), Role: role, URL: "http://" + s.metricsAddr(launchIndex[i]) + metrics.MetricsPath})
+		targets = append(targets, bottleneck.Target{Task: t.String(), Role: role, URL: s.web.URL(s.metricsAddr(launchIndex[i]), metrics.MetricsPath)})
 	}
-	mon, err := bottleneck.NewMonitor(bottleneck.MonitorConfig{Targets: targets, Cores: runtime.NumCPU()})
+	scrapeClient := s.web.HTTP(0) // each scrape is bounded by the monitor's context
+	defer scrapeClient.CloseIdleConnections()
+	scrape := func(ctx context.Context, url string) (metrics.Families, error) {
+		return metrics.ScrapeWith(ctx, scrapeClient, url)
+	}
+	mon, err := bottleneck.NewMonitor(bottleneck.MonitorConfig{Targets: targets, Cores: runtime.NumCPU(), Scrape: scrape})
 	if err != nil {
 		return nil, err
 	}
@@ -644,7 +666,7 @@ func (s *supervisor) start(ctx context.Context, wg *sync.WaitGroup, i int, t clu
 // that holds the whole runtime); supervise then restarts it like any
 // task that died, with cause unresponsive.
 func (s *supervisor) watch(ctx context.Context, p *proc) {
-	if !watchLiveness(ctx, "http://"+p.metrics+metrics.HealthPath, s.c.TaskTimeout, p.done) {
+	if !watchLiveness(ctx, s.web, s.web.URL(p.metrics, metrics.HealthPath), s.c.TaskTimeout, p.done) {
 		return
 	}
 	s.mu.Lock()

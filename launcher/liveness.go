@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/pstrain/pstrain/observe/webconfig"
 )
 
 // minFailedProbes is how many probes in a row must fail, besides the
@@ -54,15 +56,16 @@ func probeTiming(timeout time.Duration) (every, perProbe time.Duration) {
 	return every, perProbe
 }
 
-// watchLiveness probes url (a task's /healthz) until done is closed or
-// ctx ends, and returns true as soon as the task has answered nothing for
-// timeout (see liveness). Any HTTP answer counts as alive: the process
-// is scheduled and serving; whether it is healthy is another question.
-func watchLiveness(ctx context.Context, url string, timeout time.Duration, done <-chan struct{}) bool {
+// watchLiveness probes url (a task's /healthz) through web (the scheme,
+// certificate and credentials of the tasks' web config; nil: plain
+// HTTP) until done is closed or ctx ends, and returns true as soon as the
+// task has answered nothing for timeout (see liveness). Any HTTP answer
+// counts as alive: the process is scheduled and serving; whether it is
+// healthy is another question.
+func watchLiveness(ctx context.Context, web *webconfig.Client, url string, timeout time.Duration, done <-chan struct{}) bool {
 	every, perProbe := probeTiming(timeout)
-	tr := &http.Transport{}
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Timeout: perProbe, Transport: tr}
+	client := web.HTTP(perProbe)
+	defer client.CloseIdleConnections()
 	l := liveness{timeout: timeout, minFails: minFailedProbes}
 	tick := time.NewTicker(every)
 	defer tick.Stop()

@@ -73,7 +73,7 @@ func TestWatchLiveness(t *testing.T) {
 	const timeout = time.Second
 	done := make(chan struct{})
 	result := make(chan bool, 1)
-	go func() { result <- watchLiveness(context.Background(), srv.URL+"/healthz", timeout, done) }()
+	go func() { result <- watchLiveness(context.Background(), nil, srv.URL+"/healthz", timeout, done) }()
 
 	// Half the probes unanswered for 3 timeouts: still alive.
 	deadline := time.After(3 * timeout)
@@ -105,7 +105,9 @@ func TestWatchLiveness(t *testing.T) {
 func TestWatchLivenessStopsWithTheProcess(t *testing.T) {
 	done := make(chan struct{})
 	result := make(chan bool, 1)
-	go func() { result <- watchLiveness(context.Background(), "http://127.0.0.1:1/healthz", time.Hour, done) }()
+	go func() {
+		result <- watchLiveness(context.Background(), nil, "http://127.0.0.1:1/healthz", time.Hour, done)
+	}()
 	close(done)
 	select {
 	case dead := <-result:

@@ -34,7 +34,7 @@ func TestEstimate(t *testing.T) {
 	if got := Estimate(r, mnist).PS; got != 4*params*4/2 {
 		t.Errorf("adam shard %v", got)
 	}
-	// The sizes of issue 19 do not overflow: terabytes, not garbage.
+	// Absurd sizes do not overflow: terabytes, not garbage.
 	r.Hidden = []int{2000000000}
 	if got := Estimate(r, mnist).Run(r); got < 1e13 || math.IsInf(got, 0) {
 		t.Errorf("--hidden 2000000000: %v bytes", got)

@@ -118,7 +118,7 @@ func (r *refusalLog) due(now time.Time) (bool, int) {
 // to a socket; one that nobody reads any more is reused for a later
 // version rather than left to the garbage collector. The PS then
 // allocates nothing per step and its heap stays near its live size
-// (docs/scaling.md, "PS memory").
+// (docs/scaling.md, "Memory").
 type pullSnap struct {
 	b       []byte
 	version int64

@@ -568,8 +568,8 @@ func TestPullWaitsForInit(t *testing.T) {
 		t.Fatalf("PullSharedNow before the Init: ready %v, err %v; want not ready, no error (the waiting path answers)", ready, err)
 	}
 	const short = 50 * time.Millisecond
+	start := time.Now() // before the context: its deadline counts from here on
 	ctx, cancel := context.WithTimeout(context.Background(), short)
-	start := time.Now()
 	_, err = srv.Pull(ctx, pullReq)
 	cancel()
 	if took := time.Since(start); status.Code(err) != codes.Unavailable || took < short {

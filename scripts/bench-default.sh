@@ -21,4 +21,4 @@ for i in $(seq 1 "$n"); do
   end=$(date +%s.%N)
   echo "$start $end $load" > "$out/default-$i.wall"
 done
-go run ./tools/benchtable "$out" "$n"
+go run ./lab/benchtable "$out" "$n"

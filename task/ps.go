@@ -38,7 +38,7 @@ func RunPS(ctx context.Context, o Options) error {
 	// (at 10% the collector took two thirds of a primary's CPU). On TCP
 	// a primary's standby gets each push in the buffer the worker's push
 	// was read into, and reads it into a reused one: no copy either
-	// side. docs/scaling.md, "PS memory"; docs/replication.md, "Cost".
+	// side. docs/scaling.md, "Memory"; docs/replication.md, "Cost".
 	gcPercent := 10
 	switch {
 	case o.Run.DataPlane == config.GRPC && o.Run.PSReplicas > 0:

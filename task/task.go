@@ -45,6 +45,9 @@ type Options struct {
 	Run     config.Run
 	// MetricsAddr is where /metrics and /healthz are served ("" = off).
 	MetricsAddr string
+	// WebConfigFile is the exporter web config file (TLS, basic auth)
+	// the metrics endpoint serves with ("" = plain HTTP).
+	WebConfigFile string
 	// HostMetrics adds the host's load, CPU and memory to the metrics
 	// (pstrain_host_*): one task per host is enough.
 	HostMetrics bool
@@ -246,7 +249,7 @@ func (o Options) serveMetrics(ctx context.Context, reg prometheus.Gatherer) (fun
 		return nil, fmt.Errorf("metrics address %q: %w", o.MetricsAddr, err)
 	}
 	srv := metrics.NewServer(reg, nil, o.Log)
-	if err := srv.Start(ctx, bind); err != nil {
+	if err := srv.StartWebConfig(ctx, bind, o.WebConfigFile); err != nil {
 		return nil, err
 	}
 	o.Log.Info("metrics", "url", srv.URL()+metrics.MetricsPath, "addr", o.MetricsAddr)

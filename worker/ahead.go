@@ -10,7 +10,7 @@ import (
 )
 
 // The forward pass from the shards that answer first (docs/scaling.md,
-// "Performance VI"). With early pushes (early.go) the shard of the first
+// "The levers in the code"). With early pushes (early.go) the shard of the first
 // layer's later rows completes its step before the shard of row 0, which
 // still sums and applies the step's last gradients, and answers the next
 // step's pull first. The forward pass's first product splits by the same

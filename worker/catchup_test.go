@@ -174,7 +174,7 @@ func (h *posHarness) assertCaughtUp(inc, w int, v int64, behind int) {
 	t.Logf("worker %d (incarnation %d) caught ps/%d up at version %d with its batch %d", w, inc, behind, v, h.l.batches[counted].pos)
 }
 
-// The reviewers' case, with the chief: 2 workers, sync, the TCP data
+// A worker dying between its pushes, with the chief: 2 workers, sync, the TCP data
 // plane; worker 1 dies between its pushes and is back before the chief's
 // heartbeat timeout (3 s), so the live set never changes. The run trains
 // every step of its epochs.

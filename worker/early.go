@@ -14,7 +14,7 @@ import (
 )
 
 // Early pushes (wait-free backpropagation at the shard boundaries,
-// docs/scaling.md "Performance V"). The backward pass ends with the
+// docs/scaling.md "The levers in the code"). The backward pass ends with the
 // first layer's weight gradient, the step's largest product, and the
 // shards hold that variable in blocks of rows (partition.Plan). A sync
 // worker has the net compute it in row blocks, last first

@@ -3,7 +3,7 @@ package worker
 import "github.com/pstrain/pstrain/ps"
 
 // Parameters read in place, where the pulls leave them (docs/scaling.md,
-// "Performance VI"). A same-host PS answers a pull in the region it
+// "The levers in the code"). A same-host PS answers a pull in the region it
 // shares with the connection (dataplane, shm.go); copying the answer
 // into the net's weights was a pass over the whole model on the worker
 // every step. Instead the net reads each piece of the parameters from

@@ -37,7 +37,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	mr := config.Default()
 	bindModelFlags(fs, &mr)
 	predict := fs.String("predict", "", "print the scaling model's prediction for workers=N,ps=M,net=10gbit[,latency=50us] instead of measuring")
-	calibration := fs.String("calibration", "", "--predict: calibrate from this file, the output of pstrain bench --json (default: the reference figures in docs/scaling.md)")
+	calibration := fs.String("calibration", "", "--predict: calibrate from this file, the output of pstrain bench --json (default: the built-in reference figures; docs/scaling.md)")
 	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}

@@ -1,6 +1,6 @@
 package main
 
-// The chaos test (issue 19): a seeded random schedule of kills, freezes
+// The chaos test: a seeded random schedule of kills, freezes
 // and a full disk over a short run. The short schedule runs in `make
 // test`; `make chaos` runs a longer one (-chaos.long) and BENCHMARKS.md
 // has its figures.
@@ -138,9 +138,8 @@ func TestChaos(t *testing.T) {
 	}
 	testbin.MNIST(t)
 	// The schedule must end well before the run: 15 epochs train for
-	// about 17 s on a quiet machine (53,000 samples/s, 2026-11-26; 5
-	// epochs, the count until then, now end before the last fault), the
-	// faults are over by 3 + 2 x 4.5 = 12 s.
+	// about 17 s on a quiet machine (53,000 samples/s; 5 epochs would end
+	// before the last fault), the faults are over by 3 + 2 x 4.5 = 12 s.
 	n, epochs, gap := 3, "15", 3*time.Second
 	if *chaosLong {
 		n, epochs, gap = 10, "20", 5*time.Second

@@ -123,8 +123,7 @@ func TestFullDisk(t *testing.T) {
 		tmp, disk := t.TempDir(), smallDisk(t, "3m")
 		// Every 20 steps of 938: up to 46 routine checkpoints, one in
 		// flight at a time and one per chief poll (~0.1 s), so fewer; 3
-		// epochs (351 steps) trained in 0.5 s on 2026-11-26 and committed
-		// only 5.
+		// epochs (351 steps) train in about 0.5 s and commit only 5.
 		status, out, rep := diskRun(t, ctx, tmp, disk, "--data-fraction", "0.5", "--epochs", "8", "--hidden", "100",
 			"--keep-checkpoints", "0", "--checkpoint-every", "20")
 		if status != 0 {

@@ -1,7 +1,6 @@
 package main
 
-// Multi-process tests of the divergence guard (issue 14,
-// docs/security.md): a worker that pushes one huge gradient, with the
+// Multi-process tests of the divergence guard (docs/security.md): a worker that pushes one huge gradient, with the
 // norm guard on (the gradient is refused) and off (the model diverges,
 // the chief rolls it back and halves the learning rate), the report
 // naming the worker either way; and a worker that poisons every step of
@@ -98,11 +97,11 @@ func TestOneHugeGradient(t *testing.T) {
 	// checkpoint before it, halves the learning rate, and names worker/1,
 	// whose gradient a shard saw out of line first; --nan-policy skip:
 	// the diverged model's gradients may overflow before the rollback,
-	// and no worker must stop for that). Until 2026-11-26 a quarter of
-	// MNIST and step 30: at ~200 steps a second the 59 steps took 0.3 s,
-	// and a loaded machine had committed no checkpoint by step 34 (the
-	// run rolled back to its start) or saw the divergence only in the
-	// final evaluation.
+	// and no worker must stop for that). A quarter of MNIST and step 30
+	// would be too short: at ~200 steps a second its 59 steps take 0.3 s,
+	// and a loaded machine may commit no checkpoint by step 34 (the run
+	// rolls back to its start) or see the divergence only in the final
+	// evaluation.
 	runs := runAll(t, ctx, map[string][]string{
 		"undisturbed": guardArgs("2", "0.5"),
 		"refused":     guardArgs("2", "0.5", "--fault-gradient", "worker/1@60:1e6"),

@@ -1,6 +1,6 @@
 package main
 
-// The multi-process test of elastic workers (issue 17, docs/elastic.md):
+// The multi-process test of elastic workers (docs/elastic.md):
 // `pstrain scale` 2 -> 4 -> 1 during one sync run of the real binary.
 
 import (

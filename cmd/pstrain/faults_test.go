@@ -1,6 +1,6 @@
 package main
 
-// Multi-process tests of the faults a SIGKILL does not cover (issue 19):
+// Multi-process tests of the faults a SIGKILL does not cover:
 // a frozen PS (SIGSTOP), a PS that exits 0 in the middle of the run, the
 // launcher itself killed, a second launcher on the same run directory,
 // and two PS killed close together, with the report's times checked
@@ -389,8 +389,8 @@ func TestOverlappingPSKills(t *testing.T) {
 	testbin.MNIST(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	// Six epochs: four end ~7.5 s after the start on a quiet machine
-	// since 2026-11-26's speed-ups, too close behind the kills.
+	// Six epochs: four end ~7.5 s after the start on a quiet machine,
+	// too close behind the kills.
 	rep, out := faultRun(t, ctx, t.TempDir(), "--epochs", "6", "--fault", "ps/0@6s,ps/1@6.3s")
 	// The fault log's times: at=4.00s.
 	logged := map[string]float64{}
@@ -427,8 +427,8 @@ func TestOverlappingPSKills(t *testing.T) {
 }
 
 // A timeout of 0 or less is a command-line mistake, found before
-// anything starts (`--connect-timeout 0` used to start the cluster and
-// report a restart that "died at -1.74 s").
+// anything starts (`--connect-timeout 0` would otherwise start the
+// cluster and report a restart that "died at -1.74 s").
 func TestTimeoutsMustBePositive(t *testing.T) {
 	for _, c := range []struct {
 		args []string

@@ -243,3 +243,10 @@ func runArgs(r config.Run) []string {
 		fmt.Sprintf("--resume=%t", r.Resume),
 	}
 }
+
+// bindWebConfigFlag adds --web.config.file, under the name Prometheus
+// exporters share (node_exporter's), for the metrics endpoint; more is
+// appended to its usage.
+func bindWebConfigFlag(fs *flag.FlagSet, more string) *string {
+	return fs.String("web.config.file", "", "serve /metrics and /healthz with the Prometheus exporter web config file (TLS, basic auth; docs/observability.md)"+more)
+}

@@ -106,8 +106,8 @@ func (s *rssSampler) peakMiB() float64 {
 	return float64(s.peak.Load()) / 1024
 }
 
-// TestHostileConnectionsLeaveThePSBounded (issue 19, "bounded resources
-// per PS"): while a real cluster trains, 4 raw connections each announce
+// TestHostileConnectionsLeaveThePSBounded (bounded resources per PS,
+// docs/security.md "Limits"): while a real cluster trains, 4 raw connections each announce
 // a legal-looking 256 MiB push to the PS's data plane and try to send and
 // hold it for 15 s; then 10 more connections stay silent, past
 // --max-connections 8. Before the limits, the first four took the PS

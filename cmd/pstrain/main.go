@@ -26,6 +26,7 @@ import (
 	"github.com/pstrain/pstrain/ml/dataset"
 	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/observe/report"
+	"github.com/pstrain/pstrain/observe/webconfig"
 	"github.com/pstrain/pstrain/preflight"
 	"github.com/pstrain/pstrain/task"
 	"github.com/pstrain/pstrain/worker"
@@ -49,6 +50,7 @@ Usage:
   pstrain bench [--json] [--quick]    performance ratios against this machine's limits
   pstrain sweep --grid SPEC --out DIR experiment grids: runs, results.csv, summary.md, plots
   pstrain plot DIR                    re-draw a sweep's plots from its CSV
+                                      (sweep and plot run pstrain-lab, built beside pstrain)
   pstrain certs --cluster FILE --out DIR
                                       a CA and a certificate per task, for --tls-dir
   pstrain token FILE                  a run's secret, for --auth-token-file
@@ -225,8 +227,8 @@ var commands = map[string]command{
 	"top":        cmdTop,
 	"scale":      cmdScale,
 	"bench":      cmdBench,
-	"sweep":      cmdSweep,
-	"plot":       cmdPlot,
+	"sweep":      labCommand("sweep"),
+	"plot":       labCommand("plot"),
 	"certs":      cmdCerts,
 }
 
@@ -351,6 +353,7 @@ the chief promotes it.`)
 	clusterFile := fs.String("cluster", "", "cluster file (JSON: {\"chief\":[..],\"ps\":[..],\"worker\":[..]}); default: the TF_CONFIG environment variable")
 	index := fs.Int("index", -1, "this task's index (-1: from TF_CONFIG or the cluster file's task)")
 	metricsAddr := fs.String("metrics-addr", "", "serve /metrics and /healthz here (default: the task's port + 1000; \"off\" disables)")
+	webConfig := bindWebConfigFlag(fs, "")
 	dataAddr := fs.String("data-addr", "", "ps: where the TCP data plane listens (default: the task's port + 2000)")
 	connectTimeout := fs.Duration("connect-timeout", time.Minute, "how long to wait for the chief or a PS before giving up")
 	maxMsgMB := fs.Int("max-message-mb", 256, "largest gRPC message accepted, in MiB")
@@ -437,7 +440,7 @@ the chief promotes it.`)
 		return err
 	}
 	o := task.Options{Cluster: spec, Task: tk, Run: r, MetricsAddr: ma, HostMetrics: hm, DataAddr: *dataAddr, ConnectTimeout: *connectTimeout,
-		MaxMessageBytes: *maxMsgMB << 20, Log: log, GradientFaults: gradFaults}
+		MaxMessageBytes: *maxMsgMB << 20, Log: log, GradientFaults: gradFaults, WebConfigFile: *webConfig}
 	lim.apply(&o)
 	if o.TLS, err = tlsF.load(spec, tk, log); err != nil {
 		return err
@@ -502,6 +505,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	tlsDir := fs.String("tls-dir", "", "run every task over mutual TLS with certificates in this directory (made there if missing)")
 	tokenFile := fs.String("auth-token-file", "", "the run's secret (default: a new one in --run-dir for every launch)")
+	dryRun := fs.Bool("dry-run", false, "check the flags, print every run flag's resolved value (one --flag=value a line) and exit without starting anything")
+	webConfig := bindWebConfigFlag(fs, ": every task gets a copy in --run-dir that also admits the launcher's health checks")
 	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
@@ -529,6 +534,16 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if *maxRestarts < 0 {
 		return usagef("--max-restarts must be >= 0")
+	}
+	if *webConfig != "" {
+		// Refused here rather than by every task at start.
+		if _, err := webconfig.Read(*webConfig); err != nil {
+			return asUsage(err)
+		}
+	}
+	if *dryRun {
+		fmt.Fprintln(stdout, strings.Join(runArgs(r), "\n"))
+		return nil
 	}
 	// Log lines (stderr) and the progress (stdout) share the terminal:
 	// whole lines only, one at a time.
@@ -569,7 +584,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		ChildArgs: runArgs, ExtraArgs: append([]string{"--connect-timeout=" + connectTimeout.String(), "--log-level=" + *logLevel, "--summary=false"}, childArgs...),
 		Progress: stdout, Log: log, Faults: fl, MaxRestarts: *maxRestarts, BottleneckEvery: 10 * time.Second,
 		Abort: claimAbort(ctx), TaskTimeout: *taskTimeout, KillStale: *killStale, AuthTokenFile: *tokenFile,
-		TimerSlack: *timerSlack})
+		TimerSlack: *timerSlack, WebConfigFile: *webConfig})
 	if err != nil {
 		return err
 	}

@@ -12,16 +12,16 @@ import (
 )
 
 // With hot standbys (--ps-replicas 1) killing primaries loses nothing: the
-// issue's fault plan kills ps/0 (its standby takes over), then ps/1, then
-// ps/0 again — by then the standby of shard 0's new primary, so the
-// primary goes on alone and re-attaches it when it is back. The issue
-// placed the kills at 4, 8 and 12 s; runs here now train for ~8-10 s
-// after ~2-3 s of start-up, so the kills go at 20%, 50% and 80% of the
+// fault plan kills ps/0 (its standby takes over), then ps/1, then ps/0
+// again — by then the standby of shard 0's new primary, so the primary
+// goes on alone and re-attaches it when it is back. Fixed times would miss
+// a run whose speed changes, so the kills go at 20%, 50% and 80% of the
 // undisturbed run's training, from when its training began: each lands
 // inside training on a fast machine and a slow one (at 30% of the whole
-// run's wall time the first one could come before the first step). Every restart reports 0 steps lost, a failover says which replica
-// took over and how fast, no checkpoint is restored, and the run ends
-// within 0.3 points of an undisturbed run with the same seed.
+// run's wall time the first one could come before the first step). Every
+// restart reports 0 steps lost, a failover says which replica took over
+// and how fast, no checkpoint is restored, and the run ends within 0.3
+// points of an undisturbed run with the same seed.
 func TestHotStandbysLoseNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process fault test")

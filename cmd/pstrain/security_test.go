@@ -134,7 +134,7 @@ func metricsAddrOf(t *testing.T, sdFile, task string) string {
 	return ""
 }
 
-// TestOutsidersCannotTouchTheModel reproduces issue 14's attack on a
+// TestOutsidersCannotTouchTheModel runs the outsider's attack on a
 // running cluster, without and with mutual TLS: pulls and pushes on the
 // raw data plane without credentials (an empty run id; gradients
 // announced as worker 0), signed with a made-up token, gRPC Stop and

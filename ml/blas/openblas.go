@@ -12,7 +12,7 @@ package blas
 // library is opened at run time, not linked, so that processes which never
 // multiply matrices (parameter servers, the launcher, `pstrain top`) do
 // not load it: it cost each of them 2-3 MiB of resident memory and a
-// thread (docs/scaling.md, "PS memory").
+// thread (docs/scaling.md, "Memory").
 enum { rowMajor = 101, noTrans = 111, trans = 112 }; // cblas.h's values
 typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int,
                          const float *, int, float, float *, int);

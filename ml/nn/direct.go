@@ -10,7 +10,7 @@ import (
 	"github.com/pstrain/pstrain/ml/model"
 )
 
-// direct is the MLP's forward and backward pass written out (issue 13):
+// direct is the MLP's forward and backward pass written out:
 // the same matrix products, through the BLAS gorgonia was told to use
 // (G.WhichBLAS: OpenBLAS once blas.Setup ran), and the element-wise
 // passes (bias, ReLU, softmax cross-entropy and their gradients) as

@@ -18,7 +18,7 @@
 // Why: Go does not vectorise loops, and the scalar momentum update took
 // ~0.6 ns a value, in cache or out, ~190 µs per default shard and step,
 // with the gradient's norm and sum another ~0.35 ns; a step's last
-// push waits for all of it (docs/scaling.md, "The PS's loops").
+// push waits for all of it (docs/scaling.md, "The levers in the code").
 package vec
 
 import "math"

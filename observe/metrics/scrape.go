@@ -29,12 +29,19 @@ type Families map[string]*dto.MetricFamily
 // a GET bounded by ctx and parses the response into Families. A status other
 // than 200 is an error quoting the start of the response body.
 func Scrape(ctx context.Context, url string) (Families, error) {
+	return ScrapeWith(ctx, http.DefaultClient, url)
+}
+
+// ScrapeWith is Scrape through client (for example one with the
+// credentials and the certificate of a web config file:
+// observe/webconfig).
+func ScrapeWith(ctx context.Context, client *http.Client, url string) (Families, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: scrape %s: %w", url, err)
 	}
 	req.Header.Set("Accept", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("metrics: scrape: %w", err)
 	}

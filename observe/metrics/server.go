@@ -14,6 +14,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/exporter-toolkit/web"
+
+	"github.com/pstrain/pstrain/observe/webconfig"
 )
 
 // Paths served by [Server].
@@ -48,11 +51,13 @@ const (
 // [Server.Close] (or cancel Start's context) to stop it.
 type Server struct {
 	handler http.Handler
+	logger  *slog.Logger
 
 	mu      sync.Mutex
 	started bool
 	srv     *http.Server
 	addr    string
+	tls     bool        // served over TLS (a web config file with TLS)
 	stopCtx func() bool // unregisters the context watcher
 
 	done     chan struct{} // closed when the serve goroutine has exited
@@ -89,7 +94,7 @@ func NewServer(g prometheus.Gatherer, health func() error, logger *slog.Logger) 
 		}
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	return &Server{handler: mux, done: make(chan struct{})}
+	return &Server{handler: mux, logger: logger, done: make(chan struct{})}
 }
 
 // Handler returns the server's HTTP handler, for mounting it elsewhere or
@@ -97,10 +102,21 @@ func NewServer(g prometheus.Gatherer, health func() error, logger *slog.Logger) 
 func (s *Server) Handler() http.Handler { return s.handler }
 
 // Start listens on addr (host:port; ":0" or "127.0.0.1:0" picks a free port)
-// and serves in a background goroutine. A listen failure, such as the port
-// being in use, is returned at once and names addr. Cancelling ctx has the
-// same effect as calling [Server.Close]. Start may be called only once.
+// and serves plain HTTP in a background goroutine. A listen failure, such
+// as the port being in use, is returned at once and names addr. Cancelling
+// ctx has the same effect as calling [Server.Close]. Start (or
+// [Server.StartWebConfig]) may be called only once.
 func (s *Server) Start(ctx context.Context, addr string) error {
+	return s.StartWebConfig(ctx, addr, "")
+}
+
+// StartWebConfig is Start with the web configuration file that Prometheus
+// exporters share (node_exporter's --web.config.file; "" = plain HTTP, as
+// Start): TLS and basic authentication for every path, read again on
+// every connection and request by github.com/prometheus/exporter-toolkit,
+// so renewed certificates and changed users apply without a restart. An
+// invalid file is an error here, before anything is served.
+func (s *Server) StartWebConfig(ctx context.Context, addr, webConfigFile string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.started {
@@ -109,12 +125,20 @@ func (s *Server) Start(ctx context.Context, addr string) error {
 	if s.closedLocked() {
 		return errors.New("metrics: server already closed")
 	}
+	var tlsOn bool
+	if webConfigFile != "" {
+		f, err := webconfig.Read(webConfigFile)
+		if err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+		tlsOn = f.TLS.Enabled()
+	}
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("metrics: cannot serve metrics on %q: %w", addr, err)
 	}
-	s.started = true
+	s.started, s.tls = true, tlsOn
 	s.addr = ln.Addr().String()
 	s.srv = &http.Server{
 		Handler:           s.handler,
@@ -123,12 +147,21 @@ func (s *Server) Start(ctx context.Context, addr string) error {
 	}
 	go func() {
 		defer close(s.done)
-		if err := s.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		if err := s.serve(ln, webConfigFile); !errors.Is(err, http.ErrServerClosed) {
 			s.serveErr = fmt.Errorf("metrics: serving on %s: %w", s.addr, err)
 		}
 	}()
 	s.stopCtx = context.AfterFunc(ctx, func() { _ = s.Close() })
 	return nil
+}
+
+// serve serves on ln until the server is closed: plain HTTP, or under
+// the web config file.
+func (s *Server) serve(ln net.Listener, webConfigFile string) error {
+	if webConfigFile == "" {
+		return s.srv.Serve(ln)
+	}
+	return web.Serve(ln, s.srv, &web.FlagConfig{WebConfigFile: &webConfigFile}, s.logger.With("component", "metrics"))
 }
 
 // closedLocked reports whether Close ran before Start. s.mu must be held and
@@ -150,13 +183,18 @@ func (s *Server) Addr() string {
 	return s.addr
 }
 
-// URL returns the server's base URL ("http://" + Addr()), or "" before Start.
+// URL returns the server's base URL ("http://" + Addr(), or "https://" under
+// a web config file with TLS), or "" before Start.
 func (s *Server) URL() string {
-	addr := s.Addr()
-	if addr == "" {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.addr == "" {
 		return ""
 	}
-	return "http://" + addr
+	if s.tls {
+		return "https://" + s.addr
+	}
+	return "http://" + s.addr
 }
 
 // Done returns a channel that is closed once the server has stopped and its

@@ -134,7 +134,8 @@ func TestImageHasWhatContainersRun(t *testing.T) {
 	needs := map[string]string{} // executable -> the container that runs it
 	var inits int
 	for file, objs := range manifests(t) {
-		for role, pod := range podSpecs(t, objs) {
+		pods, _ := podSpecs(t, objs)
+		for role, pod := range pods {
 			for _, c := range pod.Spec.InitContainers {
 				inits++
 				args := slices.Clone(c.Args)

@@ -21,6 +21,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	jobset "sigs.k8s.io/jobset/api/jobset/v1alpha2"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
@@ -105,6 +106,8 @@ func newFor(apiVersion, kind string) (any, error) {
 		return &appsv1.StatefulSet{}, nil
 	case "batch/v1 Job":
 		return &batchv1.Job{}, nil
+	case "jobset.x-k8s.io/v1alpha2 JobSet":
+		return &jobset.JobSet{}, nil
 	case "kubeflow.org/v1 TFJob":
 		return &tfJob{}, nil
 	case "monitoring.coreos.com/v1 ServiceMonitor":
@@ -187,8 +190,9 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 		}
 	}
 	for f, want := range map[string][]string{
-		"tfjob.yaml": {"TFJob", "ServiceMonitor", "PersistentVolumeClaim"},
-		"plain.yaml": {"Deployment", "StatefulSet", "Job", "Service", "ConfigMap", "ServiceMonitor", "PersistentVolumeClaim"},
+		"tfjob.yaml":  {"TFJob", "ServiceMonitor", "PersistentVolumeClaim"},
+		"plain.yaml":  {"Deployment", "StatefulSet", "Job", "Service", "ConfigMap", "ServiceMonitor", "PersistentVolumeClaim"},
+		"jobset.yaml": {"JobSet", "Service", "ConfigMap", "ServiceMonitor", "PersistentVolumeClaim"},
 	} {
 		for _, k := range want {
 			if !slices.Contains(kinds[f], k) {
@@ -217,6 +221,24 @@ func TestDecoderCatchesTypos(t *testing.T) {
 			t.Errorf("typo %q -> %q: %v", typo[0], typo[1], err)
 		}
 	}
+	js, err := os.ReadFile("jobset.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, typo := range [][2]string{
+		{"targetReplicatedJobs: [chief]", "targetReplicatedJob: [chief]"}, // JobSet success policy
+		{"enableDNSHostnames:", "enableDnsHostnames:"},                    // JobSet network
+		{"completionMode: Indexed", "completionmode: Indexed"},            // the Job template inside
+		{"configMapKeyRef:", "configMapRef:"},                             // a pod's env
+	} {
+		bad := strings.Replace(string(js), typo[0], typo[1], 1)
+		if bad == string(js) {
+			t.Fatalf("%q not in jobset.yaml", typo[0])
+		}
+		if _, err := decode("jobset.yaml", []byte(bad)); err == nil || !strings.Contains(err.Error(), "unknown field") {
+			t.Errorf("typo %q -> %q: %v", typo[0], typo[1], err)
+		}
+	}
 	tf, _ := os.ReadFile("tfjob.yaml")
 	bad := strings.Replace(string(tf), "restartPolicy: OnFailure", "restartpolicy: OnFailure", 1)
 	if _, err := decode("tfjob.yaml", []byte(bad)); err == nil {
@@ -224,25 +246,56 @@ func TestDecoderCatchesTypos(t *testing.T) {
 	}
 }
 
-// podSpecs are the pod templates of every workload, by role.
-func podSpecs(t *testing.T, objs []object) map[string]corev1.PodTemplateSpec {
-	t.Helper()
-	out := map[string]corev1.PodTemplateSpec{}
+// workload is one pod template of a manifest and how many pods of it
+// run.
+type workload struct {
+	name string // the object's (a JobSet's: jobset/replicatedJob)
+	pod  corev1.PodTemplateSpec
+	pods int
+	job  *batchv1.JobSpec // the Job the pods belong to, if any
+}
+
+// workloads lists every pod template of objs.
+func workloads(objs []object) []workload {
+	var out []workload
 	for _, o := range objs {
 		switch v := o.v.(type) {
 		case *appsv1.Deployment:
-			out[cluster.Chief] = v.Spec.Template
+			out = append(out, workload{v.Name, v.Spec.Template, int(*v.Spec.Replicas), nil})
 		case *appsv1.StatefulSet:
-			out[cluster.PS] = v.Spec.Template
+			out = append(out, workload{v.Name, v.Spec.Template, int(*v.Spec.Replicas), nil})
 		case *batchv1.Job:
-			out[cluster.Worker] = v.Spec.Template
+			out = append(out, workload{v.Name, v.Spec.Template, int(*v.Spec.Parallelism), &v.Spec})
+		case *jobset.JobSet:
+			for _, rj := range v.Spec.ReplicatedJobs {
+				spec := rj.Template.Spec
+				out = append(out, workload{v.Name + "/" + rj.Name, spec.Template, int(rj.Replicas) * int(*spec.Parallelism), &spec})
+			}
 		case *tfJob:
 			for role, rs := range v.Spec.TFReplicaSpecs {
-				out[strings.ToLower(role)] = rs.Template
+				out = append(out, workload{v.Name + "/" + role, rs.Template, int(*rs.Replicas), nil})
 			}
 		}
 	}
 	return out
+}
+
+// podSpecs are the pod templates of every workload, by the role their
+// first container runs, and the number of pods of each.
+func podSpecs(t *testing.T, objs []object) (map[string]corev1.PodTemplateSpec, map[string]int) {
+	t.Helper()
+	pods, replicas := map[string]corev1.PodTemplateSpec{}, map[string]int{}
+	for _, w := range workloads(objs) {
+		if len(w.pod.Spec.Containers) == 0 || len(w.pod.Spec.Containers[0].Args) == 0 {
+			t.Fatalf("%s: no container arguments", w.name)
+		}
+		role := w.pod.Spec.Containers[0].Args[0]
+		if _, dup := pods[role]; dup {
+			t.Fatalf("two workloads run %s", role)
+		}
+		pods[role], replicas[role] = w.pod, w.pods
+	}
+	return pods, replicas
 }
 
 // bin is pstrain, built to read its flags.
@@ -286,9 +339,8 @@ func argFlags(args []string) map[string]string {
 func TestContainersUseRealFlagsAndAgree(t *testing.T) {
 	for file, objs := range manifests(t) {
 		t.Run(file, func(t *testing.T) {
-			pods := podSpecs(t, objs)
+			pods, replicas := podSpecs(t, objs)
 			claims := map[string]bool{}
-			replicas := map[string]int{}
 			var clusterJSON string
 			for _, o := range objs {
 				switch v := o.v.(type) {
@@ -296,20 +348,19 @@ func TestContainersUseRealFlagsAndAgree(t *testing.T) {
 					claims[v.Name] = true
 				case *corev1.ConfigMap:
 					clusterJSON = v.Data["cluster.json"]
-				case *appsv1.StatefulSet:
-					replicas[cluster.PS] = int(*v.Spec.Replicas)
-				case *batchv1.Job:
-					replicas[cluster.Worker] = int(*v.Spec.Completions)
-					if *v.Spec.Parallelism != *v.Spec.Completions || v.Spec.CompletionMode == nil || *v.Spec.CompletionMode != batchv1.IndexedCompletion {
-						t.Errorf("worker Job must be Indexed with every worker running at once")
-					}
-				case *tfJob:
-					for role, rs := range v.Spec.TFReplicaSpecs {
-						replicas[strings.ToLower(role)] = int(*rs.Replicas)
-					}
 				}
 			}
-			for _, role := range []string{cluster.Chief, cluster.PS, cluster.Worker} {
+			for _, w := range workloads(objs) {
+				if j := w.job; j != nil && (j.Completions == nil || *j.Parallelism != *j.Completions || j.CompletionMode == nil || *j.CompletionMode != batchv1.IndexedCompletion) {
+					t.Errorf("%s: a Job of tasks must be Indexed with every pod running at once", w.name)
+				}
+			}
+			roles := []string{cluster.Chief, cluster.PS, cluster.Worker}
+			if _, ok := pods[cluster.Standby]; ok {
+				roles = append(roles, cluster.Standby)
+			}
+			maxWorkers := map[string]string{}
+			for _, role := range roles {
 				pod, ok := pods[role]
 				if !ok {
 					t.Fatalf("no %s pod template", role)
@@ -341,6 +392,7 @@ func TestContainersUseRealFlagsAndAgree(t *testing.T) {
 				if n, ok := fl["workers"]; ok && n != fmt.Sprint(replicas[cluster.Worker]) {
 					t.Errorf("%s: --workers=%s, but %d worker replicas", role, n, replicas[cluster.Worker])
 				}
+				maxWorkers[role] = fl["max-workers"]
 				if fl["tls-dir"] == "" {
 					t.Errorf("%s: no --tls-dir", role)
 				}
@@ -350,7 +402,7 @@ func TestContainersUseRealFlagsAndAgree(t *testing.T) {
 						t.Errorf("%s: --index=%s but no downward-API env %s", role, fl["index"], ref)
 					}
 				}
-				// The chief and the PS share the checkpoint volume.
+				// The chief, the PS and the standbys share the checkpoint volume.
 				if role != cluster.Worker {
 					if fl["checkpoint-dir"] == "" {
 						t.Errorf("%s: no --checkpoint-dir", role)
@@ -371,16 +423,35 @@ func TestContainersUseRealFlagsAndAgree(t *testing.T) {
 					}
 				}
 			}
-			if clusterJSON != "" {
-				spec, _, err := cluster.Parse([]byte(clusterJSON))
-				if err != nil {
-					t.Fatalf("cluster.json: %v", err)
-				}
-				if len(spec.PS) != replicas[cluster.PS] || len(spec.Worker) != replicas[cluster.Worker] {
-					t.Errorf("cluster.json has %d PS and %d workers, the workloads %v", len(spec.PS), len(spec.Worker), replicas)
-				}
-			}
+			checkClusterJSON(t, clusterJSON, replicas, maxWorkers)
 		})
+	}
+}
+
+// checkClusterJSON checks the cluster a manifest's tasks read against its
+// workloads: a PS address per PS pod, a standby address per standby pod,
+// and a worker address per worker slot: --max-workers, which every task
+// gives alike, or the worker pods when none does.
+func checkClusterJSON(t *testing.T, clusterJSON string, replicas map[string]int, maxWorkers map[string]string) {
+	t.Helper()
+	slots := fmt.Sprint(replicas[cluster.Worker])
+	if m := maxWorkers[cluster.Chief]; m != "" {
+		slots = m
+	}
+	for role, m := range maxWorkers {
+		if m != maxWorkers[cluster.Chief] {
+			t.Errorf("%s: --max-workers=%q, the chief's %q", role, m, maxWorkers[cluster.Chief])
+		}
+	}
+	if clusterJSON == "" {
+		return
+	}
+	spec, _, err := cluster.Parse([]byte(clusterJSON))
+	if err != nil {
+		t.Fatalf("cluster.json: %v", err)
+	}
+	if len(spec.PS) != replicas[cluster.PS] || len(spec.Standby) != replicas[cluster.Standby] || fmt.Sprint(len(spec.Worker)) != slots {
+		t.Errorf("cluster.json has %d PS, %d standbys and %d worker slots; the workloads %v, --max-workers %s", len(spec.PS), len(spec.Standby), len(spec.Worker), replicas, slots)
 	}
 }
 

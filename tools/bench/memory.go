@@ -74,7 +74,7 @@ type MemoryRoles struct {
 }
 
 // RoleGoalBytes is the goal for a worker's and the chief's peak RSS in
-// the default run (issue 13, "Small processes"): a worker holds its data
+// the default run: a worker holds its data
 // shard as stored, the chief the test set.
 const RoleGoalBytes = 120 << 20
 

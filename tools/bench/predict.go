@@ -25,7 +25,8 @@ type Calibration struct {
 }
 
 // ReferenceCalibration is the 784-800-10 MLP at batch 128 as measured on
-// the project machine (docs/scaling.md, run A).
+// the project machine over gRPC (BENCHMARKS.md, the scaling diary,
+// "Measured ratios", run A).
 func ReferenceCalibration() Calibration {
 	return Calibration{Batch: 128, ComputeSeconds: 7.59e-3, ParamBytes: 2544040,
 		SoftwareSecondsPerByte: 3.86e-3 / (2 * 2544040), UpdateSecondsPerByte: 0.22e-3 / 2544040}

@@ -6,7 +6,7 @@ import (
 	"runtime"
 )
 
-// Same-host data planes (issue 13): a server listening on a loopback TCP
+// Same-host data planes: a server listening on a loopback TCP
 // address also listens on a Unix-domain socket in Linux's abstract
 // namespace named after that address, and a client whose server's
 // address is a loopback one dials that socket first. The frames, limits

@@ -5,7 +5,7 @@ import (
 	"errors"
 )
 
-// Shared memory between same-host tasks (issue 13): on a same-host
+// Shared memory between same-host tasks: on a same-host
 // (Unix) connection the client offers a shared-memory region right after
 // connecting, and once the server has accepted it, pushes and pulls
 // carry their payloads there instead of through the socket; the frames

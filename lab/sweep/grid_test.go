@@ -12,7 +12,7 @@ import (
 )
 
 // fakeResolve fills defaults for every key and rejects workers < 1, like
-// the real resolver does through config.Run.Validate.
+// the real resolver does through `pstrain run --dry-run`.
 func fakeResolve(p map[string]string) (map[string]string, error) {
 	out := map[string]string{}
 	for _, k := range Keys() {

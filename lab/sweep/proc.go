@@ -207,7 +207,10 @@ func (w procWatcher) watch(ctx context.Context, pid int) Evidence {
 	procs := 0
 	tick := time.NewTicker(w.every)
 	defer tick.Stop()
-	for {
+	// A sample slower than a tick leaves both the tick and a cancellation
+	// ready: the cancellation wins, so a watch ends with the first sample
+	// taken after it is cancelled.
+	for done := false; !done; {
 		if h, err := w.hostStat(); err == nil {
 			q.add(h.running)
 		}
@@ -224,17 +227,19 @@ func (w procWatcher) watch(ctx context.Context, pid int) Evidence {
 		procs = max(procs, seen)
 		select {
 		case <-ctx.Done():
-			var ev Evidence
-			ev.RunQueueMean, ev.RunQueueMax = q.stats()
-			ev.RunQueueSamples = q.n
-			var cs []int
-			for _, l := range allowed {
-				cs = append(cs, l...)
-			}
-			ev.CPUsAllowed = FormatCPUList(cs)
-			ev.Processes = procs
-			return ev
+			done = true
 		case <-tick.C:
+			done = ctx.Err() != nil
 		}
 	}
+	var ev Evidence
+	ev.RunQueueMean, ev.RunQueueMax = q.stats()
+	ev.RunQueueSamples = q.n
+	var cs []int
+	for _, l := range allowed {
+		cs = append(cs, l...)
+	}
+	ev.CPUsAllowed = FormatCPUList(cs)
+	ev.Processes = procs
+	return ev
 }

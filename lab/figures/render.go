@@ -14,8 +14,8 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 
+	"github.com/pstrain/pstrain/lab/sweep"
 	"github.com/pstrain/pstrain/observe/report"
-	"github.com/pstrain/pstrain/tools/sweep"
 )
 
 // Plot size: small enough to commit, large enough to read. The legend is

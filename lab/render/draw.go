@@ -102,7 +102,7 @@ func drawDashboard(d *Dashboard, data []*panelData, o *options) image.Image {
 	dc.FillText(textStyle(sans, 12, colDim), vg.Point{X: vg.Length(pad), Y: vg.Length(h - pad - 28)}, sub)
 	note := textStyle(sans, 11, colDim)
 	note.XAlign = draw.XRight
-	dc.FillText(note, vg.Point{X: vg.Length(w - pad), Y: vg.Length(h - pad - 4)}, "drawn by tools/render from Prometheus query_range results")
+	dc.FillText(note, vg.Point{X: vg.Length(w - pad), Y: vg.Length(h - pad - 4)}, "drawn by lab/render from Prometheus query_range results")
 	dc.FillText(note, vg.Point{X: vg.Length(w - pad), Y: vg.Length(h - pad - 20)}, "pstrain's own rendering of the dashboard's panels and queries, not a Grafana screenshot")
 
 	colW := (w - 2*pad + gap) / 24

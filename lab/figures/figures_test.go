@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pstrain/pstrain/lab/sweep"
 	"github.com/pstrain/pstrain/observe/report"
-	"github.com/pstrain/pstrain/tools/sweep"
 )
 
 // synth is a sweep of mode x workers, 2 repeats, with evals and samples.

@@ -41,6 +41,9 @@ func fakeRun(args []string) int {
 	if len(args) == 0 || args[0] != "run" {
 		return 2
 	}
+	if len(args) > 1 && args[1] == DryRunFlag {
+		return fakeDryRun(args[2:])
+	}
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	rp := fs.String("report", "", "")
 	sd := fs.String("sd-dir", "", "")

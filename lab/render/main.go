@@ -4,7 +4,7 @@
 // draws the panels with gonum/plot into one PNG laid out like the dashboard
 // (rows, and panels placed by their gridPos on Grafana's 24-column grid).
 //
-//	go run ./tools/render --prom-url http://127.0.0.1:9090 --last 5m --out docs/img/dashboard.png
+//	go run ./lab/render --prom-url http://127.0.0.1:9090 --last 5m --out docs/img/dashboard.png
 //
 // It is pstrain's own rendering of the dashboard's panels and queries, not a
 // Grafana screenshot: time series, stacked series, the heatmap and a few

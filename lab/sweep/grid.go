@@ -141,8 +141,8 @@ func (g Grid) String() string {
 // Resolver checks one configuration and completes it: given the grid's
 // values for some run-flag keys (flag syntax, e.g. "hidden" as "256,128"),
 // it returns a value for every key in Keys except KeyCPUs (defaults filled
-// in) or an error naming the bad key and value. cmd/pstrain implements it
-// with the run flags and config.Run.Validate.
+// in) or an error naming the bad key and value. RunResolver implements it
+// with `pstrain run --dry-run`.
 type Resolver func(params map[string]string) (map[string]string, error)
 
 // Config is one configuration of a grid, fully resolved.

@@ -3,24 +3,71 @@ package main
 import (
 	"bytes"
 	"context"
-	"flag"
+	"errors"
 	"fmt"
 	"image/png"
-	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/pstrain/pstrain/internal/testbin"
-	"github.com/pstrain/pstrain/tools/figures"
-	"github.com/pstrain/pstrain/tools/sweep"
+	"github.com/pstrain/pstrain/lab/figures"
+	"github.com/pstrain/pstrain/lab/sweep"
 )
 
-func TestResolveRun(t *testing.T) {
-	p, err := resolveRun(map[string]string{"mode": "async", "hidden": "256,128", "lr": "0.05"})
+// binaries are pstrain and pstrain-lab, built side by side once per test
+// process, as make build leaves them.
+type binaries struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+var bins binaries
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if bins.dir != "" {
+		os.RemoveAll(bins.dir)
+	}
+	os.Exit(code)
+}
+
+// paths returns the pstrain and pstrain-lab binaries' paths.
+func (b *binaries) paths(t *testing.T) (pstrain, lab string) {
+	t.Helper()
+	b.once.Do(func() {
+		root, err := testbin.ModuleRoot()
+		if err != nil {
+			b.err = err
+			return
+		}
+		if b.dir, b.err = os.MkdirTemp("", "pstrain-lab-test"); b.err != nil {
+			return
+		}
+		cmd := exec.Command("go", "build", "-o", b.dir+string(filepath.Separator), "./cmd/pstrain", "./cmd/pstrain-lab")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return filepath.Join(b.dir, "pstrain"), filepath.Join(b.dir, "pstrain-lab")
+}
+
+// The real binary checks and completes each configuration: defaults
+// filled in, and its own message for a bad value.
+func TestResolveWithTheBinary(t *testing.T) {
+	exe, _ := bins.paths(t)
+	resolve := sweep.RunResolver(context.Background(), exe)
+	p, err := resolve(map[string]string{"mode": "async", "hidden": "256,128", "lr": "0.05"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,8 +77,11 @@ func TestResolveRun(t *testing.T) {
 	if _, ok := p[sweep.KeyCPUs]; len(p) != len(sweep.Keys())-1 || ok || p["model"] != "mlp" {
 		t.Errorf("%d keys, want every key but cpus (%d): %v", len(p), len(sweep.Keys())-1, p)
 	}
+	if p, err := resolve(map[string]string{"model": "cnn"}); err != nil || p["model"] != "cnn" || p["conv"] == "" {
+		t.Errorf("model=cnn: %v %v", p, err)
+	}
 	for params, want := range map[string]string{
-		"workers=abc":             "workers=abc: ",
+		"workers=abc":             `invalid value "abc" for flag -workers`,
 		"mode=fast":               "--mode must be sync, async or ssp",
 		"data-fraction=2":         "--data-fraction must be in (0, 1]",
 		"hidden=0":                "hidden",
@@ -39,50 +89,17 @@ func TestResolveRun(t *testing.T) {
 		"batch=0":                 "batch",
 		"optimizer=lbfgs":         "optimizer",
 		"staleness=-1":            "staleness",
-		"cpus=1":                  "cpus is not a run flag",
 	} {
 		k, v, _ := strings.Cut(params, "=")
-		if _, err := resolveRun(map[string]string{k: v}); err == nil || !strings.Contains(err.Error(), want) {
+		if _, err := resolve(map[string]string{k: v}); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: err = %v, want %q", params, err, want)
 		}
 	}
 }
 
-// The model key maps to --model when the run flags have it; a build
-// without it (only the MLP) resolves model=mlp and refuses the others.
-func TestResolveModel(t *testing.T) {
-	newFS := func(withModel bool) (*flag.FlagSet, *string) {
-		fs := flag.NewFlagSet("grid", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		model := "mlp"
-		if withModel {
-			fs.StringVar(&model, "model", model, "")
-		}
-		fs.Int("workers", 2, "")
-		return fs, &model
-	}
-	ok := func() error { return nil }
-	fs, _ := newFS(false)
-	if _, err := resolveWith(fs, ok, func() []string { return nil }, map[string]string{"model": "cnn"}); err == nil || !strings.Contains(err.Error(), "no --model flag") {
-		t.Errorf("model=cnn without --model: %v", err)
-	}
-	fs, _ = newFS(false)
-	if p, err := resolveWith(fs, ok, func() []string { return []string{"--workers=2"} }, map[string]string{"model": "mlp"}); err != nil || p["model"] != "mlp" || p["workers"] != "2" {
-		t.Errorf("model=mlp without --model: %v %v", p, err)
-	}
-	fs, model := newFS(true)
-	args := func() []string { return []string{"--model=" + *model, "--workers=2"} }
-	if p, err := resolveWith(fs, ok, args, map[string]string{"model": "cnn"}); err != nil || p["model"] != "cnn" || *model != "cnn" {
-		t.Errorf("model=cnn with --model: %v %v (flag %q)", p, err, *model)
-	}
-	// The real flags: whatever this build has, mlp resolves.
-	if p, err := resolveRun(map[string]string{"model": "mlp"}); err != nil || p["model"] != "mlp" {
-		t.Errorf("resolveRun model=mlp: %v %v", p, err)
-	}
-}
-
 // A bad grid is refused before anything runs or is written.
 func TestSweepBadGrid(t *testing.T) {
+	exe, _ := bins.paths(t)
 	out := filepath.Join(t.TempDir(), "s")
 	for grid, want := range map[string]string{
 		"mode=sync,async;workers=2,0": "workers=0",
@@ -92,7 +109,7 @@ func TestSweepBadGrid(t *testing.T) {
 		"cpus=1,4096":                 "cpus=4096: this machine lets the sweep use only",
 	} {
 		var stdout, stderr bytes.Buffer
-		err := runSweep(context.Background(), "/nonexistent/pstrain", []string{"--grid", grid, "--out", out}, &stdout, &stderr)
+		err := runSweep(context.Background(), "pstrain", exe, []string{"--grid", grid, "--out", out}, &stdout, &stderr)
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("grid %q: err = %v, want it to name %q", grid, err, want)
 		}
@@ -100,8 +117,10 @@ func TestSweepBadGrid(t *testing.T) {
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		t.Errorf("a refused grid created %s: %v", out, err)
 	}
-	if err := runSweep(context.Background(), "x", []string{"--grid", "mode=sync"}, &bytes.Buffer{}, &bytes.Buffer{}); err == nil {
-		t.Error("missing --out accepted")
+	err := runSweep(context.Background(), "pstrain", "x", []string{"--grid", "mode=sync"}, &bytes.Buffer{}, &bytes.Buffer{})
+	var ue *usageError
+	if !errors.As(err, &ue) {
+		t.Errorf("missing --out: %v, want a usage error", err)
 	}
 }
 
@@ -124,7 +143,7 @@ func TestSweepEndToEnd(t *testing.T) {
 		t.Skipf("needs 2 CPUs to pin to (have %v, %v)", own, err)
 	}
 	d := testbin.MNIST(t)
-	exe := bin.Path(t)
+	exe, _ := bins.paths(t)
 	out := filepath.Join(t.TempDir(), "tiny")
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -136,7 +155,7 @@ func TestSweepEndToEnd(t *testing.T) {
 	}
 	args := []string{"--grid", grid, "--out", out, "--data-dir", d, "--sample-every", "100ms"} // (a run now trains in ~0.5 s: 250 ms gave 2 samples)
 	var stdout, stderr bytes.Buffer
-	if err := runSweep(ctx, exe, args, &stdout, &stderr); err != nil {
+	if err := runSweep(ctx, "pstrain", exe, args, &stdout, &stderr); err != nil {
 		t.Fatalf("sweep: %v\n%s\n%s", err, stdout.String(), stderr.String())
 	}
 	for _, want := range []string{fmt.Sprintf("%d configurations x 1 repeats = %d runs", runs, runs), "[1/", fmt.Sprintf("[%d/%d]", runs, runs), "ETA", "ok in"} {
@@ -231,7 +250,7 @@ func TestSweepEndToEnd(t *testing.T) {
 	// Re-running resumes: nothing runs again; `pstrain plot` re-draws.
 	stdout.Reset()
 	os.Remove(filepath.Join(out, "error_vs_step.png"))
-	if err := runSweep(ctx, "/nonexistent/pstrain", args, &stdout, &stderr); err != nil {
+	if err := runSweep(ctx, "pstrain", exe, args, &stdout, &stderr); err != nil {
 		t.Fatalf("resume: %v\n%s", err, stdout.String())
 	}
 	if !strings.Contains(stdout.String(), fmt.Sprintf("%d of %d runs already finished", runs, runs)) {
@@ -239,7 +258,7 @@ func TestSweepEndToEnd(t *testing.T) {
 	}
 	stdout.Reset()
 	os.Remove(filepath.Join(out, "error_vs_step.png"))
-	if err := cmdPlot(ctx, []string{out}, &stdout, &stderr); err != nil {
+	if err := cmdPlot(ctx, "pstrain", []string{out}, &stdout, &stderr); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(out, "error_vs_step.png")); err != nil || !strings.Contains(stdout.String(), fmt.Sprintf("drew %d plots", len(figs))) {

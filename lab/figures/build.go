@@ -13,8 +13,8 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/pstrain/pstrain/lab/sweep"
 	"github.com/pstrain/pstrain/observe/report"
-	"github.com/pstrain/pstrain/tools/sweep"
 )
 
 // Kind is how a series is drawn.
