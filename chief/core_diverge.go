@@ -245,10 +245,17 @@ func (c *Core) checkDivergence(now time.Time, res EvalResult) ([]Action, bool) {
 	c.hold = 0
 	c.initEpochs(allShards(len(c.versions)))
 	c.rollback = &Rollback{AtMost: max(atMost, -1), Generation: c.st.Generation, LRFactor: d.LRFactor}
+	var first []Action
+	if culprit {
+		// The shards hear of the quarantine before the rollback
+		// re-initialises them (they keep it), so none of the culprit's
+		// gradients reaches the restored model.
+		first = c.membership(now)
+	}
 	c.log.Error("the model diverged: rolling back to the last good checkpoint with half the learning rate",
 		"step", res.Step, "test_loss", res.Loss, "best_loss", best, "at_most_step", c.rollback.AtMost,
 		"lr_factor", d.LRFactor, "generation", c.st.Generation, "suspect", d.SuspectWorker, "evidence", d.Evidence)
-	return c.sendRollback(), true
+	return append(first, c.sendRollback()...), true
 }
 
 // sendRollback orders the rollback decided, once no checkpoint is being

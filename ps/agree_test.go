@@ -103,3 +103,20 @@ func mustPush(t *testing.T, s *Shard, w int, v int64, g []float32) PushResult {
 	}
 	return r
 }
+
+// A shard re-initialised in the same run keeps the quarantine: a rollback
+// ordered with one never lets the culprit's gradients in.
+func TestQuarantineSurvivesReinit(t *testing.T) {
+	old := newTestShard(t, ShardConfig{Mode: config.Sync, Replicas: 2, Workers: 2}, 1)
+	if _, err := old.SetMembership(Membership{Live: []int{0, 1}, Quarantined: []int{1}}); err != nil {
+		t.Fatal(err)
+	}
+	s := newTestShard(t, ShardConfig{Mode: config.Sync, Replicas: 2, Workers: 2}, 1)
+	s.InheritQuarantine(old)
+	if r := mustPush(t, s, 1, 0, grad(5)); r.Outcome != Quarantined {
+		t.Errorf("the culprit's push after the re-init: %+v, want quarantined", r)
+	}
+	if r := mustPush(t, s, 0, 0, grad(1)); !r.Advanced {
+		t.Errorf("the honest worker's push must complete the step alone: %+v", r)
+	}
+}

@@ -306,6 +306,7 @@ func (s *Server) install(b built, inherit bool) {
 	sh, req, plan, opts, params := b.sh, b.req, b.plan, b.opts, b.sh.Params()
 	if inherit && s.shard != nil && s.runID == req.RunId && s.index == int(req.Shard) {
 		sh.InheritGuard(s.shard) // re-initialised by the chief: no warm-up to exploit
+		sh.InheritQuarantine(s.shard)
 	}
 	s.shard, s.runID, s.index = sh, req.RunId, int(req.Shard)
 	s.gen, s.numShards, s.plan, s.opts = req.Generation, int(req.NumShards), plan, opts

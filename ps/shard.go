@@ -728,6 +728,23 @@ func (s *Shard) setQuarantined(ws []int) {
 	}
 }
 
+// InheritQuarantine keeps prev's quarantined workers (the same shard of
+// the same run, re-initialised): a rollback ordered with a quarantine
+// never lets the quarantined worker's gradients into the restored model
+// before the chief says the membership again.
+func (s *Shard) InheritQuarantine(prev *Shard) {
+	if prev == nil {
+		return
+	}
+	var ws []int
+	for w, q := range prev.quarantined {
+		if q {
+			ws = append(ws, w)
+		}
+	}
+	s.setQuarantined(ws)
+}
+
 // Quarantined says worker is quarantined.
 func (s *Shard) Quarantined(worker int) bool {
 	return worker >= 0 && worker < len(s.quarantined) && s.quarantined[worker]
