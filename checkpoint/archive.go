@@ -41,7 +41,7 @@ func (s *Store) Archive(t time.Time) (string, int, error) {
 		return "", 0, err
 	}
 	dir := filepath.Join(s.dir, ArchiveName(t))
-	if err := s.fs.MkdirAll(dir, 0o755); err != nil {
+	if err := s.fs.MkdirAll(dir, s.dirMode); err != nil {
 		return "", 0, fmt.Errorf("checkpoint: archiving: %w", err)
 	}
 	for _, in := range infos {

@@ -74,11 +74,11 @@ func (f *FaultFS) hit(op, name string) error {
 }
 
 // Create implements FS.
-func (f *FaultFS) Create(name string) (File, error) {
+func (f *FaultFS) Create(name string, perm fs.FileMode) (File, error) {
 	if err := f.hit("create", name); err != nil {
 		return nil, err
 	}
-	file, err := f.inner.Create(name)
+	file, err := f.inner.Create(name, perm)
 	if err != nil {
 		return nil, err
 	}

@@ -17,7 +17,7 @@ import (
 type FS interface {
 	// Create creates or truncates the named file, opened for writing
 	// and reading.
-	Create(name string) (File, error)
+	Create(name string, perm fs.FileMode) (File, error)
 	// Open opens the named file for reading.
 	Open(name string) (File, error)
 	// Rename atomically replaces newname with oldname.
@@ -55,8 +55,8 @@ type OSFS struct{}
 var _ FS = OSFS{}
 
 // Create implements FS.
-func (OSFS) Create(name string) (File, error) {
-	return os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+func (OSFS) Create(name string, perm fs.FileMode) (File, error) {
+	return os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, perm)
 }
 
 // Open implements FS.

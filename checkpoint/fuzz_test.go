@@ -86,7 +86,7 @@ func FuzzManifest(f *testing.F) {
 		if err := fsys.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		fh, err := fsys.Create(filepath.Join(dir, ManifestName))
+		fh, err := fsys.Create(filepath.Join(dir, ManifestName), 0o600)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -42,7 +42,8 @@ type MemFS struct {
 }
 
 type memNode struct {
-	dir bool
+	dir  bool
+	perm fs.FileMode // as created
 	// directories
 	children    map[string]*memNode
 	durChildren map[string]*memNode
@@ -147,7 +148,7 @@ func (m *MemFS) lookupParent(op, name string) (*memNode, string, error) {
 }
 
 // Create implements FS.
-func (m *MemFS) Create(name string) (File, error) {
+func (m *MemFS) Create(name string, perm fs.FileMode) (File, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	parent, base, err := m.lookupParent("create", name)
@@ -161,7 +162,7 @@ func (m *MemFS) Create(name string) (File, error) {
 	case ok:
 		n.data, n.durData = nil, nil
 	default:
-		n = &memNode{}
+		n = &memNode{perm: perm.Perm()}
 		parent.children[base] = n
 	}
 	return &memFile{fs: m, node: n, name: name, gen: m.gen, writable: true}, nil
@@ -252,7 +253,7 @@ func (m *MemFS) RemoveAll(name string) error {
 }
 
 // MkdirAll implements FS.
-func (m *MemFS) MkdirAll(dir string, _ fs.FileMode) error {
+func (m *MemFS) MkdirAll(dir string, perm fs.FileMode) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	n := m.root
@@ -260,6 +261,7 @@ func (m *MemFS) MkdirAll(dir string, _ fs.FileMode) error {
 		next, ok := n.children[c]
 		if !ok {
 			next = newMemDir()
+			next.perm = perm.Perm()
 			n.children[c] = next
 		} else if !next.dir {
 			return &fs.PathError{Op: "mkdir", Path: dir, Err: errNotDir}
@@ -335,7 +337,7 @@ func (m *MemFS) Crash() {
 }
 
 func (n *memNode) info(name string) fs.FileInfo {
-	fi := memInfo{name: name, dir: n.dir}
+	fi := memInfo{name: name, dir: n.dir, perm: n.perm}
 	if !n.dir {
 		fi.size = int64(len(n.data))
 	}
@@ -346,6 +348,7 @@ type memInfo struct {
 	name string
 	size int64
 	dir  bool
+	perm fs.FileMode
 }
 
 func (fi memInfo) Name() string       { return fi.name }
@@ -355,9 +358,9 @@ func (fi memInfo) IsDir() bool        { return fi.dir }
 func (fi memInfo) Sys() any           { return nil }
 func (fi memInfo) Mode() fs.FileMode {
 	if fi.dir {
-		return fs.ModeDir | 0o755
+		return fs.ModeDir | fi.perm
 	}
-	return 0o644
+	return fi.perm
 }
 
 type memFile struct {

@@ -9,7 +9,7 @@ import (
 
 func writeFile(t *testing.T, fsys FS, name, data string, sync bool) {
 	t.Helper()
-	f, err := fsys.Create(name)
+	f, err := fsys.Create(name, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestMemFSCrashSemantics(t *testing.T) {
 	// A removal not made durable.
 	mustNo(t, m.Remove("/d/synced"))
 
-	f, err := m.Create("/d/open")
+	f, err := m.Create("/d/open", 0o600)
 	mustNo(t, err)
 
 	m.Crash()

@@ -26,7 +26,7 @@ func dirNames(t *testing.T, m *MemFS) string {
 func TestMemFSCapacity(t *testing.T) {
 	m := NewMemFS()
 	m.SetCapacity(10)
-	f, err := m.Create("/a")
+	f, err := m.Create("/a", 0o600)
 	mustNo(t, err)
 	n, err := f.Write([]byte("0123456789abc"))
 	if n != 10 || !errors.Is(err, syscall.ENOSPC) || !IsDiskFull(err) {

@@ -88,14 +88,42 @@ type Store struct {
 	dir  string
 	keep int
 	log  *slog.Logger // nil: say nothing
+	// dirMode and fileMode are the permissions of what it creates.
+	dirMode, fileMode fs.FileMode
 }
 
 // NewStore returns a Store for the checkpoints in dir on fsys. After each
 // commit it keeps the keep newest complete checkpoints (all if keep <= 0).
 // The directory is created when the first shard is written.
 func NewStore(fsys FS, dir string, keep int) *Store {
-	return &Store{fs: fsys, dir: dir, keep: keep}
+	return &Store{fs: fsys, dir: dir, keep: keep, dirMode: fs.FileMode(DefaultDirMode), fileMode: DefaultDirMode.fileMode()}
 }
+
+// DefaultDirMode is the permission of the directories a Store makes
+// (its files get the same without the execute bits): only the owner,
+// the run's user, may read the model.
+const DefaultDirMode DirMode = 0o700
+
+// DirMode is the permission bits of a Store's directories; its files get
+// the same bits without execute (0750: directories 0750, files 0640).
+// The process's umask applies on top, as for any file it creates.
+type DirMode fs.FileMode
+
+func (m DirMode) fileMode() fs.FileMode { return fs.FileMode(m).Perm() &^ 0o111 }
+
+// WithMode returns a copy of s that makes its directories with mode
+// (see DirMode; 0: DefaultDirMode).
+func (s *Store) WithMode(mode DirMode) *Store {
+	c := *s
+	if mode == 0 {
+		mode = DefaultDirMode
+	}
+	c.dirMode, c.fileMode = fs.FileMode(mode).Perm(), mode.fileMode()
+	return &c
+}
+
+// DirMode is the permission of the directories the store makes.
+func (s *Store) DirMode() fs.FileMode { return s.dirMode }
 
 // WithLog returns a copy of s that logs, as warnings, what it deletes to
 // make room on a full disk.
@@ -136,7 +164,7 @@ func (s *Store) ensureDir(dir string) error {
 			return err
 		}
 	}
-	if err := s.fs.MkdirAll(dir, 0o755); err != nil {
+	if err := s.fs.MkdirAll(dir, s.dirMode); err != nil {
 		return err
 	}
 	if parent == dir {
@@ -191,7 +219,7 @@ func (s *Store) writeShard(step int64, shard, numShards int, header []byte, tens
 		return ShardInfo{}, fmt.Errorf("step %d already committed: %w", step, fs.ErrExist)
 	}
 	tmpDir := s.tmpPath(step)
-	if err := s.fs.MkdirAll(tmpDir, 0o755); err != nil {
+	if err := s.fs.MkdirAll(tmpDir, s.dirMode); err != nil {
 		return ShardInfo{}, err
 	}
 	if err := s.fs.SyncDir(s.dir); err != nil {
@@ -199,7 +227,7 @@ func (s *Store) writeShard(step int64, shard, numShards int, header []byte, tens
 	}
 	name := ShardFileName(shard, numShards)
 	tmp := filepath.Join(tmpDir, tempName(name))
-	f, err := s.fs.Create(tmp)
+	f, err := s.fs.Create(tmp, s.fileMode)
 	if err != nil {
 		return ShardInfo{}, err
 	}
@@ -243,7 +271,7 @@ func (s *Store) writeShard(step int64, shard, numShards int, header []byte, tens
 // create, write, fsync, close, rename, fsync dir.
 func (s *Store) writeFileAtomic(dir, name string, data []byte) error {
 	tmp := filepath.Join(dir, tempName(name))
-	f, err := s.fs.Create(tmp)
+	f, err := s.fs.Create(tmp, s.fileMode)
 	if err != nil {
 		return err
 	}

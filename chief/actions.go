@@ -59,11 +59,16 @@ type SetMembership struct {
 	Replicas   int
 	MaxVersion int64
 	HoldAt     int64
+	// Quarantined are the quarantined workers (docs/security.md,
+	// "Attribution"): never in Live; their pushes are refused and their
+	// pulls answer done.
+	Quarantined []int32
 }
 
 func (a SetMembership) equal(b SetMembership) bool {
 	return slices.Equal(a.Live, b.Live) && a.Members == b.Members && slices.Equal(a.Retired, b.Retired) &&
-		a.Replicas == b.Replicas && a.MaxVersion == b.MaxVersion && a.HoldAt == b.HoldAt
+		a.Replicas == b.Replicas && a.MaxVersion == b.MaxVersion && a.HoldAt == b.HoldAt &&
+		slices.Equal(a.Quarantined, b.Quarantined)
 }
 
 // Evaluate pulls the model from every shard, each keeping the version it
@@ -175,6 +180,9 @@ func (a SetMembership) String() string {
 	if a.Members > 0 {
 		s += fmt.Sprintf(" members=%d retired=%s replicas=%d max-version=%d hold-at=%d", a.Members, ints(a.Retired), a.Replicas, a.MaxVersion, a.HoldAt)
 	}
+	if len(a.Quarantined) > 0 {
+		s += " quarantined=" + ints(a.Quarantined)
+	}
 	return s
 }
 func (a Evaluate) String() string {
@@ -217,6 +225,12 @@ func (a Finish) String() string {
 		r.StoppedBy, r.GlobalSteps, r.FinalStep, acc, r.Checkpoints.Committed, r.Checkpoints.Failed, final)
 	if len(r.Divergences) > 0 {
 		s += fmt.Sprintf(" divergences=%d", len(r.Divergences))
+	}
+	if len(r.Quarantined) > 0 {
+		s += " quarantined=" + strings.Join(r.Quarantined, ",")
+	}
+	if r.Ruined != "" {
+		s += fmt.Sprintf(" ruined=%q", r.Ruined)
 	}
 	return s
 }

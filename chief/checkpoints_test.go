@@ -213,7 +213,7 @@ func flipByte(t *testing.T, fsys checkpoint.FS, name string) {
 	}
 	f.Close()
 	b[len(b)/2] ^= 0x40
-	w, err := fsys.Create(name)
+	w, err := fsys.Create(name, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}

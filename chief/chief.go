@@ -116,7 +116,8 @@ func New(cfg Config) (*Chief, error) {
 		cfg.EvalSubset = 0.2
 	}
 	params := CoreParams{Run: cfg.Run, TrainN: cfg.TrainN, Model: cfg.Spec.String(), Spec: cfg.Spec.JSON(), Evaluate: cfg.Evaluator != nil,
-		Checkpoints: cfg.Store != nil, StartupTimeout: cfg.StartupTimeout, EvalSubset: cfg.EvalSubset}
+		Checkpoints: cfg.Store != nil, StartupTimeout: cfg.StartupTimeout, EvalSubset: cfg.EvalSubset,
+		InitialLoss: initialLoss(cfg, plan)}
 	for _, p := range cfg.PS {
 		params.PSAddrs = append(params.PSAddrs, p.Addr)
 	}

@@ -91,6 +91,13 @@ type Core struct {
 	lastGood                     int64
 	rollback                     *Rollback
 	rollbackSent                 bool
+	// genEvals is how many evaluations were recorded when this
+	// generation began; winLoss the test loss at the start of the
+	// attribution window under way (NaN: unknown), strikes each
+	// worker's windows in a row that singled it out (core_suspect.go).
+	genEvals int
+	winLoss  float64
+	strikes  []int
 
 	// Elastic workers (core_elastic.go): the worker count asked for and
 	// when, the change under way, the data plan's eras each worker said
@@ -142,6 +149,10 @@ type CoreParams struct {
 	Evaluate, Checkpoints bool
 	// StartupTimeout bounds the wait for every task to register.
 	StartupTimeout time.Duration
+	// InitialLoss is the test loss of the model training starts from
+	// (0: unknown): the baseline divergence is judged against from the
+	// first evaluation, and a final model above it is ruined.
+	InitialLoss float64
 	// EvalSubset is the part of the test set (a fraction in (0,1]) a
 	// routine evaluation scores; the whole set is scored only when that
 	// score would complete the target's hold (see evalDue and
@@ -172,6 +183,10 @@ type State struct {
 	// Divergences are the divergences so far (docs/security.md).
 	LRFactor    float64             `json:"lr_factor,omitempty"`
 	Divergences []report.Divergence `json:"divergences,omitempty"`
+	// Suspects are the workers attribution named, Quarantined the ones
+	// quarantined (core_suspect.go).
+	Suspects    []report.Suspect `json:"suspects,omitempty"`
+	Quarantined []int            `json:"quarantined,omitempty"`
 	// Elastic workers (docs/elastic.md): the data plan, the worker count
 	// changes, and the run's last step once a change moved it (0: the
 	// MaxSteps formula).
@@ -199,7 +214,7 @@ func NewCore(p CoreParams, runID string, log *slog.Logger, m *metrics.Chief, now
 		versions: make([]int64, r.PS), down: make([]time.Time, r.PS),
 		st: State{RunID: runID, Evals: []report.Eval{}, Restarts: []report.Restart{}, LatestCheckpoint: -1,
 			Plan: dataset.NewDataPlan(p.TrainN, r.Batch, r.Workers)},
-		outliers: make([]int, r.PS), lastGood: -1,
+		outliers: make([]int, r.PS), lastGood: -1, strikes: make([]int, r.WorkerSlots()),
 		refusedGrads: newShardCounts(r.PS, r.Workers), nonFiniteGrads: newShardCounts(r.PS, r.Workers)}
 	if len(p.StandbyAddrs) > 0 {
 		c.standbySeen, c.rep = make([]bool, r.PS), make([]replicaRun, r.PS)
@@ -260,6 +275,8 @@ var (
 	ErrMismatch = errors.New("does not match the chief's run")
 	// ErrNotYet refuses a registration the task should retry shortly.
 	ErrNotYet = errors.New("not yet")
+	// ErrQuarantined refuses a quarantined worker (docs/security.md).
+	ErrQuarantined = errors.New("quarantined")
 )
 
 // Registration is what a task says of itself when it registers.
@@ -296,6 +313,9 @@ func (c *Core) Register(reg Registration, now time.Time) (int64, error) {
 	case "worker":
 		if err := c.admit(index, now); err != nil {
 			return 0, err
+		}
+		if why := c.QuarantineReason(index); why != "" {
+			return 0, fmt.Errorf("worker/%d %w: %s", index, ErrQuarantined, why)
 		}
 		if c.workerSeen[index] && c.phase >= training && !c.retired[index] {
 			// Registering again: the worker was restarted. It resumes its
@@ -372,6 +392,8 @@ func (c *Core) save() Action {
 	st.Evals = slices.Clone(st.Evals)
 	st.Restarts = slices.Clone(st.Restarts)
 	st.Divergences = slices.Clone(st.Divergences)
+	st.Suspects = slices.Clone(st.Suspects)
+	st.Quarantined = slices.Clone(st.Quarantined)
 	st.Membership = slices.Clone(st.Membership)
 	st.Plan.Eras = slices.Clone(st.Plan.Eras)
 	st.Replicas = slices.Clone(st.Replicas)

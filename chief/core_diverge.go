@@ -31,15 +31,38 @@ func Diverged(loss, best float64, ok bool) bool {
 	return ok && loss > max(DivergeFactor*best, best+DivergeMargin)
 }
 
-// bestLoss is the lowest test loss of the run's evaluations so far.
+// bestLoss is the loss an evaluation of the current generation is
+// judged against: the lowest test loss of the model's own history. That
+// is the initial model's (when known), the evaluations of this
+// generation, and those of the restored model's past: the steps up to
+// the one this generation began at. Evaluations of the steps a recovery
+// or a rollback threw away are another model's, never the yardstick of
+// the restored one.
 func (c *Core) bestLoss() (float64, bool) {
 	best, ok := math.Inf(1), false
-	for _, e := range c.st.Evals {
-		if e.TestLoss < best {
+	if l := c.p.InitialLoss; l > 0 && finite(l) {
+		best, ok = l, true
+	}
+	for i, e := range c.st.Evals {
+		if (i >= c.genEvals || e.Step <= c.genStart) && e.TestLoss < best {
 			best, ok = e.TestLoss, true
 		}
 	}
 	return best, ok
+}
+
+// lossAt is the test loss known of the model at step, of the current
+// generation's past (NaN: none): the initial model's at step 0.
+func (c *Core) lossAt(step int64) float64 {
+	for i := len(c.st.Evals) - 1; i >= 0; i-- {
+		if e := c.st.Evals[i]; e.Step == step {
+			return e.TestLoss
+		}
+	}
+	if step == 0 && c.p.InitialLoss > 0 {
+		return c.p.InitialLoss
+	}
+	return math.NaN()
 }
 
 // lrFactor is the learning rate's factor (1 until a rollback halves it).
@@ -58,6 +81,7 @@ func (c *Core) LRFactor() float64 { return c.lrFactor() }
 // the divergence bookkeeping of the generation starts afresh.
 func (c *Core) beginGeneration(step int64, rollback bool) {
 	c.genStart, c.genFromRollback, c.lastGood = step, rollback, -1
+	c.genEvals, c.winLoss = len(c.st.Evals), c.lossAt(step)
 	for s := range c.outliers {
 		c.outliers[s] = -1
 	}
@@ -167,7 +191,9 @@ func (c *Core) suspect() (worker, evidence string) {
 // saves the state first) and whether the evaluation diverged.
 func (c *Core) checkDivergence(now time.Time, res EvalResult) ([]Action, bool) {
 	best, ok := c.bestLoss()
-	if !Diverged(res.Loss, best, ok) {
+	diverged := Diverged(res.Loss, best, ok)
+	culprit := c.attribute(res, diverged)
+	if !diverged {
 		if c.phase == training {
 			c.lastGood = res.Step
 		}
@@ -179,6 +205,10 @@ func (c *Core) checkDivergence(now time.Time, res EvalResult) ([]Action, bool) {
 		d.BestLoss = 0
 	}
 	d.SuspectWorker, d.Evidence = c.suspect()
+	if culprit {
+		q := c.st.Suspects[len(c.st.Suspects)-1]
+		d.SuspectWorker, d.Evidence = q.Worker, "quarantined: "+q.Reason
+	}
 	c.m.Divergences.Inc()
 	if c.phase != training || c.restoring != nil || c.rollback != nil {
 		c.st.Divergences = append(c.st.Divergences, d)
@@ -204,17 +234,28 @@ func (c *Core) checkDivergence(now time.Time, res EvalResult) ([]Action, bool) {
 			atMost--
 		}
 	}
-	d.LRFactor = c.lrFactor() / 2
+	if !culprit {
+		// No worker to blame: the learning rate, probably. With the
+		// culprit quarantined the rate stays.
+		d.LRFactor = c.lrFactor() / 2
+	}
 	c.st.LRFactor = d.LRFactor
 	c.st.Divergences = append(c.st.Divergences, d)
 	c.st.Generation++
 	c.hold = 0
 	c.initEpochs(allShards(len(c.versions)))
 	c.rollback = &Rollback{AtMost: max(atMost, -1), Generation: c.st.Generation, LRFactor: d.LRFactor}
+	var first []Action
+	if culprit {
+		// The shards hear of the quarantine before the rollback
+		// re-initialises them (they keep it), so none of the culprit's
+		// gradients reaches the restored model.
+		first = c.membership(now)
+	}
 	c.log.Error("the model diverged: rolling back to the last good checkpoint with half the learning rate",
 		"step", res.Step, "test_loss", res.Loss, "best_loss", best, "at_most_step", c.rollback.AtMost,
 		"lr_factor", d.LRFactor, "generation", c.st.Generation, "suspect", d.SuspectWorker, "evidence", d.Evidence)
-	return c.sendRollback(), true
+	return append(first, c.sendRollback()...), true
 }
 
 // sendRollback orders the rollback decided, once no checkpoint is being
@@ -249,7 +290,7 @@ func (c *Core) RolledBack(now time.Time, step int64, fromCheckpoint bool) []Acti
 	d := &c.st.Divergences[len(c.st.Divergences)-1]
 	d.RolledBackTo = step
 	c.beginGeneration(step, true)
-	if c.elastic() {
+	if c.elastic() || len(c.st.Quarantined) > 0 {
 		c.lastSent = nil // the re-initialised shards start from the run's membership: say it again
 	}
 	c.lastEval = now // the next evaluation scores the restored model after a while of training

@@ -245,6 +245,12 @@ func (c *Core) release(now time.Time) []Action {
 // elastic run, the whole membership.
 func (c *Core) membershipAction(live []int32) SetMembership {
 	a := SetMembership{Live: live}
+	if len(c.st.Quarantined) > 0 {
+		a.Live = slices.DeleteFunc(slices.Clone(live), func(w int32) bool { return c.isQuarantined(int(w)) })
+		for _, w := range c.st.Quarantined {
+			a.Quarantined = append(a.Quarantined, int32(w))
+		}
+	}
 	if !c.elastic() {
 		return a
 	}

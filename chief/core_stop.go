@@ -2,7 +2,9 @@ package chief
 
 import (
 	"fmt"
+	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/pstrain/pstrain/observe/report"
@@ -70,6 +72,9 @@ type EvalResult struct {
 	Samples         int  // test samples scored
 	Full            bool // the whole test set
 	Err             error
+	// Window is the shards' attribution figures for the window this
+	// evaluation's pull closed (nil: none).
+	Window *Window
 }
 
 // Evaluated records an evaluation and applies the stop rule.
@@ -78,11 +83,14 @@ func (c *Core) Evaluated(now time.Time, res EvalResult) []Action {
 	switch {
 	case res.Err != nil:
 		// A shard restarting: skipped, not fatal (only the poll loop can
-		// bring that shard back).
+		// bring that shard back). Some shards' attribution windows may
+		// have closed: the next one's start is unknown.
 		c.log.Warn("evaluation skipped", "err", res.Err)
+		c.winLoss = math.NaN()
 		return c.wind(now)
 	case res.Generation != c.st.Generation:
 		c.log.Info("evaluation of a rolled-back model ignored", "step", res.Step, "generation", res.Generation)
+		c.winLoss = math.NaN()
 		return c.wind(now)
 	}
 	divActs, diverged := c.checkDivergence(now, res)
@@ -281,6 +289,7 @@ func (c *Core) report() *report.Report {
 		TestSeconds: c.st.TestSeconds, Evals: c.st.Evals, TimeToTargetSeconds: c.st.TimeToTargetSeconds,
 		Restarts: c.st.Restarts, TrainStartedUnix: c.st.TrainStartedUnix, Checkpoints: c.st.Checkpoints,
 		Divergences: slices.Clone(c.st.Divergences), RefusedGradients: byWorker(c.refused(false)),
+		InitialTestLoss: c.p.InitialLoss, Suspects: append([]report.Suspect{}, c.st.Suspects...), Quarantined: c.quarantinedNames(),
 		NonFiniteGradients: byWorker(c.nonFiniteGrads.byWorker(r.Workers, false))}
 	if rep.Divergences == nil {
 		rep.Divergences = []report.Divergence{}
@@ -304,5 +313,33 @@ func (c *Core) report() *report.Report {
 	if c.finalEval != nil {
 		rep.TestAccuracy, rep.FinalStep = c.finalEval.TestAccuracy, c.finalEval.Step
 	}
+	rep.Ruined = c.ruined()
 	return rep
+}
+
+// ruined says why the model handed back is not a success ("": it is):
+// its test loss is above the initial model's (or not finite), or the
+// run ended with a divergence it did not roll back.
+func (c *Core) ruined() string {
+	var why []string
+	if e := c.finalEval; e != nil {
+		if l := c.p.InitialLoss; l > 0 && e.TestLoss > l {
+			why = append(why, fmt.Sprintf("the final model (step %d, test loss %.4g) is worse than the initial one (%.4g)", e.Step, e.TestLoss, l))
+		} else if l <= 0 && e.TestLoss >= math.MaxFloat64 {
+			why = append(why, fmt.Sprintf("the final model (step %d) has a test loss that is not finite", e.Step))
+		}
+	}
+	if n := len(c.st.Divergences); n > 0 && c.st.Divergences[n-1].RolledBackTo < 0 {
+		d := c.st.Divergences[n-1]
+		why = append(why, fmt.Sprintf("the model diverged at step %d (test loss %.4g) and was not rolled back", d.AtStep, d.TestLoss))
+	}
+	if len(why) == 0 {
+		return ""
+	}
+	if s := c.st.Suspects; len(s) > 0 {
+		why = append(why, "suspect "+s[len(s)-1].Worker)
+	} else if n := len(c.st.Divergences); n > 0 && c.st.Divergences[n-1].SuspectWorker != "" {
+		why = append(why, "suspect "+c.st.Divergences[n-1].SuspectWorker)
+	}
+	return strings.Join(why, "; ")
 }

@@ -314,7 +314,7 @@ func (c *Core) Restored(now time.Time, step int64) []Action {
 	}
 	c.step = step
 	c.beginGeneration(step, false)
-	if c.elastic() {
+	if c.elastic() || len(c.st.Quarantined) > 0 {
 		c.lastSent = nil // the restored shards start from the run's membership: say it again
 	}
 	if r.task == "" {

@@ -225,7 +225,7 @@ func (c *Chief) saveState(st State) {
 	}
 	b, _ := json.Marshal(st)
 	tmp := c.cfg.StatePath + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err == nil {
+	if err := os.WriteFile(tmp, b, 0o600); err == nil {
 		err = os.Rename(tmp, c.cfg.StatePath)
 		if err == nil {
 			return

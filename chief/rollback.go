@@ -60,7 +60,7 @@ func (c *Chief) setAsideAfter(atMost int64) error {
 			continue
 		}
 		if moved == 0 {
-			if err := os.MkdirAll(dir, 0o755); err != nil {
+			if err := os.MkdirAll(dir, c.cfg.Store.DirMode()); err != nil {
 				return err
 			}
 		}

@@ -35,6 +35,9 @@ func (c *Chief) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Regi
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, ErrNotYet):
 		return nil, status.Error(codes.Unavailable, err.Error()) // the task retries
+	case errors.Is(err, ErrQuarantined):
+		c.cfg.Metrics.RejectedRequests.WithLabelValues("quarantined").Inc()
+		return nil, status.Error(codes.PermissionDenied, err.Error())
 	case err != nil:
 		c.cfg.Metrics.RejectedRequests.WithLabelValues("task").Inc()
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -55,6 +58,7 @@ func (c *Chief) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.He
 	}
 	c.mu.Lock()
 	stop, err := c.core.Heartbeat(int(req.Worker), c.cfg.Now())
+	why := c.core.QuarantineReason(int(req.Worker))
 	var plan []byte
 	if err == nil && req.PlanEras > 0 { // (0: a worker that does not follow a data plan)
 		if p, changed := c.core.HeartbeatPlan(int(req.Worker), int(req.PlanEras)); changed {
@@ -66,7 +70,7 @@ func (c *Chief) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.He
 		c.cfg.Metrics.RejectedRequests.WithLabelValues("task").Inc()
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	return &pb.HeartbeatResponse{Stop: stop, DataPlan: plan}, nil
+	return &pb.HeartbeatResponse{Stop: stop || why != "", DataPlan: plan, Quarantined: why}, nil
 }
 
 // pollTimeout bounds a poll's Status call without hot standbys (with
@@ -193,7 +197,7 @@ func (c *Chief) setStandby(ctx context.Context, a SetStandby) error {
 // and whether one refused a hold at a step it had reached.
 func (c *Chief) setMembership(ctx context.Context, a SetMembership) (sent, refused bool) {
 	req := &pb.MembershipRequest{LiveWorkers: a.Live, Members: int32(a.Members), Retired: a.Retired,
-		Replicas: int32(a.Replicas), MaxVersion: a.MaxVersion, HoldAt: a.HoldAt}
+		Replicas: int32(a.Replicas), MaxVersion: a.MaxVersion, HoldAt: a.HoldAt, Quarantined: a.Quarantined}
 	sent = true
 	for _, p := range c.primaries() {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -158,6 +158,8 @@ func (s *scenario) do(cmd string) (string, error) {
 		return fmt.Sprintf("step=%d at-version=%d skip=%q", step, at, skip), nil
 	case f[0] == "divergences":
 		return s.divergences(), nil
+	case f[0] == "suspects":
+		return s.suspects(), nil
 	case f[0] == "scale":
 		n, _ := strconv.Atoi(f[1])
 		if err := s.core.Scale(n, s.at(a)); err != nil {
@@ -250,6 +252,16 @@ func (s *scenario) events() map[string]func(a map[string]string, now time.Time) 
 			if e, ok := a["err"]; ok {
 				res.Err = errors.New(e)
 			}
+			if cs, ok := a["cos"]; ok {
+				// Each worker's cosine with the model's descent over the
+				// window the evaluation's pull closed.
+				w := &Window{UpdateSq: 1}
+				for _, f := range strings.Split(cs, ",") {
+					x, _ := strconv.ParseFloat(f, 64)
+					w.Dot, w.Sq = append(w.Dot, x), append(w.Sq, 1)
+				}
+				res.Window = w
+			}
 			return c.Evaluated(now, res)
 		},
 		"checkpoint-done": func(a map[string]string, now time.Time) []Action {
@@ -314,6 +326,8 @@ func (s *scenario) config(a map[string]string) error {
 			p.Run.CheckpointEvery, err = config.ParseEvery(v)
 		case "heartbeat":
 			p.Run.HeartbeatTimeout, err = time.ParseDuration(v)
+		case "initial-loss":
+			p.InitialLoss, err = strconv.ParseFloat(v, 64)
 		case "resume":
 			p.Run.Resume = v == "true"
 		case "evaluate":
@@ -491,6 +505,21 @@ func (s *scenario) divergences() string {
 	}
 	return strings.Join(append(lines, fmt.Sprintf("lr-factor=%g refused=%v non-finite=%v", c.LRFactor(), c.refused(false),
 		c.nonFiniteGrads.byWorker(c.p.Run.Workers, false))), "\n")
+}
+
+func (s *scenario) suspects() string {
+	c := s.core
+	var lines []string
+	for _, x := range c.st.Suspects {
+		lines = append(lines, fmt.Sprintf("suspect %s at-step=%d reason=%q", x.Worker, x.AtStep, x.Reason))
+	}
+	lines = append(lines, fmt.Sprintf("quarantined=%v ruined=%q", c.quarantinedNames(), c.ruined()))
+	for w := range c.p.Run.Workers {
+		if why := c.QuarantineReason(w); why != "" {
+			lines = append(lines, fmt.Sprintf("heartbeat worker/%d: %s", w, why))
+		}
+	}
+	return strings.Join(lines, "\n")
 }
 
 // planText is a data plan in a line: its eras as epoch@step:workers.

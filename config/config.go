@@ -141,6 +141,11 @@ type Run struct {
 	CheckpointDir   string `json:"checkpoint_dir" check:"-"`
 	CheckpointEvery Every  `json:"checkpoint_every" check:"-"`
 	KeepCheckpoints int    `json:"keep_checkpoints" check:"-"`
+	// CheckpointMode is the permission of the checkpoint directories the
+	// tasks make (files get the same without execute bits): 0700 (and
+	// 0600) by default, wider for a volume shared by several users
+	// (--checkpoint-mode 0750: directories 0750, files 0640).
+	CheckpointMode FileMode `json:"checkpoint_mode,omitempty" check:"-"`
 	// KeepArchives is how many archives of earlier runs' checkpoints
 	// (CheckpointDir/archive-<time>/, made when a new run starts) are
 	// kept: the oldest beyond it are deleted (0: none kept, -1: all).
@@ -250,6 +255,7 @@ func Default() Run {
 		HeartbeatTimeout: 3 * time.Second,
 		CheckpointEvery:  Every{Duration: 10 * time.Second},
 		KeepCheckpoints:  3,
+		CheckpointMode:   0o700,
 		KeepArchives:     2,
 		Resume:           true,
 	}
@@ -295,6 +301,8 @@ func (r Run) Validate() error {
 		return fmt.Errorf("--eval-every must not be negative, got %v", r.EvalEvery)
 	case r.HeartbeatTimeout <= 0:
 		return fmt.Errorf("--heartbeat-timeout must be positive, got %v", r.HeartbeatTimeout)
+	case r.CheckpointMode != 0 && (r.CheckpointMode&0o700 != 0o700 || r.CheckpointMode&^0o777 != 0):
+		return fmt.Errorf("--checkpoint-mode must be an octal permission from 0700 to 0777 that lets the owner in (rwx), got %04o", uint32(r.CheckpointMode))
 	case r.KeepCheckpoints < 0:
 		return fmt.Errorf("--keep-checkpoints must be >= 0 (0 keeps all), got %d", r.KeepCheckpoints)
 	case r.KeepArchives < -1:
@@ -466,4 +474,23 @@ func (r Run) Diff(other Run) []string {
 		}
 	}
 	return out
+}
+
+// FileMode is a permission given in octal on the command line ("0750").
+type FileMode uint32
+
+// String is the mode in octal with a leading zero.
+func (m FileMode) String() string { return fmt.Sprintf("%04o", uint32(m)) }
+
+// MarshalText writes the mode in octal.
+func (m FileMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+
+// UnmarshalText reads an octal mode ("0750" or "750").
+func (m *FileMode) UnmarshalText(b []byte) error {
+	v, err := strconv.ParseUint(string(b), 8, 32)
+	if err != nil {
+		return fmt.Errorf("not an octal permission: %q", b)
+	}
+	*m = FileMode(v)
+	return nil
 }

@@ -28,6 +28,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -217,6 +218,9 @@ type supervisor struct {
 	procs    map[string]*proc
 	usage    map[string]report.Task // summed over a task's processes
 	restarts []restart
+	// ended are the processes that ended during the run and were not
+	// restarted, by design: quarantined, or removed by a scale request.
+	ended    []restart
 	finished bool // the chief is done: exits are no longer restarted
 	// interrupted: the run is being stopped on a signal; no task is
 	// restarted or faulted any more.
@@ -298,7 +302,7 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 	if c.RestartBackoff <= 0 {
 		c.RestartBackoff = 250 * time.Millisecond
 	}
-	if err := os.MkdirAll(filepath.Join(c.Dir, "logs"), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(c.Dir, "logs"), 0o700); err != nil {
 		return nil, err
 	}
 	pidDir := filepath.Join(c.Dir, "pids")
@@ -515,6 +519,7 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 			c.Log.Warn("task did not exit after training; killing it", "task", p.task)
 			p.cmd.Process.Kill()
 			<-p.done
+			s.noteEnded(p, CauseKilledAtEnd)
 		}
 	}
 	cancel()
@@ -533,6 +538,7 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 		rep.Bottleneck = &b
 	}
 	rep.Restarts = mergeRestarts(rep.Restarts, s.restarts, t0, rep.TrainStartedUnix, rep.Mode == string(config.Sync))
+	rep.Restarts = append(rep.Restarts, endedRecords(s.ended, t0)...)
 	return rep, nil
 }
 
@@ -620,7 +626,7 @@ func (s *supervisor) start(ctx context.Context, wg *sync.WaitGroup, i int, t clu
 		flags |= os.O_TRUNC
 	}
 	s.mu.Unlock()
-	lf, err := os.OpenFile(logPath, flags, 0o644)
+	lf, err := os.OpenFile(logPath, flags, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -698,8 +704,13 @@ func (s *supervisor) judge(ctx context.Context, p *proc) exitVerdict {
 	s.mu.Unlock()
 	isChief := p.task.Type == cluster.Chief
 	switch {
-	case isChief && p.cmd.ProcessState.ExitCode() == ExitChiefGaveUp:
+	case isChief && p.cmd.ProcessState.ExitCode() == ExitChiefGaveUp && !ruinedReport(s.chiefReport):
 		return taskFailed
+	case isChief && p.cmd.ProcessState.ExitCode() == ExitChiefGaveUp:
+		// The chief finished the run with its report, but the model is
+		// ruined: the run's end, which `pstrain run` reports with the
+		// same status.
+		return taskDone
 	case isChief && (stoppedBySignal(p) || p.cmd.ProcessState.ExitCode() == ExitFinalCheckpointFailed):
 		// The chief stopped the run cleanly on a signal (ours, or one
 		// sent to it directly), or finished it without its final
@@ -720,6 +731,13 @@ func (s *supervisor) judge(ctx context.Context, p *proc) exitVerdict {
 		} else {
 			s.c.Log.Info("removed worker exited", "task", p.task)
 		}
+		s.noteEnded(p, CauseRemoved)
+		return taskDone
+	case p.task.Type == cluster.Worker && quarantinedIn(s.statePath, s.runID, p.task.Index):
+		// Quarantined by the chief (docs/security.md): its pulls answer
+		// done and a new process of it would be refused.
+		s.c.Log.Warn("quarantined worker exited; not restarted", "task", p.task, "err", exitText(p))
+		s.noteEnded(p, CauseQuarantined)
 		return taskDone
 	case p.err == nil && s.runEnding(ctx):
 		return taskDone
@@ -758,6 +776,35 @@ func (s *supervisor) runEnding(ctx context.Context) bool {
 		case <-tick.C:
 		}
 	}
+}
+
+// ruinedReport says the chief's report at path exists and says the
+// model is ruined (the chief exits 4 after writing it).
+func ruinedReport(path string) bool {
+	rep, err := report.Read(path)
+	return err == nil && rep.Ruined != ""
+}
+
+// quarantinedIn says the chief's state file (of run runID) lists worker
+// index as quarantined.
+func quarantinedIn(statePath, runID string, index int) bool {
+	b, err := os.ReadFile(statePath)
+	if err != nil {
+		return false
+	}
+	var st struct {
+		RunID       string `json:"run_id"`
+		Quarantined []int  `json:"quarantined"`
+	}
+	return json.Unmarshal(b, &st) == nil && st.RunID == runID && slices.Contains(st.Quarantined, index)
+}
+
+// noteEnded records that p's process ended, for cause, and was not
+// restarted.
+func (s *supervisor) noteEnded(p *proc, cause string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ended = append(s.ended, restart{task: p.task.String(), cause: cause, exitedAt: time.Now()})
 }
 
 func hasExited(p *proc) bool {

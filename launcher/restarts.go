@@ -26,7 +26,25 @@ const (
 	CauseExitNonZero = "exit-nonzero"
 	// CauseExitZero: it exited with status 0 while the run went on.
 	CauseExitZero = "exit-zero"
+	// CauseQuarantined: a worker the chief quarantined (its gradients
+	// pointed away from the model's progress); not restarted.
+	CauseQuarantined = "quarantined"
+	// CauseRemoved: a worker removed by `pstrain scale`; not restarted.
+	CauseRemoved = "removed"
+	// CauseKilledAtEnd: it did not exit within 15 s of the run's end
+	// (frozen, or stuck) and the launcher killed it.
+	CauseKilledAtEnd = "killed-after-training"
 )
+
+// endedRecords are the report's records of processes that ended and
+// were not restarted: never back (BackAtSeconds nil, RestoredStep -1).
+func endedRecords(ended []restart, t0 time.Time) []report.Restart {
+	out := []report.Restart{}
+	for _, e := range ended {
+		out = append(out, report.Restart{Task: e.task, Cause: e.cause, KilledAtSeconds: e.exitedAt.Sub(t0).Seconds(), RestoredStep: -1})
+	}
+	return out
+}
 
 // exitCause classifies an exit the launcher did not cause itself.
 func exitCause(ps *os.ProcessState) string {

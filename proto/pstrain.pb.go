@@ -707,13 +707,16 @@ func (x *PushResponse) GetDone() bool {
 // set by a chief of a fixed run; the other fields' zero values leave the
 // shard's as they are, but hold_at: 0 releases a hold.
 type MembershipRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	LiveWorkers   []int32                `protobuf:"varint,1,rep,packed,name=live_workers,json=liveWorkers,proto3" json:"live_workers,omitempty"`
-	Members       int32                  `protobuf:"varint,2,opt,name=members,proto3" json:"members,omitempty"`                         // worker indices below it contribute
-	Retired       []int32                `protobuf:"varint,3,rep,packed,name=retired,proto3" json:"retired,omitempty"`                  // removed workers: their pulls answer done
-	Replicas      int32                  `protobuf:"varint,4,opt,name=replicas,proto3" json:"replicas,omitempty"`                       // sync: gradients per step, all members live
-	MaxVersion    int64                  `protobuf:"varint,5,opt,name=max_version,json=maxVersion,proto3" json:"max_version,omitempty"` // the version training ends at
-	HoldAt        int64                  `protobuf:"varint,6,opt,name=hold_at,json=holdAt,proto3" json:"hold_at,omitempty"`             // hold workers' pulls at this version (0: none)
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	LiveWorkers []int32                `protobuf:"varint,1,rep,packed,name=live_workers,json=liveWorkers,proto3" json:"live_workers,omitempty"`
+	Members     int32                  `protobuf:"varint,2,opt,name=members,proto3" json:"members,omitempty"`                         // worker indices below it contribute
+	Retired     []int32                `protobuf:"varint,3,rep,packed,name=retired,proto3" json:"retired,omitempty"`                  // removed workers: their pulls answer done
+	Replicas    int32                  `protobuf:"varint,4,opt,name=replicas,proto3" json:"replicas,omitempty"`                       // sync: gradients per step, all members live
+	MaxVersion  int64                  `protobuf:"varint,5,opt,name=max_version,json=maxVersion,proto3" json:"max_version,omitempty"` // the version training ends at
+	HoldAt      int64                  `protobuf:"varint,6,opt,name=hold_at,json=holdAt,proto3" json:"hold_at,omitempty"`             // hold workers' pulls at this version (0: none)
+	// quarantined workers (docs/security.md): their pushes are refused and
+	// their pulls answer done.
+	Quarantined   []int32 `protobuf:"varint,7,rep,packed,name=quarantined,proto3" json:"quarantined,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -788,6 +791,13 @@ func (x *MembershipRequest) GetHoldAt() int64 {
 		return x.HoldAt
 	}
 	return 0
+}
+
+func (x *MembershipRequest) GetQuarantined() []int32 {
+	if x != nil {
+		return x.Quarantined
+	}
+	return nil
 }
 
 type MembershipResponse struct {
@@ -902,8 +912,20 @@ type StatusResponse struct {
 	ReplicationLagUpdates int64   `protobuf:"varint,18,opt,name=replication_lag_updates,json=replicationLagUpdates,proto3" json:"replication_lag_updates,omitempty"`
 	ReplicationLagSeconds float64 `protobuf:"fixed64,19,opt,name=replication_lag_seconds,json=replicationLagSeconds,proto3" json:"replication_lag_seconds,omitempty"`
 	StandbyAddr           string  `protobuf:"bytes,20,opt,name=standby_addr,json=standbyAddr,proto3" json:"standby_addr,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// Attribution (docs/security.md, "Attribution"): the window the last
+	// pull with retain set closed, over the shard's slice, from version
+	// window_from to window_to (the previous such pull, or the shard's
+	// Init, to that one). window_dot[w] is worker w's accepted gradients'
+	// sum dotted with the parameters' descent (their value at window_from
+	// minus at window_to), window_sq[w] that sum's squared norm, and
+	// window_update_sq the descent's squared norm.
+	WindowDot      []float64 `protobuf:"fixed64,21,rep,packed,name=window_dot,json=windowDot,proto3" json:"window_dot,omitempty"`
+	WindowSq       []float64 `protobuf:"fixed64,22,rep,packed,name=window_sq,json=windowSq,proto3" json:"window_sq,omitempty"`
+	WindowUpdateSq float64   `protobuf:"fixed64,23,opt,name=window_update_sq,json=windowUpdateSq,proto3" json:"window_update_sq,omitempty"`
+	WindowFrom     int64     `protobuf:"varint,24,opt,name=window_from,json=windowFrom,proto3" json:"window_from,omitempty"`
+	WindowTo       int64     `protobuf:"varint,25,opt,name=window_to,json=windowTo,proto3" json:"window_to,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -1074,6 +1096,41 @@ func (x *StatusResponse) GetStandbyAddr() string {
 		return x.StandbyAddr
 	}
 	return ""
+}
+
+func (x *StatusResponse) GetWindowDot() []float64 {
+	if x != nil {
+		return x.WindowDot
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetWindowSq() []float64 {
+	if x != nil {
+		return x.WindowSq
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetWindowUpdateSq() float64 {
+	if x != nil {
+		return x.WindowUpdateSq
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetWindowFrom() int64 {
+	if x != nil {
+		return x.WindowFrom
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetWindowTo() int64 {
+	if x != nil {
+		return x.WindowTo
+	}
+	return 0
 }
 
 type CheckpointRequest struct {
@@ -2075,9 +2132,12 @@ func (x *HeartbeatRequest) GetPlanEras() int32 {
 }
 
 type HeartbeatResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Stop          bool                   `protobuf:"varint,1,opt,name=stop,proto3" json:"stop,omitempty"`
-	DataPlan      []byte                 `protobuf:"bytes,2,opt,name=data_plan,json=dataPlan,proto3" json:"data_plan,omitempty"` // the chief's data plan, when it has more eras than plan_eras
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Stop     bool                   `protobuf:"varint,1,opt,name=stop,proto3" json:"stop,omitempty"`
+	DataPlan []byte                 `protobuf:"bytes,2,opt,name=data_plan,json=dataPlan,proto3" json:"data_plan,omitempty"` // the chief's data plan, when it has more eras than plan_eras
+	// quarantined says why the chief quarantined this worker ("": it is
+	// not): the shards refuse its gradients and its pulls answer done.
+	Quarantined   string `protobuf:"bytes,3,opt,name=quarantined,proto3" json:"quarantined,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2124,6 +2184,13 @@ func (x *HeartbeatResponse) GetDataPlan() []byte {
 		return x.DataPlan
 	}
 	return nil
+}
+
+func (x *HeartbeatResponse) GetQuarantined() string {
+	if x != nil {
+		return x.Quarantined
+	}
+	return ""
 }
 
 var File_pstrain_proto protoreflect.FileDescriptor
@@ -2199,7 +2266,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\aOutcome\x12\v\n" +
 	"\aAPPLIED\x10\x00\x12\t\n" +
 	"\x05STALE\x10\x01\x12\r\n" +
-	"\tDUPLICATE\x10\x02\"\xc0\x01\n" +
+	"\tDUPLICATE\x10\x02\"\xe2\x01\n" +
 	"\x11MembershipRequest\x12!\n" +
 	"\flive_workers\x18\x01 \x03(\x05R\vliveWorkers\x12\x18\n" +
 	"\amembers\x18\x02 \x01(\x05R\amembers\x12\x18\n" +
@@ -2207,10 +2274,11 @@ const file_pstrain_proto_rawDesc = "" +
 	"\breplicas\x18\x04 \x01(\x05R\breplicas\x12\x1f\n" +
 	"\vmax_version\x18\x05 \x01(\x03R\n" +
 	"maxVersion\x12\x17\n" +
-	"\ahold_at\x18\x06 \x01(\x03R\x06holdAt\".\n" +
+	"\ahold_at\x18\x06 \x01(\x03R\x06holdAt\x12 \n" +
+	"\vquarantined\x18\a \x03(\x05R\vquarantined\".\n" +
 	"\x12MembershipResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\"\x0f\n" +
-	"\rStatusRequest\"\xe7\x05\n" +
+	"\rStatusRequest\"\x8b\a\n" +
 	"\x0eStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12 \n" +
 	"\vinitialized\x18\x02 \x01(\bR\vinitialized\x12\x12\n" +
@@ -2236,7 +2304,14 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x10standby_attached\x18\x11 \x01(\bR\x0fstandbyAttached\x126\n" +
 	"\x17replication_lag_updates\x18\x12 \x01(\x03R\x15replicationLagUpdates\x126\n" +
 	"\x17replication_lag_seconds\x18\x13 \x01(\x01R\x15replicationLagSeconds\x12!\n" +
-	"\fstandby_addr\x18\x14 \x01(\tR\vstandbyAddrB\x17\n" +
+	"\fstandby_addr\x18\x14 \x01(\tR\vstandbyAddr\x12\x1d\n" +
+	"\n" +
+	"window_dot\x18\x15 \x03(\x01R\twindowDot\x12\x1b\n" +
+	"\twindow_sq\x18\x16 \x03(\x01R\bwindowSq\x12(\n" +
+	"\x10window_update_sq\x18\x17 \x01(\x01R\x0ewindowUpdateSq\x12\x1f\n" +
+	"\vwindow_from\x18\x18 \x01(\x03R\n" +
+	"windowFrom\x12\x1b\n" +
+	"\twindow_to\x18\x19 \x01(\x03R\bwindowToB\x17\n" +
 	"\x15_first_outlier_worker\"y\n" +
 	"\x11CheckpointRequest\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x1d\n" +
@@ -2311,10 +2386,11 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x12\n" +
 	"\x04step\x18\x03 \x01(\x03R\x04step\x12\x1b\n" +
-	"\tplan_eras\x18\x04 \x01(\x05R\bplanEras\"D\n" +
+	"\tplan_eras\x18\x04 \x01(\x05R\bplanEras\"f\n" +
 	"\x11HeartbeatResponse\x12\x12\n" +
 	"\x04stop\x18\x01 \x01(\bR\x04stop\x12\x1b\n" +
-	"\tdata_plan\x18\x02 \x01(\fR\bdataPlan2\xab\x05\n" +
+	"\tdata_plan\x18\x02 \x01(\fR\bdataPlan\x12 \n" +
+	"\vquarantined\x18\x03 \x01(\tR\vquarantined2\xab\x05\n" +
 	"\x0fParameterServer\x129\n" +
 	"\x04Init\x12\x17.pstrain.v1.InitRequest\x1a\x18.pstrain.v1.InitResponse\x129\n" +
 	"\x04Pull\x12\x17.pstrain.v1.PullRequest\x1a\x18.pstrain.v1.PullResponse\x129\n" +

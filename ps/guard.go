@@ -39,6 +39,7 @@ type NormGuard struct {
 	k      float64   // refuse beyond k x reference; 0: judge but never refuse
 	floor  float64   // the reference's lower bound
 	window []float64 // the last accepted norms, a ring
+	vers   []int64   // the version each of window's gradients came from
 	next   int       // where the next accepted norm goes
 	ref    float64   // the reference: max(median(window), floor); 0 while warming up
 	scr    []float64 // scratch for the median
@@ -47,7 +48,8 @@ type NormGuard struct {
 // NewNormGuard returns a guard that refuses norms beyond k times the
 // reference (k 0: never), with the reference at least floor.
 func NewNormGuard(k, floor float64) *NormGuard {
-	return &NormGuard{k: k, floor: floor, window: make([]float64, 0, GuardWindow), scr: make([]float64, GuardWindow)}
+	return &NormGuard{k: k, floor: floor, window: make([]float64, 0, GuardWindow), vers: make([]int64, 0, GuardWindow),
+		scr: make([]float64, GuardWindow)}
 }
 
 // Verdict is the guard's judgement of one gradient.
@@ -69,14 +71,25 @@ func (g *NormGuard) Judge(norm float64) Verdict {
 }
 
 // Accept adds the norm of an applied gradient to the window.
-func (g *NormGuard) Accept(norm float64) {
+func (g *NormGuard) Accept(norm float64) { g.AcceptAt(norm, 0) }
+
+// AcceptAt is Accept of a gradient computed from version.
+func (g *NormGuard) AcceptAt(norm float64, version int64) {
 	if len(g.window) < cap(g.window) {
 		g.window = append(g.window, norm)
+		g.vers = append(g.vers, version)
 	} else {
 		g.window[g.next] = norm
+		g.vers[g.next] = version
 	}
 	g.next = (g.next + 1) % cap(g.window)
+	g.update()
+}
+
+// update recomputes the reference once the window is full.
+func (g *NormGuard) update() {
 	if len(g.window) < cap(g.window) {
+		g.ref = 0
 		return
 	}
 	s := g.scr[:len(g.window)]
@@ -89,13 +102,32 @@ func (g *NormGuard) Accept(norm float64) {
 	g.ref = max(med, g.floor)
 }
 
-// Inherit takes over prev's window of accepted norms (and so its
-// reference): a shard re-initialised by the chief (a rollback, or a
-// restore after another shard failed) is not left without a guard for a
-// warm-up, which an attacker could time its gradients for.
-func (g *NormGuard) Inherit(prev *NormGuard) {
-	g.window = append(g.window[:0], prev.window...)
-	g.next, g.ref = prev.next, prev.ref
+// Inherit takes over the part of prev's window of accepted norms that
+// belongs to the restored model's past: the norms of gradients computed
+// from versions up to upTo, the version the shard is re-initialised at
+// (a rollback, or a restore after another shard failed). A shard
+// restored to a model it had already trained past is then not left
+// without a guard for a warm-up an attacker could time its gradients
+// for, and norms of a model that went on to be ruined (and were
+// thrown away with it) never make the restored model's honest
+// gradients look small: the reference restarts from the restored
+// model's own history. With fewer than GuardWindow such norms the
+// guard warms up again from them.
+func (g *NormGuard) Inherit(prev *NormGuard, upTo int64) {
+	g.window, g.vers, g.next = g.window[:0], g.vers[:0], 0
+	n := len(prev.window)
+	for i := range n {
+		k := i
+		if n == cap(prev.window) {
+			k = (prev.next + i) % n // oldest first
+		}
+		if prev.vers[k] <= upTo {
+			g.window = append(g.window, prev.window[k])
+			g.vers = append(g.vers, prev.vers[k])
+		}
+	}
+	g.next = len(g.window) % cap(g.window)
+	g.update()
 }
 
 // Reference is the norm ratios are taken against (0 while warming up).

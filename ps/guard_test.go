@@ -530,22 +530,24 @@ func TestReinitKeepsTheGuard(t *testing.T) {
 	r := config.Default()
 	r.Workers, r.PS, r.Optimizer, r.LRSchedule = 2, 1, "momentum", "constant"
 	spec := model.Spec{Input: 4, Hidden: []int{3}, Classes: 2}
-	reinit := func(run string) {
+	reinit := func(run string, version int64) {
 		t.Helper()
 		if _, err := srv.Init(ctx, &pb.InitRequest{RunId: run, NumShards: 1, ShardOptions: OptionsFor(r).JSON(),
-			Params: wire.Bytes(make([]float32, n)), Generation: 2, ModelSpec: spec.JSON()}); err != nil {
+			Params: wire.Bytes(make([]float32, n)), Generation: 2, ModelSpec: spec.JSON(), Version: version}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	reinit("r")
+	// Restored at the version reached: every norm of the window belongs
+	// to the restored model's past.
+	reinit("r", GuardWindow)
 	huge := slices.Clone(g)
 	huge[0] = 1e9
-	resp, err := srv.Push(ctx, &pb.PushRequest{RunId: "r", Worker: 1, Grad: wire.Bytes(huge), Generation: 2})
+	resp, err := srv.Push(ctx, &pb.PushRequest{RunId: "r", Worker: 1, Version: GuardWindow, Grad: wire.Bytes(huge), Generation: 2})
 	if err != nil || resp.Outcome != pb.PushResponse_STALE {
 		t.Fatalf("huge gradient right after a re-init: %v, %v; want it refused", resp, err)
 	}
-	reinit("another run")
-	resp, err = srv.Push(ctx, &pb.PushRequest{RunId: "another run", Worker: 1, Grad: wire.Bytes(huge), Generation: 2})
+	reinit("another run", GuardWindow)
+	resp, err = srv.Push(ctx, &pb.PushRequest{RunId: "another run", Worker: 1, Version: GuardWindow, Grad: wire.Bytes(huge), Generation: 2})
 	if err != nil || resp.Outcome != pb.PushResponse_APPLIED {
 		t.Fatalf("a new run's first gradient: %v, %v; want it applied (warm-up)", resp, err)
 	}
@@ -574,5 +576,55 @@ func TestDropLeavesGradientOutOfTheStep(t *testing.T) {
 	}
 	if s.guard.Reference() != ref {
 		t.Errorf("dropped gradients moved the reference from %v to %v", ref, s.guard.Reference())
+	}
+}
+
+// A guard inherited by a shard restored to an earlier version keeps only
+// the norms of gradients of versions up to it: the norms of the model
+// that went on (and was thrown away) never judge the restored model's
+// gradients, and the reference restarts from the restored model's past.
+func TestInheritKeepsOnlyTheRestoredPast(t *testing.T) {
+	prev := NewNormGuard(20, 1e-9)
+	for v := range int64(GuardWindow) {
+		prev.AcceptAt(1, v) // an honest past
+	}
+	for v := int64(GuardWindow); v < 2*GuardWindow; v++ {
+		prev.AcceptAt(1e6, v) // a model being ruined: its norms soar
+	}
+	if got := prev.Reference(); got != 1e6 {
+		t.Fatalf("the ruined model's reference: %g, want 1e6", got)
+	}
+	g := NewNormGuard(20, 1e-9)
+	g.Inherit(prev, 2*GuardWindow-1)
+	if got := g.Reference(); got != 1e6 {
+		t.Errorf("restored at the version reached: reference %g, want the whole window's 1e6", got)
+	}
+	g = NewNormGuard(20, 1e-9)
+	g.Inherit(prev, GuardWindow/2)
+	if got := g.Reference(); got != 0 {
+		t.Errorf("rolled back to version %d: reference %g, want a warm-up (the ring only held later norms)", GuardWindow/2, got)
+	}
+	if v := g.Judge(5); v.Refuse {
+		t.Errorf("an honest gradient right after the rollback refused: %+v", v)
+	}
+	// Rolled back into a window that still holds the honest past.
+	prev = NewNormGuard(20, 1e-9)
+	for v := range int64(GuardWindow + 8) {
+		n := 1.0
+		if v >= GuardWindow {
+			n = 1e6
+		}
+		prev.AcceptAt(n, v)
+	}
+	g = NewNormGuard(20, 1e-9)
+	g.Inherit(prev, GuardWindow-1)
+	if got := g.Reference(); got != 0 || len(g.window) != GuardWindow-8 {
+		t.Errorf("kept %d norms, reference %g; want the %d honest ones and a warm-up", len(g.window), got, GuardWindow-8)
+	}
+	for v := range int64(8) {
+		g.AcceptAt(2, GuardWindow+v)
+	}
+	if got := g.Reference(); got != 1 && got != 1.5 {
+		t.Errorf("reference after the window filled again: %g, want the restored past's (1)", got)
 	}
 }

@@ -65,6 +65,9 @@ type Server struct {
 	// retained is the state the last pull with retain set kept (the
 	// model the chief evaluated), nil if none since Init.
 	retained *retainedSnap
+	// window is the attribution window the last retained pull closed
+	// (Status reports it).
+	window Window
 	// dataAddr is the TCP data plane's address ("" = none).
 	dataAddr string
 	// refusals rate-limits the log lines of refused gradients;
@@ -303,10 +306,12 @@ func (s *Server) install(b built, inherit bool) {
 	sh, req, plan, opts, params := b.sh, b.req, b.plan, b.opts, b.sh.Params()
 	if inherit && s.shard != nil && s.runID == req.RunId && s.index == int(req.Shard) {
 		sh.InheritGuard(s.shard) // re-initialised by the chief: no warm-up to exploit
+		sh.InheritQuarantine(s.shard)
 	}
 	s.shard, s.runID, s.index = sh, req.RunId, int(req.Shard)
 	s.gen, s.numShards, s.plan, s.opts = req.Generation, int(req.NumShards), plan, opts
 	s.dropRetained()
+	s.window = Window{}
 	s.retire(s.snap)
 	s.snap = nil
 	s.abortPending(func(*pendingSnap) bool { return true })
@@ -508,6 +513,7 @@ func (s *Server) answerPull(req *pb.PullRequest, shared bool, start time.Time) (
 		resp.DataPosition = sh.DataPosition(w)
 	}
 	if req.Retain {
+		s.window = sh.CloseWindow()
 		s.retain(p)
 		// The standby keeps the same state: a pull is answered only
 		// once it holds every update, so the op reaches it right after
@@ -662,6 +668,9 @@ func (s *Server) applyPush(req *pb.PushRequest) (resp *pb.PushResponse, err erro
 		m.StaleGradientsDropped.Inc()
 	case Refused:
 		s.refused(m, req, res)
+	case Quarantined:
+		m.RejectedRequests.WithLabelValues("quarantined").Inc()
+		return &pb.PushResponse{Outcome: pb.PushResponse_STALE, Version: s.shard.Version(), Done: true}, nil, true
 	}
 	s.lastLoss = req.Loss
 	switch {
@@ -751,7 +760,8 @@ func (s *Server) applyMembership(req *pb.MembershipRequest) (*pb.MembershipRespo
 		return nil, status.Error(codes.Unavailable, "shard not initialised yet")
 	}
 	advanced, err := s.shard.SetMembership(Membership{Live: toInts(req.LiveWorkers), Members: int(req.Members),
-		Retired: toInts(req.Retired), Replicas: int(req.Replicas), MaxVersion: req.MaxVersion, HoldAt: req.HoldAt})
+		Retired: toInts(req.Retired), Replicas: int(req.Replicas), MaxVersion: req.MaxVersion, HoldAt: req.HoldAt,
+		Quarantined: toInts(req.Quarantined)})
 	if err != nil {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
@@ -774,7 +784,8 @@ func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusR
 	resp := &pb.StatusResponse{Version: s.visibleVersion(), Initialized: true, Done: s.shard.Done(),
 		StaleDropped: st.StaleDropped, Applied: st.Applied, NumParams: int64(len(s.shard.Params())),
 		RunId: s.runID, LastLoss: s.lastLoss, Generation: s.gen, MaxVersion: s.shard.MaxVersion(), DataAddr: s.dataAddr,
-		RefusedGradients: s.shard.Refused(), NonFiniteGradients: s.shard.NonFinite()}
+		RefusedGradients: s.shard.Refused(), NonFiniteGradients: s.shard.NonFinite(),
+		WindowDot: s.window.Dot, WindowSq: s.window.Sq, WindowUpdateSq: s.window.UpdateSq, WindowFrom: s.window.From, WindowTo: s.window.To}
 	if o := s.shard.Outlier(); o != nil {
 		w := int32(o.Worker)
 		resp.FirstOutlierWorker = &w

@@ -152,6 +152,9 @@ const (
 	// counts it as arrived but leaves it out of the mean, as if its
 	// worker had died after pushing; its batch is used up.
 	Refused
+	// Quarantined: its worker is quarantined (docs/security.md,
+	// "Attribution"): never judged, never applied, never counted.
+	Quarantined
 )
 
 // PushResult says what a push did.
@@ -217,6 +220,11 @@ type Shard struct {
 	refused   []int64  // by worker: gradients the norm guard refused since Init
 	nonFinite []int64  // by worker: non-finite gradients since Init
 	outlier   *Outlier // the first out-of-line gradient since Init
+	// agree sums each worker's accepted gradients over the window
+	// between two evaluations (attribution); quarantined workers'
+	// pushes are refused and their pulls answer done.
+	agree       *Agreement
+	quarantined []bool
 
 	// Elastic membership (docs/elastic.md). Worker indices below members
 	// contribute; a pull from one at or above it waits (a worker about to
@@ -253,7 +261,8 @@ func NewShard(cfg ShardConfig, params []float32, opt optim.Optimizer, version in
 	s := &Shard{cfg: cfg, params: params, opt: opt, version: version, members: cfg.Workers,
 		live: make([]bool, cfg.Workers), clock: make([]int64, cfg.Workers), pos: make([]int64, cfg.Workers),
 		retired: make([]bool, cfg.Workers),
-		guard:   NewNormGuard(cfg.NormGuard, floor), refused: make([]int64, cfg.Workers), nonFinite: make([]int64, cfg.Workers)}
+		guard:   NewNormGuard(cfg.NormGuard, floor), refused: make([]int64, cfg.Workers), nonFinite: make([]int64, cfg.Workers),
+		agree: NewAgreement(params, version), quarantined: make([]bool, cfg.Workers)}
 	for i := range s.live {
 		s.live[i] = true
 	}
@@ -300,11 +309,13 @@ func (s *Shard) NonFinite() []int64 { return slices.Clone(s.nonFinite) }
 // (nil: none).
 func (s *Shard) Outlier() *Outlier { return s.outlier }
 
-// InheritGuard gives the shard prev's norm guard window, if prev held as
-// many parameters (the same shard of the same run, re-initialised).
+// InheritGuard gives the shard the norms of prev's norm guard window
+// that belong to its own past (gradients of versions up to the shard's;
+// see NormGuard.Inherit), if prev held as many parameters (the same
+// shard of the same run, re-initialised).
 func (s *Shard) InheritGuard(prev *Shard) {
 	if prev != nil && len(prev.params) == len(s.params) {
-		s.guard.Inherit(prev.guard)
+		s.guard.Inherit(prev.guard, s.version)
 	}
 }
 
@@ -316,8 +327,8 @@ func (s *Shard) Stop() { s.done = true }
 // worker cannot hang the step.
 func (s *Shard) replicas() int {
 	n := 0
-	for _, l := range s.live {
-		if l {
+	for w, l := range s.live {
+		if l && !s.quarantined[w] {
 			n++
 		}
 	}
@@ -348,6 +359,9 @@ func (s *Shard) PushAt(worker int, version int64, grad []float32, after int64) (
 	}
 	if version > s.version {
 		return PushResult{}, fmt.Errorf("%w: gradient from version %d, shard at %d", ErrFutureVersion, version, s.version)
+	}
+	if s.quarantined[worker] {
+		return PushResult{Outcome: Quarantined}, nil
 	}
 	sq := sumSquares(grad)
 	if !isFinite(sq) {
@@ -387,6 +401,7 @@ func (s *Shard) PushAt(worker int, version int64, grad []float32, after int64) (
 			return res, nil
 		}
 		s.setLR()
+		s.agree.Add(worker, grad)
 		s.opt.Apply(s.params, grad, 1)
 		s.version++
 		s.credit(worker, after)
@@ -397,6 +412,7 @@ func (s *Shard) PushAt(worker int, version int64, grad []float32, after int64) (
 	var g []float32 // the gradient, if it counts
 	if !refuse {
 		g = grad
+		s.agree.Add(worker, grad)
 	}
 	res.Advanced = s.arrive(worker, after, g)
 	return res, nil
@@ -454,7 +470,7 @@ func (s *Shard) judge(worker int, version int64, res *PushResult) bool {
 		res.Outcome = Refused
 		return true
 	}
-	s.guard.Accept(res.Norm)
+	s.guard.AcceptAt(res.Norm, version)
 	s.stats.Applied++
 	res.Outcome = Applied
 	return false
@@ -623,6 +639,10 @@ type Membership struct {
 	// (refused with ErrPastHold if the shard is already there and the
 	// hold is new); 0 releases any hold.
 	HoldAt int64
+	// Quarantined are the workers the chief quarantined: their pushes
+	// are refused and their pulls answer done (the whole set: nil
+	// lifts every quarantine).
+	Quarantined []int
 }
 
 // SetMembership applies m; it reports whether that completed a pending
@@ -645,6 +665,7 @@ func (s *Shard) SetMembership(m Membership) (bool, error) {
 			s.retired[w] = true
 		}
 	}
+	s.setQuarantined(m.Quarantined)
 	if m.Replicas > 0 {
 		s.cfg.Replicas = m.Replicas
 		if s.kept != nil && len(s.kept) < m.Replicas {
@@ -679,6 +700,7 @@ func (s *Shard) grow(n int) {
 		s.retired = append(s.retired, false)
 		s.refused = append(s.refused, 0)
 		s.nonFinite = append(s.nonFinite, 0)
+		s.quarantined = append(s.quarantined, false)
 	}
 	s.cfg.Workers = max(s.cfg.Workers, n)
 }
@@ -687,10 +709,50 @@ func (s *Shard) grow(n int) {
 // answered and no gradient counts until the chief releases it.
 func (s *Shard) held() bool { return s.holdAt > 0 && s.version >= s.holdAt }
 
-// Retired says worker was removed from the run: its pulls answer done.
+// Retired says worker was removed from the run, or quarantined: its
+// pulls answer done.
 func (s *Shard) Retired(worker int) bool {
-	return worker >= 0 && worker < len(s.retired) && s.retired[worker]
+	return worker >= 0 && worker < len(s.retired) && (s.retired[worker] || s.quarantined[worker])
 }
+
+// setQuarantined makes ws the quarantined workers.
+func (s *Shard) setQuarantined(ws []int) {
+	for _, w := range ws {
+		s.grow(w + 1)
+	}
+	clear(s.quarantined)
+	for _, w := range ws {
+		if w >= 0 {
+			s.quarantined[w] = true
+		}
+	}
+}
+
+// InheritQuarantine keeps prev's quarantined workers (the same shard of
+// the same run, re-initialised): a rollback ordered with a quarantine
+// never lets the quarantined worker's gradients into the restored model
+// before the chief says the membership again.
+func (s *Shard) InheritQuarantine(prev *Shard) {
+	if prev == nil {
+		return
+	}
+	var ws []int
+	for w, q := range prev.quarantined {
+		if q {
+			ws = append(ws, w)
+		}
+	}
+	s.setQuarantined(ws)
+}
+
+// Quarantined says worker is quarantined.
+func (s *Shard) Quarantined(worker int) bool {
+	return worker >= 0 && worker < len(s.quarantined) && s.quarantined[worker]
+}
+
+// CloseWindow ends the attribution window at the current version and
+// returns its figures (see Agreement).
+func (s *Shard) CloseWindow() Window { return s.agree.Close(s.params, s.version, len(s.live)) }
 
 // Slots is the number of worker indices the shard keeps state for.
 func (s *Shard) Slots() int { return len(s.live) }

@@ -33,6 +33,10 @@ type ShardState struct {
 	GuardWindow []float64 `json:"guard_window"`
 	GuardNext   int       `json:"guard_next"`
 	GuardRef    float64   `json:"guard_ref"`
+	// GuardVersions are the versions the window's gradients came from.
+	GuardVersions []int64 `json:"guard_versions,omitempty"`
+	// Quarantined workers (by index).
+	Quarantined []bool `json:"quarantined,omitempty"`
 	// Per worker.
 	Refused   []int64  `json:"refused"`
 	NonFinite []int64  `json:"non_finite"`
@@ -52,6 +56,7 @@ func (s *Shard) State() ShardState {
 		LRMaxVersion: s.cfg.LR.MaxVersion, Done: s.done, Accepted: s.accepted,
 		Contributors: slices.Clone(s.contributors), After: slices.Clone(s.after),
 		GuardWindow: slices.Clone(s.guard.window), GuardNext: s.guard.next, GuardRef: s.guard.ref,
+		GuardVersions: slices.Clone(s.guard.vers), Quarantined: slices.Clone(s.quarantined),
 		Refused: slices.Clone(s.refused), NonFinite: slices.Clone(s.nonFinite), Retired: slices.Clone(s.retired),
 		Live: slices.Clone(s.live), Clock: slices.Clone(s.clock), Pos: slices.Clone(s.pos),
 		Members: s.members, HoldAt: s.holdAt, Stats: s.stats}
@@ -102,7 +107,13 @@ func (s *Shard) SetState(st ShardState) error {
 	s.done, s.accepted = st.Done, st.Accepted
 	s.contributors, s.after = append(s.contributors[:0], st.Contributors...), append(s.after[:0], st.After...)
 	s.guard.window = append(s.guard.window[:0], st.GuardWindow...)
+	s.guard.vers = append(s.guard.vers[:0], st.GuardVersions...)
+	for len(s.guard.vers) < len(s.guard.window) {
+		s.guard.vers = append(s.guard.vers, 0)
+	}
+	s.guard.vers = s.guard.vers[:len(s.guard.window)]
 	s.guard.next, s.guard.ref = st.GuardNext, st.GuardRef
+	copy(s.quarantined, st.Quarantined)
 	copy(s.refused, st.Refused)
 	copy(s.nonFinite, st.NonFinite)
 	copy(s.retired, st.Retired)

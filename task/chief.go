@@ -108,7 +108,7 @@ func RunChief(ctx context.Context, o Options, co ChiefOptions) (*report.Report, 
 		Log: o.Log, Metrics: m, StartupTimeout: o.ConnectTimeout, StatePath: co.StatePath,
 		ScaleFile: co.ScaleFile}
 	if o.Run.CheckpointDir != "" {
-		cfg.Store = checkpoint.NewStore(checkpoint.OSFS{}, o.Run.CheckpointDir, o.Run.KeepCheckpoints).WithLog(o.Log)
+		cfg.Store = checkpoint.NewStore(checkpoint.OSFS{}, o.Run.CheckpointDir, o.Run.KeepCheckpoints).WithLog(o.Log).WithMode(checkpoint.DirMode(o.Run.CheckpointMode))
 	}
 	if co.Progress != nil {
 		var lines progressLines

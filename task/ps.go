@@ -77,7 +77,7 @@ func RunPS(ctx context.Context, o Options) error {
 	srv.SetReplicaDialer(replicaDialer(o))
 	defer srv.Close()
 	if o.Run.CheckpointDir != "" {
-		srv.SetCheckpointStore(checkpoint.NewStore(checkpoint.OSFS{}, o.Run.CheckpointDir, o.Run.KeepCheckpoints).WithLog(o.Log))
+		srv.SetCheckpointStore(checkpoint.NewStore(checkpoint.OSFS{}, o.Run.CheckpointDir, o.Run.KeepCheckpoints).WithLog(o.Log).WithMode(checkpoint.DirMode(o.Run.CheckpointMode)))
 	}
 	maxRecv := psMaxRecv(o.Run, o.MaxMessageBytes)
 	g := o.grpcServer(maxRecv, func(reason string) { m.RejectedRequests.WithLabelValues(reason).Inc() })

@@ -46,7 +46,20 @@ func (w *Worker) Heartbeats(ctx context.Context, chief pb.ChiefClient, timeout t
 		if err == nil && len(resp.DataPlan) > 0 && w.cfg.DataPlan != nil {
 			w.followPlan(resp.DataPlan)
 		}
+		if err == nil && resp.Quarantined != "" {
+			w.quarantined(resp.Quarantined)
+			return
+		}
 	}
+}
+
+// quarantined reports that the chief quarantined this worker
+// (docs/security.md, "Attribution"): the shards refuse its gradients and
+// its pulls answer done, so its training loop ends by itself; its
+// heartbeats stop here.
+func (w *Worker) quarantined(why string) {
+	w.cfg.Log.Error("this worker is quarantined by the chief: its gradients are refused and it stops training",
+		"worker", w.cfg.Index, "why", why)
 }
 
 // followPlan hands the data source the chief's new plan.

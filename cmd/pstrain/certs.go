@@ -32,7 +32,7 @@ func cmdCerts(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *out == "" {
 		return usagef("missing --out DIR")
 	}
-	spec, _, err := cluster.Load(*clusterFile, os.Getenv("TF_CONFIG"))
+	spec, _, err := loadCluster(*clusterFile, os.Getenv("TF_CONFIG"))
 	if err != nil {
 		return err
 	}

@@ -191,33 +191,50 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
-// The binary's exit statuses: 0 for help and version, 2 for a
-// command-line mistake (with a short message on stderr), 1 for a failure.
+// The binary's exit statuses: 0 for help and version, 2 for a bad value
+// the user gave (on the command line, in TF_CONFIG or in a cluster file;
+// with a short message on stderr), 1 for a failure.
 func TestExitCodes(t *testing.T) {
 	exe := bin.Path(t)
+	tf := func(ps, task string) string {
+		return `{"cluster":{"chief":["127.0.0.1:1"],"ps":["` + ps + `"],"worker":["127.0.0.1:3"]},"task":` + task + `}`
+	}
 	for _, c := range []struct {
 		args       []string
 		code       int
 		stdout     string // a substring of stdout
 		stderrHint string // the last line of stderr ("" = stderr empty)
+		tfConfig   string // TF_CONFIG ("" = unset)
 	}{
-		{[]string{"--version"}, 0, "pstrain " + task.Version + "\n", ""},
-		{[]string{"-version"}, 0, "pstrain " + task.Version + "\n", ""},
-		{[]string{"version"}, 0, "pstrain " + task.Version + "\n", ""},
-		{[]string{"-h"}, 0, "Usage:\n  pstrain run [flags]", ""},
-		{[]string{"--help"}, 0, "Usage:\n  pstrain run [flags]", ""},
-		{[]string{"help"}, 0, "Usage:\n  pstrain run [flags]", ""},
-		{[]string{"run", "-h"}, 0, "usage: pstrain run [flags]", ""},
-		{[]string{"ps", "--help"}, 0, "usage: pstrain ps [flags]", ""},
-		{[]string{"bogus"}, 2, "", "run 'pstrain -h' for usage"},
-		{[]string{"run", "--frobnicate"}, 2, "", "run 'pstrain run -h' for usage"},
-		{[]string{"run", "--ps", "zero"}, 2, "", "run 'pstrain run -h' for usage"},
-		{[]string{"run", "--ps", "0"}, 2, "", "run 'pstrain run -h' for usage"},
-		{[]string{"checkpoint", "ls", filepath.Join(t.TempDir(), "none")}, 1, "", "is not a directory"},
+		{[]string{"--version"}, 0, "pstrain " + task.Version + "\n", "", ""},
+		{[]string{"-version"}, 0, "pstrain " + task.Version + "\n", "", ""},
+		{[]string{"version"}, 0, "pstrain " + task.Version + "\n", "", ""},
+		{[]string{"-h"}, 0, "Usage:\n  pstrain run [flags]", "", ""},
+		{[]string{"--help"}, 0, "Usage:\n  pstrain run [flags]", "", ""},
+		{[]string{"help"}, 0, "Usage:\n  pstrain run [flags]", "", ""},
+		{[]string{"run", "-h"}, 0, "usage: pstrain run [flags]", "", ""},
+		{[]string{"ps", "--help"}, 0, "usage: pstrain ps [flags]", "", ""},
+		{[]string{"bogus"}, 2, "", "run 'pstrain -h' for usage", ""},
+		{[]string{"run", "--frobnicate"}, 2, "", "run 'pstrain run -h' for usage", ""},
+		{[]string{"run", "--ps", "zero"}, 2, "", "run 'pstrain run -h' for usage", ""},
+		{[]string{"run", "--ps", "0"}, 2, "", "run 'pstrain run -h' for usage", ""},
+		{[]string{"checkpoint", "ls", filepath.Join(t.TempDir(), "none")}, 1, "", "is not a directory", ""},
+		{[]string{"task"}, 2, "", "run 'pstrain task -h' for usage", "garbage"},
+		{[]string{"task"}, 2, "", "run 'pstrain task -h' for usage", tf("127.0.0.1:2", `{"type":"bogus","index":0}`)},
+		{[]string{"task"}, 2, "", "run 'pstrain task -h' for usage", tf("127.0.0.1:2", `{"type":"worker","index":7}`)},
+		{[]string{"task"}, 2, "", "run 'pstrain task -h' for usage", tf("127.0.0.1:x", `{"type":"worker","index":0}`)},
+		{[]string{"task"}, 2, "", "run 'pstrain task -h' for usage", tf("127.0.0.1:1", `{"type":"worker","index":0}`)},
+		{[]string{"worker", "--index", "3"}, 2, "", "run 'pstrain worker -h' for usage", tf("127.0.0.1:2", `{"type":"worker","index":0}`)},
+		{[]string{"worker", "--cluster", filepath.Join(t.TempDir(), "none.json")}, 1, "", "no such file", ""},
+		{[]string{"scale", "--workers", "0"}, 2, "", "run 'pstrain scale -h' for usage", ""},
+		{[]string{"scale", "--run-dir", t.TempDir(), "--workers", "2"}, 1, "", "no pstrain run is running there", ""},
 		// No pstrain-lab beside this build: how to build it.
-		{[]string{"sweep", "--grid", "mode=sync"}, 1, "", "build both with 'make build'"},
+		{[]string{"sweep", "--grid", "mode=sync"}, 1, "", "build both with 'make build'", ""},
 	} {
 		cmd := exec.Command(exe, c.args...)
+		if c.tfConfig != "" {
+			cmd.Env = append(os.Environ(), "TF_CONFIG="+c.tfConfig)
+		}
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		err := cmd.Run()

@@ -35,22 +35,33 @@ func guardArgs(workers string, fraction string, extra ...string) []string {
 type guardRun struct {
 	rep *report.Report
 	out string
+	dir string
 }
 
 // runAll runs each named cluster (faultRun) in a parallel subtest and
 // returns their results once all are done; a failed run fails the test.
-func runAll(t *testing.T, ctx context.Context, runs map[string][]string) map[string]guardRun {
+// A run named in exit must exit with that status instead of 0.
+func runAll(t *testing.T, ctx context.Context, runs map[string][]string, exit ...map[string]int) map[string]guardRun {
 	t.Helper()
 	var mu sync.Mutex
 	got := map[string]guardRun{}
+	dirs := map[string]string{} // the test's, so they outlive the subtests
+	for name := range runs {
+		dirs[name] = t.TempDir()
+	}
 	t.Run("runs", func(t *testing.T) {
 		for name, args := range runs {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
-				rep, out := faultRun(t, ctx, t.TempDir(), args...)
+				dir := dirs[name]
+				code := 0
+				for _, e := range exit {
+					code = e[name]
+				}
+				rep, out := faultRunExit(t, ctx, dir, code, args...)
 				mu.Lock()
 				defer mu.Unlock()
-				got[name] = guardRun{rep, out}
+				got[name] = guardRun{rep, out, dir}
 			})
 		}
 	})
@@ -151,7 +162,7 @@ func TestTrimmedMeanBoundsAPoisoner(t *testing.T) {
 		"undisturbed": guardArgs("4", "0.5", trimmed...),
 		"trimmed":     guardArgs("4", "0.5", append(trimmed, poison...)...),
 		"mean":        append(guardArgs("4", "0.1", append(poison, "--norm-guard", "0")...), "--eval-every", "0", "--nan-policy", "skip"),
-	})
+	}, map[string]int{"mean": 4})
 	base, rep, mean := runs["undisturbed"].rep, runs["trimmed"].rep, runs["mean"].rep
 	t.Logf("undisturbed: %.2f%% after %d steps", 100*base.TestAccuracy, base.GlobalSteps)
 	closeTo(t, "trimmed mean, worker/3 poisoning", rep, base)
@@ -163,5 +174,10 @@ func TestTrimmedMeanBoundsAPoisoner(t *testing.T) {
 		t.Errorf("mean, worker/3 poisoning: %.2f%% after %d steps, want a wrecked model (is the poison applied?)",
 			100*mean.TestAccuracy, mean.GlobalSteps)
 	}
-	t.Logf("mean, worker/3 poisoning every step: %.2f%% after %d steps", 100*mean.TestAccuracy, mean.GlobalSteps)
+	// Its model is worse than the initial one: the run never reports
+	// success (exit status 4, checked by runAll) and says why.
+	if mean.Ruined == "" || mean.InitialTestLoss <= 0 || !strings.Contains(runs["mean"].out, "RUINED: the final model") {
+		t.Errorf("the wrecked run is not reported ruined: ruined %q, initial loss %g\n%s", mean.Ruined, mean.InitialTestLoss, runs["mean"].out)
+	}
+	t.Logf("mean, worker/3 poisoning every step: %.2f%% after %d steps; %s", 100*mean.TestAccuracy, mean.GlobalSteps, mean.Ruined)
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -66,6 +67,19 @@ func TestScaleWorkers(t *testing.T) {
 	if _, err := launcher.RequestScale(dir, 3); !errors.Is(err, launcher.ErrNoRun) {
 		t.Errorf("scale where no run is: %v, want ErrNoRun", err)
 	}
+	// One rule for the exit status: a count the user gives that the run
+	// cannot take is a usage error (2), like --workers 0; no run is a
+	// failure (1).
+	for _, c := range []struct {
+		dir, workers string
+		code         int
+	}{{run.dir, "1000", 2}, {run.dir, "0", 2}, {dir, "3", 1}} {
+		out, err := runPstrain(t, "scale", "--run-dir", c.dir, "--workers", c.workers)
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != c.code {
+			t.Errorf("pstrain scale --workers %s in %s: %v, want exit status %d\n%s", c.workers, c.dir, err, c.code, out)
+		}
+	}
 	out, err := runPstrain(t, "scale", "--run-dir", run.dir, "--workers", "4")
 	if err != nil || !strings.Contains(out, "for 4 workers (was 2)") {
 		t.Fatalf("pstrain scale --workers 4: %v\n%s", err, out)
@@ -96,8 +110,21 @@ func TestScaleWorkers(t *testing.T) {
 			t.Errorf("change %+v is not at an epoch boundary of era %+v (%d batches an epoch)", c, prev, plan.PerEpoch(i))
 		}
 	}
-	if rep.StoppedBy != "epochs" || rep.FinalStep != rep.GlobalSteps || len(rep.Restarts) != 0 {
-		t.Errorf("stopped by %s at step %d of %d, restarts %+v; want epochs at the last step, none", rep.StoppedBy, rep.FinalStep, rep.GlobalSteps, rep.Restarts)
+	if rep.StoppedBy != "epochs" || rep.FinalStep != rep.GlobalSteps {
+		t.Errorf("stopped by %s at step %d of %d; want epochs at the last step", rep.StoppedBy, rep.FinalStep, rep.GlobalSteps)
+	}
+	// No restart; the workers removed by the scale to 1 ended, each
+	// recorded with its cause and never back.
+	var ended []string
+	for _, r := range rep.Restarts {
+		if r.Cause != launcher.CauseRemoved || r.BackAtSeconds != nil {
+			t.Errorf("restart %+v: want only removed workers, ended", r)
+		}
+		ended = append(ended, r.Task)
+	}
+	slices.Sort(ended)
+	if !slices.Equal(ended, []string{"worker/1", "worker/2", "worker/3"}) {
+		t.Errorf("ended %v, want the removed workers 1, 2 and 3", ended)
 	}
 	if d := rep.EpochsDone - 20; d < -0.01 || d > 0.05 {
 		t.Errorf("%.3f epochs trained, want 20 (the samples of the run as asked)", rep.EpochsDone)

@@ -169,6 +169,7 @@ func bindRunFlags(fs *flag.FlagSet, r *config.Run) {
 	fs.StringVar(&r.CheckpointDir, "checkpoint-dir", r.CheckpointDir, "where checkpoints go, shared by the chief and every PS (\"\" = no checkpoints)")
 	fs.TextVar(&r.CheckpointEvery, "checkpoint-every", r.CheckpointEvery, "checkpoint interval: a duration (30s) or global steps (500); 0 = only at the end")
 	fs.IntVar(&r.KeepCheckpoints, "keep-checkpoints", r.KeepCheckpoints, "how many checkpoints to keep (0 = all)")
+	fs.TextVar(&r.CheckpointMode, "checkpoint-mode", r.CheckpointMode, "permission of the checkpoint directories in octal; files get the same without execute bits (0750: directories 0750, files 0640; default private to the run's user)")
 	fs.IntVar(&r.KeepArchives, "keep-archives", r.KeepArchives, "chief: how many archive-TIME directories of earlier runs' checkpoints to keep in --checkpoint-dir; older ones are deleted when a new run starts (0 = none, -1 = all)")
 	fs.BoolVar(&r.Resume, "resume", r.Resume, "start from the newest valid checkpoint in --checkpoint-dir, if any; with checkpoints there but every one damaged, refuse to start (false: start afresh, moving old checkpoints aside)")
 	track(fs, "lr", &m.lrSet)
@@ -237,6 +238,7 @@ func runArgs(r config.Run) []string {
 		"--checkpoint-dir=" + r.CheckpointDir,
 		"--checkpoint-every=" + r.CheckpointEvery.String(),
 		fmt.Sprintf("--keep-checkpoints=%d", r.KeepCheckpoints),
+		"--checkpoint-mode=" + r.CheckpointMode.String(),
 		fmt.Sprintf("--keep-archives=%d", r.KeepArchives),
 		fmt.Sprintf("--resume=%t", r.Resume),
 	}

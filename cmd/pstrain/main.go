@@ -54,8 +54,11 @@ Usage:
   pstrain version                     the version (also --version)
 
 Run 'pstrain COMMAND -h' (or 'pstrain help COMMAND') for a command's flags.
-A command-line mistake exits with status 2, a failure with status 1; a
-run whose final checkpoint failed (the model is not saved) with status 3.
+A bad value given by the user (on the command line, in TF_CONFIG or in a
+cluster file) exits with status 2, a failure with status 1; a run whose
+final checkpoint failed (the model is not saved) with status 3; a run
+whose model is ruined (worse than the initial model, or diverged and not
+rolled back) or that the chief gave up on, with status 4.
 `
 
 func main() {
@@ -327,7 +330,7 @@ the chief promotes it.`)
 	if err := lim.validate(); err != nil {
 		return asUsage(err)
 	}
-	spec, t, err := cluster.Load(*clusterFile, os.Getenv("TF_CONFIG"))
+	spec, t, err := loadCluster(*clusterFile, os.Getenv("TF_CONFIG"))
 	if err != nil {
 		return err
 	}
@@ -337,7 +340,7 @@ the chief promotes it.`)
 	}
 	addr, err := spec.Addr(tk)
 	if err != nil {
-		return err
+		return asUsage(err) // --index out of the cluster's range
 	}
 	if err := shapeFromCluster(&r, spec, flagSet(fs, "ps"), flagSet(fs, "workers")); err != nil {
 		return err
@@ -412,6 +415,9 @@ the chief promotes it.`)
 	}
 	if rep.StoppedBy == chief.StopInterrupted {
 		return errInterrupted
+	}
+	if err := ruinedRun(rep); err != nil {
+		return err
 	}
 	return finalCheckpointFailed(rep)
 }
@@ -544,6 +550,9 @@ later kills every task at once, with no final checkpoint.`)
 	if rep.StoppedBy == chief.StopInterrupted {
 		return errInterrupted
 	}
+	if err := ruinedRun(rep); err != nil {
+		return err
+	}
 	return finalCheckpointFailed(rep)
 }
 
@@ -573,7 +582,7 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 func printSummary(w io.Writer, rep *report.Report) {
 	fmt.Fprintf(w, "\n== pstrain summary ==\n")
 	lr := lrText(config.Run{LR: rep.LR, LRSchedule: rep.LRSchedule, WarmupSteps: rep.WarmupSteps})
-	fmt.Fprintf(w, "mode %s, %d PS, %d workers, model %s, batch %d, lr %s, %s, BLAS %s\n", rep.Mode, rep.PS, rep.Workers, rep.Model, rep.Batch, lr, rep.Optimizer, rep.BLAS)
+	fmt.Fprintf(w, "mode %s, %d PS, %s, model %s, batch %d, lr %s, %s, BLAS %s\n", rep.Mode, rep.PS, workersText(rep), rep.Model, rep.Batch, lr, rep.Optimizer, rep.BLAS)
 	fmt.Fprintf(w, "stopped by: %s after %d global steps (%.2f epochs)\n", rep.StoppedBy, rep.GlobalSteps, rep.EpochsDone)
 	for _, c := range rep.MembershipChanges {
 		fmt.Fprintf(w, "workers: %d -> %d at step %d (epoch %d) at %.2f s, asked at %.2f s\n", c.From, c.To, c.Step, c.Epoch, c.Seconds, c.AskedSeconds)
@@ -607,6 +616,24 @@ func printSummary(w io.Writer, rep *report.Report) {
 	}
 }
 
+// workersText is the run's worker count with its changes by workers
+// that ended and were not restarted (quarantined, removed):
+// "2 workers, 1 from 6.20 s".
+func workersText(rep *report.Report) string {
+	s := fmt.Sprintf("%d workers", rep.Workers)
+	var at []float64
+	for _, r := range rep.Restarts {
+		if strings.HasPrefix(r.Task, "worker/") && r.BackAtSeconds == nil && r.Cause == launcher.CauseQuarantined {
+			at = append(at, r.KilledAtSeconds)
+		}
+	}
+	slices.Sort(at)
+	for i, t := range at {
+		s += fmt.Sprintf(", %d from %.2f s", rep.Workers-i-1, t)
+	}
+	return s
+}
+
 // restartLine is a restart in the summary, on the report's clock
 // (seconds since the run started): a restore from a checkpoint (with the
 // steps it lost, if any), or a hot standby's failover:
@@ -614,6 +641,9 @@ func printSummary(w io.Writer, rep *report.Report) {
 //	restart: ps/1      died at 6.05 s (unresponsive), back at 8.20 s, restored step 380, 20 steps lost
 //	restart: ps/0      died at 4.01 s, standby/0 took over in 0.12 s at step 372, 0 steps lost
 func restartLine(rs report.Restart) string {
+	if rs.BackAtSeconds == nil && (rs.Cause == launcher.CauseQuarantined || rs.Cause == launcher.CauseRemoved || rs.Cause == launcher.CauseKilledAtEnd) {
+		return fmt.Sprintf("ended:   %-9s at %.2f s (%s), not restarted", rs.Task, rs.KilledAtSeconds, rs.Cause)
+	}
 	died := fmt.Sprintf("died at %.2f s", rs.KilledAtSeconds)
 	if rs.Cause != "" {
 		died += " (" + rs.Cause + ")"
@@ -673,6 +703,27 @@ func printGuard(w io.Writer, rep *report.Report) {
 		}
 		fmt.Fprintf(w, "divergence: the model of step %d (test loss %.4g, best %.4g); %s; %s\n", d.AtStep, d.TestLoss, d.BestLoss, back, suspect)
 	}
+	for _, x := range rep.Suspects {
+		q := "not quarantined (too few workers left)"
+		if slices.Contains(rep.Quarantined, x.Worker) {
+			q = "quarantined"
+		}
+		fmt.Fprintf(w, "suspect: %s at step %d, %s: %s\n", x.Worker, x.AtStep, q, x.Reason)
+	}
+	if rep.Ruined != "" {
+		fmt.Fprintf(w, "RUINED: %s; the model is not a success (exit status %d)\n", rep.Ruined, launcher.ExitChiefGaveUp)
+	}
+}
+
+// ruinedRun is the error of a run whose model is ruined (nil if it is
+// not): worse than the initial one, or diverged and not rolled back.
+// The chief and `pstrain run` exit with launcher.ExitChiefGaveUp (4),
+// after the report and the summary are written.
+func ruinedRun(rep *report.Report) error {
+	if rep.Ruined == "" {
+		return nil
+	}
+	return &exitError{code: launcher.ExitChiefGaveUp, err: fmt.Errorf("the model is ruined: %s", rep.Ruined)}
 }
 
 func sortedTasks(m map[string]report.Task) []string {

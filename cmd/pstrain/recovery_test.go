@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -24,11 +25,23 @@ import (
 // and output.
 func faultRun(t *testing.T, ctx context.Context, dir string, args ...string) (*report.Report, string) {
 	t.Helper()
+	return faultRunExit(t, ctx, dir, 0, args...)
+}
+
+// faultRunExit is faultRun of a run that must exit with status code.
+func faultRunExit(t *testing.T, ctx context.Context, dir string, code int, args ...string) (*report.Report, string) {
+	t.Helper()
 	rp := filepath.Join(dir, "report.json")
 	base := []string{"run", "--data-dir", testbin.MNIST(t), "--target-accuracy", "0", "--eval-every", "0",
 		"--run-dir", filepath.Join(dir, "run"), "--sd-dir", filepath.Join(dir, "targets"), "--report", rp,
 		"--checkpoint-every", "1s", "--heartbeat-timeout", "2s"}
 	out, err := pstrain(t, ctx, append(base, args...)...)
+	var exit interface{ ExitCode() int }
+	if code != 0 && errors.As(err, &exit) && exit.ExitCode() == code {
+		err = nil
+	} else if code != 0 && err == nil {
+		t.Fatalf("pstrain run %v exited 0, want status %d\n%s", args, code, out)
+	}
 	if err != nil {
 		logs, _ := filepath.Glob(filepath.Join(dir, "run", "logs", "*.log"))
 		var tails strings.Builder

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
@@ -28,6 +29,9 @@ func cmdScale(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usagef("--workers must be at least 1, got %d", *workers)
 	}
 	was, err := launcher.RequestScale(*dir, *workers)
+	if errors.Is(err, launcher.ErrBadScale) {
+		return asUsage(err) // a count the run cannot take: the user's value
+	}
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
 
 	"github.com/pstrain/pstrain/cluster"
@@ -92,4 +94,18 @@ func hostMetricsOn(flag string, spec cluster.Spec, t cluster.Task) (bool, error)
 		return spec.FirstOnHost(t), nil
 	}
 	return false, usagef("--host-metrics must be auto, on or off, got %q", flag)
+}
+
+// loadCluster is cluster.Load with the exit status rule: a cluster that
+// does not parse or validate (garbage JSON, an unknown task type, an
+// index out of range, a bad port, a duplicate address), or none given,
+// is the user's bad value (a usage error, status 2); a cluster file that
+// cannot be read is a failure (status 1), as for any file.
+func loadCluster(file, env string) (cluster.Spec, *cluster.Task, error) {
+	spec, t, err := cluster.Load(file, env)
+	var pe *fs.PathError
+	if err != nil && !errors.As(err, &pe) {
+		err = asUsage(err)
+	}
+	return spec, t, err
 }

@@ -265,7 +265,7 @@ func (c *Cluster) Checkpoints() *checkpoint.Store {
 }
 
 func (c *Cluster) store() *checkpoint.Store {
-	return checkpoint.NewStore(c.fs, c.cfg.Run.CheckpointDir, c.cfg.Run.KeepCheckpoints).WithLog(c.cfg.Log)
+	return checkpoint.NewStore(c.fs, c.cfg.Run.CheckpointDir, c.cfg.Run.KeepCheckpoints).WithLog(c.cfg.Log).WithMode(checkpoint.DirMode(c.cfg.Run.CheckpointMode))
 }
 
 // Params reassembles the whole model from the shards' current state, with

@@ -62,6 +62,7 @@ const (
 	MetricLiveWorkers           = "pstrain_live_workers"
 	MetricChiefRejectedRequests = "pstrain_chief_rejected_requests_total"
 	MetricDivergences           = "pstrain_divergences_total"
+	MetricQuarantined           = "pstrain_quarantined_workers_total"
 	MetricMembershipChanges     = "pstrain_membership_changes_total"
 	MetricWorkers               = "pstrain_workers"
 	MetricFailovers             = "pstrain_failovers_total"

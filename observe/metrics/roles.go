@@ -291,6 +291,9 @@ type Chief struct {
 	// Divergences counts the times the model diverged and was rolled back
 	// (pstrain_divergences_total).
 	Divergences prometheus.Counter
+	// Quarantined counts the workers attribution quarantined
+	// (pstrain_quarantined_workers_total, docs/security.md).
+	Quarantined prometheus.Counter
 	// MembershipChanges counts the changes of an elastic run's worker
 	// count that took effect (pstrain_membership_changes_total), and
 	// Workers is the count in effect (pstrain_workers; the live ones are
@@ -359,6 +362,10 @@ func NewChief(reg prometheus.Registerer) *Chief {
 		Divergences: f.NewCounter(prometheus.CounterOpts{
 			Name: MetricDivergences,
 			Help: "Times the model diverged (its test loss was not finite or exploded); each is rolled back to a checkpoint unless training had ended.",
+		}),
+		Quarantined: f.NewCounter(prometheus.CounterOpts{
+			Name: MetricQuarantined,
+			Help: "Workers the chief quarantined because their gradients pointed away from the model's progress; their gradients are refused.",
 		}),
 		MembershipChanges: f.NewCounter(prometheus.CounterOpts{
 			Name: MetricMembershipChanges,

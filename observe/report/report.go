@@ -67,6 +67,13 @@ type MembershipChange struct {
 	To           int     `json:"to"`   // and after
 }
 
+// Suspect is a worker attribution named: why, and at which step.
+type Suspect struct {
+	Worker string `json:"worker"`
+	Reason string `json:"reason"`
+	AtStep int64  `json:"at_step"`
+}
+
 // Divergence is one time the model diverged: an evaluation's test loss
 // was not finite or exploded against the best so far
 // (docs/security.md, "The divergence guard").
@@ -156,6 +163,19 @@ type Report struct {
 	NonFiniteGradients map[string]int64 `json:"non_finite_gradients"`
 	// Divergences are the times the model diverged, in order.
 	Divergences []Divergence `json:"divergences"`
+	// InitialTestLoss is the test loss of the model training started
+	// from, the baseline a divergence and a ruined model are judged
+	// against (docs/security.md).
+	InitialTestLoss float64 `json:"initial_test_loss"`
+	// Suspects are the workers attribution named, in order, and
+	// Quarantined those the chief quarantined (docs/security.md,
+	// "Attribution"): "worker/1".
+	Suspects    []Suspect `json:"suspects"`
+	Quarantined []string  `json:"quarantined"`
+	// Ruined says why the model handed back is not a success ("": it
+	// is): worse than the initial model, or a divergence left
+	// unresolved. Such a run exits with status 4.
+	Ruined string `json:"ruined,omitempty"`
 	// MembershipChanges are an elastic run's worker count changes, in
 	// order (docs/elastic.md); FinalWorkers the count at the end.
 	MembershipChanges []MembershipChange `json:"membership_changes"`

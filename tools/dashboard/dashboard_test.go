@@ -327,6 +327,7 @@ var metricConstants = []string{
 	metrics.MetricPSGradientNormRatio,
 	metrics.MetricCheckpointFailures,
 	metrics.MetricDivergences,
+	metrics.MetricQuarantined,
 	metrics.MetricEvalAccuracy,
 	metrics.MetricEvalLoss,
 	metrics.MetricCheckpointDuration,

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/pstrain/pstrain/launcher"
+	"github.com/pstrain/pstrain/observe/report"
+)
+
+// The summary says who was suspected and quarantined, that the worker
+// count changed when, and that a ruined run is not a success.
+func TestSummaryOfAQuarantine(t *testing.T) {
+	var b bytes.Buffer
+	printSummary(&b, &report.Report{Workers: 2, Mode: "sync",
+		Restarts:    []report.Restart{{Task: "worker/1", Cause: launcher.CauseQuarantined, KilledAtSeconds: 6.2, RestoredStep: -1}},
+		Suspects:    []report.Suspect{{Worker: "worker/1", Reason: "its gradients pointed away", AtStep: 40}},
+		Quarantined: []string{"worker/1"}})
+	out := b.String()
+	for _, want := range []string{"2 workers, 1 from 6.20 s", "suspect: worker/1 at step 40, quarantined: its gradients pointed away",
+		"ended:   worker/1  at 6.20 s (quarantined), not restarted"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the summary lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "RUINED") {
+		t.Errorf("a run with a good model called ruined:\n%s", out)
+	}
+	b.Reset()
+	rep := &report.Report{Workers: 2, Ruined: "the final model (step 12, test loss 9792) is worse than the initial one (2.308); suspect worker/1"}
+	printSummary(&b, rep)
+	if !strings.Contains(b.String(), "RUINED: the final model (step 12, test loss 9792) is worse than the initial one (2.308); suspect worker/1") {
+		t.Errorf("the summary of a ruined run:\n%s", b.String())
+	}
+	if err := ruinedRun(rep); exitCode(err) != launcher.ExitChiefGaveUp {
+		t.Errorf("a ruined run: %v, exit status %d, want %d", err, exitCode(err), launcher.ExitChiefGaveUp)
+	}
+	if err := ruinedRun(&report.Report{}); err != nil {
+		t.Errorf("a good run: %v", err)
+	}
+}
