@@ -27,7 +27,7 @@ const (
 // set.
 func (c *Core) evalDue(now time.Time) (Action, bool) {
 	r := c.p.Run
-	if !c.p.Evaluate || r.EvalEvery <= 0 || c.evalBusy || now.Sub(c.lastEval) < r.EvalEvery || c.step <= 0 {
+	if !c.p.Evaluate || r.EvalEvery <= 0 || c.evalBusy || !c.evalWaited(now) || c.step <= 0 {
 		return nil, false
 	}
 	a := Evaluate{Generation: c.st.Generation, Subset: c.p.EvalSubset, ConfirmAbove: 2} // 2: never the whole set
@@ -67,7 +67,8 @@ type EvalResult struct {
 	At              time.Time // when the weights were pulled
 	Duration        time.Duration
 	Accuracy, Loss  float64
-	Samples         int  // test samples scored
+	Samples         int  // test samples Accuracy is over
+	Scored          int  // test samples scored, a subset pass before the whole set's too (0: Samples)
 	Full            bool // the whole test set
 	Err             error
 }
@@ -75,6 +76,7 @@ type EvalResult struct {
 // Evaluated records an evaluation and applies the stop rule.
 func (c *Core) Evaluated(now time.Time, res EvalResult) []Action {
 	c.evalBusy = false
+	c.pace.ended(now, max(res.Scored, res.Samples))
 	switch {
 	case res.Err != nil:
 		// A shard restarting: skipped, not fatal (only the poll loop can

@@ -54,6 +54,8 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	started|restored t=S step=N [latest=N]
 //	membership-sent live=I,...
 //	evaluated t=S seq=N gen=N step=N acc=F [loss=F] [full] [err=MSG]
+//	          [samples=N]         the test samples scored (default 2000,
+//	                             full 10000)
 //	rolled-back t=S step=N        the Rollback is done (step 0: the
 //	                             initial weights, no checkpoint)
 //	divergences                  the divergences recorded, the learning
@@ -298,6 +300,10 @@ func (s *scenario) events() map[string]func(a map[string]string, now time.Time) 
 				Accuracy: acc, Loss: loss, Full: full, Samples: 2000}
 			if full {
 				res.Samples = 10000
+			}
+			if _, ok := a["samples"]; ok {
+				res.Scored = int(num(a, "samples"))
+				res.Samples = min(res.Samples, res.Scored)
 			}
 			if e, ok := a["err"]; ok {
 				res.Err = errors.New(e)
