@@ -90,9 +90,9 @@ func (f modelFlag) Set(s string) error {
 	switch s {
 	case model.KindMLP:
 		d := config.Default()
-		f.m.apply("", nil, d.Hidden, d.LR, d.WarmupSteps)
+		f.m.apply("", nil, d.Hidden, d.WarmupSteps)
 	case model.KindCNN:
-		f.m.apply(model.KindCNN, config.DefaultCNNConv, config.DefaultCNNHidden, config.DefaultCNNLR, config.DefaultCNNWarmupSteps)
+		f.m.apply(model.KindCNN, config.DefaultCNNConv, config.DefaultCNNHidden, config.DefaultCNNWarmupSteps)
 	default:
 		return fmt.Errorf("must be mlp or cnn, got %q", s)
 	}
@@ -100,7 +100,7 @@ func (f modelFlag) Set(s string) error {
 }
 
 // apply sets the model kind and, for the flags not given, its defaults.
-func (m *modelFlags) apply(kind config.ModelKind, conv, hidden []int, lr float64, warmup int64) {
+func (m *modelFlags) apply(kind config.ModelKind, conv, hidden []int, warmup int64) {
 	r := m.r
 	r.Model = kind
 	if !m.convSet {
@@ -109,12 +109,45 @@ func (m *modelFlags) apply(kind config.ModelKind, conv, hidden []int, lr float64
 	if !m.hiddenSet {
 		r.Hidden = slices.Clone(hidden)
 	}
-	if !m.lrSet {
-		r.LR = lr
-	}
 	if !m.warmupSet {
 		r.WarmupSteps = warmup
 	}
+	m.defaultLR()
+}
+
+// defaultLR sets the learning rate, unless --lr was given, to the
+// default for the model, mode and workers so far (config.DefaultLR).
+func (m *modelFlags) defaultLR() {
+	if !m.lrSet {
+		m.r.LR = config.DefaultLR(m.r.Model, m.r.Mode, m.r.Workers)
+	}
+}
+
+// thenFlag wraps a flag's Value to call then after every Set.
+type thenFlag struct {
+	flag.Value
+	then func()
+}
+
+func (f thenFlag) String() string {
+	if f.Value == nil {
+		return "" // the zero Value, which flag's help compares the default with
+	}
+	return f.Value.String()
+}
+
+func (f thenFlag) Set(s string) error {
+	if err := f.Value.Set(s); err != nil {
+		return err
+	}
+	f.then()
+	return nil
+}
+
+// after makes fs's flag name call then after it is set.
+func after(fs *flag.FlagSet, name string, then func()) {
+	fl := fs.Lookup(name)
+	fl.Value = thenFlag{fl.Value, then}
 }
 
 type convFlag struct{ m *modelFlags }
@@ -147,7 +180,7 @@ func bindRunFlags(fs *flag.FlagSet, r *config.Run) {
 	fs.IntVar(&r.MaxWorkers, "max-workers", r.MaxWorkers, "most workers the run may scale to with `pstrain scale` or a worker registering with the next index (0 = 8, or --workers if more; docs/elastic.md)")
 	m := bindModelFlags(fs, r)
 	fs.IntVar(&r.Batch, "batch", r.Batch, "per-worker batch size")
-	fs.Float64Var(&r.LR, "lr", r.LR, "learning rate (--model cnn: "+strconv.FormatFloat(config.DefaultCNNLR, 'g', -1, 64)+" unless given)")
+	fs.Float64Var(&r.LR, "lr", r.LR, "learning rate (unless given: "+lrDefaults()+")")
 	fs.Float64Var(&r.Momentum, "momentum", r.Momentum, "momentum (optimizer momentum)")
 	fs.StringVar(&r.Optimizer, "optimizer", r.Optimizer, "sgd, momentum or adam")
 	fs.StringVar(&r.LRSchedule, "lr-schedule", r.LRSchedule, "learning rate over the global step: constant, step:EPOCHS:FACTOR (times FACTOR every EPOCHS epochs, e.g. step:2:0.5) or cosine (to 0 at the last step of --epochs); applied by the PS shards")
@@ -173,6 +206,14 @@ func bindRunFlags(fs *flag.FlagSet, r *config.Run) {
 	fs.BoolVar(&r.Resume, "resume", r.Resume, "start from the newest valid checkpoint in --checkpoint-dir, if any; with checkpoints there but every one damaged, refuse to start (false: start afresh, moving old checkpoints aside)")
 	track(fs, "lr", &m.lrSet)
 	track(fs, "warmup-steps", &m.warmupSet)
+	after(fs, "mode", m.defaultLR)
+	after(fs, "workers", m.defaultLR)
+}
+
+// lrDefaults describes config.DefaultLR for --lr's help.
+func lrDefaults() string {
+	g := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+	return g(config.DefaultMLPLR) + " for an MLP, " + g(config.DefaultCNNLR) + " for --model cnn, in sync; divided by --workers in async and ssp"
 }
 
 // bindModelFlags registers --model, --conv and --hidden on fs.

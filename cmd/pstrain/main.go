@@ -615,7 +615,7 @@ func printSummary(w io.Writer, rep *report.Report) {
 	if rep.TimeToTargetSeconds != nil {
 		fmt.Fprintf(w, "time to %.2f%% held for %d evaluations: %.2f s of training\n", 100*rep.TargetAccuracy, rep.TargetHold, *rep.TimeToTargetSeconds)
 	} else if rep.TargetAccuracy > 0 {
-		fmt.Fprintf(w, "target %.2f%% not reached\n", 100*rep.TargetAccuracy)
+		fmt.Fprintln(w, belowTarget(rep))
 	}
 	fmt.Fprintf(w, "startup %.2f s, training %.2f s, %.0f samples/s, stale gradients dropped %d\n", rep.StartupSeconds, rep.TrainSeconds, rep.SamplesPerSecond, rep.StaleGradientsDropped)
 	if c := rep.Checkpoints; c.FinalFailed {

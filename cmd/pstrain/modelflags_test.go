@@ -74,3 +74,31 @@ func TestModelFlagsDefaultsAndRoundTrip(t *testing.T) {
 		t.Error("--conv without --model cnn accepted")
 	}
 }
+
+// Without --lr the learning rate is config.DefaultLR's for the model,
+// mode and workers, whatever order the flags come in; a given --lr stays.
+func TestLRDefaultFollowsModeAndWorkers(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		lr   float64
+	}{
+		{nil, 0.2},
+		{[]string{"--mode=async"}, 0.1},
+		{[]string{"--mode=ssp", "--workers=4"}, 0.05},
+		{[]string{"--workers=4", "--mode=async"}, 0.05},
+		{[]string{"--workers=4"}, 0.2},
+		{[]string{"--mode=async", "--model=cnn"}, 0.025},
+		{[]string{"--model=cnn", "--workers=1", "--mode=async"}, 0.05},
+		{[]string{"--mode=async", "--mode=sync"}, 0.2},
+		{[]string{"--lr=0.3", "--mode=async"}, 0.3},
+		{[]string{"--mode=async", "--lr=0.3", "--workers=4"}, 0.3},
+	} {
+		r := parseRunFlags(t, c.args...)
+		if r.LR != c.lr {
+			t.Errorf("%v: lr %v, want %v", c.args, r.LR, c.lr)
+		}
+		if back := parseRunFlags(t, runArgs(r)...); back.LR != r.LR {
+			t.Errorf("%v: round trip through runArgs: lr %v, want %v", c.args, back.LR, r.LR)
+		}
+	}
+}
