@@ -400,22 +400,23 @@ const (
 const DefaultMLPLR = 0.2
 
 // DefaultLR is the learning rate a run of the model kind, mode and
-// workers gets when --lr is not given. DefaultMLPLR and DefaultCNNLR are
-// the rates of a sync step, which applies the mean of every worker's
-// gradient; in async and ssp each worker's gradient is an update of its
-// own, so the rate is divided by the workers: an epoch then moves the
-// weights as far as a sync epoch does, and the staleness that grows with
-// the workers meets a smaller step (docs/semantics.md, "Default learning
-// rates").
+// workers gets when --lr is not given (docs/semantics.md, "Default
+// learning rates"). An MLP's DefaultMLPLR is for a sync step, which
+// applies the mean of every worker's gradient; in async and ssp each
+// worker's gradient is an update of its own, so the rate is divided by
+// the workers: an epoch then moves the weights as far as a sync epoch
+// does, and the staleness that grows with the workers meets a smaller
+// step (0.2 per update overshot: async ended below its target). The
+// CNN's DefaultCNNLR is low enough that async gains from its extra
+// updates per epoch, so it is the CNN's rate in every mode.
 func DefaultLR(kind ModelKind, mode Mode, workers int) float64 {
-	lr := DefaultMLPLR
 	if kind.IsCNN() {
-		lr = DefaultCNNLR
+		return DefaultCNNLR
 	}
 	if mode == Sync {
-		return lr
+		return DefaultMLPLR
 	}
-	return lr / float64(max(1, workers))
+	return DefaultMLPLR / float64(max(1, workers))
 }
 
 // WorkerSlots is the most workers the run may have at once

@@ -213,7 +213,7 @@ func bindRunFlags(fs *flag.FlagSet, r *config.Run) {
 // lrDefaults describes config.DefaultLR for --lr's help.
 func lrDefaults() string {
 	g := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
-	return g(config.DefaultMLPLR) + " for an MLP, " + g(config.DefaultCNNLR) + " for --model cnn, in sync; divided by --workers in async and ssp"
+	return g(config.DefaultMLPLR) + " for an MLP in sync, divided by --workers in async and ssp; " + g(config.DefaultCNNLR) + " for --model cnn"
 }
 
 // bindModelFlags registers --model, --conv and --hidden on fs.
