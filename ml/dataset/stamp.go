@@ -75,6 +75,9 @@ func writeStamp(path string, fi os.FileInfo, sum string) {
 		return
 	}
 	_, err = tmp.Write(b)
+	if err == nil {
+		err = tmp.Chmod(0o644) // readable by every user's tasks, as the data is
+	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
