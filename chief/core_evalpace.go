@@ -16,42 +16,34 @@ const EvalBudget = 0.3
 // target for the chief to evaluate as often as EvalBudget allows.
 const inSight = 0.01
 
-// evalPace is when the evaluations after the first run while the target
-// is in sight: the end of the last one and the samples it scored.
+// evalPace is what paces the evaluations while the target is in sight:
+// the test samples the last one scored.
 type evalPace struct {
-	lastEnd    time.Time
 	lastScored int
 }
 
-// ended records an evaluation that ended at now after scoring scored
-// test samples.
-func (p *evalPace) ended(now time.Time, scored int) {
-	p.lastEnd, p.lastScored = now, scored
-}
+// ended records an evaluation that scored scored test samples.
+func (p *evalPace) ended(scored int) { p.lastScored = scored }
 
 // evalWaited says whether the next routine evaluation may start: once
 // --eval-every has passed since the last one was ordered, or, with the
-// target in sight, once the pause that pays for the last one's samples at
-// EvalBudget has (see sightGap).
+// target in sight, once the time that pays for the last one's samples at
+// EvalBudget has (sightGap; the evaluation's own duration counts, and a
+// rollback, which moves lastEval, lets the restored model train first).
 func (c *Core) evalWaited(now time.Time) bool {
-	if now.Sub(c.lastEval) >= c.p.Run.EvalEvery {
+	since := now.Sub(c.lastEval)
+	if since >= c.p.Run.EvalEvery {
 		return true
 	}
 	gap, ok := c.sightGap(now)
-	// From the later of the last end and the last order: a rollback
-	// orders none but moves lastEval, to let the restored model train.
-	from := c.pace.lastEnd
-	if c.lastEval.After(from) {
-		from = c.lastEval
-	}
-	return ok && now.Sub(from) >= gap
+	return ok && since >= gap
 }
 
-// sightGap is the pause after an evaluation, with the target in sight,
-// that keeps the chief's scoring within EvalBudget of the training
-// rate so far: the samples it scored over EvalBudget times the samples
-// trained per second. ok is false when the target is not in sight or
-// nothing tells the rate yet.
+// sightGap is the time from one evaluation's order to the next's, with
+// the target in sight, that keeps the chief's scoring within EvalBudget
+// of the training rate so far: the samples the last one scored over
+// EvalBudget times the samples trained per second. ok is false when the
+// target is not in sight or nothing tells the rate yet.
 func (c *Core) sightGap(now time.Time) (gap time.Duration, ok bool) {
 	r := c.p.Run
 	if r.TargetAccuracy <= 0 || c.phase != training || len(c.st.Evals) == 0 || c.pace.lastScored <= 0 ||
