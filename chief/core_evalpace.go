@@ -5,7 +5,8 @@ import (
 )
 
 // EvalBudget is how many test samples the chief may score per training
-// sample while the target is in sight. Scoring a sample is one forward
+// sample while the target is in sight: as many as that, and no more (up
+// to budgetCap x --eval-every between evaluations). Scoring a sample is one forward
 // pass; training on it is a forward and a backward pass, about three
 // forward passes of work, so at 0.3 the chief's evaluations cost about a
 // tenth of what the workers compute (docs/semantics.md, "Evaluation,
@@ -25,34 +26,43 @@ type evalPace struct {
 // ended records an evaluation that scored scored test samples.
 func (p *evalPace) ended(scored int) { p.lastScored = scored }
 
-// evalWaited says whether the next routine evaluation may start: once
-// --eval-every has passed since the last one was ordered, or, with the
-// target in sight, once the time that pays for the last one's samples at
-// EvalBudget has (sightGap; the evaluation's own duration counts, and a
-// rollback, which moves lastEval, lets the restored model train first).
+// evalWaited says whether the next routine evaluation may start: every
+// --eval-every since the last one was ordered while the target is out of
+// sight; with it in sight, as soon as the time that pays for the last
+// one's samples at EvalBudget has passed (budgetGap, up to budgetCap x
+// --eval-every; the evaluation's own duration counts, and a rollback,
+// which moves lastEval, lets the restored model train first).
 func (c *Core) evalWaited(now time.Time) bool {
 	since := now.Sub(c.lastEval)
-	if since >= c.p.Run.EvalEvery {
-		return true
+	if !c.targetInSight() {
+		return since >= c.p.Run.EvalEvery
 	}
-	gap, ok := c.sightGap(now)
-	return ok && since >= gap
+	if gap, ok := c.budgetGap(now); ok {
+		return since >= min(gap, budgetCap*c.p.Run.EvalEvery)
+	}
+	return since >= c.p.Run.EvalEvery
 }
 
-// sightGap is the time from one evaluation's order to the next's, with
-// the target in sight, that keeps the chief's scoring within EvalBudget
-// of the training rate so far: the samples the last one scored over
-// EvalBudget times the samples trained per second. ok is false when the
-// target is not in sight or nothing tells the rate yet.
-func (c *Core) sightGap(now time.Time) (gap time.Duration, ok bool) {
+// budgetCap bounds the wait for the budget to budgetCap x --eval-every,
+// so a low rate so far (a slow start) never stops evaluations for long.
+const budgetCap = 10
+
+// targetInSight says whether the last score is within inSight of the
+// target.
+func (c *Core) targetInSight() bool {
 	r := c.p.Run
-	if r.TargetAccuracy <= 0 || c.phase != training || len(c.st.Evals) == 0 || c.pace.lastScored <= 0 ||
-		c.lastScore() < r.TargetAccuracy-inSight {
-		return 0, false
-	}
+	return r.TargetAccuracy > 0 && c.phase == training && len(c.st.Evals) > 0 && c.lastScore() >= r.TargetAccuracy-inSight
+}
+
+// budgetGap is the time from one evaluation's order to the next's that
+// keeps the chief's scoring within EvalBudget of the training rate so
+// far: the samples the last one scored over EvalBudget times the samples
+// trained per second. ok is false while nothing tells the rate or the
+// cost yet.
+func (c *Core) budgetGap(now time.Time) (gap time.Duration, ok bool) {
 	trained := now.Sub(c.start).Seconds()
 	samples := c.samplesAt(c.step)
-	if trained <= 0 || samples <= 0 {
+	if c.pace.lastScored <= 0 || trained <= 0 || samples <= 0 {
 		return 0, false
 	}
 	perSecond := samples / trained
