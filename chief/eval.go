@@ -66,6 +66,29 @@ func (e *Evaluator) Score(fraction float64) (acc, loss float64, n int, err error
 	return e.score(idx)
 }
 
+// Complete turns a score over the sample Score(fraction) drew (acc and
+// loss over n samples) into the whole set's by scoring the rest of the
+// set alone; it returns the whole set's accuracy, loss and size, and the
+// samples it scored.
+func (e *Evaluator) Complete(fraction, acc, loss float64, n int) (wholeAcc, wholeLoss float64, total, scored int, err error) {
+	if fraction <= 0 || fraction >= 1 {
+		wholeAcc, wholeLoss, total, err = e.Score(1)
+		return wholeAcc, wholeLoss, total, total, err
+	}
+	rest := e.sample.Rest(fraction)
+	if len(rest) == 0 {
+		return acc, loss, n, 0, nil
+	}
+	restAcc, restLoss, m, err := e.score(rest)
+	if err != nil {
+		return 0, 0, 0, 0, err
+	}
+	total = n + m
+	wholeAcc = (acc*float64(n) + restAcc*float64(m)) / float64(total)
+	wholeLoss = (loss*float64(n) + restLoss*float64(m)) / float64(total)
+	return wholeAcc, wholeLoss, total, m, nil
+}
+
 // score scores the test samples idx.
 func (e *Evaluator) score(idx []int) (acc, loss float64, n int, err error) {
 	b, dim := e.net.Batch(), e.test.Dim
@@ -153,9 +176,14 @@ func (c *Chief) evaluate(ctx context.Context, a Evaluate) EvalResult {
 			res.Duration = c.cfg.Now().Sub(t0)
 			return res
 		}
+		// The whole set: the subset's score and the rest's.
+		var rest int
+		res.Accuracy, res.Loss, res.Samples, rest, res.Err = ev.Complete(a.Subset, res.Accuracy, res.Loss, res.Samples)
+		res.Scored += rest
+	} else {
+		res.Accuracy, res.Loss, res.Samples, res.Err = ev.Score(1)
+		res.Scored = res.Samples
 	}
-	res.Accuracy, res.Loss, res.Samples, res.Err = ev.Score(1)
-	res.Scored += res.Samples
 	res.Full = true
 	res.Duration = c.cfg.Now().Sub(t0)
 	return res

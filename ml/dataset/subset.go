@@ -37,12 +37,22 @@ func NewSample(labels []uint8, classes int, seed int64) Sample {
 // Take returns, in ascending order, the indices of the sample holding
 // fraction of the set (clamped to [0, 1]): round(fraction x n) of each
 // class of n samples. Take(1) is every index of a class below classes.
-func (s Sample) Take(fraction float64) []int {
+func (s Sample) Take(fraction float64) []int { return s.split(fraction, true) }
+
+// Rest returns, in ascending order, the indices of the set's classes
+// that Take(fraction) leaves out: together they are Take(1).
+func (s Sample) Rest(fraction float64) []int { return s.split(fraction, false) }
+
+func (s Sample) split(fraction float64, head bool) []int {
 	fraction = min(max(fraction, 0), 1)
-	out := make([]int, 0, int(math.Ceil(fraction*float64(s.n)))+len(s.perClass))
+	out := make([]int, 0, s.n)
 	for _, idx := range s.perClass {
 		k := int(math.Round(fraction * float64(len(idx))))
-		out = append(out, idx[:k]...)
+		if head {
+			out = append(out, idx[:k]...)
+		} else {
+			out = append(out, idx[k:]...)
+		}
 	}
 	slices.Sort(out)
 	return out

@@ -49,6 +49,12 @@ func TestSampleDeterministicPerSeed(t *testing.T) {
 	if all := NewSample(labels, 10, 1).Take(1); len(all) != len(labels) || all[0] != 0 || all[len(all)-1] != len(labels)-1 {
 		t.Errorf("Take(1) has %d indices, want all %d", len(all), len(labels))
 	}
+	// Rest is the rest of the set: with Take, every index once.
+	rest := NewSample(labels, 10, 1).Rest(0.2)
+	both := slices.Sorted(slices.Values(append(slices.Clone(a), rest...)))
+	if !slices.IsSorted(rest) || len(both) != len(labels) || both[0] != 0 || len(slices.Compact(both)) != len(labels) {
+		t.Errorf("Take(0.2) (%d) and Rest(0.2) (%d) are not the set's %d indices once each", len(a), len(rest), len(labels))
+	}
 }
 
 // Each class is in the sample in proportion to its share of the set, to
