@@ -117,37 +117,12 @@ func (m *modelFlags) apply(kind config.ModelKind, conv, hidden []int, warmup int
 
 // defaultLR sets the learning rate, unless --lr was given, to the
 // default for the model, mode and workers so far (config.DefaultLR).
+// A command calls it once the run's mode and workers are final (after
+// parsing, or after the cluster file's counts); --model calls it too.
 func (m *modelFlags) defaultLR() {
 	if !m.lrSet {
 		m.r.LR = config.DefaultLR(m.r.Model, m.r.Mode, m.r.Workers)
 	}
-}
-
-// thenFlag wraps a flag's Value to call then after every Set.
-type thenFlag struct {
-	flag.Value
-	then func()
-}
-
-func (f thenFlag) String() string {
-	if f.Value == nil {
-		return "" // the zero Value, which flag's help compares the default with
-	}
-	return f.Value.String()
-}
-
-func (f thenFlag) Set(s string) error {
-	if err := f.Value.Set(s); err != nil {
-		return err
-	}
-	f.then()
-	return nil
-}
-
-// after makes fs's flag name call then after it is set.
-func after(fs *flag.FlagSet, name string, then func()) {
-	fl := fs.Lookup(name)
-	fl.Value = thenFlag{fl.Value, then}
 }
 
 type convFlag struct{ m *modelFlags }
@@ -169,8 +144,9 @@ func (f convFlag) Set(s string) error {
 }
 
 // bindRunFlags registers the run configuration flags on fs, with the
-// defaults already in r.
-func bindRunFlags(fs *flag.FlagSet, r *config.Run) {
+// defaults already in r. The command calls the returned modelFlags'
+// defaultLR once --mode and --workers are final.
+func bindRunFlags(fs *flag.FlagSet, r *config.Run) *modelFlags {
 	fs.StringVar((*string)(&r.Mode), "mode", string(r.Mode), "SGD mode: sync, async or ssp")
 	fs.IntVar(&r.Staleness, "staleness", r.Staleness, "ssp: how many steps a worker may run ahead of the slowest live worker")
 	fs.IntVar(&r.ReplicasToAggregate, "replicas-to-aggregate", r.ReplicasToAggregate, "sync: gradients per step (0 = all workers; fewer makes the rest backup workers)")
@@ -206,8 +182,7 @@ func bindRunFlags(fs *flag.FlagSet, r *config.Run) {
 	fs.BoolVar(&r.Resume, "resume", r.Resume, "start from the newest valid checkpoint in --checkpoint-dir, if any; with checkpoints there but every one damaged, refuse to start (false: start afresh, moving old checkpoints aside)")
 	track(fs, "lr", &m.lrSet)
 	track(fs, "warmup-steps", &m.warmupSet)
-	after(fs, "mode", m.defaultLR)
-	after(fs, "workers", m.defaultLR)
+	return m
 }
 
 // lrDefaults describes config.DefaultLR for --lr's help.

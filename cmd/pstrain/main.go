@@ -344,7 +344,7 @@ cluster's; the run flags must agree with the chief's. A standby is the second
 process of a shard (--ps-replicas 1): it runs the PS code and takes over when
 the chief promotes it.`)
 	r := config.Default()
-	bindRunFlags(fs, &r)
+	mf := bindRunFlags(fs, &r)
 	clusterFile := fs.String("cluster", "", "cluster file (JSON: {\"chief\":[..],\"ps\":[..],\"worker\":[..]}); default: the TF_CONFIG environment variable")
 	index := fs.Int("index", -1, "this task's index (-1: from TF_CONFIG or the cluster file's task)")
 	metricsAddr := fs.String("metrics-addr", "", "serve /metrics and /healthz here (default: the task's port + 1000; \"off\" disables)")
@@ -397,7 +397,9 @@ the chief promotes it.`)
 	if err := replicasFromCluster(&r, spec, flagSet(fs, "ps-replicas")); err != nil {
 		return err
 	}
-	if err := r.Validate(); err != nil { // with the cluster's counts
+	// The default learning rate and the checks, with the cluster's counts.
+	mf.defaultLR()
+	if err := r.Validate(); err != nil {
 		return asUsage(err)
 	}
 	gradFaults, err := worker.ParseGradientFaults(*faultGradient, r.Workers)
@@ -481,7 +483,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := newFlagSet("run", "run [flags]", "Start a local cluster (a chief, --ps parameter servers and, with --ps-replicas 1, a hot standby for each, --workers workers) and train.")
 	r := config.Default()
 	r.CheckpointDir = filepath.Join("run", "checkpoints")
-	bindRunFlags(fs, &r)
+	mf := bindRunFlags(fs, &r)
 	reportPath := fs.String("report", "", "write the run report (JSON) here")
 	faults := fs.String("fault", "", "kill -9 tasks at times after start, e.g. ps/1@8s,worker/0@12s,chief@20s (resilience demos and tests)")
 	faultGradient := fs.String("fault-gradient", "", "testing: poison gradients, e.g. worker/1@30:1e6 (worker 1's gradient times 1e6 once, at global step 30) or worker/3@every:-4 (every step); demos and tests of the divergence guard")
@@ -499,6 +501,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
+	mf.defaultLR()
 	if err := r.Validate(); err != nil {
 		return asUsage(err)
 	}

@@ -14,10 +14,11 @@ func parseRunFlags(t *testing.T, args ...string) config.Run {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	r := config.Default()
-	bindRunFlags(fs, &r)
+	m := bindRunFlags(fs, &r)
 	if err := fs.Parse(args); err != nil {
 		t.Fatalf("%v: %v", args, err)
 	}
+	m.defaultLR()
 	return r
 }
 

@@ -101,8 +101,8 @@ func resolveRun(params map[string]string) (map[string]string, error) {
 	fs := flag.NewFlagSet("grid", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	r := config.Default()
-	bindRunFlags(fs, &r)
-	return resolveWith(fs, func() error { return r.Validate() }, func() []string { return runArgs(r) }, params)
+	mf := bindRunFlags(fs, &r)
+	return resolveWith(fs, func() error { mf.defaultLR(); return r.Validate() }, func() []string { return runArgs(r) }, params)
 }
 
 // resolveWith is resolveRun over a bound flag set, its validation and the
