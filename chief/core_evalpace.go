@@ -5,12 +5,12 @@ import (
 )
 
 // EvalBudget is how many test samples the chief may score per training
-// sample while the target is in sight: as many as that, and no more (up
-// to budgetCap x --eval-every between evaluations). Scoring a sample is one forward
-// pass; training on it is a forward and a backward pass, about three
-// forward passes of work, so at 0.3 the chief's evaluations cost about a
-// tenth of what the workers compute (docs/semantics.md, "Evaluation,
-// and what it costs").
+// sample: never more (up to budgetCap x --eval-every between
+// evaluations), and as many as that while the target is in sight.
+// Scoring a sample is one forward pass; training on it is a forward and
+// a backward pass, about three forward passes of work, so at 0.3 the
+// chief's evaluations cost about a tenth of what the workers compute
+// (docs/semantics.md, "Evaluation, and what it costs").
 const EvalBudget = 0.3
 
 // inSight is how close (in accuracy) the last score must be to the
@@ -19,30 +19,33 @@ const EvalBudget = 0.3
 // score moves from 97.0% to 97.5% over about two).
 const inSight = 0.005
 
-// evalPace is what paces the evaluations while the target is in sight:
-// the test samples the last one scored.
+// evalPace is what paces the evaluations: the test samples the last one
+// scored, and the step and generation when it was ordered.
 type evalPace struct {
 	lastScored int
+	orderStep  int64
+	orderGen   int64
 }
+
+// ordered records that an evaluation was ordered at step of generation.
+func (p *evalPace) ordered(step, generation int64) { p.orderStep, p.orderGen = step, generation }
 
 // ended records an evaluation that scored scored test samples.
 func (p *evalPace) ended(scored int) { p.lastScored = scored }
 
-// evalWaited says whether the next routine evaluation may start: every
-// --eval-every since the last one was ordered while the target is out of
-// sight; with it in sight, as soon as the time that pays for the last
-// one's samples at EvalBudget has passed (budgetGap, up to budgetCap x
-// --eval-every; the evaluation's own duration counts, and a rollback,
-// which moves lastEval, lets the restored model train first).
+// evalWaited says whether the next routine evaluation may start: once
+// the time that pays for the last one's samples at EvalBudget has passed
+// since it was ordered (budgetGap, at most budgetCap x --eval-every; the
+// evaluation's own duration counts, and a rollback, which moves
+// lastEval, lets the restored model train first), and, while the target
+// is out of sight, --eval-every too.
 func (c *Core) evalWaited(now time.Time) bool {
 	since := now.Sub(c.lastEval)
-	if !c.targetInSight() {
-		return since >= c.p.Run.EvalEvery
+	gap, ok := c.budgetGap(now)
+	if ok && since < min(gap, budgetCap*c.p.Run.EvalEvery) {
+		return false
 	}
-	if gap, ok := c.budgetGap(now); ok {
-		return since >= min(gap, budgetCap*c.p.Run.EvalEvery)
-	}
-	return since >= c.p.Run.EvalEvery
+	return (ok && c.targetInSight()) || since >= c.p.Run.EvalEvery
 }
 
 // budgetCap bounds the wait for the budget to budgetCap x --eval-every,
@@ -57,16 +60,16 @@ func (c *Core) targetInSight() bool {
 }
 
 // budgetGap is the time from one evaluation's order to the next's that
-// keeps the chief's scoring within EvalBudget of the training rate so
-// far: the samples the last one scored over EvalBudget times the samples
-// trained per second. ok is false while nothing tells the rate or the
-// cost yet.
+// keeps the chief's scoring within EvalBudget of the training rate since
+// that order: the samples it scored over EvalBudget times the samples
+// trained per second. ok is false while nothing tells the cost or the
+// rate: no step since, or a new generation (a rollback or a restore
+// moved the step back).
 func (c *Core) budgetGap(now time.Time) (gap time.Duration, ok bool) {
-	trained := now.Sub(c.start).Seconds()
-	samples := c.samplesAt(c.step)
-	if c.pace.lastScored <= 0 || trained <= 0 || samples <= 0 {
+	since := now.Sub(c.lastEval).Seconds()
+	if c.pace.lastScored <= 0 || since <= 0 || c.step <= c.pace.orderStep || c.st.Generation != c.pace.orderGen {
 		return 0, false
 	}
-	perSecond := samples / trained
+	perSecond := (c.samplesAt(c.step) - c.samplesAt(c.pace.orderStep)) / since
 	return time.Duration(float64(c.pace.lastScored) / (EvalBudget * perSecond) * float64(time.Second)), true
 }
