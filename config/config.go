@@ -407,8 +407,8 @@ const DefaultMLPLR = 0.2
 // the workers: an epoch then moves the weights as far as a sync epoch
 // does, and the staleness that grows with the workers meets a smaller
 // step (0.2 per update overshot: async ended below its target). The
-// CNN's DefaultCNNLR is low enough that async gains from its extra
-// updates per epoch, so it is the CNN's rate in every mode.
+// CNN keeps DefaultCNNLR in every mode: half of it did no better in
+// async, where neither holds 99% reliably (docs/semantics.md).
 func DefaultLR(kind ModelKind, mode Mode, workers int) float64 {
 	if kind.IsCNN() {
 		return DefaultCNNLR
