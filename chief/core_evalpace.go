@@ -20,15 +20,14 @@ const EvalBudget = 0.3
 const inSight = 0.005
 
 // evalPace is what paces the evaluations: the test samples the last one
-// scored, and the step and generation when it was ordered.
+// scored, and the generation it was ordered in.
 type evalPace struct {
 	lastScored int
-	orderStep  int64
 	orderGen   int64
 }
 
-// ordered records that an evaluation was ordered at step of generation.
-func (p *evalPace) ordered(step, generation int64) { p.orderStep, p.orderGen = step, generation }
+// ordered records that an evaluation was ordered in generation.
+func (p *evalPace) ordered(generation int64) { p.orderGen = generation }
 
 // ended records an evaluation that scored scored test samples.
 func (p *evalPace) ended(scored int) { p.lastScored = scored }
@@ -60,16 +59,19 @@ func (c *Core) targetInSight() bool {
 }
 
 // budgetGap is the time from one evaluation's order to the next's that
-// keeps the chief's scoring within EvalBudget of the training rate since
-// that order: the samples it scored over EvalBudget times the samples
-// trained per second. ok is false while nothing tells the cost or the
-// rate: no step since, or a new generation (a rollback or a restore
-// moved the step back).
+// keeps the chief's scoring within EvalBudget of the training rate: the
+// samples it scored over EvalBudget times the samples trained per second
+// since training started (the whole run's rate: a rate over the last
+// interval alone falls while the evaluation itself takes CPU from the
+// workers, and would stretch the pause it pays for). ok is false while
+// nothing tells the cost or the rate, and in a new generation (a
+// rollback or a restore moved the step back) until its first
+// evaluation.
 func (c *Core) budgetGap(now time.Time) (gap time.Duration, ok bool) {
-	since := now.Sub(c.lastEval).Seconds()
-	if c.pace.lastScored <= 0 || since <= 0 || c.step <= c.pace.orderStep || c.st.Generation != c.pace.orderGen {
+	trained := now.Sub(c.start).Seconds()
+	samples := c.samplesAt(c.step)
+	if c.pace.lastScored <= 0 || trained <= 0 || samples <= 0 || c.st.Generation != c.pace.orderGen {
 		return 0, false
 	}
-	perSecond := (c.samplesAt(c.step) - c.samplesAt(c.pace.orderStep)) / since
-	return time.Duration(float64(c.pace.lastScored) / (EvalBudget * perSecond) * float64(time.Second)), true
+	return time.Duration(float64(c.pace.lastScored) / (EvalBudget * samples / trained) * float64(time.Second)), true
 }

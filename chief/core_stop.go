@@ -57,7 +57,7 @@ func (c *Core) orderEval(now time.Time, a Evaluate) Action {
 	c.evalSeq++
 	a.Seq = c.evalSeq
 	c.evalBusy, c.lastEval = true, now
-	c.pace.ordered(c.step, c.st.Generation)
+	c.pace.ordered(c.st.Generation)
 	return a
 }
 
