@@ -28,7 +28,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 // core must give. `go test ./chief -run Scenarios -rewrite` rewrites the
 // expected output; read the diff before committing it. The events:
 //
-//	config KEY=VALUE...          a new core (ps, workers, mode, target, hold,
+//	config KEY=VALUE...          a new core (ps, workers, mode, model, target, hold,
 //	                             epochs, batch, train-n, eval-every, subset,
 //	                             checkpoint-every, heartbeat, resume,
 //	                             evaluate, checkpoints, standbys: true
@@ -354,6 +354,8 @@ func (s *scenario) config(a map[string]string) error {
 			p.Run.Workers, err = strconv.Atoi(v)
 		case "mode":
 			p.Run.Mode = config.Mode(v)
+		case "model":
+			p.Run.Model, p.Run.Conv = config.ModelKind(v), config.DefaultCNNConv
 		case "target":
 			p.Run.TargetAccuracy, err = strconv.ParseFloat(v, 64)
 		case "hold":
