@@ -15,5 +15,5 @@ func fileIdentity(fi os.FileInfo) (stamp, bool) {
 		return stamp{}, false
 	}
 	return stamp{Size: fi.Size(), MtimeNs: fi.ModTime().UnixNano(), CtimeNs: st.Ctim.Nano(),
-		Inode: st.Ino, Dev: uint64(st.Dev)}, true //nolint:unconvert // Dev is uint64 on some architectures only
+		Inode: st.Ino, Dev: uint64(st.Dev)}, true // Dev is uint32 on some architectures
 }
