@@ -63,6 +63,7 @@ type Core struct {
 	evalSeq  int64     // evaluations ordered so far
 	evalBusy bool      // an evaluation is running
 	lastEval time.Time // when the last one was ordered
+	pace     evalPace  // with the target in sight (core_evalpace.go)
 	hold     int       // consecutive full evaluations at or above the target
 	ckptBusy bool
 	lastCkpt time.Time

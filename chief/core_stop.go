@@ -29,7 +29,7 @@ const (
 // set.
 func (c *Core) evalDue(now time.Time) (Action, bool) {
 	r := c.p.Run
-	if !c.p.Evaluate || r.EvalEvery <= 0 || c.evalBusy || now.Sub(c.lastEval) < r.EvalEvery || c.step <= 0 {
+	if !c.p.Evaluate || r.EvalEvery <= 0 || c.evalBusy || !c.evalWaited(now) || c.step <= 0 {
 		return nil, false
 	}
 	a := Evaluate{Generation: c.st.Generation, Subset: c.p.EvalSubset, ConfirmAbove: 2} // 2: never the whole set
@@ -59,6 +59,7 @@ func (c *Core) orderEval(now time.Time, a Evaluate) Action {
 	c.evalSeq++
 	a.Seq = c.evalSeq
 	c.evalBusy, c.lastEval = true, now
+	c.pace.ordered(c.st.Generation)
 	return a
 }
 
@@ -69,7 +70,8 @@ type EvalResult struct {
 	At              time.Time // when the weights were pulled
 	Duration        time.Duration
 	Accuracy, Loss  float64
-	Samples         int  // test samples scored
+	Samples         int  // test samples Accuracy is over
+	Scored          int  // test samples scored, a subset pass before the whole set's too (0: Samples)
 	Full            bool // the whole test set
 	Err             error
 	// Window is the shards' attribution figures for the window this
@@ -80,6 +82,7 @@ type EvalResult struct {
 // Evaluated records an evaluation and applies the stop rule.
 func (c *Core) Evaluated(now time.Time, res EvalResult) []Action {
 	c.evalBusy = false
+	c.pace.ended(max(res.Scored, res.Samples))
 	switch {
 	case res.Err != nil:
 		// A shard restarting: skipped, not fatal (only the poll loop can

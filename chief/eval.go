@@ -17,14 +17,16 @@ import (
 
 // Evaluator computes test accuracy and mean cross-entropy of a set of
 // weights on a data set, in fixed-size batches (the last one padded and
-// masked).
+// masked), on the whole set or on a stratified sample of it.
 type Evaluator struct {
-	net  *nn.Net
-	test *dataset.Dataset
+	net    *nn.Net
+	test   *dataset.Dataset
+	sample dataset.Sample
 }
 
-// NewEvaluator builds a forward-only net for spec.
-func NewEvaluator(spec model.Spec, test *dataset.Dataset, batch int) (*Evaluator, error) {
+// NewEvaluator builds a forward-only net for spec. seed fixes the samples
+// Score draws (the run's --seed: the same subset all run long).
+func NewEvaluator(spec model.Spec, test *dataset.Dataset, batch int, seed int64) (*Evaluator, error) {
 	if test.N == 0 {
 		return nil, fmt.Errorf("eval: empty test set")
 	}
@@ -32,7 +34,7 @@ func NewEvaluator(spec model.Spec, test *dataset.Dataset, batch int) (*Evaluator
 	if err != nil {
 		return nil, err
 	}
-	return &Evaluator{net: n, test: test}, nil
+	return &Evaluator{net: n, test: test, sample: dataset.NewSample(test.Labels, test.Classes, seed)}, nil
 }
 
 // Params are the buffers to write the weights into before Eval.
@@ -44,50 +46,97 @@ func (e *Evaluator) Eval() (acc, loss float64, err error) {
 	return acc, loss, err
 }
 
-// Score is Eval over every stride-th test sample (samples 0, stride,
-// 2*stride, ...: a fixed subset that mixes the whole set's writers and
-// classes); it also returns how many samples it scored.
-func (e *Evaluator) Score(stride int) (acc, loss float64, n int, err error) {
-	stride = max(1, stride)
-	b, dim, classes := e.net.Batch(), e.test.Dim, e.net.Spec().Classes
-	correct, total := 0, 0
+// Score is Eval over fraction of the test set: the whole set at 1 or
+// more, else a sample stratified by class (dataset.Sample: the same for
+// the same fraction, a smaller fraction's part of a larger one's, its
+// accuracy an unbiased estimate of the whole set's). It also returns how
+// many samples it scored.
+func (e *Evaluator) Score(fraction float64) (acc, loss float64, n int, err error) {
+	var idx []int
+	if fraction < 1 {
+		idx = e.sample.Take(fraction)
+	} else {
+		idx = make([]int, e.test.N)
+		for i := range idx {
+			idx[i] = i
+		}
+	}
+	if len(idx) == 0 {
+		return 0, 0, 0, fmt.Errorf("eval: a %.3g sample of %d test samples is empty", fraction, e.test.N)
+	}
+	return e.score(idx)
+}
+
+// Complete turns a score over the sample Score(fraction) drew (acc and
+// loss over n samples) into the whole set's by scoring the rest of the
+// set alone; it returns the whole set's accuracy, loss and size, and the
+// samples it scored.
+func (e *Evaluator) Complete(fraction, acc, loss float64, n int) (wholeAcc, wholeLoss float64, total, scored int, err error) {
+	if fraction <= 0 || fraction >= 1 {
+		wholeAcc, wholeLoss, total, err = e.Score(1)
+		return wholeAcc, wholeLoss, total, total, err
+	}
+	rest := e.sample.Rest(fraction)
+	if len(rest) == 0 {
+		return acc, loss, n, 0, nil
+	}
+	restAcc, restLoss, m, err := e.score(rest)
+	if err != nil {
+		return 0, 0, 0, 0, err
+	}
+	total = n + m
+	wholeAcc = (acc*float64(n) + restAcc*float64(m)) / float64(total)
+	wholeLoss = (loss*float64(n) + restLoss*float64(m)) / float64(total)
+	return wholeAcc, wholeLoss, total, m, nil
+}
+
+// score scores the test samples idx.
+func (e *Evaluator) score(idx []int) (acc, loss float64, n int, err error) {
+	b, dim := e.net.Batch(), e.test.Dim
+	correct := 0
 	sumLoss := 0.0
 	labels := make([]uint8, 0, b)
-	for next := 0; next < e.test.N; {
+	for start := 0; start < len(idx); start += b {
 		x := e.net.Input()
 		labels = labels[:0]
-		for ; next < e.test.N && len(labels) < b; next += stride {
-			k := len(labels)
-			e.test.Sample(next, x[k*dim:(k+1)*dim])
-			labels = append(labels, e.test.Labels[next])
+		for k, i := range idx[start:min(start+b, len(idx))] {
+			e.test.Sample(i, x[k*dim:(k+1)*dim])
+			labels = append(labels, e.test.Labels[i])
 		}
-		n := len(labels)
-		clear(x[n*dim:])
+		clear(x[len(labels)*dim:])
 		if _, err := e.net.Step(); err != nil {
 			return 0, 0, 0, err
 		}
-		logits := e.net.Logits()
-		for i := 0; i < n; i++ {
-			row := logits[i*classes : (i+1)*classes]
-			best, mx := 0, row[0]
-			for k, v := range row {
-				if v > mx {
-					best, mx = k, v
-				}
+		c, l := e.tally(labels)
+		correct += c
+		sumLoss += l
+	}
+	return float64(correct) / float64(len(idx)), sumLoss / float64(len(idx)), len(idx), nil
+}
+
+// tally counts the correct predictions of the net's last batch and sums
+// their cross-entropy, for the len(labels) samples it held.
+func (e *Evaluator) tally(labels []uint8) (correct int, sumLoss float64) {
+	classes := e.net.Spec().Classes
+	logits := e.net.Logits()
+	for i, label := range labels {
+		row := logits[i*classes : (i+1)*classes]
+		best, mx := 0, row[0]
+		for k, v := range row {
+			if v > mx {
+				best, mx = k, v
 			}
-			lse := 0.0
-			for _, v := range row {
-				lse += math.Exp(float64(v - mx))
-			}
-			label := int(labels[i])
-			sumLoss += math.Log(lse) + float64(mx) - float64(row[label])
-			if best == label {
-				correct++
-			}
-			total++
+		}
+		lse := 0.0
+		for _, v := range row {
+			lse += math.Exp(float64(v - mx))
+		}
+		sumLoss += math.Log(lse) + float64(mx) - float64(row[label])
+		if best == int(label) {
+			correct++
 		}
 	}
-	return float64(correct) / float64(total), sumLoss / float64(total), total, nil
+	return correct, sumLoss
 }
 
 // initialLoss is the test loss of the model training starts from: the
@@ -107,7 +156,7 @@ func initialLoss(cfg Config, plan partition.Plan) float64 {
 		plan.Gather(s, init, flat)
 		plan.Scatter(s, flat, params)
 	}
-	_, loss, _, err := cfg.Evaluator.Score(int(math.Round(1 / cfg.EvalSubset)))
+	_, loss, _, err := cfg.Evaluator.Score(cfg.EvalSubset)
 	if err != nil || !finite(loss) || loss <= 0 {
 		return uniform
 	}
@@ -190,13 +239,20 @@ func (c *Chief) evaluate(ctx context.Context, a Evaluate) EvalResult {
 	res.At = c.cfg.Now()
 	ev := c.cfg.Evaluator
 	if a.ConfirmAbove > 0 && a.Subset > 0 && a.Subset < 1 {
-		res.Accuracy, res.Loss, res.Samples, res.Err = ev.Score(int(math.Round(1 / a.Subset)))
+		res.Accuracy, res.Loss, res.Samples, res.Err = ev.Score(a.Subset)
+		res.Scored = res.Samples
 		if res.Err != nil || res.Accuracy < a.ConfirmAbove {
 			res.Duration = c.cfg.Now().Sub(t0)
 			return res
 		}
+		// The whole set: the subset's score and the rest's.
+		var rest int
+		res.Accuracy, res.Loss, res.Samples, rest, res.Err = ev.Complete(a.Subset, res.Accuracy, res.Loss, res.Samples)
+		res.Scored += rest
+	} else {
+		res.Accuracy, res.Loss, res.Samples, res.Err = ev.Score(1)
+		res.Scored = res.Samples
 	}
-	res.Accuracy, res.Loss, res.Samples, res.Err = ev.Score(1)
 	res.Full = true
 	res.Duration = c.cfg.Now().Sub(t0)
 	return res

@@ -26,7 +26,7 @@ import (
 // ./chief -run Scenarios -rewrite` rewrites the expected output; read the
 // diff before committing it. The events:
 //
-//	config KEY=VALUE...          a new core (ps, workers, mode, target, hold,
+//	config KEY=VALUE...          a new core (ps, workers, mode, model, target, hold,
 //	                             epochs, batch, train-n, eval-every, subset,
 //	                             checkpoint-every, heartbeat, resume,
 //	                             evaluate, checkpoints, standbys: true
@@ -52,6 +52,8 @@ import (
 //	started|restored t=S step=N [latest=N]
 //	membership-sent live=I,...
 //	evaluated t=S seq=N gen=N step=N acc=F [loss=F] [full] [err=MSG]
+//	          [samples=N]         the test samples scored (default 2000,
+//	                             full 10000)
 //	rolled-back t=S step=N        the Rollback is done (step 0: the
 //	                             initial weights, no checkpoint)
 //	divergences                  the divergences recorded, the learning
@@ -249,6 +251,10 @@ func (s *scenario) events() map[string]func(a map[string]string, now time.Time) 
 			if full {
 				res.Samples = 10000
 			}
+			if _, ok := a["samples"]; ok {
+				res.Scored = int(num(a, "samples"))
+				res.Samples = min(res.Samples, res.Scored)
+			}
 			if e, ok := a["err"]; ok {
 				res.Err = errors.New(e)
 			}
@@ -308,6 +314,8 @@ func (s *scenario) config(a map[string]string) error {
 			p.Run.Workers, err = strconv.Atoi(v)
 		case "mode":
 			p.Run.Mode = config.Mode(v)
+		case "model":
+			p.Run.Model, p.Run.Conv = config.ModelKind(v), config.DefaultCNNConv
 		case "target":
 			p.Run.TargetAccuracy, err = strconv.ParseFloat(v, 64)
 		case "hold":

@@ -235,7 +235,7 @@ func Default() Run {
 		Workers:          2,
 		Hidden:           []int{800},
 		Batch:            128,
-		LR:               0.2,
+		LR:               DefaultMLPLR,
 		Momentum:         0.9,
 		Optimizer:        "momentum",
 		LRSchedule:       "step:2:0.3",
@@ -402,6 +402,30 @@ const (
 	DefaultCNNLR          = 0.05
 	DefaultCNNWarmupSteps = 200
 )
+
+// DefaultMLPLR is an MLP's learning rate when --lr is not given, for a
+// sync step (see DefaultLR).
+const DefaultMLPLR = 0.2
+
+// DefaultLR is the learning rate a run of the model kind, mode and
+// workers gets when --lr is not given (docs/semantics.md, "Default
+// learning rates"). An MLP's DefaultMLPLR is for a sync step, which
+// applies the mean of every worker's gradient; in async and ssp each
+// worker's gradient is an update of its own, so the rate is divided by
+// the workers: an epoch then moves the weights as far as a sync epoch
+// does, and the staleness that grows with the workers meets a smaller
+// step (0.2 per update overshot: async ended below its target). The
+// CNN keeps DefaultCNNLR in every mode: half of it did no better in
+// async, where neither holds 99% reliably (docs/semantics.md).
+func DefaultLR(kind ModelKind, mode Mode, workers int) float64 {
+	if kind.IsCNN() {
+		return DefaultCNNLR
+	}
+	if mode == Sync {
+		return DefaultMLPLR
+	}
+	return DefaultMLPLR / float64(max(1, workers))
+}
 
 // WorkerSlots is the most workers the run may have at once
 // (--max-workers; 0: at least 8, and never fewer than --workers).

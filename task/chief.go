@@ -96,7 +96,7 @@ func RunChief(ctx context.Context, o Options, co ChiefOptions) (*report.Report, 
 	if co.EvalBatch <= 0 {
 		co.EvalBatch = 1000
 	}
-	ev, err := chief.NewEvaluator(spec, test, co.EvalBatch)
+	ev, err := chief.NewEvaluator(spec, test, co.EvalBatch, o.Run.Seed)
 	if err != nil {
 		return nil, err
 	}

@@ -233,7 +233,7 @@ func cmdEval(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := blas.Setup(1); err != nil {
 		return err
 	}
-	ev, err := chief.NewEvaluator(spec, test, 1000)
+	ev, err := chief.NewEvaluator(spec, test, 1000, 0)
 	if err != nil {
 		return err
 	}

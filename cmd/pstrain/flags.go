@@ -90,9 +90,9 @@ func (f modelFlag) Set(s string) error {
 	switch s {
 	case model.KindMLP:
 		d := config.Default()
-		f.m.apply("", nil, d.Hidden, d.LR, d.WarmupSteps)
+		f.m.apply("", nil, d.Hidden, d.WarmupSteps)
 	case model.KindCNN:
-		f.m.apply(model.KindCNN, config.DefaultCNNConv, config.DefaultCNNHidden, config.DefaultCNNLR, config.DefaultCNNWarmupSteps)
+		f.m.apply(model.KindCNN, config.DefaultCNNConv, config.DefaultCNNHidden, config.DefaultCNNWarmupSteps)
 	default:
 		return fmt.Errorf("must be mlp or cnn, got %q", s)
 	}
@@ -100,7 +100,7 @@ func (f modelFlag) Set(s string) error {
 }
 
 // apply sets the model kind and, for the flags not given, its defaults.
-func (m *modelFlags) apply(kind config.ModelKind, conv, hidden []int, lr float64, warmup int64) {
+func (m *modelFlags) apply(kind config.ModelKind, conv, hidden []int, warmup int64) {
 	r := m.r
 	r.Model = kind
 	if !m.convSet {
@@ -109,11 +109,19 @@ func (m *modelFlags) apply(kind config.ModelKind, conv, hidden []int, lr float64
 	if !m.hiddenSet {
 		r.Hidden = slices.Clone(hidden)
 	}
-	if !m.lrSet {
-		r.LR = lr
-	}
 	if !m.warmupSet {
 		r.WarmupSteps = warmup
+	}
+	m.defaultLR()
+}
+
+// defaultLR sets the learning rate, unless --lr was given, to the
+// default for the model, mode and workers so far (config.DefaultLR).
+// A command calls it once the run's mode and workers are final (after
+// parsing, or after the cluster file's counts); --model calls it too.
+func (m *modelFlags) defaultLR() {
+	if !m.lrSet {
+		m.r.LR = config.DefaultLR(m.r.Model, m.r.Mode, m.r.Workers)
 	}
 }
 
@@ -136,8 +144,9 @@ func (f convFlag) Set(s string) error {
 }
 
 // bindRunFlags registers the run configuration flags on fs, with the
-// defaults already in r.
-func bindRunFlags(fs *flag.FlagSet, r *config.Run) {
+// defaults already in r. The command calls the returned modelFlags'
+// defaultLR once --mode and --workers are final.
+func bindRunFlags(fs *flag.FlagSet, r *config.Run) *modelFlags {
 	fs.StringVar((*string)(&r.Mode), "mode", string(r.Mode), "SGD mode: sync, async or ssp")
 	fs.IntVar(&r.Staleness, "staleness", r.Staleness, "ssp: how many steps a worker may run ahead of the slowest live worker")
 	fs.IntVar(&r.ReplicasToAggregate, "replicas-to-aggregate", r.ReplicasToAggregate, "sync: gradients per step (0 = all workers; fewer makes the rest backup workers)")
@@ -147,7 +156,7 @@ func bindRunFlags(fs *flag.FlagSet, r *config.Run) {
 	fs.IntVar(&r.MaxWorkers, "max-workers", r.MaxWorkers, "most workers the run may scale to with pstrain scale or a worker registering with the next index (0 = 8, or --workers if more; docs/elastic.md)")
 	m := bindModelFlags(fs, r)
 	fs.IntVar(&r.Batch, "batch", r.Batch, "per-worker batch size")
-	fs.Float64Var(&r.LR, "lr", r.LR, "learning rate (--model cnn: "+strconv.FormatFloat(config.DefaultCNNLR, 'g', -1, 64)+" unless given)")
+	fs.Float64Var(&r.LR, "lr", r.LR, "learning rate (unless given: "+lrDefaults()+")")
 	fs.Float64Var(&r.Momentum, "momentum", r.Momentum, "momentum (optimizer momentum)")
 	fs.StringVar(&r.Optimizer, "optimizer", r.Optimizer, "sgd, momentum or adam")
 	fs.StringVar(&r.LRSchedule, "lr-schedule", r.LRSchedule, "learning rate over the global step: constant, step:EPOCHS:FACTOR (times FACTOR every EPOCHS epochs, e.g. step:2:0.5) or cosine (to 0 at the last step of --epochs); applied by the PS shards")
@@ -174,6 +183,13 @@ func bindRunFlags(fs *flag.FlagSet, r *config.Run) {
 	fs.BoolVar(&r.Resume, "resume", r.Resume, "start from the newest valid checkpoint in --checkpoint-dir, if any; with checkpoints there but every one damaged, refuse to start (false: start afresh, moving old checkpoints aside)")
 	track(fs, "lr", &m.lrSet)
 	track(fs, "warmup-steps", &m.warmupSet)
+	return m
+}
+
+// lrDefaults describes config.DefaultLR for --lr's help.
+func lrDefaults() string {
+	g := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+	return g(config.DefaultMLPLR) + " for an MLP in sync, divided by --workers in async and ssp; " + g(config.DefaultCNNLR) + " for --model cnn"
 }
 
 // bindModelFlags registers --model, --conv and --hidden on fs.

@@ -294,7 +294,7 @@ cluster's; the run flags must agree with the chief's. A standby is the second
 process of a shard (--ps-replicas 1): it runs the PS code and takes over when
 the chief promotes it.`)
 	r := config.Default()
-	bindRunFlags(fs, &r)
+	mf := bindRunFlags(fs, &r)
 	clusterFile := fs.String("cluster", "", "cluster file (JSON: {\"chief\":[..],\"ps\":[..],\"worker\":[..]}); default: the TF_CONFIG environment variable")
 	index := fs.Int("index", -1, "this task's index (-1: from TF_CONFIG or the cluster file's task)")
 	metricsAddr := fs.String("metrics-addr", "", "serve /metrics and /healthz here (default: the task's port + 1000; \"off\" disables)")
@@ -348,7 +348,9 @@ the chief promotes it.`)
 	if err := replicasFromCluster(&r, spec, flagSet(fs, "ps-replicas")); err != nil {
 		return err
 	}
-	if err := r.Validate(); err != nil { // with the cluster's counts
+	// The default learning rate and the checks, with the cluster's counts.
+	mf.defaultLR()
+	if err := r.Validate(); err != nil {
 		return asUsage(err)
 	}
 	gradFaults, err := worker.ParseGradientFaults(*faultGradient, r.Workers)
@@ -442,7 +444,7 @@ and supervisors signal the process and its group); a Ctrl-C a second or more
 later kills every task at once, with no final checkpoint.`)
 	r := config.Default()
 	r.CheckpointDir = filepath.Join("run", "checkpoints")
-	bindRunFlags(fs, &r)
+	mf := bindRunFlags(fs, &r)
 	reportPath := fs.String("report", "", "write the run report (JSON) here")
 	faults := fs.String("fault", "", "kill -9 tasks at times after start, e.g. ps/1@8s,worker/0@12s,chief@20s (resilience demos and tests)")
 	faultGradient := fs.String("fault-gradient", "", "testing: poison gradients, e.g. worker/1@30:1e6 (worker 1's gradient times 1e6 once, at global step 30) or worker/3@every:-4 (every step); demos and tests of the divergence guard")
@@ -462,6 +464,7 @@ later kills every task at once, with no final checkpoint.`)
 	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
+	mf.defaultLR()
 	if err := r.Validate(); err != nil {
 		return asUsage(err)
 	}
@@ -591,7 +594,7 @@ func printSummary(w io.Writer, rep *report.Report) {
 	if rep.TimeToTargetSeconds != nil {
 		fmt.Fprintf(w, "time to %.2f%% held for %d evaluations: %.2f s of training\n", 100*rep.TargetAccuracy, rep.TargetHold, *rep.TimeToTargetSeconds)
 	} else if rep.TargetAccuracy > 0 {
-		fmt.Fprintf(w, "target %.2f%% not reached\n", 100*rep.TargetAccuracy)
+		fmt.Fprintln(w, belowTarget(rep))
 	}
 	fmt.Fprintf(w, "startup %.2f s, training %.2f s, %.0f samples/s, stale gradients dropped %d\n", rep.StartupSeconds, rep.TrainSeconds, rep.SamplesPerSecond, rep.StaleGradientsDropped)
 	if c := rep.Checkpoints; c.FinalFailed {

@@ -14,10 +14,11 @@ func parseRunFlags(t *testing.T, args ...string) config.Run {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	r := config.Default()
-	bindRunFlags(fs, &r)
+	m := bindRunFlags(fs, &r)
 	if err := fs.Parse(args); err != nil {
 		t.Fatalf("%v: %v", args, err)
 	}
+	m.defaultLR()
 	return r
 }
 
@@ -72,5 +73,34 @@ func TestModelFlagsDefaultsAndRoundTrip(t *testing.T) {
 	}
 	if err := parseRunFlags(t, "--conv=16").Validate(); err == nil {
 		t.Error("--conv without --model cnn accepted")
+	}
+}
+
+// Without --lr the learning rate is config.DefaultLR's for the model,
+// mode and workers, whatever order the flags come in; a given --lr stays.
+func TestLRDefaultFollowsModeAndWorkers(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		lr   float64
+	}{
+		{nil, 0.2},
+		{[]string{"--mode=async"}, 0.1},
+		{[]string{"--mode=ssp", "--workers=4"}, 0.05},
+		{[]string{"--workers=4", "--mode=async"}, 0.05},
+		{[]string{"--workers=4"}, 0.2},
+		{[]string{"--mode=async", "--model=cnn"}, 0.05},
+		{[]string{"--model=cnn", "--workers=4", "--mode=ssp"}, 0.05},
+		{[]string{"--model=cnn", "--mode=async", "--model=mlp"}, 0.1},
+		{[]string{"--mode=async", "--mode=sync"}, 0.2},
+		{[]string{"--lr=0.3", "--mode=async"}, 0.3},
+		{[]string{"--mode=async", "--lr=0.3", "--workers=4"}, 0.3},
+	} {
+		r := parseRunFlags(t, c.args...)
+		if r.LR != c.lr {
+			t.Errorf("%v: lr %v, want %v", c.args, r.LR, c.lr)
+		}
+		if back := parseRunFlags(t, runArgs(r)...); back.LR != r.LR {
+			t.Errorf("%v: round trip through runArgs: lr %v, want %v", c.args, back.LR, r.LR)
+		}
 	}
 }

@@ -87,7 +87,9 @@ func (c *Cluster) startChief(cc ChiefConfig) (*Chief, error) {
 		if cc.EvalBatch <= 0 {
 			cc.EvalBatch = 1000
 		}
-		ev, err := newNet(func() (*chief.Evaluator, error) { return chief.NewEvaluator(c.cfg.Spec, cc.Test, cc.EvalBatch) })
+		ev, err := newNet(func() (*chief.Evaluator, error) {
+			return chief.NewEvaluator(c.cfg.Spec, cc.Test, cc.EvalBatch, c.cfg.Run.Seed)
+		})
 		if err != nil {
 			return nil, err
 		}

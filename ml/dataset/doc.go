@@ -20,7 +20,9 @@
 // Load returns the training and test sets of a named data set as Datasets:
 // pixels as float32 scaled to [0, 1] (byte/255), labels as uint8. The name
 // "mnist" reads the four standard MNIST files from a directory after checking
-// their published MD5 sums; "idx:TRAINIMAGES,TRAINLABELS,TESTIMAGES,TESTLABELS"
+// their published MD5 sums (once per machine: a stamp beside each file
+// vouches for it while its size, times and inode are unchanged; see
+// stamp); "idx:TRAINIMAGES,TRAINLABELS,TESTIMAGES,TESTLABELS"
 // reads any four IDX files. "fashion-mnist" reads DIR/fashion-mnist/ (same
 // file names as MNIST, checked against the sums of pstrain's conversion).
 // "mnist-x4" is MNIST with a training set four times as large, made when

@@ -59,11 +59,7 @@ func openVerifiedTrain(dir string, spec setSpec, copies []Transform) (*TrainSet,
 		if err != nil {
 			return nil, missingError(dir, spec, f, err)
 		}
-		got, err := hashData(path)
-		if err == nil && got != f.md5 {
-			err = checksumError(path, got, f)
-		}
-		if err != nil {
+		if err := checkSum(path, f); err != nil {
 			return nil, refetchHint(err, dir, spec)
 		}
 		paths[i] = path

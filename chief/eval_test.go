@@ -1,0 +1,53 @@
+package chief
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/pstrain/pstrain/ml/dataset"
+	"github.com/pstrain/pstrain/ml/model"
+)
+
+// A confirmation that completes a subset's score with the rest of the
+// set gives the whole set's accuracy and loss, scoring only the rest.
+func TestEvaluatorCompleteIsWholeSet(t *testing.T) {
+	const n, dim, classes = 997, 6, 4
+	rng := rand.New(rand.NewPCG(3, 4))
+	test := &dataset.Dataset{Images: make([]float32, n*dim), Labels: make([]uint8, n), N: n, Dim: dim, Classes: classes}
+	for i := range test.Images {
+		test.Images[i] = rng.Float32()
+	}
+	for i := range test.Labels {
+		test.Labels[i] = uint8(rng.IntN(classes))
+	}
+	spec := model.Spec{Input: dim, Hidden: []int{5}, Classes: classes}
+	ev, err := NewEvaluator(spec, test, 100, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Close()
+	for _, p := range ev.Params() {
+		for i := range p {
+			p[i] = float32(rng.NormFloat64())
+		}
+	}
+	acc, loss, all, err := ev.Score(1)
+	if err != nil || all != n {
+		t.Fatalf("whole set: %d samples, %v", all, err)
+	}
+	subAcc, subLoss, m, err := ev.Score(0.2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotAcc, gotLoss, total, scored, err := ev.Complete(0.2, subAcc, subLoss, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total != n || scored != n-m || math.Abs(gotAcc-acc) > 1e-12 || math.Abs(gotLoss-loss) > 1e-6 {
+		t.Errorf("completed: acc %v loss %v over %d (scored %d), want %v %v over %d (scored %d)", gotAcc, gotLoss, total, scored, acc, loss, n, n-m)
+	}
+	if subAcc == acc && subLoss == loss {
+		t.Error("the subset scored exactly the whole set: the case tells nothing")
+	}
+}

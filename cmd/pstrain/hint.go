@@ -1,0 +1,44 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/observe/report"
+)
+
+// belowTarget is the summary's line for a run that ended without holding
+// its target: where it stopped and, when it trained every epoch, what to
+// try ("stopped after 10 epochs at 96.91%, below the 97.50% target: try
+// --lr 0.1 (the default for async with 2 workers) or --epochs 20").
+func belowTarget(rep *report.Report) string {
+	s := fmt.Sprintf("stopped after %.3g epochs at %.2f%%, below the %.2f%% target", rep.EpochsDone, 100*rep.TestAccuracy, 100*rep.TargetAccuracy)
+	if rep.StoppedBy != "epochs" {
+		return fmt.Sprintf("target %.2f%% not reached (%s)", 100*rep.TargetAccuracy, s)
+	}
+	return s + ": try " + strings.Join(targetHints(rep), " or ")
+}
+
+// targetHints are the flags worth a try after a run trained every epoch
+// below its target: the default learning rate for its model, mode and
+// workers if it ran with another one (else half its rate), and twice the
+// epochs.
+func targetHints(rep *report.Report) []string {
+	g := func(v float64) string { return strconv.FormatFloat(v, 'g', 3, 64) }
+	kind := config.ModelKind("")
+	if strings.HasPrefix(rep.Model, "cnn") {
+		kind = config.ModelKind("cnn")
+	}
+	mode := config.Mode(rep.Mode)
+	def := config.DefaultLR(kind, mode, rep.Workers)
+	var lr string
+	switch {
+	case rep.LR > def*1.01 || rep.LR < def*0.99:
+		lr = fmt.Sprintf("--lr %s (the default for %s with %d workers)", g(def), mode, rep.Workers)
+	default:
+		lr = "--lr " + g(rep.LR/2)
+	}
+	return []string{lr, "--epochs " + g(2*rep.Epochs)}
+}
