@@ -281,7 +281,7 @@ func readSafetensors(r io.ReaderAt, size int64, native bool) ([]Tensor, map[stri
 	sort.SliceStable(order, func(a, b int) bool { return entries[order[a]].begin < entries[order[b]].begin })
 	tensors := make([]Tensor, len(entries))
 	var buf []byte
-	if !native {
+	if !native && len(entries) > 0 {
 		buf = make([]byte, chunkSize)
 	}
 	for _, i := range order {
