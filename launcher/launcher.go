@@ -81,7 +81,9 @@ type Config struct {
 	// BottleneckEvery is how often the progress shows where the time
 	// goes (0 = never; the report always has the whole run's).
 	BottleneckEvery time.Duration
-	// Abort, when closed, kills every task at once (a second Ctrl-C).
+	// Abort, when closed, kills every task at once (a deliberate second
+	// Ctrl-C; pstrain run closes it on a SIGINT more than a second after
+	// the first signal: internal/interrupt).
 	// Ending Run's context instead stops the run cleanly: the chief is
 	// sent SIGTERM and winds the run down (final checkpoint, report).
 	Abort <-chan struct{}
@@ -568,7 +570,7 @@ func (s *supervisor) wait(interrupt <-chan struct{}, chiefDone, failed <-chan er
 			s.interrupted = true
 			chief := s.procs[cluster.Chief]
 			s.mu.Unlock()
-			s.c.Log.Warn("interrupted: the chief is stopping the run cleanly (interrupt again to stop at once)")
+			s.c.Log.Warn("interrupted: the chief is stopping the run cleanly (Ctrl-C again, a second or more later, to stop at once)")
 			if chief != nil {
 				chief.cmd.Process.Signal(syscall.SIGTERM)
 			}

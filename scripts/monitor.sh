@@ -38,6 +38,13 @@ case $PROM_PORT in
 	exit 2
 	;;
 esac
+# Something already listens there (Debian's prometheus service starts on
+# :9090 when the package is installed; it is not ours to stop): say so
+# rather than fail on "address already in use".
+if (exec 3<>"/dev/tcp/127.0.0.1/$PROM_PORT") 2>/dev/null; then
+	echo "monitor.sh: 127.0.0.1:$PROM_PORT is already in use (perhaps a Prometheus service); pick another port, e.g. PROM_PORT=19090 $0" >&2
+	exit 1
+fi
 
 # The target directory may not exist yet if the run has not started; create it
 # so that Prometheus can watch it.

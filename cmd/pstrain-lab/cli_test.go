@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/pstrain/pstrain/internal/testbin"
 )
 
 // Each command's help goes to stdout, names the program as it was called
@@ -22,6 +24,9 @@ func TestHelp(t *testing.T) {
 		out := stdout.String()
 		if stderr.Len() > 0 || !strings.Contains(out, "pstrain ") || strings.Contains(out, "`") {
 			t.Errorf("%q: stdout %q stderr %q", args, out, stderr.String())
+		}
+		for _, l := range testbin.BadFlagLines(out) {
+			t.Errorf("%q: %q: a usage string's backquotes named the value", args, l)
 		}
 	}
 }

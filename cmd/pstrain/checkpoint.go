@@ -42,6 +42,8 @@ func cmdCheckpoint(_ context.Context, args []string, stdout, _ io.Writer) error 
 		return usagef("unknown subcommand %q: want ls, verify or inspect", args[0])
 	case len(args) != 2:
 		return usagef("%s takes one directory, got %d arguments", args[0], len(args)-1)
+	case strings.HasPrefix(args[1], "-"):
+		return usagef("unknown flag %q: %s takes only a directory (./%s for one named so)", args[1], args[0], args[1])
 	}
 	dir := args[1]
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {

@@ -8,20 +8,20 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/pstrain/pstrain/internal/testbin"
 	"github.com/pstrain/pstrain/task"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
-
-// flagLine is a flag's first line in -h output: "  -name TYPE".
-var flagLine = regexp.MustCompile(`(?m)^  -([a-z0-9-]+)(?: (\S+))?$`)
 
 // helpOf runs `pstrain ARGS` in-process and wants help on stdout only.
 func helpOf(t *testing.T, args ...string) string {
@@ -83,12 +83,32 @@ func TestHelpGolden(t *testing.T) {
 	}
 }
 
-// Every command's -h lists each flag once, with a type (no backquoted
-// words taken for value names) and at most one default.
+// labCommands are run by pstrain-lab; its own tests check their help.
+var labCommands = map[string]bool{"sweep": true, "plot": true}
+
+// helpCommands is every command and subcommand that has its own help.
+func helpCommands() [][]string {
+	var out [][]string
+	for _, name := range slices.Sorted(maps.Keys(commands)) {
+		switch {
+		case labCommands[name]:
+			continue
+		case name == "data":
+			out = append(out, []string{"data", "fetch"})
+		case name == "checkpoint":
+			out = append(out, []string{"checkpoint"}, []string{"checkpoint", "ls"}, []string{"checkpoint", "verify"}, []string{"checkpoint", "inspect"})
+		default:
+			out = append(out, []string{name})
+		}
+	}
+	return append(out, []string{"version"})
+}
+
+// Every command's -h (on stdout) lists each flag once, with a type or an
+// argument name after it (no backquoted words taken for value names) and
+// at most one default.
 func TestCommandHelpFlags(t *testing.T) {
-	types := map[string]bool{"": true, "int": true, "uint": true, "float": true, "string": true, "duration": true, "value": true}
-	for _, cmd := range [][]string{{"run"}, {"chief"}, {"ps"}, {"worker"}, {"task"}, {"data", "fetch"}, {"eval"}, {"top"},
-		{"bench"}, {"certs"}, {"checkpoint"}} {
+	for _, cmd := range helpCommands() {
 		out := helpOf(t, append(cmd, "-h")...)
 		name := strings.Join(cmd, " ")
 		if !strings.HasPrefix(out, "usage:") {
@@ -97,15 +117,15 @@ func TestCommandHelpFlags(t *testing.T) {
 		if strings.Contains(out, "`") {
 			t.Errorf("pstrain %s -h has a backquote:\n%s", name, out)
 		}
+		for _, l := range testbin.BadFlagLines(out) {
+			t.Errorf("pstrain %s -h: %q: a usage string's backquotes named the value", name, l)
+		}
 		seen := map[string]bool{}
-		for _, m := range flagLine.FindAllStringSubmatch(out, -1) {
-			if seen[m[1]] {
-				t.Errorf("pstrain %s -h lists -%s twice", name, m[1])
+		for _, f := range testbin.FlagNames(out) {
+			if seen[f] {
+				t.Errorf("pstrain %s -h lists -%s twice", name, f)
 			}
-			seen[m[1]] = true
-			if !types[m[2]] {
-				t.Errorf("pstrain %s -h: -%s %s: a usage string's backquotes named the value", name, m[1], m[2])
-			}
+			seen[f] = true
 		}
 		for _, line := range strings.Split(out, "\n") {
 			if strings.Count(line, "(default") > 1 {
@@ -136,7 +156,8 @@ func TestUsageErrors(t *testing.T) {
 		args      []string
 		msg, hint string
 	}{
-		{nil, "pstrain: no command given", "run 'pstrain -h' for usage"},
+		{[]string{"version", "extra"}, `pstrain version: unexpected argument "extra"`, "run 'pstrain version -h' for usage"},
+		{[]string{"checkpoint", "verify", "--all"}, `pstrain checkpoint: unknown flag "--all"`, "run 'pstrain checkpoint -h' for usage"},
 		{[]string{"bogus"}, `pstrain: unknown command "bogus"`, "run 'pstrain -h' for usage"},
 		{[]string{"--bogus"}, `pstrain: unknown flag "--bogus"`, "run 'pstrain -h' for usage"},
 		{[]string{"run", "--bogus"}, "pstrain run: flag provided but not defined: -bogus", "run 'pstrain run -h' for usage"},
@@ -189,7 +210,6 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"run", "-h"}, 0, "usage: pstrain run [flags]", ""},
 		{[]string{"ps", "--help"}, 0, "usage: pstrain ps [flags]", ""},
 		{[]string{"bogus"}, 2, "", "run 'pstrain -h' for usage"},
-		{nil, 2, "", "run 'pstrain -h' for usage"},
 		{[]string{"run", "--frobnicate"}, 2, "", "run 'pstrain run -h' for usage"},
 		{[]string{"run", "--ps", "zero"}, 2, "", "run 'pstrain run -h' for usage"},
 		{[]string{"run", "--ps", "0"}, 2, "", "run 'pstrain run -h' for usage"},
@@ -221,6 +241,45 @@ func TestExitCodes(t *testing.T) {
 			t.Errorf("pstrain %q: stderr %q, want the error and %q", c.args, stderr.String(), c.stderrHint)
 		case c.code == 1 && !strings.Contains(stderr.String(), c.stderrHint):
 			t.Errorf("pstrain %q: stderr %q, want %q", c.args, stderr.String(), c.stderrHint)
+		}
+	}
+}
+
+// `pstrain` alone is a usage error: the whole usage on stderr, status 2
+// (as `go` alone does).
+func TestNoCommandPrintsUsage(t *testing.T) {
+	cmd := exec.Command(bin.Path(t))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+		t.Fatalf("pstrain alone: %v, want exit status 2", err)
+	}
+	if stdout.Len() > 0 || stderr.String() != usage {
+		t.Errorf("pstrain alone: stdout %q, stderr %q; want the usage on stderr only", stdout.String(), stderr.String())
+	}
+}
+
+// Every command and subcommand takes an unknown flag for a usage error: a
+// short message naming the command and a hint, nothing else printed.
+func TestEveryCommandUsageError(t *testing.T) {
+	hint := regexp.MustCompile(`^run 'pstrain [a-z]+( [a-z]+)? -h' for usage$`)
+	for _, cmd := range helpCommands() {
+		args := append(slices.Clone(cmd), "--no-such-flag")
+		var stdout, stderr, msg bytes.Buffer
+		err := run(context.Background(), args, &stdout, &stderr)
+		if !errors.Is(err, errUsage) {
+			t.Errorf("pstrain %q: err = %v, want a usage error", args, err)
+			continue
+		}
+		if stdout.Len()+stderr.Len() > 0 {
+			t.Errorf("pstrain %q printed %q %q besides the error", args, stdout.String(), stderr.String())
+		}
+		printUsageError(&msg, err)
+		lines := strings.Split(strings.TrimSuffix(msg.String(), "\n"), "\n")
+		if len(lines) != 2 || !strings.HasPrefix(lines[0], "pstrain "+cmd[0]) || !strings.Contains(lines[0], "no-such-flag") || !hint.MatchString(lines[1]) {
+			t.Errorf("pstrain %q printed\n%s\nwant the command, the flag and a hint", args, msg.String())
 		}
 	}
 }

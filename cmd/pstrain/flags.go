@@ -144,7 +144,7 @@ func bindRunFlags(fs *flag.FlagSet, r *config.Run) {
 	fs.IntVar(&r.PS, "ps", r.PS, "number of parameter-server shards")
 	fs.IntVar(&r.PSReplicas, "ps-replicas", r.PSReplicas, "hot standbys per PS shard: 0, or 1 (a standby/N process beside every ps/N takes over when its primary dies; docs/replication.md)")
 	fs.IntVar(&r.Workers, "workers", r.Workers, "number of workers")
-	fs.IntVar(&r.MaxWorkers, "max-workers", r.MaxWorkers, "most workers the run may scale to with `pstrain scale` or a worker registering with the next index (0 = 8, or --workers if more; docs/elastic.md)")
+	fs.IntVar(&r.MaxWorkers, "max-workers", r.MaxWorkers, "most workers the run may scale to with pstrain scale or a worker registering with the next index (0 = 8, or --workers if more; docs/elastic.md)")
 	m := bindModelFlags(fs, r)
 	fs.IntVar(&r.Batch, "batch", r.Batch, "per-worker batch size")
 	fs.Float64Var(&r.LR, "lr", r.LR, "learning rate (--model cnn: "+strconv.FormatFloat(config.DefaultCNNLR, 'g', -1, 64)+" unless given)")

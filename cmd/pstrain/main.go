@@ -11,12 +11,9 @@ import (
 	"log/slog"
 	"maps"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/pstrain/pstrain/chief"
@@ -86,79 +83,6 @@ func main() {
 	}
 }
 
-// errInterrupted is returned by a command that stopped cleanly on SIGINT
-// or SIGTERM: main exits with 130 or 143 and no error message.
-var errInterrupted = errors.New("interrupted")
-
-// signals records the first SIGINT or SIGTERM. The first one cancels the
-// context: commands stop cleanly (`pstrain run` and the chief write a
-// final checkpoint and the report). A second one stops at once: abort is
-// closed, and the process exits unless a command that must clean up
-// (`pstrain run`, whose tasks run in their own process groups) has
-// claimed it.
-type signals struct {
-	mu      sync.Mutex
-	first   os.Signal
-	abort   chan struct{}
-	claimed bool
-}
-
-func watchSignals() (context.Context, *signals) {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	s := &signals{abort: make(chan struct{})}
-	ch := make(chan os.Signal, 2)
-	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
-	go func() {
-		first := <-ch
-		s.mu.Lock()
-		s.first = first
-		s.mu.Unlock()
-		cancel(fmt.Errorf("%v", first))
-		<-ch
-		s.mu.Lock()
-		claimed := s.claimed
-		s.mu.Unlock()
-		close(s.abort)
-		if !claimed {
-			os.Exit(s.exitCode())
-		}
-		// The claimant kills its tasks and returns; if it cannot, exit.
-		time.Sleep(10 * time.Second)
-		os.Exit(s.exitCode())
-	}()
-	return context.WithValue(ctx, signalsKey{}, s), s
-}
-
-type signalsKey struct{}
-
-// claimAbort returns the channel closed by a second signal and stops
-// that signal from exiting the process: the caller must then stop
-// promptly by itself. Nil when main did not set signals up (tests).
-func claimAbort(ctx context.Context) <-chan struct{} {
-	s, _ := ctx.Value(signalsKey{}).(*signals)
-	if s == nil {
-		return nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.claimed = true
-	return s.abort
-}
-
-func (s *signals) received() os.Signal {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.first
-}
-
-// exitCode is 128 + the signal's number: 130 for SIGINT, 143 for SIGTERM.
-func (s *signals) exitCode() int {
-	if n, ok := s.received().(syscall.Signal); ok {
-		return 128 + int(n)
-	}
-	return 1
-}
-
 // errUsage marks a command-line mistake: an unknown command or flag, a
 // bad value, a missing argument. main prints the error and a one-line
 // hint (not the whole usage) and exits with status 2, as Go's tools do;
@@ -170,6 +94,9 @@ var errUsage = errors.New("usage")
 type usageError struct {
 	cmd string
 	err error
+	// full: print the whole usage instead of the error and the hint
+	// (`pstrain` alone).
+	full bool
 }
 
 func (e *usageError) Error() string        { return e.err.Error() }
@@ -193,10 +120,16 @@ func asUsage(err error) error {
 //
 //	pstrain run: flag provided but not defined: -bogus
 //	run 'pstrain run -h' for usage
+//
+// `pstrain` alone gets the whole usage instead, as Go's tools do.
 func printUsageError(w io.Writer, err error) {
 	cmd := ""
 	var ue *usageError
 	if errors.As(err, &ue) {
+		if ue.full {
+			fmt.Fprint(w, usage)
+			return
+		}
 		cmd = ue.cmd
 	}
 	if cmd == "" {
@@ -249,13 +182,12 @@ func isHelp(arg string) bool {
 // returns an error matching errUsage, printed by main.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usagef("no command given")
+		return &usageError{err: errors.New("no command given"), full: true}
 	}
 	switch name := args[0]; {
 	case name == "version" || name == "-version" || name == "--version":
-		fmt.Fprintln(stdout, "pstrain", task.Version)
-		return nil
-	case isHelp(name) && len(args) > 1 && commands[args[1]] != nil:
+		return cmdVersion(args[1:], stdout)
+	case isHelp(name) && len(args) > 1 && (commands[args[1]] != nil || args[1] == "version"):
 		// pstrain help COMMAND: the command's own help.
 		return run(ctx, []string{args[1], "-h"}, stdout, stderr)
 	case isHelp(name) && len(args) > 1 && !isHelp(args[1]):
@@ -274,6 +206,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		ue.cmd = args[0]
 	}
 	return err
+}
+
+// cmdVersion prints the version (`pstrain version`, `pstrain --version`).
+func cmdVersion(args []string, stdout io.Writer) error {
+	switch {
+	case len(args) == 1 && isHelp(args[0]):
+		fmt.Fprint(stdout, "usage: pstrain version\n\nPrint pstrain's version (also pstrain --version).\n")
+		return flag.ErrHelp
+	case len(args) > 0:
+		return &usageError{cmd: "version", err: fmt.Errorf("unexpected argument %q: version takes none", args[0])}
+	}
+	fmt.Fprintln(stdout, "pstrain", task.Version)
+	return nil
 }
 
 func newLogger(w io.Writer, level string, attrs ...any) (*slog.Logger, error) {
@@ -481,7 +426,14 @@ func psText(r config.Run) string {
 }
 
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("run", "run [flags]", "Start a local cluster (a chief, --ps parameter servers and, with --ps-replicas 1, a hot standby for each, --workers workers) and train.")
+	fs := newFlagSet("run", "run [flags]", `Start a local cluster (a chief, --ps parameter servers and, with --ps-replicas 1, a hot standby for each, --workers workers) and train.
+
+SIGINT (Ctrl-C) or SIGTERM stops the run cleanly: the model is scored and
+checkpointed, the summary and report are written, and pstrain exits with 130
+or 143, normally within a few seconds; a supervisor should allow 30 s before
+SIGKILL. Signals within 1 s of the first are the same interruption (timeout
+and supervisors signal the process and its group); a Ctrl-C a second or more
+later kills every task at once, with no final checkpoint.`)
 	r := config.Default()
 	r.CheckpointDir = filepath.Join("run", "checkpoints")
 	bindRunFlags(fs, &r)
