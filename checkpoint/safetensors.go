@@ -102,63 +102,22 @@ func buildHeader(tensors []Tensor, meta map[string]string) ([]byte, error) {
 	var b bytes.Buffer
 	b.Write(make([]byte, 8)) // length prefix, filled in below
 	b.WriteByte('{')
-	first := true
-	if len(meta) > 0 {
-		keys := make([]string, 0, len(meta))
-		for k, v := range meta {
-			if !utf8.ValidString(k) || !utf8.ValidString(v) {
-				return nil, fmt.Errorf("checkpoint: metadata %q: invalid UTF-8", k)
-			}
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		b.WriteString(`"` + metadataKey + `":{`)
-		for i, k := range keys {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			appendJSONString(&b, k)
-			b.WriteByte(':')
-			appendJSONString(&b, meta[k])
-		}
-		b.WriteByte('}')
-		first = false
+	if err := writeMetadata(&b, meta); err != nil {
+		return nil, err
 	}
+	first := len(meta) == 0
 	seen := make(map[string]bool, len(tensors))
 	var offset int64
 	for _, t := range tensors {
-		switch {
-		case t.Name == metadataKey:
-			return nil, fmt.Errorf("checkpoint: tensor name %q is reserved", t.Name)
-		case !utf8.ValidString(t.Name):
-			return nil, fmt.Errorf("checkpoint: tensor name %q: invalid UTF-8", t.Name)
-		case seen[t.Name]:
-			return nil, fmt.Errorf("checkpoint: duplicate tensor name %q", t.Name)
-		}
-		seen[t.Name] = true
-		n, err := numElements(t.Shape, math.MaxInt64/4)
+		n, err := checkTensor(t, seen)
 		if err != nil {
-			return nil, fmt.Errorf("checkpoint: tensor %q: %w", t.Name, err)
-		}
-		if n != int64(len(t.Data)) {
-			return nil, fmt.Errorf("checkpoint: tensor %q: shape %v needs %d elements, have %d",
-				t.Name, t.Shape, n, len(t.Data))
+			return nil, err
 		}
 		if !first {
 			b.WriteByte(',')
 		}
 		first = false
-		appendJSONString(&b, t.Name)
-		b.WriteString(`:{"dtype":"F32","shape":[`)
-		for i, d := range t.Shape {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(strconv.Itoa(d))
-		}
-		end := offset + 4*n
-		fmt.Fprintf(&b, `],"data_offsets":[%d,%d]}`, offset, end)
-		offset = end
+		offset = writeTensorEntry(&b, t, offset, n)
 	}
 	b.WriteByte('}')
 	for b.Len()%8 != 0 {
@@ -167,6 +126,72 @@ func buildHeader(tensors []Tensor, meta map[string]string) ([]byte, error) {
 	out := b.Bytes()
 	binary.LittleEndian.PutUint64(out, uint64(len(out)-8))
 	return out, nil
+}
+
+// writeMetadata writes the header's metadata entry, keys sorted, or
+// nothing when meta is empty.
+func writeMetadata(b *bytes.Buffer, meta map[string]string) error {
+	if len(meta) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(meta))
+	for k, v := range meta {
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return fmt.Errorf("checkpoint: metadata %q: invalid UTF-8", k)
+		}
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	b.WriteString(`"` + metadataKey + `":{`)
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		appendJSONString(b, k)
+		b.WriteByte(':')
+		appendJSONString(b, meta[k])
+	}
+	b.WriteByte('}')
+	return nil
+}
+
+// checkTensor validates t's name (not reserved, valid UTF-8, not in seen,
+// to which it is added) and shape, and returns its number of elements.
+func checkTensor(t Tensor, seen map[string]bool) (int64, error) {
+	switch {
+	case t.Name == metadataKey:
+		return 0, fmt.Errorf("checkpoint: tensor name %q is reserved", t.Name)
+	case !utf8.ValidString(t.Name):
+		return 0, fmt.Errorf("checkpoint: tensor name %q: invalid UTF-8", t.Name)
+	case seen[t.Name]:
+		return 0, fmt.Errorf("checkpoint: duplicate tensor name %q", t.Name)
+	}
+	seen[t.Name] = true
+	n, err := numElements(t.Shape, math.MaxInt64/4)
+	if err != nil {
+		return 0, fmt.Errorf("checkpoint: tensor %q: %w", t.Name, err)
+	}
+	if n != int64(len(t.Data)) {
+		return 0, fmt.Errorf("checkpoint: tensor %q: shape %v needs %d elements, have %d",
+			t.Name, t.Shape, n, len(t.Data))
+	}
+	return n, nil
+}
+
+// writeTensorEntry writes t's header entry, its n elements starting at
+// byte offset of the data section, and returns the offset past them.
+func writeTensorEntry(b *bytes.Buffer, t Tensor, offset, n int64) int64 {
+	appendJSONString(b, t.Name)
+	b.WriteString(`:{"dtype":"F32","shape":[`)
+	for i, d := range t.Shape {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(d))
+	}
+	end := offset + 4*n
+	fmt.Fprintf(b, `],"data_offsets":[%d,%d]}`, offset, end)
+	return end
 }
 
 func appendJSONString(b *bytes.Buffer, s string) {
@@ -234,26 +259,15 @@ func ReadSafetensors(r io.ReaderAt, size int64) ([]Tensor, map[string]string, er
 }
 
 func readSafetensors(r io.ReaderAt, size int64, native bool) ([]Tensor, map[string]string, error) {
-	if size < 8 {
-		return nil, nil, corruptf("file of %d bytes is shorter than the 8-byte header length", size)
-	}
-	var lenBuf [8]byte
-	if err := readFullAt(r, lenBuf[:], 0); err != nil {
-		return nil, nil, err
-	}
-	hlen := binary.LittleEndian.Uint64(lenBuf[:])
-	if hlen < 2 || hlen > maxHeaderSize || hlen > uint64(size-8) {
-		return nil, nil, corruptf("header length %d invalid for a file of %d bytes", hlen, size)
-	}
-	header := make([]byte, hlen)
-	if err := readFullAt(r, header, 8); err != nil {
+	header, err := readHeader(r, size)
+	if err != nil {
 		return nil, nil, err
 	}
 	entries, meta, err := parseHeader(header)
 	if err != nil {
 		return nil, nil, err
 	}
-	dataStart := 8 + int64(hlen)
+	dataStart := 8 + int64(len(header))
 	dataLen := size - dataStart
 	if err := checkLayout(entries, dataLen); err != nil {
 		return nil, nil, err
@@ -267,31 +281,58 @@ func readSafetensors(r io.ReaderAt, size int64, native bool) ([]Tensor, map[stri
 	sort.SliceStable(order, func(a, b int) bool { return entries[order[a]].begin < entries[order[b]].begin })
 	tensors := make([]Tensor, len(entries))
 	var buf []byte
+	if !native && len(entries) > 0 {
+		buf = make([]byte, chunkSize)
+	}
 	for _, i := range order {
 		e := entries[i]
 		data := make([]float32, (e.end-e.begin)/4)
-		if native {
-			if err := readFullAt(r, f32Bytes(data), dataStart+e.begin); err != nil {
-				return nil, nil, fmt.Errorf("tensor %q: %w", e.name, err)
-			}
-		} else {
-			if buf == nil {
-				buf = make([]byte, chunkSize)
-			}
-			off := dataStart + e.begin
-			for rest := data; len(rest) > 0; {
-				k := min(len(rest), chunkSize/4)
-				if err := readFullAt(r, buf[:4*k], off); err != nil {
-					return nil, nil, fmt.Errorf("tensor %q: %w", e.name, err)
-				}
-				getF32sLE(rest[:k], buf)
-				off += int64(4 * k)
-				rest = rest[k:]
-			}
+		if err := readTensorData(r, data, dataStart+e.begin, buf); err != nil {
+			return nil, nil, fmt.Errorf("tensor %q: %w", e.name, err)
 		}
 		tensors[i] = Tensor{Name: e.name, Shape: e.shape, Data: data}
 	}
 	return tensors, meta, nil
+}
+
+// readHeader reads and bounds-checks the length prefix of a file of the
+// given size and returns the JSON header it announces.
+func readHeader(r io.ReaderAt, size int64) ([]byte, error) {
+	if size < 8 {
+		return nil, corruptf("file of %d bytes is shorter than the 8-byte header length", size)
+	}
+	var lenBuf [8]byte
+	if err := readFullAt(r, lenBuf[:], 0); err != nil {
+		return nil, err
+	}
+	hlen := binary.LittleEndian.Uint64(lenBuf[:])
+	if hlen < 2 || hlen > maxHeaderSize || hlen > uint64(size-8) {
+		return nil, corruptf("header length %d invalid for a file of %d bytes", hlen, size)
+	}
+	header := make([]byte, hlen)
+	if err := readFullAt(r, header, 8); err != nil {
+		return nil, err
+	}
+	return header, nil
+}
+
+// readTensorData fills data from the little-endian float32s at off. With a
+// nil buf it reads straight into data's memory (native little-endian
+// hosts only); otherwise it decodes through buf, chunkSize bytes at a time.
+func readTensorData(r io.ReaderAt, data []float32, off int64, buf []byte) error {
+	if buf == nil {
+		return readFullAt(r, f32Bytes(data), off)
+	}
+	for rest := data; len(rest) > 0; {
+		k := min(len(rest), chunkSize/4)
+		if err := readFullAt(r, buf[:4*k], off); err != nil {
+			return err
+		}
+		getF32sLE(rest[:k], buf)
+		off += int64(4 * k)
+		rest = rest[k:]
+	}
+	return nil
 }
 
 // readFullAt fills p from r at off. A short read is reported as corruption
@@ -467,66 +508,69 @@ func decodeMetadata(dec *json.Decoder) (map[string]string, error) {
 
 func decodeTensorInfo(dec *json.Decoder, name string) (tensorEntry, error) {
 	e := tensorEntry{name: name}
-	var haveDtype, haveShape, haveOffsets bool
+	seen := map[string]bool{}
 	err := decodeObject(dec, func(key string) error {
-		switch key {
-		case "dtype":
-			if haveDtype {
-				return corruptf("tensor %q: duplicate dtype", name)
-			}
-			haveDtype = true
-			tok, err := dec.Token()
-			if err != nil {
-				return err
-			}
-			dt, ok := tok.(string)
-			if !ok {
-				return corruptf("tensor %q: dtype is not a string", name)
-			}
-			if dt != "F32" {
-				if isKnownDtype(dt) {
-					return fmt.Errorf("%w: tensor %q has dtype %s, only F32 is supported", ErrUnsupportedDtype, name, dt)
-				}
-				return corruptf("tensor %q: unknown dtype %q", name, dt)
-			}
-		case "shape":
-			if haveShape {
-				return corruptf("tensor %q: duplicate shape", name)
-			}
-			haveShape = true
-			dims, err := decodeInts(dec, math.MaxInt)
-			if err != nil {
-				return fmt.Errorf("tensor %q: shape: %w", name, err)
-			}
-			e.shape = make([]int, len(dims))
-			for i, d := range dims {
-				e.shape[i] = int(d)
-			}
-		case "data_offsets":
-			if haveOffsets {
-				return corruptf("tensor %q: duplicate data_offsets", name)
-			}
-			haveOffsets = true
-			offs, err := decodeInts(dec, math.MaxInt64)
-			if err != nil {
-				return fmt.Errorf("tensor %q: data_offsets: %w", name, err)
-			}
-			if len(offs) != 2 {
-				return corruptf("tensor %q: data_offsets has %d entries, want 2", name, len(offs))
-			}
-			e.begin, e.end = offs[0], offs[1]
-		default:
-			return corruptf("tensor %q: unknown field %q", name, key)
+		if seen[key] {
+			return corruptf("tensor %q: duplicate %s", name, key)
 		}
-		return nil
+		seen[key] = true
+		return e.decodeField(dec, key)
 	})
 	if err != nil {
 		return e, err
 	}
-	if !haveDtype || !haveShape || !haveOffsets {
+	if !seen["dtype"] || !seen["shape"] || !seen["data_offsets"] {
 		return e, corruptf("tensor %q: needs dtype, shape and data_offsets", name)
 	}
 	return e, nil
+}
+
+// decodeField decodes the value of the header field key into e.
+func (e *tensorEntry) decodeField(dec *json.Decoder, key string) error {
+	switch key {
+	case "dtype":
+		return decodeDtype(dec, e.name)
+	case "shape":
+		dims, err := decodeInts(dec, math.MaxInt)
+		if err != nil {
+			return fmt.Errorf("tensor %q: shape: %w", e.name, err)
+		}
+		e.shape = make([]int, len(dims))
+		for i, d := range dims {
+			e.shape[i] = int(d)
+		}
+	case "data_offsets":
+		offs, err := decodeInts(dec, math.MaxInt64)
+		if err != nil {
+			return fmt.Errorf("tensor %q: data_offsets: %w", e.name, err)
+		}
+		if len(offs) != 2 {
+			return corruptf("tensor %q: data_offsets has %d entries, want 2", e.name, len(offs))
+		}
+		e.begin, e.end = offs[0], offs[1]
+	default:
+		return corruptf("tensor %q: unknown field %q", e.name, key)
+	}
+	return nil
+}
+
+// decodeDtype decodes a tensor's dtype, which must be F32.
+func decodeDtype(dec *json.Decoder, name string) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	dt, ok := tok.(string)
+	if !ok {
+		return corruptf("tensor %q: dtype is not a string", name)
+	}
+	if dt == "F32" {
+		return nil
+	}
+	if isKnownDtype(dt) {
+		return fmt.Errorf("%w: tensor %q has dtype %s, only F32 is supported", ErrUnsupportedDtype, name, dt)
+	}
+	return corruptf("tensor %q: unknown dtype %q", name, dt)
 }
 
 // decodeInts decodes a JSON array of non-negative integers no larger than

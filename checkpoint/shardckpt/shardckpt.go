@@ -96,61 +96,87 @@ type State struct {
 // Read loads every shard of ck (verifying each file's SHA-256) and
 // reassembles the model's variables and optimizer state for spec.
 func Read(ck *checkpoint.Checkpoint, spec model.Spec, optimizer string) (State, error) {
-	m := ck.Manifest
-	if len(m.ModelSpec) > 0 {
-		var theirs model.Spec
-		if err := json.Unmarshal(m.ModelSpec, &theirs); err != nil {
-			return State{}, fmt.Errorf("shardckpt: %s: model spec: %w", ck.Path, err)
-		}
-		if theirs.String() != spec.String() {
-			return State{}, fmt.Errorf("%w: %s holds model %s, the run trains %s", ErrMismatch, ck.Path, theirs, spec)
-		}
+	if err := checkModelSpec(ck, spec); err != nil {
+		return State{}, err
 	}
-	plan, err := partition.New(spec, m.NumShards)
+	plan, err := partition.New(spec, ck.Manifest.NumShards)
 	if err != nil {
 		return State{}, err
 	}
 	slots := SlotNames(optimizer)
-	st := State{Optimizer: optimizer, Vars: make([][]float32, len(plan.Vars)), Slots: make([][][]float32, len(slots))}
+	st := newState(plan, optimizer, len(slots))
+	for s := range ck.Manifest.Shards {
+		if err := st.readShard(ck, plan, s, slots); err != nil {
+			return State{}, err
+		}
+	}
+	return st, nil
+}
+
+// checkModelSpec fails with ErrMismatch when ck records a model other than
+// spec; a checkpoint that records none passes.
+func checkModelSpec(ck *checkpoint.Checkpoint, spec model.Spec) error {
+	if len(ck.Manifest.ModelSpec) == 0 {
+		return nil
+	}
+	var theirs model.Spec
+	if err := json.Unmarshal(ck.Manifest.ModelSpec, &theirs); err != nil {
+		return fmt.Errorf("shardckpt: %s: model spec: %w", ck.Path, err)
+	}
+	if theirs.String() != spec.String() {
+		return fmt.Errorf("%w: %s holds model %s, the run trains %s", ErrMismatch, ck.Path, theirs, spec)
+	}
+	return nil
+}
+
+// newState allocates zeroed variables and nSlots optimizer slots of every
+// variable of plan.
+func newState(plan partition.Plan, optimizer string, nSlots int) State {
+	st := State{Optimizer: optimizer, Vars: make([][]float32, len(plan.Vars)), Slots: make([][][]float32, nSlots)}
 	for i, v := range plan.Vars {
 		st.Vars[i] = make([]float32, v.Size())
 	}
-	for k := range slots {
+	for k := range st.Slots {
 		st.Slots[k] = make([][]float32, len(plan.Vars))
 		for i, v := range plan.Vars {
 			st.Slots[k][i] = make([]float32, v.Size())
 		}
 	}
-	for s := range m.Shards {
-		tensors, meta, err := ck.ReadShard(s)
-		if err != nil {
-			return State{}, err
+	return st
+}
+
+// readShard reads shard s of ck and copies its blocks of the variables
+// and of each optimizer slot into st.
+func (st *State) readShard(ck *checkpoint.Checkpoint, plan partition.Plan, s int, slots []string) error {
+	file := ck.Manifest.Shards[s].File
+	tensors, meta, err := ck.ReadShard(s)
+	if err != nil {
+		return err
+	}
+	if got := meta[MetaOptimizer]; got != "" && got != st.Optimizer {
+		return fmt.Errorf("%w: %s holds %s optimizer state, the run uses %s", ErrMismatch, file, got, st.Optimizer)
+	}
+	if steps, err := strconv.ParseInt(meta[MetaOptimizerSteps], 10, 64); err == nil {
+		st.OptimizerSteps = max(st.OptimizerSteps, steps)
+	}
+	byName := make(map[string]checkpoint.Tensor, len(tensors))
+	for _, t := range tensors {
+		byName[t.Name] = t
+	}
+	for _, b := range plan.Shards[s].Blocks {
+		v := plan.Vars[b.Var]
+		name := blockName(v, b)
+		lo, hi := b.RowStart*v.Cols, b.RowEnd*v.Cols
+		if err := copyTensor(byName, name, st.Vars[b.Var][lo:hi], file); err != nil {
+			return err
 		}
-		if got := meta[MetaOptimizer]; got != "" && got != optimizer {
-			return State{}, fmt.Errorf("%w: %s holds %s optimizer state, the run uses %s", ErrMismatch, m.Shards[s].File, got, optimizer)
-		}
-		if steps, err := strconv.ParseInt(meta[MetaOptimizerSteps], 10, 64); err == nil {
-			st.OptimizerSteps = max(st.OptimizerSteps, steps)
-		}
-		byName := make(map[string]checkpoint.Tensor, len(tensors))
-		for _, t := range tensors {
-			byName[t.Name] = t
-		}
-		for _, b := range plan.Shards[s].Blocks {
-			v := plan.Vars[b.Var]
-			name := blockName(v, b)
-			lo, hi := b.RowStart*v.Cols, b.RowEnd*v.Cols
-			if err := copyTensor(byName, name, st.Vars[b.Var][lo:hi], m.Shards[s].File); err != nil {
-				return State{}, err
-			}
-			for k, slot := range slots {
-				if err := copyTensor(byName, name+"/"+slot, st.Slots[k][b.Var][lo:hi], m.Shards[s].File); err != nil {
-					return State{}, err
-				}
+		for k, slot := range slots {
+			if err := copyTensor(byName, name+"/"+slot, st.Slots[k][b.Var][lo:hi], file); err != nil {
+				return err
 			}
 		}
 	}
-	return st, nil
+	return nil
 }
 
 func copyTensor(byName map[string]checkpoint.Tensor, name string, dst []float32, file string) error {

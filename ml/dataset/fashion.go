@@ -125,62 +125,21 @@ func parseClothes(b []byte, pixels int) ([][]byte, error) {
 	if i < 0 {
 		return nil, fmt.Errorf("no \"data\" key: %w", ErrCorrupt)
 	}
-	i += len(`"data"`)
-	skip := func() {
-		for i < len(b) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\r' || b[i] == '\t') {
-			i++
-		}
-	}
-	expect := func(c byte) error {
-		skip()
-		if i >= len(b) || b[i] != c {
-			return fmt.Errorf("expected %q at byte %d: %w", c, i, ErrCorrupt)
-		}
-		i++
-		return nil
-	}
-	if err := expect(':'); err != nil {
+	sc := &clothesScanner{b: b, i: i + len(`"data"`)}
+	if err := sc.expect(':'); err != nil {
 		return nil, err
 	}
-	if err := expect('['); err != nil {
+	if err := sc.expect('['); err != nil {
 		return nil, err
 	}
 	var out [][]byte
-	skip()
-	if i < len(b) && b[i] == ']' {
+	if sc.peek(']') {
 		return out, nil
 	}
 	for {
-		if err := expect('['); err != nil {
+		img, err := sc.image(len(out), pixels)
+		if err != nil {
 			return nil, err
-		}
-		img := make([]byte, 0, pixels)
-		skip()
-		if i < len(b) && b[i] == ']' {
-			i++
-		} else {
-			for {
-				skip()
-				v, n := 0, 0
-				for i < len(b) && b[i] >= '0' && b[i] <= '9' && n < 4 {
-					v = 10*v + int(b[i]-'0')
-					i++
-					n++
-				}
-				if n == 0 || v > 255 {
-					return nil, fmt.Errorf("image %d: pixel %d is not an integer 0..255 (byte %d): %w", len(out), len(img), i, ErrCorrupt)
-				}
-				img = append(img, byte(v))
-				skip()
-				if i < len(b) && b[i] == ',' {
-					i++
-					continue
-				}
-				if err := expect(']'); err != nil {
-					return nil, err
-				}
-				break
-			}
 		}
 		switch len(img) {
 		case 0:
@@ -189,16 +148,90 @@ func parseClothes(b []byte, pixels int) ([][]byte, error) {
 		default:
 			return nil, fmt.Errorf("image %d has %d pixels, want %d: %w", len(out), len(img), pixels, ErrCorrupt)
 		}
-		skip()
-		if i < len(b) && b[i] == ',' {
-			i++
+		if sc.accept(',') {
 			continue
 		}
-		if err := expect(']'); err != nil {
+		if err := sc.expect(']'); err != nil {
 			return nil, err
 		}
 		return out, nil
 	}
+}
+
+// clothesScanner reads parseClothes's JSON subset from b at byte i.
+type clothesScanner struct {
+	b []byte
+	i int
+}
+
+func (s *clothesScanner) skipSpace() {
+	for s.i < len(s.b) && (s.b[s.i] == ' ' || s.b[s.i] == '\n' || s.b[s.i] == '\r' || s.b[s.i] == '\t') {
+		s.i++
+	}
+}
+
+// peek skips white space and reports whether the next byte is c.
+func (s *clothesScanner) peek(c byte) bool {
+	s.skipSpace()
+	return s.i < len(s.b) && s.b[s.i] == c
+}
+
+// accept consumes the next non-space byte if it is c.
+func (s *clothesScanner) accept(c byte) bool {
+	if s.peek(c) {
+		s.i++
+		return true
+	}
+	return false
+}
+
+// expect consumes the next non-space byte, which must be c.
+func (s *clothesScanner) expect(c byte) error {
+	if !s.accept(c) {
+		return fmt.Errorf("expected %q at byte %d: %w", c, s.i, ErrCorrupt)
+	}
+	return nil
+}
+
+// image reads one image, a list of pixels; index is its place in the
+// list, for errors.
+func (s *clothesScanner) image(index, pixels int) ([]byte, error) {
+	if err := s.expect('['); err != nil {
+		return nil, err
+	}
+	img := make([]byte, 0, pixels)
+	if s.accept(']') {
+		return img, nil
+	}
+	for {
+		v, ok := s.pixel()
+		if !ok {
+			return nil, fmt.Errorf("image %d: pixel %d is not an integer 0..255 (byte %d): %w", index, len(img), s.i, ErrCorrupt)
+		}
+		img = append(img, v)
+		if s.accept(',') {
+			continue
+		}
+		if err := s.expect(']'); err != nil {
+			return nil, err
+		}
+		return img, nil
+	}
+}
+
+// pixel reads an integer of at most four digits; false unless it is 0..255.
+func (s *clothesScanner) pixel() (byte, bool) {
+	s.skipSpace()
+	v, n := 0, 0
+	for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' && n < 4 {
+		v = 10*v + int(s.b[s.i]-'0')
+		s.i++
+		n++
+	}
+	if n == 0 || v > 255 {
+		return 0, false
+	}
+	return byte(v), true
 }
 
 // fashionIDX builds the four IDX files (train images, train labels, test

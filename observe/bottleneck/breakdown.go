@@ -182,22 +182,61 @@ type taskState struct {
 // value below the previous one is a restart and counts from zero. A task
 // down in some snapshots contributes what it did while up.
 func Compute(snaps []Snapshot, cores int) (Breakdown, error) {
+	window, err := checkSnapshots(snaps, cores)
+	if err != nil {
+		return Breakdown{}, err
+	}
+	order := accumulate(snaps)
+	b := Breakdown{WindowSeconds: window}
+	meanBarrier, ok := meanBarrierWait(order)
+	if ok {
+		b.BarrierWaitPerPullSeconds = &meanBarrier
+	}
+	var all Phases // summed seconds over workers
+	var allTotal float64
+	for _, st := range order {
+		t, secs := st.task(window, meanBarrier)
+		b.StepsPerSecond += t.StepsPerSecond
+		b.SamplesPerSecond += st.inc[keySamples] / window
+		if total := secs.total(); total > 0 {
+			all = all.plus(secs)
+			allTotal += total
+		}
+		b.Tasks = append(b.Tasks, t)
+	}
+	if allTotal > 0 {
+		f := all.scaled(1 / allTotal)
+		b.Phases = &f
+	}
+	b.Hosts = hosts(order, cores)
+	b.Busiest = busiest(b.Tasks)
+	b.Verdict, b.Reason = verdict(b)
+	return b, nil
+}
+
+// checkSnapshots validates Compute's arguments and returns the window in
+// seconds.
+func checkSnapshots(snaps []Snapshot, cores int) (float64, error) {
 	if len(snaps) < 2 {
-		return Breakdown{}, ErrTooFewSnapshots
+		return 0, ErrTooFewSnapshots
 	}
 	if cores < 1 {
-		return Breakdown{}, fmt.Errorf("bottleneck: cores must be positive, got %d", cores)
+		return 0, fmt.Errorf("bottleneck: cores must be positive, got %d", cores)
 	}
 	window := snaps[len(snaps)-1].Time.Sub(snaps[0].Time).Seconds()
 	if !(window > 0) {
-		return Breakdown{}, fmt.Errorf("bottleneck: snapshots span %gs; they must be in time order and span a positive time", window)
+		return 0, fmt.Errorf("bottleneck: snapshots span %gs; they must be in time order and span a positive time", window)
 	}
 	for i := 1; i < len(snaps); i++ {
 		if snaps[i].Time.Before(snaps[i-1].Time) {
-			return Breakdown{}, fmt.Errorf("bottleneck: snapshot %d (%s) is earlier than snapshot %d (%s)", i, snaps[i].Time, i-1, snaps[i-1].Time)
+			return 0, fmt.Errorf("bottleneck: snapshot %d (%s) is earlier than snapshot %d (%s)", i, snaps[i].Time, i-1, snaps[i-1].Time)
 		}
 	}
+	return window, nil
+}
 
+// accumulate folds the snapshots into one state per task, in task order.
+func accumulate(snaps []Snapshot) []*taskState {
 	var order []*taskState
 	states := map[string]*taskState{}
 	for i, snap := range snaps {
@@ -209,94 +248,97 @@ func Compute(snaps []Snapshot, cores int) (Breakdown, error) {
 				states[ts.Target.Task] = st
 				order = append(order, st)
 			}
-			if last {
-				st.up, st.err = ts.Up, ts.Err
-			}
-			if !ts.Up {
-				continue
-			}
-			r := ts.Reading
-			if st.role == "" {
-				st.role = r.Role
-			}
-			st.replica = r.Replica
-			if st.last != nil {
-				for k, v := range r.Counters {
-					if prev, ok := st.last.Counters[k]; ok {
-						st.inc[k] += increase(prev, v)
-					}
-				}
-			}
-			st.last = &r
-			for k, v := range r.Gauges {
-				st.gauges[k] = v
-			}
+			st.observe(ts, last)
 		}
 	}
 	slices.SortStableFunc(order, func(a, b *taskState) int { return compareTasks(a.target.Task, b.target.Task) })
+	return order
+}
 
-	b := Breakdown{WindowSeconds: window}
-
-	// Mean barrier hold per pull request, over all shards.
-	var barrierSum, barrierCount float64
-	for _, st := range order {
-		barrierSum += st.inc[keyBarrierSum]
-		barrierCount += st.inc[keyBarrierCount]
+// observe folds one sample of the task into its state; last says whether
+// it is from the last snapshot, which decides whether the task is up.
+func (st *taskState) observe(ts TaskSample, last bool) {
+	if last {
+		st.up, st.err = ts.Up, ts.Err
 	}
-	var meanBarrier float64
-	if barrierCount > 0 {
-		meanBarrier = barrierSum / barrierCount
-		b.BarrierWaitPerPullSeconds = &meanBarrier
+	if !ts.Up {
+		return
 	}
-
-	var all Phases // summed seconds over workers
-	var allTotal float64
-	for _, st := range order {
-		t := Task{Task: st.target.Task, Role: st.role, Host: st.target.Host(), Up: st.up, Error: st.err, Replica: st.replica}
-		if v, ok := st.inc[keyCPU]; ok {
-			p := 100 * v / window
-			t.CPUPercent = &p
-		}
-		if v, ok := st.gauges[keyRSS]; ok {
-			t.RSSBytes = &v
-		}
-		steps := st.inc[keySteps]
-		t.StepsPerSecond = steps / window
-		b.StepsPerSecond += t.StepsPerSecond
-		b.SamplesPerSecond += st.inc[keySamples] / window
-
-		secs := Phases{
-			Compute: st.inc[keyPhaseSum+metrics.PhaseCompute],
-			Push:    st.inc[keyPhaseSum+metrics.PhasePush],
-			Pull:    st.inc[keyPhaseSum+metrics.PhasePull],
-			Wait:    st.inc[keyPhaseSum+metrics.PhaseWait],
-		}
-		secs.BarrierWait = math.Min(meanBarrier*st.inc[keyPhaseCount+metrics.PhasePull], secs.Pull)
-		secs.Pull -= secs.BarrierWait
-		if total := secs.total(); total > 0 {
-			f := secs.scaled(1 / total)
-			t.Phases = &f
-			if n := st.inc[keyPhaseCount+metrics.PhaseCompute]; n > 0 {
-				t.StepSeconds = total / n
+	r := ts.Reading
+	if st.role == "" {
+		st.role = r.Role
+	}
+	st.replica = r.Replica
+	if st.last != nil {
+		for k, v := range r.Counters {
+			if prev, ok := st.last.Counters[k]; ok {
+				st.inc[k] += increase(prev, v)
 			}
-			all = all.plus(secs)
-			allTotal += total
-		}
-		b.Tasks = append(b.Tasks, t)
-	}
-	if allTotal > 0 {
-		f := all.scaled(1 / allTotal)
-		b.Phases = &f
-	}
-	b.Hosts = hosts(order, cores)
-	var busiest float64
-	for _, t := range b.Tasks {
-		if t.CPUPercent != nil && (b.Busiest == "" || *t.CPUPercent > busiest) {
-			b.Busiest, busiest = t.Task, *t.CPUPercent
 		}
 	}
-	b.Verdict, b.Reason = verdict(b)
-	return b, nil
+	st.last = &r
+	for k, v := range r.Gauges {
+		st.gauges[k] = v
+	}
+}
+
+// meanBarrierWait is the mean hold of a pull request at the sync barrier
+// over all shards; false when no shard reported one.
+func meanBarrierWait(order []*taskState) (float64, bool) {
+	var sum, count float64
+	for _, st := range order {
+		sum += st.inc[keyBarrierSum]
+		count += st.inc[keyBarrierCount]
+	}
+	if count > 0 {
+		return sum / count, true
+	}
+	return 0, false
+}
+
+// task is the task's line of the breakdown over a window of the given
+// seconds, and its step phases in seconds (zero for a task without steps).
+// meanBarrier is the mean barrier hold per pull, carved out of its pulls.
+func (st *taskState) task(window, meanBarrier float64) (Task, Phases) {
+	t := Task{Task: st.target.Task, Role: st.role, Host: st.target.Host(), Up: st.up, Error: st.err, Replica: st.replica}
+	if v, ok := st.inc[keyCPU]; ok {
+		p := 100 * v / window
+		t.CPUPercent = &p
+	}
+	if v, ok := st.gauges[keyRSS]; ok {
+		t.RSSBytes = &v
+	}
+	t.StepsPerSecond = st.inc[keySteps] / window
+
+	secs := Phases{
+		Compute: st.inc[keyPhaseSum+metrics.PhaseCompute],
+		Push:    st.inc[keyPhaseSum+metrics.PhasePush],
+		Pull:    st.inc[keyPhaseSum+metrics.PhasePull],
+		Wait:    st.inc[keyPhaseSum+metrics.PhaseWait],
+	}
+	secs.BarrierWait = math.Min(meanBarrier*st.inc[keyPhaseCount+metrics.PhasePull], secs.Pull)
+	secs.Pull -= secs.BarrierWait
+	if total := secs.total(); total > 0 {
+		f := secs.scaled(1 / total)
+		t.Phases = &f
+		if n := st.inc[keyPhaseCount+metrics.PhaseCompute]; n > 0 {
+			t.StepSeconds = total / n
+		}
+	}
+	return t, secs
+}
+
+// busiest is the task using the most CPU, "" if none was measured; the
+// first in order wins a tie.
+func busiest(tasks []Task) string {
+	var name string
+	var most float64
+	for _, t := range tasks {
+		if t.CPUPercent != nil && (name == "" || *t.CPUPercent > most) {
+			name, most = t.Task, *t.CPUPercent
+		}
+	}
+	return name
 }
 
 // increase is a counter's increase from prev to cur, where a decrease means

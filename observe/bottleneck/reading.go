@@ -131,40 +131,60 @@ func Extract(f metrics.Families) Reading {
 	gauge(keyLoad1, metrics.MetricHostLoad1)
 	gauge(keyHostCPUs, metrics.MetricHostCPUs)
 
-	for _, p := range metrics.Phases() {
-		if h, ok := f.Histogram(metrics.MetricWorkerStepPhase, map[string]string{metrics.LabelPhase: p}); ok {
-			r.Counters[keyPhaseSum+p] = h.Sum
-			r.Counters[keyPhaseCount+p] = float64(h.Count)
-		}
-	}
-	if h, ok := f.Histogram(metrics.MetricSyncBarrierWait, nil); ok {
-		r.Counters[keyBarrierSum] = h.Sum
-		r.Counters[keyBarrierCount] = float64(h.Count)
-	}
-	if cpu := f.Series(metrics.MetricHostCPUSeconds, nil); len(cpu) > 0 {
-		var total, idle float64
-		for _, s := range cpu {
-			total += s.Value
-			if m := s.Labels[metrics.LabelMode]; m == "idle" || m == "iowait" {
-				idle += s.Value
-			}
-		}
-		r.Counters[keyHostCPUTotal] = total
-		r.Counters[keyHostCPUBusy] = total - idle
-	}
-
+	extractHistograms(f, r.Counters)
+	extractHostCPU(f, r.Counters)
 	for _, s := range f.Series(metrics.MetricPSReplicaRole, nil) {
 		if s.Value == 1 {
 			r.Replica = s.Labels[metrics.LabelRole]
 		}
 	}
+	r.Role = roleOf(f)
+	return r
+}
+
+// extractHistograms puts the sum and count of the step-phase and
+// barrier-wait histograms into counters.
+func extractHistograms(f metrics.Families, counters map[string]float64) {
+	for _, p := range metrics.Phases() {
+		if h, ok := f.Histogram(metrics.MetricWorkerStepPhase, map[string]string{metrics.LabelPhase: p}); ok {
+			counters[keyPhaseSum+p] = h.Sum
+			counters[keyPhaseCount+p] = float64(h.Count)
+		}
+	}
+	if h, ok := f.Histogram(metrics.MetricSyncBarrierWait, nil); ok {
+		counters[keyBarrierSum] = h.Sum
+		counters[keyBarrierCount] = float64(h.Count)
+	}
+}
+
+// extractHostCPU puts the host's total and busy (not idle or I/O wait) CPU
+// seconds into counters, when the host exports them.
+func extractHostCPU(f metrics.Families, counters map[string]float64) {
+	cpu := f.Series(metrics.MetricHostCPUSeconds, nil)
+	if len(cpu) == 0 {
+		return
+	}
+	var total, idle float64
+	for _, s := range cpu {
+		total += s.Value
+		if m := s.Labels[metrics.LabelMode]; m == "idle" || m == "iowait" {
+			idle += s.Value
+		}
+	}
+	counters[keyHostCPUTotal] = total
+	counters[keyHostCPUBusy] = total - idle
+}
+
+// roleOf infers a task's role from the families it exports (see
+// Reading.Role).
+func roleOf(f metrics.Families) string {
 	switch {
 	case f.Has(metrics.MetricWorkerStepPhase) || f.Has(metrics.MetricWorkerSteps):
-		r.Role = RoleWorker
+		return RoleWorker
 	case f.Has(metrics.MetricSyncBarrierWait) || f.Has(metrics.MetricPSRequests):
-		r.Role = RolePS
+		return RolePS
 	case f.Has(metrics.MetricEvalAccuracy):
-		r.Role = RoleChief
+		return RoleChief
 	}
-	return r
+	return ""
 }
