@@ -52,12 +52,12 @@ type Client struct {
 	buf     []byte
 
 	// Shared memory with a same-host server (shm.go).
-	local   bool // conn is a same-host (Unix) connection
-	noLocal bool // under TLS, the same-host exchange failed with this server: TCP until it is resolved again
-	shm    []byte // conn's region, once the server took it; nil: none
-	noShm  bool   // the server refused a region or cannot take one: do not offer again
-	shmFit int    // the largest payload seen: the next region holds it
-	shmRd  bytes.Reader
+	local   bool   // conn is a same-host (Unix) connection
+	noLocal bool   // under TLS, the same-host exchange failed with this server: TCP until it is resolved again
+	shm     []byte // conn's region, once the server took it; nil: none
+	noShm   bool   // the server refused a region or cannot take one: do not offer again
+	shmFit  int    // the largest payload seen: the next region holds it
+	shmRd   bytes.Reader
 }
 
 // NewClient returns a client that finds its server with resolve. With a

@@ -82,23 +82,23 @@ type Config struct {
 
 // Server serves a Backend on a listener (Config.TLS for TLS).
 type Server struct {
-	b       Backend
-	lis     net.Listener
-	local   net.Listener // the same-host socket beside lis (local.go), or nil
+	b     Backend
+	lis   net.Listener
+	local net.Listener // the same-host socket beside lis (local.go), or nil
 	// localAuth authenticates the same-host socket's clients under TLS
 	// (localauth.go); nil: plaintext.
 	localAuth *LocalAuth
 	pid       int // this process, as the same-host exchange signs it
-	cfg     Config
-	lim     Limits
-	m       *metrics.PS
-	refusal *ratelog.Logger
-	bufs    *buffers
-	ctx     context.Context // cancelled by Close
-	stop    context.CancelFunc
-	uid     int          // the user whose processes may hand us a region (shm.go)
-	regions atomic.Int64 // clients' regions mapped
-	inShm   atomic.Int64 // payloads read from or written into a region (tests)
+	cfg       Config
+	lim       Limits
+	m         *metrics.PS
+	refusal   *ratelog.Logger
+	bufs      *buffers
+	ctx       context.Context // cancelled by Close
+	stop      context.CancelFunc
+	uid       int          // the user whose processes may hand us a region (shm.go)
+	regions   atomic.Int64 // clients' regions mapped
+	inShm     atomic.Int64 // payloads read from or written into a region (tests)
 	// tests: read no preamble, as a server of an earlier build
 	noPreamble bool
 
