@@ -136,7 +136,8 @@ func (c *Client) connect(ctx context.Context, fit int) error {
 		if host, _, err := net.SplitHostPort(c.addr); err == nil && cfg.ServerName == "" {
 			cfg.ServerName = host
 		}
-		tc := tls.Client(conn, cfg)
+		cfg.DynamicRecordSizingDisabled = true
+		tc := tls.Client(newRecordConn(conn), cfg) // records in batches (tlsconn.go)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			conn.Close()
 			addr := c.addr
@@ -341,7 +342,7 @@ func (c *Client) exchange(ctx context.Context, req request, payload net.Buffers,
 	}
 	c.hdr = appendSigned(c.hdr[:0], req, c.auth)
 	bufs[0] = c.hdr
-	if _, err := bufs.WriteTo(conn); err != nil {
+	if _, err := writeGathered(conn, bufs); err != nil {
 		return resp, false, closedByServer(err)
 	}
 	if _, err := c.rd.Peek(1); err != nil {

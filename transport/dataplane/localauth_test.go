@@ -31,7 +31,7 @@ type testCA struct {
 	pool *x509.CertPool
 }
 
-func newTestCA(t *testing.T) testCA {
+func newTestCA(t testing.TB) testCA {
 	t.Helper()
 	ca, err := certs.NewAuthority("test CA", certs.Options{})
 	if err != nil {
@@ -44,7 +44,7 @@ func newTestCA(t *testing.T) testCA {
 
 // configs are name's server and client TLS configurations, as tlsconf
 // makes them.
-func (c testCA) configs(t *testing.T, name string) (server, client *tls.Config) {
+func (c testCA) configs(t testing.TB, name string) (server, client *tls.Config) {
 	t.Helper()
 	is, err := c.ca.Issue(name, certs.LoopbackHosts(), certs.Options{})
 	if err != nil {

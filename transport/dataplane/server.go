@@ -122,7 +122,7 @@ func NewServer(b Backend, lis net.Listener, cfg Config) *Server {
 	local := listenLocal(lis)
 	var la *LocalAuth
 	if cfg.TLS != nil {
-		lis = tls.NewListener(lis, cfg.TLS)
+		lis = tls.NewListener(recordListener{lis}, fullRecords(cfg.TLS)) // records in batches (tlsconn.go)
 		if la = localAuthOf(cfg.TLS, cfg.TLS.ClientCAs); la == nil && local != nil {
 			local.Close() // no certificate to bind same-host clients to: TLS only
 			local = nil
@@ -588,7 +588,7 @@ func (s *Server) respond(c net.Conn, hdr []byte, resp response, body []byte) boo
 	}
 	bufs := net.Buffers{appendResponse(hdr[:0], resp), body}
 	c.SetWriteDeadline(time.Now().Add(s.lim.frameTime(len(body))))
-	_, err := bufs.WriteTo(c)
+	_, err := writeGathered(c, bufs)
 	c.SetWriteDeadline(time.Time{})
 	if isTimeout(err) {
 		s.cut(c, "slow", fmt.Errorf("a response of %d bytes not taken within %v", len(body), s.lim.frameTime(len(body))))
