@@ -262,6 +262,7 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	}
 	if has(SectionTLS) && ctx.Err() == nil {
 		plan := TLSPlanFor(c.Quick)
+		plan.Rounds = c.Rounds
 		plan.Runner, plan.Link, plan.TLSDir, plan.Load = c.Runner, c.TLSLink, c.TLSDir, c.Load
 		fmt.Fprintf(c.Progress, "bench: tls (%d alternated pairs of the default cluster with and without --tls-dir, then of 1 PS + 1 worker across a netlab link)\n", plan.Rounds)
 		if res.TLS, err = TLS(ctx, plan); err != nil {

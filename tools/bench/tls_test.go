@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -22,7 +23,9 @@ func (s *scriptedRunner) Run(_ context.Context, args []string) (*report.Report, 
 	s.calls = append(s.calls, args)
 	r := s.rates[0]
 	s.rates = s.rates[1:]
-	return &report.Report{SamplesPerSecond: r}, time.Second, nil
+	// 10 s of training on two tasks, each busy a fixed 4 s of CPU.
+	return &report.Report{SamplesPerSecond: r, TrainSeconds: 10,
+		Tasks: map[string]report.Task{"ps/0": {CPUSeconds: 4}, "worker/0": {CPUSeconds: 4}}}, time.Second, nil
 }
 
 type scriptedLink struct {
@@ -34,11 +37,11 @@ type scriptedLink struct {
 func (l *scriptedLink) Prepare(context.Context) error { return l.skip }
 func (l *scriptedLink) Kind() string                  { return "test link" }
 func (l *scriptedLink) Close() error                  { return nil }
-func (l *scriptedLink) Run(_ context.Context, withTLS bool, _ float64) (float64, error) {
+func (l *scriptedLink) Run(_ context.Context, withTLS bool, _ float64) (float64, float64, error) {
 	l.order = append(l.order, withTLS)
 	r := l.rates[0]
 	l.rates = l.rates[1:]
-	return r, nil
+	return r, 1 / r, nil // CPU per sample as if CPU-bound
 }
 
 // The runs alternate plain and TLS, and each ratio is the median of the
@@ -62,6 +65,14 @@ func TestTLSAlternatesAndTakesTheMedianPair(t *testing.T) {
 	}
 	if res.SameHostRatio != 0.95 || res.LinkRatio == nil || *res.LinkRatio != 0.9 || res.Load1Before != 3 || res.Load1After != 5 {
 		t.Fatalf("same host %v, link %v, load %v -> %v; want 0.95, 0.9, 3 -> 5", res.SameHostRatio, res.LinkRatio, res.Load1Before, res.Load1After)
+	}
+	// The same CPU for fewer samples is more CPU per sample: the CPU
+	// ratio follows the rates here.
+	if p := res.SameHostRuns[0]; math.Abs(p.PlainCPUMicrosPerSample-8e6/1000) > 1e-6 || math.Abs(p.CPURatio-0.95) > 1e-9 {
+		t.Fatalf("first pair %+v; want 8000 us per sample plain and a CPU ratio of 0.95", p)
+	}
+	if math.Abs(res.SameHostCPURatio-0.95) > 1e-9 || res.LinkCPURatio == nil || math.Abs(*res.LinkCPURatio-0.9) > 1e-9 {
+		t.Fatalf("CPU ratios %v, %v; want 0.95 and 0.9", res.SameHostCPURatio, res.LinkCPURatio)
 	}
 }
 

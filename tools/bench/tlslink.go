@@ -85,12 +85,13 @@ func (l *NetlabLink) Close() error {
 	return l.lab.Close()
 }
 
-// Run trains for epochs and returns the chief's samples per second.
-func (l *NetlabLink) Run(ctx context.Context, withTLS bool, epochs float64) (float64, error) {
+// Run trains for epochs and returns the chief's samples per second and
+// the CPU time of the three processes per sample.
+func (l *NetlabLink) Run(ctx context.Context, withTLS bool, epochs float64) (float64, float64, error) {
 	l.n++
 	dir := filepath.Join(l.Dir, fmt.Sprintf("link%02d", l.n))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return 0, fmt.Errorf("bench: %w", err)
+		return 0, 0, fmt.Errorf("bench: %w", err)
 	}
 	rep := filepath.Join(dir, "report.json")
 	common := []string{"--cluster", l.cluster, "--data-dir", l.DataDir, "--epochs", strconv.FormatFloat(epochs, 'g', -1, 64),
@@ -111,35 +112,45 @@ func (l *NetlabLink) Run(ctx context.Context, withTLS bool, epochs float64) (flo
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	var cmds []*exec.Cmd
-	defer func() {
+	cpu := 0.0 // seconds, of the tasks that ended
+	stopAll := func() {
 		for _, c := range cmds {
 			c.Process.Signal(syscall.SIGTERM)
 			c.Wait()
+			cpu += c.ProcessState.UserTime().Seconds() + c.ProcessState.SystemTime().Seconds()
 		}
-	}()
+		cmds = nil
+	}
+	defer stopAll()
 	for i, t := range tasks {
 		logf, err := os.Create(filepath.Join(dir, fmt.Sprintf("task%d.log", i)))
 		if err != nil {
-			return 0, fmt.Errorf("bench: %w", err)
+			return 0, 0, fmt.Errorf("bench: %w", err)
 		}
 		defer logf.Close()
 		c := t.host.Command(rctx, l.Exe, t.args...)
 		c.Stdout, c.Stderr = logf, logf
 		c.WaitDelay = 10 * time.Second
 		if err := c.Start(); err != nil {
-			return 0, fmt.Errorf("bench: %w", err)
+			return 0, 0, fmt.Errorf("bench: %w", err)
 		}
 		if i < len(tasks)-1 {
 			cmds = append(cmds, c)
 			continue
 		}
 		if err := c.Wait(); err != nil {
-			return 0, fmt.Errorf("bench: link run (tls %v): the chief: %w; logs in %s", withTLS, err, dir)
+			return 0, 0, fmt.Errorf("bench: link run (tls %v): the chief: %w; logs in %s", withTLS, err, dir)
 		}
+		cpu += c.ProcessState.UserTime().Seconds() + c.ProcessState.SystemTime().Seconds()
 	}
+	stopAll() // the PS and the worker end with the run: their CPU counts
 	r, err := report.Read(rep)
 	if err != nil {
-		return 0, fmt.Errorf("bench: %w (logs in %s)", err, dir)
+		return 0, 0, fmt.Errorf("bench: %w (logs in %s)", err, dir)
 	}
-	return r.SamplesPerSecond, nil
+	samples := r.SamplesPerSecond * r.TrainSeconds
+	if samples <= 0 {
+		return r.SamplesPerSecond, 0, nil
+	}
+	return r.SamplesPerSecond, cpu / samples, nil
 }
