@@ -178,9 +178,10 @@ func (c *Client) dialSameHost(ctx context.Context, d *net.Dialer) net.Conn {
 	conn.SetDeadline(time.Time{})
 	if err != nil {
 		// A plaintext server, one that refused us, or not a task of
-		// the cluster: TLS over TCP with this server from now on.
+		// the cluster: TLS over TCP with this server from now on (a
+		// cancelled call says nothing about the server).
 		conn.Close()
-		c.noLocal = true
+		c.noLocal = ctx.Err() == nil
 		return nil
 	}
 	return conn
