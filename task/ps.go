@@ -95,10 +95,11 @@ func RunPS(ctx context.Context, o Options) error {
 		if err != nil {
 			return err
 		}
+		var dtls *tls.Config
 		if o.TLS != nil {
-			dlis = tls.NewListener(dlis, o.TLS.ServerTLS())
+			dtls = o.TLS.ServerTLS() // same-host clients authenticate with its certificate on the Unix socket
 		}
-		ds = dataplane.NewServer(api, dlis, dataplane.Config{MaxPayload: maxRecv, Limits: o.dataLimits(), Log: o.Log, Metrics: m, Auth: o.Auth})
+		ds = dataplane.NewServer(api, dlis, dataplane.Config{MaxPayload: maxRecv, Limits: o.dataLimits(), Log: o.Log, Metrics: m, Auth: o.Auth, TLS: dtls})
 		go ds.Serve()
 		defer ds.Close()
 		srv.SetDataAddr(daddr)
