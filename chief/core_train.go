@@ -207,7 +207,7 @@ func (c *Core) tickTraining(now time.Time, ps, standby []ShardStatus) []Action {
 	}
 	if c.checkpointDue(now) {
 		c.ckptBusy, c.lastCkpt = true, now
-		acts = append(acts, Checkpoint{Versions: slices.Clone(c.versions), Latest: c.st.LatestCheckpoint})
+		acts = append(acts, Checkpoint{Versions: slices.Clone(c.versions), Latest: c.st.LatestCheckpoint, KeepGood: c.rollbackBound()})
 	}
 	return acts
 }
