@@ -312,28 +312,37 @@ func (c *Core) Register(reg Registration, now time.Time) (int64, error) {
 		}
 		c.standbySeen[index] = true
 	case "worker":
-		if err := c.admit(index, now); err != nil {
+		if err := c.registerWorker(index, now); err != nil {
 			return 0, err
 		}
-		if why := c.QuarantineReason(index); why != "" {
-			return 0, fmt.Errorf("worker/%d %w: %s", index, ErrQuarantined, why)
-		}
-		if c.workerSeen[index] && c.phase >= training && !c.retired[index] {
-			// Registering again: the worker was restarted. It resumes its
-			// data shard where the shards say it was and joins at the
-			// current step.
-			task := fmt.Sprintf("worker/%d", index)
-			c.st.Restarts = append(c.st.Restarts, report.Restart{Task: task,
-				BackAtSeconds: ptr(c.seconds(now)), RestoredStep: c.step})
-			c.m.TaskRestarts.WithLabelValues(task).Inc()
-			c.log.Warn("worker restarted; it rejoins training", "task", task, "step", c.step)
-		}
-		c.workerSeen[index] = true
-		c.members.Beat(index, now)
 	default:
 		return 0, fmt.Errorf("%w: unknown role %q", ErrBadTask, role)
 	}
 	return c.step, nil
+}
+
+// registerWorker admits worker index, unless quarantined; a worker that
+// registers again during training was restarted, and is recorded so.
+func (c *Core) registerWorker(index int, now time.Time) error {
+	if err := c.admit(index, now); err != nil {
+		return err
+	}
+	if why := c.QuarantineReason(index); why != "" {
+		return fmt.Errorf("worker/%d %w: %s", index, ErrQuarantined, why)
+	}
+	if c.workerSeen[index] && c.phase >= training && !c.retired[index] {
+		// Registering again: the worker was restarted. It resumes its
+		// data shard where the shards say it was and joins at the
+		// current step.
+		task := fmt.Sprintf("worker/%d", index)
+		c.st.Restarts = append(c.st.Restarts, report.Restart{Task: task,
+			BackAtSeconds: ptr(c.seconds(now)), RestoredStep: c.step})
+		c.m.TaskRestarts.WithLabelValues(task).Inc()
+		c.log.Warn("worker restarted; it rejoins training", "task", task, "step", c.step)
+	}
+	c.workerSeen[index] = true
+	c.members.Beat(index, now)
+	return nil
 }
 
 // Heartbeat keeps a worker alive and says whether it should stop.
