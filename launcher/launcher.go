@@ -5,6 +5,13 @@
 // workers, relays the chief's progress, watches every process, and
 // assembles the report with each process's peak RSS and CPU time.
 //
+// Run works in two parts. The plan (plan.go) is what the run launches,
+// a plain function of the configuration and the reserved ports: the
+// cluster file's addresses, each task's metrics and data-plane address
+// and command line, and which tasks start at once. The supervisor
+// executes it: it starts the tasks, restarts those that fail, injects
+// the faults, watches where the time goes and winds the run down.
+//
 // Watching a task: a task that dies, exits with status 0 while the run
 // goes on, or answers nothing on /healthz for TaskTimeout (liveness.go)
 // is restarted, up to MaxRestarts times. Tasks are forked from one
