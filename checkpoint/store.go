@@ -307,11 +307,11 @@ func (s *Store) writeFileAtomic(dir, name string, data []byte) error {
 // Created (now). Shards may be given in any order.
 func (s *Store) Commit(m Manifest) error { return s.CommitKeeping(m, -1) }
 
-// CommitKeeping is Commit that also keeps, beyond the keep newest, the
-// newest valid checkpoint at or before step good (-1: none): the one a
-// rollback to a model known good would restore, which retention must not
-// delete while newer checkpoints, possibly of a diverged model, fill the
-// keep slots.
+// CommitKeeping is Commit whose retention, with keep >= 2, gives the
+// last of the keep slots to the newest valid checkpoint at or before
+// step good (-1: none) unless a newer kept one is: the one a rollback to
+// a model known good would restore, which must not be deleted while newer
+// checkpoints, possibly of a diverged model, fill the slots.
 func (s *Store) CommitKeeping(m Manifest, good int64) error {
 	if m.FormatVersion == 0 {
 		m.FormatVersion = FormatVersion
@@ -633,8 +633,8 @@ func (l listing) leftovers(match func(dirEntry) bool) []string {
 // directories of steps before step, and leftovers of interrupted
 // deletions. A checkpoint is deleted by renaming it to ckpt-<step>.trash
 // first, so that an interrupted deletion never leaves a half-deleted
-// checkpoint that looks complete. The newest valid checkpoint at or
-// before good (if good >= 0) is kept too.
+// checkpoint that looks complete. With good >= 0 and keep >= 2, one of
+// the keep is the newest valid checkpoint at or before good.
 func (s *Store) prune(step, good int64) error {
 	l, err := s.list()
 	if err != nil {
@@ -643,10 +643,13 @@ func (s *Store) prune(step, good int64) error {
 	remove := l.leftovers(func(e dirEntry) bool { return e.kind == kindTrash || e.step < step })
 	complete, present := l.complete, l.present
 	if s.keep > 0 {
-		kept, goodKept := 0, good < 0
+		// With keep >= 2 and a known good step, the last slot is the
+		// newest valid checkpoint at or before good (if no newer kept one
+		// is): the disk never holds more than keep.
+		kept, goodKept := 0, good < 0 || s.keep < 2
 		for _, c := range complete {
 			wantGood := !goodKept && c.step <= good
-			if kept < s.keep || wantGood {
+			if kept < s.keep-1 || (kept < s.keep && (goodKept || wantGood)) {
 				if _, err := check(s.fs, filepath.Join(s.dir, c.name), false); err == nil {
 					kept++
 					goodKept = goodKept || c.step <= good

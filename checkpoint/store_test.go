@@ -398,7 +398,7 @@ func TestRetention(t *testing.T) {
 // initial weights.
 func TestRetentionKeepsTheKnownGood(t *testing.T) {
 	m := NewMemFS()
-	s := NewStore(m, testDir, 2)
+	s := NewStore(m, testDir, 3)
 	commit := func(step, good int64) string {
 		t.Helper()
 		infos, err := writeShards(s, step, 2)
@@ -409,14 +409,14 @@ func TestRetentionKeepsTheKnownGood(t *testing.T) {
 	saveCheckpoint(t, s, 10, 2)
 	commit(20, 15)
 	if got, want := commit(30, 15), "ckpt-000000000010 ckpt-000000000020 ckpt-000000000030"; got != want {
-		t.Fatalf("keeping the newest at or before 15: %s, want %s", got, want)
+		t.Fatalf("three of three: %s, want %s", got, want)
 	}
-	// 30 and 40 are the two newest; 15 keeps 10 as well, 20 goes.
+	// The two newest, and the last slot for 10, the newest at or before 15.
 	if got, want := commit(40, 15), "ckpt-000000000010 ckpt-000000000030 ckpt-000000000040"; got != want {
 		t.Fatalf("keeping the newest at or before 15: %s, want %s", got, want)
 	}
-	// The known good among the keep newest: nothing extra.
-	if got, want := commit(50, 45), "ckpt-000000000040 ckpt-000000000050"; got != want {
+	// The known good among the newest: plain retention.
+	if got, want := commit(50, 45), "ckpt-000000000030 ckpt-000000000040 ckpt-000000000050"; got != want {
 		t.Fatalf("the known good among the newest: %s, want %s", got, want)
 	}
 	// A corrupt candidate is not kept for it: the next older valid one is.
@@ -426,8 +426,16 @@ func TestRetentionKeepsTheKnownGood(t *testing.T) {
 		t.Fatalf("past a corrupt candidate: %s, want %s", got, want)
 	}
 	// -1: plain retention.
-	if got, want := commit(80, -1), "ckpt-000000000070 ckpt-000000000080"; got != want {
+	if got, want := commit(80, -1), "ckpt-000000000060 ckpt-000000000070 ckpt-000000000080"; got != want {
 		t.Fatalf("without a known good: %s, want %s", got, want)
+	}
+	// keep 1 is one checkpoint, known good or not.
+	one := NewStore(m, testDir, 1)
+	infos, err := writeShards(one, 90, 2)
+	mustNo(t, err)
+	mustNo(t, one.CommitKeeping(testManifest(90, infos), 65))
+	if got, want := strings.Join(listSteps(t, m, testDir), " "), "ckpt-000000000090"; got != want {
+		t.Fatalf("keep 1: %s, want %s", got, want)
 	}
 }
 

@@ -285,8 +285,13 @@ const ExitFinalCheckpointFailed = 3
 
 // ExitChiefGaveUp is the exit status of a chief that ended the run on
 // purpose with an error (its tasks never registered, the model kept
-// diverging): the launcher does not restart it, and the run fails.
+// diverging): the launcher does not restart it, and the run fails with
+// an error wrapping ErrChiefGaveUp (`pstrain run` exits 4 too).
 const ExitChiefGaveUp = 4
+
+// ErrChiefGaveUp is wrapped by Run's error when the chief gave up on the
+// run (ExitChiefGaveUp without a ruined report).
+var ErrChiefGaveUp = errors.New("the chief gave up on the run")
 
 // Run starts the cluster and waits for it to finish.
 func Run(ctx context.Context, c Config) (*report.Report, error) {
@@ -892,6 +897,9 @@ func (s *supervisor) supervise(ctx context.Context, wg *sync.WaitGroup, i int, p
 		case taskDone:
 			return nil
 		case taskFailed:
+			if p.task.Type == cluster.Chief && p.cmd.ProcessState.ExitCode() == ExitChiefGaveUp {
+				return fmt.Errorf("%w: %w", ErrChiefGaveUp, taskError(p))
+			}
 			return taskError(p)
 		}
 		s.mu.Lock()

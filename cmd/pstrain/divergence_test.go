@@ -10,13 +10,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"math"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/pstrain/pstrain/internal/testbin"
+	"github.com/pstrain/pstrain/launcher"
 	"github.com/pstrain/pstrain/observe/report"
 )
 
@@ -90,22 +93,21 @@ func TestOneHugeGradient(t *testing.T) {
 	bin.Path(t) // built before the runs start
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	// Two workers, half of MNIST: 117 sync steps of 2 x 128 samples.
+	// Two workers, two epochs of MNIST: 469 sync steps of 2 x 128 samples.
 	// Worker 1's gradient of step 60 is multiplied by 1e6 (refused: the
 	// default norm guard) or 1e4 (rolled back: the guard off; the chief
 	// sees the divergence at its next evaluation, rolls back to the last
 	// checkpoint before it, halves the learning rate, and names worker/1,
 	// whose gradient a shard saw out of line first; --nan-policy skip:
 	// the diverged model's gradients may overflow before the rollback,
-	// and no worker must stop for that). A quarter of MNIST and step 30
-	// would be too short: at ~200 steps a second its 59 steps take 0.3 s,
-	// and a loaded machine may commit no checkpoint by step 34 (the run
-	// rolls back to its start) or see the divergence only in the final
-	// evaluation.
+	// and no worker must stop for that). Half an epoch was too short: on
+	// a loaded machine the evaluations (paced by the chief's budget) come
+	// far apart, the rollback goes back to a step well before 60, and the
+	// rest of the run at half the rate did not make up the steps lost.
 	runs := runAll(t, ctx, map[string][]string{
-		"undisturbed": guardArgs("2", "0.5"),
-		"refused":     guardArgs("2", "0.5", "--fault-gradient", "worker/1@60:1e6"),
-		"rolled-back": guardArgs("2", "0.5", "--norm-guard", "0", "--nan-policy", "skip", "--fault-gradient", "worker/1@60:1e4"),
+		"undisturbed": guardArgs("2", "1", "--epochs", "2"),
+		"refused":     guardArgs("2", "1", "--epochs", "2", "--fault-gradient", "worker/1@60:1e6"),
+		"rolled-back": guardArgs("2", "1", "--epochs", "2", "--norm-guard", "0", "--nan-policy", "skip", "--fault-gradient", "worker/1@60:1e4"),
 	})
 	base := runs["undisturbed"].rep
 	if len(base.RefusedGradients) != 0 || len(base.Divergences) != 0 {
@@ -180,4 +182,27 @@ func TestTrimmedMeanBoundsAPoisoner(t *testing.T) {
 		t.Errorf("the wrecked run is not reported ruined: ruined %q, initial loss %g\n%s", mean.Ruined, mean.InitialTestLoss, runs["mean"].out)
 	}
 	t.Logf("mean, worker/3 poisoning every step: %.2f%% after %d steps; %s", 100*mean.TestAccuracy, mean.GlobalSteps, mean.Ruined)
+}
+
+// TestRunWhoseChiefGivesUpExits4: a learning rate so high that every
+// rollback's halving still diverges makes the chief give up after
+// MaxRollbacks; `pstrain run` then exits with the chief's status 4 (a
+// failure of the model, not of the system) and says why.
+func TestRunWhoseChiefGivesUpExits4(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process divergence tests are slow")
+	}
+	d, tmp := testbin.MNIST(t), t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := pstrain(t, ctx, "run", "--data-dir", d, "--data-fraction", "0.2", "--epochs", "5", "--target-accuracy", "0",
+		"--lr", "1000", "--norm-guard", "0", "--nan-policy", "skip", "--eval-every", "100ms",
+		"--run-dir", filepath.Join(tmp, "run"), "--sd-dir", filepath.Join(tmp, "targets"))
+	var exit interface{ ExitCode() int }
+	if !errors.As(err, &exit) || exit.ExitCode() != launcher.ExitChiefGaveUp {
+		t.Fatalf("pstrain run: %v, want exit status %d\n%s", err, launcher.ExitChiefGaveUp, out)
+	}
+	if !strings.Contains(out, "giving up") {
+		t.Errorf("the output does not say the chief gave up:\n%s", out)
+	}
 }
