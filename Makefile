@@ -49,7 +49,7 @@ run: deps-run build-pstrain data
 
 # The product packages: no function over 80 lines or cyclomatic
 # complexity 15 (gocyclo's count) in them, checked by tools/funcsize.
-PRODUCT_DIRS := cmd task launcher chief ps worker checkpoint transport config ml observe
+PRODUCT_DIRS := cmd task launcher chief ps worker checkpoint transport config ml observe cluster preflight
 FUNCSIZE_ALLOW := tools/funcsize/allowlist.txt
 
 # gofmt, go vet, staticcheck, go.mod/go.sum as `go mod tidy` leaves
