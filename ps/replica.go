@@ -148,12 +148,8 @@ func (s *Server) startReplica(addr string) error {
 	if s.dial == nil {
 		return status.Error(codes.FailedPrecondition, "ps: this process cannot reach a standby (no replica dialer)")
 	}
-	snap, err := s.snapshotOp()
-	if err != nil {
-		return status.Error(codes.Internal, err.Error())
-	}
 	r := &replicator{addr: addr, epoch: s.epoch, stop: make(chan struct{}), wake: make(chan struct{}, 1),
-		queue: []*pb.ReplicaOp{snap}, queued: []time.Time{time.Now()}, release: []func(){nil}, nextSeq: 2}
+		queue: []*pb.ReplicaOp{s.snapshotOp()}, queued: []time.Time{time.Now()}, release: []func(){nil}, nextSeq: 2}
 	s.rep = r
 	go s.runReplica(r)
 	s.log.Info("attaching a hot standby", "addr", addr, "epoch", s.epoch, "version", s.shard.Version())
@@ -366,7 +362,7 @@ func opBytes(op *pb.ReplicaOp) int {
 		return len(op.GetPush().Grad)
 	case op.GetSnapshot() != nil:
 		i := op.GetSnapshot().Init
-		return len(i.GetParams()) + len(i.GetOptimizerState()) + len(op.GetSnapshot().ShardState)
+		return len(i.GetParams()) + len(i.GetOptimizerState()) + proto.Size(op.GetSnapshot().GetShardState())
 	}
 	return 64
 }
@@ -461,17 +457,14 @@ func (s *Server) replicaStatus(resp *pb.StatusResponse) {
 
 // snapshotOp is the shard's whole state as a replica operation. Call with
 // mu held.
-func (s *Server) snapshotOp() (*pb.ReplicaOp, error) {
-	st, err := encodeShardState(s.shard.State())
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) snapshotOp() *pb.ReplicaOp {
+	st := s.shard.State().Proto()
 	init := proto.Clone(s.lastInit).(*pb.InitRequest)
 	opt, steps := s.shard.Optimizer().State()
 	init.Params = slices.Clone(wire.Bytes(s.shard.Params()))
 	init.OptimizerState, init.OptimizerStep = slices.Clone(wire.Bytes(opt)), steps
 	init.Version, init.MaxVersion, init.Generation, init.Epoch = s.shard.Version(), s.shard.MaxVersion(), s.gen, s.epoch
-	return &pb.ReplicaOp{Op: &pb.ReplicaOp_Snapshot{Snapshot: &pb.ReplicaSnapshot{Init: init, ShardState: st}}}, nil
+	return &pb.ReplicaOp{Op: &pb.ReplicaOp_Snapshot{Snapshot: &pb.ReplicaSnapshot{Init: init, ShardState: st}}}
 }
 
 // initTemplate is req without its payloads and per-worker lists: what a
@@ -561,11 +554,7 @@ func (s *Server) fromSnapshot(b *pb.ReplicaBatch, snap *pb.ReplicaSnapshot) (bui
 	if err != nil {
 		return built{}, err
 	}
-	st, err := decodeShardState(snap.ShardState)
-	if err == nil {
-		err = x.sh.SetState(st)
-	}
-	if err != nil {
+	if err := x.sh.SetState(shardStateFromProto(snap.ShardState)); err != nil {
 		return built{}, status.Error(codes.InvalidArgument, err.Error())
 	}
 	return x, nil

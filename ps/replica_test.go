@@ -20,6 +20,7 @@ import (
 	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/ml/partition"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/proto/convert"
 	"github.com/pstrain/pstrain/transport/wire"
 )
 
@@ -78,8 +79,8 @@ func replicaInit(t *testing.T, mode config.Mode, epoch int64, standby string) (*
 	for i := range params {
 		params[i] = float32(i%7) / 7
 	}
-	return &pb.InitRequest{RunId: "r", Shard: 0, NumShards: 1, ShardOptions: OptionsFor(r).JSON(),
-		Params: wire.Bytes(params), ModelSpec: spec.JSON(), MaxVersion: 1000, StepsPerEpoch: 10,
+	return &pb.InitRequest{RunId: "r", Shard: 0, NumShards: 1, ShardOptions: OptionsFor(r).Proto(),
+		Params: wire.Bytes(params), ModelSpec: convert.ModelSpec(spec), MaxVersion: 1000, StepsPerEpoch: 10,
 		Generation: 1, Epoch: epoch, StandbyAddr: standby}, n
 }
 

@@ -2,7 +2,6 @@ package ps
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,11 +16,12 @@ import (
 	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/checkpoint/shardckpt"
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/ml/model"
+
 	"github.com/pstrain/pstrain/ml/optim"
 	"github.com/pstrain/pstrain/ml/partition"
 	"github.com/pstrain/pstrain/observe/metrics"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/proto/convert"
 	"github.com/pstrain/pstrain/transport/wire"
 )
 
@@ -233,7 +233,7 @@ type built struct {
 // build makes the shard req describes (Init's work that needs no lock);
 // its errors are gRPC statuses.
 func (s *Server) build(req *pb.InitRequest) (built, error) {
-	opts, err := ParseOptions(req.ShardOptions)
+	opts, err := OptionsFromProto(req.ShardOptions)
 	if err != nil {
 		return built{}, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -256,12 +256,8 @@ func (s *Server) build(req *pb.InitRequest) (built, error) {
 		}
 	}
 	var plan partition.Plan
-	if len(req.ModelSpec) > 0 {
-		var spec model.Spec
-		if err := json.Unmarshal(req.ModelSpec, &spec); err != nil {
-			return built{}, status.Errorf(codes.InvalidArgument, "model spec: %v", err)
-		}
-		if plan, err = partition.New(spec, int(req.NumShards)); err != nil {
+	if req.ModelSpec != nil {
+		if plan, err = partition.New(convert.Spec(req.ModelSpec), int(req.NumShards)); err != nil {
 			return built{}, status.Error(codes.InvalidArgument, err.Error())
 		}
 		if req.Shard < 0 || int(req.Shard) >= len(plan.Shards) || plan.Shards[req.Shard].Size != len(params) {
@@ -333,7 +329,7 @@ func (s *Server) install(b built, inherit bool) {
 func lrSchedule(o Options, req *pb.InitRequest) (optim.LRSchedule, error) {
 	sched, err := optim.ParseSchedule(o.LRSchedule)
 	if err != nil {
-		return optim.LRSchedule{}, err
+		return optim.LRSchedule{}, fmt.Errorf("lr_schedule %w", err)
 	}
 	if sched.Kind == optim.Constant && o.WarmupSteps == 0 {
 		return optim.LRSchedule{}, nil

@@ -29,6 +29,7 @@ import (
 	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/observe/metrics"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/proto/convert"
 	"github.com/pstrain/pstrain/transport/auth"
 	"github.com/pstrain/pstrain/transport/dataplane"
 	"github.com/pstrain/pstrain/transport/tlsconf"
@@ -285,7 +286,7 @@ func (o Options) register(ctx context.Context, client pb.ChiefClient, spec *mode
 			defer cancel()
 			var err error
 			resp, err = client.Register(cctx, &pb.RegisterRequest{Role: o.Task.Type, Index: int32(o.Task.Index), Address: addr,
-				ModelSpec: specJSON(spec), RunConfig: o.Run.JSON(), Pid: int32(os.Getpid())})
+				ModelSpec: specProto(spec), Settings: convert.Settings(o.Run), Pid: int32(os.Getpid())})
 			return err
 		})
 	var gaveUp *retry.GaveUpError
@@ -309,9 +310,10 @@ func specFor(r config.Run, ds *dataset.Dataset) model.Spec {
 	return r.Spec(ds.Dim, ds.Classes)
 }
 
-func specJSON(s *model.Spec) []byte {
+// specProto is s on the wire (nil: a task that checks no model).
+func specProto(s *model.Spec) *pb.ModelSpec {
 	if s == nil {
 		return nil
 	}
-	return s.JSON()
+	return convert.ModelSpec(*s)
 }

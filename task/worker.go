@@ -13,6 +13,7 @@ import (
 	"github.com/pstrain/pstrain/ml/partition"
 	"github.com/pstrain/pstrain/observe/metrics"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/proto/convert"
 	"github.com/pstrain/pstrain/transport/dataplane"
 	"github.com/pstrain/pstrain/worker"
 )
@@ -186,8 +187,8 @@ func roleOf(gc pb.ParameterServerClient) func(context.Context) (string, error) {
 // carries; a chief without one (older) gives the fixed split of the
 // run's --workers.
 func registrationPlan(reg *pb.RegisterResponse, r config.Run) (dataset.DataPlan, error) {
-	if len(reg.DataPlan) == 0 {
+	if reg.DataPlan == nil {
 		return dataset.NewDataPlan(0, r.Batch, int(reg.NumDataShards)), errors.New("the chief sent no data plan (an older pstrain?)")
 	}
-	return dataset.ParseDataPlan(reg.DataPlan)
+	return convert.Plan(reg.DataPlan)
 }

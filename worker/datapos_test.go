@@ -20,6 +20,7 @@ import (
 	"github.com/pstrain/pstrain/ml/dataset"
 	"github.com/pstrain/pstrain/ml/model"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/proto/convert"
 	"github.com/pstrain/pstrain/ps"
 	"github.com/pstrain/pstrain/transport/wire"
 	"github.com/pstrain/pstrain/worker"
@@ -237,8 +238,8 @@ func (h *posHarness) initAll(gen int64, shards []shardState, positions []int64) 
 		live = append(live, int32(w))
 	}
 	for s, st := range shards {
-		req := &pb.InitRequest{RunId: "test", Shard: int32(s), NumShards: int32(h.run.PS), ShardOptions: ps.OptionsFor(h.run).JSON(),
-			ModelSpec: posSpec.JSON(), Params: wire.Bytes(st.params), Version: st.version, MaxVersion: h.maxVersion,
+		req := &pb.InitRequest{RunId: "test", Shard: int32(s), NumShards: int32(h.run.PS), ShardOptions: ps.OptionsFor(h.run).Proto(),
+			ModelSpec: convert.ModelSpec(posSpec), Params: wire.Bytes(st.params), Version: st.version, MaxVersion: h.maxVersion,
 			LiveWorkers: live, Generation: gen, OptimizerStep: st.optSteps, DataPositions: positions,
 			StepsPerEpoch: float64(posPerEpoch)}
 		if len(st.opt) > 0 {

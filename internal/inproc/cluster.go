@@ -26,6 +26,7 @@ import (
 	"github.com/pstrain/pstrain/observe/metrics"
 	"github.com/pstrain/pstrain/observe/report"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/proto/convert"
 	"github.com/pstrain/pstrain/ps"
 	"github.com/pstrain/pstrain/transport/auth"
 	"github.com/pstrain/pstrain/transport/wire"
@@ -236,7 +237,7 @@ func (c *Cluster) initShards(ctx context.Context) error {
 		flat := make([]float32, c.plan.Shards[s].Size)
 		c.plan.Gather(s, init, flat)
 		if _, err := p.client.Init(ctx, &pb.InitRequest{RunId: c.cfg.RunID, Shard: int32(s), NumShards: int32(r.PS),
-			ShardOptions: ps.OptionsFor(r).JSON(), ModelSpec: c.cfg.Spec.JSON(), Params: wire.Bytes(flat), MaxVersion: c.cfg.MaxVersion, StepsPerEpoch: perEpoch}); err != nil {
+			ShardOptions: ps.OptionsFor(r).Proto(), ModelSpec: convert.ModelSpec(c.cfg.Spec), Params: wire.Bytes(flat), MaxVersion: c.cfg.MaxVersion, StepsPerEpoch: perEpoch}); err != nil {
 			return fmt.Errorf("inproc: init ps/%d: %w", s, err)
 		}
 	}
@@ -495,9 +496,9 @@ func (c *Cluster) dial(addr string, who *auth.Client) (*grpc.ClientConn, error) 
 // register announces a task to the chief, retrying while it is
 // unavailable, as task processes do.
 func (c *Cluster) register(ctx context.Context, client pb.ChiefClient, role string, index int, spec *model.Spec, addr string) (*pb.RegisterResponse, error) {
-	req := &pb.RegisterRequest{Role: role, Index: int32(index), Address: addr, RunConfig: c.cfg.Run.JSON()}
+	req := &pb.RegisterRequest{Role: role, Index: int32(index), Address: addr, Settings: convert.Settings(c.cfg.Run)}
 	if spec != nil {
-		req.ModelSpec = spec.JSON()
+		req.ModelSpec = convert.ModelSpec(*spec)
 	}
 	var resp *pb.RegisterResponse
 	err := retry.Do(ctx, retry.Policy{First: 10 * time.Millisecond, Max: 200 * time.Millisecond, Patience: 30 * time.Second,

@@ -79,7 +79,7 @@ func testPSRestart(t *testing.T, tr inproc.Transport, plane config.DataPlane) {
 	var initErr error
 	if err := inproc.WaitFor(ctx, "the restarted PS to accept Init", func() bool {
 		flat := make([]float32, c.Plan().Shards[1].Size)
-		_, initErr = p.Client().Init(ctx, &pb.InitRequest{RunId: "test", Shard: 1, NumShards: 2, ShardOptions: ps.OptionsFor(run).JSON(),
+		_, initErr = p.Client().Init(ctx, &pb.InitRequest{RunId: "test", Shard: 1, NumShards: 2, ShardOptions: ps.OptionsFor(run).Proto(),
 			Params: wire.Bytes(flat), Version: 7})
 		return initErr == nil
 	}); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/pstrain/pstrain/ml/dataset"
 	"github.com/pstrain/pstrain/ml/nn"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/proto/convert"
 	"github.com/pstrain/pstrain/transport/auth"
 	"github.com/pstrain/pstrain/worker"
 )
@@ -335,7 +336,7 @@ func (w *Worker) run(o WorkerOptions) error {
 		src = o.Batches(dataShard, numShards)
 	case c.cfg.Train != nil && w.reg != nil:
 		// As task.RunWorker: the shards of the chief's data plan.
-		plan, err := dataset.ParseDataPlan(w.reg.DataPlan)
+		plan, err := convert.Plan(w.reg.DataPlan)
 		if err != nil {
 			return err
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/ml/partition"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/proto/convert"
 	"github.com/pstrain/pstrain/ps"
 	"github.com/pstrain/pstrain/transport/wire"
 )
@@ -43,7 +44,7 @@ func TestDataPositionAndRetainOverTheDataPlane(t *testing.T) {
 	store := checkpoint.NewStore(checkpoint.NewMemFS(), "/ck", 0)
 	srv.SetCheckpointStore(store)
 	ctx := context.Background()
-	if _, err := srv.Init(ctx, &pb.InitRequest{RunId: "r", NumShards: 1, ShardOptions: ps.OptionsFor(r).JSON(), ModelSpec: spec.JSON(),
+	if _, err := srv.Init(ctx, &pb.InitRequest{RunId: "r", NumShards: 1, ShardOptions: ps.OptionsFor(r).Proto(), ModelSpec: convert.ModelSpec(spec),
 		Params: wire.Bytes(make([]float32, n)), Generation: 1, DataPositions: []int64{10}, StepsPerEpoch: 100}); err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +151,7 @@ func TestStandbyOverTheDataPlane(t *testing.T) {
 	for i := range params {
 		params[i] = float32(i%5) / 5
 	}
-	if _, err := primary.Init(ctx, &pb.InitRequest{RunId: "r", NumShards: 1, ShardOptions: ps.OptionsFor(r).JSON(), ModelSpec: spec.JSON(),
+	if _, err := primary.Init(ctx, &pb.InitRequest{RunId: "r", NumShards: 1, ShardOptions: ps.OptionsFor(r).Proto(), ModelSpec: convert.ModelSpec(spec),
 		Params: wire.Bytes(params), Generation: 1, StepsPerEpoch: 100, MaxVersion: 100, Epoch: 1, StandbyAddr: "standby/0"}); err != nil {
 		t.Fatal(err)
 	}
