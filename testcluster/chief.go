@@ -1,4 +1,4 @@
-package inproc
+package testcluster
 
 import (
 	"context"
@@ -188,7 +188,7 @@ func (ch *Chief) Wait(ctx context.Context) (*report.Report, error) {
 	case <-ch.done:
 		return ch.rep, ch.err
 	case <-ctx.Done():
-		return nil, fmt.Errorf("inproc: waiting for the chief: %w", ctx.Err())
+		return nil, fmt.Errorf("testcluster: waiting for the chief: %w", ctx.Err())
 	}
 }
 

@@ -1,4 +1,4 @@
-package inproc
+package testcluster
 
 import (
 	"context"
@@ -92,7 +92,7 @@ func (p *PS) Starts() int {
 func (p *PS) Status() (*pb.StatusResponse, error) {
 	srv := p.Server()
 	if srv == nil {
-		return nil, fmt.Errorf("inproc: ps/%d is down", p.index)
+		return nil, fmt.Errorf("testcluster: ps/%d is down", p.index)
 	}
 	return srv.Status(context.Background(), &pb.StatusRequest{})
 }
@@ -143,10 +143,10 @@ func (p *PS) serve() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if c.ctx.Err() != nil {
-		return errors.New("inproc: the cluster is closed")
+		return errors.New("testcluster: the cluster is closed")
 	}
 	if p.inc != nil {
-		return fmt.Errorf("inproc: ps/%d is running; kill it first", p.index)
+		return fmt.Errorf("testcluster: ps/%d is running; kill it first", p.index)
 	}
 	task := fmt.Sprintf("ps/%d", p.index)
 	log := c.cfg.Log.With("task", task)
@@ -168,7 +168,7 @@ func (p *PS) serve() error {
 		dl, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			lis.Close()
-			return fmt.Errorf("inproc: %s data plane: %w", task, err)
+			return fmt.Errorf("testcluster: %s data plane: %w", task, err)
 		}
 		inc.data = dataplane.NewServer(srv, dl, dataplane.Config{MaxPayload: c.cfg.MaxMessageBytes, Log: log, Metrics: p.m, Auth: c.keys})
 		srv.SetDataAddr(dl.Addr().String())

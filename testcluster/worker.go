@@ -1,4 +1,4 @@
-package inproc
+package testcluster
 
 import (
 	"context"
@@ -55,15 +55,15 @@ type Worker struct {
 // process).
 func (c *Cluster) StartWorker(index int, o WorkerOptions) (*Worker, error) {
 	if index < 0 || index >= c.cfg.Run.WorkerSlots() {
-		return nil, fmt.Errorf("inproc: worker index %d out of range (the run has at most %d)", index, c.cfg.Run.WorkerSlots())
+		return nil, fmt.Errorf("testcluster: worker index %d out of range (the run has at most %d)", index, c.cfg.Run.WorkerSlots())
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return nil, errors.New("inproc: the cluster is closed")
+		return nil, errors.New("testcluster: the cluster is closed")
 	}
 	if prev := c.latest(index); prev != nil && !isDone(prev.done) {
-		return nil, fmt.Errorf("inproc: worker/%d is running; kill it first", index)
+		return nil, fmt.Errorf("testcluster: worker/%d is running; kill it first", index)
 	}
 	parent := o.Context
 	if parent == nil {
@@ -146,7 +146,7 @@ func (c *Cluster) WaitWorkers(ctx context.Context) error {
 	}
 	var errs []error
 	if len(running) > 0 {
-		errs = append(errs, fmt.Errorf("inproc: %w waiting for the workers; still running: %s", ctx.Err(), strings.Join(running, ", ")))
+		errs = append(errs, fmt.Errorf("testcluster: %w waiting for the workers; still running: %s", ctx.Err(), strings.Join(running, ", ")))
 	}
 	for _, w := range ws {
 		if !isDone(w.done) {
@@ -191,7 +191,7 @@ func (w *Worker) Wait(ctx context.Context) error {
 	case <-w.done:
 		return w.Err()
 	case <-ctx.Done():
-		return fmt.Errorf("inproc: waiting for worker/%d: %w", w.index, ctx.Err())
+		return fmt.Errorf("testcluster: waiting for worker/%d: %w", w.index, ctx.Err())
 	}
 }
 
@@ -350,7 +350,7 @@ func (w *Worker) run(o WorkerOptions) error {
 	case c.cfg.Train != nil:
 		src = NewBatches(c.cfg.Train.Shard(dataShard, numShards), r.Batch, r.Seed+int64(dataShard))
 	default:
-		return errors.New("inproc: no training data: set WorkerOptions.Batches or Config.Train")
+		return errors.New("testcluster: no training data: set WorkerOptions.Batches or Config.Train")
 	}
 	shards, closeShards, err := c.dialShards(who)
 	if err != nil {
