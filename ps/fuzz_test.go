@@ -47,7 +47,7 @@ func fuzzBytes(m *pb.ShardOptions) []byte {
 // two workers, in the given mode.
 func fuzzServer(t *testing.T, mode config.Mode) *Server {
 	t.Helper()
-	s := NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
+	s := NewServer(Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Shard: AnyShard})
 	params := []float32{1, -2, 3, -4, 5, -6}
 	_, err := s.Init(context.Background(), &pb.InitRequest{RunId: fuzzRun, Shard: 0, NumShards: 1,
 		ShardOptions: fuzzOptions(mode), Params: wire.Bytes(params), Version: fuzzVersion})

@@ -60,15 +60,6 @@ const (
 	replicaRetryMax   = 200 * time.Millisecond
 )
 
-// SetShardIndex tells the server which shard its process serves (ps/N
-// and standby/N serve shard N): an Init or a replica batch for another
-// shard is refused. Call it before serving.
-func (s *Server) SetShardIndex(i int) { s.shardIndex = i }
-
-// SetReplicaDialer gives the server the way to reach a standby. Call it
-// before serving; without one a primary cannot attach a standby.
-func (s *Server) SetReplicaDialer(d ReplicaDialer) { s.dial = d }
-
 // Close stops the server's background work (a standby link). It does
 // not stop serving.
 func (s *Server) Close() {

@@ -38,6 +38,14 @@ type link struct {
 	gate                     func(*pb.ReplicaBatch) // called before a batch is delivered (may block)
 }
 
+// linkDialer reaches whatever link *l holds when the server dials (a
+// test sets it after building the server).
+func linkDialer(l **link) ReplicaDialer {
+	return func(context.Context, string) (ReplicaClient, func() error, error) {
+		return *l, func() error { return nil }, nil
+	}
+}
+
 func (l *link) Replicate(ctx context.Context, b *pb.ReplicaBatch, _ ...grpc.CallOption) (*pb.ReplicaAck, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -221,7 +229,7 @@ func TestFailoverLosesNoAcknowledgedPush(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			// The undisturbed run: one process, no standby.
-			ref := NewServer(quietLog(), nil, nil)
+			ref := NewServer(Config{Log: quietLog(), Shard: AnyShard})
 			req, n := replicaInit(t, c.mode, 0, "")
 			if _, err := ref.Init(context.Background(), req); err != nil {
 				t.Fatal(err)
@@ -243,10 +251,11 @@ func TestFailoverLosesNoAcknowledgedPush(t *testing.T) {
 					return resp
 				}, n)
 
-			primary, standby := NewServer(quietLog(), nil, nil), NewServer(quietLog(), nil, nil)
+			var l *link
+			primary, standby := NewServer(Config{Log: quietLog(), Shard: AnyShard, Dial: linkDialer(&l)}), NewServer(Config{Log: quietLog(), Shard: AnyShard})
 			f := &failover{procs: [2]*Server{primary, standby}, dead: [2]chan struct{}{make(chan struct{}), make(chan struct{})}}
 			killed := false
-			l := &link{to: standby}
+			l = &link{to: standby}
 			l.onBatch = func(b *pb.ReplicaBatch) (bool, bool) {
 				for _, op := range b.Ops {
 					if p := op.GetPush(); p != nil && p.Worker == c.killWorker && p.DataPosition == c.killAt {
@@ -263,9 +272,6 @@ func TestFailoverLosesNoAcknowledgedPush(t *testing.T) {
 					t.Error(err)
 				}
 			}
-			primary.SetReplicaDialer(func(context.Context, string) (ReplicaClient, func() error, error) {
-				return l, func() error { return nil }, nil
-			})
 			t.Cleanup(primary.Close)
 			req, _ = replicaInit(t, c.mode, 1, "standby")
 			if _, err := primary.Init(ctx, req); err != nil {
@@ -314,11 +320,10 @@ func waitAttached(t *testing.T, s *Server) {
 // memory, the standby attached; n is the shard's size.
 func attachedPair(t *testing.T, mode config.Mode) (primary, standby *Server, l *link, n int) {
 	t.Helper()
-	primary, standby = NewServer(quietLog(), nil, nil), NewServer(quietLog(), nil, nil)
-	l = &link{to: standby}
-	primary.SetReplicaDialer(func(context.Context, string) (ReplicaClient, func() error, error) {
-		return l, func() error { return nil }, nil
-	})
+	var back *link // the standby's way to the primary, once promoted
+	primary = NewServer(Config{Log: quietLog(), Shard: AnyShard, Dial: linkDialer(&l)})
+	standby = NewServer(Config{Log: quietLog(), Shard: AnyShard, Dial: linkDialer(&back)})
+	l, back = &link{to: standby}, &link{to: primary}
 	t.Cleanup(primary.Close)
 	req, n := replicaInit(t, mode, 1, "standby")
 	if _, err := primary.Init(context.Background(), req); err != nil {
@@ -362,10 +367,7 @@ func TestStandbyRefusesWorkersAndFencesItsOldPrimary(t *testing.T) {
 		t.Fatalf("the new primary took the deposed one's update: %+v", v)
 	}
 	// The new primary attaches the old one as its standby (a newer epoch).
-	l2 := &link{to: primary}
-	standby.SetReplicaDialer(func(context.Context, string) (ReplicaClient, func() error, error) {
-		return l2, func() error { return nil }, nil
-	})
+	// (attachedPair gave the standby a link back to the primary.)
 	t.Cleanup(standby.Close)
 	if _, err := standby.SetStandby(ctx, &pb.SetStandbyRequest{RunId: "r", Shard: 0, Epoch: 3, Addr: "ps/0"}); err != nil {
 		t.Fatal(err)
@@ -426,7 +428,7 @@ func TestDroppedStandbyReleasesWaitingPushes(t *testing.T) {
 // plane's push path allocates no gradient-sized buffer (a PS collects
 // garbage at 10% growth; a copy per push once made its CPU six-fold).
 func TestPushWithoutStandbyAllocatesNoPayload(t *testing.T) {
-	srv := NewServer(quietLog(), nil, nil)
+	srv := NewServer(Config{Log: quietLog(), Shard: AnyShard})
 	req, n := replicaInit(t, config.Async, 0, "")
 	if _, err := srv.Init(context.Background(), req); err != nil {
 		t.Fatal(err)
@@ -454,10 +456,11 @@ func TestPushWithoutStandbyAllocatesNoPayload(t *testing.T) {
 // standby), and a pull shows nothing it lacks meanwhile.
 func TestStandbyAttachedOnlyOnceCaughtUp(t *testing.T) {
 	ctx := context.Background()
-	primary, standby := NewServer(quietLog(), nil, nil), NewServer(quietLog(), nil, nil)
+	var l *link
+	primary, standby := NewServer(Config{Log: quietLog(), Shard: AnyShard, Dial: linkDialer(&l)}), NewServer(Config{Log: quietLog(), Shard: AnyShard})
 	snapshotSent, releaseSnapshot := make(chan struct{}), make(chan struct{})
 	catchUpSent, releaseCatchUp := make(chan struct{}), make(chan struct{})
-	l := &link{to: standby}
+	l = &link{to: standby}
 	l.gate = func(b *pb.ReplicaBatch) {
 		switch {
 		case b.Ops[0].GetSnapshot() != nil:
@@ -468,9 +471,6 @@ func TestStandbyAttachedOnlyOnceCaughtUp(t *testing.T) {
 			<-releaseCatchUp
 		}
 	}
-	primary.SetReplicaDialer(func(context.Context, string) (ReplicaClient, func() error, error) {
-		return l, func() error { return nil }, nil
-	})
 	t.Cleanup(primary.Close)
 	req, n := replicaInit(t, config.Async, 1, "standby")
 	if _, err := primary.Init(ctx, req); err != nil {
@@ -630,7 +630,7 @@ func TestPushKeptReleasesItsBufferOnce(t *testing.T) {
 		return &pb.PushRequest{Worker: 0, Version: int64(i), Grad: wire.Bytes(gradOf(0, i, n)), RunId: "r", Generation: 1, DataPosition: int64(i + 1)}
 	}
 	t.Run("alone", func(t *testing.T) {
-		srv := NewServer(quietLog(), nil, nil)
+		srv := NewServer(Config{Log: quietLog(), Shard: AnyShard})
 		req, n := replicaInit(t, config.Async, 0, "")
 		if _, err := srv.Init(ctx, req); err != nil {
 			t.Fatal(err)
@@ -696,17 +696,15 @@ func TestPushKeptReleasesItsBufferOnce(t *testing.T) {
 		l2.waitReleased(t, "dropped")
 	})
 	t.Run("snapshot travelling", func(t *testing.T) {
-		primary, standby := NewServer(quietLog(), nil, nil), NewServer(quietLog(), nil, nil)
+		var lk *link
+		primary, standby := NewServer(Config{Log: quietLog(), Shard: AnyShard, Dial: linkDialer(&lk)}), NewServer(Config{Log: quietLog(), Shard: AnyShard})
 		sent, resume := make(chan struct{}), make(chan struct{})
-		lk := &link{to: standby, gate: func(b *pb.ReplicaBatch) {
+		lk = &link{to: standby, gate: func(b *pb.ReplicaBatch) {
 			if b.Ops[0].GetSnapshot() != nil {
 				close(sent)
 				<-resume
 			}
 		}}
-		primary.SetReplicaDialer(func(context.Context, string) (ReplicaClient, func() error, error) {
-			return lk, func() error { return nil }, nil
-		})
 		t.Cleanup(primary.Close)
 		req, n := replicaInit(t, config.Async, 1, "standby")
 		if _, err := primary.Init(ctx, req); err != nil {

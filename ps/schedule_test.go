@@ -106,7 +106,7 @@ func TestInitBuildsSchedule(t *testing.T) {
 		r := config.Default()
 		r.Mode, r.Workers, r.PS, r.Optimizer, r.LR = config.Async, 1, 1, "sgd", 1
 		r.LRSchedule, r.WarmupSteps = lrSchedule, warmup
-		srv := NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
+		srv := NewServer(Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Shard: AnyShard})
 		_, err := srv.Init(context.Background(), &pb.InitRequest{RunId: "r", NumShards: 1, ShardOptions: OptionsFor(r).Proto(),
 			Params: wire.Bytes([]float32{0}), MaxVersion: maxVersion, StepsPerEpoch: stepsPerEpoch})
 		return srv, err

@@ -160,27 +160,44 @@ type pendingSnap struct {
 	ch chan snapshot
 }
 
-// NewServer returns an uninitialised shard server. m may be nil (no
-// metrics); shutdown is called when the chief orders the process to exit.
-func NewServer(log *slog.Logger, m *metrics.PS, shutdown func()) *Server {
+// Config is everything a Server depends on, given once at NewServer.
+type Config struct {
+	Log     *slog.Logger
+	Metrics *metrics.PS // nil: counted nowhere
+	// Shard is the shard this process serves (ps/N and standby/N serve
+	// shard N): an Init or a replica batch for another shard is refused.
+	// AnyShard: a server bound to none.
+	Shard int
+	// DataAddr is the address of the TCP data plane serving this shard,
+	// which Status reports to workers ("": none).
+	DataAddr string
+	// Store is where the Checkpoint RPC writes (nil: it is refused).
+	Store *checkpoint.Store
+	// Dial is how a primary reaches its standby (nil: it cannot attach
+	// one).
+	Dial ReplicaDialer
+	// Shutdown is called when the chief orders the process to exit (nil:
+	// nothing happens).
+	Shutdown func()
+}
+
+// AnyShard is Config.Shard for a server not bound to one shard.
+const AnyShard = -1
+
+// NewServer returns an uninitialised shard server built from cfg.
+func NewServer(cfg Config) *Server {
+	m, shutdown := cfg.Metrics, cfg.Shutdown
 	if m == nil {
 		m = metrics.NewPS(nil)
 	}
 	if shutdown == nil {
 		shutdown = func() {}
 	}
-	s := &Server{log: log, m: m, mirror: metrics.NewPS(nil), shutdown: shutdown, changed: make(chan struct{}), index: -1, shardIndex: -1}
+	s := &Server{log: cfg.Log, m: m, mirror: metrics.NewPS(nil), shutdown: shutdown, changed: make(chan struct{}), index: -1,
+		shardIndex: cfg.Shard, dataAddr: cfg.DataAddr, store: cfg.Store, dial: cfg.Dial}
 	s.setRole(roleNone)
 	return s
 }
-
-// SetDataAddr records the address of the TCP data plane serving this
-// shard, which Status reports to workers. Call it before serving.
-func (s *Server) SetDataAddr(addr string) { s.dataAddr = addr }
-
-// SetCheckpointStore gives the server the store its Checkpoint RPC writes
-// to. Call it before serving.
-func (s *Server) SetCheckpointStore(st *checkpoint.Store) { s.store = st }
 
 // notify wakes every blocked pull so it re-checks readiness. Call with mu.
 func (s *Server) notify() {

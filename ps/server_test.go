@@ -44,9 +44,8 @@ func newTestServer(t *testing.T, gen int64, tweak func(*config.Run)) (*Server, *
 	r.LRSchedule = "constant" // the update rule under test, not the schedule
 	tweak(&r)
 	n := plan.Shards[0].Size
-	srv := NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
 	store := checkpoint.NewStore(checkpoint.NewMemFS(), "/ck", 0)
-	srv.SetCheckpointStore(store)
+	srv := NewServer(Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Shard: AnyShard, Store: store})
 	_, err = srv.Init(context.Background(), &pb.InitRequest{RunId: "r", Shard: 0, NumShards: 1, ShardOptions: OptionsFor(r).Proto(),
 		Params: wire.Bytes(make([]float32, n)), Generation: gen, ModelSpec: convert.ModelSpec(spec)})
 	if err != nil {
@@ -228,7 +227,8 @@ func BenchmarkCheckpointPause(b *testing.B) {
 	r := config.Default()
 	r.LRSchedule = "constant" // the update rule under test, not the schedule
 	n := plan.Shards[0].Size
-	srv := NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
+	srv := NewServer(Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Shard: AnyShard,
+		Store: checkpoint.NewStore(checkpoint.OSFS{}, b.TempDir(), 2)})
 	if _, err := srv.Init(context.Background(), &pb.InitRequest{RunId: "r", Shard: 0, NumShards: 2, ShardOptions: OptionsFor(r).Proto(),
 		Params: wire.Bytes(make([]float32, n)), Generation: 1, ModelSpec: convert.ModelSpec(spec)}); err != nil {
 		b.Fatal(err)
@@ -246,7 +246,6 @@ func BenchmarkCheckpointPause(b *testing.B) {
 		}
 	})
 	b.Run("write", func(b *testing.B) {
-		srv.SetCheckpointStore(checkpoint.NewStore(checkpoint.OSFS{}, b.TempDir(), 2))
 		b.SetBytes(int64(8 * n))
 		step := int64(0)
 		for b.Loop() {
@@ -267,7 +266,7 @@ func TestNaNPolicy(t *testing.T) {
 			r := config.Default()
 			r.LRSchedule = "constant" // the update rule under test, not the schedule
 			r.Workers, r.PS, r.NaNPolicy = 1, 1, policy
-			srv := NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
+			srv := NewServer(Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Shard: AnyShard})
 			if _, err := srv.Init(context.Background(), &pb.InitRequest{RunId: "r", NumShards: 1, ShardOptions: OptionsFor(r).Proto(),
 				Params: wire.Bytes(make([]float32, n)), Generation: 1, ModelSpec: convert.ModelSpec(spec)}); err != nil {
 				t.Fatal(err)
@@ -554,7 +553,9 @@ func TestPullWaitsForInit(t *testing.T) {
 	initReq := &pb.InitRequest{RunId: "r", Shard: 0, NumShards: 1, ShardOptions: OptionsFor(r).Proto(),
 		Params: wire.Bytes(make([]float32, plan.Shards[0].Size)), Generation: 1, ModelSpec: convert.ModelSpec(spec)}
 	pullReq := &pb.PullRequest{Worker: 0, RunId: "r", Generation: 1}
-	newSrv := func() *Server { return NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil) }
+	newSrv := func() *Server {
+		return NewServer(Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Shard: AnyShard})
+	}
 
 	// Not refused at once: a pull whose context ends first is answered
 	// only then.

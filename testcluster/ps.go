@@ -150,28 +150,31 @@ func (p *PS) serve() error {
 	}
 	task := fmt.Sprintf("ps/%d", p.index)
 	log := c.cfg.Log.With("task", task)
-	srv := ps.NewServer(log, p.m, nil)
-	if c.fs != nil {
-		srv.SetCheckpointStore(c.store())
-	}
 	lis, addr, err := c.listen(p.addr)
 	if err != nil {
 		return err
 	}
+	cfg := ps.Config{Log: log, Metrics: p.m, Shard: p.index}
+	var dl net.Listener
+	if c.cfg.Run.DataPlane == config.TCP {
+		if dl, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			lis.Close()
+			return fmt.Errorf("testcluster: %s data plane: %w", task, err)
+		}
+		cfg.DataAddr = dl.Addr().String()
+	}
+	if c.fs != nil {
+		cfg.Store = c.store()
+	}
+	srv := ps.NewServer(cfg)
 	var refused func(string)
 	if p.m != nil {
 		refused = func(reason string) { p.m.RejectedRequests.WithLabelValues(reason).Inc() }
 	}
 	inc := &psProcess{srv: srv, g: c.grpcServer(refused), done: make(chan struct{})}
 	pb.RegisterParameterServerServer(inc.g, srv)
-	if c.cfg.Run.DataPlane == config.TCP {
-		dl, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			lis.Close()
-			return fmt.Errorf("testcluster: %s data plane: %w", task, err)
-		}
+	if dl != nil {
 		inc.data = dataplane.NewServer(srv, dl, dataplane.Config{MaxPayload: c.cfg.MaxMessageBytes, Log: log, Metrics: p.m, Auth: c.keys})
-		srv.SetDataAddr(dl.Addr().String())
 	}
 	var serving sync.WaitGroup
 	c.serveGRPC(task, inc.g, lis, &serving)
