@@ -72,7 +72,7 @@ func RunPS(ctx context.Context, o Options) error {
 		}
 	}}
 	if dlis != nil {
-		ds = dataplane.NewServer(api, dlis, dataplane.Config{MaxPayload: maxRecv, Limits: o.dataLimits(), Log: o.Log, Metrics: m, Auth: o.Auth})
+		ds = dataplane.NewServer(api, dlis, dataplane.Config{MaxPayload: maxRecv, Limits: o.dataLimits(), Log: o.Log, Metrics: m, Auth: o.Auth, TLS: o.dataTLS()})
 		go ds.Serve()
 		defer ds.Close()
 		o.Log.Info("tcp data plane listening", "addr", daddr)
@@ -141,20 +141,22 @@ func psGCPercent(r config.Run) int {
 	return 10
 }
 
-// psDataListener is the listener and address of the PS's TCP data plane,
-// under TLS when the task has it (none on the gRPC data plane).
+// psDataListener is the listener and address of the PS's TCP data plane
+// (none on the gRPC data plane).
 func (o Options) psDataListener(addr string) (net.Listener, string, error) {
 	if o.Run.DataPlane != config.TCP {
 		return nil, "", nil
 	}
-	dlis, daddr, err := o.listenData(addr)
-	if err != nil {
-		return nil, "", err
+	return o.listenData(addr)
+}
+
+// dataTLS is the data plane's server TLS (nil without TLS): same-host
+// clients authenticate with its certificate on the Unix socket.
+func (o Options) dataTLS() *tls.Config {
+	if o.TLS == nil {
+		return nil
 	}
-	if o.TLS != nil {
-		dlis = tls.NewListener(dlis, o.TLS.ServerTLS())
-	}
-	return dlis, daddr, nil
+	return o.TLS.ServerTLS()
 }
 
 // checkpointStore is where a PS writes its shard (nil: no checkpoints).

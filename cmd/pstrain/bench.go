@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"strings"
 	"time"
 
+	"github.com/prometheus/procfs"
 	"gorgonia.org/gorgonia"
 
 	"github.com/pstrain/pstrain/config"
@@ -94,6 +96,9 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			runner.Model = []string{"--model=cnn", "--conv=" + sizesText(&mr.Conv), "--hidden=" + sizesText(&mr.Hidden)}
 		}
 		cfg.Runner = runner
+		cfg.TLSDir = filepath.Join(dir, "tls-certs")
+		cfg.TLSLink = &bench.NetlabLink{Exe: exe, Dir: dir, DataDir: *dataDir}
+		cfg.Load = hostLoad1
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -170,6 +175,19 @@ func benchPredict(scenario, calibrationFile string, asJSON bool, stdout io.Write
 	fmt.Fprintf(stdout, "knee at %.1f workers for %d PS; PS links cap throughput at %.0f samples/s\n",
 		p.KneeWorkers, sc.PS, p.CeilingSamplesPerSecond)
 	return nil
+}
+
+// hostLoad1 is the host's one-minute load average (0 if unknown).
+func hostLoad1() float64 {
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return 0
+	}
+	l, err := fs.LoadAvg()
+	if err != nil {
+		return 0
+	}
+	return l.Load1
 }
 
 func writeHeapProfile(path string) error {

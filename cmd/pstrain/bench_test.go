@@ -129,3 +129,66 @@ func TestBenchMemoryJSON(t *testing.T) {
 		t.Errorf("total_peak_rss_bytes = %d, want in (0, %d]", m.TotalPeakRSSBytes, sum)
 	}
 }
+
+// TestBenchTLSJSON runs `pstrain bench --sections tls --quick --rounds 1
+// --json` for real: one pair of default-cluster runs with and without
+// --tls-dir, and (as root with `ip`) one pair across a netlab link, or
+// the reason it was skipped. It checks the JSON's shape and that every
+// figure comes from a run that trained, not how large the ratios are.
+func TestBenchTLSJSON(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs clusters")
+	}
+	d := testbin.MNIST(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin.Path(t), "bench", "--sections", "tls", "--quick", "--rounds", "1", "--json",
+		"--data-dir", d, "--work-dir", t.TempDir())
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("pstrain bench: %v\n%s\n%s", err, stdout.String(), stderr.String())
+	}
+	type pair struct {
+		Plain    float64 `json:"plain_samples_per_second"`
+		TLS      float64 `json:"tls_samples_per_second"`
+		Ratio    float64 `json:"ratio"`
+		CPURatio float64 `json:"cpu_ratio"`
+	}
+	var got struct {
+		TLS *struct {
+			SameHostRatio *float64 `json:"same_host_ratio"` // tls.same_host_ratio (the architecture's contract)
+			SameHostRuns  []pair   `json:"same_host_runs"`
+			LinkRatio     *float64 `json:"link_ratio"` // tls.link_ratio
+			LinkSkipped   string   `json:"link_skipped"`
+			LinkRuns      []pair   `json:"link_runs"`
+		} `json:"tls"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
+		t.Fatalf("%v in %s", err, stdout.String())
+	}
+	x := got.TLS
+	if x == nil || x.SameHostRatio == nil || len(x.SameHostRuns) != 1 {
+		t.Fatalf("want tls.same_host_ratio from one pair: %s", stdout.String())
+	}
+	runs := x.SameHostRuns
+	switch {
+	case x.LinkRatio != nil:
+		if len(x.LinkRuns) != 1 || *x.LinkRatio != x.LinkRuns[0].Ratio {
+			t.Fatalf("tls.link_ratio %v does not come from its one pair: %s", *x.LinkRatio, stdout.String())
+		}
+		runs = append(runs, x.LinkRuns...)
+	case x.LinkSkipped == "":
+		t.Fatalf("tls.link_ratio is null with no reason: %s", stdout.String())
+	default:
+		t.Logf("link skipped: %s", x.LinkSkipped)
+	}
+	for _, p := range runs {
+		if p.Plain <= 0 || p.TLS <= 0 || p.CPURatio <= 0 || p.Ratio != p.TLS/p.Plain {
+			t.Fatalf("a pair without both runs' figures: %+v in %s", p, stdout.String())
+		}
+	}
+	if *x.SameHostRatio != runs[0].Ratio {
+		t.Fatalf("tls.same_host_ratio %v is not its one pair's %v", *x.SameHostRatio, runs[0].Ratio)
+	}
+}

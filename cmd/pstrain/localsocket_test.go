@@ -17,21 +17,34 @@ import (
 // table of Unix sockets, that a `pstrain run` cluster's pulls and pushes
 // go over each PS's same-host Unix socket (docs/wire.md, "Same host"):
 // while it trains, every PS's abstract socket has a connection from each
-// worker.
+// worker; under mutual TLS too (the tasks prove their certificates on
+// the socket instead of a TLS handshake).
 func TestLocalClusterDataPlaneUsesUnixSockets(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("abstract Unix sockets are Linux's")
 	}
+	for _, withTLS := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plaintext", true: "mutual-TLS"}[withTLS], func(t *testing.T) {
+			localClusterUsesUnixSockets(t, withTLS)
+		})
+	}
+}
+
+func localClusterUsesUnixSockets(t *testing.T, withTLS bool) {
 	d, tmp := testbin.MNIST(t), t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	runDir := filepath.Join(tmp, "run")
+	args := []string{"run", "--data-dir", d, "--epochs", "1", "--target-accuracy", "0", "--eval-every", "0s",
+		"--run-dir", runDir, "--sd-dir", filepath.Join(tmp, "targets"), "--report", filepath.Join(tmp, "report.json")}
+	if withTLS {
+		args = append(args, "--tls-dir", filepath.Join(tmp, "tls"))
+	}
 	done := make(chan error, 1)
 	var out string
 	go func() {
 		var err error
-		out, err = pstrain(t, ctx, "run", "--data-dir", d, "--epochs", "1", "--target-accuracy", "0", "--eval-every", "0s",
-			"--run-dir", runDir, "--sd-dir", filepath.Join(tmp, "targets"), "--report", filepath.Join(tmp, "report.json"))
+		out, err = pstrain(t, ctx, args...)
 		done <- err
 	}()
 	// Each PS logs its data plane's TCP address; the socket beside it is

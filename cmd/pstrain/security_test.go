@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,6 +27,7 @@ import (
 	"github.com/pstrain/pstrain/observe/report"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/transport/auth"
+	"github.com/pstrain/pstrain/transport/dataplane"
 	"github.com/pstrain/pstrain/transport/tlsconf"
 )
 
@@ -70,6 +72,24 @@ func (f rawFrame) send(t *testing.T, addr string, tc *tls.Config) (codes.Code, s
 	if err != nil {
 		t.Fatalf("dial the data plane %s: %v", addr, err)
 	}
+	return f.sendOn(t, conn)
+}
+
+// sendLocal is send over the same-host Unix socket beside the data
+// plane at addr (docs/wire.md, "Same host"), without the certificate
+// exchange a mutual-TLS plane requires there.
+func (f rawFrame) sendLocal(t *testing.T, addr string) (codes.Code, string) {
+	t.Helper()
+	conn, err := net.Dial("unix", "@pstrain-dataplane/"+addr)
+	if err != nil {
+		t.Fatalf("dial the same-host socket of %s: %v", addr, err)
+	}
+	return f.sendOn(t, conn)
+}
+
+// sendOn is send on conn, which it closes.
+func (f rawFrame) sendOn(t *testing.T, conn net.Conn) (codes.Code, string) {
+	t.Helper()
 	defer conn.Close()
 	conn.SetDeadline(time.Now().Add(20 * time.Second))
 	if _, err := conn.Write(f.bytes()); err != nil {
@@ -237,6 +257,31 @@ func attackRun(t *testing.T, withTLS bool) {
 		if code != r.code {
 			t.Errorf("data plane, %s: %v %q, want %v", r.name, code, msg, r.code)
 		}
+		// The same frames on the same-host socket: the same refusals
+		// in plaintext; under TLS, a client that has not proved it holds
+		// a certificate of the cluster is refused whatever it sends.
+		want := r.code
+		if withTLS {
+			want = codes.Unauthenticated
+		}
+		if runtime.GOOS == "linux" {
+			if code, msg := r.frame.sendLocal(t, dataAddr); code != want {
+				t.Errorf("same-host socket, %s: %v %q, want %v", r.name, code, msg, want)
+			}
+		}
+	}
+	if withTLS {
+		// worker/1's certificate and key prove who it is on the
+		// same-host socket as in a TLS handshake: posing as worker 0
+		// there is refused as over TCP.
+		dc := dataplane.NewClient(func(context.Context) (string, error) { return dataAddr, nil }, dpTLS, 8<<20)
+		as0 := &auth.Client{Keys: insider, Role: "worker", Index: 0}
+		as0.SetSession(42)
+		dc.SignWith(as0)
+		if _, err := dc.Push(ctx, &pb.PushRequest{Worker: 0, RunId: st.RunId, Grad: make([]byte, 64)}); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("worker/1's certificate pushing as worker 0 through the data-plane client: %v, want PermissionDenied", err)
+		}
+		dc.Close()
 	}
 
 	// gRPC: no credentials, another token, an insider beyond its role.

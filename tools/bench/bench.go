@@ -23,11 +23,12 @@ const (
 	SectionCluster    = "cluster"
 	SectionEndToEnd   = "end_to_end"
 	SectionMemory     = "memory"
+	SectionTLS        = "tls"
 )
 
 // Sections lists every section name in measuring order.
 func Sections() []string {
-	return []string{SectionCompute, SectionWire, SectionPSOverhead, SectionMetrics, SectionCluster, SectionEndToEnd, SectionMemory}
+	return []string{SectionCompute, SectionWire, SectionPSOverhead, SectionMetrics, SectionCluster, SectionEndToEnd, SectionMemory, SectionTLS}
 }
 
 // ParseSections reads a comma list of section names ("" = all), in the
@@ -64,7 +65,13 @@ type Config struct {
 	Budget   time.Duration // per timed loop
 	Rounds   int
 	Seed     uint64
-	Runner   Runner // end_to_end and memory
+	Runner   Runner // cluster, end_to_end, memory and tls
+	// TLSLink runs the tls section's link half (nil: skipped); TLSDir
+	// is where its same-host runs keep their certificates.
+	TLSLink LinkRunner
+	TLSDir  string
+	// Load is the host's one-minute load average (nil: not recorded).
+	Load     func() float64
 	Now      Clock
 	Progress io.Writer // one line per measurement started; may be nil
 }
@@ -97,6 +104,7 @@ type Result struct {
 	Cluster         *ClusterResult         `json:"cluster,omitempty"`
 	EndToEnd        *E2EResult             `json:"end_to_end,omitempty"`
 	Memory          *MemoryResult          `json:"memory,omitempty"`
+	TLS             *TLSResult             `json:"tls,omitempty"`
 	Errors          map[string]string      `json:"errors,omitempty"`
 }
 
@@ -125,7 +133,7 @@ func (c Config) Validate() error {
 		return err
 	}
 	if c.Runner == nil && c.NeedsRunner() {
-		return errors.New("bench: cluster, end_to_end and memory need a runner (the pstrain binary)")
+		return errors.New("bench: cluster, end_to_end, memory and tls need a runner (the pstrain binary)")
 	}
 	for _, s := range []string{SectionCompute, SectionCluster, SectionEndToEnd} {
 		if c.BLAS == nil && slices.Contains(c.Sections, s) {
@@ -137,7 +145,7 @@ func (c Config) Validate() error {
 
 // NeedsRunner says whether a selected section runs the pstrain binary.
 func (c Config) NeedsRunner() bool {
-	for _, s := range []string{SectionCluster, SectionEndToEnd, SectionMemory} {
+	for _, s := range []string{SectionCluster, SectionEndToEnd, SectionMemory, SectionTLS} {
 		if slices.Contains(c.Sections, s) {
 			return true
 		}
@@ -250,6 +258,15 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 					fail(SectionMemory, err)
 				}
 			}
+		}
+	}
+	if has(SectionTLS) && ctx.Err() == nil {
+		plan := TLSPlanFor(c.Quick)
+		plan.Rounds = c.Rounds
+		plan.Runner, plan.Link, plan.TLSDir, plan.Load = c.Runner, c.TLSLink, c.TLSDir, c.Load
+		fmt.Fprintf(c.Progress, "bench: tls (%d alternated pairs of the default cluster with and without --tls-dir, then of 1 PS + 1 worker across a netlab link)\n", plan.Rounds)
+		if res.TLS, err = TLS(ctx, plan); err != nil {
+			fail(SectionTLS, err)
 		}
 	}
 	if err := ctx.Err(); err != nil {

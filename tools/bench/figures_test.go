@@ -153,8 +153,8 @@ func TestParseSections(t *testing.T) {
 	if err != nil || strings.Join(got, ",") != "compute,memory" {
 		t.Fatalf("ParseSections = %v, %v; want canonical order without duplicates", got, err)
 	}
-	if all, _ := ParseSections(""); len(all) != 7 {
-		t.Fatalf("empty list gives %v, want all 7", all)
+	if all, _ := ParseSections(""); len(all) != 8 {
+		t.Fatalf("empty list gives %v, want all 8", all)
 	}
 	if _, err := ParseSections("compute,gpu"); err == nil || !strings.Contains(err.Error(), `"gpu"`) {
 		t.Fatalf("unknown section: err = %v", err)

@@ -119,6 +119,9 @@ func WriteTable(w io.Writer, r *Result) error {
 		}
 		fmt.Fprintf(tw, "  all tasks\t%d\t%.1f\t\t\n", mem.Roles.Worker.Tasks+mem.Roles.Chief.Tasks+mem.Roles.PS.Tasks, mib(mem.TotalPeakRSSBytes))
 	}
+	if r.TLS != nil {
+		writeTLSTable(tw, r.TLS)
+	}
 	if len(r.Errors) > 0 {
 		fmt.Fprintln(tw, "\nfailed sections:")
 		var names []string

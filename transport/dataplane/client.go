@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -37,6 +38,10 @@ type Client struct {
 	tls        *tls.Config // nil: plain TCP
 	maxPayload int
 	auth       *auth.Client // nil: requests go unsigned
+	// localAuth, under TLS, is the certificate a same-host connection
+	// authenticates with instead of a TLS handshake (localauth.go); nil:
+	// under TLS, TCP only.
+	localAuth *LocalAuth
 
 	mu      sync.Mutex
 	addr    string
@@ -47,18 +52,25 @@ type Client struct {
 	buf     []byte
 
 	// Shared memory with a same-host server (shm.go).
-	local  bool   // conn is a same-host (Unix) connection
-	shm    []byte // conn's region, once the server took it; nil: none
-	noShm  bool   // the server refused a region or cannot take one: do not offer again
-	shmFit int    // the largest payload seen: the next region holds it
-	shmRd  bytes.Reader
+	local   bool   // conn is a same-host (Unix) connection
+	noLocal bool   // under TLS, the same-host exchange failed with this server: TCP until it is resolved again
+	shm     []byte // conn's region, once the server took it; nil: none
+	noShm   bool   // the server refused a region or cannot take one: do not offer again
+	shmFit  int    // the largest payload seen: the next region holds it
+	shmRd   bytes.Reader
 }
 
 // NewClient returns a client that finds its server with resolve. With a
 // TLS config the connection is TLS (the server name is the resolved
-// host).
+// host), except to a same-host server, which the client reaches over the
+// Unix socket and authenticates with the config's certificate and
+// RootCAs instead (localauth.go), when the config has them.
 func NewClient(resolve Resolve, tlsConfig *tls.Config, maxPayload int) *Client {
-	return &Client{resolve: resolve, tls: tlsConfig, maxPayload: maxPayload, scratch: make([]byte, respLen)}
+	var la *LocalAuth
+	if tlsConfig != nil {
+		la = localAuthOf(tlsConfig, tlsConfig.RootCAs)
+	}
+	return &Client{resolve: resolve, tls: tlsConfig, localAuth: la, maxPayload: maxPayload, scratch: make([]byte, respLen)}
 }
 
 // SignWith signs every request with c's session (call before the first
@@ -91,7 +103,7 @@ func (c *Client) connect(ctx context.Context, fit int) error {
 		return nil
 	}
 	if c.addr == "" {
-		c.noShm = false // perhaps another server
+		c.noShm, c.noLocal = false, false // perhaps another server
 		addr, err := c.resolve(ctx)
 		if err != nil {
 			return err
@@ -102,10 +114,7 @@ func (c *Client) connect(ctx context.Context, fit int) error {
 		c.addr = addr
 	}
 	d := net.Dialer{Timeout: 10 * time.Second}
-	var conn net.Conn
-	if c.tls == nil {
-		conn = dialLocal(ctx, &d, c.addr) // same host: no TCP (local.go)
-	}
+	conn := c.dialSameHost(ctx, &d) // same host: no TCP (local.go)
 	var err error
 	if uc, ok := conn.(*net.UnixConn); ok && fit > 0 && !c.noShm {
 		conn, err = c.offer(ctx, &d, uc, fit)
@@ -121,12 +130,14 @@ func (c *Client) connect(ctx context.Context, fit int) error {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
-	if c.tls != nil {
+	_, local := conn.(*net.UnixConn)
+	if c.tls != nil && !local {
 		cfg := c.tls.Clone()
 		if host, _, err := net.SplitHostPort(c.addr); err == nil && cfg.ServerName == "" {
 			cfg.ServerName = host
 		}
-		tc := tls.Client(conn, cfg)
+		cfg.DynamicRecordSizingDisabled = true
+		tc := tls.Client(newRecordConn(conn), cfg) // records in batches (tlsconn.go)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			conn.Close()
 			addr := c.addr
@@ -135,9 +146,45 @@ func (c *Client) connect(ctx context.Context, fit int) error {
 		}
 		conn = tc
 	}
-	c.conn, c.rd = conn, bufio.NewReaderSize(conn, 64<<10)
-	_, c.local = conn.(*net.UnixConn)
+	c.conn, c.rd, c.local = conn, bufio.NewReaderSize(conn, 64<<10), local
 	return nil
+}
+
+// dialSameHost dials the server's same-host socket, if it has one, and
+// under TLS authenticates both ends with their certificates
+// (localauth.go); nil when there is none or that fails (then the client
+// dials TCP).
+func (c *Client) dialSameHost(ctx context.Context, d *net.Dialer) net.Conn {
+	if c.tls != nil && (c.localAuth == nil || c.noLocal) {
+		return nil
+	}
+	conn := dialLocal(ctx, d, c.addr)
+	if conn == nil || c.tls == nil {
+		return conn
+	}
+	p, ok := peerOf(conn)
+	if !ok {
+		conn.Close()
+		return nil
+	}
+	deadline := time.Now().Add(handshakeTimeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	conn.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	_, err := c.localAuth.clientExchange(conn, os.Getpid(), p, os.Geteuid(), time.Now())
+	stop()
+	conn.SetDeadline(time.Time{})
+	if err != nil {
+		// A plaintext server, one that refused us, or not a task of
+		// the cluster: TLS over TCP with this server from now on (a
+		// cancelled call says nothing about the server).
+		conn.Close()
+		c.noLocal = ctx.Err() == nil
+		return nil
+	}
+	return conn
 }
 
 // offer offers uc's server a region for payloads of up to fit bytes and
@@ -171,7 +218,7 @@ func (c *Client) offer(ctx context.Context, d *net.Dialer, uc *net.UnixConn, fit
 	}
 	if errors.Is(err, errNoPreamble) {
 		c.noShm = true
-		return dialLocal(ctx, d, c.addr), nil
+		return c.dialSameHost(ctx, d), nil
 	}
 	return nil, err
 }
@@ -296,7 +343,7 @@ func (c *Client) exchange(ctx context.Context, req request, payload net.Buffers,
 	}
 	c.hdr = appendSigned(c.hdr[:0], req, c.auth)
 	bufs[0] = c.hdr
-	if _, err := bufs.WriteTo(conn); err != nil {
+	if _, err := writeGathered(conn, bufs); err != nil {
 		return resp, false, closedByServer(err)
 	}
 	if _, err := c.rd.Peek(1); err != nil {

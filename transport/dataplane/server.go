@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,24 +71,34 @@ type Config struct {
 	// NoSharedMemory refuses the shared-memory regions same-host clients
 	// offer (shm.go): their payloads go through the socket.
 	NoSharedMemory bool
+	// TLS, when set, makes the plane mutual TLS: NewServer wraps the
+	// listener with it, and the same-host socket beside a loopback
+	// listener takes only clients that prove they hold a certificate of
+	// its ClientCAs (localauth.go), binding each connection to the
+	// certificate's name as TLS does. A listener the caller wrapped in
+	// TLS itself gets no same-host socket.
+	TLS *tls.Config
 }
 
-// Server serves a Backend on a listener (wrap it with tls.NewListener for
-// TLS).
+// Server serves a Backend on a listener (Config.TLS for TLS).
 type Server struct {
-	b       Backend
-	lis     net.Listener
-	local   net.Listener // the same-host socket beside lis (local.go), or nil
-	cfg     Config
-	lim     Limits
-	m       *metrics.PS
-	refusal *ratelog.Logger
-	bufs    *buffers
-	ctx     context.Context // cancelled by Close
-	stop    context.CancelFunc
-	uid     int          // the user whose processes may hand us a region (shm.go)
-	regions atomic.Int64 // clients' regions mapped
-	inShm   atomic.Int64 // payloads read from or written into a region (tests)
+	b     Backend
+	lis   net.Listener
+	local net.Listener // the same-host socket beside lis (local.go), or nil
+	// localAuth authenticates the same-host socket's clients under TLS
+	// (localauth.go); nil: plaintext.
+	localAuth *LocalAuth
+	pid       int // this process, as the same-host exchange signs it
+	cfg       Config
+	lim       Limits
+	m         *metrics.PS
+	refusal   *ratelog.Logger
+	bufs      *buffers
+	ctx       context.Context // cancelled by Close
+	stop      context.CancelFunc
+	uid       int          // the user whose processes may hand us a region (shm.go)
+	regions   atomic.Int64 // clients' regions mapped
+	inShm     atomic.Int64 // payloads read from or written into a region (tests)
 	// tests: read no preamble, as a server of an earlier build
 	noPreamble bool
 
@@ -108,9 +119,19 @@ func NewServer(b Backend, lis net.Listener, cfg Config) *Server {
 	}
 	lim := cfg.Limits.WithDefaults()
 	ctx, stop := context.WithCancel(context.Background())
-	return &Server{b: b, lis: lis, local: listenLocal(lis), cfg: cfg, lim: lim, m: m, refusal: ratelog.New(cfg.Log, lim.LogEvery, cfg.Now),
-		bufs: newBuffers(lim, cfg.Now, func(n int64) { m.DataPlaneBuffered.Set(float64(n)) }),
-		ctx:  ctx, stop: stop, uid: serverUID(), conns: map[net.Conn]struct{}{}}
+	local := listenLocal(lis)
+	var la *LocalAuth
+	if cfg.TLS != nil {
+		lis = tls.NewListener(recordListener{lis}, fullRecords(cfg.TLS)) // records in batches (tlsconn.go)
+		if la = localAuthOf(cfg.TLS, cfg.TLS.ClientCAs); la == nil && local != nil {
+			local.Close() // no certificate to bind same-host clients to: TLS only
+			local = nil
+		}
+	}
+	return &Server{b: b, lis: lis, local: local, localAuth: la, pid: os.Getpid(), cfg: cfg, lim: lim, m: m,
+		refusal: ratelog.New(cfg.Log, lim.LogEvery, cfg.Now),
+		bufs:    newBuffers(lim, cfg.Now, func(n int64) { m.DataPlaneBuffered.Set(float64(n)) }),
+		ctx:     ctx, stop: stop, uid: serverUID(), conns: map[net.Conn]struct{}{}}
 }
 
 // SetPushSize tells the server the size in bytes of the shard's
@@ -290,15 +311,9 @@ func linger(c net.Conn) {
 // immutable parameter snapshot straight to the socket, or both go
 // through the region a same-host client offered (shm.go).
 func (s *Server) serveConn(c net.Conn) {
-	if tc, ok := c.(*tls.Conn); ok {
-		// Like gRPC's: a client that never finishes the handshake does not
-		// hold the connection forever.
-		tc.SetDeadline(time.Now().Add(handshakeTimeout))
-		if err := tc.Handshake(); err != nil {
-			s.cut(c, "tls", err)
-			return
-		}
-		tc.SetDeadline(time.Time{})
+	peer, ok := s.handshake(c)
+	if !ok {
+		return
 	}
 	var src io.Reader = c
 	var shm []byte // the client's region, or nil
@@ -317,7 +332,7 @@ func (s *Server) serveConn(c net.Conn) {
 			return
 		}
 		// Who sent it, before its payload is read.
-		if err := s.authorize(c, req); err != nil {
+		if err := s.authorize(peer, req); err != nil {
 			code := codes.PermissionDenied
 			if r := auth.Reason(err); r == auth.ReasonNoCredential || r == auth.ReasonBadCredential {
 				code = codes.Unauthenticated
@@ -349,9 +364,62 @@ func (s *Server) serveConn(c net.Conn) {
 	}
 }
 
+// handshake authenticates a connection before its first byte of data:
+// a TLS handshake, or on the same-host socket under TLS the certificate
+// exchange (localauth.go). peer is the name of the client's certificate
+// ("" on plaintext). false: the connection is done.
+func (s *Server) handshake(c net.Conn) (peer string, ok bool) {
+	// Like gRPC's: a client that never finishes the handshake does not
+	// hold the connection forever.
+	switch tc := c.(type) {
+	case *tls.Conn:
+		tc.SetDeadline(time.Now().Add(handshakeTimeout))
+		if err := tc.Handshake(); err != nil {
+			s.cut(c, "tls", err)
+			return "", false
+		}
+		tc.SetDeadline(time.Time{})
+		return peerCertName(c), true
+	case *net.UnixConn:
+		if s.localAuth != nil {
+			return s.localHandshake(tc)
+		}
+	}
+	return "", true
+}
+
+// localHandshake runs the same-host certificate exchange (localauth.go)
+// with a client of the same-host socket under TLS. A client that does
+// not start it (a plaintext task, a client without certificates) is
+// refused with Unauthenticated and counted as a certificate refusal;
+// one whose certificate, signature or process does not verify is cut as
+// a failed TLS handshake is.
+func (s *Server) localHandshake(c *net.UnixConn) (peer string, ok bool) {
+	c.SetDeadline(time.Now().Add(handshakeTimeout))
+	defer c.SetDeadline(time.Time{})
+	var m [4]byte
+	if _, err := io.ReadFull(c, m[:]); err != nil {
+		s.cut(c, "tls", fmt.Errorf("same-host handshake: %w", err))
+		return "", false
+	}
+	if m != localMagic {
+		s.reject(c, make([]byte, 0, respLen), auth.ReasonCertificate, codes.Unauthenticated,
+			errors.New("this data plane is mutual TLS: a same-host client must prove it holds a certificate of the cluster's CA (start the task with --tls-dir)"))
+		return "", false
+	}
+	p, _ := peerOf(c)
+	name, err := s.localAuth.serverExchange(c, s.pid, p, s.uid, time.Now())
+	if err != nil {
+		s.cut(c, "tls", fmt.Errorf("same-host handshake: %w", err))
+		return "", false
+	}
+	return name, true
+}
+
 // authorize checks req's credential (when the server requires one) and
-// that its sender may make it.
-func (s *Server) authorize(c net.Conn, req request) error {
+// that its sender may make it; peer is the name of the connection's
+// client certificate ("" on plaintext).
+func (s *Server) authorize(peer string, req request) error {
 	if s.cfg.Auth == nil {
 		return nil
 	}
@@ -361,7 +429,7 @@ func (s *Server) authorize(c net.Conn, req request) error {
 	if err := s.cfg.Auth.VerifyFrame(req.id, req.signed, req.mac); err != nil {
 		return err
 	}
-	if err := auth.CheckCertificate(peerCertName(c), req.id); err != nil {
+	if err := auth.CheckCertificate(peer, req.id); err != nil {
 		return err
 	}
 	switch req.op {
@@ -520,7 +588,7 @@ func (s *Server) respond(c net.Conn, hdr []byte, resp response, body []byte) boo
 	}
 	bufs := net.Buffers{appendResponse(hdr[:0], resp), body}
 	c.SetWriteDeadline(time.Now().Add(s.lim.frameTime(len(body))))
-	_, err := bufs.WriteTo(c)
+	_, err := writeGathered(c, bufs)
 	c.SetWriteDeadline(time.Time{})
 	if isTimeout(err) {
 		s.cut(c, "slow", fmt.Errorf("a response of %d bytes not taken within %v", len(body), s.lim.frameTime(len(body))))

@@ -1,0 +1,98 @@
+package dataplane
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+
+	pb "github.com/pstrain/pstrain/proto"
+)
+
+// BenchmarkTCPPushPull is one worker's push and pull of a default
+// shard's 1.27 MB over TCP (the address named "localhost", so no
+// same-host socket), plain and mutual TLS: what TLS costs the data plane
+// between hosts, without the network.
+func BenchmarkTCPPushPull(b *testing.B) {
+	for _, withTLS := range []bool{false, true} {
+		b.Run(map[bool]string{false: "plain", true: "tls"}[withTLS], func(b *testing.B) {
+			ca := newTestCA(b)
+			e := &echoBackend{}
+			lis, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			cfg := Config{MaxPayload: 8 << 20, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+			var ctls *tls.Config
+			if withTLS {
+				cfg.TLS, _ = ca.configs(b, "ps-0")
+				_, ctls = ca.configs(b, "worker-0")
+			}
+			s := NewServer(e, lis, cfg)
+			go s.Serve()
+			defer s.Close()
+			addr := strings.Replace(lis.Addr().String(), "127.0.0.1", "localhost", 1)
+			c := NewClient(func(context.Context) (string, error) { return addr, nil }, ctls, 8<<20)
+			defer c.Close()
+			grad := make([]byte, 1270000)
+			b.SetBytes(2 * int64(len(grad)))
+			b.ResetTimer()
+			for range b.N {
+				if _, err := c.Push(context.Background(), &pb.PushRequest{Grad: grad, RunId: "r"}); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := c.Pull(context.Background(), &pb.PullRequest{RunId: "r"}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// Over TLS on TCP, frames larger than a batch of records, and small
+// ones, arrive whole and in order, both ways, and the connection is
+// TLS with full-size records.
+func TestTLSOverTCPBatchesRecords(t *testing.T) {
+	ca := newTestCA(t)
+	e := &echoBackend{}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stls, _ := ca.configs(t, "ps-0")
+	_, ctls := ca.configs(t, "worker-0")
+	s := NewServer(e, lis, Config{MaxPayload: 8 << 20, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), TLS: stls})
+	serveTest(t, s)
+	addr := strings.Replace(lis.Addr().String(), "127.0.0.1", "localhost", 1) // a name: no same-host socket
+	c := NewClient(func(context.Context) (string, error) { return addr, nil }, ctls, 8<<20)
+	defer c.Close()
+	for i, n := range []int{3*recordBatch + 12345, 10, 0, recordBatch, 1 << 20} {
+		grad := make([]byte, n)
+		for j := range grad {
+			grad[j] = byte(i + j*7)
+		}
+		if _, err := c.Push(context.Background(), &pb.PushRequest{Grad: grad, RunId: "r"}); err != nil {
+			t.Fatal(err)
+		}
+		pr, err := c.Pull(context.Background(), &pb.PullRequest{RunId: "r"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(pr.Params, grad) {
+			t.Fatalf("push %d of %d bytes came back as %d different bytes", i, n, len(pr.Params))
+		}
+	}
+	c.mu.Lock()
+	tc, ok := c.conn.(*tls.Conn)
+	c.mu.Unlock()
+	if !ok {
+		t.Fatalf("the connection is %T, want TLS", c.conn)
+	}
+	if _, ok := tc.NetConn().(*recordConn); !ok {
+		t.Fatalf("beneath TLS: %T, want the batching recordConn", tc.NetConn())
+	}
+}
