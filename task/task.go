@@ -6,7 +6,6 @@ package task
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -150,31 +149,11 @@ func (o Options) dataPlaneClient(gc pb.ParameterServerClient) *dataplane.Client 
 // dataPlaneClientWith is dataPlaneClient that tells resolved every
 // address the PS reports ("": it has no data plane).
 func (o Options) dataPlaneClientWith(gc pb.ParameterServerClient, resolved func(addr string)) *dataplane.Client {
-	var tc *tls.Config
+	d := DataPlaneDeps{MaxPayload: o.MaxMessageBytes, Sign: o.creds}
 	if o.TLS != nil {
-		tc = o.TLS.ClientTLS()
+		d.TLS = o.TLS.ClientTLS()
 	}
-	c := dataplane.NewClient(func(ctx context.Context) (string, error) {
-		st, err := gc.Status(ctx, &pb.StatusRequest{})
-		if err != nil {
-			return "", err
-		}
-		resolved(st.DataAddr)
-		return st.DataAddr, nil
-	}, tc, o.MaxMessageBytes)
-	c.SignWith(o.creds)
-	return c
-}
-
-// pullsViaDataPlane is a PS client whose pulls go over the TCP data plane
-// and everything else over gRPC.
-type pullsViaDataPlane struct {
-	pb.ParameterServerClient
-	dp *dataplane.Client
-}
-
-func (p pullsViaDataPlane) Pull(ctx context.Context, in *pb.PullRequest, _ ...grpc.CallOption) (*pb.PullResponse, error) {
-	return p.dp.Pull(ctx, in)
+	return NewDataPlaneClient(gc, d, resolved)
 }
 
 // BindAddr is where a task listens to be reached at addr: addr itself
