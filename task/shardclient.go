@@ -9,6 +9,7 @@ import (
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/transport/auth"
 	"github.com/pstrain/pstrain/transport/dataplane"
+	"github.com/pstrain/pstrain/worker"
 )
 
 // How a task reaches a PS process beyond its gRPC connection: the task
@@ -58,4 +59,18 @@ type pullsViaDataPlane struct {
 
 func (p pullsViaDataPlane) Pull(ctx context.Context, in *pb.PullRequest, _ ...grpc.CallOption) (*pb.PullResponse, error) {
 	return p.dp.Pull(ctx, in)
+}
+
+// WorkerClients are a worker's clients of the PS process gc reaches: on
+// the TCP data plane (tcp) two data-plane clients, one for its pushes
+// and one for its pulls (worker.Shard.Puller: a pull can wait at the PS
+// while the step's push is under way), else gc for both (a gRPC
+// connection carries concurrent calls). close closes the data-plane
+// clients; gc goes with its connection.
+func WorkerClients(gc pb.ParameterServerClient, tcp bool, d DataPlaneDeps) (push, pull worker.DataPlane, close func()) {
+	if !tcp {
+		return gc, gc, func() {}
+	}
+	pc, lc := NewDataPlaneClient(gc, d, nil), NewDataPlaneClient(gc, d, nil)
+	return pc, lc, func() { pc.Close(); lc.Close() }
 }

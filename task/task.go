@@ -149,11 +149,16 @@ func (o Options) dataPlaneClient(gc pb.ParameterServerClient) *dataplane.Client 
 // dataPlaneClientWith is dataPlaneClient that tells resolved every
 // address the PS reports ("": it has no data plane).
 func (o Options) dataPlaneClientWith(gc pb.ParameterServerClient, resolved func(addr string)) *dataplane.Client {
+	return NewDataPlaneClient(gc, o.dataPlaneDeps(), resolved)
+}
+
+// dataPlaneDeps are the task's data-plane clients' dependencies.
+func (o Options) dataPlaneDeps() DataPlaneDeps {
 	d := DataPlaneDeps{MaxPayload: o.MaxMessageBytes, Sign: o.creds}
 	if o.TLS != nil {
 		d.TLS = o.TLS.ClientTLS()
 	}
-	return NewDataPlaneClient(gc, d, resolved)
+	return d
 }
 
 // BindAddr is where a task listens to be reached at addr: addr itself

@@ -13,6 +13,7 @@ import (
 	"github.com/pstrain/pstrain/ml/nn"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/proto/convert"
+	"github.com/pstrain/pstrain/task"
 	"github.com/pstrain/pstrain/transport/auth"
 	"github.com/pstrain/pstrain/worker"
 )
@@ -283,15 +284,9 @@ func (c *Cluster) dialShards(who *auth.Client) ([]worker.Shard, func(), error) {
 			return nil, nil, err
 		}
 		closers = append(closers, conn)
-		gc := pb.NewParameterServerClient(conn)
-		// Pulls on a client of their own, as task.RunWorker's.
-		var dp, pull worker.DataPlane = gc, gc
-		if c.cfg.Run.DataPlane == config.TCP {
-			dc := dataPlaneClient(gc, c.cfg.MaxMessageBytes, who)
-			pc := dataPlaneClient(gc, c.cfg.MaxMessageBytes, who)
-			closers = append(closers, dc, pc)
-			dp, pull = dc, pc
-		}
+		dp, pull, closeDP := task.WorkerClients(pb.NewParameterServerClient(conn), c.cfg.Run.DataPlane == config.TCP,
+			task.DataPlaneDeps{MaxPayload: c.cfg.MaxMessageBytes, Sign: who})
+		closers = append(closers, closerFunc(closeDP))
 		shards = append(shards, worker.Shard{Addr: p.Addr(), Client: dp, Puller: pull})
 	}
 	return shards, closeAll, nil
