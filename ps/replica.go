@@ -140,7 +140,7 @@ func (s *Server) startReplica(addr string) error {
 		return status.Error(codes.FailedPrecondition, "ps: this process cannot reach a standby (no replica dialer)")
 	}
 	r := &replicator{addr: addr, epoch: s.epoch, stop: make(chan struct{}), wake: make(chan struct{}, 1),
-		queue: []*pb.ReplicaOp{s.snapshotOp()}, queued: []time.Time{time.Now()}, release: []func(){nil}, nextSeq: 2}
+		queue: []*pb.ReplicaOp{s.snapshotOp()}, queued: []time.Time{s.now()}, release: []func(){nil}, nextSeq: 2}
 	s.rep = r
 	go s.runReplica(r)
 	s.log.Info("attaching a hot standby", "addr", addr, "epoch", s.epoch, "version", s.shard.Version())
@@ -173,7 +173,7 @@ func (s *Server) replicate(op *pb.ReplicaOp, release func()) replicaWait {
 	seq := r.nextSeq
 	r.nextSeq++
 	r.queue = append(r.queue, op)
-	r.queued = append(r.queued, time.Now())
+	r.queued = append(r.queued, s.now())
 	r.release = append(r.release, release)
 	select {
 	case r.wake <- struct{}{}:
@@ -428,7 +428,7 @@ func (s *Server) depose(r *replicator, err error) {
 func (s *Server) updateLag() {
 	n, age := 0, 0.0
 	if r := s.rep; r != nil && len(r.queued) > 0 {
-		n, age = len(r.queued), time.Since(r.queued[0]).Seconds()
+		n, age = len(r.queued), s.now().Sub(r.queued[0]).Seconds()
 	}
 	s.m.ReplicationLag.Set(float64(n))
 	s.m.ReplicationLagSeconds.Set(age)
@@ -441,7 +441,7 @@ func (s *Server) replicaStatus(resp *pb.StatusResponse) {
 		resp.StandbyAddr, resp.StandbyAttached = r.addr, r.attached()
 		resp.ReplicationLagUpdates = int64(len(r.queued))
 		if len(r.queued) > 0 {
-			resp.ReplicationLagSeconds = time.Since(r.queued[0]).Seconds()
+			resp.ReplicationLagSeconds = s.now().Sub(r.queued[0]).Seconds()
 		}
 	}
 }
@@ -475,7 +475,7 @@ func clonePush(req *pb.PushRequest) *pb.PushRequest {
 
 // Replicate applies a primary's batch of operations (standby side).
 func (s *Server) Replicate(ctx context.Context, b *pb.ReplicaBatch) (*pb.ReplicaAck, error) {
-	defer s.observe("replicate", time.Now())
+	defer s.observe("replicate", s.now())
 	if len(b.Ops) == 0 || b.FirstSeq < 1 {
 		return nil, status.Errorf(codes.InvalidArgument, "replica batch: %d operations from %d", len(b.Ops), b.FirstSeq)
 	}

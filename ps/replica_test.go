@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -725,4 +726,57 @@ func TestPushKeptReleasesItsBufferOnce(t *testing.T) {
 			t.Fatalf("standby at version %d, want 1", v.Version)
 		}
 	})
+}
+
+// fakeClock is a clock a test moves (Config.Now).
+type fakeClock struct{ ns atomic.Int64 }
+
+func (c *fakeClock) now() time.Time { return time.Unix(0, c.ns.Load()) }
+
+// The replication lag a primary reports is measured on its own clock
+// (Config.Now): the age of the oldest update its standby has not
+// acknowledged.
+func TestReplicationLagFollowsTheServersClock(t *testing.T) {
+	ctx := context.Background()
+	clock := &fakeClock{}
+	clock.ns.Store(time.Unix(1_000_000, 0).UnixNano())
+	var l *link
+	primary := NewServer(Config{Log: quietLog(), Shard: AnyShard, Dial: linkDialer(&l), Now: clock.now})
+	standby := NewServer(Config{Log: quietLog(), Shard: AnyShard})
+	l = &link{to: standby}
+	t.Cleanup(primary.Close)
+	req, n := replicaInit(t, config.Sync, 1, "standby")
+	if _, err := primary.Init(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	waitAttached(t, primary)
+	l.mu.Lock()
+	l.cut = true // the standby stops acknowledging
+	l.mu.Unlock()
+	done := make(chan error, 1)
+	go func() {
+		_, err := primary.Push(ctx, &pb.PushRequest{Worker: 0, Grad: wire.Bytes(gradOf(0, 0, n)), RunId: "r", Generation: 1, DataPosition: 1})
+		done <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, _ := primary.Status(ctx, &pb.StatusRequest{})
+		if st.ReplicationLagUpdates == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the push never reached the replication queue")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	clock.ns.Add(int64(2500 * time.Millisecond))
+	if st, _ := primary.Status(ctx, &pb.StatusRequest{}); st.ReplicationLagSeconds != 2.5 {
+		t.Errorf("replication lag %v s after the clock moved 2.5 s", st.ReplicationLagSeconds)
+	}
+	if _, err := primary.SetStandby(ctx, &pb.SetStandbyRequest{RunId: "r", Shard: 0, Epoch: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }

@@ -31,6 +31,7 @@ type Server struct {
 
 	log *slog.Logger
 	m   *metrics.PS
+	now func() time.Time // the clock (Config.Now)
 	// mirror takes the per-gradient series (staleness, norm ratios,
 	// refused and dropped gradients, rejected pushes) while the process
 	// is a standby: its pushes are its primary's, counted there, and a
@@ -179,6 +180,9 @@ type Config struct {
 	// Shutdown is called when the chief orders the process to exit (nil:
 	// nothing happens).
 	Shutdown func()
+	// Now is the server's clock: request durations, checkpoint pauses,
+	// the standby link's lag (nil: time.Now).
+	Now func() time.Time
 }
 
 // AnyShard is Config.Shard for a server not bound to one shard.
@@ -186,14 +190,17 @@ const AnyShard = -1
 
 // NewServer returns an uninitialised shard server built from cfg.
 func NewServer(cfg Config) *Server {
-	m, shutdown := cfg.Metrics, cfg.Shutdown
+	m, shutdown, now := cfg.Metrics, cfg.Shutdown, cfg.Now
 	if m == nil {
 		m = metrics.NewPS(nil)
 	}
 	if shutdown == nil {
 		shutdown = func() {}
 	}
-	s := &Server{log: cfg.Log, m: m, mirror: metrics.NewPS(nil), shutdown: shutdown, changed: make(chan struct{}), index: -1,
+	if now == nil {
+		now = time.Now
+	}
+	s := &Server{now: now, log: cfg.Log, m: m, mirror: metrics.NewPS(nil), shutdown: shutdown, changed: make(chan struct{}), index: -1,
 		shardIndex: cfg.Shard, dataAddr: cfg.DataAddr, store: cfg.Store, dial: cfg.Dial}
 	s.setRole(roleNone)
 	return s
@@ -207,12 +214,12 @@ func (s *Server) notify() {
 
 func (s *Server) observe(op string, start time.Time) {
 	s.m.Requests.WithLabelValues(op).Inc()
-	s.m.RequestDuration.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	s.m.RequestDuration.WithLabelValues(op).Observe(s.now().Sub(start).Seconds())
 }
 
 // Init replaces the shard's state.
 func (s *Server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitResponse, error) {
-	defer s.observe("init", time.Now())
+	defer s.observe("init", s.now())
 	b, err := s.build(req)
 	if err != nil {
 		return nil, err
@@ -401,7 +408,7 @@ func (s *Server) PullShared(ctx context.Context, req *pb.PullRequest) (resp *pb.
 // the current version's snapshot. With shared, the caller holds a
 // reference to it (see pullSnap); otherwise the snapshot is never reused.
 func (s *Server) pull(ctx context.Context, req *pb.PullRequest, shared bool) (*pb.PullResponse, *pullSnap, error) {
-	start := time.Now()
+	start := s.now()
 	defer s.observe("pull", start)
 	s.mu.Lock()
 	s.awaitInit(ctx)
@@ -477,7 +484,7 @@ func (s *Server) awaitingInit() bool { return s.shard == nil && s.serving() == n
 // (and nothing held) when it would. The data plane answers such a pull
 // without watching its connection for a client gone meanwhile.
 func (s *Server) PullSharedNow(req *pb.PullRequest) (resp *pb.PullResponse, release func(), ready bool, err error) {
-	start := time.Now()
+	start := s.now()
 	s.mu.Lock()
 	if s.awaitingInit() {
 		s.mu.Unlock()
@@ -536,7 +543,7 @@ func (s *Server) answerPull(req *pb.PullRequest, shared bool, start time.Time) (
 		s.replicate(&pb.ReplicaOp{Op: &pb.ReplicaOp_Retain{Retain: sh.Version()}}, nil)
 	}
 	if req.Worker >= 0 {
-		s.m.BarrierWait.Observe(time.Since(start).Seconds())
+		s.m.BarrierWait.Observe(s.now().Sub(start).Seconds())
 	}
 	return resp, p
 }
@@ -593,7 +600,7 @@ func (s *Server) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushRespons
 // push was the primary's largest allocation: 1.3 MB, hundreds of times
 // a second). Without release the push is copied for the standby.
 func (s *Server) PushKept(ctx context.Context, req *pb.PushRequest, release func()) (*pb.PushResponse, error) {
-	defer s.observe("push", time.Now())
+	defer s.observe("push", s.now())
 	s.m.RPCReceivedBytes.WithLabelValues("push").Add(float64(len(req.Grad)))
 	s.mu.Lock()
 	if err := s.serving(); err != nil {
@@ -706,7 +713,7 @@ func (s *Server) applyPush(req *pb.PushRequest) (resp *pb.PushResponse, err erro
 // worker, and logged (rate-limited). Call with mu held.
 func (s *Server) refused(m *metrics.PS, req *pb.PushRequest, res PushResult) {
 	m.RefusedGradients.WithLabelValues(strconv.Itoa(int(req.Worker)), "norm").Inc()
-	if ok, skipped := s.refusals.due(time.Now()); ok {
+	if ok, skipped := s.refusals.due(s.now()); ok {
 		s.log.Warn("gradient refused by the norm guard: never applied", "worker", req.Worker, "version", req.Version,
 			"norm", fmt.Sprintf("%.4g", res.Norm), "ratio", fmt.Sprintf("%.4g", res.Ratio), "limit", s.opts.NormGuard,
 			"refused_by_worker", s.shard.Refused(), "not_logged_since_last", skipped)
@@ -748,7 +755,7 @@ func rejectReason(err error) string {
 
 // SetMembership updates the live worker set.
 func (s *Server) SetMembership(ctx context.Context, req *pb.MembershipRequest) (*pb.MembershipResponse, error) {
-	defer s.observe("membership", time.Now())
+	defer s.observe("membership", s.now())
 	s.mu.Lock()
 	if err := s.serving(); err != nil {
 		s.mu.Unlock()
@@ -872,12 +879,12 @@ func (s *Server) Snapshot() (version int64, params, optState []float32, optSteps
 // pull snapshot, held until unhold, so a checkpoint copies them at
 // most once per version and no more than a pull would. Call with mu held.
 func (s *Server) takeSnapshot() snapshot {
-	t0 := time.Now()
+	t0 := s.now()
 	p := s.current()
 	p.readers++
 	var sn snapshot
 	s.fillSnapshot(&sn, p)
-	sn.pause = time.Since(t0)
+	sn.pause = s.now().Sub(t0)
 	return sn
 }
 
@@ -1023,7 +1030,7 @@ func (s *Server) abortPending(drop func(*pendingSnap) bool) {
 // and writes the snapshot to the checkpoint store. Only the copy holds
 // the shard's lock; training goes on while the file is written.
 func (s *Server) Checkpoint(ctx context.Context, req *pb.CheckpointRequest) (*pb.CheckpointResponse, error) {
-	defer s.observe("checkpoint", time.Now())
+	defer s.observe("checkpoint", s.now())
 	if s.store == nil {
 		return nil, status.Error(codes.FailedPrecondition, "this parameter server has no --checkpoint-dir")
 	}
@@ -1093,14 +1100,14 @@ func (s *Server) Checkpoint(ctx context.Context, req *pb.CheckpointRequest) (*pb
 		shardckpt.MetaVersion:        strconv.FormatInt(sn.version, 10),
 		shardckpt.MetaRunID:          runID,
 	}
-	t0 := time.Now()
+	t0 := s.now()
 	info, err := s.store.WriteShard(req.Step, index, numShards, tensors, meta)
 	if err != nil {
 		s.log.Error("checkpoint write failed", "step", req.Step, "err", err)
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	s.log.Info("checkpoint shard written", "step", req.Step, "version", sn.version, "retained", req.Retained, "bytes", info.Bytes,
-		"pause", sn.pause, "write", time.Since(t0).Round(time.Microsecond))
+		"pause", sn.pause, "write", s.now().Sub(t0).Round(time.Microsecond))
 	return &pb.CheckpointResponse{File: info.File, Sha256: info.SHA256, Bytes: info.Bytes, Tensors: info.Tensors,
 		Version: sn.version, PauseSeconds: sn.pause.Seconds(), DataPositions: slices.Clone(sn.positions)}, nil
 }

@@ -58,7 +58,7 @@ func RunPS(ctx context.Context, o Options) error {
 	srv := ps.NewServer(ps.Config{Log: o.Log, Metrics: m, Shutdown: func() { close(shutdown); stopRegistering() },
 		// Hot standbys (docs/replication.md): the shard this process
 		// serves, and how, as a primary, it reaches its standby.
-		Shard: o.Task.Index, Dial: replicaDialer(o), DataAddr: daddr, Store: o.checkpointStore()})
+		Shard: o.Task.Index, Dial: replicaDialer(o), DataAddr: daddr, Store: o.checkpointStore(), Now: o.Now})
 	defer srv.Close()
 	maxRecv := psMaxRecv(o.Run, o.MaxMessageBytes)
 	g := o.grpcServer(maxRecv, func(reason string) { m.RejectedRequests.WithLabelValues(reason).Inc() })
