@@ -305,7 +305,14 @@ func (s *Store) writeFileAtomic(dir, name string, data []byte) error {
 //
 // Zero fields are filled in: FormatVersion, NumShards (len(m.Shards)) and
 // Created (now). Shards may be given in any order.
-func (s *Store) Commit(m Manifest) error {
+func (s *Store) Commit(m Manifest) error { return s.CommitKeeping(m, -1) }
+
+// CommitKeeping is Commit that also keeps, beyond the keep newest, the
+// newest valid checkpoint at or before step good (-1: none): the one a
+// rollback to a model known good would restore, which retention must not
+// delete while newer checkpoints, possibly of a diverged model, fill the
+// keep slots.
+func (s *Store) CommitKeeping(m Manifest, good int64) error {
 	if m.FormatVersion == 0 {
 		m.FormatVersion = FormatVersion
 	}
@@ -324,7 +331,7 @@ func (s *Store) Commit(m Manifest) error {
 	if err := s.retryOnFullDisk(m.Step, func() error { return s.commit(m, data) }); err != nil {
 		return fmt.Errorf("checkpoint: committing step %d: %w", m.Step, err)
 	}
-	if err := s.prune(m.Step); err != nil {
+	if err := s.prune(m.Step, good); err != nil {
 		return fmt.Errorf("%w: step %d: %w", ErrRetention, m.Step, err)
 	}
 	return nil
@@ -626,8 +633,9 @@ func (l listing) leftovers(match func(dirEntry) bool) []string {
 // directories of steps before step, and leftovers of interrupted
 // deletions. A checkpoint is deleted by renaming it to ckpt-<step>.trash
 // first, so that an interrupted deletion never leaves a half-deleted
-// checkpoint that looks complete.
-func (s *Store) prune(step int64) error {
+// checkpoint that looks complete. The newest valid checkpoint at or
+// before good (if good >= 0) is kept too.
+func (s *Store) prune(step, good int64) error {
 	l, err := s.list()
 	if err != nil {
 		return err
@@ -635,11 +643,13 @@ func (s *Store) prune(step int64) error {
 	remove := l.leftovers(func(e dirEntry) bool { return e.kind == kindTrash || e.step < step })
 	complete, present := l.complete, l.present
 	if s.keep > 0 {
-		kept := 0
+		kept, goodKept := 0, good < 0
 		for _, c := range complete {
-			if kept < s.keep {
+			wantGood := !goodKept && c.step <= good
+			if kept < s.keep || wantGood {
 				if _, err := check(s.fs, filepath.Join(s.dir, c.name), false); err == nil {
 					kept++
+					goodKept = goodKept || c.step <= good
 					continue
 				}
 			}

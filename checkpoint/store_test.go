@@ -392,6 +392,45 @@ func TestRetention(t *testing.T) {
 	}
 }
 
+// Retention keeps the newest valid checkpoint at or before the step a
+// rollback may go back to, beyond the keep newest: otherwise a run whose
+// newer checkpoints all hold a diverged model could only restart from its
+// initial weights.
+func TestRetentionKeepsTheKnownGood(t *testing.T) {
+	m := NewMemFS()
+	s := NewStore(m, testDir, 2)
+	commit := func(step, good int64) string {
+		t.Helper()
+		infos, err := writeShards(s, step, 2)
+		mustNo(t, err)
+		mustNo(t, s.CommitKeeping(testManifest(step, infos), good))
+		return strings.Join(listSteps(t, m, testDir), " ")
+	}
+	saveCheckpoint(t, s, 10, 2)
+	commit(20, 15)
+	if got, want := commit(30, 15), "ckpt-000000000010 ckpt-000000000020 ckpt-000000000030"; got != want {
+		t.Fatalf("keeping the newest at or before 15: %s, want %s", got, want)
+	}
+	// 30 and 40 are the two newest; 15 keeps 10 as well, 20 goes.
+	if got, want := commit(40, 15), "ckpt-000000000010 ckpt-000000000030 ckpt-000000000040"; got != want {
+		t.Fatalf("keeping the newest at or before 15: %s, want %s", got, want)
+	}
+	// The known good among the keep newest: nothing extra.
+	if got, want := commit(50, 45), "ckpt-000000000040 ckpt-000000000050"; got != want {
+		t.Fatalf("the known good among the newest: %s, want %s", got, want)
+	}
+	// A corrupt candidate is not kept for it: the next older valid one is.
+	commit(60, 45)
+	mustNo(t, m.Remove(filepath.Join(s.Path(50), ManifestName)))
+	if got, want := commit(70, 55), "ckpt-000000000040 ckpt-000000000060 ckpt-000000000070"; got != want {
+		t.Fatalf("past a corrupt candidate: %s, want %s", got, want)
+	}
+	// -1: plain retention.
+	if got, want := commit(80, -1), "ckpt-000000000070 ckpt-000000000080"; got != want {
+		t.Fatalf("without a known good: %s, want %s", got, want)
+	}
+}
+
 // The previous checkpoint must not be touched until the new one is
 // committed: check the order of operations.
 func TestRetentionOnlyAfterCommit(t *testing.T) {

@@ -97,6 +97,10 @@ type Checkpoint struct {
 	// answered it), not an older poll's: only then may a final checkpoint
 	// reuse a committed one that holds those versions.
 	Stopped bool
+	// KeepGood is the newest step a rollback may go back to
+	// (Core.rollbackBound): the newest valid checkpoint at or before it
+	// is kept beyond the store's retention (-1: none to keep).
+	KeepGood int64
 }
 
 // Reinit initialises every shard, in Generation, with the model the

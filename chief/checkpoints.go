@@ -161,7 +161,7 @@ func (c *Chief) writeShardsAndCommit(ctx context.Context, a Checkpoint, step, at
 			Hyperparams: map[string]float64{"lr": r.LR, "momentum": r.Momentum},
 			Schedule:    r.LRSchedule, WarmupSteps: r.WarmupSteps},
 		Shards: infos, Final: a.Final, DataPositions: positions}
-	if err := c.cfg.Store.Commit(m); err != nil && !errors.Is(err, checkpoint.ErrRetention) {
+	if err := c.cfg.Store.CommitKeeping(m, a.KeepGood); err != nil && !errors.Is(err, checkpoint.ErrRetention) {
 		res.Err = err
 		return res
 	} else if err != nil {

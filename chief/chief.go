@@ -275,24 +275,6 @@ func (c *Chief) tick(ctx context.Context) []Action {
 // background and report on results; the rest are done here.
 func (c *Chief) perform(ctx, jobCtx context.Context, a Action, results chan<- func(time.Time) []Action, jobs *sync.WaitGroup) ([]Action, error) {
 	switch a := a.(type) {
-	case InitCluster:
-		step, latest, err := c.initCluster(ctx, a)
-		if err != nil {
-			return nil, err
-		}
-		return c.step(func(now time.Time) []Action { return c.core.Started(now, step, latest) }), nil
-	case Restore:
-		step, err := c.restore(ctx, a.Shards, a.Generation)
-		if err != nil {
-			return nil, err
-		}
-		return c.step(func(now time.Time) []Action { return c.core.Restored(now, step) }), nil
-	case Rollback:
-		step, fromCkpt, err := c.rollback(ctx, a)
-		if err != nil {
-			return nil, err
-		}
-		return c.step(func(now time.Time) []Action { return c.core.RolledBack(now, step, fromCkpt) }), nil
 	case SetMembership:
 		switch sent, refused := c.setMembership(ctx, a); {
 		case refused:
@@ -314,6 +296,36 @@ func (c *Chief) perform(ctx, jobCtx context.Context, a Action, results chan<- fu
 			res := c.checkpointNow(jobCtx, a)
 			results <- func(now time.Time) []Action { return c.core.CheckpointDone(now, res) }
 		}()
+	case SaveState:
+		c.saveState(a.State)
+	default:
+		return c.performOnShards(ctx, a)
+	}
+	return nil, nil
+}
+
+// performOnShards carries out an action on the shards and hands the
+// core its outcome.
+func (c *Chief) performOnShards(ctx context.Context, a Action) ([]Action, error) {
+	switch a := a.(type) {
+	case InitCluster:
+		step, latest, err := c.initCluster(ctx, a)
+		if err != nil {
+			return nil, err
+		}
+		return c.step(func(now time.Time) []Action { return c.core.Started(now, step, latest) }), nil
+	case Restore:
+		step, err := c.restore(ctx, a.Shards, a.Generation)
+		if err != nil {
+			return nil, err
+		}
+		return c.step(func(now time.Time) []Action { return c.core.Restored(now, step) }), nil
+	case Rollback:
+		step, fromCkpt, err := c.rollback(ctx, a)
+		if err != nil {
+			return nil, err
+		}
+		return c.step(func(now time.Time) []Action { return c.core.RolledBack(now, step, fromCkpt) }), nil
 	case Reinit:
 		if err := c.reinit(ctx, a); err != nil {
 			// The run is over either way: report it, with the final
@@ -341,12 +353,8 @@ func (c *Chief) perform(ctx, jobCtx context.Context, a Action, results chan<- fu
 			return c.step(func(now time.Time) []Action { return c.core.StandbyFailed(now, a.Shard, err) }), nil
 		}
 		return c.step(func(now time.Time) []Action { return c.core.StandbySet(now, a.Shard, a.Epoch, a.Addr) }), nil
-	case SaveState:
-		c.saveState(a.State)
-	default:
-		return nil, fmt.Errorf("chief: unknown action %T", a)
 	}
-	return nil, nil
+	return nil, fmt.Errorf("chief: unknown action %T", a)
 }
 
 // adopt checks whether this chief was restarted into a running cluster

@@ -35,19 +35,43 @@ type Core struct {
 	log *slog.Logger
 	m   *metrics.Chief
 
-	phase      phase
-	created    time.Time
+	phase   phase
+	created time.Time
+	st      State // what a restarted chief needs (saved on change)
+
+	membershipState
+	replicaState
+	progressState
+	upkeepState
+	stopState
+	divergenceState
+	elasticState
+}
+
+// membershipState is who registered and which workers are alive.
+type membershipState struct {
 	lastNag    time.Time // last "still waiting" log
 	members    *Membership
 	psSeen     []bool
 	workerSeen []bool
-	// standbySeen says which standby/N registered; rep is what the core
-	// knows of each shard's two processes between polls (hot standbys,
-	// core_replica.go; both nil without them).
+	// standbySeen says which standby/N registered (nil without hot
+	// standbys).
 	standbySeen []bool
-	rep         []replicaRun
+	lastLive    []int32 // the live set the shards were last told
+	loggedLive  []int32 // the live set last logged
+}
 
-	st       State     // what a restarted chief needs (saved on change)
+// replicaState is what the core knows of each shard's processes: with
+// hot standbys, both processes between polls (core_replica.go; nil
+// without them); when each shard went down; the restore under way.
+type replicaState struct {
+	rep       []replicaRun
+	down      []time.Time // when each shard was first seen down (zero: up)
+	restoring *restoreInfo
+}
+
+// progressState is training's progress as the shards last said it.
+type progressState struct {
 	start    time.Time // training start
 	step     int64     // the lowest shard version at the last poll
 	versions []int64   // each shard's version at the last poll
@@ -55,12 +79,11 @@ type Core struct {
 	versionsStopped bool
 	stale           int64 // stale gradients dropped, summed over shards
 	loss            float32
-	down            []time.Time // when each shard was first seen down (zero: up)
-	lastLive        []int32     // the live set the shards were last told
-	loggedLive      []int32     // the live set last logged
-	restoring       *restoreInfo
 	doneAt          time.Time // when a shard first said training is done
+}
 
+// upkeepState is the evaluations and checkpoints during training.
+type upkeepState struct {
 	evalSeq  int64     // evaluations ordered so far
 	evalBusy bool      // an evaluation is running
 	lastEval time.Time // when the last one was ordered
@@ -70,8 +93,10 @@ type Core struct {
 	lastCkpt time.Time
 	// ckptFailedAt is when the last checkpoint attempt failed.
 	ckptFailedAt time.Time
+}
 
-	// The stop: why, when, and the model handed back.
+// stopState is the stop: why, when, and the model handed back.
+type stopState struct {
 	stopReason     string
 	trainEnd       time.Time
 	steps          int64        // global steps trained at the stop
@@ -79,13 +104,15 @@ type Core struct {
 	finalEvalAsked bool
 	finalCkptAsked bool
 	reinitAsked    bool
+}
 
-	// The divergence guard (core_diverge.go): the shards' counts of
-	// gradients refused by the norm guard and of non-finite ones, the
-	// first out-of-line gradient's worker each shard reported (-1: none),
-	// the step this generation began at and whether a rollback began it,
-	// its newest good evaluation's step (-1: none), and the rollback
-	// decided (sent: ordered).
+// divergenceState is the divergence guard (core_diverge.go): the shards'
+// counts of gradients refused by the norm guard and of non-finite ones,
+// the first out-of-line gradient's worker each shard reported (-1:
+// none), the step this generation began at and whether a rollback began
+// it, its newest good evaluation's step (-1: none), and the rollback
+// decided (sent: ordered).
+type divergenceState struct {
 	refusedGrads, nonFiniteGrads shardCounts
 	outliers                     []int
 	genStart                     int64
@@ -100,12 +127,14 @@ type Core struct {
 	genEvals int
 	winLoss  float64
 	strikes  []int
+}
 
-	// Elastic workers (core_elastic.go): the worker count asked for and
-	// when, the change under way, the data plan's eras each worker said
-	// it uses (during a change), the removed workers, and whether the
-	// run's end before the next boundary was logged. pending is the
-	// last SetMembership ordered, lastSent the last every shard heard.
+// elasticState is elastic workers (core_elastic.go): the worker count
+// asked for and when, the change under way, the data plan's eras each
+// worker said it uses (during a change), the removed workers, and
+// whether the run's end before the next boundary was logged. pending is
+// the last SetMembership ordered, lastSent the last every shard heard.
+type elasticState struct {
 	target      int
 	targetAsked time.Time
 	change      *change
@@ -210,14 +239,16 @@ func NewCore(p CoreParams, runID string, log *slog.Logger, m *metrics.Chief, now
 		p.EvalSubset = 1
 	}
 	r := p.Run
-	c := &Core{p: p, log: log, m: m, created: now, lastNag: now, members: NewMembership(r.HeartbeatTimeout),
-		psSeen: make([]bool, r.PS), workerSeen: make([]bool, r.WorkerSlots()),
-		target: r.Workers, retired: map[int]bool{},
-		versions: make([]int64, r.PS), down: make([]time.Time, r.PS),
+	c := &Core{p: p, log: log, m: m, created: now,
+		membershipState: membershipState{lastNag: now, members: NewMembership(r.HeartbeatTimeout),
+			psSeen: make([]bool, r.PS), workerSeen: make([]bool, r.WorkerSlots())},
+		elasticState:  elasticState{target: r.Workers, retired: map[int]bool{}},
+		progressState: progressState{versions: make([]int64, r.PS)},
+		replicaState:  replicaState{down: make([]time.Time, r.PS)},
 		st: State{RunID: runID, Evals: []report.Eval{}, Restarts: []report.Restart{}, LatestCheckpoint: -1,
 			Plan: dataset.NewDataPlan(p.TrainN, r.Batch, r.Workers)},
-		outliers: make([]int, r.PS), lastGood: -1, strikes: make([]int, r.WorkerSlots()),
-		refusedGrads: newShardCounts(r.PS, r.Workers), nonFiniteGrads: newShardCounts(r.PS, r.Workers)}
+		divergenceState: divergenceState{outliers: make([]int, r.PS), lastGood: -1, strikes: make([]int, r.WorkerSlots()),
+			refusedGrads: newShardCounts(r.PS, r.Workers), nonFiniteGrads: newShardCounts(r.PS, r.Workers)}}
 	if len(p.StandbyAddrs) > 0 {
 		c.standbySeen, c.rep = make([]bool, r.PS), make([]replicaRun, r.PS)
 		c.st.Replicas = make([]Replica, r.PS)
@@ -315,28 +346,37 @@ func (c *Core) Register(reg Registration, now time.Time) (int64, error) {
 		}
 		c.standbySeen[index] = true
 	case "worker":
-		if err := c.admit(index, now); err != nil {
+		if err := c.registerWorker(index, now); err != nil {
 			return 0, err
 		}
-		if why := c.QuarantineReason(index); why != "" {
-			return 0, fmt.Errorf("worker/%d %w: %s", index, ErrQuarantined, why)
-		}
-		if c.workerSeen[index] && c.phase >= training && !c.retired[index] {
-			// Registering again: the worker was restarted. It resumes its
-			// data shard where the shards say it was and joins at the
-			// current step.
-			task := fmt.Sprintf("worker/%d", index)
-			c.st.Restarts = append(c.st.Restarts, report.Restart{Task: task,
-				BackAtSeconds: ptr(c.seconds(now)), RestoredStep: c.step})
-			c.m.TaskRestarts.WithLabelValues(task).Inc()
-			c.log.Warn("worker restarted; it rejoins training", "task", task, "step", c.step)
-		}
-		c.workerSeen[index] = true
-		c.members.Beat(index, now)
 	default:
 		return 0, fmt.Errorf("%w: unknown role %q", ErrBadTask, role)
 	}
 	return c.step, nil
+}
+
+// registerWorker admits worker index, unless quarantined; a worker that
+// registers again during training was restarted, and is recorded so.
+func (c *Core) registerWorker(index int, now time.Time) error {
+	if err := c.admit(index, now); err != nil {
+		return err
+	}
+	if why := c.QuarantineReason(index); why != "" {
+		return fmt.Errorf("worker/%d %w: %s", index, ErrQuarantined, why)
+	}
+	if c.workerSeen[index] && c.phase >= training && !c.retired[index] {
+		// Registering again: the worker was restarted. It resumes its
+		// data shard where the shards say it was and joins at the
+		// current step.
+		task := fmt.Sprintf("worker/%d", index)
+		c.st.Restarts = append(c.st.Restarts, report.Restart{Task: task,
+			BackAtSeconds: ptr(c.seconds(now)), RestoredStep: c.step})
+		c.m.TaskRestarts.WithLabelValues(task).Inc()
+		c.log.Warn("worker restarted; it rejoins training", "task", task, "step", c.step)
+	}
+	c.workerSeen[index] = true
+	c.members.Beat(index, now)
+	return nil
 }
 
 // Heartbeat keeps a worker alive and says whether it should stop.

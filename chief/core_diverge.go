@@ -183,6 +183,22 @@ func (c *Core) suspect() (worker, evidence string) {
 	return "", ""
 }
 
+// rollbackBound is the newest step a rollback may go back to: this
+// generation's last good evaluation, or without one since the generation
+// began, its start (a generation begun by a rollback goes further back
+// than that rollback's checkpoint: it may hold what diverged, e.g. in the
+// optimizer's momentum). Checkpoint actions carry it, so that retention
+// never deletes the one checkpoint a rollback could use.
+func (c *Core) rollbackBound() int64 {
+	if c.lastGood >= 0 {
+		return c.lastGood
+	}
+	if c.genFromRollback {
+		return c.genStart - 1
+	}
+	return c.genStart
+}
+
 // checkDivergence applies the divergence rule to an evaluation of the
 // current generation, before it is recorded. A divergence during
 // training decides a rollback (returning the action once it may be
@@ -227,13 +243,7 @@ func (c *Core) checkDivergence(now time.Time, res EvalResult) ([]Action, bool) {
 	// the generation began, a generation begun by a rollback goes further
 	// back than that rollback's checkpoint (it may hold what diverged,
 	// e.g. in the optimizer's momentum).
-	atMost := c.lastGood
-	if atMost < 0 {
-		atMost = c.genStart
-		if c.genFromRollback {
-			atMost--
-		}
-	}
+	atMost := c.rollbackBound()
 	if !culprit {
 		// No worker to blame: the learning rate, probably. With the
 		// culprit quarantined the rate stays.

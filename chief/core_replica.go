@@ -178,28 +178,51 @@ func (c *Core) tickReplicas(now time.Time, ps, standby []ShardStatus) ([]ShardSt
 // process's (o) answers.
 func (c *Core) replicaRules(now time.Time, s int, p, o ShardStatus) (ShardStatus, []Action) {
 	r, st := &c.rep[s], &c.st.Replicas[s]
-	pName, oName := task(st.Primary, s), task(other(st.Primary), s)
-	if o.Err == nil && o.Role == rolePrimary && o.Epoch > st.Epoch && (p.Err != nil || p.Role != rolePrimary || p.Epoch < o.Epoch) {
+	if servesNewer(o, p, st.Epoch) {
 		// The other process serves at a newer epoch: a Promote whose
 		// answer was lost, or one a previous chief ordered.
 		return o, c.follow(now, s, p, o)
 	}
-	pDead := p.Err != nil || !p.Serving || p.Role == roleStandby || p.Role == roleDeposed
-	if !pDead {
-		r.attached, r.seen = p.StandbyAttached, p.Version
-		// (A SetStandby whose answer was lost moved the epoch on.)
-		st.Epoch = max(st.Epoch, p.Epoch)
-		if !r.toldKnown {
-			r.told, r.toldKnown, r.toldAt = p.StandbyAddr, true, now
-		}
-		return p, c.standbyRule(now, s, p, o)
+	if p.Err != nil || !p.Serving || p.Role == roleStandby || p.Role == roleDeposed {
+		return c.primaryLost(now, s, p, o)
 	}
-	why := "empty"
-	if p.Err != nil {
-		why = p.Err.Error()
-	} else if p.Role != "" {
-		why = p.Role
+	r.attached, r.seen = p.StandbyAttached, p.Version
+	// (A SetStandby whose answer was lost moved the epoch on.)
+	st.Epoch = max(st.Epoch, p.Epoch)
+	if !r.toldKnown {
+		r.told, r.toldKnown, r.toldAt = p.StandbyAddr, true, now
 	}
+	return p, c.standbyRule(now, s, p, o)
+}
+
+// servesNewer says the other process o serves as a primary at an epoch
+// newer than the shard's (epoch) and than its primary p's.
+func servesNewer(o, p ShardStatus, epoch int64) bool {
+	if o.Err != nil || o.Role != rolePrimary || o.Epoch <= epoch {
+		return false
+	}
+	return p.Err != nil || p.Role != rolePrimary || p.Epoch < o.Epoch
+}
+
+// lostWhy says why a primary that does not serve is lost: its error, or
+// the role it answered with, or "empty".
+func lostWhy(p ShardStatus) string {
+	switch {
+	case p.Err != nil:
+		return p.Err.Error()
+	case p.Role != "":
+		return p.Role
+	}
+	return "empty"
+}
+
+// primaryLost is rules 1 and 4 for shard s, whose primary (p) does not
+// serve: promote an attached standby, or restore the shard into
+// whichever process is up.
+func (c *Core) primaryLost(now time.Time, s int, p, o ShardStatus) (ShardStatus, []Action) {
+	r, st := &c.rep[s], &c.st.Replicas[s]
+	pName, oName := task(st.Primary, s), task(other(st.Primary), s)
+	why := lostWhy(p)
 	switch {
 	case o.Err == nil && o.Role == roleStandby && o.Epoch == st.Epoch && r.attached:
 		// Rule 1.
@@ -398,34 +421,13 @@ func (c *Core) recordFailover(now time.Time, s int, f *failover, version int64) 
 // one serves another run (the tasks register afresh).
 func adoptionOf(ps, standby []ShardStatus, saved *State) (a Adoption, ok bool) {
 	a.Saved = saved
-	var prims []ShardStatus
-	if len(standby) == 0 {
-		prims = ps
-	} else {
+	prims := ps
+	if len(standby) > 0 {
+		prims = nil
 		for s := range ps {
-			rp := Replica{Primary: cluster.PS}
-			if saved != nil && s < len(saved.Replicas) {
-				rp = saved.Replicas[s]
-			}
-			x, y := ps[s], standby[s]
-			for _, z := range []ShardStatus{x, y} {
-				if z.Err == nil {
-					rp.Epoch = max(rp.Epoch, z.Epoch)
-				}
-			}
-			isPrimary := func(z ShardStatus) bool { return z.Err == nil && z.Role == rolePrimary }
-			switch {
-			case isPrimary(y) && (!isPrimary(x) || y.Epoch > x.Epoch):
-				rp.Primary = cluster.Standby
-			case isPrimary(x):
-				rp.Primary = cluster.PS
-			}
-			rp.Epoch = max(rp.Epoch, 1)
+			rp, prim := adoptedReplica(s, ps[s], standby[s], saved)
 			a.Replicas = append(a.Replicas, rp)
-			if rp.Primary == cluster.Standby {
-				x = y
-			}
-			prims = append(prims, x)
+			prims = append(prims, prim)
 		}
 	}
 	a.Step = -1
@@ -448,6 +450,34 @@ func adoptionOf(ps, standby []ShardStatus, saved *State) (a Adoption, ok bool) {
 	}
 	a.Split = lo != a.Generation
 	return a, true
+}
+
+// adoptedReplica is shard s's replica as its processes' answers (x from
+// ps/s, y from standby/s) and the saved state say: the process that says
+// it is the primary (the newer epoch first; else the saved one) and the
+// newest epoch (at least 1). prim is the primary's answer.
+func adoptedReplica(s int, x, y ShardStatus, saved *State) (rp Replica, prim ShardStatus) {
+	rp = Replica{Primary: cluster.PS}
+	if saved != nil && s < len(saved.Replicas) {
+		rp = saved.Replicas[s]
+	}
+	for _, z := range []ShardStatus{x, y} {
+		if z.Err == nil {
+			rp.Epoch = max(rp.Epoch, z.Epoch)
+		}
+	}
+	isPrimary := func(z ShardStatus) bool { return z.Err == nil && z.Role == rolePrimary }
+	switch {
+	case isPrimary(y) && (!isPrimary(x) || y.Epoch > x.Epoch):
+		rp.Primary = cluster.Standby
+	case isPrimary(x):
+		rp.Primary = cluster.PS
+	}
+	rp.Epoch = max(rp.Epoch, 1)
+	if rp.Primary == cluster.Standby {
+		return rp, y
+	}
+	return rp, x
 }
 
 // adoptReplicas takes each shard's primary and epoch from what the

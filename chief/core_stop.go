@@ -188,7 +188,7 @@ func (c *Core) wind(now time.Time) []Action {
 	if c.p.Checkpoints && !c.finalCkptAsked {
 		c.finalCkptAsked, c.ckptBusy = true, true
 		return []Action{Checkpoint{Versions: append([]int64(nil), c.versions...), Latest: c.st.LatestCheckpoint,
-			Final: true, Retained: c.stopReason == StopTarget, Stopped: c.versionsStopped}}
+			Final: true, Retained: c.stopReason == StopTarget, Stopped: c.versionsStopped, KeepGood: c.rollbackBound()}}
 	}
 	return c.finish()
 }
@@ -196,7 +196,7 @@ func (c *Core) wind(now time.Time) []Action {
 // Reinitialised says Reinit is done: checkpoint what the shards now
 // hold.
 func (c *Core) Reinitialised(now time.Time) []Action {
-	return []Action{c.save(), Checkpoint{Versions: append([]int64(nil), c.versions...), Latest: c.st.LatestCheckpoint, Final: true}}
+	return []Action{c.save(), Checkpoint{Versions: append([]int64(nil), c.versions...), Latest: c.st.LatestCheckpoint, Final: true, KeepGood: c.rollbackBound()}}
 }
 
 // CheckpointResult is the outcome of a Checkpoint.

@@ -162,41 +162,14 @@ func (c *Core) tickTraining(now time.Time, ps, standby []ShardStatus) []Action {
 		shards, acts = c.tickReplicas(now, ps, standby)
 	}
 	acts = append(acts, c.membership(now)...)
-	anyDown := false
-	for s, x := range shards {
-		switch {
-		case x.Err != nil:
-			if c.down[s].IsZero() {
-				c.down[s] = x.lostAt(now)
-				c.log.Warn("parameter server unreachable", "ps", s, "err", x.Err)
-			}
-			anyDown = true
-		case !x.Serving:
-			// Back without state: restore it (one at a time; the next
-			// poll sees the rest).
-			if c.down[s].IsZero() {
-				c.down[s] = now
-			}
-			return append(acts, c.orderRestore(now, s, shards))
-		default:
-			c.down[s] = time.Time{}
-			c.noteGuard(s, x)
-		}
+	anyDown, restore := c.noteShards(now, shards)
+	if restore != nil {
+		return append(acts, restore)
 	}
 	if anyDown || c.restoring != nil || c.rollback != nil {
 		return acts
 	}
-	done := false
-	c.step, c.stale = shards[0].Version, 0
-	for s, x := range shards {
-		c.versions[s] = x.Version
-		c.step = min(c.step, x.Version)
-		c.stale += x.StaleDropped
-		done = done || x.Done
-	}
-	c.loss = shards[0].Loss
-	c.m.GlobalStep.Set(float64(c.step))
-	if done {
+	if c.readShards(shards) {
 		return append(acts, c.tickDone(now)...)
 	}
 	if more := c.tickElastic(now); len(more) > 0 {
@@ -207,9 +180,51 @@ func (c *Core) tickTraining(now time.Time, ps, standby []ShardStatus) []Action {
 	}
 	if c.checkpointDue(now) {
 		c.ckptBusy, c.lastCkpt = true, now
-		acts = append(acts, Checkpoint{Versions: slices.Clone(c.versions), Latest: c.st.LatestCheckpoint})
+		acts = append(acts, Checkpoint{Versions: slices.Clone(c.versions), Latest: c.st.LatestCheckpoint, KeepGood: c.rollbackBound()})
 	}
 	return acts
+}
+
+// noteShards notes which shards are down since when, and checks the
+// guard's counts of those that serve. anyDown says a shard is
+// unreachable; restore, when not nil, restores a shard that came back
+// without state (one at a time; the next poll sees the rest).
+func (c *Core) noteShards(now time.Time, shards []ShardStatus) (anyDown bool, restore Action) {
+	for s, x := range shards {
+		switch {
+		case x.Err != nil:
+			if c.down[s].IsZero() {
+				c.down[s] = x.lostAt(now)
+				c.log.Warn("parameter server unreachable", "ps", s, "err", x.Err)
+			}
+			anyDown = true
+		case !x.Serving:
+			if c.down[s].IsZero() {
+				c.down[s] = now
+			}
+			return anyDown, c.orderRestore(now, s, shards)
+		default:
+			c.down[s] = time.Time{}
+			c.noteGuard(s, x)
+		}
+	}
+	return anyDown, nil
+}
+
+// readShards takes the step (the lowest shard version), the versions,
+// the stale count and the loss from the serving shards, and says whether
+// one says training is done.
+func (c *Core) readShards(shards []ShardStatus) (done bool) {
+	c.step, c.stale = shards[0].Version, 0
+	for s, x := range shards {
+		c.versions[s] = x.Version
+		c.step = min(c.step, x.Version)
+		c.stale += x.StaleDropped
+		done = done || x.Done
+	}
+	c.loss = shards[0].Loss
+	c.m.GlobalStep.Set(float64(c.step))
+	return done
 }
 
 // tickDone: a shard says training is done. The other shards are usually

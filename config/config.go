@@ -263,6 +263,18 @@ func Default() Run {
 
 // Validate reports the first impossible value, phrased for a user.
 func (r Run) Validate() error {
+	for _, check := range []func() error{r.validateShape, r.validateTraining, r.validateTiming,
+		r.validateCheckpoints, r.validateRobustness, r.validateChoices, r.validateModel} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateShape checks the mode and the cluster's shape: its shards,
+// standbys and workers.
+func (r Run) validateShape() error {
 	if err := oneOf("--mode", r.Mode, Sync, Async, SSP); err != nil {
 		return err
 	}
@@ -281,6 +293,14 @@ func (r Run) Validate() error {
 		return fmt.Errorf("--max-workers %d is less than --workers %d (0 = the default, %d)", r.MaxWorkers, r.Workers, max(r.Workers, 8))
 	case r.Staleness < 0:
 		return fmt.Errorf("--staleness must be >= 0, got %d", r.Staleness)
+	}
+	return nil
+}
+
+// validateTraining checks the optimisation and the data: batch, learning
+// rate, momentum, warmup, epochs, the target and the data fraction.
+func (r Run) validateTraining() error {
+	switch {
 	case r.Batch < 1:
 		return fmt.Errorf("--batch must be at least 1, got %d", r.Batch)
 	case !(r.LR > 0) || math.IsInf(r.LR, 0):
@@ -297,16 +317,38 @@ func (r Run) Validate() error {
 		return fmt.Errorf("--target-hold must be >= 1 (evaluations in a row at the target), got %d", r.TargetHold)
 	case !(r.DataFraction > 0) || r.DataFraction > 1:
 		return fmt.Errorf("--data-fraction must be in (0, 1], got %v", r.DataFraction)
+	}
+	return nil
+}
+
+// validateTiming checks the evaluation and heartbeat intervals.
+func (r Run) validateTiming() error {
+	switch {
 	case r.EvalEvery < 0:
 		return fmt.Errorf("--eval-every must not be negative, got %v", r.EvalEvery)
 	case r.HeartbeatTimeout <= 0:
 		return fmt.Errorf("--heartbeat-timeout must be positive, got %v", r.HeartbeatTimeout)
+	}
+	return nil
+}
+
+// validateCheckpoints checks the checkpoints' permissions and retention.
+func (r Run) validateCheckpoints() error {
+	switch {
 	case r.CheckpointMode != 0 && (r.CheckpointMode&0o700 != 0o700 || r.CheckpointMode&^0o777 != 0):
 		return fmt.Errorf("--checkpoint-mode must be an octal permission from 0700 to 0777 that lets the owner in (rwx), got %04o", uint32(r.CheckpointMode))
 	case r.KeepCheckpoints < 0:
 		return fmt.Errorf("--keep-checkpoints must be >= 0 (0 keeps all), got %d", r.KeepCheckpoints)
 	case r.KeepArchives < -1:
 		return fmt.Errorf("--keep-archives must be >= -1 (0 keeps none, -1 all), got %d", r.KeepArchives)
+	}
+	return nil
+}
+
+// validateRobustness checks the defences against faulty gradients: the
+// norm guard and the aggregation rule.
+func (r Run) validateRobustness() error {
+	switch {
 	case !(r.NormGuard == 0 || r.NormGuard >= 2) || math.IsInf(r.NormGuard, 0):
 		return fmt.Errorf("--norm-guard must be 0 (off) or a multiple of at least 2, got %v", r.NormGuard)
 	case r.Aggregate != "" && oneOf("--aggregate", r.Aggregate, Mean, TrimmedMean) != nil:
@@ -314,6 +356,12 @@ func (r Run) Validate() error {
 	case r.Aggregate == TrimmedMean && r.Mode != Sync:
 		return fmt.Errorf("--aggregate %s combines the gradients of a sync step: it needs --mode sync, got %s", r.Aggregate, r.Mode)
 	}
+	return nil
+}
+
+// validateChoices checks the flags that name one of a few choices, and
+// the learning-rate schedule.
+func (r Run) validateChoices() error {
 	for _, err := range []error{
 		oneOf("--data-plane", r.DataPlane, GRPC, TCP),
 		oneOf("--wire-dtype", r.WireDType, F32, BF16),
@@ -324,18 +372,18 @@ func (r Run) Validate() error {
 			return err
 		}
 	}
-	if _, err := r.Schedule(); err != nil {
-		return err
-	}
+	_, err := r.Schedule()
+	return err
+}
+
+// validateModel checks the network: the MLP's hidden layers, the kind,
+// and a CNN's convolutions.
+func (r Run) validateModel() error {
 	for i, h := range r.Hidden {
 		if h <= 0 {
 			return fmt.Errorf("--hidden: layer %d has size %d; sizes must be positive", i, h)
 		}
 	}
-	return r.validateModel()
-}
-
-func (r Run) validateModel() error {
 	if err := oneOf("--model", r.Model, "", model.KindMLP, model.KindCNN); err != nil {
 		return oneOf("--model", r.Model, model.KindMLP, model.KindCNN) // the names a user can type
 	}

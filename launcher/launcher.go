@@ -5,6 +5,13 @@
 // workers, relays the chief's progress, watches every process, and
 // assembles the report with each process's peak RSS and CPU time.
 //
+// Run works in two parts. The plan (plan.go) is what the run launches,
+// a plain function of the configuration and the reserved ports: the
+// cluster file's addresses, each task's metrics and data-plane address
+// and command line, and which tasks start at once. The supervisor
+// executes it: it starts the tasks, restarts those that fail, injects
+// the faults, watches where the time goes and winds the run down.
+//
 // Watching a task: a task that dies, exits with status 0 while the run
 // goes on, or answers nothing on /healthz for TaskTimeout (liveness.go)
 // is restarted, up to MaxRestarts times. Tasks are forked from one
@@ -29,7 +36,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -194,13 +200,8 @@ func freePorts(n int) ([]int, error) {
 
 // supervisor runs the processes of one local cluster.
 type supervisor struct {
-	c           Config
-	clusterFile string
-	chiefReport string
-	statePath   string
-	runID       string
-	metricsAddr func(int) string
-	dataPorts   []int // the PS data planes': ps/i's at i, standby/i's at PS+i
+	c    Config
+	plan plan
 	// t0 is the run's start: every time the launcher logs or reports is
 	// seconds since t0 (see since).
 	t0      time.Time
@@ -290,8 +291,7 @@ const ExitChiefGaveUp = 4
 // Run starts the cluster and waits for it to finish.
 func Run(ctx context.Context, c Config) (*report.Report, error) {
 	t0 := time.Now()
-	r := c.Run
-	if err := r.Validate(); err != nil {
+	if err := c.Run.Validate(); err != nil {
 		return nil, err
 	}
 	// The chief's progress (copied from its stdout) and the bottleneck
@@ -310,196 +310,241 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 		return nil, err
 	}
 	defer os.Remove(pidFileName(pidDir, "launcher"))
+	web, err := secureTasks(&c)
+	if err != nil {
+		return nil, err
+	}
+	// The cluster has a worker slot for every worker the run may scale to
+	// (--max-workers), and every task is told the slots the cluster file
+	// lists; the first --workers start.
+	c.Run.MaxWorkers = c.Run.WorkerSlots()
+	// Every port a task binds is reserved here: gRPC, metrics, and each
+	// PS's (and standby's) data plane.
+	ports, err := freePorts(portCount(c))
+	if err != nil {
+		return nil, err
+	}
+	p, err := planRun(c, fmt.Sprintf("run-%d", t0.UnixNano()), ports)
+	if err != nil {
+		return nil, err
+	}
+	r := c.Run
+	s := &supervisor{c: c, plan: p, t0: t0, procs: map[string]*proc{}, usage: map[string]report.Task{},
+		pidDir: pidDir, proc: procFS("/proc"), web: web,
+		env: taskEnv(os.Environ(), runtime.NumCPU(), 1+r.PS+r.Workers+r.Standbys())}
+	return s.run(ctx)
+}
+
+// secureTasks adds the run's token file (made here when c names none)
+// and, with a web config, the tasks' copy of it to c.ExtraArgs; it
+// returns the client that reaches the tasks' metrics endpoints.
+func secureTasks(c *Config) (*webconfig.Client, error) {
 	tokenPath, err := runToken(c.AuthTokenFile, c.Dir)
 	if err != nil {
 		return nil, err
 	}
 	c.ExtraArgs = append(append([]string(nil), c.ExtraArgs...), "--auth-token-file="+tokenPath)
-	var web *webconfig.Client
-	if c.WebConfigFile != "" {
-		var taskFile string
-		if taskFile, web, err = webconfig.ForLauncher(c.WebConfigFile, c.Dir, rand.Reader); err != nil {
-			return nil, err
-		}
-		c.ExtraArgs = append(c.ExtraArgs, "--web.config.file="+taskFile)
+	if c.WebConfigFile == "" {
+		return nil, nil
 	}
-	// Every port a task binds is reserved here: gRPC, metrics, and each
-	// PS's (and standby's) data plane. The cluster has a worker slot for
-	// every worker the run may scale to (--max-workers); the first
-	// --workers start. The standbys' ports come after all the others
-	// (launchOrder), so a run's other ports are where they were without.
-	slots := r.WorkerSlots()
-	c.Run.MaxWorkers, r.MaxWorkers = slots, slots // every task is told the slots the cluster file lists
-	n := 1 + r.PS + slots + r.Standbys()
-	ports, err := freePorts(2*n + r.PS + r.Standbys())
+	taskFile, web, err := webconfig.ForLauncher(c.WebConfigFile, c.Dir, rand.Reader)
 	if err != nil {
 		return nil, err
 	}
-	var spec cluster.Spec
-	addr := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[i]) }
-	spec.Chief = []string{addr(0)}
-	for i := 0; i < r.PS; i++ {
-		spec.PS = append(spec.PS, addr(1+i))
+	c.ExtraArgs = append(c.ExtraArgs, "--web.config.file="+taskFile)
+	return web, nil
+}
+
+// prepareDir writes the cluster file and an empty targets file, and
+// removes what an earlier run on the directory left for the chief.
+func (s *supervisor) prepareDir() error {
+	if err := os.WriteFile(s.plan.clusterFile, s.plan.spec.JSON(), 0o644); err != nil {
+		return err
 	}
-	for i := 0; i < slots; i++ {
-		spec.Worker = append(spec.Worker, addr(1+r.PS+i))
-	}
-	for i := 0; i < r.Standbys(); i++ {
-		spec.Standby = append(spec.Standby, addr(1+r.PS+slots+i))
-	}
-	s := &supervisor{c: c, t0: t0, procs: map[string]*proc{}, usage: map[string]report.Task{},
-		clusterFile: filepath.Join(c.Dir, "cluster.json"), chiefReport: filepath.Join(c.Dir, "chief-report.json"),
-		statePath: filepath.Join(c.Dir, "chief-state.json"), runID: fmt.Sprintf("run-%d", t0.UnixNano()),
-		dataPorts: ports[2*n:], pidDir: pidDir, proc: procFS("/proc"), web: web,
-		env: taskEnv(os.Environ(), runtime.NumCPU(), 1+r.PS+r.Workers+r.Standbys())}
-	s.metricsAddr = func(i int) string {
-		if c.MetricsPortBase > 0 {
-			return "127.0.0.1:" + strconv.Itoa(c.MetricsPortBase+i)
-		}
-		return "127.0.0.1:" + strconv.Itoa(ports[n+i])
-	}
-	if err := os.WriteFile(s.clusterFile, spec.JSON(), 0o644); err != nil {
-		return nil, err
-	}
-	tasks := launchOrder(spec)
-	s.targets = newTargets(c.SDDir, tasks, s.metricsAddr)
-	// (Each task is listed once started, below: the worker slots of an
-	// elastic run are not, until a scale request starts them.)
+	s.targets = newTargets(s.c.SDDir, s.plan.tasks, s.plan.metricsAddr)
+	// (Each task is listed once started: the worker slots of an elastic
+	// run are not, until a scale request starts them.)
 	if err := s.targets.setAll(false); err != nil {
+		return err
+	}
+	os.Remove(s.plan.chiefReport)
+	os.Remove(s.plan.statePath)
+	os.Remove(s.plan.scaleFile) // an earlier run's
+	return nil
+}
+
+// group is what the goroutines of a run share: the context that ends
+// them, the group that waits for them, and where a task's supervision
+// reports its end.
+type group struct {
+	ctx       context.Context
+	wg        *sync.WaitGroup
+	chiefDone chan error
+	failed    chan error
+}
+
+// goDo runs f on a goroutine of the group.
+func (g group) goDo(f func()) {
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		f()
+	}()
+}
+
+// run executes the plan: it starts the tasks, supervises them until the
+// chief ends the run, winds the run down and returns its report.
+func (s *supervisor) run(ctx context.Context) (*report.Report, error) {
+	if err := s.prepareDir(); err != nil {
 		return nil, err
 	}
 	// Whatever the outcome, no target of this run outlives it.
 	defer func() {
 		if err := s.targets.setAll(false); err != nil {
-			c.Log.Warn("could not empty the Prometheus targets file", "dir", c.SDDir, "err", err)
+			s.c.Log.Warn("could not empty the Prometheus targets file", "dir", s.c.SDDir, "err", err)
 		}
 	}()
-	os.Remove(s.chiefReport)
-	os.Remove(s.statePath)
-	os.Remove(filepath.Join(c.Dir, ScaleRequestFile)) // an earlier run's
-
 	// Every task is started from one thread that lives as long as the
 	// run (see forker); it ends after every task has exited.
-	s.forker = newForker(c.TimerSlack)
+	s.forker = newForker(s.c.TimerSlack)
 	defer s.forker.close()
 	if err := <-s.forker.slack; err != nil && !errors.Is(err, errNoSlack) {
-		c.Log.Warn("could not set the tasks' timer slack; they run with the kernel's default", "slack", c.TimerSlack, "err", err)
+		s.c.Log.Warn("could not set the tasks' timer slack; they run with the kernel's default", "slack", s.c.TimerSlack, "err", err)
 	}
 	// The tasks live until the run ends or is aborted, not until ctx
 	// ends: an interrupt only asks the chief to stop the run.
 	interrupt := ctx.Done()
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
 	var wg sync.WaitGroup
 	defer func() {
 		cancel()
 		wg.Wait()
 	}()
-	chiefDone := make(chan error, 1)
-	failed := make(chan error, len(tasks))
-	s.scaler = &scaler{s: s, slots: slots, target: r.Workers, running: map[int]bool{}}
-	launch := func(i int, t cluster.Task) error {
-		p, err := s.start(ctx, &wg, i, t)
-		if err != nil {
-			return err
-		}
-		if err := s.targets.set(i, true); err != nil {
-			c.Log.Warn("could not update the Prometheus targets file", "dir", c.SDDir, "err", err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := s.supervise(ctx, &wg, i, p)
-			if err := s.targets.set(i, false); err != nil {
-				c.Log.Warn("could not update the Prometheus targets file", "dir", c.SDDir, "err", err)
-			}
-			if t.Type == cluster.Worker {
-				s.scaler.exited(t.Index)
-			}
-			switch {
-			case t.Type == cluster.Chief:
-				chiefDone <- err
-			case err != nil:
-				failed <- err
-			}
-		}()
-		return nil
+	g := group{ctx: ctx, wg: &wg, chiefDone: make(chan error, 1), failed: make(chan error, len(s.plan.tasks))}
+	if err := s.startAll(g); err != nil {
+		return nil, err
 	}
-	s.scaler.start = func(t cluster.Task) error { return launch(1+r.PS+t.Index, t) }
-	var started []cluster.Task
-	var launchIndex []int // started[i]'s index in tasks: its ports'
-	for i, t := range tasks {
-		if t.Type == cluster.Worker && t.Index >= r.Workers {
-			continue // a slot, until a scale request
-		}
+	mon, stopMon, err := s.startMonitor(g)
+	if err != nil {
+		return nil, err
+	}
+	defer stopMon()
+	if err := s.wait(interrupt, g.chiefDone, g.failed); err != nil {
+		return nil, err
+	}
+	stopMon()
+	s.windDown()
+	cancel()
+	wg.Wait()
+	return s.finalReport(mon)
+}
+
+// startAll starts the plan's initial tasks, the scaler and the faults.
+func (s *supervisor) startAll(g group) error {
+	r := s.c.Run
+	s.scaler = &scaler{s: s, slots: s.plan.slots, target: r.Workers, running: map[int]bool{}}
+	s.scaler.start = func(t cluster.Task) error { return s.launch(g, s.plan.workerIndex(t.Index), t) }
+	for _, i := range s.plan.initial {
+		t := s.plan.tasks[i]
 		if t.Type == cluster.Worker {
 			s.scaler.running[t.Index] = true
 		}
-		if err := launch(i, t); err != nil {
-			return nil, err
+		if err := s.launch(g, i, t); err != nil {
+			return err
 		}
-		started = append(started, t)
-		launchIndex = append(launchIndex, i)
 	}
 	s.scaler.writeStatus()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		s.scaler.watch(ctx, c.Dir, 200*time.Millisecond)
-	}()
-	for _, f := range c.Faults {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s.inject(ctx, f)
-		}()
+	g.goDo(func() { s.scaler.watch(g.ctx, s.c.Dir, 200*time.Millisecond) })
+	for _, f := range s.c.Faults {
+		g.goDo(func() { s.inject(g.ctx, f) })
 	}
-	c.Log.Info("cluster started", "chief", spec.Chief[0], "ps", len(spec.PS), "standbys", len(spec.Standby), "workers", r.Workers, "max_workers", slots,
-		"logs", filepath.Join(c.Dir, "logs"), "run", s.runID)
+	s.c.Log.Info("cluster started", "chief", s.plan.spec.Chief[0], "ps", len(s.plan.spec.PS), "standbys", len(s.plan.spec.Standby),
+		"workers", r.Workers, "max_workers", s.plan.slots, "logs", s.plan.logDir, "run", s.plan.runID)
+	return nil
+}
 
-	// Where the time goes: scrape every task each second; say it every
-	// BottleneckEvery, and for the whole run at the end.
+// launch starts task t (index i in the plan) and supervises it on a
+// goroutine of g, which reports the task's end on g's channels.
+func (s *supervisor) launch(g group, i int, t cluster.Task) error {
+	p, err := s.start(g.ctx, g.wg, i, t)
+	if err != nil {
+		return err
+	}
+	s.setTarget(i, true)
+	g.goDo(func() {
+		err := s.supervise(g.ctx, g.wg, i, p)
+		s.setTarget(i, false)
+		if t.Type == cluster.Worker {
+			s.scaler.exited(t.Index)
+		}
+		switch {
+		case t.Type == cluster.Chief:
+			g.chiefDone <- err
+		case err != nil:
+			g.failed <- err
+		}
+	})
+	return nil
+}
+
+// setTarget lists task i in the Prometheus targets file, or drops it.
+func (s *supervisor) setTarget(i int, live bool) {
+	if err := s.targets.set(i, live); err != nil {
+		s.c.Log.Warn("could not update the Prometheus targets file", "dir", s.c.SDDir, "err", err)
+	}
+}
+
+// startMonitor watches where the time goes: it scrapes every initial
+// task each second, says it every BottleneckEvery, and has the whole
+// run's at the end. The monitor runs until stop is called or g ends.
+func (s *supervisor) startMonitor(g group) (mon *bottleneck.Monitor, stop func(), err error) {
 	var targets []bottleneck.Target
-	for i, t := range started {
+	for _, i := range s.plan.initial {
+		t := s.plan.tasks[i]
 		role := t.Type
 		if role == cluster.Standby {
 			role = bottleneck.RolePS // a shard's second process: a PS either way
 		}
-		targets = append(targets, bottleneck.Target{Task: t.String(), Role: role, URL: s.web.URL(s.metricsAddr(launchIndex[i]), metrics.MetricsPath)})
+		targets = append(targets, bottleneck.Target{Task: t.String(), Role: role, URL: s.web.URL(s.plan.metricsAddr(i), metrics.MetricsPath)})
 	}
 	scrapeClient := s.web.HTTP(0) // each scrape is bounded by the monitor's context
-	defer scrapeClient.CloseIdleConnections()
 	scrape := func(ctx context.Context, url string) (metrics.Families, error) {
 		return metrics.ScrapeWith(ctx, scrapeClient, url)
 	}
-	mon, err := bottleneck.NewMonitor(bottleneck.MonitorConfig{Targets: targets, Cores: runtime.NumCPU(), Scrape: scrape})
+	mon, err = bottleneck.NewMonitor(bottleneck.MonitorConfig{Targets: targets, Cores: runtime.NumCPU(), Scrape: scrape})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	monCtx, stopMon := context.WithCancel(ctx)
-	defer stopMon()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		last := time.Now() // the first line covers a whole interval, not start-up
-		_ = mon.Run(monCtx, tick.C, func(bottleneck.Snapshot) {
-			if c.Progress == nil || c.BottleneckEvery <= 0 || time.Since(last) < c.BottleneckEvery {
-				return
-			}
-			if b, err := mon.Window(c.BottleneckEvery); err == nil && b.Phases != nil {
-				last = time.Now()
-				fmt.Fprintln(c.Progress, "bottleneck:", b.String())
-			}
-		})
-	}()
+	ctx, stop := context.WithCancel(g.ctx)
+	g.goDo(func() {
+		defer scrapeClient.CloseIdleConnections()
+		s.monitor(ctx, mon)
+	})
+	return mon, stop, nil
+}
 
-	if err := s.wait(interrupt, chiefDone, failed); err != nil {
-		return nil, err
-	}
-	stopMon()
-	// The chief shut the PS down; workers exit when they see training done.
+// monitor runs mon until ctx ends, printing a
+// bottleneck line to the progress every BottleneckEvery.
+func (s *supervisor) monitor(ctx context.Context, mon *bottleneck.Monitor) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	every, progress := s.c.BottleneckEvery, s.c.Progress
+	last := time.Now() // the first line covers a whole interval, not start-up
+	_ = mon.Run(ctx, tick.C, func(bottleneck.Snapshot) {
+		if progress == nil || every <= 0 || time.Since(last) < every {
+			return
+		}
+		if b, err := mon.Window(every); err == nil && b.Phases != nil {
+			last = time.Now()
+			fmt.Fprintln(progress, "bottleneck:", b.String())
+		}
+	})
+}
+
+// windDown waits for every task to exit once the
+// chief is done (it shut the PS down; workers exit when they see
+// training done), killing what has not after a grace period.
+func (s *supervisor) windDown() {
 	s.mu.Lock()
 	s.finished = true
 	procs := maps.Clone(s.procs)
@@ -516,20 +561,24 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 		select {
 		case <-p.done:
 		case <-grace:
-			c.Log.Warn("task did not exit after training; killing it", "task", p.task)
+			s.c.Log.Warn("task did not exit after training; killing it", "task", p.task)
 			p.cmd.Process.Kill()
 			<-p.done
 			s.noteEnded(p, CauseKilledAtEnd)
 		}
 	}
-	cancel()
-	wg.Wait()
-	rep, err := report.Read(s.chiefReport)
+}
+
+// finalReport is the chief's report with what the launcher saw: each
+// task's resource use, the bottleneck, the restarts and the processes
+// that ended for good.
+func (s *supervisor) finalReport(mon *bottleneck.Monitor) (*report.Report, error) {
+	rep, err := report.Read(s.plan.chiefReport)
 	if err != nil {
 		return nil, fmt.Errorf("launcher: the chief finished without a report: %w", err)
 	}
 	if rep.TrainStartedUnix > 0 {
-		rep.StartupSeconds = rep.TrainStartedUnix - float64(t0.UnixNano())/1e9
+		rep.StartupSeconds = rep.TrainStartedUnix - float64(s.t0.UnixNano())/1e9
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -537,8 +586,8 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 	if b, err := mon.Whole(); err == nil {
 		rep.Bottleneck = &b
 	}
-	rep.Restarts = mergeRestarts(rep.Restarts, s.restarts, t0, rep.TrainStartedUnix, rep.Mode == string(config.Sync))
-	rep.Restarts = append(rep.Restarts, endedRecords(s.ended, t0)...)
+	rep.Restarts = mergeRestarts(rep.Restarts, s.restarts, s.t0, rep.TrainStartedUnix, rep.Mode == string(config.Sync))
+	rep.Restarts = append(rep.Restarts, endedRecords(s.ended, s.t0)...)
 	return rep, nil
 }
 
@@ -596,20 +645,7 @@ func (s *supervisor) wait(interrupt <-chan struct{}, chiefDone, failed <-chan er
 // and the goroutine (in wg) that kills it if it stops answering.
 func (s *supervisor) start(ctx context.Context, wg *sync.WaitGroup, i int, t cluster.Task) (*proc, error) {
 	c := s.c
-	args := []string{t.Type, "--cluster=" + s.clusterFile, "--metrics-addr=" + s.metricsAddr(i)}
-	switch t.Type {
-	case cluster.PS:
-		args = append(args, "--data-addr=127.0.0.1:"+strconv.Itoa(s.dataPorts[t.Index]))
-	case cluster.Standby:
-		args = append(args, "--data-addr=127.0.0.1:"+strconv.Itoa(s.dataPorts[c.Run.PS+t.Index]))
-	}
-	if t.Type != cluster.Chief {
-		args = append(args, fmt.Sprintf("--index=%d", t.Index))
-	} else {
-		args = append(args, "--report="+s.chiefReport, "--progress", "--run-id="+s.runID, "--state-file="+s.statePath,
-			"--scale-file="+filepath.Join(c.Dir, ScaleRequestFile))
-	}
-	args = append(append(args, c.ChildArgs(c.Run)...), c.ExtraArgs...)
+	args := s.plan.args[i]
 	cmd := exec.Command(c.Exe, args...)
 	cmd.Env = s.env
 	// Each task in its own process group, so a Ctrl-C at the terminal
@@ -617,7 +653,7 @@ func (s *supervisor) start(ctx context.Context, wg *sync.WaitGroup, i int, t clu
 	// wait); and killed with the launcher, so no task outlives it
 	// (Pdeathsig, from the forker's thread: see forker).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	logPath := filepath.Join(c.Dir, "logs", strings.ReplaceAll(t.String(), "/", "-")+".log")
+	logPath := s.plan.logPath(t)
 	// A restarted task appends to its predecessor's log; a new run starts
 	// the log afresh.
 	flags := os.O_CREATE | os.O_WRONLY | os.O_APPEND
@@ -643,7 +679,7 @@ func (s *supervisor) start(ctx context.Context, wg *sync.WaitGroup, i int, t clu
 	if err := writePidFile(s.pidDir, s.proc.record(t.String(), cmd.Process.Pid, cmd.Args)); err != nil {
 		c.Log.Warn("could not write the task's pid file", "task", t, "err", err)
 	}
-	p := &proc{task: t, cmd: cmd, log: logPath, done: make(chan struct{}), metrics: s.metricsAddr(i)}
+	p := &proc{task: t, cmd: cmd, log: logPath, done: make(chan struct{}), metrics: s.plan.metricsAddr(i)}
 	go func() {
 		p.err = cmd.Wait()
 		os.Remove(pidFile)
@@ -700,29 +736,14 @@ const (
 // and is restarted.
 func (s *supervisor) judge(ctx context.Context, p *proc) exitVerdict {
 	s.mu.Lock()
-	finished := s.finished
+	ending := s.finished || ctx.Err() != nil
 	s.mu.Unlock()
-	isChief := p.task.Type == cluster.Chief
+	if p.task.Type == cluster.Chief {
+		return s.judgeChief(p, ending)
+	}
 	switch {
-	case isChief && p.cmd.ProcessState.ExitCode() == ExitChiefGaveUp && !ruinedReport(s.chiefReport):
-		return taskFailed
-	case isChief && p.cmd.ProcessState.ExitCode() == ExitChiefGaveUp:
-		// The chief finished the run with its report, but the model is
-		// ruined: the run's end, which `pstrain run` reports with the
-		// same status.
+	case ending || s.stopping():
 		return taskDone
-	case isChief && (stoppedBySignal(p) || p.cmd.ProcessState.ExitCode() == ExitFinalCheckpointFailed):
-		// The chief stopped the run cleanly on a signal (ours, or one
-		// sent to it directly), or finished it without its final
-		// checkpoint: its report is written.
-		return taskDone
-	case finished || ctx.Err() != nil || (s.stopping() && !isChief):
-		if p.err != nil && isChief {
-			return taskFailed
-		}
-		return taskDone
-	case p.err == nil && isChief:
-		return taskDone // the chief ends the run
 	case p.task.Type == cluster.Worker && s.scaler != nil && s.scaler.retiring(p.task.Index):
 		// Removed by a scale request (docs/elastic.md): it exits 0 when
 		// its shards say done; any other end is logged, not restarted.
@@ -733,7 +754,7 @@ func (s *supervisor) judge(ctx context.Context, p *proc) exitVerdict {
 		}
 		s.noteEnded(p, CauseRemoved)
 		return taskDone
-	case p.task.Type == cluster.Worker && quarantinedIn(s.statePath, s.runID, p.task.Index):
+	case p.task.Type == cluster.Worker && quarantinedIn(s.plan.statePath, s.plan.runID, p.task.Index):
 		// Quarantined by the chief (docs/security.md): its pulls answer
 		// done and a new process of it would be refused.
 		s.c.Log.Warn("quarantined worker exited; not restarted", "task", p.task, "err", exitText(p))
@@ -741,6 +762,31 @@ func (s *supervisor) judge(ctx context.Context, p *proc) exitVerdict {
 		return taskDone
 	case p.err == nil && s.runEnding(ctx):
 		return taskDone
+	}
+	return taskCrash
+}
+
+// judgeChief says what the chief's exit means; ending says the run was
+// already over (finished, or the launcher's context ended).
+func (s *supervisor) judgeChief(p *proc, ending bool) exitVerdict {
+	code := p.cmd.ProcessState.ExitCode()
+	switch {
+	case code == ExitChiefGaveUp && !ruinedReport(s.plan.chiefReport):
+		return taskFailed
+	case code == ExitChiefGaveUp:
+		// The chief finished the run with its report, but the model is
+		// ruined: the run's end, which `pstrain run` reports with the
+		// same status.
+		return taskDone
+	case stoppedBySignal(p) || code == ExitFinalCheckpointFailed:
+		// The chief stopped the run cleanly on a signal (ours, or one
+		// sent to it directly), or finished it without its final
+		// checkpoint: its report is written.
+		return taskDone
+	case ending && p.err != nil:
+		return taskFailed
+	case ending || p.err == nil:
+		return taskDone // the chief ends the run
 	}
 	return taskCrash
 }
@@ -765,7 +811,7 @@ func (s *supervisor) runEnding(ctx context.Context) bool {
 		s.mu.Lock()
 		ending := s.finished || s.interrupted
 		s.mu.Unlock()
-		if ending || stopBegun(s.statePath, s.runID) {
+		if ending || stopBegun(s.plan.statePath, s.plan.runID) {
 			return true
 		}
 		select {
@@ -835,20 +881,9 @@ func stopBegun(statePath, runID string) bool {
 // returns nil when the task ended normally (or the run ended), and an
 // error naming the task when it gave up.
 func (s *supervisor) supervise(ctx context.Context, wg *sync.WaitGroup, i int, p *proc) error {
-	c := s.c
-	backoff := c.RestartBackoff
+	backoff := s.c.RestartBackoff
 	for restarts := 0; ; restarts++ {
-		select {
-		case <-p.done:
-		case <-ctx.Done():
-			p.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-p.done:
-			case <-time.After(5 * time.Second):
-				p.cmd.Process.Kill()
-				<-p.done
-			}
-			s.account(p)
+		if !s.awaitExit(ctx, p) {
 			return nil
 		}
 		exited := time.Now()
@@ -865,39 +900,69 @@ func (s *supervisor) supervise(ctx context.Context, wg *sync.WaitGroup, i int, p
 		if cause == "" {
 			cause = exitCause(p.cmd.ProcessState)
 		}
-		if restarts >= c.MaxRestarts {
+		if restarts >= s.c.MaxRestarts {
 			return fmt.Errorf("%w; gave up after %d restarts (--max-restarts)", taskError(p), restarts)
 		}
-		c.Log.Warn("task failed; restarting it", "task", p.task, "cause", cause, "err", exitText(p), "at", s.since(exited),
+		s.c.Log.Warn("task failed; restarting it", "task", p.task, "cause", cause, "err", exitText(p), "at", s.since(exited),
 			"in", backoff, "restart", restarts+1)
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			return nil
-		}
-		backoff = min(2*backoff, 5*time.Second)
-		isChief := p.task.Type == cluster.Chief
-		if s.isFinished() || (s.stopping() && !isChief) || ctx.Err() != nil {
-			return nil // the run ended during the backoff
-		}
-		np, err := s.start(ctx, wg, i, p.task)
-		if err != nil {
+		np, err := s.restart(ctx, wg, i, p.task, backoff)
+		if np == nil {
 			return err
 		}
-		if isChief && s.stopping() {
-			// Interrupted while the chief was down: the new chief adopts
-			// the cluster, and is asked to stop it cleanly once it is up.
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				s.stopWhenUp(ctx, np)
-			}()
-		}
+		backoff = min(2*backoff, 5*time.Second)
 		s.mu.Lock()
 		s.restarts = append(s.restarts, restart{task: p.task.String(), cause: cause, exitedAt: exited, backAt: time.Now()})
 		s.mu.Unlock()
 		p = np
 	}
+}
+
+// awaitExit waits for p's process to exit and says so; if ctx ends
+// first, it stops the process (SIGTERM, then SIGKILL after 5 s), counts
+// its resource use and returns false.
+func (s *supervisor) awaitExit(ctx context.Context, p *proc) bool {
+	select {
+	case <-p.done:
+		return true
+	case <-ctx.Done():
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.done
+	}
+	s.account(p)
+	return false
+}
+
+// restart starts task t (index i) again after backoff, unless the run
+// ends meanwhile (then it returns nil, nil). A chief restarted while the
+// run is being interrupted adopts the cluster and is asked to stop it
+// cleanly once it is up.
+func (s *supervisor) restart(ctx context.Context, wg *sync.WaitGroup, i int, t cluster.Task, backoff time.Duration) (*proc, error) {
+	select {
+	case <-time.After(backoff):
+	case <-ctx.Done():
+		return nil, nil
+	}
+	isChief := t.Type == cluster.Chief
+	if s.isFinished() || (s.stopping() && !isChief) || ctx.Err() != nil {
+		return nil, nil // the run ended during the backoff
+	}
+	np, err := s.start(ctx, wg, i, t)
+	if err != nil {
+		return nil, err
+	}
+	if isChief && s.stopping() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.stopWhenUp(ctx, np)
+		}()
+	}
+	return np, nil
 }
 
 // exitText is how p's process ended ("exit status 0", "signal: killed").

@@ -84,6 +84,30 @@ type restart struct {
 // usually before the dead process is started again: its record belongs to
 // the death just before it.
 func mergeRestarts(chief []report.Restart, seen []restart, t0 time.Time, trainStartUnix float64, rollbackAll bool) []report.Restart {
+	m := merger{recs: onRunClock(chief, t0, trainStartUnix), seen: slices.Clone(seen), t0: t0}
+	slices.SortStableFunc(m.seen, func(a, b restart) int { return a.exitedAt.Compare(b.exitedAt) })
+	used := make([]bool, len(m.recs))
+	out := []report.Restart{}
+	for i, s := range m.seen {
+		j := m.match(i, used)
+		if j < 0 && rollbackAll && strings.HasPrefix(s.task, "ps/") {
+			j = m.earliestPSRollback(i)
+		}
+		out = append(out, m.record(i, j))
+	}
+	// Recoveries the launcher did not cause (a task restarted by hand).
+	for j, r := range m.recs {
+		if !used[j] {
+			out = append(out, r)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b report.Restart) int { return cmp.Compare(a.KilledAtSeconds, b.KilledAtSeconds) })
+	return out
+}
+
+// onRunClock is the chief's restart records with their times moved from
+// the chief's clock (seconds since training started) to the run's.
+func onRunClock(chief []report.Restart, t0 time.Time, trainStartUnix float64) []report.Restart {
 	off := 0.0 // the chief's clock on the run's
 	if trainStartUnix > 0 {
 		off = trainStartUnix - float64(t0.UnixNano())/1e9
@@ -98,70 +122,82 @@ func mergeRestarts(chief []report.Restart, seen []restart, t0 time.Time, trainSt
 			recs[i].BackAtSeconds = ptr(*r.BackAtSeconds + off)
 		}
 	}
-	seen = slices.Clone(seen)
-	slices.SortStableFunc(seen, func(a, b restart) int { return a.exitedAt.Compare(b.exitedAt) })
-	rel := func(t time.Time) float64 { return t.Sub(t0).Seconds() }
-	// window is where restart i's chief record may fall: from its new
-	// process's start to the task's next death.
-	// (A failover's record may fall from the death itself.)
-	window := func(i int, failover bool) (from, to float64) {
-		from, to = rel(seen[i].backAt), float64(1<<62)
-		if failover {
-			from = rel(seen[i].exitedAt)
-		}
-		for _, n := range seen[i+1:] {
-			if n.task == seen[i].task {
-				return from, rel(n.exitedAt)
-			}
-		}
-		return from, to
+	return recs
+}
+
+// merger pairs the launcher's restarts (seen, by time of death) with the
+// chief's records (recs, on the run's clock).
+type merger struct {
+	recs []report.Restart
+	seen []restart
+	t0   time.Time
+}
+
+func (m merger) rel(t time.Time) float64 { return t.Sub(m.t0).Seconds() }
+
+// window is where restart i's chief record may fall: from its new
+// process's start to the task's next death. (A failover's record may
+// fall from the death itself.)
+func (m merger) window(i int, failover bool) (from, to float64) {
+	from, to = m.rel(m.seen[i].backAt), float64(1<<62)
+	if failover {
+		from = m.rel(m.seen[i].exitedAt)
 	}
-	in := func(r report.Restart, from, to float64) bool {
-		return r.BackAtSeconds != nil && *r.BackAtSeconds >= from && *r.BackAtSeconds < to
-	}
-	used := make([]bool, len(recs))
-	match := make([]int, len(seen))
-	for i, s := range seen {
-		match[i] = -1
-		for j, r := range recs {
-			from, to := window(i, r.TookOver != "")
-			if !used[j] && r.Task == s.task && in(r, from, to) {
-				used[j], match[i] = true, j
-				break
-			}
+	for _, n := range m.seen[i+1:] {
+		if n.task == m.seen[i].task {
+			return from, m.rel(n.exitedAt)
 		}
 	}
-	out := []report.Restart{}
-	for i, s := range seen {
-		m := report.Restart{Task: s.task, Cause: s.cause, KilledAtSeconds: rel(s.exitedAt), BackAtSeconds: ptr(rel(s.backAt)), RestoredStep: -1}
-		j := match[i]
-		if j < 0 && rollbackAll && strings.HasPrefix(s.task, "ps/") {
-			from, to := window(i, false)
-			for k, r := range recs {
-				if strings.HasPrefix(r.Task, "ps/") && r.TookOver == "" && in(r, from, to) && (j < 0 || *r.BackAtSeconds < *recs[j].BackAtSeconds) {
-					j = k
-				}
-			}
-		}
-		if j >= 0 {
-			r := recs[j]
-			m.BackAtSeconds, m.RestoredStep, m.StepsLost = r.BackAtSeconds, r.RestoredStep, r.StepsLost
-			m.TookOver, m.FailoverSeconds = r.TookOver, r.FailoverSeconds
-			if r.TookOver != "" && r.BackAtSeconds != nil {
-				// From the death itself, which the launcher saw; the
-				// chief counts from its next poll.
-				m.FailoverSeconds = max(r.FailoverSeconds, *r.BackAtSeconds-m.KilledAtSeconds)
-			}
-		}
-		out = append(out, m)
-	}
-	// Recoveries the launcher did not cause (a task restarted by hand).
-	for j, r := range recs {
-		if !used[j] {
-			out = append(out, r)
+	return from, to
+}
+
+func backIn(r report.Restart, from, to float64) bool {
+	return r.BackAtSeconds != nil && *r.BackAtSeconds >= from && *r.BackAtSeconds < to
+}
+
+// match is the first unused record of restart i's task in its window
+// (marked used), or -1.
+func (m merger) match(i int, used []bool) int {
+	for j, r := range m.recs {
+		from, to := m.window(i, r.TookOver != "")
+		if !used[j] && r.Task == m.seen[i].task && backIn(r, from, to) {
+			used[j] = true
+			return j
 		}
 	}
-	slices.SortStableFunc(out, func(a, b report.Restart) int { return cmp.Compare(a.KilledAtSeconds, b.KilledAtSeconds) })
+	return -1
+}
+
+// earliestPSRollback is, for a shard's restart i in a sync run (where a
+// shard's restart rolls every shard back), the earliest shard rollback
+// in its window, or -1.
+func (m merger) earliestPSRollback(i int) int {
+	j := -1
+	from, to := m.window(i, false)
+	for k, r := range m.recs {
+		if strings.HasPrefix(r.Task, "ps/") && r.TookOver == "" && backIn(r, from, to) && (j < 0 || *r.BackAtSeconds < *m.recs[j].BackAtSeconds) {
+			j = k
+		}
+	}
+	return j
+}
+
+// record is the report's record of restart i, completed by the chief's
+// record j (none when j < 0).
+func (m merger) record(i, j int) report.Restart {
+	s := m.seen[i]
+	out := report.Restart{Task: s.task, Cause: s.cause, KilledAtSeconds: m.rel(s.exitedAt), BackAtSeconds: ptr(m.rel(s.backAt)), RestoredStep: -1}
+	if j < 0 {
+		return out
+	}
+	r := m.recs[j]
+	out.BackAtSeconds, out.RestoredStep, out.StepsLost = r.BackAtSeconds, r.RestoredStep, r.StepsLost
+	out.TookOver, out.FailoverSeconds = r.TookOver, r.FailoverSeconds
+	if r.TookOver != "" && r.BackAtSeconds != nil {
+		// From the death itself, which the launcher saw; the chief
+		// counts from its next poll.
+		out.FailoverSeconds = max(r.FailoverSeconds, *r.BackAtSeconds-out.KilledAtSeconds)
+	}
 	return out
 }
 

@@ -177,7 +177,7 @@ func (sc *scaler) apply(workers int) {
 
 func (sc *scaler) writeStatus() {
 	sc.mu.Lock()
-	st := ScaleStatus{RunID: sc.s.runID, Mode: string(sc.s.c.Run.Mode), MaxWorkers: sc.slots, Workers: sc.target}
+	st := ScaleStatus{RunID: sc.s.plan.runID, Mode: string(sc.s.c.Run.Mode), MaxWorkers: sc.slots, Workers: sc.target}
 	sc.mu.Unlock()
 	if err := writeJSON(filepath.Join(sc.s.c.Dir, ScaleStatusFile), st); err != nil {
 		sc.s.c.Log.Warn("could not write the scale status", "err", err)

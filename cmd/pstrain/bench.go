@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -21,110 +22,76 @@ import (
 	"github.com/pstrain/pstrain/tools/bench"
 )
 
+// benchCmd is `pstrain bench`'s command line.
+type benchCmd struct {
+	fs                                           *flag.FlagSet
+	asJSON, quick                                bool
+	sections, batches, dataDir, workDir          string
+	cpuProfile, memProfile, predict, calibration string
+	budget                                       time.Duration
+	rounds, blasThreads                          int
+	seed                                         uint64
+	mr                                           config.Run
+}
+
+// newBenchCmd registers `pstrain bench`'s flags.
+func newBenchCmd() *benchCmd {
+	c := &benchCmd{fs: newFlagSet("bench", "bench [flags]", "Measure performance ratios against this machine's limits (see docs/scaling.md),\nor with --predict, print the scaling model's prediction for a cluster."),
+		mr: config.Default()}
+	fs := c.fs
+	fs.BoolVar(&c.asJSON, "json", false, "print the result as JSON instead of a table")
+	fs.BoolVar(&c.quick, "quick", false, "shorter timings and a smaller end_to_end grid")
+	fs.StringVar(&c.sections, "sections", strings.Join(bench.Sections(), ","), "comma list of sections to measure")
+	fs.DurationVar(&c.budget, "duration", 0, "time per measurement loop (default 1.5s, 0.4s with --quick)")
+	fs.IntVar(&c.rounds, "rounds", 0, "alternating measurement rounds per section; the best counts (default 3, 2 with --quick)")
+	fs.StringVar(&c.batches, "batches", "128,512", "compute batch sizes; the first is also ps_overhead's")
+	fs.StringVar(&c.dataDir, "data-dir", "data", "data sets for cluster and end_to_end runs")
+	fs.StringVar(&c.workDir, "work-dir", "", "where cluster and end_to_end runs keep reports and logs (default: a temporary directory, removed)")
+	fs.IntVar(&c.blasThreads, "blas-threads", 1, "OpenBLAS threads for compute, wire and ps_overhead")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (not of end_to_end's children) here")
+	fs.StringVar(&c.memProfile, "memprofile", "", "write an allocation profile of this process here at the end")
+	fs.Uint64Var(&c.seed, "seed", 1, "seed for weights and synthetic data")
+	bindModelFlags(fs, &c.mr)
+	fs.StringVar(&c.predict, "predict", "", "print the scaling model's prediction for workers=N,ps=M,net=10gbit[,latency=50us] instead of measuring")
+	fs.StringVar(&c.calibration, "calibration", "", "--predict: calibrate from this file, the output of pstrain bench --json (default: the built-in reference figures; docs/scaling.md)")
+	return c
+}
+
 // cmdBench measures performance ratios in one run (see docs/scaling.md).
 func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("bench", "bench [flags]", "Measure performance ratios against this machine's limits (see docs/scaling.md),\nor with --predict, print the scaling model's prediction for a cluster.")
-	asJSON := fs.Bool("json", false, "print the result as JSON instead of a table")
-	quick := fs.Bool("quick", false, "shorter timings and a smaller end_to_end grid")
-	sections := fs.String("sections", strings.Join(bench.Sections(), ","), "comma list of sections to measure")
-	budget := fs.Duration("duration", 0, "time per measurement loop (default 1.5s, 0.4s with --quick)")
-	rounds := fs.Int("rounds", 0, "alternating measurement rounds per section; the best counts (default 3, 2 with --quick)")
-	batches := fs.String("batches", "128,512", "compute batch sizes; the first is also ps_overhead's")
-	dataDir := fs.String("data-dir", "data", "data sets for cluster and end_to_end runs")
-	workDir := fs.String("work-dir", "", "where cluster and end_to_end runs keep reports and logs (default: a temporary directory, removed)")
-	blasThreads := fs.Int("blas-threads", 1, "OpenBLAS threads for compute, wire and ps_overhead")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process (not of end_to_end's children) here")
-	memProfile := fs.String("memprofile", "", "write an allocation profile of this process here at the end")
-	seed := fs.Uint64("seed", 1, "seed for weights and synthetic data")
-	mr := config.Default()
-	bindModelFlags(fs, &mr)
-	predict := fs.String("predict", "", "print the scaling model's prediction for workers=N,ps=M,net=10gbit[,latency=50us] instead of measuring")
-	calibration := fs.String("calibration", "", "--predict: calibrate from this file, the output of pstrain bench --json (default: the built-in reference figures; docs/scaling.md)")
-	if err := parse(fs, args, stdout); err != nil {
+	c := newBenchCmd()
+	if err := parse(c.fs, args, stdout); err != nil {
 		return err
 	}
-	if *predict != "" {
-		return benchPredict(*predict, *calibration, *asJSON, stdout)
+	if c.predict != "" {
+		return benchPredict(c.predict, c.calibration, c.asJSON, stdout)
 	}
-	secs, err := bench.ParseSections(*sections)
+	cfg, err := c.config(stderr)
 	if err != nil {
-		return asUsage(err)
-	}
-	bs, err := model.ParseHidden(*batches) // a comma list of positive ints
-	if err != nil || len(bs) == 0 {
-		return usagef("--batches %q: want a comma list of positive batch sizes", *batches)
-	}
-	if *budget < 0 || *rounds < 0 {
-		return usagef("--duration and --rounds must not be negative")
-	}
-	if *budget == 0 {
-		*budget = 1500 * time.Millisecond
-		if *quick {
-			*budget = 400 * time.Millisecond
-		}
-	}
-	if *rounds == 0 {
-		*rounds = 3
-		if *quick {
-			*rounds = 2
-		}
-	}
-	if err := blas.Setup(*blasThreads); err != nil {
 		return err
 	}
-	if err := mr.Validate(); err != nil {
-		return asUsage(err)
-	}
-	spec := mr.Spec(784, 10) // MNIST's shape: the sections use synthetic data of it
-	cfg := bench.Config{Sections: secs, Quick: *quick, Spec: spec,
-		Batches: bs, BLAS: gorgonia.WhichBLAS(), BLASName: blas.Describe(), Budget: *budget, Rounds: *rounds, Seed: *seed,
-		Progress: stderr}
 	if cfg.NeedsRunner() {
-		exe, err := os.Executable()
+		cleanup, err := c.runners(&cfg)
 		if err != nil {
 			return err
 		}
-		dir := *workDir
-		if dir == "" {
-			if dir, err = os.MkdirTemp("", "pstrain-bench-"); err != nil {
-				return err
-			}
-			defer os.RemoveAll(dir)
-		}
-		runner := &bench.ExecRunner{Exe: exe, Dir: dir, DataDir: *dataDir}
-		if mr.Model.IsCNN() { // the cluster runs train the model compute measured
-			runner.Model = []string{"--model=cnn", "--conv=" + sizesText(&mr.Conv), "--hidden=" + sizesText(&mr.Hidden)}
-		}
-		cfg.Runner = runner
-		cfg.TLSDir = filepath.Join(dir, "tls-certs")
-		cfg.TLSLink = &bench.NetlabLink{Exe: exe, Dir: dir, DataDir: *dataDir}
-		cfg.Load = hostLoad1
+		defer cleanup()
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
+	if c.cpuProfile != "" {
+		stop, err := startCPUProfile(c.cpuProfile)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	res, runErr := bench.Run(ctx, cfg)
-	if *memProfile != "" {
-		if err := writeHeapProfile(*memProfile); err != nil {
+	if c.memProfile != "" {
+		if err := writeHeapProfile(c.memProfile); err != nil {
 			return err
 		}
 	}
 	if res != nil {
-		if *asJSON {
-			enc := json.NewEncoder(stdout)
-			enc.SetIndent("", "  ")
-			if err := enc.Encode(res); err != nil {
-				return err
-			}
-		} else if err := bench.WriteTable(stdout, res); err != nil {
+		if err := c.print(stdout, res); err != nil {
 			return err
 		}
 	}
@@ -135,6 +102,96 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("bench: %d section(s) failed (see above)", len(res.Errors))
 	}
 	return nil
+}
+
+// config checks the flags (a mistake is a usage error), fills in the
+// defaults, sets OpenBLAS up and returns the bench's configuration.
+func (c *benchCmd) config(progress io.Writer) (bench.Config, error) {
+	secs, err := bench.ParseSections(c.sections)
+	if err != nil {
+		return bench.Config{}, asUsage(err)
+	}
+	bs, err := model.ParseHidden(c.batches) // a comma list of positive ints
+	if err != nil || len(bs) == 0 {
+		return bench.Config{}, usagef("--batches %q: want a comma list of positive batch sizes", c.batches)
+	}
+	if c.budget < 0 || c.rounds < 0 {
+		return bench.Config{}, usagef("--duration and --rounds must not be negative")
+	}
+	if c.budget == 0 {
+		c.budget = 1500 * time.Millisecond
+		if c.quick {
+			c.budget = 400 * time.Millisecond
+		}
+	}
+	if c.rounds == 0 {
+		c.rounds = 3
+		if c.quick {
+			c.rounds = 2
+		}
+	}
+	if err := blas.Setup(c.blasThreads); err != nil {
+		return bench.Config{}, err
+	}
+	if err := c.mr.Validate(); err != nil {
+		return bench.Config{}, asUsage(err)
+	}
+	spec := c.mr.Spec(784, 10) // MNIST's shape: the sections use synthetic data of it
+	return bench.Config{Sections: secs, Quick: c.quick, Spec: spec,
+		Batches: bs, BLAS: gorgonia.WhichBLAS(), BLASName: blas.Describe(), Budget: c.budget, Rounds: c.rounds, Seed: c.seed,
+		Progress: progress}, nil
+}
+
+// runners sets cfg up for the sections that run this binary (cluster,
+// end_to_end, tls): in --work-dir, or in a temporary directory that
+// cleanup removes.
+func (c *benchCmd) runners(cfg *bench.Config) (cleanup func(), err error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	dir, cleanup := c.workDir, func() {}
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "pstrain-bench-"); err != nil {
+			return nil, err
+		}
+		cleanup = func() { os.RemoveAll(dir) }
+	}
+	runner := &bench.ExecRunner{Exe: exe, Dir: dir, DataDir: c.dataDir}
+	if c.mr.Model.IsCNN() { // the cluster runs train the model compute measured
+		runner.Model = []string{"--model=cnn", "--conv=" + sizesText(&c.mr.Conv), "--hidden=" + sizesText(&c.mr.Hidden)}
+	}
+	cfg.Runner = runner
+	cfg.TLSDir = filepath.Join(dir, "tls-certs")
+	cfg.TLSLink = &bench.NetlabLink{Exe: exe, Dir: dir, DataDir: c.dataDir}
+	cfg.Load = hostLoad1
+	return cleanup, nil
+}
+
+// print writes the result as a table, or as JSON with --json.
+func (c *benchCmd) print(stdout io.Writer, res *bench.Result) error {
+	if !c.asJSON {
+		return bench.WriteTable(stdout, res)
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(res)
+}
+
+// startCPUProfile profiles this process's CPU into path until stop.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 func benchPredict(scenario, calibrationFile string, asJSON bool, stdout io.Writer) error {

@@ -11,22 +11,18 @@ import (
 	"log/slog"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/pstrain/pstrain/chief"
 	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/launcher"
 	"github.com/pstrain/pstrain/ml/dataset"
 	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/observe/report"
-	"github.com/pstrain/pstrain/observe/webconfig"
 	"github.com/pstrain/pstrain/preflight"
 	"github.com/pstrain/pstrain/task"
-	"github.com/pstrain/pstrain/worker"
 )
 
 const usage = `pstrain — parameter-server training
@@ -187,21 +183,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return &usageError{err: errors.New("no command given"), full: true}
 	}
-	switch name := args[0]; {
-	case name == "version" || name == "-version" || name == "--version":
-		return cmdVersion(args[1:], stdout)
-	case isHelp(name) && len(args) > 1 && (commands[args[1]] != nil || args[1] == "version"):
-		// pstrain help COMMAND: the command's own help.
-		return run(ctx, []string{args[1], "-h"}, stdout, stderr)
-	case isHelp(name) && len(args) > 1 && !isHelp(args[1]):
-		return usagef("unknown command %q", args[1])
-	case isHelp(name):
-		fmt.Fprint(stdout, usage)
-		return nil
-	case commands[name] == nil && strings.HasPrefix(name, "-"):
-		return usagef("unknown flag %q (flags go after the command)", name)
-	case commands[name] == nil:
-		return usagef("unknown command %q", name)
+	if handled, err := runBuiltin(ctx, args, stdout, stderr); handled {
+		return err
 	}
 	err := commands[args[0]](ctx, args[1:], stdout, stderr)
 	var ue *usageError
@@ -209,6 +192,28 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		ue.cmd = args[0]
 	}
 	return err
+}
+
+// runBuiltin handles a command line that names no command: version,
+// help, or an unknown name or flag. It says whether it handled args.
+func runBuiltin(ctx context.Context, args []string, stdout, stderr io.Writer) (bool, error) {
+	switch name := args[0]; {
+	case name == "version" || name == "-version" || name == "--version":
+		return true, cmdVersion(args[1:], stdout)
+	case isHelp(name) && len(args) > 1 && (commands[args[1]] != nil || args[1] == "version"):
+		// pstrain help COMMAND: the command's own help.
+		return true, run(ctx, []string{args[1], "-h"}, stdout, stderr)
+	case isHelp(name) && len(args) > 1 && !isHelp(args[1]):
+		return true, usagef("unknown command %q", args[1])
+	case isHelp(name):
+		fmt.Fprint(stdout, usage)
+		return true, nil
+	case commands[name] == nil && strings.HasPrefix(name, "-"):
+		return true, usagef("unknown flag %q (flags go after the command)", name)
+	case commands[name] == nil:
+		return true, usagef("unknown command %q", name)
+	}
+	return false, nil
 }
 
 // cmdVersion prints the version (`pstrain version`, `pstrain --version`).
@@ -280,150 +285,6 @@ func parse(fs *flag.FlagSet, args []string, stdout io.Writer) error {
 	return nil
 }
 
-// cmdTask runs one task of a cluster: role is the command's, or "" for
-// `pstrain task` (the role comes from TF_CONFIG or the cluster file).
-func cmdTask(ctx context.Context, role string, args []string, stdout, stderr io.Writer) error {
-	name, about := role, "Run one task of a cluster"
-	if role == "" {
-		name, about = "task", "Run the task that TF_CONFIG (or the cluster file's \"task\") names"
-	}
-	fs := newFlagSet(name, name+" [flags]", about+`: the cluster comes from --cluster FILE or the
-TF_CONFIG environment variable (Kubeflow's TFJob sets it; "master" is read as
-the chief). --ps, --workers, --ps-replicas and the index default to the
-cluster's; the run flags must agree with the chief's. A standby is the second
-process of a shard (--ps-replicas 1): it runs the PS code and takes over when
-the chief promotes it.`)
-	r := config.Default()
-	mf := bindRunFlags(fs, &r)
-	clusterFile := fs.String("cluster", "", "cluster file (JSON: {\"chief\":[..],\"ps\":[..],\"worker\":[..]}); default: the TF_CONFIG environment variable")
-	index := fs.Int("index", -1, "this task's index (-1: from TF_CONFIG or the cluster file's task)")
-	metricsAddr := fs.String("metrics-addr", "", "serve /metrics and /healthz here (default: the task's port + 1000; \"off\" disables)")
-	webConfig := bindWebConfigFlag(fs, "")
-	dataAddr := fs.String("data-addr", "", "ps: where the TCP data plane listens (default: the task's port + 2000)")
-	connectTimeout := fs.Duration("connect-timeout", time.Minute, "how long to wait for the chief or a PS before giving up")
-	maxMsgMB := fs.Int("max-message-mb", 256, "largest gRPC message accepted, in MiB")
-	lim := bindLimitFlags(fs)
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	blasThreads := fs.Int("blas-threads", 1, "worker: OpenBLAS threads (1 avoids oversubscribing shared cores)")
-	reportPath := fs.String("report", "", "chief: write the run report (JSON) here")
-	progress := fs.Bool("progress", false, "chief: print a progress line every second, and its warnings and errors, on stdout")
-	hostMetrics := fs.String("host-metrics", "auto", "export the host's load, CPU and memory (pstrain_host_*): auto (only the cluster's first task on this task's host), on or off (e.g. where node_exporter runs)")
-	summary := fs.Bool("summary", true, "chief: print the run's summary on stdout at the end (pstrain run prints its own)")
-	runID := fs.String("run-id", "", "chief: run identifier (default: generated; give one so that a restarted chief can adopt its running cluster)")
-	statePath := fs.String("state-file", "", "chief: keep the report's history here so that a restarted chief can finish it")
-	scaleFile := fs.String("scale-file", "", "chief: change the worker count when this JSON file ({\"workers\": N}) changes (pstrain scale writes it; docs/elastic.md)")
-	faultGradient := fs.String("fault-gradient", "", "testing: worker/I@STEP:SCALE multiplies worker I's gradient by SCALE once, at global step STEP (worker/I@every:SCALE: every step); other tasks ignore it")
-	tlsF := bindTLSFlags(fs)
-	tokenFile := bindTokenFlag(fs)
-	for _, f := range []string{"ps", "workers", "ps-replicas"} {
-		fl := fs.Lookup(f)
-		fl.DefValue, fl.Usage = "0", fl.Usage+" (default: the cluster's)"
-	}
-	if err := parse(fs, args, stdout); err != nil {
-		return err
-	}
-	// The run's flags are validated once --ps and --workers are known
-	// (from the cluster when not given).
-	if err := positive("connect-timeout", *connectTimeout); err != nil {
-		return err
-	}
-	if err := lim.validate(); err != nil {
-		return asUsage(err)
-	}
-	spec, t, err := loadCluster(*clusterFile, os.Getenv("TF_CONFIG"))
-	if err != nil {
-		return err
-	}
-	tk, err := resolveTask(role, *index, t)
-	if err != nil {
-		return err
-	}
-	addr, err := spec.Addr(tk)
-	if err != nil {
-		return asUsage(err) // --index out of the cluster's range
-	}
-	if err := shapeFromCluster(&r, spec, flagSet(fs, "ps"), flagSet(fs, "workers")); err != nil {
-		return err
-	}
-	if err := replicasFromCluster(&r, spec, flagSet(fs, "ps-replicas")); err != nil {
-		return err
-	}
-	// The default learning rate and the checks, with the cluster's counts.
-	mf.defaultLR()
-	if err := r.Validate(); err != nil {
-		return asUsage(err)
-	}
-	gradFaults, err := worker.ParseGradientFaults(*faultGradient, r.Workers)
-	if err != nil {
-		return asUsage(err)
-	}
-	role = tk.Type
-	// The process's identity is "self": "task" is left to lines about a
-	// task (the chief's "task registered task=ps/0").
-	log, err := taskLogger(stderr, stdout, *logLevel, role == cluster.Chief && *progress, "self", tk.String())
-	if err != nil {
-		return err
-	}
-	ma := *metricsAddr
-	switch ma {
-	case "off":
-		ma = ""
-	case "":
-		if ma, err = task.DefaultMetricsAddr(addr); err != nil {
-			return err
-		}
-	}
-	hm, err := hostMetricsOn(*hostMetrics, spec, tk)
-	if err != nil {
-		return err
-	}
-	da := *dataAddr
-	if da == "" && (role == cluster.PS || role == cluster.Standby) {
-		if da, err = task.DefaultDataAddr(addr); err != nil {
-			return err
-		}
-	}
-	if err := checkTask(r, spec, tk, ma, da); err != nil {
-		return err
-	}
-	o := task.Options{Cluster: spec, Task: tk, Run: r, MetricsAddr: ma, HostMetrics: hm, DataAddr: *dataAddr, ConnectTimeout: *connectTimeout,
-		MaxMessageBytes: *maxMsgMB << 20, Log: log, GradientFaults: gradFaults, WebConfigFile: *webConfig}
-	lim.apply(&o)
-	if o.TLS, err = tlsF.load(spec, tk, log); err != nil {
-		return err
-	}
-	if o.Auth, err = loadToken(*tokenFile, *tlsF.dir); err != nil {
-		return err
-	}
-	switch role {
-	case cluster.PS, cluster.Standby:
-		return task.RunPS(ctx, o)
-	case cluster.Worker:
-		return task.RunWorker(ctx, o, *blasThreads)
-	}
-	co := task.ChiefOptions{RunID: *runID, ReportPath: *reportPath, StatePath: *statePath, ScaleFile: *scaleFile}
-	if *progress {
-		co.Progress = stdout
-	}
-	rep, err := task.RunChief(ctx, o, co)
-	if errors.Is(err, chief.ErrGaveUp) {
-		return &exitError{code: launcher.ExitChiefGaveUp, err: err}
-	}
-	if err != nil {
-		return err
-	}
-	if *summary {
-		printSummary(stdout, rep)
-	}
-	if rep.StoppedBy == chief.StopInterrupted {
-		return errInterrupted
-	}
-	if err := ruinedRun(rep); err != nil {
-		return err
-	}
-	return finalCheckpointFailed(rep)
-}
-
 // psText says how many PS processes a run has: "2 PS", or with hot
 // standbys "2 PS + 2 standbys".
 func psText(r config.Run) string {
@@ -431,132 +292,6 @@ func psText(r config.Run) string {
 		return fmt.Sprintf("%d PS + %d standbys", r.PS, n)
 	}
 	return fmt.Sprintf("%d PS", r.PS)
-}
-
-func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("run", "run [flags]", `Start a local cluster (a chief, --ps parameter servers and, with --ps-replicas 1, a hot standby for each, --workers workers) and train.
-
-SIGINT (Ctrl-C) or SIGTERM stops the run cleanly: the model is scored and
-checkpointed, the summary and report are written, and pstrain exits with 130
-or 143, normally within a few seconds; a supervisor should allow 30 s before
-SIGKILL. Signals within 1 s of the first are the same interruption (timeout
-and supervisors signal the process and its group); a Ctrl-C a second or more
-later kills every task at once, with no final checkpoint.`)
-	r := config.Default()
-	r.CheckpointDir = filepath.Join("run", "checkpoints")
-	mf := bindRunFlags(fs, &r)
-	reportPath := fs.String("report", "", "write the run report (JSON) here")
-	faults := fs.String("fault", "", "kill -9 tasks at times after start, e.g. ps/1@8s,worker/0@12s,chief@20s (resilience demos and tests)")
-	faultGradient := fs.String("fault-gradient", "", "testing: poison gradients, e.g. worker/1@30:1e6 (worker 1's gradient times 1e6 once, at global step 30) or worker/3@every:-4 (every step); demos and tests of the divergence guard")
-	maxRestarts := fs.Int("max-restarts", 5, "restarts allowed per task before the run fails")
-	dir := fs.String("run-dir", "run", "where the cluster file and the task logs go")
-	sdDir := fs.String("sd-dir", "run/targets", "where the Prometheus file_sd target file goes")
-	portBase := fs.Int("metrics-port-base", 0, "metrics ports: chief on BASE, ps/i on BASE+1+i, worker/i after them, then standby/i (--ps-replicas 1) after every worker slot (0 = free ports)")
-	connectTimeout := fs.Duration("connect-timeout", time.Minute, "how long tasks wait for each other before giving up")
-	taskTimeout := fs.Duration("task-timeout", 10*time.Second, "a task whose /healthz answers nothing this long is killed and restarted; a task exiting 0 mid-run is restarted after this long")
-	timerSlack := fs.Duration("timer-slack", launcher.TaskTimerSlack, "how late the kernel may wake a task's sleeping thread (Linux timer slack; 0 = leave the launcher's own, normally the kernel's 50µs): 1ms wakes the Go runtime's monitor thread in a worker ~3x less often")
-	killStale := fs.Bool("kill-stale", false, "kill processes of an earlier run still alive on --run-dir (default: refuse to start beside them)")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	tlsDir := fs.String("tls-dir", "", "run every task over mutual TLS with certificates in this directory (made there if missing)")
-	tokenFile := fs.String("auth-token-file", "", "the run's secret (default: a new one in --run-dir for every launch)")
-	dryRun := fs.Bool("dry-run", false, "check the flags, print every run flag's resolved value (one --flag=value a line) and exit without starting anything")
-	webConfig := bindWebConfigFlag(fs, ": every task gets a copy in --run-dir that also admits the launcher's health checks")
-	if err := parse(fs, args, stdout); err != nil {
-		return err
-	}
-	mf.defaultLR()
-	if err := r.Validate(); err != nil {
-		return asUsage(err)
-	}
-	if err := checkRunFlags(r, *portBase, *connectTimeout); err != nil {
-		return err
-	}
-	if err := positive("task-timeout", *taskTimeout); err != nil {
-		return err
-	}
-	if *timerSlack < 0 {
-		return usagef("--timer-slack must be >= 0, got %v", *timerSlack)
-	}
-	if !flagSet(fs, "checkpoint-dir") && *dir != "run" {
-		r.CheckpointDir = filepath.Join(*dir, "checkpoints")
-	}
-	fl, err := launcher.ParseFaults(*faults, r)
-	if err != nil {
-		return asUsage(err)
-	}
-	if _, err := worker.ParseGradientFaults(*faultGradient, r.Workers); err != nil {
-		return asUsage(err)
-	}
-	if *maxRestarts < 0 {
-		return usagef("--max-restarts must be >= 0")
-	}
-	if *webConfig != "" {
-		// Refused here rather than by every task at start.
-		if _, err := webconfig.Read(*webConfig); err != nil {
-			return asUsage(err)
-		}
-	}
-	if *dryRun {
-		fmt.Fprintln(stdout, strings.Join(runArgs(r), "\n"))
-		return nil
-	}
-	// Log lines (stderr) and the progress (stdout) share the terminal:
-	// whole lines only, one at a time.
-	var con console
-	stdoutLines, stderrLines := con.lines(stdout), con.lines(stderr)
-	defer stdoutLines.Flush()
-	defer stderrLines.Flush()
-	stdout = stdoutLines
-	log, err := newLogger(stderrLines, *logLevel)
-	if err != nil {
-		return err
-	}
-	if dataset.Fetchable(r.Dataset) {
-		// A fresh checkout has no data: fetch it (verified) before starting.
-		if err := dataset.Fetch(ctx, r.DataDir, r.Dataset, func(f string, a ...any) { log.Info(fmt.Sprintf(f, a...)) }); err != nil {
-			return err
-		}
-	}
-	shape, err := checkRun(r)
-	if err != nil {
-		return err
-	}
-	warnGuard(log, r)
-	childArgs, err := runTLSArgs(*tlsDir, r, log)
-	if err != nil {
-		return err
-	}
-	if *faultGradient != "" {
-		childArgs = append(childArgs, "--fault-gradient="+*faultGradient) // every task gets it; only the worker named acts on it
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "pstrain: %s SGD, %s, %d workers, %s, batch %d, lr %s, %s\n", r.Mode, psText(r), r.Workers,
-		modelText(r.Spec(shape.Dim, shape.Classes)), r.Batch, lrText(r), r.Optimizer)
-	rep, err := launcher.Run(ctx, launcher.Config{Run: r, Exe: exe, Dir: *dir, SDDir: *sdDir, MetricsPortBase: *portBase,
-		ChildArgs: runArgs, ExtraArgs: append([]string{"--connect-timeout=" + connectTimeout.String(), "--log-level=" + *logLevel, "--summary=false"}, childArgs...),
-		Progress: stdout, Log: log, Faults: fl, MaxRestarts: *maxRestarts, BottleneckEvery: 10 * time.Second,
-		Abort: claimAbort(ctx), TaskTimeout: *taskTimeout, KillStale: *killStale, AuthTokenFile: *tokenFile,
-		TimerSlack: *timerSlack, WebConfigFile: *webConfig})
-	if err != nil {
-		return err
-	}
-	printSummary(stdout, rep)
-	if *reportPath != "" {
-		if err := rep.Write(*reportPath); err != nil {
-			return err
-		}
-		fmt.Fprintln(stdout, "report:", *reportPath)
-	}
-	if rep.StoppedBy == chief.StopInterrupted {
-		return errInterrupted
-	}
-	if err := ruinedRun(rep); err != nil {
-		return err
-	}
-	return finalCheckpointFailed(rep)
 }
 
 // positive checks that the duration flag name is > 0 (a usage error).

@@ -223,12 +223,12 @@ func up(b bottleneck.Breakdown) int {
 	return n
 }
 
-// renderTop prints the task table and the bottleneck line.
 // replicated says the cluster has hot standbys: some PS process is one.
 func replicated(b bottleneck.Breakdown) bool {
 	return slices.ContainsFunc(b.Tasks, func(t bottleneck.Task) bool { return t.Replica == "standby" || t.Replica == "deposed" })
 }
 
+// renderTop prints the task table and the bottleneck line.
 func renderTop(w io.Writer, b bottleneck.Breakdown) {
 	hosts := map[string]bottleneck.Host{}
 	for _, h := range b.Hosts {
@@ -237,53 +237,20 @@ func renderTop(w io.Writer, b bottleneck.Breakdown) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TASK\tROLE\tSTATE\tSTEPS/S\tCOMPUTE\tPUSH\tPULL\tBARRIER\tCPU\tRSS MiB\tLOAD/CORES\t")
 	var errs []string
-	for _, t := range b.Tasks {
-		state := "up"
-		if !t.Up {
-			state = "DOWN"
-			errs = append(errs, t.Task+": "+t.Error)
-		}
-		steps, compute, push, pull, barrier := "-", "-", "-", "-", "-"
-		if t.Role == bottleneck.RoleWorker && t.Up {
-			steps = fmt.Sprintf("%.1f", t.StepsPerSecond)
-		}
-		if p := t.Phases; p != nil {
-			pct := func(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) }
-			compute, push, pull = pct(p.Compute), pct(p.Push), pct(p.Pull)
-			if b.BarrierWaitPerPullSeconds != nil {
-				barrier = pct(p.BarrierWait)
-			}
-		}
-		cpu, rss := "-", "-"
-		if t.CPUPercent != nil {
-			cpu = fmt.Sprintf("%.0f%%", *t.CPUPercent)
-		}
-		if t.RSSBytes != nil {
-			rss = fmt.Sprintf("%.1f", *t.RSSBytes/(1<<20))
-		}
-		load := "-"
-		if h, ok := hosts[t.Host]; ok {
-			load = fmt.Sprintf("%.1f/%d", h.Load1, h.Cores)
-		}
-		role := t.Role
-		if role == "" {
-			role = "?"
-		}
-		if t.Replica != "" && t.Replica != "none" && (t.Replica != "primary" || replicated(b)) {
-			role = "ps-" + t.Replica // hot standbys: which process serves the shard
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", t.Task, role, state, steps, compute, push, pull, barrier, cpu, rss, load)
-	}
-	_ = tw.Flush()
 	workers, workersUp := 0, 0
 	for _, t := range b.Tasks {
+		if !t.Up {
+			errs = append(errs, t.Task+": "+t.Error)
+		}
 		if t.Role == bottleneck.RoleWorker {
 			workers++
 			if t.Up {
 				workersUp++
 			}
 		}
+		fmt.Fprint(tw, strings.Join(topRow(b, t, hosts), "\t")+"\t\n")
 	}
+	_ = tw.Flush()
 	fmt.Fprintf(w, "\nworkers: %d up of %d\n", workersUp, workers)
 	fmt.Fprintf(w, "over %.2fs: %.1f worker steps/s, %.0f samples/s\n", b.WindowSeconds, b.StepsPerSecond, b.SamplesPerSecond)
 	fmt.Fprintln(w, b.String())
@@ -293,4 +260,50 @@ func renderTop(w io.Writer, b bottleneck.Breakdown) {
 	if len(b.Tasks) > 0 && up(b) == 0 {
 		fmt.Fprintln(w, "no task answers: is a run going on?")
 	}
+}
+
+// topRow is task t's row of the table: task, role, state, steps/s, the
+// share of compute, push, pull and barrier, CPU, RSS and the host's load
+// ("-" where unknown).
+func topRow(b bottleneck.Breakdown, t bottleneck.Task, hosts map[string]bottleneck.Host) []string {
+	state := "up"
+	if !t.Up {
+		state = "DOWN"
+	}
+	steps, compute, push, pull, barrier := "-", "-", "-", "-", "-"
+	if t.Role == bottleneck.RoleWorker && t.Up {
+		steps = fmt.Sprintf("%.1f", t.StepsPerSecond)
+	}
+	if p := t.Phases; p != nil {
+		pct := func(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) }
+		compute, push, pull = pct(p.Compute), pct(p.Push), pct(p.Pull)
+		if b.BarrierWaitPerPullSeconds != nil {
+			barrier = pct(p.BarrierWait)
+		}
+	}
+	cpu, rss := "-", "-"
+	if t.CPUPercent != nil {
+		cpu = fmt.Sprintf("%.0f%%", *t.CPUPercent)
+	}
+	if t.RSSBytes != nil {
+		rss = fmt.Sprintf("%.1f", *t.RSSBytes/(1<<20))
+	}
+	load := "-"
+	if h, ok := hosts[t.Host]; ok {
+		load = fmt.Sprintf("%.1f/%d", h.Load1, h.Cores)
+	}
+	return []string{t.Task, topRole(b, t), state, steps, compute, push, pull, barrier, cpu, rss, load}
+}
+
+// topRole is t's role as the table shows it: with hot standbys, which
+// process of its shard a PS is.
+func topRole(b bottleneck.Breakdown, t bottleneck.Task) string {
+	role := t.Role
+	if role == "" {
+		role = "?"
+	}
+	if t.Replica != "" && t.Replica != "none" && (t.Replica != "primary" || replicated(b)) {
+		role = "ps-" + t.Replica // hot standbys: which process serves the shard
+	}
+	return role
 }

@@ -29,7 +29,10 @@ func TestRunUnderWebConfig(t *testing.T) {
 	d, tmp := testbin.MNIST(t), t.TempDir()
 	web := testcert.WebConfig(t, t.TempDir(), "prometheus", "s3cret", true)
 	sd, rep := filepath.Join(tmp, "targets"), filepath.Join(tmp, "r.json")
-	run := startTask(t, nil, "run", "--ps", "1", "--workers", "1", "--data-dir", d, "--data-fraction", "0.1", "--epochs", "2",
+	// Epochs enough for the run to outlast the launcher's first scrapes
+	// (it samples at start, then each second) by a few seconds: two epochs
+	// ended at ~1.1 s, a race with the second sample.
+	run := startTask(t, nil, "run", "--ps", "1", "--workers", "1", "--data-dir", d, "--data-fraction", "0.1", "--epochs", "6",
 		"--target-accuracy", "0", "--run-dir", filepath.Join(tmp, "run"), "--sd-dir", sd, "--report", rep,
 		"--web.config.file", web, "--task-timeout", "2s")
 	client := trusting(t, filepath.Join(filepath.Dir(web), "cert.pem"))

@@ -34,8 +34,10 @@ type Eval struct {
 type Restart struct {
 	Task string `json:"task"`
 	// Cause is why the process ended, as the launcher saw it:
-	// unresponsive, fault, signal, exit-nonzero or exit-zero (empty when
-	// no launcher saw it).
+	// unresponsive, fault, signal, exit-nonzero or exit-zero for a
+	// restart; quarantined, removed or killed-after-training for a
+	// process that was not restarted (launcher's Cause constants; empty
+	// when no launcher saw it).
 	Cause           string   `json:"cause,omitempty"`
 	KilledAtSeconds float64  `json:"killed_at_seconds"`
 	BackAtSeconds   *float64 `json:"back_at_seconds"`
