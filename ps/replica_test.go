@@ -393,17 +393,7 @@ func TestDroppedStandbyReleasesWaitingPushes(t *testing.T) {
 		done <- err
 	}()
 	// The push is applied but not acknowledged while the standby is gone.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		st, _ := primary.Status(ctx, &pb.StatusRequest{})
-		if st.ReplicationLagUpdates == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the push never reached the replication queue")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitQueued(t, primary)
 	select {
 	case err := <-done:
 		t.Fatalf("push answered while its standby was unreachable: %v", err)
@@ -728,6 +718,23 @@ func TestPushKeptReleasesItsBufferOnce(t *testing.T) {
 	})
 }
 
+// waitQueued waits until one update of s waits for its standby's
+// acknowledgement.
+func waitQueued(t *testing.T, s *Server) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, _ := s.Status(context.Background(), &pb.StatusRequest{})
+		if st.ReplicationLagUpdates == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the push never reached the replication queue")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // fakeClock is a clock a test moves (Config.Now).
 type fakeClock struct{ ns atomic.Int64 }
 
@@ -758,17 +765,7 @@ func TestReplicationLagFollowsTheServersClock(t *testing.T) {
 		_, err := primary.Push(ctx, &pb.PushRequest{Worker: 0, Grad: wire.Bytes(gradOf(0, 0, n)), RunId: "r", Generation: 1, DataPosition: 1})
 		done <- err
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		st, _ := primary.Status(ctx, &pb.StatusRequest{})
-		if st.ReplicationLagUpdates == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the push never reached the replication queue")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitQueued(t, primary)
 	clock.ns.Add(int64(2500 * time.Millisecond))
 	if st, _ := primary.Status(ctx, &pb.StatusRequest{}); st.ReplicationLagSeconds != 2.5 {
 		t.Errorf("replication lag %v s after the clock moved 2.5 s", st.ReplicationLagSeconds)
