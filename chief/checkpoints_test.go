@@ -19,20 +19,20 @@ import (
 
 	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/internal/inproc"
 	"github.com/pstrain/pstrain/internal/syncbuf"
 	"github.com/pstrain/pstrain/ml/dataset"
 	"github.com/pstrain/pstrain/observe/metrics"
+	"github.com/pstrain/pstrain/testcluster"
 )
 
 // diskRun starts a paced run of run on fsys, logging to log, with the
 // chief's metrics in m.
-func diskRun(t *testing.T, run config.Run, fsys checkpoint.FS, log *syncbuf.Buffer, m *metrics.Chief) (*inproc.Cluster, *dataset.Dataset) {
+func diskRun(t *testing.T, run config.Run, fsys checkpoint.FS, log *syncbuf.Buffer, m *metrics.Chief) (*testcluster.Cluster, *dataset.Dataset) {
 	t.Helper()
-	train, test := inproc.SyntheticSplit(nTrain, nTest, dim, classes, 1)
-	c := inproc.New(t, inproc.Config{Run: run, Spec: run.Spec(dim, classes), Train: train, CheckpointFS: fsys,
+	train, test := testcluster.SyntheticSplit(nTrain, nTest, dim, classes, 1)
+	c := testcluster.New(t, testcluster.Config{Run: run, Spec: run.Spec(dim, classes), Train: train, CheckpointFS: fsys,
 		Log:   slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelInfo})),
-		Chief: &inproc.ChiefConfig{Test: test, PollEvery: 10 * time.Millisecond, Metrics: m}})
+		Chief: &testcluster.ChiefConfig{Test: test, PollEvery: 10 * time.Millisecond, Metrics: m}})
 	if err := c.StartWorkers(paced); err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestClusterSmallDiskHeals(t *testing.T) {
 	defer cancel()
 	// The size of a checkpoint is known once one is on disk.
 	var size int64
-	if err := inproc.WaitFor(ctx, "a committed checkpoint", func() bool {
+	if err := testcluster.WaitFor(ctx, "a committed checkpoint", func() bool {
 		infos, err := c.Checkpoints().List()
 		if err != nil || len(infos) == 0 || infos[0].Err != nil {
 			return false

@@ -115,7 +115,7 @@ func New(cfg Config) (*Chief, error) {
 	if cfg.EvalSubset <= 0 {
 		cfg.EvalSubset = 0.2
 	}
-	params := CoreParams{Run: cfg.Run, TrainN: cfg.TrainN, Model: cfg.Spec.String(), Spec: cfg.Spec.JSON(), Evaluate: cfg.Evaluator != nil,
+	params := CoreParams{Run: cfg.Run, TrainN: cfg.TrainN, Model: cfg.Spec.String(), Spec: cfg.Spec, Evaluate: cfg.Evaluator != nil,
 		Checkpoints: cfg.Store != nil, StartupTimeout: cfg.StartupTimeout, EvalSubset: cfg.EvalSubset,
 		InitialLoss: initialLoss(cfg, plan)}
 	for _, p := range cfg.PS {

@@ -7,14 +7,14 @@ import (
 
 	"github.com/pstrain/pstrain/chief"
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/internal/inproc"
 	"github.com/pstrain/pstrain/ml/dataset"
 	"github.com/pstrain/pstrain/observe/report"
+	"github.com/pstrain/pstrain/testcluster"
 	"github.com/pstrain/pstrain/worker"
 )
 
 // The in-process cluster tests run the real chief (chief.New and Run)
-// with real PS shards and workers over bufconn (package inproc), on a
+// with real PS shards and workers over bufconn (package testcluster), on a
 // tiny synthetic task: 16 inputs, 4 classes, 512 training and 128 test
 // samples.
 const (
@@ -40,17 +40,17 @@ func tinyRun(mode config.Mode, epochs float64) config.Run {
 
 // startCluster starts the cluster and the chief; the test starts the
 // workers.
-func startCluster(t *testing.T, run config.Run) (*inproc.Cluster, *dataset.Dataset) {
+func startCluster(t *testing.T, run config.Run) (*testcluster.Cluster, *dataset.Dataset) {
 	t.Helper()
-	train, test := inproc.SyntheticSplit(nTrain, nTest, dim, classes, 1)
-	c := inproc.New(t, inproc.Config{Run: run, Spec: run.Spec(dim, classes), Train: train,
-		Chief: &inproc.ChiefConfig{Test: test, PollEvery: 10 * time.Millisecond}})
+	train, test := testcluster.SyntheticSplit(nTrain, nTest, dim, classes, 1)
+	c := testcluster.New(t, testcluster.Config{Run: run, Spec: run.Spec(dim, classes), Train: train,
+		Chief: &testcluster.ChiefConfig{Test: test, PollEvery: 10 * time.Millisecond}})
 	return c, train
 }
 
 // startRun starts the cluster, the chief and every worker; opts are the
 // workers' options.
-func startRun(t *testing.T, run config.Run, opts inproc.WorkerOptions) (*inproc.Cluster, *dataset.Dataset) {
+func startRun(t *testing.T, run config.Run, opts testcluster.WorkerOptions) (*testcluster.Cluster, *dataset.Dataset) {
 	t.Helper()
 	c, train := startCluster(t, run)
 	if err := c.StartWorkers(opts); err != nil {
@@ -61,7 +61,7 @@ func startRun(t *testing.T, run config.Run, opts inproc.WorkerOptions) (*inproc.
 
 // finish waits for the chief's report and for the workers, and checks
 // that the run trained all its epochs with no error anywhere.
-func finish(t *testing.T, c *inproc.Cluster, run config.Run, train *dataset.Dataset) *report.Report {
+func finish(t *testing.T, c *testcluster.Cluster, run config.Run, train *dataset.Dataset) *report.Report {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
 	defer cancel()
@@ -87,7 +87,7 @@ func finish(t *testing.T, c *inproc.Cluster, run config.Run, train *dataset.Data
 // the final checkpoint holds the last step.
 func TestClusterSync(t *testing.T) {
 	run := tinyRun(config.Sync, 3)
-	c, train := startRun(t, run, inproc.WorkerOptions{})
+	c, train := startRun(t, run, testcluster.WorkerOptions{})
 	rep := finish(t, c, run, train)
 	if rep.TestAccuracy < 0.9 {
 		t.Errorf("test accuracy %.3f after %d steps; the task is easy", rep.TestAccuracy, rep.GlobalSteps)
@@ -108,7 +108,7 @@ func TestClusterSync(t *testing.T) {
 // step.
 func TestClusterAsync(t *testing.T) {
 	run := tinyRun(config.Async, 3)
-	c, train := startRun(t, run, inproc.WorkerOptions{})
+	c, train := startRun(t, run, testcluster.WorkerOptions{})
 	finish(t, c, run, train)
 }
 
@@ -117,7 +117,7 @@ func TestClusterAsync(t *testing.T) {
 // fast machine.
 func pace(int64) { time.Sleep(time.Millisecond) }
 
-var paced = inproc.WorkerOptions{Tweak: func(cfg *worker.Config) { cfg.BeforePush = pace }}
+var paced = testcluster.WorkerOptions{Tweak: func(cfg *worker.Config) { cfg.BeforePush = pace }}
 
 // restartsOf are the report's restarts of task.
 func restartsOf(rep *report.Report, task string) []report.Restart {
@@ -142,7 +142,7 @@ func TestClusterPSKilledRollsBack(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var ckpt int64
-	if err := inproc.WaitFor(ctx, "a committed checkpoint", func() bool {
+	if err := testcluster.WaitFor(ctx, "a committed checkpoint", func() bool {
 		infos, err := c.Checkpoints().List()
 		if err == nil && len(infos) > 0 && infos[0].Err == nil {
 			ckpt = infos[0].Step
@@ -206,7 +206,7 @@ func TestClusterWorkerRestarted(t *testing.T) {
 	}
 	dying, die := context.WithCancel(context.Background())
 	defer die()
-	old, err := c.StartWorker(1, inproc.WorkerOptions{Context: dying, Tweak: func(cfg *worker.Config) {
+	old, err := c.StartWorker(1, testcluster.WorkerOptions{Context: dying, Tweak: func(cfg *worker.Config) {
 		cfg.BeforePush = func(step int64) {
 			pace(step)
 			if step == killAt {

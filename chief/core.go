@@ -12,6 +12,7 @@ import (
 	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/ml/dataset"
+	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/observe/metrics"
 	"github.com/pstrain/pstrain/observe/report"
 )
@@ -164,9 +165,9 @@ func (p phase) String() string {
 // CoreParams are the run's facts the core decides from.
 type CoreParams struct {
 	Run    config.Run
-	TrainN int    // training samples (after --data-fraction)
-	Model  string // the model, as the report names it
-	Spec   []byte // the model spec's JSON, which every task must match
+	TrainN int        // training samples (after --data-fraction)
+	Model  string     // the model, as the report names it
+	Spec   model.Spec // the model spec, which every task must match
 	// PSAddrs name the shards' addresses in messages (optional without
 	// hot standbys).
 	PSAddrs []string
@@ -315,18 +316,20 @@ var (
 type Registration struct {
 	Role  string // "ps", "standby" or "worker"
 	Index int
-	Run   config.Run // its copy of the run configuration
-	Spec  []byte     // its model spec (JSON; empty: not checked)
+	// Settings are its run configuration's values every task must share
+	// (config.Run.Settings).
+	Settings []config.Setting
+	Spec     *model.Spec // its model spec (nil: not checked)
 }
 
 // Register checks a task's configuration against the run's, records the
 // registration and returns the step a worker joins at.
 func (c *Core) Register(reg Registration, now time.Time) (int64, error) {
 	var problems []string
-	if len(reg.Spec) > 0 && string(reg.Spec) != string(c.p.Spec) {
-		problems = append(problems, fmt.Sprintf("model spec: %s (chief) vs %s (this task)", c.p.Spec, reg.Spec))
+	if reg.Spec != nil && !reg.Spec.Equal(c.p.Spec) {
+		problems = append(problems, fmt.Sprintf("model spec: %s (chief) vs %s (this task)", c.p.Spec.JSON(), reg.Spec.JSON()))
 	}
-	problems = append(problems, c.p.Run.Diff(reg.Run)...)
+	problems = append(problems, config.DiffSettings(c.p.Run.Settings(), reg.Settings)...)
 	if len(problems) > 0 {
 		return 0, fmt.Errorf("%s/%d %w: %s", reg.Role, reg.Index, ErrMismatch, strings.Join(problems, "; "))
 	}

@@ -53,7 +53,7 @@ func trainingCore(t *testing.T, m *metrics.Chief) (*Core, time.Time) {
 	c := NewCore(CoreParams{Run: r, TrainN: 60000, Model: "test", Evaluate: true, Checkpoints: true,
 		StartupTimeout: time.Minute, EvalSubset: 0.2}, "run-test", slog.New(slog.NewTextHandler(io.Discard, nil)), m, now)
 	for _, reg := range []Registration{{Role: "ps", Index: 0}, {Role: "ps", Index: 1}, {Role: "worker", Index: 0}, {Role: "worker", Index: 1}} {
-		reg.Run = r
+		reg.Settings = r.Settings()
 		if _, err := c.Register(reg, now); err != nil {
 			t.Fatal(err)
 		}

@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/internal/inproc"
 	"github.com/pstrain/pstrain/ml/dataset"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/testcluster"
 )
 
 // idSamples is n samples whose single value is the sample's index.
@@ -29,20 +29,20 @@ func TestElasticWorkers(t *testing.T) {
 	run := tinyRun(config.Sync, 30)
 	run.MaxWorkers = 3
 	run.HeartbeatTimeout = 2 * time.Second
-	c, _ := startRun(t, run, inproc.WorkerOptions{})
+	c, _ := startRun(t, run, testcluster.WorkerOptions{})
 	ch := c.Chief().Chief()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := inproc.WaitFor(ctx, "training", func() bool { s, _ := c.Worker(0).Progress(); return s >= 3 }); err != nil {
+	if err := testcluster.WaitFor(ctx, "training", func() bool { s, _ := c.Worker(0).Progress(); return s >= 3 }); err != nil {
 		t.Fatal(err)
 	}
 	if err := ch.Scale(3); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.StartWorker(2, inproc.WorkerOptions{}); err != nil {
+	if _, err := c.StartWorker(2, testcluster.WorkerOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := inproc.WaitFor(ctx, "3 workers", func() bool { return ch.DataPlan().Last().Workers == 3 }); err != nil {
+	if err := testcluster.WaitFor(ctx, "3 workers", func() bool { return ch.DataPlan().Last().Workers == 3 }); err != nil {
 		t.Fatal(err)
 	}
 	if err := ch.Scale(1); err != nil {
@@ -137,11 +137,11 @@ func TestElasticWorkerAddedBack(t *testing.T) {
 	run := tinyRun(config.Sync, 60)
 	run.MaxWorkers = 2
 	run.HeartbeatTimeout = 2 * time.Second
-	c, _ := startRun(t, run, inproc.WorkerOptions{})
+	c, _ := startRun(t, run, testcluster.WorkerOptions{})
 	ch := c.Chief().Chief()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	if err := inproc.WaitFor(ctx, "training", func() bool { s, _ := c.Worker(0).Progress(); return s >= 3 }); err != nil {
+	if err := testcluster.WaitFor(ctx, "training", func() bool { s, _ := c.Worker(0).Progress(); return s >= 3 }); err != nil {
 		t.Fatal(err)
 	}
 	if err := ch.Scale(1); err != nil {
@@ -153,7 +153,7 @@ func TestElasticWorkerAddedBack(t *testing.T) {
 	if err := ch.Scale(2); err != nil {
 		t.Fatal(err)
 	}
-	w, err := c.StartWorker(1, inproc.WorkerOptions{})
+	w, err := c.StartWorker(1, testcluster.WorkerOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestElasticWorkerAddedBack(t *testing.T) {
 			return false
 		}
 	}
-	if err := inproc.WaitFor(ctx, "the re-added worker to train", func() bool { s, _ := w.Progress(); return s >= 3 || ended() }); err != nil {
+	if err := testcluster.WaitFor(ctx, "the re-added worker to train", func() bool { s, _ := w.Progress(); return s >= 3 || ended() }); err != nil {
 		t.Fatal(err)
 	}
 	if s, _ := w.Progress(); s < 3 {

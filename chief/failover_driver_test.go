@@ -20,6 +20,7 @@ import (
 	"github.com/pstrain/pstrain/observe/metrics"
 	"github.com/pstrain/pstrain/observe/report"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/proto/convert"
 )
 
 // fakePS is a PS process as the chief sees it through its client: the
@@ -211,7 +212,7 @@ func startFailoverCluster(t *testing.T, silentAfter time.Duration) *failoverClus
 		n    int
 	}{{"ps", r.PS}, {"standby", r.PS}, {"worker", r.Workers}} {
 		for i := range reg.n {
-			if _, err := c.Register(ctx, &pb.RegisterRequest{Role: reg.role, Index: int32(i), RunConfig: r.JSON(), ModelSpec: spec.JSON()}); err != nil {
+			if _, err := c.Register(ctx, &pb.RegisterRequest{Role: reg.role, Index: int32(i), Settings: convert.Settings(r), ModelSpec: convert.ModelSpec(spec)}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/checkpoint/shardckpt"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/proto/convert"
 	"github.com/pstrain/pstrain/transport/wire"
 )
 
@@ -127,9 +128,9 @@ func (c *Chief) initShard(ctx context.Context, s int, in shardInit, gen int64) e
 	live := c.core.Live(c.cfg.Now())
 	slots := c.core.DataSlots()
 	c.mu.Unlock()
-	req := &pb.InitRequest{DataSlots: int32(slots), RunId: c.cfg.RunID, Shard: int32(s), NumShards: int32(r.PS), ShardOptions: c.shardOptions().JSON(),
+	req := &pb.InitRequest{DataSlots: int32(slots), RunId: c.cfg.RunID, Shard: int32(s), NumShards: int32(r.PS), ShardOptions: c.shardOptions().Proto(),
 		Params: wire.Bytes(in.params), Version: in.version, MaxVersion: c.maxSteps(), LiveWorkers: live,
-		Generation: gen, ModelSpec: c.cfg.Spec.JSON(), OptimizerStep: in.optSteps,
+		Generation: gen, ModelSpec: convert.ModelSpec(c.cfg.Spec), OptimizerStep: in.optSteps,
 		StepsPerEpoch: StepsPerEpoch(r, c.cfg.TrainN), DataPositions: in.positions}
 	if len(in.opt) > 0 {
 		req.OptimizerState = wire.Bytes(in.opt)

@@ -16,6 +16,7 @@ import (
 	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/observe/metrics"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/proto/convert"
 )
 
 func TestRegisterRefusesAndCounts(t *testing.T) {
@@ -36,20 +37,20 @@ func TestRegisterRefusesAndCounts(t *testing.T) {
 		reason string
 	}{
 		{"other config", func() error {
-			_, err := c.Register(ctx, &pb.RegisterRequest{Role: "worker", Index: 0, RunConfig: other.JSON(), ModelSpec: spec.JSON()})
+			_, err := c.Register(ctx, &pb.RegisterRequest{Role: "worker", Index: 0, Settings: convert.Settings(other), ModelSpec: convert.ModelSpec(spec)})
 			return err
 		}, codes.FailedPrecondition, "config"},
 		{"other model", func() error {
 			s := model.Spec{Input: 784, Hidden: []int{10}, Classes: 10}
-			_, err := c.Register(ctx, &pb.RegisterRequest{Role: "worker", Index: 0, RunConfig: r.JSON(), ModelSpec: s.JSON()})
+			_, err := c.Register(ctx, &pb.RegisterRequest{Role: "worker", Index: 0, Settings: convert.Settings(r), ModelSpec: convert.ModelSpec(s)})
 			return err
 		}, codes.FailedPrecondition, "config"},
 		{"unknown role", func() error {
-			_, err := c.Register(ctx, &pb.RegisterRequest{Role: "gpu", RunConfig: r.JSON()})
+			_, err := c.Register(ctx, &pb.RegisterRequest{Role: "gpu", Settings: convert.Settings(r)})
 			return err
 		}, codes.InvalidArgument, "task"},
 		{"index out of range", func() error {
-			_, err := c.Register(ctx, &pb.RegisterRequest{Role: "ps", Index: 9, RunConfig: r.JSON()})
+			_, err := c.Register(ctx, &pb.RegisterRequest{Role: "ps", Index: 9, Settings: convert.Settings(r)})
 			return err
 		}, codes.InvalidArgument, "task"},
 		{"heartbeat of another run", func() error {
@@ -67,7 +68,7 @@ func TestRegisterRefusesAndCounts(t *testing.T) {
 		}
 	}
 	// A matching task is registered and gets its data shard.
-	resp, err := c.Register(ctx, &pb.RegisterRequest{Role: "worker", Index: 1, RunConfig: r.JSON(), ModelSpec: spec.JSON()})
+	resp, err := c.Register(ctx, &pb.RegisterRequest{Role: "worker", Index: 1, Settings: convert.Settings(r), ModelSpec: convert.ModelSpec(spec)})
 	if err != nil || resp.RunId != "run-1" || resp.DataShard != 1 || resp.NumDataShards != int32(r.Workers) {
 		t.Fatalf("a matching worker: %+v, %v", resp, err)
 	}
@@ -84,7 +85,7 @@ func TestRegisterRefusesAnotherModelKind(t *testing.T) {
 	}
 	cnn := r
 	cnn.Model, cnn.Conv, cnn.Hidden = "cnn", config.DefaultCNNConv, config.DefaultCNNHidden
-	_, err = c.Register(context.Background(), &pb.RegisterRequest{Role: "worker", Index: 0, RunConfig: cnn.JSON(), ModelSpec: cnn.Spec(784, 10).JSON()})
+	_, err = c.Register(context.Background(), &pb.RegisterRequest{Role: "worker", Index: 0, Settings: convert.Settings(cnn), ModelSpec: convert.ModelSpec(cnn.Spec(784, 10))})
 	if status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("a CNN worker for an MLP chief: %v", err)
 	}

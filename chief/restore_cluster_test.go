@@ -7,8 +7,8 @@ import (
 
 	"github.com/pstrain/pstrain/chief"
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/internal/inproc"
 	"github.com/pstrain/pstrain/observe/report"
+	"github.com/pstrain/pstrain/testcluster"
 )
 
 // TestClusterRestoreIsNotDivergence: a PS killed before the first
@@ -48,7 +48,7 @@ func restoreBeforeFirstCheckpoint(t *testing.T) *report.Report {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	maxSteps := chief.MaxSteps(run, train.N)
-	if err := inproc.WaitFor(ctx, "training well under way", func() bool {
+	if err := testcluster.WaitFor(ctx, "training well under way", func() bool {
 		st, err := c.PS(0).Status()
 		return err == nil && st.Version >= maxSteps/2
 	}); err != nil {

@@ -13,20 +13,21 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pstrain/pstrain/cluster"
-	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/internal/retry"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/proto/convert"
 )
 
 // Register checks a task against the chief's configuration.
 func (c *Chief) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.RegisterResponse, error) {
-	theirs, err := config.Parse(req.RunConfig)
-	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+	reg := Registration{Role: req.Role, Index: int(req.Index), Settings: convert.RunSettings(req.Settings)}
+	if req.ModelSpec != nil {
+		spec := convert.Spec(req.ModelSpec)
+		reg.Spec = &spec
 	}
 	task := fmt.Sprintf("%s/%d", req.Role, req.Index)
 	c.mu.Lock()
-	step, err := c.core.Register(Registration{Role: req.Role, Index: int(req.Index), Run: theirs, Spec: req.ModelSpec}, c.cfg.Now())
+	step, err := c.core.Register(reg, c.cfg.Now())
 	c.mu.Unlock()
 	switch {
 	case errors.Is(err, ErrMismatch):
@@ -47,7 +48,7 @@ func (c *Chief) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Regi
 	plan := c.core.Plan()
 	c.mu.Unlock()
 	return &pb.RegisterResponse{RunId: c.cfg.RunID, DataShard: req.Index, NumDataShards: int32(c.cfg.Run.Workers), StartStep: step,
-		DataPlan: plan.JSON()}, nil
+		DataPlan: convert.DataPlan(plan)}, nil
 }
 
 // Heartbeat keeps a worker alive and tells it whether to stop.
@@ -59,10 +60,10 @@ func (c *Chief) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.He
 	c.mu.Lock()
 	stop, err := c.core.Heartbeat(int(req.Worker), c.cfg.Now())
 	why := c.core.QuarantineReason(int(req.Worker))
-	var plan []byte
+	var plan *pb.DataPlan
 	if err == nil && req.PlanEras > 0 { // (0: a worker that does not follow a data plan)
 		if p, changed := c.core.HeartbeatPlan(int(req.Worker), int(req.PlanEras)); changed {
-			plan = p.JSON()
+			plan = convert.DataPlan(p)
 		}
 	}
 	c.mu.Unlock()

@@ -389,7 +389,7 @@ func (s *scenario) member(f []string, a map[string]string) string {
 	if lr, ok := a["lr"]; ok {
 		theirs.LR, _ = strconv.ParseFloat(lr, 64)
 	}
-	step, err := s.core.Register(Registration{Role: f[1], Index: idx, Run: theirs}, s.at(a))
+	step, err := s.core.Register(Registration{Role: f[1], Index: idx, Settings: theirs.Settings()}, s.at(a))
 	if err != nil {
 		return "error: " + err.Error()
 	}

@@ -419,7 +419,13 @@ func oneOf[T ~string](flag string, got T, want ...T) error {
 }
 
 // Schedule is the parsed --lr-schedule.
-func (r Run) Schedule() (optim.Schedule, error) { return optim.ParseSchedule(r.LRSchedule) }
+func (r Run) Schedule() (optim.Schedule, error) {
+	s, err := optim.ParseSchedule(r.LRSchedule)
+	if err != nil {
+		return s, fmt.Errorf("--lr-schedule %w", err)
+	}
+	return s, nil
+}
 
 // Standbys is the number of standby processes the run has: one per
 // shard with --ps-replicas 1, else none.
@@ -528,21 +534,55 @@ func Parse(b []byte) (Run, error) {
 	return r, nil
 }
 
-// Diff lists the checked fields where other differs from r, e.g.
-// ["lr: 0.2 (chief) vs 0.05 (this task)"].
-func (r Run) Diff(other Run) []string {
-	var out []string
-	a, b := reflect.ValueOf(r), reflect.ValueOf(other)
-	t := a.Type()
+// Diff lists the settings (Settings) on which other differs from r, as
+// "name: r's (chief) vs other's (this task)".
+func (r Run) Diff(other Run) []string { return DiffSettings(r.Settings(), other.Settings()) }
+
+// Setting is one value of a run configuration that every task of the run
+// must share, named as in the configuration's JSON and written with
+// fmt's %v (RegisterRequest.settings).
+type Setting struct{ Name, Value string }
+
+// Settings are r's values that every task must share: its fields but
+// those tagged check:"-" (paths, periods, checkpoint and evaluation
+// settings), in field order.
+func (r Run) Settings() []Setting {
+	var out []Setting
+	v := reflect.ValueOf(r)
+	t := v.Type()
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
 		if f.Tag.Get("check") == "-" {
 			continue
 		}
-		x, y := a.Field(i).Interface(), b.Field(i).Interface()
-		if !reflect.DeepEqual(x, y) {
-			name := strings.Split(f.Tag.Get("json"), ",")[0]
-			out = append(out, fmt.Sprintf("%s: %v (chief) vs %v (this task)", name, x, y))
+		name := strings.Split(f.Tag.Get("json"), ",")[0]
+		out = append(out, Setting{Name: name, Value: fmt.Sprint(v.Field(i).Interface())})
+	}
+	return out
+}
+
+// DiffSettings lists the settings on which theirs (a task's) differs from
+// mine (the chief's): a different value, one missing, or one the chief
+// does not know.
+func DiffSettings(mine, theirs []Setting) []string {
+	have := make(map[string]string, len(theirs))
+	for _, s := range theirs {
+		have[s.Name] = s.Value
+	}
+	var out []string
+	for _, s := range mine {
+		v, ok := have[s.Name]
+		switch {
+		case !ok:
+			out = append(out, fmt.Sprintf("%s: %s (chief) vs none (this task)", s.Name, s.Value))
+		case v != s.Value:
+			out = append(out, fmt.Sprintf("%s: %s (chief) vs %s (this task)", s.Name, s.Value, v))
+		}
+		delete(have, s.Name)
+	}
+	for _, s := range theirs {
+		if _, ok := have[s.Name]; ok {
+			out = append(out, fmt.Sprintf("%s: unknown to the chief (this task: %s)", s.Name, s.Value))
 		}
 	}
 	return out

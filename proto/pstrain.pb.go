@@ -71,7 +71,7 @@ func (x PushResponse_Outcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PushResponse_Outcome.Descriptor instead.
 func (PushResponse_Outcome) EnumDescriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{6, 0}
+	return file_pstrain_proto_rawDescGZIP(), []int{8, 0}
 }
 
 type Block struct {
@@ -135,29 +135,23 @@ func (x *Block) GetRowEnd() int32 {
 }
 
 type InitRequest struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	RunId     string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	Shard     int32                  `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
-	NumShards int32                  `protobuf:"varint,3,opt,name=num_shards,json=numShards,proto3" json:"num_shards,omitempty"`
-	// run_config was the whole run configuration (JSON of config.Run).
-	// The PS no longer reads it, nor the chief sends it: the shard gets
-	// shard_options instead.
-	//
-	// Deprecated: Marked as deprecated in pstrain.proto.
-	RunConfig      []byte   `protobuf:"bytes,4,opt,name=run_config,json=runConfig,proto3" json:"run_config,omitempty"`
-	Blocks         []*Block `protobuf:"bytes,5,rep,name=blocks,proto3" json:"blocks,omitempty"`
-	Params         []byte   `protobuf:"bytes,6,opt,name=params,proto3" json:"params,omitempty"` // flat float32 little-endian, blocks in order
-	Version        int64    `protobuf:"varint,7,opt,name=version,proto3" json:"version,omitempty"`
-	LiveWorkers    []int32  `protobuf:"varint,8,rep,packed,name=live_workers,json=liveWorkers,proto3" json:"live_workers,omitempty"`
-	OptimizerState []byte   `protobuf:"bytes,9,opt,name=optimizer_state,json=optimizerState,proto3" json:"optimizer_state,omitempty"` // flat float32 (empty: fresh state)
-	OptimizerStep  int64    `protobuf:"varint,10,opt,name=optimizer_step,json=optimizerStep,proto3" json:"optimizer_step,omitempty"`
-	MaxVersion     int64    `protobuf:"varint,11,opt,name=max_version,json=maxVersion,proto3" json:"max_version,omitempty"` // training ends at this version (0: never)
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	RunId          string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Shard          int32                  `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	NumShards      int32                  `protobuf:"varint,3,opt,name=num_shards,json=numShards,proto3" json:"num_shards,omitempty"`
+	Blocks         []*Block               `protobuf:"bytes,5,rep,name=blocks,proto3" json:"blocks,omitempty"`
+	Params         []byte                 `protobuf:"bytes,6,opt,name=params,proto3" json:"params,omitempty"` // flat float32 little-endian, blocks in order
+	Version        int64                  `protobuf:"varint,7,opt,name=version,proto3" json:"version,omitempty"`
+	LiveWorkers    []int32                `protobuf:"varint,8,rep,packed,name=live_workers,json=liveWorkers,proto3" json:"live_workers,omitempty"`
+	OptimizerState []byte                 `protobuf:"bytes,9,opt,name=optimizer_state,json=optimizerState,proto3" json:"optimizer_state,omitempty"` // flat float32 (empty: fresh state)
+	OptimizerStep  int64                  `protobuf:"varint,10,opt,name=optimizer_step,json=optimizerStep,proto3" json:"optimizer_step,omitempty"`
+	MaxVersion     int64                  `protobuf:"varint,11,opt,name=max_version,json=maxVersion,proto3" json:"max_version,omitempty"` // training ends at this version (0: never)
 	// generation counts the chief's (re)initialisations of the cluster's
 	// state. A pull from an older generation answers at once, and a push
 	// from an older generation is dropped as stale: after a rollback no
 	// gradient of the old timeline is applied.
-	Generation int64  `protobuf:"varint,12,opt,name=generation,proto3" json:"generation,omitempty"`
-	ModelSpec  []byte `protobuf:"bytes,13,opt,name=model_spec,json=modelSpec,proto3" json:"model_spec,omitempty"` // JSON of model.Spec (names the checkpoint tensors)
+	Generation int64      `protobuf:"varint,12,opt,name=generation,proto3" json:"generation,omitempty"`
+	ModelSpec  *ModelSpec `protobuf:"bytes,20,opt,name=model_spec,json=modelSpec,proto3" json:"model_spec,omitempty"` // names the checkpoint tensors
 	// steps_per_epoch is how many versions make one epoch (sync: R*batch
 	// samples per step; async/ssp: batch samples per update); the
 	// learning-rate schedule (config --lr-schedule) is a function of the
@@ -169,11 +163,9 @@ type InitRequest struct {
 	// counted). A worker resumes its data shard there.
 	DataPositions []int64 `protobuf:"varint,15,rep,packed,name=data_positions,json=dataPositions,proto3" json:"data_positions,omitempty"`
 	// shard_options is the part of the run configuration the shard uses,
-	// and all of it the shard receives: JSON of ps.Options (mode, replicas
-	// to aggregate, staleness, workers, optimizer, learning rate and its
-	// schedule, NaN policy, gradient wire type), built by ps.OptionsFor.
-	// Required: a PS refuses an Init without valid options.
-	ShardOptions []byte `protobuf:"bytes,16,opt,name=shard_options,json=shardOptions,proto3" json:"shard_options,omitempty"`
+	// and all of it the shard receives (ps.Options, built by
+	// ps.OptionsFor). Required: a PS refuses an Init without valid options.
+	ShardOptions *ShardOptions `protobuf:"bytes,21,opt,name=shard_options,json=shardOptions,proto3" json:"shard_options,omitempty"`
 	// data_slots is set by the chief of an elastic run (its data plan has
 	// more than one era, docs/elastic.md): data_positions then count each
 	// worker's batches across the plan's eras, and any number of them up to
@@ -241,14 +233,6 @@ func (x *InitRequest) GetNumShards() int32 {
 	return 0
 }
 
-// Deprecated: Marked as deprecated in pstrain.proto.
-func (x *InitRequest) GetRunConfig() []byte {
-	if x != nil {
-		return x.RunConfig
-	}
-	return nil
-}
-
 func (x *InitRequest) GetBlocks() []*Block {
 	if x != nil {
 		return x.Blocks
@@ -305,7 +289,7 @@ func (x *InitRequest) GetGeneration() int64 {
 	return 0
 }
 
-func (x *InitRequest) GetModelSpec() []byte {
+func (x *InitRequest) GetModelSpec() *ModelSpec {
 	if x != nil {
 		return x.ModelSpec
 	}
@@ -326,7 +310,7 @@ func (x *InitRequest) GetDataPositions() []int64 {
 	return nil
 }
 
-func (x *InitRequest) GetShardOptions() []byte {
+func (x *InitRequest) GetShardOptions() *ShardOptions {
 	if x != nil {
 		return x.ShardOptions
 	}
@@ -390,6 +374,253 @@ func (*InitResponse) Descriptor() ([]byte, []int) {
 	return file_pstrain_proto_rawDescGZIP(), []int{2}
 }
 
+// ModelSpec is the network's shape (model.Spec).
+type ModelSpec struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Kind    string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`    // "cnn", or "" for an MLP
+	Input   int32                  `protobuf:"varint,2,opt,name=input,proto3" json:"input,omitempty"` // input features
+	Hidden  []int32                `protobuf:"varint,3,rep,packed,name=hidden,proto3" json:"hidden,omitempty"`
+	Classes int32                  `protobuf:"varint,4,opt,name=classes,proto3" json:"classes,omitempty"`
+	// CNN only: the input image's height and width, and the output
+	// channels of each convolution.
+	Height        int32   `protobuf:"varint,5,opt,name=height,proto3" json:"height,omitempty"`
+	Width         int32   `protobuf:"varint,6,opt,name=width,proto3" json:"width,omitempty"`
+	Conv          []int32 `protobuf:"varint,7,rep,packed,name=conv,proto3" json:"conv,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelSpec) Reset() {
+	*x = ModelSpec{}
+	mi := &file_pstrain_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelSpec) ProtoMessage() {}
+
+func (x *ModelSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_pstrain_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelSpec.ProtoReflect.Descriptor instead.
+func (*ModelSpec) Descriptor() ([]byte, []int) {
+	return file_pstrain_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ModelSpec) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ModelSpec) GetInput() int32 {
+	if x != nil {
+		return x.Input
+	}
+	return 0
+}
+
+func (x *ModelSpec) GetHidden() []int32 {
+	if x != nil {
+		return x.Hidden
+	}
+	return nil
+}
+
+func (x *ModelSpec) GetClasses() int32 {
+	if x != nil {
+		return x.Classes
+	}
+	return 0
+}
+
+func (x *ModelSpec) GetHeight() int32 {
+	if x != nil {
+		return x.Height
+	}
+	return 0
+}
+
+func (x *ModelSpec) GetWidth() int32 {
+	if x != nil {
+		return x.Width
+	}
+	return 0
+}
+
+func (x *ModelSpec) GetConv() []int32 {
+	if x != nil {
+		return x.Conv
+	}
+	return nil
+}
+
+// ShardOptions is the part of the run configuration a shard uses
+// (ps.Options). The enumerations travel as their command-line spelling
+// (config.Mode, config.NaNPolicy, config.WireDType, config.Aggregate);
+// the shard validates them (ps.Options.Validate).
+type ShardOptions struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Mode          string                 `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`            // sync, async or ssp
+	Replicas      int32                  `protobuf:"varint,2,opt,name=replicas,proto3" json:"replicas,omitempty"`   // gradients per sync step while every worker lives (>= 1)
+	Staleness     int32                  `protobuf:"varint,3,opt,name=staleness,proto3" json:"staleness,omitempty"` // ssp: how far a worker may run ahead
+	Workers       int32                  `protobuf:"varint,4,opt,name=workers,proto3" json:"workers,omitempty"`     // worker indices are 0..workers-1
+	Optimizer     string                 `protobuf:"bytes,5,opt,name=optimizer,proto3" json:"optimizer,omitempty"`  // sgd, momentum or adam
+	Lr            float64                `protobuf:"fixed64,6,opt,name=lr,proto3" json:"lr,omitempty"`
+	Momentum      float64                `protobuf:"fixed64,7,opt,name=momentum,proto3" json:"momentum,omitempty"`
+	LrSchedule    string                 `protobuf:"bytes,8,opt,name=lr_schedule,json=lrSchedule,proto3" json:"lr_schedule,omitempty"` // constant, step:EPOCHS:FACTOR or cosine
+	WarmupSteps   int64                  `protobuf:"varint,9,opt,name=warmup_steps,json=warmupSteps,proto3" json:"warmup_steps,omitempty"`
+	NanPolicy     string                 `protobuf:"bytes,10,opt,name=nan_policy,json=nanPolicy,proto3" json:"nan_policy,omitempty"`   // reject or skip
+	WireDtype     string                 `protobuf:"bytes,11,opt,name=wire_dtype,json=wireDtype,proto3" json:"wire_dtype,omitempty"`   // f32 or bf16
+	NormGuard     float64                `protobuf:"fixed64,12,opt,name=norm_guard,json=normGuard,proto3" json:"norm_guard,omitempty"` // the divergence guard's multiple (0: off)
+	Aggregate     string                 `protobuf:"bytes,13,opt,name=aggregate,proto3" json:"aggregate,omitempty"`                    // mean or trimmed-mean ("": mean)
+	LrFactor      float64                `protobuf:"fixed64,14,opt,name=lr_factor,json=lrFactor,proto3" json:"lr_factor,omitempty"`    // the chief's factor after a rollback (0: 1)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardOptions) Reset() {
+	*x = ShardOptions{}
+	mi := &file_pstrain_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardOptions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardOptions) ProtoMessage() {}
+
+func (x *ShardOptions) ProtoReflect() protoreflect.Message {
+	mi := &file_pstrain_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardOptions.ProtoReflect.Descriptor instead.
+func (*ShardOptions) Descriptor() ([]byte, []int) {
+	return file_pstrain_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ShardOptions) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *ShardOptions) GetReplicas() int32 {
+	if x != nil {
+		return x.Replicas
+	}
+	return 0
+}
+
+func (x *ShardOptions) GetStaleness() int32 {
+	if x != nil {
+		return x.Staleness
+	}
+	return 0
+}
+
+func (x *ShardOptions) GetWorkers() int32 {
+	if x != nil {
+		return x.Workers
+	}
+	return 0
+}
+
+func (x *ShardOptions) GetOptimizer() string {
+	if x != nil {
+		return x.Optimizer
+	}
+	return ""
+}
+
+func (x *ShardOptions) GetLr() float64 {
+	if x != nil {
+		return x.Lr
+	}
+	return 0
+}
+
+func (x *ShardOptions) GetMomentum() float64 {
+	if x != nil {
+		return x.Momentum
+	}
+	return 0
+}
+
+func (x *ShardOptions) GetLrSchedule() string {
+	if x != nil {
+		return x.LrSchedule
+	}
+	return ""
+}
+
+func (x *ShardOptions) GetWarmupSteps() int64 {
+	if x != nil {
+		return x.WarmupSteps
+	}
+	return 0
+}
+
+func (x *ShardOptions) GetNanPolicy() string {
+	if x != nil {
+		return x.NanPolicy
+	}
+	return ""
+}
+
+func (x *ShardOptions) GetWireDtype() string {
+	if x != nil {
+		return x.WireDtype
+	}
+	return ""
+}
+
+func (x *ShardOptions) GetNormGuard() float64 {
+	if x != nil {
+		return x.NormGuard
+	}
+	return 0
+}
+
+func (x *ShardOptions) GetAggregate() string {
+	if x != nil {
+		return x.Aggregate
+	}
+	return ""
+}
+
+func (x *ShardOptions) GetLrFactor() float64 {
+	if x != nil {
+		return x.LrFactor
+	}
+	return 0
+}
+
 type PullRequest struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Worker     int32                  `protobuf:"varint,1,opt,name=worker,proto3" json:"worker,omitempty"` // -1 for a reader that is not a worker (the chief)
@@ -407,7 +638,7 @@ type PullRequest struct {
 
 func (x *PullRequest) Reset() {
 	*x = PullRequest{}
-	mi := &file_pstrain_proto_msgTypes[3]
+	mi := &file_pstrain_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -419,7 +650,7 @@ func (x *PullRequest) String() string {
 func (*PullRequest) ProtoMessage() {}
 
 func (x *PullRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[3]
+	mi := &file_pstrain_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -432,7 +663,7 @@ func (x *PullRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullRequest.ProtoReflect.Descriptor instead.
 func (*PullRequest) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{3}
+	return file_pstrain_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PullRequest) GetWorker() int32 {
@@ -485,7 +716,7 @@ type PullResponse struct {
 
 func (x *PullResponse) Reset() {
 	*x = PullResponse{}
-	mi := &file_pstrain_proto_msgTypes[4]
+	mi := &file_pstrain_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -497,7 +728,7 @@ func (x *PullResponse) String() string {
 func (*PullResponse) ProtoMessage() {}
 
 func (x *PullResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[4]
+	mi := &file_pstrain_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -510,7 +741,7 @@ func (x *PullResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullResponse.ProtoReflect.Descriptor instead.
 func (*PullResponse) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{4}
+	return file_pstrain_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PullResponse) GetVersion() int64 {
@@ -566,7 +797,7 @@ type PushRequest struct {
 
 func (x *PushRequest) Reset() {
 	*x = PushRequest{}
-	mi := &file_pstrain_proto_msgTypes[5]
+	mi := &file_pstrain_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -578,7 +809,7 @@ func (x *PushRequest) String() string {
 func (*PushRequest) ProtoMessage() {}
 
 func (x *PushRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[5]
+	mi := &file_pstrain_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -591,7 +822,7 @@ func (x *PushRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushRequest.ProtoReflect.Descriptor instead.
 func (*PushRequest) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{5}
+	return file_pstrain_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PushRequest) GetWorker() int32 {
@@ -654,7 +885,7 @@ type PushResponse struct {
 
 func (x *PushResponse) Reset() {
 	*x = PushResponse{}
-	mi := &file_pstrain_proto_msgTypes[6]
+	mi := &file_pstrain_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -666,7 +897,7 @@ func (x *PushResponse) String() string {
 func (*PushResponse) ProtoMessage() {}
 
 func (x *PushResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[6]
+	mi := &file_pstrain_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -679,7 +910,7 @@ func (x *PushResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushResponse.ProtoReflect.Descriptor instead.
 func (*PushResponse) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{6}
+	return file_pstrain_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PushResponse) GetOutcome() PushResponse_Outcome {
@@ -723,7 +954,7 @@ type MembershipRequest struct {
 
 func (x *MembershipRequest) Reset() {
 	*x = MembershipRequest{}
-	mi := &file_pstrain_proto_msgTypes[7]
+	mi := &file_pstrain_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -735,7 +966,7 @@ func (x *MembershipRequest) String() string {
 func (*MembershipRequest) ProtoMessage() {}
 
 func (x *MembershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[7]
+	mi := &file_pstrain_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -748,7 +979,7 @@ func (x *MembershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembershipRequest.ProtoReflect.Descriptor instead.
 func (*MembershipRequest) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{7}
+	return file_pstrain_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *MembershipRequest) GetLiveWorkers() []int32 {
@@ -809,7 +1040,7 @@ type MembershipResponse struct {
 
 func (x *MembershipResponse) Reset() {
 	*x = MembershipResponse{}
-	mi := &file_pstrain_proto_msgTypes[8]
+	mi := &file_pstrain_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -821,7 +1052,7 @@ func (x *MembershipResponse) String() string {
 func (*MembershipResponse) ProtoMessage() {}
 
 func (x *MembershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[8]
+	mi := &file_pstrain_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -834,7 +1065,7 @@ func (x *MembershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembershipResponse.ProtoReflect.Descriptor instead.
 func (*MembershipResponse) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{8}
+	return file_pstrain_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *MembershipResponse) GetVersion() int64 {
@@ -852,7 +1083,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_pstrain_proto_msgTypes[9]
+	mi := &file_pstrain_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -864,7 +1095,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[9]
+	mi := &file_pstrain_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -877,7 +1108,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{9}
+	return file_pstrain_proto_rawDescGZIP(), []int{11}
 }
 
 type StatusResponse struct {
@@ -930,7 +1161,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_pstrain_proto_msgTypes[10]
+	mi := &file_pstrain_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -942,7 +1173,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[10]
+	mi := &file_pstrain_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -955,7 +1186,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{10}
+	return file_pstrain_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StatusResponse) GetVersion() int64 {
@@ -1148,7 +1379,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_pstrain_proto_msgTypes[11]
+	mi := &file_pstrain_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1160,7 +1391,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[11]
+	mi := &file_pstrain_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1173,7 +1404,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{11}
+	return file_pstrain_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CheckpointRequest) GetStep() int64 {
@@ -1220,7 +1451,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_pstrain_proto_msgTypes[12]
+	mi := &file_pstrain_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1232,7 +1463,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[12]
+	mi := &file_pstrain_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1245,7 +1476,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{12}
+	return file_pstrain_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CheckpointResponse) GetFile() string {
@@ -1306,7 +1537,7 @@ type StopRequest struct {
 
 func (x *StopRequest) Reset() {
 	*x = StopRequest{}
-	mi := &file_pstrain_proto_msgTypes[13]
+	mi := &file_pstrain_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1318,7 +1549,7 @@ func (x *StopRequest) String() string {
 func (*StopRequest) ProtoMessage() {}
 
 func (x *StopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[13]
+	mi := &file_pstrain_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1331,7 +1562,7 @@ func (x *StopRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopRequest.ProtoReflect.Descriptor instead.
 func (*StopRequest) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{13}
+	return file_pstrain_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StopRequest) GetShutdown() bool {
@@ -1349,7 +1580,7 @@ type StopResponse struct {
 
 func (x *StopResponse) Reset() {
 	*x = StopResponse{}
-	mi := &file_pstrain_proto_msgTypes[14]
+	mi := &file_pstrain_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +1592,7 @@ func (x *StopResponse) String() string {
 func (*StopResponse) ProtoMessage() {}
 
 func (x *StopResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[14]
+	mi := &file_pstrain_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +1605,7 @@ func (x *StopResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopResponse.ProtoReflect.Descriptor instead.
 func (*StopResponse) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{14}
+	return file_pstrain_proto_rawDescGZIP(), []int{16}
 }
 
 // ReplicaOp is one update a primary applied, in the order it applied it.
@@ -1394,7 +1625,7 @@ type ReplicaOp struct {
 
 func (x *ReplicaOp) Reset() {
 	*x = ReplicaOp{}
-	mi := &file_pstrain_proto_msgTypes[15]
+	mi := &file_pstrain_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1406,7 +1637,7 @@ func (x *ReplicaOp) String() string {
 func (*ReplicaOp) ProtoMessage() {}
 
 func (x *ReplicaOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[15]
+	mi := &file_pstrain_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1419,7 +1650,7 @@ func (x *ReplicaOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaOp.ProtoReflect.Descriptor instead.
 func (*ReplicaOp) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{15}
+	return file_pstrain_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReplicaOp) GetOp() isReplicaOp_Op {
@@ -1481,8 +1712,8 @@ type isReplicaOp_Op interface {
 type ReplicaOp_Snapshot struct {
 	// snapshot replaces the standby's whole state: the primary's shard as
 	// an Init would make it, and the rest of its state machine
-	// (shard_state, JSON of ps.ShardState: the sync step under way, the
-	// norm guard's window, the counters...).
+	// (shard_state: the sync step under way, the norm guard's window, the
+	// counters...).
 	Snapshot *ReplicaSnapshot `protobuf:"bytes,1,opt,name=snapshot,proto3,oneof"`
 }
 
@@ -1518,14 +1749,14 @@ func (*ReplicaOp_Retain) isReplicaOp_Op() {}
 type ReplicaSnapshot struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Init          *InitRequest           `protobuf:"bytes,1,opt,name=init,proto3" json:"init,omitempty"`
-	ShardState    []byte                 `protobuf:"bytes,2,opt,name=shard_state,json=shardState,proto3" json:"shard_state,omitempty"`
+	ShardState    *ShardState            `protobuf:"bytes,3,opt,name=shard_state,json=shardState,proto3" json:"shard_state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReplicaSnapshot) Reset() {
 	*x = ReplicaSnapshot{}
-	mi := &file_pstrain_proto_msgTypes[16]
+	mi := &file_pstrain_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1537,7 +1768,7 @@ func (x *ReplicaSnapshot) String() string {
 func (*ReplicaSnapshot) ProtoMessage() {}
 
 func (x *ReplicaSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[16]
+	mi := &file_pstrain_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1550,7 +1781,7 @@ func (x *ReplicaSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaSnapshot.ProtoReflect.Descriptor instead.
 func (*ReplicaSnapshot) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{16}
+	return file_pstrain_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReplicaSnapshot) GetInit() *InitRequest {
@@ -1560,11 +1791,411 @@ func (x *ReplicaSnapshot) GetInit() *InitRequest {
 	return nil
 }
 
-func (x *ReplicaSnapshot) GetShardState() []byte {
+func (x *ReplicaSnapshot) GetShardState() *ShardState {
 	if x != nil {
 		return x.ShardState
 	}
 	return nil
+}
+
+// ShardState is the part of a shard's state machine an Init does not
+// rebuild (ps.ShardState). Per-worker lists are indexed by worker.
+type ShardState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The configuration a membership change moves.
+	Replicas     int32 `protobuf:"varint,1,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	Workers      int32 `protobuf:"varint,2,opt,name=workers,proto3" json:"workers,omitempty"`
+	MaxVersion   int64 `protobuf:"varint,3,opt,name=max_version,json=maxVersion,proto3" json:"max_version,omitempty"`
+	LrMaxVersion int64 `protobuf:"varint,4,opt,name=lr_max_version,json=lrMaxVersion,proto3" json:"lr_max_version,omitempty"`
+	Done         bool  `protobuf:"varint,5,opt,name=done,proto3" json:"done,omitempty"`
+	// The sync step under way: the sum of its accepted gradients (mean
+	// aggregation) or their copies (trimmed mean), as float32
+	// little-endian bytes; how many were accepted, who contributed, and
+	// after which version each worker may push again.
+	Accum        []byte   `protobuf:"bytes,6,opt,name=accum,proto3" json:"accum,omitempty"`
+	Kept         [][]byte `protobuf:"bytes,7,rep,name=kept,proto3" json:"kept,omitempty"`
+	Accepted     int32    `protobuf:"varint,8,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	Contributors []int32  `protobuf:"varint,9,rep,packed,name=contributors,proto3" json:"contributors,omitempty"`
+	After        []int64  `protobuf:"varint,10,rep,packed,name=after,proto3" json:"after,omitempty"`
+	// The norm guard's window: the norms, the next slot, the reference
+	// and the versions the window's gradients came from.
+	GuardWindow   []float64 `protobuf:"fixed64,11,rep,packed,name=guard_window,json=guardWindow,proto3" json:"guard_window,omitempty"`
+	GuardNext     int32     `protobuf:"varint,12,opt,name=guard_next,json=guardNext,proto3" json:"guard_next,omitempty"`
+	GuardRef      float64   `protobuf:"fixed64,13,opt,name=guard_ref,json=guardRef,proto3" json:"guard_ref,omitempty"`
+	GuardVersions []int64   `protobuf:"varint,14,rep,packed,name=guard_versions,json=guardVersions,proto3" json:"guard_versions,omitempty"`
+	// Per worker.
+	Quarantined   []bool      `protobuf:"varint,15,rep,packed,name=quarantined,proto3" json:"quarantined,omitempty"`
+	Refused       []int64     `protobuf:"varint,16,rep,packed,name=refused,proto3" json:"refused,omitempty"`
+	NonFinite     []int64     `protobuf:"varint,17,rep,packed,name=non_finite,json=nonFinite,proto3" json:"non_finite,omitempty"`
+	Retired       []bool      `protobuf:"varint,18,rep,packed,name=retired,proto3" json:"retired,omitempty"`
+	Live          []bool      `protobuf:"varint,19,rep,packed,name=live,proto3" json:"live,omitempty"`
+	Clock         []int64     `protobuf:"varint,20,rep,packed,name=clock,proto3" json:"clock,omitempty"`
+	Pos           []int64     `protobuf:"varint,21,rep,packed,name=pos,proto3" json:"pos,omitempty"`
+	Members       int32       `protobuf:"varint,22,opt,name=members,proto3" json:"members,omitempty"`
+	HoldAt        int64       `protobuf:"varint,23,opt,name=hold_at,json=holdAt,proto3" json:"hold_at,omitempty"`
+	Outlier       *Outlier    `protobuf:"bytes,24,opt,name=outlier,proto3" json:"outlier,omitempty"` // unset: none
+	Stats         *ShardStats `protobuf:"bytes,25,opt,name=stats,proto3" json:"stats,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardState) Reset() {
+	*x = ShardState{}
+	mi := &file_pstrain_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardState) ProtoMessage() {}
+
+func (x *ShardState) ProtoReflect() protoreflect.Message {
+	mi := &file_pstrain_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardState.ProtoReflect.Descriptor instead.
+func (*ShardState) Descriptor() ([]byte, []int) {
+	return file_pstrain_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ShardState) GetReplicas() int32 {
+	if x != nil {
+		return x.Replicas
+	}
+	return 0
+}
+
+func (x *ShardState) GetWorkers() int32 {
+	if x != nil {
+		return x.Workers
+	}
+	return 0
+}
+
+func (x *ShardState) GetMaxVersion() int64 {
+	if x != nil {
+		return x.MaxVersion
+	}
+	return 0
+}
+
+func (x *ShardState) GetLrMaxVersion() int64 {
+	if x != nil {
+		return x.LrMaxVersion
+	}
+	return 0
+}
+
+func (x *ShardState) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *ShardState) GetAccum() []byte {
+	if x != nil {
+		return x.Accum
+	}
+	return nil
+}
+
+func (x *ShardState) GetKept() [][]byte {
+	if x != nil {
+		return x.Kept
+	}
+	return nil
+}
+
+func (x *ShardState) GetAccepted() int32 {
+	if x != nil {
+		return x.Accepted
+	}
+	return 0
+}
+
+func (x *ShardState) GetContributors() []int32 {
+	if x != nil {
+		return x.Contributors
+	}
+	return nil
+}
+
+func (x *ShardState) GetAfter() []int64 {
+	if x != nil {
+		return x.After
+	}
+	return nil
+}
+
+func (x *ShardState) GetGuardWindow() []float64 {
+	if x != nil {
+		return x.GuardWindow
+	}
+	return nil
+}
+
+func (x *ShardState) GetGuardNext() int32 {
+	if x != nil {
+		return x.GuardNext
+	}
+	return 0
+}
+
+func (x *ShardState) GetGuardRef() float64 {
+	if x != nil {
+		return x.GuardRef
+	}
+	return 0
+}
+
+func (x *ShardState) GetGuardVersions() []int64 {
+	if x != nil {
+		return x.GuardVersions
+	}
+	return nil
+}
+
+func (x *ShardState) GetQuarantined() []bool {
+	if x != nil {
+		return x.Quarantined
+	}
+	return nil
+}
+
+func (x *ShardState) GetRefused() []int64 {
+	if x != nil {
+		return x.Refused
+	}
+	return nil
+}
+
+func (x *ShardState) GetNonFinite() []int64 {
+	if x != nil {
+		return x.NonFinite
+	}
+	return nil
+}
+
+func (x *ShardState) GetRetired() []bool {
+	if x != nil {
+		return x.Retired
+	}
+	return nil
+}
+
+func (x *ShardState) GetLive() []bool {
+	if x != nil {
+		return x.Live
+	}
+	return nil
+}
+
+func (x *ShardState) GetClock() []int64 {
+	if x != nil {
+		return x.Clock
+	}
+	return nil
+}
+
+func (x *ShardState) GetPos() []int64 {
+	if x != nil {
+		return x.Pos
+	}
+	return nil
+}
+
+func (x *ShardState) GetMembers() int32 {
+	if x != nil {
+		return x.Members
+	}
+	return 0
+}
+
+func (x *ShardState) GetHoldAt() int64 {
+	if x != nil {
+		return x.HoldAt
+	}
+	return 0
+}
+
+func (x *ShardState) GetOutlier() *Outlier {
+	if x != nil {
+		return x.Outlier
+	}
+	return nil
+}
+
+func (x *ShardState) GetStats() *ShardStats {
+	if x != nil {
+		return x.Stats
+	}
+	return nil
+}
+
+// Outlier is the first finite out-of-line gradient a shard found.
+type Outlier struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Worker        int32                  `protobuf:"varint,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	Version       int64                  `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"` // the version it was computed from
+	Ratio         float64                `protobuf:"fixed64,3,opt,name=ratio,proto3" json:"ratio,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Outlier) Reset() {
+	*x = Outlier{}
+	mi := &file_pstrain_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Outlier) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Outlier) ProtoMessage() {}
+
+func (x *Outlier) ProtoReflect() protoreflect.Message {
+	mi := &file_pstrain_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Outlier.ProtoReflect.Descriptor instead.
+func (*Outlier) Descriptor() ([]byte, []int) {
+	return file_pstrain_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *Outlier) GetWorker() int32 {
+	if x != nil {
+		return x.Worker
+	}
+	return 0
+}
+
+func (x *Outlier) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *Outlier) GetRatio() float64 {
+	if x != nil {
+		return x.Ratio
+	}
+	return 0
+}
+
+// ShardStats are a shard's counters since its Init.
+type ShardStats struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Applied         int64                  `protobuf:"varint,1,opt,name=applied,proto3" json:"applied,omitempty"`
+	StaleDropped    int64                  `protobuf:"varint,2,opt,name=stale_dropped,json=staleDropped,proto3" json:"stale_dropped,omitempty"`
+	Duplicates      int64                  `protobuf:"varint,3,opt,name=duplicates,proto3" json:"duplicates,omitempty"`
+	Refused         int64                  `protobuf:"varint,4,opt,name=refused,proto3" json:"refused,omitempty"`
+	MaxRatio        float64                `protobuf:"fixed64,5,opt,name=max_ratio,json=maxRatio,proto3" json:"max_ratio,omitempty"`
+	MaxRatioWorker  int32                  `protobuf:"varint,6,opt,name=max_ratio_worker,json=maxRatioWorker,proto3" json:"max_ratio_worker,omitempty"`
+	MaxRatioVersion int64                  `protobuf:"varint,7,opt,name=max_ratio_version,json=maxRatioVersion,proto3" json:"max_ratio_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ShardStats) Reset() {
+	*x = ShardStats{}
+	mi := &file_pstrain_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardStats) ProtoMessage() {}
+
+func (x *ShardStats) ProtoReflect() protoreflect.Message {
+	mi := &file_pstrain_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardStats.ProtoReflect.Descriptor instead.
+func (*ShardStats) Descriptor() ([]byte, []int) {
+	return file_pstrain_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ShardStats) GetApplied() int64 {
+	if x != nil {
+		return x.Applied
+	}
+	return 0
+}
+
+func (x *ShardStats) GetStaleDropped() int64 {
+	if x != nil {
+		return x.StaleDropped
+	}
+	return 0
+}
+
+func (x *ShardStats) GetDuplicates() int64 {
+	if x != nil {
+		return x.Duplicates
+	}
+	return 0
+}
+
+func (x *ShardStats) GetRefused() int64 {
+	if x != nil {
+		return x.Refused
+	}
+	return 0
+}
+
+func (x *ShardStats) GetMaxRatio() float64 {
+	if x != nil {
+		return x.MaxRatio
+	}
+	return 0
+}
+
+func (x *ShardStats) GetMaxRatioWorker() int32 {
+	if x != nil {
+		return x.MaxRatioWorker
+	}
+	return 0
+}
+
+func (x *ShardStats) GetMaxRatioVersion() int64 {
+	if x != nil {
+		return x.MaxRatioVersion
+	}
+	return 0
 }
 
 type ReplicaBatch struct {
@@ -1580,7 +2211,7 @@ type ReplicaBatch struct {
 
 func (x *ReplicaBatch) Reset() {
 	*x = ReplicaBatch{}
-	mi := &file_pstrain_proto_msgTypes[17]
+	mi := &file_pstrain_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1592,7 +2223,7 @@ func (x *ReplicaBatch) String() string {
 func (*ReplicaBatch) ProtoMessage() {}
 
 func (x *ReplicaBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[17]
+	mi := &file_pstrain_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1605,7 +2236,7 @@ func (x *ReplicaBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaBatch.ProtoReflect.Descriptor instead.
 func (*ReplicaBatch) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{17}
+	return file_pstrain_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReplicaBatch) GetRunId() string {
@@ -1653,7 +2284,7 @@ type ReplicaAck struct {
 
 func (x *ReplicaAck) Reset() {
 	*x = ReplicaAck{}
-	mi := &file_pstrain_proto_msgTypes[18]
+	mi := &file_pstrain_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1665,7 +2296,7 @@ func (x *ReplicaAck) String() string {
 func (*ReplicaAck) ProtoMessage() {}
 
 func (x *ReplicaAck) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[18]
+	mi := &file_pstrain_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1678,7 +2309,7 @@ func (x *ReplicaAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaAck.ProtoReflect.Descriptor instead.
 func (*ReplicaAck) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{18}
+	return file_pstrain_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReplicaAck) GetSeq() int64 {
@@ -1706,7 +2337,7 @@ type PromoteRequest struct {
 
 func (x *PromoteRequest) Reset() {
 	*x = PromoteRequest{}
-	mi := &file_pstrain_proto_msgTypes[19]
+	mi := &file_pstrain_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1718,7 +2349,7 @@ func (x *PromoteRequest) String() string {
 func (*PromoteRequest) ProtoMessage() {}
 
 func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[19]
+	mi := &file_pstrain_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1731,7 +2362,7 @@ func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteRequest.ProtoReflect.Descriptor instead.
 func (*PromoteRequest) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{19}
+	return file_pstrain_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PromoteRequest) GetRunId() string {
@@ -1764,7 +2395,7 @@ type PromoteResponse struct {
 
 func (x *PromoteResponse) Reset() {
 	*x = PromoteResponse{}
-	mi := &file_pstrain_proto_msgTypes[20]
+	mi := &file_pstrain_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1776,7 +2407,7 @@ func (x *PromoteResponse) String() string {
 func (*PromoteResponse) ProtoMessage() {}
 
 func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[20]
+	mi := &file_pstrain_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1789,7 +2420,7 @@ func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteResponse.ProtoReflect.Descriptor instead.
 func (*PromoteResponse) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{20}
+	return file_pstrain_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PromoteResponse) GetVersion() int64 {
@@ -1811,7 +2442,7 @@ type SetStandbyRequest struct {
 
 func (x *SetStandbyRequest) Reset() {
 	*x = SetStandbyRequest{}
-	mi := &file_pstrain_proto_msgTypes[21]
+	mi := &file_pstrain_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1823,7 +2454,7 @@ func (x *SetStandbyRequest) String() string {
 func (*SetStandbyRequest) ProtoMessage() {}
 
 func (x *SetStandbyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[21]
+	mi := &file_pstrain_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1836,7 +2467,7 @@ func (x *SetStandbyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetStandbyRequest.ProtoReflect.Descriptor instead.
 func (*SetStandbyRequest) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{21}
+	return file_pstrain_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SetStandbyRequest) GetRunId() string {
@@ -1875,7 +2506,7 @@ type SetStandbyResponse struct {
 
 func (x *SetStandbyResponse) Reset() {
 	*x = SetStandbyResponse{}
-	mi := &file_pstrain_proto_msgTypes[22]
+	mi := &file_pstrain_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1887,7 +2518,7 @@ func (x *SetStandbyResponse) String() string {
 func (*SetStandbyResponse) ProtoMessage() {}
 
 func (x *SetStandbyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[22]
+	mi := &file_pstrain_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1900,24 +2531,26 @@ func (x *SetStandbyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetStandbyResponse.ProtoReflect.Descriptor instead.
 func (*SetStandbyResponse) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{22}
+	return file_pstrain_proto_rawDescGZIP(), []int{27}
 }
 
 type RegisterRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Role          string                 `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"` // "ps", "standby" or "worker"
-	Index         int32                  `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
-	Address       string                 `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
-	ModelSpec     []byte                 `protobuf:"bytes,4,opt,name=model_spec,json=modelSpec,proto3" json:"model_spec,omitempty"` // JSON of model.Spec
-	RunConfig     []byte                 `protobuf:"bytes,5,opt,name=run_config,json=runConfig,proto3" json:"run_config,omitempty"` // JSON of config.Run
-	Pid           int32                  `protobuf:"varint,6,opt,name=pid,proto3" json:"pid,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Role      string                 `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"` // "ps", "standby" or "worker"
+	Index     int32                  `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	Address   string                 `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
+	Pid       int32                  `protobuf:"varint,6,opt,name=pid,proto3" json:"pid,omitempty"`
+	ModelSpec *ModelSpec             `protobuf:"bytes,7,opt,name=model_spec,json=modelSpec,proto3" json:"model_spec,omitempty"` // unset: not checked
+	// settings are the task's run configuration values that every task of
+	// a run must share (config.Run.Settings), checked against the chief's.
+	Settings      []*Setting `protobuf:"bytes,8,rep,name=settings,proto3" json:"settings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_pstrain_proto_msgTypes[23]
+	mi := &file_pstrain_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1929,7 +2562,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[23]
+	mi := &file_pstrain_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1942,7 +2575,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{23}
+	return file_pstrain_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RegisterRequest) GetRole() string {
@@ -1966,25 +2599,79 @@ func (x *RegisterRequest) GetAddress() string {
 	return ""
 }
 
-func (x *RegisterRequest) GetModelSpec() []byte {
+func (x *RegisterRequest) GetPid() int32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *RegisterRequest) GetModelSpec() *ModelSpec {
 	if x != nil {
 		return x.ModelSpec
 	}
 	return nil
 }
 
-func (x *RegisterRequest) GetRunConfig() []byte {
+func (x *RegisterRequest) GetSettings() []*Setting {
 	if x != nil {
-		return x.RunConfig
+		return x.Settings
 	}
 	return nil
 }
 
-func (x *RegisterRequest) GetPid() int32 {
+// Setting is one run configuration value, named as in the run's
+// configuration file and written as config.Run.Settings writes it.
+type Setting struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Value         string                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Setting) Reset() {
+	*x = Setting{}
+	mi := &file_pstrain_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Setting) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Setting) ProtoMessage() {}
+
+func (x *Setting) ProtoReflect() protoreflect.Message {
+	mi := &file_pstrain_proto_msgTypes[29]
 	if x != nil {
-		return x.Pid
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
 	}
-	return 0
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Setting.ProtoReflect.Descriptor instead.
+func (*Setting) Descriptor() ([]byte, []int) {
+	return file_pstrain_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *Setting) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Setting) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
 }
 
 type RegisterResponse struct {
@@ -1993,14 +2680,14 @@ type RegisterResponse struct {
 	DataShard     int32                  `protobuf:"varint,2,opt,name=data_shard,json=dataShard,proto3" json:"data_shard,omitempty"`
 	NumDataShards int32                  `protobuf:"varint,3,opt,name=num_data_shards,json=numDataShards,proto3" json:"num_data_shards,omitempty"`
 	StartStep     int64                  `protobuf:"varint,4,opt,name=start_step,json=startStep,proto3" json:"start_step,omitempty"`
-	DataPlan      []byte                 `protobuf:"bytes,5,opt,name=data_plan,json=dataPlan,proto3" json:"data_plan,omitempty"` // JSON of dataset.DataPlan (docs/elastic.md)
+	DataPlan      *DataPlan              `protobuf:"bytes,6,opt,name=data_plan,json=dataPlan,proto3" json:"data_plan,omitempty"` // docs/elastic.md
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_pstrain_proto_msgTypes[24]
+	mi := &file_pstrain_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2012,7 +2699,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[24]
+	mi := &file_pstrain_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2025,7 +2712,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{24}
+	return file_pstrain_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RegisterResponse) GetRunId() string {
@@ -2056,11 +2743,135 @@ func (x *RegisterResponse) GetStartStep() int64 {
 	return 0
 }
 
-func (x *RegisterResponse) GetDataPlan() []byte {
+func (x *RegisterResponse) GetDataPlan() *DataPlan {
 	if x != nil {
 		return x.DataPlan
 	}
 	return nil
+}
+
+// DataPlan is how the training set is split among a changing number of
+// workers (dataset.DataPlan, docs/elastic.md).
+type DataPlan struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	N             int64                  `protobuf:"varint,1,opt,name=n,proto3" json:"n,omitempty"`         // training samples (after --data-fraction)
+	Batch         int32                  `protobuf:"varint,2,opt,name=batch,proto3" json:"batch,omitempty"` // per-worker batch size
+	Eras          []*Era                 `protobuf:"bytes,3,rep,name=eras,proto3" json:"eras,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DataPlan) Reset() {
+	*x = DataPlan{}
+	mi := &file_pstrain_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DataPlan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DataPlan) ProtoMessage() {}
+
+func (x *DataPlan) ProtoReflect() protoreflect.Message {
+	mi := &file_pstrain_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DataPlan.ProtoReflect.Descriptor instead.
+func (*DataPlan) Descriptor() ([]byte, []int) {
+	return file_pstrain_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *DataPlan) GetN() int64 {
+	if x != nil {
+		return x.N
+	}
+	return 0
+}
+
+func (x *DataPlan) GetBatch() int32 {
+	if x != nil {
+		return x.Batch
+	}
+	return 0
+}
+
+func (x *DataPlan) GetEras() []*Era {
+	if x != nil {
+		return x.Eras
+	}
+	return nil
+}
+
+// Era is one membership of the data: from global epoch epoch (and, in a
+// sync run, global step step) on, workers workers.
+type Era struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         int64                  `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Step          int64                  `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
+	Workers       int32                  `protobuf:"varint,3,opt,name=workers,proto3" json:"workers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Era) Reset() {
+	*x = Era{}
+	mi := &file_pstrain_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Era) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Era) ProtoMessage() {}
+
+func (x *Era) ProtoReflect() protoreflect.Message {
+	mi := &file_pstrain_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Era.ProtoReflect.Descriptor instead.
+func (*Era) Descriptor() ([]byte, []int) {
+	return file_pstrain_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *Era) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *Era) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *Era) GetWorkers() int32 {
+	if x != nil {
+		return x.Workers
+	}
+	return 0
 }
 
 type HeartbeatRequest struct {
@@ -2075,7 +2886,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_pstrain_proto_msgTypes[25]
+	mi := &file_pstrain_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2087,7 +2898,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[25]
+	mi := &file_pstrain_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2100,7 +2911,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{25}
+	return file_pstrain_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *HeartbeatRequest) GetWorker() int32 {
@@ -2134,7 +2945,7 @@ func (x *HeartbeatRequest) GetPlanEras() int32 {
 type HeartbeatResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Stop     bool                   `protobuf:"varint,1,opt,name=stop,proto3" json:"stop,omitempty"`
-	DataPlan []byte                 `protobuf:"bytes,2,opt,name=data_plan,json=dataPlan,proto3" json:"data_plan,omitempty"` // the chief's data plan, when it has more eras than plan_eras
+	DataPlan *DataPlan              `protobuf:"bytes,4,opt,name=data_plan,json=dataPlan,proto3" json:"data_plan,omitempty"` // the chief's data plan, when it has more eras than plan_eras
 	// quarantined says why the chief quarantined this worker ("": it is
 	// not): the shards refuse its gradients and its pulls answer done.
 	Quarantined   string `protobuf:"bytes,3,opt,name=quarantined,proto3" json:"quarantined,omitempty"`
@@ -2144,7 +2955,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_pstrain_proto_msgTypes[26]
+	mi := &file_pstrain_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2156,7 +2967,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[26]
+	mi := &file_pstrain_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2169,7 +2980,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{26}
+	return file_pstrain_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *HeartbeatResponse) GetStop() bool {
@@ -2179,7 +2990,7 @@ func (x *HeartbeatResponse) GetStop() bool {
 	return false
 }
 
-func (x *HeartbeatResponse) GetDataPlan() []byte {
+func (x *HeartbeatResponse) GetDataPlan() *DataPlan {
 	if x != nil {
 		return x.DataPlan
 	}
@@ -2202,14 +3013,12 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x05Block\x12\x1a\n" +
 	"\bvariable\x18\x01 \x01(\x05R\bvariable\x12\x1b\n" +
 	"\trow_start\x18\x02 \x01(\x05R\browStart\x12\x17\n" +
-	"\arow_end\x18\x03 \x01(\x05R\x06rowEnd\"\xf8\x04\n" +
+	"\arow_end\x18\x03 \x01(\x05R\x06rowEnd\"\x98\x05\n" +
 	"\vInitRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\x05R\x05shard\x12\x1d\n" +
 	"\n" +
-	"num_shards\x18\x03 \x01(\x05R\tnumShards\x12!\n" +
-	"\n" +
-	"run_config\x18\x04 \x01(\fB\x02\x18\x01R\trunConfig\x12)\n" +
+	"num_shards\x18\x03 \x01(\x05R\tnumShards\x12)\n" +
 	"\x06blocks\x18\x05 \x03(\v2\x11.pstrain.v1.BlockR\x06blocks\x12\x16\n" +
 	"\x06params\x18\x06 \x01(\fR\x06params\x12\x18\n" +
 	"\aversion\x18\a \x01(\x03R\aversion\x12!\n" +
@@ -2221,17 +3030,45 @@ const file_pstrain_proto_rawDesc = "" +
 	"maxVersion\x12\x1e\n" +
 	"\n" +
 	"generation\x18\f \x01(\x03R\n" +
-	"generation\x12\x1d\n" +
+	"generation\x124\n" +
 	"\n" +
-	"model_spec\x18\r \x01(\fR\tmodelSpec\x12&\n" +
+	"model_spec\x18\x14 \x01(\v2\x15.pstrain.v1.ModelSpecR\tmodelSpec\x12&\n" +
 	"\x0fsteps_per_epoch\x18\x0e \x01(\x01R\rstepsPerEpoch\x12%\n" +
-	"\x0edata_positions\x18\x0f \x03(\x03R\rdataPositions\x12#\n" +
-	"\rshard_options\x18\x10 \x01(\fR\fshardOptions\x12\x1d\n" +
+	"\x0edata_positions\x18\x0f \x03(\x03R\rdataPositions\x12=\n" +
+	"\rshard_options\x18\x15 \x01(\v2\x18.pstrain.v1.ShardOptionsR\fshardOptions\x12\x1d\n" +
 	"\n" +
 	"data_slots\x18\x11 \x01(\x05R\tdataSlots\x12\x14\n" +
 	"\x05epoch\x18\x12 \x01(\x03R\x05epoch\x12!\n" +
-	"\fstandby_addr\x18\x13 \x01(\tR\vstandbyAddr\"\x0e\n" +
-	"\fInitResponse\"\x95\x01\n" +
+	"\fstandby_addr\x18\x13 \x01(\tR\vstandbyAddrJ\x04\b\x04\x10\x05J\x04\b\r\x10\x0eJ\x04\b\x10\x10\x11\"\x0e\n" +
+	"\fInitResponse\"\xa9\x01\n" +
+	"\tModelSpec\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
+	"\x05input\x18\x02 \x01(\x05R\x05input\x12\x16\n" +
+	"\x06hidden\x18\x03 \x03(\x05R\x06hidden\x12\x18\n" +
+	"\aclasses\x18\x04 \x01(\x05R\aclasses\x12\x16\n" +
+	"\x06height\x18\x05 \x01(\x05R\x06height\x12\x14\n" +
+	"\x05width\x18\x06 \x01(\x05R\x05width\x12\x12\n" +
+	"\x04conv\x18\a \x03(\x05R\x04conv\"\x9c\x03\n" +
+	"\fShardOptions\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x1a\n" +
+	"\breplicas\x18\x02 \x01(\x05R\breplicas\x12\x1c\n" +
+	"\tstaleness\x18\x03 \x01(\x05R\tstaleness\x12\x18\n" +
+	"\aworkers\x18\x04 \x01(\x05R\aworkers\x12\x1c\n" +
+	"\toptimizer\x18\x05 \x01(\tR\toptimizer\x12\x0e\n" +
+	"\x02lr\x18\x06 \x01(\x01R\x02lr\x12\x1a\n" +
+	"\bmomentum\x18\a \x01(\x01R\bmomentum\x12\x1f\n" +
+	"\vlr_schedule\x18\b \x01(\tR\n" +
+	"lrSchedule\x12!\n" +
+	"\fwarmup_steps\x18\t \x01(\x03R\vwarmupSteps\x12\x1d\n" +
+	"\n" +
+	"nan_policy\x18\n" +
+	" \x01(\tR\tnanPolicy\x12\x1d\n" +
+	"\n" +
+	"wire_dtype\x18\v \x01(\tR\twireDtype\x12\x1d\n" +
+	"\n" +
+	"norm_guard\x18\f \x01(\x01R\tnormGuard\x12\x1c\n" +
+	"\taggregate\x18\r \x01(\tR\taggregate\x12\x1b\n" +
+	"\tlr_factor\x18\x0e \x01(\x01R\blrFactor\"\x95\x01\n" +
 	"\vPullRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12\x1f\n" +
 	"\vmin_version\x18\x02 \x01(\x03R\n" +
@@ -2338,11 +3175,57 @@ const file_pstrain_proto_rawDesc = "" +
 	"membership\x12-\n" +
 	"\x04stop\x18\x04 \x01(\v2\x17.pstrain.v1.StopRequestH\x00R\x04stop\x12\x18\n" +
 	"\x06retain\x18\x05 \x01(\x03H\x00R\x06retainB\x04\n" +
-	"\x02op\"_\n" +
+	"\x02op\"}\n" +
 	"\x0fReplicaSnapshot\x12+\n" +
-	"\x04init\x18\x01 \x01(\v2\x17.pstrain.v1.InitRequestR\x04init\x12\x1f\n" +
-	"\vshard_state\x18\x02 \x01(\fR\n" +
-	"shardState\"\x97\x01\n" +
+	"\x04init\x18\x01 \x01(\v2\x17.pstrain.v1.InitRequestR\x04init\x127\n" +
+	"\vshard_state\x18\x03 \x01(\v2\x16.pstrain.v1.ShardStateR\n" +
+	"shardStateJ\x04\b\x02\x10\x03\"\xe4\x05\n" +
+	"\n" +
+	"ShardState\x12\x1a\n" +
+	"\breplicas\x18\x01 \x01(\x05R\breplicas\x12\x18\n" +
+	"\aworkers\x18\x02 \x01(\x05R\aworkers\x12\x1f\n" +
+	"\vmax_version\x18\x03 \x01(\x03R\n" +
+	"maxVersion\x12$\n" +
+	"\x0elr_max_version\x18\x04 \x01(\x03R\flrMaxVersion\x12\x12\n" +
+	"\x04done\x18\x05 \x01(\bR\x04done\x12\x14\n" +
+	"\x05accum\x18\x06 \x01(\fR\x05accum\x12\x12\n" +
+	"\x04kept\x18\a \x03(\fR\x04kept\x12\x1a\n" +
+	"\baccepted\x18\b \x01(\x05R\baccepted\x12\"\n" +
+	"\fcontributors\x18\t \x03(\x05R\fcontributors\x12\x14\n" +
+	"\x05after\x18\n" +
+	" \x03(\x03R\x05after\x12!\n" +
+	"\fguard_window\x18\v \x03(\x01R\vguardWindow\x12\x1d\n" +
+	"\n" +
+	"guard_next\x18\f \x01(\x05R\tguardNext\x12\x1b\n" +
+	"\tguard_ref\x18\r \x01(\x01R\bguardRef\x12%\n" +
+	"\x0eguard_versions\x18\x0e \x03(\x03R\rguardVersions\x12 \n" +
+	"\vquarantined\x18\x0f \x03(\bR\vquarantined\x12\x18\n" +
+	"\arefused\x18\x10 \x03(\x03R\arefused\x12\x1d\n" +
+	"\n" +
+	"non_finite\x18\x11 \x03(\x03R\tnonFinite\x12\x18\n" +
+	"\aretired\x18\x12 \x03(\bR\aretired\x12\x12\n" +
+	"\x04live\x18\x13 \x03(\bR\x04live\x12\x14\n" +
+	"\x05clock\x18\x14 \x03(\x03R\x05clock\x12\x10\n" +
+	"\x03pos\x18\x15 \x03(\x03R\x03pos\x12\x18\n" +
+	"\amembers\x18\x16 \x01(\x05R\amembers\x12\x17\n" +
+	"\ahold_at\x18\x17 \x01(\x03R\x06holdAt\x12-\n" +
+	"\aoutlier\x18\x18 \x01(\v2\x13.pstrain.v1.OutlierR\aoutlier\x12,\n" +
+	"\x05stats\x18\x19 \x01(\v2\x16.pstrain.v1.ShardStatsR\x05stats\"Q\n" +
+	"\aOutlier\x12\x16\n" +
+	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x03R\aversion\x12\x14\n" +
+	"\x05ratio\x18\x03 \x01(\x01R\x05ratio\"\xf8\x01\n" +
+	"\n" +
+	"ShardStats\x12\x18\n" +
+	"\aapplied\x18\x01 \x01(\x03R\aapplied\x12#\n" +
+	"\rstale_dropped\x18\x02 \x01(\x03R\fstaleDropped\x12\x1e\n" +
+	"\n" +
+	"duplicates\x18\x03 \x01(\x03R\n" +
+	"duplicates\x12\x18\n" +
+	"\arefused\x18\x04 \x01(\x03R\arefused\x12\x1b\n" +
+	"\tmax_ratio\x18\x05 \x01(\x01R\bmaxRatio\x12(\n" +
+	"\x10max_ratio_worker\x18\x06 \x01(\x05R\x0emaxRatioWorker\x12*\n" +
+	"\x11max_ratio_version\x18\a \x01(\x03R\x0fmaxRatioVersion\"\x97\x01\n" +
 	"\fReplicaBatch\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\x05R\x05shard\x12\x14\n" +
@@ -2364,33 +3247,43 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x05shard\x18\x02 \x01(\x05R\x05shard\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x03R\x05epoch\x12\x12\n" +
 	"\x04addr\x18\x04 \x01(\tR\x04addr\"\x14\n" +
-	"\x12SetStandbyResponse\"\xa5\x01\n" +
+	"\x12SetStandbyResponse\"\xda\x01\n" +
 	"\x0fRegisterRequest\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x05R\x05index\x12\x18\n" +
-	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x1d\n" +
+	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x10\n" +
+	"\x03pid\x18\x06 \x01(\x05R\x03pid\x124\n" +
 	"\n" +
-	"model_spec\x18\x04 \x01(\fR\tmodelSpec\x12\x1d\n" +
-	"\n" +
-	"run_config\x18\x05 \x01(\fR\trunConfig\x12\x10\n" +
-	"\x03pid\x18\x06 \x01(\x05R\x03pid\"\xac\x01\n" +
+	"model_spec\x18\a \x01(\v2\x15.pstrain.v1.ModelSpecR\tmodelSpec\x12/\n" +
+	"\bsettings\x18\b \x03(\v2\x13.pstrain.v1.SettingR\bsettingsJ\x04\b\x04\x10\x05J\x04\b\x05\x10\x06\"3\n" +
+	"\aSetting\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xc8\x01\n" +
 	"\x10RegisterResponse\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1d\n" +
 	"\n" +
 	"data_shard\x18\x02 \x01(\x05R\tdataShard\x12&\n" +
 	"\x0fnum_data_shards\x18\x03 \x01(\x05R\rnumDataShards\x12\x1d\n" +
 	"\n" +
-	"start_step\x18\x04 \x01(\x03R\tstartStep\x12\x1b\n" +
-	"\tdata_plan\x18\x05 \x01(\fR\bdataPlan\"r\n" +
+	"start_step\x18\x04 \x01(\x03R\tstartStep\x121\n" +
+	"\tdata_plan\x18\x06 \x01(\v2\x14.pstrain.v1.DataPlanR\bdataPlanJ\x04\b\x05\x10\x06\"S\n" +
+	"\bDataPlan\x12\f\n" +
+	"\x01n\x18\x01 \x01(\x03R\x01n\x12\x14\n" +
+	"\x05batch\x18\x02 \x01(\x05R\x05batch\x12#\n" +
+	"\x04eras\x18\x03 \x03(\v2\x0f.pstrain.v1.EraR\x04eras\"I\n" +
+	"\x03Era\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x03R\x05epoch\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\x03R\x04step\x12\x18\n" +
+	"\aworkers\x18\x03 \x01(\x05R\aworkers\"r\n" +
 	"\x10HeartbeatRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x12\n" +
 	"\x04step\x18\x03 \x01(\x03R\x04step\x12\x1b\n" +
-	"\tplan_eras\x18\x04 \x01(\x05R\bplanEras\"f\n" +
+	"\tplan_eras\x18\x04 \x01(\x05R\bplanEras\"\x82\x01\n" +
 	"\x11HeartbeatResponse\x12\x12\n" +
-	"\x04stop\x18\x01 \x01(\bR\x04stop\x12\x1b\n" +
-	"\tdata_plan\x18\x02 \x01(\fR\bdataPlan\x12 \n" +
-	"\vquarantined\x18\x03 \x01(\tR\vquarantined2\xab\x05\n" +
+	"\x04stop\x18\x01 \x01(\bR\x04stop\x121\n" +
+	"\tdata_plan\x18\x04 \x01(\v2\x14.pstrain.v1.DataPlanR\bdataPlan\x12 \n" +
+	"\vquarantined\x18\x03 \x01(\tR\vquarantinedJ\x04\b\x02\x10\x032\xab\x05\n" +
 	"\x0fParameterServer\x129\n" +
 	"\x04Init\x12\x17.pstrain.v1.InitRequest\x1a\x18.pstrain.v1.InitResponse\x129\n" +
 	"\x04Pull\x12\x17.pstrain.v1.PullRequest\x1a\x18.pstrain.v1.PullResponse\x129\n" +
@@ -2421,75 +3314,93 @@ func file_pstrain_proto_rawDescGZIP() []byte {
 }
 
 var file_pstrain_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pstrain_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_pstrain_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_pstrain_proto_goTypes = []any{
 	(PushResponse_Outcome)(0),  // 0: pstrain.v1.PushResponse.Outcome
 	(*Block)(nil),              // 1: pstrain.v1.Block
 	(*InitRequest)(nil),        // 2: pstrain.v1.InitRequest
 	(*InitResponse)(nil),       // 3: pstrain.v1.InitResponse
-	(*PullRequest)(nil),        // 4: pstrain.v1.PullRequest
-	(*PullResponse)(nil),       // 5: pstrain.v1.PullResponse
-	(*PushRequest)(nil),        // 6: pstrain.v1.PushRequest
-	(*PushResponse)(nil),       // 7: pstrain.v1.PushResponse
-	(*MembershipRequest)(nil),  // 8: pstrain.v1.MembershipRequest
-	(*MembershipResponse)(nil), // 9: pstrain.v1.MembershipResponse
-	(*StatusRequest)(nil),      // 10: pstrain.v1.StatusRequest
-	(*StatusResponse)(nil),     // 11: pstrain.v1.StatusResponse
-	(*CheckpointRequest)(nil),  // 12: pstrain.v1.CheckpointRequest
-	(*CheckpointResponse)(nil), // 13: pstrain.v1.CheckpointResponse
-	(*StopRequest)(nil),        // 14: pstrain.v1.StopRequest
-	(*StopResponse)(nil),       // 15: pstrain.v1.StopResponse
-	(*ReplicaOp)(nil),          // 16: pstrain.v1.ReplicaOp
-	(*ReplicaSnapshot)(nil),    // 17: pstrain.v1.ReplicaSnapshot
-	(*ReplicaBatch)(nil),       // 18: pstrain.v1.ReplicaBatch
-	(*ReplicaAck)(nil),         // 19: pstrain.v1.ReplicaAck
-	(*PromoteRequest)(nil),     // 20: pstrain.v1.PromoteRequest
-	(*PromoteResponse)(nil),    // 21: pstrain.v1.PromoteResponse
-	(*SetStandbyRequest)(nil),  // 22: pstrain.v1.SetStandbyRequest
-	(*SetStandbyResponse)(nil), // 23: pstrain.v1.SetStandbyResponse
-	(*RegisterRequest)(nil),    // 24: pstrain.v1.RegisterRequest
-	(*RegisterResponse)(nil),   // 25: pstrain.v1.RegisterResponse
-	(*HeartbeatRequest)(nil),   // 26: pstrain.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),  // 27: pstrain.v1.HeartbeatResponse
+	(*ModelSpec)(nil),          // 4: pstrain.v1.ModelSpec
+	(*ShardOptions)(nil),       // 5: pstrain.v1.ShardOptions
+	(*PullRequest)(nil),        // 6: pstrain.v1.PullRequest
+	(*PullResponse)(nil),       // 7: pstrain.v1.PullResponse
+	(*PushRequest)(nil),        // 8: pstrain.v1.PushRequest
+	(*PushResponse)(nil),       // 9: pstrain.v1.PushResponse
+	(*MembershipRequest)(nil),  // 10: pstrain.v1.MembershipRequest
+	(*MembershipResponse)(nil), // 11: pstrain.v1.MembershipResponse
+	(*StatusRequest)(nil),      // 12: pstrain.v1.StatusRequest
+	(*StatusResponse)(nil),     // 13: pstrain.v1.StatusResponse
+	(*CheckpointRequest)(nil),  // 14: pstrain.v1.CheckpointRequest
+	(*CheckpointResponse)(nil), // 15: pstrain.v1.CheckpointResponse
+	(*StopRequest)(nil),        // 16: pstrain.v1.StopRequest
+	(*StopResponse)(nil),       // 17: pstrain.v1.StopResponse
+	(*ReplicaOp)(nil),          // 18: pstrain.v1.ReplicaOp
+	(*ReplicaSnapshot)(nil),    // 19: pstrain.v1.ReplicaSnapshot
+	(*ShardState)(nil),         // 20: pstrain.v1.ShardState
+	(*Outlier)(nil),            // 21: pstrain.v1.Outlier
+	(*ShardStats)(nil),         // 22: pstrain.v1.ShardStats
+	(*ReplicaBatch)(nil),       // 23: pstrain.v1.ReplicaBatch
+	(*ReplicaAck)(nil),         // 24: pstrain.v1.ReplicaAck
+	(*PromoteRequest)(nil),     // 25: pstrain.v1.PromoteRequest
+	(*PromoteResponse)(nil),    // 26: pstrain.v1.PromoteResponse
+	(*SetStandbyRequest)(nil),  // 27: pstrain.v1.SetStandbyRequest
+	(*SetStandbyResponse)(nil), // 28: pstrain.v1.SetStandbyResponse
+	(*RegisterRequest)(nil),    // 29: pstrain.v1.RegisterRequest
+	(*Setting)(nil),            // 30: pstrain.v1.Setting
+	(*RegisterResponse)(nil),   // 31: pstrain.v1.RegisterResponse
+	(*DataPlan)(nil),           // 32: pstrain.v1.DataPlan
+	(*Era)(nil),                // 33: pstrain.v1.Era
+	(*HeartbeatRequest)(nil),   // 34: pstrain.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),  // 35: pstrain.v1.HeartbeatResponse
 }
 var file_pstrain_proto_depIdxs = []int32{
 	1,  // 0: pstrain.v1.InitRequest.blocks:type_name -> pstrain.v1.Block
-	0,  // 1: pstrain.v1.PushResponse.outcome:type_name -> pstrain.v1.PushResponse.Outcome
-	17, // 2: pstrain.v1.ReplicaOp.snapshot:type_name -> pstrain.v1.ReplicaSnapshot
-	6,  // 3: pstrain.v1.ReplicaOp.push:type_name -> pstrain.v1.PushRequest
-	8,  // 4: pstrain.v1.ReplicaOp.membership:type_name -> pstrain.v1.MembershipRequest
-	14, // 5: pstrain.v1.ReplicaOp.stop:type_name -> pstrain.v1.StopRequest
-	2,  // 6: pstrain.v1.ReplicaSnapshot.init:type_name -> pstrain.v1.InitRequest
-	16, // 7: pstrain.v1.ReplicaBatch.ops:type_name -> pstrain.v1.ReplicaOp
-	2,  // 8: pstrain.v1.ParameterServer.Init:input_type -> pstrain.v1.InitRequest
-	4,  // 9: pstrain.v1.ParameterServer.Pull:input_type -> pstrain.v1.PullRequest
-	6,  // 10: pstrain.v1.ParameterServer.Push:input_type -> pstrain.v1.PushRequest
-	8,  // 11: pstrain.v1.ParameterServer.SetMembership:input_type -> pstrain.v1.MembershipRequest
-	10, // 12: pstrain.v1.ParameterServer.Status:input_type -> pstrain.v1.StatusRequest
-	14, // 13: pstrain.v1.ParameterServer.Stop:input_type -> pstrain.v1.StopRequest
-	12, // 14: pstrain.v1.ParameterServer.Checkpoint:input_type -> pstrain.v1.CheckpointRequest
-	18, // 15: pstrain.v1.ParameterServer.Replicate:input_type -> pstrain.v1.ReplicaBatch
-	20, // 16: pstrain.v1.ParameterServer.Promote:input_type -> pstrain.v1.PromoteRequest
-	22, // 17: pstrain.v1.ParameterServer.SetStandby:input_type -> pstrain.v1.SetStandbyRequest
-	24, // 18: pstrain.v1.Chief.Register:input_type -> pstrain.v1.RegisterRequest
-	26, // 19: pstrain.v1.Chief.Heartbeat:input_type -> pstrain.v1.HeartbeatRequest
-	3,  // 20: pstrain.v1.ParameterServer.Init:output_type -> pstrain.v1.InitResponse
-	5,  // 21: pstrain.v1.ParameterServer.Pull:output_type -> pstrain.v1.PullResponse
-	7,  // 22: pstrain.v1.ParameterServer.Push:output_type -> pstrain.v1.PushResponse
-	9,  // 23: pstrain.v1.ParameterServer.SetMembership:output_type -> pstrain.v1.MembershipResponse
-	11, // 24: pstrain.v1.ParameterServer.Status:output_type -> pstrain.v1.StatusResponse
-	15, // 25: pstrain.v1.ParameterServer.Stop:output_type -> pstrain.v1.StopResponse
-	13, // 26: pstrain.v1.ParameterServer.Checkpoint:output_type -> pstrain.v1.CheckpointResponse
-	19, // 27: pstrain.v1.ParameterServer.Replicate:output_type -> pstrain.v1.ReplicaAck
-	21, // 28: pstrain.v1.ParameterServer.Promote:output_type -> pstrain.v1.PromoteResponse
-	23, // 29: pstrain.v1.ParameterServer.SetStandby:output_type -> pstrain.v1.SetStandbyResponse
-	25, // 30: pstrain.v1.Chief.Register:output_type -> pstrain.v1.RegisterResponse
-	27, // 31: pstrain.v1.Chief.Heartbeat:output_type -> pstrain.v1.HeartbeatResponse
-	20, // [20:32] is the sub-list for method output_type
-	8,  // [8:20] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	4,  // 1: pstrain.v1.InitRequest.model_spec:type_name -> pstrain.v1.ModelSpec
+	5,  // 2: pstrain.v1.InitRequest.shard_options:type_name -> pstrain.v1.ShardOptions
+	0,  // 3: pstrain.v1.PushResponse.outcome:type_name -> pstrain.v1.PushResponse.Outcome
+	19, // 4: pstrain.v1.ReplicaOp.snapshot:type_name -> pstrain.v1.ReplicaSnapshot
+	8,  // 5: pstrain.v1.ReplicaOp.push:type_name -> pstrain.v1.PushRequest
+	10, // 6: pstrain.v1.ReplicaOp.membership:type_name -> pstrain.v1.MembershipRequest
+	16, // 7: pstrain.v1.ReplicaOp.stop:type_name -> pstrain.v1.StopRequest
+	2,  // 8: pstrain.v1.ReplicaSnapshot.init:type_name -> pstrain.v1.InitRequest
+	20, // 9: pstrain.v1.ReplicaSnapshot.shard_state:type_name -> pstrain.v1.ShardState
+	21, // 10: pstrain.v1.ShardState.outlier:type_name -> pstrain.v1.Outlier
+	22, // 11: pstrain.v1.ShardState.stats:type_name -> pstrain.v1.ShardStats
+	18, // 12: pstrain.v1.ReplicaBatch.ops:type_name -> pstrain.v1.ReplicaOp
+	4,  // 13: pstrain.v1.RegisterRequest.model_spec:type_name -> pstrain.v1.ModelSpec
+	30, // 14: pstrain.v1.RegisterRequest.settings:type_name -> pstrain.v1.Setting
+	32, // 15: pstrain.v1.RegisterResponse.data_plan:type_name -> pstrain.v1.DataPlan
+	33, // 16: pstrain.v1.DataPlan.eras:type_name -> pstrain.v1.Era
+	32, // 17: pstrain.v1.HeartbeatResponse.data_plan:type_name -> pstrain.v1.DataPlan
+	2,  // 18: pstrain.v1.ParameterServer.Init:input_type -> pstrain.v1.InitRequest
+	6,  // 19: pstrain.v1.ParameterServer.Pull:input_type -> pstrain.v1.PullRequest
+	8,  // 20: pstrain.v1.ParameterServer.Push:input_type -> pstrain.v1.PushRequest
+	10, // 21: pstrain.v1.ParameterServer.SetMembership:input_type -> pstrain.v1.MembershipRequest
+	12, // 22: pstrain.v1.ParameterServer.Status:input_type -> pstrain.v1.StatusRequest
+	16, // 23: pstrain.v1.ParameterServer.Stop:input_type -> pstrain.v1.StopRequest
+	14, // 24: pstrain.v1.ParameterServer.Checkpoint:input_type -> pstrain.v1.CheckpointRequest
+	23, // 25: pstrain.v1.ParameterServer.Replicate:input_type -> pstrain.v1.ReplicaBatch
+	25, // 26: pstrain.v1.ParameterServer.Promote:input_type -> pstrain.v1.PromoteRequest
+	27, // 27: pstrain.v1.ParameterServer.SetStandby:input_type -> pstrain.v1.SetStandbyRequest
+	29, // 28: pstrain.v1.Chief.Register:input_type -> pstrain.v1.RegisterRequest
+	34, // 29: pstrain.v1.Chief.Heartbeat:input_type -> pstrain.v1.HeartbeatRequest
+	3,  // 30: pstrain.v1.ParameterServer.Init:output_type -> pstrain.v1.InitResponse
+	7,  // 31: pstrain.v1.ParameterServer.Pull:output_type -> pstrain.v1.PullResponse
+	9,  // 32: pstrain.v1.ParameterServer.Push:output_type -> pstrain.v1.PushResponse
+	11, // 33: pstrain.v1.ParameterServer.SetMembership:output_type -> pstrain.v1.MembershipResponse
+	13, // 34: pstrain.v1.ParameterServer.Status:output_type -> pstrain.v1.StatusResponse
+	17, // 35: pstrain.v1.ParameterServer.Stop:output_type -> pstrain.v1.StopResponse
+	15, // 36: pstrain.v1.ParameterServer.Checkpoint:output_type -> pstrain.v1.CheckpointResponse
+	24, // 37: pstrain.v1.ParameterServer.Replicate:output_type -> pstrain.v1.ReplicaAck
+	26, // 38: pstrain.v1.ParameterServer.Promote:output_type -> pstrain.v1.PromoteResponse
+	28, // 39: pstrain.v1.ParameterServer.SetStandby:output_type -> pstrain.v1.SetStandbyResponse
+	31, // 40: pstrain.v1.Chief.Register:output_type -> pstrain.v1.RegisterResponse
+	35, // 41: pstrain.v1.Chief.Heartbeat:output_type -> pstrain.v1.HeartbeatResponse
+	30, // [30:42] is the sub-list for method output_type
+	18, // [18:30] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_pstrain_proto_init() }
@@ -2497,8 +3408,8 @@ func file_pstrain_proto_init() {
 	if File_pstrain_proto != nil {
 		return
 	}
-	file_pstrain_proto_msgTypes[10].OneofWrappers = []any{}
-	file_pstrain_proto_msgTypes[15].OneofWrappers = []any{
+	file_pstrain_proto_msgTypes[12].OneofWrappers = []any{}
+	file_pstrain_proto_msgTypes[17].OneofWrappers = []any{
 		(*ReplicaOp_Snapshot)(nil),
 		(*ReplicaOp_Push)(nil),
 		(*ReplicaOp_Membership)(nil),
@@ -2511,7 +3422,7 @@ func file_pstrain_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pstrain_proto_rawDesc), len(file_pstrain_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   27,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -12,6 +12,7 @@ import (
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/ml/model"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/proto/convert"
 	"github.com/pstrain/pstrain/transport/wire"
 )
 
@@ -152,8 +153,8 @@ func initSlots(srv *Server, n int, gen int64, positions []int64, slots int32) er
 	r := config.Default()
 	r.LRSchedule = "constant" // the update rule under test, not the schedule
 	r.Workers, r.PS, r.Optimizer = 2, 1, "momentum"
-	_, err := srv.Init(context.Background(), &pb.InitRequest{RunId: "r", Shard: 0, NumShards: 1, ShardOptions: OptionsFor(r).JSON(),
-		Params: wire.Bytes(make([]float32, n)), Generation: gen, ModelSpec: spec.JSON(), DataPositions: positions,
+	_, err := srv.Init(context.Background(), &pb.InitRequest{RunId: "r", Shard: 0, NumShards: 1, ShardOptions: OptionsFor(r).Proto(),
+		Params: wire.Bytes(make([]float32, n)), Generation: gen, ModelSpec: convert.ModelSpec(spec), DataPositions: positions,
 		StepsPerEpoch: 100, DataSlots: slots}) // as the chief sends it (a step schedule needs it)
 	return err
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/pstrain/pstrain/config"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/transport/wire"
+	"google.golang.org/protobuf/proto"
 )
 
 const (
@@ -26,18 +27,27 @@ const (
 
 // fuzzOptions are the shard options (InitRequest.shard_options) of a run
 // of two workers in the given mode.
-func fuzzOptions(mode config.Mode) []byte {
+func fuzzOptions(mode config.Mode) *pb.ShardOptions {
 	r := config.Default()
 	r.LRSchedule = "constant" // the update rule under test, not the schedule
 	r.Mode, r.PS, r.Workers, r.Optimizer, r.LR = mode, 1, 2, "momentum", 0.5
-	return OptionsFor(r).JSON()
+	return OptionsFor(r).Proto()
+}
+
+// fuzzBytes is m encoded, as FuzzInit's corpus holds shard options.
+func fuzzBytes(m *pb.ShardOptions) []byte {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		panic(err) // a valid message: cannot fail
+	}
+	return b
 }
 
 // fuzzServer is a shard of fuzzParams parameters at version fuzzVersion,
 // two workers, in the given mode.
 func fuzzServer(t *testing.T, mode config.Mode) *Server {
 	t.Helper()
-	s := NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
+	s := NewServer(Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Shard: AnyShard})
 	params := []float32{1, -2, 3, -4, 5, -6}
 	_, err := s.Init(context.Background(), &pb.InitRequest{RunId: fuzzRun, Shard: 0, NumShards: 1,
 		ShardOptions: fuzzOptions(mode), Params: wire.Bytes(params), Version: fuzzVersion})
@@ -174,16 +184,16 @@ func FuzzPull(f *testing.F) {
 
 func FuzzInit(f *testing.F) {
 	params := wire.Bytes([]float32{1, 2, 3, 4})
-	f.Add(fuzzOptions(config.Sync), params, []byte(nil), int64(0), int64(0), int64(0), int32(0), int32(1), []byte{0, 1})
-	f.Add(fuzzOptions(config.SSP), params, wire.Bytes([]float32{0, 0, 0, 0}), int64(7), int64(9), int64(20), int32(0), int32(1), []byte(nil))
-	f.Add(fuzzOptions(config.Async), params[:5], []byte(nil), int64(0), int64(-1), int64(0), int32(0), int32(1), []byte{9})
-	f.Add([]byte(`{"mode":"sync","replicas":1,"workers":0}`), params, []byte(nil), int64(-3), int64(0), int64(0), int32(-1), int32(0), []byte{})
-	f.Add([]byte(`not json`), []byte(nil), []byte{1, 2, 3}, int64(0), int64(0), int64(0), int32(3), int32(2), []byte(nil))
-	f.Add([]byte(`{"mode":"ssp","replicas":2,"workers":2,"optimizer":"sgd","lr":1,"nan_policy":"skip","wire_dtype":"bf16"}`), params,
+	f.Add(fuzzBytes(fuzzOptions(config.Sync)), params, []byte(nil), int64(0), int64(0), int64(0), int32(0), int32(1), []byte{0, 1})
+	f.Add(fuzzBytes(fuzzOptions(config.SSP)), params, wire.Bytes([]float32{0, 0, 0, 0}), int64(7), int64(9), int64(20), int32(0), int32(1), []byte(nil))
+	f.Add(fuzzBytes(fuzzOptions(config.Async)), params[:5], []byte(nil), int64(0), int64(-1), int64(0), int32(0), int32(1), []byte{9})
+	f.Add(fuzzBytes(&pb.ShardOptions{Mode: "sync", Replicas: 1}), params, []byte(nil), int64(-3), int64(0), int64(0), int32(-1), int32(0), []byte{})
+	f.Add([]byte(`not a message`), []byte(nil), []byte{1, 2, 3}, int64(0), int64(0), int64(0), int32(3), int32(2), []byte(nil))
+	f.Add(fuzzBytes(&pb.ShardOptions{Mode: "ssp", Replicas: 2, Workers: 2, Optimizer: "sgd", Lr: 1, NanPolicy: "skip", WireDtype: "bf16"}), params,
 		[]byte(nil), int64(0), int64(0), int64(0), int32(0), int32(1), []byte{1})
-	f.Add([]byte(`{"mode":"sync","replicas":3,"workers":2,"optimizer":"sgd","lr":1,"nan_policy":"reject","wire_dtype":"f32"}`), params,
+	f.Add(fuzzBytes(&pb.ShardOptions{Mode: "sync", Replicas: 3, Workers: 2, Optimizer: "sgd", Lr: 1, NanPolicy: "reject", WireDtype: "f32"}), params,
 		[]byte(nil), int64(0), int64(0), int64(0), int32(0), int32(1), []byte(nil))
-	f.Add([]byte(`{"mode":"async","replicas":1,"workers":1,"optimizer":"sgd","lr":1,"nan_policy":"drop","wire_dtype":"f32"}`), params,
+	f.Add(fuzzBytes(&pb.ShardOptions{Mode: "async", Replicas: 1, Workers: 1, Optimizer: "sgd", Lr: 1, NanPolicy: "drop", WireDtype: "f32"}), params,
 		[]byte(nil), int64(0), int64(0), int64(0), int32(0), int32(1), []byte(nil))
 	f.Fuzz(func(t *testing.T, shardOptions, params, optState []byte, optStep, version, maxVersion int64, shard, numShards int32, live []byte) {
 		s := fuzzServer(t, config.Sync)
@@ -192,7 +202,11 @@ func FuzzInit(f *testing.F) {
 		for _, b := range live {
 			lw = append(lw, int32(int8(b)))
 		}
-		_, err := s.Init(context.Background(), &pb.InitRequest{RunId: fuzzRun, ShardOptions: shardOptions, Params: params,
+		var opts *pb.ShardOptions // bytes that are no message: no options
+		if m := new(pb.ShardOptions); proto.Unmarshal(shardOptions, m) == nil {
+			opts = m
+		}
+		_, err := s.Init(context.Background(), &pb.InitRequest{RunId: fuzzRun, ShardOptions: opts, Params: params,
 			OptimizerState: optState, OptimizerStep: optStep, Version: version, MaxVersion: maxVersion,
 			Shard: shard, NumShards: numShards, LiveWorkers: lw})
 		if err != nil {

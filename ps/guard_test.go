@@ -12,6 +12,7 @@ import (
 	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/ml/optim"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/proto/convert"
 	"github.com/pstrain/pstrain/transport/wire"
 )
 
@@ -490,8 +491,8 @@ func TestInitLRFactor(t *testing.T) {
 	o.LRFactor = 0.25
 	spec := model.Spec{Input: 4, Hidden: []int{3}, Classes: 2}
 	ctx := context.Background()
-	if _, err := srv.Init(ctx, &pb.InitRequest{RunId: "r", NumShards: 1, ShardOptions: o.JSON(),
-		Params: wire.Bytes(make([]float32, n)), Generation: 2, ModelSpec: spec.JSON()}); err != nil {
+	if _, err := srv.Init(ctx, &pb.InitRequest{RunId: "r", NumShards: 1, ShardOptions: o.Proto(),
+		Params: wire.Bytes(make([]float32, n)), Generation: 2, ModelSpec: convert.ModelSpec(spec)}); err != nil {
 		t.Fatal(err)
 	}
 	g := make([]float32, n)
@@ -504,7 +505,7 @@ func TestInitLRFactor(t *testing.T) {
 		t.Errorf("param %v after a gradient of 1 at lr 1 x factor 0.25, want -0.25", params[0])
 	}
 	o.LRFactor = 2
-	if _, err := ParseOptions(o.JSON()); err == nil {
+	if _, err := OptionsFromProto(o.Proto()); err == nil {
 		t.Error("lr_factor 2 accepted")
 	}
 }
@@ -532,8 +533,8 @@ func TestReinitKeepsTheGuard(t *testing.T) {
 	spec := model.Spec{Input: 4, Hidden: []int{3}, Classes: 2}
 	reinit := func(run string, version int64) {
 		t.Helper()
-		if _, err := srv.Init(ctx, &pb.InitRequest{RunId: run, NumShards: 1, ShardOptions: OptionsFor(r).JSON(),
-			Params: wire.Bytes(make([]float32, n)), Generation: 2, ModelSpec: spec.JSON(), Version: version}); err != nil {
+		if _, err := srv.Init(ctx, &pb.InitRequest{RunId: run, NumShards: 1, ShardOptions: OptionsFor(r).Proto(),
+			Params: wire.Bytes(make([]float32, n)), Generation: 2, ModelSpec: convert.ModelSpec(spec), Version: version}); err != nil {
 			t.Fatal(err)
 		}
 	}

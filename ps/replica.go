@@ -60,15 +60,6 @@ const (
 	replicaRetryMax   = 200 * time.Millisecond
 )
 
-// SetShardIndex tells the server which shard its process serves (ps/N
-// and standby/N serve shard N): an Init or a replica batch for another
-// shard is refused. Call it before serving.
-func (s *Server) SetShardIndex(i int) { s.shardIndex = i }
-
-// SetReplicaDialer gives the server the way to reach a standby. Call it
-// before serving; without one a primary cannot attach a standby.
-func (s *Server) SetReplicaDialer(d ReplicaDialer) { s.dial = d }
-
 // Close stops the server's background work (a standby link). It does
 // not stop serving.
 func (s *Server) Close() {
@@ -148,12 +139,8 @@ func (s *Server) startReplica(addr string) error {
 	if s.dial == nil {
 		return status.Error(codes.FailedPrecondition, "ps: this process cannot reach a standby (no replica dialer)")
 	}
-	snap, err := s.snapshotOp()
-	if err != nil {
-		return status.Error(codes.Internal, err.Error())
-	}
 	r := &replicator{addr: addr, epoch: s.epoch, stop: make(chan struct{}), wake: make(chan struct{}, 1),
-		queue: []*pb.ReplicaOp{snap}, queued: []time.Time{time.Now()}, release: []func(){nil}, nextSeq: 2}
+		queue: []*pb.ReplicaOp{s.snapshotOp()}, queued: []time.Time{s.now()}, release: []func(){nil}, nextSeq: 2}
 	s.rep = r
 	go s.runReplica(r)
 	s.log.Info("attaching a hot standby", "addr", addr, "epoch", s.epoch, "version", s.shard.Version())
@@ -186,7 +173,7 @@ func (s *Server) replicate(op *pb.ReplicaOp, release func()) replicaWait {
 	seq := r.nextSeq
 	r.nextSeq++
 	r.queue = append(r.queue, op)
-	r.queued = append(r.queued, time.Now())
+	r.queued = append(r.queued, s.now())
 	r.release = append(r.release, release)
 	select {
 	case r.wake <- struct{}{}:
@@ -366,7 +353,7 @@ func opBytes(op *pb.ReplicaOp) int {
 		return len(op.GetPush().Grad)
 	case op.GetSnapshot() != nil:
 		i := op.GetSnapshot().Init
-		return len(i.GetParams()) + len(i.GetOptimizerState()) + len(op.GetSnapshot().ShardState)
+		return len(i.GetParams()) + len(i.GetOptimizerState()) + proto.Size(op.GetSnapshot().GetShardState())
 	}
 	return 64
 }
@@ -441,7 +428,7 @@ func (s *Server) depose(r *replicator, err error) {
 func (s *Server) updateLag() {
 	n, age := 0, 0.0
 	if r := s.rep; r != nil && len(r.queued) > 0 {
-		n, age = len(r.queued), time.Since(r.queued[0]).Seconds()
+		n, age = len(r.queued), s.now().Sub(r.queued[0]).Seconds()
 	}
 	s.m.ReplicationLag.Set(float64(n))
 	s.m.ReplicationLagSeconds.Set(age)
@@ -454,24 +441,21 @@ func (s *Server) replicaStatus(resp *pb.StatusResponse) {
 		resp.StandbyAddr, resp.StandbyAttached = r.addr, r.attached()
 		resp.ReplicationLagUpdates = int64(len(r.queued))
 		if len(r.queued) > 0 {
-			resp.ReplicationLagSeconds = time.Since(r.queued[0]).Seconds()
+			resp.ReplicationLagSeconds = s.now().Sub(r.queued[0]).Seconds()
 		}
 	}
 }
 
 // snapshotOp is the shard's whole state as a replica operation. Call with
 // mu held.
-func (s *Server) snapshotOp() (*pb.ReplicaOp, error) {
-	st, err := encodeShardState(s.shard.State())
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) snapshotOp() *pb.ReplicaOp {
+	st := s.shard.State().Proto()
 	init := proto.Clone(s.lastInit).(*pb.InitRequest)
 	opt, steps := s.shard.Optimizer().State()
 	init.Params = slices.Clone(wire.Bytes(s.shard.Params()))
 	init.OptimizerState, init.OptimizerStep = slices.Clone(wire.Bytes(opt)), steps
 	init.Version, init.MaxVersion, init.Generation, init.Epoch = s.shard.Version(), s.shard.MaxVersion(), s.gen, s.epoch
-	return &pb.ReplicaOp{Op: &pb.ReplicaOp_Snapshot{Snapshot: &pb.ReplicaSnapshot{Init: init, ShardState: st}}}, nil
+	return &pb.ReplicaOp{Op: &pb.ReplicaOp_Snapshot{Snapshot: &pb.ReplicaSnapshot{Init: init, ShardState: st}}}
 }
 
 // initTemplate is req without its payloads and per-worker lists: what a
@@ -491,7 +475,7 @@ func clonePush(req *pb.PushRequest) *pb.PushRequest {
 
 // Replicate applies a primary's batch of operations (standby side).
 func (s *Server) Replicate(ctx context.Context, b *pb.ReplicaBatch) (*pb.ReplicaAck, error) {
-	defer s.observe("replicate", time.Now())
+	defer s.observe("replicate", s.now())
 	if len(b.Ops) == 0 || b.FirstSeq < 1 {
 		return nil, status.Errorf(codes.InvalidArgument, "replica batch: %d operations from %d", len(b.Ops), b.FirstSeq)
 	}
@@ -561,11 +545,7 @@ func (s *Server) fromSnapshot(b *pb.ReplicaBatch, snap *pb.ReplicaSnapshot) (bui
 	if err != nil {
 		return built{}, err
 	}
-	st, err := decodeShardState(snap.ShardState)
-	if err == nil {
-		err = x.sh.SetState(st)
-	}
-	if err != nil {
+	if err := x.sh.SetState(shardStateFromProto(snap.ShardState)); err != nil {
 		return built{}, status.Error(codes.InvalidArgument, err.Error())
 	}
 	return x, nil

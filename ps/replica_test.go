@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/ml/partition"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/proto/convert"
 	"github.com/pstrain/pstrain/transport/wire"
 )
 
@@ -35,6 +37,14 @@ type link struct {
 	onBatch                  func(*pb.ReplicaBatch) (kill, ackLost bool)
 	killed                   func()
 	gate                     func(*pb.ReplicaBatch) // called before a batch is delivered (may block)
+}
+
+// linkDialer reaches whatever link *l holds when the server dials (a
+// test sets it after building the server).
+func linkDialer(l **link) ReplicaDialer {
+	return func(context.Context, string) (ReplicaClient, func() error, error) {
+		return *l, func() error { return nil }, nil
+	}
 }
 
 func (l *link) Replicate(ctx context.Context, b *pb.ReplicaBatch, _ ...grpc.CallOption) (*pb.ReplicaAck, error) {
@@ -78,8 +88,8 @@ func replicaInit(t *testing.T, mode config.Mode, epoch int64, standby string) (*
 	for i := range params {
 		params[i] = float32(i%7) / 7
 	}
-	return &pb.InitRequest{RunId: "r", Shard: 0, NumShards: 1, ShardOptions: OptionsFor(r).JSON(),
-		Params: wire.Bytes(params), ModelSpec: spec.JSON(), MaxVersion: 1000, StepsPerEpoch: 10,
+	return &pb.InitRequest{RunId: "r", Shard: 0, NumShards: 1, ShardOptions: OptionsFor(r).Proto(),
+		Params: wire.Bytes(params), ModelSpec: convert.ModelSpec(spec), MaxVersion: 1000, StepsPerEpoch: 10,
 		Generation: 1, Epoch: epoch, StandbyAddr: standby}, n
 }
 
@@ -220,7 +230,7 @@ func TestFailoverLosesNoAcknowledgedPush(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			// The undisturbed run: one process, no standby.
-			ref := NewServer(quietLog(), nil, nil)
+			ref := NewServer(Config{Log: quietLog(), Shard: AnyShard})
 			req, n := replicaInit(t, c.mode, 0, "")
 			if _, err := ref.Init(context.Background(), req); err != nil {
 				t.Fatal(err)
@@ -242,10 +252,11 @@ func TestFailoverLosesNoAcknowledgedPush(t *testing.T) {
 					return resp
 				}, n)
 
-			primary, standby := NewServer(quietLog(), nil, nil), NewServer(quietLog(), nil, nil)
+			var l *link
+			primary, standby := NewServer(Config{Log: quietLog(), Shard: AnyShard, Dial: linkDialer(&l)}), NewServer(Config{Log: quietLog(), Shard: AnyShard})
 			f := &failover{procs: [2]*Server{primary, standby}, dead: [2]chan struct{}{make(chan struct{}), make(chan struct{})}}
 			killed := false
-			l := &link{to: standby}
+			l = &link{to: standby}
 			l.onBatch = func(b *pb.ReplicaBatch) (bool, bool) {
 				for _, op := range b.Ops {
 					if p := op.GetPush(); p != nil && p.Worker == c.killWorker && p.DataPosition == c.killAt {
@@ -262,9 +273,6 @@ func TestFailoverLosesNoAcknowledgedPush(t *testing.T) {
 					t.Error(err)
 				}
 			}
-			primary.SetReplicaDialer(func(context.Context, string) (ReplicaClient, func() error, error) {
-				return l, func() error { return nil }, nil
-			})
 			t.Cleanup(primary.Close)
 			req, _ = replicaInit(t, c.mode, 1, "standby")
 			if _, err := primary.Init(ctx, req); err != nil {
@@ -313,11 +321,10 @@ func waitAttached(t *testing.T, s *Server) {
 // memory, the standby attached; n is the shard's size.
 func attachedPair(t *testing.T, mode config.Mode) (primary, standby *Server, l *link, n int) {
 	t.Helper()
-	primary, standby = NewServer(quietLog(), nil, nil), NewServer(quietLog(), nil, nil)
-	l = &link{to: standby}
-	primary.SetReplicaDialer(func(context.Context, string) (ReplicaClient, func() error, error) {
-		return l, func() error { return nil }, nil
-	})
+	var back *link // the standby's way to the primary, once promoted
+	primary = NewServer(Config{Log: quietLog(), Shard: AnyShard, Dial: linkDialer(&l)})
+	standby = NewServer(Config{Log: quietLog(), Shard: AnyShard, Dial: linkDialer(&back)})
+	l, back = &link{to: standby}, &link{to: primary}
 	t.Cleanup(primary.Close)
 	req, n := replicaInit(t, mode, 1, "standby")
 	if _, err := primary.Init(context.Background(), req); err != nil {
@@ -361,10 +368,7 @@ func TestStandbyRefusesWorkersAndFencesItsOldPrimary(t *testing.T) {
 		t.Fatalf("the new primary took the deposed one's update: %+v", v)
 	}
 	// The new primary attaches the old one as its standby (a newer epoch).
-	l2 := &link{to: primary}
-	standby.SetReplicaDialer(func(context.Context, string) (ReplicaClient, func() error, error) {
-		return l2, func() error { return nil }, nil
-	})
+	// (attachedPair gave the standby a link back to the primary.)
 	t.Cleanup(standby.Close)
 	if _, err := standby.SetStandby(ctx, &pb.SetStandbyRequest{RunId: "r", Shard: 0, Epoch: 3, Addr: "ps/0"}); err != nil {
 		t.Fatal(err)
@@ -389,17 +393,7 @@ func TestDroppedStandbyReleasesWaitingPushes(t *testing.T) {
 		done <- err
 	}()
 	// The push is applied but not acknowledged while the standby is gone.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		st, _ := primary.Status(ctx, &pb.StatusRequest{})
-		if st.ReplicationLagUpdates == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the push never reached the replication queue")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitQueued(t, primary)
 	select {
 	case err := <-done:
 		t.Fatalf("push answered while its standby was unreachable: %v", err)
@@ -425,7 +419,7 @@ func TestDroppedStandbyReleasesWaitingPushes(t *testing.T) {
 // plane's push path allocates no gradient-sized buffer (a PS collects
 // garbage at 10% growth; a copy per push once made its CPU six-fold).
 func TestPushWithoutStandbyAllocatesNoPayload(t *testing.T) {
-	srv := NewServer(quietLog(), nil, nil)
+	srv := NewServer(Config{Log: quietLog(), Shard: AnyShard})
 	req, n := replicaInit(t, config.Async, 0, "")
 	if _, err := srv.Init(context.Background(), req); err != nil {
 		t.Fatal(err)
@@ -453,10 +447,11 @@ func TestPushWithoutStandbyAllocatesNoPayload(t *testing.T) {
 // standby), and a pull shows nothing it lacks meanwhile.
 func TestStandbyAttachedOnlyOnceCaughtUp(t *testing.T) {
 	ctx := context.Background()
-	primary, standby := NewServer(quietLog(), nil, nil), NewServer(quietLog(), nil, nil)
+	var l *link
+	primary, standby := NewServer(Config{Log: quietLog(), Shard: AnyShard, Dial: linkDialer(&l)}), NewServer(Config{Log: quietLog(), Shard: AnyShard})
 	snapshotSent, releaseSnapshot := make(chan struct{}), make(chan struct{})
 	catchUpSent, releaseCatchUp := make(chan struct{}), make(chan struct{})
-	l := &link{to: standby}
+	l = &link{to: standby}
 	l.gate = func(b *pb.ReplicaBatch) {
 		switch {
 		case b.Ops[0].GetSnapshot() != nil:
@@ -467,9 +462,6 @@ func TestStandbyAttachedOnlyOnceCaughtUp(t *testing.T) {
 			<-releaseCatchUp
 		}
 	}
-	primary.SetReplicaDialer(func(context.Context, string) (ReplicaClient, func() error, error) {
-		return l, func() error { return nil }, nil
-	})
 	t.Cleanup(primary.Close)
 	req, n := replicaInit(t, config.Async, 1, "standby")
 	if _, err := primary.Init(ctx, req); err != nil {
@@ -629,7 +621,7 @@ func TestPushKeptReleasesItsBufferOnce(t *testing.T) {
 		return &pb.PushRequest{Worker: 0, Version: int64(i), Grad: wire.Bytes(gradOf(0, i, n)), RunId: "r", Generation: 1, DataPosition: int64(i + 1)}
 	}
 	t.Run("alone", func(t *testing.T) {
-		srv := NewServer(quietLog(), nil, nil)
+		srv := NewServer(Config{Log: quietLog(), Shard: AnyShard})
 		req, n := replicaInit(t, config.Async, 0, "")
 		if _, err := srv.Init(ctx, req); err != nil {
 			t.Fatal(err)
@@ -695,17 +687,15 @@ func TestPushKeptReleasesItsBufferOnce(t *testing.T) {
 		l2.waitReleased(t, "dropped")
 	})
 	t.Run("snapshot travelling", func(t *testing.T) {
-		primary, standby := NewServer(quietLog(), nil, nil), NewServer(quietLog(), nil, nil)
+		var lk *link
+		primary, standby := NewServer(Config{Log: quietLog(), Shard: AnyShard, Dial: linkDialer(&lk)}), NewServer(Config{Log: quietLog(), Shard: AnyShard})
 		sent, resume := make(chan struct{}), make(chan struct{})
-		lk := &link{to: standby, gate: func(b *pb.ReplicaBatch) {
+		lk = &link{to: standby, gate: func(b *pb.ReplicaBatch) {
 			if b.Ops[0].GetSnapshot() != nil {
 				close(sent)
 				<-resume
 			}
 		}}
-		primary.SetReplicaDialer(func(context.Context, string) (ReplicaClient, func() error, error) {
-			return lk, func() error { return nil }, nil
-		})
 		t.Cleanup(primary.Close)
 		req, n := replicaInit(t, config.Async, 1, "standby")
 		if _, err := primary.Init(ctx, req); err != nil {
@@ -726,4 +716,64 @@ func TestPushKeptReleasesItsBufferOnce(t *testing.T) {
 			t.Fatalf("standby at version %d, want 1", v.Version)
 		}
 	})
+}
+
+// waitQueued waits until one update of s waits for its standby's
+// acknowledgement.
+func waitQueued(t *testing.T, s *Server) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, _ := s.Status(context.Background(), &pb.StatusRequest{})
+		if st.ReplicationLagUpdates == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the push never reached the replication queue")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// fakeClock is a clock a test moves (Config.Now).
+type fakeClock struct{ ns atomic.Int64 }
+
+func (c *fakeClock) now() time.Time { return time.Unix(0, c.ns.Load()) }
+
+// The replication lag a primary reports is measured on its own clock
+// (Config.Now): the age of the oldest update its standby has not
+// acknowledged.
+func TestReplicationLagFollowsTheServersClock(t *testing.T) {
+	ctx := context.Background()
+	clock := &fakeClock{}
+	clock.ns.Store(time.Unix(1_000_000, 0).UnixNano())
+	var l *link
+	primary := NewServer(Config{Log: quietLog(), Shard: AnyShard, Dial: linkDialer(&l), Now: clock.now})
+	standby := NewServer(Config{Log: quietLog(), Shard: AnyShard})
+	l = &link{to: standby}
+	t.Cleanup(primary.Close)
+	req, n := replicaInit(t, config.Sync, 1, "standby")
+	if _, err := primary.Init(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	waitAttached(t, primary)
+	l.mu.Lock()
+	l.cut = true // the standby stops acknowledging
+	l.mu.Unlock()
+	done := make(chan error, 1)
+	go func() {
+		_, err := primary.Push(ctx, &pb.PushRequest{Worker: 0, Grad: wire.Bytes(gradOf(0, 0, n)), RunId: "r", Generation: 1, DataPosition: 1})
+		done <- err
+	}()
+	waitQueued(t, primary)
+	clock.ns.Add(int64(2500 * time.Millisecond))
+	if st, _ := primary.Status(ctx, &pb.StatusRequest{}); st.ReplicationLagSeconds != 2.5 {
+		t.Errorf("replication lag %v s after the clock moved 2.5 s", st.ReplicationLagSeconds)
+	}
+	if _, err := primary.SetStandby(ctx, &pb.SetStandbyRequest{RunId: "r", Shard: 0, Epoch: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }

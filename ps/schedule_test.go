@@ -106,8 +106,8 @@ func TestInitBuildsSchedule(t *testing.T) {
 		r := config.Default()
 		r.Mode, r.Workers, r.PS, r.Optimizer, r.LR = config.Async, 1, 1, "sgd", 1
 		r.LRSchedule, r.WarmupSteps = lrSchedule, warmup
-		srv := NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
-		_, err := srv.Init(context.Background(), &pb.InitRequest{RunId: "r", NumShards: 1, ShardOptions: OptionsFor(r).JSON(),
+		srv := NewServer(Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Shard: AnyShard})
+		_, err := srv.Init(context.Background(), &pb.InitRequest{RunId: "r", NumShards: 1, ShardOptions: OptionsFor(r).Proto(),
 			Params: wire.Bytes([]float32{0}), MaxVersion: maxVersion, StepsPerEpoch: stepsPerEpoch})
 		return srv, err
 	}
@@ -119,7 +119,7 @@ func TestInitBuildsSchedule(t *testing.T) {
 	}{
 		{"step:1:0.5", 0, 100, "needs the number of steps per epoch, got 0 (init request: steps_per_epoch 0, max_version 100)"},
 		{"cosine", 10, 0, "needs the run's last step"},
-		{"step:x:1", 10, 100, `--lr-schedule "step:x:1"`},
+		{"step:x:1", 10, 100, `lr_schedule "step:x:1"`},
 	} {
 		_, err := initWith(c.sched, 0, c.stepsPerEpoch, c.maxVersion)
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), c.want) {

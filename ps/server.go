@@ -2,7 +2,6 @@ package ps
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,11 +16,12 @@ import (
 	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/checkpoint/shardckpt"
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/ml/model"
+
 	"github.com/pstrain/pstrain/ml/optim"
 	"github.com/pstrain/pstrain/ml/partition"
 	"github.com/pstrain/pstrain/observe/metrics"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/proto/convert"
 	"github.com/pstrain/pstrain/transport/wire"
 )
 
@@ -31,6 +31,7 @@ type Server struct {
 
 	log *slog.Logger
 	m   *metrics.PS
+	now func() time.Time // the clock (Config.Now)
 	// mirror takes the per-gradient series (staleness, norm ratios,
 	// refused and dropped gradients, rejected pushes) while the process
 	// is a standby: its pushes are its primary's, counted there, and a
@@ -160,27 +161,50 @@ type pendingSnap struct {
 	ch chan snapshot
 }
 
-// NewServer returns an uninitialised shard server. m may be nil (no
-// metrics); shutdown is called when the chief orders the process to exit.
-func NewServer(log *slog.Logger, m *metrics.PS, shutdown func()) *Server {
+// Config is everything a Server depends on, given once at NewServer.
+type Config struct {
+	Log     *slog.Logger
+	Metrics *metrics.PS // nil: counted nowhere
+	// Shard is the shard this process serves (ps/N and standby/N serve
+	// shard N): an Init or a replica batch for another shard is refused.
+	// AnyShard: a server bound to none.
+	Shard int
+	// DataAddr is the address of the TCP data plane serving this shard,
+	// which Status reports to workers ("": none).
+	DataAddr string
+	// Store is where the Checkpoint RPC writes (nil: it is refused).
+	Store *checkpoint.Store
+	// Dial is how a primary reaches its standby (nil: it cannot attach
+	// one).
+	Dial ReplicaDialer
+	// Shutdown is called when the chief orders the process to exit (nil:
+	// nothing happens).
+	Shutdown func()
+	// Now is the server's clock: request durations, checkpoint pauses,
+	// the standby link's lag (nil: time.Now).
+	Now func() time.Time
+}
+
+// AnyShard is Config.Shard for a server not bound to one shard.
+const AnyShard = -1
+
+// NewServer returns an uninitialised shard server built from cfg.
+func NewServer(cfg Config) *Server {
+	m, shutdown, now := cfg.Metrics, cfg.Shutdown, cfg.Now
 	if m == nil {
 		m = metrics.NewPS(nil)
 	}
 	if shutdown == nil {
 		shutdown = func() {}
 	}
-	s := &Server{log: log, m: m, mirror: metrics.NewPS(nil), shutdown: shutdown, changed: make(chan struct{}), index: -1, shardIndex: -1}
+	if now == nil {
+		now = time.Now
+	}
+	s := &Server{now: now, log: cfg.Log, m: m, mirror: metrics.NewPS(nil), shutdown: shutdown, changed: make(chan struct{}), index: -1,
+		shardIndex: cfg.Shard, dataAddr: cfg.DataAddr, store: cfg.Store, dial: cfg.Dial}
 	s.setRole(roleNone)
 	return s
 }
-
-// SetDataAddr records the address of the TCP data plane serving this
-// shard, which Status reports to workers. Call it before serving.
-func (s *Server) SetDataAddr(addr string) { s.dataAddr = addr }
-
-// SetCheckpointStore gives the server the store its Checkpoint RPC writes
-// to. Call it before serving.
-func (s *Server) SetCheckpointStore(st *checkpoint.Store) { s.store = st }
 
 // notify wakes every blocked pull so it re-checks readiness. Call with mu.
 func (s *Server) notify() {
@@ -190,12 +214,12 @@ func (s *Server) notify() {
 
 func (s *Server) observe(op string, start time.Time) {
 	s.m.Requests.WithLabelValues(op).Inc()
-	s.m.RequestDuration.WithLabelValues(op).Observe(time.Since(start).Seconds())
+	s.m.RequestDuration.WithLabelValues(op).Observe(s.now().Sub(start).Seconds())
 }
 
 // Init replaces the shard's state.
 func (s *Server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitResponse, error) {
-	defer s.observe("init", time.Now())
+	defer s.observe("init", s.now())
 	b, err := s.build(req)
 	if err != nil {
 		return nil, err
@@ -233,7 +257,7 @@ type built struct {
 // build makes the shard req describes (Init's work that needs no lock);
 // its errors are gRPC statuses.
 func (s *Server) build(req *pb.InitRequest) (built, error) {
-	opts, err := ParseOptions(req.ShardOptions)
+	opts, err := OptionsFromProto(req.ShardOptions)
 	if err != nil {
 		return built{}, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -256,12 +280,8 @@ func (s *Server) build(req *pb.InitRequest) (built, error) {
 		}
 	}
 	var plan partition.Plan
-	if len(req.ModelSpec) > 0 {
-		var spec model.Spec
-		if err := json.Unmarshal(req.ModelSpec, &spec); err != nil {
-			return built{}, status.Errorf(codes.InvalidArgument, "model spec: %v", err)
-		}
-		if plan, err = partition.New(spec, int(req.NumShards)); err != nil {
+	if req.ModelSpec != nil {
+		if plan, err = partition.New(convert.Spec(req.ModelSpec), int(req.NumShards)); err != nil {
 			return built{}, status.Error(codes.InvalidArgument, err.Error())
 		}
 		if req.Shard < 0 || int(req.Shard) >= len(plan.Shards) || plan.Shards[req.Shard].Size != len(params) {
@@ -333,7 +353,7 @@ func (s *Server) install(b built, inherit bool) {
 func lrSchedule(o Options, req *pb.InitRequest) (optim.LRSchedule, error) {
 	sched, err := optim.ParseSchedule(o.LRSchedule)
 	if err != nil {
-		return optim.LRSchedule{}, err
+		return optim.LRSchedule{}, fmt.Errorf("lr_schedule %w", err)
 	}
 	if sched.Kind == optim.Constant && o.WarmupSteps == 0 {
 		return optim.LRSchedule{}, nil
@@ -388,7 +408,7 @@ func (s *Server) PullShared(ctx context.Context, req *pb.PullRequest) (resp *pb.
 // the current version's snapshot. With shared, the caller holds a
 // reference to it (see pullSnap); otherwise the snapshot is never reused.
 func (s *Server) pull(ctx context.Context, req *pb.PullRequest, shared bool) (*pb.PullResponse, *pullSnap, error) {
-	start := time.Now()
+	start := s.now()
 	defer s.observe("pull", start)
 	s.mu.Lock()
 	s.awaitInit(ctx)
@@ -464,7 +484,7 @@ func (s *Server) awaitingInit() bool { return s.shard == nil && s.serving() == n
 // (and nothing held) when it would. The data plane answers such a pull
 // without watching its connection for a client gone meanwhile.
 func (s *Server) PullSharedNow(req *pb.PullRequest) (resp *pb.PullResponse, release func(), ready bool, err error) {
-	start := time.Now()
+	start := s.now()
 	s.mu.Lock()
 	if s.awaitingInit() {
 		s.mu.Unlock()
@@ -523,7 +543,7 @@ func (s *Server) answerPull(req *pb.PullRequest, shared bool, start time.Time) (
 		s.replicate(&pb.ReplicaOp{Op: &pb.ReplicaOp_Retain{Retain: sh.Version()}}, nil)
 	}
 	if req.Worker >= 0 {
-		s.m.BarrierWait.Observe(time.Since(start).Seconds())
+		s.m.BarrierWait.Observe(s.now().Sub(start).Seconds())
 	}
 	return resp, p
 }
@@ -580,7 +600,7 @@ func (s *Server) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushRespons
 // push was the primary's largest allocation: 1.3 MB, hundreds of times
 // a second). Without release the push is copied for the standby.
 func (s *Server) PushKept(ctx context.Context, req *pb.PushRequest, release func()) (*pb.PushResponse, error) {
-	defer s.observe("push", time.Now())
+	defer s.observe("push", s.now())
 	s.m.RPCReceivedBytes.WithLabelValues("push").Add(float64(len(req.Grad)))
 	s.mu.Lock()
 	if err := s.serving(); err != nil {
@@ -693,7 +713,7 @@ func (s *Server) applyPush(req *pb.PushRequest) (resp *pb.PushResponse, err erro
 // worker, and logged (rate-limited). Call with mu held.
 func (s *Server) refused(m *metrics.PS, req *pb.PushRequest, res PushResult) {
 	m.RefusedGradients.WithLabelValues(strconv.Itoa(int(req.Worker)), "norm").Inc()
-	if ok, skipped := s.refusals.due(time.Now()); ok {
+	if ok, skipped := s.refusals.due(s.now()); ok {
 		s.log.Warn("gradient refused by the norm guard: never applied", "worker", req.Worker, "version", req.Version,
 			"norm", fmt.Sprintf("%.4g", res.Norm), "ratio", fmt.Sprintf("%.4g", res.Ratio), "limit", s.opts.NormGuard,
 			"refused_by_worker", s.shard.Refused(), "not_logged_since_last", skipped)
@@ -735,7 +755,7 @@ func rejectReason(err error) string {
 
 // SetMembership updates the live worker set.
 func (s *Server) SetMembership(ctx context.Context, req *pb.MembershipRequest) (*pb.MembershipResponse, error) {
-	defer s.observe("membership", time.Now())
+	defer s.observe("membership", s.now())
 	s.mu.Lock()
 	if err := s.serving(); err != nil {
 		s.mu.Unlock()
@@ -859,12 +879,12 @@ func (s *Server) Snapshot() (version int64, params, optState []float32, optSteps
 // pull snapshot, held until unhold, so a checkpoint copies them at
 // most once per version and no more than a pull would. Call with mu held.
 func (s *Server) takeSnapshot() snapshot {
-	t0 := time.Now()
+	t0 := s.now()
 	p := s.current()
 	p.readers++
 	var sn snapshot
 	s.fillSnapshot(&sn, p)
-	sn.pause = time.Since(t0)
+	sn.pause = s.now().Sub(t0)
 	return sn
 }
 
@@ -1010,7 +1030,7 @@ func (s *Server) abortPending(drop func(*pendingSnap) bool) {
 // and writes the snapshot to the checkpoint store. Only the copy holds
 // the shard's lock; training goes on while the file is written.
 func (s *Server) Checkpoint(ctx context.Context, req *pb.CheckpointRequest) (*pb.CheckpointResponse, error) {
-	defer s.observe("checkpoint", time.Now())
+	defer s.observe("checkpoint", s.now())
 	if s.store == nil {
 		return nil, status.Error(codes.FailedPrecondition, "this parameter server has no --checkpoint-dir")
 	}
@@ -1080,14 +1100,14 @@ func (s *Server) Checkpoint(ctx context.Context, req *pb.CheckpointRequest) (*pb
 		shardckpt.MetaVersion:        strconv.FormatInt(sn.version, 10),
 		shardckpt.MetaRunID:          runID,
 	}
-	t0 := time.Now()
+	t0 := s.now()
 	info, err := s.store.WriteShard(req.Step, index, numShards, tensors, meta)
 	if err != nil {
 		s.log.Error("checkpoint write failed", "step", req.Step, "err", err)
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	s.log.Info("checkpoint shard written", "step", req.Step, "version", sn.version, "retained", req.Retained, "bytes", info.Bytes,
-		"pause", sn.pause, "write", time.Since(t0).Round(time.Microsecond))
+		"pause", sn.pause, "write", s.now().Sub(t0).Round(time.Microsecond))
 	return &pb.CheckpointResponse{File: info.File, Sha256: info.SHA256, Bytes: info.Bytes, Tensors: info.Tensors,
 		Version: sn.version, PauseSeconds: sn.pause.Seconds(), DataPositions: slices.Clone(sn.positions)}, nil
 }

@@ -2,10 +2,8 @@ package ps
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"log/slog"
-	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -22,6 +20,7 @@ import (
 	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/ml/partition"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/proto/convert"
 	"github.com/pstrain/pstrain/transport/wire"
 )
 
@@ -45,11 +44,10 @@ func newTestServer(t *testing.T, gen int64, tweak func(*config.Run)) (*Server, *
 	r.LRSchedule = "constant" // the update rule under test, not the schedule
 	tweak(&r)
 	n := plan.Shards[0].Size
-	srv := NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
 	store := checkpoint.NewStore(checkpoint.NewMemFS(), "/ck", 0)
-	srv.SetCheckpointStore(store)
-	_, err = srv.Init(context.Background(), &pb.InitRequest{RunId: "r", Shard: 0, NumShards: 1, ShardOptions: OptionsFor(r).JSON(),
-		Params: wire.Bytes(make([]float32, n)), Generation: gen, ModelSpec: spec.JSON()})
+	srv := NewServer(Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Shard: AnyShard, Store: store})
+	_, err = srv.Init(context.Background(), &pb.InitRequest{RunId: "r", Shard: 0, NumShards: 1, ShardOptions: OptionsFor(r).Proto(),
+		Params: wire.Bytes(make([]float32, n)), Generation: gen, ModelSpec: convert.ModelSpec(spec)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,8 +189,8 @@ func TestGenerationRollback(t *testing.T) {
 	r := config.Default()
 	r.LRSchedule = "constant" // the update rule under test, not the schedule
 	r.Workers, r.PS, r.Optimizer = 2, 1, "momentum"
-	if _, err := srv.Init(context.Background(), &pb.InitRequest{RunId: "r", Shard: 0, NumShards: 1, ShardOptions: OptionsFor(r).JSON(),
-		Params: wire.Bytes(make([]float32, n)), Generation: 2, ModelSpec: spec.JSON(), Version: 0}); err != nil {
+	if _, err := srv.Init(context.Background(), &pb.InitRequest{RunId: "r", Shard: 0, NumShards: 1, ShardOptions: OptionsFor(r).Proto(),
+		Params: wire.Bytes(make([]float32, n)), Generation: 2, ModelSpec: convert.ModelSpec(spec), Version: 0}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -229,9 +227,10 @@ func BenchmarkCheckpointPause(b *testing.B) {
 	r := config.Default()
 	r.LRSchedule = "constant" // the update rule under test, not the schedule
 	n := plan.Shards[0].Size
-	srv := NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
-	if _, err := srv.Init(context.Background(), &pb.InitRequest{RunId: "r", Shard: 0, NumShards: 2, ShardOptions: OptionsFor(r).JSON(),
-		Params: wire.Bytes(make([]float32, n)), Generation: 1, ModelSpec: spec.JSON()}); err != nil {
+	srv := NewServer(Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Shard: AnyShard,
+		Store: checkpoint.NewStore(checkpoint.OSFS{}, b.TempDir(), 2)})
+	if _, err := srv.Init(context.Background(), &pb.InitRequest{RunId: "r", Shard: 0, NumShards: 2, ShardOptions: OptionsFor(r).Proto(),
+		Params: wire.Bytes(make([]float32, n)), Generation: 1, ModelSpec: convert.ModelSpec(spec)}); err != nil {
 		b.Fatal(err)
 	}
 	b.Run("pause", func(b *testing.B) {
@@ -247,7 +246,6 @@ func BenchmarkCheckpointPause(b *testing.B) {
 		}
 	})
 	b.Run("write", func(b *testing.B) {
-		srv.SetCheckpointStore(checkpoint.NewStore(checkpoint.OSFS{}, b.TempDir(), 2))
 		b.SetBytes(int64(8 * n))
 		step := int64(0)
 		for b.Loop() {
@@ -268,9 +266,9 @@ func TestNaNPolicy(t *testing.T) {
 			r := config.Default()
 			r.LRSchedule = "constant" // the update rule under test, not the schedule
 			r.Workers, r.PS, r.NaNPolicy = 1, 1, policy
-			srv := NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil)
-			if _, err := srv.Init(context.Background(), &pb.InitRequest{RunId: "r", NumShards: 1, ShardOptions: OptionsFor(r).JSON(),
-				Params: wire.Bytes(make([]float32, n)), Generation: 1, ModelSpec: spec.JSON()}); err != nil {
+			srv := NewServer(Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Shard: AnyShard})
+			if _, err := srv.Init(context.Background(), &pb.InitRequest{RunId: "r", NumShards: 1, ShardOptions: OptionsFor(r).Proto(),
+				Params: wire.Bytes(make([]float32, n)), Generation: 1, ModelSpec: convert.ModelSpec(spec)}); err != nil {
 				t.Fatal(err)
 			}
 			g := make([]float32, n)
@@ -432,7 +430,7 @@ func TestBF16PushesAreWidenedOrRefused(t *testing.T) {
 }
 
 // A shard receives only its options (InitRequest.shard_options): the
-// chief's OptionsFor resolves what it can, the JSON survives the trip, and
+// chief's OptionsFor resolves what it can, the options survive the trip, and
 // Init refuses missing or impossible options with InvalidArgument naming
 // the option, leaving the shard as it was.
 func TestInitShardOptions(t *testing.T) {
@@ -442,46 +440,42 @@ func TestInitShardOptions(t *testing.T) {
 	if o.Replicas != 3 || o.Workers != 3 || o.Mode != config.Sync || o.Optimizer != r.Optimizer || o.LRSchedule != r.LRSchedule {
 		t.Fatalf("OptionsFor = %+v", o)
 	}
-	if back, err := ParseOptions(o.JSON()); err != nil || back != o {
-		t.Fatalf("JSON round trip: %+v, %v", back, err)
-	}
-	// The wire contract (docs/wire.md): these keys, no more.
-	var keys map[string]any
-	if err := json.Unmarshal(o.JSON(), &keys); err != nil {
-		t.Fatal(err)
-	}
-	want := []string{"aggregate", "lr", "lr_schedule", "mode", "momentum", "nan_policy", "norm_guard", "optimizer", "replicas", "staleness", "warmup_steps", "wire_dtype", "workers"}
-	if got := slices.Sorted(maps.Keys(keys)); !slices.Equal(got, want) {
-		t.Errorf("shard options carry %v, want %v", got, want)
+	if back, err := OptionsFromProto(o.Proto()); err != nil || back != o {
+		t.Fatalf("round trip: %+v, %v", back, err)
 	}
 
 	srv, _, n := newSyncServer(t, 1)
 	good := OptionsFor(config.Default())
 	for name, c := range map[string]struct {
-		options []byte
+		options *pb.ShardOptions
 		says    string
 	}{
 		"none":             {nil, "none in the init request"},
-		"not json":         {[]byte("{"), "shard options"},
-		"a run config":     {config.Default().JSON(), "replicas"}, // the old field's content: no resolved replicas
+		"empty":            {&pb.ShardOptions{}, "workers"},
 		"zero replicas":    {with(good, func(o *Options) { o.Replicas = 0 }), "replicas"},
-		"replicas > wkrs":  {with(good, func(o *Options) { o.Replicas = o.Workers + 1 }), "--replicas-to-aggregate"},
-		"zero workers":     {with(good, func(o *Options) { o.Workers, o.Replicas = 0, 0 }), "--workers"},
-		"mode":             {with(good, func(o *Options) { o.Mode = "bsp" }), "--mode"},
-		"optimizer":        {with(good, func(o *Options) { o.Optimizer = "rmsprop" }), "--optimizer"},
-		"lr":               {with(good, func(o *Options) { o.LR = 0 }), "--lr"},
-		"momentum":         {with(good, func(o *Options) { o.Momentum = 1 }), "--momentum"},
-		"lr schedule":      {with(good, func(o *Options) { o.LRSchedule = "linear" }), "--lr-schedule"},
-		"warmup":           {with(good, func(o *Options) { o.WarmupSteps = -1 }), "--warmup-steps"},
-		"staleness":        {with(good, func(o *Options) { o.Staleness = -1 }), "--staleness"},
-		"nan policy":       {with(good, func(o *Options) { o.NaNPolicy = "drop" }), "--nan-policy"},
-		"wire dtype":       {with(good, func(o *Options) { o.WireDType = "fp8" }), "--wire-dtype"},
-		"nan policy unset": {with(good, func(o *Options) { o.NaNPolicy = "" }), "--nan-policy"},
+		"replicas > wkrs":  {with(good, func(o *Options) { o.Replicas = o.Workers + 1 }), "replicas"},
+		"zero workers":     {with(good, func(o *Options) { o.Workers, o.Replicas = 0, 0 }), "workers must"},
+		"mode":             {with(good, func(o *Options) { o.Mode = "bsp" }), "mode must"},
+		"optimizer":        {with(good, func(o *Options) { o.Optimizer = "rmsprop" }), "optimizer must"},
+		"lr":               {with(good, func(o *Options) { o.LR = 0 }), "lr must"},
+		"momentum":         {with(good, func(o *Options) { o.Momentum = 1 }), "momentum must"},
+		"lr schedule":      {with(good, func(o *Options) { o.LRSchedule = "linear" }), "lr_schedule"},
+		"warmup":           {with(good, func(o *Options) { o.WarmupSteps = -1 }), "warmup_steps must"},
+		"staleness":        {with(good, func(o *Options) { o.Staleness = -1 }), "staleness must"},
+		"nan policy":       {with(good, func(o *Options) { o.NaNPolicy = "drop" }), "nan_policy must"},
+		"wire dtype":       {with(good, func(o *Options) { o.WireDType = "fp8" }), "wire_dtype must"},
+		"nan policy unset": {with(good, func(o *Options) { o.NaNPolicy = "" }), "nan_policy must"},
+		"norm guard":       {with(good, func(o *Options) { o.NormGuard = 1 }), "norm_guard must"},
+		"aggregate":        {with(good, func(o *Options) { o.Aggregate = "median" }), "aggregate must"},
+		"trimmed async":    {with(good, func(o *Options) { o.Mode, o.Aggregate = config.Async, config.TrimmedMean }), "needs mode sync"},
 	} {
 		_, err := srv.Init(context.Background(), &pb.InitRequest{RunId: "other", NumShards: 1, ShardOptions: c.options,
 			Params: wire.Bytes(make([]float32, n)), Generation: 2})
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), c.says) {
 			t.Errorf("%s: Init said %v, want InvalidArgument mentioning %q", name, err, c.says)
+		}
+		if err != nil && strings.Contains(err.Error(), "--") {
+			t.Errorf("%s: a shard's error names a command-line flag: %v", name, err)
 		}
 	}
 	if st, _ := srv.Status(context.Background(), &pb.StatusRequest{}); st.RunId != "r" || st.Generation != 1 {
@@ -489,10 +483,10 @@ func TestInitShardOptions(t *testing.T) {
 	}
 }
 
-// with is o changed by f, as JSON.
-func with(o Options, f func(*Options)) []byte {
+// with is o changed by f, on the wire.
+func with(o Options, f func(*Options)) *pb.ShardOptions {
 	f(&o)
-	return o.JSON()
+	return o.Proto()
 }
 
 // PullSharedNow answers a pull that need not wait like PullShared, holding
@@ -556,10 +550,12 @@ func TestPullWaitsForInit(t *testing.T) {
 	}
 	r := config.Default()
 	r.Workers, r.PS, r.LRSchedule = 2, 1, "constant"
-	initReq := &pb.InitRequest{RunId: "r", Shard: 0, NumShards: 1, ShardOptions: OptionsFor(r).JSON(),
-		Params: wire.Bytes(make([]float32, plan.Shards[0].Size)), Generation: 1, ModelSpec: spec.JSON()}
+	initReq := &pb.InitRequest{RunId: "r", Shard: 0, NumShards: 1, ShardOptions: OptionsFor(r).Proto(),
+		Params: wire.Bytes(make([]float32, plan.Shards[0].Size)), Generation: 1, ModelSpec: convert.ModelSpec(spec)}
 	pullReq := &pb.PullRequest{Worker: 0, RunId: "r", Generation: 1}
-	newSrv := func() *Server { return NewServer(slog.New(slog.NewTextHandler(io.Discard, nil)), nil, nil) }
+	newSrv := func() *Server {
+		return NewServer(Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Shard: AnyShard})
+	}
 
 	// Not refused at once: a pull whose context ends first is answered
 	// only then.

@@ -1,7 +1,6 @@
 package ps
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -47,97 +46,6 @@ type ShardConfig struct {
 	// after a failover, of a push the old primary applied and replicated
 	// but never answered. (A sync step already knows its contributors.)
 	Dedupe bool
-}
-
-// Options are what a shard needs of the run configuration, and all of it
-// a shard receives: the chief builds them with OptionsFor and sends them
-// as JSON in InitRequest.shard_options. The run's length (max_version,
-// steps_per_epoch) travels in the request beside them; the rest of the
-// run configuration (data, model size, checkpoint and evaluation
-// settings...) is no business of a shard's.
-type Options struct {
-	Mode config.Mode `json:"mode"`
-	// Replicas is how many gradients a sync step aggregates while every
-	// worker lives: --replicas-to-aggregate resolved (config.Run.Replicas),
-	// never 0.
-	Replicas  int `json:"replicas"`
-	Staleness int `json:"staleness"` // ssp: how far a worker may run ahead
-	Workers   int `json:"workers"`   // worker indices are 0..Workers-1
-	// Optimizer is optim.New's name (sgd, momentum or adam); it also names
-	// the optimizer state's tensors in the shard's checkpoint files.
-	Optimizer   string  `json:"optimizer"`
-	LR          float64 `json:"lr"`
-	Momentum    float64 `json:"momentum"`
-	LRSchedule  string  `json:"lr_schedule"` // optim.ParseSchedule
-	WarmupSteps int64   `json:"warmup_steps"`
-	// NaNPolicy: a push holding NaN or Inf is refused, or dropped.
-	NaNPolicy config.NaNPolicy `json:"nan_policy"`
-	// WireDType is how the workers' pushes encode gradients.
-	WireDType config.WireDType `json:"wire_dtype"`
-	// NormGuard is the divergence guard's multiple (--norm-guard).
-	NormGuard float64 `json:"norm_guard"`
-	// Aggregate is how a sync step combines its gradients.
-	Aggregate config.Aggregate `json:"aggregate"`
-	// LRFactor scales the learning rate and its schedule: the chief
-	// lowers it after rolling a diverged model back (0 means 1).
-	LRFactor float64 `json:"lr_factor,omitempty"`
-}
-
-// OptionsFor is the part of the run configuration r a shard needs.
-func OptionsFor(r config.Run) Options {
-	return Options{Mode: r.Mode, Replicas: r.Replicas(), Staleness: r.Staleness, Workers: r.Workers,
-		Optimizer: r.Optimizer, LR: r.LR, Momentum: r.Momentum, LRSchedule: r.LRSchedule, WarmupSteps: r.WarmupSteps,
-		NaNPolicy: r.NaNPolicy, WireDType: r.WireDType, NormGuard: r.NormGuard, Aggregate: r.Aggregate}
-}
-
-// Rate is the learning rate the shard applies: LR times LRFactor.
-func (o Options) Rate() float64 {
-	if o.LRFactor == 0 {
-		return o.LR
-	}
-	return o.LR * o.LRFactor
-}
-
-// Validate reports the first impossible value. The rules are the run
-// configuration's (config.Run.Validate, which the chief applied to the
-// whole run), so a shard accepts exactly the options of a run the chief
-// accepts; the message names the flag.
-func (o Options) Validate() error {
-	r := config.Default() // valid values for the fields a shard does not receive
-	r.Mode, r.ReplicasToAggregate, r.Staleness, r.Workers = o.Mode, o.Replicas, o.Staleness, o.Workers
-	r.Optimizer, r.LR, r.Momentum, r.LRSchedule, r.WarmupSteps = o.Optimizer, o.LR, o.Momentum, o.LRSchedule, o.WarmupSteps
-	r.NaNPolicy, r.WireDType, r.NormGuard, r.Aggregate = o.NaNPolicy, o.WireDType, o.NormGuard, o.Aggregate
-	if err := r.Validate(); err != nil {
-		return err
-	}
-	if !(o.LRFactor >= 0 && o.LRFactor <= 1) {
-		return fmt.Errorf("lr_factor (the chief's learning-rate factor after a rollback) must be in (0, 1], got %v", o.LRFactor)
-	}
-	if o.Replicas < 1 { // the run's 0 (all workers) is resolved by OptionsFor
-		return fmt.Errorf("replicas (gradients per sync step, --replicas-to-aggregate resolved) must be at least 1, got %d", o.Replicas)
-	}
-	return nil
-}
-
-// JSON encodes the options (InitRequest.shard_options).
-func (o Options) JSON() []byte {
-	b, _ := json.Marshal(o) // plain values, finite in a valid run: cannot fail
-	return b
-}
-
-// ParseOptions decodes options from JSON and validates them.
-func ParseOptions(b []byte) (Options, error) {
-	if len(b) == 0 {
-		return Options{}, errors.New("shard options: none in the init request (a chief older than this PS?)")
-	}
-	var o Options
-	if err := json.Unmarshal(b, &o); err != nil {
-		return Options{}, fmt.Errorf("shard options: %w", err)
-	}
-	if err := o.Validate(); err != nil {
-		return Options{}, fmt.Errorf("shard options: %w", err)
-	}
-	return o, nil
 }
 
 // Outcome of a push.

@@ -1,10 +1,10 @@
 package ps
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 
+	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/transport/wire"
 )
 
@@ -14,40 +14,40 @@ import (
 // per-worker bookkeeping and the counters. With it a hot standby becomes an
 // exact copy of its primary at any moment, mid-step included, so the same
 // updates applied to both leave them bit for bit equal
-// (docs/replication.md). It travels as JSON in ReplicaSnapshot.shard_state.
+// (docs/replication.md). It travels as ReplicaSnapshot.shard_state (Proto).
 type ShardState struct {
 	// The configuration a membership change moves.
-	Replicas     int   `json:"replicas"`
-	Workers      int   `json:"workers"`
-	MaxVersion   int64 `json:"max_version"`
-	LRMaxVersion int64 `json:"lr_max_version"`
-	Done         bool  `json:"done"`
+	Replicas     int
+	Workers      int
+	MaxVersion   int64
+	LRMaxVersion int64
+	Done         bool
 	// The sync step under way: the sum of its accepted gradients (mean
 	// aggregation) or their copies (trimmed mean), as float32 bytes.
-	Accum        []byte   `json:"accum,omitempty"`
-	Kept         [][]byte `json:"kept,omitempty"`
-	Accepted     int      `json:"accepted"`
-	Contributors []int    `json:"contributors,omitempty"`
-	After        []int64  `json:"after,omitempty"`
+	Accum        []byte
+	Kept         [][]byte
+	Accepted     int
+	Contributors []int
+	After        []int64
 	// The norm guard's window.
-	GuardWindow []float64 `json:"guard_window"`
-	GuardNext   int       `json:"guard_next"`
-	GuardRef    float64   `json:"guard_ref"`
+	GuardWindow []float64
+	GuardNext   int
+	GuardRef    float64
 	// GuardVersions are the versions the window's gradients came from.
-	GuardVersions []int64 `json:"guard_versions,omitempty"`
+	GuardVersions []int64
 	// Quarantined workers (by index).
-	Quarantined []bool `json:"quarantined,omitempty"`
+	Quarantined []bool
 	// Per worker.
-	Refused   []int64  `json:"refused"`
-	NonFinite []int64  `json:"non_finite"`
-	Retired   []bool   `json:"retired"`
-	Live      []bool   `json:"live"`
-	Clock     []int64  `json:"clock"`
-	Pos       []int64  `json:"pos"`
-	Members   int      `json:"members"`
-	HoldAt    int64    `json:"hold_at"`
-	Outlier   *Outlier `json:"outlier,omitempty"`
-	Stats     Stats    `json:"stats"`
+	Refused   []int64
+	NonFinite []int64
+	Retired   []bool
+	Live      []bool
+	Clock     []int64
+	Pos       []int64
+	Members   int
+	HoldAt    int64
+	Outlier   *Outlier
+	Stats     Stats
 }
 
 // State copies the shard's ShardState.
@@ -152,19 +152,55 @@ func (s *Shard) setStep(st ShardState) error {
 	return nil
 }
 
-// encodeShardState is st as ReplicaSnapshot.shard_state.
-func encodeShardState(st ShardState) ([]byte, error) {
-	b, err := json.Marshal(st)
-	if err != nil {
-		return nil, fmt.Errorf("ps: shard state: %w", err)
+// Proto is st as ReplicaSnapshot.shard_state.
+func (st ShardState) Proto() *pb.ShardState {
+	m := &pb.ShardState{Replicas: int32(st.Replicas), Workers: int32(st.Workers), MaxVersion: st.MaxVersion,
+		LrMaxVersion: st.LRMaxVersion, Done: st.Done, Accum: st.Accum, Kept: st.Kept, Accepted: int32(st.Accepted),
+		Contributors: int32s(st.Contributors), After: st.After,
+		GuardWindow: st.GuardWindow, GuardNext: int32(st.GuardNext), GuardRef: st.GuardRef, GuardVersions: st.GuardVersions,
+		Quarantined: st.Quarantined, Refused: st.Refused, NonFinite: st.NonFinite, Retired: st.Retired, Live: st.Live,
+		Clock: st.Clock, Pos: st.Pos, Members: int32(st.Members), HoldAt: st.HoldAt,
+		Stats: &pb.ShardStats{Applied: st.Stats.Applied, StaleDropped: st.Stats.StaleDropped, Duplicates: st.Stats.Duplicates,
+			Refused: st.Stats.Refused, MaxRatio: st.Stats.MaxRatio, MaxRatioWorker: int32(st.Stats.MaxRatioWorker),
+			MaxRatioVersion: st.Stats.MaxRatioVersion}}
+	if st.Outlier != nil {
+		m.Outlier = &pb.Outlier{Worker: int32(st.Outlier.Worker), Version: st.Outlier.Version, Ratio: st.Outlier.Ratio}
 	}
-	return b, nil
+	return m
 }
 
-func decodeShardState(b []byte) (ShardState, error) {
-	var st ShardState
-	if err := json.Unmarshal(b, &st); err != nil {
-		return ShardState{}, fmt.Errorf("ps: shard state: %w", err)
+// shardStateFromProto reads ReplicaSnapshot.shard_state; Shard.SetState
+// checks it.
+func shardStateFromProto(m *pb.ShardState) ShardState {
+	st := ShardState{Replicas: int(m.GetReplicas()), Workers: int(m.GetWorkers()), MaxVersion: m.GetMaxVersion(),
+		LRMaxVersion: m.GetLrMaxVersion(), Done: m.GetDone(), Accum: m.GetAccum(), Kept: m.GetKept(),
+		Accepted: int(m.GetAccepted()), Contributors: ints(m.GetContributors()), After: m.GetAfter(),
+		GuardWindow: m.GetGuardWindow(), GuardNext: int(m.GetGuardNext()), GuardRef: m.GetGuardRef(),
+		GuardVersions: m.GetGuardVersions(), Quarantined: m.GetQuarantined(), Refused: m.GetRefused(),
+		NonFinite: m.GetNonFinite(), Retired: m.GetRetired(), Live: m.GetLive(), Clock: m.GetClock(), Pos: m.GetPos(),
+		Members: int(m.GetMembers()), HoldAt: m.GetHoldAt()}
+	if s := m.GetStats(); s != nil {
+		st.Stats = Stats{Applied: s.Applied, StaleDropped: s.StaleDropped, Duplicates: s.Duplicates, Refused: s.Refused,
+			MaxRatio: s.MaxRatio, MaxRatioWorker: int(s.MaxRatioWorker), MaxRatioVersion: s.MaxRatioVersion}
 	}
-	return st, nil
+	if o := m.GetOutlier(); o != nil {
+		st.Outlier = &Outlier{Worker: int(o.Worker), Version: o.Version, Ratio: o.Ratio}
+	}
+	return st
+}
+
+func int32s(xs []int) []int32 {
+	out := make([]int32, len(xs))
+	for i, x := range xs {
+		out[i] = int32(x)
+	}
+	return out
+}
+
+func ints(xs []int32) []int {
+	out := make([]int, len(xs))
+	for i, x := range xs {
+		out[i] = int(x)
+	}
+	return out
 }

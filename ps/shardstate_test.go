@@ -7,6 +7,9 @@ import (
 
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/ml/optim"
+	pb "github.com/pstrain/pstrain/proto"
+	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/proto"
 )
 
 // shardOp is one input of the shard state machine, as a primary applies it
@@ -79,15 +82,15 @@ func copyShard(t *testing.T, s *Shard, cfg ShardConfig, opt string) *Shard {
 		t.Fatal(err)
 	}
 	c.version = s.Version()
-	b, err := encodeShardState(s.State())
+	b, err := proto.Marshal(s.State().Proto())
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := decodeShardState(b)
-	if err != nil {
+	var m pb.ShardState
+	if err := proto.Unmarshal(b, &m); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.SetState(got); err != nil {
+	if err := c.SetState(shardStateFromProto(&m)); err != nil {
 		t.Fatal(err)
 	}
 	return c
@@ -124,7 +127,7 @@ func TestShardStateCopyStaysEqual(t *testing.T) {
 					applyOp(t, orig, op)
 				}
 				c := copyShard(t, orig, m.cfg, m.opt)
-				if a, b := stateJSON(t, orig), stateJSON(t, c); a != b {
+				if a, b := stateText(t, orig), stateText(t, c); a != b {
 					t.Fatalf("seed %d: the copy's state differs at once:\n%s\n%s", seed, a, b)
 				}
 				for _, op := range ops[cut:] {
@@ -135,7 +138,7 @@ func TestShardStateCopyStaysEqual(t *testing.T) {
 					t.Fatalf("seed %d (copied after %d ops): versions %d and %d, parameters equal: %v",
 						seed, cut, orig.Version(), c.Version(), slices.Equal(orig.Params(), c.Params()))
 				}
-				if a, b := stateJSON(t, orig), stateJSON(t, c); a != b {
+				if a, b := stateText(t, orig), stateText(t, c); a != b {
 					t.Fatalf("seed %d: states differ after the same ops:\n%s\n%s", seed, a, b)
 				}
 				if orig.Version() == 0 {
@@ -146,13 +149,10 @@ func TestShardStateCopyStaysEqual(t *testing.T) {
 	}
 }
 
-func stateJSON(t *testing.T, s *Shard) string {
+// stateText is the shard's state as text, to compare two shards'.
+func stateText(t *testing.T, s *Shard) string {
 	t.Helper()
-	b, err := encodeShardState(s.State())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
+	return prototext.Format(s.State().Proto())
 }
 
 func TestShardStateRefusesAMismatch(t *testing.T) {

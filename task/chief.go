@@ -83,12 +83,9 @@ func RunChief(ctx context.Context, o Options, co ChiefOptions) (*report.Report, 
 			defer c.Close()
 			var client pb.ParameterServerClient = pb.NewParameterServerClient(c)
 			if o.Run.DataPlane == config.TCP {
-				// The evaluation's pulls too: on gRPC each costs the PS a
-				// copy of its parameters that cannot be reused, and a
-				// marshalling buffer.
 				dc := o.dataPlaneClient(client)
 				defer dc.Close()
-				client = pullsViaDataPlane{client, dc}
+				client = PullsVia(client, dc)
 			}
 			*procs.into = append(*procs.into, chief.PS{Addr: a, Client: client})
 		}

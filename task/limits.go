@@ -24,7 +24,7 @@ import (
 // (docs/security.md, "Limits").
 const (
 	// chiefMaxRecv bounds a message to the chief: registrations and
-	// heartbeats, a few KiB of JSON at most.
+	// heartbeats, a few KiB at most.
 	chiefMaxRecv = 4 << 20
 	// maxStreams bounds the RPCs under way on one gRPC connection. A
 	// worker has at most a pull and a push per shard at once, the chief
@@ -79,7 +79,7 @@ func (o Options) dataLimits() dataplane.Limits {
 // psMaxRecv bounds a message to a PS, over gRPC or the data plane. The
 // largest is Init: the shard's parameters and its optimizer state (one
 // more copy for momentum, two for adam), its workers' data positions and
-// some JSON; a push is one copy of the shard's gradient. The whole model
+// its options; a push is one copy of the shard's gradient. The whole model
 // bounds a shard, so (1 + optimizer slots) x the model's bytes + 1 MiB
 // (and at most --max-message-mb). A PS never reads the data: for an
 // idx: data set, whose sample size only its files say, the bound is
@@ -100,7 +100,8 @@ func psMaxRecv(r config.Run, ceiling int) int {
 	if r.PSReplicas > 0 {
 		// A snapshot: parameters, optimizer state, and the sync step
 		// under way (its sum, or up to one kept copy per worker with the
-		// trimmed mean) as base64 in JSON (4/3 of its bytes).
+		// trimmed mean) as float32 bytes; the bound keeps room for twice
+		// that.
 		copies += 2 * int64(1+r.Workers)
 	}
 	n := copies*4*int64(r.Spec(dim, classes).NumParams()) + 16*int64(r.Workers) + 1<<20
@@ -111,7 +112,7 @@ func psMaxRecv(r config.Run, ceiling int) int {
 // parameters as float32, halved with --wire-dtype bf16.
 func pushSize(req *pb.InitRequest) int {
 	n := len(req.Params)
-	if o, err := ps.ParseOptions(req.ShardOptions); err == nil && o.WireDType == config.BF16 {
+	if o, err := ps.OptionsFromProto(req.ShardOptions); err == nil && o.WireDType == config.BF16 {
 		n /= 2
 	}
 	return n

@@ -37,12 +37,12 @@ func TestPSMaxRecvFollowsTheModel(t *testing.T) {
 
 func TestPushSizeFollowsTheWireType(t *testing.T) {
 	r := config.Default()
-	req := &pb.InitRequest{Params: make([]byte, 4000), ShardOptions: ps.OptionsFor(r).JSON()}
+	req := &pb.InitRequest{Params: make([]byte, 4000), ShardOptions: ps.OptionsFor(r).Proto()}
 	if got := pushSize(req); got != 4000 {
 		t.Errorf("f32: %d, want 4000", got)
 	}
 	r.WireDType = config.BF16
-	req.ShardOptions = ps.OptionsFor(r).JSON()
+	req.ShardOptions = ps.OptionsFor(r).Proto()
 	if got := pushSize(req); got != 2000 {
 		t.Errorf("bf16: %d, want 2000", got)
 	}

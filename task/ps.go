@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"net"
 	"runtime/debug"
 	"sync/atomic"
 
@@ -26,27 +27,7 @@ func RunPS(ctx context.Context, o Options) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// A shard's live heap is a few copies of its slice (parameters,
-	// optimizer state, the sync accumulator, the pull snapshot, a push
-	// buffer per worker). On the TCP data plane it allocates almost
-	// nothing else per step (pull snapshots are reused, scrapes are not
-	// compressed), so collecting at 10% growth keeps the heap at that
-	// live size for free. On gRPC every pulled version costs a new copy
-	// and its encoding, and 10% would collect several times a step (PS
-	// CPU doubled, measured): 50% there, and 100% with hot standbys,
-	// where every replicated push and batch is a payload-sized copy too
-	// (at 10% the collector took two thirds of a primary's CPU). On TCP
-	// a primary's standby gets each push in the buffer the worker's push
-	// was read into, and reads it into a reused one: no copy either
-	// side. docs/scaling.md, "Memory"; docs/replication.md, "Cost".
-	gcPercent := 10
-	switch {
-	case o.Run.DataPlane == config.GRPC && o.Run.PSReplicas > 0:
-		gcPercent = 100
-	case o.Run.DataPlane == config.GRPC:
-		gcPercent = 50
-	}
-	debug.SetGCPercent(gcPercent)
+	debug.SetGCPercent(psGCPercent(o.Run))
 	reg := o.registry()
 	// Async SGD has no barrier: a pull never waits for other workers.
 	m := metrics.NewPSWith(reg, metrics.PSOptions{NoBarrier: o.Run.Mode == config.Async})
@@ -70,15 +51,15 @@ func RunPS(ctx context.Context, o Options) error {
 	// until --connect-timeout (found by TestPartitionPS).
 	registering, stopRegistering := context.WithCancel(ctx)
 	defer stopRegistering()
-	srv := ps.NewServer(o.Log, m, func() { close(shutdown); stopRegistering() })
-	// Hot standbys (docs/replication.md): the shard this process serves,
-	// and how, as a primary, it reaches its standby.
-	srv.SetShardIndex(o.Task.Index)
-	srv.SetReplicaDialer(replicaDialer(o))
-	defer srv.Close()
-	if o.Run.CheckpointDir != "" {
-		srv.SetCheckpointStore(checkpoint.NewStore(checkpoint.OSFS{}, o.Run.CheckpointDir, o.Run.KeepCheckpoints).WithLog(o.Log).WithMode(checkpoint.DirMode(o.Run.CheckpointMode)))
+	dlis, daddr, err := o.psDataListener(addr)
+	if err != nil {
+		return err
 	}
+	srv := ps.NewServer(ps.Config{Log: o.Log, Metrics: m, Shutdown: func() { close(shutdown); stopRegistering() },
+		// Hot standbys (docs/replication.md): the shard this process
+		// serves, and how, as a primary, it reaches its standby.
+		Shard: o.Task.Index, Dial: replicaDialer(o), DataAddr: daddr, Store: o.checkpointStore(), Now: o.Now})
+	defer srv.Close()
 	maxRecv := psMaxRecv(o.Run, o.MaxMessageBytes)
 	g := o.grpcServer(maxRecv, func(reason string) { m.RejectedRequests.WithLabelValues(reason).Inc() })
 	// The data plane learns the shard's push size from its Init, or from
@@ -90,19 +71,10 @@ func RunPS(ctx context.Context, o Options) error {
 			ds.SetPushSize(pushSize(req))
 		}
 	}}
-	if o.Run.DataPlane == config.TCP {
-		dlis, daddr, err := o.listenData(addr)
-		if err != nil {
-			return err
-		}
-		var dtls *tls.Config
-		if o.TLS != nil {
-			dtls = o.TLS.ServerTLS() // same-host clients authenticate with its certificate on the Unix socket
-		}
-		ds = dataplane.NewServer(api, dlis, dataplane.Config{MaxPayload: maxRecv, Limits: o.dataLimits(), Log: o.Log, Metrics: m, Auth: o.Auth, TLS: dtls})
+	if dlis != nil {
+		ds = dataplane.NewServer(api, dlis, dataplane.Config{MaxPayload: maxRecv, Limits: o.dataLimits(), Log: o.Log, Metrics: m, Auth: o.Auth, TLS: o.dataTLS()})
 		go ds.Serve()
 		defer ds.Close()
-		srv.SetDataAddr(daddr)
 		o.Log.Info("tcp data plane listening", "addr", daddr)
 	}
 	pb.RegisterParameterServerServer(g, api)
@@ -111,18 +83,11 @@ func RunPS(ctx context.Context, o Options) error {
 	defer g.Stop()
 	o.Log.Info("parameter server listening", "addr", addr)
 
-	conn, err := o.dial(o.Cluster.Chief[0])
+	closeChief, err := o.registerPS(registering, shutdown, addr)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	if _, err := o.register(registering, pb.NewChiefClient(conn), nil, addr); err != nil {
-		select {
-		case <-shutdown: // ended by the shutdown: stop below
-		default:
-			return err
-		}
-	}
+	defer closeChief()
 	select {
 	case <-shutdown:
 		g.GracefulStop()
@@ -132,6 +97,74 @@ func RunPS(ctx context.Context, o Options) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// registerPS registers the PS at addr with the chief; a shutdown that
+// ends the registration is no error. The connection to the chief stays
+// open until the returned function closes it.
+func (o Options) registerPS(ctx context.Context, shutdown <-chan struct{}, addr string) (func() error, error) {
+	conn, err := o.dial(o.Cluster.Chief[0])
+	if err != nil {
+		return nil, err
+	}
+	if _, err := o.register(ctx, pb.NewChiefClient(conn), nil, addr); err != nil {
+		select {
+		case <-shutdown: // ended by the shutdown: the PS stops
+		default:
+			conn.Close()
+			return nil, err
+		}
+	}
+	return conn.Close, nil
+}
+
+// psGCPercent is the PS process's GOGC. A shard's live heap is a few copies of its slice (parameters,
+// optimizer state, the sync accumulator, the pull snapshot, a push
+// buffer per worker). On the TCP data plane it allocates almost
+// nothing else per step (pull snapshots are reused, scrapes are not
+// compressed), so collecting at 10% growth keeps the heap at that
+// live size for free. On gRPC every pulled version costs a new copy
+// and its encoding, and 10% would collect several times a step (PS
+// CPU doubled, measured): 50% there, and 100% with hot standbys,
+// where every replicated push and batch is a payload-sized copy too
+// (at 10% the collector took two thirds of a primary's CPU). On TCP
+// a primary's standby gets each push in the buffer the worker's push
+// was read into, and reads it into a reused one: no copy either
+// side. docs/scaling.md, "Memory"; docs/replication.md, "Cost".
+func psGCPercent(r config.Run) int {
+	switch {
+	case r.DataPlane == config.GRPC && r.PSReplicas > 0:
+		return 100
+	case r.DataPlane == config.GRPC:
+		return 50
+	}
+	return 10
+}
+
+// psDataListener is the listener and address of the PS's TCP data plane
+// (none on the gRPC data plane).
+func (o Options) psDataListener(addr string) (net.Listener, string, error) {
+	if o.Run.DataPlane != config.TCP {
+		return nil, "", nil
+	}
+	return o.listenData(addr)
+}
+
+// dataTLS is the data plane's server TLS (nil without TLS): same-host
+// clients authenticate with its certificate on the Unix socket.
+func (o Options) dataTLS() *tls.Config {
+	if o.TLS == nil {
+		return nil
+	}
+	return o.TLS.ServerTLS()
+}
+
+// checkpointStore is where a PS writes its shard (nil: no checkpoints).
+func (o Options) checkpointStore() *checkpoint.Store {
+	if o.Run.CheckpointDir == "" {
+		return nil
+	}
+	return checkpoint.NewStore(checkpoint.OSFS{}, o.Run.CheckpointDir, o.Run.KeepCheckpoints).WithLog(o.Log).WithMode(checkpoint.DirMode(o.Run.CheckpointMode))
 }
 
 // replicaDialer is how a primary (ps/N or standby/N: the chief decides)

@@ -6,7 +6,6 @@ package task
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,6 +28,7 @@ import (
 	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/observe/metrics"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/proto/convert"
 	"github.com/pstrain/pstrain/transport/auth"
 	"github.com/pstrain/pstrain/transport/dataplane"
 	"github.com/pstrain/pstrain/transport/tlsconf"
@@ -149,31 +149,16 @@ func (o Options) dataPlaneClient(gc pb.ParameterServerClient) *dataplane.Client 
 // dataPlaneClientWith is dataPlaneClient that tells resolved every
 // address the PS reports ("": it has no data plane).
 func (o Options) dataPlaneClientWith(gc pb.ParameterServerClient, resolved func(addr string)) *dataplane.Client {
-	var tc *tls.Config
+	return NewDataPlaneClient(gc, o.dataPlaneDeps(), resolved)
+}
+
+// dataPlaneDeps are the task's data-plane clients' dependencies.
+func (o Options) dataPlaneDeps() DataPlaneDeps {
+	d := DataPlaneDeps{MaxPayload: o.MaxMessageBytes, Sign: o.creds}
 	if o.TLS != nil {
-		tc = o.TLS.ClientTLS()
+		d.TLS = o.TLS.ClientTLS()
 	}
-	c := dataplane.NewClient(func(ctx context.Context) (string, error) {
-		st, err := gc.Status(ctx, &pb.StatusRequest{})
-		if err != nil {
-			return "", err
-		}
-		resolved(st.DataAddr)
-		return st.DataAddr, nil
-	}, tc, o.MaxMessageBytes)
-	c.SignWith(o.creds)
-	return c
-}
-
-// pullsViaDataPlane is a PS client whose pulls go over the TCP data plane
-// and everything else over gRPC.
-type pullsViaDataPlane struct {
-	pb.ParameterServerClient
-	dp *dataplane.Client
-}
-
-func (p pullsViaDataPlane) Pull(ctx context.Context, in *pb.PullRequest, _ ...grpc.CallOption) (*pb.PullResponse, error) {
-	return p.dp.Pull(ctx, in)
+	return d
 }
 
 // BindAddr is where a task listens to be reached at addr: addr itself
@@ -285,7 +270,7 @@ func (o Options) register(ctx context.Context, client pb.ChiefClient, spec *mode
 			defer cancel()
 			var err error
 			resp, err = client.Register(cctx, &pb.RegisterRequest{Role: o.Task.Type, Index: int32(o.Task.Index), Address: addr,
-				ModelSpec: specJSON(spec), RunConfig: o.Run.JSON(), Pid: int32(os.Getpid())})
+				ModelSpec: specProto(spec), Settings: convert.Settings(o.Run), Pid: int32(os.Getpid())})
 			return err
 		})
 	var gaveUp *retry.GaveUpError
@@ -309,9 +294,10 @@ func specFor(r config.Run, ds *dataset.Dataset) model.Spec {
 	return r.Spec(ds.Dim, ds.Classes)
 }
 
-func specJSON(s *model.Spec) []byte {
+// specProto is s on the wire (nil: a task that checks no model).
+func specProto(s *model.Spec) *pb.ModelSpec {
 	if s == nil {
 		return nil
 	}
-	return s.JSON()
+	return convert.ModelSpec(*s)
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/pstrain/pstrain/ml/partition"
 	"github.com/pstrain/pstrain/observe/metrics"
 	pb "github.com/pstrain/pstrain/proto"
-	"github.com/pstrain/pstrain/transport/dataplane"
+	"github.com/pstrain/pstrain/proto/convert"
 	"github.com/pstrain/pstrain/worker"
 )
 
@@ -88,28 +88,21 @@ func RunWorker(ctx context.Context, o Options, blasThreads int) error {
 
 	var shards []worker.Shard
 	for i, a := range o.Cluster.PS {
-		dp, gc, closeDP, err := o.shardClient(a)
+		dp, pdp, gc, closeDP, err := o.shardClients(a)
 		if err != nil {
 			return err
 		}
 		defer closeDP()
-		// Pulls get a client of their own (worker.Shard.Puller): a second
-		// data-plane connection, or the same gRPC connection, which
-		// carries concurrent calls.
-		pdp := o.pullClient(dp, gc)
-		defer closeClient(pdp)
 		if len(o.Cluster.Standby) > 0 {
 			// A hot standby: the shard's client switches to the other
 			// process when the one it talks to refuses, or stays silent
 			// while the other serves as primary (docs/replication.md).
 			sa := o.Cluster.Standby[i]
-			sdp, sgc, closeSDP, err := o.shardClient(sa)
+			sdp, spdp, sgc, closeSDP, err := o.shardClients(sa)
 			if err != nil {
 				return err
 			}
 			defer closeSDP()
-			spdp := o.pullClient(sdp, sgc)
-			defer closeClient(spdp)
 			dp, pdp = worker.NewFailoverPair(i,
 				worker.Process{Task: cluster.Task{Type: cluster.PS, Index: i}.String(), Addr: a, Client: dp, Role: roleOf(gc)},
 				worker.Process{Task: cluster.Task{Type: cluster.Standby, Index: i}.String(), Addr: sa, Client: sdp, Role: roleOf(sgc)},
@@ -141,37 +134,17 @@ func RunWorker(ctx context.Context, o Options, blasThreads int) error {
 	return err
 }
 
-// shardClient is a worker's client of the PS process at addr: gRPC, or
-// the TCP data plane (found through its gRPC Status), with its gRPC
-// client (gc) for everything else; close closes both.
-func (o Options) shardClient(addr string) (dp worker.DataPlane, gc pb.ParameterServerClient, close func(), err error) {
+// shardClients are a worker's clients of the PS process at addr
+// (WorkerClients) and its gRPC client (gc) for everything else; close
+// closes them all.
+func (o Options) shardClients(addr string) (push, pull worker.DataPlane, gc pb.ParameterServerClient, close func(), err error) {
 	c, err := o.dial(addr)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	gc = pb.NewParameterServerClient(c)
-	if o.Run.DataPlane != config.TCP {
-		return gc, gc, func() { c.Close() }, nil
-	}
-	dc := o.dataPlaneClient(gc)
-	return dc, gc, func() { dc.Close(); c.Close() }, nil
-}
-
-// pullClient is the client a shard's pulls use beside dp, its pushes':
-// another data-plane client of the same PS, or gc itself.
-func (o Options) pullClient(dp worker.DataPlane, gc pb.ParameterServerClient) worker.DataPlane {
-	if _, ok := dp.(*dataplane.Client); ok {
-		return o.dataPlaneClient(gc)
-	}
-	return gc
-}
-
-// closeClient closes c if it is a data-plane client (a gRPC client is
-// closed with its connection).
-func closeClient(c worker.DataPlane) {
-	if dc, ok := c.(*dataplane.Client); ok {
-		dc.Close()
-	}
+	push, pull, closeDP := WorkerClients(gc, o.Run.DataPlane == config.TCP, o.dataPlaneDeps())
+	return push, pull, gc, func() { closeDP(); c.Close() }, nil
 }
 
 // roleOf asks the PS behind gc its replication role (worker.Process.Role).
@@ -186,8 +159,8 @@ func roleOf(gc pb.ParameterServerClient) func(context.Context) (string, error) {
 // carries; a chief without one (older) gives the fixed split of the
 // run's --workers.
 func registrationPlan(reg *pb.RegisterResponse, r config.Run) (dataset.DataPlan, error) {
-	if len(reg.DataPlan) == 0 {
+	if reg.DataPlan == nil {
 		return dataset.NewDataPlan(0, r.Batch, int(reg.NumDataShards)), errors.New("the chief sent no data plan (an older pstrain?)")
 	}
-	return dataset.ParseDataPlan(reg.DataPlan)
+	return convert.Plan(reg.DataPlan)
 }

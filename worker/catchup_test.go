@@ -13,9 +13,9 @@ import (
 
 	"github.com/pstrain/pstrain/chief"
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/internal/inproc"
 	"github.com/pstrain/pstrain/internal/syncbuf"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/testcluster"
 	"github.com/pstrain/pstrain/worker"
 )
 
@@ -134,9 +134,9 @@ func TestWorkerKilledBetweenPushesCatchUp(t *testing.T) {
 // waitSplit waits until shard ahead (0 or 1) has completed the step at
 // version v, which the other still waits for: the step's gradient of the
 // worker that died in it reached shard ahead only.
-func waitSplit(ctx context.Context, t *testing.T, c *inproc.Cluster, v int64, ahead int) {
+func waitSplit(ctx context.Context, t *testing.T, c *testcluster.Cluster, v int64, ahead int) {
 	t.Helper()
-	if err := inproc.WaitFor(ctx, fmt.Sprintf("ps/%d to complete the step", ahead), func() bool {
+	if err := testcluster.WaitFor(ctx, fmt.Sprintf("ps/%d to complete the step", ahead), func() bool {
 		st, err := c.PS(ahead).Status()
 		return err == nil && st.Version > v
 	}); err != nil {
@@ -187,20 +187,20 @@ func TestWorkerKilledBetweenPushesWithChief(t *testing.T) {
 		t.Fatalf("the default run is no longer sync over TCP with R = all workers and a heartbeat timeout of seconds: %+v", run)
 	}
 	var logs syncbuf.Buffer
-	train, test := inproc.SyntheticSplit(512, 128, dim, classes, 1)
-	c := inproc.New(t, inproc.Config{Run: run, Spec: run.Spec(dim, classes), Train: train,
+	train, test := testcluster.SyntheticSplit(512, 128, dim, classes, 1)
+	c := testcluster.New(t, testcluster.Config{Run: run, Spec: run.Spec(dim, classes), Train: train,
 		Log:   slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Chief: &inproc.ChiefConfig{Test: test, PollEvery: 10 * time.Millisecond}})
+		Chief: &testcluster.ChiefConfig{Test: test, PollEvery: 10 * time.Millisecond}})
 	if maxSteps := chief.MaxSteps(run, train.N); maxSteps <= 2*killAt {
 		t.Fatalf("the run has %d steps: too few to kill a worker at step %d", maxSteps, killAt)
 	}
-	if _, err := c.StartWorker(0, inproc.WorkerOptions{}); err != nil {
+	if _, err := c.StartWorker(0, testcluster.WorkerOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	dying, die := context.WithCancel(context.Background())
 	defer die()
 	d := newDieBetweenPushes(killAt, 0, die)
-	old, err := c.StartWorker(1, inproc.WorkerOptions{Context: dying, Tweak: d.wrap})
+	old, err := c.StartWorker(1, testcluster.WorkerOptions{Context: dying, Tweak: d.wrap})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +210,7 @@ func TestWorkerKilledBetweenPushesWithChief(t *testing.T) {
 		t.Fatalf("worker/1 ended with %v before it was killed", err)
 	}
 	waitSplit(ctx, t, c, d.version, 0)
-	if _, err := c.StartWorker(1, inproc.WorkerOptions{}); err != nil {
+	if _, err := c.StartWorker(1, testcluster.WorkerOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	rep, err := c.Finish(ctx)

@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/internal/inproc"
 	"github.com/pstrain/pstrain/ml/dataset"
 	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/ml/nn"
 	"github.com/pstrain/pstrain/ml/optim"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/testcluster"
 	"github.com/pstrain/pstrain/transport/wire"
 	"github.com/pstrain/pstrain/worker"
 )
@@ -53,17 +53,17 @@ func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, n
 // plane if run.DataPlane is config.TCP), initialised with spec.Init(seed),
 // training ending at maxVersion. There is no chief: the tests stand in
 // for it where they need one.
-func startCluster(t *testing.T, run config.Run, spec model.Spec, maxVersion int64) *inproc.Cluster {
+func startCluster(t *testing.T, run config.Run, spec model.Spec, maxVersion int64) *testcluster.Cluster {
 	t.Helper()
-	return inproc.New(t, inproc.Config{Run: run, Spec: spec, MaxVersion: maxVersion, Log: quietLog(), RetryTimeout: 5 * time.Second})
+	return testcluster.New(t, testcluster.Config{Run: run, Spec: spec, MaxVersion: maxVersion, Log: quietLog(), RetryTimeout: 5 * time.Second})
 }
 
 // startWorker starts worker index reading src, its configuration
 // adjusted by tweak (if not nil); it is killed when parent ends (and when
 // the cluster closes).
-func startWorker(t *testing.T, c *inproc.Cluster, parent context.Context, index int, src worker.BatchSource, tweak func(*worker.Config)) *inproc.Worker {
+func startWorker(t *testing.T, c *testcluster.Cluster, parent context.Context, index int, src worker.BatchSource, tweak func(*worker.Config)) *testcluster.Worker {
 	t.Helper()
-	w, err := c.StartWorker(index, inproc.WorkerOptions{Context: parent, Tweak: tweak,
+	w, err := c.StartWorker(index, testcluster.WorkerOptions{Context: parent, Tweak: tweak,
 		Batches: func(int, int) worker.BatchSource { return src }})
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +72,7 @@ func startWorker(t *testing.T, c *inproc.Cluster, parent context.Context, index 
 }
 
 // params reassembles the full model from every shard.
-func params(t *testing.T, c *inproc.Cluster) ([][]float32, []int64) {
+func params(t *testing.T, c *testcluster.Cluster) ([][]float32, []int64) {
 	t.Helper()
 	p, versions, err := c.Params()
 	if err != nil {
@@ -83,7 +83,7 @@ func params(t *testing.T, c *inproc.Cluster) ([][]float32, []int64) {
 
 // waitAll waits for every worker to finish and fails the test on any
 // error: every worker's, so that when one hangs the others' tell why.
-func waitAll(t *testing.T, c *inproc.Cluster) {
+func waitAll(t *testing.T, c *testcluster.Cluster) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -117,10 +117,10 @@ func trainSync(t *testing.T, plane config.DataPlane, dtype config.WireDType, ste
 	run.DataPlane, run.WireDType = plane, dtype
 	run.PS, run.Workers, run.Batch, run.Seed, run.Hidden = 2, syncM, syncB, 7, syncSpec.Hidden
 	run.LR, run.Momentum, run.Optimizer = 0.05, 0.9, "momentum"
-	data := inproc.Synthetic(500, syncSpec.Input, syncSpec.Classes, 3)
+	data := testcluster.Synthetic(500, syncSpec.Input, syncSpec.Classes, 3)
 
 	c := startCluster(t, run, syncSpec, steps)
-	var ws []*inproc.Worker
+	var ws []*testcluster.Worker
 	for i := 0; i < syncM; i++ {
 		ws = append(ws, startWorker(t, c, context.Background(), i, &slice{d: data, index: i, m: syncM, b: syncB}, nil))
 	}
@@ -280,7 +280,7 @@ func TestBackupWorkersAndStaleDrops(t *testing.T) {
 	run.LRSchedule = "constant" // the update rule under test, not the schedule
 	run.PS, run.Workers, run.ReplicasToAggregate, run.Batch, run.Hidden = 2, 3, 2, 8, spec.Hidden
 	run.LR = mechanismLR
-	data := inproc.Synthetic(300, spec.Input, spec.Classes, 5)
+	data := testcluster.Synthetic(300, spec.Input, spec.Classes, 5)
 	const steps = 40
 	c := startCluster(t, run, spec, steps)
 	for i := 0; i < 3; i++ {
@@ -318,7 +318,7 @@ func TestDeadWorkerDoesNotHangSync(t *testing.T) {
 	run.LRSchedule = "constant" // the update rule under test, not the schedule
 	run.PS, run.Workers, run.Batch, run.Hidden = 2, 2, 8, spec.Hidden
 	run.LR = mechanismLR
-	data := inproc.Synthetic(300, spec.Input, spec.Classes, 5)
+	data := testcluster.Synthetic(300, spec.Input, spec.Classes, 5)
 	const steps = 30
 	c := startCluster(t, run, spec, steps)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -361,7 +361,7 @@ func TestSSPBound(t *testing.T) {
 	run.LRSchedule = "constant" // the update rule under test, not the schedule
 	run.Mode, run.Staleness, run.PS, run.Workers, run.Batch, run.Hidden = config.SSP, 2, 2, 3, 8, spec.Hidden
 	run.LR = mechanismLR
-	data := inproc.Synthetic(300, spec.Input, spec.Classes, 5)
+	data := testcluster.Synthetic(300, spec.Input, spec.Classes, 5)
 	const total = 90
 	c := startCluster(t, run, spec, total)
 	var pushed [3]atomic.Int64
@@ -403,7 +403,7 @@ func TestAsyncTrains(t *testing.T) {
 	run := config.Default()
 	run.LRSchedule = "constant" // the update rule under test, not the schedule
 	run.Mode, run.PS, run.Workers, run.Batch, run.Hidden, run.LR = config.Async, 2, 2, 16, spec.Hidden, 0.05
-	data := inproc.Synthetic(300, spec.Input, spec.Classes, 5)
+	data := testcluster.Synthetic(300, spec.Input, spec.Classes, 5)
 	const total = 200
 	c := startCluster(t, run, spec, total)
 	w0 := startWorker(t, c, context.Background(), 0, countingSource(data, run.Batch, 0), nil)

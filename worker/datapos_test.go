@@ -16,11 +16,12 @@ import (
 	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/checkpoint/shardckpt"
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/internal/inproc"
 	"github.com/pstrain/pstrain/ml/dataset"
 	"github.com/pstrain/pstrain/ml/model"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/proto/convert"
 	"github.com/pstrain/pstrain/ps"
+	"github.com/pstrain/pstrain/testcluster"
 	"github.com/pstrain/pstrain/transport/wire"
 	"github.com/pstrain/pstrain/worker"
 )
@@ -171,7 +172,7 @@ func (p *taggingPlane) Push(ctx context.Context, in *pb.PushRequest, opts ...grp
 // synthetic data set, with the test in the chief's place.
 type posHarness struct {
 	t    *testing.T
-	c    *inproc.Cluster
+	c    *testcluster.Cluster
 	run  config.Run
 	data *dataset.Dataset
 	ids  map[string]int
@@ -193,7 +194,7 @@ func newPosHarness(t *testing.T, mode config.Mode, workers, replicas int, checkp
 	if checkpoints {
 		run.CheckpointDir = "/ck"
 	}
-	h := &posHarness{t: t, run: run, data: inproc.Synthetic(workers*posPerShard, posSpec.Input, posSpec.Classes, 11),
+	h := &posHarness{t: t, run: run, data: testcluster.Synthetic(workers*posPerShard, posSpec.Input, posSpec.Classes, 11),
 		ids: map[string]int{}, l: &ledger{}}
 	// About posSteps batches per worker: a sync step takes R gradients,
 	// an async/ssp update one.
@@ -237,8 +238,8 @@ func (h *posHarness) initAll(gen int64, shards []shardState, positions []int64) 
 		live = append(live, int32(w))
 	}
 	for s, st := range shards {
-		req := &pb.InitRequest{RunId: "test", Shard: int32(s), NumShards: int32(h.run.PS), ShardOptions: ps.OptionsFor(h.run).JSON(),
-			ModelSpec: posSpec.JSON(), Params: wire.Bytes(st.params), Version: st.version, MaxVersion: h.maxVersion,
+		req := &pb.InitRequest{RunId: "test", Shard: int32(s), NumShards: int32(h.run.PS), ShardOptions: ps.OptionsFor(h.run).Proto(),
+			ModelSpec: convert.ModelSpec(posSpec), Params: wire.Bytes(st.params), Version: st.version, MaxVersion: h.maxVersion,
 			LiveWorkers: live, Generation: gen, OptimizerStep: st.optSteps, DataPositions: positions,
 			StepsPerEpoch: float64(posPerEpoch)}
 		if len(st.opt) > 0 {
@@ -252,13 +253,13 @@ func (h *posHarness) initAll(gen int64, shards []shardState, positions []int64) 
 
 // start starts an incarnation of worker index; tweak (if not nil) sets
 // its hooks and may kill it with the cancel function it is given.
-func (h *posHarness) start(index int, tweak func(cfg *worker.Config, kill func())) *inproc.Worker {
+func (h *posHarness) start(index int, tweak func(cfg *worker.Config, kill func())) *testcluster.Worker {
 	h.t.Helper()
 	ctx, kill := context.WithCancel(context.Background())
 	h.t.Cleanup(kill)
 	inc := int(h.incs.Add(1))
 	var src *recordingSource
-	w, err := h.c.StartWorker(index, inproc.WorkerOptions{Context: ctx,
+	w, err := h.c.StartWorker(index, testcluster.WorkerOptions{Context: ctx,
 		Batches: func(shard, n int) worker.BatchSource {
 			// As task.RunWorker reads its data shard.
 			b := dataset.NewBatcher(h.data.Shard(shard, n), h.run.Batch, h.run.Seed+int64(shard))
@@ -279,7 +280,7 @@ func (h *posHarness) start(index int, tweak func(cfg *worker.Config, kill func()
 	return w
 }
 
-func (h *posHarness) waitDone(w *inproc.Worker) {
+func (h *posHarness) waitDone(w *testcluster.Worker) {
 	h.t.Helper()
 	select {
 	case <-w.Done():
@@ -641,7 +642,7 @@ func TestDroppedGradientsBatchIsUsedAgain(t *testing.T) {
 	wait := func(what string, cond func() bool) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := inproc.WaitFor(ctx, what, cond); err != nil {
+		if err := testcluster.WaitFor(ctx, what, cond); err != nil {
 			t.Error(err)
 		}
 	}
@@ -686,7 +687,7 @@ func TestDroppedGradientsBatchIsUsedAgain(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			if err := inproc.WaitFor(ctx, "the step to complete without worker 2", func() bool {
+			if err := testcluster.WaitFor(ctx, "the step to complete without worker 2", func() bool {
 				v, done := versions()
 				return v > pulled || done
 			}); err != nil {
@@ -718,7 +719,7 @@ func TestDroppedGradientsBatchIsUsedAgain(t *testing.T) {
 }
 
 // pullAs pulls shard p's parameters as worker w.
-func pullAs(t *testing.T, p *inproc.PS, w int) (*pb.PullResponse, error) {
+func pullAs(t *testing.T, p *testcluster.PS, w int) (*pb.PullResponse, error) {
 	t.Helper()
 	client, err := p.ClientAs(w)
 	if err != nil {

@@ -15,10 +15,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/internal/inproc"
 	"github.com/pstrain/pstrain/internal/syncbuf"
 	"github.com/pstrain/pstrain/ml/model"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/testcluster"
 	"github.com/pstrain/pstrain/worker"
 )
 
@@ -261,7 +261,7 @@ func TestWorkerTrainsThroughFailover(t *testing.T) {
 			run := config.Default()
 			run.LRSchedule = "constant"
 			run.Mode, run.PS, run.Workers, run.Batch, run.Hidden, run.LR, run.DataPlane = config.Async, 2, 1, 16, spec.Hidden, 0.05, plane
-			data := inproc.Synthetic(300, spec.Input, spec.Classes, 5)
+			data := testcluster.Synthetic(300, spec.Input, spec.Classes, 5)
 			const total = 40
 			c := startCluster(t, run, spec, total)
 			var logs syncbuf.Buffer

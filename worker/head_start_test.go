@@ -12,12 +12,12 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/internal/inproc"
 	"github.com/pstrain/pstrain/ml/dataset"
 	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/ml/nn"
 	"github.com/pstrain/pstrain/ml/partition"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/testcluster"
 	"github.com/pstrain/pstrain/transport/wire"
 	"github.com/pstrain/pstrain/worker"
 )
@@ -215,7 +215,7 @@ func runAhead(t *testing.T, o aheadOpts) aheadRun {
 	if b := plan.Shards[1].Blocks[0]; b.Var != 0 || b.RowStart == 0 {
 		t.Fatalf("shard 1 starts with %+v: the test needs it to hold the first layer's later rows", b)
 	}
-	r := aheadRun{plan: plan, params: spec.Init(3), data: inproc.Synthetic(40, spec.Input, spec.Classes, 1)}
+	r := aheadRun{plan: plan, params: spec.Init(3), data: testcluster.Synthetic(40, spec.Input, spec.Classes, 1)}
 	src := newTakenSource(slice{d: r.data, m: 1, b: 2})
 	var conns []worker.Shard
 	for s := range r.shards {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/pstrain/pstrain/ml/dataset"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/proto/convert"
 )
 
 // PlanFollower is a worker's data source under an elastic run's data
@@ -43,7 +44,7 @@ func (w *Worker) Heartbeats(ctx context.Context, chief pb.ChiefClient, timeout t
 		if err != nil && ctx.Err() == nil {
 			w.cfg.Log.Debug("heartbeat failed", "worker", w.cfg.Index, "err", err)
 		}
-		if err == nil && len(resp.DataPlan) > 0 && w.cfg.DataPlan != nil {
+		if err == nil && resp.DataPlan != nil && w.cfg.DataPlan != nil {
 			w.followPlan(resp.DataPlan)
 		}
 		if err == nil && resp.Quarantined != "" {
@@ -63,8 +64,8 @@ func (w *Worker) quarantined(why string) {
 }
 
 // followPlan hands the data source the chief's new plan.
-func (w *Worker) followPlan(b []byte) {
-	p, err := dataset.ParseDataPlan(b)
+func (w *Worker) followPlan(m *pb.DataPlan) {
+	p, err := convert.Plan(m)
 	if err == nil {
 		err = w.cfg.DataPlan.SetPlan(p)
 	}

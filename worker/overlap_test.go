@@ -14,12 +14,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/internal/inproc"
 	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/ml/nn"
 	"github.com/pstrain/pstrain/ml/partition"
 	"github.com/pstrain/pstrain/observe/metrics"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/testcluster"
 	"github.com/pstrain/pstrain/transport/wire"
 	"github.com/pstrain/pstrain/worker"
 )
@@ -134,7 +134,7 @@ func runOverlappedErr(t *testing.T, sh *syncShard, puller bool) error {
 	if puller {
 		shard.Puller = sh
 	}
-	data := inproc.Synthetic(20, spec.Input, spec.Classes, 1)
+	data := testcluster.Synthetic(20, spec.Input, spec.Classes, 1)
 	w, err := worker.New(worker.Config{Index: 0, RunID: "r", Run: run, Plan: plan, Net: net, Shards: []worker.Shard{shard},
 		Batches: &slice{d: data, m: 1, b: 2}, Log: quietLog()})
 	if err != nil {
@@ -231,7 +231,7 @@ func TestPhasesReadTheInjectedClock(t *testing.T) {
 	run.Mode, run.PS, run.Workers, run.Batch = config.Sync, 1, 1, 2
 	reg := prometheus.NewRegistry()
 	w, err := worker.New(worker.Config{Index: 0, RunID: "r", Run: run, Plan: plan, Net: net,
-		Shards: []worker.Shard{{Addr: "fake", Client: sh}}, Batches: &slice{d: inproc.Synthetic(20, spec.Input, spec.Classes, 1), m: 1, b: 2},
+		Shards: []worker.Shard{{Addr: "fake", Client: sh}}, Batches: &slice{d: testcluster.Synthetic(20, spec.Input, spec.Classes, 1), m: 1, b: 2},
 		Log: quietLog(), Metrics: metrics.NewWorker(reg), Clock: &tickClock{now: time.Unix(0, 0)}})
 	if err != nil {
 		t.Fatal(err)

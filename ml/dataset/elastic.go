@@ -1,7 +1,6 @@
 package dataset
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -24,7 +23,8 @@ import (
 // worker that leaves and later comes back goes on after its last era.
 //
 // The plan is the chief's (it decides the eras); every worker receives
-// it as JSON at registration and in heartbeat answers.
+// it at registration and in heartbeat answers (the wire's DataPlan
+// message, package proto/convert).
 type DataPlan struct {
 	// N is the number of training samples (after --data-fraction) and
 	// Batch the per-worker batch size.
@@ -61,21 +61,6 @@ func (p DataPlan) Validate() error {
 		}
 	}
 	return nil
-}
-
-// JSON encodes the plan.
-func (p DataPlan) JSON() []byte {
-	b, _ := json.Marshal(p) // plain values: cannot fail
-	return b
-}
-
-// ParseDataPlan decodes and validates a plan.
-func ParseDataPlan(b []byte) (DataPlan, error) {
-	var p DataPlan
-	if err := json.Unmarshal(b, &p); err != nil {
-		return DataPlan{}, fmt.Errorf("data plan: %w", err)
-	}
-	return p, p.Validate()
 }
 
 // Last is the current era.

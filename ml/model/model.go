@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -182,8 +183,14 @@ func (s Spec) String() string {
 	return strings.Join(parts, "-")
 }
 
-// JSON returns the canonical JSON encoding, used for equality checks on
-// registration and in checkpoint manifests. An MLP's kind is left out
+// Equal says whether s and o are the same network: the same fields, an
+// MLP's kind written or not, an empty list nil or not.
+func (s Spec) Equal(o Spec) bool {
+	return s.KindName() == o.KindName() && s.Input == o.Input && s.Classes == o.Classes && s.Height == o.Height &&
+		s.Width == o.Width && slices.Equal(s.Hidden, o.Hidden) && slices.Equal(s.Conv, o.Conv)
+}
+
+// JSON returns the canonical JSON encoding, used in checkpoint manifests. An MLP's kind is left out
 // (written as "mlp" or not), so MLP specs compare equal to those written
 // before CNNs existed.
 func (s Spec) JSON() []byte {

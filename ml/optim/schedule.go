@@ -25,7 +25,7 @@ type Schedule struct {
 	Factor float64 // StepDecay: multiplier per decay, in (0, 1]
 }
 
-// ParseSchedule reads an --lr-schedule value. "" is constant (a run
+// ParseSchedule reads a schedule (--lr-schedule). "" is constant (a run
 // configuration written before schedules existed).
 func ParseSchedule(s string) (Schedule, error) {
 	switch s {
@@ -36,19 +36,19 @@ func ParseSchedule(s string) (Schedule, error) {
 	}
 	rest, ok := strings.CutPrefix(s, "step:")
 	if !ok {
-		return Schedule{}, fmt.Errorf("--lr-schedule %q: want constant, step:EPOCHS:FACTOR (e.g. step:2:0.5) or cosine", s)
+		return Schedule{}, fmt.Errorf("%q: want constant, step:EPOCHS:FACTOR (e.g. step:2:0.5) or cosine", s)
 	}
 	es, fs, ok := strings.Cut(rest, ":")
 	if !ok {
-		return Schedule{}, fmt.Errorf("--lr-schedule %q: want step:EPOCHS:FACTOR, e.g. step:2:0.5 (halve the rate every 2 epochs)", s)
+		return Schedule{}, fmt.Errorf("%q: want step:EPOCHS:FACTOR, e.g. step:2:0.5 (halve the rate every 2 epochs)", s)
 	}
 	e, err := strconv.ParseFloat(es, 64)
 	if err != nil || !(e > 0) || math.IsInf(e, 0) {
-		return Schedule{}, fmt.Errorf("--lr-schedule %q: EPOCHS must be a positive number, got %q", s, es)
+		return Schedule{}, fmt.Errorf("%q: EPOCHS must be a positive number, got %q", s, es)
 	}
 	f, err := strconv.ParseFloat(fs, 64)
 	if err != nil || !(f > 0) || f > 1 {
-		return Schedule{}, fmt.Errorf("--lr-schedule %q: FACTOR must be in (0, 1], got %q", s, fs)
+		return Schedule{}, fmt.Errorf("%q: FACTOR must be in (0, 1], got %q", s, fs)
 	}
 	return Schedule{Kind: StepDecay, Epochs: e, Factor: f}, nil
 }

@@ -39,7 +39,7 @@ func TestParseSchedule(t *testing.T) {
 		"Cosine":       "want constant",
 	} {
 		_, err := ParseSchedule(in)
-		if err == nil || !strings.Contains(err.Error(), want) || !strings.HasPrefix(err.Error(), "--lr-schedule "+`"`+in+`"`) {
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.HasPrefix(err.Error(), `"`+in+`"`) {
 			t.Errorf("ParseSchedule(%q) = %v, want an error containing %q", in, err, want)
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/ml/partition"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/proto/convert"
 	"github.com/pstrain/pstrain/ps"
 	"github.com/pstrain/pstrain/transport/wire"
 )
@@ -39,11 +40,10 @@ func TestDataPositionAndRetainOverTheDataPlane(t *testing.T) {
 	r.LRSchedule = "constant" // the update rule under test, not the schedule
 	r.Workers, r.PS, r.Optimizer = 1, 1, "momentum"
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv := ps.NewServer(log, nil, nil)
 	store := checkpoint.NewStore(checkpoint.NewMemFS(), "/ck", 0)
-	srv.SetCheckpointStore(store)
+	srv := ps.NewServer(ps.Config{Log: log, Shard: ps.AnyShard, Store: store})
 	ctx := context.Background()
-	if _, err := srv.Init(ctx, &pb.InitRequest{RunId: "r", NumShards: 1, ShardOptions: ps.OptionsFor(r).JSON(), ModelSpec: spec.JSON(),
+	if _, err := srv.Init(ctx, &pb.InitRequest{RunId: "r", NumShards: 1, ShardOptions: ps.OptionsFor(r).Proto(), ModelSpec: convert.ModelSpec(spec),
 		Params: wire.Bytes(make([]float32, n)), Generation: 1, DataPositions: []int64{10}, StepsPerEpoch: 100}); err != nil {
 		t.Fatal(err)
 	}
@@ -124,8 +124,7 @@ func TestStandbyOverTheDataPlane(t *testing.T) {
 	r := config.Default()
 	r.Mode, r.Workers, r.PS, r.Optimizer = config.Sync, 2, 1, "momentum"
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	standby := ps.NewServer(log, nil, nil)
-	standby.SetShardIndex(0)
+	standby := ps.NewServer(ps.Config{Log: log, Shard: 0})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -134,23 +133,21 @@ func TestStandbyOverTheDataPlane(t *testing.T) {
 	go ds.Serve()
 	t.Cleanup(func() { ds.Close() })
 
-	primary := ps.NewServer(log, nil, nil)
-	primary.SetShardIndex(0)
 	var calls atomic.Int64
-	primary.SetReplicaDialer(func(_ context.Context, addr string) (ps.ReplicaClient, func() error, error) {
+	primary := ps.NewServer(ps.Config{Log: log, Shard: 0, Dial: func(_ context.Context, addr string) (ps.ReplicaClient, func() error, error) {
 		if addr != "standby/0" {
 			t.Errorf("dialled %q", addr)
 		}
 		c := client(lis.Addr().String(), 1<<20)
 		return countingReplica{c, &calls}, c.Close, nil
-	})
+	}})
 	t.Cleanup(primary.Close)
 	ctx := context.Background()
 	params := make([]float32, n)
 	for i := range params {
 		params[i] = float32(i%5) / 5
 	}
-	if _, err := primary.Init(ctx, &pb.InitRequest{RunId: "r", NumShards: 1, ShardOptions: ps.OptionsFor(r).JSON(), ModelSpec: spec.JSON(),
+	if _, err := primary.Init(ctx, &pb.InitRequest{RunId: "r", NumShards: 1, ShardOptions: ps.OptionsFor(r).Proto(), ModelSpec: convert.ModelSpec(spec),
 		Params: wire.Bytes(params), Generation: 1, StepsPerEpoch: 100, MaxVersion: 100, Epoch: 1, StandbyAddr: "standby/0"}); err != nil {
 		t.Fatal(err)
 	}

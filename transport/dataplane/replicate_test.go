@@ -63,7 +63,7 @@ func TestReplicateRoundTrip(t *testing.T) {
 	g0, g1 := bytes.Repeat([]byte{1, 2, 3, 4}, 1000), bytes.Repeat([]byte{9, 8, 7, 6}, 1000)
 	batches := []*pb.ReplicaBatch{
 		{RunId: "r", Shard: 3, Epoch: 5, FirstSeq: 1, Ops: []*pb.ReplicaOp{{Op: &pb.ReplicaOp_Snapshot{Snapshot: &pb.ReplicaSnapshot{
-			Init: &pb.InitRequest{RunId: "r", Shard: 3, Params: []byte{1, 2, 3, 4}, Version: 12}, ShardState: []byte(`{"x":1}`)}}}}},
+			Init: &pb.InitRequest{RunId: "r", Shard: 3, Params: []byte{1, 2, 3, 4}, Version: 12}, ShardState: &pb.ShardState{Accepted: 1}}}}}},
 		{RunId: "r", Shard: 3, Epoch: 5, FirstSeq: 2, Ops: []*pb.ReplicaOp{pushOp(0, g0), pushOp(1, g1),
 			{Op: &pb.ReplicaOp_Membership{Membership: &pb.MembershipRequest{LiveWorkers: []int32{0, 2}, Members: 3, Replicas: 2, MaxVersion: 90}}},
 			{Op: &pb.ReplicaOp_Retain{Retain: 41}}, {Op: &pb.ReplicaOp_Stop{Stop: &pb.StopRequest{}}}}},

@@ -1,4 +1,4 @@
-package inproc
+package testcluster
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"github.com/pstrain/pstrain/ml/dataset"
 	"github.com/pstrain/pstrain/ml/nn"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/proto/convert"
+	"github.com/pstrain/pstrain/task"
 	"github.com/pstrain/pstrain/transport/auth"
 	"github.com/pstrain/pstrain/worker"
 )
@@ -54,15 +56,15 @@ type Worker struct {
 // process).
 func (c *Cluster) StartWorker(index int, o WorkerOptions) (*Worker, error) {
 	if index < 0 || index >= c.cfg.Run.WorkerSlots() {
-		return nil, fmt.Errorf("inproc: worker index %d out of range (the run has at most %d)", index, c.cfg.Run.WorkerSlots())
+		return nil, fmt.Errorf("testcluster: worker index %d out of range (the run has at most %d)", index, c.cfg.Run.WorkerSlots())
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return nil, errors.New("inproc: the cluster is closed")
+		return nil, errors.New("testcluster: the cluster is closed")
 	}
 	if prev := c.latest(index); prev != nil && !isDone(prev.done) {
-		return nil, fmt.Errorf("inproc: worker/%d is running; kill it first", index)
+		return nil, fmt.Errorf("testcluster: worker/%d is running; kill it first", index)
 	}
 	parent := o.Context
 	if parent == nil {
@@ -145,7 +147,7 @@ func (c *Cluster) WaitWorkers(ctx context.Context) error {
 	}
 	var errs []error
 	if len(running) > 0 {
-		errs = append(errs, fmt.Errorf("inproc: %w waiting for the workers; still running: %s", ctx.Err(), strings.Join(running, ", ")))
+		errs = append(errs, fmt.Errorf("testcluster: %w waiting for the workers; still running: %s", ctx.Err(), strings.Join(running, ", ")))
 	}
 	for _, w := range ws {
 		if !isDone(w.done) {
@@ -190,7 +192,7 @@ func (w *Worker) Wait(ctx context.Context) error {
 	case <-w.done:
 		return w.Err()
 	case <-ctx.Done():
-		return fmt.Errorf("inproc: waiting for worker/%d: %w", w.index, ctx.Err())
+		return fmt.Errorf("testcluster: waiting for worker/%d: %w", w.index, ctx.Err())
 	}
 }
 
@@ -282,15 +284,9 @@ func (c *Cluster) dialShards(who *auth.Client) ([]worker.Shard, func(), error) {
 			return nil, nil, err
 		}
 		closers = append(closers, conn)
-		gc := pb.NewParameterServerClient(conn)
-		// Pulls on a client of their own, as task.RunWorker's.
-		var dp, pull worker.DataPlane = gc, gc
-		if c.cfg.Run.DataPlane == config.TCP {
-			dc := dataPlaneClient(gc, c.cfg.MaxMessageBytes, who)
-			pc := dataPlaneClient(gc, c.cfg.MaxMessageBytes, who)
-			closers = append(closers, dc, pc)
-			dp, pull = dc, pc
-		}
+		dp, pull, closeDP := task.WorkerClients(pb.NewParameterServerClient(conn), c.cfg.Run.DataPlane == config.TCP,
+			task.DataPlaneDeps{MaxPayload: c.cfg.MaxMessageBytes, Sign: who})
+		closers = append(closers, closerFunc(closeDP))
 		shards = append(shards, worker.Shard{Addr: p.Addr(), Client: dp, Puller: pull})
 	}
 	return shards, closeAll, nil
@@ -335,7 +331,7 @@ func (w *Worker) run(o WorkerOptions) error {
 		src = o.Batches(dataShard, numShards)
 	case c.cfg.Train != nil && w.reg != nil:
 		// As task.RunWorker: the shards of the chief's data plan.
-		plan, err := dataset.ParseDataPlan(w.reg.DataPlan)
+		plan, err := convert.Plan(w.reg.DataPlan)
 		if err != nil {
 			return err
 		}
@@ -349,7 +345,7 @@ func (w *Worker) run(o WorkerOptions) error {
 	case c.cfg.Train != nil:
 		src = NewBatches(c.cfg.Train.Shard(dataShard, numShards), r.Batch, r.Seed+int64(dataShard))
 	default:
-		return errors.New("inproc: no training data: set WorkerOptions.Batches or Config.Train")
+		return errors.New("testcluster: no training data: set WorkerOptions.Batches or Config.Train")
 	}
 	shards, closeShards, err := c.dialShards(who)
 	if err != nil {

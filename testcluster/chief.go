@@ -1,4 +1,4 @@
-package inproc
+package testcluster
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/pstrain/pstrain/observe/metrics"
 	"github.com/pstrain/pstrain/observe/report"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/task"
 	"github.com/pstrain/pstrain/transport/auth"
 	"github.com/pstrain/pstrain/transport/dataplane"
 )
@@ -79,7 +80,7 @@ func (c *Cluster) startChief(cc ChiefConfig) (*Chief, error) {
 			// The evaluation's pulls too, like the chief process.
 			dc := dataPlaneClient(client, c.cfg.MaxMessageBytes, who)
 			c.own(dc)
-			client = pullsViaDataPlane{client, dc}
+			client = task.PullsVia(client, dc)
 		}
 		pss = append(pss, chief.PS{Addr: p.Addr(), Client: client})
 	}
@@ -188,33 +189,12 @@ func (ch *Chief) Wait(ctx context.Context) (*report.Report, error) {
 	case <-ch.done:
 		return ch.rep, ch.err
 	case <-ctx.Done():
-		return nil, fmt.Errorf("inproc: waiting for the chief: %w", ctx.Err())
+		return nil, fmt.Errorf("testcluster: waiting for the chief: %w", ctx.Err())
 	}
 }
 
-// dataPlaneClient is a data-plane client of the shard gc reaches, which
-// reports where its data plane listens in Status, asked again after
-// every broken connection (as task does).
-// Requests are signed as who.
+// dataPlaneClient is a data-plane client of the shard gc reaches, as a
+// task process makes it; requests are signed as who.
 func dataPlaneClient(gc pb.ParameterServerClient, maxPayload int, who *auth.Client) *dataplane.Client {
-	dc := dataplane.NewClient(func(ctx context.Context) (string, error) {
-		st, err := gc.Status(ctx, &pb.StatusRequest{})
-		if err != nil {
-			return "", err
-		}
-		return st.DataAddr, nil
-	}, nil, maxPayload)
-	dc.SignWith(who)
-	return dc
-}
-
-// pullsViaDataPlane is a PS client whose pulls go over the TCP data plane
-// and everything else over gRPC (the chief process's evaluation pulls).
-type pullsViaDataPlane struct {
-	pb.ParameterServerClient
-	dp *dataplane.Client
-}
-
-func (p pullsViaDataPlane) Pull(ctx context.Context, in *pb.PullRequest, _ ...grpc.CallOption) (*pb.PullResponse, error) {
-	return p.dp.Pull(ctx, in)
+	return task.NewDataPlaneClient(gc, task.DataPlaneDeps{MaxPayload: maxPayload, Sign: who}, nil)
 }

@@ -1,4 +1,4 @@
-package inproc
+package testcluster
 
 import (
 	"context"
@@ -26,6 +26,7 @@ import (
 	"github.com/pstrain/pstrain/observe/metrics"
 	"github.com/pstrain/pstrain/observe/report"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/proto/convert"
 	"github.com/pstrain/pstrain/ps"
 	"github.com/pstrain/pstrain/transport/auth"
 	"github.com/pstrain/pstrain/transport/wire"
@@ -127,14 +128,14 @@ func New(t TB, cfg Config) *Cluster {
 	defer cancel()
 	c, err := Start(ctx, cfg)
 	if err != nil {
-		t.Fatalf("inproc: %v", err)
+		t.Fatalf("testcluster: %v", err)
 	}
 	t.Cleanup(func() {
 		if err := c.Close(); err != nil {
-			t.Logf("inproc: close: %v", err)
+			t.Logf("testcluster: close: %v", err)
 		}
 		for _, err := range c.Errors() {
-			t.Logf("inproc: %v", err)
+			t.Logf("testcluster: %v", err)
 		}
 	})
 	return c
@@ -151,7 +152,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, err
 	}
 	if cfg.Chief != nil && cfg.Train == nil {
-		return nil, errors.New("inproc: a cluster with a chief needs Config.Train")
+		return nil, errors.New("testcluster: a cluster with a chief needs Config.Train")
 	}
 	if cfg.RunID == "" {
 		cfg.RunID = "test"
@@ -236,8 +237,8 @@ func (c *Cluster) initShards(ctx context.Context) error {
 		flat := make([]float32, c.plan.Shards[s].Size)
 		c.plan.Gather(s, init, flat)
 		if _, err := p.client.Init(ctx, &pb.InitRequest{RunId: c.cfg.RunID, Shard: int32(s), NumShards: int32(r.PS),
-			ShardOptions: ps.OptionsFor(r).JSON(), ModelSpec: c.cfg.Spec.JSON(), Params: wire.Bytes(flat), MaxVersion: c.cfg.MaxVersion, StepsPerEpoch: perEpoch}); err != nil {
-			return fmt.Errorf("inproc: init ps/%d: %w", s, err)
+			ShardOptions: ps.OptionsFor(r).Proto(), ModelSpec: convert.ModelSpec(c.cfg.Spec), Params: wire.Bytes(flat), MaxVersion: c.cfg.MaxVersion, StepsPerEpoch: perEpoch}); err != nil {
+			return fmt.Errorf("testcluster: init ps/%d: %w", s, err)
 		}
 	}
 	return nil
@@ -279,11 +280,11 @@ func (c *Cluster) Params() ([][]float32, []int64, error) {
 	for s, p := range c.ps {
 		srv := p.Server()
 		if srv == nil {
-			return nil, nil, fmt.Errorf("inproc: ps/%d is down", s)
+			return nil, nil, fmt.Errorf("testcluster: ps/%d is down", s)
 		}
 		v, params, _, _, err := srv.Snapshot()
 		if err != nil {
-			return nil, nil, fmt.Errorf("inproc: ps/%d: %w", s, err)
+			return nil, nil, fmt.Errorf("testcluster: ps/%d: %w", s, err)
 		}
 		c.plan.Scatter(s, params, out)
 		versions = append(versions, v)
@@ -305,7 +306,7 @@ func (c *Cluster) Errors() []error {
 // worker's, or errors the cluster's goroutines reported.
 func (c *Cluster) Finish(ctx context.Context) (*report.Report, error) {
 	if c.chief == nil {
-		return nil, errors.New("inproc: Finish needs a cluster with a chief")
+		return nil, errors.New("testcluster: Finish needs a cluster with a chief")
 	}
 	rep, err := c.chief.Wait(ctx)
 	if err != nil {
@@ -390,7 +391,7 @@ func (c *Cluster) listen(addr string) (net.Listener, string, error) {
 	}
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, "", fmt.Errorf("inproc: listen on %s: %w", addr, err)
+		return nil, "", fmt.Errorf("testcluster: listen on %s: %w", addr, err)
 	}
 	return lis, lis.Addr().String(), nil
 }
@@ -440,7 +441,7 @@ func (c *Cluster) dialBufconn(ctx context.Context, addr string) (net.Conn, error
 	lis := c.bufs[addr]
 	c.mu.Unlock()
 	if lis == nil {
-		return nil, fmt.Errorf("inproc: dial %s: connection refused (the task is down)", addr)
+		return nil, fmt.Errorf("testcluster: dial %s: connection refused (the task is down)", addr)
 	}
 	return lis.DialContext(ctx)
 }
@@ -487,7 +488,7 @@ func (c *Cluster) dial(addr string, who *auth.Client) (*grpc.ClientConn, error) 
 	}
 	conn, err := grpc.NewClient(target, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("inproc: dial %s: %w", addr, err)
+		return nil, fmt.Errorf("testcluster: dial %s: %w", addr, err)
 	}
 	return conn, nil
 }
@@ -495,9 +496,9 @@ func (c *Cluster) dial(addr string, who *auth.Client) (*grpc.ClientConn, error) 
 // register announces a task to the chief, retrying while it is
 // unavailable, as task processes do.
 func (c *Cluster) register(ctx context.Context, client pb.ChiefClient, role string, index int, spec *model.Spec, addr string) (*pb.RegisterResponse, error) {
-	req := &pb.RegisterRequest{Role: role, Index: int32(index), Address: addr, RunConfig: c.cfg.Run.JSON()}
+	req := &pb.RegisterRequest{Role: role, Index: int32(index), Address: addr, Settings: convert.Settings(c.cfg.Run)}
 	if spec != nil {
-		req.ModelSpec = spec.JSON()
+		req.ModelSpec = convert.ModelSpec(*spec)
 	}
 	var resp *pb.RegisterResponse
 	err := retry.Do(ctx, retry.Policy{First: 10 * time.Millisecond, Max: 200 * time.Millisecond, Patience: 30 * time.Second,

@@ -1,4 +1,4 @@
-package inproc
+package testcluster
 
 import (
 	"math/rand/v2"

@@ -1,4 +1,4 @@
-// Package inproc runs a whole pstrain cluster inside one process: N
+// Package testcluster runs a whole pstrain cluster inside one process: N
 // parameter-server shards, an optional chief and M workers, wired the way
 // the task processes wire them (package task), over real gRPC servers and
 // clients. It is the one in-process harness: the worker and chief cluster
@@ -11,10 +11,10 @@
 //
 //	run := config.Default() // 2 PS, 2 workers, sync
 //	run.Hidden, run.Batch, run.LR, run.TargetAccuracy = []int{16}, 16, 0.05, 0
-//	train, test := inproc.SyntheticSplit(512, 128, 16, 4, 1)
-//	c := inproc.New(t, inproc.Config{Run: run, Spec: run.Spec(16, 4), Train: train,
-//		Chief: &inproc.ChiefConfig{Test: test}})
-//	if err := c.StartWorkers(inproc.WorkerOptions{}); err != nil {
+//	train, test := testcluster.SyntheticSplit(512, 128, 16, 4, 1)
+//	c := testcluster.New(t, testcluster.Config{Run: run, Spec: run.Spec(16, 4), Train: train,
+//		Chief: &testcluster.ChiefConfig{Test: test}})
+//	if err := c.StartWorkers(testcluster.WorkerOptions{}); err != nil {
 //		t.Fatal(err)
 //	}
 //	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -71,4 +71,4 @@
 // of a goroutine the cluster started that was not the expected end of a
 // kill or of Close. Close stops every goroutine the cluster started and
 // waits for them.
-package inproc
+package testcluster

@@ -1,4 +1,4 @@
-package inproc_test
+package testcluster_test
 
 import (
 	"context"
@@ -11,10 +11,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/internal/inproc"
 	"github.com/pstrain/pstrain/ml/model"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/ps"
+	"github.com/pstrain/pstrain/testcluster"
 	"github.com/pstrain/pstrain/transport/wire"
 )
 
@@ -33,17 +33,17 @@ func tinyRun(plane config.DataPlane) config.Run {
 func TestPSRestartReconnects(t *testing.T) {
 	for _, tr := range []struct {
 		name string
-		t    inproc.Transport
-	}{{"bufconn", inproc.Bufconn}, {"loopback", inproc.Loopback}} {
+		t    testcluster.Transport
+	}{{"bufconn", testcluster.Bufconn}, {"loopback", testcluster.Loopback}} {
 		for _, plane := range []config.DataPlane{config.GRPC, config.TCP} {
 			t.Run(tr.name+"/"+string(plane), func(t *testing.T) { testPSRestart(t, tr.t, plane) })
 		}
 	}
 }
 
-func testPSRestart(t *testing.T, tr inproc.Transport, plane config.DataPlane) {
+func testPSRestart(t *testing.T, tr testcluster.Transport, plane config.DataPlane) {
 	run := tinyRun(plane)
-	c := inproc.New(t, inproc.Config{Run: run, Spec: spec, Transport: tr, MaxVersion: 10})
+	c := testcluster.New(t, testcluster.Config{Run: run, Spec: spec, Transport: tr, MaxVersion: 10})
 	shards, err := c.Dial()
 	if err != nil {
 		t.Fatal(err)
@@ -77,9 +77,9 @@ func testPSRestart(t *testing.T, tr inproc.Transport, plane config.DataPlane) {
 	// The control plane reconnects (gRPC's backoff may make the first
 	// calls fail fast).
 	var initErr error
-	if err := inproc.WaitFor(ctx, "the restarted PS to accept Init", func() bool {
+	if err := testcluster.WaitFor(ctx, "the restarted PS to accept Init", func() bool {
 		flat := make([]float32, c.Plan().Shards[1].Size)
-		_, initErr = p.Client().Init(ctx, &pb.InitRequest{RunId: "test", Shard: 1, NumShards: 2, ShardOptions: ps.OptionsFor(run).JSON(),
+		_, initErr = p.Client().Init(ctx, &pb.InitRequest{RunId: "test", Shard: 1, NumShards: 2, ShardOptions: ps.OptionsFor(run).Proto(),
 			Params: wire.Bytes(flat), Version: 7})
 		return initErr == nil
 	}); err != nil {
@@ -87,7 +87,7 @@ func testPSRestart(t *testing.T, tr inproc.Transport, plane config.DataPlane) {
 	}
 	var resp *pb.PullResponse
 	var pullErr error
-	if err := inproc.WaitFor(ctx, "a pull from the restarted PS", func() bool {
+	if err := testcluster.WaitFor(ctx, "a pull from the restarted PS", func() bool {
 		resp, pullErr = pull()
 		return pullErr == nil
 	}); err != nil {
@@ -108,8 +108,8 @@ func testPSRestart(t *testing.T, tr inproc.Transport, plane config.DataPlane) {
 func TestWorkersKillAndStartAgain(t *testing.T) {
 	run := tinyRun(config.TCP)
 	run.Mode = config.Async
-	c := inproc.New(t, inproc.Config{Run: run, Spec: spec, MaxVersion: 1 << 40, Train: inproc.Synthetic(64, spec.Input, spec.Classes, 1)})
-	if err := c.StartWorkers(inproc.WorkerOptions{}); err != nil {
+	c := testcluster.New(t, testcluster.Config{Run: run, Spec: spec, MaxVersion: 1 << 40, Train: testcluster.Synthetic(64, spec.Input, spec.Classes, 1)})
+	if err := c.StartWorkers(testcluster.WorkerOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -121,11 +121,11 @@ func TestWorkersKillAndStartAgain(t *testing.T) {
 		}
 		return st.Version
 	}
-	if err := inproc.WaitFor(ctx, "step 5", func() bool { return version() >= 5 }); err != nil {
+	if err := testcluster.WaitFor(ctx, "step 5", func() bool { return version() >= 5 }); err != nil {
 		t.Fatal(err)
 	}
 	w := c.Worker(0)
-	if _, err := c.StartWorker(0, inproc.WorkerOptions{}); err == nil {
+	if _, err := c.StartWorker(0, testcluster.WorkerOptions{}); err == nil {
 		t.Fatal("a running worker was started twice")
 	}
 	w.Kill()
@@ -133,10 +133,10 @@ func TestWorkersKillAndStartAgain(t *testing.T) {
 		t.Fatalf("a killed worker's error: %v", err)
 	}
 	at := version()
-	if _, err := c.StartWorker(0, inproc.WorkerOptions{}); err != nil {
+	if _, err := c.StartWorker(0, testcluster.WorkerOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := inproc.WaitFor(ctx, "training to go on", func() bool { s, _ := c.Worker(0).Progress(); return s >= 5 }); err != nil {
+	if err := testcluster.WaitFor(ctx, "training to go on", func() bool { s, _ := c.Worker(0).Progress(); return s >= 5 }); err != nil {
 		t.Fatalf("%v (version %d, %d before)", err, version(), at)
 	}
 	if c.Worker(0) == w {
@@ -151,8 +151,8 @@ func TestWorkersKillAndStartAgain(t *testing.T) {
 // returns it.
 func TestWorkerErrorIsCollected(t *testing.T) {
 	run := tinyRun(config.GRPC)
-	c := inproc.New(t, inproc.Config{Run: run, Spec: spec, MaxVersion: 10})
-	w, err := c.StartWorker(1, inproc.WorkerOptions{}) // no data: it fails at once
+	c := testcluster.New(t, testcluster.Config{Run: run, Spec: spec, MaxVersion: 10})
+	w, err := c.StartWorker(1, testcluster.WorkerOptions{}) // no data: it fails at once
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,16 +174,16 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	run := tinyRun(config.TCP)
-	train, test := inproc.SyntheticSplit(64, 16, spec.Input, spec.Classes, 1)
+	train, test := testcluster.SyntheticSplit(64, 16, spec.Input, spec.Classes, 1)
 	run.TargetAccuracy, run.CheckpointDir = 0, "ckpt"
-	c, err := inproc.Start(ctx, inproc.Config{Run: run, Spec: spec, Train: train, Chief: &inproc.ChiefConfig{Test: test}})
+	c, err := testcluster.Start(ctx, testcluster.Config{Run: run, Spec: spec, Train: train, Chief: &testcluster.ChiefConfig{Test: test}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.StartWorkers(inproc.WorkerOptions{}); err != nil {
+	if err := c.StartWorkers(testcluster.WorkerOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := inproc.WaitFor(ctx, "training", func() bool { s, _ := c.Worker(1).Progress(); return s >= 3 }); err != nil {
+	if err := testcluster.WaitFor(ctx, "training", func() bool { s, _ := c.Worker(1).Progress(); return s >= 3 }); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Close(); err != nil {
@@ -193,11 +193,11 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 		t.Fatalf("errors: %v", errs)
 	}
 	// gRPC's own goroutines end a moment after their connections close.
-	if err := inproc.WaitFor(ctx, "the goroutines to end", func() bool { return runtime.NumGoroutine() <= before }); err != nil {
+	if err := testcluster.WaitFor(ctx, "the goroutines to end", func() bool { return runtime.NumGoroutine() <= before }); err != nil {
 		buf := make([]byte, 1<<20)
 		t.Fatalf("%v: %d goroutines, %d before\n%s", err, runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
 	}
-	if _, err := c.StartWorker(0, inproc.WorkerOptions{}); err == nil {
+	if _, err := c.StartWorker(0, testcluster.WorkerOptions{}); err == nil {
 		t.Fatal("a worker started on a closed cluster")
 	}
 }

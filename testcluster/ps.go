@@ -1,4 +1,4 @@
-package inproc
+package testcluster
 
 import (
 	"context"
@@ -92,7 +92,7 @@ func (p *PS) Starts() int {
 func (p *PS) Status() (*pb.StatusResponse, error) {
 	srv := p.Server()
 	if srv == nil {
-		return nil, fmt.Errorf("inproc: ps/%d is down", p.index)
+		return nil, fmt.Errorf("testcluster: ps/%d is down", p.index)
 	}
 	return srv.Status(context.Background(), &pb.StatusRequest{})
 }
@@ -143,35 +143,38 @@ func (p *PS) serve() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if c.ctx.Err() != nil {
-		return errors.New("inproc: the cluster is closed")
+		return errors.New("testcluster: the cluster is closed")
 	}
 	if p.inc != nil {
-		return fmt.Errorf("inproc: ps/%d is running; kill it first", p.index)
+		return fmt.Errorf("testcluster: ps/%d is running; kill it first", p.index)
 	}
 	task := fmt.Sprintf("ps/%d", p.index)
 	log := c.cfg.Log.With("task", task)
-	srv := ps.NewServer(log, p.m, nil)
-	if c.fs != nil {
-		srv.SetCheckpointStore(c.store())
-	}
 	lis, addr, err := c.listen(p.addr)
 	if err != nil {
 		return err
 	}
+	cfg := ps.Config{Log: log, Metrics: p.m, Shard: p.index}
+	var dl net.Listener
+	if c.cfg.Run.DataPlane == config.TCP {
+		if dl, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			lis.Close()
+			return fmt.Errorf("testcluster: %s data plane: %w", task, err)
+		}
+		cfg.DataAddr = dl.Addr().String()
+	}
+	if c.fs != nil {
+		cfg.Store = c.store()
+	}
+	srv := ps.NewServer(cfg)
 	var refused func(string)
 	if p.m != nil {
 		refused = func(reason string) { p.m.RejectedRequests.WithLabelValues(reason).Inc() }
 	}
 	inc := &psProcess{srv: srv, g: c.grpcServer(refused), done: make(chan struct{})}
 	pb.RegisterParameterServerServer(inc.g, srv)
-	if c.cfg.Run.DataPlane == config.TCP {
-		dl, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			lis.Close()
-			return fmt.Errorf("inproc: %s data plane: %w", task, err)
-		}
+	if dl != nil {
 		inc.data = dataplane.NewServer(srv, dl, dataplane.Config{MaxPayload: c.cfg.MaxMessageBytes, Log: log, Metrics: p.m, Auth: c.keys})
-		srv.SetDataAddr(dl.Addr().String())
 	}
 	var serving sync.WaitGroup
 	c.serveGRPC(task, inc.g, lis, &serving)

@@ -1,4 +1,4 @@
-package inproc
+package testcluster
 
 import (
 	"context"
@@ -20,7 +20,7 @@ func WaitFor(ctx context.Context, what string, cond func() bool) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("inproc: waiting for %s: %w", what, ctx.Err())
+			return fmt.Errorf("testcluster: waiting for %s: %w", what, ctx.Err())
 		case <-t.C:
 		}
 	}
