@@ -81,18 +81,9 @@ func TestPstrainRunsTheLab(t *testing.T) {
 		{lab, []string{"plot"}, 2, "", "pstrain-lab plot: want one sweep directory"},
 	} {
 		cmd := exec.Command(c.exe, c.args...)
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		code := 0
-		var exit *exec.ExitError
-		if errors.As(err, &exit) {
-			code = exit.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		if code != c.code || !strings.Contains(stdout.String(), c.stdout) || !strings.Contains(stderr.String(), c.stderr) || (c.stderr == "" && stderr.Len() > 0) {
-			t.Errorf("%s %q: status %d, stdout %q, stderr %q; want %d, %q, %q", c.exe, c.args, code, stdout.String(), stderr.String(), c.code, c.stdout, c.stderr)
+		code, stdout, stderr := testbin.Run(t, cmd)
+		if code != c.code || !strings.Contains(stdout, c.stdout) || !strings.Contains(stderr, c.stderr) || (c.stderr == "" && stderr != "") {
+			t.Errorf("%s %q: status %d, stdout %q, stderr %q; want %d, %q, %q", c.exe, c.args, code, stdout, stderr, c.code, c.stdout, c.stderr)
 		}
 	}
 }

@@ -235,29 +235,20 @@ func TestExitCodes(t *testing.T) {
 		if c.tfConfig != "" {
 			cmd.Env = append(os.Environ(), "TF_CONFIG="+c.tfConfig)
 		}
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		code := 0
-		var exit *exec.ExitError
-		if errors.As(err, &exit) {
-			code = exit.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
+		code, stdout, stderr := testbin.Run(t, cmd)
 		if code != c.code {
-			t.Errorf("pstrain %q: exit status %d, want %d\nstdout %q\nstderr %q", c.args, code, c.code, stdout.String(), stderr.String())
+			t.Errorf("pstrain %q: exit status %d, want %d\nstdout %q\nstderr %q", c.args, code, c.code, stdout, stderr)
 		}
-		if !strings.Contains(stdout.String(), c.stdout) {
-			t.Errorf("pstrain %q: stdout %q, want it to contain %q", c.args, stdout.String(), c.stdout)
+		if !strings.Contains(stdout, c.stdout) {
+			t.Errorf("pstrain %q: stdout %q, want it to contain %q", c.args, stdout, c.stdout)
 		}
-		switch lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n"); {
-		case c.stderrHint == "" && stderr.Len() > 0:
-			t.Errorf("pstrain %q: stderr %q, want none", c.args, stderr.String())
+		switch lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n"); {
+		case c.stderrHint == "" && stderr != "":
+			t.Errorf("pstrain %q: stderr %q, want none", c.args, stderr)
 		case c.code == 2 && (len(lines) != 2 || lines[1] != c.stderrHint):
-			t.Errorf("pstrain %q: stderr %q, want the error and %q", c.args, stderr.String(), c.stderrHint)
-		case c.code == 1 && !strings.Contains(stderr.String(), c.stderrHint):
-			t.Errorf("pstrain %q: stderr %q, want %q", c.args, stderr.String(), c.stderrHint)
+			t.Errorf("pstrain %q: stderr %q, want the error and %q", c.args, stderr, c.stderrHint)
+		case c.code == 1 && !strings.Contains(stderr, c.stderrHint):
+			t.Errorf("pstrain %q: stderr %q, want %q", c.args, stderr, c.stderrHint)
 		}
 	}
 }
@@ -265,16 +256,12 @@ func TestExitCodes(t *testing.T) {
 // `pstrain` alone is a usage error: the whole usage on stderr, status 2
 // (as `go` alone does).
 func TestNoCommandPrintsUsage(t *testing.T) {
-	cmd := exec.Command(bin.Path(t))
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.ExitCode() != 2 {
-		t.Fatalf("pstrain alone: %v, want exit status 2", err)
+	code, stdout, stderr := testbin.Run(t, exec.Command(bin.Path(t)))
+	if code != 2 {
+		t.Fatalf("pstrain alone: exit status %d, want 2", code)
 	}
-	if stdout.Len() > 0 || stderr.String() != usage {
-		t.Errorf("pstrain alone: stdout %q, stderr %q; want the usage on stderr only", stdout.String(), stderr.String())
+	if stdout != "" || stderr != usage {
+		t.Errorf("pstrain alone: stdout %q, stderr %q; want the usage on stderr only", stdout, stderr)
 	}
 }
 

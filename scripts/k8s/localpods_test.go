@@ -1,7 +1,6 @@
 package k8s
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -17,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/pstrain/pstrain/cluster"
+	"github.com/pstrain/pstrain/internal/syncbuf"
 	"github.com/pstrain/pstrain/internal/testbin"
 )
 
@@ -315,7 +315,7 @@ func makeSecrets(t *testing.T, exe, root string, pods []*localPod) {
 type podRun struct {
 	pod *localPod
 	cmd *exec.Cmd
-	out lockedBuffer
+	out syncbuf.Buffer
 	err error
 }
 
@@ -470,25 +470,6 @@ func checkCheckpoint(t *testing.T, exe, dir string, pods []*localPod) {
 		t.Errorf("the final checkpoint scores %.2f%%, under the 90%% target:\n%s", acc, out)
 	}
 	t.Logf("final checkpoint: %.2f%% test accuracy", acc)
-}
-
-// lockedBuffer is a process's output, written by its stdout and stderr
-// and read while it runs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func tail(s string, n int) string {
