@@ -262,7 +262,11 @@ func (c *Core) checkDivergence(now time.Time, res EvalResult) ([]Action, bool) {
 		// gradients reaches the restored model.
 		first = c.membership(now)
 	}
-	c.log.Error("the model diverged: rolling back to the last good checkpoint with half the learning rate",
+	msg := "the model diverged: rolling back to the last good checkpoint with half the learning rate"
+	if culprit {
+		msg = "the model diverged: rolling back to the last good checkpoint; the learning rate stays (its cause is quarantined)"
+	}
+	c.log.Error(msg,
 		"step", res.Step, "test_loss", res.Loss, "best_loss", best, "at_most_step", c.rollback.AtMost,
 		"lr_factor", d.LRFactor, "generation", c.st.Generation, "suspect", d.SuspectWorker, "evidence", d.Evidence)
 	return append(first, c.sendRollback()...), true
