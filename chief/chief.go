@@ -326,6 +326,9 @@ func (c *Chief) performOnShards(ctx context.Context, a Action) ([]Action, error)
 			return nil, err
 		}
 		return c.step(func(now time.Time) []Action { return c.core.RolledBack(now, step, fromCkpt) }), nil
+	case HandBack:
+		res := c.handBack(ctx, a)
+		return c.step(func(now time.Time) []Action { return c.core.HandedBack(now, res) }), nil
 	case Reinit:
 		if err := c.reinit(ctx, a); err != nil {
 			// The run is over either way: report it, with the final

@@ -104,6 +104,7 @@ type stopState struct {
 	finalEvalAsked bool
 	finalCkptAsked bool
 	reinitAsked    bool
+	handBackBusy   bool // a HandBack is under way (core_handback.go)
 }
 
 // divergenceState is the divergence guard (core_diverge.go): the shards'
@@ -218,6 +219,9 @@ type State struct {
 	// quarantined (core_suspect.go).
 	Suspects    []report.Suspect `json:"suspects,omitempty"`
 	Quarantined []int            `json:"quarantined,omitempty"`
+	// HandedBack is the hand-back of an earlier model in place of a
+	// ruined final one, once it began (core_handback.go).
+	HandedBack *report.HandedBack `json:"handed_back,omitempty"`
 	// Elastic workers (docs/elastic.md): the data plan, the worker count
 	// changes, and the run's last step once a change moved it (0: the
 	// MaxSteps formula).

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/pstrain/pstrain/observe/report"
@@ -96,7 +95,12 @@ func (c *Core) Evaluated(now time.Time, res EvalResult) []Action {
 		c.winLoss = math.NaN()
 		return c.wind(now)
 	}
-	divActs, diverged := c.checkDivergence(now, res)
+	var divActs []Action
+	diverged := false
+	if !c.handingBack() {
+		// (A model restored to be handed back is judged by the hand-back.)
+		divActs, diverged = c.checkDivergence(now, res)
+	}
 	ev := report.Eval{Step: res.Step, Seconds: c.seconds(res.At), TestAccuracy: res.Accuracy, TestLoss: jsonLoss(res.Loss), TestSamples: res.Samples, Subset: !res.Full}
 	c.st.Evals = append(c.st.Evals, ev)
 	c.st.TestSeconds += res.Duration.Seconds()
@@ -185,10 +189,13 @@ func (c *Core) wind(now time.Time) []Action {
 		c.finalEvalAsked = true
 		return []Action{c.orderEval(now, Evaluate{Generation: c.st.Generation, Subset: 1})}
 	}
+	if acts := c.handBackDue(); len(acts) > 0 || c.handBackBusy {
+		return acts
+	}
 	if c.p.Checkpoints && !c.finalCkptAsked {
 		c.finalCkptAsked, c.ckptBusy = true, true
 		return []Action{Checkpoint{Versions: append([]int64(nil), c.versions...), Latest: c.st.LatestCheckpoint,
-			Final: true, Retained: c.stopReason == StopTarget, Stopped: c.versionsStopped, KeepGood: c.rollbackBound()}}
+			Final: true, Retained: c.stopReason == StopTarget && !c.handingBack(), Stopped: c.versionsStopped, KeepGood: c.rollbackBound()}}
 	}
 	return c.finish()
 }
@@ -317,32 +324,10 @@ func (c *Core) report() *report.Report {
 		rep.TestAccuracy, rep.FinalStep = c.finalEval.TestAccuracy, c.finalEval.Step
 	}
 	rep.Ruined = c.ruined()
+	if hb := c.st.HandedBack; hb != nil {
+		cp := *hb
+		cp.Tried = slices.Clone(hb.Tried)
+		rep.HandedBack = &cp
+	}
 	return rep
-}
-
-// ruined says why the model handed back is not a success ("": it is):
-// its test loss is above the initial model's (or not finite), or the
-// run ended with a divergence it did not roll back.
-func (c *Core) ruined() string {
-	var why []string
-	if e := c.finalEval; e != nil {
-		if l := c.p.InitialLoss; l > 0 && e.TestLoss > l {
-			why = append(why, fmt.Sprintf("the final model (step %d, test loss %.4g) is worse than the initial one (%.4g)", e.Step, e.TestLoss, l))
-		} else if l <= 0 && e.TestLoss >= math.MaxFloat64 {
-			why = append(why, fmt.Sprintf("the final model (step %d) has a test loss that is not finite", e.Step))
-		}
-	}
-	if n := len(c.st.Divergences); n > 0 && c.st.Divergences[n-1].RolledBackTo < 0 {
-		d := c.st.Divergences[n-1]
-		why = append(why, fmt.Sprintf("the model diverged at step %d (test loss %.4g) and was not rolled back", d.AtStep, d.TestLoss))
-	}
-	if len(why) == 0 {
-		return ""
-	}
-	if s := c.st.Suspects; len(s) > 0 {
-		why = append(why, "suspect "+s[len(s)-1].Worker)
-	} else if n := len(c.st.Divergences); n > 0 && c.st.Divergences[n-1].SuspectWorker != "" {
-		why = append(why, "suspect "+c.st.Divergences[n-1].SuspectWorker)
-	}
-	return strings.Join(why, "; ")
 }

@@ -113,7 +113,8 @@ func TestRollbacksHalveTheRateThenGiveUp(t *testing.T) {
 }
 
 // A divergence found by the final evaluation is reported, not rolled
-// back, and the stop goes on.
+// back, and the stop goes on: the diverged model is not the one handed
+// back (an earlier one is restored, scored and checkpointed).
 func TestDivergenceAtTheEndIsReported(t *testing.T) {
 	c, now := trainingCore(t, nil)
 	c.Evaluated(now, EvalResult{Seq: 1, Generation: 1, Step: 10, At: now, Loss: 0.2})
@@ -127,12 +128,26 @@ func TestDivergenceAtTheEndIsReported(t *testing.T) {
 	if _, ok := actionOf[Rollback](acts); ok {
 		t.Fatalf("rolled back after training ended: %v", acts)
 	}
-	if _, ok := actionOf[Checkpoint](acts); !ok {
-		t.Errorf("the stop did not go on to the final checkpoint: %v", acts)
+	hb, ok := actionOf[HandBack](acts)
+	if !ok || hb.AtMost != 10 {
+		t.Fatalf("the stop did not go on to hand back the model of step 10 or before: %v", acts)
+	}
+	acts = c.HandedBack(now, HandBackResult{Step: 10, FromCheckpoint: true, Versions: []int64{10, 10}})
+	ev, ok = actionOf[Evaluate](acts)
+	if !ok || ev.Generation != hb.Generation {
+		t.Fatalf("the model handed back is not scored: %v", acts)
+	}
+	acts = c.Evaluated(now, EvalResult{Seq: ev.Seq, Generation: ev.Generation, Step: 10, At: now, Loss: 0.2, Accuracy: 0.9, Full: true})
+	if ck, ok := actionOf[Checkpoint](acts); !ok || !ck.Final || ck.Latest != 10 || ck.Versions[0] != 10 {
+		t.Errorf("the stop did not go on to the final checkpoint of the model handed back: %v", acts)
 	}
 	rep := c.report()
 	if len(rep.Divergences) != 1 || rep.Divergences[0].RolledBackTo != -1 || rep.Divergences[0].AtStep != 30 {
 		t.Errorf("divergences %+v", rep.Divergences)
+	}
+	if rep.FinalStep != 10 || rep.TestAccuracy != 0.9 || rep.HandedBack == nil || rep.HandedBack.RuinedStep != 30 || !strings.Contains(rep.Ruined, "handed back the model of step 10") {
+		t.Errorf("final step %d, accuracy %v, handed back %+v, ruined %q: want the model of step 10 handed back in place of step 30's",
+			rep.FinalStep, rep.TestAccuracy, rep.HandedBack, rep.Ruined)
 	}
 }
 

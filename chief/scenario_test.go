@@ -60,6 +60,10 @@ import (
 //	                             rate's factor and the refused gradients
 //	checkpoint-done t=S step=N [err=MSG] [skipped=MSG] [final] [retained]
 //	                             [reused] (the newest checkpoint marked final)
+//	handed-back t=S step=N [versions=V,...] [err=MSG]
+//	                             the HandBack is done (step 0: the
+//	                             initial weights), the shards stopped at
+//	                             versions
 //	reinitialised t=S
 //	stopped t=S versions=V,...
 //	interrupt t=S
@@ -229,6 +233,13 @@ func (s *scenario) events() map[string]func(a map[string]string, now time.Time) 
 		"restored": func(a map[string]string, now time.Time) []Action { return c.Restored(now, num(a, "step")) },
 		"rolled-back": func(a map[string]string, now time.Time) []Action {
 			return c.RolledBack(now, num(a, "step"), num(a, "step") > 0)
+		},
+		"handed-back": func(a map[string]string, now time.Time) []Action {
+			res := HandBackResult{Step: num(a, "step"), FromCheckpoint: num(a, "step") > 0, Versions: nums(a["versions"])}
+			if e, ok := a["err"]; ok {
+				res.Err = errors.New(e)
+			}
+			return c.HandedBack(now, res)
 		},
 		"reinitialised":      func(a map[string]string, now time.Time) []Action { return c.Reinitialised(now) },
 		"stopped":            func(a map[string]string, now time.Time) []Action { return c.ShardsStopped(now, nums(a["versions"])) },

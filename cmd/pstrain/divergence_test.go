@@ -172,9 +172,12 @@ func TestTrimmedMeanBoundsAPoisoner(t *testing.T) {
 		t.Errorf("the trimmed mean run diverged: %+v", rep.Divergences)
 	}
 	t.Logf("trimmed mean, worker/3 poisoning every step: %.2f%%", 100*rep.TestAccuracy)
-	if mean.TestAccuracy > 0.5 {
-		t.Errorf("mean, worker/3 poisoning: %.2f%% after %d steps, want a wrecked model (is the poison applied?)",
-			100*mean.TestAccuracy, mean.GlobalSteps)
+	// The wrecked model is not the one handed back: an earlier one no
+	// worse than the initial model is (here the initial one: every
+	// checkpoint is of a poisoned model).
+	if hb := mean.HandedBack; hb == nil || hb.RuinedTestAccuracy > 0.5 || mean.TestAccuracy > 0.5 {
+		t.Errorf("mean, worker/3 poisoning: handed back %+v, %.2f%% after %d steps; want a wrecked model, and an earlier one handed back (is the poison applied?)",
+			hb, 100*mean.TestAccuracy, mean.GlobalSteps)
 	}
 	// Its model is worse than the initial one: the run never reports
 	// success (exit status 4, checked by runAll) and says why.

@@ -110,6 +110,23 @@ type Checkpoints struct {
 	FinalFailed bool   `json:"final_failed,omitempty"`
 }
 
+// HandedBack is the model a run handed back in place of its ruined
+// final model: the step it is of (FinalStep), whether it came from a
+// checkpoint (else it is the initial model), and the ruined model's step,
+// accuracy and why it was ruined. Tried are the steps of the checkpoints
+// restored on the way that scored worse than the initial model too.
+type HandedBack struct {
+	Step               int64   `json:"step"`
+	FromCheckpoint     bool    `json:"from_checkpoint"`
+	RuinedStep         int64   `json:"ruined_step"`
+	RuinedTestAccuracy float64 `json:"ruined_test_accuracy"`
+	Why                string  `json:"why"`
+	Tried              []int64 `json:"tried,omitempty"`
+	// Err says why handing back an earlier model failed ("": it did
+	// not); the ruined model is then the run's last.
+	Err string `json:"error,omitempty"`
+}
+
 // Task is one process's resource use.
 type Task struct {
 	PeakRSSBytes int64   `json:"peak_rss_bytes"`
@@ -178,6 +195,10 @@ type Report struct {
 	// is): worse than the initial model, or a divergence left
 	// unresolved. Such a run exits with status 4.
 	Ruined string `json:"ruined,omitempty"`
+	// HandedBack says, for a run whose final model was ruined, which
+	// model the run handed back instead (docs/semantics.md, "A ruined
+	// model is never handed back"); nil otherwise.
+	HandedBack *HandedBack `json:"handed_back,omitempty"`
 	// MembershipChanges are an elastic run's worker count changes, in
 	// order (docs/elastic.md); FinalWorkers the count at the end.
 	MembershipChanges []MembershipChange `json:"membership_changes"`
