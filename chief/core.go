@@ -222,6 +222,9 @@ type State struct {
 	// HandedBack is the hand-back of an earlier model in place of a
 	// ruined final one, once it began (core_handback.go).
 	HandedBack *report.HandedBack `json:"handed_back,omitempty"`
+	// LiveWorkers are the changes of the number of workers training
+	// (Core.noteLive).
+	LiveWorkers []report.LiveWorkers `json:"live_workers,omitempty"`
 	// Elastic workers (docs/elastic.md): the data plan, the worker count
 	// changes, and the run's last step once a change moved it (0: the
 	// MaxSteps formula).

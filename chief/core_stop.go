@@ -305,6 +305,7 @@ func (c *Core) report() *report.Report {
 		rep.Divergences = []report.Divergence{}
 	}
 	rep.MembershipChanges = append([]report.MembershipChange{}, c.st.Membership...)
+	rep.LiveWorkers = append([]report.LiveWorkers{}, c.st.LiveWorkers...)
 	rep.FinalWorkers = c.workers()
 	if !c.start.IsZero() {
 		rep.TrainSeconds = c.trainEnd.Sub(c.start).Seconds()

@@ -81,6 +81,8 @@ import (
 //	standby-failed t=S shard=N err=MSG
 //	replicas                     each shard's primary and epoch
 //	restarts                     the restarts recorded
+//	live-workers                 the changes of the number of workers
+//	                             training the report records
 //	checkpoint-at versions=V,... latest=N ahead=N [final]
 //	                             where a checkpoint goes (checkpointAt)
 //	scale N t=S                  ask for N workers (Core.Scale)
@@ -185,6 +187,8 @@ func (s *scenario) do(cmd string) (string, error) {
 		return strings.Join(lines, "\n"), nil
 	case f[0] == "restarts":
 		return s.restarts(), nil
+	case f[0] == "live-workers":
+		return fmt.Sprintf("%+v", s.core.report().LiveWorkers), nil
 	case f[0] == "state":
 		c := s.core
 		return fmt.Sprintf("phase=%s generation=%d hold=%d step=%d latest-checkpoint=%d restarts=%d",

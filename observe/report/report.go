@@ -133,6 +133,18 @@ type Task struct {
 	CPUSeconds   float64 `json:"cpu_seconds"`
 	ExitCode     int     `json:"exit_code"`
 	Restarts     int     `json:"restarts"`
+	// Ended says why the task's last process ended before the run did,
+	// or was killed at its end, and was not restarted (a restarts[].cause:
+	// quarantined, removed, killed-after-training); "" when it ended
+	// with the run.
+	Ended string `json:"ended,omitempty"`
+}
+
+// LiveWorkers is a change of the number of workers training: the
+// count from Seconds on (the chief's clock, as evals[].seconds).
+type LiveWorkers struct {
+	Seconds float64 `json:"seconds"`
+	Workers int     `json:"workers"`
 }
 
 // Report is the summary of a run.
@@ -203,6 +215,12 @@ type Report struct {
 	// order (docs/elastic.md); FinalWorkers the count at the end.
 	MembershipChanges []MembershipChange `json:"membership_changes"`
 	FinalWorkers      int                `json:"final_workers"`
+	// LiveWorkers are the changes of the number of workers training
+	// (heard from within the heartbeat timeout, not quarantined, not
+	// removed), in order: a worker that died or froze, came back, was
+	// quarantined, added or removed. Empty: all Workers trained
+	// throughout.
+	LiveWorkers []LiveWorkers `json:"live_workers"`
 	Evals             []Eval             `json:"evals"`
 	Restarts          []Restart          `json:"restarts"`
 	Tasks             map[string]Task    `json:"tasks"`
