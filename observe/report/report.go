@@ -220,11 +220,11 @@ type Report struct {
 	// removed), in order: a worker that died or froze, came back, was
 	// quarantined, added or removed. Empty: all Workers trained
 	// throughout.
-	LiveWorkers []LiveWorkers `json:"live_workers"`
-	Evals             []Eval             `json:"evals"`
-	Restarts          []Restart          `json:"restarts"`
-	Tasks             map[string]Task    `json:"tasks"`
-	BLAS              string             `json:"blas"`
+	LiveWorkers []LiveWorkers   `json:"live_workers"`
+	Evals       []Eval          `json:"evals"`
+	Restarts    []Restart       `json:"restarts"`
+	Tasks       map[string]Task `json:"tasks"`
+	BLAS        string          `json:"blas"`
 	// TrainStartedUnix is when the first step began (Unix seconds).
 	TrainStartedUnix float64 `json:"train_started_unix"`
 	// Bottleneck says where the step time went over the whole run and what
