@@ -215,6 +215,9 @@ type State struct {
 	// Divergences are the divergences so far (docs/security.md).
 	LRFactor    float64             `json:"lr_factor,omitempty"`
 	Divergences []report.Divergence `json:"divergences,omitempty"`
+	// GaveUp says why the chief gave up on the model (it kept
+	// diverging) and stopped the run ("": it did not).
+	GaveUp string `json:"gave_up,omitempty"`
 	// Suspects are the workers attribution named, Quarantined the ones
 	// quarantined (core_suspect.go).
 	Suspects    []report.Suspect `json:"suspects,omitempty"`

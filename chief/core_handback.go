@@ -68,12 +68,15 @@ func (c *Core) worseThanStart(e *report.Eval) string {
 // did not roll back; with the suspect worker, if any.
 func (c *Core) ruinedWhy() string {
 	var why []string
+	if c.st.GaveUp != "" {
+		why = append(why, c.st.GaveUp)
+	}
 	if e := c.finalEval; e != nil {
 		if w := c.worseThanStart(e); w != "" {
 			why = append(why, w)
 		}
 	}
-	if n := len(c.st.Divergences); n > 0 && c.st.Divergences[n-1].RolledBackTo < 0 {
+	if n := len(c.st.Divergences); n > 0 && c.st.Divergences[n-1].RolledBackTo < 0 && c.st.GaveUp == "" {
 		d := c.st.Divergences[n-1]
 		why = append(why, fmt.Sprintf("the model diverged at step %d (test loss %.4g) and was not rolled back", d.AtStep, d.TestLoss))
 	}

@@ -14,6 +14,7 @@ const (
 	StopTarget      = "target"      // the target accuracy was held
 	StopEpochs      = "epochs"      // every epoch was trained
 	StopInterrupted = "interrupted" // SIGINT or SIGTERM
+	StopFailed      = "failed"      // the model kept diverging: the chief gave up
 )
 
 // evalDue orders a routine evaluation when the interval has passed.
@@ -110,7 +111,7 @@ func (c *Core) Evaluated(now time.Time, res EvalResult) []Action {
 		"test_accuracy", fmt.Sprintf("%.4f", ev.TestAccuracy), "test_loss", fmt.Sprintf("%.4f", ev.TestLoss))
 	acts := []Action{c.save()}
 	switch {
-	case diverged && c.phase != stopping:
+	case diverged && (c.phase != stopping || len(divActs) > 0):
 		// A rollback (ordered, or waiting for a checkpoint under way), or
 		// the end of a run that diverged too often.
 		return append(acts, divActs...)

@@ -74,7 +74,8 @@ func actionOf[T Action](acts []Action) (T, bool) {
 }
 
 // Each divergence halves the learning rate and rolls back; past
-// MaxRollbacks the run fails with an error that says so. The saved state
+// MaxRollbacks the run stops, failed, says so, and hands back the best
+// model there was. The saved state
 // and the report encode as JSON although a loss was NaN.
 func TestRollbacksHalveTheRateThenGiveUp(t *testing.T) {
 	m := metrics.NewChief(prometheus.NewRegistry())
@@ -100,12 +101,32 @@ func TestRollbacksHalveTheRateThenGiveUp(t *testing.T) {
 		c.RolledBack(now, 0, false)
 	}
 	acts := eval(20, math.Inf(1))
-	f, ok := actionOf[Finish](acts)
-	if !ok || f.Err == nil || !strings.Contains(f.Err.Error(), "diverged 6 times") {
-		t.Fatalf("divergence %d: %v, want the run to fail", MaxRollbacks+1, acts)
+	if _, ok := actionOf[StopShards](acts); !ok || c.stopReason != StopFailed || !strings.Contains(c.st.GaveUp, "diverged 6 times") {
+		t.Fatalf("divergence %d: %v, gave up %q: want the run stopped, failed", MaxRollbacks+1, acts, c.st.GaveUp)
 	}
-	if got := testutil.ToFloat64(m.Divergences); got != MaxRollbacks+1 {
-		t.Errorf("pstrain_divergences_total = %v, want %d", got, MaxRollbacks+1)
+	// The stop hands back the best model there was: here the initial
+	// weights (every model since diverged).
+	ev, ok := actionOf[Evaluate](c.ShardsStopped(now, []int64{20, 20}))
+	if !ok {
+		t.Fatal("no final evaluation")
+	}
+	hb, ok := actionOf[HandBack](c.Evaluated(now, EvalResult{Seq: ev.Seq, Generation: ev.Generation, Step: 20, At: now, Loss: math.NaN(), Full: true}))
+	if !ok {
+		t.Fatal("the diverged model is not replaced")
+	}
+	ev, _ = actionOf[Evaluate](c.HandedBack(now, HandBackResult{Step: 0, Versions: []int64{0, 0}}))
+	ck, ok := actionOf[Checkpoint](c.Evaluated(now, EvalResult{Seq: ev.Seq, Generation: hb.Generation, Step: 0, At: now, Loss: 2.3, Accuracy: 0.1, Full: true}))
+	if !ok {
+		t.Fatal("no final checkpoint of the model handed back")
+	}
+	f, ok := actionOf[Finish](c.CheckpointDone(now, CheckpointResult{Final: true, Step: ck.Latest + 1}))
+	if !ok || f.Err != nil || f.Report.StoppedBy != StopFailed || !strings.Contains(f.Report.Ruined, "diverged 6 times") ||
+		!strings.Contains(f.Report.Ruined, "handed back the initial model") || f.Report.FinalStep != 0 {
+		t.Fatalf("the failed run's end: %v", f)
+	}
+	// MaxRollbacks+1 during training, and the final evaluation's.
+	if got := testutil.ToFloat64(m.Divergences); got != MaxRollbacks+2 {
+		t.Errorf("pstrain_divergences_total = %v, want %d", got, MaxRollbacks+2)
 	}
 	if _, err := json.Marshal(c.report()); err != nil {
 		t.Errorf("the report does not encode: %v", err)
