@@ -327,6 +327,9 @@ func (c *Core) report() *report.Report {
 	}
 	rep.Ruined = c.ruined()
 	if hb := c.st.HandedBack; hb != nil {
+		if hb.Err == "" && hb.Step >= 0 {
+			rep.FinalStep = hb.Step // (its evaluation may have failed)
+		}
 		cp := *hb
 		cp.Tried = slices.Clone(hb.Tried)
 		rep.HandedBack = &cp

@@ -213,3 +213,47 @@ func TestRollbackSetsAsideLaterCheckpointsAndScalesTheRate(t *testing.T) {
 		t.Errorf("after two rollbacks: factor %v, rate %v; want 0.25 and %v", o.LRFactor, o.Rate(), r.LR/4)
 	}
 }
+
+// A chief restarted while it was handing back an earlier model finishes
+// the hand-back: the saved state says one began, the stop resumes, and
+// the model the shards hold is scored and, still ruined, replaced.
+func TestHandBackSurvivesAChiefRestart(t *testing.T) {
+	c, now := trainingCore(t, nil)
+	c.Evaluated(now, EvalResult{Seq: 1, Generation: 1, Step: 10, At: now, Loss: 0.2})
+	c.Interrupt(now)
+	ev, _ := actionOf[Evaluate](c.ShardsStopped(now, []int64{30, 30}))
+	acts := c.Evaluated(now, EvalResult{Seq: ev.Seq, Generation: 1, Step: 30, At: now, Loss: math.NaN(), Full: true})
+	hb, ok := actionOf[HandBack](acts)
+	if !ok {
+		t.Fatalf("no hand-back: %v", acts)
+	}
+	var saved State
+	for _, a := range acts {
+		if s, ok := a.(SaveState); ok {
+			b, err := json.Marshal(s.State)
+			if err != nil {
+				t.Fatal(err)
+			}
+			saved = State{}
+			if err := json.Unmarshal(b, &saved); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if saved.HandedBack == nil || saved.Generation != hb.Generation {
+		t.Fatalf("the saved state does not hold the hand-back: %+v", saved)
+	}
+
+	c2, now := trainingCore(t, nil)
+	if _, ok := actionOf[StopShards](c2.Adopt(now, Adoption{Generation: hb.Generation, Step: 30, Saved: &saved})); !ok {
+		t.Fatal("the restarted chief does not finish the stop")
+	}
+	ev, ok = actionOf[Evaluate](c2.ShardsStopped(now, []int64{30, 30}))
+	if !ok {
+		t.Fatal("the restarted chief does not score the model")
+	}
+	acts = c2.Evaluated(now, EvalResult{Seq: ev.Seq, Generation: ev.Generation, Step: 30, At: now, Loss: math.NaN(), Full: true})
+	if again, ok := actionOf[HandBack](acts); !ok || again.Generation <= hb.Generation {
+		t.Fatalf("the restarted chief hands back the ruined model: %v", acts)
+	}
+}
