@@ -96,12 +96,7 @@ func (c *Core) Evaluated(now time.Time, res EvalResult) []Action {
 		c.winLoss = math.NaN()
 		return c.wind(now)
 	}
-	var divActs []Action
-	diverged := false
-	if !c.handingBack() {
-		// (A model restored to be handed back is judged by the hand-back.)
-		divActs, diverged = c.checkDivergence(now, res)
-	}
+	divActs, decided := c.judge(now, res)
 	ev := report.Eval{Step: res.Step, Seconds: c.seconds(res.At), TestAccuracy: res.Accuracy, TestLoss: jsonLoss(res.Loss), TestSamples: res.Samples, Subset: !res.Full}
 	c.st.Evals = append(c.st.Evals, ev)
 	c.st.TestSeconds += res.Duration.Seconds()
@@ -111,9 +106,9 @@ func (c *Core) Evaluated(now time.Time, res EvalResult) []Action {
 		"test_accuracy", fmt.Sprintf("%.4f", ev.TestAccuracy), "test_loss", fmt.Sprintf("%.4f", ev.TestLoss))
 	acts := []Action{c.save()}
 	switch {
-	case diverged && (c.phase != stopping || len(divActs) > 0):
+	case decided:
 		// A rollback (ordered, or waiting for a checkpoint under way), or
-		// the end of a run that diverged too often.
+		// the stop of a run that diverged too often.
 		return append(acts, divActs...)
 	case c.phase == stopping:
 		if res.Full && c.finalEvalAsked && c.finalEval == nil {
@@ -135,6 +130,19 @@ func (c *Core) Evaluated(now time.Time, res EvalResult) []Action {
 	c.finalEval = &ev
 	c.log.Info("target accuracy held; stopping", "evaluations", c.hold, "step", ev.Step, "test_accuracy", fmt.Sprintf("%.4f", ev.TestAccuracy))
 	return append(acts, c.beginStop(now, StopTarget)...)
+}
+
+// judge applies the divergence rule to an evaluation (a model restored
+// to be handed back is judged by the hand-back instead). decided says a
+// divergence decided what comes next: a rollback, or the stop of a run
+// that diverged too often (acts); one found by the final evaluation
+// decides nothing (the stop goes on).
+func (c *Core) judge(now time.Time, res EvalResult) (acts []Action, decided bool) {
+	if c.handingBack() {
+		return nil, false
+	}
+	acts, diverged := c.checkDivergence(now, res)
+	return acts, diverged && (c.phase != stopping || len(acts) > 0)
 }
 
 // Interrupt stops the run on a signal: the shards stop, the model they
