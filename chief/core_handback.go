@@ -49,15 +49,22 @@ type HandBackResult struct {
 	Err            error
 }
 
+// startMargin is how far above the initial model's test loss a model's
+// must be to count as worse than it. The initial loss is scored on the
+// routine evaluation's subset and a final model on the whole test set:
+// for the same weights the two differ by a few parts in ten thousand, and
+// a model that was not trained at all must not be called ruined for it.
+const startMargin = 1.01
+
 // worseThanStart says why the evaluated model e is worse than the one
 // training started from ("": it is not): its test loss is above the
-// initial model's, or not finite.
+// initial model's (by more than startMargin), or not finite.
 func (c *Core) worseThanStart(e *report.Eval) string {
 	l := c.p.InitialLoss
 	switch {
 	case e.TestLoss >= math.MaxFloat64:
 		return fmt.Sprintf("the final model (step %d) has a test loss that is not finite", e.Step)
-	case l > 0 && e.TestLoss > l:
+	case l > 0 && e.TestLoss > l*startMargin:
 		return fmt.Sprintf("the final model (step %d, test loss %.4g) is worse than the initial one (%.4g)", e.Step, e.TestLoss, l)
 	}
 	return ""
