@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -81,15 +82,21 @@ type Options struct {
 	// --fault-gradient); a worker applies those naming its index.
 	GradientFaults []worker.GradientFault
 
-	creds *auth.Client // this task's session, set by prepare
+	creds  *auth.Client                                             // this task's session, set by prepare
+	dialer func(ctx context.Context, addr string) (net.Conn, error) // Network.Dialer, set by prepare
 }
 
-// prepare checks o and makes the task's session holder.
-func (o *Options) prepare() error {
+// prepare checks o, makes the task's session holder and takes the
+// dialer of n.
+func (o *Options) prepare(n Network) error {
 	if o.Auth == nil {
 		return errors.New("no run token: pass --auth-token-file (make one with `pstrain token FILE`; every task of the run needs the same file)")
 	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
 	o.creds = &auth.Client{Keys: o.Auth, Role: o.Task.Type, Index: o.Task.Index, Now: o.Now}
+	o.dialer = n.Dialer
 	return nil
 }
 
@@ -129,14 +136,39 @@ func reconnect() grpc.ConnectParams {
 	}
 }
 
+// dial is a gRPC connection to the peer at addr, signed with the task's
+// session, through the Network's dialer when there is one.
 func (o Options) dial(addr string) (*grpc.ClientConn, error) {
 	creds := insecure.NewCredentials()
 	if o.TLS != nil {
 		creds = o.TLS.ClientCredentials()
 	}
-	return grpc.NewClient(addr, grpc.WithTransportCredentials(creds), grpc.WithChainUnaryInterceptor(o.creds.Unary()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(o.MaxMessageBytes), grpc.MaxCallSendMsgSize(o.MaxMessageBytes)),
-		grpc.WithConnectParams(reconnect()))
+	return dial(addr, o.dialer, creds, o.creds, o.MaxMessageBytes)
+}
+
+// Dial is a gRPC connection to the task at addr as a task makes it,
+// without TLS: calls signed as sign, messages up to maxMessageBytes
+// either way, through n's Dialer when set. For a harness's own clients
+// of its tasks (package testcluster).
+func Dial(n Network, addr string, sign *auth.Client, maxMessageBytes int) (*grpc.ClientConn, error) {
+	return dial(addr, n.Dialer, insecure.NewCredentials(), sign, maxMessageBytes)
+}
+
+func dial(addr string, dialer func(context.Context, string) (net.Conn, error), creds credentials.TransportCredentials, sign *auth.Client, maxMsg int) (*grpc.ClientConn, error) {
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithChainUnaryInterceptor(sign.Unary()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsg), grpc.MaxCallSendMsgSize(maxMsg)),
+		grpc.WithConnectParams(reconnect())}
+	target := addr
+	if dialer != nil {
+		// The dialer gets the address as it stands.
+		opts = append(opts, grpc.WithContextDialer(dialer))
+		target = "passthrough:///" + addr
+	}
+	c, err := grpc.NewClient(target, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	return c, nil
 }
 
 // dataPlaneClient returns a client of the TCP data plane of the PS that
