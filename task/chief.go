@@ -183,7 +183,7 @@ func (c *Chief) dialAll(addrs []string) ([]chief.PS, error) {
 		if c.o.Run.DataPlane == config.TCP {
 			dc := c.o.dataPlaneClient(client)
 			c.closers.add(func() { dc.Close() })
-			client = PullsVia(client, dc)
+			client = pullsVia(client, dc)
 		}
 		out = append(out, chief.PS{Addr: a, Client: client})
 	}

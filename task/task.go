@@ -1,7 +1,13 @@
-// Package task runs one process of a cluster — a PS shard, a worker or
-// the chief — from a cluster description and a run configuration. It does
-// the wiring (listeners, dialing, data, metrics, signals) around the ps,
-// worker and chief packages; cmd/pstrain only parses flags.
+// Package task builds and runs one task of a cluster — a PS shard, a
+// worker or the chief — from a cluster description and a run
+// configuration. NewPS, NewChief and NewWorker do the wiring (serving,
+// dialing, registration, data, checkpoints) around the ps, worker and
+// chief packages from the dependencies they are given (Network, the
+// data, a checkpoint filesystem, metrics); RunPS, RunChief and RunWorker
+// are the processes of `pstrain task`, which give them real listeners,
+// TCP, the data directory and a metrics endpoint. The in-process cluster
+// (package testcluster) calls the same constructors. cmd/pstrain only
+// parses flags.
 package task
 
 import (
@@ -181,7 +187,7 @@ func (o Options) dataPlaneClient(gc pb.ParameterServerClient) *dataplane.Client 
 // dataPlaneClientWith is dataPlaneClient that tells resolved every
 // address the PS reports ("": it has no data plane).
 func (o Options) dataPlaneClientWith(gc pb.ParameterServerClient, resolved func(addr string)) *dataplane.Client {
-	return NewDataPlaneClient(gc, o.dataPlaneDeps(), resolved)
+	return newDataPlaneClient(gc, o.dataPlaneDeps(), resolved)
 }
 
 // dataPlaneDeps are the task's data-plane clients' dependencies.
