@@ -20,11 +20,10 @@ import (
 	"github.com/pstrain/pstrain/observe/report"
 )
 
-// TestScenarios replays the scripts in testdata/*.txt against the Core
-// (github.com/cockroachdb/datadriven): each block is one event and,
-// after "----", the actions (or answer) the core must give. `go test
-// ./chief -run Scenarios -rewrite` rewrites the expected output; read the
-// diff before committing it. The events:
+// TestScenarios replays testdata/*.txt against the Core
+// (internal/scenariotest; -rewrite rewrites the expected output: read the
+// diff before committing it). After "----" a block shows the actions (or
+// answer) the core must give. The events:
 //
 //	config KEY=VALUE...          a new core (ps, workers, mode, model, target, hold,
 //	                             epochs, batch, train-n, eval-every, subset,

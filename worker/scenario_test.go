@@ -13,18 +13,16 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 
-	"github.com/pstrain/pstrain/internal/scenariotest"
-
 	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/internal/scenariotest"
 	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/ml/partition"
 )
 
-// TestScenarios replays the scripts in testdata/*.txt against the Core
-// (github.com/cockroachdb/datadriven, like chief's): each block is one
-// event and, after "----", the actions the core gives, then what it
-// logged. `go test ./worker -run Scenarios -rewrite` rewrites the
-// expected output; read the diff before committing it. The events:
+// TestScenarios replays testdata/*.txt against the Core
+// (internal/scenariotest; -rewrite rewrites the expected output: read the
+// diff before committing it). After "----" a block shows the actions the
+// core gives, then what it logged. The events:
 //
 //	config [shards=N] [mode=M] [overlap] [early] [in-place=S,...]
 //	       [fault=STEP:SCALE|every:SCALE]
