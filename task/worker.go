@@ -203,6 +203,28 @@ func (w *Worker) dialShards() ([]worker.Shard, error) {
 	return shards, nil
 }
 
+// DialShards connects to every shard of o's cluster as NewWorker does,
+// with a session of its own, for code that runs a worker.Worker of its
+// own over the connections (bench, through testcluster.Cluster.Dial).
+// close closes them.
+func DialShards(o Options, n Network) (_ []worker.Shard, close func(), err error) {
+	if err := o.prepare(n); err != nil {
+		return nil, nil, err
+	}
+	s, err := auth.NewSession()
+	if err != nil {
+		return nil, nil, err
+	}
+	o.creds.SetSession(s)
+	w := &Worker{o: o}
+	shards, err := w.dialShards()
+	if err != nil {
+		w.Close()
+		return nil, nil, err
+	}
+	return shards, w.Close, nil
+}
+
 // shardClients are the worker's clients of the PS process at addr
 // (WorkerClients) and its gRPC client (gc) for everything else; Close
 // closes them.

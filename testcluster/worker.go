@@ -4,16 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"sync"
 
 	"github.com/pstrain/pstrain/cluster"
-	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/ml/dataset"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/task"
-	"github.com/pstrain/pstrain/transport/auth"
 	"github.com/pstrain/pstrain/worker"
 )
 
@@ -239,17 +236,13 @@ func (w *Worker) Registration() *pb.RegisterResponse {
 // every graph), which one process per task never exercises.
 var buildMu sync.Mutex
 
-// Dial connects to every shard as a worker process does: a gRPC
-// connection per shard and, on the TCP data plane, a data-plane client
-// per shard, which follow restarted shards. For code that runs its own
-// worker.Worker (bench); Close closes the connections.
-// Its requests are signed as worker 0.
+// Dial connects to every shard as a worker process does (task.DialShards):
+// a gRPC connection per shard and, on the TCP data plane, a data-plane
+// client per shard, which follow restarted shards. For code that runs its
+// own worker.Worker (bench); Close closes the connections. Its requests
+// are signed as worker 0, with a session of its own.
 func (c *Cluster) Dial() ([]worker.Shard, error) {
-	who, err := c.session(auth.RoleWorker, 0)
-	if err != nil {
-		return nil, err
-	}
-	shards, closeShards, err := c.dialShards(who)
+	shards, closeShards, err := task.DialShards(c.options(cluster.Task{Type: cluster.Worker}, c.cfg.RetryTimeout), c.network(nil, ""))
 	if err != nil {
 		return nil, err
 	}
@@ -260,31 +253,6 @@ func (c *Cluster) Dial() ([]worker.Shard, error) {
 type closerFunc func()
 
 func (f closerFunc) Close() error { f(); return nil }
-
-// dialShards is Dial, signed as who, with the connections closed by the
-// returned func.
-func (c *Cluster) dialShards(who *auth.Client) ([]worker.Shard, func(), error) {
-	var closers []io.Closer
-	closeAll := func() {
-		for _, x := range closers {
-			x.Close()
-		}
-	}
-	var shards []worker.Shard
-	for _, p := range c.ps {
-		conn, err := c.dial(p.Addr(), who)
-		if err != nil {
-			closeAll()
-			return nil, nil, err
-		}
-		closers = append(closers, conn)
-		dp, pull, closeDP := task.WorkerClients(pb.NewParameterServerClient(conn), c.cfg.Run.DataPlane == config.TCP,
-			task.DataPlaneDeps{MaxPayload: c.cfg.MaxMessageBytes, Sign: who})
-		closers = append(closers, closerFunc(closeDP))
-		shards = append(shards, worker.Shard{Addr: p.Addr(), Client: dp, Puller: pull})
-	}
-	return shards, closeAll, nil
-}
 
 // run is the worker process: task.NewWorker (register, connect to every
 // shard, build the net) and its Run, with heartbeats to the chief.
