@@ -13,12 +13,12 @@ import (
 )
 
 // How a task reaches a PS process beyond its gRPC connection. The role
-// constructors build their shard clients with these; WorkerClients also
+// constructors build their shard clients with these; workerClients also
 // serves the in-process cluster's own worker connections
 // (testcluster.Cluster.Dial, for bench).
 
-// DataPlaneDeps are what a data-plane client of a PS depends on.
-type DataPlaneDeps struct {
+// dataPlaneConf is what a data-plane client of a PS depends on.
+type dataPlaneConf struct {
 	TLS        *tls.Config // the client's TLS (nil: plain TCP)
 	MaxPayload int         // the largest payload it reads or writes
 	Sign       *auth.Client
@@ -29,7 +29,7 @@ type DataPlaneDeps struct {
 // after every broken connection; resolved, if not nil, hears every
 // address it reports ("": the PS has no data plane). Requests are signed
 // with d.Sign's session.
-func newDataPlaneClient(gc pb.ParameterServerClient, d DataPlaneDeps, resolved func(addr string)) *dataplane.Client {
+func newDataPlaneClient(gc pb.ParameterServerClient, d dataPlaneConf, resolved func(addr string)) *dataplane.Client {
 	c := dataplane.NewClient(func(ctx context.Context) (string, error) {
 		st, err := gc.Status(ctx, &pb.StatusRequest{})
 		if err != nil {
@@ -62,13 +62,13 @@ func (p pullsViaDataPlane) Pull(ctx context.Context, in *pb.PullRequest, _ ...gr
 	return p.dp.Pull(ctx, in)
 }
 
-// WorkerClients are a worker's clients of the PS process gc reaches: on
+// workerClients are a worker's clients of the PS process gc reaches: on
 // the TCP data plane (tcp) two data-plane clients, one for its pushes
 // and one for its pulls (worker.Shard.Puller: a pull can wait at the PS
 // while the step's push is under way), else gc for both (a gRPC
 // connection carries concurrent calls). close closes the data-plane
 // clients; gc goes with its connection.
-func WorkerClients(gc pb.ParameterServerClient, tcp bool, d DataPlaneDeps) (push, pull worker.DataPlane, close func()) {
+func workerClients(gc pb.ParameterServerClient, tcp bool, d dataPlaneConf) (push, pull worker.DataPlane, close func()) {
 	if !tcp {
 		return gc, gc, func() {}
 	}

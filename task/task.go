@@ -191,8 +191,8 @@ func (o Options) dataPlaneClientWith(gc pb.ParameterServerClient, resolved func(
 }
 
 // dataPlaneDeps are the task's data-plane clients' dependencies.
-func (o Options) dataPlaneDeps() DataPlaneDeps {
-	d := DataPlaneDeps{MaxPayload: o.MaxMessageBytes, Sign: o.creds}
+func (o Options) dataPlaneDeps() dataPlaneConf {
+	d := dataPlaneConf{MaxPayload: o.MaxMessageBytes, Sign: o.creds}
 	if o.TLS != nil {
 		d.TLS = o.TLS.ClientTLS()
 	}

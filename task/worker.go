@@ -226,7 +226,7 @@ func DialShards(o Options, n Network) (_ []worker.Shard, close func(), err error
 }
 
 // shardClients are the worker's clients of the PS process at addr
-// (WorkerClients) and its gRPC client (gc) for everything else; Close
+// (workerClients) and its gRPC client (gc) for everything else; Close
 // closes them.
 func (w *Worker) shardClients(addr string) (push, pull worker.DataPlane, gc pb.ParameterServerClient, err error) {
 	c, err := w.o.dial(addr)
@@ -235,7 +235,7 @@ func (w *Worker) shardClients(addr string) (push, pull worker.DataPlane, gc pb.P
 	}
 	w.closers.add(func() { c.Close() })
 	gc = pb.NewParameterServerClient(c)
-	push, pull, closeDP := WorkerClients(gc, w.o.Run.DataPlane == config.TCP, w.o.dataPlaneDeps())
+	push, pull, closeDP := workerClients(gc, w.o.Run.DataPlane == config.TCP, w.o.dataPlaneDeps())
 	w.closers.add(closeDP)
 	return push, pull, gc, nil
 }
