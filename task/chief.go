@@ -196,9 +196,6 @@ func (c *Chief) Chief() *chief.Chief { return c.chief }
 // Addr is where the chief serves.
 func (c *Chief) Addr() string { return c.lis.Addr }
 
-// RunID is the run's id (ChiefOptions.RunID, or the one NewChief made).
-func (c *Chief) RunID() string { return c.co.RunID }
-
 // Serve serves the chief's gRPC API on its listener, under the task's
 // connection limit, until Close.
 func (c *Chief) Serve() {

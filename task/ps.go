@@ -102,9 +102,6 @@ func psMetricsOptions(r config.Run) metrics.PSOptions {
 // Server is the shard server.
 func (p *PS) Server() *ps.Server { return p.srv }
 
-// Addr is where the PS serves gRPC.
-func (p *PS) Addr() string { return p.lis.Addr }
-
 // Serve serves the shard over gRPC, under the task's connection limit,
 // and over the data plane, until Close.
 func (p *PS) Serve() {
