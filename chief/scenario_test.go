@@ -59,6 +59,10 @@ import (
 //	                             rate's factor and the refused gradients
 //	checkpoint-done t=S step=N [err=MSG] [skipped=MSG] [final] [retained]
 //	                             [reused] (the newest checkpoint marked final)
+//	handed-back t=S step=N [versions=V,...] [err=MSG]
+//	                             the HandBack is done (step 0: the
+//	                             initial weights), the shards stopped at
+//	                             versions
 //	reinitialised t=S
 //	stopped t=S versions=V,...
 //	interrupt t=S
@@ -76,6 +80,8 @@ import (
 //	standby-failed t=S shard=N err=MSG
 //	replicas                     each shard's primary and epoch
 //	restarts                     the restarts recorded
+//	live-workers                 the changes of the number of workers
+//	                             training the report records
 //	checkpoint-at versions=V,... latest=N ahead=N [final]
 //	                             where a checkpoint goes (checkpointAt)
 //	scale N t=S                  ask for N workers (Core.Scale)
@@ -148,6 +154,8 @@ func (s *scenario) do(cmd string) (string, error) {
 		return strings.Join(lines, "\n"), nil
 	case f[0] == "restarts":
 		return s.restarts(), nil
+	case f[0] == "live-workers":
+		return fmt.Sprintf("%+v", s.core.report().LiveWorkers), nil
 	case f[0] == "state":
 		c := s.core
 		return fmt.Sprintf("phase=%s generation=%d hold=%d step=%d latest-checkpoint=%d restarts=%d",
@@ -196,6 +204,9 @@ func (s *scenario) events() map[string]func(a scenariotest.Args, now time.Time) 
 		"restored": func(a scenariotest.Args, now time.Time) []Action { return c.Restored(now, a.Num("step")) },
 		"rolled-back": func(a scenariotest.Args, now time.Time) []Action {
 			return c.RolledBack(now, a.Num("step"), a.Num("step") > 0)
+		},
+		"handed-back": func(a scenariotest.Args, now time.Time) []Action {
+			return c.HandedBack(now, HandBackResult{Step: a.Num("step"), FromCheckpoint: a.Num("step") > 0, Versions: nums(a["versions"]), Err: a.Err()})
 		},
 		"reinitialised":      func(a scenariotest.Args, now time.Time) []Action { return c.Reinitialised(now) },
 		"stopped":            func(a scenariotest.Args, now time.Time) []Action { return c.ShardsStopped(now, nums(a["versions"])) },

@@ -593,6 +593,12 @@ func (s *supervisor) finalReport(mon *bottleneck.Monitor) (*report.Report, error
 	}
 	rep.Restarts = mergeRestarts(rep.Restarts, s.restarts, s.t0, rep.TrainStartedUnix, rep.Mode == string(config.Sync))
 	rep.Restarts = append(rep.Restarts, endedRecords(s.ended, s.t0)...)
+	for _, e := range s.ended {
+		if u, ok := rep.Tasks[e.task]; ok {
+			u.Ended = e.cause
+			rep.Tasks[e.task] = u
+		}
+	}
 	return rep, nil
 }
 
