@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,16 +14,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/internal/scenariotest"
 	"github.com/pstrain/pstrain/ml/dataset"
 	"github.com/pstrain/pstrain/observe/metrics"
 	"github.com/pstrain/pstrain/observe/report"
 )
 
-// TestScenarios replays the scripts in testdata/*.txt against the Core
-// (github.com/cockroachdb/datadriven): each block is one event and,
-// after "----", the actions (or answer) the core must give. `go test
-// ./chief -run Scenarios -rewrite` rewrites the expected output; read the
-// diff before committing it. The events:
+// TestScenarios replays testdata/*.txt against the Core
+// (internal/scenariotest; -rewrite rewrites the expected output: read the
+// diff before committing it). After "----" a block shows the actions (or
+// answer) the core must give. The events:
 //
 //	config KEY=VALUE...          a new core (ps, workers, mode, model, target, hold,
 //	                             epochs, batch, train-n, eval-every, subset,
@@ -96,47 +95,15 @@ import (
 //
 // Times are seconds since the core was made.
 func TestScenarios(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txt")
-	if err != nil || len(files) < 8 {
-		t.Fatalf("want at least 8 scenario files, found %d (%v)", len(files), err)
-	}
-	for _, f := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) {
-			s := &scenario{t0: time.Unix(1_000_000, 0)}
-			datadriven.RunTest(t, f, func(t *testing.T, d *datadriven.TestData) string {
-				got, err := s.do(d.FullCmd())
-				if err != nil {
-					t.Fatalf("%s: %s: %v", d.Pos, d.FullCmd(), err)
-				}
-				return got
-			})
-		})
-	}
+	scenariotest.Run(t, 8, func() scenariotest.Directive {
+		s := &scenario{t0: time.Unix(1_000_000, 0)}
+		return func(d *datadriven.TestData) (string, error) { return s.do(d.FullCmd()) }
+	})
 }
 
 type scenario struct {
 	t0   time.Time
 	core *Core
-}
-
-// args splits "k=v" and bare words.
-func args(fields []string) map[string]string {
-	m := map[string]string{}
-	for _, f := range fields {
-		k, v, _ := strings.Cut(f, "=")
-		m[k] = v
-	}
-	return m
-}
-
-func (s *scenario) at(a map[string]string) time.Time {
-	sec, _ := strconv.ParseFloat(a["t"], 64)
-	return s.t0.Add(time.Duration(sec * float64(time.Second)))
-}
-
-func num(a map[string]string, k string) int64 {
-	n, _ := strconv.ParseInt(a[k], 10, 64)
-	return n
 }
 
 func nums(s string) []int64 {
@@ -151,7 +118,7 @@ func nums(s string) []int64 {
 
 func (s *scenario) do(cmd string) (string, error) {
 	f := strings.Fields(cmd)
-	a := args(f[1:])
+	a := scenariotest.Fields(f[1:])
 	switch {
 	case f[0] == "config":
 		return "", s.config(a)
@@ -162,7 +129,7 @@ func (s *scenario) do(cmd string) (string, error) {
 	case f[0] == "checkpoint-at":
 		_, final := a["final"]
 		step, at, skip := checkpointAt(s.core.p.Run.Mode, s.core.MaxSteps(),
-			Checkpoint{Latest: num(a, "latest"), Final: final}, nums(a["versions"]), num(a, "ahead"))
+			Checkpoint{Latest: a.Num("latest"), Final: final}, nums(a["versions"]), a.Num("ahead"))
 		return fmt.Sprintf("step=%d at-version=%d skip=%q", step, at, skip), nil
 	case f[0] == "divergences":
 		return s.divergences(), nil
@@ -170,7 +137,7 @@ func (s *scenario) do(cmd string) (string, error) {
 		return s.suspects(), nil
 	case f[0] == "scale":
 		n, _ := strconv.Atoi(f[1])
-		if err := s.core.Scale(n, s.at(a)); err != nil {
+		if err := s.core.Scale(n, a.At(s.t0)); err != nil {
 			return "error: " + err.Error(), nil
 		}
 		return "ok", nil
@@ -199,7 +166,7 @@ func (s *scenario) do(cmd string) (string, error) {
 		return "", fmt.Errorf("unknown event %q", f[0])
 	}
 	var lines []string
-	for _, x := range event(a, s.at(a)) {
+	for _, x := range event(a, a.At(s.t0)) {
 		lines = append(lines, x.String())
 	}
 	if len(lines) == 0 {
@@ -209,47 +176,43 @@ func (s *scenario) do(cmd string) (string, error) {
 }
 
 // events are the script's events that return actions.
-func (s *scenario) events() map[string]func(a map[string]string, now time.Time) []Action {
+func (s *scenario) events() map[string]func(a scenariotest.Args, now time.Time) []Action {
 	c := s.core
-	return map[string]func(map[string]string, time.Time) []Action{
-		"tick": func(a map[string]string, now time.Time) []Action {
+	return map[string]func(scenariotest.Args, time.Time) []Action{
+		"tick": func(a scenariotest.Args, now time.Time) []Action {
 			return c.Tick(now, shardsOf(a, "shards"), shardsOf(a, "standbys"))
 		},
-		"promoted": func(a map[string]string, now time.Time) []Action {
-			return c.Promoted(now, int(num(a, "shard")), num(a, "version"))
+		"promoted": func(a scenariotest.Args, now time.Time) []Action {
+			return c.Promoted(now, int(a.Num("shard")), a.Num("version"))
 		},
-		"promote-failed": func(a map[string]string, now time.Time) []Action {
-			return c.PromoteFailed(now, int(num(a, "shard")), errors.New(a["err"]))
+		"promote-failed": func(a scenariotest.Args, now time.Time) []Action {
+			return c.PromoteFailed(now, int(a.Num("shard")), errors.New(a["err"]))
 		},
-		"standby-set": func(a map[string]string, now time.Time) []Action {
+		"standby-set": func(a scenariotest.Args, now time.Time) []Action {
 			addr := a["addr"]
 			if addr == "none" {
 				addr = ""
 			}
-			return c.StandbySet(now, int(num(a, "shard")), num(a, "epoch"), addr)
+			return c.StandbySet(now, int(a.Num("shard")), a.Num("epoch"), addr)
 		},
-		"standby-failed": func(a map[string]string, now time.Time) []Action {
-			return c.StandbyFailed(now, int(num(a, "shard")), errors.New(a["err"]))
+		"standby-failed": func(a scenariotest.Args, now time.Time) []Action {
+			return c.StandbyFailed(now, int(a.Num("shard")), errors.New(a["err"]))
 		},
-		"started": func(a map[string]string, now time.Time) []Action {
-			return c.Started(now, num(a, "step"), num(a, "latest"))
+		"started": func(a scenariotest.Args, now time.Time) []Action {
+			return c.Started(now, a.Num("step"), a.Num("latest"))
 		},
-		"restored": func(a map[string]string, now time.Time) []Action { return c.Restored(now, num(a, "step")) },
-		"rolled-back": func(a map[string]string, now time.Time) []Action {
-			return c.RolledBack(now, num(a, "step"), num(a, "step") > 0)
+		"restored": func(a scenariotest.Args, now time.Time) []Action { return c.Restored(now, a.Num("step")) },
+		"rolled-back": func(a scenariotest.Args, now time.Time) []Action {
+			return c.RolledBack(now, a.Num("step"), a.Num("step") > 0)
 		},
-		"handed-back": func(a map[string]string, now time.Time) []Action {
-			res := HandBackResult{Step: num(a, "step"), FromCheckpoint: num(a, "step") > 0, Versions: nums(a["versions"])}
-			if e, ok := a["err"]; ok {
-				res.Err = errors.New(e)
-			}
-			return c.HandedBack(now, res)
+		"handed-back": func(a scenariotest.Args, now time.Time) []Action {
+			return c.HandedBack(now, HandBackResult{Step: a.Num("step"), FromCheckpoint: a.Num("step") > 0, Versions: nums(a["versions"]), Err: a.Err()})
 		},
-		"reinitialised":      func(a map[string]string, now time.Time) []Action { return c.Reinitialised(now) },
-		"stopped":            func(a map[string]string, now time.Time) []Action { return c.ShardsStopped(now, nums(a["versions"])) },
-		"interrupt":          func(a map[string]string, now time.Time) []Action { return c.Interrupt(now) },
-		"membership-refused": func(a map[string]string, now time.Time) []Action { return c.MembershipRefused(now) },
-		"membership-sent": func(a map[string]string, now time.Time) []Action {
+		"reinitialised":      func(a scenariotest.Args, now time.Time) []Action { return c.Reinitialised(now) },
+		"stopped":            func(a scenariotest.Args, now time.Time) []Action { return c.ShardsStopped(now, nums(a["versions"])) },
+		"interrupt":          func(a scenariotest.Args, now time.Time) []Action { return c.Interrupt(now) },
+		"membership-refused": func(a scenariotest.Args, now time.Time) []Action { return c.MembershipRefused(now) },
+		"membership-sent": func(a scenariotest.Args, now time.Time) []Action {
 			var live []int32
 			for _, n := range nums(a["live"]) {
 				live = append(live, int32(n))
@@ -257,17 +220,17 @@ func (s *scenario) events() map[string]func(a map[string]string, now time.Time) 
 			c.MembershipSent(live)
 			return nil
 		},
-		"evaluated": func(a map[string]string, now time.Time) []Action {
+		"evaluated": func(a scenariotest.Args, now time.Time) []Action {
 			acc, _ := strconv.ParseFloat(a["acc"], 64)
 			loss, _ := strconv.ParseFloat(a["loss"], 64) // "NaN" too
 			_, full := a["full"]
-			res := EvalResult{Seq: num(a, "seq"), Generation: num(a, "gen"), Step: num(a, "step"), At: now,
+			res := EvalResult{Seq: a.Num("seq"), Generation: a.Num("gen"), Step: a.Num("step"), At: now,
 				Accuracy: acc, Loss: loss, Full: full, Samples: 2000}
 			if full {
 				res.Samples = 10000
 			}
 			if _, ok := a["samples"]; ok {
-				res.Scored = int(num(a, "samples"))
+				res.Scored = int(a.Num("samples"))
 				res.Samples = min(res.Samples, res.Scored)
 			}
 			if e, ok := a["err"]; ok {
@@ -285,28 +248,28 @@ func (s *scenario) events() map[string]func(a map[string]string, now time.Time) 
 			}
 			return c.Evaluated(now, res)
 		},
-		"checkpoint-done": func(a map[string]string, now time.Time) []Action {
+		"checkpoint-done": func(a scenariotest.Args, now time.Time) []Action {
 			_, retained := a["retained"]
 			_, final := a["final"]
 			_, reused := a["reused"]
-			res := CheckpointResult{Step: num(a, "step"), Skipped: a["skipped"], Retained: retained, Final: final, Reused: reused}
+			res := CheckpointResult{Step: a.Num("step"), Skipped: a["skipped"], Retained: retained, Final: final, Reused: reused}
 			if e, ok := a["err"]; ok {
 				res.Err = errors.New(e)
 			}
 			return c.CheckpointDone(now, res)
 		},
-		"adopt": func(a map[string]string, now time.Time) []Action {
+		"adopt": func(a scenariotest.Args, now time.Time) []Action {
 			if _, ok := a["shards"]; ok {
 				return s.adoptFound(a, now)
 			}
 			_, split := a["split"]
-			ad := Adoption{Generation: num(a, "gen"), Step: num(a, "step"), Split: split}
+			ad := Adoption{Generation: a.Num("gen"), Step: a.Num("step"), Split: split}
 			if by, ok := a["stopped-by"]; ok {
 				// The previous chief saved a stop it had begun.
 				ad.Saved = &State{RunID: "run-test", Evals: []report.Eval{}, Restarts: []report.Restart{},
 					LatestCheckpoint: -1, Generation: ad.Generation, StoppedBy: by, TrainSeconds: 9}
 				if acc, err := strconv.ParseFloat(a["final-acc"], 64); err == nil {
-					ad.Saved.FinalEval = &report.Eval{Step: num(a, "final-step"), TestAccuracy: acc}
+					ad.Saved.FinalEval = &report.Eval{Step: a.Num("final-step"), TestAccuracy: acc}
 					ad.Saved.Evals = append(ad.Saved.Evals, *ad.Saved.FinalEval)
 				}
 			}
@@ -315,7 +278,7 @@ func (s *scenario) events() map[string]func(a map[string]string, now time.Time) 
 	}
 }
 
-func (s *scenario) config(a map[string]string) error {
+func (s *scenario) config(a scenariotest.Args) error {
 	r := config.Default()
 	r.HeartbeatTimeout = time.Minute // scenarios about liveness set it
 	p := CoreParams{Run: r, TrainN: 60000, Model: "test", Evaluate: true, Checkpoints: true,
@@ -381,10 +344,10 @@ func (s *scenario) config(a map[string]string) error {
 	return nil
 }
 
-func (s *scenario) member(f []string, a map[string]string) string {
+func (s *scenario) member(f []string, a scenariotest.Args) string {
 	if f[0] == "heartbeat" {
 		idx, _ := strconv.Atoi(f[1])
-		stop, err := s.core.Heartbeat(idx, s.at(a))
+		stop, err := s.core.Heartbeat(idx, a.At(s.t0))
 		if err != nil {
 			return "error: " + err.Error()
 		}
@@ -404,7 +367,7 @@ func (s *scenario) member(f []string, a map[string]string) string {
 	if lr, ok := a["lr"]; ok {
 		theirs.LR, _ = strconv.ParseFloat(lr, 64)
 	}
-	step, err := s.core.Register(Registration{Role: f[1], Index: idx, Settings: theirs.Settings()}, s.at(a))
+	step, err := s.core.Register(Registration{Role: f[1], Index: idx, Settings: theirs.Settings()}, a.At(s.t0))
 	if err != nil {
 		return "error: " + err.Error()
 	}
@@ -430,7 +393,7 @@ func (s *scenario) restarts() string {
 
 // adoptFound is an adopt of the processes found (adoptionOf), the
 // saved state holding saved=TYPE:EPOCH,... as the shards' primaries.
-func (s *scenario) adoptFound(a map[string]string, now time.Time) []Action {
+func (s *scenario) adoptFound(a scenariotest.Args, now time.Time) []Action {
 	saved := &State{RunID: "run-test", Evals: []report.Eval{}, Restarts: []report.Restart{}, LatestCheckpoint: -1}
 	for _, r := range strings.Split(a["saved"], ",") {
 		typ, e, ok := strings.Cut(r, ":")
@@ -447,7 +410,7 @@ func (s *scenario) adoptFound(a map[string]string, now time.Time) []Action {
 
 // shardsOf reads key=10,down,empty,10:standby:1:attached and done=0,1
 // (and the guard's counts, the same for every process listed).
-func shardsOf(a map[string]string, key string) []ShardStatus {
+func shardsOf(a scenariotest.Args, key string) []ShardStatus {
 	v, ok := a[key]
 	if !ok {
 		return nil

@@ -3,9 +3,11 @@ package task
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 
 	"google.golang.org/grpc"
@@ -19,18 +21,201 @@ import (
 	"github.com/pstrain/pstrain/transport/dataplane"
 )
 
-// RunPS serves one shard until the chief orders it to exit (nil) or ctx
-// ends.
-func RunPS(ctx context.Context, o Options) error {
-	if err := o.prepare(); err != nil {
+// PSDeps are what a PS process takes from outside: the network, its
+// TCP data plane's listener, where checkpoints go, its metrics.
+type PSDeps struct {
+	Network
+	// DataListener is the TCP data plane's listener, bound (nil: no data
+	// plane, the gRPC one), and DataAddr where workers reach it. The PS
+	// closes it.
+	DataListener net.Listener
+	DataAddr     string
+	// FS holds Run.CheckpointDir (nil: the operating system's).
+	FS checkpoint.FS
+	// Metrics are the shard's metrics (nil: unregistered ones).
+	Metrics *metrics.PS
+}
+
+// PS is a PS process (ps/N or standby/N): a ps.Server served over gRPC
+// and, on the TCP data plane, over the data plane. NewPS builds it; Serve
+// serves it, Register announces it to the chief, Wait waits for the
+// chief's order to exit; Close stops it.
+type PS struct {
+	o        Options
+	lis      Network
+	srv      *ps.Server
+	g        *grpc.Server
+	ds       *dataplane.Server // nil on the gRPC data plane
+	dataAddr string
+	m        *metrics.PS
+	refusals *ratelog.Logger
+	shutdown chan struct{} // closed when the chief orders the process to exit
+	served   chan error    // the gRPC server's end
+	serving  sync.WaitGroup
+	closers  closers
+}
+
+// NewPS builds the PS process of o's task from its dependencies. On error
+// it closes the listeners.
+func NewPS(o Options, d PSDeps) (*PS, error) {
+	if err := o.prepare(d.Network); err != nil {
+		d.Listener.Close()
+		if d.DataListener != nil {
+			d.DataListener.Close()
+		}
+		return nil, err
+	}
+	m := d.Metrics
+	if m == nil {
+		m = metrics.NewPSWith(nil, psMetricsOptions(o.Run))
+	}
+	p := &PS{o: o, lis: d.Network, dataAddr: d.DataAddr, m: m, shutdown: make(chan struct{}), served: make(chan error, 1),
+		refusals: ratelog.New(o.Log, refusalLogEvery, nil)}
+	var once sync.Once
+	p.srv = ps.NewServer(ps.Config{Log: o.Log, Metrics: m, Shutdown: func() { once.Do(func() { close(p.shutdown) }) },
+		// Hot standbys (docs/replication.md): the shard this process
+		// serves, and how, as a primary, it reaches its standby.
+		Shard: o.Task.Index, Dial: replicaDialer(o), DataAddr: d.DataAddr, Store: o.checkpointStore(d.FS), Now: o.Now})
+	maxRecv := psMaxRecv(o.Run, o.MaxMessageBytes)
+	p.g = o.grpcServer(maxRecv, func(reason string) { m.RejectedRequests.WithLabelValues(reason).Inc() })
+	// The data plane learns the shard's push size from its Init, or from
+	// the snapshot a standby installs (ds is set before anything is
+	// served).
+	api := psAPI{Server: p.srv, initialised: func(req *pb.InitRequest) {
+		if p.ds != nil {
+			p.ds.SetPushSize(pushSize(req))
+		}
+	}}
+	if d.DataListener != nil {
+		p.ds = dataplane.NewServer(api, d.DataListener, dataplane.Config{MaxPayload: maxRecv, Limits: o.dataLimits(), Log: o.Log, Metrics: m, Auth: o.Auth, TLS: o.dataTLS()})
+	}
+	pb.RegisterParameterServerServer(p.g, api)
+	return p, nil
+}
+
+// psMetricsOptions: async SGD has no barrier, a pull never waits for
+// other workers.
+func psMetricsOptions(r config.Run) metrics.PSOptions {
+	return metrics.PSOptions{NoBarrier: r.Mode == config.Async}
+}
+
+// Server is the shard server.
+func (p *PS) Server() *ps.Server { return p.srv }
+
+// Serve serves the shard over gRPC, under the task's connection limit,
+// and over the data plane, until Close.
+func (p *PS) Serve() {
+	lis := p.o.limitListener(p.lis.Listener, p.refusals, p.m.ConnectionsClosed.WithLabelValues("grpc", "limit").Inc)
+	if p.ds != nil {
+		p.serving.Add(1)
+		go func() {
+			defer p.serving.Done()
+			p.ds.Serve()
+		}()
+		p.o.Log.Info("tcp data plane listening", "addr", p.dataAddr)
+	}
+	p.serving.Add(1)
+	go func() {
+		defer p.serving.Done()
+		p.served <- p.g.Serve(lis)
+	}()
+	p.o.Log.Info("parameter server listening", "addr", p.lis.Addr)
+}
+
+// Register registers the PS with the chief (none without a chief in the
+// cluster). The chief can restore this shard and end the run (Shutdown)
+// before this PS's registration gets through, e.g. when it was restarted
+// into a network that had just healed: a shutdown ends the registration
+// too, and is no error (the PS exits 0 instead of retrying a chief that
+// is gone until --connect-timeout; found by TestPartitionPS). The
+// connection to the chief stays open until Close.
+func (p *PS) Register(ctx context.Context) error {
+	if len(p.o.Cluster.Chief) == 0 {
+		return nil
+	}
+	conn, err := p.o.dial(p.o.Cluster.Chief[0])
+	if err != nil {
 		return err
 	}
+	p.closers.add(func() { conn.Close() })
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	go func() {
+		select {
+		case <-p.shutdown:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if _, err := p.o.register(ctx, pb.NewChiefClient(conn), nil, p.lis.Addr); err != nil {
+		select {
+		case <-p.shutdown: // ended by the shutdown: the PS stops
+		default:
+			return err
+		}
+	}
+	return nil
+}
+
+// Wait waits for the chief's order to exit (it then stops serving gRPC
+// gracefully and returns nil), the gRPC server's failure, or the end of
+// ctx.
+func (p *PS) Wait(ctx context.Context) error {
+	select {
+	case <-p.shutdown:
+		p.g.GracefulStop()
+		return nil
+	case err := <-p.served:
+		return servedErr(err)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Served waits for the gRPC server's failure or the end of ctx, serving
+// on after the chief's order to exit: an in-process cluster's shards
+// outlive the run for a test to read them (package testcluster).
+func (p *PS) Served(ctx context.Context) error {
+	select {
+	case err := <-p.served:
+		return servedErr(err)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// servedErr is the error of a PS whose gRPC server returned err: none
+// when Close stopped it.
+func servedErr(err error) error {
+	if err == nil || errors.Is(err, grpc.ErrServerStopped) {
+		return nil
+	}
+	return fmt.Errorf("grpc server: %w", err)
+}
+
+// Close stops serving at once, as the end of the process does, and
+// closes the shard server and every connection.
+func (p *PS) Close() {
+	if p.ds != nil {
+		p.ds.Close()
+	}
+	p.g.Stop()
+	p.serving.Wait()
+	p.srv.Close()
+	p.refusals.Flush(true)
+	p.closers.closeAll()
+}
+
+// RunPS is the PS process: it serves metrics, binds its addresses and
+// serves NewPS's shard until the chief orders it to exit (nil) or ctx
+// ends.
+func RunPS(ctx context.Context, o Options) error {
+	if err := o.prepare(Network{}); err != nil {
+		return err
+	}
 	debug.SetGCPercent(psGCPercent(o.Run))
 	reg := o.registry()
-	// Async SGD has no barrier: a pull never waits for other workers.
-	m := metrics.NewPSWith(reg, metrics.PSOptions{NoBarrier: o.Run.Mode == config.Async})
+	m := metrics.NewPSWith(reg, psMetricsOptions(o.Run))
 	stopMetrics, err := o.serveMetrics(ctx, reg)
 	if err != nil {
 		return err
@@ -40,82 +225,21 @@ func RunPS(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	refusals := ratelog.New(o.Log, refusalLogEvery, nil)
-	defer refusals.Flush(true)
-	lis = o.limitListener(lis, refusals, m.ConnectionsClosed.WithLabelValues("grpc", "limit").Inc)
-	shutdown := make(chan struct{})
-	// The chief can restore this shard and end the run (Shutdown) before
-	// this PS's registration gets through, e.g. when it was restarted into
-	// a network that had just healed: a shutdown ends the registration
-	// too, and the PS exits 0 instead of retrying a chief that is gone
-	// until --connect-timeout (found by TestPartitionPS).
-	registering, stopRegistering := context.WithCancel(ctx)
-	defer stopRegistering()
 	dlis, daddr, err := o.psDataListener(addr)
 	if err != nil {
+		lis.Close()
 		return err
 	}
-	srv := ps.NewServer(ps.Config{Log: o.Log, Metrics: m, Shutdown: func() { close(shutdown); stopRegistering() },
-		// Hot standbys (docs/replication.md): the shard this process
-		// serves, and how, as a primary, it reaches its standby.
-		Shard: o.Task.Index, Dial: replicaDialer(o), DataAddr: daddr, Store: o.checkpointStore(), Now: o.Now})
-	defer srv.Close()
-	maxRecv := psMaxRecv(o.Run, o.MaxMessageBytes)
-	g := o.grpcServer(maxRecv, func(reason string) { m.RejectedRequests.WithLabelValues(reason).Inc() })
-	// The data plane learns the shard's push size from its Init, or from
-	// the snapshot a standby installs (ds is set before anything is
-	// served).
-	var ds *dataplane.Server
-	api := psAPI{Server: srv, initialised: func(req *pb.InitRequest) {
-		if ds != nil {
-			ds.SetPushSize(pushSize(req))
-		}
-	}}
-	if dlis != nil {
-		ds = dataplane.NewServer(api, dlis, dataplane.Config{MaxPayload: maxRecv, Limits: o.dataLimits(), Log: o.Log, Metrics: m, Auth: o.Auth, TLS: o.dataTLS()})
-		go ds.Serve()
-		defer ds.Close()
-		o.Log.Info("tcp data plane listening", "addr", daddr)
-	}
-	pb.RegisterParameterServerServer(g, api)
-	served := make(chan error, 1)
-	go func() { served <- g.Serve(lis) }()
-	defer g.Stop()
-	o.Log.Info("parameter server listening", "addr", addr)
-
-	closeChief, err := o.registerPS(registering, shutdown, addr)
+	p, err := NewPS(o, PSDeps{Network: Network{Listener: lis, Addr: addr}, DataListener: dlis, DataAddr: daddr, Metrics: m})
 	if err != nil {
 		return err
 	}
-	defer closeChief()
-	select {
-	case <-shutdown:
-		g.GracefulStop()
-		return nil
-	case err := <-served:
-		return fmt.Errorf("grpc server: %w", err)
-	case <-ctx.Done():
-		return ctx.Err()
+	defer p.Close()
+	p.Serve()
+	if err := p.Register(ctx); err != nil {
+		return err
 	}
-}
-
-// registerPS registers the PS at addr with the chief; a shutdown that
-// ends the registration is no error. The connection to the chief stays
-// open until the returned function closes it.
-func (o Options) registerPS(ctx context.Context, shutdown <-chan struct{}, addr string) (func() error, error) {
-	conn, err := o.dial(o.Cluster.Chief[0])
-	if err != nil {
-		return nil, err
-	}
-	if _, err := o.register(ctx, pb.NewChiefClient(conn), nil, addr); err != nil {
-		select {
-		case <-shutdown: // ended by the shutdown: the PS stops
-		default:
-			conn.Close()
-			return nil, err
-		}
-	}
-	return conn.Close, nil
+	return p.Wait(ctx)
 }
 
 // psGCPercent is the PS process's GOGC. A shard's live heap is a few copies of its slice (parameters,
@@ -159,12 +283,13 @@ func (o Options) dataTLS() *tls.Config {
 	return o.TLS.ServerTLS()
 }
 
-// checkpointStore is where a PS writes its shard (nil: no checkpoints).
-func (o Options) checkpointStore() *checkpoint.Store {
+// checkpointStore is where a PS writes its shard in fs (nil: no
+// checkpoints).
+func (o Options) checkpointStore(fs checkpoint.FS) *checkpoint.Store {
 	if o.Run.CheckpointDir == "" {
 		return nil
 	}
-	return checkpoint.NewStore(checkpoint.OSFS{}, o.Run.CheckpointDir, o.Run.KeepCheckpoints).WithLog(o.Log).WithMode(checkpoint.DirMode(o.Run.CheckpointMode))
+	return checkpoint.NewStore(checkpointFS(fs), o.Run.CheckpointDir, o.Run.KeepCheckpoints).WithLog(o.Log).WithMode(checkpoint.DirMode(o.Run.CheckpointMode))
 }
 
 // replicaDialer is how a primary (ps/N or standby/N: the chief decides)

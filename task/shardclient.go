@@ -12,23 +12,24 @@ import (
 	"github.com/pstrain/pstrain/worker"
 )
 
-// How a task reaches a PS process beyond its gRPC connection: the task
-// processes and the in-process cluster (package testcluster) build their
-// shard clients with these, so both run the same wiring.
+// How a task reaches a PS process beyond its gRPC connection. The role
+// constructors build their shard clients with these; workerClients also
+// serves the in-process cluster's own worker connections
+// (testcluster.Cluster.Dial, for bench).
 
-// DataPlaneDeps are what a data-plane client of a PS depends on.
-type DataPlaneDeps struct {
+// dataPlaneConf is what a data-plane client of a PS depends on.
+type dataPlaneConf struct {
 	TLS        *tls.Config // the client's TLS (nil: plain TCP)
 	MaxPayload int         // the largest payload it reads or writes
 	Sign       *auth.Client
 }
 
-// NewDataPlaneClient is a data-plane client of the PS that gc reaches.
+// newDataPlaneClient is a data-plane client of the PS that gc reaches.
 // The PS reports where its data plane listens in Status, asked again
 // after every broken connection; resolved, if not nil, hears every
 // address it reports ("": the PS has no data plane). Requests are signed
 // with d.Sign's session.
-func NewDataPlaneClient(gc pb.ParameterServerClient, d DataPlaneDeps, resolved func(addr string)) *dataplane.Client {
+func newDataPlaneClient(gc pb.ParameterServerClient, d dataPlaneConf, resolved func(addr string)) *dataplane.Client {
 	c := dataplane.NewClient(func(ctx context.Context) (string, error) {
 		st, err := gc.Status(ctx, &pb.StatusRequest{})
 		if err != nil {
@@ -43,15 +44,15 @@ func NewDataPlaneClient(gc pb.ParameterServerClient, d DataPlaneDeps, resolved f
 	return c
 }
 
-// PullsVia is gc with its pulls sent over dp and everything else over
+// pullsVia is gc with its pulls sent over dp and everything else over
 // gRPC: the chief's evaluation pulls (on gRPC each would cost the PS a
 // copy of its parameters that cannot be reused, and a marshalling
 // buffer).
-func PullsVia(gc pb.ParameterServerClient, dp *dataplane.Client) pb.ParameterServerClient {
+func pullsVia(gc pb.ParameterServerClient, dp *dataplane.Client) pb.ParameterServerClient {
 	return pullsViaDataPlane{gc, dp}
 }
 
-// pullsViaDataPlane is PullsVia's client.
+// pullsViaDataPlane is pullsVia's client.
 type pullsViaDataPlane struct {
 	pb.ParameterServerClient
 	dp *dataplane.Client
@@ -61,16 +62,16 @@ func (p pullsViaDataPlane) Pull(ctx context.Context, in *pb.PullRequest, _ ...gr
 	return p.dp.Pull(ctx, in)
 }
 
-// WorkerClients are a worker's clients of the PS process gc reaches: on
+// workerClients are a worker's clients of the PS process gc reaches: on
 // the TCP data plane (tcp) two data-plane clients, one for its pushes
 // and one for its pulls (worker.Shard.Puller: a pull can wait at the PS
 // while the step's push is under way), else gc for both (a gRPC
 // connection carries concurrent calls). close closes the data-plane
 // clients; gc goes with its connection.
-func WorkerClients(gc pb.ParameterServerClient, tcp bool, d DataPlaneDeps) (push, pull worker.DataPlane, close func()) {
+func workerClients(gc pb.ParameterServerClient, tcp bool, d dataPlaneConf) (push, pull worker.DataPlane, close func()) {
 	if !tcp {
 		return gc, gc, func() {}
 	}
-	pc, lc := NewDataPlaneClient(gc, d, nil), NewDataPlaneClient(gc, d, nil)
+	pc, lc := newDataPlaneClient(gc, d, nil), newDataPlaneClient(gc, d, nil)
 	return pc, lc, func() { pc.Close(); lc.Close() }
 }

@@ -1,7 +1,13 @@
-// Package task runs one process of a cluster — a PS shard, a worker or
-// the chief — from a cluster description and a run configuration. It does
-// the wiring (listeners, dialing, data, metrics, signals) around the ps,
-// worker and chief packages; cmd/pstrain only parses flags.
+// Package task builds and runs one task of a cluster — a PS shard, a
+// worker or the chief — from a cluster description and a run
+// configuration. NewPS, NewChief and NewWorker do the wiring (serving,
+// dialing, registration, data, checkpoints) around the ps, worker and
+// chief packages from the dependencies they are given (Network, the
+// data, a checkpoint filesystem, metrics); RunPS, RunChief and RunWorker
+// are the processes of `pstrain task`, which give them real listeners,
+// TCP, the data directory and a metrics endpoint. The in-process cluster
+// (package testcluster) calls the same constructors. cmd/pstrain only
+// parses flags.
 package task
 
 import (
@@ -18,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -81,15 +88,21 @@ type Options struct {
 	// --fault-gradient); a worker applies those naming its index.
 	GradientFaults []worker.GradientFault
 
-	creds *auth.Client // this task's session, set by prepare
+	creds  *auth.Client                                             // this task's session, set by prepare
+	dialer func(ctx context.Context, addr string) (net.Conn, error) // Network.Dialer, set by prepare
 }
 
-// prepare checks o and makes the task's session holder.
-func (o *Options) prepare() error {
+// prepare checks o, makes the task's session holder and takes the
+// dialer of n.
+func (o *Options) prepare(n Network) error {
 	if o.Auth == nil {
 		return errors.New("no run token: pass --auth-token-file (make one with `pstrain token FILE`; every task of the run needs the same file)")
 	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
 	o.creds = &auth.Client{Keys: o.Auth, Role: o.Task.Type, Index: o.Task.Index, Now: o.Now}
+	o.dialer = n.Dialer
 	return nil
 }
 
@@ -129,14 +142,39 @@ func reconnect() grpc.ConnectParams {
 	}
 }
 
+// dial is a gRPC connection to the peer at addr, signed with the task's
+// session, through the Network's dialer when there is one.
 func (o Options) dial(addr string) (*grpc.ClientConn, error) {
 	creds := insecure.NewCredentials()
 	if o.TLS != nil {
 		creds = o.TLS.ClientCredentials()
 	}
-	return grpc.NewClient(addr, grpc.WithTransportCredentials(creds), grpc.WithChainUnaryInterceptor(o.creds.Unary()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(o.MaxMessageBytes), grpc.MaxCallSendMsgSize(o.MaxMessageBytes)),
-		grpc.WithConnectParams(reconnect()))
+	return dial(addr, o.dialer, creds, o.creds, o.MaxMessageBytes)
+}
+
+// Dial is a gRPC connection to the task at addr as a task makes it,
+// without TLS: calls signed as sign, messages up to maxMessageBytes
+// either way, through n's Dialer when set. For a harness's own clients
+// of its tasks (package testcluster).
+func Dial(n Network, addr string, sign *auth.Client, maxMessageBytes int) (*grpc.ClientConn, error) {
+	return dial(addr, n.Dialer, insecure.NewCredentials(), sign, maxMessageBytes)
+}
+
+func dial(addr string, dialer func(context.Context, string) (net.Conn, error), creds credentials.TransportCredentials, sign *auth.Client, maxMsg int) (*grpc.ClientConn, error) {
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithChainUnaryInterceptor(sign.Unary()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsg), grpc.MaxCallSendMsgSize(maxMsg)),
+		grpc.WithConnectParams(reconnect())}
+	target := addr
+	if dialer != nil {
+		// The dialer gets the address as it stands.
+		opts = append(opts, grpc.WithContextDialer(dialer))
+		target = "passthrough:///" + addr
+	}
+	c, err := grpc.NewClient(target, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	return c, nil
 }
 
 // dataPlaneClient returns a client of the TCP data plane of the PS that
@@ -149,12 +187,12 @@ func (o Options) dataPlaneClient(gc pb.ParameterServerClient) *dataplane.Client 
 // dataPlaneClientWith is dataPlaneClient that tells resolved every
 // address the PS reports ("": it has no data plane).
 func (o Options) dataPlaneClientWith(gc pb.ParameterServerClient, resolved func(addr string)) *dataplane.Client {
-	return NewDataPlaneClient(gc, o.dataPlaneDeps(), resolved)
+	return newDataPlaneClient(gc, o.dataPlaneDeps(), resolved)
 }
 
 // dataPlaneDeps are the task's data-plane clients' dependencies.
-func (o Options) dataPlaneDeps() DataPlaneDeps {
-	d := DataPlaneDeps{MaxPayload: o.MaxMessageBytes, Sign: o.creds}
+func (o Options) dataPlaneDeps() dataPlaneConf {
+	d := dataPlaneConf{MaxPayload: o.MaxMessageBytes, Sign: o.creds}
 	if o.TLS != nil {
 		d.TLS = o.TLS.ClientTLS()
 	}

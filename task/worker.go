@@ -9,17 +9,272 @@ import (
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/ml/blas"
 	"github.com/pstrain/pstrain/ml/dataset"
+	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/ml/nn"
 	"github.com/pstrain/pstrain/ml/partition"
 	"github.com/pstrain/pstrain/observe/metrics"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/proto/convert"
+	"github.com/pstrain/pstrain/transport/auth"
 	"github.com/pstrain/pstrain/worker"
 )
 
-// RunWorker trains on the worker's data shard until training is done.
+// WorkerDeps are what a worker takes from outside: the network, the
+// model, its data, its metrics.
+type WorkerDeps struct {
+	// Network's Dialer reaches the chief and the PS processes (a worker
+	// serves nothing: no Listener).
+	Network
+	Spec model.Spec
+	// Load reads data shard index of count (dataset.ShardLoader); the
+	// worker loads those of the chief's data plan.
+	Load dataset.ShardLoader
+	// Batches, if set, is the worker's batch source instead of Load's
+	// shards (tests: batches of their own), given the data shard the
+	// chief assigns.
+	Batches func(dataShard, numShards int) worker.BatchSource
+	// RunID is the run's id when the cluster has no chief to tell it
+	// (in-process clusters without one; Batches is then required).
+	RunID string
+	// Metrics are the worker's metrics (nil: not recorded).
+	Metrics *metrics.Worker
+	Builds  Builds
+	// Tweak, if set, has the last word on the worker's configuration
+	// (tests: hooks, retry patience).
+	Tweak func(*worker.Config)
+}
+
+// Worker is the worker task: worker.Worker over a connection to every
+// shard, registered with the chief. NewWorker builds it, Run trains;
+// Close closes its connections and net.
+type Worker struct {
+	o       Options
+	w       *worker.Worker
+	reg     *pb.RegisterResponse // nil without a chief
+	chief   pb.ChiefClient       // nil without a chief
+	closers closers
+}
+
+// NewWorker registers the worker with the chief (retrying until it
+// answers, up to ConnectTimeout), reads its data shards, connects to
+// every shard and builds its net. Without a chief in o.Cluster the
+// worker takes a session of its own and trains on d.Batches. On error it
+// closes what it opened.
+func NewWorker(ctx context.Context, o Options, d WorkerDeps) (_ *Worker, err error) {
+	if err := o.prepare(d.Network); err != nil {
+		return nil, err
+	}
+	plan, err := partition.New(d.Spec, len(o.Cluster.PS))
+	if err != nil {
+		return nil, err
+	}
+	w := &Worker{o: o}
+	defer func() {
+		if err != nil {
+			w.closers.closeAll()
+		}
+	}()
+	runID, batches, follower, err := w.register(ctx, d)
+	if err != nil {
+		return nil, err
+	}
+	shards, err := w.dialShards()
+	if err != nil {
+		return nil, err
+	}
+	net, err := build(d.Builds, func() (*nn.Net, error) { return nn.New(d.Spec, o.Run.Batch, true) })
+	if err != nil {
+		return nil, err
+	}
+	w.closers.add(func() { net.Close() })
+	cfg := worker.Config{Index: o.Task.Index, RunID: runID, Run: o.Run, Plan: plan, Net: net,
+		Shards: shards, Batches: batches, DataPlan: follower, Log: o.Log, Metrics: d.Metrics,
+		RetryTimeout: o.ConnectTimeout, Faults: o.GradientFaults}
+	if d.Tweak != nil {
+		d.Tweak(&cfg)
+	}
+	if w.w, err = worker.New(cfg); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// register registers with the chief and makes the worker's batches: the
+// shards the chief's data plan gives this index, era by era
+// (docs/elastic.md: a run's worker count may change at an epoch
+// boundary); a process registers once, and a restarted worker reads its
+// shards anew. Full batches only (the short one at the end of an epoch is
+// skipped, like drop_remainder), so every step has exactly Batch samples
+// and the graph keeps one shape; the worker seeks them to its data
+// position.
+func (w *Worker) register(ctx context.Context, d WorkerDeps) (string, worker.BatchSource, worker.PlanFollower, error) {
+	o := w.o
+	if len(o.Cluster.Chief) == 0 {
+		return w.standalone(d)
+	}
+	conn, err := o.dial(o.Cluster.Chief[0])
+	if err != nil {
+		return "", nil, nil, err
+	}
+	w.closers.add(func() { conn.Close() })
+	w.chief = pb.NewChiefClient(conn)
+	addr, _ := o.Cluster.Addr(o.Task)
+	if w.reg, err = o.register(ctx, w.chief, &d.Spec, addr); err != nil {
+		return "", nil, nil, err
+	}
+	if d.Batches != nil {
+		return w.reg.RunId, d.Batches(int(w.reg.DataShard), int(w.reg.NumDataShards)), nil, nil
+	}
+	dplan, err := registrationPlan(w.reg, o.Run)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	held := 0
+	batches, err := dataset.NewElasticBatches(o.Task.Index, o.Run.Seed, dplan, w.loader(d.Load, &held))
+	if err != nil {
+		return "", nil, nil, err
+	}
+	o.Log.Info("worker registered", "run", w.reg.RunId, "workers", dplan.Last().Workers, "data_mib", mib(held), "blas", blas.Describe())
+	return w.reg.RunId, batches, batches, nil
+}
+
+// standalone is register without a chief: a session of the worker's own,
+// and d.Batches on the fixed split of the run's --workers.
+func (w *Worker) standalone(d WorkerDeps) (string, worker.BatchSource, worker.PlanFollower, error) {
+	if d.Batches == nil {
+		return "", nil, nil, errors.New("a worker without a chief needs batches of its own")
+	}
+	s, err := auth.NewSession()
+	if err != nil {
+		return "", nil, nil, err
+	}
+	w.o.creds.SetSession(s)
+	return d.RunID, d.Batches(w.o.Task.Index, w.o.Run.Workers), nil, nil
+}
+
+// loader is load that logs each shard it reads and adds the bytes the
+// shard holds (those of a dataset.TrainShard, which reads only the
+// shard's images, as stored) to held.
+func (w *Worker) loader(load dataset.ShardLoader, held *int) dataset.ShardLoader {
+	return func(index, count int) (dataset.Samples, error) {
+		sh, err := load(index, count)
+		if err != nil {
+			return nil, err
+		}
+		n, _ := sh.Shape()
+		b := 0
+		if h, ok := sh.(interface{ HeldBytes() int }); ok {
+			b = h.HeldBytes()
+		}
+		*held += b
+		w.o.Log.Info("data shard loaded", "worker", index, "of", count, "samples", n, "data_mib", mib(b))
+		return sh, nil
+	}
+}
+
+// mib is b in MiB, to a tenth.
+func mib(b int) float64 { return math.Round(float64(b)/(1<<20)*10) / 10 }
+
+// dialShards connects to every shard: to its PS process and, with hot
+// standbys, to its standby too, the shard's client switching to the
+// other process when the one it talks to refuses, or stays silent while
+// the other serves as primary (docs/replication.md).
+func (w *Worker) dialShards() ([]worker.Shard, error) {
+	o := w.o
+	var shards []worker.Shard
+	for i, a := range o.Cluster.PS {
+		dp, pdp, gc, err := w.shardClients(a)
+		if err != nil {
+			return nil, err
+		}
+		if len(o.Cluster.Standby) > 0 {
+			sa := o.Cluster.Standby[i]
+			sdp, spdp, sgc, err := w.shardClients(sa)
+			if err != nil {
+				return nil, err
+			}
+			dp, pdp = worker.NewFailoverPair(i,
+				worker.Process{Task: cluster.Task{Type: cluster.PS, Index: i}.String(), Addr: a, Client: dp, Role: roleOf(gc)},
+				worker.Process{Task: cluster.Task{Type: cluster.Standby, Index: i}.String(), Addr: sa, Client: sdp, Role: roleOf(sgc)},
+				pdp, spdp, o.Log)
+		}
+		shards = append(shards, worker.Shard{Addr: a, Client: dp, Puller: pdp})
+	}
+	return shards, nil
+}
+
+// DialShards connects to every shard of o's cluster as NewWorker does,
+// with a session of its own, for code that runs a worker.Worker of its
+// own over the connections (bench, through testcluster.Cluster.Dial).
+// close closes them.
+func DialShards(o Options, n Network) (_ []worker.Shard, close func(), err error) {
+	if err := o.prepare(n); err != nil {
+		return nil, nil, err
+	}
+	s, err := auth.NewSession()
+	if err != nil {
+		return nil, nil, err
+	}
+	o.creds.SetSession(s)
+	w := &Worker{o: o}
+	shards, err := w.dialShards()
+	if err != nil {
+		w.Close()
+		return nil, nil, err
+	}
+	return shards, w.Close, nil
+}
+
+// shardClients are the worker's clients of the PS process at addr
+// (workerClients) and its gRPC client (gc) for everything else; Close
+// closes them.
+func (w *Worker) shardClients(addr string) (push, pull worker.DataPlane, gc pb.ParameterServerClient, err error) {
+	c, err := w.o.dial(addr)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	w.closers.add(func() { c.Close() })
+	gc = pb.NewParameterServerClient(c)
+	push, pull, closeDP := workerClients(gc, w.o.Run.DataPlane == config.TCP, w.o.dataPlaneDeps())
+	w.closers.add(closeDP)
+	return push, pull, gc, nil
+}
+
+// Worker is the worker.Worker the task runs.
+func (w *Worker) Worker() *worker.Worker { return w.w }
+
+// Registration is the chief's answer to the worker's registration (nil
+// without a chief).
+func (w *Worker) Registration() *pb.RegisterResponse { return w.reg }
+
+// Run trains until training is done or ctx ends, sending the chief
+// heartbeats meanwhile.
+func (w *Worker) Run(ctx context.Context) error {
+	if w.chief == nil {
+		return w.w.Run(ctx)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// Heartbeats, owned by Run.
+	beats := make(chan struct{})
+	go func() {
+		defer close(beats)
+		w.w.Heartbeats(ctx, w.chief, w.o.Run.HeartbeatTimeout)
+	}()
+	err := w.w.Run(ctx)
+	cancel()
+	<-beats
+	return err
+}
+
+// Close closes the worker's connections and its net. Call it once Run
+// has returned (or was never called).
+func (w *Worker) Close() { w.closers.closeAll() }
+
+// RunWorker is the worker process: it opens the training set, serves
+// metrics and runs NewWorker's worker until training is done.
 func RunWorker(ctx context.Context, o Options, blasThreads int) error {
-	if err := o.prepare(); err != nil {
+	if err := o.prepare(Network{}); err != nil {
 		return err
 	}
 	if err := blas.Setup(blasThreads); err != nil {
@@ -28,13 +283,10 @@ func RunWorker(ctx context.Context, o Options, blasThreads int) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// The training set's shape and labels; the images of the worker's
-	// shard are read once the chief has said which shard that is.
+	// shards are read once the chief has said which shards those are,
+	// only theirs, as stored (a byte per pixel), converted a batch at a
+	// time into the net's input.
 	train, err := dataset.OpenTrainSet(o.Run.DataDir, o.Run.Dataset)
-	if err != nil {
-		return err
-	}
-	spec := o.Run.Spec(train.Dim, train.Classes)
-	plan, err := partition.New(spec, len(o.Cluster.PS))
 	if err != nil {
 		return err
 	}
@@ -45,106 +297,15 @@ func RunWorker(ctx context.Context, o Options, blasThreads int) error {
 		return err
 	}
 	defer stopMetrics()
-
-	conn, err := o.dial(o.Cluster.Chief[0])
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	chief := pb.NewChiefClient(conn)
-	addr, _ := o.Cluster.Addr(o.Task)
-	reg0, err := o.register(ctx, chief, &spec, addr)
-	if err != nil {
-		return err
-	}
-	// Only the shard's images, as stored (a byte per pixel), converted a
-	// batch at a time into the net's input. The shards are those the
-	// chief's data plan gives this index, era by era (docs/elastic.md: a
-	// run's worker count may change at an epoch boundary); a process
-	// registers once, and a restarted worker reads its shards anew.
-	// Full batches only (the short one at the end of an epoch is
-	// skipped, like drop_remainder), so every step has exactly Batch
-	// samples and the graph keeps one shape; the worker seeks them to its
-	// data position.
-	dplan, err := registrationPlan(reg0, o.Run)
-	if err != nil {
-		return err
-	}
-	var held int
 	load := func(index, count int) (dataset.Samples, error) {
-		sh, err := train.Shard(dataset.ShardSpec{Index: index, Count: count, Fraction: o.Run.DataFraction, Seed: o.Run.Seed})
-		if err != nil {
-			return nil, err
-		}
-		held += sh.HeldBytes()
-		o.Log.Info("data shard loaded", "worker", index, "of", count, "samples", sh.N, "data_mib", math.Round(float64(sh.HeldBytes())/(1<<20)*10)/10)
-		return sh, nil
+		return train.Shard(dataset.ShardSpec{Index: index, Count: count, Fraction: o.Run.DataFraction, Seed: o.Run.Seed})
 	}
-	batches, err := dataset.NewElasticBatches(o.Task.Index, o.Run.Seed, dplan, load)
+	w, err := NewWorker(ctx, o, WorkerDeps{Spec: o.Run.Spec(train.Dim, train.Classes), Load: load, Metrics: m})
 	if err != nil {
 		return err
 	}
-	o.Log.Info("worker registered", "run", reg0.RunId, "workers", dplan.Last().Workers, "data_mib", math.Round(float64(held)/(1<<20)*10)/10, "blas", blas.Describe())
-
-	var shards []worker.Shard
-	for i, a := range o.Cluster.PS {
-		dp, pdp, gc, closeDP, err := o.shardClients(a)
-		if err != nil {
-			return err
-		}
-		defer closeDP()
-		if len(o.Cluster.Standby) > 0 {
-			// A hot standby: the shard's client switches to the other
-			// process when the one it talks to refuses, or stays silent
-			// while the other serves as primary (docs/replication.md).
-			sa := o.Cluster.Standby[i]
-			sdp, spdp, sgc, closeSDP, err := o.shardClients(sa)
-			if err != nil {
-				return err
-			}
-			defer closeSDP()
-			dp, pdp = worker.NewFailoverPair(i,
-				worker.Process{Task: cluster.Task{Type: cluster.PS, Index: i}.String(), Addr: a, Client: dp, Role: roleOf(gc)},
-				worker.Process{Task: cluster.Task{Type: cluster.Standby, Index: i}.String(), Addr: sa, Client: sdp, Role: roleOf(sgc)},
-				pdp, spdp, o.Log)
-		}
-		shards = append(shards, worker.Shard{Addr: a, Client: dp, Puller: pdp})
-	}
-	net, err := nn.New(spec, o.Run.Batch, true)
-	if err != nil {
-		return err
-	}
-	defer net.Close()
-	w, err := worker.New(worker.Config{Index: o.Task.Index, RunID: reg0.RunId, Run: o.Run, Plan: plan, Net: net,
-		Shards: shards, Batches: batches, DataPlan: batches, Log: o.Log, Metrics: m,
-		RetryTimeout: o.ConnectTimeout, Faults: o.GradientFaults})
-	if err != nil {
-		return err
-	}
-
-	// Heartbeats, owned by this function.
-	hbDone := make(chan struct{})
-	go func() {
-		defer close(hbDone)
-		w.Heartbeats(ctx, chief, o.Run.HeartbeatTimeout)
-	}()
-	err = w.Run(ctx)
-	cancel()
-	<-hbDone
-	return err
-}
-
-// shardClients are a worker's clients of the PS process at addr
-// (WorkerClients) and its gRPC client (gc) for everything else; close
-// closes them all.
-func (o Options) shardClients(addr string) (push, pull worker.DataPlane, gc pb.ParameterServerClient, close func(), err error) {
-	c, err := o.dial(addr)
-	if err != nil {
-		return nil, nil, nil, nil, err
-	}
-	gc = pb.NewParameterServerClient(c)
-	push, pull, closeDP := WorkerClients(gc, o.Run.DataPlane == config.TCP, o.dataPlaneDeps())
-	return push, pull, gc, func() { closeDP(); c.Close() }, nil
+	defer w.Close()
+	return w.Run(ctx)
 }
 
 // roleOf asks the PS behind gc its replication role (worker.Process.Role).

@@ -12,14 +12,12 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/chief"
+	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/internal/retry"
 	"github.com/pstrain/pstrain/ml/dataset"
 	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/ml/partition"
@@ -28,6 +26,7 @@ import (
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/proto/convert"
 	"github.com/pstrain/pstrain/ps"
+	"github.com/pstrain/pstrain/task"
 	"github.com/pstrain/pstrain/transport/auth"
 	"github.com/pstrain/pstrain/transport/wire"
 )
@@ -110,8 +109,14 @@ type Cluster struct {
 	// harness initialises them like a chief.
 	keys *auth.Keyring
 	self *auth.Client
+	// chiefLis and chiefAddr are the chief's listener and address, bound
+	// before the shards start (they register there); none without a
+	// chief.
+	chiefLis  net.Listener
+	chiefAddr string
 
 	mu      sync.Mutex
+	psAddrs []string                     // every shard's address, once it has served
 	bufs    map[string]*bufconn.Listener // Bufconn: the serving listener of each address
 	conns   []io.Closer                  // the cluster's own connections, closed last
 	workers []*Worker                    // every incarnation, in start order
@@ -185,43 +190,63 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			c.fs = checkpoint.NewMemFS()
 		}
 	}
-	for s := 0; s < cfg.Run.PS; s++ {
-		p := &PS{c: c, index: s, addr: c.newAddr(fmt.Sprintf("ps-%d", s))}
-		if cfg.PSMetrics != nil {
-			p.m = cfg.PSMetrics(s)
-		}
-		c.ps = append(c.ps, p)
-		if err := p.serve(); err != nil {
-			c.Close()
-			return nil, err
-		}
-		conn, err := c.dial(p.Addr(), c.self)
-		if err != nil {
-			c.Close()
-			return nil, err
-		}
-		c.own(conn)
-		p.client = pb.NewParameterServerClient(conn)
-	}
-	if cfg.Chief != nil {
-		if c.chief, err = c.startChief(*cfg.Chief); err != nil {
-			c.Close()
-			return nil, err
-		}
-		for _, p := range c.ps {
-			if err := c.registerPS(ctx, p); err != nil {
-				c.Close()
-				return nil, err
-			}
-		}
-		c.chief.run()
-		return c, nil
-	}
-	if err := c.initShards(ctx); err != nil {
+	if err := c.start(ctx); err != nil {
 		c.Close()
 		return nil, err
 	}
 	return c, nil
+}
+
+// start binds the chief's address (if any), serves every shard and then
+// the chief, whom the shards register with, or initialises the shards
+// itself without a chief.
+func (c *Cluster) start(ctx context.Context) error {
+	cfg := c.cfg
+	c.psAddrs = make([]string, cfg.Run.PS)
+	if cfg.Chief != nil {
+		var err error
+		if c.chiefLis, c.chiefAddr, err = c.listen(c.newAddr("chief")); err != nil {
+			return err
+		}
+	}
+	for s := 0; s < cfg.Run.PS; s++ {
+		if err := c.startPS(s); err != nil {
+			return err
+		}
+	}
+	if cfg.Chief == nil {
+		return c.initShards(ctx)
+	}
+	var err error
+	if c.chief, err = c.startChief(*cfg.Chief); err != nil {
+		return err
+	}
+	for _, p := range c.ps {
+		if err := c.registerPS(ctx, p); err != nil {
+			return err
+		}
+	}
+	c.chief.run()
+	return nil
+}
+
+// startPS serves shard s and dials it with the cluster's own client.
+func (c *Cluster) startPS(s int) error {
+	p := &PS{c: c, index: s, addr: c.newAddr(fmt.Sprintf("ps-%d", s))}
+	if c.cfg.PSMetrics != nil {
+		p.m = c.cfg.PSMetrics(s)
+	}
+	c.ps = append(c.ps, p)
+	if err := p.serve(); err != nil {
+		return err
+	}
+	conn, err := c.dial(p.Addr(), c.self)
+	if err != nil {
+		return err
+	}
+	c.own(conn)
+	p.client = pb.NewParameterServerClient(conn)
+	return nil
 }
 
 // initShards does the chief's initialisation without a chief: every shard
@@ -364,6 +389,8 @@ func (c *Cluster) Close() error {
 	}
 	if c.chief != nil {
 		c.chief.close()
+	} else if c.chiefLis != nil {
+		c.chiefLis.Close()
 	}
 	for _, p := range c.ps {
 		p.Kill()
@@ -405,22 +432,6 @@ func (c *Cluster) newAddr(name string) string {
 	return "127.0.0.1:0"
 }
 
-// serveGRPC serves g on lis in a goroutine, done with wg (if not nil).
-func (c *Cluster) serveGRPC(task string, g *grpc.Server, lis net.Listener, wg *sync.WaitGroup) {
-	if wg != nil {
-		wg.Add(1)
-	}
-	c.goroutine(func() {
-		if wg != nil {
-			defer wg.Done()
-		}
-		// nil after Stop; ErrServerStopped if stopped before it served.
-		if err := g.Serve(lis); !errors.Is(err, grpc.ErrServerStopped) {
-			c.record(task, err)
-		}
-	})
-}
-
 // publish makes a Bufconn listener the one dials of addr reach; nil
 // takes it down (dials fail as on a closed port).
 func (c *Cluster) publish(addr string, lis net.Listener) {
@@ -446,13 +457,44 @@ func (c *Cluster) dialBufconn(ctx context.Context, addr string) (net.Conn, error
 	return lis.DialContext(ctx)
 }
 
-// grpcServer is a gRPC server with the tasks' message limits that
-// refuses calls without a valid session of the run, as a task's does
-// (refused, when set, is told each refusal's reason).
-func (c *Cluster) grpcServer(refused func(reason string)) *grpc.Server {
-	n := c.cfg.MaxMessageBytes
-	guard := &auth.Guard{Keys: c.keys, Refused: refused}
-	return grpc.NewServer(grpc.MaxRecvMsgSize(n), grpc.MaxSendMsgSize(n), grpc.ChainUnaryInterceptor(guard.Unary()))
+// registerPatience is how long a shard retries its registration with the
+// chief.
+const registerPatience = 30 * time.Second
+
+// options are the task options of task t of the cluster: its run, the
+// cluster's addresses, the run's token, and patience with its peers.
+func (c *Cluster) options(t cluster.Task, patience time.Duration) task.Options {
+	return task.Options{Cluster: c.spec(), Task: t, Run: c.cfg.Run, ConnectTimeout: patience,
+		MaxMessageBytes: c.cfg.MaxMessageBytes, Log: c.cfg.Log.With("task", t.String()), Auth: c.keys}
+}
+
+// spec is the cluster's addresses: the chief (if any) and every shard
+// ("" for one that has not served yet).
+func (c *Cluster) spec() cluster.Spec {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := cluster.Spec{PS: slices.Clone(c.psAddrs)}
+	if c.chiefLis != nil {
+		s.Chief = []string{c.chiefAddr}
+	}
+	return s
+}
+
+// setPSAddr notes shard s's address.
+func (c *Cluster) setPSAddr(s int, addr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.psAddrs[s] = addr
+}
+
+// network is a task's network: lis at addr, and over Bufconn a dialer
+// that reaches the listener serving each address.
+func (c *Cluster) network(lis net.Listener, addr string) task.Network {
+	n := task.Network{Listener: lis, Addr: addr}
+	if c.cfg.Transport == Bufconn {
+		n.Dialer = c.dialBufconn
+	}
+	return n
 }
 
 // credentials is the identity of a task that registers with the chief
@@ -473,43 +515,14 @@ func (c *Cluster) session(role string, index int) (*auth.Client, error) {
 	return a, nil
 }
 
-// dial returns a client connection to addr with the tasks' options. Over
+// dial returns a client connection to addr as the tasks make it. Over
 // Bufconn it reaches whatever listener serves addr at each (re)connection,
 // so it follows a restarted task.
 // Calls are signed as who.
 func (c *Cluster) dial(addr string, who *auth.Client) (*grpc.ClientConn, error) {
-	n := c.cfg.MaxMessageBytes
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithChainUnaryInterceptor(who.Unary()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(n), grpc.MaxCallSendMsgSize(n))}
-	target := addr
-	if c.cfg.Transport == Bufconn {
-		opts = append(opts, grpc.WithContextDialer(c.dialBufconn))
-		target = "passthrough:///" + addr
-	}
-	conn, err := grpc.NewClient(target, opts...)
+	conn, err := task.Dial(c.network(nil, ""), addr, who, c.cfg.MaxMessageBytes)
 	if err != nil {
-		return nil, fmt.Errorf("testcluster: dial %s: %w", addr, err)
+		return nil, fmt.Errorf("testcluster: %w", err)
 	}
 	return conn, nil
-}
-
-// register announces a task to the chief, retrying while it is
-// unavailable, as task processes do.
-func (c *Cluster) register(ctx context.Context, client pb.ChiefClient, role string, index int, spec *model.Spec, addr string) (*pb.RegisterResponse, error) {
-	req := &pb.RegisterRequest{Role: role, Index: int32(index), Address: addr, Settings: convert.Settings(c.cfg.Run)}
-	if spec != nil {
-		req.ModelSpec = convert.ModelSpec(*spec)
-	}
-	var resp *pb.RegisterResponse
-	err := retry.Do(ctx, retry.Policy{First: 10 * time.Millisecond, Max: 200 * time.Millisecond, Patience: 30 * time.Second,
-		Retryable: retry.OnCodes(codes.Unavailable, codes.DeadlineExceeded)},
-		func(ctx context.Context) error {
-			var err error
-			resp, err = client.Register(ctx, req)
-			return err
-		})
-	if err != nil {
-		return nil, fmt.Errorf("register %s/%d: %w", role, index, err)
-	}
-	return resp, nil
 }

@@ -1,7 +1,7 @@
 // Package testcluster runs a whole pstrain cluster inside one process: N
-// parameter-server shards, an optional chief and M workers, wired the way
-// the task processes wire them (package task), over real gRPC servers and
-// clients. It is the one in-process harness: the worker and chief cluster
+// parameter-server shards, an optional chief and M workers, each built by
+// the constructor that builds the task process (task.NewPS, task.NewChief,
+// task.NewWorker), over real gRPC servers and clients. It is the one in-process harness: the worker and chief cluster
 // tests and the bench package's in-process measurements use it.
 //
 // # Starting a cluster
@@ -33,22 +33,24 @@
 //
 // What runs, and how:
 //
-//   - Each PS is a ps.Server served by a gRPC server on a bufconn
-//     listener (Transport Bufconn, the default: no ports) or on
-//     127.0.0.1 (Loopback, as the real processes). With run.DataPlane
-//     config.TCP it also serves the TCP data plane on 127.0.0.1, and workers
-//     find it the way task does: the PS reports its address in Status.
-//   - With a ChiefConfig, chief.New and Run run in a goroutine, served as
-//     pb.ChiefServer; every PS and worker registers with it, workers send
-//     heartbeats, and the chief initialises (and restores) the shards.
-//     Without one, Start initialises the shards itself from
-//     Spec.Init(Run.Seed), training ending at Config.MaxVersion, sending
-//     them ps.OptionsFor(Run) as the chief does.
-//   - A worker (StartWorker) owns its connections like a worker process:
-//     a gRPC connection per shard and, on the TCP data plane, a data-plane
-//     client per shard. It registers with the chief (when there is one),
-//     reads its data shard of Config.Train (or WorkerOptions.Batches) and
-//     runs worker.Worker.Run.
+//   - Each PS is a task.PS (a ps.Server behind the task's gRPC server)
+//     on a bufconn listener (Transport Bufconn, the default: no ports) or
+//     on 127.0.0.1 (Loopback, as the real processes); the cluster's
+//     dialer reaches the listener that serves each address. With
+//     run.DataPlane config.TCP it also serves the TCP data plane on
+//     127.0.0.1, and workers find it the way a worker process does: the
+//     PS reports its address in Status. Unlike a PS process, it serves on
+//     after the chief's order to exit, until Kill or Close.
+//   - With a ChiefConfig, a task.Chief runs in a goroutine; every PS and
+//     worker registers with it, workers send heartbeats, and the chief
+//     initialises (and restores) the shards. Without one, Start
+//     initialises the shards itself from Spec.Init(Run.Seed), training
+//     ending at Config.MaxVersion, sending them ps.OptionsFor(Run) as the
+//     chief does.
+//   - A worker (StartWorker) is a task.Worker: it registers with the
+//     chief (when there is one), connects to every shard as a worker
+//     process does, reads its data shards of Config.Train (or
+//     WorkerOptions.Batches) and runs worker.Worker.Run.
 //   - With run.CheckpointDir set, the chief and every PS share one
 //     checkpoint filesystem (Config.CheckpointFS, an in-memory
 //     checkpoint.MemFS unless given), as the processes share a directory.

@@ -7,14 +7,13 @@ import (
 	"net"
 	"sync"
 
-	"google.golang.org/grpc"
-
+	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/observe/metrics"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/ps"
+	"github.com/pstrain/pstrain/task"
 	"github.com/pstrain/pstrain/transport/auth"
-	"github.com/pstrain/pstrain/transport/dataplane"
 )
 
 // PS is one shard's slot: the shard server serving now (none while it
@@ -31,12 +30,11 @@ type PS struct {
 	starts int
 }
 
-// psProcess is one incarnation of a shard: what a PS process holds.
+// psProcess is one incarnation of a shard: a PS process (task.PS).
 type psProcess struct {
-	srv  *ps.Server
-	g    *grpc.Server
-	data *dataplane.Server // nil on the gRPC data plane
-	done chan struct{}     // closed when its serving goroutines have returned
+	t      *task.PS
+	cancel context.CancelFunc // ends its Served
+	done   chan struct{}      // closed when its Served has returned
 }
 
 // Index is the shard's index.
@@ -57,7 +55,7 @@ func (p *PS) Server() *ps.Server {
 	if p.inc == nil {
 		return nil
 	}
-	return p.inc.srv
+	return p.inc.t.Server()
 }
 
 // Client is a gRPC client of the shard's control plane, the cluster's
@@ -110,10 +108,8 @@ func (p *PS) Kill() {
 		return
 	}
 	p.c.publish(addr, nil)
-	if inc.data != nil {
-		inc.data.Close()
-	}
-	inc.g.Stop()
+	inc.cancel()
+	inc.t.Close()
 	<-inc.done
 }
 
@@ -136,8 +132,9 @@ func (p *PS) Restart() error {
 	return p.Start()
 }
 
-// serve starts an incarnation: the shard server, its gRPC server and,
-// on the TCP data plane, the data-plane server (task.RunPS's wiring).
+// serve starts an incarnation: task.NewPS on the shard's listeners,
+// served until Kill. Unlike a PS process it serves on after the chief's
+// order to exit, so a test can read the shard once the run is over.
 func (p *PS) serve() error {
 	c := p.c
 	p.mu.Lock()
@@ -148,46 +145,33 @@ func (p *PS) serve() error {
 	if p.inc != nil {
 		return fmt.Errorf("testcluster: ps/%d is running; kill it first", p.index)
 	}
-	task := fmt.Sprintf("ps/%d", p.index)
-	log := c.cfg.Log.With("task", task)
+	tk := cluster.Task{Type: cluster.PS, Index: p.index}
 	lis, addr, err := c.listen(p.addr)
 	if err != nil {
 		return err
 	}
-	cfg := ps.Config{Log: log, Metrics: p.m, Shard: p.index}
-	var dl net.Listener
+	c.setPSAddr(p.index, addr)
+	d := task.PSDeps{Network: c.network(lis, addr), Metrics: p.m, FS: c.fs}
 	if c.cfg.Run.DataPlane == config.TCP {
-		if dl, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+		if d.DataListener, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
 			lis.Close()
-			return fmt.Errorf("testcluster: %s data plane: %w", task, err)
+			return fmt.Errorf("testcluster: %s data plane: %w", tk, err)
 		}
-		cfg.DataAddr = dl.Addr().String()
+		d.DataAddr = d.DataListener.Addr().String()
 	}
-	if c.fs != nil {
-		cfg.Store = c.store()
+	t, err := task.NewPS(c.options(tk, registerPatience), d)
+	if err != nil {
+		return err
 	}
-	srv := ps.NewServer(cfg)
-	var refused func(string)
-	if p.m != nil {
-		refused = func(reason string) { p.m.RejectedRequests.WithLabelValues(reason).Inc() }
-	}
-	inc := &psProcess{srv: srv, g: c.grpcServer(refused), done: make(chan struct{})}
-	pb.RegisterParameterServerServer(inc.g, srv)
-	if dl != nil {
-		inc.data = dataplane.NewServer(srv, dl, dataplane.Config{MaxPayload: c.cfg.MaxMessageBytes, Log: log, Metrics: p.m, Auth: c.keys})
-	}
-	var serving sync.WaitGroup
-	c.serveGRPC(task, inc.g, lis, &serving)
-	if inc.data != nil {
-		serving.Add(1)
-		c.goroutine(func() {
-			defer serving.Done()
-			if err := inc.data.Serve(); err != nil {
-				c.record(task, fmt.Errorf("data plane: %w", err))
-			}
-		})
-	}
-	c.goroutine(func() { serving.Wait(); close(inc.done) })
+	t.Serve()
+	ctx, cancel := context.WithCancel(c.ctx)
+	inc := &psProcess{t: t, cancel: cancel, done: make(chan struct{})}
+	c.goroutine(func() {
+		defer close(inc.done)
+		if err := t.Served(ctx); err != nil && ctx.Err() == nil {
+			c.record(tk.String(), err)
+		}
+	})
 	p.addr, p.inc = addr, inc
 	p.starts++
 	c.publish(addr, lis)
@@ -197,11 +181,11 @@ func (p *PS) serve() error {
 // registerPS registers shard p with the chief, as a PS process does once
 // it serves.
 func (c *Cluster) registerPS(ctx context.Context, p *PS) error {
-	conn, err := c.dial(c.chief.addr, c.credentials(auth.RolePS, p.index))
-	if err != nil {
-		return err
+	p.mu.Lock()
+	inc := p.inc
+	p.mu.Unlock()
+	if inc == nil {
+		return fmt.Errorf("testcluster: ps/%d is down", p.index)
 	}
-	defer conn.Close()
-	_, err = c.register(ctx, pb.NewChiefClient(conn), "ps", p.index, nil, p.Addr())
-	return err
+	return inc.t.Register(ctx)
 }

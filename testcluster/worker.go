@@ -4,17 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"sync"
 
-	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/ml/dataset"
-	"github.com/pstrain/pstrain/ml/nn"
 	pb "github.com/pstrain/pstrain/proto"
-	"github.com/pstrain/pstrain/proto/convert"
 	"github.com/pstrain/pstrain/task"
-	"github.com/pstrain/pstrain/transport/auth"
 	"github.com/pstrain/pstrain/worker"
 )
 
@@ -25,8 +21,9 @@ type WorkerOptions struct {
 	Context context.Context
 	// Batches makes the worker's batch source once it knows its data
 	// shard: the chief's assignment, or shard Index of Run.Workers
-	// without a chief. nil: that shard of Config.Train, as task.RunWorker
-	// reads it (NewBatches).
+	// without a chief. nil: with a chief, the shards of its data plan of
+	// Config.Train, read as a worker process reads them; without one,
+	// that shard of Config.Train (NewBatches).
 	Batches func(dataShard, numShards int) worker.BatchSource
 	// Tweak, if set, has the last word on the worker's configuration (its
 	// hooks, metrics, retry patience).
@@ -233,29 +230,19 @@ func (w *Worker) Registration() *pb.RegisterResponse {
 	return w.reg
 }
 
-// buildMu serialises building nets in this process: gorgonia's graph
-// construction (nn.New, and so chief.NewEvaluator) is not safe for
-// concurrent use (Grad caches hash codes in nodes shared by every graph),
-// which one process per task never exercises.
+// buildMu serialises building nets in this process (task.Builds):
+// gorgonia's graph construction (nn.New, and so chief.NewEvaluator) is
+// not safe for concurrent use (Grad caches hash codes in nodes shared by
+// every graph), which one process per task never exercises.
 var buildMu sync.Mutex
 
-func newNet[T any](build func() (T, error)) (T, error) {
-	buildMu.Lock()
-	defer buildMu.Unlock()
-	return build()
-}
-
-// Dial connects to every shard as a worker process does: a gRPC
-// connection per shard and, on the TCP data plane, a data-plane client
-// per shard, which follow restarted shards. For code that runs its own
-// worker.Worker (bench); Close closes the connections.
-// Its requests are signed as worker 0.
+// Dial connects to every shard as a worker process does (task.DialShards):
+// a gRPC connection per shard and, on the TCP data plane, a data-plane
+// client per shard, which follow restarted shards. For code that runs its
+// own worker.Worker (bench); Close closes the connections. Its requests
+// are signed as worker 0, with a session of its own.
 func (c *Cluster) Dial() ([]worker.Shard, error) {
-	who, err := c.session(auth.RoleWorker, 0)
-	if err != nil {
-		return nil, err
-	}
-	shards, closeShards, err := c.dialShards(who)
+	shards, closeShards, err := task.DialShards(c.options(cluster.Task{Type: cluster.Worker}, c.cfg.RetryTimeout), c.network(nil, ""))
 	if err != nil {
 		return nil, err
 	}
@@ -267,119 +254,33 @@ type closerFunc func()
 
 func (f closerFunc) Close() error { f(); return nil }
 
-// dialShards is Dial, signed as who, with the connections closed by the
-// returned func.
-func (c *Cluster) dialShards(who *auth.Client) ([]worker.Shard, func(), error) {
-	var closers []io.Closer
-	closeAll := func() {
-		for _, x := range closers {
-			x.Close()
-		}
-	}
-	var shards []worker.Shard
-	for _, p := range c.ps {
-		conn, err := c.dial(p.Addr(), who)
-		if err != nil {
-			closeAll()
-			return nil, nil, err
-		}
-		closers = append(closers, conn)
-		dp, pull, closeDP := task.WorkerClients(pb.NewParameterServerClient(conn), c.cfg.Run.DataPlane == config.TCP,
-			task.DataPlaneDeps{MaxPayload: c.cfg.MaxMessageBytes, Sign: who})
-		closers = append(closers, closerFunc(closeDP))
-		shards = append(shards, worker.Shard{Addr: p.Addr(), Client: dp, Puller: pull})
-	}
-	return shards, closeAll, nil
-}
-
-// run is the worker process (task.RunWorker): register, connect to every
-// shard, build the net and train, with heartbeats to the chief.
+// run is the worker process: task.NewWorker (register, connect to every
+// shard, build the net) and its Run, with heartbeats to the chief.
 func (w *Worker) run(o WorkerOptions) error {
 	c := w.c
 	r := c.cfg.Run
-	log := c.cfg.Log.With("task", fmt.Sprintf("worker/%d", w.index))
-	runID, dataShard, numShards := c.cfg.RunID, w.index, r.Workers
-	var chief pb.ChiefClient
-	who := c.credentials(auth.RoleWorker, w.index)
-	if c.chief == nil {
-		// No chief to issue a session: one of its own.
-		s, err := auth.NewSession()
-		if err != nil {
-			return err
-		}
-		who.SetSession(s)
-	} else {
-		conn, err := c.dial(c.chief.addr, who)
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		chief = pb.NewChiefClient(conn)
-		reg, err := c.register(w.ctx, chief, "worker", w.index, &c.cfg.Spec, "")
-		if err != nil {
-			return err
-		}
-		w.mu.Lock()
-		w.reg = reg
-		w.mu.Unlock()
-		runID, dataShard, numShards = reg.RunId, int(reg.DataShard), int(reg.NumDataShards)
-	}
-	var src worker.BatchSource
-	var follower worker.PlanFollower
+	d := task.WorkerDeps{Network: c.network(nil, ""), Spec: c.cfg.Spec, RunID: c.cfg.RunID, Builds: &buildMu, Tweak: o.Tweak}
+	train := c.cfg.Train
 	switch {
 	case o.Batches != nil:
-		src = o.Batches(dataShard, numShards)
-	case c.cfg.Train != nil && w.reg != nil:
-		// As task.RunWorker: the shards of the chief's data plan.
-		plan, err := convert.Plan(w.reg.DataPlan)
-		if err != nil {
-			return err
+		d.Batches = o.Batches
+	case train != nil && c.chief != nil:
+		// The shards of the chief's data plan, as a worker process reads them.
+		d.Load = func(i, n int) (dataset.Samples, error) { return train.Shard(i, n), nil }
+	case train != nil:
+		d.Batches = func(shard, n int) worker.BatchSource {
+			return NewBatches(train.Shard(shard, n), r.Batch, r.Seed+int64(shard))
 		}
-		train := c.cfg.Train
-		eb, err := dataset.NewElasticBatches(w.index, r.Seed, plan,
-			func(i, n int) (dataset.Samples, error) { return train.Shard(i, n), nil })
-		if err != nil {
-			return err
-		}
-		src, follower = eb, eb
-	case c.cfg.Train != nil:
-		src = NewBatches(c.cfg.Train.Shard(dataShard, numShards), r.Batch, r.Seed+int64(dataShard))
 	default:
 		return errors.New("testcluster: no training data: set WorkerOptions.Batches or Config.Train")
 	}
-	shards, closeShards, err := c.dialShards(who)
+	t, err := task.NewWorker(w.ctx, c.options(cluster.Task{Type: cluster.Worker, Index: w.index}, c.cfg.RetryTimeout), d)
 	if err != nil {
 		return err
 	}
-	defer closeShards()
-	net, err := newNet(func() (*nn.Net, error) { return nn.New(c.cfg.Spec, r.Batch, true) })
-	if err != nil {
-		return err
-	}
-	defer net.Close()
-	cfg := worker.Config{Index: w.index, RunID: runID, Run: r, Plan: c.plan, Net: net, Shards: shards,
-		Batches: src, DataPlan: follower, Log: log, RetryTimeout: c.cfg.RetryTimeout}
-	if o.Tweak != nil {
-		o.Tweak(&cfg)
-	}
-	ww, err := worker.New(cfg)
-	if err != nil {
-		return err
-	}
+	defer t.Close()
 	w.mu.Lock()
-	w.w = ww
+	w.w, w.reg = t.Worker(), t.Registration()
 	w.mu.Unlock()
-	if chief == nil {
-		return ww.Run(w.ctx)
-	}
-	ctx, cancel := context.WithCancel(w.ctx)
-	beats := make(chan struct{})
-	go func() {
-		defer close(beats)
-		ww.Heartbeats(ctx, chief, w.c.cfg.Run.HeartbeatTimeout)
-	}()
-	err = ww.Run(ctx)
-	cancel()
-	<-beats
-	return err
+	return t.Run(w.ctx)
 }

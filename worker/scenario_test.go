@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,15 +14,15 @@ import (
 	"github.com/cockroachdb/datadriven"
 
 	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/internal/scenariotest"
 	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/ml/partition"
 )
 
-// TestScenarios replays the scripts in testdata/*.txt against the Core
-// (github.com/cockroachdb/datadriven, like chief's): each block is one
-// event and, after "----", the actions the core gives, then what it
-// logged. `go test ./worker -run Scenarios -rewrite` rewrites the
-// expected output; read the diff before committing it. The events:
+// TestScenarios replays testdata/*.txt against the Core
+// (internal/scenariotest; -rewrite rewrites the expected output: read the
+// diff before committing it). After "----" a block shows the actions the
+// core gives, then what it logged. The events:
 //
 //	config [shards=N] [mode=M] [overlap] [early] [in-place=S,...]
 //	       [fault=STEP:SCALE|every:SCALE]
@@ -51,22 +50,10 @@ import (
 //
 // Times are seconds since t=0; the core reads no other clock.
 func TestScenarios(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txt")
-	if err != nil || len(files) < 10 {
-		t.Fatalf("want at least 10 scenario files, found %d (%v)", len(files), err)
-	}
-	for _, f := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) {
-			s := &scenario{t0: time.Unix(1_000_000, 0)}
-			datadriven.RunTest(t, f, func(t *testing.T, d *datadriven.TestData) string {
-				got, err := s.do(d)
-				if err != nil {
-					t.Fatalf("%s: %s: %v", d.Pos, d.FullCmd(), err)
-				}
-				return got
-			})
-		})
-	}
+	scenariotest.Run(t, 10, func() scenariotest.Directive {
+		s := &scenario{t0: time.Unix(1_000_000, 0)}
+		return s.do
+	})
 }
 
 type scenario struct {
@@ -76,39 +63,8 @@ type scenario struct {
 	rows []int // the early rows, for rows-final first
 }
 
-// args reads a directive's arguments: key=value, or a bare key.
-func args(d *datadriven.TestData) map[string]string {
-	m := map[string]string{}
-	for _, a := range d.CmdArgs {
-		m[a.Key] = strings.Join(a.Vals, ",")
-	}
-	return m
-}
-
-func (s *scenario) at(a map[string]string) time.Time {
-	sec, _ := strconv.ParseFloat(a["t"], 64)
-	return s.t0.Add(time.Duration(sec * float64(time.Second)))
-}
-
-func num(a map[string]string, k string) int64 {
-	n, _ := strconv.ParseInt(a[k], 10, 64)
-	return n
-}
-
-func has(a map[string]string, k string) bool {
-	_, ok := a[k]
-	return ok
-}
-
-func errOf(a map[string]string) error {
-	if e, ok := a["err"]; ok {
-		return errors.New(e)
-	}
-	return nil
-}
-
 func (s *scenario) do(d *datadriven.TestData) (string, error) {
-	a := args(d)
+	a := scenariotest.ArgsOf(d)
 	if d.Cmd == "config" {
 		return "", s.config(a)
 	}
@@ -137,36 +93,36 @@ func (s *scenario) do(d *datadriven.TestData) (string, error) {
 }
 
 // event feeds the core one event.
-func (s *scenario) event(cmd string, a map[string]string) ([]Action, error) {
-	c, now := s.core, s.at(a)
+func (s *scenario) event(cmd string, a scenariotest.Args) ([]Action, error) {
+	c, now := s.core, a.At(s.t0)
 	switch cmd {
 	case "start":
 		return c.Start(now), nil
 	case "pulled":
-		return c.Pulled(now, PullAnswer{Shard: int(num(a, "ps")), Version: num(a, "v"), Generation: num(a, "gen"),
-			Position: num(a, "pos"), Done: has(a, "done"), Placed: has(a, "placed")}), nil
+		return c.Pulled(now, PullAnswer{Shard: int(a.Num("ps")), Version: a.Num("v"), Generation: a.Num("gen"),
+			Position: a.Num("pos"), Done: a.Has("done"), Placed: a.Has("placed")}), nil
 	case "stalled":
-		return c.Pulled(now, PullAnswer{Shard: int(num(a, "ps")), Stalled: true}), nil
+		return c.Pulled(now, PullAnswer{Shard: int(a.Num("ps")), Stalled: true}), nil
 	case "pull-failed":
-		return c.Pulled(now, PullAnswer{Shard: int(num(a, "ps")), Err: errOf(a)}), nil
+		return c.Pulled(now, PullAnswer{Shard: int(a.Num("ps")), Err: a.Err()}), nil
 	case "head-started":
-		return c.HeadStarted(now, int(num(a, "n"))), nil
+		return c.HeadStarted(now, int(a.Num("n"))), nil
 	case "rows-final":
-		row := int(num(a, "row"))
-		if has(a, "first") && len(s.rows) > 0 {
+		row := int(a.Num("row"))
+		if a.Has("first") && len(s.rows) > 0 {
 			row = s.rows[len(s.rows)-1]
 		}
 		loss, _ := strconv.ParseFloat(a["loss"], 32)
 		return c.RowsFinal(row, float32(loss)), nil
 	case "computed":
 		loss, _ := strconv.ParseFloat(a["loss"], 32)
-		return c.Computed(now, float32(loss), errOf(a)), nil
+		return c.Computed(now, float32(loss), a.Err()), nil
 	case "pushed":
-		out := PushOutcome{Shard: int(num(a, "ps")), Err: errOf(a)}
+		out := PushOutcome{Shard: int(a.Num("ps")), Err: a.Err()}
 		switch {
-		case has(a, "dropped"):
+		case a.Has("dropped"):
 			out.Result = PushDropped
-		case has(a, "refused"):
+		case a.Has("refused"):
 			out.Result = PushRefused
 		}
 		return c.Pushed(now, out), nil
@@ -175,7 +131,7 @@ func (s *scenario) event(cmd string, a map[string]string) ([]Action, error) {
 }
 
 // config makes a new core.
-func (s *scenario) config(a map[string]string) error {
+func (s *scenario) config(a scenariotest.Args) error {
 	p := CoreParams{Shards: 2, Mode: config.Sync}
 	if n, ok := a["shards"]; ok {
 		p.Shards, _ = strconv.Atoi(n)
@@ -183,8 +139,8 @@ func (s *scenario) config(a map[string]string) error {
 	if m, ok := a["mode"]; ok {
 		p.Mode = config.Mode(m)
 	}
-	p.Overlap = has(a, "overlap")
-	if has(a, "early") {
+	p.Overlap = a.Has("overlap")
+	if a.Has("early") {
 		plan, err := partition.New(model.Spec{Input: 784, Hidden: []int{800}, Classes: 10}, p.Shards)
 		if err != nil {
 			return err

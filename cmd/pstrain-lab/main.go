@@ -16,6 +16,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/pstrain/pstrain/internal/cli"
 )
 
 const usage = `%[1]s — experiment sweeps and their plots
@@ -131,32 +133,15 @@ func usagef(format string, a ...any) error {
 // newFlagSet returns a command's flag set; -h prints "usage: PROG
 // SYNOPSIS", about and the flags to stdout.
 func newFlagSet(prog, name, synopsis, about string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {
-		w := fs.Output()
-		fmt.Fprintf(w, "usage: %s %s\n\n%s\n", prog, synopsis, about)
-		n := 0
-		fs.VisitAll(func(*flag.Flag) { n++ })
-		if n > 0 {
-			fmt.Fprintln(w, "\nflags:")
-			fs.PrintDefaults()
-		}
-	}
-	return fs
+	return cli.NewFlagSet(prog, name, synopsis, about)
 }
 
 // parseFlags parses args with fs: -h prints the help to stdout and
 // returns flag.ErrHelp; a mistake is a usage error.
 func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) error {
-	err := fs.Parse(args)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		fs.SetOutput(stdout)
-		fs.Usage()
-		return flag.ErrHelp
-	case err != nil:
+	err := cli.Parse(fs, args, stdout)
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
 		return &usageError{err: err}
 	}
-	return nil
+	return err
 }

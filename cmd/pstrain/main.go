@@ -17,6 +17,7 @@ import (
 
 	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/internal/cli"
 	"github.com/pstrain/pstrain/launcher"
 	"github.com/pstrain/pstrain/ml/dataset"
 	"github.com/pstrain/pstrain/ml/model"
@@ -242,36 +243,18 @@ func newLogger(w io.Writer, level string, attrs ...any) (*slog.Logger, error) {
 // and the flags to stdout; a mistake becomes a usage error, printed by
 // main with a one-line hint instead of the flag list.
 func newFlagSet(name, synopsis, about string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {
-		w := fs.Output()
-		fmt.Fprintf(w, "usage: pstrain %s\n\n%s\n", synopsis, about)
-		n := 0
-		fs.VisitAll(func(*flag.Flag) { n++ })
-		if n > 0 {
-			fmt.Fprintln(w, "\nflags:")
-			fs.PrintDefaults()
-		}
-	}
-	return fs
+	return cli.NewFlagSet("pstrain", name, synopsis, about)
 }
 
 // parseFlags parses args with fs (from newFlagSet). -h prints the help to
 // stdout and returns flag.ErrHelp (main exits 0); a parse error returns a
 // usage error naming the command.
 func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) error {
-	fs.SetOutput(io.Discard) // the flag package prints the error and the usage there
-	err := fs.Parse(args)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		fs.SetOutput(stdout)
-		fs.Usage()
-		return flag.ErrHelp
-	case err != nil:
+	err := cli.Parse(fs, args, stdout)
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
 		return &usageError{cmd: fs.Name(), err: err}
 	}
-	return nil
+	return err
 }
 
 // parse is parseFlags for commands that take no arguments besides flags.
