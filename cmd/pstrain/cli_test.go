@@ -94,7 +94,7 @@ func helpCommands() [][]string {
 		case labCommands[name]:
 			continue
 		case name == "data":
-			out = append(out, []string{"data", "fetch"})
+			out = append(out, []string{"data", "fetch"}, []string{"data", "synth-ctr"})
 		case name == "checkpoint":
 			out = append(out, []string{"checkpoint"}, []string{"checkpoint", "ls"}, []string{"checkpoint", "verify"}, []string{"checkpoint", "inspect"})
 		default:
@@ -165,7 +165,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "--mode", "bsp"}, "pstrain run: --mode must be sync, async or ssp", "run 'pstrain run -h' for usage"},
 		{[]string{"run", "extra"}, `pstrain run: unexpected argument "extra"`, "run 'pstrain run -h' for usage"},
 		{[]string{"ps", "--index", "x"}, `pstrain ps: invalid value "x" for flag -index`, "run 'pstrain ps -h' for usage"},
-		{[]string{"data"}, "pstrain data: missing subcommand: fetch", "run 'pstrain data -h' for usage"},
+		{[]string{"data"}, "pstrain data: missing subcommand: fetch or synth-ctr", "run 'pstrain data -h' for usage"},
 		{[]string{"data", "fetch", "--nope"}, "pstrain data fetch: flag provided but not defined: -nope", "run 'pstrain data fetch -h' for usage"},
 		{[]string{"checkpoint", "ls"}, "pstrain checkpoint: ls takes one directory", "run 'pstrain checkpoint -h' for usage"},
 		{[]string{"checkpoint", "rm", "x"}, `pstrain checkpoint: unknown subcommand "rm"`, "run 'pstrain checkpoint -h' for usage"},
