@@ -39,11 +39,11 @@ type Config struct {
 	Vocab []int `json:"vocab"`
 	// BaseRate is the fraction of positive labels the bias is set for.
 	BaseRate float64 `json:"base_rate"`
-	// Signal is the spread of the keys' planted weights: a key's weight
-	// is Signal * (a field's scale, 0.5 to 1.5) * N(0, 1) *
-	// (1 + rank/Decay)^-1/2, so the frequent keys carry the signal and a
-	// rare key's weight is small (a model cannot learn a key it has seen
-	// twice, and the planted optimum should be reachable).
+	// Signal is the spread of the keys' planted weights: the weight of a
+	// field's key of rank r is Signal * (the field's scale, 0.5 to 1.5) *
+	// N(0, 1) / (1 + r/Decay). The frequent keys carry the signal and a
+	// rare key's weight is small: a model cannot learn a key it has seen
+	// twice, and the planted optimum should be reachable.
 	Signal float64 `json:"signal"`
 	Decay  float64 `json:"decay"`
 }
@@ -63,7 +63,7 @@ func DefaultConfig() Config {
 	return Config{
 		Seed: 1, Train: 500_000, Test: 100_000, Zipf: 1.1,
 		Dense: Criteo.Dense, Vocab: DefaultVocab(),
-		BaseRate: 0.25, Signal: 0.3, Decay: 200,
+		BaseRate: 0.25, Signal: 0.45, Decay: 10,
 	}
 }
 
@@ -173,7 +173,7 @@ func (p *planted) key(f int, r uint64) uint64 {
 
 // weight is field f's rank r's planted weight.
 func (p *planted) weight(f int, r uint64) float64 {
-	return p.fieldScale[f] * hashNormal(p.fieldSalt[f]^mix(r)) / math.Sqrt(1+float64(r)/p.cfg.Decay)
+	return p.fieldScale[f] * hashNormal(p.fieldSalt[f]^mix(r)) / (1 + float64(r)/p.cfg.Decay)
 }
 
 // sampler draws samples from the planted model.
