@@ -17,7 +17,7 @@ func (n *Net) Compute() (float32, error) {
 	if n.n == 0 {
 		return 0, fmt.Errorf("ctr: Compute before Load")
 	}
-	bl := blas()
+	bl := whichBLAS()
 	layers := len(n.sizes) - 1
 	for l := range layers {
 		in, out := n.sizes[l], n.sizes[l+1]

@@ -224,6 +224,6 @@ func (n *Net) Probs(out []float32) []float32 {
 
 func sigmoid(z float64) float64 { return 1 / (1 + math.Exp(-z)) }
 
-// blas is the BLAS gorgonia was told to use (OpenBLAS once blas.Setup
+// whichBLAS is the BLAS gorgonia was told to use (OpenBLAS once blas.Setup
 // ran), as package nn's passes.
-func blas() gblas.Float32Level3 { return G.WhichBLAS() }
+func whichBLAS() gblas.Float32Level3 { return G.WhichBLAS() }
