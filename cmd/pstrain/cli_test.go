@@ -140,7 +140,7 @@ func TestCommandHelpFlags(t *testing.T) {
 			t.Errorf("pstrain run -h lists -%s %d times", f, n)
 		}
 	}
-	for _, want := range []string{"comma list of hidden (dense) layer sizes (--model cnn: 256 unless given) (default 800)\n", `SGD mode: sync, async or ssp (default "sync")` + "\n"} {
+	for _, want := range []string{"comma list of hidden (dense) layer sizes (--model cnn: 256, --model ctr: 128,64 unless given) (default 800)\n", `SGD mode: sync, async or ssp (default "sync")` + "\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("pstrain run -h does not say %q", want)
 		}
@@ -268,7 +268,7 @@ func TestNoCommandPrintsUsage(t *testing.T) {
 // Every command and subcommand takes an unknown flag for a usage error: a
 // short message naming the command and a hint, nothing else printed.
 func TestEveryCommandUsageError(t *testing.T) {
-	hint := regexp.MustCompile(`^run 'pstrain [a-z]+( [a-z]+)? -h' for usage$`)
+	hint := regexp.MustCompile(`^run 'pstrain [a-z]+( [a-z-]+)? -h' for usage$`)
 	for _, cmd := range helpCommands() {
 		args := append(slices.Clone(cmd), "--no-such-flag")
 		var stdout, stderr, msg bytes.Buffer
