@@ -158,10 +158,8 @@ func (s Spec) Validate() error {
 	if s.Classes < 2 {
 		return fmt.Errorf("model: need at least 2 classes, got %d", s.Classes)
 	}
-	for i, h := range s.Hidden {
-		if h <= 0 {
-			return fmt.Errorf("model: hidden layer %d has size %d; sizes must be positive", i, h)
-		}
+	if err := validHidden(s.Hidden); err != nil {
+		return err
 	}
 	if !s.IsCNN() {
 		if len(s.Conv) > 0 || s.Height != 0 || s.Width != 0 {
@@ -170,6 +168,16 @@ func (s Spec) Validate() error {
 		return nil
 	}
 	return s.validateCNN()
+}
+
+// validHidden says which hidden layer size is not positive.
+func validHidden(hidden []int) error {
+	for i, h := range hidden {
+		if h <= 0 {
+			return fmt.Errorf("model: hidden layer %d has size %d; sizes must be positive", i, h)
+		}
+	}
+	return nil
 }
 
 func (s Spec) validateCTR() error {
@@ -183,12 +191,7 @@ func (s Spec) validateCTR() error {
 	case len(s.Conv) > 0 || s.Height != 0 || s.Width != 0:
 		return fmt.Errorf("model: a CTR model has no convolutions or image shape")
 	}
-	for i, h := range s.Hidden {
-		if h <= 0 {
-			return fmt.Errorf("model: hidden layer %d has size %d; sizes must be positive", i, h)
-		}
-	}
-	return nil
+	return validHidden(s.Hidden)
 }
 
 func (s Spec) validateCNN() error {
