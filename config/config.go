@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pstrain/pstrain/ml/ctrdata"
+	"github.com/pstrain/pstrain/ml/embed"
 	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/ml/optim"
 )
@@ -87,8 +89,17 @@ type Run struct {
 	// the next index. 0: WorkerSlots' default.
 	MaxWorkers int `json:"max_workers,omitempty"`
 	// Model is the network's kind: empty for an MLP (so an MLP's
-	// configuration is what it was before CNNs existed), or model.KindCNN.
+	// configuration is what it was before CNNs existed), model.KindCNN or
+	// model.KindCTR.
 	Model ModelKind `json:"model,omitempty"`
+	// EmbeddingDim is a CTR model's values per embedding row
+	// (--embedding-dim; 0 for other models).
+	EmbeddingDim int `json:"embedding_dim,omitempty"`
+	// EmbeddingOptimizer and EmbeddingLR are the rule a CTR model's rows
+	// train with (embed.Rule: adagrad, sgd or momentum, the latter with
+	// Momentum); empty and 0 for other models.
+	EmbeddingOptimizer string  `json:"embedding_optimizer,omitempty"`
+	EmbeddingLR        float64 `json:"embedding_lr,omitempty"`
 	// Conv is the output channels of each CNN convolution (--model cnn;
 	// empty for an MLP).
 	Conv           []int   `json:"conv,omitempty"`
@@ -165,6 +176,9 @@ type ModelKind string
 
 // IsCNN says whether the run trains a CNN.
 func (k ModelKind) IsCNN() bool { return k == model.KindCNN }
+
+// IsCTR says whether the run trains a click-through-rate model.
+func (k ModelKind) IsCTR() bool { return k == model.KindCTR }
 
 // String is the kind's name: "mlp" or "cnn".
 func (k ModelKind) String() string {
@@ -377,15 +391,18 @@ func (r Run) validateChoices() error {
 }
 
 // validateModel checks the network: the MLP's hidden layers, the kind,
-// and a CNN's convolutions.
+// a CNN's convolutions and a CTR model's embeddings.
 func (r Run) validateModel() error {
 	for i, h := range r.Hidden {
 		if h <= 0 {
 			return fmt.Errorf("--hidden: layer %d has size %d; sizes must be positive", i, h)
 		}
 	}
-	if err := oneOf("--model", r.Model, "", model.KindMLP, model.KindCNN); err != nil {
-		return oneOf("--model", r.Model, model.KindMLP, model.KindCNN) // the names a user can type
+	if err := oneOf("--model", r.Model, "", model.KindMLP, model.KindCNN, model.KindCTR); err != nil {
+		return oneOf("--model", r.Model, model.KindMLP, model.KindCNN, model.KindCTR) // the names a user can type
+	}
+	if err := r.validateCTR(); err != nil {
+		return err
 	}
 	if !r.Model.IsCNN() && len(r.Conv) > 0 {
 		return fmt.Errorf("--conv sets a CNN's convolutions: it needs --model cnn")
@@ -399,6 +416,73 @@ func (r Run) validateModel() error {
 		}
 	}
 	return nil
+}
+
+// validateCTR checks a CTR model's embeddings and data set, and that
+// other models have neither.
+func (r Run) validateCTR() error {
+	if !r.Model.IsCTR() {
+		switch {
+		case r.EmbeddingDim != 0 || r.EmbeddingOptimizer != "" || r.EmbeddingLR != 0:
+			return fmt.Errorf("--embedding-dim, --embedding-optimizer and --embedding-lr set a CTR model's tables: they need --model ctr")
+		case ctrdata.IsName(r.Dataset):
+			return fmt.Errorf("--dataset %s is click-through-rate data: it needs --model ctr", r.Dataset)
+		}
+		return nil
+	}
+	switch {
+	case r.EmbeddingDim < 1 || r.EmbeddingDim > MaxEmbeddingDim:
+		return fmt.Errorf("--embedding-dim must be from 1 to %d, got %d", MaxEmbeddingDim, r.EmbeddingDim)
+	case len(r.Conv) > 0:
+		return fmt.Errorf("--conv sets a CNN's convolutions: --model ctr has none")
+	case !ctrdata.IsName(r.Dataset):
+		return fmt.Errorf("--model ctr reads click-through-rate data: --dataset %s or %sPATH, got %q", ctrdata.SynthName, ctrdata.CriteoPrefix, r.Dataset)
+	}
+	if err := oneOf("--embedding-optimizer", r.EmbeddingOptimizer, string(embed.Adagrad), string(embed.SGD), string(embed.Momentum)); err != nil {
+		return err
+	}
+	if err := r.EmbeddingRule().Validate(); err != nil {
+		return fmt.Errorf("--embedding-lr must be a positive number, got %v", r.EmbeddingLR)
+	}
+	return nil
+}
+
+// MaxEmbeddingDim bounds --embedding-dim: far beyond what CTR models use
+// (8 to 128), and small enough that a row fits any message.
+const MaxEmbeddingDim = 4096
+
+// DefaultCTRHidden is a CTR model's dense layers when --hidden is not
+// given (docs/models.md, "The CTR model").
+var DefaultCTRHidden = []int{128, 64}
+
+// A CTR model's settings when not given: the embedding rows' dimension
+// and rule, and the dense layers' learning rate (with the default
+// momentum optimizer), measured on the default synthetic set in one
+// process (docs/models.md).
+const (
+	DefaultEmbeddingDim       = 16
+	DefaultEmbeddingOptimizer = string(embed.Adagrad)
+	DefaultEmbeddingLR        = 2.0
+	DefaultCTRLR              = 0.05
+)
+
+// EmbeddingRule is the rule a CTR model's rows train with.
+func (r Run) EmbeddingRule() embed.Rule {
+	lr := float32(r.EmbeddingLR)
+	switch embed.Kind(r.EmbeddingOptimizer) {
+	case embed.Adagrad:
+		return embed.DefaultAdagrad(lr)
+	case embed.Momentum:
+		return embed.Rule{Kind: embed.Momentum, LR: lr, Momentum: float32(r.Momentum)}
+	}
+	return embed.Rule{Kind: embed.Kind(r.EmbeddingOptimizer), LR: lr}
+}
+
+// CTRSpec is the CTR model the run trains on data of dense dense fields
+// and fields categorical ones (ctrdata.Schema).
+func (r Run) CTRSpec(dense, fields int) model.Spec {
+	return model.Spec{Kind: model.KindCTR, Input: dense, Fields: fields, EmbeddingDim: r.EmbeddingDim,
+		Hidden: append([]int(nil), r.Hidden...), Classes: 1}
 }
 
 // oneOf says, phrased for a user, that flag's value got is none of want
@@ -470,15 +554,20 @@ const DefaultMLPLR = 0.2
 // does, and the staleness that grows with the workers meets a smaller
 // step (0.2 per update overshot: async ended below its target). The
 // CNN keeps DefaultCNNLR in every mode: half of it did no better in
-// async, where neither holds 99% reliably (docs/semantics.md).
+// async, where neither holds 99% reliably (docs/semantics.md). A CTR
+// model's dense layers get DefaultCTRLR, divided as an MLP's.
 func DefaultLR(kind ModelKind, mode Mode, workers int) float64 {
 	if kind.IsCNN() {
 		return DefaultCNNLR
 	}
-	if mode == Sync {
-		return DefaultMLPLR
+	lr := DefaultMLPLR
+	if kind.IsCTR() {
+		lr = DefaultCTRLR
 	}
-	return DefaultMLPLR / float64(max(1, workers))
+	if mode == Sync {
+		return lr
+	}
+	return lr / float64(max(1, workers))
 }
 
 // WorkerSlots is the most workers the run may have at once

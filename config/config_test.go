@@ -267,3 +267,48 @@ func TestPSReplicasIsCompared(t *testing.T) {
 		t.Fatalf("Standbys without replicas = %d", a.Standbys())
 	}
 }
+
+func ctrRun() Run {
+	r := Default()
+	r.Model, r.Hidden, r.Dataset = "ctr", DefaultCTRHidden, "synth-ctr"
+	r.EmbeddingDim, r.EmbeddingOptimizer, r.EmbeddingLR = DefaultEmbeddingDim, DefaultEmbeddingOptimizer, DefaultEmbeddingLR
+	return r
+}
+
+func TestCTRRun(t *testing.T) {
+	r := ctrRun()
+	if err := r.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	s := r.CTRSpec(13, 26)
+	if err := s.Validate(); err != nil || s.String() != "ctr 13+26x16-128-64-1" {
+		t.Errorf("CTRSpec = %s, %v", s, err)
+	}
+	if rule := r.EmbeddingRule(); rule.Kind != "adagrad" || rule.LR != 2 || rule.Validate() != nil {
+		t.Errorf("EmbeddingRule = %+v", rule)
+	}
+	r.EmbeddingOptimizer = "momentum"
+	if rule := r.EmbeddingRule(); rule.Momentum != 0.9 || rule.Validate() != nil {
+		t.Errorf("momentum EmbeddingRule = %+v", rule)
+	}
+	if lr := DefaultLR(r.Model, Async, 2); lr != DefaultCTRLR/2 {
+		t.Errorf("async CTR default lr %v", lr)
+	}
+	for name, mod := range map[string]func(*Run){
+		"embedding-dim 0":     func(r *Run) { r.EmbeddingDim = 0 },
+		"embedding-dim huge":  func(r *Run) { r.EmbeddingDim = MaxEmbeddingDim + 1 },
+		"optimizer adam":      func(r *Run) { r.EmbeddingOptimizer = "adam" },
+		"lr 0":                func(r *Run) { r.EmbeddingLR = 0 },
+		"lr NaN":              func(r *Run) { r.EmbeddingLR = math.NaN() },
+		"mnist":               func(r *Run) { r.Dataset = "mnist" },
+		"conv":                func(r *Run) { r.Conv = []int{4} },
+		"an MLP's embeddings": func(r *Run) { r.Model, r.Dataset = "", "mnist" },
+		"an MLP on CTR data":  func(r *Run) { r.Model, r.EmbeddingDim, r.EmbeddingOptimizer, r.EmbeddingLR = "", 0, "", 0 },
+	} {
+		r := ctrRun()
+		mod(&r)
+		if r.Validate() == nil {
+			t.Errorf("%s: validated", name)
+		}
+	}
+}

@@ -94,7 +94,7 @@ func helpCommands() [][]string {
 		case labCommands[name]:
 			continue
 		case name == "data":
-			out = append(out, []string{"data", "fetch"})
+			out = append(out, []string{"data", "fetch"}, []string{"data", "synth-ctr"})
 		case name == "checkpoint":
 			out = append(out, []string{"checkpoint"}, []string{"checkpoint", "ls"}, []string{"checkpoint", "verify"}, []string{"checkpoint", "inspect"})
 		default:
@@ -140,7 +140,7 @@ func TestCommandHelpFlags(t *testing.T) {
 			t.Errorf("pstrain run -h lists -%s %d times", f, n)
 		}
 	}
-	for _, want := range []string{"comma list of hidden (dense) layer sizes (--model cnn: 256 unless given) (default 800)\n", `SGD mode: sync, async or ssp (default "sync")` + "\n"} {
+	for _, want := range []string{"comma list of hidden (dense) layer sizes (--model cnn: 256, --model ctr: 128,64 unless given) (default 800)\n", `SGD mode: sync, async or ssp (default "sync")` + "\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("pstrain run -h does not say %q", want)
 		}
@@ -165,7 +165,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "--mode", "bsp"}, "pstrain run: --mode must be sync, async or ssp", "run 'pstrain run -h' for usage"},
 		{[]string{"run", "extra"}, `pstrain run: unexpected argument "extra"`, "run 'pstrain run -h' for usage"},
 		{[]string{"ps", "--index", "x"}, `pstrain ps: invalid value "x" for flag -index`, "run 'pstrain ps -h' for usage"},
-		{[]string{"data"}, "pstrain data: missing subcommand: fetch", "run 'pstrain data -h' for usage"},
+		{[]string{"data"}, "pstrain data: missing subcommand: fetch or synth-ctr", "run 'pstrain data -h' for usage"},
 		{[]string{"data", "fetch", "--nope"}, "pstrain data fetch: flag provided but not defined: -nope", "run 'pstrain data fetch -h' for usage"},
 		{[]string{"checkpoint", "ls"}, "pstrain checkpoint: ls takes one directory", "run 'pstrain checkpoint -h' for usage"},
 		{[]string{"checkpoint", "rm", "x"}, `pstrain checkpoint: unknown subcommand "rm"`, "run 'pstrain checkpoint -h' for usage"},
@@ -268,7 +268,7 @@ func TestNoCommandPrintsUsage(t *testing.T) {
 // Every command and subcommand takes an unknown flag for a usage error: a
 // short message naming the command and a hint, nothing else printed.
 func TestEveryCommandUsageError(t *testing.T) {
-	hint := regexp.MustCompile(`^run 'pstrain [a-z]+( [a-z]+)? -h' for usage$`)
+	hint := regexp.MustCompile(`^run 'pstrain [a-z]+( [a-z-]+)? -h' for usage$`)
 	for _, cmd := range helpCommands() {
 		args := append(slices.Clone(cmd), "--no-such-flag")
 		var stdout, stderr, msg bytes.Buffer

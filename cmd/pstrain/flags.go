@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/ml/ctrdata"
 	"github.com/pstrain/pstrain/ml/model"
 )
 
@@ -51,6 +52,9 @@ func sizesText(v *[]int) string {
 type modelFlags struct {
 	r                                    *config.Run
 	hiddenSet, convSet, lrSet, warmupSet bool
+	// A CTR model's flags, and --dataset (whose default follows the
+	// model: mnist, or synth-ctr for --model ctr).
+	embDimSet, embOptSet, embLRSet, datasetSet bool
 }
 
 // setFlag wraps a flag's Value to record that it was given.
@@ -87,16 +91,42 @@ func (f modelFlag) String() string {
 }
 
 func (f modelFlag) Set(s string) error {
+	d := config.Default()
 	switch s {
 	case model.KindMLP:
-		d := config.Default()
 		f.m.apply("", nil, d.Hidden, d.WarmupSteps)
 	case model.KindCNN:
 		f.m.apply(model.KindCNN, config.DefaultCNNConv, config.DefaultCNNHidden, config.DefaultCNNWarmupSteps)
+	case model.KindCTR:
+		f.m.apply(model.KindCTR, nil, config.DefaultCTRHidden, d.WarmupSteps)
 	default:
-		return fmt.Errorf("must be mlp or cnn, got %q", s)
+		return fmt.Errorf("must be mlp, cnn or ctr, got %q", s)
 	}
+	f.m.applyCTR()
 	return nil
+}
+
+// applyCTR sets, for the flags not given, a CTR model's embedding
+// defaults and data set, or clears them for another model.
+func (m *modelFlags) applyCTR() {
+	r, ctr := m.r, m.r.Model.IsCTR()
+	set := func(given bool, apply func()) {
+		if !given {
+			apply()
+		}
+	}
+	set(m.embDimSet, func() { r.EmbeddingDim = pick(ctr, config.DefaultEmbeddingDim, 0) })
+	set(m.embOptSet, func() { r.EmbeddingOptimizer = pick(ctr, config.DefaultEmbeddingOptimizer, "") })
+	set(m.embLRSet, func() { r.EmbeddingLR = pick(ctr, config.DefaultEmbeddingLR, 0) })
+	set(m.datasetSet, func() { r.Dataset = pick(ctr, ctrdata.SynthName, config.Default().Dataset) })
+}
+
+// pick is a if cond, else b.
+func pick[T any](cond bool, a, b T) T {
+	if cond {
+		return a
+	}
+	return b
 }
 
 // apply sets the model kind and, for the flags not given, its defaults.
@@ -164,7 +194,7 @@ func bindRunFlags(fs *flag.FlagSet, r *config.Run) *modelFlags {
 	fs.Float64Var(&r.Epochs, "epochs", r.Epochs, "epochs to train (an upper bound when --target-accuracy is set)")
 	fs.Float64Var(&r.TargetAccuracy, "target-accuracy", r.TargetAccuracy, "stop once the test accuracy holds at this (0 = run all epochs); the model handed back is one that scored it")
 	fs.IntVar(&r.TargetHold, "target-hold", r.TargetHold, "evaluations in a row that must score --target-accuracy on the whole test set before the run stops")
-	fs.StringVar(&r.Dataset, "dataset", r.Dataset, "data set: mnist, fashion-mnist, mnist-x4 (4x MNIST: shifted and rotated copies), or idx:TRAIN_IMAGES,TRAIN_LABELS,TEST_IMAGES,TEST_LABELS")
+	fs.StringVar(&r.Dataset, "dataset", r.Dataset, "data set: mnist, fashion-mnist, mnist-x4 (4x MNIST: shifted and rotated copies), or idx:TRAIN_IMAGES,TRAIN_LABELS,TEST_IMAGES,TEST_LABELS; for --model ctr: synth-ctr (the default; pstrain data synth-ctr writes it), criteo:PATH (its last tenth held out) or criteo:TRAIN,TEST")
 	fs.StringVar(&r.DataDir, "data-dir", r.DataDir, "directory holding the data sets")
 	fs.Float64Var(&r.DataFraction, "data-fraction", r.DataFraction, "fraction of the training set to use, in (0, 1]")
 	fs.Int64Var(&r.Seed, "seed", r.Seed, "seed for initial weights and data order")
@@ -183,21 +213,28 @@ func bindRunFlags(fs *flag.FlagSet, r *config.Run) *modelFlags {
 	fs.BoolVar(&r.Resume, "resume", r.Resume, "start from the newest valid checkpoint in --checkpoint-dir, if any; with checkpoints there but every one damaged, refuse to start (false: start afresh, moving old checkpoints aside)")
 	track(fs, "lr", &m.lrSet)
 	track(fs, "warmup-steps", &m.warmupSet)
+	track(fs, "dataset", &m.datasetSet)
 	return m
 }
 
 // lrDefaults describes config.DefaultLR for --lr's help.
 func lrDefaults() string {
 	g := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
-	return g(config.DefaultMLPLR) + " for an MLP in sync, divided by --workers in async and ssp; " + g(config.DefaultCNNLR) + " for --model cnn"
+	return g(config.DefaultMLPLR) + " for an MLP in sync, divided by --workers in async and ssp; " + g(config.DefaultCNNLR) + " for --model cnn; " + g(config.DefaultCTRLR) + " for --model ctr's dense layers in sync, divided as an MLP's"
 }
 
 // bindModelFlags registers --model, --conv and --hidden on fs.
 func bindModelFlags(fs *flag.FlagSet, r *config.Run) *modelFlags {
 	m := &modelFlags{r: r}
-	fs.Var(modelFlag{m}, "model", "network: mlp, or cnn (LeNet-style: per --conv entry a 5x5 convolution, ReLU and 2x2 max-pool, then the --hidden dense layers; docs/models.md)")
+	fs.Var(modelFlag{m}, "model", "network: mlp, cnn (LeNet-style: per --conv entry a 5x5 convolution, ReLU and 2x2 max-pool, then the --hidden dense layers), or ctr (click-through rate: a sample's categorical keys look up embedding rows, concatenated with its dense features into the --hidden layers and one logit; docs/models.md)")
 	fs.Var(convFlag{m}, "conv", "cnn: comma list of each convolution's output channels (--model cnn: "+sizesText(&config.DefaultCNNConv)+" unless given)")
-	fs.Var(hiddenFlag{&r.Hidden, &m.hiddenSet}, "hidden", "comma list of hidden (dense) layer sizes (--model cnn: "+sizesText(&config.DefaultCNNHidden)+" unless given)")
+	fs.Var(hiddenFlag{&r.Hidden, &m.hiddenSet}, "hidden", "comma list of hidden (dense) layer sizes (--model cnn: "+sizesText(&config.DefaultCNNHidden)+", --model ctr: "+sizesText(&config.DefaultCTRHidden)+" unless given)")
+	fs.IntVar(&r.EmbeddingDim, "embedding-dim", r.EmbeddingDim, "ctr: values per embedding row (--model ctr: "+strconv.Itoa(config.DefaultEmbeddingDim)+" unless given)")
+	fs.StringVar(&r.EmbeddingOptimizer, "embedding-optimizer", r.EmbeddingOptimizer, "ctr: how embedding rows train: adagrad, sgd or momentum (--model ctr: "+config.DefaultEmbeddingOptimizer+" unless given)")
+	fs.Float64Var(&r.EmbeddingLR, "embedding-lr", r.EmbeddingLR, "ctr: the embedding rows' learning rate (--model ctr: "+strconv.FormatFloat(config.DefaultEmbeddingLR, 'g', -1, 64)+" unless given)")
+	track(fs, "embedding-dim", &m.embDimSet)
+	track(fs, "embedding-optimizer", &m.embOptSet)
+	track(fs, "embedding-lr", &m.embLRSet)
 	return m
 }
 
@@ -230,6 +267,9 @@ func runArgs(r config.Run) []string {
 		fmt.Sprintf("--max-workers=%d", r.MaxWorkers),
 		"--model=" + r.Model.String(),
 		"--conv=" + sizesText(&r.Conv),
+		fmt.Sprintf("--embedding-dim=%d", r.EmbeddingDim),
+		"--embedding-optimizer=" + r.EmbeddingOptimizer,
+		"--embedding-lr=" + strconv.FormatFloat(r.EmbeddingLR, 'g', -1, 64),
 		"--hidden=" + sizesText(&r.Hidden),
 		fmt.Sprintf("--batch=%d", r.Batch),
 		"--lr=" + strconv.FormatFloat(r.LR, 'g', -1, 64),

@@ -34,6 +34,8 @@ Usage:
                                       run one task of a cluster (--cluster FILE or TF_CONFIG)
   pstrain task [flags]                run the task TF_CONFIG names (chief, master, ps, standby or worker)
   pstrain data fetch [--dataset mnist|fashion-mnist|mnist-x4] [--data-dir data]
+  pstrain data synth-ctr [--out data/synth-ctr] [--seed N] [--train N] [--test N] [--zipf 1.1]
+                                      write the synthetic click-through-rate set
   pstrain checkpoint ls|verify|inspect DIR
                                       look at checkpoints
   pstrain eval --checkpoint DIR       test accuracy of a checkpoint
@@ -461,21 +463,29 @@ func sortedTasks(m map[string]report.Task) []string {
 }
 
 func cmdData(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("data fetch", "data fetch [flags]", "Download a data set into --data-dir and check it against its published checksums.")
-	name := fs.String("dataset", "mnist", "data set to fetch: mnist, fashion-mnist or mnist-x4")
-	dir := fs.String("data-dir", "data", "where to put it")
 	switch {
 	case len(args) == 0:
-		return usagef("missing subcommand: fetch")
+		return usagef("missing subcommand: fetch or synth-ctr")
 	case isHelp(args[0]):
-		return parseFlags(fs, []string{"-h"}, stdout)
+		return parseFlags(dataFetchFlags(new(string), new(string)), []string{"-h"}, stdout)
+	case args[0] == "synth-ctr":
+		return cmdSynthCTR(args[1:], stdout)
 	case args[0] != "fetch":
-		return usagef("unknown subcommand %q: want fetch", args[0])
+		return usagef("unknown subcommand %q: want fetch or synth-ctr", args[0])
 	}
+	var name, dir string
+	fs := dataFetchFlags(&name, &dir)
 	if err := parse(fs, args[1:], stdout); err != nil {
 		return err
 	}
-	return dataset.Fetch(ctx, *dir, *name, func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) })
+	return dataset.Fetch(ctx, dir, name, func(f string, a ...any) { fmt.Fprintf(stderr, f+"\n", a...) })
+}
+
+func dataFetchFlags(name, dir *string) *flag.FlagSet {
+	fs := newFlagSet("data fetch", "data fetch [flags]", "Download a data set into --data-dir and check it against its published checksums.\n(pstrain data synth-ctr -h: the synthetic click-through-rate set.)")
+	fs.StringVar(name, "dataset", "mnist", "data set to fetch: mnist, fashion-mnist or mnist-x4")
+	fs.StringVar(dir, "data-dir", "data", "where to put it")
+	return fs
 }
 
 // modelText names a model for a header line: "MLP 784-800-10" or

@@ -104,3 +104,41 @@ func TestLRDefaultFollowsModeAndWorkers(t *testing.T) {
 		}
 	}
 }
+
+// --model ctr brings the CTR model's defaults (sizes, embeddings, the
+// synthetic data set, the learning rate) for the flags not given, in any
+// order; another model after it takes them back; a child reads the
+// configuration back from runArgs.
+func TestModelFlagsCTR(t *testing.T) {
+	for _, c := range []struct {
+		args    []string
+		dim     int
+		dataset string
+		hidden  []int
+		elr     float64
+	}{
+		{[]string{"--model=ctr"}, config.DefaultEmbeddingDim, "synth-ctr", config.DefaultCTRHidden, config.DefaultEmbeddingLR},
+		{[]string{"--embedding-dim=8", "--dataset=criteo:day0.txt", "--model=ctr"}, 8, "criteo:day0.txt", config.DefaultCTRHidden, config.DefaultEmbeddingLR},
+		{[]string{"--model=ctr", "--hidden=32", "--embedding-lr=0.5"}, config.DefaultEmbeddingDim, "synth-ctr", []int{32}, 0.5},
+	} {
+		r := parseRunFlags(t, c.args...)
+		if r.Model != "ctr" || r.EmbeddingDim != c.dim || r.Dataset != c.dataset || !reflect.DeepEqual(r.Hidden, c.hidden) ||
+			r.EmbeddingLR != c.elr || r.EmbeddingOptimizer != "adagrad" || r.LR != config.DefaultCTRLR {
+			t.Errorf("%v: %+v", c.args, r)
+		}
+		if err := r.Validate(); err != nil {
+			t.Errorf("%v: %v", c.args, err)
+		}
+		if back := parseRunFlags(t, runArgs(r)...); !reflect.DeepEqual(back, r) {
+			t.Errorf("%v: round trip through runArgs: %+v, want %+v", c.args, back, r)
+		}
+	}
+	r := parseRunFlags(t, "--model=ctr", "--model=mlp")
+	d := config.Default()
+	if r.EmbeddingDim != 0 || r.EmbeddingOptimizer != "" || r.EmbeddingLR != 0 || r.Dataset != d.Dataset || !reflect.DeepEqual(r.Hidden, d.Hidden) {
+		t.Errorf("--model ctr then mlp: %+v", r)
+	}
+	if err := r.Validate(); err != nil {
+		t.Error(err)
+	}
+}

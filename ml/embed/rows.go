@@ -57,6 +57,17 @@ func (l *Local) Pull(_ context.Context, step int64, table string, keys []uint64,
 	return t.Pull(step, keys, out)
 }
 
+// Peek reads rows without creating any (Table.Peek): for evaluation.
+func (l *Local) Peek(table string, keys []uint64, out []float32) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t, err := l.table(table)
+	if err != nil {
+		return err
+	}
+	return t.Peek(keys, out)
+}
+
 // Push implements Rows.
 func (l *Local) Push(_ context.Context, step int64, table string, keys []uint64, grads []float32) error {
 	l.mu.Lock()

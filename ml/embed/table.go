@@ -112,6 +112,25 @@ func (t *Table) Pull(step int64, keys []uint64, out []float32) error {
 	return nil
 }
 
+// Peek writes the rows of keys into out like Pull, but creates no row
+// and counts no sighting: a key without a row reads its initial value.
+// It is how a model is evaluated without growing its tables.
+func (t *Table) Peek(keys []uint64, out []float32) error {
+	d := t.cfg.Dim
+	if len(out) != len(keys)*d {
+		return fmt.Errorf("embed: table %s: %d values for %d rows of dimension %d", t.cfg.Name, len(out), len(keys), d)
+	}
+	for i, k := range keys {
+		dst := out[i*d : (i+1)*d]
+		if s, ok := t.slot[k]; ok {
+			copy(dst, t.values[int(s)*d:(int(s)+1)*d])
+		} else {
+			InitRow(t.cfg.Seed, t.cfg.Name, k, dst)
+		}
+	}
+	return nil
+}
+
 // Push applies one gradient per key (keys unique, grads len(keys)*Dim) to
 // the keys' rows. A key without a row (not admitted, or evicted since its
 // pull) has its gradient dropped and counted.

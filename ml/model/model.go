@@ -4,10 +4,13 @@
 // initialisation and has no dependencies, so every role (chief, PS,
 // worker) can share it.
 //
-// Two kinds exist. An MLP is Input -> Hidden... -> Classes. A CNN is
+// Three kinds exist. An MLP is Input -> Hidden... -> Classes. A CNN is
 // LeNet-style: for each entry of Conv, a 5x5 valid convolution with that
 // many output channels, ReLU and a 2x2 max-pool; then the dense layers
-// Hidden... -> Classes as in an MLP, on the flattened feature map.
+// Hidden... -> Classes as in an MLP, on the flattened feature map. A CTR
+// model looks up each of Fields categorical keys in an embedding table
+// of EmbeddingDim (Tables), concatenates the rows with the Input dense
+// features, and runs the dense layers Hidden... -> 1 (a logit).
 package model
 
 import (
@@ -24,6 +27,7 @@ import (
 const (
 	KindMLP = "mlp"
 	KindCNN = "cnn"
+	KindCTR = "ctr"
 )
 
 // The CNN's fixed geometry: square kernels of KernelSize, stride 1, no
@@ -50,10 +54,42 @@ type Spec struct {
 	Height int   `json:"height,omitempty"`
 	Width  int   `json:"width,omitempty"`
 	Conv   []int `json:"conv,omitempty"`
+	// CTR only: Input is the dense features, Classes 1 (the logit), and
+	// each of Fields categorical fields has an embedding table of
+	// EmbeddingDim values a row (Tables).
+	Fields       int `json:"fields,omitempty"`
+	EmbeddingDim int `json:"embedding_dim,omitempty"`
 }
 
 // IsCNN says whether s is a convolutional network.
 func (s Spec) IsCNN() bool { return s.Kind == KindCNN }
+
+// IsCTR says whether s is a click-through-rate model.
+func (s Spec) IsCTR() bool { return s.Kind == KindCTR }
+
+// Table is one embedding table of a CTR model: rows of Dim values,
+// created when a key is first seen (package embed), so it has no size.
+type Table struct {
+	Name string
+	Dim  int
+}
+
+// TableName is the name of the embedding table of categorical field f
+// (from 0): "emb/C1", "emb/C2", ... as Criteo names its fields.
+func TableName(f int) string { return "emb/C" + strconv.Itoa(f+1) }
+
+// Tables lists a CTR model's embedding tables, one per field (nil for
+// other kinds).
+func (s Spec) Tables() []Table {
+	if !s.IsCTR() {
+		return nil
+	}
+	t := make([]Table, s.Fields)
+	for f := range t {
+		t[f] = Table{Name: TableName(f), Dim: s.EmbeddingDim}
+	}
+	return t
+}
 
 // KindName is the kind for people: "mlp" or "cnn".
 func (s Spec) KindName() string {
@@ -91,8 +127,12 @@ func (s Spec) ConvLayers() []ConvLayer {
 }
 
 // Features is the width of the first dense layer's input: Input for an
-// MLP, the flattened last feature map for a CNN.
+// MLP, the flattened last feature map for a CNN, the dense features and
+// every field's embedding row for a CTR model.
 func (s Spec) Features() int {
+	if s.IsCTR() {
+		return s.Input + s.Fields*s.EmbeddingDim
+	}
 	cl := s.ConvLayers()
 	if len(cl) == 0 {
 		return s.Input
@@ -103,8 +143,14 @@ func (s Spec) Features() int {
 
 // Validate reports an impossible spec.
 func (s Spec) Validate() error {
-	if s.Kind != "" && s.Kind != KindMLP && s.Kind != KindCNN {
-		return fmt.Errorf("model: kind must be mlp or cnn, got %q", s.Kind)
+	if s.Kind != "" && s.Kind != KindMLP && s.Kind != KindCNN && s.Kind != KindCTR {
+		return fmt.Errorf("model: kind must be mlp, cnn or ctr, got %q", s.Kind)
+	}
+	if s.IsCTR() {
+		return s.validateCTR()
+	}
+	if s.Fields != 0 || s.EmbeddingDim != 0 {
+		return fmt.Errorf("model: only a CTR model has categorical fields and embeddings")
 	}
 	if s.Input <= 0 {
 		return fmt.Errorf("model: input size must be positive, got %d", s.Input)
@@ -112,10 +158,8 @@ func (s Spec) Validate() error {
 	if s.Classes < 2 {
 		return fmt.Errorf("model: need at least 2 classes, got %d", s.Classes)
 	}
-	for i, h := range s.Hidden {
-		if h <= 0 {
-			return fmt.Errorf("model: hidden layer %d has size %d; sizes must be positive", i, h)
-		}
+	if err := validHidden(s.Hidden); err != nil {
+		return err
 	}
 	if !s.IsCNN() {
 		if len(s.Conv) > 0 || s.Height != 0 || s.Width != 0 {
@@ -124,6 +168,30 @@ func (s Spec) Validate() error {
 		return nil
 	}
 	return s.validateCNN()
+}
+
+// validHidden says which hidden layer size is not positive.
+func validHidden(hidden []int) error {
+	for i, h := range hidden {
+		if h <= 0 {
+			return fmt.Errorf("model: hidden layer %d has size %d; sizes must be positive", i, h)
+		}
+	}
+	return nil
+}
+
+func (s Spec) validateCTR() error {
+	switch {
+	case s.Input < 0 || s.Fields < 0 || s.Input+s.Fields == 0:
+		return fmt.Errorf("model: a CTR model needs dense or categorical fields, got %d and %d", s.Input, s.Fields)
+	case s.Fields > 0 && s.EmbeddingDim <= 0:
+		return fmt.Errorf("model: embedding dimension must be positive, got %d", s.EmbeddingDim)
+	case s.Classes != 1:
+		return fmt.Errorf("model: a CTR model has one output (a logit), got %d classes", s.Classes)
+	case len(s.Conv) > 0 || s.Height != 0 || s.Width != 0:
+		return fmt.Errorf("model: a CTR model has no convolutions or image shape")
+	}
+	return validHidden(s.Hidden)
 }
 
 func (s Spec) validateCNN() error {
@@ -161,10 +229,13 @@ func ImageSide(input int) int {
 }
 
 // String renders the spec as layer sizes: "784-800-10" for an MLP,
-// "cnn 28x28x1-c16-c32-256-10" for a CNN.
+// "cnn 28x28x1-c16-c32-256-10" for a CNN, "ctr 13+26x16-256-128-1" for a
+// CTR model (dense features + fields x embedding dimension).
 func (s Spec) String() string {
 	var parts []string
-	if cl := s.ConvLayers(); s.IsCNN() && len(cl) > 0 {
+	if s.IsCTR() {
+		parts = append(parts, fmt.Sprintf("ctr %d+%dx%d", s.Input, s.Fields, s.EmbeddingDim))
+	} else if cl := s.ConvLayers(); s.IsCNN() && len(cl) > 0 {
 		parts = append(parts, fmt.Sprintf("cnn %dx%dx%d", s.Height, s.Width, cl[0].InC))
 		for _, c := range s.Conv {
 			parts = append(parts, "c"+strconv.Itoa(c))
@@ -187,7 +258,8 @@ func (s Spec) String() string {
 // MLP's kind written or not, an empty list nil or not.
 func (s Spec) Equal(o Spec) bool {
 	return s.KindName() == o.KindName() && s.Input == o.Input && s.Classes == o.Classes && s.Height == o.Height &&
-		s.Width == o.Width && slices.Equal(s.Hidden, o.Hidden) && slices.Equal(s.Conv, o.Conv)
+		s.Width == o.Width && slices.Equal(s.Hidden, o.Hidden) && slices.Equal(s.Conv, o.Conv) &&
+		s.Fields == o.Fields && s.EmbeddingDim == o.EmbeddingDim
 }
 
 // JSON returns the canonical JSON encoding, used in checkpoint manifests. An MLP's kind is left out
@@ -255,7 +327,8 @@ func (v Variable) glorotLimit() float64 {
 
 // Variables lists the spec's variables in a fixed order. An MLP: layer0/w,
 // layer0/b, layer1/w, ... A CNN: conv0/w, conv0/b, ..., then dense0/w,
-// dense0/b, ...
+// dense0/b, ... A CTR model: its dense layers dense0/w, dense0/b, ...
+// (its embedding tables are not variables: see Tables).
 func (s Spec) Variables() []Variable {
 	var vs []Variable
 	for l, c := range s.ConvLayers() {
@@ -265,7 +338,7 @@ func (s Spec) Variables() []Variable {
 		)
 	}
 	prefix := "layer"
-	if s.IsCNN() {
+	if s.IsCNN() || s.IsCTR() {
 		prefix = "dense"
 	}
 	dims := append(append([]int{s.Features()}, s.Hidden...), s.Classes)
@@ -278,7 +351,9 @@ func (s Spec) Variables() []Variable {
 	return vs
 }
 
-// NumParams is the total number of float32 parameters.
+// NumParams is the total number of float32 parameters of the variables
+// (a CTR model's embedding rows are not counted: they are created as
+// keys are seen).
 func (s Spec) NumParams() int {
 	n := 0
 	for _, v := range s.Variables() {

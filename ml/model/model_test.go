@@ -2,6 +2,7 @@ package model
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"testing"
 )
@@ -175,6 +176,67 @@ func TestCNNInitBounds(t *testing.T) {
 		}
 		if hi > limit || hi < limit/2 {
 			t.Fatalf("%s: largest |w| %v for bound %v", v.Name, hi, limit)
+		}
+	}
+}
+
+func ctrSpec() Spec {
+	return Spec{Kind: KindCTR, Input: 13, Fields: 26, EmbeddingDim: 16, Hidden: []int{256, 128}, Classes: 1}
+}
+
+func TestCTRSpec(t *testing.T) {
+	s := ctrSpec()
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Features(); got != 13+26*16 {
+		t.Errorf("Features = %d, want 429", got)
+	}
+	if got := s.String(); got != "ctr 13+26x16-256-128-1" {
+		t.Errorf("String = %q", got)
+	}
+	var names []string
+	for _, v := range s.Variables() {
+		names = append(names, fmt.Sprintf("%s[%dx%d]", v.Name, v.Rows, v.Cols))
+	}
+	want := "[dense0/w[429x256] dense0/b[1x256] dense1/w[256x128] dense1/b[1x128] dense2/w[128x1] dense2/b[1x1]]"
+	if fmt.Sprint(names) != want {
+		t.Errorf("Variables = %v, want %s", names, want)
+	}
+	if n := s.NumParams(); n != 429*256+256+256*128+128+128+1 {
+		t.Errorf("NumParams = %d", n)
+	}
+	tables := s.Tables()
+	if len(tables) != 26 || tables[0] != (Table{"emb/C1", 16}) || tables[25].Name != "emb/C26" {
+		t.Errorf("Tables = %v", tables)
+	}
+	if (Spec{Input: 784, Classes: 10}).Tables() != nil {
+		t.Error("an MLP has tables")
+	}
+	var back Spec
+	if err := json.Unmarshal(s.JSON(), &back); err != nil || !back.Equal(s) {
+		t.Errorf("JSON round trip: %+v, %v", back, err)
+	}
+	other := s
+	other.EmbeddingDim = 8
+	if other.Equal(s) {
+		t.Error("specs of different embedding dimensions are equal")
+	}
+}
+
+func TestCTRSpecRejects(t *testing.T) {
+	for _, mod := range []func(*Spec){
+		func(s *Spec) { s.Classes = 2 },
+		func(s *Spec) { s.EmbeddingDim = 0 },
+		func(s *Spec) { s.Input, s.Fields = 0, 0 },
+		func(s *Spec) { s.Hidden = []int{0} },
+		func(s *Spec) { s.Conv = []int{4} },
+		func(s *Spec) { s.Kind = "" }, // an MLP with fields
+	} {
+		s := ctrSpec()
+		mod(&s)
+		if s.Validate() == nil {
+			t.Errorf("%+v validated", s)
 		}
 	}
 }

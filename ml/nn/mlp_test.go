@@ -81,3 +81,10 @@ func TestForwardOnlyNetRefusesGrads(t *testing.T) {
 		t.Fatalf("logits len %d, want 4", got)
 	}
 }
+
+func TestNewRefusesCTR(t *testing.T) {
+	spec := model.Spec{Kind: model.KindCTR, Input: 13, Fields: 26, EmbeddingDim: 16, Hidden: []int{8}, Classes: 1}
+	if _, err := New(spec, 4, true); err == nil {
+		t.Error("nn built a CTR model as an MLP")
+	}
+}

@@ -41,6 +41,9 @@ func New(spec model.Spec, batch int, train bool) (*Net, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
+	if spec.IsCTR() {
+		return nil, fmt.Errorf("nn: a CTR model runs in package ctr (ctr.New), with its embedding tables")
+	}
 	if batch <= 0 {
 		return nil, fmt.Errorf("nn: batch must be positive, got %d", batch)
 	}
