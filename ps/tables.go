@@ -172,29 +172,72 @@ func (ts *TableSet) Pull(table string, keys []uint64, out []float32) error {
 	return nil
 }
 
+// RowBlock is one table's keys (unique) and a row of values for each: a
+// pull's rows, a push's gradients.
+type RowBlock struct {
+	Table  string
+	Keys   []uint64
+	Values []float32
+}
+
+// PullBlocks is Pull of several tables' rows; a refused block (checked
+// before any is pulled) refuses them all.
+func (ts *TableSet) PullBlocks(blocks []RowBlock) error {
+	for _, b := range blocks {
+		if _, err := ts.checkRequest(b.Table, b.Keys, b.Values); err != nil {
+			return err
+		}
+	}
+	for _, b := range blocks {
+		if err := ts.Pull(b.Table, b.Keys, b.Values); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Push delivers worker's gradients of keys' rows (unique keys, one row
 // of grads each), computed from the rows at version. Sync: a gradient
 // of an older version is Stale and dropped, one of the current version
 // staged for the step's end. Async and ssp: applied now (Applied). A
 // refused push changes nothing.
 func (ts *TableSet) Push(worker int, version int64, table string, keys []uint64, grads []float32) (Outcome, error) {
-	st, err := ts.checkRequest(table, keys, grads)
-	if err != nil {
-		return Applied, err
+	return ts.PushBlocks(worker, version, []RowBlock{{Table: table, Keys: keys, Values: grads}})
+}
+
+// PushBlocks is Push of several tables' gradients; a refused block
+// (checked before any is applied) refuses them all.
+func (ts *TableSet) PushBlocks(worker int, version int64, blocks []RowBlock) (Outcome, error) {
+	if worker < 0 {
+		return Applied, fmt.Errorf("%w: %d", ErrBadWorker, worker)
 	}
 	if version > ts.version {
 		return Applied, fmt.Errorf("%w: row gradients from version %d, tables at %d", ErrFutureVersion, version, ts.version)
 	}
-	if !isFinite(sumSquares(grads)) {
-		return Applied, ErrNonFinite
+	states := make([]*tableState, len(blocks))
+	for i, b := range blocks {
+		st, err := ts.checkRequest(b.Table, b.Keys, b.Values)
+		if err != nil {
+			return Applied, err
+		}
+		if !isFinite(sumSquares(b.Values)) {
+			return Applied, fmt.Errorf("%w: table %s", ErrNonFinite, b.Table)
+		}
+		states[i] = st
 	}
-	if ts.mode != config.Sync {
-		return Applied, st.t.Push(ts.version, keys, grads)
-	}
-	if version < ts.version {
+	if ts.mode == config.Sync && version < ts.version {
 		return Stale, nil
 	}
-	st.stage(worker, keys, grads, st.t.Config().Dim)
+	for i, b := range blocks {
+		st := states[i]
+		if ts.mode == config.Sync {
+			st.stage(worker, b.Keys, b.Values, st.t.Config().Dim)
+			continue
+		}
+		if err := st.t.Push(ts.version, b.Keys, b.Values); err != nil {
+			return Applied, err
+		}
+	}
 	return Applied, nil
 }
 

@@ -1,0 +1,313 @@
+package rowclient
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/pstrain/pstrain/checkpoint"
+	"github.com/pstrain/pstrain/checkpoint/shardckpt"
+	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/ml/embed"
+	"github.com/pstrain/pstrain/ml/model"
+	"github.com/pstrain/pstrain/ml/partition"
+	"github.com/pstrain/pstrain/observe/metrics"
+	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/proto/convert"
+	"github.com/pstrain/pstrain/ps"
+	"github.com/pstrain/pstrain/transport/auth"
+	"github.com/pstrain/pstrain/transport/wire"
+)
+
+// shardProc is one PS served over gRPC on an in-memory listener.
+type shardProc struct {
+	srv *ps.Server
+	m   *metrics.PS
+	lis *bufconn.Listener
+}
+
+// cluster is 2 shards and the run's keys; clients sign calls as who.
+type cluster struct {
+	shards []*shardProc
+	keys   *auth.Keyring
+	plan   partition.Plan
+	store  *checkpoint.Store // the shards' shared checkpoint directory
+}
+
+func startShards(t *testing.T, n int) *cluster {
+	t.Helper()
+	token, err := auth.NewToken(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{keys: auth.NewKeyring(token), store: checkpoint.NewStore(checkpoint.NewMemFS(), "/ck", 0)}
+	for i := range n {
+		p := &shardProc{m: metrics.NewPS(nil), lis: bufconn.Listen(1 << 20)}
+		p.srv = ps.NewServer(ps.Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: p.m, Shard: i, Store: c.store})
+		g := grpc.NewServer(grpc.ChainUnaryInterceptor((&auth.Guard{Keys: c.keys}).Unary()))
+		pb.RegisterParameterServerServer(g, p.srv)
+		go func() { _ = g.Serve(p.lis) }()
+		t.Cleanup(g.Stop)
+		c.shards = append(c.shards, p)
+	}
+	return c
+}
+
+// clients returns a client of every shard signed as role/index.
+func (c *cluster) clients(t *testing.T, role string, index int) []pb.ParameterServerClient {
+	t.Helper()
+	s, err := auth.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	who := &auth.Client{Keys: c.keys, Role: role, Index: index}
+	who.SetSession(s)
+	var out []pb.ParameterServerClient
+	for _, p := range c.shards {
+		conn, err := grpc.NewClient("passthrough:///bufnet", grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return p.lis.DialContext(ctx) }),
+			grpc.WithChainUnaryInterceptor(who.Unary()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		out = append(out, pb.NewParameterServerClient(conn))
+	}
+	return out
+}
+
+// init initialises every shard (sync, 2 workers) with tables.
+func (c *cluster) init(t *testing.T, chief []pb.ParameterServerClient, tables []embed.TableConfig) {
+	t.Helper()
+	spec := model.Spec{Input: 4, Hidden: []int{3}, Classes: 2}
+	plan, err := partition.New(spec, len(c.shards))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.plan = plan
+	r := config.Default()
+	r.Workers, r.PS, r.LRSchedule = 2, len(c.shards), "constant"
+	for s, cl := range chief {
+		_, err := cl.Init(context.Background(), &pb.InitRequest{RunId: "r", Shard: int32(s), NumShards: int32(len(c.shards)),
+			ShardOptions: ps.OptionsFor(r).Proto(), Params: wire.Bytes(make([]float32, plan.Shards[s].Size)),
+			ModelSpec: convert.ModelSpec(spec), Generation: 1, Tables: ps.TableSpecs(tables)})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// densePush pushes worker's zero dense gradient of version v to every
+// shard (completing the sync step once both workers have).
+func (c *cluster) densePush(t *testing.T, cls []pb.ParameterServerClient, worker int, v int64) {
+	t.Helper()
+	for s, cl := range cls {
+		_, err := cl.Push(context.Background(), &pb.PushRequest{RunId: "r", Worker: int32(worker), Version: v,
+			Grad: wire.Bytes(make([]float32, c.plan.Shards[s].Size))})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Two shards over real gRPC hold a table: workers pull and push rows
+// through the client (several requests per shard), a sync step applies
+// them as one big batch would, a pull of the next step waits for it, and
+// every row is where ShardOf says, in the metrics and in the checkpoint.
+func TestRowsOverGRPCOnTwoShards(t *testing.T) {
+	tables := []embed.TableConfig{{Name: "emb/C1", Dim: 4, Seed: 7, Rule: embed.DefaultAdagrad(0.5)}}
+	c := startShards(t, 2)
+	chief := c.clients(t, auth.RoleChief, 0)
+	c.init(t, chief, tables)
+	ctx := context.Background()
+	keys := [][]uint64{{1, 2, 3, 5, 8, 13, 21, 34, 55, 89}, {2, 3, 4, 100, 1 << 40, 89}}
+	local, _ := embed.NewLocal(tables)
+	workers := make([]*Client, 2)
+	wcl := make([][]pb.ParameterServerClient, 2)
+	for w := range workers {
+		wcl[w] = c.clients(t, auth.RoleWorker, w)
+		cl, err := New(Config{Shards: wcl[w], RunID: "r", Worker: int32(w), MaxRequestBytes: 3 * 24})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl.SetGeneration(1)
+		workers[w] = cl
+	}
+	// Step 0: each worker pulls its keys, pushes gradients (w+1 each).
+	for w, cl := range workers {
+		out := make([]float32, len(keys[w])*4)
+		if err := cl.Pull(ctx, 0, "emb/C1", keys[w], out); err != nil {
+			t.Fatal(err)
+		}
+		want := make([]float32, len(out))
+		_ = local.Pull(ctx, 0, "emb/C1", keys[w], want)
+		if !slices.Equal(out, want) {
+			t.Fatalf("worker %d pulled %v, want the initial rows %v", w, out, want)
+		}
+		if err := cl.Push(ctx, 0, "emb/C1", keys[w], filled(len(out), float32(w+1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Worker 0's pull of step 1 waits for the step to complete.
+	next := make(chan error, 1)
+	got := make([]float32, len(keys[0])*4)
+	go func() { next <- workers[0].Pull(ctx, 1, "emb/C1", keys[0], got) }()
+	select {
+	case err := <-next:
+		t.Fatalf("a pull of step 1 returned before the step completed: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	c.densePush(t, wcl[0], 0, 0)
+	c.densePush(t, wcl[1], 1, 0)
+	if err := <-next; err != nil {
+		t.Fatal(err)
+	}
+	// One process, one batch of both workers' keys: the mean of their
+	// gradients (a key one worker saw gets half its gradient).
+	all := uniqueUnion(keys[0], keys[1])
+	grads := make([]float32, len(all)*4)
+	for i, k := range all {
+		for w := range keys {
+			if slices.Contains(keys[w], k) {
+				for j := range 4 {
+					grads[i*4+j] += float32(w+1) / 2
+				}
+			}
+		}
+	}
+	if err := local.Push(ctx, 0, "emb/C1", all, grads); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]float32, len(got))
+	_ = local.Pull(ctx, 1, "emb/C1", keys[0], want)
+	for i := range got {
+		if math.Abs(float64(got[i]-want[i])) > 1e-6 {
+			t.Fatalf("rows after the step %v, one big batch gives %v", got, want)
+		}
+	}
+	st := workers[0].Stats()
+	if st.Requests[0]+st.Requests[1] <= 4 || st.KeysPulled[0]+st.KeysPulled[1] != 2*int64(len(keys[0])) {
+		t.Fatalf("worker 0's stats %+v: want several requests per shard (3 keys each) and every key pulled twice", st)
+	}
+	checkPlacement(t, c, chief, all)
+}
+
+// checkPlacement checks each shard holds exactly the rows of keys that
+// ShardOf gives it: in its metrics, in a checkpoint, and by refusing
+// the others' keys.
+func checkPlacement(t *testing.T, c *cluster, chief []pb.ParameterServerClient, keys []uint64) {
+	t.Helper()
+	m := checkpoint.Manifest{Step: 1, Version: 1, Mode: "sync", NumShards: 2, Optimizer: checkpoint.Optimizer{Name: "sgd"}}
+	for s, cl := range chief {
+		resp, err := cl.Checkpoint(context.Background(), &pb.CheckpointRequest{RunId: "r", Step: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Shards = append(m.Shards, checkpoint.ShardInfo{Index: s, File: resp.File, SHA256: resp.Sha256, Bytes: resp.Bytes,
+			Tensors: resp.Tensors, Version: resp.Version})
+	}
+	if err := c.store.Commit(m); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := c.store.Load(c.store.Path(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s, p := range c.shards {
+		var mine []uint64
+		for _, k := range keys {
+			if embed.ShardOf("emb/C1", k, 2) == s {
+				mine = append(mine, k)
+			}
+		}
+		slices.Sort(mine)
+		if got := testutil.ToFloat64(p.m.Tables.Rows.WithLabelValues("emb/C1")); got != float64(len(mine)) || len(mine) == 0 {
+			t.Fatalf("shard %d: pstrain_ps_table_rows %v, ShardOf gives it %d keys", s, got, len(mine))
+		}
+		tensors, _, err := ck.ReadShard(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := shardckpt.TablesOf(tensors, m.Shards[s].File)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) != 1 || !slices.Equal(rows[0].Keys, mine) {
+			t.Fatalf("shard %d's checkpoint holds %+v, want the keys %v", s, rows, mine)
+		}
+		other := keys[slices.IndexFunc(keys, func(k uint64) bool { return embed.ShardOf("emb/C1", k, 2) != s })]
+		_, err = chief[s].PullRows(context.Background(), &pb.PullRowsRequest{RunId: "r", Worker: -1,
+			Tables: []*pb.RowBlock{{Table: "emb/C1", Keys: []uint64{other}}}})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "another shard") {
+			t.Fatalf("shard %d pulled another shard's key: %v", s, err)
+		}
+	}
+}
+
+func TestClientRefusesBadShapesAndReportsDone(t *testing.T) {
+	c := startShards(t, 2)
+	chief := c.clients(t, auth.RoleChief, 0)
+	c.init(t, chief, []embed.TableConfig{{Name: "emb/C1", Dim: 2, Seed: 1, Rule: embed.Rule{Kind: embed.SGD, LR: 1}}})
+	cl, err := New(Config{Shards: c.clients(t, auth.RoleWorker, 0), RunID: "r", Worker: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Pull(context.Background(), 0, "emb/C1", []uint64{1, 2}, make([]float32, 3)); err == nil {
+		t.Fatal("3 values for 2 keys accepted")
+	}
+	if err := cl.Pull(context.Background(), 0, "emb/C9", []uint64{1, 2}, make([]float32, 4)); status.Code(err) != codes.InvalidArgument || !strings.Contains(fmtErr(err), "no such table") {
+		t.Fatalf("pull of an unknown table: %v", err)
+	}
+	// Another worker's identity is refused by the PS's guard.
+	spoof, _ := New(Config{Shards: c.clients(t, auth.RoleWorker, 1), RunID: "r", Worker: 0})
+	if err := spoof.Push(context.Background(), 0, "emb/C1", []uint64{1}, []float32{1, 1}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("worker 1 pushing as worker 0: %v", err)
+	}
+	for _, p := range chief {
+		if _, err := p.Stop(context.Background(), &pb.StopRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cl.Pull(context.Background(), 5, "emb/C1", []uint64{1, 2}, make([]float32, 4)); !errors.Is(err, ErrDone) {
+		t.Fatalf("pull after the stop: %v, want ErrDone", err)
+	}
+}
+
+func filled(n int, v float32) []float32 {
+	out := make([]float32, n)
+	for i := range out {
+		out[i] = v
+	}
+	return out
+}
+
+func uniqueUnion(a, b []uint64) []uint64 {
+	out := slices.Clone(a)
+	for _, k := range b {
+		if !slices.Contains(out, k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func fmtErr(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
