@@ -180,17 +180,43 @@ type RowBlock struct {
 	Values []float32
 }
 
-// PullBlocks is Pull of several tables' rows; a refused block (checked
-// before any is pulled) refuses them all.
-func (ts *TableSet) PullBlocks(blocks []RowBlock) error {
+// PullBlocks is Pull of several tables' rows, or with peek Peek; a
+// refused block (checked before any is pulled) refuses them all.
+func (ts *TableSet) PullBlocks(blocks []RowBlock, peek bool) error {
 	for _, b := range blocks {
 		if _, err := ts.checkRequest(b.Table, b.Keys, b.Values); err != nil {
 			return err
 		}
 	}
 	for _, b := range blocks {
-		if err := ts.Pull(b.Table, b.Keys, b.Values); err != nil {
+		var err error
+		if peek {
+			err = ts.Peek(b.Table, b.Keys, b.Values)
+		} else {
+			err = ts.Pull(b.Table, b.Keys, b.Values)
+		}
+		if err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// Peek reads the rows of keys into out without sighting them: a key
+// without a row reads its initial value, and nothing changes (the
+// chief's evaluation reads the model, it does not train it).
+func (ts *TableSet) Peek(table string, keys []uint64, out []float32) error {
+	st, err := ts.checkRequest(table, keys, out)
+	if err != nil {
+		return err
+	}
+	cfg := st.t.Config()
+	for i, k := range keys {
+		dst := out[i*cfg.Dim : (i+1)*cfg.Dim]
+		if row, _, ok := st.t.Row(k); ok {
+			copy(dst, row)
+		} else {
+			embed.InitRow(cfg.Seed, table, k, dst)
 		}
 	}
 	return nil

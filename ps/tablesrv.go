@@ -292,7 +292,9 @@ func (h *tableHost) pull(req *pb.PullRowsRequest) (*pb.PullRowsResponse, int, er
 	if err != nil {
 		return nil, 0, err
 	}
-	if err := h.set.PullBlocks(blocks); err != nil {
+	// The chief's pulls (its evaluations) read the rows without sighting
+	// them: held-out keys create no row and count for no admission.
+	if err := h.set.PullBlocks(blocks, req.Worker < 0); err != nil {
 		return nil, 0, tableStatus(err)
 	}
 	h.count("pull", blocks)

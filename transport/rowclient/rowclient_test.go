@@ -206,6 +206,112 @@ func TestRowsOverGRPCOnTwoShards(t *testing.T) {
 	checkPlacement(t, c, chief, all)
 }
 
+// commit commits m and opens the checkpoint.
+func commit(t *testing.T, store *checkpoint.Store, m checkpoint.Manifest) *checkpoint.Checkpoint {
+	t.Helper()
+	if err := store.Commit(m); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := store.Load(store.Path(m.Step))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ck
+}
+
+// checkpointAll checkpoints every shard as step and commits it.
+func (c *cluster) checkpointAll(t *testing.T, chief []pb.ParameterServerClient, step int64) *checkpoint.Checkpoint {
+	t.Helper()
+	m := checkpoint.Manifest{Step: step, Version: step, Mode: "sync", NumShards: len(chief), Optimizer: checkpoint.Optimizer{Name: "sgd"}}
+	for s, cl := range chief {
+		resp, err := cl.Checkpoint(context.Background(), &pb.CheckpointRequest{RunId: "r", Step: step})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Shards = append(m.Shards, checkpoint.ShardInfo{Index: s, File: resp.File, SHA256: resp.Sha256, Bytes: resp.Bytes,
+			Tensors: resp.Tensors, Version: resp.Version})
+	}
+	return commit(t, c.store, m)
+}
+
+// trainStep is a sync step of both workers at version v: each pulls its
+// keys' rows, pushes a gradient made of the rows, then its dense gradient.
+func (c *cluster) trainStep(t *testing.T, wcl [][]pb.ParameterServerClient, v int64, keys [][]uint64) {
+	t.Helper()
+	for w := range wcl {
+		cl, err := New(Config{Shards: wcl[w], RunID: "r", Worker: int32(w)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows := make([]float32, len(keys[w])*4)
+		if err := cl.Pull(context.Background(), v, "emb/C1", keys[w], rows); err != nil {
+			t.Fatal(err)
+		}
+		for i := range rows {
+			rows[i] = 1 + rows[i]*float32(w+1) // a gradient that depends on the row
+		}
+		if err := cl.Push(context.Background(), v, "emb/C1", keys[w], rows); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for w := range wcl {
+		c.densePush(t, wcl[w], w, v)
+	}
+}
+
+// A checkpoint of 2 shards restores onto 3 (rows and optimizer state,
+// each row on the shard ShardOf gives it): the 3 shards then serve and
+// train every row as the 2 would have.
+func TestCheckpointOfTwoShardsRestoresOntoThree(t *testing.T) {
+	tables := []embed.TableConfig{{Name: "emb/C1", Dim: 4, Seed: 3, Rule: embed.DefaultAdagrad(0.2)}}
+	keys := [][]uint64{{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {10, 11, 12, 13, 14, 15, 99, 1 << 50}}
+	all := uniqueUnion(keys[0], keys[1])
+	two, three := startShards(t, 2), startShards(t, 3)
+	chief2, chief3 := two.clients(t, auth.RoleChief, 0), three.clients(t, auth.RoleChief, 0)
+	two.init(t, chief2, tables)
+	three.init(t, chief3, tables)
+	w2 := [][]pb.ParameterServerClient{two.clients(t, auth.RoleWorker, 0), two.clients(t, auth.RoleWorker, 1)}
+	w3 := [][]pb.ParameterServerClient{three.clients(t, auth.RoleWorker, 0), three.clients(t, auth.RoleWorker, 1)}
+	two.trainStep(t, w2, 0, keys)
+	ck := two.checkpointAll(t, chief2, 1)
+	if err := Restore(context.Background(), ck, chief3, "r", 1, 100); err != nil {
+		t.Fatal(err)
+	}
+	for s, p := range three.shards {
+		want := 0
+		for _, k := range all {
+			if embed.ShardOf("emb/C1", k, 3) == s {
+				want++
+			}
+		}
+		if got := testutil.ToFloat64(p.m.Tables.Rows.WithLabelValues("emb/C1")); got != float64(want) {
+			t.Fatalf("shard %d of 3 holds %v rows, ShardOf gives it %d", s, got, want)
+		}
+	}
+	// Train both once more (the 3 shards are at version 0, the 2 at 1):
+	// equal rows need equal Adagrad accumulators.
+	two.trainStep(t, w2, 1, keys)
+	three.trainStep(t, w3, 0, keys)
+	a, b := pullAll(t, chief2, 2, all), pullAll(t, chief3, 1, all)
+	if !slices.Equal(a, b) {
+		t.Fatalf("after the restore and a step, 3 shards hold %v, 2 shards %v", b, a)
+	}
+}
+
+// pullAll reads keys' rows as the chief, at version v.
+func pullAll(t *testing.T, chief []pb.ParameterServerClient, v int64, keys []uint64) []float32 {
+	t.Helper()
+	cl, err := New(Config{Shards: chief, RunID: "r", Worker: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]float32, len(keys)*4)
+	if err := cl.Pull(context.Background(), v, "emb/C1", keys, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // checkPlacement checks each shard holds exactly the rows of keys that
 // ShardOf gives it: in its metrics, in a checkpoint, and by refusing
 // the others' keys.
@@ -220,13 +326,7 @@ func checkPlacement(t *testing.T, c *cluster, chief []pb.ParameterServerClient, 
 		m.Shards = append(m.Shards, checkpoint.ShardInfo{Index: s, File: resp.File, SHA256: resp.Sha256, Bytes: resp.Bytes,
 			Tensors: resp.Tensors, Version: resp.Version})
 	}
-	if err := c.store.Commit(m); err != nil {
-		t.Fatal(err)
-	}
-	ck, err := c.store.Load(c.store.Path(1))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ck := commit(t, c.store, m)
 	for s, p := range c.shards {
 		var mine []uint64
 		for _, k := range keys {
