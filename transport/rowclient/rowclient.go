@@ -67,6 +67,24 @@ type Stats struct {
 	Stale int64
 }
 
+// RequestShares is each shard's share of the keys requested (pulled
+// and pushed): the bench's embeddings.shard_request_share. All zero
+// before any request.
+func (s Stats) RequestShares() []float64 {
+	out := make([]float64, len(s.Requests))
+	var sum int64
+	for i := range out {
+		sum += s.KeysPulled[i] + s.KeysPushed[i]
+	}
+	if sum == 0 {
+		return out
+	}
+	for i := range out {
+		out[i] = float64(s.KeysPulled[i]+s.KeysPushed[i]) / float64(sum)
+	}
+	return out
+}
+
 var _ embed.Rows = (*Client)(nil)
 
 // New returns a client of cfg.Shards.

@@ -203,6 +203,17 @@ func TestRowsOverGRPCOnTwoShards(t *testing.T) {
 	if st.Requests[0]+st.Requests[1] <= 4 || st.KeysPulled[0]+st.KeysPulled[1] != 2*int64(len(keys[0])) {
 		t.Fatalf("worker 0's stats %+v: want several requests per shard (3 keys each) and every key pulled twice", st)
 	}
+	// Worker 0 pulled its keys twice and pushed them once: the shares
+	// are its keys' split by ShardOf.
+	var on0 float64
+	for _, k := range keys[0] {
+		if embed.ShardOf("emb/C1", k, 2) == 0 {
+			on0++
+		}
+	}
+	if sh := st.RequestShares(); math.Abs(sh[0]-on0/float64(len(keys[0]))) > 1e-12 || math.Abs(sh[0]+sh[1]-1) > 1e-12 {
+		t.Fatalf("request shares %v, want shard 0's %v of %d keys", sh, on0, len(keys[0]))
+	}
 	checkPlacement(t, c, chief, all)
 }
 
