@@ -93,6 +93,12 @@ func (c *cluster) clients(t *testing.T, role string, index int) []pb.ParameterSe
 // init initialises every shard (sync, 2 workers) with tables.
 func (c *cluster) init(t *testing.T, chief []pb.ParameterServerClient, tables []embed.TableConfig) {
 	t.Helper()
+	c.initMode(t, chief, tables, config.Sync)
+}
+
+// initMode initialises every shard (2 workers) in mode with tables.
+func (c *cluster) initMode(t *testing.T, chief []pb.ParameterServerClient, tables []embed.TableConfig, mode config.Mode) {
+	t.Helper()
 	spec := model.Spec{Input: 4, Hidden: []int{3}, Classes: 2}
 	plan, err := partition.New(spec, len(c.shards))
 	if err != nil {
@@ -100,7 +106,7 @@ func (c *cluster) init(t *testing.T, chief []pb.ParameterServerClient, tables []
 	}
 	c.plan = plan
 	r := config.Default()
-	r.Workers, r.PS, r.LRSchedule = 2, len(c.shards), "constant"
+	r.Workers, r.PS, r.LRSchedule, r.Mode = 2, len(c.shards), "constant", mode
 	for s, cl := range chief {
 		_, err := cl.Init(context.Background(), &pb.InitRequest{RunId: "r", Shard: int32(s), NumShards: int32(len(c.shards)),
 			ShardOptions: ps.OptionsFor(r).Proto(), Params: wire.Bytes(make([]float32, plan.Shards[s].Size)),
@@ -421,4 +427,63 @@ func fmtErr(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// Async: two workers pull and push rows and dense gradients at once, for
+// many steps; every row gradient is applied once on arrival, whatever
+// the interleaving (SGD, lr 1, gradient 1: a row ends at its initial
+// value minus its pushes).
+func TestAsyncRowsFromConcurrentWorkers(t *testing.T) {
+	tables := []embed.TableConfig{{Name: "emb/C1", Dim: 4, Seed: 2, Rule: embed.Rule{Kind: embed.SGD, LR: 1}}}
+	c := startShards(t, 2)
+	chief := c.clients(t, auth.RoleChief, 0)
+	c.initMode(t, chief, tables, config.Async)
+	keys := [][]uint64{{1, 2, 3, 4, 5, 6}, {4, 5, 6, 7, 8}}
+	const steps = 20
+	errs := make(chan error, 2)
+	for w := range 2 {
+		cls := c.clients(t, auth.RoleWorker, w)
+		go func() {
+			cl, err := New(Config{Shards: cls, RunID: "r", Worker: int32(w), MaxRequestBytes: 2 * 24})
+			for v := int64(0); err == nil && v < steps; v++ {
+				rows := make([]float32, len(keys[w])*4)
+				if err = cl.Pull(context.Background(), v, "emb/C1", keys[w], rows); err == nil {
+					err = cl.Push(context.Background(), v, "emb/C1", keys[w], filled(len(rows), 1))
+				}
+				for s, p := range cls {
+					if err != nil {
+						break
+					}
+					_, err = p.Push(context.Background(), &pb.PushRequest{RunId: "r", Worker: int32(w), Version: 0,
+						Grad: wire.Bytes(make([]float32, c.plan.Shards[s].Size))})
+				}
+			}
+			errs <- err
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	all := uniqueUnion(keys[0], keys[1])
+	got := pullAll(t, chief, 0, all)
+	for i, k := range all {
+		want := make([]float32, 4)
+		embed.InitRow(2, "emb/C1", k, want)
+		n := 0
+		for w := range keys {
+			if slices.Contains(keys[w], k) {
+				n += steps
+			}
+		}
+		for j := range want {
+			for range n {
+				want[j]--
+			}
+		}
+		if !slices.Equal(got[i*4:(i+1)*4], want) {
+			t.Fatalf("key %d: %v, want its initial row minus %d pushes %v", k, got[i*4:(i+1)*4], n, want)
+		}
+	}
 }
