@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"math/rand"
 	"net"
 	"slices"
 	"strings"
@@ -48,7 +49,7 @@ type cluster struct {
 	store  *checkpoint.Store // the shards' shared checkpoint directory
 }
 
-func startShards(t *testing.T, n int) *cluster {
+func startShards(t testing.TB, n int) *cluster {
 	t.Helper()
 	token, err := auth.NewToken(nil)
 	if err != nil {
@@ -68,7 +69,7 @@ func startShards(t *testing.T, n int) *cluster {
 }
 
 // clients returns a client of every shard signed as role/index.
-func (c *cluster) clients(t *testing.T, role string, index int) []pb.ParameterServerClient {
+func (c *cluster) clients(t testing.TB, role string, index int) []pb.ParameterServerClient {
 	t.Helper()
 	s, err := auth.NewSession()
 	if err != nil {
@@ -97,7 +98,7 @@ func (c *cluster) init(t *testing.T, chief []pb.ParameterServerClient, tables []
 }
 
 // initMode initialises every shard (2 workers) in mode with tables.
-func (c *cluster) initMode(t *testing.T, chief []pb.ParameterServerClient, tables []embed.TableConfig, mode config.Mode) {
+func (c *cluster) initMode(t testing.TB, chief []pb.ParameterServerClient, tables []embed.TableConfig, mode config.Mode) {
 	t.Helper()
 	spec := model.Spec{Input: 4, Hidden: []int{3}, Classes: 2}
 	plan, err := partition.New(spec, len(c.shards))
@@ -486,4 +487,43 @@ func TestAsyncRowsFromConcurrentWorkers(t *testing.T) {
 			t.Fatalf("key %d: %v, want its initial row minus %d pushes %v", k, got[i*4:(i+1)*4], n, want)
 		}
 	}
+}
+
+// BenchmarkPullPushRows is a worker's row traffic of one step on one
+// table over 2 shards (gRPC in memory, async): a pull and a push of 5000
+// unique keys of dimension 16 (the 26 fields of a batch of 512 Zipf
+// samples give about that many), keys of a 10^6 vocabulary.
+func BenchmarkPullPushRows(b *testing.B) {
+	t := b
+	tables := []embed.TableConfig{{Name: "emb/C1", Dim: 16, Seed: 2, Rule: embed.DefaultAdagrad(0.1)}}
+	c := startShards(t, 2)
+	chief := c.clients(t, auth.RoleChief, 0)
+	c.initMode(t, chief, tables, config.Async)
+	cl, err := New(Config{Shards: c.clients(t, auth.RoleWorker, 0), RunID: "r", Worker: 0})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rng := rand.New(rand.NewSource(1))
+	seen := map[uint64]bool{}
+	keys := make([]uint64, 0, 5000)
+	for len(keys) < cap(keys) {
+		if k := uint64(rng.Int63n(1e6)); !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	rows, grads := make([]float32, len(keys)*16), filled(len(keys)*16, 0.01)
+	ctx := context.Background()
+	b.ResetTimer()
+	for range b.N {
+		if err := cl.Pull(ctx, 0, "emb/C1", keys, rows); err != nil {
+			b.Fatal(err)
+		}
+		if err := cl.Push(ctx, 0, "emb/C1", keys, grads); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	st := cl.Stats()
+	b.ReportMetric(float64(st.BytesSent+st.BytesReceived)/float64(b.N), "rowbytes/op")
 }
