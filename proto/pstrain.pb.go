@@ -467,12 +467,16 @@ func (x *TableSpec) GetEvictAfter() int64 {
 
 // RowBlock is one table's rows in a row request or response: keys
 // (unique), and for each key dim float32 values, little-endian, in key
-// order (a pull's rows, a push's gradients; empty in a pull request).
+// order (a pull's rows, a push's gradients; empty in a pull request). A
+// request's keys travel in keys (8 bytes each) or small_keys (varints:
+// fewer bytes for keys below 2^56), never both; a pull's answer carries
+// no keys (they are the request's, in its order).
 type RowBlock struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Table         string                 `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"`
 	Keys          []uint64               `protobuf:"fixed64,2,rep,packed,name=keys,proto3" json:"keys,omitempty"`
 	Values        []byte                 `protobuf:"bytes,3,opt,name=values,proto3" json:"values,omitempty"`
+	SmallKeys     []uint64               `protobuf:"varint,4,rep,packed,name=small_keys,json=smallKeys,proto3" json:"small_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -524,6 +528,13 @@ func (x *RowBlock) GetKeys() []uint64 {
 func (x *RowBlock) GetValues() []byte {
 	if x != nil {
 		return x.Values
+	}
+	return nil
+}
+
+func (x *RowBlock) GetSmallKeys() []uint64 {
+	if x != nil {
+		return x.SmallKeys
 	}
 	return nil
 }
@@ -609,7 +620,7 @@ type PullRowsResponse struct {
 	Version       int64                  `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
 	Generation    int64                  `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
 	Done          bool                   `protobuf:"varint,3,opt,name=done,proto3" json:"done,omitempty"`
-	Tables        []*RowBlock            `protobuf:"bytes,4,rep,name=tables,proto3" json:"tables,omitempty"` // the request's, in its order, with values
+	Tables        []*RowBlock            `protobuf:"bytes,4,rep,name=tables,proto3" json:"tables,omitempty"` // the request's tables, in its order: values only
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3652,11 +3663,13 @@ const file_pstrain_proto_rawDesc = "" +
 	"admitAfter\x12\x1f\n" +
 	"\vevict_after\x18\n" +
 	" \x01(\x03R\n" +
-	"evictAfter\"L\n" +
+	"evictAfter\"k\n" +
 	"\bRowBlock\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12\x12\n" +
 	"\x04keys\x18\x02 \x03(\x06R\x04keys\x12\x16\n" +
-	"\x06values\x18\x03 \x01(\fR\x06values\"\xaf\x01\n" +
+	"\x06values\x18\x03 \x01(\fR\x06values\x12\x1d\n" +
+	"\n" +
+	"small_keys\x18\x04 \x03(\x04R\tsmallKeys\"\xaf\x01\n" +
 	"\x0fPullRowsRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x16\n" +
 	"\x06worker\x18\x02 \x01(\x05R\x06worker\x12\x1e\n" +

@@ -216,13 +216,19 @@ func tableStatus(err error) error {
 func (h *tableHost) blocks(in []*pb.RowBlock, alloc bool) ([]RowBlock, error) {
 	out := make([]RowBlock, len(in))
 	for i, b := range in {
+		if len(b.Keys) > 0 && len(b.SmallKeys) > 0 {
+			return nil, status.Errorf(codes.InvalidArgument, "table %s: keys in both keys and small_keys", b.Table)
+		}
 		out[i] = RowBlock{Table: b.Table, Keys: b.Keys}
+		if len(b.SmallKeys) > 0 {
+			out[i].Keys = b.SmallKeys
+		}
 		if alloc {
 			t := h.set.Table(b.Table)
 			if t == nil {
 				return nil, tableStatus(fmt.Errorf("%w: %q", ErrNoTable, b.Table))
 			}
-			out[i].Values = make([]float32, len(b.Keys)*t.Config().Dim)
+			out[i].Values = make([]float32, len(out[i].Keys)*t.Config().Dim)
 			continue
 		}
 		v, err := wire.Floats(b.Values)
@@ -302,7 +308,7 @@ func (h *tableHost) pull(req *pb.PullRowsRequest) (*pb.PullRowsResponse, int, er
 	sent := 0
 	for i, b := range blocks {
 		v := wire.Bytes(b.Values) // (the rows are this request's own)
-		resp.Tables[i] = &pb.RowBlock{Table: b.Table, Keys: b.Keys, Values: v}
+		resp.Tables[i] = &pb.RowBlock{Table: b.Table, Values: v}
 		sent += len(v)
 	}
 	return resp, sent, nil

@@ -20,6 +20,8 @@ import (
 	"sync/atomic"
 
 	"github.com/pstrain/pstrain/ml/embed"
+	"google.golang.org/protobuf/encoding/protowire"
+
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/transport/wire"
 )
@@ -192,8 +194,9 @@ func (c *Client) Pull(ctx context.Context, step int64, table string, keys []uint
 		for j, i := range p.idx {
 			ks[j] = keys[i]
 		}
+		blk, keyBytes := keyBlock(table, ks)
 		req := &pb.PullRowsRequest{RunId: c.cfg.RunID, Worker: c.cfg.Worker, Generation: c.gen.Load(), MinVersion: step,
-			Tables: []*pb.RowBlock{{Table: table, Keys: ks}}}
+			Tables: []*pb.RowBlock{blk}}
 		resp, err := c.cfg.Shards[p.shard].PullRows(ctx, req)
 		if err != nil {
 			return fmt.Errorf("pull of %d rows of %s: %w", len(ks), table, err)
@@ -208,7 +211,7 @@ func (c *Client) Pull(ctx context.Context, step int64, table string, keys []uint
 		for j, i := range p.idx {
 			copy(out[i*dim:(i+1)*dim], rows[j*dim:(j+1)*dim])
 		}
-		c.count(p.shard, len(ks), 0, 8*len(ks), len(resp.Tables[0].Values), false)
+		c.count(p.shard, len(ks), 0, keyBytes, len(resp.Tables[0].Values), false)
 		if resp.Done {
 			return ErrDone
 		}
@@ -230,19 +233,34 @@ func (c *Client) Push(ctx context.Context, step int64, table string, keys []uint
 			ks[j] = keys[i]
 			gs = append(gs, grads[i*dim:(i+1)*dim]...)
 		}
-		vals := wire.Bytes(gs)
+		blk, keyBytes := keyBlock(table, ks)
+		blk.Values = wire.Bytes(gs)
 		req := &pb.PushRowsRequest{RunId: c.cfg.RunID, Worker: c.cfg.Worker, Generation: c.gen.Load(), Version: step,
-			Tables: []*pb.RowBlock{{Table: table, Keys: ks, Values: vals}}}
+			Tables: []*pb.RowBlock{blk}}
 		resp, err := c.cfg.Shards[p.shard].PushRows(ctx, req)
 		if err != nil {
 			return fmt.Errorf("push of %d rows of %s: %w", len(ks), table, err)
 		}
-		c.count(p.shard, 0, len(ks), 8*len(ks)+len(vals), 0, resp.Outcome == pb.PushResponse_STALE)
+		c.count(p.shard, 0, len(ks), keyBytes+len(blk.Values), 0, resp.Outcome == pb.PushResponse_STALE)
 		if resp.Done {
 			return ErrDone
 		}
 		return nil
 	})
+}
+
+// keyBlock is a request's block of keys, in whichever of the two
+// encodings is smaller (varints while every key is below 2^49, at most
+// 7 bytes each; else 8 bytes each), and the keys' bytes.
+func keyBlock(table string, keys []uint64) (*pb.RowBlock, int) {
+	n := 0
+	for _, k := range keys {
+		if k >= 1<<49 {
+			return &pb.RowBlock{Table: table, Keys: keys}, 8 * len(keys)
+		}
+		n += protowire.SizeVarint(k)
+	}
+	return &pb.RowBlock{Table: table, SmallKeys: keys}, n
 }
 
 // count records one request to shard.

@@ -527,3 +527,23 @@ func BenchmarkPullPushRows(b *testing.B) {
 	st := cl.Stats()
 	b.ReportMetric(float64(st.BytesSent+st.BytesReceived)/float64(b.N), "rowbytes/op")
 }
+
+func TestKeysTravelInTheSmallerEncoding(t *testing.T) {
+	b, n := keyBlock("emb/C1", []uint64{1, 300, 1 << 40})
+	if len(b.SmallKeys) != 3 || len(b.Keys) != 0 || n != 1+2+6 {
+		t.Fatalf("small keys sent as %+v (%d bytes)", b, n)
+	}
+	b, n = keyBlock("emb/C1", []uint64{1, 1 << 49})
+	if len(b.Keys) != 2 || len(b.SmallKeys) != 0 || n != 16 {
+		t.Fatalf("a key of 2^49 sent as %+v (%d bytes)", b, n)
+	}
+	// A block with both is refused by the shard.
+	c := startShards(t, 1)
+	chief := c.clients(t, auth.RoleChief, 0)
+	c.init(t, chief, []embed.TableConfig{{Name: "emb/C1", Dim: 1, Seed: 1, Rule: embed.Rule{Kind: embed.SGD, LR: 1}}})
+	_, err := chief[0].PullRows(context.Background(), &pb.PullRowsRequest{RunId: "r", Worker: -1,
+		Tables: []*pb.RowBlock{{Table: "emb/C1", Keys: []uint64{1}, SmallKeys: []uint64{2}}}})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("a block with keys in both fields: %v", err)
+	}
+}
