@@ -11,6 +11,7 @@ import (
 	"github.com/pstrain/pstrain/checkpoint/shardckpt"
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/ml/embed"
+	"github.com/pstrain/pstrain/ml/optim"
 )
 
 func tableCfgs(admit int, evict int64) []embed.TableConfig {
@@ -335,5 +336,35 @@ func TestPeekReadsWithoutCreatingRows(t *testing.T) {
 	}
 	if ts.Table("emb/C1").Len() != 2 || !slices.Equal(peeked, pulled) {
 		t.Fatalf("a pull after a peek: %d rows, %v vs %v", ts.Table("emb/C1").Len(), pulled, peeked)
+	}
+}
+
+// The dense step tells the tables whose rows count: the workers whose
+// gradients are in its aggregate, not one dropped as non-finite.
+func TestShardLastStepListsTheCountedWorkers(t *testing.T) {
+	opt, err := optim.New(optim.Config{Name: "sgd", LR: 1}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := NewShard(ShardConfig{Mode: config.Sync, Replicas: 3, Workers: 3}, []float32{0}, opt, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []int{2, 0} {
+		if _, err := sh.Push(w, 0, []float32{1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !sh.Drop(1, 0, 0) || sh.Version() != 1 {
+		t.Fatal("the dropped gradient did not complete the step")
+	}
+	if got := sh.LastStep(); !slices.Equal(got, []int{2, 0}) {
+		t.Fatalf("LastStep %v, want the counted workers [2 0]", got)
+	}
+	if _, err := sh.Push(1, 1, []float32{1}); err != nil {
+		t.Fatal(err)
+	}
+	if got := sh.LastStep(); !slices.Equal(got, []int{2, 0}) {
+		t.Fatalf("LastStep %v changed before the next step completed", got)
 	}
 }
