@@ -352,6 +352,7 @@ func (s *Server) install(b built, inherit bool) {
 	s.lastInit = initTemplate(req)
 	s.replSeq = 0
 	s.tables.install(b.ts, req.RunId, req.Generation, opts.NaNPolicy == config.Skip)
+	s.tables.quarantine(sh)
 }
 
 // lrSchedule is the run's learning rate as a function of the shard's
@@ -795,6 +796,7 @@ func (s *Server) applyMembership(req *pb.MembershipRequest) (*pb.MembershipRespo
 	if err != nil {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
+	s.tables.quarantine(s.shard)
 	if advanced {
 		s.advanced() // a step waiting for a dead worker completed
 	} else {

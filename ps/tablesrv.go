@@ -34,6 +34,9 @@ type tableHost struct {
 	done    bool
 	nanSkip bool
 	changed chan struct{} // closed and replaced when a pull may become ready
+	// quarantined are the dense shard's quarantined workers, by index:
+	// their row pushes are dropped (sync steps leave them out anyway).
+	quarantined []bool
 	// exported are the counters of each table already added to the
 	// metrics (their deltas are added at each change).
 	exported map[string]embed.TableStats
@@ -137,6 +140,16 @@ func (h *tableHost) advance(sh *Shard) error {
 	h.exportAll()
 	h.notify()
 	return err
+}
+
+// quarantine follows the dense shard's quarantined workers.
+func (h *tableHost) quarantine(sh *Shard) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.quarantined = h.quarantined[:0]
+	for w := range sh.Slots() {
+		h.quarantined = append(h.quarantined, sh.Quarantined(w))
+	}
 }
 
 // stop answers every row pull done from now on.
@@ -329,14 +342,15 @@ func (s *Server) PushRows(ctx context.Context, req *pb.PushRowsRequest) (*pb.Pus
 		return nil, err
 	}
 	stale := &pb.PushRowsResponse{Outcome: pb.PushResponse_STALE, Version: h.set.Version(), Done: h.done}
-	if h.done || (req.Generation != 0 && req.Generation != h.gen) {
-		return stale, nil // training over, or rows of a rolled-back timeline
+	w := int(req.Worker)
+	if h.done || (req.Generation != 0 && req.Generation != h.gen) || (w >= 0 && w < len(h.quarantined) && h.quarantined[w]) {
+		return stale, nil // training over, rows of a rolled-back timeline, or of a quarantined worker
 	}
 	blocks, err := h.blocks(req.Tables, false)
 	if err != nil {
 		return nil, err
 	}
-	out, err := h.set.PushBlocks(int(req.Worker), req.Version, blocks)
+	out, err := h.set.PushBlocks(w, req.Version, blocks)
 	switch {
 	case errors.Is(err, ErrNonFinite) && h.nanSkip:
 		s.m.RejectedRequests.WithLabelValues("non_finite").Inc()

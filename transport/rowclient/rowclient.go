@@ -202,7 +202,7 @@ func (c *Client) Pull(ctx context.Context, step int64, table string, keys []uint
 			return fmt.Errorf("pull of %d rows of %s: %w", len(ks), table, err)
 		}
 		if len(resp.Tables) != 1 || len(resp.Tables[0].Values) != len(ks)*dim*4 {
-			return fmt.Errorf("pull of %d rows of %s of dimension %d: answered with %d blocks", len(ks), table, dim, len(resp.Tables))
+			return fmt.Errorf("pull of %d rows of %s of dimension %d: answered with %d blocks (want 1 of %d bytes)", len(ks), table, dim, len(resp.Tables), len(ks)*dim*4)
 		}
 		rows, err := wire.Floats(resp.Tables[0].Values)
 		if err != nil {

@@ -547,3 +547,24 @@ func TestKeysTravelInTheSmallerEncoding(t *testing.T) {
 		t.Fatalf("a block with keys in both fields: %v", err)
 	}
 }
+
+// A quarantined worker's row gradients are dropped, as its dense ones.
+func TestQuarantinedWorkerRowsAreDropped(t *testing.T) {
+	c := startShards(t, 1)
+	chief := c.clients(t, auth.RoleChief, 0)
+	c.initMode(t, chief, []embed.TableConfig{{Name: "emb/C1", Dim: 4, Seed: 1, Rule: embed.Rule{Kind: embed.SGD, LR: 1}}}, config.Async)
+	if _, err := chief[0].SetMembership(context.Background(), &pb.MembershipRequest{LiveWorkers: []int32{0, 1}, Quarantined: []int32{1}}); err != nil {
+		t.Fatal(err)
+	}
+	bad, _ := New(Config{Shards: c.clients(t, auth.RoleWorker, 1), RunID: "r", Worker: 1})
+	row := make([]float32, 4)
+	if err := bad.Pull(context.Background(), 0, "emb/C1", []uint64{7}, row); err != nil {
+		t.Fatal(err)
+	}
+	if err := bad.Push(context.Background(), 0, "emb/C1", []uint64{7}, filled(4, 5)); err != nil {
+		t.Fatal(err)
+	}
+	if after := pullAll(t, chief, 0, []uint64{7}); !slices.Equal(after, row) || bad.Stats().Stale != 1 {
+		t.Fatalf("a quarantined worker's push moved the row from %v to %v (stale pushes %d)", row, after, bad.Stats().Stale)
+	}
+}
