@@ -146,7 +146,7 @@ type snapshot struct {
 	numShards int
 	optName   string
 	runID     string
-	tables    []shardckpt.TableRows // the embedding tables' rows (copies)
+	tables    []TableSlots // the embedding tables' slots (copies)
 }
 
 // retainedSnap is the state a pull with retain set kept: its parameters
@@ -917,7 +917,7 @@ func (s *Server) fillSnapshot(sn *snapshot, p *pullSnap) {
 		sn.positions = append(sn.positions, s.shard.DataPosition(w))
 	}
 	sn.plan, sn.index, sn.numShards, sn.optName, sn.runID = s.plan, s.index, s.numShards, s.opts.Optimizer, s.runID
-	sn.tables = s.tables.snapshot()
+	sn.tables = s.tables.snapshot(sn.tables)
 }
 
 // retain keeps the shard's current state, whose pull snapshot p is, for a

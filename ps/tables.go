@@ -1,6 +1,7 @@
 package ps
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -391,9 +392,72 @@ func (ts *TableSet) Bytes() map[string]int64 {
 
 // Snapshot copies every table's rows, keys sorted (checkpoints).
 func (ts *TableSet) Snapshot() []shardckpt.TableRows {
-	out := make([]shardckpt.TableRows, 0, len(ts.names))
-	for _, name := range ts.names {
-		out = append(out, shardckpt.CopyRows(ts.tables[name].t))
+	return slotRows(ts.CopySlots(nil))
+}
+
+// TableSlots is a table's slots as copied by CopySlots: every slot's
+// key, row and state, freed ones included (listed in Free).
+type TableSlots struct {
+	Name          string
+	Kind          embed.Kind
+	Dim, StateLen int
+	Keys          []uint64
+	Values, State []float32
+	Free          []int32
+}
+
+// CopySlots copies every table's slots, reusing reuse's buffers (of a
+// snapshot nobody reads any more): a few copies, fast enough to hold the
+// locks for; Rows sorts them out afterwards.
+func (ts *TableSet) CopySlots(reuse []TableSlots) []TableSlots {
+	out := reuse[:0]
+	for i, name := range ts.names {
+		t := ts.tables[name].t
+		cfg := t.Config()
+		var s TableSlots
+		if i < len(reuse) {
+			s = reuse[i]
+		}
+		s.Name, s.Kind, s.Dim, s.StateLen = name, cfg.Rule.Kind, cfg.Dim, cfg.Rule.StateLen(cfg.Dim)
+		s.Keys, s.Values, s.State, s.Free = t.AppendSlots(s.Keys[:0], s.Values[:0], s.State[:0], s.Free[:0])
+		out = append(out, s)
+	}
+	return out
+}
+
+// Rows is the table's live rows, keys sorted.
+func (s TableSlots) Rows() shardckpt.TableRows {
+	freed := make([]bool, len(s.Keys))
+	for _, f := range s.Free {
+		freed[f] = true
+	}
+	type slot struct {
+		key uint64
+		at  int
+	}
+	order := make([]slot, 0, len(s.Keys)-len(s.Free))
+	for i, k := range s.Keys {
+		if !freed[i] {
+			order = append(order, slot{k, i})
+		}
+	}
+	slices.SortFunc(order, func(a, b slot) int { return cmp.Compare(a.key, b.key) })
+	d, sl := s.Dim, s.StateLen
+	r := shardckpt.TableRows{Name: s.Name, Kind: s.Kind, Dim: d, StateLen: sl, Keys: make([]uint64, len(order)),
+		Values: make([]float32, len(order)*d), State: make([]float32, len(order)*sl)}
+	for j, o := range order {
+		r.Keys[j] = o.key
+		copy(r.Values[j*d:(j+1)*d], s.Values[o.at*d:(o.at+1)*d])
+		copy(r.State[j*sl:(j+1)*sl], s.State[o.at*sl:(o.at+1)*sl])
+	}
+	return r
+}
+
+// slotRows is Rows of every table.
+func slotRows(slots []TableSlots) []shardckpt.TableRows {
+	out := make([]shardckpt.TableRows, len(slots))
+	for i, s := range slots {
+		out[i] = s.Rows()
 	}
 	return out
 }

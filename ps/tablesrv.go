@@ -107,7 +107,7 @@ func (sn *snapshot) tensors() ([]checkpoint.Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	rows, err := shardckpt.TableTensors(sn.tables)
+	rows, err := shardckpt.TableTensors(slotRows(sn.tables))
 	return append(tensors, rows...), err
 }
 
@@ -160,14 +160,15 @@ func (h *tableHost) stop() {
 	h.notify()
 }
 
-// snapshot copies every table's rows (nil: no tables).
-func (h *tableHost) snapshot() []shardckpt.TableRows {
+// snapshot copies every table's slots (nil: no tables), reusing reuse's
+// buffers.
+func (h *tableHost) snapshot(reuse []TableSlots) []TableSlots {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.set == nil {
 		return nil
 	}
-	return h.set.Snapshot()
+	return h.set.CopySlots(reuse)
 }
 
 // exportAll sets every table's metrics. Call with mu held.
