@@ -11,6 +11,7 @@ import (
 func FuzzReadSafetensors(f *testing.F) {
 	f.Add(encodeSafetensors(f, detTensors(1, 2, 3), map[string]string{"k": "v"}))
 	f.Add(encodeSafetensors(f, nil, nil))
+	f.Add(encodeSafetensors(f, []Tensor{{Name: "k", Shape: []int{2}, DType: U64, U64: []uint64{1, 2}}}, nil))
 	f.Add(rawSafetensors(`{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"__metadata__":null}`, make([]byte, 4)))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		tensors, meta, err := readBytes(b)
@@ -22,7 +23,7 @@ func FuzzReadSafetensors(f *testing.F) {
 		}
 		total := 0
 		for _, tn := range tensors {
-			total += 4 * len(tn.Data)
+			total += 4*len(tn.Data) + 8*len(tn.U64)
 		}
 		if total > len(b) {
 			t.Fatalf("%d bytes of tensors from a %d-byte file", total, len(b))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math"
+	"slices"
 	"testing"
 )
 
@@ -46,6 +47,9 @@ func tensorsEqual(t *testing.T, got, want []Tensor) {
 			if g.Shape[j] != w.Shape[j] {
 				t.Fatalf("tensor %q: shape %v, want %v", w.Name, g.Shape, w.Shape)
 			}
+		}
+		if g.isU64() != w.isU64() || !slices.Equal(g.U64, w.U64) {
+			t.Fatalf("tensor %q: dtype %q %v, want %q %v", w.Name, g.DType, g.U64, w.DType, w.U64)
 		}
 		if len(g.Data) != len(w.Data) {
 			t.Fatalf("tensor %q: %d elements, want %d", w.Name, len(g.Data), len(w.Data))

@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"encoding/binary"
+	"io"
 	"math"
 	"unsafe"
 )
@@ -40,4 +41,57 @@ func getF32sLE(dst []float32, src []byte) {
 	for i := range dst {
 		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
 	}
+}
+
+// u64Bytes returns the in-memory bytes of u without copying (the
+// safetensors U64 encoding on a little-endian host).
+func u64Bytes(u []uint64) []byte {
+	if len(u) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(u))), len(u)*8)
+}
+
+// writeU64s writes u as little-endian uint64s: its memory on a native
+// host, through a buffer of chunkSize bytes otherwise.
+func writeU64s(w io.Writer, u []uint64, native bool) (int64, error) {
+	if native {
+		n, err := w.Write(u64Bytes(u))
+		return int64(n), err
+	}
+	buf := make([]byte, chunkSize)
+	written := int64(0)
+	for len(u) > 0 {
+		k := min(len(u), chunkSize/8)
+		for i, v := range u[:k] {
+			binary.LittleEndian.PutUint64(buf[8*i:], v)
+		}
+		n, err := w.Write(buf[:8*k])
+		written += int64(n)
+		if err != nil {
+			return written, err
+		}
+		u = u[k:]
+	}
+	return written, nil
+}
+
+// readU64s fills u from the little-endian uint64s at off.
+func readU64s(r io.ReaderAt, u []uint64, off int64, native bool) error {
+	if native {
+		return readFullAt(r, u64Bytes(u), off)
+	}
+	buf := make([]byte, chunkSize)
+	for len(u) > 0 {
+		k := min(len(u), chunkSize/8)
+		if err := readFullAt(r, buf[:8*k], off); err != nil {
+			return err
+		}
+		for i := range u[:k] {
+			u[i] = binary.LittleEndian.Uint64(buf[8*i:])
+		}
+		off += int64(8 * k)
+		u = u[k:]
+	}
+	return nil
 }

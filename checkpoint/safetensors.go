@@ -19,16 +19,45 @@ import (
 var ErrCorrupt = errors.New("checkpoint: corrupt data")
 
 // ErrUnsupportedDtype is wrapped by errors reporting a well-formed
-// safetensors tensor whose dtype is not F32.
+// safetensors tensor whose dtype is neither F32 nor U64.
 var ErrUnsupportedDtype = errors.New("checkpoint: unsupported dtype")
 
-// Tensor is a named float32 tensor. Data holds the elements in row-major
-// order; len(Data) must equal the product of Shape (1 for a scalar, whose
-// Shape is empty).
+// Tensor is a named tensor of float32 (dtype F32, the default) or uint64
+// (dtype U64: the keys of embedding rows). Data, or U64 for a U64
+// tensor, holds the elements in row-major order; its length must equal
+// the product of Shape (1 for a scalar, whose Shape is empty).
 type Tensor struct {
 	Name  string
 	Shape []int
 	Data  []float32
+	// DType is F32 ("" too) or U64.
+	DType string
+	U64   []uint64
+}
+
+// The dtypes this package writes and reads.
+const (
+	F32 = "F32"
+	U64 = "U64"
+)
+
+// isU64 says the tensor's elements are U64's.
+func (t Tensor) isU64() bool { return t.DType == U64 }
+
+// elems is the tensor's element count.
+func (t Tensor) elems() int {
+	if t.isU64() {
+		return len(t.U64)
+	}
+	return len(t.Data)
+}
+
+// elemSize is the bytes of one element of dtype dt.
+func elemSize(dt string) int64 {
+	if dt == U64 {
+		return 8
+	}
+	return 4
 }
 
 const (
@@ -42,12 +71,12 @@ const (
 )
 
 // isKnownDtype reports whether dt is a safetensors dtype name other than
-// F32: a file using one is valid but unsupported here.
+// F32 and U64: a file using one is valid but unsupported here.
 func isKnownDtype(dt string) bool {
 	switch dt {
 	case "BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "F8_E8M0", "F4", "F6_E2M3",
 		"F6_E3M2", "I16", "U16", "F16", "BF16", "I32", "U32", "F64", "I64",
-		"U64", "C64":
+		"C64":
 		return true
 	}
 	return false
@@ -57,7 +86,7 @@ func corruptf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrCorrupt, fmt.Sprintf(format, args...))
 }
 
-// WriteSafetensors writes tensors (all F32) and meta to w in the safetensors
+// WriteSafetensors writes tensors (F32 or U64) and meta to w in the safetensors
 // format: an 8-byte little-endian header length N, an N-byte JSON header
 // padded with spaces to a multiple of 8, then the tensors' data, contiguous
 // and in the order given. It returns the number of bytes written. Nothing is
@@ -165,15 +194,17 @@ func checkTensor(t Tensor, seen map[string]bool) (int64, error) {
 		return 0, fmt.Errorf("checkpoint: tensor name %q: invalid UTF-8", t.Name)
 	case seen[t.Name]:
 		return 0, fmt.Errorf("checkpoint: duplicate tensor name %q", t.Name)
+	case t.DType != "" && t.DType != F32 && t.DType != U64:
+		return 0, fmt.Errorf("checkpoint: tensor %q: dtype %q (want F32 or U64)", t.Name, t.DType)
 	}
 	seen[t.Name] = true
 	n, err := numElements(t.Shape, math.MaxInt64/4)
 	if err != nil {
 		return 0, fmt.Errorf("checkpoint: tensor %q: %w", t.Name, err)
 	}
-	if n != int64(len(t.Data)) {
+	if n != int64(t.elems()) {
 		return 0, fmt.Errorf("checkpoint: tensor %q: shape %v needs %d elements, have %d",
-			t.Name, t.Shape, n, len(t.Data))
+			t.Name, t.Shape, n, t.elems())
 	}
 	return n, nil
 }
@@ -182,14 +213,18 @@ func checkTensor(t Tensor, seen map[string]bool) (int64, error) {
 // byte offset of the data section, and returns the offset past them.
 func writeTensorEntry(b *bytes.Buffer, t Tensor, offset, n int64) int64 {
 	appendJSONString(b, t.Name)
-	b.WriteString(`:{"dtype":"F32","shape":[`)
+	dt := F32
+	if t.isU64() {
+		dt = U64
+	}
+	b.WriteString(`:{"dtype":"` + dt + `","shape":[`)
 	for i, d := range t.Shape {
 		if i > 0 {
 			b.WriteByte(',')
 		}
 		b.WriteString(strconv.Itoa(d))
 	}
-	end := offset + 4*n
+	end := offset + elemSize(dt)*n
 	fmt.Fprintf(b, `],"data_offsets":[%d,%d]}`, offset, end)
 	return end
 }
@@ -211,6 +246,14 @@ func writeWithHeader(w io.Writer, header []byte, tensors []Tensor, native bool) 
 	}
 	var buf []byte
 	for _, t := range tensors {
+		if t.isU64() {
+			n, err := writeU64s(w, t.U64, native)
+			written += n
+			if err != nil {
+				return written, fmt.Errorf("checkpoint: writing tensor %q: %w", t.Name, err)
+			}
+			continue
+		}
 		if native {
 			n, err = w.Write(f32Bytes(t.Data))
 			written += int64(n)
@@ -239,6 +282,7 @@ func writeWithHeader(w io.Writer, header []byte, tensors []Tensor, native bool) 
 // tensorEntry is one parsed header entry.
 type tensorEntry struct {
 	name       string
+	dtype      string
 	shape      []int
 	begin, end int64
 }
@@ -250,7 +294,8 @@ type tensorEntry struct {
 // must be a single JSON object with unique keys, each tensor must have
 // exactly dtype, shape and data_offsets, the data offsets must tile the
 // data section exactly (contiguous from 0 to its end, no gaps, no overlap),
-// and each tensor's byte length must equal 4 times its shape's product.
+// and each tensor's byte length must equal its element size (4 for F32, 8
+// for U64) times its shape's product.
 // Structural problems are reported wrapping ErrCorrupt; a well-formed
 // tensor of another dtype wraps ErrUnsupportedDtype. Memory allocated is
 // bounded by the file size, whatever the header claims.
@@ -286,6 +331,14 @@ func readSafetensors(r io.ReaderAt, size int64, native bool) ([]Tensor, map[stri
 	}
 	for _, i := range order {
 		e := entries[i]
+		if e.dtype == U64 {
+			data := make([]uint64, (e.end-e.begin)/8)
+			if err := readU64s(r, data, dataStart+e.begin, native); err != nil {
+				return nil, nil, fmt.Errorf("tensor %q: %w", e.name, err)
+			}
+			tensors[i] = Tensor{Name: e.name, Shape: e.shape, DType: U64, U64: data}
+			continue
+		}
 		data := make([]float32, (e.end-e.begin)/4)
 		if err := readTensorData(r, data, dataStart+e.begin, buf); err != nil {
 			return nil, nil, fmt.Errorf("tensor %q: %w", e.name, err)
@@ -370,12 +423,13 @@ func checkLayout(entries []tensorEntry, dataLen int64) error {
 		if e.begin != pos {
 			return corruptf("tensor %q: data_offsets [%d,%d] not contiguous (expected begin %d)", e.name, e.begin, e.end, pos)
 		}
-		n, err := numElements(e.shape, dataLen/4)
+		size := elemSize(e.dtype)
+		n, err := numElements(e.shape, dataLen/size)
 		if err != nil {
 			return corruptf("tensor %q: %v", e.name, err)
 		}
-		if 4*n != e.end-e.begin {
-			return corruptf("tensor %q: shape %v needs %d bytes, data_offsets give %d", e.name, e.shape, 4*n, e.end-e.begin)
+		if size*n != e.end-e.begin {
+			return corruptf("tensor %q: shape %v needs %d bytes, data_offsets give %d", e.name, e.shape, size*n, e.end-e.begin)
 		}
 		pos = e.end
 	}
@@ -529,7 +583,9 @@ func decodeTensorInfo(dec *json.Decoder, name string) (tensorEntry, error) {
 func (e *tensorEntry) decodeField(dec *json.Decoder, key string) error {
 	switch key {
 	case "dtype":
-		return decodeDtype(dec, e.name)
+		dt, err := decodeDtype(dec, e.name)
+		e.dtype = dt
+		return err
 	case "shape":
 		dims, err := decodeInts(dec, math.MaxInt)
 		if err != nil {
@@ -554,23 +610,23 @@ func (e *tensorEntry) decodeField(dec *json.Decoder, key string) error {
 	return nil
 }
 
-// decodeDtype decodes a tensor's dtype, which must be F32.
-func decodeDtype(dec *json.Decoder, name string) error {
+// decodeDtype decodes a tensor's dtype, which must be F32 or U64.
+func decodeDtype(dec *json.Decoder, name string) (string, error) {
 	tok, err := dec.Token()
 	if err != nil {
-		return err
+		return "", err
 	}
 	dt, ok := tok.(string)
 	if !ok {
-		return corruptf("tensor %q: dtype is not a string", name)
+		return "", corruptf("tensor %q: dtype is not a string", name)
 	}
-	if dt == "F32" {
-		return nil
+	if dt == F32 || dt == U64 {
+		return dt, nil
 	}
 	if isKnownDtype(dt) {
-		return fmt.Errorf("%w: tensor %q has dtype %s, only F32 is supported", ErrUnsupportedDtype, name, dt)
+		return "", fmt.Errorf("%w: tensor %q has dtype %s, only F32 and U64 are supported", ErrUnsupportedDtype, name, dt)
 	}
-	return corruptf("tensor %q: unknown dtype %q", name, dt)
+	return "", corruptf("tensor %q: unknown dtype %q", name, dt)
 }
 
 // decodeInts decodes a JSON array of non-negative integers no larger than

@@ -24,6 +24,11 @@ func TestSafetensorsRoundTrip(t *testing.T) {
 		{"meta only", nil, map[string]string{"format": "pt"}},
 		{"model", detTensors(1, 7, 5), map[string]string{"step": "42", "mode": "sync", "ünï": "cödé"}},
 		{"special values", []Tensor{special}, nil},
+		{"keys", []Tensor{
+			{Name: "emb/C1", Shape: []int{3, 2}, Data: []float32{1, 2, 3, 4, 5, 6}},
+			{Name: "emb/C1/keys", Shape: []int{3}, DType: U64, U64: []uint64{0, 1<<63 + 5, math.MaxUint64}},
+			{Name: "emb/C2/keys", Shape: []int{0}, DType: U64, U64: []uint64{}},
+		}, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -69,6 +74,11 @@ func TestSafetensorsPortablePathMatchesNative(t *testing.T) {
 	}
 	// Larger than one chunk of the portable path, to cover chunking.
 	tensors := detTensors(3, 130, 260)
+	keys := make([]uint64, 9000)
+	for i := range keys {
+		keys[i] = uint64(i) * 0x9e3779b97f4a7c15
+	}
+	tensors = append(tensors, Tensor{Name: "keys", Shape: []int{len(keys)}, DType: U64, U64: keys})
 	header, err := buildHeader(tensors, map[string]string{"a": "b"})
 	if err != nil {
 		t.Fatal(err)

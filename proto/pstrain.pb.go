@@ -71,7 +71,7 @@ func (x PushResponse_Outcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PushResponse_Outcome.Descriptor instead.
 func (PushResponse_Outcome) EnumDescriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{8, 0}
+	return file_pstrain_proto_rawDescGZIP(), []int{16, 0}
 }
 
 type Block struct {
@@ -176,8 +176,11 @@ type InitRequest struct {
 	// Hot standbys: the shard's replication epoch (the chief raises it at
 	// every change of primary or standby; requests of an older epoch are
 	// refused) and its standby's gRPC address ("" = none).
-	Epoch         int64  `protobuf:"varint,18,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	StandbyAddr   string `protobuf:"bytes,19,opt,name=standby_addr,json=standbyAddr,proto3" json:"standby_addr,omitempty"`
+	Epoch       int64  `protobuf:"varint,18,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	StandbyAddr string `protobuf:"bytes,19,opt,name=standby_addr,json=standbyAddr,proto3" json:"standby_addr,omitempty"`
+	// tables are the embedding tables the run declares: the shard holds,
+	// of each, the rows embed.ShardOf places on it (none: a dense model).
+	Tables        []*TableSpec `protobuf:"bytes,22,rep,name=tables,proto3" json:"tables,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -338,6 +341,612 @@ func (x *InitRequest) GetStandbyAddr() string {
 	return ""
 }
 
+func (x *InitRequest) GetTables() []*TableSpec {
+	if x != nil {
+		return x.Tables
+	}
+	return nil
+}
+
+// TableSpec is one embedding table (embed.TableConfig).
+type TableSpec struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`  // emb/FIELD: names the rows and their checkpoint tensors
+	Dim           int32                  `protobuf:"varint,2,opt,name=dim,proto3" json:"dim,omitempty"`   // values per row
+	Seed          uint64                 `protobuf:"varint,3,opt,name=seed,proto3" json:"seed,omitempty"` // the run's seed: a row's first value (embed.InitRow)
+	Rule          string                 `protobuf:"bytes,4,opt,name=rule,proto3" json:"rule,omitempty"`  // sgd, momentum or adagrad
+	Lr            float32                `protobuf:"fixed32,5,opt,name=lr,proto3" json:"lr,omitempty"`
+	Momentum      float32                `protobuf:"fixed32,6,opt,name=momentum,proto3" json:"momentum,omitempty"`                       // momentum: the velocity's decay
+	InitAcc       float32                `protobuf:"fixed32,7,opt,name=init_acc,json=initAcc,proto3" json:"init_acc,omitempty"`          // adagrad: the accumulator's first value
+	Eps           float32                `protobuf:"fixed32,8,opt,name=eps,proto3" json:"eps,omitempty"`                                 // adagrad: added to the accumulator's root
+	AdmitAfter    int32                  `protobuf:"varint,9,opt,name=admit_after,json=admitAfter,proto3" json:"admit_after,omitempty"`  // sightings before a key gets a row (0, 1: at once)
+	EvictAfter    int64                  `protobuf:"varint,10,opt,name=evict_after,json=evictAfter,proto3" json:"evict_after,omitempty"` // rows unseen for more steps are dropped (0: never)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TableSpec) Reset() {
+	*x = TableSpec{}
+	mi := &file_pstrain_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TableSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TableSpec) ProtoMessage() {}
+
+func (x *TableSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_pstrain_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TableSpec.ProtoReflect.Descriptor instead.
+func (*TableSpec) Descriptor() ([]byte, []int) {
+	return file_pstrain_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TableSpec) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TableSpec) GetDim() int32 {
+	if x != nil {
+		return x.Dim
+	}
+	return 0
+}
+
+func (x *TableSpec) GetSeed() uint64 {
+	if x != nil {
+		return x.Seed
+	}
+	return 0
+}
+
+func (x *TableSpec) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *TableSpec) GetLr() float32 {
+	if x != nil {
+		return x.Lr
+	}
+	return 0
+}
+
+func (x *TableSpec) GetMomentum() float32 {
+	if x != nil {
+		return x.Momentum
+	}
+	return 0
+}
+
+func (x *TableSpec) GetInitAcc() float32 {
+	if x != nil {
+		return x.InitAcc
+	}
+	return 0
+}
+
+func (x *TableSpec) GetEps() float32 {
+	if x != nil {
+		return x.Eps
+	}
+	return 0
+}
+
+func (x *TableSpec) GetAdmitAfter() int32 {
+	if x != nil {
+		return x.AdmitAfter
+	}
+	return 0
+}
+
+func (x *TableSpec) GetEvictAfter() int64 {
+	if x != nil {
+		return x.EvictAfter
+	}
+	return 0
+}
+
+// RowBlock is one table's rows in a row request or response: keys
+// (unique), and for each key dim float32 values, little-endian, in key
+// order (a pull's rows, a push's gradients; empty in a pull request). A
+// request's keys travel in keys (8 bytes each) or small_keys (varints:
+// fewer bytes for keys below 2^56), never both; a pull's answer carries
+// no keys (they are the request's, in its order).
+type RowBlock struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Table         string                 `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"`
+	Keys          []uint64               `protobuf:"fixed64,2,rep,packed,name=keys,proto3" json:"keys,omitempty"`
+	Values        []byte                 `protobuf:"bytes,3,opt,name=values,proto3" json:"values,omitempty"`
+	SmallKeys     []uint64               `protobuf:"varint,4,rep,packed,name=small_keys,json=smallKeys,proto3" json:"small_keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RowBlock) Reset() {
+	*x = RowBlock{}
+	mi := &file_pstrain_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RowBlock) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RowBlock) ProtoMessage() {}
+
+func (x *RowBlock) ProtoReflect() protoreflect.Message {
+	mi := &file_pstrain_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RowBlock.ProtoReflect.Descriptor instead.
+func (*RowBlock) Descriptor() ([]byte, []int) {
+	return file_pstrain_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RowBlock) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *RowBlock) GetKeys() []uint64 {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *RowBlock) GetValues() []byte {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+func (x *RowBlock) GetSmallKeys() []uint64 {
+	if x != nil {
+		return x.SmallKeys
+	}
+	return nil
+}
+
+type PullRowsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RunId         string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Worker        int32                  `protobuf:"varint,2,opt,name=worker,proto3" json:"worker,omitempty"`                           // -1 for a reader that is not a worker (the chief)
+	Generation    int64                  `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`                   // as PullRequest.generation
+	MinVersion    int64                  `protobuf:"varint,4,opt,name=min_version,json=minVersion,proto3" json:"min_version,omitempty"` // sync: wait until the shard is there
+	Tables        []*RowBlock            `protobuf:"bytes,5,rep,name=tables,proto3" json:"tables,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PullRowsRequest) Reset() {
+	*x = PullRowsRequest{}
+	mi := &file_pstrain_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PullRowsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PullRowsRequest) ProtoMessage() {}
+
+func (x *PullRowsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pstrain_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PullRowsRequest.ProtoReflect.Descriptor instead.
+func (*PullRowsRequest) Descriptor() ([]byte, []int) {
+	return file_pstrain_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PullRowsRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *PullRowsRequest) GetWorker() int32 {
+	if x != nil {
+		return x.Worker
+	}
+	return 0
+}
+
+func (x *PullRowsRequest) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *PullRowsRequest) GetMinVersion() int64 {
+	if x != nil {
+		return x.MinVersion
+	}
+	return 0
+}
+
+func (x *PullRowsRequest) GetTables() []*RowBlock {
+	if x != nil {
+		return x.Tables
+	}
+	return nil
+}
+
+type PullRowsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       int64                  `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Generation    int64                  `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	Done          bool                   `protobuf:"varint,3,opt,name=done,proto3" json:"done,omitempty"`
+	Tables        []*RowBlock            `protobuf:"bytes,4,rep,name=tables,proto3" json:"tables,omitempty"` // the request's tables, in its order: values only
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PullRowsResponse) Reset() {
+	*x = PullRowsResponse{}
+	mi := &file_pstrain_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PullRowsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PullRowsResponse) ProtoMessage() {}
+
+func (x *PullRowsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pstrain_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PullRowsResponse.ProtoReflect.Descriptor instead.
+func (*PullRowsResponse) Descriptor() ([]byte, []int) {
+	return file_pstrain_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PullRowsResponse) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *PullRowsResponse) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *PullRowsResponse) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *PullRowsResponse) GetTables() []*RowBlock {
+	if x != nil {
+		return x.Tables
+	}
+	return nil
+}
+
+type PushRowsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RunId         string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Worker        int32                  `protobuf:"varint,2,opt,name=worker,proto3" json:"worker,omitempty"`
+	Generation    int64                  `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"` // of the rows the gradients came from (0: any)
+	Version       int64                  `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`       // the version the rows were pulled at
+	Tables        []*RowBlock            `protobuf:"bytes,5,rep,name=tables,proto3" json:"tables,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PushRowsRequest) Reset() {
+	*x = PushRowsRequest{}
+	mi := &file_pstrain_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PushRowsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PushRowsRequest) ProtoMessage() {}
+
+func (x *PushRowsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pstrain_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PushRowsRequest.ProtoReflect.Descriptor instead.
+func (*PushRowsRequest) Descriptor() ([]byte, []int) {
+	return file_pstrain_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *PushRowsRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *PushRowsRequest) GetWorker() int32 {
+	if x != nil {
+		return x.Worker
+	}
+	return 0
+}
+
+func (x *PushRowsRequest) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *PushRowsRequest) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *PushRowsRequest) GetTables() []*RowBlock {
+	if x != nil {
+		return x.Tables
+	}
+	return nil
+}
+
+type PushRowsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Outcome       PushResponse_Outcome   `protobuf:"varint,1,opt,name=outcome,proto3,enum=pstrain.v1.PushResponse_Outcome" json:"outcome,omitempty"` // APPLIED (or staged for the sync step) or STALE
+	Version       int64                  `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Done          bool                   `protobuf:"varint,3,opt,name=done,proto3" json:"done,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PushRowsResponse) Reset() {
+	*x = PushRowsResponse{}
+	mi := &file_pstrain_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PushRowsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PushRowsResponse) ProtoMessage() {}
+
+func (x *PushRowsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pstrain_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PushRowsResponse.ProtoReflect.Descriptor instead.
+func (*PushRowsResponse) Descriptor() ([]byte, []int) {
+	return file_pstrain_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *PushRowsResponse) GetOutcome() PushResponse_Outcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return PushResponse_APPLIED
+}
+
+func (x *PushRowsResponse) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *PushRowsResponse) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+type LoadRowsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RunId         string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Generation    int64                  `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"` // the shard's, from the Init that declared the tables
+	Table         string                 `protobuf:"bytes,3,opt,name=table,proto3" json:"table,omitempty"`
+	Keys          []uint64               `protobuf:"fixed64,4,rep,packed,name=keys,proto3" json:"keys,omitempty"`
+	Values        []byte                 `protobuf:"bytes,5,opt,name=values,proto3" json:"values,omitempty"` // dim float32 per key
+	State         []byte                 `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`   // the rule's state values per key (float32)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LoadRowsRequest) Reset() {
+	*x = LoadRowsRequest{}
+	mi := &file_pstrain_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LoadRowsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LoadRowsRequest) ProtoMessage() {}
+
+func (x *LoadRowsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pstrain_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LoadRowsRequest.ProtoReflect.Descriptor instead.
+func (*LoadRowsRequest) Descriptor() ([]byte, []int) {
+	return file_pstrain_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *LoadRowsRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *LoadRowsRequest) GetGeneration() int64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *LoadRowsRequest) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *LoadRowsRequest) GetKeys() []uint64 {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *LoadRowsRequest) GetValues() []byte {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+func (x *LoadRowsRequest) GetState() []byte {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+type LoadRowsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rows          int64                  `protobuf:"varint,1,opt,name=rows,proto3" json:"rows,omitempty"` // the table's rows on this shard after the load
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LoadRowsResponse) Reset() {
+	*x = LoadRowsResponse{}
+	mi := &file_pstrain_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LoadRowsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LoadRowsResponse) ProtoMessage() {}
+
+func (x *LoadRowsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pstrain_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LoadRowsResponse.ProtoReflect.Descriptor instead.
+func (*LoadRowsResponse) Descriptor() ([]byte, []int) {
+	return file_pstrain_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *LoadRowsResponse) GetRows() int64 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
 type InitResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -346,7 +955,7 @@ type InitResponse struct {
 
 func (x *InitResponse) Reset() {
 	*x = InitResponse{}
-	mi := &file_pstrain_proto_msgTypes[2]
+	mi := &file_pstrain_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -358,7 +967,7 @@ func (x *InitResponse) String() string {
 func (*InitResponse) ProtoMessage() {}
 
 func (x *InitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[2]
+	mi := &file_pstrain_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -371,7 +980,7 @@ func (x *InitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitResponse.ProtoReflect.Descriptor instead.
 func (*InitResponse) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{2}
+	return file_pstrain_proto_rawDescGZIP(), []int{10}
 }
 
 // ModelSpec is the network's shape (model.Spec).
@@ -392,7 +1001,7 @@ type ModelSpec struct {
 
 func (x *ModelSpec) Reset() {
 	*x = ModelSpec{}
-	mi := &file_pstrain_proto_msgTypes[3]
+	mi := &file_pstrain_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -404,7 +1013,7 @@ func (x *ModelSpec) String() string {
 func (*ModelSpec) ProtoMessage() {}
 
 func (x *ModelSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[3]
+	mi := &file_pstrain_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -417,7 +1026,7 @@ func (x *ModelSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelSpec.ProtoReflect.Descriptor instead.
 func (*ModelSpec) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{3}
+	return file_pstrain_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ModelSpec) GetKind() string {
@@ -495,7 +1104,7 @@ type ShardOptions struct {
 
 func (x *ShardOptions) Reset() {
 	*x = ShardOptions{}
-	mi := &file_pstrain_proto_msgTypes[4]
+	mi := &file_pstrain_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -507,7 +1116,7 @@ func (x *ShardOptions) String() string {
 func (*ShardOptions) ProtoMessage() {}
 
 func (x *ShardOptions) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[4]
+	mi := &file_pstrain_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -520,7 +1129,7 @@ func (x *ShardOptions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardOptions.ProtoReflect.Descriptor instead.
 func (*ShardOptions) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{4}
+	return file_pstrain_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ShardOptions) GetMode() string {
@@ -638,7 +1247,7 @@ type PullRequest struct {
 
 func (x *PullRequest) Reset() {
 	*x = PullRequest{}
-	mi := &file_pstrain_proto_msgTypes[5]
+	mi := &file_pstrain_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -650,7 +1259,7 @@ func (x *PullRequest) String() string {
 func (*PullRequest) ProtoMessage() {}
 
 func (x *PullRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[5]
+	mi := &file_pstrain_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -663,7 +1272,7 @@ func (x *PullRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullRequest.ProtoReflect.Descriptor instead.
 func (*PullRequest) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{5}
+	return file_pstrain_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PullRequest) GetWorker() int32 {
@@ -716,7 +1325,7 @@ type PullResponse struct {
 
 func (x *PullResponse) Reset() {
 	*x = PullResponse{}
-	mi := &file_pstrain_proto_msgTypes[6]
+	mi := &file_pstrain_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -728,7 +1337,7 @@ func (x *PullResponse) String() string {
 func (*PullResponse) ProtoMessage() {}
 
 func (x *PullResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[6]
+	mi := &file_pstrain_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -741,7 +1350,7 @@ func (x *PullResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullResponse.ProtoReflect.Descriptor instead.
 func (*PullResponse) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{6}
+	return file_pstrain_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PullResponse) GetVersion() int64 {
@@ -797,7 +1406,7 @@ type PushRequest struct {
 
 func (x *PushRequest) Reset() {
 	*x = PushRequest{}
-	mi := &file_pstrain_proto_msgTypes[7]
+	mi := &file_pstrain_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -809,7 +1418,7 @@ func (x *PushRequest) String() string {
 func (*PushRequest) ProtoMessage() {}
 
 func (x *PushRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[7]
+	mi := &file_pstrain_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -822,7 +1431,7 @@ func (x *PushRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushRequest.ProtoReflect.Descriptor instead.
 func (*PushRequest) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{7}
+	return file_pstrain_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PushRequest) GetWorker() int32 {
@@ -885,7 +1494,7 @@ type PushResponse struct {
 
 func (x *PushResponse) Reset() {
 	*x = PushResponse{}
-	mi := &file_pstrain_proto_msgTypes[8]
+	mi := &file_pstrain_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -897,7 +1506,7 @@ func (x *PushResponse) String() string {
 func (*PushResponse) ProtoMessage() {}
 
 func (x *PushResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[8]
+	mi := &file_pstrain_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -910,7 +1519,7 @@ func (x *PushResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushResponse.ProtoReflect.Descriptor instead.
 func (*PushResponse) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{8}
+	return file_pstrain_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PushResponse) GetOutcome() PushResponse_Outcome {
@@ -954,7 +1563,7 @@ type MembershipRequest struct {
 
 func (x *MembershipRequest) Reset() {
 	*x = MembershipRequest{}
-	mi := &file_pstrain_proto_msgTypes[9]
+	mi := &file_pstrain_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -966,7 +1575,7 @@ func (x *MembershipRequest) String() string {
 func (*MembershipRequest) ProtoMessage() {}
 
 func (x *MembershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[9]
+	mi := &file_pstrain_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -979,7 +1588,7 @@ func (x *MembershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembershipRequest.ProtoReflect.Descriptor instead.
 func (*MembershipRequest) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{9}
+	return file_pstrain_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *MembershipRequest) GetLiveWorkers() []int32 {
@@ -1040,7 +1649,7 @@ type MembershipResponse struct {
 
 func (x *MembershipResponse) Reset() {
 	*x = MembershipResponse{}
-	mi := &file_pstrain_proto_msgTypes[10]
+	mi := &file_pstrain_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1052,7 +1661,7 @@ func (x *MembershipResponse) String() string {
 func (*MembershipResponse) ProtoMessage() {}
 
 func (x *MembershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[10]
+	mi := &file_pstrain_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1065,7 +1674,7 @@ func (x *MembershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembershipResponse.ProtoReflect.Descriptor instead.
 func (*MembershipResponse) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{10}
+	return file_pstrain_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *MembershipResponse) GetVersion() int64 {
@@ -1083,7 +1692,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_pstrain_proto_msgTypes[11]
+	mi := &file_pstrain_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1704,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[11]
+	mi := &file_pstrain_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,7 +1717,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{11}
+	return file_pstrain_proto_rawDescGZIP(), []int{19}
 }
 
 type StatusResponse struct {
@@ -1161,7 +1770,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_pstrain_proto_msgTypes[12]
+	mi := &file_pstrain_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1173,7 +1782,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[12]
+	mi := &file_pstrain_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1186,7 +1795,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{12}
+	return file_pstrain_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StatusResponse) GetVersion() int64 {
@@ -1379,7 +1988,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_pstrain_proto_msgTypes[13]
+	mi := &file_pstrain_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1391,7 +2000,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[13]
+	mi := &file_pstrain_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1404,7 +2013,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{13}
+	return file_pstrain_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CheckpointRequest) GetStep() int64 {
@@ -1451,7 +2060,7 @@ type CheckpointResponse struct {
 
 func (x *CheckpointResponse) Reset() {
 	*x = CheckpointResponse{}
-	mi := &file_pstrain_proto_msgTypes[14]
+	mi := &file_pstrain_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1463,7 +2072,7 @@ func (x *CheckpointResponse) String() string {
 func (*CheckpointResponse) ProtoMessage() {}
 
 func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[14]
+	mi := &file_pstrain_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1476,7 +2085,7 @@ func (x *CheckpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointResponse.ProtoReflect.Descriptor instead.
 func (*CheckpointResponse) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{14}
+	return file_pstrain_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CheckpointResponse) GetFile() string {
@@ -1537,7 +2146,7 @@ type StopRequest struct {
 
 func (x *StopRequest) Reset() {
 	*x = StopRequest{}
-	mi := &file_pstrain_proto_msgTypes[15]
+	mi := &file_pstrain_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1549,7 +2158,7 @@ func (x *StopRequest) String() string {
 func (*StopRequest) ProtoMessage() {}
 
 func (x *StopRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[15]
+	mi := &file_pstrain_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1562,7 +2171,7 @@ func (x *StopRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopRequest.ProtoReflect.Descriptor instead.
 func (*StopRequest) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{15}
+	return file_pstrain_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StopRequest) GetShutdown() bool {
@@ -1580,7 +2189,7 @@ type StopResponse struct {
 
 func (x *StopResponse) Reset() {
 	*x = StopResponse{}
-	mi := &file_pstrain_proto_msgTypes[16]
+	mi := &file_pstrain_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1592,7 +2201,7 @@ func (x *StopResponse) String() string {
 func (*StopResponse) ProtoMessage() {}
 
 func (x *StopResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[16]
+	mi := &file_pstrain_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1605,7 +2214,7 @@ func (x *StopResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopResponse.ProtoReflect.Descriptor instead.
 func (*StopResponse) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{16}
+	return file_pstrain_proto_rawDescGZIP(), []int{24}
 }
 
 // ReplicaOp is one update a primary applied, in the order it applied it.
@@ -1625,7 +2234,7 @@ type ReplicaOp struct {
 
 func (x *ReplicaOp) Reset() {
 	*x = ReplicaOp{}
-	mi := &file_pstrain_proto_msgTypes[17]
+	mi := &file_pstrain_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1637,7 +2246,7 @@ func (x *ReplicaOp) String() string {
 func (*ReplicaOp) ProtoMessage() {}
 
 func (x *ReplicaOp) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[17]
+	mi := &file_pstrain_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1650,7 +2259,7 @@ func (x *ReplicaOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaOp.ProtoReflect.Descriptor instead.
 func (*ReplicaOp) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{17}
+	return file_pstrain_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReplicaOp) GetOp() isReplicaOp_Op {
@@ -1756,7 +2365,7 @@ type ReplicaSnapshot struct {
 
 func (x *ReplicaSnapshot) Reset() {
 	*x = ReplicaSnapshot{}
-	mi := &file_pstrain_proto_msgTypes[18]
+	mi := &file_pstrain_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1768,7 +2377,7 @@ func (x *ReplicaSnapshot) String() string {
 func (*ReplicaSnapshot) ProtoMessage() {}
 
 func (x *ReplicaSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[18]
+	mi := &file_pstrain_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1781,7 +2390,7 @@ func (x *ReplicaSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaSnapshot.ProtoReflect.Descriptor instead.
 func (*ReplicaSnapshot) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{18}
+	return file_pstrain_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReplicaSnapshot) GetInit() *InitRequest {
@@ -1841,7 +2450,7 @@ type ShardState struct {
 
 func (x *ShardState) Reset() {
 	*x = ShardState{}
-	mi := &file_pstrain_proto_msgTypes[19]
+	mi := &file_pstrain_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1853,7 +2462,7 @@ func (x *ShardState) String() string {
 func (*ShardState) ProtoMessage() {}
 
 func (x *ShardState) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[19]
+	mi := &file_pstrain_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1866,7 +2475,7 @@ func (x *ShardState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardState.ProtoReflect.Descriptor instead.
 func (*ShardState) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{19}
+	return file_pstrain_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ShardState) GetReplicas() int32 {
@@ -2056,7 +2665,7 @@ type Outlier struct {
 
 func (x *Outlier) Reset() {
 	*x = Outlier{}
-	mi := &file_pstrain_proto_msgTypes[20]
+	mi := &file_pstrain_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2068,7 +2677,7 @@ func (x *Outlier) String() string {
 func (*Outlier) ProtoMessage() {}
 
 func (x *Outlier) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[20]
+	mi := &file_pstrain_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2081,7 +2690,7 @@ func (x *Outlier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Outlier.ProtoReflect.Descriptor instead.
 func (*Outlier) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{20}
+	return file_pstrain_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Outlier) GetWorker() int32 {
@@ -2121,7 +2730,7 @@ type ShardStats struct {
 
 func (x *ShardStats) Reset() {
 	*x = ShardStats{}
-	mi := &file_pstrain_proto_msgTypes[21]
+	mi := &file_pstrain_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2133,7 +2742,7 @@ func (x *ShardStats) String() string {
 func (*ShardStats) ProtoMessage() {}
 
 func (x *ShardStats) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[21]
+	mi := &file_pstrain_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2146,7 +2755,7 @@ func (x *ShardStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStats.ProtoReflect.Descriptor instead.
 func (*ShardStats) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{21}
+	return file_pstrain_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ShardStats) GetApplied() int64 {
@@ -2211,7 +2820,7 @@ type ReplicaBatch struct {
 
 func (x *ReplicaBatch) Reset() {
 	*x = ReplicaBatch{}
-	mi := &file_pstrain_proto_msgTypes[22]
+	mi := &file_pstrain_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2223,7 +2832,7 @@ func (x *ReplicaBatch) String() string {
 func (*ReplicaBatch) ProtoMessage() {}
 
 func (x *ReplicaBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[22]
+	mi := &file_pstrain_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2236,7 +2845,7 @@ func (x *ReplicaBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaBatch.ProtoReflect.Descriptor instead.
 func (*ReplicaBatch) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{22}
+	return file_pstrain_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReplicaBatch) GetRunId() string {
@@ -2284,7 +2893,7 @@ type ReplicaAck struct {
 
 func (x *ReplicaAck) Reset() {
 	*x = ReplicaAck{}
-	mi := &file_pstrain_proto_msgTypes[23]
+	mi := &file_pstrain_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2296,7 +2905,7 @@ func (x *ReplicaAck) String() string {
 func (*ReplicaAck) ProtoMessage() {}
 
 func (x *ReplicaAck) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[23]
+	mi := &file_pstrain_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2309,7 +2918,7 @@ func (x *ReplicaAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaAck.ProtoReflect.Descriptor instead.
 func (*ReplicaAck) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{23}
+	return file_pstrain_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReplicaAck) GetSeq() int64 {
@@ -2337,7 +2946,7 @@ type PromoteRequest struct {
 
 func (x *PromoteRequest) Reset() {
 	*x = PromoteRequest{}
-	mi := &file_pstrain_proto_msgTypes[24]
+	mi := &file_pstrain_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2349,7 +2958,7 @@ func (x *PromoteRequest) String() string {
 func (*PromoteRequest) ProtoMessage() {}
 
 func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[24]
+	mi := &file_pstrain_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2362,7 +2971,7 @@ func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteRequest.ProtoReflect.Descriptor instead.
 func (*PromoteRequest) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{24}
+	return file_pstrain_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PromoteRequest) GetRunId() string {
@@ -2395,7 +3004,7 @@ type PromoteResponse struct {
 
 func (x *PromoteResponse) Reset() {
 	*x = PromoteResponse{}
-	mi := &file_pstrain_proto_msgTypes[25]
+	mi := &file_pstrain_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2407,7 +3016,7 @@ func (x *PromoteResponse) String() string {
 func (*PromoteResponse) ProtoMessage() {}
 
 func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[25]
+	mi := &file_pstrain_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2420,7 +3029,7 @@ func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteResponse.ProtoReflect.Descriptor instead.
 func (*PromoteResponse) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{25}
+	return file_pstrain_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PromoteResponse) GetVersion() int64 {
@@ -2442,7 +3051,7 @@ type SetStandbyRequest struct {
 
 func (x *SetStandbyRequest) Reset() {
 	*x = SetStandbyRequest{}
-	mi := &file_pstrain_proto_msgTypes[26]
+	mi := &file_pstrain_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2454,7 +3063,7 @@ func (x *SetStandbyRequest) String() string {
 func (*SetStandbyRequest) ProtoMessage() {}
 
 func (x *SetStandbyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[26]
+	mi := &file_pstrain_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2467,7 +3076,7 @@ func (x *SetStandbyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetStandbyRequest.ProtoReflect.Descriptor instead.
 func (*SetStandbyRequest) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{26}
+	return file_pstrain_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SetStandbyRequest) GetRunId() string {
@@ -2506,7 +3115,7 @@ type SetStandbyResponse struct {
 
 func (x *SetStandbyResponse) Reset() {
 	*x = SetStandbyResponse{}
-	mi := &file_pstrain_proto_msgTypes[27]
+	mi := &file_pstrain_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2518,7 +3127,7 @@ func (x *SetStandbyResponse) String() string {
 func (*SetStandbyResponse) ProtoMessage() {}
 
 func (x *SetStandbyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[27]
+	mi := &file_pstrain_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2531,7 +3140,7 @@ func (x *SetStandbyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetStandbyResponse.ProtoReflect.Descriptor instead.
 func (*SetStandbyResponse) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{27}
+	return file_pstrain_proto_rawDescGZIP(), []int{35}
 }
 
 type RegisterRequest struct {
@@ -2550,7 +3159,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_pstrain_proto_msgTypes[28]
+	mi := &file_pstrain_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2562,7 +3171,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[28]
+	mi := &file_pstrain_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2575,7 +3184,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{28}
+	return file_pstrain_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RegisterRequest) GetRole() string {
@@ -2632,7 +3241,7 @@ type Setting struct {
 
 func (x *Setting) Reset() {
 	*x = Setting{}
-	mi := &file_pstrain_proto_msgTypes[29]
+	mi := &file_pstrain_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2644,7 +3253,7 @@ func (x *Setting) String() string {
 func (*Setting) ProtoMessage() {}
 
 func (x *Setting) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[29]
+	mi := &file_pstrain_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2657,7 +3266,7 @@ func (x *Setting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Setting.ProtoReflect.Descriptor instead.
 func (*Setting) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{29}
+	return file_pstrain_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Setting) GetName() string {
@@ -2687,7 +3296,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_pstrain_proto_msgTypes[30]
+	mi := &file_pstrain_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2699,7 +3308,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[30]
+	mi := &file_pstrain_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2712,7 +3321,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{30}
+	return file_pstrain_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RegisterResponse) GetRunId() string {
@@ -2763,7 +3372,7 @@ type DataPlan struct {
 
 func (x *DataPlan) Reset() {
 	*x = DataPlan{}
-	mi := &file_pstrain_proto_msgTypes[31]
+	mi := &file_pstrain_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2775,7 +3384,7 @@ func (x *DataPlan) String() string {
 func (*DataPlan) ProtoMessage() {}
 
 func (x *DataPlan) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[31]
+	mi := &file_pstrain_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2788,7 +3397,7 @@ func (x *DataPlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataPlan.ProtoReflect.Descriptor instead.
 func (*DataPlan) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{31}
+	return file_pstrain_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DataPlan) GetN() int64 {
@@ -2825,7 +3434,7 @@ type Era struct {
 
 func (x *Era) Reset() {
 	*x = Era{}
-	mi := &file_pstrain_proto_msgTypes[32]
+	mi := &file_pstrain_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2837,7 +3446,7 @@ func (x *Era) String() string {
 func (*Era) ProtoMessage() {}
 
 func (x *Era) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[32]
+	mi := &file_pstrain_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2850,7 +3459,7 @@ func (x *Era) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Era.ProtoReflect.Descriptor instead.
 func (*Era) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{32}
+	return file_pstrain_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Era) GetEpoch() int64 {
@@ -2886,7 +3495,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_pstrain_proto_msgTypes[33]
+	mi := &file_pstrain_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2898,7 +3507,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[33]
+	mi := &file_pstrain_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2911,7 +3520,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{33}
+	return file_pstrain_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *HeartbeatRequest) GetWorker() int32 {
@@ -2955,7 +3564,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_pstrain_proto_msgTypes[34]
+	mi := &file_pstrain_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2967,7 +3576,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[34]
+	mi := &file_pstrain_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2980,7 +3589,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{34}
+	return file_pstrain_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *HeartbeatResponse) GetStop() bool {
@@ -3013,7 +3622,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x05Block\x12\x1a\n" +
 	"\bvariable\x18\x01 \x01(\x05R\bvariable\x12\x1b\n" +
 	"\trow_start\x18\x02 \x01(\x05R\browStart\x12\x17\n" +
-	"\arow_end\x18\x03 \x01(\x05R\x06rowEnd\"\x98\x05\n" +
+	"\arow_end\x18\x03 \x01(\x05R\x06rowEnd\"\xc7\x05\n" +
 	"\vInitRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\x05R\x05shard\x12\x1d\n" +
@@ -3039,7 +3648,67 @@ const file_pstrain_proto_rawDesc = "" +
 	"\n" +
 	"data_slots\x18\x11 \x01(\x05R\tdataSlots\x12\x14\n" +
 	"\x05epoch\x18\x12 \x01(\x03R\x05epoch\x12!\n" +
-	"\fstandby_addr\x18\x13 \x01(\tR\vstandbyAddrJ\x04\b\x04\x10\x05J\x04\b\r\x10\x0eJ\x04\b\x10\x10\x11\"\x0e\n" +
+	"\fstandby_addr\x18\x13 \x01(\tR\vstandbyAddr\x12-\n" +
+	"\x06tables\x18\x16 \x03(\v2\x15.pstrain.v1.TableSpecR\x06tablesJ\x04\b\x04\x10\x05J\x04\b\r\x10\x0eJ\x04\b\x10\x10\x11\"\xf4\x01\n" +
+	"\tTableSpec\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03dim\x18\x02 \x01(\x05R\x03dim\x12\x12\n" +
+	"\x04seed\x18\x03 \x01(\x04R\x04seed\x12\x12\n" +
+	"\x04rule\x18\x04 \x01(\tR\x04rule\x12\x0e\n" +
+	"\x02lr\x18\x05 \x01(\x02R\x02lr\x12\x1a\n" +
+	"\bmomentum\x18\x06 \x01(\x02R\bmomentum\x12\x19\n" +
+	"\binit_acc\x18\a \x01(\x02R\ainitAcc\x12\x10\n" +
+	"\x03eps\x18\b \x01(\x02R\x03eps\x12\x1f\n" +
+	"\vadmit_after\x18\t \x01(\x05R\n" +
+	"admitAfter\x12\x1f\n" +
+	"\vevict_after\x18\n" +
+	" \x01(\x03R\n" +
+	"evictAfter\"k\n" +
+	"\bRowBlock\x12\x14\n" +
+	"\x05table\x18\x01 \x01(\tR\x05table\x12\x12\n" +
+	"\x04keys\x18\x02 \x03(\x06R\x04keys\x12\x16\n" +
+	"\x06values\x18\x03 \x01(\fR\x06values\x12\x1d\n" +
+	"\n" +
+	"small_keys\x18\x04 \x03(\x04R\tsmallKeys\"\xaf\x01\n" +
+	"\x0fPullRowsRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x16\n" +
+	"\x06worker\x18\x02 \x01(\x05R\x06worker\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x03 \x01(\x03R\n" +
+	"generation\x12\x1f\n" +
+	"\vmin_version\x18\x04 \x01(\x03R\n" +
+	"minVersion\x12,\n" +
+	"\x06tables\x18\x05 \x03(\v2\x14.pstrain.v1.RowBlockR\x06tables\"\x8e\x01\n" +
+	"\x10PullRowsResponse\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x03R\aversion\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x03R\n" +
+	"generation\x12\x12\n" +
+	"\x04done\x18\x03 \x01(\bR\x04done\x12,\n" +
+	"\x06tables\x18\x04 \x03(\v2\x14.pstrain.v1.RowBlockR\x06tables\"\xa8\x01\n" +
+	"\x0fPushRowsRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x16\n" +
+	"\x06worker\x18\x02 \x01(\x05R\x06worker\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x03 \x01(\x03R\n" +
+	"generation\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\x03R\aversion\x12,\n" +
+	"\x06tables\x18\x05 \x03(\v2\x14.pstrain.v1.RowBlockR\x06tables\"|\n" +
+	"\x10PushRowsResponse\x12:\n" +
+	"\aoutcome\x18\x01 \x01(\x0e2 .pstrain.v1.PushResponse.OutcomeR\aoutcome\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x03R\aversion\x12\x12\n" +
+	"\x04done\x18\x03 \x01(\bR\x04done\"\xa0\x01\n" +
+	"\x0fLoadRowsRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x03R\n" +
+	"generation\x12\x14\n" +
+	"\x05table\x18\x03 \x01(\tR\x05table\x12\x12\n" +
+	"\x04keys\x18\x04 \x03(\x06R\x04keys\x12\x16\n" +
+	"\x06values\x18\x05 \x01(\fR\x06values\x12\x14\n" +
+	"\x05state\x18\x06 \x01(\fR\x05state\"&\n" +
+	"\x10LoadRowsResponse\x12\x12\n" +
+	"\x04rows\x18\x01 \x01(\x03R\x04rows\"\x0e\n" +
 	"\fInitResponse\"\xa9\x01\n" +
 	"\tModelSpec\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
@@ -3283,7 +3952,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x11HeartbeatResponse\x12\x12\n" +
 	"\x04stop\x18\x01 \x01(\bR\x04stop\x121\n" +
 	"\tdata_plan\x18\x04 \x01(\v2\x14.pstrain.v1.DataPlanR\bdataPlan\x12 \n" +
-	"\vquarantined\x18\x03 \x01(\tR\vquarantinedJ\x04\b\x02\x10\x032\xab\x05\n" +
+	"\vquarantined\x18\x03 \x01(\tR\vquarantinedJ\x04\b\x02\x10\x032\x80\a\n" +
 	"\x0fParameterServer\x129\n" +
 	"\x04Init\x12\x17.pstrain.v1.InitRequest\x1a\x18.pstrain.v1.InitResponse\x129\n" +
 	"\x04Pull\x12\x17.pstrain.v1.PullRequest\x1a\x18.pstrain.v1.PullResponse\x129\n" +
@@ -3296,7 +3965,10 @@ const file_pstrain_proto_rawDesc = "" +
 	"\tReplicate\x12\x18.pstrain.v1.ReplicaBatch\x1a\x16.pstrain.v1.ReplicaAck\x12B\n" +
 	"\aPromote\x12\x1a.pstrain.v1.PromoteRequest\x1a\x1b.pstrain.v1.PromoteResponse\x12K\n" +
 	"\n" +
-	"SetStandby\x12\x1d.pstrain.v1.SetStandbyRequest\x1a\x1e.pstrain.v1.SetStandbyResponse2\x98\x01\n" +
+	"SetStandby\x12\x1d.pstrain.v1.SetStandbyRequest\x1a\x1e.pstrain.v1.SetStandbyResponse\x12E\n" +
+	"\bPullRows\x12\x1b.pstrain.v1.PullRowsRequest\x1a\x1c.pstrain.v1.PullRowsResponse\x12E\n" +
+	"\bPushRows\x12\x1b.pstrain.v1.PushRowsRequest\x1a\x1c.pstrain.v1.PushRowsResponse\x12E\n" +
+	"\bLoadRows\x12\x1b.pstrain.v1.LoadRowsRequest\x1a\x1c.pstrain.v1.LoadRowsResponse2\x98\x01\n" +
 	"\x05Chief\x12E\n" +
 	"\bRegister\x12\x1b.pstrain.v1.RegisterRequest\x1a\x1c.pstrain.v1.RegisterResponse\x12H\n" +
 	"\tHeartbeat\x12\x1c.pstrain.v1.HeartbeatRequest\x1a\x1d.pstrain.v1.HeartbeatResponseB%Z#github.com/pstrain/pstrain/proto;pbb\x06proto3"
@@ -3314,93 +3986,112 @@ func file_pstrain_proto_rawDescGZIP() []byte {
 }
 
 var file_pstrain_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pstrain_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_pstrain_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_pstrain_proto_goTypes = []any{
 	(PushResponse_Outcome)(0),  // 0: pstrain.v1.PushResponse.Outcome
 	(*Block)(nil),              // 1: pstrain.v1.Block
 	(*InitRequest)(nil),        // 2: pstrain.v1.InitRequest
-	(*InitResponse)(nil),       // 3: pstrain.v1.InitResponse
-	(*ModelSpec)(nil),          // 4: pstrain.v1.ModelSpec
-	(*ShardOptions)(nil),       // 5: pstrain.v1.ShardOptions
-	(*PullRequest)(nil),        // 6: pstrain.v1.PullRequest
-	(*PullResponse)(nil),       // 7: pstrain.v1.PullResponse
-	(*PushRequest)(nil),        // 8: pstrain.v1.PushRequest
-	(*PushResponse)(nil),       // 9: pstrain.v1.PushResponse
-	(*MembershipRequest)(nil),  // 10: pstrain.v1.MembershipRequest
-	(*MembershipResponse)(nil), // 11: pstrain.v1.MembershipResponse
-	(*StatusRequest)(nil),      // 12: pstrain.v1.StatusRequest
-	(*StatusResponse)(nil),     // 13: pstrain.v1.StatusResponse
-	(*CheckpointRequest)(nil),  // 14: pstrain.v1.CheckpointRequest
-	(*CheckpointResponse)(nil), // 15: pstrain.v1.CheckpointResponse
-	(*StopRequest)(nil),        // 16: pstrain.v1.StopRequest
-	(*StopResponse)(nil),       // 17: pstrain.v1.StopResponse
-	(*ReplicaOp)(nil),          // 18: pstrain.v1.ReplicaOp
-	(*ReplicaSnapshot)(nil),    // 19: pstrain.v1.ReplicaSnapshot
-	(*ShardState)(nil),         // 20: pstrain.v1.ShardState
-	(*Outlier)(nil),            // 21: pstrain.v1.Outlier
-	(*ShardStats)(nil),         // 22: pstrain.v1.ShardStats
-	(*ReplicaBatch)(nil),       // 23: pstrain.v1.ReplicaBatch
-	(*ReplicaAck)(nil),         // 24: pstrain.v1.ReplicaAck
-	(*PromoteRequest)(nil),     // 25: pstrain.v1.PromoteRequest
-	(*PromoteResponse)(nil),    // 26: pstrain.v1.PromoteResponse
-	(*SetStandbyRequest)(nil),  // 27: pstrain.v1.SetStandbyRequest
-	(*SetStandbyResponse)(nil), // 28: pstrain.v1.SetStandbyResponse
-	(*RegisterRequest)(nil),    // 29: pstrain.v1.RegisterRequest
-	(*Setting)(nil),            // 30: pstrain.v1.Setting
-	(*RegisterResponse)(nil),   // 31: pstrain.v1.RegisterResponse
-	(*DataPlan)(nil),           // 32: pstrain.v1.DataPlan
-	(*Era)(nil),                // 33: pstrain.v1.Era
-	(*HeartbeatRequest)(nil),   // 34: pstrain.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),  // 35: pstrain.v1.HeartbeatResponse
+	(*TableSpec)(nil),          // 3: pstrain.v1.TableSpec
+	(*RowBlock)(nil),           // 4: pstrain.v1.RowBlock
+	(*PullRowsRequest)(nil),    // 5: pstrain.v1.PullRowsRequest
+	(*PullRowsResponse)(nil),   // 6: pstrain.v1.PullRowsResponse
+	(*PushRowsRequest)(nil),    // 7: pstrain.v1.PushRowsRequest
+	(*PushRowsResponse)(nil),   // 8: pstrain.v1.PushRowsResponse
+	(*LoadRowsRequest)(nil),    // 9: pstrain.v1.LoadRowsRequest
+	(*LoadRowsResponse)(nil),   // 10: pstrain.v1.LoadRowsResponse
+	(*InitResponse)(nil),       // 11: pstrain.v1.InitResponse
+	(*ModelSpec)(nil),          // 12: pstrain.v1.ModelSpec
+	(*ShardOptions)(nil),       // 13: pstrain.v1.ShardOptions
+	(*PullRequest)(nil),        // 14: pstrain.v1.PullRequest
+	(*PullResponse)(nil),       // 15: pstrain.v1.PullResponse
+	(*PushRequest)(nil),        // 16: pstrain.v1.PushRequest
+	(*PushResponse)(nil),       // 17: pstrain.v1.PushResponse
+	(*MembershipRequest)(nil),  // 18: pstrain.v1.MembershipRequest
+	(*MembershipResponse)(nil), // 19: pstrain.v1.MembershipResponse
+	(*StatusRequest)(nil),      // 20: pstrain.v1.StatusRequest
+	(*StatusResponse)(nil),     // 21: pstrain.v1.StatusResponse
+	(*CheckpointRequest)(nil),  // 22: pstrain.v1.CheckpointRequest
+	(*CheckpointResponse)(nil), // 23: pstrain.v1.CheckpointResponse
+	(*StopRequest)(nil),        // 24: pstrain.v1.StopRequest
+	(*StopResponse)(nil),       // 25: pstrain.v1.StopResponse
+	(*ReplicaOp)(nil),          // 26: pstrain.v1.ReplicaOp
+	(*ReplicaSnapshot)(nil),    // 27: pstrain.v1.ReplicaSnapshot
+	(*ShardState)(nil),         // 28: pstrain.v1.ShardState
+	(*Outlier)(nil),            // 29: pstrain.v1.Outlier
+	(*ShardStats)(nil),         // 30: pstrain.v1.ShardStats
+	(*ReplicaBatch)(nil),       // 31: pstrain.v1.ReplicaBatch
+	(*ReplicaAck)(nil),         // 32: pstrain.v1.ReplicaAck
+	(*PromoteRequest)(nil),     // 33: pstrain.v1.PromoteRequest
+	(*PromoteResponse)(nil),    // 34: pstrain.v1.PromoteResponse
+	(*SetStandbyRequest)(nil),  // 35: pstrain.v1.SetStandbyRequest
+	(*SetStandbyResponse)(nil), // 36: pstrain.v1.SetStandbyResponse
+	(*RegisterRequest)(nil),    // 37: pstrain.v1.RegisterRequest
+	(*Setting)(nil),            // 38: pstrain.v1.Setting
+	(*RegisterResponse)(nil),   // 39: pstrain.v1.RegisterResponse
+	(*DataPlan)(nil),           // 40: pstrain.v1.DataPlan
+	(*Era)(nil),                // 41: pstrain.v1.Era
+	(*HeartbeatRequest)(nil),   // 42: pstrain.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),  // 43: pstrain.v1.HeartbeatResponse
 }
 var file_pstrain_proto_depIdxs = []int32{
 	1,  // 0: pstrain.v1.InitRequest.blocks:type_name -> pstrain.v1.Block
-	4,  // 1: pstrain.v1.InitRequest.model_spec:type_name -> pstrain.v1.ModelSpec
-	5,  // 2: pstrain.v1.InitRequest.shard_options:type_name -> pstrain.v1.ShardOptions
-	0,  // 3: pstrain.v1.PushResponse.outcome:type_name -> pstrain.v1.PushResponse.Outcome
-	19, // 4: pstrain.v1.ReplicaOp.snapshot:type_name -> pstrain.v1.ReplicaSnapshot
-	8,  // 5: pstrain.v1.ReplicaOp.push:type_name -> pstrain.v1.PushRequest
-	10, // 6: pstrain.v1.ReplicaOp.membership:type_name -> pstrain.v1.MembershipRequest
-	16, // 7: pstrain.v1.ReplicaOp.stop:type_name -> pstrain.v1.StopRequest
-	2,  // 8: pstrain.v1.ReplicaSnapshot.init:type_name -> pstrain.v1.InitRequest
-	20, // 9: pstrain.v1.ReplicaSnapshot.shard_state:type_name -> pstrain.v1.ShardState
-	21, // 10: pstrain.v1.ShardState.outlier:type_name -> pstrain.v1.Outlier
-	22, // 11: pstrain.v1.ShardState.stats:type_name -> pstrain.v1.ShardStats
-	18, // 12: pstrain.v1.ReplicaBatch.ops:type_name -> pstrain.v1.ReplicaOp
-	4,  // 13: pstrain.v1.RegisterRequest.model_spec:type_name -> pstrain.v1.ModelSpec
-	30, // 14: pstrain.v1.RegisterRequest.settings:type_name -> pstrain.v1.Setting
-	32, // 15: pstrain.v1.RegisterResponse.data_plan:type_name -> pstrain.v1.DataPlan
-	33, // 16: pstrain.v1.DataPlan.eras:type_name -> pstrain.v1.Era
-	32, // 17: pstrain.v1.HeartbeatResponse.data_plan:type_name -> pstrain.v1.DataPlan
-	2,  // 18: pstrain.v1.ParameterServer.Init:input_type -> pstrain.v1.InitRequest
-	6,  // 19: pstrain.v1.ParameterServer.Pull:input_type -> pstrain.v1.PullRequest
-	8,  // 20: pstrain.v1.ParameterServer.Push:input_type -> pstrain.v1.PushRequest
-	10, // 21: pstrain.v1.ParameterServer.SetMembership:input_type -> pstrain.v1.MembershipRequest
-	12, // 22: pstrain.v1.ParameterServer.Status:input_type -> pstrain.v1.StatusRequest
-	16, // 23: pstrain.v1.ParameterServer.Stop:input_type -> pstrain.v1.StopRequest
-	14, // 24: pstrain.v1.ParameterServer.Checkpoint:input_type -> pstrain.v1.CheckpointRequest
-	23, // 25: pstrain.v1.ParameterServer.Replicate:input_type -> pstrain.v1.ReplicaBatch
-	25, // 26: pstrain.v1.ParameterServer.Promote:input_type -> pstrain.v1.PromoteRequest
-	27, // 27: pstrain.v1.ParameterServer.SetStandby:input_type -> pstrain.v1.SetStandbyRequest
-	29, // 28: pstrain.v1.Chief.Register:input_type -> pstrain.v1.RegisterRequest
-	34, // 29: pstrain.v1.Chief.Heartbeat:input_type -> pstrain.v1.HeartbeatRequest
-	3,  // 30: pstrain.v1.ParameterServer.Init:output_type -> pstrain.v1.InitResponse
-	7,  // 31: pstrain.v1.ParameterServer.Pull:output_type -> pstrain.v1.PullResponse
-	9,  // 32: pstrain.v1.ParameterServer.Push:output_type -> pstrain.v1.PushResponse
-	11, // 33: pstrain.v1.ParameterServer.SetMembership:output_type -> pstrain.v1.MembershipResponse
-	13, // 34: pstrain.v1.ParameterServer.Status:output_type -> pstrain.v1.StatusResponse
-	17, // 35: pstrain.v1.ParameterServer.Stop:output_type -> pstrain.v1.StopResponse
-	15, // 36: pstrain.v1.ParameterServer.Checkpoint:output_type -> pstrain.v1.CheckpointResponse
-	24, // 37: pstrain.v1.ParameterServer.Replicate:output_type -> pstrain.v1.ReplicaAck
-	26, // 38: pstrain.v1.ParameterServer.Promote:output_type -> pstrain.v1.PromoteResponse
-	28, // 39: pstrain.v1.ParameterServer.SetStandby:output_type -> pstrain.v1.SetStandbyResponse
-	31, // 40: pstrain.v1.Chief.Register:output_type -> pstrain.v1.RegisterResponse
-	35, // 41: pstrain.v1.Chief.Heartbeat:output_type -> pstrain.v1.HeartbeatResponse
-	30, // [30:42] is the sub-list for method output_type
-	18, // [18:30] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	12, // 1: pstrain.v1.InitRequest.model_spec:type_name -> pstrain.v1.ModelSpec
+	13, // 2: pstrain.v1.InitRequest.shard_options:type_name -> pstrain.v1.ShardOptions
+	3,  // 3: pstrain.v1.InitRequest.tables:type_name -> pstrain.v1.TableSpec
+	4,  // 4: pstrain.v1.PullRowsRequest.tables:type_name -> pstrain.v1.RowBlock
+	4,  // 5: pstrain.v1.PullRowsResponse.tables:type_name -> pstrain.v1.RowBlock
+	4,  // 6: pstrain.v1.PushRowsRequest.tables:type_name -> pstrain.v1.RowBlock
+	0,  // 7: pstrain.v1.PushRowsResponse.outcome:type_name -> pstrain.v1.PushResponse.Outcome
+	0,  // 8: pstrain.v1.PushResponse.outcome:type_name -> pstrain.v1.PushResponse.Outcome
+	27, // 9: pstrain.v1.ReplicaOp.snapshot:type_name -> pstrain.v1.ReplicaSnapshot
+	16, // 10: pstrain.v1.ReplicaOp.push:type_name -> pstrain.v1.PushRequest
+	18, // 11: pstrain.v1.ReplicaOp.membership:type_name -> pstrain.v1.MembershipRequest
+	24, // 12: pstrain.v1.ReplicaOp.stop:type_name -> pstrain.v1.StopRequest
+	2,  // 13: pstrain.v1.ReplicaSnapshot.init:type_name -> pstrain.v1.InitRequest
+	28, // 14: pstrain.v1.ReplicaSnapshot.shard_state:type_name -> pstrain.v1.ShardState
+	29, // 15: pstrain.v1.ShardState.outlier:type_name -> pstrain.v1.Outlier
+	30, // 16: pstrain.v1.ShardState.stats:type_name -> pstrain.v1.ShardStats
+	26, // 17: pstrain.v1.ReplicaBatch.ops:type_name -> pstrain.v1.ReplicaOp
+	12, // 18: pstrain.v1.RegisterRequest.model_spec:type_name -> pstrain.v1.ModelSpec
+	38, // 19: pstrain.v1.RegisterRequest.settings:type_name -> pstrain.v1.Setting
+	40, // 20: pstrain.v1.RegisterResponse.data_plan:type_name -> pstrain.v1.DataPlan
+	41, // 21: pstrain.v1.DataPlan.eras:type_name -> pstrain.v1.Era
+	40, // 22: pstrain.v1.HeartbeatResponse.data_plan:type_name -> pstrain.v1.DataPlan
+	2,  // 23: pstrain.v1.ParameterServer.Init:input_type -> pstrain.v1.InitRequest
+	14, // 24: pstrain.v1.ParameterServer.Pull:input_type -> pstrain.v1.PullRequest
+	16, // 25: pstrain.v1.ParameterServer.Push:input_type -> pstrain.v1.PushRequest
+	18, // 26: pstrain.v1.ParameterServer.SetMembership:input_type -> pstrain.v1.MembershipRequest
+	20, // 27: pstrain.v1.ParameterServer.Status:input_type -> pstrain.v1.StatusRequest
+	24, // 28: pstrain.v1.ParameterServer.Stop:input_type -> pstrain.v1.StopRequest
+	22, // 29: pstrain.v1.ParameterServer.Checkpoint:input_type -> pstrain.v1.CheckpointRequest
+	31, // 30: pstrain.v1.ParameterServer.Replicate:input_type -> pstrain.v1.ReplicaBatch
+	33, // 31: pstrain.v1.ParameterServer.Promote:input_type -> pstrain.v1.PromoteRequest
+	35, // 32: pstrain.v1.ParameterServer.SetStandby:input_type -> pstrain.v1.SetStandbyRequest
+	5,  // 33: pstrain.v1.ParameterServer.PullRows:input_type -> pstrain.v1.PullRowsRequest
+	7,  // 34: pstrain.v1.ParameterServer.PushRows:input_type -> pstrain.v1.PushRowsRequest
+	9,  // 35: pstrain.v1.ParameterServer.LoadRows:input_type -> pstrain.v1.LoadRowsRequest
+	37, // 36: pstrain.v1.Chief.Register:input_type -> pstrain.v1.RegisterRequest
+	42, // 37: pstrain.v1.Chief.Heartbeat:input_type -> pstrain.v1.HeartbeatRequest
+	11, // 38: pstrain.v1.ParameterServer.Init:output_type -> pstrain.v1.InitResponse
+	15, // 39: pstrain.v1.ParameterServer.Pull:output_type -> pstrain.v1.PullResponse
+	17, // 40: pstrain.v1.ParameterServer.Push:output_type -> pstrain.v1.PushResponse
+	19, // 41: pstrain.v1.ParameterServer.SetMembership:output_type -> pstrain.v1.MembershipResponse
+	21, // 42: pstrain.v1.ParameterServer.Status:output_type -> pstrain.v1.StatusResponse
+	25, // 43: pstrain.v1.ParameterServer.Stop:output_type -> pstrain.v1.StopResponse
+	23, // 44: pstrain.v1.ParameterServer.Checkpoint:output_type -> pstrain.v1.CheckpointResponse
+	32, // 45: pstrain.v1.ParameterServer.Replicate:output_type -> pstrain.v1.ReplicaAck
+	34, // 46: pstrain.v1.ParameterServer.Promote:output_type -> pstrain.v1.PromoteResponse
+	36, // 47: pstrain.v1.ParameterServer.SetStandby:output_type -> pstrain.v1.SetStandbyResponse
+	6,  // 48: pstrain.v1.ParameterServer.PullRows:output_type -> pstrain.v1.PullRowsResponse
+	8,  // 49: pstrain.v1.ParameterServer.PushRows:output_type -> pstrain.v1.PushRowsResponse
+	10, // 50: pstrain.v1.ParameterServer.LoadRows:output_type -> pstrain.v1.LoadRowsResponse
+	39, // 51: pstrain.v1.Chief.Register:output_type -> pstrain.v1.RegisterResponse
+	43, // 52: pstrain.v1.Chief.Heartbeat:output_type -> pstrain.v1.HeartbeatResponse
+	38, // [38:53] is the sub-list for method output_type
+	23, // [23:38] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_pstrain_proto_init() }
@@ -3408,8 +4099,8 @@ func file_pstrain_proto_init() {
 	if File_pstrain_proto != nil {
 		return
 	}
-	file_pstrain_proto_msgTypes[12].OneofWrappers = []any{}
-	file_pstrain_proto_msgTypes[17].OneofWrappers = []any{
+	file_pstrain_proto_msgTypes[20].OneofWrappers = []any{}
+	file_pstrain_proto_msgTypes[25].OneofWrappers = []any{
 		(*ReplicaOp_Snapshot)(nil),
 		(*ReplicaOp_Push)(nil),
 		(*ReplicaOp_Membership)(nil),
@@ -3422,7 +4113,7 @@ func file_pstrain_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pstrain_proto_rawDesc), len(file_pstrain_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   35,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -33,6 +33,9 @@ const (
 	ParameterServer_Replicate_FullMethodName     = "/pstrain.v1.ParameterServer/Replicate"
 	ParameterServer_Promote_FullMethodName       = "/pstrain.v1.ParameterServer/Promote"
 	ParameterServer_SetStandby_FullMethodName    = "/pstrain.v1.ParameterServer/SetStandby"
+	ParameterServer_PullRows_FullMethodName      = "/pstrain.v1.ParameterServer/PullRows"
+	ParameterServer_PushRows_FullMethodName      = "/pstrain.v1.ParameterServer/PushRows"
+	ParameterServer_LoadRows_FullMethodName      = "/pstrain.v1.ParameterServer/LoadRows"
 )
 
 // ParameterServerClient is the client API for ParameterServer service.
@@ -80,6 +83,19 @@ type ParameterServerClient interface {
 	// update. An empty address drops the standby: the primary goes on
 	// alone (chief only).
 	SetStandby(ctx context.Context, in *SetStandbyRequest, opts ...grpc.CallOption) (*SetStandbyResponse, error)
+	// Embedding tables (docs/wire.md, "Embedding rows").
+	//
+	// PullRows returns the rows of keys of the tables this shard holds
+	// (each key's embed.ShardOf must be this shard), creating an admitted
+	// key's row on first touch. In sync mode it waits until the shard's
+	// version is at least min_version, like Pull.
+	PullRows(ctx context.Context, in *PullRowsRequest, opts ...grpc.CallOption) (*PullRowsResponse, error)
+	// PushRows delivers a worker's gradients of rows (unique keys): applied
+	// on arrival (async, ssp) or at the end of the sync step of version.
+	PushRows(ctx context.Context, in *PushRowsRequest, opts ...grpc.CallOption) (*PushRowsResponse, error)
+	// LoadRows puts restored rows, with their optimizer state, into a table
+	// (chief only): a checkpoint's rows of this shard, in chunks.
+	LoadRows(ctx context.Context, in *LoadRowsRequest, opts ...grpc.CallOption) (*LoadRowsResponse, error)
 }
 
 type parameterServerClient struct {
@@ -190,6 +206,36 @@ func (c *parameterServerClient) SetStandby(ctx context.Context, in *SetStandbyRe
 	return out, nil
 }
 
+func (c *parameterServerClient) PullRows(ctx context.Context, in *PullRowsRequest, opts ...grpc.CallOption) (*PullRowsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PullRowsResponse)
+	err := c.cc.Invoke(ctx, ParameterServer_PullRows_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *parameterServerClient) PushRows(ctx context.Context, in *PushRowsRequest, opts ...grpc.CallOption) (*PushRowsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PushRowsResponse)
+	err := c.cc.Invoke(ctx, ParameterServer_PushRows_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *parameterServerClient) LoadRows(ctx context.Context, in *LoadRowsRequest, opts ...grpc.CallOption) (*LoadRowsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LoadRowsResponse)
+	err := c.cc.Invoke(ctx, ParameterServer_LoadRows_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ParameterServerServer is the server API for ParameterServer service.
 // All implementations must embed UnimplementedParameterServerServer
 // for forward compatibility.
@@ -235,6 +281,19 @@ type ParameterServerServer interface {
 	// update. An empty address drops the standby: the primary goes on
 	// alone (chief only).
 	SetStandby(context.Context, *SetStandbyRequest) (*SetStandbyResponse, error)
+	// Embedding tables (docs/wire.md, "Embedding rows").
+	//
+	// PullRows returns the rows of keys of the tables this shard holds
+	// (each key's embed.ShardOf must be this shard), creating an admitted
+	// key's row on first touch. In sync mode it waits until the shard's
+	// version is at least min_version, like Pull.
+	PullRows(context.Context, *PullRowsRequest) (*PullRowsResponse, error)
+	// PushRows delivers a worker's gradients of rows (unique keys): applied
+	// on arrival (async, ssp) or at the end of the sync step of version.
+	PushRows(context.Context, *PushRowsRequest) (*PushRowsResponse, error)
+	// LoadRows puts restored rows, with their optimizer state, into a table
+	// (chief only): a checkpoint's rows of this shard, in chunks.
+	LoadRows(context.Context, *LoadRowsRequest) (*LoadRowsResponse, error)
 	mustEmbedUnimplementedParameterServerServer()
 }
 
@@ -274,6 +333,15 @@ func (UnimplementedParameterServerServer) Promote(context.Context, *PromoteReque
 }
 func (UnimplementedParameterServerServer) SetStandby(context.Context, *SetStandbyRequest) (*SetStandbyResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method SetStandby not implemented")
+}
+func (UnimplementedParameterServerServer) PullRows(context.Context, *PullRowsRequest) (*PullRowsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method PullRows not implemented")
+}
+func (UnimplementedParameterServerServer) PushRows(context.Context, *PushRowsRequest) (*PushRowsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method PushRows not implemented")
+}
+func (UnimplementedParameterServerServer) LoadRows(context.Context, *LoadRowsRequest) (*LoadRowsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method LoadRows not implemented")
 }
 func (UnimplementedParameterServerServer) mustEmbedUnimplementedParameterServerServer() {}
 func (UnimplementedParameterServerServer) testEmbeddedByValue()                         {}
@@ -476,6 +544,60 @@ func _ParameterServer_SetStandby_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ParameterServer_PullRows_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PullRowsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ParameterServerServer).PullRows(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ParameterServer_PullRows_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ParameterServerServer).PullRows(ctx, req.(*PullRowsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ParameterServer_PushRows_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PushRowsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ParameterServerServer).PushRows(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ParameterServer_PushRows_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ParameterServerServer).PushRows(ctx, req.(*PushRowsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ParameterServer_LoadRows_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LoadRowsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ParameterServerServer).LoadRows(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ParameterServer_LoadRows_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ParameterServerServer).LoadRows(ctx, req.(*LoadRowsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ParameterServer_ServiceDesc is the grpc.ServiceDesc for ParameterServer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -522,6 +644,18 @@ var ParameterServer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetStandby",
 			Handler:    _ParameterServer_SetStandby_Handler,
+		},
+		{
+			MethodName: "PullRows",
+			Handler:    _ParameterServer_PullRows_Handler,
+		},
+		{
+			MethodName: "PushRows",
+			Handler:    _ParameterServer_PushRows_Handler,
+		},
+		{
+			MethodName: "LoadRows",
+			Handler:    _ParameterServer_LoadRows_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

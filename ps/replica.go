@@ -139,6 +139,9 @@ func (s *Server) startReplica(addr string) error {
 	if s.dial == nil {
 		return status.Error(codes.FailedPrecondition, "ps: this process cannot reach a standby (no replica dialer)")
 	}
+	if len(s.lastInit.GetTables()) > 0 {
+		return status.Error(codes.FailedPrecondition, errTablesNoStandby)
+	}
 	r := &replicator{addr: addr, epoch: s.epoch, stop: make(chan struct{}), wake: make(chan struct{}, 1),
 		queue: []*pb.ReplicaOp{s.snapshotOp()}, queued: []time.Time{s.now()}, release: []func(){nil}, nextSeq: 2}
 	s.rep = r

@@ -90,6 +90,10 @@ type Server struct {
 	lastInit   *pb.InitRequest
 	rep        *replicator
 	replSeq    int64
+
+	// tables are the shard's embedding tables, under their own lock
+	// (tablesrv.go).
+	tables *tableHost
 }
 
 // refusalLog rate-limits the log of refused gradients: the first one, then
@@ -142,6 +146,7 @@ type snapshot struct {
 	numShards int
 	optName   string
 	runID     string
+	tables    []TableSlots // the embedding tables' slots (copies)
 }
 
 // retainedSnap is the state a pull with retain set kept: its parameters
@@ -201,7 +206,7 @@ func NewServer(cfg Config) *Server {
 		now = time.Now
 	}
 	s := &Server{now: now, log: cfg.Log, m: m, mirror: metrics.NewPS(nil), shutdown: shutdown, changed: make(chan struct{}), index: -1,
-		shardIndex: cfg.Shard, dataAddr: cfg.DataAddr, store: cfg.Store, dial: cfg.Dial}
+		shardIndex: cfg.Shard, dataAddr: cfg.DataAddr, store: cfg.Store, dial: cfg.Dial, tables: newTableHost(m.Tables)}
 	s.setRole(roleNone)
 	return s
 }
@@ -221,6 +226,9 @@ func (s *Server) observe(op string, start time.Time) {
 func (s *Server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitResponse, error) {
 	defer s.observe("init", s.now())
 	b, err := s.build(req)
+	if err == nil {
+		b.ts, err = buildTables(req, b.opts.Mode)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -249,6 +257,7 @@ func (s *Server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitRespons
 // built is a shard an Init request describes, made before taking the lock.
 type built struct {
 	sh   *Shard
+	ts   *TableSet // the embedding tables (nil: the run declares none)
 	plan partition.Plan
 	opts Options
 	req  *pb.InitRequest
@@ -384,6 +393,8 @@ func (s *Server) install(b built, inherit bool) {
 	s.refusals, s.guardLogged = refusalLog{}, false
 	s.lastInit = initTemplate(req)
 	s.replSeq = 0
+	s.tables.install(b.ts, req.RunId, req.Generation, opts.NaNPolicy == config.Skip)
+	s.tables.quarantine(sh)
 }
 
 // lrSchedule is the run's learning rate as a function of the shard's
@@ -851,6 +862,7 @@ func (s *Server) applyMembership(req *pb.MembershipRequest) (*pb.MembershipRespo
 	if err != nil {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
+	s.tables.quarantine(s.shard)
 	if advanced {
 		s.advanced() // a step waiting for a dead worker completed
 	} else {
@@ -917,6 +929,7 @@ func (s *Server) applyStop() {
 		s.abortPending(func(p *pendingSnap) bool { return p.at != v })
 		s.firePending()
 	}
+	s.tables.stop()
 	s.notify()
 }
 
@@ -970,6 +983,7 @@ func (s *Server) fillSnapshot(sn *snapshot, p *pullSnap) {
 		sn.positions = append(sn.positions, s.shard.DataPosition(w))
 	}
 	sn.plan, sn.index, sn.numShards, sn.optName, sn.runID = s.plan, s.index, s.numShards, s.opts.Optimizer, s.runID
+	sn.tables = s.tables.snapshot(sn.tables)
 }
 
 // retain keeps the shard's current state, whose pull snapshot p is, for a
@@ -1041,6 +1055,9 @@ func (s *Server) unhold(p *pullSnap) {
 // advanced publishes a new version: the gauge, blocked pulls, and the
 // checkpoints waiting for it. Call with mu held.
 func (s *Server) advanced() {
+	if err := s.tables.advance(s.shard); err != nil {
+		s.log.Error("embedding tables: applying the step's rows failed", "version", s.shard.Version(), "err", err)
+	}
 	s.m.GlobalStep.Set(float64(s.shard.Version()))
 	s.notify()
 	s.firePending()
@@ -1195,7 +1212,7 @@ func (s *Server) awaitSnapshot(ctx context.Context, p *pendingSnap) (snapshot, e
 func (s *Server) writeCheckpoint(req *pb.CheckpointRequest, sn snapshot) (*pb.CheckpointResponse, error) {
 	// Name the snapshot with the state it was taken from (an Init since
 	// then does not relabel it).
-	tensors, err := shardckpt.Tensors(sn.plan, sn.index, sn.optName, sn.params, sn.opt)
+	tensors, err := sn.tensors()
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}

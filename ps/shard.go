@@ -123,6 +123,9 @@ type Shard struct {
 	accepted     int         // gradients of the current step in accum or kept
 	contributors []int
 	after        []int64 // the contributors' data positions once the step is applied
+	// counted are the workers whose gradients are in the step's
+	// aggregate; lastStep those of the last step applied (LastStep).
+	counted, lastStep []int
 
 	guard     *NormGuard
 	refused   []int64  // by worker: gradients the norm guard refused since Init
@@ -186,6 +189,11 @@ func NewShard(cfg ShardConfig, params []float32, opt optim.Optimizer, version in
 	s.checkDone()
 	return s, nil
 }
+
+// LastStep is the workers whose gradients were in the aggregate of the
+// last sync step applied (the embedding tables apply the same workers'
+// row gradients). Callers must not modify it.
+func (s *Shard) LastStep() []int { return s.lastStep }
 
 // Version is the shard's parameter version.
 func (s *Shard) Version() int64 { return s.version }
@@ -349,6 +357,9 @@ func (s *Shard) applyNow(worker int, after int64, grad []float32, refuse bool) b
 func (s *Shard) arrive(worker int, after int64, g []float32) bool {
 	s.contributors = append(s.contributors, worker)
 	s.after = append(s.after, after)
+	if g != nil {
+		s.counted = append(s.counted, worker)
+	}
 	if len(s.contributors) >= s.replicas() {
 		s.advance(g)
 		return true
@@ -455,6 +466,7 @@ func (s *Shard) advance(last []float32) {
 		clear(s.accum) // (ApplySum cleared it; the trimmed mean overwrites it)
 	}
 	s.accepted = 0
+	s.lastStep, s.counted = append(s.lastStep[:0], s.counted...), s.counted[:0]
 	s.creditContributors()
 	s.version++
 	s.checkDone()

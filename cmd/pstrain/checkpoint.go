@@ -153,6 +153,7 @@ func checkpointInspect(path string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "checkpoint %s\n", ck.Path)
 	fmt.Fprintf(stdout, "step %d, version %d, mode %s, %d shards, created %s\n", m.Step, m.Version, m.Mode, m.NumShards, m.Created.Format("2006-01-02 15:04:05 MST"))
 	fmt.Fprintf(stdout, "model %s\noptimizer %s\nfinal %t\nrun %s\n", compactJSON(m.ModelSpec), optimizerLine(m), m.Final, runLine(m.RunConfig))
+	totals := map[string]*tableTotal{}
 	for i, sh := range m.Shards {
 		tensors, meta, err := ck.ReadShard(i)
 		if err != nil {
@@ -160,10 +161,58 @@ func checkpointInspect(path string, stdout io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "\n%s  %d bytes  version %d  sha256 %s…  %s\n", sh.File, sh.Bytes, sh.Version, sh.SHA256[:16], keyValues(meta))
 		for _, t := range tensors {
+			if t.DType == checkpoint.U64 {
+				fmt.Fprintf(stdout, "  %-28s %v U64\n", t.Name, t.Shape)
+				continue
+			}
 			fmt.Fprintf(stdout, "  %-28s %v\n", t.Name, t.Shape)
 		}
+		if err := tableLines(stdout, tensors, sh.File, totals); err != nil {
+			return err
+		}
+	}
+	tableTotals(stdout, totals)
+	return nil
+}
+
+// tableTotal is one embedding table over a checkpoint's shards.
+type tableTotal struct {
+	kind  string
+	dim   int
+	rows  int
+	bytes int64
+}
+
+// tableLines shows a shard file's embedding tables, their rows and
+// bytes, and adds them to totals.
+func tableLines(w io.Writer, tensors []checkpoint.Tensor, file string, totals map[string]*tableTotal) error {
+	tables, err := shardckpt.TablesOf(tensors, file)
+	if err != nil {
+		return err
+	}
+	for _, r := range tables {
+		fmt.Fprintf(w, "  table %s: %d rows of %d, %s, %d bytes\n", r.Name, len(r.Keys), r.Dim, r.Kind, r.Bytes())
+		t := totals[r.Name]
+		if t == nil {
+			t = &tableTotal{kind: string(r.Kind), dim: r.Dim}
+			totals[r.Name] = t
+		}
+		t.rows += len(r.Keys)
+		t.bytes += r.Bytes()
 	}
 	return nil
+}
+
+// tableTotals shows each table's rows and bytes over the shards.
+func tableTotals(w io.Writer, totals map[string]*tableTotal) {
+	if len(totals) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nembedding tables (all shards)\n")
+	for _, name := range slices.Sorted(maps.Keys(totals)) {
+		t := totals[name]
+		fmt.Fprintf(w, "  %-20s %d rows of %d (%s)  %d parameters  %d bytes\n", name, t.rows, t.dim, t.kind, t.rows*t.dim, t.bytes)
+	}
 }
 
 // optimizerLine describes what a checkpoint was trained with, e.g.

@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pstrain/pstrain/checkpoint"
+	"github.com/pstrain/pstrain/checkpoint/shardckpt"
 	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/ml/embed"
 )
 
 // checkpoint inspect shows a manifest's run configuration as the flags
@@ -44,5 +47,40 @@ func TestRunLine(t *testing.T) {
 func TestKeyValues(t *testing.T) {
 	if got := keyValues(map[string]string{"version": "7", "optimizer": "sgd", "run_id": "r"}); got != "optimizer=sgd run_id=r version=7" {
 		t.Errorf("keyValues = %q", got)
+	}
+}
+
+// checkpoint inspect shows each embedding table's rows and bytes, per
+// shard file and over the shards.
+func TestInspectShowsTables(t *testing.T) {
+	dir := t.TempDir()
+	store := checkpoint.NewStore(checkpoint.OSFS{}, dir, 0)
+	m := checkpoint.Manifest{Step: 4, Version: 4, Mode: "sync", NumShards: 2, Optimizer: checkpoint.Optimizer{Name: "sgd"}}
+	for s, keys := range [][]uint64{{1, 5, 9}, {2, 7}} {
+		rows := shardckpt.TableRows{Name: "emb/C1", Kind: embed.Adagrad, Dim: 2, StateLen: 2, Keys: keys,
+			Values: make([]float32, 2*len(keys)), State: make([]float32, 2*len(keys))}
+		tensors, err := shardckpt.TableTensors([]shardckpt.TableRows{rows})
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := store.WriteShard(4, s, 2, tensors, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Shards = append(m.Shards, info)
+	}
+	if err := store.Commit(m); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := checkpointInspect(dir, &out); err != nil {
+		t.Fatal(err)
+	}
+	// 3 rows: 3 keys of 8 bytes, 3x2 values and 3x2 state of 4 bytes.
+	for _, want := range []string{"emb/C1/keys                  [3] U64", "table emb/C1: 3 rows of 2, adagrad, 72 bytes",
+		"table emb/C1: 2 rows of 2, adagrad, 48 bytes", "emb/C1               5 rows of 2 (adagrad)  10 parameters  120 bytes"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("inspect output lacks %q:\n%s", want, out.String())
+		}
 	}
 }

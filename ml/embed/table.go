@@ -253,3 +253,12 @@ func (t *Table) Put(k uint64, step int64, row, state []float32) error {
 	t.lastSeen[s] = step
 	return nil
 }
+
+// AppendSlots appends every slot's key, row and optimizer state to the
+// given buffers, freed slots included, and the freed slots' indices to
+// free: three copies, for a holder to snapshot the table quickly under
+// its lock and sort the rows out afterwards (free tells the freed slots
+// apart).
+func (t *Table) AppendSlots(keys []uint64, values, state []float32, free []int32) ([]uint64, []float32, []float32, []int32) {
+	return append(keys, t.keys...), append(values, t.values...), append(state, t.state...), append(free, t.free...)
+}

@@ -142,6 +142,8 @@ type PS struct {
 	ReplicationLag        prometheus.Gauge
 	ReplicationLagSeconds prometheus.Gauge
 	ReplicatedBytes       prometheus.Counter
+	// Tables are the shard's embedding-table metrics (tables.go).
+	Tables *Tables
 }
 
 // NewPS creates the parameter-server metrics and registers them on reg (a nil
@@ -196,8 +198,7 @@ func NewPSWith(reg prometheus.Registerer, o PSOptions) *PS {
 			Name: MetricPSShardParameters,
 			Help: "Number of scalar parameters held by this parameter-server shard.",
 		}),
-		RPCSentBytes:     newRPCSentBytes(f),
-		RPCReceivedBytes: newRPCReceivedBytes(f),
+		RPCSentBytes: newRPCSentBytes(f), RPCReceivedBytes: newRPCReceivedBytes(f), Tables: NewTables(reg),
 		RejectedRequests: f.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricPSRejectedRequests,
 			Help: "Requests this parameter-server shard refused, by reason.",

@@ -343,6 +343,12 @@ var metricConstants = []string{
 	metrics.MetricPSReplicationLag,
 	metrics.MetricPSReplicationLagSeconds,
 	metrics.MetricPSReplicatedBytes,
+	metrics.MetricPSTableRows,
+	metrics.MetricPSTableBytes,
+	metrics.MetricPSTableAdmissions,
+	metrics.MetricPSTableEvictions,
+	metrics.MetricPSTableDropped,
+	metrics.MetricPSTableRowRequests,
 	metrics.MetricFailovers,
 	metrics.MetricWorkers,
 }
@@ -421,6 +427,13 @@ func populatedRegistries() []*prometheus.Registry {
 	p.ConnectionsClosed.WithLabelValues("data", "idle")
 	p.RefusedGradients.WithLabelValues("0", "norm")
 	p.ReplicaRole.WithLabelValues("primary")
+	for _, v := range []*prometheus.GaugeVec{p.Tables.Rows, p.Tables.Bytes} {
+		v.WithLabelValues("emb/C1")
+	}
+	for _, v := range []*prometheus.CounterVec{p.Tables.Admissions, p.Tables.Evictions, p.Tables.Dropped} {
+		v.WithLabelValues("emb/C1")
+	}
+	p.Tables.RowRequests.WithLabelValues("emb/C1", "pull")
 
 	chief := metrics.NewRegistry("test")
 	c := metrics.NewChief(chief)

@@ -201,6 +201,15 @@ func TestAllow(t *testing.T) {
 		{w0, pb.Chief_Heartbeat_FullMethodName, &pb.HeartbeatRequest{Worker: 0}, ""},
 		{w0, pb.Chief_Heartbeat_FullMethodName, &pb.HeartbeatRequest{Worker: 1}, ReasonForbidden},
 		{chief, "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", nil, ReasonForbidden},
+		// Embedding rows: as parameters; loading them is the chief's.
+		{w1, pb.ParameterServer_PullRows_FullMethodName, &pb.PullRowsRequest{Worker: 1}, ""},
+		{w1, pb.ParameterServer_PullRows_FullMethodName, &pb.PullRowsRequest{Worker: 0}, ReasonForbidden},
+		{chief, pb.ParameterServer_PullRows_FullMethodName, &pb.PullRowsRequest{Worker: -1}, ""},
+		{w0, pb.ParameterServer_PushRows_FullMethodName, &pb.PushRowsRequest{Worker: 0}, ""},
+		{w0, pb.ParameterServer_PushRows_FullMethodName, &pb.PushRowsRequest{Worker: 1}, ReasonForbidden},
+		{chief, pb.ParameterServer_PushRows_FullMethodName, &pb.PushRowsRequest{Worker: 0}, ReasonForbidden},
+		{chief, pb.ParameterServer_LoadRows_FullMethodName, &pb.LoadRowsRequest{}, ""},
+		{w0, pb.ParameterServer_LoadRows_FullMethodName, &pb.LoadRowsRequest{}, ReasonForbidden},
 	}
 	for _, c := range cases {
 		if got := Reason(Allow(c.id, c.method, c.req)); got != c.want {

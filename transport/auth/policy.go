@@ -5,9 +5,10 @@ import (
 )
 
 // Allow says whether id may call method (a gRPC full method name) with
-// req: Init, SetMembership, Checkpoint, Stop, Promote and SetStandby are
-// the chief's alone; a worker pulls, pushes and heartbeats only as
-// itself; the chief pulls as the reader -1 (its evaluations); Replicate
+// req: Init, SetMembership, Checkpoint, Stop, Promote, SetStandby and
+// LoadRows are the chief's alone; a worker pulls, pushes (parameters and
+// embedding rows) and heartbeats only as itself; the chief pulls as the
+// reader -1 (its evaluations); Replicate
 // comes only from the other process of the same shard (AllowReplicate);
 // Status answers any task of the run. Registration is not a session call
 // (see VerifyRegister); any other method is refused.
@@ -15,7 +16,8 @@ func Allow(id Identity, method string, req any) error {
 	switch method {
 	case pb.ParameterServer_Init_FullMethodName, pb.ParameterServer_SetMembership_FullMethodName,
 		pb.ParameterServer_Checkpoint_FullMethodName, pb.ParameterServer_Stop_FullMethodName,
-		pb.ParameterServer_Promote_FullMethodName, pb.ParameterServer_SetStandby_FullMethodName:
+		pb.ParameterServer_Promote_FullMethodName, pb.ParameterServer_SetStandby_FullMethodName,
+		pb.ParameterServer_LoadRows_FullMethodName:
 		if id.Role != RoleChief {
 			return refuse(ReasonForbidden, "%s may not call %s: only the chief may", id.Task(), method)
 		}
@@ -33,6 +35,12 @@ func Allow(id Identity, method string, req any) error {
 		return AllowPull(id, r.GetWorker(), r.GetRetain())
 	case pb.ParameterServer_Push_FullMethodName:
 		r, _ := req.(*pb.PushRequest)
+		return AllowPush(id, r.GetWorker())
+	case pb.ParameterServer_PullRows_FullMethodName:
+		r, _ := req.(*pb.PullRowsRequest)
+		return AllowPull(id, r.GetWorker(), false)
+	case pb.ParameterServer_PushRows_FullMethodName:
+		r, _ := req.(*pb.PushRowsRequest)
 		return AllowPush(id, r.GetWorker())
 	case pb.Chief_Heartbeat_FullMethodName:
 		r, _ := req.(*pb.HeartbeatRequest)

@@ -1,0 +1,487 @@
+package ps
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/pstrain/pstrain/checkpoint/shardckpt"
+	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/ml/embed"
+)
+
+// Errors of row requests. The gRPC layer maps them to status codes.
+var (
+	// ErrNotMine refuses a key whose row another shard holds
+	// (embed.ShardOf): a client that split its keys with another shard
+	// count, or a bug.
+	ErrNotMine = errors.New("key belongs to another shard")
+	// ErrNoTable refuses a request for a table the run did not declare.
+	ErrNoTable = errors.New("no such table")
+)
+
+// TableSet is a shard's embedding tables: for each table the run
+// declares, an embed.Table holding the rows whose embed.ShardOf is this
+// shard. Like Shard it is a plain state machine, with no lock or
+// goroutine; the Server serialises calls into it under a lock of its own
+// (not the dense model's).
+//
+// Its version follows the dense shard's (Advance). In sync mode a push of
+// a step's row gradients is staged, per worker, and a step's staged rows
+// are applied when the dense step completes: the gradients of the
+// workers whose dense gradient counted are summed per key and divided by
+// their number, the dense step's mean, so a sync step equals one step of
+// the whole batch in one process. A worker pushing a key again in the
+// same step replaces its gradient (a retried request counts once). In
+// async and ssp mode a push is applied on arrival.
+//
+// A pull is a sighting (admission and eviction, embed.Table). In sync
+// mode a key pulled by several workers in one step is sighted once, as
+// the whole batch's deduplicated keys are in one process. Eviction runs
+// at step boundaries (EvictDue).
+type TableSet struct {
+	mode      config.Mode
+	shard     int
+	numShards int
+	version   int64
+	tables    map[string]*tableState
+	names     []string // sorted
+}
+
+// tableState is one table of a TableSet, and its sync step under way.
+type tableState struct {
+	t *embed.Table
+	// sighted holds the keys pulled in the sync step under way (only
+	// when admission counts sightings).
+	sighted map[uint64]struct{}
+	// staged holds each worker's row gradients of the sync step.
+	staged map[int]*stagedRows
+}
+
+// stagedRows is one worker's row gradients of one table in a sync step.
+type stagedRows struct {
+	slot  map[uint64]int
+	keys  []uint64
+	grads []float32
+}
+
+// NewTableSet returns shard's (of numShards) empty tables at version.
+func NewTableSet(cfgs []embed.TableConfig, mode config.Mode, shard, numShards int, version int64) (*TableSet, error) {
+	if numShards < 1 || shard < 0 || shard >= numShards {
+		return nil, fmt.Errorf("ps: tables of shard %d of %d", shard, numShards)
+	}
+	ts := &TableSet{mode: mode, shard: shard, numShards: numShards, version: version, tables: make(map[string]*tableState, len(cfgs))}
+	for _, c := range cfgs {
+		if _, dup := ts.tables[c.Name]; dup {
+			return nil, fmt.Errorf("ps: table %s declared twice", c.Name)
+		}
+		if err := shardckpt.CheckTableName(c.Name); err != nil {
+			return nil, err
+		}
+		t, err := embed.NewTable(c)
+		if err != nil {
+			return nil, err
+		}
+		ts.tables[c.Name] = &tableState{t: t, staged: map[int]*stagedRows{}}
+		if c.AdmitAfter > 1 {
+			ts.tables[c.Name].sighted = map[uint64]struct{}{}
+		}
+		ts.names = append(ts.names, c.Name)
+	}
+	slices.Sort(ts.names)
+	return ts, nil
+}
+
+// Version is the dense shard's version the tables are at.
+func (ts *TableSet) Version() int64 { return ts.version }
+
+// Names are the tables' names, sorted.
+func (ts *TableSet) Names() []string { return ts.names }
+
+// Table returns a table by name (nil: none).
+func (ts *TableSet) Table(name string) *embed.Table {
+	if st, ok := ts.tables[name]; ok {
+		return st.t
+	}
+	return nil
+}
+
+// lookup returns a table's state, or ErrNoTable.
+func (ts *TableSet) lookup(name string) (*tableState, error) {
+	st, ok := ts.tables[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q (this shard holds %q)", ErrNoTable, name, ts.names)
+	}
+	return st, nil
+}
+
+// CheckKeys refuses keys whose rows another shard holds.
+func (ts *TableSet) CheckKeys(table string, keys []uint64) error {
+	if ts.numShards == 1 {
+		return nil
+	}
+	for _, k := range keys {
+		if s := embed.ShardOf(table, k, ts.numShards); s != ts.shard {
+			return fmt.Errorf("%w: table %s key %d is shard %d's of %d, not shard %d's", ErrNotMine, table, k, s, ts.numShards, ts.shard)
+		}
+	}
+	return nil
+}
+
+// checkRequest checks a request's table, keys and values (len(vals)
+// must be len(keys) rows).
+func (ts *TableSet) checkRequest(table string, keys []uint64, vals []float32) (*tableState, error) {
+	st, err := ts.lookup(table)
+	if err != nil {
+		return nil, err
+	}
+	if d := st.t.Config().Dim; len(vals) != len(keys)*d {
+		return nil, fmt.Errorf("%w: table %s: %d values for %d rows of dimension %d", ErrBadLength, table, len(vals), len(keys), d)
+	}
+	return st, ts.CheckKeys(table, keys)
+}
+
+// Pull writes the rows of keys (unique) into out, creating those of
+// admitted keys seen for the first time. A refused pull changes nothing.
+func (ts *TableSet) Pull(table string, keys []uint64, out []float32) error {
+	st, err := ts.checkRequest(table, keys, out)
+	if err != nil {
+		return err
+	}
+	if st.sighted == nil || ts.mode != config.Sync {
+		return st.t.Pull(ts.version, keys, out)
+	}
+	// Sync with admission: a key already sighted this step (by another
+	// worker) is not sighted again.
+	d := st.t.Config().Dim
+	for i, k := range keys {
+		dst := out[i*d : (i+1)*d]
+		if _, again := st.sighted[k]; again {
+			if row, _, ok := st.t.Row(k); ok {
+				copy(dst, row)
+			} else {
+				embed.InitRow(st.t.Config().Seed, table, k, dst)
+			}
+			continue
+		}
+		st.sighted[k] = struct{}{}
+		if err := st.t.Pull(ts.version, keys[i:i+1], dst); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RowBlock is one table's keys (unique) and a row of values for each: a
+// pull's rows, a push's gradients.
+type RowBlock struct {
+	Table  string
+	Keys   []uint64
+	Values []float32
+}
+
+// PullBlocks is Pull of several tables' rows, or with peek Peek; a
+// refused block (checked before any is pulled) refuses them all.
+func (ts *TableSet) PullBlocks(blocks []RowBlock, peek bool) error {
+	for _, b := range blocks {
+		if _, err := ts.checkRequest(b.Table, b.Keys, b.Values); err != nil {
+			return err
+		}
+	}
+	for _, b := range blocks {
+		var err error
+		if peek {
+			err = ts.Peek(b.Table, b.Keys, b.Values)
+		} else {
+			err = ts.Pull(b.Table, b.Keys, b.Values)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Peek reads the rows of keys into out without sighting them: a key
+// without a row reads its initial value, and nothing changes (the
+// chief's evaluation reads the model, it does not train it).
+func (ts *TableSet) Peek(table string, keys []uint64, out []float32) error {
+	st, err := ts.checkRequest(table, keys, out)
+	if err != nil {
+		return err
+	}
+	cfg := st.t.Config()
+	for i, k := range keys {
+		dst := out[i*cfg.Dim : (i+1)*cfg.Dim]
+		if row, _, ok := st.t.Row(k); ok {
+			copy(dst, row)
+		} else {
+			embed.InitRow(cfg.Seed, table, k, dst)
+		}
+	}
+	return nil
+}
+
+// Push delivers worker's gradients of keys' rows (unique keys, one row
+// of grads each), computed from the rows at version. Sync: a gradient
+// of an older version is Stale and dropped, one of the current version
+// staged for the step's end. Async and ssp: applied now (Applied). A
+// refused push changes nothing.
+func (ts *TableSet) Push(worker int, version int64, table string, keys []uint64, grads []float32) (Outcome, error) {
+	return ts.PushBlocks(worker, version, []RowBlock{{Table: table, Keys: keys, Values: grads}})
+}
+
+// PushBlocks is Push of several tables' gradients; a refused block
+// (checked before any is applied) refuses them all.
+func (ts *TableSet) PushBlocks(worker int, version int64, blocks []RowBlock) (Outcome, error) {
+	if worker < 0 {
+		return Applied, fmt.Errorf("%w: %d", ErrBadWorker, worker)
+	}
+	if version > ts.version {
+		return Applied, fmt.Errorf("%w: row gradients from version %d, tables at %d", ErrFutureVersion, version, ts.version)
+	}
+	states := make([]*tableState, len(blocks))
+	for i, b := range blocks {
+		st, err := ts.checkRequest(b.Table, b.Keys, b.Values)
+		if err != nil {
+			return Applied, err
+		}
+		if !isFinite(sumSquares(b.Values)) {
+			return Applied, fmt.Errorf("%w: table %s", ErrNonFinite, b.Table)
+		}
+		states[i] = st
+	}
+	if ts.mode == config.Sync && version < ts.version {
+		return Stale, nil
+	}
+	for i, b := range blocks {
+		st := states[i]
+		if ts.mode == config.Sync {
+			st.stage(worker, b.Keys, b.Values, st.t.Config().Dim)
+			continue
+		}
+		if err := st.t.Push(ts.version, b.Keys, b.Values); err != nil {
+			return Applied, err
+		}
+	}
+	return Applied, nil
+}
+
+// stage keeps worker's gradients for the sync step's end; a key it
+// pushed before in the step has its gradient replaced.
+func (st *tableState) stage(worker int, keys []uint64, grads []float32, d int) {
+	w := st.staged[worker]
+	if w == nil {
+		w = &stagedRows{slot: make(map[uint64]int, len(keys))}
+		st.staged[worker] = w
+	}
+	for i, k := range keys {
+		src := grads[i*d : (i+1)*d]
+		if s, ok := w.slot[k]; ok {
+			copy(w.grads[s*d:(s+1)*d], src)
+			continue
+		}
+		w.slot[k] = len(w.keys)
+		w.keys = append(w.keys, k)
+		w.grads = append(w.grads, src...)
+	}
+}
+
+// Advance moves the tables to the dense shard's version. Sync: when the
+// version moves on by one step, the step's gradients of the workers in
+// accepted (those whose dense gradient the step counted) are summed per
+// key, divided by their number and applied; the others are dropped.
+// Eviction runs when a step boundary passed is due (EvictDue). Advance to
+// the version the tables are at does nothing.
+func (ts *TableSet) Advance(version int64, accepted []int) error {
+	if version == ts.version {
+		return nil
+	}
+	from := ts.version
+	var err error
+	for _, name := range ts.names {
+		st := ts.tables[name]
+		if ts.mode == config.Sync && version == from+1 && len(accepted) > 0 {
+			err = errors.Join(err, st.applyStep(from, accepted))
+		}
+		clear(st.staged)
+		clear(st.sighted)
+		if evictAfter := st.t.Config().EvictAfter; evictDueIn(from, version, evictAfter) {
+			st.t.Evict(version)
+		}
+	}
+	ts.version = version
+	return err
+}
+
+// applyStep applies the mean of the accepted workers' staged gradients
+// of the step at version (workers summed in increasing index order, so
+// every replica of the state sums alike).
+func (st *tableState) applyStep(version int64, accepted []int) error {
+	d := st.t.Config().Dim
+	ws := slices.Sorted(slices.Values(accepted))
+	sum := stagedRows{slot: map[uint64]int{}}
+	for _, w := range ws {
+		g := st.staged[w]
+		if g == nil {
+			continue
+		}
+		for i, k := range g.keys {
+			s, ok := sum.slot[k]
+			if !ok {
+				s = len(sum.keys)
+				sum.slot[k] = s
+				sum.keys = append(sum.keys, k)
+				sum.grads = append(sum.grads, make([]float32, d)...)
+			}
+			dst, src := sum.grads[s*d:(s+1)*d], g.grads[i*d:(i+1)*d]
+			for j := range dst {
+				dst[j] += src[j]
+			}
+		}
+	}
+	if len(sum.keys) == 0 {
+		return nil
+	}
+	inv := 1 / float32(len(ws))
+	for i := range sum.grads {
+		sum.grads[i] *= inv
+	}
+	return st.t.Push(version, sum.keys, sum.grads)
+}
+
+// EvictDue says whether eviction runs at the step boundary reaching
+// version, for a table evicting rows unseen for more than evictAfter
+// steps: at every multiple of max(1, evictAfter/8). Scanning a table
+// costs its rows, so it does not run at every step; a row unseen for
+// more than evictAfter steps is dropped within evictAfter/8 more.
+func EvictDue(version, evictAfter int64) bool {
+	if evictAfter <= 0 {
+		return false
+	}
+	return version%max(1, evictAfter/8) == 0
+}
+
+// evictDueIn says whether a boundary in (from, to] is due (EvictDue).
+func evictDueIn(from, to, evictAfter int64) bool {
+	if evictAfter <= 0 || to <= from {
+		return false
+	}
+	every := max(1, evictAfter/8)
+	return to/every > from/every
+}
+
+// TableStats returns each table's counters, by name.
+func (ts *TableSet) TableStats() map[string]embed.TableStats {
+	out := make(map[string]embed.TableStats, len(ts.tables))
+	for n, st := range ts.tables {
+		out[n] = st.t.Stats()
+	}
+	return out
+}
+
+// Bytes is what each table's rows and optimizer state take, by name.
+func (ts *TableSet) Bytes() map[string]int64 {
+	out := make(map[string]int64, len(ts.tables))
+	for n, st := range ts.tables {
+		out[n] = st.t.Bytes()
+	}
+	return out
+}
+
+// Snapshot copies every table's rows, keys sorted (checkpoints).
+func (ts *TableSet) Snapshot() []shardckpt.TableRows {
+	return slotRows(ts.CopySlots(nil))
+}
+
+// TableSlots is a table's slots as copied by CopySlots: every slot's
+// key, row and state, freed ones included (listed in Free).
+type TableSlots struct {
+	Name          string
+	Kind          embed.Kind
+	Dim, StateLen int
+	Keys          []uint64
+	Values, State []float32
+	Free          []int32
+}
+
+// CopySlots copies every table's slots, reusing reuse's buffers (of a
+// snapshot nobody reads any more): a few copies, fast enough to hold the
+// locks for; Rows sorts them out afterwards.
+func (ts *TableSet) CopySlots(reuse []TableSlots) []TableSlots {
+	out := reuse[:0]
+	for i, name := range ts.names {
+		t := ts.tables[name].t
+		cfg := t.Config()
+		var s TableSlots
+		if i < len(reuse) {
+			s = reuse[i]
+		}
+		s.Name, s.Kind, s.Dim, s.StateLen = name, cfg.Rule.Kind, cfg.Dim, cfg.Rule.StateLen(cfg.Dim)
+		s.Keys, s.Values, s.State, s.Free = t.AppendSlots(s.Keys[:0], s.Values[:0], s.State[:0], s.Free[:0])
+		out = append(out, s)
+	}
+	return out
+}
+
+// Rows is the table's live rows, keys sorted.
+func (s TableSlots) Rows() shardckpt.TableRows {
+	freed := make([]bool, len(s.Keys))
+	for _, f := range s.Free {
+		freed[f] = true
+	}
+	type slot struct {
+		key uint64
+		at  int
+	}
+	order := make([]slot, 0, len(s.Keys)-len(s.Free))
+	for i, k := range s.Keys {
+		if !freed[i] {
+			order = append(order, slot{k, i})
+		}
+	}
+	slices.SortFunc(order, func(a, b slot) int { return cmp.Compare(a.key, b.key) })
+	d, sl := s.Dim, s.StateLen
+	r := shardckpt.TableRows{Name: s.Name, Kind: s.Kind, Dim: d, StateLen: sl, Keys: make([]uint64, len(order)),
+		Values: make([]float32, len(order)*d), State: make([]float32, len(order)*sl)}
+	for j, o := range order {
+		r.Keys[j] = o.key
+		copy(r.Values[j*d:(j+1)*d], s.Values[o.at*d:(o.at+1)*d])
+		copy(r.State[j*sl:(j+1)*sl], s.State[o.at*sl:(o.at+1)*sl])
+	}
+	return r
+}
+
+// slotRows is Rows of every table.
+func slotRows(slots []TableSlots) []shardckpt.TableRows {
+	out := make([]shardckpt.TableRows, len(slots))
+	for i, s := range slots {
+		out[i] = s.Rows()
+	}
+	return out
+}
+
+// Load puts restored rows into their table (a checkpoint's, or rows
+// moved from another shard); each must be this shard's. A refused load
+// changes nothing.
+func (ts *TableSet) Load(r shardckpt.TableRows) error {
+	st, err := ts.lookup(r.Name)
+	if err != nil {
+		return err
+	}
+	cfg := st.t.Config()
+	if err := r.Check(cfg.Dim, cfg.Rule.StateLen(cfg.Dim)); err != nil {
+		return err
+	}
+	if err := ts.CheckKeys(r.Name, r.Keys); err != nil {
+		return err
+	}
+	d, sl := cfg.Dim, cfg.Rule.StateLen(cfg.Dim)
+	for i, k := range r.Keys {
+		if err := st.t.Put(k, ts.version, r.Values[i*d:(i+1)*d], r.State[i*sl:(i+1)*sl]); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,401 @@
+package ps
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/pstrain/pstrain/checkpoint"
+	"github.com/pstrain/pstrain/checkpoint/shardckpt"
+	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/ml/embed"
+	"github.com/pstrain/pstrain/observe/metrics"
+	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/transport/wire"
+)
+
+// tableHost serves a shard's embedding tables (a TableSet) under a lock
+// of its own: row requests never take the dense model's lock. The
+// Server's hooks, called with its lock held, take this one inside it
+// (install at Init, advance when the version moves, stop, snapshot);
+// nothing here takes the Server's lock, so the order is always the same.
+type tableHost struct {
+	m *metrics.Tables
+
+	mu      sync.Mutex
+	set     *TableSet // nil: not initialised, or a run without tables
+	inited  bool      // an Init was installed
+	runID   string
+	gen     int64
+	done    bool
+	nanSkip bool
+	changed chan struct{} // closed and replaced when a pull may become ready
+	// quarantined are the dense shard's quarantined workers, by index:
+	// their row pushes are dropped (sync steps leave them out anyway).
+	quarantined []bool
+	// exported are the counters of each table already added to the
+	// metrics (their deltas are added at each change).
+	exported map[string]embed.TableStats
+}
+
+func newTableHost(m *metrics.Tables) *tableHost {
+	if m == nil {
+		m = metrics.NewTables(nil)
+	}
+	return &tableHost{m: m, changed: make(chan struct{}), exported: map[string]embed.TableStats{}}
+}
+
+// notify wakes the blocked row pulls. Call with mu held.
+func (h *tableHost) notify() {
+	close(h.changed)
+	h.changed = make(chan struct{})
+}
+
+// TableConfigs reads the tables an Init declares.
+func TableConfigs(specs []*pb.TableSpec) ([]embed.TableConfig, error) {
+	out := make([]embed.TableConfig, 0, len(specs))
+	for _, t := range specs {
+		c := embed.TableConfig{Name: t.Name, Dim: int(t.Dim), Seed: t.Seed,
+			Rule:       embed.Rule{Kind: embed.Kind(t.Rule), LR: t.Lr, Momentum: t.Momentum, InitAcc: t.InitAcc, Eps: t.Eps},
+			AdmitAfter: int(t.AdmitAfter), EvictAfter: t.EvictAfter}
+		if err := c.Validate(); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// TableSpecs are tables' configurations as InitRequest.tables.
+func TableSpecs(cfgs []embed.TableConfig) []*pb.TableSpec {
+	out := make([]*pb.TableSpec, len(cfgs))
+	for i, c := range cfgs {
+		out[i] = &pb.TableSpec{Name: c.Name, Dim: int32(c.Dim), Seed: c.Seed, Rule: string(c.Rule.Kind), Lr: c.Rule.LR,
+			Momentum: c.Rule.Momentum, InitAcc: c.Rule.InitAcc, Eps: c.Rule.Eps, AdmitAfter: int32(c.AdmitAfter), EvictAfter: c.EvictAfter}
+	}
+	return out
+}
+
+// buildTables makes the (empty) tables req declares, nil if none; its
+// errors are gRPC statuses.
+func buildTables(req *pb.InitRequest, mode config.Mode) (*TableSet, error) {
+	if len(req.Tables) == 0 {
+		return nil, nil
+	}
+	if req.StandbyAddr != "" {
+		return nil, status.Error(codes.InvalidArgument, errTablesNoStandby)
+	}
+	cfgs, err := TableConfigs(req.Tables)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	ts, err := NewTableSet(cfgs, mode, int(req.Shard), max(1, int(req.NumShards)), req.Version)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return ts, nil
+}
+
+// tensors names a snapshot's dense state and table rows as checkpoint
+// tensors.
+func (sn *snapshot) tensors() ([]checkpoint.Tensor, error) {
+	tensors, err := shardckpt.Tensors(sn.plan, sn.index, sn.optName, sn.params, sn.opt)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := shardckpt.TableTensors(slotRows(sn.tables))
+	return append(tensors, rows...), err
+}
+
+// install makes set (nil: none) the shard's tables for run runID at
+// generation gen, replacing those before.
+func (h *tableHost) install(set *TableSet, runID string, gen int64, nanSkip bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.set != nil {
+		for _, name := range h.set.Names() {
+			h.m.Rows.DeleteLabelValues(name)
+			h.m.Bytes.DeleteLabelValues(name)
+		}
+	}
+	h.set, h.inited, h.runID, h.gen, h.done, h.nanSkip = set, true, runID, gen, false, nanSkip
+	clear(h.exported)
+	h.exportAll()
+	h.notify()
+}
+
+// advance follows the dense shard to its version (TableSet.Advance).
+func (h *tableHost) advance(sh *Shard) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.set == nil {
+		return nil
+	}
+	err := h.set.Advance(sh.Version(), sh.LastStep())
+	h.done = sh.Done()
+	h.exportAll()
+	h.notify()
+	return err
+}
+
+// quarantine follows the dense shard's quarantined workers.
+func (h *tableHost) quarantine(sh *Shard) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.quarantined = h.quarantined[:0]
+	for w := range sh.Slots() {
+		h.quarantined = append(h.quarantined, sh.Quarantined(w))
+	}
+}
+
+// stop answers every row pull done from now on.
+func (h *tableHost) stop() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.done = true
+	h.notify()
+}
+
+// snapshot copies every table's slots (nil: no tables), reusing reuse's
+// buffers.
+func (h *tableHost) snapshot(reuse []TableSlots) []TableSlots {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.set == nil {
+		return nil
+	}
+	return h.set.CopySlots(reuse)
+}
+
+// exportAll sets every table's metrics. Call with mu held.
+func (h *tableHost) exportAll() {
+	if h.set == nil {
+		return
+	}
+	for _, name := range h.set.Names() {
+		h.export(name)
+	}
+}
+
+// export sets a table's gauges and adds its counters' growth since the
+// last export. Call with mu held.
+func (h *tableHost) export(name string) {
+	t := h.set.Table(name)
+	st, was := t.Stats(), h.exported[name]
+	h.m.Rows.WithLabelValues(name).Set(float64(st.Rows))
+	h.m.Bytes.WithLabelValues(name).Set(float64(t.Bytes()))
+	add := func(c interface{ Add(float64) }, now, before int64) {
+		if now > before {
+			c.Add(float64(now - before))
+		}
+	}
+	add(h.m.Admissions.WithLabelValues(name), st.Admissions, was.Admissions)
+	add(h.m.Evictions.WithLabelValues(name), st.Evictions, was.Evictions)
+	add(h.m.Dropped.WithLabelValues(name), st.Dropped, was.Dropped)
+	h.exported[name] = st
+}
+
+// check verifies a row request's run. Call with mu held.
+func (h *tableHost) check(runID string) error {
+	switch {
+	case !h.inited:
+		return status.Error(codes.Unavailable, "shard not initialised yet (waiting for the chief)")
+	case runID != h.runID:
+		return status.Errorf(codes.FailedPrecondition, "row request for run %q, this shard serves run %q", runID, h.runID)
+	case h.set == nil:
+		return status.Error(codes.FailedPrecondition, "this shard holds no embedding tables (the run declared none)")
+	}
+	return nil
+}
+
+// tableStatus maps a TableSet error to a gRPC status.
+func tableStatus(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrNotMine), errors.Is(err, ErrNoTable), errors.Is(err, ErrBadLength),
+		errors.Is(err, ErrFutureVersion), errors.Is(err, ErrNonFinite), errors.Is(err, ErrBadWorker):
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+// blocks reads a request's row blocks: their values as float32 (views of
+// the request's bytes), or, with alloc, new rows of each table's
+// dimension for a pull to fill. Call with mu held.
+func (h *tableHost) blocks(in []*pb.RowBlock, alloc bool) ([]RowBlock, error) {
+	out := make([]RowBlock, len(in))
+	for i, b := range in {
+		if len(b.Keys) > 0 && len(b.SmallKeys) > 0 {
+			return nil, status.Errorf(codes.InvalidArgument, "table %s: keys in both keys and small_keys", b.Table)
+		}
+		out[i] = RowBlock{Table: b.Table, Keys: b.Keys}
+		if len(b.SmallKeys) > 0 {
+			out[i].Keys = b.SmallKeys
+		}
+		if alloc {
+			t := h.set.Table(b.Table)
+			if t == nil {
+				return nil, tableStatus(fmt.Errorf("%w: %q", ErrNoTable, b.Table))
+			}
+			out[i].Values = make([]float32, len(out[i].Keys)*t.Config().Dim)
+			continue
+		}
+		v, err := wire.Floats(b.Values)
+		if err != nil {
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+		out[i].Values = v
+	}
+	return out, nil
+}
+
+// count adds a request's keys to the row requests of op and exports the
+// tables it touched. Call with mu held.
+func (h *tableHost) count(op string, blocks []RowBlock) {
+	for _, b := range blocks {
+		h.m.RowRequests.WithLabelValues(b.Table, op).Add(float64(len(b.Keys)))
+		if h.set.Table(b.Table) != nil {
+			h.export(b.Table)
+		}
+	}
+}
+
+// PullRows answers a row pull once the tables are at the request's
+// version (sync), or at once.
+func (s *Server) PullRows(ctx context.Context, req *pb.PullRowsRequest) (*pb.PullRowsResponse, error) {
+	defer s.observe("pull_rows", s.now())
+	h := s.tables
+	h.mu.Lock()
+	for {
+		ready, err := h.pullReady(req)
+		if err != nil {
+			h.mu.Unlock()
+			return nil, err
+		}
+		if ready {
+			break
+		}
+		ch := h.changed
+		h.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		h.mu.Lock()
+	}
+	resp, sent, err := h.pull(req)
+	h.mu.Unlock()
+	s.m.RPCSentBytes.WithLabelValues("pull_rows").Add(float64(sent))
+	return resp, err
+}
+
+// pullReady says whether a row pull may be answered now. Call with mu
+// held.
+func (h *tableHost) pullReady(req *pb.PullRowsRequest) (bool, error) {
+	if err := h.check(req.RunId); err != nil {
+		return false, err
+	}
+	return h.done || h.set.mode != config.Sync || (req.Generation != 0 && req.Generation != h.gen) ||
+		h.set.Version() >= req.MinVersion, nil
+}
+
+// pull answers a ready row pull, and the payload's bytes. Call with mu
+// held.
+func (h *tableHost) pull(req *pb.PullRowsRequest) (*pb.PullRowsResponse, int, error) {
+	blocks, err := h.blocks(req.Tables, true)
+	if err != nil {
+		return nil, 0, err
+	}
+	// The chief's pulls (its evaluations) read the rows without sighting
+	// them: held-out keys create no row and count for no admission.
+	if err := h.set.PullBlocks(blocks, req.Worker < 0); err != nil {
+		return nil, 0, tableStatus(err)
+	}
+	h.count("pull", blocks)
+	resp := &pb.PullRowsResponse{Version: h.set.Version(), Generation: h.gen, Done: h.done, Tables: make([]*pb.RowBlock, len(blocks))}
+	sent := 0
+	for i, b := range blocks {
+		v := wire.Bytes(b.Values) // (the rows are this request's own)
+		resp.Tables[i] = &pb.RowBlock{Table: b.Table, Values: v}
+		sent += len(v)
+	}
+	return resp, sent, nil
+}
+
+// PushRows applies or stages a worker's row gradients.
+func (s *Server) PushRows(ctx context.Context, req *pb.PushRowsRequest) (*pb.PushRowsResponse, error) {
+	defer s.observe("push_rows", s.now())
+	received := 0
+	for _, b := range req.Tables {
+		received += len(b.Values)
+	}
+	s.m.RPCReceivedBytes.WithLabelValues("push_rows").Add(float64(received))
+	h := s.tables
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.check(req.RunId); err != nil {
+		return nil, err
+	}
+	stale := &pb.PushRowsResponse{Outcome: pb.PushResponse_STALE, Version: h.set.Version(), Done: h.done}
+	w := int(req.Worker)
+	if h.done || (req.Generation != 0 && req.Generation != h.gen) || (w >= 0 && w < len(h.quarantined) && h.quarantined[w]) {
+		return stale, nil // training over, rows of a rolled-back timeline, or of a quarantined worker
+	}
+	blocks, err := h.blocks(req.Tables, false)
+	if err != nil {
+		return nil, err
+	}
+	out, err := h.set.PushBlocks(w, req.Version, blocks)
+	switch {
+	case errors.Is(err, ErrNonFinite) && h.nanSkip:
+		s.m.RejectedRequests.WithLabelValues("non_finite").Inc()
+		return stale, nil // --nan-policy skip: dropped, training goes on
+	case err != nil:
+		s.m.RejectedRequests.WithLabelValues(rejectReason(err)).Inc()
+		return nil, tableStatus(err)
+	}
+	h.count("push", blocks)
+	return &pb.PushRowsResponse{Outcome: pb.PushResponse_Outcome(out), Version: h.set.Version(), Done: h.done}, nil
+}
+
+// LoadRows puts restored rows into a table (the chief's restore).
+func (s *Server) LoadRows(ctx context.Context, req *pb.LoadRowsRequest) (*pb.LoadRowsResponse, error) {
+	defer s.observe("load_rows", s.now())
+	h := s.tables
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.check(req.RunId); err != nil {
+		return nil, err
+	}
+	if req.Generation != h.gen {
+		return nil, status.Errorf(codes.FailedPrecondition, "rows for generation %d, the shard's tables are of generation %d", req.Generation, h.gen)
+	}
+	t := h.set.Table(req.Table)
+	if t == nil {
+		return nil, tableStatus(fmt.Errorf("%w: %q", ErrNoTable, req.Table))
+	}
+	vals, err := wire.Floats(req.Values)
+	if err == nil {
+		var state []float32
+		if state, err = wire.Floats(req.State); err == nil {
+			cfg := t.Config()
+			err = h.set.Load(shardckpt.TableRows{Name: req.Table, Kind: cfg.Rule.Kind, Dim: cfg.Dim, StateLen: cfg.Rule.StateLen(cfg.Dim),
+				Keys: req.Keys, Values: vals, State: state})
+		}
+	}
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	h.export(req.Table)
+	return &pb.LoadRowsResponse{Rows: int64(t.Len())}, nil
+}
+
+// errTablesNoStandby refuses a hot standby for a shard with embedding
+// tables: replication carries the dense model's updates, not rows yet.
+const errTablesNoStandby = "ps: hot standbys do not replicate embedding tables yet: a shard with tables runs without one"
