@@ -986,15 +986,19 @@ func (*InitResponse) Descriptor() ([]byte, []int) {
 // ModelSpec is the network's shape (model.Spec).
 type ModelSpec struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
-	Kind    string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`    // "cnn", or "" for an MLP
+	Kind    string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`    // "cnn", "ctr", or "" for an MLP
 	Input   int32                  `protobuf:"varint,2,opt,name=input,proto3" json:"input,omitempty"` // input features
 	Hidden  []int32                `protobuf:"varint,3,rep,packed,name=hidden,proto3" json:"hidden,omitempty"`
 	Classes int32                  `protobuf:"varint,4,opt,name=classes,proto3" json:"classes,omitempty"`
 	// CNN only: the input image's height and width, and the output
 	// channels of each convolution.
-	Height        int32   `protobuf:"varint,5,opt,name=height,proto3" json:"height,omitempty"`
-	Width         int32   `protobuf:"varint,6,opt,name=width,proto3" json:"width,omitempty"`
-	Conv          []int32 `protobuf:"varint,7,rep,packed,name=conv,proto3" json:"conv,omitempty"`
+	Height int32   `protobuf:"varint,5,opt,name=height,proto3" json:"height,omitempty"`
+	Width  int32   `protobuf:"varint,6,opt,name=width,proto3" json:"width,omitempty"`
+	Conv   []int32 `protobuf:"varint,7,rep,packed,name=conv,proto3" json:"conv,omitempty"`
+	// CTR only: the categorical fields (one embedding table each) and the
+	// tables' row width.
+	Fields        int32 `protobuf:"varint,8,opt,name=fields,proto3" json:"fields,omitempty"`
+	EmbeddingDim  int32 `protobuf:"varint,9,opt,name=embedding_dim,json=embeddingDim,proto3" json:"embedding_dim,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1076,6 +1080,20 @@ func (x *ModelSpec) GetConv() []int32 {
 		return x.Conv
 	}
 	return nil
+}
+
+func (x *ModelSpec) GetFields() int32 {
+	if x != nil {
+		return x.Fields
+	}
+	return 0
+}
+
+func (x *ModelSpec) GetEmbeddingDim() int32 {
+	if x != nil {
+		return x.EmbeddingDim
+	}
+	return 0
 }
 
 // ShardOptions is the part of the run configuration a shard uses
@@ -3709,7 +3727,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x05state\x18\x06 \x01(\fR\x05state\"&\n" +
 	"\x10LoadRowsResponse\x12\x12\n" +
 	"\x04rows\x18\x01 \x01(\x03R\x04rows\"\x0e\n" +
-	"\fInitResponse\"\xa9\x01\n" +
+	"\fInitResponse\"\xe6\x01\n" +
 	"\tModelSpec\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
 	"\x05input\x18\x02 \x01(\x05R\x05input\x12\x16\n" +
@@ -3717,7 +3735,9 @@ const file_pstrain_proto_rawDesc = "" +
 	"\aclasses\x18\x04 \x01(\x05R\aclasses\x12\x16\n" +
 	"\x06height\x18\x05 \x01(\x05R\x06height\x12\x14\n" +
 	"\x05width\x18\x06 \x01(\x05R\x05width\x12\x12\n" +
-	"\x04conv\x18\a \x03(\x05R\x04conv\"\x9c\x03\n" +
+	"\x04conv\x18\a \x03(\x05R\x04conv\x12\x16\n" +
+	"\x06fields\x18\b \x01(\x05R\x06fields\x12#\n" +
+	"\rembedding_dim\x18\t \x01(\x05R\fembeddingDim\"\x9c\x03\n" +
 	"\fShardOptions\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x1a\n" +
 	"\breplicas\x18\x02 \x01(\x05R\breplicas\x12\x1c\n" +

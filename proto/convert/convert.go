@@ -14,14 +14,16 @@ import (
 // ModelSpec is s on the wire.
 func ModelSpec(s model.Spec) *pb.ModelSpec {
 	return &pb.ModelSpec{Kind: s.Kind, Input: int32(s.Input), Hidden: int32s(s.Hidden), Classes: int32(s.Classes),
-		Height: int32(s.Height), Width: int32(s.Width), Conv: int32s(s.Conv)}
+		Height: int32(s.Height), Width: int32(s.Width), Conv: int32s(s.Conv),
+		Fields: int32(s.Fields), EmbeddingDim: int32(s.EmbeddingDim)}
 }
 
 // Spec is the model spec m carries (the zero Spec for nil). Its list
 // fields are nil when empty, as model.Spec's JSON decodes them.
 func Spec(m *pb.ModelSpec) model.Spec {
 	return model.Spec{Kind: m.GetKind(), Input: int(m.GetInput()), Hidden: ints(m.GetHidden()),
-		Classes: int(m.GetClasses()), Height: int(m.GetHeight()), Width: int(m.GetWidth()), Conv: ints(m.GetConv())}
+		Classes: int(m.GetClasses()), Height: int(m.GetHeight()), Width: int(m.GetWidth()), Conv: ints(m.GetConv()),
+		Fields: int(m.GetFields()), EmbeddingDim: int(m.GetEmbeddingDim())}
 }
 
 // DataPlan is p on the wire.

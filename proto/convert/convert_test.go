@@ -29,7 +29,9 @@ func TestModelSpecSurvivesTheWire(t *testing.T) {
 	r := config.Default()
 	cnn := r
 	cnn.Model = model.KindCNN
-	for _, s := range []model.Spec{r.Spec(784, 10), cnn.Spec(784, 10), {Input: 3, Classes: 2}} {
+	ctr := r
+	ctr.EmbeddingDim = 8
+	for _, s := range []model.Spec{r.Spec(784, 10), cnn.Spec(784, 10), {Input: 3, Classes: 2}, ctr.CTRSpec(13, 26)} {
 		got := Spec(roundTrip(t, ModelSpec(s), &pb.ModelSpec{}))
 		if !got.Equal(s) {
 			t.Errorf("%s came back as %s", s.JSON(), got.JSON())
