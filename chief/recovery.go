@@ -41,6 +41,7 @@ type restored struct {
 	path   string
 	final  bool // written when training ended
 	shards []shardInit
+	ck     *checkpoint.Checkpoint // its embedding rows are loaded after the Inits
 }
 
 // loadLatest reads the newest checkpoint that verifies, skipping (and
@@ -69,7 +70,7 @@ func (c *Chief) loadLatest() (*restored, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &restored{step: info.Step, path: info.Path, final: ck.Manifest.Final}
+	r := &restored{step: info.Step, path: info.Path, final: ck.Manifest.Final, ck: ck}
 	for s := range c.cfg.PS {
 		p, o := st.Shard(c.plan, s)
 		r.shards = append(r.shards, shardInit{params: p, opt: o, optSteps: st.OptimizerSteps,
@@ -131,7 +132,7 @@ func (c *Chief) initShard(ctx context.Context, s int, in shardInit, gen int64) e
 	req := &pb.InitRequest{DataSlots: int32(slots), RunId: c.cfg.RunID, Shard: int32(s), NumShards: int32(r.PS), ShardOptions: c.shardOptions().Proto(),
 		Params: wire.Bytes(in.params), Version: in.version, MaxVersion: c.maxSteps(), LiveWorkers: live,
 		Generation: gen, ModelSpec: convert.ModelSpec(c.cfg.Spec), OptimizerStep: in.optSteps,
-		StepsPerEpoch: StepsPerEpoch(r, c.cfg.TrainN), DataPositions: in.positions}
+		StepsPerEpoch: StepsPerEpoch(r, c.cfg.TrainN), DataPositions: in.positions, Tables: c.tableSpecs()}
 	if len(in.opt) > 0 {
 		req.OptimizerState = wire.Bytes(in.opt)
 	}
@@ -165,6 +166,7 @@ func (c *Chief) standbyFor(ctx context.Context, s int) (epoch int64, addr string
 // newest checkpoint's step (-1: none).
 func (c *Chief) initCluster(ctx context.Context, a InitCluster) (step, latest int64, err error) {
 	inits, latest := c.freshInit(), int64(-1)
+	var ck *checkpoint.Checkpoint
 	maxSteps := MaxSteps(c.cfg.Run, c.cfg.TrainN)
 	if a.Resume {
 		rs, err := c.loadLatest()
@@ -179,7 +181,7 @@ func (c *Chief) initCluster(ctx context.Context, a InitCluster) (step, latest in
 		case rs.final || rs.shards[0].version >= maxSteps:
 			c.cfg.Log.Warn("the newest checkpoint is of a finished run; starting a new one", "path", rs.path, "step", rs.step)
 		default:
-			inits, latest = rs.shards, rs.step
+			inits, latest, ck = rs.shards, rs.step, rs.ck
 			c.cfg.Log.Info("resuming from checkpoint", "path", rs.path, "step", rs.step)
 		}
 	}
@@ -188,10 +190,15 @@ func (c *Chief) initCluster(ctx context.Context, a InitCluster) (step, latest in
 			return 0, 0, fmt.Errorf("chief: moving old checkpoints aside: %w", err)
 		}
 	}
+	all := make([]int, len(c.cfg.PS))
 	for s := range c.cfg.PS {
 		if err := c.initShard(ctx, s, inits[s], a.Generation); err != nil {
 			return 0, 0, err
 		}
+		all[s] = s
+	}
+	if err := c.restoreRows(ctx, ck, all, a.Generation); err != nil {
+		return 0, 0, err
 	}
 	return inits[0].version, latest, nil
 }
@@ -207,8 +214,9 @@ func (c *Chief) restore(ctx context.Context, targets []int, gen int64) (int64, e
 	}
 	inits := c.freshInit()
 	var restoredStep int64
+	var ck *checkpoint.Checkpoint
 	if rs != nil {
-		inits, restoredStep = rs.shards, rs.step
+		inits, restoredStep, ck = rs.shards, rs.step, rs.ck
 	} else {
 		c.cfg.Log.Error("no valid checkpoint: restoring the initial weights", "shards", targets)
 	}
@@ -216,6 +224,9 @@ func (c *Chief) restore(ctx context.Context, targets []int, gen int64) (int64, e
 		if err := c.initShard(ctx, t, inits[t], gen); err != nil {
 			return 0, err
 		}
+	}
+	if err := c.restoreRows(ctx, ck, targets, gen); err != nil {
+		return 0, err
 	}
 	return restoredStep, nil
 }

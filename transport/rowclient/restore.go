@@ -19,11 +19,25 @@ import (
 // shard's rows at a time; LoadRows requests carry at most maxBytes of
 // rows (0: DefaultMaxRequestBytes).
 func Restore(ctx context.Context, ck *checkpoint.Checkpoint, shards []pb.ParameterServerClient, runID string, gen int64, maxBytes int) error {
+	all := make([]int, len(shards))
+	for s := range all {
+		all[s] = s
+	}
+	return RestoreShards(ctx, ck, shards, all, runID, gen, maxBytes)
+}
+
+// RestoreShards is Restore onto the shards listed in targets only (the
+// others keep their rows): what a restore of some shards needs.
+func RestoreShards(ctx context.Context, ck *checkpoint.Checkpoint, shards []pb.ParameterServerClient, targets []int, runID string, gen int64, maxBytes int) error {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxRequestBytes
 	}
 	n := len(shards)
-	for s, cl := range shards {
+	for _, s := range targets {
+		if s < 0 || s >= n {
+			return fmt.Errorf("rowclient: restoring shard %d of %d", s, n)
+		}
+		cl := shards[s]
 		tables, err := shardckpt.ReadTables(ck, func(table string, k uint64) bool { return embed.ShardOf(table, k, n) == s })
 		if err != nil {
 			return err

@@ -1,0 +1,59 @@
+package chief
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/pstrain/pstrain/checkpoint"
+	"github.com/pstrain/pstrain/ml/embed"
+	"github.com/pstrain/pstrain/ps"
+	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/transport/rowclient"
+)
+
+// tableConfigs are the run's embedding tables (none for a model without):
+// one per field of a CTR model, seeded by the run's seed and trained by
+// its --embedding-optimizer.
+func (c *Chief) tableConfigs() []embed.TableConfig {
+	tables := c.cfg.Spec.Tables()
+	if len(tables) == 0 {
+		return nil
+	}
+	rule := c.cfg.Run.EmbeddingRule()
+	cfgs := make([]embed.TableConfig, len(tables))
+	for i, t := range tables {
+		cfgs[i] = embed.TableConfig{Name: t.Name, Dim: t.Dim, Seed: uint64(c.cfg.Run.Seed), Rule: rule}
+	}
+	return cfgs
+}
+
+// tableSpecs is what an Init declares of the run's tables (nil: none).
+func (c *Chief) tableSpecs() []*pb.TableSpec {
+	cfgs := c.tableConfigs()
+	if cfgs == nil {
+		return nil
+	}
+	return ps.TableSpecs(cfgs)
+}
+
+// shardClients are the clients of every shard's primary, by shard.
+func (c *Chief) shardClients() []pb.ParameterServerClient {
+	out := make([]pb.ParameterServerClient, len(c.cfg.PS))
+	for s := range out {
+		out[s] = c.primary(s).Client
+	}
+	return out
+}
+
+// restoreRows loads ck's embedding rows onto the target shards, just
+// initialised in generation gen (an Init installs empty tables). A run
+// without tables has nothing to load.
+func (c *Chief) restoreRows(ctx context.Context, ck *checkpoint.Checkpoint, targets []int, gen int64) error {
+	if ck == nil || len(c.cfg.Spec.Tables()) == 0 {
+		return nil
+	}
+	if err := rowclient.RestoreShards(ctx, ck, c.shardClients(), targets, c.cfg.RunID, gen, 0); err != nil {
+		return fmt.Errorf("chief: restoring the embedding rows: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,35 @@
+package chief
+
+import (
+	"testing"
+
+	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/ml/embed"
+	"github.com/pstrain/pstrain/ps"
+)
+
+// A CTR run's Init declares one table per field, seeded by the run and
+// trained by its embedding rule, as the PS reads them back; an MLP's
+// declares none.
+func TestInitDeclaresTheRunsTables(t *testing.T) {
+	r := config.Default()
+	r.Model, r.EmbeddingDim, r.EmbeddingOptimizer, r.EmbeddingLR, r.Seed = "ctr", 8, string(embed.Adagrad), 0.5, 42
+	c := &Chief{cfg: Config{Run: r, Spec: r.CTRSpec(13, 3)}}
+	got, err := ps.TableConfigs(c.tableSpecs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 {
+		t.Fatalf("%d tables declared, want 3", len(got))
+	}
+	for i, tc := range got {
+		want := embed.TableConfig{Name: c.cfg.Spec.Tables()[i].Name, Dim: 8, Seed: 42, Rule: r.EmbeddingRule()}
+		if tc != want {
+			t.Errorf("table %d declared as %+v, want %+v", i, tc, want)
+		}
+	}
+	mlp := &Chief{cfg: Config{Run: config.Default(), Spec: config.Default().Spec(784, 10)}}
+	if specs := mlp.tableSpecs(); specs != nil {
+		t.Errorf("an MLP declares %d tables", len(specs))
+	}
+}
