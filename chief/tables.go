@@ -6,8 +6,8 @@ import (
 
 	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/ml/embed"
-	"github.com/pstrain/pstrain/ps"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/ps"
 	"github.com/pstrain/pstrain/transport/rowclient"
 )
 
