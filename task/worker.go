@@ -8,9 +8,9 @@ import (
 	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/ml/blas"
+	"github.com/pstrain/pstrain/ml/ctrdata"
 	"github.com/pstrain/pstrain/ml/dataset"
 	"github.com/pstrain/pstrain/ml/model"
-	"github.com/pstrain/pstrain/ml/nn"
 	"github.com/pstrain/pstrain/ml/partition"
 	"github.com/pstrain/pstrain/observe/metrics"
 	pb "github.com/pstrain/pstrain/proto"
@@ -82,11 +82,10 @@ func NewWorker(ctx context.Context, o Options, d WorkerDeps) (_ *Worker, err err
 	if err != nil {
 		return nil, err
 	}
-	net, err := build(d.Builds, func() (*nn.Net, error) { return nn.New(d.Spec, o.Run.Batch, true) })
+	net, err := w.buildNet(d, runID)
 	if err != nil {
 		return nil, err
 	}
-	w.closers.add(func() { net.Close() })
 	cfg := worker.Config{Index: o.Task.Index, RunID: runID, Run: o.Run, Plan: plan, Net: net,
 		Shards: shards, Batches: batches, DataPlan: follower, Log: o.Log, Metrics: d.Metrics,
 		RetryTimeout: o.ConnectTimeout, Faults: o.GradientFaults}
@@ -282,14 +281,11 @@ func RunWorker(ctx context.Context, o Options, blasThreads int) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// The training set's shape and labels; the images of the worker's
-	// shards are read once the chief has said which shards those are,
-	// only theirs, as stored (a byte per pixel), converted a batch at a
-	// time into the net's input.
-	train, err := dataset.OpenTrainSet(o.Run.DataDir, o.Run.Dataset)
+	spec, load, closeData, err := trainData(o.Run)
 	if err != nil {
 		return err
 	}
+	defer closeData()
 	reg := o.registry()
 	m := metrics.NewWorker(reg)
 	stopMetrics, err := o.serveMetrics(ctx, reg)
@@ -297,10 +293,7 @@ func RunWorker(ctx context.Context, o Options, blasThreads int) error {
 		return err
 	}
 	defer stopMetrics()
-	load := func(index, count int) (dataset.Samples, error) {
-		return train.Shard(dataset.ShardSpec{Index: index, Count: count, Fraction: o.Run.DataFraction, Seed: o.Run.Seed})
-	}
-	w, err := NewWorker(ctx, o, WorkerDeps{Spec: o.Run.Spec(train.Dim, train.Classes), Load: load, Metrics: m})
+	w, err := NewWorker(ctx, o, WorkerDeps{Spec: spec, Load: load, Metrics: m})
 	if err != nil {
 		return err
 	}
@@ -324,4 +317,28 @@ func registrationPlan(reg *pb.RegisterResponse, r config.Run) (dataset.DataPlan,
 		return dataset.NewDataPlan(0, r.Batch, int(reg.NumDataShards)), errors.New("the chief sent no data plan (an older pstrain?)")
 	}
 	return convert.Plan(reg.DataPlan)
+}
+
+// trainData is a worker process's model and training set: the set's
+// shape and labels (for a CTR model, its schema) now, and the samples of
+// the worker's shards once the chief has said which shards those are,
+// only theirs. MNIST-like images stay as stored (a byte per pixel),
+// converted a batch at a time into the net's input.
+func trainData(r config.Run) (model.Spec, dataset.ShardLoader, func(), error) {
+	if r.Model.IsCTR() {
+		set, err := ctrdata.Open(r.DataDir, r.Dataset)
+		if err != nil {
+			return model.Spec{}, nil, nil, err
+		}
+		s := set.Train.Schema()
+		return r.CTRSpec(s.Dense, s.Cat), ctrLoader(r, set.Train), func() { set.Close() }, nil
+	}
+	train, err := dataset.OpenTrainSet(r.DataDir, r.Dataset)
+	if err != nil {
+		return model.Spec{}, nil, nil, err
+	}
+	load := func(index, count int) (dataset.Samples, error) {
+		return train.Shard(dataset.ShardSpec{Index: index, Count: count, Fraction: r.DataFraction, Seed: r.Seed})
+	}
+	return r.Spec(train.Dim, train.Classes), load, func() {}, nil
 }

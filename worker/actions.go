@@ -79,6 +79,9 @@ type HeadStart struct {
 // gradient as final (Core.RowsFinal). Answered by Core.Computed.
 type Compute struct {
 	Load bool
+	// Views are the shards' views the passes compute from (a net that
+	// reads rows of its own reads them at these versions: ViewStepper).
+	Views []ps.PullView
 }
 
 // PushKind says which gradient a Push carries.

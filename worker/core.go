@@ -330,7 +330,7 @@ func (c *Core) compute() []Action {
 	took, acts := c.head.take(pos, c.next, c.state == computing)
 	if took {
 		c.next = pos + 1 // the batch is in the input already
-		return append(acts, Compute{})
+		return append(acts, Compute{Views: slices.Clone(c.views)})
 	}
 	if pos != c.next {
 		switch {
@@ -348,7 +348,7 @@ func (c *Core) compute() []Action {
 		c.next = pos
 	}
 	c.next++
-	return append(acts, Compute{Load: true})
+	return append(acts, Compute{Load: true, Views: slices.Clone(c.views)})
 }
 
 // RowsFinal is the net's announcement, during a step's Compute, that

@@ -132,7 +132,7 @@ func (r *run) compute(a Compute) (float32, error) {
 		c.Batches.Next(c.Net.Input(), r.w.labels)
 	}
 	c.Net.SetLabels(r.w.labels)
-	loss, err := c.Net.Step()
+	loss, err := step(r.ctx, c.Net, a.Views)
 	if err != nil {
 		return 0, err
 	}

@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/pstrain/pstrain/config"
-	"github.com/pstrain/pstrain/ml/nn"
 	"github.com/pstrain/pstrain/ml/partition"
 	"github.com/pstrain/pstrain/observe/metrics"
 	pb "github.com/pstrain/pstrain/proto"
@@ -81,7 +80,7 @@ type Config struct {
 	RunID   string
 	Run     config.Run
 	Plan    partition.Plan
-	Net     *nn.Net // built for Run.Batch with gradients
+	Net     Net // built for Run.Batch with gradients (nn.Net, CTRNet)
 	Shards  []Shard
 	Batches BatchSource
 	Log     *slog.Logger

@@ -30,7 +30,8 @@ import (
 // below a PS's message limit (an Init of the dense model plus 1 MiB).
 const DefaultMaxRequestBytes = 512 << 10
 
-// ErrDone is returned when a shard says training is over.
+// ErrDone is returned when a shard says training is over (to a worker's
+// client: the chief's reads the final model's rows).
 var ErrDone = errors.New("rowclient: training is over")
 
 // Config is what a Client needs.
@@ -212,7 +213,7 @@ func (c *Client) Pull(ctx context.Context, step int64, table string, keys []uint
 			copy(out[i*dim:(i+1)*dim], rows[j*dim:(j+1)*dim])
 		}
 		c.count(p.shard, len(ks), 0, keyBytes, len(resp.Tables[0].Values), false)
-		if resp.Done {
+		if resp.Done && c.cfg.Worker >= 0 { // the chief reads the final model's rows
 			return ErrDone
 		}
 		return nil

@@ -1,0 +1,115 @@
+package task
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/ml/ctr"
+	"github.com/pstrain/pstrain/ml/ctrdata"
+	"github.com/pstrain/pstrain/ml/dataset"
+	"github.com/pstrain/pstrain/ml/model"
+	"github.com/pstrain/pstrain/ml/nn"
+	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/transport/rowclient"
+	"github.com/pstrain/pstrain/worker"
+)
+
+// buildNet is the worker's net for spec: a CTR model's over the rows of
+// every shard (rowclient), else package nn's.
+func (w *Worker) buildNet(d WorkerDeps, runID string) (worker.Net, error) {
+	if d.Spec.IsCTR() {
+		return w.ctrNet(d.Spec, runID)
+	}
+	net, err := build(d.Builds, func() (*nn.Net, error) { return nn.New(d.Spec, w.o.Run.Batch, true) })
+	if err != nil {
+		return nil, err
+	}
+	w.closers.add(func() { net.Close() })
+	return net, nil
+}
+
+// ctrNet is a CTR worker's net: ctr.Net reading and training its rows
+// on the shards through a rowclient of connections of its own (the
+// rows go over gRPC, beside the dense model's data plane).
+func (w *Worker) ctrNet(spec model.Spec, runID string) (worker.Net, error) {
+	var shards []pb.ParameterServerClient
+	for _, a := range w.o.Cluster.PS {
+		c, err := w.o.dial(a)
+		if err != nil {
+			return nil, err
+		}
+		w.closers.add(func() { c.Close() })
+		shards = append(shards, pb.NewParameterServerClient(c))
+	}
+	rows, err := rowclient.New(rowclient.Config{Shards: shards, RunID: runID, Worker: int32(w.o.Task.Index)})
+	if err != nil {
+		return nil, err
+	}
+	net, err := ctr.New(spec, w.o.Run.Batch, true)
+	if err != nil {
+		return nil, err
+	}
+	return worker.NewCTRNet(net, rows)
+}
+
+// ctrTrainN is how many training samples a CTR run trains on: the
+// first --data-fraction of the training split.
+func ctrTrainN(r config.Run, train ctrdata.Source) int {
+	n := train.Len()
+	if r.DataFraction < 1 {
+		n = dataset.SubsetSize(r.DataFraction, n)
+	}
+	return n
+}
+
+// ctrLoader reads a CTR worker's data shards: shard index of count is
+// the index-th of count contiguous ranges of the run's training samples
+// (ctrTrainN), held in memory (worker.CTRSamples).
+func ctrLoader(r config.Run, train ctrdata.Source) dataset.ShardLoader {
+	n := ctrTrainN(r, train)
+	return func(index, count int) (dataset.Samples, error) {
+		if count < 1 || index < 0 || index >= count {
+			return nil, fmt.Errorf("data: shard %d of %d", index, count)
+		}
+		lo, hi := index*n/count, (index+1)*n/count
+		b, err := readRange(train, lo, hi)
+		if err != nil {
+			return nil, err
+		}
+		return worker.NewCTRSamples(b), nil
+	}
+}
+
+// readRange reads samples [lo, hi) of src into one batch.
+func readRange(src ctrdata.Source, lo, hi int) (*ctrdata.Batch, error) {
+	st, err := src.Open(lo, hi)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	all := ctrdata.NewBatch(src.Schema(), hi-lo)
+	chunk := ctrdata.NewBatch(src.Schema(), min(max(hi-lo, 1), 4096))
+	s := src.Schema()
+	for {
+		err := st.Next(chunk)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if all.N+chunk.N > hi-lo {
+			return nil, fmt.Errorf("data: more than the %d samples of [%d, %d)", hi-lo, lo, hi)
+		}
+		copy(all.Labels[all.N:], chunk.Labels[:chunk.N])
+		copy(all.Dense[all.N*s.Dense:], chunk.Dense[:chunk.N*s.Dense])
+		copy(all.Keys[all.N*s.Cat:], chunk.Keys[:chunk.N*s.Cat])
+		all.N += chunk.N
+	}
+	if all.N != hi-lo {
+		return nil, fmt.Errorf("data: read %d samples of [%d, %d)", all.N, lo, hi)
+	}
+	return all, nil
+}

@@ -1,0 +1,42 @@
+package worker
+
+import (
+	"context"
+
+	"github.com/pstrain/pstrain/ps"
+)
+
+// Net is the passes a worker runs on its batches: nn.Net for an MLP or a
+// CNN, CTRNet for a CTR model. Params and Grads are the dense model in
+// model.Spec.Variables() order (what the shards hold, by the plan).
+// A net that cannot compute ahead or read in place refuses
+// SetEarlyRows, ForwardRows and ReadFrom (false), and the worker then
+// does neither.
+type Net interface {
+	Batch() int
+	Params() [][]float32
+	Input() []float32
+	SetLabels(labels []uint8)
+	Step() (float32, error)
+	Grads() ([][]float32, error)
+	SetEarlyRows(rows []int, ready func(row int, loss float32)) bool
+	ForwardRows(row int) bool
+	Forget()
+	ReadFrom(v, row int, data []float32) bool
+}
+
+// ViewStepper is a Net whose passes do I/O of their own (CTRNet: the
+// embedding rows on the shards): the worker runs StepFrom instead of
+// Step, under Run's context, with the views of the shards the pass
+// computes from (their versions and generations).
+type ViewStepper interface {
+	StepFrom(ctx context.Context, views []ps.PullView) (float32, error)
+}
+
+// step runs net's passes: StepFrom for a ViewStepper, else Step.
+func step(ctx context.Context, net Net, views []ps.PullView) (float32, error) {
+	if vs, ok := net.(ViewStepper); ok {
+		return vs.StepFrom(ctx, views)
+	}
+	return net.Step()
+}
