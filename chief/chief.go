@@ -82,21 +82,8 @@ type Chief struct {
 	scale scaleWatch // the loop's only
 }
 
-// New checks the configuration and computes the partition plan.
-func New(cfg Config) (*Chief, error) {
-	if err := cfg.Run.Validate(); err != nil {
-		return nil, err
-	}
-	if len(cfg.PS) != cfg.Run.PS {
-		return nil, fmt.Errorf("chief: %d PS addresses for --ps %d", len(cfg.PS), cfg.Run.PS)
-	}
-	if len(cfg.Standbys) > 0 && len(cfg.Standbys) != len(cfg.PS) {
-		return nil, fmt.Errorf("chief: %d standby addresses for %d PS: a hot standby needs one per shard, or none", len(cfg.Standbys), len(cfg.PS))
-	}
-	plan, err := partition.New(cfg.Spec, cfg.Run.PS)
-	if err != nil {
-		return nil, err
-	}
+// withDefaults is cfg with its unset fields set to their defaults.
+func withDefaults(cfg Config) Config {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -114,6 +101,28 @@ func New(cfg Config) (*Chief, error) {
 	}
 	if cfg.EvalSubset <= 0 {
 		cfg.EvalSubset = 0.2
+	}
+	return cfg
+}
+
+// New checks the configuration and computes the partition plan.
+func New(cfg Config) (*Chief, error) {
+	if err := cfg.Run.Validate(); err != nil {
+		return nil, err
+	}
+	if len(cfg.PS) != cfg.Run.PS {
+		return nil, fmt.Errorf("chief: %d PS addresses for --ps %d", len(cfg.PS), cfg.Run.PS)
+	}
+	if len(cfg.Standbys) > 0 && len(cfg.Standbys) != len(cfg.PS) {
+		return nil, fmt.Errorf("chief: %d standby addresses for %d PS: a hot standby needs one per shard, or none", len(cfg.Standbys), len(cfg.PS))
+	}
+	plan, err := partition.New(cfg.Spec, cfg.Run.PS)
+	if err != nil {
+		return nil, err
+	}
+	cfg = withDefaults(cfg)
+	if err := useRows(cfg); err != nil {
+		return nil, err
 	}
 	params := CoreParams{Run: cfg.Run, TrainN: cfg.TrainN, Model: cfg.Spec.String(), Spec: cfg.Spec, Evaluate: cfg.Evaluator != nil,
 		Checkpoints: cfg.Store != nil, StartupTimeout: cfg.StartupTimeout, EvalSubset: cfg.EvalSubset,

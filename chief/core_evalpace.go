@@ -59,8 +59,7 @@ const budgetCap = 10
 // targetInSight says whether the last score is within inSight of the
 // target.
 func (c *Core) targetInSight() bool {
-	r := c.p.Run
-	return r.TargetAccuracy > 0 && c.phase == training && len(c.st.Evals) > 0 && c.lastScore() >= r.TargetAccuracy-inSight
+	return c.p.target() > 0 && c.phase == training && len(c.st.Evals) > 0 && c.lastScore() >= c.p.target()-inSight
 }
 
 // budgetGap is the time from one evaluation's order to the next's that

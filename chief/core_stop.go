@@ -2,6 +2,7 @@ package chief
 
 import (
 	"fmt"
+	"github.com/pstrain/pstrain/ml/binmetric"
 	"math"
 	"slices"
 	"time"
@@ -36,9 +37,9 @@ func (c *Core) evalDue(now time.Time) (Action, bool) {
 	switch {
 	case c.p.EvalSubset >= 1:
 		a.ConfirmAbove = 0
-	case r.TargetAccuracy > 0 && c.hold+1 >= c.targetHold():
-		a.ConfirmAbove = r.TargetAccuracy
-	case r.TargetAccuracy > 0 && c.lastScore() < r.TargetAccuracy-0.01:
+	case c.p.target() > 0 && c.hold+1 >= c.targetHold():
+		a.ConfirmAbove = c.p.target()
+	case c.p.target() > 0 && c.lastScore() < c.p.target()-0.01:
 		// Far from the target a quarter of the subset tells as much.
 		a.Subset /= 4
 	}
@@ -77,6 +78,9 @@ type EvalResult struct {
 	// Window is the shards' attribution figures for the window this
 	// evaluation's pull closed (nil: none).
 	Window *Window
+	// Binary is a CTR model's scores (AUC, log loss, normalized
+	// entropy); nil for other models.
+	Binary *binmetric.Scores
 }
 
 // Evaluated records an evaluation and applies the stop rule.
@@ -98,6 +102,9 @@ func (c *Core) Evaluated(now time.Time, res EvalResult) []Action {
 	}
 	divActs, decided := c.judge(now, res)
 	ev := report.Eval{Step: res.Step, Seconds: c.seconds(res.At), TestAccuracy: res.Accuracy, TestLoss: jsonLoss(res.Loss), TestSamples: res.Samples, Subset: !res.Full}
+	if b := res.Binary; b != nil {
+		ev.AUC, ev.NormalizedEntropy = b.AUC, jsonLoss(b.NormalizedEntropy)
+	}
 	c.st.Evals = append(c.st.Evals, ev)
 	c.st.TestSeconds += res.Duration.Seconds()
 	c.m.EvalAccuracy.Set(res.Accuracy)
@@ -115,10 +122,10 @@ func (c *Core) Evaluated(now time.Time, res EvalResult) []Action {
 			c.finalEval = &ev
 		}
 		return append(acts, c.wind(now)...)
-	case c.phase != training || c.p.Run.TargetAccuracy <= 0:
+	case c.phase != training || c.p.target() <= 0:
 		return acts
 	}
-	if res.Accuracy >= c.p.Run.TargetAccuracy {
+	if res.Accuracy >= c.p.target() {
 		c.hold++
 	} else {
 		c.hold = 0
@@ -303,7 +310,7 @@ func (c *Core) report() *report.Report {
 	rep := &report.Report{Mode: string(r.Mode), PS: r.PS, Workers: r.Workers, ReplicasToAggregate: r.Replicas(),
 		Staleness: r.Staleness, Hidden: r.Hidden, Model: c.p.Model, Optimizer: r.Optimizer, Batch: r.Batch,
 		LR: r.LR, LRSchedule: r.LRSchedule, WarmupSteps: r.WarmupSteps, Momentum: r.Momentum, Epochs: r.Epochs, DataFraction: r.DataFraction, Dataset: r.Dataset,
-		Seed: r.Seed, TargetAccuracy: r.TargetAccuracy, TargetHold: c.targetHold(),
+		Seed: r.Seed, TargetAccuracy: c.p.target(), TargetHold: c.targetHold(),
 		StoppedBy: c.stopReason, GlobalSteps: c.steps, FinalStep: c.steps,
 		TestSeconds: c.st.TestSeconds, Evals: c.st.Evals, TimeToTargetSeconds: c.st.TimeToTargetSeconds,
 		Restarts: c.st.Restarts, TrainStartedUnix: c.st.TrainStartedUnix, Checkpoints: c.st.Checkpoints,
@@ -332,6 +339,9 @@ func (c *Core) report() *report.Report {
 	}
 	if c.finalEval != nil {
 		rep.TestAccuracy, rep.FinalStep = c.finalEval.TestAccuracy, c.finalEval.Step
+		if c.p.Spec.IsCTR() {
+			rep.AUC, rep.LogLoss, rep.NormalizedEntropy = c.finalEval.AUC, c.finalEval.TestLoss, c.finalEval.NormalizedEntropy
+		}
 	}
 	rep.Ruined = c.ruined()
 	if hb := c.st.HandedBack; hb != nil {

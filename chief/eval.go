@@ -22,6 +22,7 @@ type Evaluator struct {
 	net    *nn.Net
 	test   *dataset.Dataset
 	sample dataset.Sample
+	ctr    *ctrEval // a CTR model's instead (eval_ctr.go)
 }
 
 // NewEvaluator builds a forward-only net for spec. seed fixes the samples
@@ -38,7 +39,12 @@ func NewEvaluator(spec model.Spec, test *dataset.Dataset, batch int, seed int64)
 }
 
 // Params are the buffers to write the weights into before Eval.
-func (e *Evaluator) Params() [][]float32 { return e.net.Params() }
+func (e *Evaluator) Params() [][]float32 {
+	if e.ctr != nil {
+		return e.ctr.net.Params()
+	}
+	return e.net.Params()
+}
 
 // Eval returns accuracy in [0,1] and mean loss over the whole test set.
 func (e *Evaluator) Eval() (acc, loss float64, err error) {
@@ -52,6 +58,9 @@ func (e *Evaluator) Eval() (acc, loss float64, err error) {
 // accuracy an unbiased estimate of the whole set's). It also returns how
 // many samples it scored.
 func (e *Evaluator) Score(fraction float64) (acc, loss float64, n int, err error) {
+	if e.ctr != nil {
+		return e.ctr.score(false)
+	}
 	var idx []int
 	if fraction < 1 {
 		idx = e.sample.Take(fraction)
@@ -72,6 +81,9 @@ func (e *Evaluator) Score(fraction float64) (acc, loss float64, n int, err error
 // set alone; it returns the whole set's accuracy, loss and size, and the
 // samples it scored.
 func (e *Evaluator) Complete(fraction, acc, loss float64, n int) (wholeAcc, wholeLoss float64, total, scored int, err error) {
+	if e.ctr != nil {
+		return acc, loss, n, 0, nil // Score scored the whole set
+	}
 	if fraction <= 0 || fraction >= 1 {
 		wholeAcc, wholeLoss, total, err = e.Score(1)
 		return wholeAcc, wholeLoss, total, total, err
@@ -156,7 +168,13 @@ func initialLoss(cfg Config, plan partition.Plan) float64 {
 		plan.Gather(s, init, flat)
 		plan.Scatter(s, flat, params)
 	}
-	_, loss, _, err := cfg.Evaluator.Score(cfg.EvalSubset)
+	var loss float64
+	var err error
+	if ev := cfg.Evaluator; ev.ctr != nil {
+		_, loss, _, err = ev.ctr.score(true)
+	} else {
+		_, loss, _, err = ev.Score(cfg.EvalSubset)
+	}
 	if err != nil || !finite(loss) || loss <= 0 {
 		return uniform
 	}
@@ -164,7 +182,12 @@ func initialLoss(cfg Config, plan partition.Plan) float64 {
 }
 
 // Close releases the net.
-func (e *Evaluator) Close() error { return e.net.Close() }
+func (e *Evaluator) Close() error {
+	if e.net == nil {
+		return nil
+	}
+	return e.net.Close()
+}
 
 // windows asks every shard for the attribution window its evaluation
 // pull (of versions[s]) closed and adds them up (nil: a shard did not
@@ -238,7 +261,7 @@ func (c *Chief) evaluate(ctx context.Context, a Evaluate) EvalResult {
 	res.Window = c.windows(ctx, versions)
 	res.At = c.cfg.Now()
 	ev := c.cfg.Evaluator
-	if a.ConfirmAbove > 0 && a.Subset > 0 && a.Subset < 1 {
+	if a.ConfirmAbove > 0 && a.Subset > 0 && a.Subset < 1 && ev.ctr == nil { // (a CTR evaluation scores the whole set)
 		res.Accuracy, res.Loss, res.Samples, res.Err = ev.Score(a.Subset)
 		res.Scored = res.Samples
 		if res.Err != nil || res.Accuracy < a.ConfirmAbove {
@@ -254,6 +277,7 @@ func (c *Chief) evaluate(ctx context.Context, a Evaluate) EvalResult {
 		res.Scored = res.Samples
 	}
 	res.Full = true
+	res.Binary = ev.Binary()
 	res.Duration = c.cfg.Now().Sub(t0)
 	return res
 }

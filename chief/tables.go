@@ -5,31 +5,33 @@ import (
 	"fmt"
 
 	"github.com/pstrain/pstrain/checkpoint"
+	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/ml/embed"
+	"github.com/pstrain/pstrain/ml/model"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/ps"
 	"github.com/pstrain/pstrain/transport/rowclient"
 )
 
-// tableConfigs are the run's embedding tables (none for a model without):
-// one per field of a CTR model, seeded by the run's seed and trained by
-// its --embedding-optimizer.
-func (c *Chief) tableConfigs() []embed.TableConfig {
-	tables := c.cfg.Spec.Tables()
+// TableConfigs are the embedding tables of run r's model spec (none for
+// a model without): one per field of a CTR model, seeded by the run's
+// seed and trained by its --embedding-optimizer.
+func TableConfigs(r config.Run, spec model.Spec) []embed.TableConfig {
+	tables := spec.Tables()
 	if len(tables) == 0 {
 		return nil
 	}
-	rule := c.cfg.Run.EmbeddingRule()
+	rule := r.EmbeddingRule()
 	cfgs := make([]embed.TableConfig, len(tables))
 	for i, t := range tables {
-		cfgs[i] = embed.TableConfig{Name: t.Name, Dim: t.Dim, Seed: uint64(c.cfg.Run.Seed), Rule: rule}
+		cfgs[i] = embed.TableConfig{Name: t.Name, Dim: t.Dim, Seed: uint64(r.Seed), Rule: rule}
 	}
 	return cfgs
 }
 
 // tableSpecs is what an Init declares of the run's tables (nil: none).
 func (c *Chief) tableSpecs() []*pb.TableSpec {
-	cfgs := c.tableConfigs()
+	cfgs := TableConfigs(c.cfg.Run, c.cfg.Spec)
 	if cfgs == nil {
 		return nil
 	}

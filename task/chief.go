@@ -15,6 +15,7 @@ import (
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/internal/ratelog"
 	"github.com/pstrain/pstrain/ml/blas"
+	"github.com/pstrain/pstrain/ml/ctrdata"
 	"github.com/pstrain/pstrain/ml/dataset"
 	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/observe/metrics"
@@ -44,6 +45,11 @@ type ChiefDeps struct {
 	Spec model.Spec
 	// Test is the evaluation set (nil: the chief does not evaluate).
 	Test *dataset.Dataset
+	// CTRTest is a CTR model's evaluation set instead, and PlantedAUC
+	// the best AUC achievable on it (synthetic data; 0: unknown), for
+	// the report.
+	CTRTest    ctrdata.Source
+	PlantedAUC float64
 	// TrainN is the number of training samples (after --data-fraction).
 	TrainN int
 	// FS holds Run.CheckpointDir (nil: the operating system's).
@@ -64,6 +70,7 @@ type Chief struct {
 	co       ChiefOptions
 	lis      Network
 	spec     model.Spec
+	planted  float64
 	chief    *chief.Chief
 	g        *grpc.Server
 	refusals *ratelog.Logger
@@ -79,7 +86,7 @@ func NewChief(o Options, co ChiefOptions, d ChiefDeps) (_ *Chief, err error) {
 	if err := o.prepare(d.Network); err != nil {
 		return nil, err
 	}
-	c := &Chief{o: o, co: co, lis: d.Network, spec: d.Spec}
+	c := &Chief{o: o, co: co, lis: d.Network, spec: d.Spec, planted: d.PlantedAUC}
 	c.closers.add(func() { d.Listener.Close() })
 	defer func() {
 		if err != nil {
@@ -128,7 +135,7 @@ func (c *Chief) config(d ChiefDeps) (chief.Config, error) {
 	}
 	cfg := chief.Config{Run: o.Run, Spec: d.Spec, RunID: co.RunID, PS: pss, Standbys: standbys, TrainN: d.TrainN,
 		Log: o.Log, Metrics: m, StartupTimeout: o.ConnectTimeout, StatePath: co.StatePath, ScaleFile: co.ScaleFile}
-	if d.Test != nil {
+	if d.Test != nil || d.CTRTest != nil {
 		if cfg.Evaluator, err = c.evaluator(d); err != nil {
 			return chief.Config{}, err
 		}
@@ -158,6 +165,9 @@ func (c *Chief) evaluator(d ChiefDeps) (*chief.Evaluator, error) {
 		batch = 1000
 	}
 	ev, err := build(d.Builds, func() (*chief.Evaluator, error) {
+		if d.CTRTest != nil {
+			return chief.NewCTREvaluator(d.Spec, d.CTRTest, batch, chief.TableConfigs(c.o.Run, d.Spec))
+		}
 		return chief.NewEvaluator(d.Spec, d.Test, batch, c.o.Run.Seed)
 	})
 	if err != nil {
@@ -220,6 +230,9 @@ func (c *Chief) Run(ctx context.Context) (*report.Report, error) {
 		return nil, err
 	}
 	rep.BLAS = blas.Describe()
+	if c.spec.IsCTR() {
+		rep.PlantedAUC = c.planted
+	}
 	c.chief.Shutdown(context.WithoutCancel(ctx))
 	if c.co.ReportPath != "" {
 		if err := rep.Write(c.co.ReportPath); err != nil {
@@ -247,15 +260,11 @@ func RunChief(ctx context.Context, o Options, co ChiefOptions) (*report.Report, 
 	if err := blas.Setup(1); err != nil {
 		return nil, err
 	}
-	// The chief scores and counts epochs; it never trains: the test set
-	// and the training set's size are all it loads.
-	test, trainN, err := dataset.LoadEval(o.Run.DataDir, o.Run.Dataset)
+	deps, closeData, err := evalData(o.Run)
 	if err != nil {
 		return nil, err
 	}
-	if o.Run.DataFraction < 1 {
-		trainN = dataset.SubsetSize(o.Run.DataFraction, trainN)
-	}
+	defer closeData()
 	reg := o.registry()
 	m := metrics.NewChief(reg)
 	// Metrics stay up while an interrupted run winds down.
@@ -268,12 +277,38 @@ func RunChief(ctx context.Context, o Options, co ChiefOptions) (*report.Report, 
 	if err != nil {
 		return nil, err
 	}
-	c, err := NewChief(o, co, ChiefDeps{Network: Network{Listener: lis, Addr: addr}, Spec: specFor(o.Run, test),
-		Test: test, TrainN: trainN, Metrics: m})
+	deps.Network, deps.Metrics = Network{Listener: lis, Addr: addr}, m
+	c, err := NewChief(o, co, deps)
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
 	c.Serve()
 	return c.Run(ctx)
+}
+
+// evalData is what the chief process loads of the data: the model spec,
+// the test set and the training set's size (after --data-fraction).
+// The chief scores and counts epochs; it never trains.
+func evalData(r config.Run) (ChiefDeps, func(), error) {
+	if r.Model.IsCTR() {
+		set, err := ctrdata.Open(r.DataDir, r.Dataset)
+		if err != nil {
+			return ChiefDeps{}, nil, err
+		}
+		s := set.Train.Schema()
+		d := ChiefDeps{Spec: r.CTRSpec(s.Dense, s.Cat), CTRTest: set.Test, TrainN: ctrTrainN(r, set.Train)}
+		if set.Meta != nil {
+			d.PlantedAUC = set.Meta.PlantedAUC
+		}
+		return d, func() { set.Close() }, nil
+	}
+	test, trainN, err := dataset.LoadEval(r.DataDir, r.Dataset)
+	if err != nil {
+		return ChiefDeps{}, nil, err
+	}
+	if r.DataFraction < 1 {
+		trainN = dataset.SubsetSize(r.DataFraction, trainN)
+	}
+	return ChiefDeps{Spec: specFor(r, test), Test: test, TrainN: trainN}, func() {}, nil
 }

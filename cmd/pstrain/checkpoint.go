@@ -243,7 +243,7 @@ func optimizerLine(m checkpoint.Manifest) string {
 }
 
 // cmdEval scores a checkpoint on the test set.
-func cmdEval(_ context.Context, args []string, stdout, stderr io.Writer) error {
+func cmdEval(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("eval", "eval --checkpoint DIR [flags]", "Score a checkpoint's model on the test set of its run's data set.")
 	path := fs.String("checkpoint", "", "a ckpt-* directory, or a checkpoint directory (its newest valid checkpoint)")
 	dataDir := fs.String("data-dir", "", "directory holding the data sets (default: the run's)")
@@ -268,6 +268,18 @@ func cmdEval(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if *dataDir != "" {
 		r.DataDir = *dataDir
 	}
+	if err := blas.Setup(1); err != nil {
+		return err
+	}
+	if spec.IsCTR() {
+		return evalCTR(ctx, ck, r, spec, stdout)
+	}
+	return evalClassifier(ck, r, spec, stdout)
+}
+
+// evalClassifier scores an MLP's or a CNN's checkpoint on its data set's
+// test set.
+func evalClassifier(ck *checkpoint.Checkpoint, r config.Run, spec model.Spec, stdout io.Writer) error {
 	test, _, err := dataset.LoadEval(r.DataDir, r.Dataset) // the test set alone
 	if err != nil {
 		return err
@@ -277,9 +289,6 @@ func cmdEval(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	st, err := shardckpt.Read(ck, spec, r.Optimizer)
 	if err != nil {
-		return err
-	}
-	if err := blas.Setup(1); err != nil {
 		return err
 	}
 	ev, err := chief.NewEvaluator(spec, test, 1000, 0)

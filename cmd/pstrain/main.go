@@ -311,6 +311,9 @@ func printSummary(w io.Writer, rep *report.Report) {
 		fmt.Fprintf(w, "workers: %d -> %d at step %d (epoch %d) at %.2f s, asked at %.2f s\n", c.From, c.To, c.Step, c.Epoch, c.Seconds, c.AskedSeconds)
 	}
 	fmt.Fprintf(w, "test accuracy: %.2f%% (the model of step %d; best %.2f%%)\n", 100*rep.TestAccuracy, rep.FinalStep, 100*rep.BestTestAccuracy)
+	if rep.AUC > 0 {
+		fmt.Fprintln(w, ctrScoresText(rep))
+	}
 	if rep.TimeToTargetSeconds != nil {
 		fmt.Fprintf(w, "time to %.2f%% held for %d evaluations: %.2f s of training\n", 100*rep.TargetAccuracy, rep.TargetHold, *rep.TimeToTargetSeconds)
 	} else if rep.TargetAccuracy > 0 {
@@ -491,7 +494,7 @@ func dataFetchFlags(name, dir *string) *flag.FlagSet {
 // modelText names a model for a header line: "MLP 784-800-10" or
 // "cnn 28x28x1-c16-c32-256-10" (a CNN's spec says its kind).
 func modelText(s model.Spec) string {
-	if s.IsCNN() {
+	if s.IsCNN() || s.IsCTR() {
 		return s.String()
 	}
 	return "MLP " + s.String()

@@ -44,15 +44,15 @@ func checkRunFlags(r config.Run, metricsPortBase int, connectTimeout time.Durati
 // usage error: the flags ask too much), and a resume that would find
 // only damaged checkpoints. It returns the data's shape.
 func checkRun(r config.Run) (dataset.Shape, error) {
-	shape, err := dataset.Inspect(r.DataDir, r.Dataset)
+	shape, err := inspectData(r)
 	if err != nil {
 		return shape, err
 	}
-	if err := r.Spec(shape.Dim, shape.Classes).Validate(); err != nil { // a CNN on data that is no image, or too small for its convolutions
+	if err := specOf(r, shape).Validate(); err != nil { // a CNN on data that is no image, or too small for its convolutions
 		return shape, asUsage(fmt.Errorf("%s: %w", r.Dataset, err))
 	}
 	if avail, err := preflight.MemAvailable(procRoot); err == nil {
-		what := fmt.Sprintf("the run (a chief, %s and %d workers, model %s, batch %d)", psText(r), r.Workers, r.Spec(shape.Dim, shape.Classes), r.Batch)
+		what := fmt.Sprintf("the run (a chief, %s and %d workers, model %s, batch %d)", psText(r), r.Workers, specOf(r, shape), r.Batch)
 		f := preflight.Estimate(r, shape)
 		if err := preflight.CheckMemory(what, f.Run(r)+float64(r.Standbys())*f.PS, avail); err != nil { // a standby holds what its primary does
 			return shape, asUsage(err)
@@ -91,14 +91,14 @@ func checkTask(r config.Run, spec cluster.Spec, tk cluster.Task, metricsAddr, da
 	if err := preflight.CheckAddrs(mine, true); err != nil {
 		return asUsage(err)
 	}
-	shape, err := dataset.Inspect(r.DataDir, r.Dataset)
+	shape, err := inspectData(r)
 	switch {
 	case err != nil && (tk.Type == cluster.PS || tk.Type == cluster.Standby):
 		return nil
 	case err != nil:
 		return err
 	}
-	if err := r.Spec(shape.Dim, shape.Classes).Validate(); err != nil {
+	if err := specOf(r, shape).Validate(); err != nil {
 		return asUsage(fmt.Errorf("%s: %w", r.Dataset, err))
 	}
 	avail, err := preflight.MemAvailable(procRoot)
@@ -107,7 +107,7 @@ func checkTask(r config.Run, spec cluster.Spec, tk cluster.Task, metricsAddr, da
 	}
 	f := preflight.Estimate(r, shape)
 	need := map[string]float64{cluster.Chief: f.Chief, cluster.PS: f.PS, cluster.Standby: f.PS, cluster.Worker: f.Worker}[tk.Type]
-	what := fmt.Sprintf("%s (model %s, batch %d)", tk, r.Spec(shape.Dim, shape.Classes), r.Batch)
+	what := fmt.Sprintf("%s (model %s, batch %d)", tk, specOf(r, shape), r.Batch)
 	return asUsage(preflight.CheckMemory(what, need, avail))
 }
 

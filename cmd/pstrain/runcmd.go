@@ -157,7 +157,7 @@ func (c *runCmd) execute(ctx context.Context, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "pstrain: %s SGD, %s, %d workers, %s, batch %d, lr %s, %s\n", r.Mode, psText(r), r.Workers,
-		modelText(r.Spec(shape.Dim, shape.Classes)), r.Batch, lrText(r), r.Optimizer)
+		modelText(specOf(r, shape)), r.Batch, lrText(r), r.Optimizer)
 	rep, err := launcher.Run(ctx, lc)
 	if errors.Is(err, launcher.ErrChiefGaveUp) {
 		return &exitError{code: launcher.ExitChiefGaveUp, err: err}

@@ -26,6 +26,11 @@ type Eval struct {
 	// rather than all of it.
 	TestSamples int  `json:"test_samples,omitempty"`
 	Subset      bool `json:"subset,omitempty"`
+	// AUC and NormalizedEntropy score a CTR model (TestLoss is then its
+	// log loss, TestAccuracy that of predicting a click at probability
+	// 0.5 or more); absent for other models.
+	AUC               float64 `json:"auc,omitempty"`
+	NormalizedEntropy float64 `json:"normalized_entropy,omitempty"`
 }
 
 // Restart is one recovered task. In the report of `pstrain run` its
@@ -184,6 +189,14 @@ type Report struct {
 	// checkpoint's); TestAccuracy is that model's, on the whole test set.
 	FinalStep  int64 `json:"final_step"`
 	TargetHold int   `json:"target_hold"`
+	// AUC, LogLoss and NormalizedEntropy are a CTR model's scores on the
+	// whole test set, of the model handed back, as TestAccuracy;
+	// PlantedAUC is the best AUC achievable on the synthetic data set
+	// (its planted model's). Absent for other models.
+	AUC               float64 `json:"auc,omitempty"`
+	LogLoss           float64 `json:"logloss,omitempty"`
+	NormalizedEntropy float64 `json:"normalized_entropy,omitempty"`
+	PlantedAUC        float64 `json:"planted_auc,omitempty"`
 	// Checkpoints counts the checkpoint attempts.
 	Checkpoints Checkpoints `json:"checkpoints"`
 	// RefusedGradients counts, by worker ("worker/1"), the gradients the

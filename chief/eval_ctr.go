@@ -1,0 +1,153 @@
+package chief
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/pstrain/pstrain/ml/binmetric"
+	"github.com/pstrain/pstrain/ml/ctr"
+	"github.com/pstrain/pstrain/ml/ctrdata"
+	"github.com/pstrain/pstrain/ml/embed"
+	"github.com/pstrain/pstrain/ml/model"
+	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/transport/rowclient"
+)
+
+// ctrEvalTimeout bounds the row reads of one CTR evaluation.
+const ctrEvalTimeout = time.Minute
+
+// ctrEval is an Evaluator of a CTR model: its dense weights in the net's
+// Params, its rows read through rows (the shards', without creating
+// any) or, for the initial model, initial (tables of no row: every key
+// reads its seeded initial row, as on the shards).
+type ctrEval struct {
+	net           *ctr.Net
+	test          ctrdata.Source
+	rows, initial embed.Rows
+	last          binmetric.Scores
+}
+
+// NewCTREvaluator builds the evaluator of a CTR model on test, in
+// batches of up to batch samples; tables are the run's tables (their
+// seeded initial rows score the initial model). Its rows come from the
+// shards once UseRows gave their client. A CTR evaluation always scores
+// the whole test set (AUC is not a mean over samples).
+func NewCTREvaluator(spec model.Spec, test ctrdata.Source, batch int, tables []embed.TableConfig) (*Evaluator, error) {
+	if test.Len() == 0 {
+		return nil, fmt.Errorf("eval: empty test set")
+	}
+	net, err := ctr.New(spec, min(batch, test.Len()), false)
+	if err != nil {
+		return nil, err
+	}
+	local, err := embed.NewLocal(tables)
+	if err != nil {
+		return nil, err
+	}
+	return &Evaluator{ctr: &ctrEval{net: net, test: test, initial: ctr.PeekRows{P: local}}}, nil
+}
+
+// UseRows makes rows (the chief's rowclient: its pulls create no rows)
+// where a CTR evaluator reads the model's rows.
+func (e *Evaluator) UseRows(rows embed.Rows) {
+	if e.ctr != nil {
+		e.ctr.rows = rows
+	}
+}
+
+// Binary is a CTR evaluator's last scores (AUC, log loss, normalized
+// entropy); nil for another model's.
+func (e *Evaluator) Binary() *binmetric.Scores {
+	if e.ctr == nil {
+		return nil
+	}
+	s := e.ctr.last
+	return &s
+}
+
+// score scores the whole test set with the rows of rows (initial: the
+// initial ones): the accuracy of predicting a click at probability 0.5
+// or more, the mean log loss, and the samples; the scores are kept
+// (Binary).
+func (c *ctrEval) score(initial bool) (acc, loss float64, n int, err error) {
+	rows := c.rows
+	if initial || rows == nil {
+		rows = c.initial
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ctrEvalTimeout)
+	defer cancel()
+	probs, labels, err := predict(ctx, c.net, rows, c.test)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	s, err := binmetric.Score(probs, labels)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	c.last = s
+	correct := 0
+	for i, p := range probs {
+		if (p >= 0.5) == (labels[i] == 1) {
+			correct++
+		}
+	}
+	return float64(correct) / float64(len(probs)), s.LogLoss, len(probs), nil
+}
+
+// predict runs net over every sample of test, reading rows through rows,
+// and returns its click probabilities and the labels.
+func predict(ctx context.Context, net *ctr.Net, rows embed.Rows, test ctrdata.Source) ([]float32, []uint8, error) {
+	st, err := test.Open(0, test.Len())
+	if err != nil {
+		return nil, nil, err
+	}
+	defer st.Close()
+	b := ctrdata.NewBatch(test.Schema(), net.Batch())
+	probs, labels := make([]float32, 0, test.Len()), make([]uint8, 0, test.Len())
+	buf := make([]float32, net.Batch())
+	for {
+		err := st.Next(b)
+		if errors.Is(err, io.EOF) {
+			return probs, labels, nil
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		if _, err := net.Step(ctx, rows, 0, b); err != nil {
+			return nil, nil, fmt.Errorf("eval: %w", err)
+		}
+		probs = append(probs, net.Probs(buf)...)
+		labels = append(labels, b.Labels[:b.N]...)
+	}
+}
+
+// useRows gives a CTR evaluator the chief's client of the shards' rows:
+// worker -1, whose pulls create no rows and count for no admission.
+func useRows(cfg Config) error {
+	if cfg.Evaluator == nil || cfg.Evaluator.ctr == nil {
+		return nil
+	}
+	shards := make([]pb.ParameterServerClient, len(cfg.PS))
+	for s, p := range cfg.PS {
+		shards[s] = p.Client
+	}
+	rows, err := rowclient.New(rowclient.Config{Shards: shards, RunID: cfg.RunID, Worker: -1})
+	if err != nil {
+		return err
+	}
+	cfg.Evaluator.UseRows(rows)
+	return nil
+}
+
+// target is the accuracy the stop rule aims at (0: none, the run trains
+// its --epochs). A CTR model has none: its accuracy at 0.5 says little
+// of a click model, and --target-accuracy does not apply to AUC.
+func (p CoreParams) target() float64 {
+	if p.Spec.IsCTR() {
+		return 0
+	}
+	return p.Run.TargetAccuracy
+}
