@@ -1,11 +1,16 @@
 package task
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"time"
+
+	"google.golang.org/grpc/codes"
 
 	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/internal/retry"
 	"github.com/pstrain/pstrain/ml/ctr"
 	"github.com/pstrain/pstrain/ml/ctrdata"
 	"github.com/pstrain/pstrain/ml/dataset"
@@ -51,7 +56,33 @@ func (w *Worker) ctrNet(spec model.Spec, runID string) (worker.Net, error) {
 	if err != nil {
 		return nil, err
 	}
-	return worker.NewCTRNet(net, rows)
+	return worker.NewCTRNet(net, retryRows{Client: rows, patience: w.o.ConnectTimeout})
+}
+
+// retryRows is a rowclient whose calls ride through a PS restart as the
+// worker's dense calls do: a call that found a shard unavailable is
+// made again, with backoff, for up to patience. (A push is sent again
+// to every shard of its keys: a sync shard replaces a worker's staged
+// rows of the step; an async one applies them twice, as it would a
+// dense push retried after its answer was lost.)
+type retryRows struct {
+	*rowclient.Client
+	patience time.Duration
+}
+
+func (r retryRows) do(ctx context.Context, f func() error) error {
+	return retry.Do(ctx, retry.Policy{First: 20 * time.Millisecond, Max: time.Second, Patience: r.patience,
+		Retryable: retry.OnCodes(codes.Unavailable)}, func(context.Context) error { return f() })
+}
+
+// Pull implements embed.Rows.
+func (r retryRows) Pull(ctx context.Context, step int64, table string, keys []uint64, out []float32) error {
+	return r.do(ctx, func() error { return r.Client.Pull(ctx, step, table, keys, out) })
+}
+
+// Push implements embed.Rows.
+func (r retryRows) Push(ctx context.Context, step int64, table string, keys []uint64, grads []float32) error {
+	return r.do(ctx, func() error { return r.Client.Push(ctx, step, table, keys, grads) })
 }
 
 // ctrTrainN is how many training samples a CTR run trains on: the

@@ -25,38 +25,17 @@ const ctrAUCGap = 0.06
 // processes, its tables sharded on the PS, on a small synthetic set the
 // test writes: it stops by epochs, its AUC comes within ctrAUCGap of the
 // planted model's, the final checkpoint holds the rows (emb/C1...), and
-// `pstrain eval` of it scores the report's AUC.
+// `pstrain eval` of it scores the report's AUC. The same run with ps/1
+// killed after 3 s ends with the same model (checkRestoredRun).
 func TestRunCTRTrainsAndItsCheckpointEvaluates(t *testing.T) {
-	tmp := t.TempDir()
-	cfg := ctrdata.DefaultConfig()
-	cfg.Train, cfg.Test = 20000, 5000
-	if _, err := ctrdata.Generate(filepath.Join(tmp, "data", ctrdata.SynthName), cfg); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	rp, ckdir, data := filepath.Join(tmp, "report.json"), filepath.Join(tmp, "ckpt"), filepath.Join(tmp, "data")
-	out, err := pstrain(t, ctx, "run", "--model", "ctr", "--ps", "2", "--workers", "2", "--epochs", "2", "--data-dir", data,
-		"--checkpoint-dir", ckdir, "--run-dir", filepath.Join(tmp, "run"), "--sd-dir", filepath.Join(tmp, "targets"), "--report", rp)
-	if err != nil {
-		t.Fatalf("pstrain run: %v\n%s", err, out)
-	}
-	rep, err := report.Read(rp)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep, data, ckdir := runCTR(t, ctx)
 	// 20000 samples, 2 workers x 128 per sync step: 79 steps an epoch.
 	if rep.StoppedBy != "epochs" || rep.GlobalSteps != 157 {
 		t.Errorf("stopped by %s after %d steps, want epochs after 157", rep.StoppedBy, rep.GlobalSteps)
 	}
-	t.Logf("CTR auc %.4f logloss %.4f normalized entropy %.4f, planted auc %.4f, %.1f s training",
-		rep.AUC, rep.LogLoss, rep.NormalizedEntropy, rep.PlantedAUC, rep.TrainSeconds)
-	if rep.PlantedAUC < 0.7 || rep.AUC < rep.PlantedAUC-ctrAUCGap || rep.AUC > rep.PlantedAUC+0.02 {
-		t.Errorf("auc %.4f, planted %.4f: want within %.2f below it", rep.AUC, rep.PlantedAUC, ctrAUCGap)
-	}
-	if !(rep.NormalizedEntropy > 0 && rep.NormalizedEntropy < 0.9) || rep.LogLoss <= 0 {
-		t.Errorf("logloss %.4f normalized entropy %.4f: want a model better than the base rate", rep.LogLoss, rep.NormalizedEntropy)
-	}
+	checkCTRScores(t, rep)
 	ck, err := checkpoint.NewStore(checkpoint.OSFS{}, ckdir, 0).Load(newestCheckpoint(t, ckdir).Path)
 	if err != nil {
 		t.Fatal(err)
@@ -79,5 +58,76 @@ func TestRunCTRTrainsAndItsCheckpointEvaluates(t *testing.T) {
 	auc, _ := strconv.ParseFloat(m[1], 64)
 	if math.Abs(auc-rep.AUC) > 1e-4 {
 		t.Errorf("pstrain eval scores the final checkpoint's auc %.4f, the report says %.4f", auc, rep.AUC)
+	}
+	killed, _, _ := runCTR(t, ctx, "--checkpoint-every", "20", "--fault", "ps/1@3s")
+	checkRestoredRun(t, killed, rep.AUC)
+}
+
+// checkRestoredRun checks the report of the same run with a PS killed
+// mid-run: it is restored from the last checkpoint, its rows with it,
+// while the workers ride through (their row calls wait for the shard as
+// their dense calls do), and sync training replays to the same model:
+// the same AUC as the run without the fault (lost rows would start
+// again from their initial values and end elsewhere).
+func checkRestoredRun(t *testing.T, rep *report.Report, wantAUC float64) {
+	t.Helper()
+	if rep.StoppedBy != "epochs" {
+		t.Errorf("stopped by %s, want epochs", rep.StoppedBy)
+	}
+	restored := false
+	for _, r := range rep.Restarts {
+		switch {
+		case r.Task == "ps/1" && r.RestoredStep > 0:
+			restored = true
+		case r.Task != "ps/1":
+			t.Errorf("%s restarted (%s): the workers should ride through the PS's restart", r.Task, r.Cause)
+		}
+	}
+	if !restored {
+		t.Errorf("ps/1 was not restored from a checkpoint: %+v", rep.Restarts)
+	}
+	if math.Abs(rep.AUC-wantAUC) > 1e-4 {
+		t.Errorf("auc %.4f after ps/1 was killed and restored, %.4f without: the replay did not train the same model", rep.AUC, wantAUC)
+	}
+}
+
+// runCTR writes a synthetic set of 20000 training and 5000 test samples
+// and runs `pstrain run --model ctr` on it over 2 PS and 2 workers for 2
+// epochs, with extra flags; it returns the report, the data directory
+// and the checkpoint directory.
+func runCTR(t *testing.T, ctx context.Context, extra ...string) (*report.Report, string, string) {
+	t.Helper()
+	tmp := t.TempDir()
+	cfg := ctrdata.DefaultConfig()
+	cfg.Train, cfg.Test = 20000, 5000
+	data := filepath.Join(tmp, "data")
+	if _, err := ctrdata.Generate(filepath.Join(data, ctrdata.SynthName), cfg); err != nil {
+		t.Fatal(err)
+	}
+	rp, ckdir := filepath.Join(tmp, "report.json"), filepath.Join(tmp, "ckpt")
+	args := append([]string{"run", "--model", "ctr", "--ps", "2", "--workers", "2", "--epochs", "2", "--data-dir", data,
+		"--checkpoint-dir", ckdir, "--run-dir", filepath.Join(tmp, "run"), "--sd-dir", filepath.Join(tmp, "targets"), "--report", rp}, extra...)
+	out, err := pstrain(t, ctx, args...)
+	if err != nil {
+		t.Fatalf("pstrain run: %v\n%s", err, out)
+	}
+	rep, err := report.Read(rp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep, data, ckdir
+}
+
+// checkCTRScores checks a CTR run's report: its AUC within ctrAUCGap of
+// the planted model's, and a log loss better than the base rate's.
+func checkCTRScores(t *testing.T, rep *report.Report) {
+	t.Helper()
+	t.Logf("CTR auc %.4f logloss %.4f normalized entropy %.4f, planted auc %.4f, %.1f s training",
+		rep.AUC, rep.LogLoss, rep.NormalizedEntropy, rep.PlantedAUC, rep.TrainSeconds)
+	if rep.PlantedAUC < 0.7 || rep.AUC < rep.PlantedAUC-ctrAUCGap || rep.AUC > rep.PlantedAUC+0.02 {
+		t.Errorf("auc %.4f, planted %.4f: want within %.2f below it", rep.AUC, rep.PlantedAUC, ctrAUCGap)
+	}
+	if !(rep.NormalizedEntropy > 0 && rep.NormalizedEntropy < 0.9) || rep.LogLoss <= 0 {
+		t.Errorf("logloss %.4f normalized entropy %.4f: want a model better than the base rate", rep.LogLoss, rep.NormalizedEntropy)
 	}
 }

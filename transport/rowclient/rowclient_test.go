@@ -568,3 +568,37 @@ func TestQuarantinedWorkerRowsAreDropped(t *testing.T) {
 		t.Fatalf("a quarantined worker's push moved the row from %v to %v (stale pushes %d)", row, after, bad.Stats().Stale)
 	}
 }
+
+// RestoreShards loads the rows of the target shards only: a shard
+// re-initialised alone (a restarted PS) gets its rows back, the others
+// are left as they are.
+func TestRestoreShardsLoadsTheTargetsOnly(t *testing.T) {
+	tables := []embed.TableConfig{{Name: "emb/C1", Dim: 4, Seed: 3, Rule: embed.DefaultAdagrad(0.2)}}
+	keys := [][]uint64{{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {10, 11, 12, 13, 14, 15, 99, 1 << 50}}
+	all := uniqueUnion(keys[0], keys[1])
+	src, dst := startShards(t, 2), startShards(t, 2)
+	chiefSrc, chiefDst := src.clients(t, auth.RoleChief, 0), dst.clients(t, auth.RoleChief, 0)
+	src.init(t, chiefSrc, tables)
+	dst.init(t, chiefDst, tables)
+	w := [][]pb.ParameterServerClient{src.clients(t, auth.RoleWorker, 0), src.clients(t, auth.RoleWorker, 1)}
+	src.trainStep(t, w, 0, keys)
+	ck := src.checkpointAll(t, chiefSrc, 1)
+	if err := RestoreShards(context.Background(), ck, chiefDst, []int{1}, "r", 1, 100); err != nil {
+		t.Fatal(err)
+	}
+	want := 0
+	for _, k := range all {
+		if embed.ShardOf("emb/C1", k, 2) == 1 {
+			want++
+		}
+	}
+	for s, p := range dst.shards {
+		got := testutil.ToFloat64(p.m.Tables.Rows.WithLabelValues("emb/C1"))
+		if s == 0 && got != 0 || s == 1 && (got != float64(want) || want == 0) {
+			t.Errorf("shard %d holds %v rows after restoring shard 1 of %d rows", s, got, want)
+		}
+	}
+	if err := RestoreShards(context.Background(), ck, chiefDst, []int{2}, "r", 1, 100); err == nil {
+		t.Error("restoring shard 2 of 2 did not fail")
+	}
+}
