@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"math"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -129,5 +132,16 @@ func checkCTRScores(t *testing.T, rep *report.Report) {
 	}
 	if !(rep.NormalizedEntropy > 0 && rep.NormalizedEntropy < 0.9) || rep.LogLoss <= 0 {
 		t.Errorf("logloss %.4f normalized entropy %.4f: want a model better than the base rate", rep.LogLoss, rep.NormalizedEntropy)
+	}
+}
+
+// A CTR run with hot standbys is refused before any process starts
+// (exit 2): standbys do not replicate tables.
+func TestRunCTRRefusesStandbys(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"run", "--model", "ctr", "--ps-replicas", "1", "--run-dir", t.TempDir(),
+		"--data-dir", t.TempDir(), "--checkpoint-dir", filepath.Join(t.TempDir(), "ck")}, &stdout, &stderr)
+	if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "--ps-replicas") {
+		t.Errorf("pstrain run --model ctr --ps-replicas 1: err = %v, want a usage error naming --ps-replicas", err)
 	}
 }
