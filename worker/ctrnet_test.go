@@ -1,7 +1,10 @@
 package worker
 
 import (
+	"fmt"
+
 	"context"
+	"github.com/pstrain/pstrain/transport/rowclient"
 	"math"
 	"slices"
 	"testing"
@@ -152,4 +155,37 @@ func sameSamples(a, b *ctrdata.Batch) bool {
 
 func equalGrads(a, b [][]float32) bool {
 	return slices.EqualFunc(a, b, func(x, y []float32) bool { return slices.Equal(x, y) })
+}
+
+// doneRows answers every call as a shard whose training is over.
+type doneRows struct{}
+
+func (doneRows) SetGeneration(int64) {}
+func (doneRows) Pull(context.Context, int64, string, []uint64, []float32) error {
+	return fmt.Errorf("shard 0: %w", rowclient.ErrDone)
+}
+func (doneRows) Push(context.Context, int64, string, []uint64, []float32) error {
+	return fmt.Errorf("shard 0: %w", rowclient.ErrDone)
+}
+
+// A step whose rows find training over is no failure (the dense push
+// then says so and the worker finishes); another error fails the step.
+func TestCTRNetStepWhenTrainingIsOver(t *testing.T) {
+	r := config.Default()
+	r.Model, r.EmbeddingDim, r.Hidden = "ctr", 4, []int{8}
+	spec := r.CTRSpec(3, 2)
+	inner, err := ctr.New(spec, 4, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	net, err := NewCTRNet(inner, doneRows{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := net.StepFrom(context.Background(), []ps.PullView{{Version: 3}}); err != nil {
+		t.Errorf("a step after training ended: %v, want nil", err)
+	}
+	if _, err := net.StepFrom(context.Background(), nil); err == nil {
+		t.Error("a step without views did not fail")
+	}
 }
