@@ -317,6 +317,7 @@ func (c *Core) report() *report.Report {
 		rep.TestAccuracy, rep.FinalStep = c.finalEval.TestAccuracy, c.finalEval.Step
 	}
 	rep.Ruined = c.ruined()
+	rep.Wire = c.wireReport()
 	return rep
 }
 

@@ -35,6 +35,7 @@ func (w *Worker) Heartbeats(ctx context.Context, chief pb.ChiefClient, timeout t
 		}
 		step, _ := w.Progress()
 		req := &pb.HeartbeatRequest{Worker: int32(w.cfg.Index), RunId: w.cfg.RunID, Step: step}
+		req.StepsDone, req.PushBytes, req.PullBytes = w.WireCounts()
 		if w.cfg.DataPlan != nil {
 			req.PlanEras = int32(w.cfg.DataPlan.Eras())
 		}

@@ -1,54 +1,84 @@
 package compress
 
 import (
-	"encoding/binary"
 	"math"
 )
 
-// signCodec sends a float32 scale s, then one bit per value (bit i%8 of
-// byte i/8, set for a negative value): a value decodes as -s or +s. s is
-// the vector's mean magnitude rounded to the nearest power of two (in
-// log scale, within a factor of sqrt 2), a scaled sign as in EF-SignSGD:
-// the error of a single step is large (a value of 0 decodes as +s), and
-// the residual carries it into the next steps.
+// signCodec sends values in chunks of chunkLen: per chunk a signed byte
+// e, then one bit per value (bit i%8 of the chunk's byte i/8, set for a
+// negative value): a value decodes as -2^e or +2^e. 2^e is the chunk's
+// mean magnitude rounded to the nearest power of two (in log scale,
+// within a factor of sqrt 2), a scaled sign as in EF-SignSGD, per chunk
+// so that a run of zeros (the weights of an image's empty border) is
+// sent as zeros: e = signZero stands for a scale of 0 (a chunk of
+// zeros, or one whose mean is below 2^minExp), e = signPoison for NaN.
+// The error of a single step is large (a value of 0 in a chunk that is
+// not all zeros decodes as +2^e); the residual carries it into the next
+// steps.
 type signCodec struct{}
+
+const (
+	signZero   = -128
+	signPoison = 127
+	signMaxExp = 126
+)
 
 func (signCodec) Kind() Kind { return Sign }
 
-func (signCodec) EncodedLen(n int) int { return 4 + (n+7)/8 }
+func (signCodec) EncodedLen(n int) int {
+	full, rest := n/chunkLen, n%chunkLen
+	size := full * (1 + chunkLen/8)
+	if rest > 0 {
+		size += 1 + (rest+7)/8
+	}
+	return size
+}
+
+// signChunk is where chunk i of an encoding starts.
+func signChunk(i int) int { return i * (1 + chunkLen/8) }
 
 func (signCodec) encode(dst []byte, acc, _ []float32) {
-	s := signScale(acc)
-	binary.LittleEndian.PutUint32(dst, math.Float32bits(s))
-	bitsOut := dst[4 : 4+(len(acc)+7)/8]
-	clear(bitsOut)
-	for i, v := range acc {
-		if math.Signbit(float64(v)) {
-			bitsOut[i/8] |= 1 << (i % 8)
-			acc[i] = v + s
-		} else {
-			acc[i] = v - s
+	for off := 0; off < len(acc); off += chunkLen {
+		chunk := acc[off:min(off+chunkLen, len(acc))]
+		out := dst[signChunk(off/chunkLen):]
+		e, s := signScale(chunk)
+		out[0] = byte(int8(e))
+		bitsOut := out[1 : 1+(len(chunk)+7)/8]
+		clear(bitsOut)
+		for i, v := range chunk {
+			if math.Signbit(float64(v)) {
+				bitsOut[i/8] |= 1 << (i % 8)
+				chunk[i] = v + s
+			} else {
+				chunk[i] = v - s
+			}
 		}
 	}
 }
 
-// signScale is the mean of acc's magnitudes rounded to a power of two
-// (0 for a vector of zeros), within float32's range.
-func signScale(acc []float32) float32 {
+// signScale is the exponent byte and the scale of a chunk: its mean
+// magnitude rounded to a power of two, or signZero and 0.
+func signScale(chunk []float32) (int, float32) {
 	var sum float64
-	for _, v := range acc {
+	for _, v := range chunk {
 		sum += float64(abs(v))
 	}
 	if sum == 0 {
-		return 0
+		return signZero, 0
 	}
-	e := math.Round(math.Log2(sum / float64(len(acc))))
-	return float32(math.Ldexp(1, int(max(-149, min(e, 127)))))
+	e := int(math.Round(math.Log2(sum / float64(len(chunk)))))
+	if e < minExp {
+		return signZero, 0
+	}
+	e = min(e, signMaxExp)
+	return e, float32(math.Ldexp(1, e))
 }
 
 func (c signCodec) poison(dst []byte, n int) {
 	clear(dst[:c.EncodedLen(n)])
-	binary.LittleEndian.PutUint32(dst, math.Float32bits(float32(math.NaN())))
+	for off := 0; off < n; off += chunkLen {
+		dst[signChunk(off/chunkLen)] = signPoison
+	}
 }
 
 func (c signCodec) Decode(dst []float32, src []byte) error {
@@ -56,19 +86,27 @@ func (c signCodec) Decode(dst []float32, src []byte) error {
 	if err := checkLen(c, n, src); err != nil {
 		return err
 	}
-	s := math.Float32frombits(binary.LittleEndian.Uint32(src))
-	if frac, _ := math.Frexp(float64(s)); !math.IsNaN(float64(s)) && s != 0 && (frac != 0.5 || math.IsInf(float64(s), 0)) {
-		return malformed("sign: scale %v is not a finite power of two >= 0", s)
-	}
-	bitsIn := src[4:]
-	if n%8 != 0 && bitsIn[n/8]>>(n%8) != 0 {
-		return malformed("sign: padding bits set after value %d", n)
-	}
-	for i := range dst {
-		if bitsIn[i/8]&(1<<(i%8)) != 0 {
-			dst[i] = -s
-		} else {
-			dst[i] = s
+	for off := 0; off < n; off += chunkLen {
+		chunk := dst[off:min(off+chunkLen, n)]
+		in := src[signChunk(off/chunkLen):]
+		var s float32
+		switch e := int(int8(in[0])); e {
+		case signZero:
+		case signPoison:
+			s = float32(math.NaN())
+		default:
+			s = float32(math.Ldexp(1, e))
+		}
+		bitsIn := in[1 : 1+(len(chunk)+7)/8]
+		if r := len(chunk) % 8; r != 0 && bitsIn[len(bitsIn)-1]>>r != 0 {
+			return malformed("sign: padding bits set after value %d", off+len(chunk))
+		}
+		for i := range chunk {
+			if bitsIn[i/8]&(1<<(i%8)) != 0 {
+				chunk[i] = -s
+			} else {
+				chunk[i] = s
+			}
 		}
 	}
 	return nil

@@ -30,7 +30,9 @@ import (
 //	          generation i64 | data position i64 | payload length u32 |
 //	          payload (pull: the parameters; an error: its message)
 //
-// Request flags: bit 0 is a pull's retain (PullRequest.retain); bit 1
+// Request flags: bit 0 is a pull's retain (PullRequest.retain); bit 2 a
+// pull's delta (PullRequest.delta: the answer may be a compressed delta;
+// the data position field then carries PullRequest.delta_base); bit 1
 // (shm), a push's or a pull's, says the payload is in the connection's
 // shared-memory region (shm.go): a push's gradient is there and not on
 // the socket, and a pull's parameters may be answered there (the
@@ -66,6 +68,7 @@ const (
 const (
 	flagRetain = 1 << 0 // pull: PullRequest.retain
 	flagShm    = 1 << 1 // push, pull: the payload is in the connection's shared region (shm.go)
+	flagDelta  = 1 << 2 // pull: PullRequest.delta, with delta_base in the data position
 )
 
 // Response flags, in the byte that says done.
@@ -89,6 +92,7 @@ type request struct {
 	op         byte
 	retain     bool // pull: keep this version for a retained checkpoint
 	shm        bool // push: the gradient is in the shared region; pull: answer there if it fits
+	delta      bool // pull: PullRequest.delta (dataPos is delta_base)
 	runID      string
 	worker     int32
 	version    int64 // pull: the minimum version
@@ -132,6 +136,9 @@ func appendRequest(b []byte, r request) []byte {
 	if r.shm {
 		flags |= flagShm
 	}
+	if r.delta {
+		flags |= flagDelta
+	}
 	b = append(b, r.op, flags, byte(len(r.runID)))
 	b = append(b, r.runID...)
 	b = binary.LittleEndian.AppendUint32(b, uint32(r.worker))
@@ -157,15 +164,16 @@ func readRequest(rd io.Reader, scratch []byte, maxPayload int) (request, error) 
 		return r, fmt.Errorf("%w: unknown op %d", ErrBadFrame, r.op)
 	}
 	switch flags := h[5]; {
-	case flags&^(flagRetain|flagShm) != 0:
+	case flags&^(flagRetain|flagShm|flagDelta) != 0:
 		return r, fmt.Errorf("%w: unknown flags %#x", ErrBadFrame, flags)
-	case flags&flagRetain != 0 && r.op != opPull:
-		return r, fmt.Errorf("%w: op %d with the retain flag", ErrBadFrame, r.op)
+	case flags&(flagRetain|flagDelta) != 0 && r.op != opPull:
+		return r, fmt.Errorf("%w: op %d with a pull's flag %#x", ErrBadFrame, r.op, flags)
 	case flags&flagShm != 0 && r.op == opReplicate:
 		return r, fmt.Errorf("%w: op %d with the shared-memory flag", ErrBadFrame, r.op)
 	default:
 		r.retain = flags&flagRetain != 0
 		r.shm = flags&flagShm != 0
+		r.delta = flags&flagDelta != 0
 	}
 	n := int(h[6])
 	rest := scratch[reqFixed : reqFixed+n+reqFields+reqAuth]

@@ -1,0 +1,72 @@
+package worker
+
+import (
+	"sync/atomic"
+
+	"github.com/pstrain/pstrain/ml/partition"
+	"github.com/pstrain/pstrain/transport/compress"
+)
+
+// compressor is a worker's --compress state: per shard, the codec's
+// error-feedback residual and the buffer its pushes are encoded into,
+// and the parameters as its compressed pulls built them (the shard's
+// compress.Mirror of this worker has the same). Each shard's are used by
+// that shard's push or pull alone, and a shard has one push and one pull
+// under way at a time; a pull's parameters are read (scattered into the
+// net) before the shard's next pull is sent.
+type compressor struct {
+	fb  []*compress.Feedback
+	buf [][]byte
+	rep []*compress.Replica
+}
+
+// newCompressor is the compressor of spec for plan's shards (nil for
+// compress.None: pushes go uncompressed).
+func newCompressor(spec compress.Spec, plan partition.Plan) *compressor {
+	if spec.Kind == compress.None {
+		return nil
+	}
+	c := &compressor{}
+	for _, sh := range plan.Shards {
+		fb := compress.NewFeedback(spec.Codec(), sh.Size)
+		c.fb = append(c.fb, fb)
+		c.buf = append(c.buf, make([]byte, fb.EncodedLen()))
+		c.rep = append(c.rep, compress.NewReplica(spec.Codec(), sh.Size))
+	}
+	return c
+}
+
+// encode adds shard s's gradient (its segments) to its residual and
+// returns the payload to push; what is not sent stays in the residual
+// for the shard's next push. The payload is valid until the next encode.
+func (c *compressor) encode(s int, segs [][]float32) ([]byte, error) {
+	b, err := c.fb[s].Encode(c.buf[s], segs)
+	if err == nil {
+		c.buf[s] = b
+	}
+	return b, err
+}
+
+// applyPull applies shard s's compressed pull answer and returns the
+// shard's parameters as the worker now holds them (valid until the
+// shard's next pull). A malformed answer is an error, and the next pull
+// asks for the parameters whole.
+func (c *compressor) applyPull(s int, ans []byte) ([]float32, error) {
+	if err := c.rep[s].Apply(ans); err != nil {
+		return nil, err
+	}
+	return c.rep[s].Values(), nil
+}
+
+// wireCounts are the bytes a worker's pushes and pulls put on the wire
+// (payloads) and the steps it finished, since it started: its heartbeats
+// carry them to the chief, whose report divides them.
+type wireCounts struct {
+	steps, pushBytes, pullBytes atomic.Int64
+}
+
+// WireCounts returns the steps the worker finished and the payload bytes
+// its pushes and pulls carried, since it started.
+func (w *Worker) WireCounts() (steps, pushBytes, pullBytes int64) {
+	return w.wire.steps.Load(), w.wire.pushBytes.Load(), w.wire.pullBytes.Load()
+}
