@@ -1,6 +1,8 @@
 package worker
 
 import (
+	"fmt"
+	"math"
 	"sync/atomic"
 
 	"github.com/pstrain/pstrain/ml/partition"
@@ -69,4 +71,34 @@ type wireCounts struct {
 // its pushes and pulls carried, since it started.
 func (w *Worker) WireCounts() (steps, pushBytes, pullBytes int64) {
 	return w.wire.steps.Load(), w.wire.pushBytes.Load(), w.wire.pullBytes.Load()
+}
+
+// logUnsent logs what the push residuals hold when training ends: what a
+// crash of this worker would lose, as an L2 norm beside that of the last
+// step's gradient (docs/wire.md, "What a crash loses").
+func (w *Worker) logUnsent() {
+	if w.comp == nil {
+		return
+	}
+	grads, err := w.cfg.Net.Grads()
+	if err != nil {
+		return
+	}
+	var res, last float64
+	for s, fb := range w.comp.fb {
+		res += sumSquares(fb.Residual())
+		for _, seg := range w.cfg.Plan.Segments(s, grads) {
+			last += sumSquares(seg)
+		}
+	}
+	w.cfg.Log.Info("compression: gradient left in the residuals, never pushed", "worker", w.cfg.Index,
+		"residual_norm", fmt.Sprintf("%.4g", math.Sqrt(res)), "last_gradient_norm", fmt.Sprintf("%.4g", math.Sqrt(last)))
+}
+
+func sumSquares(v []float32) float64 {
+	var s float64
+	for _, x := range v {
+		s += float64(x) * float64(x)
+	}
+	return s
 }

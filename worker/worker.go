@@ -249,6 +249,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	r := &run{w: w, ctx: ctx, core: NewCore(w.params, w.cfg.Log), events: make(chan event, 2*len(w.cfg.Shards))}
 	w.run = r
 	defer func() { w.run = nil }()
+	defer w.logUnsent()
 	defer r.cancelRound()
 	acts := r.core.Start(w.cfg.Clock.Now())
 	for {

@@ -180,31 +180,58 @@ func TestNoneIsExact(t *testing.T) {
 }
 
 // TestTopKSendsTheLargest: k = ceil(fraction*n) coordinates come back
-// exactly, the others as 0, and none left out is larger than one sent.
+// exactly, the others as 0, and none left out is larger than one sent;
+// on short vectors, and on long ones where the threshold's sample
+// guesses a bound (a random one; one whose sample holds only zeros; one
+// whose sample holds only the largest values, so the guess is too high).
 func TestTopKSendsTheLargest(t *testing.T) {
-	v := wideVector(rand.New(rand.NewPCG(9, 10)))
-	v[5], v[6], v[7] = 1e9, -1e9, 1e9 // ties at the top
-	for _, f := range []float64{0.001, 0.01, 0.5, 1} {
-		dec := encodeOnce(t, Spec{Kind: TopK, Fraction: f}.Codec(), v)
-		k := int(math.Ceil(f * n))
-		var sent int
-		smallestSent, largestLeft := float32(math.Inf(1)), float32(0)
-		for i := range v {
-			switch dec[i] {
-			case v[i]:
-				if v[i] != 0 {
-					sent++
-					smallestSent = min(smallestSent, abs(v[i]))
-				}
-			case 0:
-				largestLeft = max(largestLeft, abs(v[i]))
-			default:
-				t.Fatalf("fraction %v: coordinate %d decoded as %v, was %v", f, i, dec[i], v[i])
+	rng := rand.New(rand.NewPCG(9, 10))
+	short := wideVector(rng)
+	short[5], short[6], short[7] = 1e9, -1e9, 1e9 // ties at the top
+	long := make([]float32, 100_000)
+	for i := range long {
+		long[i] = float32(rng.NormFloat64())
+	}
+	zeroSample, highSample := make([]float32, 100_000), make([]float32, 100_000)
+	stride := len(zeroSample) / sampleLen
+	for i := range zeroSample {
+		if i%stride != 0 {
+			zeroSample[i] = float32(rng.NormFloat64())
+		} else {
+			highSample[i] = 1e6 + float32(i)
+		}
+		if i%stride == 1 {
+			highSample[i] = float32(rng.NormFloat64())
+		}
+	}
+	for name, v := range map[string][]float32{"short": short, "long": long, "zero sample": zeroSample, "high sample": highSample} {
+		for _, f := range []float64{0.001, 0.01, 0.05, 0.5, 1} {
+			checkTopK(t, name, v, f)
+		}
+	}
+}
+
+func checkTopK(t *testing.T, name string, v []float32, f float64) {
+	t.Helper()
+	dec := encodeOnce(t, Spec{Kind: TopK, Fraction: f}.Codec(), v)
+	k := int(math.Ceil(f * float64(len(v))))
+	var sent int
+	smallestSent, largestLeft := float32(math.Inf(1)), float32(0)
+	for i := range v {
+		switch dec[i] {
+		case v[i]:
+			if v[i] != 0 {
+				sent++
+				smallestSent = min(smallestSent, abs(v[i]))
 			}
+		case 0:
+			largestLeft = max(largestLeft, abs(v[i]))
+		default:
+			t.Fatalf("%s, fraction %v: coordinate %d decoded as %v, was %v", name, f, i, dec[i], v[i])
 		}
-		if sent > k || (sent < k && largestLeft > 0) || largestLeft > smallestSent {
-			t.Fatalf("fraction %v: %d sent (k=%d), smallest sent %v, largest left %v", f, sent, k, smallestSent, largestLeft)
-		}
+	}
+	if sent > k || (sent < k && largestLeft > 0) || largestLeft > smallestSent {
+		t.Fatalf("%s, fraction %v: %d sent (k=%d), smallest sent %v, largest left %v", name, f, sent, k, smallestSent, largestLeft)
 	}
 }
 

@@ -30,21 +30,12 @@ func NewFeedback(codec Codec, n int) *Feedback {
 	return &Feedback{codec: codec, residual: make([]float32, n), next: make([]float32, n), scratch: make([]float32, n)}
 }
 
-// Codec is the codec the feedback encodes with.
-func (f *Feedback) Codec() Codec { return f.codec }
-
-// Len is the length of the vectors encoded.
-func (f *Feedback) Len() int { return len(f.residual) }
-
 // EncodedLen is the length of an encoding.
 func (f *Feedback) EncodedLen() int { return f.codec.EncodedLen(len(f.residual)) }
 
 // Residual is what has not been sent yet (the caller must not change
 // it; valid until the next Encode or Reset).
 func (f *Feedback) Residual() []float32 { return f.residual }
-
-// Reset drops the residual: what it held is never sent.
-func (f *Feedback) Reset() { clear(f.residual) }
 
 // Encode encodes the vector made of segs, one after the other, plus the
 // residual into dst (reallocated if it holds less than EncodedLen

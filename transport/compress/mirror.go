@@ -125,12 +125,9 @@ func (r *Replica) Base() int64 { return r.base }
 // Apply; the caller must not change it).
 func (r *Replica) Values() []float32 { return r.held }
 
-// Forget drops what the replica holds: its next answer is whole.
-func (r *Replica) Forget() { r.base = 0 }
-
 // Apply applies an answer. A malformed one (ErrMalformed), or a delta
 // for another base than the replica's, leaves the replica holding
-// nothing (Forget), so the next answer is whole.
+// nothing (base 0), so the next answer is whole.
 func (r *Replica) Apply(ans []byte) error {
 	err := r.apply(ans)
 	if err != nil {

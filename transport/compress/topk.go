@@ -30,17 +30,7 @@ func (c topK) encode(dst []byte, acc, scratch []float32) {
 	if k == 0 {
 		return
 	}
-	mags := scratch[:len(acc)]
-	above := 0 // coordinates above the threshold
-	for i, v := range acc {
-		mags[i] = abs(v)
-	}
-	t := kthLargest(mags, k)
-	for _, v := range acc {
-		if abs(v) > t {
-			above++
-		}
-	}
+	t, above := threshold(acc, k, scratch)
 	ties := k - above // of the coordinates at the threshold, the first ties go
 	idx, vals := dst[:4*k], dst[4*k:8*k]
 	j := 0
@@ -57,6 +47,48 @@ func (c topK) encode(dst []byte, acc, scratch []float32) {
 		acc[i] = 0
 		j++
 	}
+}
+
+// sampleLen is how many magnitudes threshold samples to guess a bound
+// below the k-th largest.
+const sampleLen = 4096
+
+// threshold returns the k-th largest magnitude t of acc and how many
+// magnitudes are above it. With few coordinates to send, it first
+// guesses a bound below t from an evenly spaced sample (one that keeps
+// twice the sample's share of k, and 16 more) and selects among the
+// magnitudes at or above the bound only, a small fraction of acc; if
+// fewer than k are, the guess was too high and it selects among all.
+func threshold(acc []float32, k int, scratch []float32) (float32, int) {
+	n := len(acc)
+	cand := scratch[:0]
+	if n >= 4*sampleLen && k <= n/16 {
+		sample := scratch[:sampleLen]
+		for j := range sample {
+			sample[j] = abs(acc[j*(n/sampleLen)])
+		}
+		keep := min(sampleLen, 2*k*sampleLen/n+16)
+		bound := kthLargest(sample, keep)
+		for _, v := range acc {
+			if a := abs(v); a >= bound {
+				cand = append(cand, a)
+			}
+		}
+	}
+	if len(cand) < k {
+		cand = scratch[:n]
+		for i, v := range acc {
+			cand[i] = abs(v)
+		}
+	}
+	t := kthLargest(cand, k)
+	above := 0
+	for _, a := range cand {
+		if a > t {
+			above++
+		}
+	}
+	return t, above
 }
 
 func (c topK) poison(dst []byte, n int) {
