@@ -3,7 +3,7 @@ package worker
 import (
 	"fmt"
 	"math"
-	"sync/atomic"
+	"sync"
 
 	"github.com/pstrain/pstrain/ml/partition"
 	"github.com/pstrain/pstrain/transport/compress"
@@ -18,6 +18,7 @@ import (
 // net) before the shard's next pull is sent.
 type compressor struct {
 	fb  []*compress.Feedback
+	gen []int64 // the generation of the parameters fb's residual came from
 	buf [][]byte
 	rep []*compress.Replica
 }
@@ -34,14 +35,25 @@ func newCompressor(spec compress.Spec, plan partition.Plan) *compressor {
 		c.fb = append(c.fb, fb)
 		c.buf = append(c.buf, make([]byte, fb.EncodedLen()))
 		c.rep = append(c.rep, compress.NewReplica(spec.Codec(), sh.Size))
+		c.gen = append(c.gen, 0)
 	}
 	return c
 }
 
-// encode adds shard s's gradient (its segments) to its residual and
-// returns the payload to push; what is not sent stays in the residual
-// for the shard's next push. The payload is valid until the next encode.
-func (c *compressor) encode(s int, segs [][]float32) ([]byte, error) {
+// encode adds shard s's gradient (its segments), computed from
+// parameters of generation gen, to its residual and returns the payload
+// to push; what is not sent stays in the residual for the shard's next
+// push. A residual of another generation is dropped first: it came from
+// parameters the chief replaced (a rollback, a restore), whose timeline
+// the shard no longer follows. The payload is valid until the next
+// encode.
+func (c *compressor) encode(s int, gen int64, segs [][]float32) ([]byte, error) {
+	if gen != 0 && gen != c.gen[s] {
+		if c.gen[s] != 0 {
+			c.fb[s].Reset()
+		}
+		c.gen[s] = gen
+	}
 	b, err := c.fb[s].Encode(c.buf[s], segs)
 	if err == nil {
 		c.buf[s] = b
@@ -62,15 +74,43 @@ func (c *compressor) applyPull(s int, ans []byte) ([]float32, error) {
 
 // wireCounts are the bytes a worker's pushes and pulls put on the wire
 // (payloads) and the steps it finished, since it started: its heartbeats
-// carry them to the chief, whose report divides them.
+// carry them to the chief, whose report divides them. The bytes of a
+// step's calls count once the step is done (a pull sent ahead, beside a
+// push, counts with the step before the one it serves), so that bytes
+// and steps agree whenever they are read.
 type wireCounts struct {
-	steps, pushBytes, pullBytes atomic.Int64
+	mu                          sync.Mutex
+	steps, pushBytes, pullBytes int64
+	pendingPush, pendingPull    int64
+}
+
+func (c *wireCounts) pushed(n int) {
+	c.mu.Lock()
+	c.pendingPush += int64(n)
+	c.mu.Unlock()
+}
+
+func (c *wireCounts) pulled(n int) {
+	c.mu.Lock()
+	c.pendingPull += int64(n)
+	c.mu.Unlock()
+}
+
+func (c *wireCounts) stepDone() {
+	c.mu.Lock()
+	c.steps++
+	c.pushBytes += c.pendingPush
+	c.pullBytes += c.pendingPull
+	c.pendingPush, c.pendingPull = 0, 0
+	c.mu.Unlock()
 }
 
 // WireCounts returns the steps the worker finished and the payload bytes
-// its pushes and pulls carried, since it started.
+// of their pushes and pulls, since it started.
 func (w *Worker) WireCounts() (steps, pushBytes, pullBytes int64) {
-	return w.wire.steps.Load(), w.wire.pushBytes.Load(), w.wire.pullBytes.Load()
+	w.wire.mu.Lock()
+	defer w.wire.mu.Unlock()
+	return w.wire.steps, w.wire.pushBytes, w.wire.pullBytes
 }
 
 // logUnsent logs what the push residuals hold when training ends: what a

@@ -62,7 +62,7 @@ func (w *Worker) pullOne(ctx context.Context, p PullOrder) *pulled {
 	}
 	out.ans.Version, out.ans.Generation, out.ans.Done, out.ans.Position = resp.Version, resp.Generation, resp.Done, resp.DataPosition
 	c.Metrics.RPCReceivedBytes.WithLabelValues("pull").Add(float64(bytes))
-	w.wire.pullBytes.Add(int64(bytes))
+	w.wire.pulled(bytes)
 	return out
 }
 
@@ -110,7 +110,7 @@ func (w *Worker) pushOne(ctx context.Context, s int, a Push, grads [][]float32) 
 	bytes := 4 * c.Plan.Shards[s].Size
 	switch {
 	case w.comp != nil:
-		payload, err := w.comp.encode(s, c.Plan.Segments(s, grads))
+		payload, err := w.comp.encode(s, tag.Generation, c.Plan.Segments(s, grads))
 		if err != nil {
 			return PushOutcome{Shard: s, Err: err}
 		}
@@ -134,7 +134,7 @@ func (w *Worker) pushOne(ctx context.Context, s int, a Push, grads [][]float32) 
 	}
 	err := w.retry(ctx, s, "push", push)
 	c.Metrics.RPCSentBytes.WithLabelValues("push").Add(float64(bytes))
-	w.wire.pushBytes.Add(int64(bytes))
+	w.wire.pushed(bytes)
 	out := PushOutcome{Shard: s, Err: err}
 	if err == nil && resp != nil && resp.Outcome != pb.PushResponse_APPLIED {
 		out.Result = PushDropped

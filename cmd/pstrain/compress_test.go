@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"math"
 	"path/filepath"
 	"testing"
 	"time"
@@ -38,9 +39,11 @@ func TestCompressedRunsTrainOnFewerBytes(t *testing.T) {
 		t.Fatalf("uncompressed run: wire %+v", f32.Wire)
 	}
 	// The default model's 636010 float32 parameters, pushed and pulled
-	// whole every step.
-	if f32.Wire.PushBytesPerStep != 4*636010 || f32.Wire.PullBytesPerStep < 4*636010 {
-		t.Errorf("uncompressed run: wire %+v, want 2544040 bytes per step each way", f32.Wire)
+	// whole every step (a sync step may pull a shard twice, and a pull
+	// sent ahead counts with the step before).
+	const model = 4 * 636010
+	if f32.Wire.PushBytesPerStep != model || math.Abs(f32.Wire.PullBytesPerStep-model) > 0.02*model {
+		t.Errorf("uncompressed run: wire %+v, want %d bytes per step each way", f32.Wire, model)
 	}
 	for _, c := range []struct {
 		args     []string
@@ -49,7 +52,7 @@ func TestCompressedRunsTrainOnFewerBytes(t *testing.T) {
 	}{
 		// top-k sends 1% of the values as 8 bytes each (2%); its pulls
 		// add the first, whole answer per worker and shard.
-		{[]string{"--compress", "topk:0.01"}, 0.05, 0.70},
+		{[]string{"--compress", "topk:0.01"}, 0.05, 0.60},
 		// int8: 1 byte per value and one per 256 values.
 		{[]string{"--compress", "int8", "--mode", "async", "--data-plane", "grpc", "--optimizer", "sgd", "--lr", "0.1"}, 0.27, 0.80},
 	} {

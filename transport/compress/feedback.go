@@ -37,6 +37,9 @@ func (f *Feedback) EncodedLen() int { return f.codec.EncodedLen(len(f.residual))
 // it; valid until the next Encode or Reset).
 func (f *Feedback) Residual() []float32 { return f.residual }
 
+// Reset drops the residual: what it held is never sent.
+func (f *Feedback) Reset() { clear(f.residual) }
+
 // Encode encodes the vector made of segs, one after the other, plus the
 // residual into dst (reallocated if it holds less than EncodedLen
 // bytes), keeps what the encoding does not carry, and returns the
