@@ -341,7 +341,7 @@ func TestDecodeRefusesMalformed(t *testing.T) {
 
 func TestParse(t *testing.T) {
 	for in, want := range map[string]Spec{"": {Kind: None}, "none": {Kind: None}, "int8": {Kind: Int8}, "sign": {Kind: Sign},
-		"topk:0.01": {Kind: TopK, Fraction: 0.01}, "topk:1": {Kind: TopK, Fraction: 1}} {
+		"topk:0.01": {Kind: TopK, Fraction: 0.01}, "topk:0.5": {Kind: TopK, Fraction: 0.5}} {
 		got, err := Parse(in)
 		if err != nil || got != want {
 			t.Errorf("Parse(%q) = %+v, %v; want %+v", in, got, err, want)
@@ -350,7 +350,7 @@ func TestParse(t *testing.T) {
 			t.Errorf("Parse(%q.String()) = %+v, %v", in, again, err)
 		}
 	}
-	for _, in := range []string{"topk", "topk:", "topk:0", "topk:1.5", "topk:-1", "topk:NaN", "int8:2", "sign:1", "bf16", "TOPK:0.1"} {
+	for _, in := range []string{"topk", "topk:", "topk:0", "topk:0.6", "topk:1.5", "topk:-1", "topk:NaN", "int8:2", "sign:1", "bf16", "TOPK:0.1"} {
 		if _, err := Parse(in); err == nil {
 			t.Errorf("Parse(%q) accepted", in)
 		}

@@ -2,7 +2,6 @@ package compress
 
 import (
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 )
@@ -22,11 +21,15 @@ const (
 // of coordinates sent.
 type Spec struct {
 	Kind     Kind
-	Fraction float64 // top-k only: in (0, 1]
+	Fraction float64 // top-k only: in (0, MaxTopK]
 }
 
+// MaxTopK is the largest fraction top-k sends: at 8 bytes a coordinate,
+// half of them cost as many bytes as float32 does.
+const MaxTopK = 0.5
+
 // Parse reads a --compress value: none (or ""), topk:FRACTION with
-// FRACTION in (0, 1], int8 or sign.
+// FRACTION in (0, MaxTopK], int8 or sign.
 func Parse(s string) (Spec, error) {
 	switch kind, arg, hasArg := strings.Cut(s, ":"); {
 	case s == "" || s == string(None):
@@ -35,8 +38,8 @@ func Parse(s string) (Spec, error) {
 		return Spec{Kind: Kind(s)}, nil
 	case kind == string(TopK):
 		f, err := strconv.ParseFloat(arg, 64)
-		if err != nil || !(f > 0 && f <= 1) || math.IsNaN(f) {
-			return Spec{}, fmt.Errorf("topk needs a fraction of the coordinates in (0, 1], e.g. topk:0.01, got %q", s)
+		if err != nil || !(f > 0 && f <= MaxTopK) {
+			return Spec{}, fmt.Errorf("topk needs a fraction of the coordinates in (0, %v], e.g. topk:0.01, got %q", MaxTopK, s)
 		}
 		return Spec{Kind: TopK, Fraction: f}, nil
 	}
