@@ -40,8 +40,7 @@ type Mirror struct {
 	codec   Codec
 	held    []float32 // what the receiver holds
 	diff    []float32 // the vector minus held, then what the answer left out
-	scratch []float32 // the codec's
-	dec     []float32 // the last delta, decoded
+	scratch []float32 // the codec's, then the delta decoded
 	last    int64     // the last answer's number
 }
 
@@ -50,8 +49,7 @@ type Mirror struct {
 // number an earlier mirror of the same receiver used: a sender picks it
 // at random).
 func NewMirror(codec Codec, n int, first int64) *Mirror {
-	return &Mirror{codec: codec, held: make([]float32, n), diff: make([]float32, n), scratch: make([]float32, n),
-		dec: make([]float32, n), last: first}
+	return &Mirror{codec: codec, held: make([]float32, n), diff: make([]float32, n), scratch: make([]float32, n), last: first}
 }
 
 // Len is the length of the vectors.
@@ -82,10 +80,11 @@ func (m *Mirror) Answer(dst []byte, v []float32, base int64) ([]byte, error) {
 	start := len(dst)
 	dst = append(dst, make([]byte, m.codec.EncodedLen(len(v)))...)
 	m.codec.encode(dst[start:], m.diff, m.scratch)
-	if err := m.codec.Decode(m.dec, dst[start:]); err != nil {
+	dec := m.scratch
+	if err := m.codec.Decode(dec, dst[start:]); err != nil {
 		return nil, fmt.Errorf("compress: decoding its own delta: %w", err)
 	}
-	for i, d := range m.dec {
+	for i, d := range dec {
 		m.held[i] += d
 	}
 	m.last = num
