@@ -39,10 +39,11 @@ func TestCompressedRunsTrainOnFewerBytes(t *testing.T) {
 		t.Fatalf("uncompressed run: wire %+v", f32.Wire)
 	}
 	// The default model's 636010 float32 parameters, pushed and pulled
-	// whole every step (a sync step may pull a shard twice, and a pull
-	// sent ahead counts with the step before).
+	// whole every step (a sync step may push or pull a shard twice, to
+	// catch up with the others, and a pull sent ahead counts with the
+	// step before).
 	const model = 4 * 636010
-	if f32.Wire.PushBytesPerStep != model || math.Abs(f32.Wire.PullBytesPerStep-model) > 0.02*model {
+	if math.Abs(f32.Wire.PushBytesPerStep-model) > 0.01*model || math.Abs(f32.Wire.PullBytesPerStep-model) > 0.02*model {
 		t.Errorf("uncompressed run: wire %+v, want %d bytes per step each way", f32.Wire, model)
 	}
 	for _, c := range []struct {
