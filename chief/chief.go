@@ -314,18 +314,8 @@ func (c *Chief) performOnShards(ctx context.Context, a Action) ([]Action, error)
 			return nil, err
 		}
 		return c.step(func(now time.Time) []Action { return c.core.Started(now, step, latest) }), nil
-	case Restore:
-		step, err := c.restore(ctx, a.Shards, a.Generation)
-		if err != nil {
-			return nil, err
-		}
-		return c.step(func(now time.Time) []Action { return c.core.Restored(now, step) }), nil
-	case Rollback:
-		step, fromCkpt, err := c.rollback(ctx, a)
-		if err != nil {
-			return nil, err
-		}
-		return c.step(func(now time.Time) []Action { return c.core.RolledBack(now, step, fromCkpt) }), nil
+	case Restore, Rollback, HandBack:
+		return c.performRestore(ctx, a)
 	case Reinit:
 		if err := c.reinit(ctx, a); err != nil {
 			// The run is over either way: report it, with the final
@@ -355,6 +345,30 @@ func (c *Chief) performOnShards(ctx context.Context, a Action) ([]Action, error)
 		return c.step(func(now time.Time) []Action { return c.core.StandbySet(now, a.Shard, a.Epoch, a.Addr) }), nil
 	}
 	return nil, fmt.Errorf("chief: unknown action %T", a)
+}
+
+// performRestore carries out an action that replaces the shards' state
+// with a checkpoint's (or the initial weights) and hands the core its
+// outcome.
+func (c *Chief) performRestore(ctx context.Context, a Action) ([]Action, error) {
+	switch a := a.(type) {
+	case Restore:
+		step, err := c.restore(ctx, a.Shards, a.Generation)
+		if err != nil {
+			return nil, err
+		}
+		return c.step(func(now time.Time) []Action { return c.core.Restored(now, step) }), nil
+	case Rollback:
+		step, fromCkpt, err := c.rollback(ctx, a)
+		if err != nil {
+			return nil, err
+		}
+		return c.step(func(now time.Time) []Action { return c.core.RolledBack(now, step, fromCkpt) }), nil
+	case HandBack:
+		res := c.handBack(ctx, a)
+		return c.step(func(now time.Time) []Action { return c.core.HandedBack(now, res) }), nil
+	}
+	return nil, fmt.Errorf("chief: unknown restore action %T", a)
 }
 
 // adopt checks whether this chief was restarted into a running cluster

@@ -105,6 +105,7 @@ type stopState struct {
 	finalEvalAsked bool
 	finalCkptAsked bool
 	reinitAsked    bool
+	handBackBusy   bool // a HandBack is under way (core_handback.go)
 }
 
 // divergenceState is the divergence guard (core_diverge.go): the shards'
@@ -215,10 +216,19 @@ type State struct {
 	// Divergences are the divergences so far (docs/security.md).
 	LRFactor    float64             `json:"lr_factor,omitempty"`
 	Divergences []report.Divergence `json:"divergences,omitempty"`
+	// GaveUp says why the chief gave up on the model (it kept
+	// diverging) and stopped the run ("": it did not).
+	GaveUp string `json:"gave_up,omitempty"`
 	// Suspects are the workers attribution named, Quarantined the ones
 	// quarantined (core_suspect.go).
 	Suspects    []report.Suspect `json:"suspects,omitempty"`
 	Quarantined []int            `json:"quarantined,omitempty"`
+	// HandedBack is the hand-back of an earlier model in place of a
+	// ruined final one, once it began (core_handback.go).
+	HandedBack *report.HandedBack `json:"handed_back,omitempty"`
+	// LiveWorkers are the changes of the number of workers training
+	// (Core.noteLive).
+	LiveWorkers []report.LiveWorkers `json:"live_workers,omitempty"`
 	// Elastic workers (docs/elastic.md): the data plan, the worker count
 	// changes, and the run's last step once a change moved it (0: the
 	// MaxSteps formula).

@@ -233,10 +233,13 @@ func (c *Core) checkDivergence(now time.Time, res EvalResult) ([]Action, bool) {
 		return nil, true
 	}
 	if len(c.st.Divergences) >= MaxRollbacks {
+		// The run fails, but it still hands back the best model there
+		// was (core_handback.go): stop it, as any run ends.
 		c.st.Divergences = append(c.st.Divergences, d)
-		c.phase = finished
-		return []Action{Finish{Err: fmt.Errorf("chief: the model diverged %d times (test loss %.4g at step %d, best %.4g); each rollback halved the learning rate: giving up",
-			len(c.st.Divergences), res.Loss, res.Step, best)}}, true
+		c.st.GaveUp = fmt.Sprintf("the model diverged %d times (test loss %.4g at step %d, best %.4g); each rollback halved the learning rate: giving up",
+			len(c.st.Divergences), res.Loss, res.Step, best)
+		c.log.Error(c.st.GaveUp+"; stopping the run", "suspect", d.SuspectWorker, "evidence", d.Evidence)
+		return c.beginStop(now, StopFailed), true
 	}
 	// Roll back to the newest checkpoint of a model known good: at or
 	// before this generation's last good evaluation. Without one since

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/pstrain/pstrain/observe/report"
@@ -15,6 +14,7 @@ const (
 	StopTarget      = "target"      // the target accuracy was held
 	StopEpochs      = "epochs"      // every epoch was trained
 	StopInterrupted = "interrupted" // SIGINT or SIGTERM
+	StopFailed      = "failed"      // the model kept diverging: the chief gave up
 )
 
 // evalDue orders a routine evaluation when the interval has passed.
@@ -96,7 +96,7 @@ func (c *Core) Evaluated(now time.Time, res EvalResult) []Action {
 		c.winLoss = math.NaN()
 		return c.wind(now)
 	}
-	divActs, diverged := c.checkDivergence(now, res)
+	divActs, decided := c.judge(now, res)
 	ev := report.Eval{Step: res.Step, Seconds: c.seconds(res.At), TestAccuracy: res.Accuracy, TestLoss: jsonLoss(res.Loss), TestSamples: res.Samples, Subset: !res.Full}
 	c.st.Evals = append(c.st.Evals, ev)
 	c.st.TestSeconds += res.Duration.Seconds()
@@ -106,9 +106,9 @@ func (c *Core) Evaluated(now time.Time, res EvalResult) []Action {
 		"test_accuracy", fmt.Sprintf("%.4f", ev.TestAccuracy), "test_loss", fmt.Sprintf("%.4f", ev.TestLoss))
 	acts := []Action{c.save()}
 	switch {
-	case diverged && c.phase != stopping:
+	case decided:
 		// A rollback (ordered, or waiting for a checkpoint under way), or
-		// the end of a run that diverged too often.
+		// the stop of a run that diverged too often.
 		return append(acts, divActs...)
 	case c.phase == stopping:
 		if res.Full && c.finalEvalAsked && c.finalEval == nil {
@@ -130,6 +130,19 @@ func (c *Core) Evaluated(now time.Time, res EvalResult) []Action {
 	c.finalEval = &ev
 	c.log.Info("target accuracy held; stopping", "evaluations", c.hold, "step", ev.Step, "test_accuracy", fmt.Sprintf("%.4f", ev.TestAccuracy))
 	return append(acts, c.beginStop(now, StopTarget)...)
+}
+
+// judge applies the divergence rule to an evaluation (a model restored
+// to be handed back is judged by the hand-back instead). decided says a
+// divergence decided what comes next: a rollback, or the stop of a run
+// that diverged too often (acts); one found by the final evaluation
+// decides nothing (the stop goes on).
+func (c *Core) judge(now time.Time, res EvalResult) (acts []Action, decided bool) {
+	if c.handingBack() {
+		return nil, false
+	}
+	acts, diverged := c.checkDivergence(now, res)
+	return acts, diverged && (c.phase != stopping || len(acts) > 0)
 }
 
 // Interrupt stops the run on a signal: the shards stop, the model they
@@ -185,10 +198,13 @@ func (c *Core) wind(now time.Time) []Action {
 		c.finalEvalAsked = true
 		return []Action{c.orderEval(now, Evaluate{Generation: c.st.Generation, Subset: 1})}
 	}
+	if acts := c.handBackDue(); len(acts) > 0 || c.handBackBusy {
+		return acts
+	}
 	if c.p.Checkpoints && !c.finalCkptAsked {
 		c.finalCkptAsked, c.ckptBusy = true, true
 		return []Action{Checkpoint{Versions: append([]int64(nil), c.versions...), Latest: c.st.LatestCheckpoint,
-			Final: true, Retained: c.stopReason == StopTarget, Stopped: c.versionsStopped, KeepGood: c.rollbackBound()}}
+			Final: true, Retained: c.stopReason == StopTarget && !c.handingBack(), Stopped: c.versionsStopped, KeepGood: c.rollbackBound()}}
 	}
 	return c.finish()
 }
@@ -298,6 +314,7 @@ func (c *Core) report() *report.Report {
 		rep.Divergences = []report.Divergence{}
 	}
 	rep.MembershipChanges = append([]report.MembershipChange{}, c.st.Membership...)
+	rep.LiveWorkers = append([]report.LiveWorkers{}, c.st.LiveWorkers...)
 	rep.FinalWorkers = c.workers()
 	if !c.start.IsZero() {
 		rep.TrainSeconds = c.trainEnd.Sub(c.start).Seconds()
@@ -318,32 +335,13 @@ func (c *Core) report() *report.Report {
 	}
 	rep.Ruined = c.ruined()
 	rep.Wire = c.wireReport()
-	return rep
-}
-
-// ruined says why the model handed back is not a success ("": it is):
-// its test loss is above the initial model's (or not finite), or the
-// run ended with a divergence it did not roll back.
-func (c *Core) ruined() string {
-	var why []string
-	if e := c.finalEval; e != nil {
-		if l := c.p.InitialLoss; l > 0 && e.TestLoss > l {
-			why = append(why, fmt.Sprintf("the final model (step %d, test loss %.4g) is worse than the initial one (%.4g)", e.Step, e.TestLoss, l))
-		} else if l <= 0 && e.TestLoss >= math.MaxFloat64 {
-			why = append(why, fmt.Sprintf("the final model (step %d) has a test loss that is not finite", e.Step))
+	if hb := c.st.HandedBack; hb != nil {
+		if hb.Err == "" && hb.Step >= 0 {
+			rep.FinalStep = hb.Step // (its evaluation may have failed)
 		}
+		cp := *hb
+		cp.Tried = slices.Clone(hb.Tried)
+		rep.HandedBack = &cp
 	}
-	if n := len(c.st.Divergences); n > 0 && c.st.Divergences[n-1].RolledBackTo < 0 {
-		d := c.st.Divergences[n-1]
-		why = append(why, fmt.Sprintf("the model diverged at step %d (test loss %.4g) and was not rolled back", d.AtStep, d.TestLoss))
-	}
-	if len(why) == 0 {
-		return ""
-	}
-	if s := c.st.Suspects; len(s) > 0 {
-		why = append(why, "suspect "+s[len(s)-1].Worker)
-	} else if n := len(c.st.Divergences); n > 0 && c.st.Divergences[n-1].SuspectWorker != "" {
-		why = append(why, "suspect "+c.st.Divergences[n-1].SuspectWorker)
-	}
-	return strings.Join(why, "; ")
+	return rep
 }

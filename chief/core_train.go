@@ -255,7 +255,29 @@ func (c *Core) membership(now time.Time) []Action {
 	}
 	c.loggedLive = live
 	c.pending = &a
+	c.noteLive(now, a)
 	return []Action{a}
+}
+
+// noteLive records a change of the number of workers training that a
+// in training tells the shards: live, neither quarantined nor removed.
+func (c *Core) noteLive(now time.Time, a SetMembership) {
+	if c.phase != training {
+		return
+	}
+	n := 0
+	for _, w := range a.Live {
+		if !c.retired[int(w)] {
+			n++
+		}
+	}
+	last := c.p.Run.Workers
+	if k := len(c.st.LiveWorkers); k > 0 {
+		last = c.st.LiveWorkers[k-1].Workers
+	}
+	if n != last {
+		c.st.LiveWorkers = append(c.st.LiveWorkers, report.LiveWorkers{Seconds: c.seconds(now), Workers: n})
+	}
 }
 
 // MembershipSent says every shard was told live (and the rest of the

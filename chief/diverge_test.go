@@ -74,7 +74,8 @@ func actionOf[T Action](acts []Action) (T, bool) {
 }
 
 // Each divergence halves the learning rate and rolls back; past
-// MaxRollbacks the run fails with an error that says so. The saved state
+// MaxRollbacks the run stops, failed, says so, and hands back the best
+// model there was. The saved state
 // and the report encode as JSON although a loss was NaN.
 func TestRollbacksHalveTheRateThenGiveUp(t *testing.T) {
 	m := metrics.NewChief(prometheus.NewRegistry())
@@ -100,12 +101,32 @@ func TestRollbacksHalveTheRateThenGiveUp(t *testing.T) {
 		c.RolledBack(now, 0, false)
 	}
 	acts := eval(20, math.Inf(1))
-	f, ok := actionOf[Finish](acts)
-	if !ok || f.Err == nil || !strings.Contains(f.Err.Error(), "diverged 6 times") {
-		t.Fatalf("divergence %d: %v, want the run to fail", MaxRollbacks+1, acts)
+	if _, ok := actionOf[StopShards](acts); !ok || c.stopReason != StopFailed || !strings.Contains(c.st.GaveUp, "diverged 6 times") {
+		t.Fatalf("divergence %d: %v, gave up %q: want the run stopped, failed", MaxRollbacks+1, acts, c.st.GaveUp)
 	}
-	if got := testutil.ToFloat64(m.Divergences); got != MaxRollbacks+1 {
-		t.Errorf("pstrain_divergences_total = %v, want %d", got, MaxRollbacks+1)
+	// The stop hands back the best model there was: here the initial
+	// weights (every model since diverged).
+	ev, ok := actionOf[Evaluate](c.ShardsStopped(now, []int64{20, 20}))
+	if !ok {
+		t.Fatal("no final evaluation")
+	}
+	hb, ok := actionOf[HandBack](c.Evaluated(now, EvalResult{Seq: ev.Seq, Generation: ev.Generation, Step: 20, At: now, Loss: math.NaN(), Full: true}))
+	if !ok {
+		t.Fatal("the diverged model is not replaced")
+	}
+	ev, _ = actionOf[Evaluate](c.HandedBack(now, HandBackResult{Step: 0, Versions: []int64{0, 0}}))
+	ck, ok := actionOf[Checkpoint](c.Evaluated(now, EvalResult{Seq: ev.Seq, Generation: hb.Generation, Step: 0, At: now, Loss: 2.3, Accuracy: 0.1, Full: true}))
+	if !ok {
+		t.Fatal("no final checkpoint of the model handed back")
+	}
+	f, ok := actionOf[Finish](c.CheckpointDone(now, CheckpointResult{Final: true, Step: ck.Latest + 1}))
+	if !ok || f.Err != nil || f.Report.StoppedBy != StopFailed || !strings.Contains(f.Report.Ruined, "diverged 6 times") ||
+		!strings.Contains(f.Report.Ruined, "handed back the initial model") || f.Report.FinalStep != 0 {
+		t.Fatalf("the failed run's end: %v", f)
+	}
+	// MaxRollbacks+1 during training, and the final evaluation's.
+	if got := testutil.ToFloat64(m.Divergences); got != MaxRollbacks+2 {
+		t.Errorf("pstrain_divergences_total = %v, want %d", got, MaxRollbacks+2)
 	}
 	if _, err := json.Marshal(c.report()); err != nil {
 		t.Errorf("the report does not encode: %v", err)
@@ -113,7 +134,8 @@ func TestRollbacksHalveTheRateThenGiveUp(t *testing.T) {
 }
 
 // A divergence found by the final evaluation is reported, not rolled
-// back, and the stop goes on.
+// back, and the stop goes on: the diverged model is not the one handed
+// back (an earlier one is restored, scored and checkpointed).
 func TestDivergenceAtTheEndIsReported(t *testing.T) {
 	c, now := trainingCore(t, nil)
 	c.Evaluated(now, EvalResult{Seq: 1, Generation: 1, Step: 10, At: now, Loss: 0.2})
@@ -127,12 +149,26 @@ func TestDivergenceAtTheEndIsReported(t *testing.T) {
 	if _, ok := actionOf[Rollback](acts); ok {
 		t.Fatalf("rolled back after training ended: %v", acts)
 	}
-	if _, ok := actionOf[Checkpoint](acts); !ok {
-		t.Errorf("the stop did not go on to the final checkpoint: %v", acts)
+	hb, ok := actionOf[HandBack](acts)
+	if !ok || hb.AtMost != 10 {
+		t.Fatalf("the stop did not go on to hand back the model of step 10 or before: %v", acts)
+	}
+	acts = c.HandedBack(now, HandBackResult{Step: 10, FromCheckpoint: true, Versions: []int64{10, 10}})
+	ev, ok = actionOf[Evaluate](acts)
+	if !ok || ev.Generation != hb.Generation {
+		t.Fatalf("the model handed back is not scored: %v", acts)
+	}
+	acts = c.Evaluated(now, EvalResult{Seq: ev.Seq, Generation: ev.Generation, Step: 10, At: now, Loss: 0.2, Accuracy: 0.9, Full: true})
+	if ck, ok := actionOf[Checkpoint](acts); !ok || !ck.Final || ck.Latest != 10 || ck.Versions[0] != 10 {
+		t.Errorf("the stop did not go on to the final checkpoint of the model handed back: %v", acts)
 	}
 	rep := c.report()
 	if len(rep.Divergences) != 1 || rep.Divergences[0].RolledBackTo != -1 || rep.Divergences[0].AtStep != 30 {
 		t.Errorf("divergences %+v", rep.Divergences)
+	}
+	if rep.FinalStep != 10 || rep.TestAccuracy != 0.9 || rep.HandedBack == nil || rep.HandedBack.RuinedStep != 30 || !strings.Contains(rep.Ruined, "handed back the model of step 10") {
+		t.Errorf("final step %d, accuracy %v, handed back %+v, ruined %q: want the model of step 10 handed back in place of step 30's",
+			rep.FinalStep, rep.TestAccuracy, rep.HandedBack, rep.Ruined)
 	}
 }
 
@@ -175,5 +211,49 @@ func TestRollbackSetsAsideLaterCheckpointsAndScalesTheRate(t *testing.T) {
 	c.core.st.LRFactor = 0.25
 	if o := c.shardOptions(); o.LRFactor != 0.25 || o.Rate() != r.LR/4 {
 		t.Errorf("after two rollbacks: factor %v, rate %v; want 0.25 and %v", o.LRFactor, o.Rate(), r.LR/4)
+	}
+}
+
+// A chief restarted while it was handing back an earlier model finishes
+// the hand-back: the saved state says one began, the stop resumes, and
+// the model the shards hold is scored and, still ruined, replaced.
+func TestHandBackSurvivesAChiefRestart(t *testing.T) {
+	c, now := trainingCore(t, nil)
+	c.Evaluated(now, EvalResult{Seq: 1, Generation: 1, Step: 10, At: now, Loss: 0.2})
+	c.Interrupt(now)
+	ev, _ := actionOf[Evaluate](c.ShardsStopped(now, []int64{30, 30}))
+	acts := c.Evaluated(now, EvalResult{Seq: ev.Seq, Generation: 1, Step: 30, At: now, Loss: math.NaN(), Full: true})
+	hb, ok := actionOf[HandBack](acts)
+	if !ok {
+		t.Fatalf("no hand-back: %v", acts)
+	}
+	var saved State
+	for _, a := range acts {
+		if s, ok := a.(SaveState); ok {
+			b, err := json.Marshal(s.State)
+			if err != nil {
+				t.Fatal(err)
+			}
+			saved = State{}
+			if err := json.Unmarshal(b, &saved); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if saved.HandedBack == nil || saved.Generation != hb.Generation {
+		t.Fatalf("the saved state does not hold the hand-back: %+v", saved)
+	}
+
+	c2, now := trainingCore(t, nil)
+	if _, ok := actionOf[StopShards](c2.Adopt(now, Adoption{Generation: hb.Generation, Step: 30, Saved: &saved})); !ok {
+		t.Fatal("the restarted chief does not finish the stop")
+	}
+	ev, ok = actionOf[Evaluate](c2.ShardsStopped(now, []int64{30, 30}))
+	if !ok {
+		t.Fatal("the restarted chief does not score the model")
+	}
+	acts = c2.Evaluated(now, EvalResult{Seq: ev.Seq, Generation: ev.Generation, Step: 30, At: now, Loss: math.NaN(), Full: true})
+	if again, ok := actionOf[HandBack](acts); !ok || again.Generation <= hb.Generation {
+		t.Fatalf("the restarted chief hands back the ruined model: %v", acts)
 	}
 }

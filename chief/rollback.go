@@ -74,3 +74,17 @@ func (c *Chief) setAsideAfter(atMost int64) error {
 	}
 	return nil
 }
+
+// handBack carries out a HandBack: the shards are restored as a
+// rollback restores them, then stopped again (training is over).
+func (c *Chief) handBack(ctx context.Context, a HandBack) HandBackResult {
+	step, fromCheckpoint, err := c.rollback(ctx, Rollback{AtMost: a.AtMost, Generation: a.Generation})
+	if err != nil {
+		return HandBackResult{Err: err}
+	}
+	versions, err := c.stopShards(ctx)
+	if err != nil {
+		return HandBackResult{Err: fmt.Errorf("chief: stopping the shards after restoring step %d: %w", step, err)}
+	}
+	return HandBackResult{Step: step, FromCheckpoint: fromCheckpoint, Versions: versions}
+}

@@ -60,6 +60,10 @@ import (
 //	                             rate's factor and the refused gradients
 //	checkpoint-done t=S step=N [err=MSG] [skipped=MSG] [final] [retained]
 //	                             [reused] (the newest checkpoint marked final)
+//	handed-back t=S step=N [versions=V,...] [err=MSG]
+//	                             the HandBack is done (step 0: the
+//	                             initial weights), the shards stopped at
+//	                             versions
 //	reinitialised t=S
 //	stopped t=S versions=V,...
 //	interrupt t=S
@@ -77,6 +81,8 @@ import (
 //	standby-failed t=S shard=N err=MSG
 //	replicas                     each shard's primary and epoch
 //	restarts                     the restarts recorded
+//	live-workers                 the changes of the number of workers
+//	                             training the report records
 //	checkpoint-at versions=V,... latest=N ahead=N [final]
 //	                             where a checkpoint goes (checkpointAt)
 //	scale N t=S                  ask for N workers (Core.Scale)
@@ -181,6 +187,8 @@ func (s *scenario) do(cmd string) (string, error) {
 		return strings.Join(lines, "\n"), nil
 	case f[0] == "restarts":
 		return s.restarts(), nil
+	case f[0] == "live-workers":
+		return fmt.Sprintf("%+v", s.core.report().LiveWorkers), nil
 	case f[0] == "state":
 		c := s.core
 		return fmt.Sprintf("phase=%s generation=%d hold=%d step=%d latest-checkpoint=%d restarts=%d",
@@ -229,6 +237,13 @@ func (s *scenario) events() map[string]func(a map[string]string, now time.Time) 
 		"restored": func(a map[string]string, now time.Time) []Action { return c.Restored(now, num(a, "step")) },
 		"rolled-back": func(a map[string]string, now time.Time) []Action {
 			return c.RolledBack(now, num(a, "step"), num(a, "step") > 0)
+		},
+		"handed-back": func(a map[string]string, now time.Time) []Action {
+			res := HandBackResult{Step: num(a, "step"), FromCheckpoint: num(a, "step") > 0, Versions: nums(a["versions"])}
+			if e, ok := a["err"]; ok {
+				res.Err = errors.New(e)
+			}
+			return c.HandedBack(now, res)
 		},
 		"reinitialised":      func(a map[string]string, now time.Time) []Action { return c.Reinitialised(now) },
 		"stopped":            func(a map[string]string, now time.Time) []Action { return c.ShardsStopped(now, nums(a["versions"])) },

@@ -561,15 +561,31 @@ func (s *supervisor) windDown() {
 			p.cmd.Process.Signal(syscall.SIGTERM)
 		}
 	}
-	grace := time.After(15 * time.Second)
+	reap(slices.Collect(maps.Values(procs)), windDownGrace, func(p *proc) {
+		s.c.Log.Warn("task did not exit after training; killing it", "task", p.task)
+		p.cmd.Process.Kill()
+		<-p.done
+		s.noteEnded(p, CauseKilledAtEnd)
+	})
+}
+
+// windDownGrace is how long tasks have to exit once the chief is done.
+const windDownGrace = 15 * time.Second
+
+// reap waits for every proc to exit, and hands to kill (which returns once
+// the proc has exited) each one still running after grace: all of them,
+// however many, since the deadline stays passed once it has.
+func reap(procs []*proc, grace time.Duration, kill func(*proc)) {
+	deadline := make(chan struct{})
+	t := time.AfterFunc(grace, func() { close(deadline) })
+	defer t.Stop()
 	for _, p := range procs {
 		select {
 		case <-p.done:
-		case <-grace:
-			s.c.Log.Warn("task did not exit after training; killing it", "task", p.task)
-			p.cmd.Process.Kill()
-			<-p.done
-			s.noteEnded(p, CauseKilledAtEnd)
+		case <-deadline:
+			if !hasExited(p) { // both may be ready: an exit is not a kill
+				kill(p)
+			}
 		}
 	}
 }
@@ -593,6 +609,12 @@ func (s *supervisor) finalReport(mon *bottleneck.Monitor) (*report.Report, error
 	}
 	rep.Restarts = mergeRestarts(rep.Restarts, s.restarts, s.t0, rep.TrainStartedUnix, rep.Mode == string(config.Sync))
 	rep.Restarts = append(rep.Restarts, endedRecords(s.ended, s.t0)...)
+	for _, e := range s.ended {
+		if u, ok := rep.Tasks[e.task]; ok {
+			u.Ended = e.cause
+			rep.Tasks[e.task] = u
+		}
+	}
 	return rep, nil
 }
 

@@ -476,11 +476,8 @@ func clonePush(req *pb.PushRequest) *pb.PushRequest {
 // Replicate applies a primary's batch of operations (standby side).
 func (s *Server) Replicate(ctx context.Context, b *pb.ReplicaBatch) (*pb.ReplicaAck, error) {
 	defer s.observe("replicate", s.now())
-	if len(b.Ops) == 0 || b.FirstSeq < 1 {
-		return nil, status.Errorf(codes.InvalidArgument, "replica batch: %d operations from %d", len(b.Ops), b.FirstSeq)
-	}
-	if s.shardIndex >= 0 && int(b.Shard) != s.shardIndex {
-		return nil, status.Errorf(codes.InvalidArgument, "replica batch for shard %d: this process serves shard %d", b.Shard, s.shardIndex)
+	if err := s.checkBatch(b); err != nil {
+		return nil, err
 	}
 	var fresh *built
 	if snap := b.Ops[0].GetSnapshot(); snap != nil {
@@ -500,37 +497,66 @@ func (s *Server) Replicate(ctx context.Context, b *pb.ReplicaBatch) (*pb.Replica
 	if b.Epoch < s.epoch || b.Epoch == s.epoch && s.role == rolePrimary {
 		return nil, status.Errorf(codes.Aborted, "replica batch of epoch %d refused: this process is the %s of epoch %d", b.Epoch, s.role, s.epoch)
 	}
-	ops := b.Ops
-	if fresh != nil && b.Epoch == s.epoch && s.role == roleStandby && s.replSeq >= 1 {
-		// This link's snapshot again (its acknowledgement was lost): the
-		// standby holds it, and maybe updates since.
-		fresh, ops = nil, ops[1:]
-	}
-	if fresh != nil {
-		s.stopReplica()
-		s.install(*fresh, false)
-		s.setRole(roleStandby)
-		s.epoch, s.replSeq, ops = b.Epoch, b.FirstSeq, ops[1:]
-		s.log.Info("standby: snapshot installed", "shard", b.Shard, "epoch", b.Epoch, "version", s.shard.Version())
-	}
+	ops := s.installSnapshot(b, fresh)
 	if s.role != roleStandby || s.shard == nil || b.Epoch != s.epoch || b.RunId != s.runID {
 		return nil, status.Errorf(codes.Unavailable, "replica batch of epoch %d: this process holds no snapshot of it (role %q, epoch %d)", b.Epoch, s.role, s.epoch)
 	}
-	first := b.FirstSeq + int64(len(b.Ops)-len(ops))
+	if err := s.applyOps(b.FirstSeq+int64(len(b.Ops)-len(ops)), ops); err != nil {
+		return nil, err
+	}
+	return &pb.ReplicaAck{Seq: s.replSeq, Version: s.shard.Version()}, nil
+}
+
+// checkBatch refuses a batch with no operations or numbered from before
+// 1, or one for another shard than this process serves.
+func (s *Server) checkBatch(b *pb.ReplicaBatch) error {
+	if len(b.Ops) == 0 || b.FirstSeq < 1 {
+		return status.Errorf(codes.InvalidArgument, "replica batch: %d operations from %d", len(b.Ops), b.FirstSeq)
+	}
+	if s.shardIndex >= 0 && int(b.Shard) != s.shardIndex {
+		return status.Errorf(codes.InvalidArgument, "replica batch for shard %d: this process serves shard %d", b.Shard, s.shardIndex)
+	}
+	return nil
+}
+
+// installSnapshot makes fresh, the shard of b's opening snapshot (nil:
+// b has none), this standby's state, and returns the operations of b
+// still to apply. A link's snapshot sent again (its acknowledgement was
+// lost) is not installed: the standby holds it, and maybe updates since.
+// Call with mu held.
+func (s *Server) installSnapshot(b *pb.ReplicaBatch, fresh *built) []*pb.ReplicaOp {
+	switch {
+	case fresh == nil:
+		return b.Ops
+	case b.Epoch == s.epoch && s.role == roleStandby && s.replSeq >= 1:
+		return b.Ops[1:]
+	}
+	s.stopReplica()
+	s.install(*fresh, false)
+	s.setRole(roleStandby)
+	s.epoch, s.replSeq = b.Epoch, b.FirstSeq
+	s.log.Info("standby: snapshot installed", "shard", b.Shard, "epoch", b.Epoch, "version", s.shard.Version())
+	return b.Ops[1:]
+}
+
+// applyOps applies ops, numbered from first, in order: one applied
+// already (sent again) is skipped, and a gap is refused. Call with mu
+// held.
+func (s *Server) applyOps(first int64, ops []*pb.ReplicaOp) error {
 	for i, op := range ops {
 		seq := first + int64(i)
 		if seq <= s.replSeq {
 			continue // sent again: applied already
 		}
 		if seq != s.replSeq+1 {
-			return nil, status.Errorf(codes.FailedPrecondition, "replica batch: operation %d after %d", seq, s.replSeq)
+			return status.Errorf(codes.FailedPrecondition, "replica batch: operation %d after %d", seq, s.replSeq)
 		}
 		if err := s.applyReplicated(op); err != nil {
-			return nil, err
+			return err
 		}
 		s.replSeq = seq
 	}
-	return &pb.ReplicaAck{Seq: s.replSeq, Version: s.shard.Version()}, nil
+	return nil
 }
 
 // fromSnapshot builds the shard a snapshot describes.

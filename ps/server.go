@@ -258,68 +258,110 @@ type built struct {
 }
 
 // build makes the shard req describes (Init's work that needs no lock);
-// its errors are gRPC statuses.
+// its errors are gRPC statuses: InvalidArgument, since they are all the
+// request's.
 func (s *Server) build(req *pb.InitRequest) (built, error) {
-	opts, err := OptionsFromProto(req.ShardOptions)
+	b, err := s.buildShard(req)
 	if err != nil {
 		return built{}, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return b, nil
+}
+
+// buildShard is build with the request's errors as they are.
+func (s *Server) buildShard(req *pb.InitRequest) (built, error) {
+	opts, err := OptionsFromProto(req.ShardOptions)
+	if err != nil {
+		return built{}, err
 	}
 	params, err := wire.Floats(req.Params)
 	if err != nil {
-		return built{}, status.Error(codes.InvalidArgument, err.Error())
+		return built{}, err
 	}
 	params = append([]float32(nil), params...) // own it; the request buffer may be reused
-	opt, err := optim.New(optim.Config{Name: opts.Optimizer, LR: opts.Rate(), Momentum: opts.Momentum}, len(params))
+	opt, err := optimizerOf(opts, req, len(params))
 	if err != nil {
-		return built{}, status.Error(codes.InvalidArgument, err.Error())
+		return built{}, err
 	}
-	if len(req.OptimizerState) > 0 || req.OptimizerStep > 0 {
-		st, err := wire.Floats(req.OptimizerState)
-		if err == nil {
-			err = opt.SetState(st, req.OptimizerStep)
-		}
-		if err != nil {
-			return built{}, status.Error(codes.InvalidArgument, err.Error())
-		}
-	}
-	var plan partition.Plan
-	if req.ModelSpec != nil {
-		if plan, err = partition.New(convert.Spec(req.ModelSpec), int(req.NumShards)); err != nil {
-			return built{}, status.Error(codes.InvalidArgument, err.Error())
-		}
-		if req.Shard < 0 || int(req.Shard) >= len(plan.Shards) || plan.Shards[req.Shard].Size != len(params) {
-			return built{}, status.Errorf(codes.InvalidArgument, "shard %d of %d: %d parameters do not match the model's partition", req.Shard, req.NumShards, len(params))
-		}
+	plan, err := planOf(req, len(params))
+	if err != nil {
+		return built{}, err
 	}
 	sc := ShardConfig{Mode: opts.Mode, Replicas: opts.Replicas, Staleness: opts.Staleness,
 		Workers: opts.Workers, MaxVersion: req.MaxVersion, NormGuard: opts.NormGuard, Aggregate: opts.Aggregate,
 		Dedupe: req.Epoch > 0}
 	if sc.LR, err = lrSchedule(opts, req); err != nil {
-		return built{}, status.Error(codes.InvalidArgument, err.Error())
+		return built{}, err
 	}
 	sh, err := NewShard(sc, params, opt, req.Version)
 	if err != nil {
-		return built{}, status.Error(codes.InvalidArgument, err.Error())
+		return built{}, err
 	}
-	if pos := req.DataPositions; len(pos) == opts.Workers || req.DataSlots > 0 && len(pos) > 0 && len(pos) <= int(req.DataSlots) {
-		// An elastic run's positions cover the workers that had joined
-		// when the checkpoint was taken: the shard keeps state for every
-		// one of them, and a worker beyond them starts at 0.
-		sh.grow(len(pos))
-		pos = append(slices.Clone(pos), make([]int64, sh.Slots()-len(pos))...)
-		if err := sh.SetDataPositions(pos); err != nil {
-			return built{}, status.Error(codes.InvalidArgument, err.Error())
-		}
-	} else if len(req.DataPositions) > 0 {
-		// A checkpoint of a run with another number of workers: their data
-		// shards were cut differently, so the positions mean nothing here.
-		s.log.Warn("ignoring data positions for another number of workers; every worker starts its data shard afresh",
-			"positions", len(req.DataPositions), "workers", opts.Workers)
+	if err := s.restorePositions(sh, req, opts.Workers); err != nil {
+		return built{}, err
 	}
 	if req.LiveWorkers != nil {
 		sh.SetLive(toInts(req.LiveWorkers))
 	}
 	return built{sh: sh, plan: plan, opts: opts, req: req}, nil
+}
+
+// optimizerOf makes the shard's optimizer for n parameters, with the
+// state req restores (a checkpoint's or a snapshot's), if any.
+func optimizerOf(opts Options, req *pb.InitRequest, n int) (optim.Optimizer, error) {
+	opt, err := optim.New(optim.Config{Name: opts.Optimizer, LR: opts.Rate(), Momentum: opts.Momentum}, n)
+	if err != nil {
+		return nil, err
+	}
+	if len(req.OptimizerState) == 0 && req.OptimizerStep == 0 {
+		return opt, nil
+	}
+	st, err := wire.Floats(req.OptimizerState)
+	if err == nil {
+		err = opt.SetState(st, req.OptimizerStep)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return opt, nil
+}
+
+// planOf is the model's partition req's spec describes, checked to give
+// the shard n parameters (the zero plan when req has no spec).
+func planOf(req *pb.InitRequest, n int) (partition.Plan, error) {
+	if req.ModelSpec == nil {
+		return partition.Plan{}, nil
+	}
+	plan, err := partition.New(convert.Spec(req.ModelSpec), int(req.NumShards))
+	if err != nil {
+		return partition.Plan{}, err
+	}
+	if req.Shard < 0 || int(req.Shard) >= len(plan.Shards) || plan.Shards[req.Shard].Size != n {
+		return partition.Plan{}, fmt.Errorf("shard %d of %d: %d parameters do not match the model's partition", req.Shard, req.NumShards, n)
+	}
+	return plan, nil
+}
+
+// restorePositions gives sh the workers' data positions req carries,
+// when they are of this run's workers (workers of them, or up to
+// req.DataSlots of an elastic run's).
+func (s *Server) restorePositions(sh *Shard, req *pb.InitRequest, workers int) error {
+	pos := req.DataPositions
+	if len(pos) == workers || req.DataSlots > 0 && len(pos) > 0 && len(pos) <= int(req.DataSlots) {
+		// An elastic run's positions cover the workers that had joined
+		// when the checkpoint was taken: the shard keeps state for every
+		// one of them, and a worker beyond them starts at 0.
+		sh.grow(len(pos))
+		pos = append(slices.Clone(pos), make([]int64, sh.Slots()-len(pos))...)
+		return sh.SetDataPositions(pos)
+	}
+	if len(pos) > 0 {
+		// A checkpoint of a run with another number of workers: their data
+		// shards were cut differently, so the positions mean nothing here.
+		s.log.Warn("ignoring data positions for another number of workers; every worker starts its data shard afresh",
+			"positions", len(pos), "workers", workers)
+	}
+	return nil
 }
 
 // install makes b the shard's state, replacing the one before; with
@@ -675,26 +717,66 @@ func (s *Server) applyPush(req *pb.PushRequest) (resp *pb.PushResponse, err erro
 	if req.Generation != 0 && req.Generation != s.gen {
 		// Computed from parameters the chief has since rolled back.
 		m.StaleGradientsDropped.Inc()
-		return &pb.PushResponse{Outcome: pb.PushResponse_STALE, Version: s.shard.Version(), Done: s.shard.Done()}, nil, false
+		return s.pushAnswer(pb.PushResponse_STALE), nil, false
 	}
 	res, err := s.shard.PushAt(int(req.Worker), req.Version, g, req.DataPosition)
 	if err != nil {
-		m.RejectedRequests.WithLabelValues(rejectReason(err)).Inc()
-		if errors.Is(err, ErrNonFinite) {
-			m.RefusedGradients.WithLabelValues(strconv.Itoa(int(req.Worker)), "non_finite").Inc()
-		}
-		if errors.Is(err, ErrNonFinite) && s.opts.NaNPolicy == config.Skip {
-			// --nan-policy skip: counted, never applied, training goes on.
-			// In sync mode the worker still counts for the step, its
-			// gradient left out of the mean (otherwise the step would wait
-			// for it forever); either way its batch is used up (Drop).
-			if s.shard.Drop(int(req.Worker), req.Version, req.DataPosition) {
-				s.advanced()
-			}
-			return &pb.PushResponse{Outcome: pb.PushResponse_STALE, Version: s.shard.Version(), Done: s.shard.Done()}, nil, true
-		}
-		return nil, status.Error(codes.InvalidArgument, err.Error()), errors.Is(err, ErrNonFinite)
+		return s.pushRefused(m, req, err)
 	}
+	s.countPush(m, req, res)
+	if res.Outcome == Quarantined {
+		return &pb.PushResponse{Outcome: pb.PushResponse_STALE, Version: s.shard.Version(), Done: true}, nil, true
+	}
+	s.lastLoss = req.Loss
+	switch {
+	case res.Advanced:
+		s.advanced()
+	case s.opts.Mode == config.SSP:
+		s.notify() // the slowest worker's clock may have moved
+	}
+	if res.Outcome == Refused {
+		// Dropped, like a NaN under --nan-policy skip: the wire's
+		// outcomes (and a data-plane client's check of them) predate the
+		// guard, and the worker's next step is the same either way.
+		return s.pushAnswer(pb.PushResponse_STALE), nil, true
+	}
+	return s.pushAnswer(pb.PushResponse_Outcome(res.Outcome)), nil, true
+}
+
+// pushAnswer is a push's response with outcome and the shard's version.
+// Call with mu held.
+func (s *Server) pushAnswer(outcome pb.PushResponse_Outcome) *pb.PushResponse {
+	return &pb.PushResponse{Outcome: outcome, Version: s.shard.Version(), Done: s.shard.Done()}
+}
+
+// pushRefused is applyPush's answer to a gradient the shard refused with
+// err: counted, and an InvalidArgument error, except a non-finite one
+// under --nan-policy skip, which is dropped. A non-finite gradient
+// reached the shard, so the standby must see it too (forward). Call with
+// mu held.
+func (s *Server) pushRefused(m *metrics.PS, req *pb.PushRequest, err error) (*pb.PushResponse, error, bool) {
+	m.RejectedRequests.WithLabelValues(rejectReason(err)).Inc()
+	nonFinite := errors.Is(err, ErrNonFinite)
+	if nonFinite {
+		m.RefusedGradients.WithLabelValues(strconv.Itoa(int(req.Worker)), "non_finite").Inc()
+	}
+	if nonFinite && s.opts.NaNPolicy == config.Skip {
+		// --nan-policy skip: counted, never applied, training goes on.
+		// In sync mode the worker still counts for the step, its
+		// gradient left out of the mean (otherwise the step would wait
+		// for it forever); either way its batch is used up (Drop).
+		if s.shard.Drop(int(req.Worker), req.Version, req.DataPosition) {
+			s.advanced()
+		}
+		return s.pushAnswer(pb.PushResponse_STALE), nil, true
+	}
+	return nil, status.Error(codes.InvalidArgument, err.Error()), nonFinite
+}
+
+// countPush records what the shard did with a gradient it took: its
+// staleness and norm ratio, and a drop, refusal or quarantine. Call with
+// mu held.
+func (s *Server) countPush(m *metrics.PS, req *pb.PushRequest, res PushResult) {
 	m.GradientStaleness.Observe(float64(res.Staleness))
 	if res.Ratio > 0 {
 		m.GradientNormRatio.Observe(res.Ratio)
@@ -706,23 +788,7 @@ func (s *Server) applyPush(req *pb.PushRequest) (resp *pb.PushResponse, err erro
 		s.refused(m, req, res)
 	case Quarantined:
 		m.RejectedRequests.WithLabelValues("quarantined").Inc()
-		return &pb.PushResponse{Outcome: pb.PushResponse_STALE, Version: s.shard.Version(), Done: true}, nil, true
 	}
-	s.lastLoss = req.Loss
-	switch {
-	case res.Advanced:
-		s.advanced()
-	case s.opts.Mode == config.SSP:
-		s.notify() // the slowest worker's clock may have moved
-	}
-	outcome := pb.PushResponse_Outcome(res.Outcome)
-	if res.Outcome == Refused {
-		// Dropped, like a NaN under --nan-policy skip: the wire's
-		// outcomes (and a data-plane client's check of them) predate the
-		// guard, and the worker's next step is the same either way.
-		outcome = pb.PushResponse_STALE
-	}
-	return &pb.PushResponse{Outcome: outcome, Version: s.shard.Version(), Done: s.shard.Done()}, nil, true
 }
 
 // refused records a gradient the norm guard refused: counted against its
@@ -1053,74 +1119,113 @@ func (s *Server) Checkpoint(ctx context.Context, req *pb.CheckpointRequest) (*pb
 	if s.store == nil {
 		return nil, status.Error(codes.FailedPrecondition, "this parameter server has no --checkpoint-dir")
 	}
-	s.mu.Lock()
-	if err := s.checkRun(req.RunId); err != nil {
-		s.mu.Unlock()
+	sn, r, err := s.checkpointSnapshot(ctx, req)
+	if err != nil {
 		return nil, err
 	}
-	if len(s.plan.Shards) == 0 {
-		s.mu.Unlock()
-		return nil, status.Error(codes.FailedPrecondition, "the shard was initialised without a model spec; cannot name checkpoint tensors")
+	if r != nil {
+		defer s.releaseRetained(r)
 	}
-	v := s.shard.Version()
-	var sn snapshot
-	switch {
-	case req.Retained:
+	defer s.release(sn.held)
+	return s.writeCheckpoint(req, sn)
+}
+
+// checkpointSnapshot is the snapshot req asks for, held: the retained
+// state (r, also held), or the shard's own at req.AtVersion, taken now or
+// when the shard reaches that version.
+func (s *Server) checkpointSnapshot(ctx context.Context, req *pb.CheckpointRequest) (snapshot, *retainedSnap, error) {
+	s.mu.Lock()
+	if err := s.checkpointable(req.RunId); err != nil {
+		s.mu.Unlock()
+		return snapshot{}, nil, err
+	}
+	if req.Retained {
 		r, err := s.holdRetained(req.AtVersion)
 		s.mu.Unlock()
 		if err != nil {
-			return nil, err
+			return snapshot{}, nil, err
 		}
-		defer s.releaseRetained(r)
-		sn = r.snapshot
-	case req.AtVersion == 0 || req.AtVersion == v:
-		sn = s.takeSnapshot()
-		s.mu.Unlock()
-	case req.AtVersion < v:
-		s.mu.Unlock()
-		return nil, status.Errorf(codes.FailedPrecondition, "shard is at version %d, past the checkpoint's version %d", v, req.AtVersion)
-	case s.shard.Done():
-		s.mu.Unlock()
-		return nil, status.Errorf(codes.FailedPrecondition, "training ended at version %d, before the checkpoint's version %d", v, req.AtVersion)
-	default:
-		p := &pendingSnap{at: req.AtVersion, ch: make(chan snapshot, 1)}
-		s.pending = append(s.pending, p)
-		s.mu.Unlock()
-		var ok bool
-		select {
-		case sn, ok = <-p.ch:
-			if !ok {
-				return nil, status.Errorf(codes.Aborted, "the shard never reached version %d (stopped or re-initialised)", req.AtVersion)
-			}
-		case <-ctx.Done():
-			s.mu.Lock()
-			s.abortPending(func(q *pendingSnap) bool { return q == p })
-			s.mu.Unlock()
-			// The snapshot may have been taken meanwhile. (This never
-			// blocks: a request leaves pending only by being sent its
-			// snapshot or having its channel closed.)
-			if sn, ok := <-p.ch; ok {
-				s.release(sn.held)
-			}
-			return nil, status.FromContextError(ctx.Err()).Err()
-		}
+		return r.snapshot, r, nil
 	}
-	defer s.release(sn.held)
+	sn, p, err := s.snapshotAt(req.AtVersion)
+	s.mu.Unlock()
+	if p == nil || err != nil {
+		return sn, nil, err
+	}
+	sn, err = s.awaitSnapshot(ctx, p)
+	return sn, nil, err
+}
+
+// checkpointable refuses a checkpoint of another run, or of a shard
+// initialised without a model spec. Call with mu held.
+func (s *Server) checkpointable(runID string) error {
+	if err := s.checkRun(runID); err != nil {
+		return err
+	}
+	if len(s.plan.Shards) == 0 {
+		return status.Error(codes.FailedPrecondition, "the shard was initialised without a model spec; cannot name checkpoint tensors")
+	}
+	return nil
+}
+
+// snapshotAt takes the shard's snapshot if it is at version at (or at
+// is 0); if it has yet to reach at, it returns the pending request that
+// will receive it instead. A version the shard is past, or will never
+// reach since training ended, is refused. Call with mu held.
+func (s *Server) snapshotAt(at int64) (snapshot, *pendingSnap, error) {
+	v := s.shard.Version()
+	switch {
+	case at == 0 || at == v:
+		return s.takeSnapshot(), nil, nil
+	case at < v:
+		return snapshot{}, nil, status.Errorf(codes.FailedPrecondition, "shard is at version %d, past the checkpoint's version %d", v, at)
+	case s.shard.Done():
+		return snapshot{}, nil, status.Errorf(codes.FailedPrecondition, "training ended at version %d, before the checkpoint's version %d", v, at)
+	}
+	p := &pendingSnap{at: at, ch: make(chan snapshot, 1)}
+	s.pending = append(s.pending, p)
+	return snapshot{}, p, nil
+}
+
+// awaitSnapshot waits for p's snapshot, held, unless ctx ends first or
+// the shard never reaches p's version.
+func (s *Server) awaitSnapshot(ctx context.Context, p *pendingSnap) (snapshot, error) {
+	select {
+	case sn, ok := <-p.ch:
+		if !ok {
+			return snapshot{}, status.Errorf(codes.Aborted, "the shard never reached version %d (stopped or re-initialised)", p.at)
+		}
+		return sn, nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		s.abortPending(func(q *pendingSnap) bool { return q == p })
+		s.mu.Unlock()
+		// The snapshot may have been taken meanwhile. (This never
+		// blocks: a request leaves pending only by being sent its
+		// snapshot or having its channel closed.)
+		if sn, ok := <-p.ch; ok {
+			s.release(sn.held)
+		}
+		return snapshot{}, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// writeCheckpoint writes sn to the checkpoint store as req's step.
+func (s *Server) writeCheckpoint(req *pb.CheckpointRequest, sn snapshot) (*pb.CheckpointResponse, error) {
 	// Name the snapshot with the state it was taken from (an Init since
 	// then does not relabel it).
-	plan, index, numShards, optName, runID := sn.plan, sn.index, sn.numShards, sn.optName, sn.runID
-	tensors, err := shardckpt.Tensors(plan, index, optName, sn.params, sn.opt)
+	tensors, err := shardckpt.Tensors(sn.plan, sn.index, sn.optName, sn.params, sn.opt)
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	meta := map[string]string{
-		shardckpt.MetaOptimizer:      optName,
+		shardckpt.MetaOptimizer:      sn.optName,
 		shardckpt.MetaOptimizerSteps: strconv.FormatInt(sn.optSteps, 10),
 		shardckpt.MetaVersion:        strconv.FormatInt(sn.version, 10),
-		shardckpt.MetaRunID:          runID,
+		shardckpt.MetaRunID:          sn.runID,
 	}
 	t0 := s.now()
-	info, err := s.store.WriteShard(req.Step, index, numShards, tensors, meta)
+	info, err := s.store.WriteShard(req.Step, sn.index, sn.numShards, tensors, meta)
 	if err != nil {
 		s.log.Error("checkpoint write failed", "step", req.Step, "err", err)
 		return nil, status.Error(codes.Internal, err.Error())

@@ -259,14 +259,8 @@ func (s *Shard) Push(worker int, version int64, grad []float32) (PushResult, err
 // (the worker does not send another) but leaves it out of the step's
 // aggregate, like the gradient of a worker that died after pushing.
 func (s *Shard) PushAt(worker int, version int64, grad []float32, after int64) (PushResult, error) {
-	if worker < 0 || worker >= len(s.live) {
-		return PushResult{}, fmt.Errorf("%w: %d (workers: %d)", ErrBadWorker, worker, len(s.live))
-	}
-	if len(grad) != len(s.params) {
-		return PushResult{}, fmt.Errorf("%w: got %d values, want %d", ErrBadLength, len(grad), len(s.params))
-	}
-	if version > s.version {
-		return PushResult{}, fmt.Errorf("%w: gradient from version %d, shard at %d", ErrFutureVersion, version, s.version)
+	if err := s.checkPush(worker, version, grad); err != nil {
+		return PushResult{}, err
 	}
 	if s.quarantined[worker] {
 		return PushResult{Outcome: Quarantined}, nil
@@ -277,53 +271,76 @@ func (s *Shard) PushAt(worker int, version int64, grad []float32, after int64) (
 		return PushResult{}, ErrNonFinite
 	}
 	res := PushResult{Staleness: s.version - version, Norm: math.Sqrt(sq)}
-	if s.done || worker >= s.members || s.held() {
-		// Training is over, the worker is not (or no longer) a member, or
-		// the step is held for a membership change: the gradient changes
-		// nothing but is not an error.
-		res.Outcome = Stale
-		return res, nil
-	}
-	if s.cfg.Mode == config.Sync {
-		switch {
-		case version < s.version:
-			s.stats.StaleDropped++
-			res.Outcome = Stale
-			return res, nil
-		case slices.Contains(s.contributors, worker):
-			s.stats.Duplicates++
-			res.Outcome = Duplicate
-			return res, nil
-		}
-	}
-	if s.cfg.Dedupe && s.cfg.Mode != config.Sync && after > 0 && after <= s.pos[worker] {
-		s.stats.Duplicates++
-		res.Outcome = Duplicate
+	if out, dropped := s.dropUnjudged(worker, version, after); dropped {
+		res.Outcome = out
 		return res, nil
 	}
 	refuse := s.judge(worker, version, &res)
 	s.clock[worker]++
-	if s.cfg.Mode != config.Sync {
-		if refuse {
-			s.credit(worker, after) // its batch is used up
-			return res, nil
+	if s.cfg.Mode == config.Sync {
+		var g []float32 // the gradient, if it counts
+		if !refuse {
+			g = grad
+			s.agree.Add(worker, grad)
 		}
-		s.setLR()
-		s.agree.Add(worker, grad)
-		s.opt.Apply(s.params, grad, 1)
-		s.version++
-		s.credit(worker, after)
-		res.Advanced = true
-		s.checkDone()
+		res.Advanced = s.arrive(worker, after, g)
 		return res, nil
 	}
-	var g []float32 // the gradient, if it counts
-	if !refuse {
-		g = grad
-		s.agree.Add(worker, grad)
-	}
-	res.Advanced = s.arrive(worker, after, g)
+	res.Advanced = s.applyNow(worker, after, grad, refuse)
 	return res, nil
+}
+
+// checkPush refuses a push the shard cannot take: a worker index out of
+// range, a gradient of another length, or one from a future version.
+func (s *Shard) checkPush(worker int, version int64, grad []float32) error {
+	switch {
+	case worker < 0 || worker >= len(s.live):
+		return fmt.Errorf("%w: %d (workers: %d)", ErrBadWorker, worker, len(s.live))
+	case len(grad) != len(s.params):
+		return fmt.Errorf("%w: got %d values, want %d", ErrBadLength, len(grad), len(s.params))
+	case version > s.version:
+		return fmt.Errorf("%w: gradient from version %d, shard at %d", ErrFutureVersion, version, s.version)
+	}
+	return nil
+}
+
+// dropUnjudged says whether a finite gradient is dropped before the norm
+// guard judges it, and as what: Stale when training is over, the worker
+// is not (or no longer) a member, or the step is held for a membership
+// change (the gradient changes nothing but is not an error); in sync
+// mode Stale when it is from an older version and Duplicate when its
+// worker already contributed to the step; with Dedupe in async and ssp
+// mode Duplicate when its batch was already counted.
+func (s *Shard) dropUnjudged(worker int, version, after int64) (Outcome, bool) {
+	isSync := s.cfg.Mode == config.Sync
+	switch {
+	case s.done || worker >= s.members || s.held():
+		return Stale, true
+	case isSync && version < s.version:
+		s.stats.StaleDropped++
+		return Stale, true
+	case isSync && slices.Contains(s.contributors, worker),
+		!isSync && s.cfg.Dedupe && after > 0 && after <= s.pos[worker]:
+		s.stats.Duplicates++
+		return Duplicate, true
+	}
+	return Applied, false
+}
+
+// applyNow applies an async or ssp gradient the guard judged (refused:
+// only its batch is used up) and reports whether the version moved on.
+func (s *Shard) applyNow(worker int, after int64, grad []float32, refuse bool) bool {
+	if refuse {
+		s.credit(worker, after) // its batch is used up
+		return false
+	}
+	s.setLR()
+	s.agree.Add(worker, grad)
+	s.opt.Apply(s.params, grad, 1)
+	s.version++
+	s.credit(worker, after)
+	s.checkDone()
+	return true
 }
 
 // arrive counts worker's gradient g (nil: one that is left out) into the
@@ -560,43 +577,54 @@ func (s *Shard) SetMembership(m Membership) (bool, error) {
 		return false, fmt.Errorf("%w: hold at %d, shard at %d", ErrPastHold, m.HoldAt, s.version)
 	}
 	s.holdAt = m.HoldAt
+	live := m.Live
 	if m.Members > 0 {
 		s.grow(m.Members)
 		s.members = m.Members
+		live = slices.DeleteFunc(slices.Clone(live), func(w int) bool { return w >= s.members })
 	}
-	for _, w := range m.Retired {
+	s.setRetired(m.Retired)
+	s.setQuarantined(m.Quarantined)
+	if m.Replicas > 0 {
+		s.setReplicas(m.Replicas)
+	}
+	if m.MaxVersion > 0 {
+		s.setMaxVersion(m.MaxVersion)
+	}
+	return s.SetLive(live), nil
+}
+
+// setRetired makes ws the retired workers.
+func (s *Shard) setRetired(ws []int) {
+	for _, w := range ws {
 		s.grow(w + 1)
 	}
 	clear(s.retired)
-	for _, w := range m.Retired {
+	for _, w := range ws {
 		if w >= 0 {
 			s.retired[w] = true
 		}
 	}
-	s.setQuarantined(m.Quarantined)
-	if m.Replicas > 0 {
-		s.cfg.Replicas = m.Replicas
-		if s.kept != nil && len(s.kept) < m.Replicas {
-			for len(s.kept) < m.Replicas {
-				s.kept = append(s.kept, make([]float32, len(s.params)))
-			}
-		}
+}
+
+// setReplicas sets a sync step's gradients with every member live to n,
+// with room to keep that many (trimmed mean).
+func (s *Shard) setReplicas(n int) {
+	s.cfg.Replicas = n
+	for s.kept != nil && len(s.kept) < n {
+		s.kept = append(s.kept, make([]float32, len(s.params)))
 	}
-	if m.MaxVersion > 0 {
-		s.cfg.MaxVersion = m.MaxVersion
-		if s.cfg.LR.MaxVersion > 0 {
-			// The schedule ends at the run's new last step, on every
-			// shard alike (a shard restored after the change was built
-			// with it).
-			s.cfg.LR.MaxVersion = m.MaxVersion
-		}
-		s.checkDone()
+}
+
+// setMaxVersion makes v the version training ends at.
+func (s *Shard) setMaxVersion(v int64) {
+	s.cfg.MaxVersion = v
+	if s.cfg.LR.MaxVersion > 0 {
+		// The schedule ends at the run's new last step, on every shard
+		// alike (a shard restored after the change was built with it).
+		s.cfg.LR.MaxVersion = v
 	}
-	live := m.Live
-	if m.Members > 0 {
-		live = slices.DeleteFunc(slices.Clone(live), func(w int) bool { return w >= s.members })
-	}
-	return s.SetLive(live), nil
+	s.checkDone()
 }
 
 // grow makes room for worker indices below n.

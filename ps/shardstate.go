@@ -77,26 +77,12 @@ func (s *Shard) State() ShardState {
 // (NewShard) from the same Init as the one st was taken from: same
 // parameters count, mode and aggregation.
 func (s *Shard) SetState(st ShardState) error {
-	n := len(st.Live)
-	for _, l := range []int{len(st.Refused), len(st.NonFinite), len(st.Retired), len(st.Clock), len(st.Pos)} {
-		if l != n {
-			return fmt.Errorf("ps: shard state: per-worker lists of different lengths (%d, %d)", n, l)
-		}
+	if err := s.checkState(st); err != nil {
+		return err
 	}
-	if n < len(s.live) || len(st.Contributors) != len(st.After) || st.Accepted < 0 || st.Accepted > len(st.Contributors) {
-		return fmt.Errorf("ps: shard state: %d workers (the shard has %d), %d contributors with %d positions, %d accepted",
-			n, len(s.live), len(st.Contributors), len(st.After), st.Accepted)
-	}
-	if len(st.GuardWindow) > cap(s.guard.window) || st.GuardNext < 0 || st.GuardNext >= max(1, cap(s.guard.window)) {
-		return fmt.Errorf("ps: shard state: a norm-guard window of %d (next %d), the guard keeps %d", len(st.GuardWindow), st.GuardNext, cap(s.guard.window))
-	}
-	s.grow(n)
+	s.grow(len(st.Live))
 	if st.Replicas > 0 {
-		// As a membership change would: room for the step's gradients.
-		s.cfg.Replicas = st.Replicas
-		for s.kept != nil && len(s.kept) < st.Replicas {
-			s.kept = append(s.kept, make([]float32, len(s.params)))
-		}
+		s.setReplicas(st.Replicas) // as a membership change would: room for the step's gradients
 	}
 	if st.Accepted > 0 {
 		if err := s.setStep(st); err != nil {
@@ -106,13 +92,7 @@ func (s *Shard) SetState(st ShardState) error {
 	s.cfg.Workers, s.cfg.MaxVersion, s.cfg.LR.MaxVersion = st.Workers, st.MaxVersion, st.LRMaxVersion
 	s.done, s.accepted = st.Done, st.Accepted
 	s.contributors, s.after = append(s.contributors[:0], st.Contributors...), append(s.after[:0], st.After...)
-	s.guard.window = append(s.guard.window[:0], st.GuardWindow...)
-	s.guard.vers = append(s.guard.vers[:0], st.GuardVersions...)
-	for len(s.guard.vers) < len(s.guard.window) {
-		s.guard.vers = append(s.guard.vers, 0)
-	}
-	s.guard.vers = s.guard.vers[:len(s.guard.window)]
-	s.guard.next, s.guard.ref = st.GuardNext, st.GuardRef
+	s.guard.restore(st.GuardWindow, st.GuardVersions, st.GuardNext, st.GuardRef)
 	copy(s.quarantined, st.Quarantined)
 	copy(s.refused, st.Refused)
 	copy(s.nonFinite, st.NonFinite)
@@ -127,6 +107,41 @@ func (s *Shard) SetState(st ShardState) error {
 		s.outlier = &o
 	}
 	return nil
+}
+
+// checkState refuses a state that does not fit the shard: per-worker
+// lists of different lengths or fewer workers than the shard has, a
+// sync step whose lists disagree, or a norm-guard window the guard
+// cannot hold.
+func (s *Shard) checkState(st ShardState) error {
+	n := len(st.Live)
+	for _, l := range []int{len(st.Refused), len(st.NonFinite), len(st.Retired), len(st.Clock), len(st.Pos)} {
+		if l != n {
+			return fmt.Errorf("ps: shard state: per-worker lists of different lengths (%d, %d)", n, l)
+		}
+	}
+	if n < len(s.live) || len(st.Contributors) != len(st.After) || st.Accepted < 0 || st.Accepted > len(st.Contributors) {
+		return fmt.Errorf("ps: shard state: %d workers (the shard has %d), %d contributors with %d positions, %d accepted",
+			n, len(s.live), len(st.Contributors), len(st.After), st.Accepted)
+	}
+	if len(st.GuardWindow) > cap(s.guard.window) || st.GuardNext < 0 || st.GuardNext >= max(1, cap(s.guard.window)) {
+		return fmt.Errorf("ps: shard state: a norm-guard window of %d (next %d), the guard keeps %d", len(st.GuardWindow), st.GuardNext, cap(s.guard.window))
+	}
+	return nil
+}
+
+// restore makes the guard's window the norms window from versions vers
+// (a version missing from vers is 0), its next slot next and its
+// reference ref: the state ShardState carries. The window must fit the
+// guard's (Shard.SetState checks it).
+func (g *NormGuard) restore(window []float64, vers []int64, next int, ref float64) {
+	g.window = append(g.window[:0], window...)
+	g.vers = append(g.vers[:0], vers...)
+	for len(g.vers) < len(g.window) {
+		g.vers = append(g.vers, 0)
+	}
+	g.vers = g.vers[:len(g.window)]
+	g.next, g.ref = next, ref
 }
 
 // setStep restores the accepted gradients of the sync step under way.

@@ -172,9 +172,12 @@ func TestTrimmedMeanBoundsAPoisoner(t *testing.T) {
 		t.Errorf("the trimmed mean run diverged: %+v", rep.Divergences)
 	}
 	t.Logf("trimmed mean, worker/3 poisoning every step: %.2f%%", 100*rep.TestAccuracy)
-	if mean.TestAccuracy > 0.5 {
-		t.Errorf("mean, worker/3 poisoning: %.2f%% after %d steps, want a wrecked model (is the poison applied?)",
-			100*mean.TestAccuracy, mean.GlobalSteps)
+	// The wrecked model is not the one handed back: an earlier one no
+	// worse than the initial model is (here the initial one: every
+	// checkpoint is of a poisoned model).
+	if hb := mean.HandedBack; hb == nil || hb.RuinedTestAccuracy > 0.5 || mean.TestAccuracy > 0.5 {
+		t.Errorf("mean, worker/3 poisoning: handed back %+v, %.2f%% after %d steps; want a wrecked model, and an earlier one handed back (is the poison applied?)",
+			hb, 100*mean.TestAccuracy, mean.GlobalSteps)
 	}
 	// Its model is worse than the initial one: the run never reports
 	// success (exit status 4, checked by runAll) and says why.
@@ -187,7 +190,11 @@ func TestTrimmedMeanBoundsAPoisoner(t *testing.T) {
 // TestRunWhoseChiefGivesUpExits4: a learning rate so high that every
 // rollback's halving still diverges makes the chief give up after
 // MaxRollbacks; `pstrain run` then exits with the chief's status 4 (a
-// failure of the model, not of the system) and says why.
+// failure of the model, not of the system) and says why. The run stops
+// (stopped_by failed) and hands back no diverged model: an earlier one
+// that scores no worse than the initial model, or the initial weights
+// (whose loss on the whole test set may differ a little from
+// initial_test_loss, which is of the evaluation's subset).
 func TestRunWhoseChiefGivesUpExits4(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process divergence tests are slow")
@@ -197,7 +204,7 @@ func TestRunWhoseChiefGivesUpExits4(t *testing.T) {
 	defer cancel()
 	out, err := pstrain(t, ctx, "run", "--data-dir", d, "--data-fraction", "0.2", "--epochs", "5", "--target-accuracy", "0",
 		"--lr", "1000", "--norm-guard", "0", "--nan-policy", "skip", "--eval-every", "100ms",
-		"--run-dir", filepath.Join(tmp, "run"), "--sd-dir", filepath.Join(tmp, "targets"))
+		"--run-dir", filepath.Join(tmp, "run"), "--sd-dir", filepath.Join(tmp, "targets"), "--report", filepath.Join(tmp, "report.json"))
 	var exit interface{ ExitCode() int }
 	if !errors.As(err, &exit) || exit.ExitCode() != launcher.ExitChiefGaveUp {
 		t.Fatalf("pstrain run: %v, want exit status %d\n%s", err, launcher.ExitChiefGaveUp, out)
@@ -205,4 +212,15 @@ func TestRunWhoseChiefGivesUpExits4(t *testing.T) {
 	if !strings.Contains(out, "giving up") {
 		t.Errorf("the output does not say the chief gave up:\n%s", out)
 	}
+	rep, err := report.Read(filepath.Join(tmp, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hb := rep.HandedBack
+	if rep.StoppedBy != "failed" || hb == nil || hb.Err != "" || rep.FinalStep != hb.Step ||
+		(hb.FromCheckpoint && rep.Evals[len(rep.Evals)-1].TestLoss > rep.InitialTestLoss) {
+		t.Errorf("stopped by %s, handed back %+v, final step %d, last evaluation %+v (initial loss %g): want a failed stop handing back a model no worse than the initial one",
+			rep.StoppedBy, hb, rep.FinalStep, rep.Evals[len(rep.Evals)-1], rep.InitialTestLoss)
+	}
+	t.Logf("ruined: %s", rep.Ruined)
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -125,6 +126,18 @@ func TestScaleWorkers(t *testing.T) {
 	slices.Sort(ended)
 	if !slices.Equal(ended, []string{"worker/1", "worker/2", "worker/3"}) {
 		t.Errorf("ended %v, want the removed workers 1, 2 and 3", ended)
+	}
+	for _, w := range ended {
+		if got := rep.Tasks[w].Ended; got != launcher.CauseRemoved {
+			t.Errorf("tasks[%s] %+v: ended %q, want %q", w, rep.Tasks[w], got, launcher.CauseRemoved)
+		}
+	}
+	// The number of workers training went up to 4, then down to 1; the
+	// summary's worker count says so.
+	lw := rep.LiveWorkers
+	if len(lw) < 2 || lw[len(lw)-1].Workers != 1 || !slices.ContainsFunc(lw, func(c report.LiveWorkers) bool { return c.Workers == 4 }) ||
+		!strings.Contains(run.out.String(), fmt.Sprintf("2 workers, %d from ", lw[0].Workers)) || !strings.Contains(run.out.String(), ", 1 from ") {
+		t.Errorf("live workers %+v: want 4 then 1, in the summary too\n%s", lw, run.out)
 	}
 	if d := rep.EpochsDone - 20; d < -0.01 || d > 0.05 {
 		t.Errorf("%.3f epochs trained, want 20 (the samples of the run as asked)", rep.EpochsDone)

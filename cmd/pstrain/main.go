@@ -357,20 +357,14 @@ func printSummary(w io.Writer, rep *report.Report) {
 	}
 }
 
-// workersText is the run's worker count with its changes by workers
-// that ended and were not restarted (quarantined, removed):
+// workersText is the run's worker count with every change of the
+// number of workers training (a worker that died or froze, came back,
+// was quarantined, added or removed), on the chief's clock:
 // "2 workers, 1 from 6.20 s".
 func workersText(rep *report.Report) string {
 	s := fmt.Sprintf("%d workers", rep.Workers)
-	var at []float64
-	for _, r := range rep.Restarts {
-		if strings.HasPrefix(r.Task, "worker/") && r.BackAtSeconds == nil && r.Cause == launcher.CauseQuarantined {
-			at = append(at, r.KilledAtSeconds)
-		}
-	}
-	slices.Sort(at)
-	for i, t := range at {
-		s += fmt.Sprintf(", %d from %.2f s", rep.Workers-i-1, t)
+	for _, c := range rep.LiveWorkers {
+		s += fmt.Sprintf(", %d from %.2f s", c.Workers, c.Seconds)
 	}
 	return s
 }

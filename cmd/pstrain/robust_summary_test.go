@@ -13,7 +13,7 @@ import (
 // count changed when, and that a ruined run is not a success.
 func TestSummaryOfAQuarantine(t *testing.T) {
 	var b bytes.Buffer
-	printSummary(&b, &report.Report{Workers: 2, Mode: "sync",
+	printSummary(&b, &report.Report{Workers: 2, Mode: "sync", LiveWorkers: []report.LiveWorkers{{Seconds: 6.2, Workers: 1}},
 		Restarts:    []report.Restart{{Task: "worker/1", Cause: launcher.CauseQuarantined, KilledAtSeconds: 6.2, RestoredStep: -1}},
 		Suspects:    []report.Suspect{{Worker: "worker/1", Reason: "its gradients pointed away", AtStep: 40}},
 		Quarantined: []string{"worker/1"}})

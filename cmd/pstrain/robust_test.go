@@ -11,10 +11,12 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -71,8 +73,13 @@ func TestPoisonerQuarantined(t *testing.T) {
 		if len(rep.Suspects) == 0 || !strings.Contains(out, "suspect: worker/1") || !strings.Contains(out, "ended:   worker/1") {
 			t.Errorf("%s workers: the summary does not name worker/1 as suspect and ended:\n%s", n, out)
 		}
-		if !hasEnded(rep, "worker/1", "quarantined") {
-			t.Errorf("%s workers: restarts %+v: want worker/1 ended, quarantined", n, rep.Restarts)
+		if !hasEnded(rep, "worker/1", "quarantined") || rep.Tasks["worker/1"].Ended != "quarantined" {
+			t.Errorf("%s workers: restarts %+v, tasks[worker/1] %+v: want worker/1 ended, quarantined", n, rep.Restarts, rep.Tasks["worker/1"])
+		}
+		// The summary's worker count shows the quarantine.
+		k, _ := strconv.Atoi(n)
+		if want := fmt.Sprintf("%d workers, %d from ", k, k-1); !strings.Contains(out, want) {
+			t.Errorf("%s workers: the summary lacks %q (live workers %+v):\n%s", n, want, rep.LiveWorkers, out)
 		}
 		if rep.Ruined != "" {
 			t.Errorf("%s workers: ruined %q", n, rep.Ruined)

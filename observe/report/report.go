@@ -110,12 +110,41 @@ type Checkpoints struct {
 	FinalFailed bool   `json:"final_failed,omitempty"`
 }
 
+// HandedBack is the model a run handed back in place of its ruined
+// final model: the step it is of (FinalStep), whether it came from a
+// checkpoint (else it is the initial model), and the ruined model's step,
+// accuracy and why it was ruined. Tried are the steps of the checkpoints
+// restored on the way that scored worse than the initial model too.
+type HandedBack struct {
+	Step               int64   `json:"step"`
+	FromCheckpoint     bool    `json:"from_checkpoint"`
+	RuinedStep         int64   `json:"ruined_step"`
+	RuinedTestAccuracy float64 `json:"ruined_test_accuracy"`
+	Why                string  `json:"why"`
+	Tried              []int64 `json:"tried,omitempty"`
+	// Err says why handing back an earlier model failed ("": it did
+	// not); the ruined model is then the run's last.
+	Err string `json:"error,omitempty"`
+}
+
 // Task is one process's resource use.
 type Task struct {
 	PeakRSSBytes int64   `json:"peak_rss_bytes"`
 	CPUSeconds   float64 `json:"cpu_seconds"`
 	ExitCode     int     `json:"exit_code"`
 	Restarts     int     `json:"restarts"`
+	// Ended says why the task's last process ended before the run did,
+	// or was killed at its end, and was not restarted (a restarts[].cause:
+	// quarantined, removed, killed-after-training); "" when it ended
+	// with the run.
+	Ended string `json:"ended,omitempty"`
+}
+
+// LiveWorkers is a change of the number of workers training: the
+// count from Seconds on (the chief's clock, as evals[].seconds).
+type LiveWorkers struct {
+	Seconds float64 `json:"seconds"`
+	Workers int     `json:"workers"`
 }
 
 // Report is the summary of a run.
@@ -178,14 +207,24 @@ type Report struct {
 	// is): worse than the initial model, or a divergence left
 	// unresolved. Such a run exits with status 4.
 	Ruined string `json:"ruined,omitempty"`
+	// HandedBack says, for a run whose final model was ruined, which
+	// model the run handed back instead (docs/semantics.md, "A ruined
+	// model is never handed back"); nil otherwise.
+	HandedBack *HandedBack `json:"handed_back,omitempty"`
 	// MembershipChanges are an elastic run's worker count changes, in
 	// order (docs/elastic.md); FinalWorkers the count at the end.
 	MembershipChanges []MembershipChange `json:"membership_changes"`
 	FinalWorkers      int                `json:"final_workers"`
-	Evals             []Eval             `json:"evals"`
-	Restarts          []Restart          `json:"restarts"`
-	Tasks             map[string]Task    `json:"tasks"`
-	BLAS              string             `json:"blas"`
+	// LiveWorkers are the changes of the number of workers training
+	// (heard from within the heartbeat timeout, not quarantined, not
+	// removed), in order: a worker that died or froze, came back, was
+	// quarantined, added or removed. Empty: all Workers trained
+	// throughout.
+	LiveWorkers []LiveWorkers   `json:"live_workers"`
+	Evals       []Eval          `json:"evals"`
+	Restarts    []Restart       `json:"restarts"`
+	Tasks       map[string]Task `json:"tasks"`
+	BLAS        string          `json:"blas"`
 	// TrainStartedUnix is when the first step began (Unix seconds).
 	TrainStartedUnix float64 `json:"train_started_unix"`
 	// Bottleneck says where the step time went over the whole run and what

@@ -212,24 +212,39 @@ func (a *Authority) Issue(commonName string, hosts []string, o Options) (*Issued
 	return &Issued{CertPEM: encodeCert(der), KeyPEM: keyPEM, Cert: cert}, nil
 }
 
-// validDNSName accepts host names made of letters, digits, '-' and '.'
-// (and a leading "*." wildcard), which is all a cluster file can hold.
+// validDNSName accepts host names made of letters, digits, '-', '_' and
+// '.' (and a leading "*." wildcard), which is all a cluster file can
+// hold.
 func validDNSName(h string) bool {
 	h = strings.TrimPrefix(h, "*.")
 	if h == "" || len(h) > 253 {
 		return false
 	}
 	for _, label := range strings.Split(strings.TrimSuffix(h, "."), ".") {
-		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+		if !validLabel(label) {
 			return false
-		}
-		for _, c := range label {
-			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-				return false
-			}
 		}
 	}
 	return true
+}
+
+// validLabel accepts one label of a host name: 1 to 63 host-name
+// characters, neither first nor last a '-'.
+func validLabel(label string) bool {
+	if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+		return false
+	}
+	for _, c := range label {
+		if !hostNameChar(c) {
+			return false
+		}
+	}
+	return true
+}
+
+// hostNameChar reports whether c may appear in a host name's label.
+func hostNameChar(c rune) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_'
 }
 
 // CertPEM is the CA certificate, PEM-encoded.

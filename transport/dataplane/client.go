@@ -102,52 +102,84 @@ func (c *Client) connect(ctx context.Context, fit int) error {
 	if c.conn != nil {
 		return nil
 	}
-	if c.addr == "" {
-		c.noShm, c.noLocal = false, false // perhaps another server
-		addr, err := c.resolve(ctx)
-		if err != nil {
-			return err
-		}
-		if addr == "" {
-			return status.Error(codes.FailedPrecondition, "the parameter server has no TCP data plane (start it with --data-plane tcp)")
-		}
-		c.addr = addr
+	if err := c.resolveAddr(ctx); err != nil {
+		return err
 	}
 	d := net.Dialer{Timeout: 10 * time.Second}
-	conn := c.dialSameHost(ctx, &d) // same host: no TCP (local.go)
-	var err error
-	if uc, ok := conn.(*net.UnixConn); ok && fit > 0 && !c.noShm {
-		conn, err = c.offer(ctx, &d, uc, fit)
-	}
-	if conn == nil && err == nil {
-		conn, err = d.DialContext(ctx, "tcp", c.addr)
-	}
+	conn, err := c.dial(ctx, &d, fit)
 	if err != nil {
-		addr := c.addr
-		c.addr = "" // a restarted PS listens elsewhere: ask again next time
-		return status.Errorf(codes.Unavailable, "data plane %s: %v", addr, err)
+		return status.Errorf(codes.Unavailable, "data plane %s: %v", c.forgetAddr(), err)
 	}
 	if tc, ok := conn.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
 	_, local := conn.(*net.UnixConn)
 	if c.tls != nil && !local {
-		cfg := c.tls.Clone()
-		if host, _, err := net.SplitHostPort(c.addr); err == nil && cfg.ServerName == "" {
-			cfg.ServerName = host
+		if conn, err = c.handshakeTLS(ctx, conn); err != nil {
+			return status.Errorf(codes.Unavailable, "data plane %s: TLS handshake: %v", c.forgetAddr(), err)
 		}
-		cfg.DynamicRecordSizingDisabled = true
-		tc := tls.Client(newRecordConn(conn), cfg) // records in batches (tlsconn.go)
-		if err := tc.HandshakeContext(ctx); err != nil {
-			conn.Close()
-			addr := c.addr
-			c.addr = ""
-			return status.Errorf(codes.Unavailable, "data plane %s: TLS handshake: %v", addr, err)
-		}
-		conn = tc
 	}
 	c.conn, c.rd, c.local = conn, bufio.NewReaderSize(conn, 64<<10), local
 	return nil
+}
+
+// resolveAddr asks for the server's address unless the client has one.
+func (c *Client) resolveAddr(ctx context.Context) error {
+	if c.addr != "" {
+		return nil
+	}
+	c.noShm, c.noLocal = false, false // perhaps another server
+	addr, err := c.resolve(ctx)
+	if err != nil {
+		return err
+	}
+	if addr == "" {
+		return status.Error(codes.FailedPrecondition, "the parameter server has no TCP data plane (start it with --data-plane tcp)")
+	}
+	c.addr = addr
+	return nil
+}
+
+// forgetAddr returns the server's address and forgets it: a restarted PS
+// listens elsewhere, so the next call asks again.
+func (c *Client) forgetAddr() string {
+	addr := c.addr
+	c.addr = ""
+	return addr
+}
+
+// dial opens a connection to c.addr: the same-host socket if the server
+// has one (local.go), offered a region for payloads of up to fit bytes
+// (shm.go), else TCP.
+func (c *Client) dial(ctx context.Context, d *net.Dialer, fit int) (net.Conn, error) {
+	conn := c.dialSameHost(ctx, d) // same host: no TCP (local.go)
+	if uc, ok := conn.(*net.UnixConn); ok && fit > 0 && !c.noShm {
+		var err error
+		if conn, err = c.offer(ctx, d, uc, fit); err != nil {
+			return nil, err
+		}
+	}
+	if conn != nil {
+		return conn, nil
+	}
+	return d.DialContext(ctx, "tcp", c.addr)
+}
+
+// handshakeTLS runs the client's TLS handshake on conn, named by the
+// resolved host unless the config names the server; on failure conn is
+// closed.
+func (c *Client) handshakeTLS(ctx context.Context, conn net.Conn) (net.Conn, error) {
+	cfg := c.tls.Clone()
+	if host, _, err := net.SplitHostPort(c.addr); err == nil && cfg.ServerName == "" {
+		cfg.ServerName = host
+	}
+	cfg.DynamicRecordSizingDisabled = true
+	tc := tls.Client(newRecordConn(conn), cfg) // records in batches (tlsconn.go)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return tc, nil
 }
 
 // dialSameHost dials the server's same-host socket, if it has one, and
@@ -242,23 +274,8 @@ func (c *Client) call(ctx context.Context, req request, payload net.Buffers, dst
 	if err := ctx.Err(); err != nil {
 		return response{}, nil, status.FromContextError(err).Err()
 	}
-	n := 0
-	for _, p := range payload {
-		n += len(p)
-	}
-	req.payloadLen = uint32(n)
-	fit := 0 // the region this call's payload needs (shm.go); 0: none
-	if req.op == opPush || req.op == opPull {
-		want := 0 // a pull's payload fills every slice of dst
-		for _, d := range dst {
-			want += 4 * len(d)
-		}
-		fit = max(n, c.shmFit, want, 1)
-		fit = min(fit, c.maxPayload)
-		if c.conn != nil && c.local && !c.noShm && len(c.shm) < fit {
-			c.drop() // connect again, with a region that holds it
-		}
-	}
+	req.payloadLen = uint32(buffersLen(payload))
+	fit := c.regionFor(req, dst)
 	for attempt := 0; ; attempt++ {
 		reused := c.conn != nil
 		if err := c.connect(ctx, fit); err != nil {
@@ -266,46 +283,91 @@ func (c *Client) call(ctx context.Context, req request, payload net.Buffers, dst
 		}
 		resp, direct, err := c.exchange(ctx, req, payload, dst, view)
 		if err == nil {
-			if resp.code != 0 {
-				return response{}, nil, status.Error(codes.Code(resp.code), string(c.buf))
-			}
-			if direct {
-				return resp, nil, nil
-			}
-			if view && resp.shm {
-				if c.shm == nil {
-					// Cancelled as the answer came: the connection,
-					// and the region with it, is gone.
-					err := ctx.Err()
-					if err == nil {
-						err = context.Canceled
-					}
-					return response{}, nil, status.FromContextError(err).Err()
-				}
-				return resp, c.shm[:resp.payloadLen], nil
-			}
-			return resp, c.buf, nil
+			return c.result(ctx, resp, direct, view)
 		}
 		c.drop()
 		if reused && attempt == 0 && errors.Is(err, errClosedByServer) && ctx.Err() == nil {
 			continue
 		}
-		addr := c.addr
-		c.addr = "" // the PS may have restarted elsewhere: ask it again
-		if ctx.Err() != nil {
-			return response{}, nil, status.FromContextError(ctx.Err()).Err()
-		}
-		var ne net.Error
-		if _, ok := ctx.Deadline(); ok && errors.As(err, &ne) && ne.Timeout() {
-			// The connection's deadline is the context's; it can fire a
-			// moment before the context says so.
-			return response{}, nil, status.FromContextError(context.DeadlineExceeded).Err()
-		}
-		if errors.Is(err, ErrBadFrame) {
-			return response{}, nil, status.Errorf(codes.Internal, "data plane %s: %v", addr, err)
-		}
-		return response{}, nil, status.Errorf(codes.Unavailable, "data plane %s: %v", addr, err)
+		return response{}, nil, c.failed(ctx, err)
 	}
+}
+
+// buffersLen is the number of bytes in b.
+func buffersLen(b net.Buffers) int {
+	n := 0
+	for _, p := range b {
+		n += len(p)
+	}
+	return n
+}
+
+// segmentsLen is the number of bytes in the float32 segments dst.
+func segmentsLen(dst [][]float32) int {
+	n := 0
+	for _, d := range dst {
+		n += 4 * len(d)
+	}
+	return n
+}
+
+// regionFor returns the size of the shared region req's payload needs
+// (shm.go), 0 for none: a push's or pull's payload, at least the largest
+// seen, within maxPayload. A same-host connection whose region is
+// smaller is dropped, to connect again with one that holds it.
+func (c *Client) regionFor(req request, dst [][]float32) int {
+	if req.op != opPush && req.op != opPull {
+		return 0
+	}
+	// A pull's payload fills every slice of dst.
+	fit := min(max(int(req.payloadLen), c.shmFit, segmentsLen(dst), 1), c.maxPayload)
+	if c.conn != nil && c.local && !c.noShm && len(c.shm) < fit {
+		c.drop()
+	}
+	return fit
+}
+
+// result is call's answer to a response exchange read: an error
+// response as its status, else the response and its payload (nil when
+// it went into dst; with view, the shared region's when it is there).
+func (c *Client) result(ctx context.Context, resp response, direct, view bool) (response, []byte, error) {
+	switch {
+	case resp.code != 0:
+		return response{}, nil, status.Error(codes.Code(resp.code), string(c.buf))
+	case direct:
+		return resp, nil, nil
+	case !view || !resp.shm:
+		return resp, c.buf, nil
+	case c.shm == nil:
+		// Cancelled as the answer came: the connection, and the
+		// region with it, is gone.
+		err := ctx.Err()
+		if err == nil {
+			err = context.Canceled
+		}
+		return response{}, nil, status.FromContextError(err).Err()
+	}
+	return resp, c.shm[:resp.payloadLen], nil
+}
+
+// failed turns the error of an exchange that will not be retried into
+// call's status, and forgets the server's address: the PS may have
+// restarted elsewhere.
+func (c *Client) failed(ctx context.Context, err error) error {
+	addr := c.forgetAddr()
+	if ctx.Err() != nil {
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	var ne net.Error
+	if _, ok := ctx.Deadline(); ok && errors.As(err, &ne) && ne.Timeout() {
+		// The connection's deadline is the context's; it can fire a
+		// moment before the context says so.
+		return status.FromContextError(context.DeadlineExceeded).Err()
+	}
+	if errors.Is(err, ErrBadFrame) {
+		return status.Errorf(codes.Internal, "data plane %s: %v", addr, err)
+	}
+	return status.Errorf(codes.Unavailable, "data plane %s: %v", addr, err)
 }
 
 // errClosedByServer wraps an error that shows the server closed the
@@ -332,8 +394,36 @@ func (c *Client) exchange(ctx context.Context, req request, payload net.Buffers,
 			c.drop()
 		}
 	}()
+	req.shm = c.regionHolds(req)
+	if err := c.writeRequest(conn, req, payload); err != nil {
+		return resp, false, closedByServer(err)
+	}
+	if _, err := c.rd.Peek(1); err != nil {
+		return resp, false, closedByServer(err)
+	}
+	if resp, err = readResponse(c.rd, c.scratch, c.maxPayload); err != nil {
+		return resp, false, err
+	}
+	body, err := c.responseBody(req, resp, view)
+	if body == nil || err != nil {
+		return resp, false, err
+	}
+	direct, err = c.readBody(body, resp, dst)
+	return resp, direct, err
+}
+
+// regionHolds reports whether req's payload goes through the
+// connection's shared region: a push or pull whose payload fits in it.
+func (c *Client) regionHolds(req request) bool {
+	return c.shm != nil && (req.op == opPush || req.op == opPull) && int(req.payloadLen) <= len(c.shm)
+}
+
+// writeRequest writes req's header and its payload on conn: the payload
+// from its slices as they are (writev), or copied into the shared
+// region when req.shm says it goes there.
+func (c *Client) writeRequest(conn net.Conn, req request, payload net.Buffers) error {
 	bufs := net.Buffers{nil}
-	if req.shm = c.shm != nil && (req.op == opPush || req.op == opPull) && int(req.payloadLen) <= len(c.shm); req.shm {
+	if req.shm {
 		off := 0
 		for _, p := range payload {
 			off += copy(c.shm[off:], p)
@@ -343,48 +433,47 @@ func (c *Client) exchange(ctx context.Context, req request, payload net.Buffers,
 	}
 	c.hdr = appendSigned(c.hdr[:0], req, c.auth)
 	bufs[0] = c.hdr
-	if _, err := writeGathered(conn, bufs); err != nil {
-		return resp, false, closedByServer(err)
-	}
-	if _, err := c.rd.Peek(1); err != nil {
-		return resp, false, closedByServer(err)
-	}
-	if resp, err = readResponse(c.rd, c.scratch, c.maxPayload); err != nil {
-		return resp, false, err
-	}
-	var body io.Reader = c.rd
+	_, err := writeGathered(conn, bufs)
+	return err
+}
+
+// responseBody returns where resp's payload is to be read from: the
+// connection, or the shared region if the server answered there; nil
+// with view when it stays in the region. A payload in the region that
+// was not asked for, or that overruns it, is ErrBadFrame.
+func (c *Client) responseBody(req request, resp response, view bool) (io.Reader, error) {
 	switch {
 	case resp.shm && (!req.shm || req.op != opPull || resp.code != 0):
-		return resp, false, fmt.Errorf("%w: a response in shared memory to a request that did not ask for it", ErrBadFrame)
+		return nil, fmt.Errorf("%w: a response in shared memory to a request that did not ask for it", ErrBadFrame)
 	case resp.shm && int(resp.payloadLen) > len(c.shm):
-		return resp, false, fmt.Errorf("%w: a payload of %d bytes in a shared region of %d", ErrBadFrame, resp.payloadLen, len(c.shm))
+		return nil, fmt.Errorf("%w: a payload of %d bytes in a shared region of %d", ErrBadFrame, resp.payloadLen, len(c.shm))
 	case resp.shm && view:
-		return resp, false, nil
+		return nil, nil
 	case resp.shm:
 		c.shmRd.Reset(c.shm[:resp.payloadLen])
-		body = &c.shmRd
+		return &c.shmRd, nil
 	case c.local && resp.code == 0:
 		c.shmFit = max(c.shmFit, int(resp.payloadLen)) // the next region holds it
 	}
-	if resp.code == 0 && dst != nil && wire.SharesMemory() {
-		want := 0
-		for _, d := range dst {
-			want += 4 * len(d)
-		}
-		direct = int(resp.payloadLen) == want
-	}
-	if direct {
+	return c.rd, nil
+}
+
+// readBody reads resp's payload from body: straight into dst when the
+// response is OK, the sizes agree and the host's float32s are its wire
+// bytes (direct), else into c.buf.
+func (c *Client) readBody(body io.Reader, resp response, dst [][]float32) (direct bool, err error) {
+	if resp.code == 0 && dst != nil && wire.SharesMemory() && int(resp.payloadLen) == segmentsLen(dst) {
 		for _, d := range dst {
 			if _, err := io.ReadFull(body, wire.Bytes(d)); err != nil {
-				return resp, false, err
+				return false, err
 			}
 		}
 		c.buf = c.buf[:0]
-		return resp, true, nil
+		return true, nil
 	}
 	c.buf = grow(c.buf, int(resp.payloadLen))
 	_, err = io.ReadFull(body, c.buf)
-	return resp, false, err
+	return false, err
 }
 
 // closedByServer wraps err with errClosedByServer if it says the peer

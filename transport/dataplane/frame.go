@@ -159,21 +159,8 @@ func readRequest(rd io.Reader, scratch []byte, maxPayload int) (request, error) 
 	if [4]byte(h[:4]) != magic {
 		return r, fmt.Errorf("%w: bad magic %q", ErrBadFrame, h[:4])
 	}
-	r.op = h[4]
-	if r.op != opPull && r.op != opPush && r.op != opReplicate {
-		return r, fmt.Errorf("%w: unknown op %d", ErrBadFrame, r.op)
-	}
-	switch flags := h[5]; {
-	case flags&^(flagRetain|flagShm|flagDelta) != 0:
-		return r, fmt.Errorf("%w: unknown flags %#x", ErrBadFrame, flags)
-	case flags&(flagRetain|flagDelta) != 0 && r.op != opPull:
-		return r, fmt.Errorf("%w: op %d with a pull's flag %#x", ErrBadFrame, r.op, flags)
-	case flags&flagShm != 0 && r.op == opReplicate:
-		return r, fmt.Errorf("%w: op %d with the shared-memory flag", ErrBadFrame, r.op)
-	default:
-		r.retain = flags&flagRetain != 0
-		r.shm = flags&flagShm != 0
-		r.delta = flags&flagDelta != 0
+	if err := r.decodeOp(h[4], h[5]); err != nil {
+		return r, err
 	}
 	n := int(h[6])
 	rest := scratch[reqFixed : reqFixed+n+reqFields+reqAuth]
@@ -181,22 +168,9 @@ func readRequest(rd io.Reader, scratch []byte, maxPayload int) (request, error) 
 		return r, err
 	}
 	r.runID = string(rest[:n])
-	f := rest[n:]
-	r.worker = int32(binary.LittleEndian.Uint32(f[0:]))
-	r.version = int64(binary.LittleEndian.Uint64(f[4:]))
-	r.generation = int64(binary.LittleEndian.Uint64(f[12:]))
-	r.loss = math.Float32frombits(binary.LittleEndian.Uint32(f[20:]))
-	r.dataPos = int64(binary.LittleEndian.Uint64(f[24:]))
-	r.payloadLen = binary.LittleEndian.Uint32(f[32:])
-	a := f[reqFields:]
-	if a[0] != unsigned {
-		role := auth.RoleOf(a[0])
-		if role == "" {
-			return r, fmt.Errorf("%w: unknown role %d", ErrBadFrame, a[0])
-		}
-		r.id = auth.Identity{Role: role, Index: int(int32(binary.LittleEndian.Uint32(a[1:]))), Session: binary.LittleEndian.Uint64(a[5:])}
-		r.mac = a[13:reqAuth]
-		r.signed = scratch[:reqFixed+n+reqFields+13]
+	r.decodeFields(rest[n:])
+	if err := r.decodeCredential(rest[n+reqFields:], scratch[:reqFixed+n+reqFields+13]); err != nil {
+		return r, err
 	}
 	if int64(r.payloadLen) > int64(maxPayload) {
 		return r, fmt.Errorf("%w: payload of %d bytes exceeds the limit of %d", ErrBadFrame, r.payloadLen, maxPayload)
@@ -205,6 +179,55 @@ func readRequest(rd io.Reader, scratch []byte, maxPayload int) (request, error) 
 		return r, fmt.Errorf("%w: a pull with a payload", ErrBadFrame)
 	}
 	return r, nil
+}
+
+// decodeOp sets r's op and flags from their bytes: a known op, and only
+// the flags that op may carry.
+func (r *request) decodeOp(op, flags byte) error {
+	r.op = op
+	switch {
+	case op != opPull && op != opPush && op != opReplicate:
+		return fmt.Errorf("%w: unknown op %d", ErrBadFrame, op)
+	case flags&^(flagRetain|flagShm|flagDelta) != 0:
+		return fmt.Errorf("%w: unknown flags %#x", ErrBadFrame, flags)
+	case flags&(flagRetain|flagDelta) != 0 && op != opPull:
+		return fmt.Errorf("%w: op %d with a pull's flag %#x", ErrBadFrame, op, flags)
+	case flags&flagShm != 0 && op == opReplicate:
+		return fmt.Errorf("%w: op %d with the shared-memory flag", ErrBadFrame, op)
+	}
+	r.retain = flags&flagRetain != 0
+	r.shm = flags&flagShm != 0
+	r.delta = flags&flagDelta != 0
+	return nil
+}
+
+// decodeFields sets r's fixed fields, worker to payload length, from
+// their reqFields bytes f.
+func (r *request) decodeFields(f []byte) {
+	r.worker = int32(binary.LittleEndian.Uint32(f[0:]))
+	r.version = int64(binary.LittleEndian.Uint64(f[4:]))
+	r.generation = int64(binary.LittleEndian.Uint64(f[12:]))
+	r.loss = math.Float32frombits(binary.LittleEndian.Uint32(f[20:]))
+	r.dataPos = int64(binary.LittleEndian.Uint64(f[24:]))
+	r.payloadLen = binary.LittleEndian.Uint32(f[32:])
+}
+
+// decodeCredential sets r's sender, MAC and signed bytes from the
+// credential's reqAuth bytes a (a slice of the reader's scratch buffer);
+// signed is the header up to the MAC. An unsigned frame leaves them
+// empty.
+func (r *request) decodeCredential(a, signed []byte) error {
+	if a[0] == unsigned {
+		return nil
+	}
+	role := auth.RoleOf(a[0])
+	if role == "" {
+		return fmt.Errorf("%w: unknown role %d", ErrBadFrame, a[0])
+	}
+	r.id = auth.Identity{Role: role, Index: int(int32(binary.LittleEndian.Uint32(a[1:]))), Session: binary.LittleEndian.Uint64(a[5:])}
+	r.mac = a[13:reqAuth]
+	r.signed = signed
+	return nil
 }
 
 // response is a decoded response header.

@@ -331,21 +331,7 @@ func (s *Server) serveConn(c net.Conn) {
 		if !ok {
 			return
 		}
-		// Who sent it, before its payload is read.
-		if err := s.authorize(peer, req); err != nil {
-			code := codes.PermissionDenied
-			if r := auth.Reason(err); r == auth.ReasonNoCredential || r == auth.ReasonBadCredential {
-				code = codes.Unauthenticated
-			}
-			s.reject(c, hdr, auth.Reason(err), code, err)
-			return
-		}
-		if req.shm && (shm == nil || int64(req.payloadLen) > int64(len(shm))) {
-			err := fmt.Errorf("%w: a payload of %d bytes in a shared region of %d", ErrBadFrame, req.payloadLen, len(shm))
-			if shm == nil {
-				err = fmt.Errorf("%w: a shared-memory payload on a connection without a shared region", ErrBadFrame)
-			}
-			s.reject(c, hdr, "bad_frame", codes.InvalidArgument, err)
+		if !s.admit(c, hdr, peer, req, shm) {
 			return
 		}
 		if req.op == opReplicate {
@@ -362,6 +348,41 @@ func (s *Server) serveConn(c net.Conn) {
 			return
 		}
 	}
+}
+
+// admit checks a request before its payload is read: who sent it, and
+// that a payload it says is in the shared region fits in the
+// connection's region shm. A request it refuses is answered and false
+// returned: the connection is done.
+func (s *Server) admit(c net.Conn, hdr []byte, peer string, req request, shm []byte) bool {
+	if err := s.authorize(peer, req); err != nil {
+		code := codes.PermissionDenied
+		if r := auth.Reason(err); r == auth.ReasonNoCredential || r == auth.ReasonBadCredential {
+			code = codes.Unauthenticated
+		}
+		s.reject(c, hdr, auth.Reason(err), code, err)
+		return false
+	}
+	if err := checkRegion(req, shm); err != nil {
+		s.reject(c, hdr, "bad_frame", codes.InvalidArgument, err)
+		return false
+	}
+	return true
+}
+
+// checkRegion is ErrBadFrame when req's payload is said to be in a
+// shared region the connection does not have, or one that does not hold
+// it.
+func checkRegion(req request, shm []byte) error {
+	switch {
+	case !req.shm:
+		return nil
+	case shm == nil:
+		return fmt.Errorf("%w: a shared-memory payload on a connection without a shared region", ErrBadFrame)
+	case int64(req.payloadLen) > int64(len(shm)):
+		return fmt.Errorf("%w: a payload of %d bytes in a shared region of %d", ErrBadFrame, req.payloadLen, len(shm))
+	}
+	return nil
 }
 
 // handshake authenticates a connection before its first byte of data:

@@ -1,0 +1,236 @@
+package embed
+
+import (
+	"fmt"
+	"slices"
+)
+
+// TableConfig describes one embedding table.
+type TableConfig struct {
+	Name string // the table's name, e.g. "emb/C1": it seeds the rows and places them
+	Dim  int    // values per row
+	Seed uint64 // the run's seed
+	Rule Rule   // how a row is trained
+	// AdmitAfter is how many sightings a key needs before it gets a row of
+	// its own (0 or 1: at once). Until then it reads its initial value and
+	// its gradients are dropped.
+	AdmitAfter int
+	// EvictAfter drops, at Evict, the rows unseen for more than this many
+	// steps (0: never).
+	EvictAfter int64
+}
+
+// Validate says what is wrong with a table's configuration.
+func (c TableConfig) Validate() error {
+	if c.Name == "" {
+		return fmt.Errorf("embed: a table needs a name")
+	}
+	if c.Dim <= 0 {
+		return fmt.Errorf("embed: table %s: dimension %d: want > 0", c.Name, c.Dim)
+	}
+	if c.AdmitAfter < 0 || c.EvictAfter < 0 {
+		return fmt.Errorf("embed: table %s: admission %d and eviction %d must not be negative", c.Name, c.AdmitAfter, c.EvictAfter)
+	}
+	if err := c.Rule.Validate(); err != nil {
+		return fmt.Errorf("table %s: %w", c.Name, err)
+	}
+	return nil
+}
+
+// TableStats counts what happened to a table's rows.
+type TableStats struct {
+	Rows       int   // rows held now
+	Admissions int64 // rows created
+	Evictions  int64 // rows dropped by Evict
+	Dropped    int64 // gradients of keys without a row, dropped
+}
+
+// Table is one embedding table's rows, created on first touch (after
+// admission) with InitRow and trained with the table's Rule. Rows live in
+// slots of one slice, so a table of many small rows costs one allocation
+// per growth, not one per row. A Table is not safe for concurrent use:
+// its holder serialises calls.
+type Table struct {
+	cfg      TableConfig
+	slot     map[uint64]int32 // key -> slot
+	keys     []uint64         // slot -> key
+	values   []float32        // slot*dim: the rows
+	state    []float32        // slot*stateLen: the optimizer's state
+	lastSeen []int64          // slot -> step of the last pull or push
+	free     []int32          // slots of evicted rows
+	seen     map[uint64]int32 // sightings of keys not yet admitted
+	stats    TableStats
+}
+
+// NewTable returns an empty table.
+func NewTable(cfg TableConfig) (*Table, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Table{cfg: cfg, slot: map[uint64]int32{}, seen: map[uint64]int32{}}, nil
+}
+
+// Config returns the table's configuration.
+func (t *Table) Config() TableConfig { return t.cfg }
+
+// Len is the number of rows held.
+func (t *Table) Len() int { return len(t.slot) }
+
+// Bytes is what the rows and their optimizer state take in memory.
+func (t *Table) Bytes() int64 {
+	per := int64(t.cfg.Dim+t.cfg.Rule.StateLen(t.cfg.Dim))*4 + 8 + 8
+	return int64(len(t.slot)) * per
+}
+
+// Stats returns the table's counters.
+func (t *Table) Stats() TableStats {
+	s := t.stats
+	s.Rows = len(t.slot)
+	return s
+}
+
+// Pull writes the rows of keys into out (len(keys)*Dim values), creating
+// the rows of admitted keys seen for the first time. A pull is a sighting.
+func (t *Table) Pull(step int64, keys []uint64, out []float32) error {
+	d := t.cfg.Dim
+	if len(out) != len(keys)*d {
+		return fmt.Errorf("embed: table %s: %d values for %d rows of dimension %d", t.cfg.Name, len(out), len(keys), d)
+	}
+	for i, k := range keys {
+		dst := out[i*d : (i+1)*d]
+		s, ok := t.slot[k]
+		if !ok {
+			if !t.admit(k) {
+				InitRow(t.cfg.Seed, t.cfg.Name, k, dst)
+				continue
+			}
+			s = t.create(k)
+		}
+		t.lastSeen[s] = step
+		copy(dst, t.values[int(s)*d:(int(s)+1)*d])
+	}
+	return nil
+}
+
+// Push applies one gradient per key (keys unique, grads len(keys)*Dim) to
+// the keys' rows. A key without a row (not admitted, or evicted since its
+// pull) has its gradient dropped and counted.
+func (t *Table) Push(step int64, keys []uint64, grads []float32) error {
+	d, sl := t.cfg.Dim, t.cfg.Rule.StateLen(t.cfg.Dim)
+	if len(grads) != len(keys)*d {
+		return fmt.Errorf("embed: table %s: %d gradient values for %d rows of dimension %d", t.cfg.Name, len(grads), len(keys), d)
+	}
+	for i, k := range keys {
+		s, ok := t.slot[k]
+		if !ok {
+			t.stats.Dropped++
+			continue
+		}
+		o := int(s)
+		if err := t.cfg.Rule.Apply(t.values[o*d:(o+1)*d], t.state[o*sl:(o+1)*sl], grads[i*d:(i+1)*d]); err != nil {
+			return err
+		}
+		t.lastSeen[s] = step
+	}
+	return nil
+}
+
+// admit counts a sighting of a key without a row and says whether it now
+// gets one.
+func (t *Table) admit(k uint64) bool {
+	if t.cfg.AdmitAfter <= 1 {
+		return true
+	}
+	n := t.seen[k] + 1
+	if int(n) >= t.cfg.AdmitAfter {
+		delete(t.seen, k)
+		return true
+	}
+	t.seen[k] = n
+	return false
+}
+
+// create gives a key a slot holding its initial row and state.
+func (t *Table) create(k uint64) int32 {
+	s := t.place(k)
+	d, sl := t.cfg.Dim, t.cfg.Rule.StateLen(t.cfg.Dim)
+	InitRow(t.cfg.Seed, t.cfg.Name, k, t.values[int(s)*d:(int(s)+1)*d])
+	t.cfg.Rule.InitState(t.state[int(s)*sl : (int(s)+1)*sl])
+	t.stats.Admissions++
+	return s
+}
+
+// place finds a slot for a key (a free one, or a new one at the end).
+func (t *Table) place(k uint64) int32 {
+	var s int32
+	if n := len(t.free); n > 0 {
+		s, t.free = t.free[n-1], t.free[:n-1]
+		t.keys[s] = k
+	} else {
+		s = int32(len(t.keys))
+		d, sl := t.cfg.Dim, t.cfg.Rule.StateLen(t.cfg.Dim)
+		t.keys = append(t.keys, k)
+		t.lastSeen = append(t.lastSeen, 0)
+		t.values = slices.Grow(t.values, d)[:len(t.values)+d]
+		t.state = slices.Grow(t.state, sl)[:len(t.state)+sl]
+	}
+	t.slot[k] = s
+	return s
+}
+
+// Evict drops the rows unseen for more than EvictAfter steps before step,
+// and returns how many it dropped.
+func (t *Table) Evict(step int64) int {
+	if t.cfg.EvictAfter <= 0 {
+		return 0
+	}
+	n := 0
+	for k, s := range t.slot {
+		if step-t.lastSeen[s] > t.cfg.EvictAfter {
+			delete(t.slot, k)
+			t.free = append(t.free, s)
+			n++
+		}
+	}
+	t.stats.Evictions += int64(n)
+	return n
+}
+
+// Keys returns the keys held, in increasing order (the order checkpoints
+// store rows in, so a checkpoint's bytes depend only on the rows).
+func (t *Table) Keys() []uint64 {
+	keys := make([]uint64, 0, len(t.slot))
+	for k := range t.slot {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// Row returns a view of a key's row and optimizer state, valid until the
+// table next changes; ok is false when the key has no row.
+func (t *Table) Row(k uint64) (row, state []float32, ok bool) {
+	s, ok := t.slot[k]
+	if !ok {
+		return nil, nil, false
+	}
+	d, sl := t.cfg.Dim, t.cfg.Rule.StateLen(t.cfg.Dim)
+	return t.values[int(s)*d : (int(s)+1)*d], t.state[int(s)*sl : (int(s)+1)*sl], true
+}
+
+// Put sets a key's row and state (a restore, or a row moved from another
+// shard), creating the row if needed; step is its last sighting.
+func (t *Table) Put(k uint64, step int64, row, state []float32) error {
+	d, sl := t.cfg.Dim, t.cfg.Rule.StateLen(t.cfg.Dim)
+	if len(row) != d || len(state) != sl {
+		return fmt.Errorf("embed: table %s: row of %d and state of %d values, want %d and %d", t.cfg.Name, len(row), len(state), d, sl)
+	}
+	s, ok := t.slot[k]
+	if !ok {
+		s = t.place(k)
+	}
+	copy(t.values[int(s)*d:], row)
+	copy(t.state[int(s)*sl:(int(s)+1)*sl], state)
+	t.lastSeen[s] = step
+	return nil
+}

@@ -1,0 +1,158 @@
+package embed
+
+import (
+	"slices"
+	"testing"
+)
+
+func newTable(t *testing.T, cfg TableConfig) *Table {
+	t.Helper()
+	if cfg.Name == "" {
+		cfg.Name = "emb/C1"
+	}
+	if cfg.Dim == 0 {
+		cfg.Dim = 4
+	}
+	if cfg.Rule.Kind == "" {
+		cfg.Rule = Rule{Kind: SGD, LR: 1}
+	}
+	tb, err := NewTable(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tb
+}
+
+func TestARowCreatedOnFirstTouchIsItsInitialRow(t *testing.T) {
+	a, b := newTable(t, TableConfig{Seed: 3}), newTable(t, TableConfig{Seed: 3})
+	got := make([]float32, 8)
+	if err := a.Pull(1, []uint64{10, 20}, got); err != nil {
+		t.Fatal(err)
+	}
+	// Another holder creating the same keys in another order agrees.
+	other := make([]float32, 8)
+	if err := b.Pull(5, []uint64{20, 10}, other); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got[:4], other[4:]) || !slices.Equal(got[4:], other[:4]) {
+		t.Fatalf("rows differ: %v vs %v", got, other)
+	}
+	want := make([]float32, 4)
+	InitRow(3, "emb/C1", 10, want)
+	if !slices.Equal(got[:4], want) {
+		t.Fatalf("row of key 10 = %v, want InitRow's %v", got[:4], want)
+	}
+	if a.Len() != 2 || a.Stats().Admissions != 2 {
+		t.Fatalf("len %d stats %+v", a.Len(), a.Stats())
+	}
+}
+
+func TestPushTrainsTheRowAndDropsUnknownKeys(t *testing.T) {
+	tb := newTable(t, TableConfig{})
+	row := make([]float32, 4)
+	_ = tb.Pull(1, []uint64{7}, row)
+	if err := tb.Push(1, []uint64{7, 8}, []float32{1, 1, 1, 1, 5, 5, 5, 5}); err != nil {
+		t.Fatal(err)
+	}
+	got, _, ok := tb.Row(7)
+	if !ok {
+		t.Fatal("row 7 missing")
+	}
+	for i := range row {
+		if got[i] != row[i]-1 {
+			t.Fatalf("row after push %v, want %v minus 1", got, row)
+		}
+	}
+	if s := tb.Stats(); s.Dropped != 1 || s.Rows != 1 {
+		t.Fatalf("stats %+v: want 1 dropped gradient, 1 row", s)
+	}
+	if err := tb.Push(1, []uint64{7}, []float32{1}); err == nil {
+		t.Fatal("a gradient of the wrong length was accepted")
+	}
+}
+
+func TestAdmissionFollowsItsCounter(t *testing.T) {
+	tb := newTable(t, TableConfig{AdmitAfter: 3})
+	out := make([]float32, 4)
+	init := make([]float32, 4)
+	InitRow(0, "emb/C1", 9, init)
+	for sighting := 1; sighting <= 2; sighting++ {
+		_ = tb.Pull(int64(sighting), []uint64{9}, out)
+		if !slices.Equal(out, init) || tb.Len() != 0 {
+			t.Fatalf("sighting %d: row %v, %d rows held; want the initial row and none held", sighting, out, tb.Len())
+		}
+		_ = tb.Push(int64(sighting), []uint64{9}, []float32{1, 1, 1, 1})
+	}
+	_ = tb.Pull(3, []uint64{9}, out)
+	if tb.Len() != 1 || !slices.Equal(out, init) {
+		t.Fatalf("third sighting: %d rows, row %v; want admitted with its initial row", tb.Len(), out)
+	}
+	if s := tb.Stats(); s.Dropped != 2 || s.Admissions != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestEvictionFollowsLastSighting(t *testing.T) {
+	tb := newTable(t, TableConfig{EvictAfter: 10})
+	out := make([]float32, 4)
+	_ = tb.Pull(1, []uint64{1}, out)
+	_ = tb.Pull(5, []uint64{2}, out)
+	_ = tb.Push(8, []uint64{1}, make([]float32, 4)) // a push is a sighting too
+	if n := tb.Evict(15); n != 0 {
+		t.Fatalf("evicted %d rows at step 15, none unseen for more than 10 steps", n)
+	}
+	if n := tb.Evict(16); n != 1 {
+		t.Fatalf("evicted %d rows at step 16, want key 2 only", n)
+	}
+	if _, _, ok := tb.Row(2); ok {
+		t.Fatal("key 2 still held")
+	}
+	// The freed slot is reused, and the new row is the key's own.
+	_ = tb.Pull(17, []uint64{3}, out)
+	want := make([]float32, 4)
+	InitRow(0, "emb/C1", 3, want)
+	if got, _, _ := tb.Row(3); !slices.Equal(got, want) || tb.Len() != 2 {
+		t.Fatalf("row 3 = %v, want %v; %d rows", got, want, tb.Len())
+	}
+	if !slices.Equal(tb.Keys(), []uint64{1, 3}) || tb.Stats().Evictions != 1 {
+		t.Fatalf("keys %v stats %+v", tb.Keys(), tb.Stats())
+	}
+}
+
+func TestPutRestoresRowAndState(t *testing.T) {
+	cfg := TableConfig{Rule: DefaultAdagrad(0.1)}
+	a := newTable(t, cfg)
+	out := make([]float32, 4)
+	_ = a.Pull(1, []uint64{4}, out)
+	_ = a.Push(1, []uint64{4}, []float32{1, 2, 3, 4})
+	row, state, _ := a.Row(4)
+	b := newTable(t, cfg)
+	if err := b.Put(4, 1, row, state); err != nil {
+		t.Fatal(err)
+	}
+	// Both train on identically from here.
+	g := []float32{-1, 0.5, 2, 0}
+	_ = a.Push(2, []uint64{4}, g)
+	_ = b.Push(2, []uint64{4}, g)
+	ra, sa, _ := a.Row(4)
+	rb, sb, _ := b.Row(4)
+	if !slices.Equal(ra, rb) || !slices.Equal(sa, sb) {
+		t.Fatalf("restored row diverged: %v/%v vs %v/%v", ra, sa, rb, sb)
+	}
+	if err := b.Put(5, 1, row, nil); err == nil {
+		t.Fatal("Put accepted a row without its state")
+	}
+}
+
+func TestTableConfigValidate(t *testing.T) {
+	for _, bad := range []TableConfig{
+		{Dim: 4, Rule: Rule{Kind: SGD, LR: 1}},
+		{Name: "t", Rule: Rule{Kind: SGD, LR: 1}},
+		{Name: "t", Dim: 4, AdmitAfter: -1, Rule: Rule{Kind: SGD, LR: 1}},
+		{Name: "t", Dim: 4},
+	} {
+		if _, err := NewTable(bad); err == nil {
+			t.Errorf("%+v accepted", bad)
+		}
+	}
+}
