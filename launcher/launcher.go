@@ -79,6 +79,8 @@ type Config struct {
 	Log           *slog.Logger
 	// Faults are SIGKILLs to inject (--fault).
 	Faults []Fault
+	// Slowdowns are workers to slow down (--fault slow:...; slow.go).
+	Slowdowns []Slowdown
 	// MaxRestarts bounds the restarts of each task (`pstrain run`'s
 	// default is 5; 0 means none); past it the run fails.
 	MaxRestarts int
@@ -147,7 +149,8 @@ type Fault struct {
 }
 
 // ParseFaults reads "ps/1@8s,worker/0@12s,chief@20s,standby/0@3s" and
-// checks each task against the run's shape.
+// checks each task against the run's shape. Entries starting with
+// SlowPrefix are ParseSlowdowns' and left out.
 func ParseFaults(s string, r config.Run) ([]Fault, error) {
 	var out []Fault
 	if strings.TrimSpace(s) == "" {
@@ -162,6 +165,9 @@ func ParseFaults(s string, r config.Run) ([]Fault, error) {
 		standbys = fmt.Sprintf(", standby/0..standby/%d", r.Standbys()-1)
 	}
 	for _, part := range strings.Split(s, ",") {
+		if strings.HasPrefix(strings.TrimSpace(part), SlowPrefix) {
+			continue
+		}
 		task, at, ok := strings.Cut(strings.TrimSpace(part), "@")
 		if task == "chief/0" {
 			task = "chief"
@@ -462,6 +468,9 @@ func (s *supervisor) startAll(g group) error {
 	g.goDo(func() { s.scaler.watch(g.ctx, s.c.Dir, 200*time.Millisecond) })
 	for _, f := range s.c.Faults {
 		g.goDo(func() { s.inject(g.ctx, f) })
+	}
+	for _, sd := range s.c.Slowdowns {
+		g.goDo(func() { s.slow(g.ctx, sd) })
 	}
 	s.c.Log.Info("cluster started", "chief", s.plan.spec.Chief[0], "ps", len(s.plan.spec.PS), "standbys", len(s.plan.spec.Standby),
 		"workers", r.Workers, "max_workers", s.plan.slots, "logs", s.plan.logDir, "run", s.plan.runID)
