@@ -177,6 +177,9 @@ type taskState struct {
 	up      bool
 	err     string
 	gauges  map[string]float64 // latest value of each gauge
+	// slices are a worker's figures between consecutive readings, by
+	// the index of the later snapshot (the straggler rule's slices).
+	slices map[int]WorkerTime
 }
 
 // Compute returns the breakdown over snaps, which must be in time order and
@@ -251,20 +254,21 @@ func accumulate(snaps []Snapshot) []*taskState {
 		for _, ts := range snap.Tasks {
 			st, ok := states[ts.Target.Task]
 			if !ok {
-				st = &taskState{target: ts.Target, role: ts.Target.role(), inc: map[string]float64{}, gauges: map[string]float64{}}
+				st = &taskState{target: ts.Target, role: ts.Target.role(), inc: map[string]float64{}, gauges: map[string]float64{}, slices: map[int]WorkerTime{}}
 				states[ts.Target.Task] = st
 				order = append(order, st)
 			}
-			st.observe(ts, last)
+			st.observe(i, ts, last)
 		}
 	}
 	slices.SortStableFunc(order, func(a, b *taskState) int { return compareTasks(a.target.Task, b.target.Task) })
 	return order
 }
 
-// observe folds one sample of the task into its state; last says whether
-// it is from the last snapshot, which decides whether the task is up.
-func (st *taskState) observe(ts TaskSample, last bool) {
+// observe folds one sample of the task, from snapshot i, into its state;
+// last says whether it is from the last snapshot, which decides whether
+// the task is up.
+func (st *taskState) observe(i int, ts TaskSample, last bool) {
 	if last {
 		st.up, st.err = ts.Up, ts.Err
 	}
@@ -282,6 +286,7 @@ func (st *taskState) observe(ts TaskSample, last bool) {
 				st.inc[k] += increase(prev, v)
 			}
 		}
+		st.slices[i] = ownTime(st.target.Task, *st.last, r)
 	}
 	st.last = &r
 	for k, v := range r.Gauges {

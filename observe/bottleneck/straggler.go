@@ -3,6 +3,7 @@ package bottleneck
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/pstrain/pstrain/observe/metrics"
@@ -18,20 +19,28 @@ import (
 // StragglerSlowdown times the median of the other workers' (with an even
 // number of others, the larger of the two middle ones: it must be that
 // much slower than at least half of the others, so the others of one
-// fast worker are not all stragglers); its slowdown is that ratio. Only workers that completed at least StragglerMinSteps
-// steps in the window are compared, and at least two of them must have.
+// fast worker are not all stragglers); its slowdown is that ratio.
+//
+// It must also be that much slower in at least half of the window's
+// slices (the time between two consecutive scrapes, a second in
+// `pstrain run`) in which it was compared, so that a worker that stalled
+// once (a burst of load on its host) is not named while the stall is in
+// the window: a stall of 2 s leaves a 5 s window's mean 2x, but only the
+// seconds of the stall slower. In a slice or a window, only workers that
+// completed at least StragglerMinSteps steps are compared, and at least
+// two of them must have.
 const (
 	StragglerSlowdown = 1.5
 	StragglerMinSteps = 3
 )
 
-// WorkerTime is one worker's work over a window: the input of
-// [FindStragglers].
+// WorkerTime is one worker's work over a window or a slice of it: the
+// input of [FindStragglers].
 type WorkerTime struct {
 	Task string
-	// Steps is how many steps' passes it completed in the window.
+	// Steps is how many steps' passes it completed.
 	Steps float64
-	// OwnSeconds is its compute and push time in the window, summed.
+	// OwnSeconds is its compute and push time, summed.
 	OwnSeconds float64
 }
 
@@ -61,37 +70,63 @@ func ms(s float64) string {
 }
 
 // FindStragglers applies the straggler rule to the workers' figures over
-// one window and returns the stragglers, slowest first (nil: none).
-func FindStragglers(ws []WorkerTime) []Straggler {
-	type own struct {
-		task string
-		per  float64
-	}
-	var owns []own
-	for _, w := range ws {
-		if w.Steps >= StragglerMinSteps && w.OwnSeconds > 0 {
-			owns = append(owns, own{w.Task, w.OwnSeconds / w.Steps})
-		}
-	}
-	if len(owns) < 2 {
-		return nil
-	}
+// a window and over the slices of it (none: the window alone decides),
+// and returns the stragglers, slowest first (nil: none).
+func FindStragglers(window []WorkerTime, parts [][]WorkerTime) []Straggler {
 	var out []Straggler
-	others := make([]float64, 0, len(owns)-1)
-	for i, o := range owns {
-		others = others[:0]
-		for j, p := range owns {
-			if j != i {
-				others = append(others, p.per)
+	for _, s := range slowerThanOthers(window) {
+		compared, slower := 0, 0
+		for _, part := range parts {
+			if p, ok := compare(s.Task, part); ok {
+				compared++
+				if p.Slowdown >= StragglerSlowdown {
+					slower++
+				}
 			}
 		}
-		m := upperMedian(others)
-		if k := o.per / m; k >= StragglerSlowdown {
-			out = append(out, Straggler{Task: o.task, Slowdown: k, OwnStepSeconds: o.per, OthersStepSeconds: m})
+		if 2*slower >= compared {
+			out = append(out, s)
 		}
 	}
 	slices.SortStableFunc(out, func(a, b Straggler) int { return cmp.Compare(b.Slowdown, a.Slowdown) })
 	return out
+}
+
+// slowerThanOthers are the workers of ws at least StragglerSlowdown
+// times slower than the others, in ws's order.
+func slowerThanOthers(ws []WorkerTime) []Straggler {
+	var out []Straggler
+	for _, w := range ws {
+		if s, ok := compare(w.Task, ws); ok && s.Slowdown >= StragglerSlowdown {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// compare is task's own time per step in ws against the (upper) median
+// of the other workers'; false when task, or every other worker,
+// completed fewer than StragglerMinSteps steps.
+func compare(task string, ws []WorkerTime) (Straggler, bool) {
+	var own float64
+	var others []float64
+	found := false
+	for _, w := range ws {
+		if w.Steps < StragglerMinSteps || w.OwnSeconds <= 0 {
+			continue
+		}
+		per := w.OwnSeconds / w.Steps
+		if w.Task == task {
+			own, found = per, true
+			continue
+		}
+		others = append(others, per)
+	}
+	if !found || len(others) == 0 {
+		return Straggler{}, false
+	}
+	m := upperMedian(others)
+	return Straggler{Task: task, Slowdown: own / m, OwnStepSeconds: own, OthersStepSeconds: m}, true
 }
 
 // median of xs (not empty); xs is sorted in place.
@@ -140,18 +175,39 @@ func heldBack(b Breakdown) (float64, bool) {
 	return share, share >= BarrierFraction
 }
 
-// workerTimes are the workers' figures for FindStragglers.
-func workerTimes(order []*taskState) []WorkerTime {
-	var out []WorkerTime
+// workerTimes are the workers' figures over the window and over each
+// slice of it, in time order, for FindStragglers.
+func workerTimes(order []*taskState) (window []WorkerTime, parts [][]WorkerTime) {
+	bySnap := map[int][]WorkerTime{}
 	for _, st := range order {
 		if st.role != RoleWorker {
 			continue
 		}
-		out = append(out, WorkerTime{
+		window = append(window, WorkerTime{
 			Task:       st.target.Task,
 			Steps:      st.inc[keyPhaseCount+metrics.PhaseCompute],
 			OwnSeconds: st.inc[keyPhaseSum+metrics.PhaseCompute] + st.inc[keyPhaseSum+metrics.PhasePush],
 		})
+		for i, w := range st.slices {
+			bySnap[i] = append(bySnap[i], w)
+		}
 	}
-	return out
+	for _, i := range slices.Sorted(maps.Keys(bySnap)) {
+		parts = append(parts, bySnap[i])
+	}
+	return window, parts
+}
+
+// ownTime is a task's work between two of its readings.
+func ownTime(task string, prev, cur Reading) WorkerTime {
+	inc := func(k string) float64 {
+		p, ok1 := prev.Counters[k]
+		c, ok2 := cur.Counters[k]
+		if !ok1 || !ok2 {
+			return 0
+		}
+		return increase(p, c)
+	}
+	return WorkerTime{Task: task, Steps: inc(keyPhaseCount + metrics.PhaseCompute),
+		OwnSeconds: inc(keyPhaseSum+metrics.PhaseCompute) + inc(keyPhaseSum+metrics.PhasePush)}
 }

@@ -38,7 +38,7 @@ func TestFindStragglers(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got := FindStragglers(c.in)
+			got := FindStragglers(c.in, nil)
 			if len(got) != len(c.want) {
 				t.Fatalf("FindStragglers = %+v, want %v", got, c.want)
 			}
@@ -53,7 +53,7 @@ func TestFindStragglers(t *testing.T) {
 			}
 		})
 	}
-	s := FindStragglers(workers(0.012, 0.036))[0]
+	s := FindStragglers(workers(0.012, 0.036), nil)[0]
 	if got, want := s.String(), "worker/1 is 3.0x slower than the others (compute and push 36 ms a step against 12 ms)"; got != want {
 		t.Errorf("String = %q, want %q", got, want)
 	}
@@ -144,5 +144,72 @@ func TestStragglerLog(t *testing.T) {
 	if len(got) != 1 || got[0].Task != want.Task || math.Abs(got[0].Slowdown-want.Slowdown) > 1e-9 ||
 		got[0].DetectedAtSeconds != want.DetectedAtSeconds || got[0].LastSeenSeconds != want.LastSeenSeconds {
 		t.Errorf("Stragglers = %+v, want [%+v] (the median of 1.8, 2.9, 3.1, 3.0)", got, want)
+	}
+}
+
+// The slices: a worker slower on average over the window is named only
+// if it was slower in at least half of the slices it was compared in.
+func TestFindStragglersSlices(t *testing.T) {
+	window := workers(0.01, 0.025) // 2.5x over the window
+	slice := func(w0, w1 float64, steps1 float64) []WorkerTime {
+		return []WorkerTime{{"worker/0", 20, 20 * w0}, {"worker/1", steps1, steps1 * w1}}
+	}
+	normal, slow := slice(0.01, 0.011, 20), slice(0.01, 0.03, 20)
+	stalled := slice(0.01, 1, 2) // 2 steps: not compared
+	cases := []struct {
+		name  string
+		parts [][]WorkerTime
+		named bool
+	}{
+		{"no slices: the window decides", nil, true},
+		{"slower in every slice", [][]WorkerTime{slow, slow, slow, slow, slow}, true},
+		{"slower in half", [][]WorkerTime{slow, normal, slow, normal}, true},
+		{"slower in fewer than half", [][]WorkerTime{slow, normal, normal, slow, normal}, false},
+		// A stall: the seconds of it compare nothing, the others are normal.
+		{"stalled once", [][]WorkerTime{normal, stalled, stalled, normal, normal}, false},
+		{"compared in no slice", [][]WorkerTime{stalled, stalled}, true},
+	}
+	for _, c := range cases {
+		got := FindStragglers(window, c.parts)
+		if named := len(got) == 1 && got[0].Task == "worker/1" && math.Abs(got[0].Slowdown-2.5) < 1e-9; named != c.named || len(got) > 1 {
+			t.Errorf("%s: %+v, want worker/1 named: %v", c.name, got, c.named)
+		}
+	}
+}
+
+// Compute cuts the window into slices at its snapshots: a worker that
+// stalled for 2 s of a 5 s window is not named, one slower in every
+// second is.
+func TestComputeStragglerSlices(t *testing.T) {
+	host := proc{cpus: 2, load1: 0.5}
+	// counts: per second, worker/1's steps and own seconds (compute; push 0).
+	run := func(w1 [][2]float64) Breakdown {
+		var snaps []Snapshot
+		var s0, c0, s1, c1 float64
+		for i := 0; i <= len(w1); i++ {
+			if i > 0 {
+				s0, c0 = s0+50, c0+0.5
+				s1, c1 = s1+w1[i-1][0], c1+w1[i-1][1]
+			}
+			snaps = append(snaps, Snapshot{Time: t0.Add(time.Duration(i) * time.Second), Tasks: []TaskSample{
+				up(t, "worker/0", workerText(host, s0, 0.1*s0/50, c0, 0)),
+				up(t, "worker/1", workerText(host, s1, 0.1*s1/50, c1, 0)),
+			}})
+		}
+		b, err := Compute(snaps, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	// 10 ms a step, but no step for 2 s, then one that took them: the
+	// window's mean is 2x the other's.
+	stalled := run([][2]float64{{50, 0.5}, {0, 0}, {1, 2.05}, {50, 0.5}, {49, 0.49}})
+	if len(stalled.Stragglers) != 0 {
+		t.Errorf("stalled 2 s: stragglers %+v, want none", stalled.Stragglers)
+	}
+	slow := run([][2]float64{{17, 0.51}, {17, 0.51}, {17, 0.51}, {16, 0.48}, {17, 0.51}})
+	if len(slow.Stragglers) != 1 || slow.Stragglers[0].Task != "worker/1" || math.Abs(slow.Stragglers[0].Slowdown-3) > 1e-9 {
+		t.Errorf("3x slower every second: stragglers %+v, want worker/1 at 3x", slow.Stragglers)
 	}
 }
