@@ -232,6 +232,8 @@ type supervisor struct {
 	// interrupted: the run is being stopped on a signal; no task is
 	// restarted or faulted any more.
 	interrupted bool
+	// stragglers follows the workers slower than the others (stragglers.go).
+	stragglers *bottleneck.StragglerLog
 }
 
 func (s *supervisor) stopping() bool {
@@ -340,7 +342,7 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 		return nil, err
 	}
 	r := c.Run
-	s := &supervisor{c: c, plan: p, t0: t0, procs: map[string]*proc{}, usage: map[string]report.Task{},
+	s := &supervisor{c: c, plan: p, t0: t0, procs: map[string]*proc{}, usage: map[string]report.Task{}, stragglers: bottleneck.NewStragglerLog(),
 		pidDir: pidDir, proc: procFS("/proc"), web: web,
 		env: taskEnv(os.Environ(), runtime.NumCPU(), 1+r.PS+r.Workers+r.Standbys())}
 	return s.run(ctx)
@@ -544,7 +546,8 @@ func (s *supervisor) monitor(ctx context.Context, mon *bottleneck.Monitor) {
 	defer tick.Stop()
 	every, progress := s.c.BottleneckEvery, s.c.Progress
 	last := time.Now() // the first line covers a whole interval, not start-up
-	_ = mon.Run(ctx, tick.C, func(bottleneck.Snapshot) {
+	_ = mon.Run(ctx, tick.C, func(snap bottleneck.Snapshot) {
+		s.watchStragglers(mon, snap.Time)
 		if progress == nil || every <= 0 || time.Since(last) < every {
 			return
 		}
@@ -616,6 +619,7 @@ func (s *supervisor) finalReport(mon *bottleneck.Monitor) (*report.Report, error
 	if b, err := mon.Whole(); err == nil {
 		rep.Bottleneck = &b
 	}
+	rep.Stragglers = s.stragglers.Stragglers()
 	rep.Restarts = mergeRestarts(rep.Restarts, s.restarts, s.t0, rep.TrainStartedUnix, rep.Mode == string(config.Sync))
 	rep.Restarts = append(rep.Restarts, endedRecords(s.ended, s.t0)...)
 	for _, e := range s.ended {
