@@ -20,8 +20,14 @@ const SlowPrefix = "slow:"
 const MaxSlowdown = 100
 
 // SlowPeriod is the cycle of a slowdown's freezes: in each, the worker
-// runs for SlowPeriod/Factor and is stopped for the rest.
-const SlowPeriod = 50 * time.Millisecond
+// runs for SlowPeriod/Factor and is stopped for the rest. Each time it
+// is continued, the kernel's scheduler favours it for a moment (it was
+// not running), so the more often it is stopped, the less a loaded host
+// slows it: slowed 3x in a sync run on 2 cores at load 25-33, the
+// straggler rule measured it 2.1-2.6x slower with a period of 20 ms,
+// 2.3-2.5x with 50 ms and 2.9-3.0x with 100 ms (docs/observability.md,
+// "Stragglers").
+const SlowPeriod = 100 * time.Millisecond
 
 // Slowdown makes a worker Factor times slower from At after the cluster
 // started (`--fault slow:worker/1@5s:3`), as if it ran on a machine
@@ -103,8 +109,9 @@ func (c *dutyCycle) ran(d time.Duration) time.Duration {
 	return min(max(c.owed, 0), maxStop)
 }
 
-// maxStop bounds one stop of a slowed process.
-const maxStop = 4 * SlowPeriod
+// maxStop bounds one stop of a slowed process, far below any heartbeat
+// timeout.
+const maxStop = 200 * time.Millisecond
 
 // stopped says the worker was stopped for d.
 func (c *dutyCycle) stopped(d time.Duration) { c.owed -= d }
