@@ -55,9 +55,12 @@ func TestStragglerNamed(t *testing.T) {
 	if !strings.Contains(out, "straggler at ") || !strings.Contains(out, ": worker/1 is ") {
 		t.Errorf("the progress does not name worker/1 as a straggler:\n%s", out)
 	}
+	if !strings.Contains(out, "\nstraggler: worker/1, ") {
+		t.Errorf("the summary does not name worker/1 as a straggler:\n%s", out)
+	}
 
 	rep, out = stragglerRun(t, "")
-	if rep.Stragglers == nil || len(rep.Stragglers) != 0 {
+	if rep.Stragglers == nil || len(rep.Stragglers) != 0 || strings.Contains(out, "straggler at ") || strings.Contains(out, "\nstraggler: ") {
 		t.Errorf("undisturbed run: stragglers %+v, want none (an empty list)\n%s", rep.Stragglers, out)
 	}
 }
