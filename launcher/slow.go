@@ -20,13 +20,12 @@ const SlowPrefix = "slow:"
 const MaxSlowdown = 100
 
 // SlowPeriod is the cycle of a slowdown's freezes: in each, the worker
-// runs for SlowPeriod/Factor and is stopped for the rest. Each time it
-// is continued, the kernel's scheduler favours it for a moment (it was
-// not running), so the more often it is stopped, the less a loaded host
-// slows it: slowed 3x in a sync run on 2 cores at load 25-33, the
-// straggler rule measured it 2.1-2.6x slower with a period of 20 ms,
-// 2.3-2.5x with 50 ms and 2.9-3.0x with 100 ms (docs/observability.md,
-// "Stragglers").
+// runs for SlowPeriod/Factor and is stopped for the rest. The shorter
+// the period, the less a loaded host slows the worker (likely: the
+// scheduler favours a process that was just continued): slowed 3x in a
+// sync run on 2 cores at load 25-33, the straggler rule measured it
+// 2.1-2.6x slower with a period of 20 ms, 2.3-2.5x with 50 ms and
+// 2.9-3.0x with 100 ms (docs/observability.md, "Stragglers").
 const SlowPeriod = 100 * time.Millisecond
 
 // Slowdown makes a worker Factor times slower from At after the cluster
