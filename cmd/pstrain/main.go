@@ -332,6 +332,9 @@ func printSummary(w io.Writer, rep *report.Report) {
 	if rep.Bottleneck != nil {
 		fmt.Fprintf(w, "where the time went: %s\n", rep.Bottleneck)
 	}
+	for _, st := range rep.Stragglers {
+		fmt.Fprintln(w, stragglerLine(st))
+	}
 	printGuard(w, rep)
 	for _, rs := range rep.Restarts {
 		fmt.Fprintln(w, restartLine(rs))

@@ -230,6 +230,11 @@ type Report struct {
 	// Bottleneck says where the step time went over the whole run and what
 	// limited it (nil when the run was too short to sample twice).
 	Bottleneck *bottleneck.Breakdown `json:"bottleneck,omitempty"`
+	// Stragglers are the workers the launcher's sliding windows counted
+	// as slower than the others (bottleneck.StragglerLog); empty when
+	// none, null when no launcher watched the run.
+	Stragglers []bottleneck.RunStraggler `json:"stragglers"`
+
 	// Wire is what the workers' pushes and pulls carried.
 	Wire Wire `json:"wire"`
 }
