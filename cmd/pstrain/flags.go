@@ -258,7 +258,7 @@ func lrText(r config.Run) string {
 
 // runArgs renders r as the flags bindRunFlags reads, for child processes.
 func runArgs(r config.Run) []string {
-	return []string{
+	args := []string{
 		"--mode=" + string(r.Mode),
 		fmt.Sprintf("--staleness=%d", r.Staleness),
 		fmt.Sprintf("--replicas-to-aggregate=%d", r.ReplicasToAggregate),
@@ -268,9 +268,6 @@ func runArgs(r config.Run) []string {
 		fmt.Sprintf("--max-workers=%d", r.MaxWorkers),
 		"--model=" + r.Model.String(),
 		"--conv=" + sizesText(&r.Conv),
-		fmt.Sprintf("--embedding-dim=%d", r.EmbeddingDim),
-		"--embedding-optimizer=" + r.EmbeddingOptimizer,
-		"--embedding-lr=" + strconv.FormatFloat(r.EmbeddingLR, 'g', -1, 64),
 		"--hidden=" + sizesText(&r.Hidden),
 		fmt.Sprintf("--batch=%d", r.Batch),
 		"--lr=" + strconv.FormatFloat(r.LR, 'g', -1, 64),
@@ -300,6 +297,13 @@ func runArgs(r config.Run) []string {
 		fmt.Sprintf("--keep-archives=%d", r.KeepArchives),
 		fmt.Sprintf("--resume=%t", r.Resume),
 	}
+	if r.Model.IsCTR() { // the tables' flags: other models refuse them
+		args = append(args,
+			fmt.Sprintf("--embedding-dim=%d", r.EmbeddingDim),
+			"--embedding-optimizer="+r.EmbeddingOptimizer,
+			"--embedding-lr="+strconv.FormatFloat(r.EmbeddingLR, 'g', -1, 64))
+	}
+	return args
 }
 
 // bindWebConfigFlag adds --web.config.file, under the name Prometheus
