@@ -3,12 +3,12 @@ package ctrdata
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/pstrain/pstrain/internal/hashmix"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 
+	"github.com/pstrain/pstrain/internal/hashmix"
 	"github.com/pstrain/pstrain/ml/binmetric"
 )
 

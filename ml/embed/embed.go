@@ -3,9 +3,10 @@ package embed
 import (
 	"errors"
 	"fmt"
-	"github.com/pstrain/pstrain/internal/hashmix"
 	"math"
 	"math/bits"
+
+	"github.com/pstrain/pstrain/internal/hashmix"
 )
 
 // fnv64 offsets and prime (FNV-1a).
