@@ -46,6 +46,7 @@ type Core struct {
 	stopState
 	divergenceState
 	elasticState
+	wireState
 }
 
 // membershipState is who registered and which workers are alive.

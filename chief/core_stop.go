@@ -344,6 +344,7 @@ func (c *Core) report() *report.Report {
 		}
 	}
 	rep.Ruined = c.ruined()
+	rep.Wire = c.wireReport()
 	if hb := c.st.HandedBack; hb != nil {
 		if hb.Err == "" && hb.Step >= 0 {
 			rep.FinalStep = hb.Step // (its evaluation may have failed)

@@ -59,6 +59,9 @@ func (c *Chief) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.He
 	}
 	c.mu.Lock()
 	stop, err := c.core.Heartbeat(int(req.Worker), c.cfg.Now())
+	if err == nil {
+		c.core.WireCounts(int(req.Worker), req.StepsDone, req.PushBytes, req.PullBytes)
+	}
 	why := c.core.QuarantineReason(int(req.Worker))
 	var plan *pb.DataPlan
 	if err == nil && req.PlanEras > 0 { // (0: a worker that does not follow a data plan)

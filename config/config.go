@@ -17,6 +17,7 @@ import (
 	"github.com/pstrain/pstrain/ml/embed"
 	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/ml/optim"
+	"github.com/pstrain/pstrain/transport/compress"
 )
 
 // Mode is the SGD variant.
@@ -134,6 +135,10 @@ type Run struct {
 	// bytes, 8 significant bits; package wire). Parameters are always
 	// pulled as f32.
 	WireDType WireDType `json:"wire_dtype"`
+	// Compress is how pushes and pulls are compressed, with error
+	// feedback: none (or empty), topk:FRACTION, int8 or sign (package
+	// compress; docs/wire.md, "Compression").
+	Compress string `json:"compress,omitempty"`
 	// LRSchedule is the learning rate's schedule over the global step
 	// (the shards' version): "constant", "step:EPOCHS:FACTOR" or "cosine"
 	// (optim.ParseSchedule). The shards compute it, so they all agree.
@@ -264,6 +269,7 @@ func Default() Run {
 		Aggregate:        Mean,
 		DataPlane:        TCP,
 		WireDType:        F32,
+		Compress:         string(compress.None),
 		DataDir:          "data",
 		EvalEvery:        time.Second,
 		HeartbeatTimeout: 3 * time.Second,
@@ -386,8 +392,34 @@ func (r Run) validateChoices() error {
 			return err
 		}
 	}
+	if err := r.validateCompress(); err != nil {
+		return err
+	}
 	_, err := r.Schedule()
 	return err
+}
+
+// validateCompress checks --compress, and that it is not combined with
+// another encoding of the gradients.
+func (r Run) validateCompress() error {
+	sp, err := compress.Parse(r.Compress)
+	switch {
+	case err != nil:
+		return fmt.Errorf("--compress %w", err)
+	case sp.Kind != compress.None && r.WireDType == BF16:
+		return fmt.Errorf("--compress %s encodes the gradients itself: it needs --wire-dtype f32, got %s", sp, r.WireDType)
+	}
+	return nil
+}
+
+// CompressSpec is --compress parsed (none if it does not parse: Validate
+// says why).
+func (r Run) CompressSpec() compress.Spec {
+	sp, err := compress.Parse(r.Compress)
+	if err != nil {
+		return compress.Spec{Kind: compress.None}
+	}
+	return sp
 }
 
 // validateModel checks the network: the MLP's hidden layers, the kind,

@@ -79,6 +79,8 @@ type Config struct {
 	Log           *slog.Logger
 	// Faults are SIGKILLs to inject (--fault).
 	Faults []Fault
+	// Slowdowns are workers to slow down (--fault slow:...; slow.go).
+	Slowdowns []Slowdown
 	// MaxRestarts bounds the restarts of each task (`pstrain run`'s
 	// default is 5; 0 means none); past it the run fails.
 	MaxRestarts int
@@ -147,7 +149,8 @@ type Fault struct {
 }
 
 // ParseFaults reads "ps/1@8s,worker/0@12s,chief@20s,standby/0@3s" and
-// checks each task against the run's shape.
+// checks each task against the run's shape. Entries starting with
+// SlowPrefix are ParseSlowdowns' and left out.
 func ParseFaults(s string, r config.Run) ([]Fault, error) {
 	var out []Fault
 	if strings.TrimSpace(s) == "" {
@@ -162,6 +165,9 @@ func ParseFaults(s string, r config.Run) ([]Fault, error) {
 		standbys = fmt.Sprintf(", standby/0..standby/%d", r.Standbys()-1)
 	}
 	for _, part := range strings.Split(s, ",") {
+		if strings.HasPrefix(strings.TrimSpace(part), SlowPrefix) {
+			continue
+		}
 		task, at, ok := strings.Cut(strings.TrimSpace(part), "@")
 		if task == "chief/0" {
 			task = "chief"
@@ -226,6 +232,8 @@ type supervisor struct {
 	// interrupted: the run is being stopped on a signal; no task is
 	// restarted or faulted any more.
 	interrupted bool
+	// stragglers follows the workers slower than the others (stragglers.go).
+	stragglers *bottleneck.StragglerLog
 }
 
 func (s *supervisor) stopping() bool {
@@ -334,7 +342,7 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 		return nil, err
 	}
 	r := c.Run
-	s := &supervisor{c: c, plan: p, t0: t0, procs: map[string]*proc{}, usage: map[string]report.Task{},
+	s := &supervisor{c: c, plan: p, t0: t0, procs: map[string]*proc{}, usage: map[string]report.Task{}, stragglers: bottleneck.NewStragglerLog(),
 		pidDir: pidDir, proc: procFS("/proc"), web: web,
 		env: taskEnv(os.Environ(), runtime.NumCPU(), 1+r.PS+r.Workers+r.Standbys())}
 	return s.run(ctx)
@@ -463,6 +471,9 @@ func (s *supervisor) startAll(g group) error {
 	for _, f := range s.c.Faults {
 		g.goDo(func() { s.inject(g.ctx, f) })
 	}
+	for _, sd := range s.c.Slowdowns {
+		g.goDo(func() { s.slow(g.ctx, sd) })
+	}
 	s.c.Log.Info("cluster started", "chief", s.plan.spec.Chief[0], "ps", len(s.plan.spec.PS), "standbys", len(s.plan.spec.Standby),
 		"workers", r.Workers, "max_workers", s.plan.slots, "logs", s.plan.logDir, "run", s.plan.runID)
 	return nil
@@ -535,7 +546,8 @@ func (s *supervisor) monitor(ctx context.Context, mon *bottleneck.Monitor) {
 	defer tick.Stop()
 	every, progress := s.c.BottleneckEvery, s.c.Progress
 	last := time.Now() // the first line covers a whole interval, not start-up
-	_ = mon.Run(ctx, tick.C, func(bottleneck.Snapshot) {
+	_ = mon.Run(ctx, tick.C, func(snap bottleneck.Snapshot) {
+		s.watchStragglers(mon, snap.Time)
 		if progress == nil || every <= 0 || time.Since(last) < every {
 			return
 		}
@@ -607,6 +619,7 @@ func (s *supervisor) finalReport(mon *bottleneck.Monitor) (*report.Report, error
 	if b, err := mon.Whole(); err == nil {
 		rep.Bottleneck = &b
 	}
+	rep.Stragglers = s.stragglers.Stragglers()
 	rep.Restarts = mergeRestarts(rep.Restarts, s.restarts, s.t0, rep.TrainStartedUnix, rep.Mode == string(config.Sync))
 	rep.Restarts = append(rep.Restarts, endedRecords(s.ended, s.t0)...)
 	for _, e := range s.ended {

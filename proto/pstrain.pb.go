@@ -1098,7 +1098,8 @@ func (x *ModelSpec) GetEmbeddingDim() int32 {
 
 // ShardOptions is the part of the run configuration a shard uses
 // (ps.Options). The enumerations travel as their command-line spelling
-// (config.Mode, config.NaNPolicy, config.WireDType, config.Aggregate);
+// (config.Mode, config.NaNPolicy, config.WireDType, config.Aggregate,
+// compress.Spec);
 // the shard validates them (ps.Options.Validate).
 type ShardOptions struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1116,6 +1117,7 @@ type ShardOptions struct {
 	NormGuard     float64                `protobuf:"fixed64,12,opt,name=norm_guard,json=normGuard,proto3" json:"norm_guard,omitempty"` // the divergence guard's multiple (0: off)
 	Aggregate     string                 `protobuf:"bytes,13,opt,name=aggregate,proto3" json:"aggregate,omitempty"`                    // mean or trimmed-mean ("": mean)
 	LrFactor      float64                `protobuf:"fixed64,14,opt,name=lr_factor,json=lrFactor,proto3" json:"lr_factor,omitempty"`    // the chief's factor after a rollback (0: 1)
+	Compress      string                 `protobuf:"bytes,15,opt,name=compress,proto3" json:"compress,omitempty"`                      // none, topk:FRACTION, int8 or sign ("": none)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1248,6 +1250,13 @@ func (x *ShardOptions) GetLrFactor() float64 {
 	return 0
 }
 
+func (x *ShardOptions) GetCompress() string {
+	if x != nil {
+		return x.Compress
+	}
+	return ""
+}
+
 type PullRequest struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Worker     int32                  `protobuf:"varint,1,opt,name=worker,proto3" json:"worker,omitempty"` // -1 for a reader that is not a worker (the chief)
@@ -1258,7 +1267,13 @@ type PullRequest struct {
 	// parameters and optimizer state, replacing the one retained before, so
 	// the model the chief evaluated can be checkpointed as the run's result
 	// (CheckpointRequest.retained).
-	Retain        bool `protobuf:"varint,5,opt,name=retain,proto3" json:"retain,omitempty"`
+	Retain bool `protobuf:"varint,5,opt,name=retain,proto3" json:"retain,omitempty"`
+	// delta (a worker under --compress): the answer's params may be a
+	// compressed delta from what the worker holds; delta_base is the
+	// number of the last answer it applied (0: none). The answer's params
+	// are then a compress.Mirror answer (docs/wire.md, "Compression").
+	Delta         bool  `protobuf:"varint,6,opt,name=delta,proto3" json:"delta,omitempty"`
+	DeltaBase     int64 `protobuf:"varint,7,opt,name=delta_base,json=deltaBase,proto3" json:"delta_base,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1326,6 +1341,20 @@ func (x *PullRequest) GetRetain() bool {
 		return x.Retain
 	}
 	return false
+}
+
+func (x *PullRequest) GetDelta() bool {
+	if x != nil {
+		return x.Delta
+	}
+	return false
+}
+
+func (x *PullRequest) GetDeltaBase() int64 {
+	if x != nil {
+		return x.DeltaBase
+	}
+	return 0
 }
 
 type PullResponse struct {
@@ -3502,11 +3531,17 @@ func (x *Era) GetWorkers() int32 {
 }
 
 type HeartbeatRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Worker        int32                  `protobuf:"varint,1,opt,name=worker,proto3" json:"worker,omitempty"`
-	RunId         string                 `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	Step          int64                  `protobuf:"varint,3,opt,name=step,proto3" json:"step,omitempty"`
-	PlanEras      int32                  `protobuf:"varint,4,opt,name=plan_eras,json=planEras,proto3" json:"plan_eras,omitempty"` // the eras of the data plan the worker uses
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Worker   int32                  `protobuf:"varint,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	RunId    string                 `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Step     int64                  `protobuf:"varint,3,opt,name=step,proto3" json:"step,omitempty"`
+	PlanEras int32                  `protobuf:"varint,4,opt,name=plan_eras,json=planEras,proto3" json:"plan_eras,omitempty"` // the eras of the data plan the worker uses
+	// Since the worker process started: the steps it finished and the
+	// payload bytes its pushes and pulls carried (the chief's report
+	// divides them: wire.push_bytes_per_step, wire.pull_bytes_per_step).
+	StepsDone     int64 `protobuf:"varint,5,opt,name=steps_done,json=stepsDone,proto3" json:"steps_done,omitempty"`
+	PushBytes     int64 `protobuf:"varint,6,opt,name=push_bytes,json=pushBytes,proto3" json:"push_bytes,omitempty"`
+	PullBytes     int64 `protobuf:"varint,7,opt,name=pull_bytes,json=pullBytes,proto3" json:"pull_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3565,6 +3600,27 @@ func (x *HeartbeatRequest) GetStep() int64 {
 func (x *HeartbeatRequest) GetPlanEras() int32 {
 	if x != nil {
 		return x.PlanEras
+	}
+	return 0
+}
+
+func (x *HeartbeatRequest) GetStepsDone() int64 {
+	if x != nil {
+		return x.StepsDone
+	}
+	return 0
+}
+
+func (x *HeartbeatRequest) GetPushBytes() int64 {
+	if x != nil {
+		return x.PushBytes
+	}
+	return 0
+}
+
+func (x *HeartbeatRequest) GetPullBytes() int64 {
+	if x != nil {
+		return x.PullBytes
 	}
 	return 0
 }
@@ -3737,7 +3793,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x05width\x18\x06 \x01(\x05R\x05width\x12\x12\n" +
 	"\x04conv\x18\a \x03(\x05R\x04conv\x12\x16\n" +
 	"\x06fields\x18\b \x01(\x05R\x06fields\x12#\n" +
-	"\rembedding_dim\x18\t \x01(\x05R\fembeddingDim\"\x9c\x03\n" +
+	"\rembedding_dim\x18\t \x01(\x05R\fembeddingDim\"\xb8\x03\n" +
 	"\fShardOptions\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x1a\n" +
 	"\breplicas\x18\x02 \x01(\x05R\breplicas\x12\x1c\n" +
@@ -3757,7 +3813,8 @@ const file_pstrain_proto_rawDesc = "" +
 	"\n" +
 	"norm_guard\x18\f \x01(\x01R\tnormGuard\x12\x1c\n" +
 	"\taggregate\x18\r \x01(\tR\taggregate\x12\x1b\n" +
-	"\tlr_factor\x18\x0e \x01(\x01R\blrFactor\"\x95\x01\n" +
+	"\tlr_factor\x18\x0e \x01(\x01R\blrFactor\x12\x1a\n" +
+	"\bcompress\x18\x0f \x01(\tR\bcompress\"\xca\x01\n" +
 	"\vPullRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12\x1f\n" +
 	"\vmin_version\x18\x02 \x01(\x03R\n" +
@@ -3766,7 +3823,10 @@ const file_pstrain_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\x04 \x01(\x03R\n" +
 	"generation\x12\x16\n" +
-	"\x06retain\x18\x05 \x01(\bR\x06retain\"\x99\x01\n" +
+	"\x06retain\x18\x05 \x01(\bR\x06retain\x12\x14\n" +
+	"\x05delta\x18\x06 \x01(\bR\x05delta\x12\x1d\n" +
+	"\n" +
+	"delta_base\x18\a \x01(\x03R\tdeltaBase\"\x99\x01\n" +
 	"\fPullResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12\x16\n" +
 	"\x06params\x18\x02 \x01(\fR\x06params\x12\x12\n" +
@@ -3963,12 +4023,18 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x03Era\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x03R\x05epoch\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x03R\x04step\x12\x18\n" +
-	"\aworkers\x18\x03 \x01(\x05R\aworkers\"r\n" +
+	"\aworkers\x18\x03 \x01(\x05R\aworkers\"\xcf\x01\n" +
 	"\x10HeartbeatRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x12\n" +
 	"\x04step\x18\x03 \x01(\x03R\x04step\x12\x1b\n" +
-	"\tplan_eras\x18\x04 \x01(\x05R\bplanEras\"\x82\x01\n" +
+	"\tplan_eras\x18\x04 \x01(\x05R\bplanEras\x12\x1d\n" +
+	"\n" +
+	"steps_done\x18\x05 \x01(\x03R\tstepsDone\x12\x1d\n" +
+	"\n" +
+	"push_bytes\x18\x06 \x01(\x03R\tpushBytes\x12\x1d\n" +
+	"\n" +
+	"pull_bytes\x18\a \x01(\x03R\tpullBytes\"\x82\x01\n" +
 	"\x11HeartbeatResponse\x12\x12\n" +
 	"\x04stop\x18\x01 \x01(\bR\x04stop\x121\n" +
 	"\tdata_plan\x18\x04 \x01(\v2\x14.pstrain.v1.DataPlanR\bdataPlan\x12 \n" +

@@ -9,6 +9,7 @@ import (
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/ml/optim"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/transport/compress"
 )
 
 // Options are what a shard needs of the run configuration, and all of it
@@ -36,6 +37,9 @@ type Options struct {
 	NaNPolicy config.NaNPolicy
 	// WireDType is how the workers' pushes encode gradients.
 	WireDType config.WireDType
+	// Compress is how the workers' pushes are compressed (compress.None:
+	// not; then WireDType says how they are encoded).
+	Compress compress.Spec
 	// NormGuard is the divergence guard's multiple (0: off).
 	NormGuard float64
 	// Aggregate is how a sync step combines its gradients.
@@ -49,7 +53,8 @@ type Options struct {
 func OptionsFor(r config.Run) Options {
 	return Options{Mode: r.Mode, Replicas: r.Replicas(), Staleness: r.Staleness, Workers: r.Workers,
 		Optimizer: r.Optimizer, LR: r.LR, Momentum: r.Momentum, LRSchedule: r.LRSchedule, WarmupSteps: r.WarmupSteps,
-		NaNPolicy: r.NaNPolicy, WireDType: r.WireDType, NormGuard: r.NormGuard, Aggregate: r.Aggregate}
+		NaNPolicy: r.NaNPolicy, WireDType: r.WireDType, NormGuard: r.NormGuard, Aggregate: r.Aggregate,
+		Compress: r.CompressSpec()}
 }
 
 // Rate is the learning rate the shard applies: LR times LRFactor.
@@ -78,6 +83,9 @@ func (o Options) Validate() error {
 		if err != nil {
 			return err
 		}
+	}
+	if _, err := compress.Parse(o.Compress.String()); err != nil || (o.Compress.Kind != compress.None && o.WireDType != config.F32) {
+		return fmt.Errorf("compress must be none, or topk:FRACTION, int8 or sign with wire_dtype f32, got %q with wire_dtype %q", o.Compress, o.WireDType)
 	}
 	if o.Aggregate == config.TrimmedMean && o.Mode != config.Sync {
 		return fmt.Errorf("aggregate %s combines the gradients of a sync step: it needs mode sync, got %s", o.Aggregate, o.Mode)
@@ -124,7 +132,7 @@ func (o Options) Proto() *pb.ShardOptions {
 	return &pb.ShardOptions{Mode: string(o.Mode), Replicas: int32(o.Replicas), Staleness: int32(o.Staleness),
 		Workers: int32(o.Workers), Optimizer: o.Optimizer, Lr: o.LR, Momentum: o.Momentum, LrSchedule: o.LRSchedule,
 		WarmupSteps: o.WarmupSteps, NanPolicy: string(o.NaNPolicy), WireDtype: string(o.WireDType),
-		NormGuard: o.NormGuard, Aggregate: string(o.Aggregate), LrFactor: o.LRFactor}
+		NormGuard: o.NormGuard, Aggregate: string(o.Aggregate), LrFactor: o.LRFactor, Compress: o.Compress.String()}
 }
 
 // OptionsFromProto reads and validates InitRequest.shard_options.
@@ -136,6 +144,11 @@ func OptionsFromProto(m *pb.ShardOptions) (Options, error) {
 		Workers: int(m.Workers), Optimizer: m.Optimizer, LR: m.Lr, Momentum: m.Momentum, LRSchedule: m.LrSchedule,
 		WarmupSteps: m.WarmupSteps, NaNPolicy: config.NaNPolicy(m.NanPolicy), WireDType: config.WireDType(m.WireDtype),
 		NormGuard: m.NormGuard, Aggregate: config.Aggregate(m.Aggregate), LRFactor: m.LrFactor}
+	sp, err := compress.Parse(m.Compress)
+	if err != nil {
+		return Options{}, fmt.Errorf("shard options: compress %w", err)
+	}
+	o.Compress = sp
 	if err := o.Validate(); err != nil {
 		return Options{}, fmt.Errorf("shard options: %w", err)
 	}

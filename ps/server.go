@@ -22,6 +22,7 @@ import (
 	"github.com/pstrain/pstrain/observe/metrics"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/proto/convert"
+	"github.com/pstrain/pstrain/transport/compress"
 	"github.com/pstrain/pstrain/transport/wire"
 )
 
@@ -59,6 +60,8 @@ type Server struct {
 	// from push to push.
 	opts Options
 	wide []float32
+	// mirrors answer compressed pulls (--compress; compress.go).
+	mirrors pullMirrors
 	// store receives checkpoints (nil: this PS has no checkpoint dir).
 	store *checkpoint.Store
 	// pending are checkpoint requests waiting for their version.
@@ -484,7 +487,15 @@ func (s *Server) pull(ctx context.Context, req *pb.PullRequest, shared bool) (*p
 		s.mu.Lock()
 	}
 	resp, p := s.answerPull(req, shared, start)
+	spec := s.opts.Compress
 	s.mu.Unlock()
+	resp, err := s.mirrors.answer(req, resp, spec)
+	if err != nil {
+		if shared {
+			s.release(p)
+		}
+		return nil, nil, err
+	}
 	s.m.RPCSentBytes.WithLabelValues("pull").Add(float64(len(resp.Params)))
 	return resp, p, nil
 }
@@ -548,7 +559,12 @@ func (s *Server) PullSharedNow(req *pb.PullRequest) (resp *pb.PullResponse, rele
 		return nil, nil, false, err
 	}
 	resp, p := s.answerPull(req, true, start)
+	spec := s.opts.Compress
 	s.mu.Unlock()
+	if resp, err = s.mirrors.answer(req, resp, spec); err != nil {
+		s.release(p)
+		return nil, nil, false, err
+	}
 	s.observe("pull", start)
 	s.m.RPCSentBytes.WithLabelValues("pull").Add(float64(len(resp.Params)))
 	return resp, func() { s.release(p) }, true, nil
@@ -801,6 +817,9 @@ func (s *Server) refused(m *metrics.PS, req *pb.PushRequest, res PushResult) {
 // of b), or bfloat16 widened into a buffer the next push reuses. Call with
 // mu held.
 func (s *Server) gradient(b []byte) ([]float32, error) {
+	if s.opts.Compress.Kind != compress.None {
+		return s.decompress(b)
+	}
 	if s.opts.WireDType != config.BF16 {
 		return wire.Floats(b)
 	}

@@ -16,6 +16,7 @@ import (
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/ps"
 	"github.com/pstrain/pstrain/transport/auth"
+	"github.com/pstrain/pstrain/transport/compress"
 	"github.com/pstrain/pstrain/transport/connlimit"
 	"github.com/pstrain/pstrain/transport/dataplane"
 )
@@ -109,10 +110,15 @@ func psMaxRecv(r config.Run, ceiling int) int {
 }
 
 // pushSize is the bytes of a push to a shard that req initialises: its
-// parameters as float32, halved with --wire-dtype bf16.
+// parameters as float32, halved with --wire-dtype bf16, or their
+// encoding with --compress.
 func pushSize(req *pb.InitRequest) int {
 	n := len(req.Params)
-	if o, err := ps.OptionsFromProto(req.ShardOptions); err == nil && o.WireDType == config.BF16 {
+	o, err := ps.OptionsFromProto(req.ShardOptions)
+	switch {
+	case err == nil && o.Compress.Kind != compress.None:
+		return o.Compress.Codec().EncodedLen(n / 4)
+	case err == nil && o.WireDType == config.BF16:
 		n /= 2
 	}
 	return n

@@ -212,6 +212,7 @@ func (w *Worker) stepDone(a StepDone) {
 		w.ahead.Add(1)
 	}
 	m.Steps.Inc()
+	w.wire.stepDone()
 	m.Samples.Add(float64(w.cfg.Net.Batch()))
 	m.TrainLoss.Set(float64(a.Loss))
 }

@@ -23,35 +23,49 @@ type PlanFollower interface {
 // heartbeat every quarter of timeout (at least every 50 ms), carrying the
 // steps done, each given timeout to answer. A failed heartbeat is logged
 // at debug level; the chief declares the worker dead only after timeout
-// without one.
+// without one. When ctx ends it sends one more, within a second, so
+// that the chief's report counts the worker's last steps and bytes.
 func (w *Worker) Heartbeats(ctx context.Context, chief pb.ChiefClient, timeout time.Duration) {
 	t := time.NewTicker(max(timeout/4, 50*time.Millisecond))
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			last, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(timeout, time.Second))
+			defer cancel()
+			w.beat(last, chief, timeout)
 			return
 		case <-t.C:
 		}
-		step, _ := w.Progress()
-		req := &pb.HeartbeatRequest{Worker: int32(w.cfg.Index), RunId: w.cfg.RunID, Step: step}
-		if w.cfg.DataPlan != nil {
-			req.PlanEras = int32(w.cfg.DataPlan.Eras())
-		}
-		hctx, cancel := context.WithTimeout(ctx, timeout)
-		resp, err := chief.Heartbeat(hctx, req)
-		cancel()
-		if err != nil && ctx.Err() == nil {
-			w.cfg.Log.Debug("heartbeat failed", "worker", w.cfg.Index, "err", err)
-		}
-		if err == nil && resp.DataPlan != nil && w.cfg.DataPlan != nil {
-			w.followPlan(resp.DataPlan)
-		}
-		if err == nil && resp.Quarantined != "" {
-			w.quarantined(resp.Quarantined)
+		if !w.beat(ctx, chief, timeout) {
 			return
 		}
 	}
+}
+
+// beat sends one heartbeat and follows its answer; false: the worker
+// is quarantined, and sends no more.
+func (w *Worker) beat(ctx context.Context, chief pb.ChiefClient, timeout time.Duration) bool {
+	step, _ := w.Progress()
+	req := &pb.HeartbeatRequest{Worker: int32(w.cfg.Index), RunId: w.cfg.RunID, Step: step}
+	req.StepsDone, req.PushBytes, req.PullBytes = w.WireCounts()
+	if w.cfg.DataPlan != nil {
+		req.PlanEras = int32(w.cfg.DataPlan.Eras())
+	}
+	hctx, cancel := context.WithTimeout(ctx, timeout)
+	resp, err := chief.Heartbeat(hctx, req)
+	cancel()
+	if err != nil && ctx.Err() == nil {
+		w.cfg.Log.Debug("heartbeat failed", "worker", w.cfg.Index, "err", err)
+	}
+	if err == nil && resp.DataPlan != nil && w.cfg.DataPlan != nil {
+		w.followPlan(resp.DataPlan)
+	}
+	if err == nil && resp.Quarantined != "" {
+		w.quarantined(resp.Quarantined)
+		return false
+	}
+	return true
 }
 
 // quarantined reports that the chief quarantined this worker

@@ -42,7 +42,15 @@ func (w *Worker) pullOne(ctx context.Context, p PullOrder) *pulled {
 		}
 		return out
 	}
-	if resp.Params != nil {
+	bytes := 4 * c.Plan.Shards[s].Size
+	switch {
+	case resp.Params != nil && w.comp != nil:
+		bytes = len(resp.Params)
+		if out.flat, err = w.comp.applyPull(s, resp.Params); err != nil {
+			out.ans.Err = fmt.Errorf("shard %d (%s): compressed pull: %w", s, c.Shards[s].Addr, err)
+			return out
+		}
+	case resp.Params != nil:
 		out.flat, err = wire.Floats(resp.Params)
 		if err == nil && len(out.flat) != c.Plan.Shards[s].Size {
 			err = fmt.Errorf("shard %d (%s) sent %d parameters, plan says %d", s, c.Shards[s].Addr, len(out.flat), c.Plan.Shards[s].Size)
@@ -53,7 +61,8 @@ func (w *Worker) pullOne(ctx context.Context, p PullOrder) *pulled {
 		}
 	}
 	out.ans.Version, out.ans.Generation, out.ans.Done, out.ans.Position = resp.Version, resp.Generation, resp.Done, resp.DataPosition
-	c.Metrics.RPCReceivedBytes.WithLabelValues("pull").Add(float64(4 * c.Plan.Shards[s].Size))
+	c.Metrics.RPCReceivedBytes.WithLabelValues("pull").Add(float64(bytes))
+	w.wire.pulled(bytes)
 	return out
 }
 
@@ -66,6 +75,11 @@ func (w *Worker) pull(ctx context.Context, s int, minVersion, gen int64) (*pb.Pu
 		vp, viewing := cl.(ViewingDataPlane)
 		sp, segmented := cl.(SegmentedDataPlane)
 		switch {
+		case w.comp != nil:
+			// A delta from what the worker holds, into no segments: the
+			// answer is not the parameters.
+			req.Delta, req.DeltaBase = true, w.comp.rep[s].Base()
+			resp, err = cl.Pull(ctx, req)
 		case viewing && w.inPlace != nil && w.inPlace[s]:
 			resp, err = vp.PullView(ctx, req, w.cfg.Plan.Segments(s, w.cfg.Net.Params()))
 		case segmented:
@@ -95,6 +109,13 @@ func (w *Worker) pushOne(ctx context.Context, s int, a Push, grads [][]float32) 
 	sp, segmented := c.Shards[s].Client.(SegmentedDataPlane)
 	bytes := 4 * c.Plan.Shards[s].Size
 	switch {
+	case w.comp != nil:
+		payload, err := w.comp.encode(s, tag.Generation, c.Plan.Segments(s, grads))
+		if err != nil {
+			return PushOutcome{Shard: s, Err: err}
+		}
+		req.Grad = payload
+		bytes = len(payload)
 	case w.half != nil:
 		// Rounded straight from the model's gradients.
 		off := 0
@@ -113,6 +134,7 @@ func (w *Worker) pushOne(ctx context.Context, s int, a Push, grads [][]float32) 
 	}
 	err := w.retry(ctx, s, "push", push)
 	c.Metrics.RPCSentBytes.WithLabelValues("push").Add(float64(bytes))
+	w.wire.pushed(bytes)
 	out := PushOutcome{Shard: s, Err: err}
 	if err == nil && resp != nil && resp.Outcome != pb.PushResponse_APPLIED {
 		out.Result = PushDropped

@@ -123,7 +123,9 @@ type Worker struct {
 	params CoreParams
 	flat   [][]float32 // per-shard gradient gather buffers (float32 pushes), else nil
 	half   [][]byte    // per-shard bfloat16 push buffers (--wire-dtype bf16), else nil
-	labels []uint8     // the batch's labels
+	comp   *compressor // --compress's residuals and buffers, else nil
+	wire   wireCounts
+	labels []uint8 // the batch's labels
 	// inPlace says, by shard, that the net reads its parameters where its
 	// pulls leave them (inplace_reads.go); regions are where, by shard
 	// (nil: its weights).
@@ -151,10 +153,13 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{cfg: cfg, labels: make([]uint8, cfg.Net.Batch()), regions: make([][]float32, len(cfg.Shards))}
+	w.comp = newCompressor(cfg.Run.CompressSpec(), cfg.Plan)
 	for _, s := range cfg.Plan.Shards {
-		if cfg.Run.WireDType == config.BF16 {
+		switch {
+		case w.comp != nil:
+		case cfg.Run.WireDType == config.BF16:
 			w.half = append(w.half, make([]byte, 2*s.Size))
-		} else {
+		default:
 			w.flat = append(w.flat, make([]float32, s.Size))
 		}
 	}
@@ -243,6 +248,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	r := &run{w: w, ctx: ctx, core: NewCore(w.params, w.cfg.Log), events: make(chan event, 2*len(w.cfg.Shards))}
 	w.run = r
 	defer func() { w.run = nil }()
+	defer w.logUnsent()
 	defer r.cancelRound()
 	acts := r.core.Start(w.cfg.Clock.Now())
 	for {

@@ -131,6 +131,7 @@ func TestBadFlagsAreClearErrors(t *testing.T) {
 		{[]string{"run", "--hidden", "800,0"}, "hidden layer size must be positive"},
 		{[]string{"run", "--mode", "bsp"}, "--mode must be sync, async or ssp"},
 		{[]string{"run", "--frobnicate"}, "flag provided but not defined: -frobnicate"},
+		{[]string{"run", "--compress", "topk:2"}, "--compress topk needs a fraction of the coordinates in (0, 0.5]"},
 		{[]string{"worker", "--cluster", "/nonexistent.json", "--index", "0"}, "cluster file"},
 		{[]string{"bogus"}, "unknown command"},
 	} {

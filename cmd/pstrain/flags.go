@@ -200,6 +200,7 @@ func bindRunFlags(fs *flag.FlagSet, r *config.Run) *modelFlags {
 	fs.Int64Var(&r.Seed, "seed", r.Seed, "seed for initial weights and data order")
 	fs.StringVar((*string)(&r.DataPlane), "data-plane", string(r.DataPlane), "how workers pull and push: grpc, or tcp (raw float32 frames beside the gRPC API; faster)")
 	fs.StringVar((*string)(&r.WireDType), "wire-dtype", string(r.WireDType), "how workers send gradients: f32, or bf16 (half the bytes, 8 significant bits)")
+	fs.StringVar(&r.Compress, "compress", r.Compress, "compress pushes and pulls, keeping what is not sent for later (error feedback): none, topk:FRACTION (the largest FRACTION of the values, e.g. topk:0.01), int8 (a byte per value) or sign (a bit per value); docs/wire.md")
 	fs.StringVar((*string)(&r.NaNPolicy), "nan-policy", string(r.NaNPolicy), "a gradient with NaN/Inf: reject (the worker stops with an error) or skip (dropped, training goes on; sync counts it for the step, left out of the mean); never applied")
 	fs.Float64Var(&r.NormGuard, "norm-guard", r.NormGuard, "refuse a gradient whose norm is more than this many times the median of the shard's last 32 accepted norms (0 = off; docs/security.md)")
 	fs.StringVar((*string)(&r.Aggregate), "aggregate", string(r.Aggregate), "sync: how a step combines its gradients: mean, or trimmed-mean (per coordinate, without the largest and smallest value; 3 or more gradients)")
@@ -257,7 +258,7 @@ func lrText(r config.Run) string {
 
 // runArgs renders r as the flags bindRunFlags reads, for child processes.
 func runArgs(r config.Run) []string {
-	return []string{
+	args := []string{
 		"--mode=" + string(r.Mode),
 		fmt.Sprintf("--staleness=%d", r.Staleness),
 		fmt.Sprintf("--replicas-to-aggregate=%d", r.ReplicasToAggregate),
@@ -267,9 +268,6 @@ func runArgs(r config.Run) []string {
 		fmt.Sprintf("--max-workers=%d", r.MaxWorkers),
 		"--model=" + r.Model.String(),
 		"--conv=" + sizesText(&r.Conv),
-		fmt.Sprintf("--embedding-dim=%d", r.EmbeddingDim),
-		"--embedding-optimizer=" + r.EmbeddingOptimizer,
-		"--embedding-lr=" + strconv.FormatFloat(r.EmbeddingLR, 'g', -1, 64),
 		"--hidden=" + sizesText(&r.Hidden),
 		fmt.Sprintf("--batch=%d", r.Batch),
 		"--lr=" + strconv.FormatFloat(r.LR, 'g', -1, 64),
@@ -289,6 +287,7 @@ func runArgs(r config.Run) []string {
 		"--aggregate=" + string(r.Aggregate),
 		"--data-plane=" + string(r.DataPlane),
 		"--wire-dtype=" + string(r.WireDType),
+		"--compress=" + r.Compress,
 		"--eval-every=" + r.EvalEvery.String(),
 		"--heartbeat-timeout=" + r.HeartbeatTimeout.String(),
 		"--checkpoint-dir=" + r.CheckpointDir,
@@ -298,6 +297,13 @@ func runArgs(r config.Run) []string {
 		fmt.Sprintf("--keep-archives=%d", r.KeepArchives),
 		fmt.Sprintf("--resume=%t", r.Resume),
 	}
+	if r.Model.IsCTR() { // the tables' flags: other models refuse them
+		args = append(args,
+			fmt.Sprintf("--embedding-dim=%d", r.EmbeddingDim),
+			"--embedding-optimizer="+r.EmbeddingOptimizer,
+			"--embedding-lr="+strconv.FormatFloat(r.EmbeddingLR, 'g', -1, 64))
+	}
+	return args
 }
 
 // bindWebConfigFlag adds --web.config.file, under the name Prometheus

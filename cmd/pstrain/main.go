@@ -320,6 +320,9 @@ func printSummary(w io.Writer, rep *report.Report) {
 		fmt.Fprintln(w, belowTarget(rep))
 	}
 	fmt.Fprintf(w, "startup %.2f s, training %.2f s, %.0f samples/s, stale gradients dropped %d\n", rep.StartupSeconds, rep.TrainSeconds, rep.SamplesPerSecond, rep.StaleGradientsDropped)
+	if wr := rep.Wire; wr.Steps > 0 {
+		fmt.Fprintf(w, "wire (--compress %s): push %.1f kB, pull %.1f kB per worker step\n", wr.Compress, wr.PushBytesPerStep/1e3, wr.PullBytesPerStep/1e3)
+	}
 	if c := rep.Checkpoints; c.FinalFailed {
 		last, _, _ := strings.Cut(c.LastError, "\n")
 		fmt.Fprintf(w, "checkpoints: %d committed, %d FAILED, the final one too: the trained model is NOT saved (last: %s)\n", c.Committed, c.Failed, last)
@@ -331,6 +334,9 @@ func printSummary(w io.Writer, rep *report.Report) {
 	}
 	if rep.Bottleneck != nil {
 		fmt.Fprintf(w, "where the time went: %s\n", rep.Bottleneck)
+	}
+	for _, st := range rep.Stragglers {
+		fmt.Fprintln(w, stragglerLine(st))
 	}
 	printGuard(w, rep)
 	for _, rs := range rep.Restarts {

@@ -45,6 +45,7 @@ type runCmd struct {
 	killStale, dryRun                             bool
 
 	faultList []launcher.Fault // --fault, parsed by check
+	slowList  []launcher.Slowdown
 }
 
 // newRunCmd registers `pstrain run`'s flags.
@@ -54,7 +55,7 @@ func newRunCmd() *runCmd {
 	c.r.CheckpointDir = filepath.Join("run", "checkpoints")
 	c.mf = bindRunFlags(fs, &c.r)
 	fs.StringVar(&c.reportPath, "report", "", "write the run report (JSON) here")
-	fs.StringVar(&c.faults, "fault", "", "kill -9 tasks at times after start, e.g. ps/1@8s,worker/0@12s,chief@20s (resilience demos and tests)")
+	fs.StringVar(&c.faults, "fault", "", "kill -9 tasks at times after start, e.g. ps/1@8s,worker/0@12s,chief@20s; slow:worker/N@TIME:FACTOR makes a worker FACTOR times slower from then on (stopped for part of every 100 ms), e.g. slow:worker/1@5s:3 (resilience and straggler demos and tests)")
 	fs.StringVar(&c.faultGradient, "fault-gradient", "", "testing: poison gradients, e.g. worker/1@30:1e6 (worker 1's gradient times 1e6 once, at global step 30) or worker/3@every:-4 (every step); demos and tests of the divergence guard")
 	fs.IntVar(&c.maxRestarts, "max-restarts", 5, "restarts allowed per task before the run fails")
 	fs.StringVar(&c.dir, "run-dir", "run", "where the cluster file and the task logs go")
@@ -109,6 +110,9 @@ func (c *runCmd) check() error {
 	}
 	var err error
 	if c.faultList, err = launcher.ParseFaults(c.faults, c.r); err != nil {
+		return asUsage(err)
+	}
+	if c.slowList, err = launcher.ParseSlowdowns(c.faults, c.r); err != nil {
 		return asUsage(err)
 	}
 	if _, err := worker.ParseGradientFaults(c.faultGradient, c.r.Workers); err != nil {
@@ -192,7 +196,7 @@ func (c *runCmd) launchConfig(ctx context.Context, log *slog.Logger, progress io
 	extra := append([]string{"--connect-timeout=" + c.connectTimeout.String(), "--log-level=" + c.logLevel, "--summary=false"}, childArgs...)
 	return launcher.Config{Run: c.r, Exe: exe, Dir: c.dir, SDDir: c.sdDir, MetricsPortBase: c.portBase,
 		ChildArgs: runArgs, ExtraArgs: extra,
-		Progress: progress, Log: log, Faults: c.faultList, MaxRestarts: c.maxRestarts, BottleneckEvery: 10 * time.Second,
+		Progress: progress, Log: log, Faults: c.faultList, Slowdowns: c.slowList, MaxRestarts: c.maxRestarts, BottleneckEvery: 10 * time.Second,
 		Abort: claimAbort(ctx), TaskTimeout: c.taskTimeout, KillStale: c.killStale, AuthTokenFile: c.tokenFile,
 		TimerSlack: c.timerSlack, WebConfigFile: *c.webConfig}, nil
 }

@@ -235,7 +235,7 @@ func renderTop(w io.Writer, b bottleneck.Breakdown) {
 		hosts[h.Host] = h
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TASK\tROLE\tSTATE\tSTEPS/S\tCOMPUTE\tPUSH\tPULL\tBARRIER\tCPU\tRSS MiB\tLOAD/CORES\t")
+	fmt.Fprintln(tw, "TASK\tROLE\tSTATE\tSTEPS/S\tCOMPUTE\tPUSH\tPULL\tBARRIER\tCPU\tRSS MiB\tLOAD/CORES\tSTRAGGLER\t")
 	var errs []string
 	workers, workersUp := 0, 0
 	for _, t := range b.Tasks {
@@ -263,8 +263,8 @@ func renderTop(w io.Writer, b bottleneck.Breakdown) {
 }
 
 // topRow is task t's row of the table: task, role, state, steps/s, the
-// share of compute, push, pull and barrier, CPU, RSS and the host's load
-// ("-" where unknown).
+// share of compute, push, pull and barrier, CPU, RSS, the host's load
+// and, for a straggler, how much slower it is ("-" where unknown).
 func topRow(b bottleneck.Breakdown, t bottleneck.Task, hosts map[string]bottleneck.Host) []string {
 	state := "up"
 	if !t.Up {
@@ -292,7 +292,18 @@ func topRow(b bottleneck.Breakdown, t bottleneck.Task, hosts map[string]bottlene
 	if h, ok := hosts[t.Host]; ok {
 		load = fmt.Sprintf("%.1f/%d", h.Load1, h.Cores)
 	}
-	return []string{t.Task, topRole(b, t), state, steps, compute, push, pull, barrier, cpu, rss, load}
+	return []string{t.Task, topRole(b, t), state, steps, compute, push, pull, barrier, cpu, rss, load, slower(b, t)}
+}
+
+// slower is t's slowdown when the breakdown names it a straggler
+// ("2.9x": 2.9 times slower than the others), else "-".
+func slower(b bottleneck.Breakdown, t bottleneck.Task) string {
+	for _, s := range b.Stragglers {
+		if s.Task == t.Task {
+			return fmt.Sprintf("%.1fx", s.Slowdown)
+		}
+	}
+	return "-"
 }
 
 // topRole is t's role as the table shows it: with hot standbys, which

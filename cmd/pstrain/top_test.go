@@ -359,3 +359,26 @@ func TestTopLiveFollowsTargets(t *testing.T) {
 		t.Errorf("runTop after cancel: %v, want nil", err)
 	}
 }
+
+// A straggler is named on its row and on the bottleneck line.
+func TestTopNamesStraggler(t *testing.T) {
+	phases := &bottleneck.Phases{Compute: 0.6, Push: 0.3, Pull: 0.1}
+	st := bottleneck.Straggler{Task: "worker/1", Slowdown: 2.94, OwnStepSeconds: 0.036, OthersStepSeconds: 0.01224}
+	b := bottleneck.Breakdown{WindowSeconds: 5, StepsPerSecond: 80, Phases: phases, Verdict: bottleneck.VerdictBarrier,
+		Tasks: []bottleneck.Task{
+			{Task: "worker/0", Role: bottleneck.RoleWorker, Up: true, StepsPerSecond: 40, Phases: phases},
+			{Task: "worker/1", Role: bottleneck.RoleWorker, Up: true, StepsPerSecond: 40, Phases: phases},
+		},
+		Stragglers: []bottleneck.Straggler{st}}
+	var out bytes.Buffer
+	renderTop(&out, b)
+	if r := row(t, out.String(), "worker/1"); r[len(r)-1] != "2.9x" {
+		t.Errorf("worker/1 row %v, want it to end with 2.9x", r)
+	}
+	if r := row(t, out.String(), "worker/0"); r[len(r)-1] != "-" {
+		t.Errorf("worker/0 row %v, want it to end with -", r)
+	}
+	if !strings.Contains(out.String(), "worker/1 is 2.9x slower than the others (compute and push 36 ms a step against 12 ms)") {
+		t.Errorf("no straggler on the bottleneck line:\n%s", out.String())
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/pstrain/pstrain/internal/hashmix"
 	"github.com/pstrain/pstrain/ml/binmetric"
 )
 
@@ -105,17 +106,6 @@ type Meta struct {
 	PlantedNE      float64 `json:"planted_normalized_entropy"`
 }
 
-// mix is the splitmix64 finaliser.
-func mix(z uint64) uint64 {
-	z ^= z >> 30
-	z *= 0xbf58476d1ce4e5b9
-	z ^= z >> 27
-	z *= 0x94d049bb133111eb
-	return z ^ z>>31
-}
-
-const golden = 0x9e3779b97f4a7c15
-
 // fmix32 is MurmurHash3's finaliser: a bijection of 32-bit words.
 func fmix32(h uint32) uint32 {
 	h ^= h >> 16
@@ -130,7 +120,7 @@ func unit(h uint64) float64 { return float64(h>>11) / (1 << 53) }
 
 // hashNormal is a standard normal drawn from a hash (Box-Muller).
 func hashNormal(h uint64) float64 {
-	u1, u2 := unit(mix(h)), unit(mix(h+golden))
+	u1, u2 := unit(hashmix.Mix(h)), unit(hashmix.Mix(h+hashmix.Golden))
 	return math.Sqrt(-2*math.Log(1-u1)) * math.Cos(2*math.Pi*u2)
 }
 
@@ -149,15 +139,15 @@ type planted struct {
 
 func newPlanted(c Config) *planted {
 	p := &planted{cfg: c}
-	base := mix(c.Seed ^ 0x5ca1ab1e)
+	base := hashmix.Mix(c.Seed ^ 0x5ca1ab1e)
 	for f := range c.Vocab {
-		h := mix(base + golden*uint64(f+1))
+		h := hashmix.Mix(base + hashmix.Golden*uint64(f+1))
 		p.fieldSalt = append(p.fieldSalt, h)
-		p.fieldScale = append(p.fieldScale, c.Signal*(0.5+unit(mix(h^1))))
-		p.keySalt = append(p.keySalt, uint32(mix(h^2)))
+		p.fieldScale = append(p.fieldScale, c.Signal*(0.5+unit(hashmix.Mix(h^1))))
+		p.keySalt = append(p.keySalt, uint32(hashmix.Mix(h^2)))
 	}
 	for j := range c.Dense {
-		h := mix(base ^ (golden * uint64(j+1000)))
+		h := hashmix.Mix(base ^ (hashmix.Golden * uint64(j+1000)))
 		p.denseMu = append(p.denseMu, 0.5+3*unit(h))
 		p.denseCoef = append(p.denseCoef, 0.15*hashNormal(h^3))
 	}
@@ -173,7 +163,7 @@ func (p *planted) key(f int, r uint64) uint64 {
 
 // weight is field f's rank r's planted weight.
 func (p *planted) weight(f int, r uint64) float64 {
-	return p.fieldScale[f] * hashNormal(p.fieldSalt[f]^mix(r)) / (1 + float64(r)/p.cfg.Decay)
+	return p.fieldScale[f] * hashNormal(p.fieldSalt[f]^hashmix.Mix(r)) / (1 + float64(r)/p.cfg.Decay)
 }
 
 // sampler draws samples from the planted model.

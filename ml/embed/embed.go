@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+
+	"github.com/pstrain/pstrain/internal/hashmix"
 )
 
 // fnv64 offsets and prime (FNV-1a).
@@ -12,16 +14,6 @@ const (
 	fnvOffset = 14695981039346656037
 	fnvPrime  = 1099511628211
 )
-
-// mix is the splitmix64 finaliser: a bijection of 64-bit words whose
-// outputs look independent for consecutive inputs.
-func mix(z uint64) uint64 {
-	z ^= z >> 30
-	z *= 0xbf58476d1ce4e5b9
-	z ^= z >> 27
-	z *= 0x94d049bb133111eb
-	return z ^ z>>31
-}
 
 // tableHash names a table as a 64-bit word (FNV-1a of its name).
 func tableHash(table string) uint64 {
@@ -36,7 +28,7 @@ func tableHash(table string) uint64 {
 // KeyHash is the placement hash of a table's key: a different table with
 // the same key lands elsewhere.
 func KeyHash(table string, key uint64) uint64 {
-	return mix(tableHash(table) ^ mix(key))
+	return hashmix.Mix(tableHash(table) ^ hashmix.Mix(key))
 }
 
 // ShardOf is the shard, of n, that holds a table's row: the high word of
@@ -57,10 +49,10 @@ func InitRow(seed uint64, table string, key uint64, out []float32) {
 		return
 	}
 	scale := 1 / math.Sqrt(float64(len(out)))
-	state := mix(seed^0x9e3779b97f4a7c15) ^ KeyHash(table, key)
+	state := hashmix.Mix(seed^hashmix.Golden) ^ KeyHash(table, key)
 	for i := range out {
-		state += 0x9e3779b97f4a7c15
-		u := float64(mix(state)>>11) / (1 << 53) // [0, 1)
+		state += hashmix.Golden
+		u := float64(hashmix.Mix(state)>>11) / (1 << 53) // [0, 1)
 		out[i] = float32((2*u - 1) * scale)
 	}
 }

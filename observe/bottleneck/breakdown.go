@@ -25,7 +25,9 @@ const (
 	// and gradients, or a parameter server is saturated.
 	VerdictNetworkPS = "network/PS-bound"
 	// VerdictBarrier: the workers spend much of the step waiting at the sync
-	// barrier for the slowest worker's gradient.
+	// barrier for the slowest worker's gradient; or a straggler (see
+	// FindStragglers) holds the others back: their pulls wait for its
+	// gradients (sync) or for it to catch up (SSP).
 	VerdictBarrier = "straggler/barrier-bound"
 	// VerdictCompute: most of the step is forward and backward passes, as it
 	// should be; faster math or more cores would help.
@@ -35,7 +37,8 @@ const (
 )
 
 // Thresholds of the verdict. They are checked in the order listed; the first
-// that holds names the bottleneck.
+// that holds names the bottleneck. Before them all, a straggler that holds
+// the others back (heldBack) names it.
 const (
 	// SaturatedLoadPerCore: a host whose 1-minute load average per core is at
 	// least this has, on average, a runnable thread for every core, so
@@ -151,6 +154,9 @@ type Breakdown struct {
 	Hosts                     []Host   `json:"hosts"`
 	// Busiest is the task using the most CPU, "" if none was measured.
 	Busiest string `json:"busiest_task,omitempty"`
+	// Stragglers are the workers slower than the others over the window,
+	// slowest first (FindStragglers).
+	Stragglers []Straggler `json:"stragglers,omitempty"`
 	// Verdict is one of the Verdict constants; Reason is the measurement
 	// that decided it.
 	Verdict string `json:"verdict"`
@@ -171,6 +177,9 @@ type taskState struct {
 	up      bool
 	err     string
 	gauges  map[string]float64 // latest value of each gauge
+	// slices are a worker's figures between consecutive readings, by
+	// the index of the later snapshot (the straggler rule's slices).
+	slices map[int]WorkerTime
 }
 
 // Compute returns the breakdown over snaps, which must be in time order and
@@ -210,6 +219,7 @@ func Compute(snaps []Snapshot, cores int) (Breakdown, error) {
 	}
 	b.Hosts = hosts(order, cores)
 	b.Busiest = busiest(b.Tasks)
+	b.Stragglers = FindStragglers(workerTimes(order))
 	b.Verdict, b.Reason = verdict(b)
 	return b, nil
 }
@@ -244,20 +254,21 @@ func accumulate(snaps []Snapshot) []*taskState {
 		for _, ts := range snap.Tasks {
 			st, ok := states[ts.Target.Task]
 			if !ok {
-				st = &taskState{target: ts.Target, role: ts.Target.role(), inc: map[string]float64{}, gauges: map[string]float64{}}
+				st = &taskState{target: ts.Target, role: ts.Target.role(), inc: map[string]float64{}, gauges: map[string]float64{}, slices: map[int]WorkerTime{}}
 				states[ts.Target.Task] = st
 				order = append(order, st)
 			}
-			st.observe(ts, last)
+			st.observe(i, ts, last)
 		}
 	}
 	slices.SortStableFunc(order, func(a, b *taskState) int { return compareTasks(a.target.Task, b.target.Task) })
 	return order
 }
 
-// observe folds one sample of the task into its state; last says whether
-// it is from the last snapshot, which decides whether the task is up.
-func (st *taskState) observe(ts TaskSample, last bool) {
+// observe folds one sample of the task, from snapshot i, into its state;
+// last says whether it is from the last snapshot, which decides whether
+// the task is up.
+func (st *taskState) observe(i int, ts TaskSample, last bool) {
 	if last {
 		st.up, st.err = ts.Up, ts.Err
 	}
@@ -275,6 +286,7 @@ func (st *taskState) observe(ts TaskSample, last bool) {
 				st.inc[k] += increase(prev, v)
 			}
 		}
+		st.slices[i] = ownTime(st.target.Task, *st.last, r)
 	}
 	st.last = &r
 	for k, v := range r.Gauges {
@@ -382,6 +394,12 @@ func verdict(b Breakdown) (string, string) {
 	if b.Phases == nil || b.StepsPerSecond == 0 {
 		return VerdictIdle, "no worker completed a step in the window"
 	}
+	// Before the host's CPU: a worker slower than its peers on the same
+	// host is not explained by the host being busy, and it is what the
+	// others wait for.
+	if share, ok := heldBack(b); ok {
+		return VerdictBarrier, fmt.Sprintf("%s; the others spend %.0f%% of their step pulling (at least %.0f%%): they wait for it", b.Stragglers[0], 100*share, 100*BarrierFraction)
+	}
 	for _, h := range b.Hosts {
 		if perCore := h.Load1 / float64(h.Cores); perCore >= SaturatedLoadPerCore {
 			return VerdictCPU, fmt.Sprintf("load %.1f on %d cores%s is at least %.1f per core", h.Load1, h.Cores, onHost(b, h), SaturatedLoadPerCore)
@@ -420,6 +438,9 @@ func onHost(b Breakdown, h Host) string {
 //
 //	step time: compute 41%, push 33%, pull 19%, barrier wait 7%; ps/0 at 97% CPU; load 4.8 on 2 cores (CPU-bound)
 //
+// with the stragglers after the step time ("worker/1 is 2.9x slower than
+// the others (...)").
+//
 // The step-time percentages are rounded so that they add up to 100.
 func (b Breakdown) String() string {
 	var parts []string
@@ -427,6 +448,9 @@ func (b Breakdown) String() string {
 		parts = append(parts, "step time: "+b.Phases.String(b.BarrierWaitPerPullSeconds != nil))
 	} else {
 		parts = append(parts, "step time: no steps")
+	}
+	for _, s := range b.Stragglers {
+		parts = append(parts, s.String())
 	}
 	for _, t := range b.Tasks {
 		if t.Task == b.Busiest && t.CPUPercent != nil {

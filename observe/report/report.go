@@ -243,6 +243,24 @@ type Report struct {
 	// Bottleneck says where the step time went over the whole run and what
 	// limited it (nil when the run was too short to sample twice).
 	Bottleneck *bottleneck.Breakdown `json:"bottleneck,omitempty"`
+	// Stragglers are the workers the launcher's sliding windows counted
+	// as slower than the others (bottleneck.StragglerLog); empty when
+	// none, null when no launcher watched the run.
+	Stragglers []bottleneck.RunStraggler `json:"stragglers"`
+
+	// Wire is what the workers' pushes and pulls carried.
+	Wire Wire `json:"wire"`
+}
+
+// Wire is the bytes the workers' pushes and pulls put on the wire (their
+// payloads: gradients and parameters as sent, after --compress), per
+// worker step: the sum over every worker and shard, divided by the steps
+// the workers finished (Steps), as their heartbeats last reported them.
+type Wire struct {
+	Compress         string  `json:"compress"`
+	PushBytesPerStep float64 `json:"push_bytes_per_step"`
+	PullBytesPerStep float64 `json:"pull_bytes_per_step"`
+	Steps            int64   `json:"steps"`
 }
 
 // Write stores r as indented JSON, atomically (temp file + rename).

@@ -517,7 +517,7 @@ func (c *Client) pull(ctx context.Context, in *pb.PullRequest, dst [][]float32) 
 
 func (c *Client) pullView(ctx context.Context, in *pb.PullRequest, dst [][]float32, view bool) (*pb.PullResponse, error) {
 	resp, body, err := c.call(ctx, request{op: opPull, retain: in.Retain, runID: in.RunId, worker: in.Worker, version: in.MinVersion,
-		generation: in.Generation}, nil, dst, view)
+		generation: in.Generation, delta: in.Delta, dataPos: in.DeltaBase}, nil, dst, view)
 	if err != nil {
 		return nil, err
 	}

@@ -30,7 +30,9 @@ import (
 //	          generation i64 | data position i64 | payload length u32 |
 //	          payload (pull: the parameters; an error: its message)
 //
-// Request flags: bit 0 is a pull's retain (PullRequest.retain); bit 1
+// Request flags: bit 0 is a pull's retain (PullRequest.retain); bit 2 a
+// pull's delta (PullRequest.delta: the answer may be a compressed delta;
+// the data position field then carries PullRequest.delta_base); bit 1
 // (shm), a push's or a pull's, says the payload is in the connection's
 // shared-memory region (shm.go): a push's gradient is there and not on
 // the socket, and a pull's parameters may be answered there (the
@@ -66,6 +68,7 @@ const (
 const (
 	flagRetain = 1 << 0 // pull: PullRequest.retain
 	flagShm    = 1 << 1 // push, pull: the payload is in the connection's shared region (shm.go)
+	flagDelta  = 1 << 2 // pull: PullRequest.delta, with delta_base in the data position
 )
 
 // Response flags, in the byte that says done.
@@ -89,6 +92,7 @@ type request struct {
 	op         byte
 	retain     bool // pull: keep this version for a retained checkpoint
 	shm        bool // push: the gradient is in the shared region; pull: answer there if it fits
+	delta      bool // pull: PullRequest.delta (dataPos is delta_base)
 	runID      string
 	worker     int32
 	version    int64 // pull: the minimum version
@@ -131,6 +135,9 @@ func appendRequest(b []byte, r request) []byte {
 	}
 	if r.shm {
 		flags |= flagShm
+	}
+	if r.delta {
+		flags |= flagDelta
 	}
 	b = append(b, r.op, flags, byte(len(r.runID)))
 	b = append(b, r.runID...)
@@ -181,15 +188,16 @@ func (r *request) decodeOp(op, flags byte) error {
 	switch {
 	case op != opPull && op != opPush && op != opReplicate:
 		return fmt.Errorf("%w: unknown op %d", ErrBadFrame, op)
-	case flags&^(flagRetain|flagShm) != 0:
+	case flags&^(flagRetain|flagShm|flagDelta) != 0:
 		return fmt.Errorf("%w: unknown flags %#x", ErrBadFrame, flags)
-	case flags&flagRetain != 0 && op != opPull:
-		return fmt.Errorf("%w: op %d with the retain flag", ErrBadFrame, op)
+	case flags&(flagRetain|flagDelta) != 0 && op != opPull:
+		return fmt.Errorf("%w: op %d with a pull's flag %#x", ErrBadFrame, op, flags)
 	case flags&flagShm != 0 && op == opReplicate:
 		return fmt.Errorf("%w: op %d with the shared-memory flag", ErrBadFrame, op)
 	}
 	r.retain = flags&flagRetain != 0
 	r.shm = flags&flagShm != 0
+	r.delta = flags&flagDelta != 0
 	return nil
 }
 

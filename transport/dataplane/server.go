@@ -645,7 +645,10 @@ var errGone = errors.New("dataplane: client gone")
 // once the parameters are written.
 func (s *Server) pull(c net.Conn, rd *bufio.Reader, req request) (resp *pb.PullResponse, release func(), err error) {
 	pr := &pb.PullRequest{Worker: req.worker, MinVersion: req.version, RunId: req.runID,
-		Generation: req.generation, Retain: req.retain}
+		Generation: req.generation, Retain: req.retain, Delta: req.delta}
+	if req.delta {
+		pr.DeltaBase = req.dataPos
+	}
 	if now, ok := s.b.(NowPuller); ok {
 		// A pull that need not wait needs no watcher: the goroutine and
 		// the two deadline changes cost more than the answer.
