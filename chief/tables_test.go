@@ -33,3 +33,17 @@ func TestInitDeclaresTheRunsTables(t *testing.T) {
 		t.Errorf("an MLP declares %d tables", len(specs))
 	}
 }
+
+// A CTR run has no accuracy target: it trains its epochs whatever
+// --target-accuracy says; other models keep theirs.
+func TestCTRRunHasNoAccuracyTarget(t *testing.T) {
+	r := config.Default()
+	r.TargetAccuracy = 0.7
+	if got := (CoreParams{Run: r, Spec: r.Spec(784, 10)}).target(); got != 0.7 {
+		t.Errorf("an MLP's target %v, want 0.7", got)
+	}
+	r.Model, r.EmbeddingDim = "ctr", 8
+	if got := (CoreParams{Run: r, Spec: r.CTRSpec(13, 26)}).target(); got != 0 {
+		t.Errorf("a CTR model's target %v, want none (0)", got)
+	}
+}
