@@ -69,7 +69,7 @@ lint:
 # compiler could fuse a multiply-add too (GOAMD64=v3), on a CPU that runs
 # v3 code.
 test: deps-test build data lint
-	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -timeout 30m ./...
 	$(GO) test -count=1 -race $(RACE_PKGS)
 	if grep -qw avx2 /proc/cpuinfo 2>/dev/null; then GOAMD64=v3 $(GO) test -count=1 ./ml/vec; fi
 
