@@ -4,6 +4,7 @@
 package config
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -47,6 +48,23 @@ type WireDType string
 const (
 	F32  WireDType = "f32"
 	BF16 WireDType = "bf16" // half the bytes, 8 significant bits
+)
+
+// Privacy is what the TCP data plane does for its bytes under mutual
+// TLS (--tls-dir); without TLS it has no effect.
+type Privacy string
+
+// The data plane's privacy modes (package dataplane, docs/security.md).
+const (
+	// Encrypt: every byte of the data plane goes through TLS
+	// (AES-GCM): secret and authenticated.
+	Encrypt Privacy = "encrypt"
+	// Integrity: the connection is authenticated by the mutual TLS
+	// handshake, then its bytes go in the clear, every record tagged
+	// with a MAC keyed from the handshake: anyone on the path can read
+	// the model and the gradients, no one can change, replay, reorder
+	// or move them.
+	Integrity Privacy = "integrity"
 )
 
 // NaNPolicy is what a PS does with a gradient holding NaN or Inf. Either
@@ -135,6 +153,11 @@ type Run struct {
 	// bytes, 8 significant bits; package wire). Parameters are always
 	// pulled as f32.
 	WireDType WireDType `json:"wire_dtype"`
+	// DataPlanePrivacy is what the TCP data plane does for its bytes
+	// under mutual TLS: Encrypt, or Integrity (authenticated but not
+	// secret; docs/security.md). Empty (a run written before it
+	// existed) is Encrypt.
+	DataPlanePrivacy Privacy `json:"data_plane_privacy,omitempty"`
 	// Compress is how pushes and pulls are compressed, with error
 	// feedback: none (or empty), topk:FRACTION, int8 or sign (package
 	// compress; docs/wire.md, "Compression").
@@ -269,6 +292,7 @@ func Default() Run {
 		Aggregate:        Mean,
 		DataPlane:        TCP,
 		WireDType:        F32,
+		DataPlanePrivacy: Encrypt,
 		Compress:         string(compress.None),
 		DataDir:          "data",
 		EvalEvery:        time.Second,
@@ -385,6 +409,7 @@ func (r Run) validateChoices() error {
 	for _, err := range []error{
 		oneOf("--data-plane", r.DataPlane, GRPC, TCP),
 		oneOf("--wire-dtype", r.WireDType, F32, BF16),
+		oneOf("--data-plane-privacy", cmp.Or(r.DataPlanePrivacy, Encrypt), Encrypt, Integrity), // "": an earlier run's, Encrypt
 		oneOf("--nan-policy", r.NaNPolicy, Reject, Skip),
 		oneOf("--optimizer", r.Optimizer, "sgd", "momentum", "adam"), // optim.New's names
 	} {

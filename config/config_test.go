@@ -32,6 +32,7 @@ func TestValidateRejectsImpossibleValues(t *testing.T) {
 		"--batch":                 func(r *Run) { r.Batch = 0 },
 		"--target-accuracy":       func(r *Run) { r.TargetAccuracy = 97.5 },
 		"--wire-dtype":            func(r *Run) { r.WireDType = "fp8" },
+		"--data-plane-privacy":    func(r *Run) { r.DataPlanePrivacy = "none" },
 		"--compress":              func(r *Run) { r.Compress = "topk:2" },
 		"--compress unknown":      func(r *Run) { r.Compress = "fp8" },
 		"--compress with bf16":    func(r *Run) { r.Compress, r.WireDType = "int8", BF16 },

@@ -280,7 +280,7 @@ func (o Options) dataTLS() *tls.Config {
 	if o.TLS == nil {
 		return nil
 	}
-	return o.TLS.ServerTLS()
+	return dataplane.WithPrivacy(o.TLS.ServerTLS(), o.Run.DataPlanePrivacy == config.Integrity)
 }
 
 // checkpointStore is where a PS writes its shard in fs (nil: no

@@ -194,7 +194,7 @@ func (o Options) dataPlaneClientWith(gc pb.ParameterServerClient, resolved func(
 func (o Options) dataPlaneDeps() dataPlaneConf {
 	d := dataPlaneConf{MaxPayload: o.MaxMessageBytes, Sign: o.creds}
 	if o.TLS != nil {
-		d.TLS = o.TLS.ClientTLS()
+		d.TLS = dataplane.WithPrivacy(o.TLS.ClientTLS(), o.Run.DataPlanePrivacy == config.Integrity)
 	}
 	return d
 }

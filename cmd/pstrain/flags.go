@@ -200,6 +200,7 @@ func bindRunFlags(fs *flag.FlagSet, r *config.Run) *modelFlags {
 	fs.Int64Var(&r.Seed, "seed", r.Seed, "seed for initial weights and data order")
 	fs.StringVar((*string)(&r.DataPlane), "data-plane", string(r.DataPlane), "how workers pull and push: grpc, or tcp (raw float32 frames beside the gRPC API; faster)")
 	fs.StringVar((*string)(&r.WireDType), "wire-dtype", string(r.WireDType), "how workers send gradients: f32, or bf16 (half the bytes, 8 significant bits)")
+	fs.StringVar((*string)(&r.DataPlanePrivacy), "data-plane-privacy", string(r.DataPlanePrivacy), "with --tls-dir, what the TCP data plane between hosts does for its bytes: encrypt (TLS on every byte), or integrity (the TLS handshake authenticates both ends, then every record goes in the clear with a MAC bound to the connection: faster, but anyone on the path reads the model and the gradients; docs/security.md)")
 	fs.StringVar(&r.Compress, "compress", r.Compress, "compress pushes and pulls, keeping what is not sent for later (error feedback): none, topk:FRACTION (the largest FRACTION of the values, e.g. topk:0.01), int8 (a byte per value) or sign (a bit per value); docs/wire.md")
 	fs.StringVar((*string)(&r.NaNPolicy), "nan-policy", string(r.NaNPolicy), "a gradient with NaN/Inf: reject (the worker stops with an error) or skip (dropped, training goes on; sync counts it for the step, left out of the mean); never applied")
 	fs.Float64Var(&r.NormGuard, "norm-guard", r.NormGuard, "refuse a gradient whose norm is more than this many times the median of the shard's last 32 accepted norms (0 = off; docs/security.md)")
@@ -287,6 +288,7 @@ func runArgs(r config.Run) []string {
 		"--aggregate=" + string(r.Aggregate),
 		"--data-plane=" + string(r.DataPlane),
 		"--wire-dtype=" + string(r.WireDType),
+		"--data-plane-privacy=" + string(r.DataPlanePrivacy),
 		"--compress=" + r.Compress,
 		"--eval-every=" + r.EvalEvery.String(),
 		"--heartbeat-timeout=" + r.HeartbeatTimeout.String(),

@@ -174,12 +174,21 @@ func (c *Client) handshakeTLS(ctx context.Context, conn net.Conn) (net.Conn, err
 		cfg.ServerName = host
 	}
 	cfg.DynamicRecordSizingDisabled = true
-	tc := tls.Client(newRecordConn(conn), cfg) // records in batches (tlsconn.go)
+	rc := newRecordConn(conn)
+	tc := tls.Client(rc, cfg) // records in batches (tlsconn.go)
 	if err := tc.HandshakeContext(ctx); err != nil {
+		conn.Close()
+		return nil, explainHandshake(err)
+	}
+	if !wantsIntegrity(cfg) {
+		return tc, nil
+	}
+	mc, err := clientIntegrity(ctx, tc, rc) // frames in the clear, tagged (integrity.go)
+	if err != nil {
 		conn.Close()
 		return nil, err
 	}
-	return tc, nil
+	return mc, nil
 }
 
 // dialSameHost dials the server's same-host socket, if it has one, and

@@ -88,6 +88,10 @@ type Server struct {
 	// localAuth authenticates the same-host socket's clients under TLS
 	// (localauth.go); nil: plaintext.
 	localAuth *LocalAuth
+	// integrity, in the integrity-only mode, is the TLS the server
+	// handshakes with before it switches to tagged records
+	// (integrity.go); nil: lis is TLS or plaintext.
+	integrity *tls.Config
 	pid       int // this process, as the same-host exchange signs it
 	cfg       Config
 	lim       Limits
@@ -121,17 +125,28 @@ func NewServer(b Backend, lis net.Listener, cfg Config) *Server {
 	ctx, stop := context.WithCancel(context.Background())
 	local := listenLocal(lis)
 	var la *LocalAuth
+	var integrity *tls.Config
 	if cfg.TLS != nil {
-		lis = tls.NewListener(recordListener{lis}, fullRecords(cfg.TLS)) // records in batches (tlsconn.go)
+		lis, integrity = tlsListener(lis, cfg.TLS)
 		if la = localAuthOf(cfg.TLS, cfg.TLS.ClientCAs); la == nil && local != nil {
 			local.Close() // no certificate to bind same-host clients to: TLS only
 			local = nil
 		}
 	}
-	return &Server{b: b, lis: lis, local: local, localAuth: la, pid: os.Getpid(), cfg: cfg, lim: lim, m: m,
+	return &Server{b: b, lis: lis, local: local, localAuth: la, integrity: integrity, pid: os.Getpid(), cfg: cfg, lim: lim, m: m,
 		refusal: ratelog.New(cfg.Log, lim.LogEvery, cfg.Now),
 		bufs:    newBuffers(lim, cfg.Now, func(n int64) { m.DataPlaneBuffered.Set(float64(n)) }),
 		ctx:     ctx, stop: stop, uid: serverUID(), conns: map[net.Conn]struct{}{}}
+}
+
+// tlsListener is lis under TLS cfg: a TLS listener, or in the
+// integrity-only mode the TCP listener, the handshake done per
+// connection (integrity.go) by the TLS returned.
+func tlsListener(lis net.Listener, cfg *tls.Config) (net.Listener, *tls.Config) {
+	if wantsIntegrity(cfg) {
+		return handshakeListener{lis}, fullRecords(cfg)
+	}
+	return tls.NewListener(recordListener{lis}, fullRecords(cfg)), nil // records in batches (tlsconn.go)
 }
 
 // SetPushSize tells the server the size in bytes of the shard's
@@ -311,7 +326,7 @@ func linger(c net.Conn) {
 // immutable parameter snapshot straight to the socket, or both go
 // through the region a same-host client offered (shm.go).
 func (s *Server) serveConn(c net.Conn) {
-	peer, ok := s.handshake(c)
+	c, peer, ok := s.handshake(c)
 	if !ok {
 		return
 	}
@@ -388,25 +403,37 @@ func checkRegion(req request, shm []byte) error {
 // handshake authenticates a connection before its first byte of data:
 // a TLS handshake, or on the same-host socket under TLS the certificate
 // exchange (localauth.go). peer is the name of the client's certificate
-// ("" on plaintext). false: the connection is done.
-func (s *Server) handshake(c net.Conn) (peer string, ok bool) {
+// ("" on plaintext). The connection to serve is returned: c, or in the
+// integrity-only mode the tagged records over it (integrity.go). false:
+// the connection is done.
+func (s *Server) handshake(c net.Conn) (net.Conn, string, bool) {
 	// Like gRPC's: a client that never finishes the handshake does not
 	// hold the connection forever.
 	switch tc := c.(type) {
 	case *tls.Conn:
 		tc.SetDeadline(time.Now().Add(handshakeTimeout))
 		if err := tc.Handshake(); err != nil {
-			s.cut(c, "tls", err)
-			return "", false
+			s.cut(c, "tls", explainHandshake(err))
+			return c, "", false
 		}
 		tc.SetDeadline(time.Time{})
-		return peerCertName(c), true
+		return c, peerCertName(c), true
+	case *recordConn:
+		if s.integrity != nil {
+			mc, peer, err := serverIntegrity(tc, s.integrity)
+			if err != nil {
+				s.cut(c, "tls", err)
+				return c, "", false
+			}
+			return mc, peer, true
+		}
 	case *net.UnixConn:
 		if s.localAuth != nil {
-			return s.localHandshake(tc)
+			peer, ok := s.localHandshake(tc)
+			return c, peer, ok
 		}
 	}
-	return "", true
+	return c, "", true
 }
 
 // localHandshake runs the same-host certificate exchange (localauth.go)

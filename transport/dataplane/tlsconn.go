@@ -88,8 +88,11 @@ func (c *recordConn) flush() error {
 
 // writeGathered writes bufs on c; when c is a data-plane TLS connection,
 // its records go out in batches (recordConn) and are all written when it
-// returns.
+// returns, and on an integrity-only connection in one writev.
 func writeGathered(c net.Conn, bufs net.Buffers) (int64, error) {
+	if mc, ok := c.(*macConn); ok {
+		return mc.writeBuffers(bufs) // integrity-only: records in one writev (integrity.go)
+	}
 	tc, ok := c.(*tls.Conn)
 	if !ok {
 		return bufs.WriteTo(c)
@@ -127,4 +130,17 @@ func fullRecords(cfg *tls.Config) *tls.Config {
 	cfg = cfg.Clone()
 	cfg.DynamicRecordSizingDisabled = true
 	return cfg
+}
+
+// handshakeListener puts a recordConn beneath every connection it
+// accepts, whatever its kind: the integrity-only mode's server
+// handshakes on each (integrity.go), and serves none without.
+type handshakeListener struct{ net.Listener }
+
+func (l handshakeListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return newRecordConn(c), nil
 }

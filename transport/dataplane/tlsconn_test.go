@@ -15,11 +15,12 @@ import (
 
 // BenchmarkTCPPushPull is one worker's push and pull of a default
 // shard's 1.27 MB over TCP (the address named "localhost", so no
-// same-host socket), plain and mutual TLS: what TLS costs the data plane
-// between hosts, without the network.
+// same-host socket), plain, mutual TLS and integrity-only: what TLS
+// costs the data plane between hosts, without the network.
 func BenchmarkTCPPushPull(b *testing.B) {
-	for _, withTLS := range []bool{false, true} {
-		b.Run(map[bool]string{false: "plain", true: "tls"}[withTLS], func(b *testing.B) {
+	for _, mode := range []string{"plain", "tls", "integrity"} {
+		withTLS := mode != "plain"
+		b.Run(mode, func(b *testing.B) {
 			ca := newTestCA(b)
 			e := &echoBackend{}
 			lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -31,6 +32,9 @@ func BenchmarkTCPPushPull(b *testing.B) {
 			if withTLS {
 				cfg.TLS, _ = ca.configs(b, "ps-0")
 				_, ctls = ca.configs(b, "worker-0")
+			}
+			if mode == "integrity" {
+				cfg.TLS, ctls = WithPrivacy(cfg.TLS, true), WithPrivacy(ctls, true)
 			}
 			s := NewServer(e, lis, cfg)
 			go s.Serve()

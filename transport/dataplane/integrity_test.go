@@ -1,0 +1,293 @@
+package dataplane
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/tls"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+
+	pb "github.com/pstrain/pstrain/proto"
+)
+
+// integrityServer serves e in the integrity-only mode (or full TLS with
+// integrity false) on a loopback address named "localhost" (no
+// same-host socket), returning the address.
+func integrityServer(t testing.TB, ca testCA, e Backend, integrity bool) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stls, _ := ca.configs(t, "ps-0")
+	s := NewServer(e, lis, Config{MaxPayload: 8 << 20, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), TLS: WithPrivacy(stls, integrity)})
+	if tt, ok := t.(*testing.T); ok {
+		serveTest(tt, s)
+	} else {
+		go s.Serve()
+		t.Cleanup(func() { s.Close() })
+	}
+	return strings.Replace(lis.Addr().String(), "127.0.0.1", "localhost", 1)
+}
+
+func clientOf(addr string, cfg *tls.Config) *Client {
+	return NewClient(func(context.Context) (string, error) { return addr, nil }, cfg, 8<<20)
+}
+
+// In the integrity-only mode, frames of every size arrive whole and in
+// order both ways, over tagged records in the clear.
+func TestIntegrityRoundTrip(t *testing.T) {
+	ca := newTestCA(t)
+	addr := integrityServer(t, ca, &echoBackend{}, true)
+	_, ctls := ca.configs(t, "worker-0")
+	c := clientOf(addr, WithPrivacy(ctls, true))
+	defer c.Close()
+	for i, n := range []int{3*maxMACRecord + 12345, 10, 0, maxMACRecord, 1 << 20} {
+		grad := make([]byte, n)
+		for j := range grad {
+			grad[j] = byte(i + j*7)
+		}
+		if _, err := c.Push(context.Background(), &pb.PushRequest{Grad: grad, RunId: "r"}); err != nil {
+			t.Fatal(err)
+		}
+		pr, err := c.Pull(context.Background(), &pb.PullRequest{RunId: "r"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(pr.Params, grad) {
+			t.Fatalf("push %d of %d bytes came back as %d different bytes", i, n, len(pr.Params))
+		}
+	}
+	c.mu.Lock()
+	mc, ok := c.conn.(*macConn)
+	c.mu.Unlock()
+	if !ok {
+		t.Fatalf("the connection is %T, want tagged records", c.conn)
+	}
+	if mc.sendSeq == 0 || mc.recvSeq == 0 {
+		t.Fatalf("records sent %d, received %d: want both", mc.sendSeq, mc.recvSeq)
+	}
+}
+
+// flipProxy forwards connections to addr, flipping one byte of the
+// client's stream in the first read of more than 64 KiB (a push's
+// payload, never the handshake).
+func flipProxy(t *testing.T, addr string) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { lis.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			in, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", strings.Replace(addr, "localhost", "127.0.0.1", 1))
+			if err != nil {
+				in.Close()
+				continue
+			}
+			wg.Add(2)
+			go func() { defer wg.Done(); io.Copy(in, out); in.Close() }()
+			go func() { defer wg.Done(); copyFlipping(out, in); out.Close() }()
+		}
+	}()
+	return strings.Replace(lis.Addr().String(), "127.0.0.1", "localhost", 1)
+}
+
+func copyFlipping(dst io.Writer, src io.Reader) {
+	buf := make([]byte, 256<<10)
+	flipped := false
+	for {
+		n, err := src.Read(buf)
+		if n > 64<<10 && !flipped {
+			buf[n/2] ^= 0x10
+			flipped = true
+		}
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// A byte changed on the wire is caught: the push is refused with the
+// reason and never reaches the backend.
+func TestIntegrityRefusesTamperedFrame(t *testing.T) {
+	ca := newTestCA(t)
+	e := &echoBackend{}
+	addr := flipProxy(t, integrityServer(t, ca, e, true))
+	_, ctls := ca.configs(t, "worker-0")
+	c := clientOf(addr, WithPrivacy(ctls, true))
+	defer c.Close()
+	grad := make([]byte, 1<<20)
+	_, err := c.Push(context.Background(), &pb.PushRequest{Grad: grad, RunId: "r"})
+	if err == nil || !strings.Contains(err.Error(), "MAC does not verify") {
+		t.Fatalf("a tampered push: %v, want refused for its MAC", err)
+	}
+	if n := e.count(); n != 0 {
+		t.Fatalf("the backend saw %d pushes, want none", n)
+	}
+}
+
+// A client without a certificate is refused, whatever its mode.
+func TestIntegrityRefusesClientWithoutCertificate(t *testing.T) {
+	ca := newTestCA(t)
+	e := &echoBackend{}
+	addr := integrityServer(t, ca, e, true)
+	_, ctls := ca.configs(t, "worker-0")
+	ctls.Certificates = nil
+	c := clientOf(addr, WithPrivacy(ctls, true))
+	defer c.Close()
+	if _, err := c.Push(context.Background(), &pb.PushRequest{Grad: make([]byte, 100), RunId: "r"}); err == nil {
+		t.Fatal("a client without a certificate pushed")
+	}
+	if n := e.count(); n != 0 {
+		t.Fatalf("the backend saw %d pushes, want none", n)
+	}
+}
+
+// Ends that run different modes fail at the handshake, and say why.
+func TestIntegrityModeMismatch(t *testing.T) {
+	ca := newTestCA(t)
+	_, ctls := ca.configs(t, "worker-0")
+	for _, serverIntegrity := range []bool{true, false} {
+		addr := integrityServer(t, ca, &echoBackend{}, serverIntegrity)
+		c := clientOf(addr, WithPrivacy(ctls, !serverIntegrity))
+		_, err := c.Pull(context.Background(), &pb.PullRequest{RunId: "r"})
+		c.Close()
+		if err == nil || !strings.Contains(err.Error(), "different --data-plane-privacy") {
+			t.Errorf("server integrity %t, client not: %v, want a mode mismatch", serverIntegrity, err)
+		}
+	}
+}
+
+// macPair is a writer's and a reader's ends of one direction of a
+// connection keyed with key, the writer's records going into wire.
+func macPair(t testing.TB, key byte, wire *bytes.Buffer) (w, r *macConn) {
+	t.Helper()
+	k := bytes.Repeat([]byte{key}, macKeyLen)
+	send, err := newGMAC(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv, _ := newGMAC(k)
+	return &macConn{tcp: wire, send: send}, &macConn{rd: wire, recv: recv}
+}
+
+// records writes each of msgs as one record with w and returns each
+// record's wire bytes.
+func records(t testing.TB, w *macConn, wire *bytes.Buffer, msgs ...string) [][]byte {
+	var out [][]byte
+	for _, m := range msgs {
+		if _, err := w.Write([]byte(m)); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, bytes.Clone(wire.Bytes()))
+		wire.Reset()
+	}
+	return out
+}
+
+// readAll reads r's records from wire until an error.
+func readAll(r *macConn, wire *bytes.Buffer, recs ...[]byte) (string, error) {
+	wire.Reset()
+	for _, b := range recs {
+		wire.Write(b)
+	}
+	got, err := io.ReadAll(r)
+	return string(got), err
+}
+
+// A record replayed, reordered, dropped or taken from another
+// connection (other keys) or the other direction fails its tag.
+func TestMACRecordsRefuseReplayReorderAndOtherConnections(t *testing.T) {
+	var wire bytes.Buffer
+	w, _ := macPair(t, 1, &wire)
+	recs := records(t, w, &wire, "first", "second")
+	ow, _ := macPair(t, 2, &wire)
+	other := records(t, ow, &wire, "first")
+	for name, seq := range map[string][][]byte{
+		"replayed":           {recs[0], recs[0]},
+		"reordered":          {recs[1], recs[0]},
+		"dropped":            {recs[1]},
+		"another connection": {other[0]},
+	} {
+		_, r := macPair(t, 1, &wire)
+		got, err := readAll(r, &wire, seq...)
+		if !errors.Is(err, errBadMAC) || !errors.Is(err, ErrBadFrame) {
+			t.Errorf("%s: read %q, %v; want a bad MAC", name, got, err)
+		}
+		if strings.Contains(got, "second") || (name != "replayed" && got != "") {
+			t.Errorf("%s: %q delivered", name, got)
+		}
+	}
+	_, r := macPair(t, 1, &wire)
+	if got, err := readAll(r, &wire, recs...); err != nil || got != "firstsecond" {
+		t.Fatalf("in order: %q, %v", got, err)
+	}
+}
+
+// FuzzMACRecord: whatever is changed in a record's bytes on the wire,
+// the reader delivers the original bytes or none, never others.
+func FuzzMACRecord(f *testing.F) {
+	f.Add([]byte("a gradient"), uint16(0), byte(1))
+	f.Add([]byte("x"), uint16(4), byte(0x80))
+	f.Add(bytes.Repeat([]byte{7}, 300), uint16(200), byte(3))
+	f.Fuzz(func(t *testing.T, msg []byte, at uint16, flip byte) {
+		if len(msg) == 0 || flip == 0 {
+			return
+		}
+		var wire bytes.Buffer
+		w, r := macPair(t, 3, &wire)
+		recs := records(t, w, &wire, string(msg))
+		b := recs[0]
+		b[int(at)%len(b)] ^= flip
+		got, err := readAll(r, &wire, b)
+		if err == nil || len(got) != 0 {
+			t.Fatalf("a changed record read as %q, %v", got, err)
+		}
+	})
+}
+
+// BenchmarkTag compares the candidate tags over a record: GMAC (AES-GCM
+// sealing nothing) and HMAC-SHA256.
+func BenchmarkTag(b *testing.B) {
+	rec := make([]byte, maxMACRecord)
+	b.Run("gmac", func(b *testing.B) {
+		g, _ := newGMAC(make([]byte, macKeyLen))
+		tag := make([]byte, 0, macTagLen)
+		var n [12]byte
+		b.SetBytes(int64(len(rec)))
+		for i := range b.N {
+			g.Seal(tag[:0], nonce(&n, uint64(i)), nil, rec)
+		}
+	})
+	b.Run("hmac-sha256", func(b *testing.B) {
+		h := hmac.New(sha256.New, make([]byte, 32))
+		var sum [32]byte
+		b.SetBytes(int64(len(rec)))
+		for range b.N {
+			h.Reset()
+			h.Write(rec)
+			h.Sum(sum[:0])
+		}
+	})
+}
