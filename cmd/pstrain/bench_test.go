@@ -154,6 +154,8 @@ func TestBenchTLSJSON(t *testing.T) {
 		TLS      float64 `json:"tls_samples_per_second"`
 		Ratio    float64 `json:"ratio"`
 		CPURatio float64 `json:"cpu_ratio"`
+		// The link's integrity-only run (--data-plane-privacy integrity).
+		IntegrityRatio float64 `json:"integrity_ratio"`
 	}
 	var got struct {
 		TLS *struct {
@@ -162,6 +164,8 @@ func TestBenchTLSJSON(t *testing.T) {
 			LinkRatio     *float64 `json:"link_ratio"` // tls.link_ratio
 			LinkSkipped   string   `json:"link_skipped"`
 			LinkRuns      []pair   `json:"link_runs"`
+			// tls.integrity_link_ratio
+			IntegrityLinkRatio *float64 `json:"integrity_link_ratio"`
 		} `json:"tls"`
 	}
 	if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
@@ -176,6 +180,9 @@ func TestBenchTLSJSON(t *testing.T) {
 	case x.LinkRatio != nil:
 		if len(x.LinkRuns) != 1 || *x.LinkRatio != x.LinkRuns[0].Ratio {
 			t.Fatalf("tls.link_ratio %v does not come from its one pair: %s", *x.LinkRatio, stdout.String())
+		}
+		if x.IntegrityLinkRatio == nil || *x.IntegrityLinkRatio <= 0 || *x.IntegrityLinkRatio != x.LinkRuns[0].IntegrityRatio {
+			t.Fatalf("tls.integrity_link_ratio %v does not come from the link's integrity-only run: %s", x.IntegrityLinkRatio, stdout.String())
 		}
 		runs = append(runs, x.LinkRuns...)
 	case x.LinkSkipped == "":

@@ -24,6 +24,14 @@ type TLSPair struct {
 	PlainCPUMicrosPerSample float64 `json:"plain_cpu_us_per_sample"`
 	TLSCPUMicrosPerSample   float64 `json:"tls_cpu_us_per_sample"`
 	CPURatio                float64 `json:"cpu_ratio"`
+	// The integrity-only mode's run (--data-plane-privacy integrity),
+	// in the link's pairs only: its rate, IntegrityRatio = its rate over
+	// plain's, its CPU per sample and IntegrityCPURatio = plain's over
+	// its.
+	IntegritySamplesPerSecond   float64 `json:"integrity_samples_per_second,omitempty"`
+	IntegrityRatio              float64 `json:"integrity_ratio,omitempty"`
+	IntegrityCPUMicrosPerSample float64 `json:"integrity_cpu_us_per_sample,omitempty"`
+	IntegrityCPURatio           float64 `json:"integrity_cpu_ratio,omitempty"`
 }
 
 // tlsRun is what one run of a pair measured.
@@ -52,20 +60,37 @@ type TLSResult struct {
 	LinkSkipped  string    `json:"link_skipped,omitempty"`
 	LinkRuns     []TLSPair `json:"link_runs,omitempty"`
 	LinkKind     string    `json:"link_kind,omitempty"`
+	// IntegrityLinkRatio is the link's integrity-only runs against
+	// plain TCP, median of the rounds (null with LinkRatio).
+	IntegrityLinkRatio    *float64 `json:"integrity_link_ratio"`
+	IntegrityLinkCPURatio *float64 `json:"integrity_link_cpu_ratio"`
 	// Load1 is the host's one-minute load average before and after the
 	// runs: how shared the machine was.
 	Load1Before float64 `json:"load1_before"`
 	Load1After  float64 `json:"load1_after"`
 }
 
-// LinkRunner trains 1 PS + 1 worker across a link, with or without
-// mutual TLS, and returns the run's samples per second. ErrSkip (wrapped)
-// from Prepare says the link cannot be built here.
+// LinkMode is how a link run's data plane crosses the link.
+type LinkMode string
+
+// The link's modes.
+const (
+	LinkPlain     LinkMode = "plain"     // plain TCP (--insecure)
+	LinkTLS       LinkMode = "tls"       // mutual TLS (--tls-dir)
+	LinkIntegrity LinkMode = "integrity" // --tls-dir --data-plane-privacy integrity
+)
+
+// linkModes are a round's runs, in order.
+var linkModes = [...]LinkMode{LinkPlain, LinkTLS, LinkIntegrity}
+
+// LinkRunner trains 1 PS + 1 worker across a link in a LinkMode, and
+// returns the run's samples per second. ErrSkip (wrapped) from Prepare
+// says the link cannot be built here.
 type LinkRunner interface {
 	Prepare(ctx context.Context) error
 	// Run returns the run's samples per second and the CPU seconds its
 	// tasks spent per sample (0: unknown).
-	Run(ctx context.Context, withTLS bool, epochs float64) (samplesPerSecond, cpuPerSample float64, err error)
+	Run(ctx context.Context, mode LinkMode, epochs float64) (samplesPerSecond, cpuPerSample float64, err error)
 	Kind() string
 	Close() error
 }
@@ -114,7 +139,7 @@ func TLS(ctx context.Context, c TLSConfig) (*TLSResult, error) {
 		}
 		res.SameHostRuns = append(res.SameHostRuns, pair(reportRun(plain), reportRun(secure)))
 	}
-	res.SameHostRatio, res.SameHostCPURatio = medianRatio(res.SameHostRuns, false), medianRatio(res.SameHostRuns, true)
+	res.SameHostRatio, res.SameHostCPURatio = medianRatio(res.SameHostRuns, rateRatio), medianRatio(res.SameHostRuns, cpuRatio)
 	if err := linkRuns(ctx, c, res); err != nil {
 		return res, err
 	}
@@ -139,20 +164,30 @@ func linkRuns(ctx context.Context, c TLSConfig, res *TLSResult) error {
 	}
 	res.LinkKind = c.Link.Kind()
 	for range c.Rounds {
-		var runs [2]tlsRun
-		for i, withTLS := range []bool{false, true} {
-			rate, cpu, err := c.Link.Run(ctx, withTLS, c.LinkEpochs)
+		var runs [len(linkModes)]tlsRun
+		for i, mode := range linkModes {
+			rate, cpu, err := c.Link.Run(ctx, mode, c.LinkEpochs)
 			if err != nil {
 				return err
 			}
 			runs[i] = tlsRun{samplesPerSecond: rate, cpuPerSample: cpu}
 		}
-		res.LinkRuns = append(res.LinkRuns, pair(runs[0], runs[1]))
+		p := pair(runs[0], runs[1])
+		p.IntegritySamplesPerSecond, p.IntegrityRatio = runs[2].samplesPerSecond, ratio(runs[2].samplesPerSecond, runs[0].samplesPerSecond)
+		p.IntegrityCPUMicrosPerSample, p.IntegrityCPURatio = 1e6*runs[2].cpuPerSample, ratio(runs[0].cpuPerSample, runs[2].cpuPerSample)
+		res.LinkRuns = append(res.LinkRuns, p)
 	}
-	r, cr := medianRatio(res.LinkRuns, false), medianRatio(res.LinkRuns, true)
-	res.LinkRatio, res.LinkCPURatio = &r, &cr
+	r, cr := medianRatio(res.LinkRuns, rateRatio), medianRatio(res.LinkRuns, cpuRatio)
+	ir, icr := medianRatio(res.LinkRuns, integrityRatio), medianRatio(res.LinkRuns, integrityCPURatio)
+	res.LinkRatio, res.LinkCPURatio, res.IntegrityLinkRatio, res.IntegrityLinkCPURatio = &r, &cr, &ir, &icr
 	return nil
 }
+
+// The ratios of a pair medianRatio takes.
+func rateRatio(p TLSPair) float64         { return p.Ratio }
+func cpuRatio(p TLSPair) float64          { return p.CPURatio }
+func integrityRatio(p TLSPair) float64    { return p.IntegrityRatio }
+func integrityCPURatio(p TLSPair) float64 { return p.IntegrityCPURatio }
 
 // reportRun is what a run's report says: its rate, and its tasks' CPU
 // time over the samples it trained.
@@ -174,18 +209,15 @@ func pair(plain, secure tlsRun) TLSPair {
 		TLSCPUMicrosPerSample: 1e6 * secure.cpuPerSample, CPURatio: ratio(plain.cpuPerSample, secure.cpuPerSample)}
 }
 
-// medianRatio is the median of the pairs' rate ratios (cpu: CPU ratios),
-// the mean of the middle two for an even count.
-func medianRatio(ps []TLSPair, cpu bool) float64 {
+// medianRatio is the median of the pairs' ratios that of picks, the
+// mean of the middle two for an even count.
+func medianRatio(ps []TLSPair, of func(TLSPair) float64) float64 {
 	if len(ps) == 0 {
 		return 0
 	}
 	r := make([]float64, len(ps))
 	for i, p := range ps {
-		r[i] = p.Ratio
-		if cpu {
-			r[i] = p.CPURatio
-		}
+		r[i] = of(p)
 	}
 	slices.Sort(r)
 	n := len(r)
@@ -215,5 +247,12 @@ func writeTLSTable(w io.Writer, x *TLSResult) {
 	fmt.Fprintf(w, "  link ratio %.3f, CPU ratio %.3f (1 PS + 1 worker across a netlab link, %s)\n", *x.LinkRatio, *x.LinkCPURatio, x.LinkKind)
 	for _, p := range x.LinkRuns {
 		row("link", p)
+	}
+	if x.IntegrityLinkRatio != nil {
+		fmt.Fprintf(w, "  integrity-only link ratio %.3f, CPU ratio %.3f (--data-plane-privacy integrity against plain TCP)\n", *x.IntegrityLinkRatio, *x.IntegrityLinkCPURatio)
+		for _, p := range x.LinkRuns {
+			fmt.Fprintf(w, "  link integrity\t%.0f\t%.0f\t%.3f\t%.1f\t%.1f\t%.3f\n", p.PlainSamplesPerSecond, p.IntegritySamplesPerSecond, p.IntegrityRatio,
+				p.PlainCPUMicrosPerSample, p.IntegrityCPUMicrosPerSample, p.IntegrityCPURatio)
+		}
 	}
 }

@@ -31,14 +31,14 @@ func (s *scriptedRunner) Run(_ context.Context, args []string) (*report.Report, 
 type scriptedLink struct {
 	skip  error
 	rates []float64
-	order []bool
+	order []LinkMode
 }
 
 func (l *scriptedLink) Prepare(context.Context) error { return l.skip }
 func (l *scriptedLink) Kind() string                  { return "test link" }
 func (l *scriptedLink) Close() error                  { return nil }
-func (l *scriptedLink) Run(_ context.Context, withTLS bool, _ float64) (float64, float64, error) {
-	l.order = append(l.order, withTLS)
+func (l *scriptedLink) Run(_ context.Context, mode LinkMode, _ float64) (float64, float64, error) {
+	l.order = append(l.order, mode)
 	r := l.rates[0]
 	l.rates = l.rates[1:]
 	return r, 1 / r, nil // CPU per sample as if CPU-bound
@@ -48,7 +48,7 @@ func (l *scriptedLink) Run(_ context.Context, withTLS bool, _ float64) (float64,
 // pairs' ratios: one disturbed pair does not move it.
 func TestTLSAlternatesAndTakesTheMedianPair(t *testing.T) {
 	run := &scriptedRunner{rates: []float64{100, 95, 100, 30, 80, 76}}
-	link := &scriptedLink{rates: []float64{50, 45, 40, 36, 60, 10}}
+	link := &scriptedLink{rates: []float64{50, 45, 48, 40, 36, 38, 60, 10, 6}}
 	loads := []float64{3, 5}
 	res, err := TLS(context.Background(), TLSConfig{Runner: run, Link: link, Rounds: 3, Epochs: 2, LinkEpochs: 1, TLSDir: "/certs",
 		Load: func() float64 { l := loads[0]; loads = loads[1:]; return l }})
@@ -60,7 +60,7 @@ func TestTLSAlternatesAndTakesTheMedianPair(t *testing.T) {
 			t.Fatalf("run %d: %v; want plain and --tls-dir alternating, 2 epochs", i, args)
 		}
 	}
-	if fmt.Sprint(link.order) != "[false true false true false true]" {
+	if fmt.Sprint(link.order) != "[plain tls integrity plain tls integrity plain tls integrity]" {
 		t.Fatalf("link runs in order %v", link.order)
 	}
 	if res.SameHostRatio != 0.95 || res.LinkRatio == nil || *res.LinkRatio != 0.9 || res.Load1Before != 3 || res.Load1After != 5 {
@@ -70,6 +70,10 @@ func TestTLSAlternatesAndTakesTheMedianPair(t *testing.T) {
 	// ratio follows the rates here.
 	if p := res.SameHostRuns[0]; math.Abs(p.PlainCPUMicrosPerSample-8e6/1000) > 1e-6 || math.Abs(p.CPURatio-0.95) > 1e-9 {
 		t.Fatalf("first pair %+v; want 8000 us per sample plain and a CPU ratio of 0.95", p)
+	}
+	// The integrity-only runs: 0.96, 0.95 and 0.1 of plain.
+	if res.IntegrityLinkRatio == nil || math.Abs(*res.IntegrityLinkRatio-0.95) > 1e-9 || math.Abs(res.LinkRuns[0].IntegrityRatio-0.96) > 1e-9 {
+		t.Fatalf("integrity link ratio %v, first round %+v; want 0.95 and 0.96", res.IntegrityLinkRatio, res.LinkRuns[0])
 	}
 	if math.Abs(res.SameHostCPURatio-0.95) > 1e-9 || res.LinkCPURatio == nil || math.Abs(*res.LinkCPURatio-0.9) > 1e-9 {
 		t.Fatalf("CPU ratios %v, %v; want 0.95 and 0.9", res.SameHostCPURatio, res.LinkCPURatio)

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/observe/report"
 	"github.com/pstrain/pstrain/tools/netlab"
 )
@@ -21,7 +22,8 @@ import (
 // on the first, worker/0 on the second, each task a process of the
 // pstrain binary Exe started with `ip netns exec`. Plaintext runs pass
 // --insecure (the addresses are not loopback); TLS runs --tls-dir, with
-// certificates `pstrain certs` made for the cluster file. Both use the
+// certificates `pstrain certs` made for the cluster file, and the
+// integrity-only runs --data-plane-privacy integrity too. All use the
 // same token.
 type NetlabLink struct {
 	Exe     string
@@ -87,7 +89,7 @@ func (l *NetlabLink) Close() error {
 
 // Run trains for epochs and returns the chief's samples per second and
 // the CPU time of the three processes per sample.
-func (l *NetlabLink) Run(ctx context.Context, withTLS bool, epochs float64) (float64, float64, error) {
+func (l *NetlabLink) Run(ctx context.Context, mode LinkMode, epochs float64) (float64, float64, error) {
 	l.n++
 	dir := filepath.Join(l.Dir, fmt.Sprintf("link%02d", l.n))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -96,9 +98,12 @@ func (l *NetlabLink) Run(ctx context.Context, withTLS bool, epochs float64) (flo
 	rep := filepath.Join(dir, "report.json")
 	common := []string{"--cluster", l.cluster, "--data-dir", l.DataDir, "--epochs", strconv.FormatFloat(epochs, 'g', -1, 64),
 		"--target-accuracy", "0", "--eval-every", "0", "--ps", "1", "--workers", "1"}
-	if withTLS {
+	switch mode {
+	case LinkTLS:
 		common = append(common, "--tls-dir", l.certs)
-	} else {
+	case LinkIntegrity:
+		common = append(common, "--tls-dir", l.certs, "--data-plane-privacy", string(config.Integrity))
+	default:
 		common = append(common, "--insecure", "--auth-token-file", filepath.Join(l.certs, "auth-token"))
 	}
 	tasks := []struct {
@@ -139,7 +144,7 @@ func (l *NetlabLink) Run(ctx context.Context, withTLS bool, epochs float64) (flo
 			continue
 		}
 		if err := c.Wait(); err != nil {
-			return 0, 0, fmt.Errorf("bench: link run (tls %v): the chief: %w; logs in %s", withTLS, err, dir)
+			return 0, 0, fmt.Errorf("bench: link run (%s): the chief: %w; logs in %s", mode, err, dir)
 		}
 		cpu += c.ProcessState.UserTime().Seconds() + c.ProcessState.SystemTime().Seconds()
 	}

@@ -64,7 +64,9 @@ type Client struct {
 // TLS config the connection is TLS (the server name is the resolved
 // host), except to a same-host server, which the client reaches over the
 // Unix socket and authenticates with the config's certificate and
-// RootCAs instead (localauth.go), when the config has them.
+// RootCAs instead (localauth.go), when the config has them. A config
+// from WithPrivacy(cfg, true) runs the integrity-only mode over TCP
+// (integrity.go).
 func NewClient(resolve Resolve, tlsConfig *tls.Config, maxPayload int) *Client {
 	var la *LocalAuth
 	if tlsConfig != nil {

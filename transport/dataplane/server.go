@@ -76,7 +76,10 @@ type Config struct {
 	// listener takes only clients that prove they hold a certificate of
 	// its ClientCAs (localauth.go), binding each connection to the
 	// certificate's name as TLS does. A listener the caller wrapped in
-	// TLS itself gets no same-host socket.
+	// TLS itself gets no same-host socket. A config from
+	// WithPrivacy(cfg, true) makes the TCP plane integrity-only
+	// (integrity.go): the TLS handshake, then frames in the clear in
+	// tagged records.
 	TLS *tls.Config
 }
 
