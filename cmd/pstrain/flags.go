@@ -54,7 +54,7 @@ type modelFlags struct {
 	hiddenSet, convSet, lrSet, warmupSet bool
 	// A CTR model's flags, and --dataset (whose default follows the
 	// model: mnist, or synth-ctr for --model ctr).
-	embDimSet, embOptSet, embLRSet, datasetSet bool
+	embDimSet, embOptSet, embLRSet, datasetSet, epochsSet bool
 }
 
 // setFlag wraps a flag's Value to record that it was given.
@@ -119,6 +119,7 @@ func (m *modelFlags) applyCTR() {
 	set(m.embOptSet, func() { r.EmbeddingOptimizer = pick(ctr, config.DefaultEmbeddingOptimizer, "") })
 	set(m.embLRSet, func() { r.EmbeddingLR = pick(ctr, config.DefaultEmbeddingLR, 0) })
 	set(m.datasetSet, func() { r.Dataset = pick(ctr, ctrdata.SynthName, config.Default().Dataset) })
+	set(m.epochsSet, func() { r.Epochs = pick(ctr, config.DefaultCTREpochs, config.Default().Epochs) })
 }
 
 // pick is a if cond, else b.
@@ -191,7 +192,8 @@ func bindRunFlags(fs *flag.FlagSet, r *config.Run) *modelFlags {
 	fs.StringVar(&r.Optimizer, "optimizer", r.Optimizer, "sgd, momentum or adam")
 	fs.StringVar(&r.LRSchedule, "lr-schedule", r.LRSchedule, "learning rate over the global step: constant, step:EPOCHS:FACTOR (times FACTOR every EPOCHS epochs, e.g. step:2:0.5) or cosine (to 0 at the last step of --epochs); applied by the PS shards")
 	fs.Int64Var(&r.WarmupSteps, "warmup-steps", r.WarmupSteps, "ramp the learning rate up linearly over this many first global steps (0 = no warmup; --model cnn: "+strconv.FormatInt(config.DefaultCNNWarmupSteps, 10)+" unless given)")
-	fs.Float64Var(&r.Epochs, "epochs", r.Epochs, "epochs to train (an upper bound when --target-accuracy is set)")
+	fs.Float64Var(&r.Epochs, "epochs", r.Epochs, "epochs to train (an upper bound when --target-accuracy is set; --model ctr: "+strconv.FormatFloat(config.DefaultCTREpochs, 'g', -1, 64)+" unless given)")
+	track(fs, "epochs", &m.epochsSet)
 	fs.Float64Var(&r.TargetAccuracy, "target-accuracy", r.TargetAccuracy, "stop once the test accuracy holds at this (0 = run all epochs); the model handed back is one that scored it")
 	fs.IntVar(&r.TargetHold, "target-hold", r.TargetHold, "evaluations in a row that must score --target-accuracy on the whole test set before the run stops")
 	fs.StringVar(&r.Dataset, "dataset", r.Dataset, "data set: mnist, fashion-mnist, mnist-x4 (4x MNIST: shifted and rotated copies), or idx:TRAIN_IMAGES,TRAIN_LABELS,TEST_IMAGES,TEST_LABELS; for --model ctr: synth-ctr (the default; pstrain data synth-ctr writes it), criteo:PATH (its last tenth held out) or criteo:TRAIN,TEST")
