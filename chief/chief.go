@@ -122,7 +122,7 @@ func New(cfg Config) (*Chief, error) {
 	}
 	cfg = withDefaults(cfg)
 	if len(cfg.Standbys) > 0 && len(cfg.Spec.Tables()) > 0 {
-		return nil, fmt.Errorf("chief: hot standbys (--ps-replicas) do not replicate embedding tables yet: a %s model runs without them", cfg.Spec.KindName())
+		return nil, fmt.Errorf("chief: hot standbys (--ps-replicas) do not replicate embedding tables: a %s model runs without them", cfg.Spec.KindName())
 	}
 	if err := useRows(cfg); err != nil {
 		return nil, err

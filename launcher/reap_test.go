@@ -6,8 +6,7 @@ import (
 )
 
 // Every task still running when the grace has passed is killed, not only
-// the first: the deadline stays passed (a launcher whose two workers hung
-// after training killed one and waited for the other for ever).
+// the first: the deadline stays passed.
 func TestReapKillsEveryTaskLeftAfterTheGrace(t *testing.T) {
 	procs := []*proc{{done: make(chan struct{})}, {done: make(chan struct{})}, {done: make(chan struct{})}}
 	close(procs[1].done) // this one exits by itself

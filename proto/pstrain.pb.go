@@ -469,7 +469,7 @@ func (x *TableSpec) GetEvictAfter() int64 {
 // (unique), and for each key dim float32 values, little-endian, in key
 // order (a pull's rows, a push's gradients; empty in a pull request). A
 // request's keys travel in keys (8 bytes each) or small_keys (varints:
-// fewer bytes for keys below 2^56), never both; a pull's answer carries
+// fewer bytes for keys below 2^49), never both; a pull's answer carries
 // no keys (they are the request's, in its order).
 type RowBlock struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`

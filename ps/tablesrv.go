@@ -212,6 +212,11 @@ func (h *tableHost) check(runID string) error {
 	return nil
 }
 
+// maxPullAnswer bounds the row values one pull may ask for (64 MiB of
+// answer), so a small request cannot make the shard allocate without
+// limit; a worker's client asks for at most rowclient.DefaultMaxRequestBytes.
+const maxPullAnswer = 16 << 20
+
 // tableStatus maps a TableSet error to a gRPC status.
 func tableStatus(err error) error {
 	switch {
@@ -229,6 +234,7 @@ func tableStatus(err error) error {
 // dimension for a pull to fill. Call with mu held.
 func (h *tableHost) blocks(in []*pb.RowBlock, alloc bool) ([]RowBlock, error) {
 	out := make([]RowBlock, len(in))
+	answer := 0 // values a pull's answer holds
 	for i, b := range in {
 		if len(b.Keys) > 0 && len(b.SmallKeys) > 0 {
 			return nil, status.Errorf(codes.InvalidArgument, "table %s: keys in both keys and small_keys", b.Table)
@@ -241,6 +247,9 @@ func (h *tableHost) blocks(in []*pb.RowBlock, alloc bool) ([]RowBlock, error) {
 			t := h.set.Table(b.Table)
 			if t == nil {
 				return nil, tableStatus(fmt.Errorf("%w: %q", ErrNoTable, b.Table))
+			}
+			if answer += len(out[i].Keys) * t.Config().Dim; answer > maxPullAnswer {
+				return nil, status.Errorf(codes.InvalidArgument, "a pull of more than %d row values (%d MiB): ask for fewer keys at a time", maxPullAnswer, maxPullAnswer*4>>20)
 			}
 			out[i].Values = make([]float32, len(out[i].Keys)*t.Config().Dim)
 			continue
@@ -397,5 +406,5 @@ func (s *Server) LoadRows(ctx context.Context, req *pb.LoadRowsRequest) (*pb.Loa
 }
 
 // errTablesNoStandby refuses a hot standby for a shard with embedding
-// tables: replication carries the dense model's updates, not rows yet.
-const errTablesNoStandby = "ps: hot standbys do not replicate embedding tables yet: a shard with tables runs without one"
+// tables: replication carries the dense model's updates, not rows.
+const errTablesNoStandby = "ps: hot standbys do not replicate embedding tables: a shard with tables runs without one"

@@ -127,7 +127,7 @@ func (p *PS) Serve() {
 // before this PS's registration gets through, e.g. when it was restarted
 // into a network that had just healed: a shutdown ends the registration
 // too, and is no error (the PS exits 0 instead of retrying a chief that
-// is gone until --connect-timeout; found by TestPartitionPS). The
+// is gone until --connect-timeout; TestPartitionPS). The
 // connection to the chief stays open until Close.
 func (p *PS) Register(ctx context.Context) error {
 	if len(p.o.Cluster.Chief) == 0 {

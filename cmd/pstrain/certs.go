@@ -87,12 +87,15 @@ func bindTLSFlags(fs *flag.FlagSet) *tlsFlags {
 
 // load returns the task's TLS configuration, or nil for plaintext, which
 // is refused on a cluster with non-loopback addresses unless --insecure.
-func (f *tlsFlags) load(spec cluster.Spec, t cluster.Task, log *slog.Logger) (*tlsconf.Config, error) {
+func (f *tlsFlags) load(spec cluster.Spec, t cluster.Task, privacy config.Privacy, log *slog.Logger) (*tlsconf.Config, error) {
 	files, ok, err := tlsconf.Resolve(*f.dir, tlsconf.Files{Cert: *f.cert, Key: *f.key, CA: *f.ca}, t)
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
+		if privacy == config.Integrity {
+			return nil, usagef("--data-plane-privacy integrity needs mutual TLS (--tls-dir, or --tls-cert, --tls-key and --tls-ca): its MAC keys come from the TLS handshake")
+		}
 		warn, err := tlsconf.CheckPlaintext(spec, *f.insecure)
 		if err != nil {
 			return nil, err

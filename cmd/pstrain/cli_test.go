@@ -287,3 +287,16 @@ func TestEveryCommandUsageError(t *testing.T) {
 		}
 	}
 }
+
+// The integrity-only data plane takes its keys from the TLS handshake:
+// without TLS it is refused as a usage error, not run in plaintext.
+func TestIntegrityWithoutTLSIsAUsageError(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"run", "--data-plane-privacy", "integrity", "--dry-run"}, &stdout, &stderr)
+	if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "--tls-dir") {
+		t.Fatalf("err = %v, want a usage error naming --tls-dir", err)
+	}
+	if err := run(context.Background(), []string{"run", "--data-plane-privacy", "integrity", "--tls-dir", t.TempDir(), "--dry-run"}, &stdout, &stderr); err != nil {
+		t.Fatalf("with --tls-dir: %v", err)
+	}
+}

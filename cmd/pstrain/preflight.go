@@ -45,7 +45,7 @@ func checkRunFlags(r config.Run, metricsPortBase int, connectTimeout time.Durati
 // only damaged checkpoints. It returns the data's shape.
 func checkRun(r config.Run) (dataset.Shape, error) {
 	if r.Model.IsCTR() && r.PSReplicas > 0 {
-		return dataset.Shape{}, usagef("--ps-replicas: hot standbys do not replicate embedding tables yet; --model ctr runs without them")
+		return dataset.Shape{}, usagef("--ps-replicas: hot standbys do not replicate embedding tables; --model ctr runs without them")
 	}
 	shape, err := inspectData(r)
 	if err != nil {

@@ -105,6 +105,9 @@ func (c *runCmd) check() error {
 	if c.timerSlack < 0 {
 		return usagef("--timer-slack must be >= 0, got %v", c.timerSlack)
 	}
+	if c.r.DataPlanePrivacy == config.Integrity && c.tlsDir == "" {
+		return usagef("--data-plane-privacy integrity needs --tls-dir: its MAC keys come from the TLS handshake (without TLS the data plane is plaintext)")
+	}
 	if !flagSet(c.fs, "checkpoint-dir") && c.dir != "run" {
 		c.r.CheckpointDir = filepath.Join(c.dir, "checkpoints")
 	}

@@ -183,7 +183,7 @@ func (c *taskCmd) options(stdout, stderr io.Writer) (task.Options, error) {
 	o := task.Options{Cluster: spec, Task: tk, Run: c.r, MetricsAddr: ma, HostMetrics: hm, DataAddr: c.dataAddr, ConnectTimeout: c.connectTimeout,
 		MaxMessageBytes: c.maxMsgMB << 20, Log: log, GradientFaults: gradFaults, WebConfigFile: *c.webConfig}
 	c.lim.apply(&o)
-	if o.TLS, err = c.tlsF.load(spec, tk, log); err != nil {
+	if o.TLS, err = c.tlsF.load(spec, tk, c.r.DataPlanePrivacy, log); err != nil {
 		return task.Options{}, err
 	}
 	if o.Auth, err = loadToken(*c.tokenFile, *c.tlsF.dir); err != nil {

@@ -139,14 +139,14 @@ func (r Rule) Validate() error {
 	switch r.Kind {
 	case SGD:
 	case Momentum:
-		if r.Momentum < 0 || r.Momentum >= 1 {
+		if !(r.Momentum >= 0 && r.Momentum < 1) {
 			return fmt.Errorf("embed: momentum %v: want 0 <= m < 1", r.Momentum)
 		}
 	case Adagrad:
-		if !(r.InitAcc > 0) {
+		if !(r.InitAcc > 0) || math.IsInf(float64(r.InitAcc), 0) {
 			return fmt.Errorf("embed: adagrad initial accumulator %v: want > 0", r.InitAcc)
 		}
-		if r.Eps < 0 {
+		if !(r.Eps >= 0) || math.IsInf(float64(r.Eps), 0) {
 			return fmt.Errorf("embed: adagrad epsilon %v: want >= 0", r.Eps)
 		}
 	default:

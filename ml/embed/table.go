@@ -52,13 +52,13 @@ type TableStats struct {
 // its holder serialises calls.
 type Table struct {
 	cfg      TableConfig
-	slot     map[uint64]int32 // key -> slot
-	keys     []uint64         // slot -> key
-	values   []float32        // slot*dim: the rows
-	state    []float32        // slot*stateLen: the optimizer's state
-	lastSeen []int64          // slot -> step of the last pull or push
-	free     []int32          // slots of evicted rows
-	seen     map[uint64]int32 // sightings of keys not yet admitted
+	slot     map[uint64]int32     // key -> slot
+	keys     []uint64             // slot -> key
+	values   []float32            // slot*dim: the rows
+	state    []float32            // slot*stateLen: the optimizer's state
+	lastSeen []int64              // slot -> step of the last pull or push
+	free     []int32              // slots of evicted rows
+	seen     map[uint64]sightings // keys not yet admitted
 	stats    TableStats
 }
 
@@ -67,8 +67,18 @@ func NewTable(cfg TableConfig) (*Table, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Table{cfg: cfg, slot: map[uint64]int32{}, seen: map[uint64]int32{}}, nil
+	return &Table{cfg: cfg, slot: map[uint64]int32{}, seen: map[uint64]sightings{}}, nil
 }
+
+// sightings counts a key not yet admitted: how often, and the step of the
+// last time (Evict forgets it as it drops a row).
+type sightings struct {
+	n    int32
+	last int64
+}
+
+// seenBytes is about what a key waiting for admission takes in the map.
+const seenBytes = 32
 
 // Config returns the table's configuration.
 func (t *Table) Config() TableConfig { return t.cfg }
@@ -76,10 +86,11 @@ func (t *Table) Config() TableConfig { return t.cfg }
 // Len is the number of rows held.
 func (t *Table) Len() int { return len(t.slot) }
 
-// Bytes is what the rows and their optimizer state take in memory.
+// Bytes is what the rows and their optimizer state take in memory, with
+// the keys waiting for admission.
 func (t *Table) Bytes() int64 {
 	per := int64(t.cfg.Dim+t.cfg.Rule.StateLen(t.cfg.Dim))*4 + 8 + 8
-	return int64(len(t.slot)) * per
+	return int64(len(t.slot))*per + int64(len(t.seen))*seenBytes
 }
 
 // Stats returns the table's counters.
@@ -100,7 +111,7 @@ func (t *Table) Pull(step int64, keys []uint64, out []float32) error {
 		dst := out[i*d : (i+1)*d]
 		s, ok := t.slot[k]
 		if !ok {
-			if !t.admit(k) {
+			if !t.admit(k, step) {
 				InitRow(t.cfg.Seed, t.cfg.Name, k, dst)
 				continue
 			}
@@ -156,16 +167,16 @@ func (t *Table) Push(step int64, keys []uint64, grads []float32) error {
 
 // admit counts a sighting of a key without a row and says whether it now
 // gets one.
-func (t *Table) admit(k uint64) bool {
+func (t *Table) admit(k uint64, step int64) bool {
 	if t.cfg.AdmitAfter <= 1 {
 		return true
 	}
-	n := t.seen[k] + 1
+	n := t.seen[k].n + 1
 	if int(n) >= t.cfg.AdmitAfter {
 		delete(t.seen, k)
 		return true
 	}
-	t.seen[k] = n
+	t.seen[k] = sightings{n: n, last: step}
 	return false
 }
 
@@ -198,10 +209,16 @@ func (t *Table) place(k uint64) int32 {
 }
 
 // Evict drops the rows unseen for more than EvictAfter steps before step,
-// and returns how many it dropped.
+// and returns how many it dropped; it forgets the sightings of keys not
+// admitted that are as old, so their count starts again.
 func (t *Table) Evict(step int64) int {
 	if t.cfg.EvictAfter <= 0 {
 		return 0
+	}
+	for k, s := range t.seen {
+		if step-s.last > t.cfg.EvictAfter {
+			delete(t.seen, k)
+		}
 	}
 	n := 0
 	for k, s := range t.slot {

@@ -156,3 +156,23 @@ func TestTableConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// A key seen too few times to be admitted is forgotten once it is as
+// stale as an evicted row, so keys seen once do not pile up.
+func TestEvictForgetsStaleSightings(t *testing.T) {
+	tb := newTable(t, TableConfig{AdmitAfter: 2, EvictAfter: 10})
+	out := make([]float32, 4)
+	_ = tb.Pull(1, []uint64{5}, out) // one sighting of 5
+	_ = tb.Pull(8, []uint64{6}, out) // one sighting of 6
+	if b := tb.Bytes(); b != 2*seenBytes {
+		t.Fatalf("Bytes %d with two keys waiting, want %d", b, 2*seenBytes)
+	}
+	tb.Evict(12) // 5 unseen for 11 steps: forgotten; 6 kept
+	_ = tb.Pull(13, []uint64{5, 6}, make([]float32, 8))
+	if _, _, ok := tb.Row(5); ok {
+		t.Fatal("key 5 admitted on a sighting counted after its first was forgotten")
+	}
+	if _, _, ok := tb.Row(6); !ok {
+		t.Fatal("key 6 not admitted on its second sighting")
+	}
+}

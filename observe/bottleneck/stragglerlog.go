@@ -63,12 +63,12 @@ func (l *StragglerLog) Observe(at float64, named []Straggler) []Straggler {
 	seen := map[string]bool{}
 	for _, s := range named {
 		seen[s.Task] = true
-		l.streak[s.Task] = append(l.streak[s.Task], s.Slowdown)
 		if c, ok := l.counted[s.Task]; ok {
 			c.last = at
 			c.slowdowns = append(c.slowdowns, s.Slowdown)
 			continue
 		}
+		l.streak[s.Task] = append(l.streak[s.Task], s.Slowdown)
 		if len(l.streak[s.Task]) >= StragglerPersist {
 			l.counted[s.Task] = &counted{first: at, last: at, slowdowns: slices.Clone(l.streak[s.Task])}
 			l.order = append(l.order, s.Task)

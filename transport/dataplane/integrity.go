@@ -97,7 +97,8 @@ func wantsIntegrity(cfg *tls.Config) bool {
 // explainHandshake adds the likely cause to a handshake error from ends
 // whose modes differ.
 func explainHandshake(err error) error {
-	if err != nil && strings.Contains(err.Error(), "no application protocol") {
+	if err != nil && (strings.Contains(err.Error(), "no application protocol") ||
+		strings.Contains(err.Error(), "unsupported application protocols")) {
 		return fmt.Errorf("%w (the two ends run different --data-plane-privacy modes)", err)
 	}
 	return err
@@ -308,11 +309,12 @@ func (c *macConn) next(p []byte) (n int, err error) {
 		}
 		return 0, err
 	}
-	size := int(binary.LittleEndian.Uint32(h[:]))
-	if size == 0 || size > maxMACRecord {
-		c.rerr = fmt.Errorf("%w: a record of %d bytes (1 to %d)", ErrBadFrame, size, maxMACRecord)
+	u := binary.LittleEndian.Uint32(h[:])
+	if u == 0 || u > maxMACRecord {
+		c.rerr = fmt.Errorf("%w: a record of %d bytes (1 to %d)", ErrBadFrame, u, maxMACRecord)
 		return 0, c.rerr
 	}
+	size := int(u)
 	dst := p
 	if len(p) < size {
 		c.rbuf = grow(c.rbuf, size)
