@@ -140,9 +140,12 @@ func TestChaos(t *testing.T) {
 	// The schedule must end well before the run: 15 epochs train for
 	// about 17 s on a quiet machine (53,000 samples/s; 5 epochs would end
 	// before the last fault), the faults are over by 3 + 2 x 4.5 = 12 s.
+	// The long schedule's last fault comes at 3 + 9 x 7.5 = 70.5 s at
+	// most: 80 epochs train for about 90 s on a quiet machine, plus what
+	// the faults cost (20 epochs ended before the last two faults).
 	n, epochs, gap := 3, "15", 3*time.Second
 	if *chaosLong {
-		n, epochs, gap = 10, "20", 5*time.Second
+		n, epochs, gap = 10, "80", 5*time.Second
 	}
 	events := chaosSchedule(*chaosSeed, n, 3*time.Second, gap, 2)
 	t.Logf("seed %d: %v", *chaosSeed, events)
