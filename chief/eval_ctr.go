@@ -2,9 +2,7 @@ package chief
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/pstrain/pstrain/ml/binmetric"
@@ -79,9 +77,9 @@ func (c *ctrEval) score(initial bool) (acc, loss float64, n int, err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), ctrEvalTimeout)
 	defer cancel()
-	probs, labels, err := predict(ctx, c.net, rows, c.test)
+	probs, labels, err := ctr.Predict(ctx, c.net, rows, c.test)
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, fmt.Errorf("eval: %w", err)
 	}
 	s, err := binmetric.Score(probs, labels)
 	if err != nil {
@@ -95,33 +93,6 @@ func (c *ctrEval) score(initial bool) (acc, loss float64, n int, err error) {
 		}
 	}
 	return float64(correct) / float64(len(probs)), s.LogLoss, len(probs), nil
-}
-
-// predict runs net over every sample of test, reading rows through rows,
-// and returns its click probabilities and the labels.
-func predict(ctx context.Context, net *ctr.Net, rows embed.Rows, test ctrdata.Source) ([]float32, []uint8, error) {
-	st, err := test.Open(0, test.Len())
-	if err != nil {
-		return nil, nil, err
-	}
-	defer st.Close()
-	b := ctrdata.NewBatch(test.Schema(), net.Batch())
-	probs, labels := make([]float32, 0, test.Len()), make([]uint8, 0, test.Len())
-	buf := make([]float32, net.Batch())
-	for {
-		err := st.Next(b)
-		if errors.Is(err, io.EOF) {
-			return probs, labels, nil
-		}
-		if err != nil {
-			return nil, nil, err
-		}
-		if _, err := net.Step(ctx, rows, 0, b); err != nil {
-			return nil, nil, fmt.Errorf("eval: %w", err)
-		}
-		probs = append(probs, net.Probs(buf)...)
-		labels = append(labels, b.Labels[:b.N]...)
-	}
 }
 
 // useRows gives a CTR evaluator the chief's client of the shards' rows:

@@ -177,9 +177,20 @@ func (tr *Trainer) Evaluate(ctx context.Context, test ctrdata.Source) (binmetric
 // Evaluate runs net (its dense weights already in Params) over every
 // sample of test, pulling rows through rows, and scores its predictions.
 func Evaluate(ctx context.Context, net *Net, rows embed.Rows, test ctrdata.Source) (binmetric.Scores, error) {
-	st, err := test.Open(0, test.Len())
+	probs, labels, err := Predict(ctx, net, rows, test)
 	if err != nil {
 		return binmetric.Scores{}, err
+	}
+	return binmetric.Score(probs, labels)
+}
+
+// Predict runs net (its dense weights already in Params) over every
+// sample of test, pulling rows through rows, and returns its click
+// probabilities beside the labels.
+func Predict(ctx context.Context, net *Net, rows embed.Rows, test ctrdata.Source) ([]float32, []uint8, error) {
+	st, err := test.Open(0, test.Len())
+	if err != nil {
+		return nil, nil, err
 	}
 	defer st.Close()
 	b := ctrdata.NewBatch(test.Schema(), net.Batch())
@@ -188,18 +199,17 @@ func Evaluate(ctx context.Context, net *Net, rows embed.Rows, test ctrdata.Sourc
 	for {
 		err := st.Next(b)
 		if errors.Is(err, io.EOF) {
-			break
+			return probs, labels, nil
 		}
 		if err != nil {
-			return binmetric.Scores{}, err
+			return nil, nil, err
 		}
 		if _, err := net.Step(ctx, rows, 0, b); err != nil {
-			return binmetric.Scores{}, err
+			return nil, nil, err
 		}
 		probs = append(probs, net.Probs(buf)...)
 		labels = append(labels, b.Labels[:b.N]...)
 	}
-	return binmetric.Score(probs, labels)
 }
 
 // Peeker reads rows without creating them (embed.Local.Peek).
