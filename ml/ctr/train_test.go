@@ -27,21 +27,14 @@ func defaultTrainConfig(epochs int) TrainConfig {
 
 // TestTrainReachesPlantedAUC trains on a small synthetic set and
 // reaches the planted model's held-out AUC minus 0.01.
-func TestTrainReachesPlantedAUC(t *testing.T) {
-	c := ctrdata.DefaultConfig()
-	c.Train, c.Test = 200_000, 20_000
-	for f, v := range c.Vocab { // up to 10^5 keys a field: fewer samples suffice
-		c.Vocab[f] = min(v, 100_000)
-	}
-	dir := t.TempDir()
-	if _, err := ctrdata.Generate(dir, c); err != nil {
-		t.Fatal(err)
-	}
+// trainSet trains the default model 2 epochs on the synthetic set in dir.
+func trainSet(t *testing.T, dir string) (*ctrdata.Set, TrainConfig, *Result) {
+	t.Helper()
 	set, err := ctrdata.OpenSynth(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer set.Close()
+	t.Cleanup(func() { set.Close() })
 	cfg := defaultTrainConfig(2)
 	cfg.Log = t.Logf
 	tr, err := NewTrainer(cfg)
@@ -52,6 +45,20 @@ func TestTrainReachesPlantedAUC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return set, cfg, res
+}
+
+func TestTrainReachesPlantedAUC(t *testing.T) {
+	c := ctrdata.DefaultConfig()
+	c.Train, c.Test = 200_000, 20_000
+	for f, v := range c.Vocab { // up to 10^5 keys a field: fewer samples suffice
+		c.Vocab[f] = min(v, 100_000)
+	}
+	dir := t.TempDir()
+	if _, err := ctrdata.Generate(dir, c); err != nil {
+		t.Fatal(err)
+	}
+	set, _, res := trainSet(t, dir)
 	t.Logf("%+v; planted auc %.4f", *res, set.Meta.PlantedAUC)
 	if res.Scores.AUC < set.Meta.PlantedAUC-0.01 {
 		t.Errorf("held-out AUC %.4f, want at least the planted %.4f - 0.01", res.Scores.AUC, set.Meta.PlantedAUC)
@@ -75,21 +82,7 @@ func TestTrainDefaultSet(t *testing.T) {
 	if err := blas.Setup(1); err != nil {
 		t.Fatal(err)
 	}
-	set, err := ctrdata.OpenSynth(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer set.Close()
-	cfg := defaultTrainConfig(2)
-	cfg.Log = t.Logf
-	tr, err := NewTrainer(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := tr.Train(context.Background(), set.Train, set.Test)
-	if err != nil {
-		t.Fatal(err)
-	}
+	set, cfg, res := trainSet(t, dir)
 	t.Logf("%s: %d samples in %.1fs (%.0f samples/s), %d rows; held-out auc %.4f (planted %.4f, gap %.4f) logloss %.4f normalized_entropy %.4f",
 		cfg.Spec, res.Samples, res.Seconds, res.SamplesPerSecond, res.Rows, res.Scores.AUC, set.Meta.PlantedAUC,
 		set.Meta.PlantedAUC-res.Scores.AUC, res.Scores.LogLoss, res.Scores.NormalizedEntropy)
