@@ -49,22 +49,7 @@ func TestIntegrityRoundTrip(t *testing.T) {
 	_, ctls := ca.configs(t, "worker-0")
 	c := clientOf(addr, WithPrivacy(ctls, true))
 	defer c.Close()
-	for i, n := range []int{3*maxMACRecord + 12345, 10, 0, maxMACRecord, 1 << 20} {
-		grad := make([]byte, n)
-		for j := range grad {
-			grad[j] = byte(i + j*7)
-		}
-		if _, err := c.Push(context.Background(), &pb.PushRequest{Grad: grad, RunId: "r"}); err != nil {
-			t.Fatal(err)
-		}
-		pr, err := c.Pull(context.Background(), &pb.PullRequest{RunId: "r"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(pr.Params, grad) {
-			t.Fatalf("push %d of %d bytes came back as %d different bytes", i, n, len(pr.Params))
-		}
-	}
+	echoRoundTrips(t, c, 3*maxMACRecord + 12345, 10, 0, maxMACRecord, 1 << 20)
 	c.mu.Lock()
 	mc, ok := c.conn.(*macConn)
 	c.mu.Unlock()

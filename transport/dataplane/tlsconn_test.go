@@ -74,7 +74,23 @@ func TestTLSOverTCPBatchesRecords(t *testing.T) {
 	addr := strings.Replace(lis.Addr().String(), "127.0.0.1", "localhost", 1) // a name: no same-host socket
 	c := NewClient(func(context.Context) (string, error) { return addr, nil }, ctls, 8<<20)
 	defer c.Close()
-	for i, n := range []int{3*recordBatch + 12345, 10, 0, recordBatch, 1 << 20} {
+	echoRoundTrips(t, c, 3*recordBatch + 12345, 10, 0, recordBatch, 1 << 20)
+	c.mu.Lock()
+	tc, ok := c.conn.(*tls.Conn)
+	c.mu.Unlock()
+	if !ok {
+		t.Fatalf("the connection is %T, want TLS", c.conn)
+	}
+	if _, ok := tc.NetConn().(*recordConn); !ok {
+		t.Fatalf("beneath TLS: %T, want the batching recordConn", tc.NetConn())
+	}
+}
+
+// echoRoundTrips pushes a payload of each size to an echo backend and
+// pulls it back, byte for byte.
+func echoRoundTrips(t *testing.T, c *Client, sizes ...int) {
+	t.Helper()
+	for i, n := range sizes {
 		grad := make([]byte, n)
 		for j := range grad {
 			grad[j] = byte(i + j*7)
@@ -89,14 +105,5 @@ func TestTLSOverTCPBatchesRecords(t *testing.T) {
 		if !bytes.Equal(pr.Params, grad) {
 			t.Fatalf("push %d of %d bytes came back as %d different bytes", i, n, len(pr.Params))
 		}
-	}
-	c.mu.Lock()
-	tc, ok := c.conn.(*tls.Conn)
-	c.mu.Unlock()
-	if !ok {
-		t.Fatalf("the connection is %T, want TLS", c.conn)
-	}
-	if _, ok := tc.NetConn().(*recordConn); !ok {
-		t.Fatalf("beneath TLS: %T, want the batching recordConn", tc.NetConn())
 	}
 }
