@@ -49,7 +49,7 @@ func TestIntegrityRoundTrip(t *testing.T) {
 	_, ctls := ca.configs(t, "worker-0")
 	c := clientOf(addr, WithPrivacy(ctls, true))
 	defer c.Close()
-	echoRoundTrips(t, c, 3*maxMACRecord + 12345, 10, 0, maxMACRecord, 1 << 20)
+	echoRoundTrips(t, c, 3*maxMACRecord+12345, 10, 0, maxMACRecord, 1<<20)
 	c.mu.Lock()
 	mc, ok := c.conn.(*macConn)
 	c.mu.Unlock()

@@ -74,7 +74,7 @@ func TestTLSOverTCPBatchesRecords(t *testing.T) {
 	addr := strings.Replace(lis.Addr().String(), "127.0.0.1", "localhost", 1) // a name: no same-host socket
 	c := NewClient(func(context.Context) (string, error) { return addr, nil }, ctls, 8<<20)
 	defer c.Close()
-	echoRoundTrips(t, c, 3*recordBatch + 12345, 10, 0, recordBatch, 1 << 20)
+	echoRoundTrips(t, c, 3*recordBatch+12345, 10, 0, recordBatch, 1<<20)
 	c.mu.Lock()
 	tc, ok := c.conn.(*tls.Conn)
 	c.mu.Unlock()
