@@ -269,6 +269,12 @@ func (c *macConn) writeBuffers(bufs net.Buffers) (int64, error) {
 	return total, nil
 }
 
+// rawReader is the connection's bytes beneath the records: after a
+// refusal, linger drains them unchecked (a record that failed its MAC
+// would stop a drain through Read at once, and the close that followed
+// would reset the connection over the refusal just written).
+func (c *macConn) rawReader() io.Reader { return c.rd }
+
 // CloseWrite half-closes the connection (after a refusal, linger).
 func (c *macConn) CloseWrite() error {
 	if cw, ok := c.tcp.(interface{ CloseWrite() error }); ok {

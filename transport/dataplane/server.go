@@ -319,8 +319,12 @@ func linger(c net.Conn) {
 	if cw, ok := c.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite()
 	}
+	var src io.Reader = c
+	if r, ok := c.(interface{ rawReader() io.Reader }); ok {
+		src = r.rawReader() // what is drained need not verify
+	}
 	c.SetReadDeadline(time.Now().Add(lingerFor))
-	io.CopyN(io.Discard, c, lingerBytes)
+	io.CopyN(io.Discard, src, lingerBytes)
 }
 
 // serveConn answers one connection's requests in order, until the
