@@ -21,6 +21,7 @@ type shardInit struct {
 	optSteps    int64
 	version     int64
 	positions   []int64 // each worker's data position (nil: the start)
+	rowsLoading bool    // the chief loads the checkpoint's rows after the Init
 }
 
 // freshInit is the run's initial state for every shard.
@@ -132,7 +133,8 @@ func (c *Chief) initShard(ctx context.Context, s int, in shardInit, gen int64) e
 	req := &pb.InitRequest{DataSlots: int32(slots), RunId: c.cfg.RunID, Shard: int32(s), NumShards: int32(r.PS), ShardOptions: c.shardOptions().Proto(),
 		Params: wire.Bytes(in.params), Version: in.version, MaxVersion: c.maxSteps(), LiveWorkers: live,
 		Generation: gen, ModelSpec: convert.ModelSpec(c.cfg.Spec), OptimizerStep: in.optSteps,
-		StepsPerEpoch: StepsPerEpoch(r, c.cfg.TrainN), DataPositions: in.positions, Tables: c.tableSpecs()}
+		StepsPerEpoch: StepsPerEpoch(r, c.cfg.TrainN), DataPositions: in.positions, Tables: c.tableSpecs(),
+		RowsLoading: in.rowsLoading}
 	if len(in.opt) > 0 {
 		req.OptimizerState = wire.Bytes(in.opt)
 	}
@@ -192,6 +194,7 @@ func (c *Chief) initCluster(ctx context.Context, a InitCluster) (step, latest in
 	}
 	all := make([]int, len(c.cfg.PS))
 	for s := range c.cfg.PS {
+		inits[s].rowsLoading = c.loadsRows(ck)
 		if err := c.initShard(ctx, s, inits[s], a.Generation); err != nil {
 			return 0, 0, err
 		}
@@ -221,6 +224,7 @@ func (c *Chief) restore(ctx context.Context, targets []int, gen int64) (int64, e
 		c.cfg.Log.Error("no valid checkpoint: restoring the initial weights", "shards", targets)
 	}
 	for _, t := range targets {
+		inits[t].rowsLoading = c.loadsRows(ck)
 		if err := c.initShard(ctx, t, inits[t], gen); err != nil {
 			return 0, err
 		}

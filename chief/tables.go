@@ -47,11 +47,17 @@ func (c *Chief) shardClients() []pb.ParameterServerClient {
 	return out
 }
 
+// loadsRows says whether an Init from ck is followed by restoreRows: the
+// shards then hold their row requests until the load is done.
+func (c *Chief) loadsRows(ck *checkpoint.Checkpoint) bool {
+	return ck != nil && len(c.cfg.Spec.Tables()) > 0
+}
+
 // restoreRows loads ck's embedding rows onto the target shards, just
 // initialised in generation gen (an Init installs empty tables). A run
 // without tables has nothing to load.
 func (c *Chief) restoreRows(ctx context.Context, ck *checkpoint.Checkpoint, targets []int, gen int64) error {
-	if ck == nil || len(c.cfg.Spec.Tables()) == 0 {
+	if !c.loadsRows(ck) {
 		return nil
 	}
 	if err := rowclient.RestoreShards(ctx, ck, c.shardClients(), targets, c.cfg.RunID, gen, 0); err != nil {

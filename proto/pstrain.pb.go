@@ -181,6 +181,7 @@ type InitRequest struct {
 	// tables are the embedding tables the run declares: the shard holds,
 	// of each, the rows embed.ShardOf places on it (none: a dense model).
 	Tables        []*TableSpec `protobuf:"bytes,22,rep,name=tables,proto3" json:"tables,omitempty"`
+	RowsLoading   bool         `protobuf:"varint,23,opt,name=rows_loading,json=rowsLoading,proto3" json:"rows_loading,omitempty"` // the chief loads a checkpoint's rows next: row requests wait (Unavailable) until its LoadRows with done
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -346,6 +347,13 @@ func (x *InitRequest) GetTables() []*TableSpec {
 		return x.Tables
 	}
 	return nil
+}
+
+func (x *InitRequest) GetRowsLoading() bool {
+	if x != nil {
+		return x.RowsLoading
+	}
+	return false
 }
 
 // TableSpec is one embedding table (embed.TableConfig).
@@ -827,6 +835,7 @@ type LoadRowsRequest struct {
 	Keys          []uint64               `protobuf:"fixed64,4,rep,packed,name=keys,proto3" json:"keys,omitempty"`
 	Values        []byte                 `protobuf:"bytes,5,opt,name=values,proto3" json:"values,omitempty"` // dim float32 per key
 	State         []byte                 `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`   // the rule's state values per key (float32)
+	Done          bool                   `protobuf:"varint,7,opt,name=done,proto3" json:"done,omitempty"`    // the last of a restore: the shard serves row requests again (no rows in this one)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -901,6 +910,13 @@ func (x *LoadRowsRequest) GetState() []byte {
 		return x.State
 	}
 	return nil
+}
+
+func (x *LoadRowsRequest) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
 }
 
 type LoadRowsResponse struct {
@@ -3696,7 +3712,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x05Block\x12\x1a\n" +
 	"\bvariable\x18\x01 \x01(\x05R\bvariable\x12\x1b\n" +
 	"\trow_start\x18\x02 \x01(\x05R\browStart\x12\x17\n" +
-	"\arow_end\x18\x03 \x01(\x05R\x06rowEnd\"\xc7\x05\n" +
+	"\arow_end\x18\x03 \x01(\x05R\x06rowEnd\"\xea\x05\n" +
 	"\vInitRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\x05R\x05shard\x12\x1d\n" +
@@ -3723,7 +3739,8 @@ const file_pstrain_proto_rawDesc = "" +
 	"data_slots\x18\x11 \x01(\x05R\tdataSlots\x12\x14\n" +
 	"\x05epoch\x18\x12 \x01(\x03R\x05epoch\x12!\n" +
 	"\fstandby_addr\x18\x13 \x01(\tR\vstandbyAddr\x12-\n" +
-	"\x06tables\x18\x16 \x03(\v2\x15.pstrain.v1.TableSpecR\x06tablesJ\x04\b\x04\x10\x05J\x04\b\r\x10\x0eJ\x04\b\x10\x10\x11\"\xf4\x01\n" +
+	"\x06tables\x18\x16 \x03(\v2\x15.pstrain.v1.TableSpecR\x06tables\x12!\n" +
+	"\frows_loading\x18\x17 \x01(\bR\vrowsLoadingJ\x04\b\x04\x10\x05J\x04\b\r\x10\x0eJ\x04\b\x10\x10\x11\"\xf4\x01\n" +
 	"\tTableSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03dim\x18\x02 \x01(\x05R\x03dim\x12\x12\n" +
@@ -3771,7 +3788,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x10PushRowsResponse\x12:\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2 .pstrain.v1.PushResponse.OutcomeR\aoutcome\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12\x12\n" +
-	"\x04done\x18\x03 \x01(\bR\x04done\"\xa0\x01\n" +
+	"\x04done\x18\x03 \x01(\bR\x04done\"\xb4\x01\n" +
 	"\x0fLoadRowsRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1e\n" +
 	"\n" +
@@ -3780,7 +3797,8 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x05table\x18\x03 \x01(\tR\x05table\x12\x12\n" +
 	"\x04keys\x18\x04 \x03(\x06R\x04keys\x12\x16\n" +
 	"\x06values\x18\x05 \x01(\fR\x06values\x12\x14\n" +
-	"\x05state\x18\x06 \x01(\fR\x05state\"&\n" +
+	"\x05state\x18\x06 \x01(\fR\x05state\x12\x12\n" +
+	"\x04done\x18\a \x01(\bR\x04done\"&\n" +
 	"\x10LoadRowsResponse\x12\x12\n" +
 	"\x04rows\x18\x01 \x01(\x03R\x04rows\"\x0e\n" +
 	"\fInitResponse\"\xe6\x01\n" +

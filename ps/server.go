@@ -396,7 +396,7 @@ func (s *Server) install(b built, inherit bool) {
 	s.refusals, s.guardLogged = refusalLog{}, false
 	s.lastInit = initTemplate(req)
 	s.replSeq = 0
-	s.tables.install(b.ts, req.RunId, req.Generation, opts.NaNPolicy == config.Skip)
+	s.tables.install(b.ts, req.RunId, req.Generation, opts.NaNPolicy == config.Skip, req.RowsLoading)
 	s.tables.quarantine(sh)
 }
 

@@ -33,6 +33,7 @@ type tableHost struct {
 	gen     int64
 	done    bool
 	nanSkip bool
+	loading bool          // the chief is loading a checkpoint's rows: row requests wait
 	changed chan struct{} // closed and replaced when a pull may become ready
 	// quarantined are the dense shard's quarantined workers, by index:
 	// their row pushes are dropped (sync steps leave them out anyway).
@@ -113,7 +114,7 @@ func (sn *snapshot) tensors() ([]checkpoint.Tensor, error) {
 
 // install makes set (nil: none) the shard's tables for run runID at
 // generation gen, replacing those before.
-func (h *tableHost) install(set *TableSet, runID string, gen int64, nanSkip bool) {
+func (h *tableHost) install(set *TableSet, runID string, gen int64, nanSkip, loading bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.set != nil {
@@ -122,7 +123,7 @@ func (h *tableHost) install(set *TableSet, runID string, gen int64, nanSkip bool
 			h.m.Bytes.DeleteLabelValues(name)
 		}
 	}
-	h.set, h.inited, h.runID, h.gen, h.done, h.nanSkip = set, true, runID, gen, false, nanSkip
+	h.set, h.inited, h.runID, h.gen, h.done, h.nanSkip, h.loading = set, true, runID, gen, false, nanSkip, loading && set != nil
 	clear(h.exported)
 	h.exportAll()
 	h.notify()
@@ -217,6 +218,20 @@ func (h *tableHost) check(runID string) error {
 // limit; a worker's client asks for at most rowclient.DefaultMaxRequestBytes.
 const maxPullAnswer = 16 << 20
 
+// serving is check for a worker's (or the chief's reading) request,
+// which also waits while the chief loads a restored checkpoint's rows: a
+// row read before then would be a new one, not the checkpoint's. Call
+// with mu held.
+func (h *tableHost) serving(runID string) error {
+	if err := h.check(runID); err != nil {
+		return err
+	}
+	if h.loading {
+		return status.Error(codes.Unavailable, "the shard's embedding rows are being restored (waiting for the chief)")
+	}
+	return nil
+}
+
 // tableStatus maps a TableSet error to a gRPC status.
 func tableStatus(err error) error {
 	switch {
@@ -307,7 +322,7 @@ func (s *Server) PullRows(ctx context.Context, req *pb.PullRowsRequest) (*pb.Pul
 // pullReady says whether a row pull may be answered now. Call with mu
 // held.
 func (h *tableHost) pullReady(req *pb.PullRowsRequest) (bool, error) {
-	if err := h.check(req.RunId); err != nil {
+	if err := h.serving(req.RunId); err != nil {
 		return false, err
 	}
 	return h.done || h.set.mode != config.Sync || (req.Generation != 0 && req.Generation != h.gen) ||
@@ -348,7 +363,7 @@ func (s *Server) PushRows(ctx context.Context, req *pb.PushRowsRequest) (*pb.Pus
 	h := s.tables
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if err := h.check(req.RunId); err != nil {
+	if err := h.serving(req.RunId); err != nil {
 		return nil, err
 	}
 	stale := &pb.PushRowsResponse{Outcome: pb.PushResponse_STALE, Version: h.set.Version(), Done: h.done}
@@ -384,6 +399,11 @@ func (s *Server) LoadRows(ctx context.Context, req *pb.LoadRowsRequest) (*pb.Loa
 	}
 	if req.Generation != h.gen {
 		return nil, status.Errorf(codes.FailedPrecondition, "rows for generation %d, the shard's tables are of generation %d", req.Generation, h.gen)
+	}
+	if req.Done {
+		h.loading = false
+		h.notify()
+		return &pb.LoadRowsResponse{}, nil
 	}
 	t := h.set.Table(req.Table)
 	if t == nil {

@@ -47,6 +47,9 @@ func RestoreShards(ctx context.Context, ck *checkpoint.Checkpoint, shards []pb.P
 				return fmt.Errorf("rowclient: restoring %s onto shard %d of %d: %w", r.Name, s, n, err)
 			}
 		}
+		if _, err := cl.LoadRows(ctx, &pb.LoadRowsRequest{RunId: runID, Generation: gen, Done: true}); err != nil {
+			return fmt.Errorf("rowclient: releasing shard %d of %d after its rows: %w", s, n, err)
+		}
 	}
 	return nil
 }

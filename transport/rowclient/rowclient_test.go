@@ -47,6 +47,8 @@ type cluster struct {
 	keys   *auth.Keyring
 	plan   partition.Plan
 	store  *checkpoint.Store // the shards' shared checkpoint directory
+	// rowsLoading makes the Inits say the chief loads rows next.
+	rowsLoading bool
 }
 
 func startShards(t testing.TB, n int) *cluster {
@@ -111,7 +113,7 @@ func (c *cluster) initMode(t testing.TB, chief []pb.ParameterServerClient, table
 	for s, cl := range chief {
 		_, err := cl.Init(context.Background(), &pb.InitRequest{RunId: "r", Shard: int32(s), NumShards: int32(len(c.shards)),
 			ShardOptions: ps.OptionsFor(r).Proto(), Params: wire.Bytes(make([]float32, plan.Shards[s].Size)),
-			ModelSpec: convert.ModelSpec(spec), Generation: 1, Tables: ps.TableSpecs(tables)})
+			ModelSpec: convert.ModelSpec(spec), Generation: 1, Tables: ps.TableSpecs(tables), RowsLoading: c.rowsLoading})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -600,5 +602,38 @@ func TestRestoreShardsLoadsTheTargetsOnly(t *testing.T) {
 	}
 	if err := RestoreShards(context.Background(), ck, chiefDst, []int{2}, "r", 1, 100); err == nil {
 		t.Error("restoring shard 2 of 2 did not fail")
+	}
+}
+
+// A shard told that the chief loads a checkpoint's rows answers row
+// requests Unavailable (which workers retry) until the restore's last
+// LoadRows: no worker reads, and creates, a row the checkpoint holds.
+func TestRowsWaitForTheirRestore(t *testing.T) {
+	tables := []embed.TableConfig{{Name: "emb/C1", Dim: 4, Seed: 3, Rule: embed.DefaultAdagrad(0.2)}}
+	keys := [][]uint64{{1, 2, 3, 4}, {3, 4, 5, 6}}
+	src, dst := startShards(t, 2), startShards(t, 2)
+	chiefSrc, chiefDst := src.clients(t, auth.RoleChief, 0), dst.clients(t, auth.RoleChief, 0)
+	src.init(t, chiefSrc, tables)
+	w := [][]pb.ParameterServerClient{src.clients(t, auth.RoleWorker, 0), src.clients(t, auth.RoleWorker, 1)}
+	src.trainStep(t, w, 0, keys)
+	ck := src.checkpointAll(t, chiefSrc, 1)
+	dst.rowsLoading = true
+	dst.init(t, chiefDst, tables)
+	cl, err := New(Config{Shards: dst.clients(t, auth.RoleWorker, 0), RunID: "r", Worker: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]float32, 4*4)
+	if err := cl.Pull(context.Background(), 0, "emb/C1", keys[0], out); status.Code(err) != codes.Unavailable {
+		t.Fatalf("a pull before the rows are restored: %v, want Unavailable", err)
+	}
+	if err := Restore(context.Background(), ck, chiefDst, "r", 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Pull(context.Background(), 0, "emb/C1", keys[0], out); err != nil {
+		t.Fatalf("a pull after the restore: %v", err)
+	}
+	if want := pullAll(t, chiefSrc, 1, keys[0]); !slices.Equal(out, want) {
+		t.Fatalf("restored rows %v, want the checkpoint's %v", out, want)
 	}
 }
