@@ -44,6 +44,12 @@ type Config struct {
 	// MaxRequestBytes bounds the row payload of one request or response
 	// (0: DefaultMaxRequestBytes).
 	MaxRequestBytes int
+	// Retry, if set, makes one request to one shard, call, and the
+	// attempts again it judges worth it (a shard unavailable while it
+	// restarts): a request is retried alone, never the call's requests
+	// to the other shards, which an async shard would apply twice. Nil:
+	// one attempt.
+	Retry func(ctx context.Context, call func(context.Context) error) error
 }
 
 // Client is embed.Rows over the parameter servers; safe for concurrent
@@ -158,10 +164,17 @@ func dimOf(keys []uint64, vals []float32) (int, error) {
 }
 
 // each runs do on every shard's parts in parallel (a shard's parts one
-// after the other) and returns the first error.
-func (c *Client) each(parts [][]part, do func(part) error) error {
-	errs := make([]error, len(parts))
-	var wg sync.WaitGroup
+// after the other, each retried alone by Config.Retry) and returns the
+// first error: the first failure cancels the calls still going to the
+// other shards, whose errors are then only that.
+func (c *Client) each(ctx context.Context, parts [][]part, do func(context.Context, part) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+	)
 	for s, ps := range parts {
 		if len(ps) == 0 {
 			continue
@@ -170,15 +183,27 @@ func (c *Client) each(parts [][]part, do func(part) error) error {
 		go func() {
 			defer wg.Done()
 			for _, p := range ps {
-				if err := do(p); err != nil {
-					errs[s] = fmt.Errorf("rowclient: shard %d: %w", s, err)
+				if err := c.attempt(ctx, p, do); err != nil {
+					once.Do(func() {
+						first = fmt.Errorf("rowclient: shard %d: %w", s, err)
+						cancel()
+					})
 					return
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return first
+}
+
+// attempt makes request p, through Config.Retry if set.
+func (c *Client) attempt(ctx context.Context, p part, do func(context.Context, part) error) error {
+	call := func(ctx context.Context) error { return do(ctx, p) }
+	if c.cfg.Retry == nil {
+		return call(ctx)
+	}
+	return c.cfg.Retry(ctx, call)
 }
 
 func (c *Client) maxKeys(dim int) int { return max(1, c.cfg.MaxRequestBytes/(dim*4+8)) }
@@ -190,7 +215,7 @@ func (c *Client) Pull(ctx context.Context, step int64, table string, keys []uint
 		return err
 	}
 	parts := split(table, keys, len(c.cfg.Shards), c.maxKeys(dim))
-	return c.each(parts, func(p part) error {
+	return c.each(ctx, parts, func(ctx context.Context, p part) error {
 		ks := make([]uint64, len(p.idx))
 		for j, i := range p.idx {
 			ks[j] = keys[i]
@@ -228,7 +253,7 @@ func (c *Client) Push(ctx context.Context, step int64, table string, keys []uint
 		return err
 	}
 	parts := split(table, keys, len(c.cfg.Shards), c.maxKeys(dim))
-	return c.each(parts, func(p part) error {
+	return c.each(ctx, parts, func(ctx context.Context, p part) error {
 		ks, gs := make([]uint64, len(p.idx)), make([]float32, 0, len(p.idx)*dim)
 		for j, i := range p.idx {
 			ks[j] = keys[i]
