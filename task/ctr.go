@@ -90,24 +90,21 @@ func ctrLoader(r config.Run, train ctrdata.Source) dataset.ShardLoader {
 			return nil, fmt.Errorf("data: shard %d of %d", index, count)
 		}
 		lo, hi := index*n/count, (index+1)*n/count
-		b, err := readRange(train, lo, hi)
-		if err != nil {
-			return nil, err
-		}
-		return worker.NewCTRSamples(b), nil
+		return readRange(train, lo, hi)
 	}
 }
 
-// readRange reads samples [lo, hi) of src into one batch.
-func readRange(src ctrdata.Source, lo, hi int) (*ctrdata.Batch, error) {
+// readRange reads samples [lo, hi) of src into a shard held compactly
+// (worker.CTRSamples), a chunk at a time: the samples are never held
+// twice.
+func readRange(src ctrdata.Source, lo, hi int) (*worker.CTRSamples, error) {
 	st, err := src.Open(lo, hi)
 	if err != nil {
 		return nil, err
 	}
 	defer st.Close()
-	all := ctrdata.NewBatch(src.Schema(), hi-lo)
+	all := worker.NewCTRSamplesCap(src.Schema(), hi-lo)
 	chunk := ctrdata.NewBatch(src.Schema(), min(max(hi-lo, 1), 4096))
-	s := src.Schema()
 	for {
 		err := st.Next(chunk)
 		if errors.Is(err, io.EOF) {
@@ -116,16 +113,12 @@ func readRange(src ctrdata.Source, lo, hi int) (*ctrdata.Batch, error) {
 		if err != nil {
 			return nil, err
 		}
-		if all.N+chunk.N > hi-lo {
-			return nil, fmt.Errorf("data: more than the %d samples of [%d, %d)", hi-lo, lo, hi)
+		if err := all.Append(chunk); err != nil {
+			return nil, fmt.Errorf("data: samples [%d, %d): %w", lo, hi, err)
 		}
-		copy(all.Labels[all.N:], chunk.Labels[:chunk.N])
-		copy(all.Dense[all.N*s.Dense:], chunk.Dense[:chunk.N*s.Dense])
-		copy(all.Keys[all.N*s.Cat:], chunk.Keys[:chunk.N*s.Cat])
-		all.N += chunk.N
 	}
-	if all.N != hi-lo {
-		return nil, fmt.Errorf("data: read %d samples of [%d, %d)", all.N, lo, hi)
+	if n, _ := all.Shape(); n != hi-lo {
+		return nil, fmt.Errorf("data: read %d samples of [%d, %d)", n, lo, hi)
 	}
 	return all, nil
 }
