@@ -99,11 +99,15 @@ type EmbeddingsRun struct {
 	DenseBytesPerStep float64   `json:"dense_bytes_per_step"`
 	UniqueKeysPerStep float64   `json:"unique_keys_per_step"`
 	ShardRequestShare []float64 `json:"shard_request_share"`
-	MeasuredSteps     float64   `json:"measured_steps"`
-	MeasuredSeconds   float64   `json:"measured_seconds"`
-	WallSeconds       float64   `json:"wall_seconds"`
-	AUC               float64   `json:"auc"`
-	PlantedAUC        float64   `json:"planted_auc"`
+	// CPUMsPerStep is the CPU the PS and the workers spent per worker
+	// step (process_cpu_seconds_total): what a step costs, which the
+	// shared machine's load moves much less than the steps/s.
+	CPUMsPerStep    float64 `json:"cpu_ms_per_step"`
+	MeasuredSteps   float64 `json:"measured_steps"`
+	MeasuredSeconds float64 `json:"measured_seconds"`
+	WallSeconds     float64 `json:"wall_seconds"`
+	AUC             float64 `json:"auc"`
+	PlantedAUC      float64 `json:"planted_auc"`
 }
 
 // EmbeddingsScale compares the two runs' speed.
@@ -112,9 +116,14 @@ type EmbeddingsScale struct {
 	LargeParameters     int64   `json:"large_parameters"`
 	SmallStepsPerSecond float64 `json:"small_steps_per_second"`
 	LargeStepsPerSecond float64 `json:"large_steps_per_second"`
-	// Ratio is the large tables' steps/s over the small ones'.
-	Ratio     float64 `json:"ratio"`
-	MeetsGoal bool    `json:"meets_goal"`
+	// Ratio is the large tables' steps/s over the small ones'; CPURatio
+	// the small tables' CPU per step over the large ones' (1: a step of
+	// each costs the same).
+	Ratio             float64 `json:"ratio"`
+	MeetsGoal         bool    `json:"meets_goal"`
+	SmallCPUMsPerStep float64 `json:"small_cpu_ms_per_step"`
+	LargeCPUMsPerStep float64 `json:"large_cpu_ms_per_step"`
+	CPURatio          float64 `json:"cpu_ratio"`
 }
 
 // EmbeddingsResult is the embeddings section (embeddings.* in the JSON,
@@ -191,7 +200,8 @@ func embeddingsResult(p EmbeddingsPlan, large, small EmbeddingsRun, ceil float64
 	r.MeetsSpeedGoal = r.Efficiency >= SpeedGoal
 	r.Scale = EmbeddingsScale{SmallParameters: small.Parameters, LargeParameters: large.Parameters,
 		SmallStepsPerSecond: small.StepsPerSecond, LargeStepsPerSecond: large.StepsPerSecond,
-		Ratio: ratio(large.StepsPerSecond, small.StepsPerSecond)}
+		Ratio: ratio(large.StepsPerSecond, small.StepsPerSecond), SmallCPUMsPerStep: small.CPUMsPerStep,
+		LargeCPUMsPerStep: large.CPUMsPerStep, CPURatio: ratio(small.CPUMsPerStep, large.CPUMsPerStep)}
 	r.Scale.MeetsGoal = r.Scale.Ratio >= ScaleGoal
 	return r
 }
@@ -267,12 +277,13 @@ func measureWindow(run *EmbeddingsRun, from, to, last Snapshot, dim int) {
 	run.MeasuredSteps, run.MeasuredSeconds = steps, secs
 	run.StepsPerSecond = ratio(steps, secs)
 	run.SamplesPerSecond = ratio(to.WorkerSamples-from.WorkerSamples, secs)
-	var rowB, denseB, pushKeys, keys float64
+	var rowB, denseB, pushKeys, keys, cpu float64
 	perShard := make([]float64, len(to.Shards))
 	for s := range to.Shards {
 		a, b := from.Shards[s], to.Shards[s]
 		rowB += b.RowBytes - a.RowBytes
 		denseB += b.DenseBytes - a.DenseBytes
+		cpu += b.CPUSeconds - a.CPUSeconds
 		pushKeys += b.PushKeys - a.PushKeys
 		perShard[s] = (b.PullKeys - a.PullKeys) + (b.PushKeys - a.PushKeys)
 		keys += perShard[s]
@@ -282,6 +293,7 @@ func measureWindow(run *EmbeddingsRun, from, to, last Snapshot, dim int) {
 	run.Parameters = run.Rows * int64(dim)
 	run.RowBytesPerStep, run.DenseBytesPerStep = ratio(rowB, steps), ratio(denseB, steps)
 	run.BytesPerStep = run.RowBytesPerStep + run.DenseBytesPerStep
+	run.CPUMsPerStep = 1e3 * ratio(cpu+to.WorkerCPUSeconds-from.WorkerCPUSeconds, steps)
 	// Every key a worker pulls it pushes a gradient for; the pushes alone
 	// are the workers' (the chief's evaluations pull too).
 	run.UniqueKeysPerStep = ratio(pushKeys, steps)
@@ -348,8 +360,9 @@ func writeEmbeddingsTable(tw io.Writer, e *EmbeddingsResult) {
 	fmt.Fprintf(tw, "  speed: %.0f samples/s vs %d cores x %.0f in one process: efficiency %.2f (goal >= %.1f: %v)\n",
 		e.SamplesPerSecond, e.Cores, e.CeilingSamplesPerSecond, e.Efficiency, SpeedGoal, e.MeetsSpeedGoal)
 	s := e.Scale
-	fmt.Fprintf(tw, "  scale: %d parameters at %.1f steps/s vs %d at %.1f: ratio %.2f (goal >= %.1f: %v)\n",
-		s.LargeParameters, s.LargeStepsPerSecond, s.SmallParameters, s.SmallStepsPerSecond, s.Ratio, ScaleGoal, s.MeetsGoal)
+	fmt.Fprintf(tw, "  scale: %d parameters at %.1f steps/s vs %d at %.1f: ratio %.2f (goal >= %.1f: %v); CPU per step %.1f vs %.1f ms: %.2f\n",
+		s.LargeParameters, s.LargeStepsPerSecond, s.SmallParameters, s.SmallStepsPerSecond, s.Ratio, ScaleGoal, s.MeetsGoal,
+		s.LargeCPUMsPerStep, s.SmallCPUMsPerStep, s.CPURatio)
 	fmt.Fprintln(tw, "  run\tvocab cap\trows\tsteps/s\tsamples/s\tunique keys/step\trow bytes/step\tdense bytes/step\tauc (planted)")
 	for _, r := range e.Runs {
 		fmt.Fprintf(tw, "  %s\t%d\t%d\t%.1f\t%.0f\t%.0f\t%.0f\t%.0f\t%.4f (%.4f)\n", r.Name, r.VocabCap, r.Rows, r.StepsPerSecond,

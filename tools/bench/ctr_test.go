@@ -34,10 +34,11 @@ func TestTrainingWindow(t *testing.T) {
 // worker step; the rows are the last snapshot's; the unique keys are
 // the pushed ones (the chief's evaluations pull too).
 func TestMeasureWindow(t *testing.T) {
-	from := snap(10, 100, ShardReading{PullKeys: 1000, PushKeys: 900, RowBytes: 5000, DenseBytes: 8000},
-		ShardReading{PullKeys: 2000, PushKeys: 1900, RowBytes: 6000, DenseBytes: 8000})
-	to := snap(12, 150, ShardReading{PullKeys: 1600, PushKeys: 1500, RowBytes: 65000, DenseBytes: 58000},
-		ShardReading{PullKeys: 2400, PushKeys: 2300, RowBytes: 46000, DenseBytes: 58000})
+	from := snap(10, 100, ShardReading{PullKeys: 1000, PushKeys: 900, RowBytes: 5000, DenseBytes: 8000, CPUSeconds: 1},
+		ShardReading{PullKeys: 2000, PushKeys: 1900, RowBytes: 6000, DenseBytes: 8000, CPUSeconds: 2})
+	to := snap(12, 150, ShardReading{PullKeys: 1600, PushKeys: 1500, RowBytes: 65000, DenseBytes: 58000, CPUSeconds: 1.5},
+		ShardReading{PullKeys: 2400, PushKeys: 2300, RowBytes: 46000, DenseBytes: 58000, CPUSeconds: 2.5})
+	from.WorkerCPUSeconds, to.WorkerCPUSeconds = 10, 11.5
 	last := snap(13, 150, ShardReading{Rows: 70, TableBytes: 700}, ShardReading{Rows: 30, TableBytes: 300})
 	var r EmbeddingsRun
 	measureWindow(&r, from, to, last, 16)
@@ -55,6 +56,7 @@ func TestMeasureWindow(t *testing.T) {
 		"table bytes":       {float64(r.TableBytes), 1000},
 		"measured seconds":  {r.MeasuredSeconds, 2},
 		"measured steps":    {r.MeasuredSteps, 50},
+		"cpu ms/step":       {r.CPUMsPerStep, 1e3 * 2.5 / 50},
 		"max share / mean":  {MaxOverMean(r.ShardRequestShare), 1.2},
 		"wire bound":        {WireBound(20, 16, 100), 1.1*20*16*8 + 800},
 		"no shares' max":    {MaxOverMean(nil), 0},

@@ -55,14 +55,16 @@ type ShardReading struct {
 	PushKeys   float64 // ... {op="push"}
 	RowBytes   float64 // payload bytes of the row pulls and pushes, both ways
 	DenseBytes float64 // payload bytes of the dense pulls and pushes
+	CPUSeconds float64 // process_cpu_seconds_total
 }
 
 // Snapshot is one scrape of every PS and worker of a run.
 type Snapshot struct {
 	At     time.Time
 	Shards []ShardReading // by shard index
-	// WorkerSteps and WorkerSamples are the sums over the workers.
-	WorkerSteps, WorkerSamples float64
+	// WorkerSteps, WorkerSamples and WorkerCPUSeconds are the sums over
+	// the workers.
+	WorkerSteps, WorkerSamples, WorkerCPUSeconds float64
 }
 
 // target is one entry of the launcher's file_sd file.
@@ -151,6 +153,7 @@ func (s *Scraper) scrape(ctx context.Context, runDir string) (Snapshot, error) {
 		}
 		snap.WorkerSteps += f.Sum(metrics.MetricWorkerSteps, nil)
 		snap.WorkerSamples += f.Sum(metrics.MetricWorkerSamples, nil)
+		snap.WorkerCPUSeconds += f.Sum(metricProcessCPU, nil)
 	}
 	return snap, nil
 }
@@ -173,8 +176,12 @@ func shardReading(f metrics.Families) ShardReading {
 		RowBytes: f.Sum(metrics.MetricRPCSentBytes, op("pull_rows")) + f.Sum(metrics.MetricRPCReceivedBytes, op("pull_rows")) +
 			f.Sum(metrics.MetricRPCReceivedBytes, op("push_rows")),
 		DenseBytes: f.Sum(metrics.MetricRPCSentBytes, op("pull")) + f.Sum(metrics.MetricRPCReceivedBytes, op("push")),
+		CPUSeconds: f.Sum(metricProcessCPU, nil),
 	}
 }
+
+// metricProcessCPU is the Go client's process collector's CPU counter.
+const metricProcessCPU = "process_cpu_seconds_total"
 
 // ErrNoWindow is returned when a run's snapshots hold no stretch of
 // training to measure.
