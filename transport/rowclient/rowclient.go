@@ -1,7 +1,9 @@
 // Package rowclient reads and trains embedding rows held by parameter
-// servers: Client implements embed.Rows over N shards. A call's unique
-// keys are split by embed.ShardOf, each shard's share is sent in
-// requests of at most MaxRequestBytes of rows (one after the other), the
+// servers: Client implements embed.MultiRows over N shards. A call's
+// unique keys, of one table or of several (PullTables, PushTables: a
+// CTR step's every table), are split by embed.ShardOf, each shard's
+// share is sent in requests of at most MaxRequestBytes of rows (one
+// after the other; a request carries several tables' blocks), the
 // shards are called in parallel, and the rows come back in the keys'
 // order. The step is the version the rows are read at (a sync pull waits
 // for the shard to reach it) and the version a push's gradients come
