@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/ml/embed"
 	"github.com/pstrain/pstrain/transport/auth"
@@ -106,5 +108,42 @@ func TestTablesInOneCallMatchOneByOne(t *testing.T) {
 		if slices.Equal(one[i], init) {
 			t.Errorf("%s: the push changed nothing", cfgs[i].Name)
 		}
+	}
+}
+
+// TestShardsCountWhatTheClientSent: a shard's row payload counters
+// (pstrain_rpc_received_bytes_total of pull_rows and push_rows: the keys
+// as sent and the gradients; pstrain_rpc_sent_bytes_total of pull_rows:
+// the rows) add up to what the client counted it sent and received, the
+// bench's bytes per step.
+func TestShardsCountWhatTheClientSent(t *testing.T) {
+	cfgs := []embed.TableConfig{{Name: "emb/C1", Dim: 4, Seed: 1, Rule: embed.Rule{Kind: embed.SGD, LR: 1}},
+		{Name: "emb/C2", Dim: 2, Seed: 1, Rule: embed.Rule{Kind: embed.SGD, LR: 1}}}
+	c := startShards(t, 2)
+	c.initMode(t, c.clients(t, auth.RoleChief, 0), cfgs, config.Async)
+	cl, err := New(Config{Shards: c.clients(t, auth.RoleWorker, 0), RunID: "r", Worker: 0, MaxRequestBytes: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := []uint64{3, 300, 70000, 1 << 50}
+	tables := []embed.TableRows{{Table: "emb/C1", Keys: keys, Rows: make([]float32, 16)}, {Table: "emb/C2", Keys: keys[:2], Rows: make([]float32, 4)}}
+	ctx := context.Background()
+	if err := cl.PullTables(ctx, 0, tables); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.PushTables(ctx, 0, tables); err != nil {
+		t.Fatal(err)
+	}
+	var received, sent float64
+	for _, p := range c.shards {
+		received += testutil.ToFloat64(p.m.RPCReceivedBytes.WithLabelValues("pull_rows")) + testutil.ToFloat64(p.m.RPCReceivedBytes.WithLabelValues("push_rows"))
+		sent += testutil.ToFloat64(p.m.RPCSentBytes.WithLabelValues("pull_rows"))
+	}
+	st := cl.Stats()
+	if received != float64(st.BytesSent) || sent != float64(st.BytesReceived) {
+		t.Errorf("shards received %g and sent %g row bytes; the client sent %d and received %d", received, sent, st.BytesSent, st.BytesReceived)
+	}
+	if want := 2 * 4 * float64(16+4); sent != want/2 || st.BytesSent <= int64(want/2) {
+		t.Errorf("rows sent %g bytes, want %g; client sent %d (gradients %g + keys)", sent, want/2, st.BytesSent, want/2)
 	}
 }
