@@ -107,9 +107,9 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // config checks the flags (a mistake is a usage error), fills in the
 // defaults, sets OpenBLAS up and returns the bench's configuration.
 func (c *benchCmd) config(progress io.Writer) (bench.Config, error) {
-	secs, err := bench.ParseSections(c.sections)
+	secs, err := c.parseSections()
 	if err != nil {
-		return bench.Config{}, asUsage(err)
+		return bench.Config{}, err
 	}
 	bs, err := model.ParseHidden(c.batches) // a comma list of positive ints
 	if err != nil || len(bs) == 0 {
@@ -136,10 +136,10 @@ func (c *benchCmd) config(progress io.Writer) (bench.Config, error) {
 	if err := c.mr.Validate(); err != nil {
 		return bench.Config{}, asUsage(err)
 	}
-	spec := c.mr.Spec(784, 10) // MNIST's shape: the sections use synthetic data of it
+	spec := c.benchSpec()
 	return bench.Config{Sections: secs, Quick: c.quick, Spec: spec,
 		Batches: bs, BLAS: gorgonia.WhichBLAS(), BLASName: blas.Describe(), Budget: c.budget, Rounds: c.rounds, Seed: c.seed,
-		Progress: progress}, nil
+		Embeddings: c.embeddingsPlan(spec), Progress: progress}, nil
 }
 
 // runners sets cfg up for the sections that run this binary (cluster,
@@ -161,6 +161,7 @@ func (c *benchCmd) runners(cfg *bench.Config) (cleanup func(), err error) {
 	if c.mr.Model.IsCNN() { // the cluster runs train the model compute measured
 		runner.Model = []string{"--model=cnn", "--conv=" + sizesText(&c.mr.Conv), "--hidden=" + sizesText(&c.mr.Hidden)}
 	}
+	c.setEmbeddingsRunner(cfg, runner, dir)
 	cfg.Runner = runner
 	cfg.TLSDir = filepath.Join(dir, "tls-certs")
 	cfg.TLSLink = &bench.NetlabLink{Exe: exe, Dir: dir, DataDir: c.dataDir}
