@@ -148,6 +148,10 @@ type elasticState struct {
 	// retiredHeard is what the shards may retire when lastSent is not
 	// known (see shardsRetire).
 	retiredHeard []int32
+	// ach is an async or ssp run's change under way, reads what each
+	// worker's heartbeat said of its reading (core_elastic_async.go).
+	ach   *asyncChange
+	reads map[int]dataRead
 }
 
 type phase int
@@ -396,7 +400,7 @@ func (c *Core) Heartbeat(worker int, now time.Time) (stop bool, err error) {
 		return false, fmt.Errorf("%w: worker index %d out of range (the run has at most %d)", ErrBadTask, worker, len(c.workerSeen))
 	}
 	c.members.Beat(worker, now)
-	return c.Stopping(), nil
+	return c.Stopping() || c.stopRetired(worker), nil
 }
 
 // Missing lists the tasks that have not registered.

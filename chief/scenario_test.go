@@ -88,6 +88,9 @@ import (
 //	scale N t=S                  ask for N workers (Core.Scale)
 //	heartbeat W t=S eras=N        (with eras: the worker uses a data plan
 //	                             of N eras; prints the plan it is sent)
+//	  [pos=P hold=H waiting]     (what it reads: the next batch's
+//	                             position, its plan's hold, waiting for
+//	                             the chief)
 //	membership-refused t=S       a shard refused the hold
 //	plan                         workers, target, last step, data plan
 //	                             (eras epoch@step:workers, /batches per
@@ -355,6 +358,11 @@ func (s *scenario) member(f []string, a scenariotest.Args) string {
 			return "error: " + err.Error()
 		}
 		out := fmt.Sprintf("ok stop=%t", stop)
+		if pos, ok := a["pos"]; ok {
+			p, _ := strconv.ParseInt(pos, 10, 64)
+			_, waiting := a["waiting"]
+			s.core.DataRead(idx, p, a.Num("hold"), waiting)
+		}
 		if eras, ok := a["eras"]; ok {
 			n, _ := strconv.Atoi(eras)
 			if p, changed := s.core.HeartbeatPlan(idx, n); changed {
@@ -517,5 +525,9 @@ func planText(p dataset.DataPlan) string {
 	for _, e := range p.Eras {
 		eras = append(eras, fmt.Sprintf("%d@%d:%d", e.Epoch, e.Step, e.Workers))
 	}
-	return fmt.Sprintf("[%s]/%d", strings.Join(eras, " "), p.PerEpoch(len(p.Eras)-1))
+	out := fmt.Sprintf("[%s]/%d", strings.Join(eras, " "), p.PerEpoch(len(p.Eras)-1))
+	if p.Hold > 0 {
+		out += fmt.Sprintf(" hold=%d", p.Hold)
+	}
+	return out
 }

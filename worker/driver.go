@@ -53,9 +53,15 @@ func (r *run) perform(acts []Action) (done bool, err error) {
 			w.cfg.Batches.SeekBatch(a.Position)
 		case HeadStart:
 			n := r.headStart(a)
+			if r.dataEnded() {
+				return true, nil
+			}
 			acts = append(acts, r.core.HeadStarted(w.cfg.Clock.Now(), n)...)
 		case Compute:
 			loss, err := r.compute(a)
+			if a.Load && r.dataEnded() {
+				return true, nil
+			}
 			acts = append(acts, r.core.Computed(w.cfg.Clock.Now(), loss, err)...)
 		case Push:
 			r.push(a)
@@ -122,6 +128,19 @@ func (r *run) headStart(a HeadStart) int {
 		n++
 	}
 	return n
+}
+
+// dataEnded says the data source was closed while the worker waited
+// for a batch (dataset.ElasticBatches.Close: removed after its last
+// batch, or told to stop at a hold): the worker ends without pushing
+// what it computed on no batch.
+func (r *run) dataEnded() bool {
+	e, ok := r.w.cfg.Batches.(interface{ Ended() bool })
+	if !ok || !e.Ended() {
+		return false
+	}
+	r.w.cfg.Log.Info("no more data for this worker: it ends", "worker", r.w.cfg.Index)
+	return true
 }
 
 // compute carries out a Compute: the passes, keeping their gradients
