@@ -2,6 +2,7 @@ package chief
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -50,15 +51,24 @@ type dataRead struct {
 	pos     int64 // the position of the next batch it reads
 	hold    int64 // the hold of the plan it uses
 	waiting bool  // its reading waits for the chief
+	at      time.Time
+	rate    float64 // batches a second between its last two heartbeats
 }
 
-// DataRead records what worker's heartbeat says of its reading
+// DataRead records what worker's heartbeat at now says of its reading
 // (HeartbeatRequest.data_position, plan_hold, data_waiting).
-func (c *Core) DataRead(worker int, pos, hold int64, waiting bool) {
+func (c *Core) DataRead(worker int, pos, hold int64, waiting bool, now time.Time) {
 	if c.reads == nil {
 		c.reads = map[int]dataRead{}
 	}
-	c.reads[worker] = dataRead{pos: pos, hold: hold, waiting: waiting}
+	r := dataRead{pos: pos, hold: hold, waiting: waiting, at: now}
+	if prev, ok := c.reads[worker]; ok {
+		r.rate = prev.rate
+		if dt := now.Sub(prev.at).Seconds(); dt > 0 && pos >= prev.pos {
+			r.rate = float64(pos-prev.pos) / dt
+		}
+	}
+	c.reads[worker] = r
 }
 
 // asyncElastic says changes follow this file's protocol.
@@ -96,14 +106,36 @@ func (c *Core) beginAsync(now time.Time) {
 	c.log.Info("membership change: holding the workers at the next epoch", "from", c.workers(), "to", c.target, "epoch", epoch)
 }
 
-// readEpoch is the first epoch no member of the current era said it has
-// read a batch of (DataPlan.NextEpoch of its last heartbeat).
+// readEpoch is an epoch no member of the current era will have read a
+// batch of before it hears of a hold there: past the epoch each said
+// it reads (DataPlan.NextEpoch of its last heartbeat) by the epochs it
+// reads, at its last rate, in three heartbeat intervals (the hold's
+// way to it, its acknowledgement's, the new plan's). Epochs of minutes
+// make that the next epoch; a run of short epochs holds further ahead.
 func (c *Core) readEpoch() int64 {
-	e := c.st.Plan.Last().Epoch
+	p := c.st.Plan
+	e := p.Last().Epoch
+	ahead := 3 * heartbeatEvery(c.p.Run.HeartbeatTimeout).Seconds()
 	for w, r := range c.reads {
-		e = max(e, c.st.Plan.NextEpoch(w, r.pos))
+		e = max(e, p.NextEpoch(w, r.pos+int64(math.Ceil(r.rate*ahead))))
 	}
 	return e
+}
+
+// readPast says a worker said it has read a batch of epoch or later.
+func (c *Core) readPast(epoch int64) bool {
+	for w, r := range c.reads {
+		if c.st.Plan.NextEpoch(w, r.pos) > epoch {
+			return true
+		}
+	}
+	return false
+}
+
+// heartbeatEvery is how often a worker sends a heartbeat
+// (worker.Heartbeats).
+func heartbeatEvery(timeout time.Duration) time.Duration {
+	return max(timeout/4, 50*time.Millisecond)
 }
 
 // placeHold moves the hold past any worker that read beyond it and
@@ -118,7 +150,8 @@ func (c *Core) placeHold(now time.Time) []Action {
 			return nil
 		}
 	}
-	if e := c.readEpoch(); e > ch.epoch {
+	if c.readPast(ch.epoch) {
+		e := c.readEpoch()
 		c.log.Info("membership change: a worker read past the hold; holding at a later epoch", "epoch", e, "was", ch.epoch)
 		ch.epoch = e
 	}

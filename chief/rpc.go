@@ -65,7 +65,7 @@ func (c *Chief) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.He
 	why := c.core.QuarantineReason(int(req.Worker))
 	var plan *pb.DataPlan
 	if err == nil && req.PlanEras > 0 { // (0: a worker that does not follow a data plan)
-		c.core.DataRead(int(req.Worker), req.DataPosition, req.PlanHold, req.DataWaiting)
+		c.core.DataRead(int(req.Worker), req.DataPosition, req.PlanHold, req.DataWaiting, c.cfg.Now())
 		if p, changed := c.core.HeartbeatPlan(int(req.Worker), int(req.PlanEras)); changed {
 			plan = convert.DataPlan(p)
 		}

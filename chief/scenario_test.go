@@ -361,7 +361,7 @@ func (s *scenario) member(f []string, a scenariotest.Args) string {
 		if pos, ok := a["pos"]; ok {
 			p, _ := strconv.ParseInt(pos, 10, 64)
 			_, waiting := a["waiting"]
-			s.core.DataRead(idx, p, a.Num("hold"), waiting)
+			s.core.DataRead(idx, p, a.Num("hold"), waiting, a.At(s.t0))
 		}
 		if eras, ok := a["eras"]; ok {
 			n, _ := strconv.Atoi(eras)
