@@ -102,8 +102,24 @@ func (c *Core) tickElasticAsync(now time.Time) []Action {
 // beginAsync publishes a hold past every epoch a worker said it reads.
 func (c *Core) beginAsync(now time.Time) {
 	epoch := max(c.st.Plan.Last().Epoch+1, c.readEpoch())
+	if c.pastEnd(epoch) {
+		return
+	}
 	c.ach = &asyncChange{from: c.workers(), to: c.target, epoch: epoch, asked: c.targetAsked, began: now}
 	c.log.Info("membership change: holding the workers at the next epoch", "from", c.workers(), "to", c.target, "epoch", epoch)
+}
+
+// pastEnd says a change at epoch would come after the run's last epoch
+// (--epochs), and logs so once: the worker count stays.
+func (c *Core) pastEnd(epoch int64) bool {
+	if float64(epoch) < c.p.Run.Epochs {
+		return false
+	}
+	if !c.endNoted {
+		c.endNoted = true
+		c.log.Info("the run ends before the next epoch boundary: the worker count stays", "workers", c.workers(), "asked", c.target, "epoch", epoch)
+	}
+	return true
 }
 
 // readEpoch is an epoch no member of the current era will have read a
@@ -154,6 +170,10 @@ func (c *Core) placeHold(now time.Time) []Action {
 		e := c.readEpoch()
 		c.log.Info("membership change: a worker read past the hold; holding at a later epoch", "epoch", e, "was", ch.epoch)
 		ch.epoch = e
+		if c.pastEnd(e) {
+			c.ach = nil // (the plan handed out has no hold any more)
+			return nil
+		}
 	}
 	var waiting []int
 	for _, w := range c.members.Live(now) {
