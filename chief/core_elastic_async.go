@@ -51,9 +51,18 @@ type dataRead struct {
 	pos     int64 // the position of the next batch it reads
 	hold    int64 // the hold of the plan it uses
 	waiting bool  // its reading waits for the chief
-	at      time.Time
-	rate    float64 // batches a second between its last two heartbeats
+	// rate is the batches a second it read over the last window of at
+	// least rateWindow heartbeat intervals, from (fromPos, from): one
+	// pair of heartbeats a CPU-starved process sent late and then at
+	// once would make it many times too high.
+	rate     float64
+	fromPos  int64
+	from, at time.Time
 }
+
+// rateWindow is the heartbeat intervals a worker's reading rate is
+// measured over.
+const rateWindow = 4
 
 // DataRead records what worker's heartbeat at now says of its reading
 // (HeartbeatRequest.data_position, plan_hold, data_waiting).
@@ -61,13 +70,15 @@ func (c *Core) DataRead(worker int, pos, hold int64, waiting bool, now time.Time
 	if c.reads == nil {
 		c.reads = map[int]dataRead{}
 	}
-	r := dataRead{pos: pos, hold: hold, waiting: waiting, at: now}
-	if prev, ok := c.reads[worker]; ok {
-		r.rate = prev.rate
-		if dt := now.Sub(prev.at).Seconds(); dt > 0 && pos >= prev.pos {
-			r.rate = float64(pos-prev.pos) / dt
-		}
+	r, ok := c.reads[worker]
+	if !ok || pos < r.fromPos {
+		r.fromPos, r.from = pos, now
 	}
+	if dt := now.Sub(r.from); dt >= rateWindow*heartbeatEvery(c.p.Run.HeartbeatTimeout) {
+		r.rate = float64(pos-r.fromPos) / dt.Seconds()
+		r.fromPos, r.from = pos, now
+	}
+	r.pos, r.hold, r.waiting, r.at = pos, hold, waiting, now
 	c.reads[worker] = r
 }
 
