@@ -152,6 +152,11 @@ type elasticState struct {
 	// worker's heartbeat said of its reading (core_elastic_async.go).
 	ach   *asyncChange
 	reads map[int]dataRead
+	// shardPos are the workers' data positions on each shard at its last
+	// answered poll, ckptPos those of the newest checkpoints by step
+	// (core_ledger.go).
+	shardPos [][]int64
+	ckptPos  map[int64][]int64
 }
 
 type phase int
@@ -239,6 +244,8 @@ type State struct {
 	Plan       dataset.DataPlan          `json:"data_plan"`
 	Membership []report.MembershipChange `json:"membership_changes,omitempty"`
 	MaxSteps   int64                     `json:"max_steps,omitempty"`
+	// Ledger is the data ledger (core_ledger.go).
+	Ledger []report.LedgerEntry `json:"data_ledger,omitempty"`
 	// Replicas are, by shard, which process is the primary and the
 	// replication epoch (hot standbys, docs/replication.md; empty
 	// without them).

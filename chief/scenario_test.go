@@ -49,6 +49,7 @@ import (
 //	                             whose standby is the shard's other
 //	                             process; stuck: an update of it has
 //	                             waited 15 s for the standby)
+//	     [positions=P/P,...]      by shard, the workers' data positions
 //	started|restored t=S step=N [latest=N]
 //	membership-sent live=I,...
 //	evaluated t=S seq=N gen=N step=N acc=F [loss=F] [full] [err=MSG]
@@ -60,6 +61,8 @@ import (
 //	                             rate's factor and the refused gradients
 //	checkpoint-done t=S step=N [err=MSG] [skipped=MSG] [final] [retained]
 //	                             [reused] (the newest checkpoint marked final)
+//	                             [positions=P/P...] (the data positions it holds)
+//	ledger                       the report's data ledger
 //	handed-back t=S step=N [versions=V,...] [err=MSG]
 //	                             the HandBack is done (step 0: the
 //	                             initial weights), the shards stopped at
@@ -158,6 +161,8 @@ func (s *scenario) do(cmd string) (string, error) {
 		return strings.Join(lines, "\n"), nil
 	case f[0] == "restarts":
 		return s.restarts(), nil
+	case f[0] == "ledger":
+		return fmt.Sprintf("%+v", s.core.report().DataLedger), nil
 	case f[0] == "live-workers":
 		return fmt.Sprintf("%+v", s.core.report().LiveWorkers), nil
 	case f[0] == "state":
@@ -184,7 +189,13 @@ func (s *scenario) events() map[string]func(a scenariotest.Args, now time.Time) 
 	c := s.core
 	return map[string]func(scenariotest.Args, time.Time) []Action{
 		"tick": func(a scenariotest.Args, now time.Time) []Action {
-			return c.Tick(now, shardsOf(a, "shards"), shardsOf(a, "standbys"))
+			shards := shardsOf(a, "shards")
+			if v, ok := a["positions"]; ok {
+				for i, f := range strings.Split(v, ",") {
+					shards[i].Positions = nums(strings.ReplaceAll(f, "/", ","))
+				}
+			}
+			return c.Tick(now, shards, shardsOf(a, "standbys"))
 		},
 		"promoted": func(a scenariotest.Args, now time.Time) []Action {
 			return c.Promoted(now, int(a.Num("shard")), a.Num("version"))
@@ -256,7 +267,8 @@ func (s *scenario) events() map[string]func(a scenariotest.Args, now time.Time) 
 			_, retained := a["retained"]
 			_, final := a["final"]
 			_, reused := a["reused"]
-			res := CheckpointResult{Step: a.Num("step"), Skipped: a["skipped"], Retained: retained, Final: final, Reused: reused}
+			res := CheckpointResult{Step: a.Num("step"), Skipped: a["skipped"], Retained: retained, Final: final, Reused: reused,
+				Positions: nums(strings.ReplaceAll(a["positions"], "/", ","))}
 			if e, ok := a["err"]; ok {
 				res.Err = errors.New(e)
 			}

@@ -901,7 +901,7 @@ func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusR
 	resp := &pb.StatusResponse{Version: s.visibleVersion(), Initialized: true, Done: s.shard.Done(),
 		StaleDropped: st.StaleDropped, Applied: st.Applied, NumParams: int64(len(s.shard.Params())),
 		RunId: s.runID, LastLoss: s.lastLoss, Generation: s.gen, MaxVersion: s.shard.MaxVersion(), DataAddr: s.dataAddr,
-		RefusedGradients: s.shard.Refused(), NonFiniteGradients: s.shard.NonFinite(),
+		RefusedGradients: s.shard.Refused(), NonFiniteGradients: s.shard.NonFinite(), DataPositions: s.shard.DataPositions(),
 		WindowDot: s.window.Dot, WindowSq: s.window.Sq, WindowUpdateSq: s.window.UpdateSq, WindowFrom: s.window.From, WindowTo: s.window.To}
 	if o := s.shard.Outlier(); o != nil {
 		w := int32(o.Worker)
