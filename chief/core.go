@@ -152,10 +152,10 @@ type elasticState struct {
 	// worker's heartbeat said of its reading (core_elastic_async.go).
 	ach   *asyncChange
 	reads map[int]dataRead
-	// shardPos are the workers' data positions on each shard at its last
-	// answered poll, ckptPos those of the newest checkpoints by step
-	// (core_ledger.go).
-	shardPos [][]int64
+	// gapsSeen are, by shard, its generation and the gaps of it the data
+	// ledger counted; ckptPos the data positions of the newest
+	// checkpoints by step (core_ledger.go).
+	gapsSeen [][2]int64
 	ckptPos  map[int64][]int64
 }
 

@@ -9,37 +9,58 @@ import (
 
 // The data ledger (docs/recovery.md, "Data positions"): where exactly
 // once per epoch cannot hold, the samples read twice into the model or
-// skipped, by global data epoch. The core counts what the positions
-// tell it:
+// skipped, by global data epoch. The core counts
 //
-//   - a shard restored from a checkpoint while the others go on (async
-//     and ssp without hot standbys): the workers go on from the other
-//     shards' positions, so the restored slice of the model misses the
-//     batches between the checkpoint's positions and theirs: skipped;
-//   - a restore of every shard (a sync PS restore, a rollback) rewinds
-//     every worker to the checkpoint and its batches are read again,
-//     but a removed worker's (retired since) are not: the batches
-//     between its checkpoint position and the end of its eras are
+//   - the shards' gaps (ps.Shard.Gaps, in every poll's answer): runs of a
+//     worker's batches a shard's position jumped over, whose gradients
+//     that shard's slice of the model does not hold while another's
+//     does: a backup worker's gradient one shard dropped as stale and
+//     another counted, a catch-up, an async or ssp shard restored from a
+//     checkpoint while the others went on (the batches from the
+//     checkpoint's positions to where the workers were). Skipped;
+//   - a restore of every shard (a sync PS restore, a rollback) after a
+//     scale-down: every worker goes back to its checkpoint position and
+//     reads its batches again, but a removed worker does not: its
+//     batches from its checkpoint position to the end of its eras are
 //     skipped.
-//
-// Backup workers (a batch one shard dropped as stale and another
-// counted) are not counted: no shard knows what the others did with a
-// gradient.
 
 // ckptKept is how many checkpoints' positions the core keeps (a
 // rollback may go back further: its ledger is then not counted).
 const ckptKept = 8
 
-// notePositions records the positions each answering shard holds.
-func (c *Core) notePositions(shards []ShardStatus) {
-	if len(c.shardPos) < len(shards) {
-		c.shardPos = make([][]int64, len(shards))
+// noteGaps adds the gaps each answering shard reports that the ledger
+// has not counted yet (a shard's list starts afresh with each Init,
+// which a new generation says).
+func (c *Core) noteGaps(shards []ShardStatus) {
+	if len(c.gapsSeen) < len(shards) {
+		c.gapsSeen = make([][2]int64, len(shards))
 	}
 	for s, x := range shards {
-		if x.Err == nil && x.Serving && x.Positions != nil {
-			c.shardPos[s] = x.Positions
+		if x.Err != nil || !x.Serving {
+			continue
+		}
+		seen := &c.gapsSeen[s]
+		if seen[0] != x.Generation || int64(len(x.Gaps)) < 3*seen[1] {
+			seen[0], seen[1] = x.Generation, 0
+		}
+		fresh := x.Gaps[3*seen[1]:]
+		seen[1] = int64(len(x.Gaps) / 3)
+		for i := 0; i+2 < len(fresh); i += 3 {
+			w := int(fresh[i])
+			from, to := make([]int64, w+1), make([]int64, w+1)
+			from[w], to[w] = fresh[i+1], fresh[i+2]
+			c.addLedger(lostSamples(c.st.Plan, from, to), "a shard's position jumped over a worker's batches", "ps", s, "worker", w, "from", from[w], "to", to[w])
 		}
 	}
+}
+
+// addLedger adds lost to the ledger and logs why.
+func (c *Core) addLedger(lost []report.LedgerEntry, why string, args ...any) {
+	if len(lost) == 0 {
+		return
+	}
+	c.st.Ledger = mergeLedger(c.st.Ledger, lost)
+	c.log.Warn("data ledger: samples skipped: "+why, append(args, "epochs", lost)...)
 }
 
 // noteCheckpointPositions records a committed checkpoint's positions.
@@ -65,32 +86,25 @@ func slicesKeys(m map[int64][]int64) []int64 {
 }
 
 // ledgerRestore counts what restoring shards from the checkpoint of
-// step loses (see above).
+// step leaves unread: when every shard is restored, the removed
+// workers' batches past their checkpoint positions (see above). (A
+// restore of some shards shows in their gaps.)
 func (c *Core) ledgerRestore(shards []int, step int64) {
+	ends := c.retiredEnds()
+	if len(shards) < len(c.versions) || len(ends) == 0 {
+		return
+	}
 	from, ok := c.ckptPos[step]
 	if !ok && step > 0 {
-		if c.shardPos != nil {
-			c.log.Warn("data ledger: the restored checkpoint's data positions are not known; what the restore lost is not counted", "step", step)
-		}
+		c.log.Warn("data ledger: the restored checkpoint's data positions are not known; the removed workers' batches it leaves unread are not counted", "step", step)
 		return
 	}
-	var to []int64
-	if len(shards) == len(c.versions) {
-		to = c.retiredEnds()
-	} else {
-		to = c.othersPositions(shards)
-	}
-	lost := lostSamples(c.st.Plan, from, to)
-	if len(lost) == 0 {
-		return
-	}
-	c.st.Ledger = mergeLedger(c.st.Ledger, lost)
-	c.log.Warn("data ledger: samples not in the model after the restore", "from_step", step, "epochs", lost)
+	c.addLedger(lostSamples(c.st.Plan, from, ends), "removed workers do not read again what the restore undid", "from_step", step)
 }
 
 // retiredEnds is, for every removed worker, the end of its eras (where
 // a restore of every shard leaves it behind), and 0 for the others
-// (they read their batches again).
+// (they read their batches again); nil without removed workers.
 func (c *Core) retiredEnds() []int64 {
 	var out []int64
 	for w := range c.retired {
@@ -102,19 +116,6 @@ func (c *Core) retiredEnds() []int64 {
 			out = append(out, 0)
 		}
 		out[w] = end
-	}
-	return out
-}
-
-// othersPositions is each worker's furthest position on the shards not
-// restored (where the workers go on from).
-func (c *Core) othersPositions(restored []int) []int64 {
-	var out []int64
-	for s, pos := range c.shardPos {
-		if slices.Contains(restored, s) {
-			continue
-		}
-		out = maxPositions(out, pos)
 	}
 	return out
 }

@@ -159,7 +159,7 @@ func (c *Chief) status(ctx context.Context, p PS) ShardStatus {
 		return ShardStatus{Err: fmt.Errorf("%s: %s", p.Addr, status.Convert(err).Message()), Asked: asked}
 	}
 	out := ShardStatus{Serving: st.Initialized && st.RunId == c.cfg.RunID, Version: st.Version,
-		Generation: st.Generation, Done: st.Done, StaleDropped: st.StaleDropped, Loss: st.LastLoss, Positions: st.DataPositions,
+		Generation: st.Generation, Done: st.Done, StaleDropped: st.StaleDropped, Loss: st.LastLoss, Gaps: st.DataGaps,
 		Refused: st.RefusedGradients, NonFinite: st.NonFiniteGradients, Outlier: -1,
 		Role: st.Role, Epoch: st.Epoch, StandbyAttached: st.StandbyAttached, StandbyAddr: st.StandbyAddr,
 		ReplicationLag: st.ReplicationLagUpdates, ReplicationLagSeconds: st.ReplicationLagSeconds,

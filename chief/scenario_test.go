@@ -49,7 +49,9 @@ import (
 //	                             whose standby is the shard's other
 //	                             process; stuck: an update of it has
 //	                             waited 15 s for the standby)
-//	     [positions=P/P,...]      by shard, the workers' data positions
+//	     [gaps=W/F/T+W/F/T,...]   by shard, the runs of batches it skipped
+//	                             (worker W's F..T-1)
+//	     [gen=G,...]              by shard, its generation
 //	started|restored t=S step=N [latest=N]
 //	membership-sent live=I,...
 //	evaluated t=S seq=N gen=N step=N acc=F [loss=F] [full] [err=MSG]
@@ -190,9 +192,14 @@ func (s *scenario) events() map[string]func(a scenariotest.Args, now time.Time) 
 	return map[string]func(scenariotest.Args, time.Time) []Action{
 		"tick": func(a scenariotest.Args, now time.Time) []Action {
 			shards := shardsOf(a, "shards")
-			if v, ok := a["positions"]; ok {
+			if v, ok := a["gaps"]; ok {
 				for i, f := range strings.Split(v, ",") {
-					shards[i].Positions = nums(strings.ReplaceAll(f, "/", ","))
+					shards[i].Gaps = nums(strings.NewReplacer("/", ",", "+", ",").Replace(f))
+				}
+			}
+			if v, ok := a["gen"]; ok {
+				for i, g := range nums(v) {
+					shards[i].Generation = g
 				}
 			}
 			return c.Tick(now, shards, shardsOf(a, "standbys"))

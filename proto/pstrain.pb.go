@@ -1827,9 +1827,11 @@ type StatusResponse struct {
 	WindowUpdateSq float64   `protobuf:"fixed64,23,opt,name=window_update_sq,json=windowUpdateSq,proto3" json:"window_update_sq,omitempty"`
 	WindowFrom     int64     `protobuf:"varint,24,opt,name=window_from,json=windowFrom,proto3" json:"window_from,omitempty"`
 	WindowTo       int64     `protobuf:"varint,25,opt,name=window_to,json=windowTo,proto3" json:"window_to,omitempty"`
-	// Each worker's data position on this shard (docs/recovery.md, "Data
-	// positions"), by worker index: the chief's data ledger compares them.
-	DataPositions []int64 `protobuf:"varint,26,rep,packed,name=data_positions,json=dataPositions,proto3" json:"data_positions,omitempty"`
+	// The runs of workers' batches this shard's state skipped since its
+	// Init (ps.Shard.Gaps: a worker's position jumped past batches whose
+	// gradients it does not hold), as triples worker, from, to (batches
+	// from..to-1): the chief's data ledger (docs/recovery.md).
+	DataGaps      []int64 `protobuf:"varint,26,rep,packed,name=data_gaps,json=dataGaps,proto3" json:"data_gaps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2039,9 +2041,9 @@ func (x *StatusResponse) GetWindowTo() int64 {
 	return 0
 }
 
-func (x *StatusResponse) GetDataPositions() []int64 {
+func (x *StatusResponse) GetDataGaps() []int64 {
 	if x != nil {
-		return x.DataPositions
+		return x.DataGaps
 	}
 	return nil
 }
@@ -3931,7 +3933,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\vquarantined\x18\a \x03(\x05R\vquarantined\".\n" +
 	"\x12MembershipResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\"\x0f\n" +
-	"\rStatusRequest\"\xb2\a\n" +
+	"\rStatusRequest\"\xa8\a\n" +
 	"\x0eStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12 \n" +
 	"\vinitialized\x18\x02 \x01(\bR\vinitialized\x12\x12\n" +
@@ -3964,8 +3966,8 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x10window_update_sq\x18\x17 \x01(\x01R\x0ewindowUpdateSq\x12\x1f\n" +
 	"\vwindow_from\x18\x18 \x01(\x03R\n" +
 	"windowFrom\x12\x1b\n" +
-	"\twindow_to\x18\x19 \x01(\x03R\bwindowTo\x12%\n" +
-	"\x0edata_positions\x18\x1a \x03(\x03R\rdataPositionsB\x17\n" +
+	"\twindow_to\x18\x19 \x01(\x03R\bwindowTo\x12\x1b\n" +
+	"\tdata_gaps\x18\x1a \x03(\x03R\bdataGapsB\x17\n" +
 	"\x15_first_outlier_worker\"y\n" +
 	"\x11CheckpointRequest\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x1d\n" +

@@ -61,6 +61,9 @@ func scaleAsync(t *testing.T, mode string) {
 	if rep.StoppedBy != "epochs" || rep.FinalStep != rep.GlobalSteps {
 		t.Errorf("stopped by %s at step %d of %d; want epochs at the last step", rep.StoppedBy, rep.FinalStep, rep.GlobalSteps)
 	}
+	if rep.DataLedger == nil || len(rep.DataLedger) > 0 {
+		t.Errorf("data ledger %+v, want [] (no sample read twice or skipped)", rep.DataLedger)
+	}
 	for _, w := range []string{"worker/1", "worker/2", "worker/3"} {
 		if !strings.Contains(run.out.String(), `msg="removed worker exited" task=`+w) {
 			t.Errorf("%s did not exit cleanly:\n%s", w, run.out)
