@@ -41,6 +41,10 @@ type DataReader interface {
 func (w *Worker) Heartbeats(ctx context.Context, chief pb.ChiefClient, timeout time.Duration) {
 	t := time.NewTicker(max(timeout/4, 50*time.Millisecond))
 	defer t.Stop()
+	var nudges <-chan struct{} // a beat at once when the reading changed
+	if n, ok := w.cfg.DataPlan.(interface{ Nudges() <-chan struct{} }); ok {
+		nudges = n.Nudges()
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -49,6 +53,7 @@ func (w *Worker) Heartbeats(ctx context.Context, chief pb.ChiefClient, timeout t
 			w.beat(last, chief, timeout)
 			return
 		case <-t.C:
+		case <-nudges:
 		}
 		if !w.beat(ctx, chief, timeout) {
 			return

@@ -213,12 +213,13 @@ type ElasticBatches struct {
 	pos      int64
 	waiting  bool // Next waits for a plan
 	closed   bool
+	nudges   chan struct{} // see Nudges
 }
 
 // NewElasticBatches returns worker's batches under plan, positioned at 0,
 // with the shards of plan's eras it is a member of loaded.
 func NewElasticBatches(worker int, seed int64, plan DataPlan, load ShardLoader) (*ElasticBatches, error) {
-	b := &ElasticBatches{worker: worker, seed: seed, load: load, batchers: map[[2]int]*Batcher{}}
+	b := &ElasticBatches{worker: worker, seed: seed, load: load, batchers: map[[2]int]*Batcher{}, nudges: make(chan struct{}, 1)}
 	b.changed = sync.NewCond(&b.mu)
 	if err := b.SetPlan(plan); err != nil {
 		return nil, err
@@ -261,7 +262,20 @@ func (b *ElasticBatches) SetPlan(p DataPlan) error {
 	}
 	b.plan = p
 	b.changed.Broadcast()
+	b.nudge()
 	return nil
+}
+
+// Nudges receives when what a heartbeat says of the reading changed in
+// a way the chief waits for: a new plan taken, or Next waiting for one.
+func (b *ElasticBatches) Nudges() <-chan struct{} { return b.nudges }
+
+// nudge signals Nudges without waiting.
+func (b *ElasticBatches) nudge() {
+	select {
+	case b.nudges <- struct{}{}:
+	default:
+	}
 }
 
 func (b *ElasticBatches) has(key [2]int) bool {
@@ -347,7 +361,10 @@ func (b *ElasticBatches) Next(x []float32, y []uint8) {
 			bt.fullBatch(e*bt.perEpoch+i, x, y)
 			return
 		}
-		b.waiting = true
+		if !b.waiting {
+			b.waiting = true
+			b.nudge()
+		}
 		b.changed.Wait()
 		b.waiting = false
 	}
