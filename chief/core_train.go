@@ -25,6 +25,9 @@ type ShardStatus struct {
 	// since then (-1: none).
 	Refused, NonFinite []int64
 	Outlier            int
+	// Gaps are the runs of batches the shard skipped since its Init,
+	// as triples worker, from, to (the data ledger, core_ledger.go).
+	Gaps []int64
 	// Hot standbys (docs/replication.md): the process's role ("primary",
 	// "standby", "deposed" or "": no state), its replication epoch, and
 	// for a primary whether its standby is attached, where it is, and
@@ -162,6 +165,7 @@ func (c *Core) tickTraining(now time.Time, ps, standby []ShardStatus) []Action {
 		shards, acts = c.tickReplicas(now, ps, standby)
 	}
 	acts = append(acts, c.membership(now)...)
+	c.noteGaps(shards)
 	anyDown, restore := c.noteShards(now, shards)
 	if restore != nil {
 		return append(acts, restore)
@@ -354,6 +358,7 @@ func (c *Core) Restored(now time.Time, step int64) []Action {
 	if r == nil {
 		return nil
 	}
+	c.ledgerRestore(r.shards, step)
 	for _, s := range r.shards {
 		c.down[s] = time.Time{}
 		c.versions[s] = step

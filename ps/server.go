@@ -901,7 +901,7 @@ func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusR
 	resp := &pb.StatusResponse{Version: s.visibleVersion(), Initialized: true, Done: s.shard.Done(),
 		StaleDropped: st.StaleDropped, Applied: st.Applied, NumParams: int64(len(s.shard.Params())),
 		RunId: s.runID, LastLoss: s.lastLoss, Generation: s.gen, MaxVersion: s.shard.MaxVersion(), DataAddr: s.dataAddr,
-		RefusedGradients: s.shard.Refused(), NonFiniteGradients: s.shard.NonFinite(),
+		RefusedGradients: s.shard.Refused(), NonFiniteGradients: s.shard.NonFinite(), DataGaps: gapTriples(s.shard.Gaps()),
 		WindowDot: s.window.Dot, WindowSq: s.window.Sq, WindowUpdateSq: s.window.UpdateSq, WindowFrom: s.window.From, WindowTo: s.window.To}
 	if o := s.shard.Outlier(); o != nil {
 		w := int32(o.Worker)
@@ -909,6 +909,15 @@ func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusR
 	}
 	s.replicaStatus(resp)
 	return resp, nil
+}
+
+// gapTriples is gaps as StatusResponse.data_gaps carries them.
+func gapTriples(gaps []Gap) []int64 {
+	out := make([]int64, 0, 3*len(gaps))
+	for _, g := range gaps {
+		out = append(out, int64(g.Worker), g.From, g.To)
+	}
+	return out
 }
 
 // Stop ends training and optionally the process.

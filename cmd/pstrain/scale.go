@@ -16,7 +16,7 @@ import (
 // once the request is written.
 func cmdScale(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("scale", "scale --run-dir DIR --workers N",
-		"Add or remove workers of the running sync run in DIR (pstrain run --run-dir). The change takes effect at the next\nepoch boundary: sync steps aggregate the new count from there, the data is split anew, removed workers exit.")
+		"Add or remove workers of the running run in DIR (pstrain run --run-dir). The change takes effect at the next\nepoch boundary: the data is split anew from there (sync steps aggregate the new count), removed workers exit.")
 	dir := fs.String("run-dir", "run", "the run's directory (pstrain run --run-dir)")
 	workers := fs.Int("workers", 0, "the number of workers wanted (1 to the run's --max-workers)")
 	if err := parse(fs, args, stdout); err != nil {
