@@ -26,7 +26,7 @@ import (
 //	          mac [16] | payload (push: the gradient; replicate: the
 //	          batch's operations, below)
 //	response: "PSD3" | code u8 (a gRPC status code; 0 = OK) | outcome u8 |
-//	          flags u8 (bit 0 done, bit 1 shm) | version i64 |
+//	          flags u8 (bit 0 done, bit 1 shm, bit 2 snap) | version i64 |
 //	          generation i64 | data position i64 | payload length u32 |
 //	          payload (pull: the parameters; an error: its message)
 //
@@ -75,6 +75,7 @@ const (
 const (
 	respDone = 1 << 0
 	respShm  = 1 << 1 // the payload is in the connection's shared region, not on the socket
+	respSnap = 1 << 2 // with respShm: the payload is in the server's snapshot slot named by the outcome byte
 )
 
 const (
@@ -236,6 +237,7 @@ type response struct {
 	outcome      byte
 	done         bool
 	shm          bool // the payload is in the shared region
+	snap         bool // with shm: in the server's snapshot slot outcome (snapshots.go)
 	version      int64
 	generation   int64
 	dataPosition int64 // pull: the pulling worker's
@@ -250,6 +252,9 @@ func appendResponse(b []byte, r response) []byte {
 	}
 	if r.shm {
 		d |= respShm
+	}
+	if r.snap {
+		d |= respSnap
 	}
 	b = append(b, r.code, r.outcome, d)
 	b = binary.LittleEndian.AppendUint64(b, uint64(r.version))
@@ -267,9 +272,12 @@ func readResponse(rd io.Reader, scratch []byte, maxPayload int) (response, error
 	if [4]byte(h[:4]) != magic {
 		return r, fmt.Errorf("%w: bad magic %q", ErrBadFrame, h[:4])
 	}
-	r.code, r.outcome, r.done, r.shm = h[4], h[5], h[6]&respDone != 0, h[6]&respShm != 0
-	if h[6]&^(respDone|respShm) != 0 || r.outcome > byte(pb.PushResponse_DUPLICATE) {
+	r.code, r.outcome, r.done, r.shm, r.snap = h[4], h[5], h[6]&respDone != 0, h[6]&respShm != 0, h[6]&respSnap != 0
+	switch {
+	case h[6]&^(respDone|respShm|respSnap) != 0, r.snap && !r.shm:
 		return r, fmt.Errorf("%w: bad flags", ErrBadFrame)
+	case !r.snap && r.outcome > byte(pb.PushResponse_DUPLICATE), r.snap && r.outcome >= snapSlots:
+		return r, fmt.Errorf("%w: bad outcome %d", ErrBadFrame, r.outcome)
 	}
 	r.version = int64(binary.LittleEndian.Uint64(h[7:]))
 	r.generation = int64(binary.LittleEndian.Uint64(h[15:]))

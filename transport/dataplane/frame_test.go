@@ -47,12 +47,14 @@ func FuzzReadResponse(f *testing.F) {
 	f.Add([]byte("PSD3\x00\x03\x02"))
 	f.Add(appendResponse(nil, response{version: 5, done: true, shm: true, payloadLen: 16}))
 	f.Add([]byte("PSD3\x00\x00\x04"))
+	f.Add(appendResponse(nil, response{version: 5, shm: true, snap: true, outcome: snapSlots - 1, payloadLen: 16}))
+	f.Add([]byte("PSD3\x00\x00\x08"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := readResponse(bytes.NewReader(b), make([]byte, respLen), 64)
 		if err != nil {
 			return
 		}
-		if r.payloadLen > 64 || r.outcome > byte(pb.PushResponse_DUPLICATE) {
+		if r.payloadLen > 64 || r.snap && (!r.shm || r.outcome >= snapSlots) || !r.snap && r.outcome > byte(pb.PushResponse_DUPLICATE) {
 			t.Fatalf("accepted %+v", r)
 		}
 		if again := appendResponse(nil, r); !bytes.Equal(again, b[:respLen]) {
