@@ -325,13 +325,10 @@ func segmentsLen(dst [][]float32) int {
 }
 
 // regionFor returns the size of the shared region req's payload needs
-// (shm.go), 0 for none: a push's or pull's payload, at least the largest
-// seen, within maxPayload. A same-host connection whose region is
-// smaller is dropped, to connect again with one that holds it.
+// (shm.go): a push's, pull's or replication batch's payload, at least
+// the largest seen, within maxPayload. A same-host connection whose
+// region is smaller is dropped, to connect again with one that holds it.
 func (c *Client) regionFor(req request, dst [][]float32) int {
-	if req.op != opPush && req.op != opPull {
-		return 0
-	}
 	// A pull's payload fills every slice of dst.
 	fit := min(max(int(req.payloadLen), c.shmFit, segmentsLen(dst), 1), c.maxPayload)
 	if c.conn != nil && c.local && !c.noShm && len(c.shm) < fit {
@@ -437,9 +434,9 @@ func (c *Client) exchange(ctx context.Context, req request, payload net.Buffers,
 }
 
 // regionHolds reports whether req's payload goes through the
-// connection's shared region: a push or pull whose payload fits in it.
+// connection's shared region: one that fits in it.
 func (c *Client) regionHolds(req request) bool {
-	return c.shm != nil && (req.op == opPush || req.op == opPull) && int(req.payloadLen) <= len(c.shm)
+	return c.shm != nil && int(req.payloadLen) <= len(c.shm)
 }
 
 // writeRequest writes req's header and its payload on conn: the payload

@@ -33,11 +33,10 @@ import (
 // Request flags: bit 0 is a pull's retain (PullRequest.retain); bit 2 a
 // pull's delta (PullRequest.delta: the answer may be a compressed delta;
 // the data position field then carries PullRequest.delta_base); bit 1
-// (shm), a push's or a pull's, says the payload is in the connection's
-// shared-memory region (shm.go): a push's gradient is there and not on
-// the socket, and a pull's parameters may be answered there (the
-// response's bit 1). A replicate frame has none, and any other bit is a
-// malformed frame. A push carries the
+// (shm) says the payload is in the connection's shared-memory region
+// (shm.go): a push's gradient or a replicate frame's operations are
+// there and not on the socket, and a pull's parameters may be answered
+// there (the response's bit 1). Any other bit is a malformed frame. A push carries the
 // worker's data position once its gradient counts
 // (PushRequest.data_position; 0 in a pull), a pull's response the
 // pulling worker's data position (PullResponse.data_position; 0 for a
@@ -193,8 +192,6 @@ func (r *request) decodeOp(op, flags byte) error {
 		return fmt.Errorf("%w: unknown flags %#x", ErrBadFrame, flags)
 	case flags&(flagRetain|flagDelta) != 0 && op != opPull:
 		return fmt.Errorf("%w: op %d with a pull's flag %#x", ErrBadFrame, op, flags)
-	case flags&flagShm != 0 && op == opReplicate:
-		return fmt.Errorf("%w: op %d with the shared-memory flag", ErrBadFrame, op)
 	}
 	r.retain = flags&flagRetain != 0
 	r.shm = flags&flagShm != 0

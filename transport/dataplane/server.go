@@ -382,7 +382,7 @@ func (s *Server) serveConn(c net.Conn) {
 			return
 		}
 		if req.op == opReplicate {
-			if !s.replicate(c, rd, req, hdr) {
+			if !s.replicate(c, rd, req, hdr, shm) {
 				return
 			}
 			continue

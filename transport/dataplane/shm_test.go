@@ -53,7 +53,7 @@ func (e *echoBackend) count() int {
 
 // serveShm starts a server for b on a loopback address after setup has
 // seen it.
-func serveShm(t *testing.T, b Backend, cfg Config, setup func(*Server)) (*Server, string) {
+func serveShm(t testing.TB, b Backend, cfg Config, setup func(*Server)) (*Server, string) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -140,3 +140,60 @@ func TestSameHostPullsShareOneCopy(t *testing.T) {
 		return b.h.outstanding() == 0 && s.snaps.inUse() == 0
 	})
 }
+
+// versionsBackend answers pulls with the buffer of the current version,
+// one of two it alternates between (a new version each step, as a sync
+// shard's; neither is written, so the holds need no counting).
+type versionsBackend struct {
+	mu      sync.Mutex
+	bufs    [2][]byte
+	version int64
+}
+
+func (b *versionsBackend) PullShared(context.Context, *pb.PullRequest) (*pb.PullResponse, func(), error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return &pb.PullResponse{Version: b.version, Params: b.bufs[b.version%2]}, func() {}, nil
+}
+
+func (b *versionsBackend) Push(context.Context, *pb.PushRequest) (*pb.PushResponse, error) {
+	return &pb.PushResponse{}, nil
+}
+
+func (b *versionsBackend) next() {
+	b.mu.Lock()
+	b.version++
+	b.mu.Unlock()
+}
+
+// BenchmarkPullsOfOneVersion: a step's pulls of a default shard (318,405
+// values) by two same-host workers, each reading the answer where it
+// arrived (PullView), answered in each connection's region ("region")
+// or from one shared copy ("shared").
+func BenchmarkPullsOfOneVersion(b *testing.B) {
+	const n = 318405 * 4
+	for _, mode := range []string{"region", "shared"} {
+		b.Run(mode, func(b *testing.B) {
+			back := &versionsBackend{bufs: [2][]byte{bytes.Repeat([]byte{1}, n), bytes.Repeat([]byte{2}, n)}}
+			var setup func(*Server)
+			if mode == "region" {
+				setup = noSnapshots
+			}
+			_, addr := serveShm(b, back, Config{}, setup)
+			ctx := context.Background()
+			cs := []*Client{client(addr, 8<<20), client(addr, 8<<20)}
+			defer cs[0].Close()
+			defer cs[1].Close()
+			b.SetBytes(2 * n)
+			b.ResetTimer()
+			for range b.N {
+				back.next()
+				for _, c := range cs {
+					if _, err := c.PullView(ctx, &pb.PullRequest{RunId: "r"}, nil); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+	}
+}
