@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -42,19 +43,16 @@ func (c *Client) Replicate(ctx context.Context, in *pb.ReplicaBatch, _ ...grpc.C
 }
 
 // replicate reads a replicate frame's operations (its pushes' gradients
-// into buffers of the budget, within the frame's time; or, when the
-// frame's payload is in the connection's shared region shm, read where
-// they are), has the backend apply them, cancelling that if the client
-// goes away meanwhile (its primary gave up on the call and will send the
-// batch again: a late copy must not be applied), and answers. false: the
-// connection is done.
+// into buffers of the budget, from the socket within the frame's time,
+// or from the connection's shared region shm when the frame says the
+// payload is there), has the backend apply them, cancelling that if the
+// client goes away meanwhile (its primary gave up on the call and will
+// send the batch again: a late copy must not be applied), and answers.
+// false: the connection is done.
 //
-// A batch in the region is applied from it without a copy: the client
-// is the shard's primary (auth.AllowReplicate), which writes the region
-// only for its next request, after this one's answer, and which the
-// standby trusts with the whole model anyway; the backend keeps nothing
-// of a batch once Replicate returns (the buffers of a socket's batch are
-// reused then too).
+// (A gradient is copied out of the region, not applied where it is: the
+// operations' headers leave it at an offset float32s cannot be read at
+// in place, and the shard would copy it anyway.)
 func (s *Server) replicate(c net.Conn, rd *bufio.Reader, req request, hdr, shm []byte) bool {
 	rb, ok := s.b.(Replicator)
 	if !ok {
@@ -67,20 +65,15 @@ func (s *Server) replicate(c net.Conn, rd *bufio.Reader, req request, hdr, shm [
 			fmt.Errorf("%w: payload of %d bytes exceeds the limit of %d (--max-message-mb)", errTooLarge, n, s.cfg.MaxPayload))
 		return false
 	}
-	var (
-		batch *pb.ReplicaBatch
-		held  [][]byte
-		err   error
-	)
+	var src io.Reader = rd
 	if req.shm {
 		s.inShm.Add(1)
-		r := &regionReader{mem: shm[:n]}
-		batch, _, err = readOps(r, req, r.next)
+		src = bytes.NewReader(shm[:n])
 	} else {
 		c.SetReadDeadline(time.Now().Add(s.lim.frameTime(n)))
-		batch, held, err = readOps(rd, req, func(n int) ([]byte, error) { return s.bufs.get(s.ctx, n, s.lim.BufferWait) })
-		c.SetReadDeadline(time.Time{})
 	}
+	batch, held, err := readOps(src, req, func(n int) ([]byte, error) { return s.bufs.get(s.ctx, n, s.lim.BufferWait) })
+	c.SetReadDeadline(time.Time{})
 	defer func() {
 		for _, b := range held {
 			s.bufs.put(b)
@@ -103,36 +96,4 @@ func (s *Server) replicate(c net.Conn, rd *bufio.Reader, req request, hdr, shm [
 		resp.version, resp.dataPosition = ack.Version, ack.Seq
 	}
 	return s.respond(c, hdr, resp, body)
-}
-
-// regionReader reads a payload in a shared region. next(n) hands out the
-// region's next n bytes themselves, and a Read into exactly them moves
-// past them without copying: a replication batch's gradients are read
-// where they are.
-type regionReader struct {
-	mem []byte
-	off int
-}
-
-// next returns the region's next n bytes, for the following Read.
-func (r *regionReader) next(n int) ([]byte, error) {
-	if n > len(r.mem)-r.off {
-		return nil, fmt.Errorf("%w: %d bytes past the region's payload", ErrBadFrame, n)
-	}
-	return r.mem[r.off : r.off+n : r.off+n], nil
-}
-
-func (r *regionReader) Read(p []byte) (int, error) {
-	if r.off >= len(r.mem) {
-		return 0, io.EOF
-	}
-	rest := r.mem[r.off:]
-	if len(p) > 0 && &p[0] == &rest[0] {
-		n := min(len(p), len(rest))
-		r.off += n
-		return n, nil
-	}
-	n := copy(p, rest)
-	r.off += n
-	return n, nil
 }
