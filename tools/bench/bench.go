@@ -24,18 +24,26 @@ const (
 	SectionEndToEnd   = "end_to_end"
 	SectionMemory     = "memory"
 	SectionTLS        = "tls"
+	SectionNetwork    = "network"
 )
 
 // Sections lists every section name in measuring order.
 func Sections() []string {
-	return []string{SectionCompute, SectionWire, SectionPSOverhead, SectionMetrics, SectionCluster, SectionEndToEnd, SectionMemory, SectionTLS}
+	return []string{SectionCompute, SectionWire, SectionPSOverhead, SectionMetrics, SectionCluster, SectionEndToEnd, SectionMemory, SectionTLS, SectionNetwork}
 }
 
-// ParseSections reads a comma list of section names ("" = all), in the
+// DefaultSections are the sections measured when none are named: all
+// but network, whose runs to target across emulated links take most of
+// an hour and need root.
+func DefaultSections() []string {
+	return slices.DeleteFunc(Sections(), func(s string) bool { return s == SectionNetwork })
+}
+
+// ParseSections reads a comma list of section names ("" = the default ones), in the
 // canonical order, without duplicates.
 func ParseSections(s string) ([]string, error) {
 	if strings.TrimSpace(s) == "" {
-		return Sections(), nil
+		return DefaultSections(), nil
 	}
 	want := map[string]bool{}
 	for _, f := range strings.Split(s, ",") {
@@ -70,6 +78,10 @@ type Config struct {
 	// is where its same-host runs keep their certificates.
 	TLSLink LinkRunner
 	TLSDir  string
+	// Network runs the network section; NetworkJournal is its file of
+	// finished runs (empty: none; NetworkPlan.Journal).
+	Network        NetworkRunner
+	NetworkJournal string
 	// Load is the host's one-minute load average (nil: not recorded).
 	Load     func() float64
 	Now      Clock
@@ -105,6 +117,7 @@ type Result struct {
 	EndToEnd        *E2EResult             `json:"end_to_end,omitempty"`
 	Memory          *MemoryResult          `json:"memory,omitempty"`
 	TLS             *TLSResult             `json:"tls,omitempty"`
+	Network         *NetworkResult         `json:"network,omitempty"`
 	Errors          map[string]string      `json:"errors,omitempty"`
 }
 
@@ -135,6 +148,9 @@ func (c Config) Validate() error {
 	if c.Runner == nil && c.NeedsRunner() {
 		return errors.New("bench: cluster, end_to_end, memory and tls need a runner (the pstrain binary)")
 	}
+	if c.Network == nil && slices.Contains(c.Sections, SectionNetwork) {
+		return errors.New("bench: network needs a network runner (the pstrain binary on a netlab)")
+	}
 	for _, s := range []string{SectionCompute, SectionCluster, SectionEndToEnd} {
 		if c.BLAS == nil && slices.Contains(c.Sections, s) {
 			return fmt.Errorf("bench: %s needs a BLAS", s)
@@ -145,7 +161,7 @@ func (c Config) Validate() error {
 
 // NeedsRunner says whether a selected section runs the pstrain binary.
 func (c Config) NeedsRunner() bool {
-	for _, s := range []string{SectionCluster, SectionEndToEnd, SectionMemory, SectionTLS} {
+	for _, s := range []string{SectionCluster, SectionEndToEnd, SectionMemory, SectionTLS, SectionNetwork} {
 		if slices.Contains(c.Sections, s) {
 			return true
 		}
@@ -267,6 +283,15 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		fmt.Fprintf(c.Progress, "bench: tls (%d alternated pairs of the default cluster with and without --tls-dir, then of 1 PS + 1 worker across a netlab link)\n", plan.Rounds)
 		if res.TLS, err = TLS(ctx, plan); err != nil {
 			fail(SectionTLS, err)
+		}
+	}
+	if has(SectionNetwork) && ctx.Err() == nil {
+		plan := NetworkPlanFor(c.Quick)
+		plan.Runner, plan.Journal, plan.Progress, plan.Now = c.Network, c.NetworkJournal, c.Progress, c.Now
+		fmt.Fprintf(c.Progress, "bench: network (%d models x %d links x %d compressions to their held targets across emulated links)\n",
+			len(plan.Models), len(plan.Links), len(plan.Compress))
+		if res.Network, err = Network(ctx, plan); err != nil {
+			fail(SectionNetwork, err)
 		}
 	}
 	if err := ctx.Err(); err != nil {

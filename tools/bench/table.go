@@ -122,6 +122,9 @@ func WriteTable(w io.Writer, r *Result) error {
 	if r.TLS != nil {
 		writeTLSTable(tw, r.TLS)
 	}
+	if r.Network != nil {
+		writeNetworkTable(tw, r.Network)
+	}
 	if len(r.Errors) > 0 {
 		fmt.Fprintln(tw, "\nfailed sections:")
 		var names []string
