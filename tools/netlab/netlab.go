@@ -22,8 +22,11 @@
 //     CONFIG_NET_SCH_NETEM and no loadable modules), where netem is
 //     unavailable. The kernels' TCP stacks see real delay and loss all the
 //     same; the frames just cross a user-space hop. The TAP MTU is 65000 so
-//     that a frame copy is not the bottleneck. The links vanish when this
-//     process exits (their file descriptors close).
+//     that a frame copy is not the bottleneck (Config.MTU sets another).
+//     Only these links can also be rate-limited (Impairment.Rate: each
+//     direction its own FIFO at that rate, tail-dropping what would wait
+//     longer than Impairment.Queue). The links vanish when this process
+//     exits (their file descriptors close).
 //
 // LinkAuto picks LinkVeth when the kernel has netem and LinkWire otherwise.
 package netlab
