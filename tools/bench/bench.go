@@ -287,7 +287,7 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	}
 	if has(SectionNetwork) && ctx.Err() == nil {
 		plan := NetworkPlanFor(c.Quick)
-		plan.Runner, plan.Journal, plan.Progress, plan.Now = c.Network, c.NetworkJournal, c.Progress, c.Now
+		plan.Runner, plan.Journal, plan.Progress, plan.Now, plan.Load = c.Network, c.NetworkJournal, c.Progress, c.Now, c.Load
 		fmt.Fprintf(c.Progress, "bench: network (%d models x %d links x %d compressions to their held targets across emulated links)\n",
 			len(plan.Models), len(plan.Links), len(plan.Compress))
 		if res.Network, err = Network(ctx, plan); err != nil {

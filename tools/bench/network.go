@@ -57,6 +57,7 @@ type NetworkPlan struct {
 	Journal  string
 	Progress io.Writer
 	Now      Clock
+	Load     func() float64 // the host's one-minute load average (nil: not recorded)
 }
 
 // NetworkPlanFor is the full grid, or the quick one: the MLP to a
@@ -100,7 +101,10 @@ type NetworkRun struct {
 	PushBytesPerStep    float64  `json:"push_bytes_per_step"`
 	PullBytesPerStep    float64  `json:"pull_bytes_per_step"`
 	CapSeconds          float64  `json:"cap_seconds"`
-	Error               string   `json:"error,omitempty"`
+	// LoadAverage is the host's one-minute load average at the run's
+	// end: the runs share this machine's cores with whatever else runs.
+	LoadAverage float64 `json:"load_average,omitempty"`
+	Error       string  `json:"error,omitempty"`
 }
 
 func (r NetworkRun) key() string { return r.Model + " " + r.Link + " " + r.Compress }
@@ -180,6 +184,9 @@ func (p NetworkPlan) run(ctx context.Context, link NetworkLink, m NetworkModel, 
 	r.TimeToTargetSeconds, r.TestAccuracy, r.StoppedBy = rep.TimeToTargetSeconds, rep.TestAccuracy, rep.StoppedBy
 	r.EpochsDone, r.TrainSeconds, r.SamplesPerSecond = rep.EpochsDone, rep.TrainSeconds, rep.SamplesPerSecond
 	r.PushBytesPerStep, r.PullBytesPerStep = rep.Wire.PushBytesPerStep, rep.Wire.PullBytesPerStep
+	if p.Load != nil {
+		r.LoadAverage = p.Load()
+	}
 	fmt.Fprintf(p.Progress, "bench: network %s: %s (wall %.0f s)\n", r.key(), r.summary(), now().Sub(t0).Seconds())
 	return r, nil
 }
@@ -189,7 +196,7 @@ func (r NetworkRun) summary() string {
 	if r.TimeToTargetSeconds != nil {
 		ttt = fmt.Sprintf("%.1f s to %.1f%%", *r.TimeToTargetSeconds, 100*r.TargetAccuracy)
 	}
-	return fmt.Sprintf("%s, stopped by %s, %.2f%% handed back, %.2f epochs", ttt, r.StoppedBy, 100*r.TestAccuracy, r.EpochsDone)
+	return fmt.Sprintf("%s, stopped by %s, %.2f%% handed back, %.2f epochs, load %.1f", ttt, r.StoppedBy, 100*r.TestAccuracy, r.EpochsDone, r.LoadAverage)
 }
 
 // readJournal reads the finished runs of an earlier, interrupted

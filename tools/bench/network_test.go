@@ -42,7 +42,7 @@ func testPlan(r NetworkRunner, journal string) NetworkPlan {
 	return NetworkPlan{Runner: r, Journal: journal, Compress: []string{"none", "int8"},
 		Links:  []NetworkLink{{Name: "slow", Delay: time.Second}, {Name: "fast", Delay: time.Millisecond}},
 		Models: []NetworkModel{{Name: "mlp", Args: []string{"--target-accuracy", "0.9"}, Target: 0.9, Cap: time.Minute}},
-		Extra:  []string{"--epochs", "3"}}
+		Extra:  []string{"--epochs", "3"}, Load: func() float64 { return 7 }}
 }
 
 // TestNetworkGridAndJournal runs a grid on a fake runner: every run in
@@ -66,7 +66,7 @@ func TestNetworkGridAndJournal(t *testing.T) {
 	}
 	r := res.Runs[0]
 	if r.Link != "slow" || r.Compress != "none" || r.Model != "mlp" || r.TimeToTargetSeconds == nil || *r.TimeToTargetSeconds != 10 ||
-		r.TestAccuracy != 0.98 || r.TargetAccuracy != 0.9 || r.PullBytesPerStep != 200 || r.CapSeconds != 60 {
+		r.TestAccuracy != 0.98 || r.TargetAccuracy != 0.9 || r.PullBytesPerStep != 200 || r.CapSeconds != 60 || r.LoadAverage != 7 {
 		t.Errorf("first run %+v", r)
 	}
 	if e := res.Runs[3].Error; e != "boom" {
