@@ -39,7 +39,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"regexp"
@@ -534,15 +533,11 @@ func (w *wire) pump(src, dst *os.File, impaired bool) {
 	for {
 		n, err := src.Read(buf)
 		if err != nil {
-			var pe *os.PathError
-			if errors.Is(err, os.ErrClosed) || errors.As(err, &pe) && errors.Is(pe.Err, syscall.EBADFD) || errors.Is(err, net.ErrClosed) {
-				break
-			}
-			if errors.Is(err, syscall.EIO) || errors.Is(err, syscall.EAGAIN) {
-				time.Sleep(time.Millisecond) // device down: nothing to read
+			if deviceDown(err) {
+				time.Sleep(time.Millisecond) // nothing to read
 				continue
 			}
-			break
+			break // closed, or a failure: the link is gone
 		}
 		im := w.im.Load()
 		if impaired && im.Loss > 0 && rand.Float64() < im.Loss {
@@ -565,6 +560,12 @@ func (w *wire) pump(src, dst *os.File, impaired bool) {
 	}
 	close(q)
 	<-done
+}
+
+// deviceDown says whether a TAP read failed because the device is down
+// (or has nothing yet), not because it was closed.
+func deviceDown(err error) bool {
+	return errors.Is(err, syscall.EIO) || errors.Is(err, syscall.EAGAIN)
 }
 
 // shaper is one direction of a rate-limited link: free is when the link
