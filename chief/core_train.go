@@ -229,16 +229,28 @@ func (c *Core) readShards(shards []ShardStatus) (done bool) {
 
 // tickDone: a shard says training is done. The other shards are usually
 // a push away from the last step (every worker pushes it to every
-// shard): give them a moment, so the final model is one version. With
-// backup workers a shard may never get there; the wait is bounded.
+// shard): give them time, so the final model is one version. With
+// backup workers a shard may never get there, so the wait is a second;
+// without them every shard gets every worker's last push unless a
+// worker is lost, which a heartbeat timeout tells (a push delayed by a
+// shard's failover takes longer than a second).
 func (c *Core) tickDone(now time.Time) []Action {
 	if c.doneAt.IsZero() {
 		c.doneAt = now
 	}
-	if c.step == slices.Max(c.versions) || now.Sub(c.doneAt) >= time.Second {
+	if c.step == slices.Max(c.versions) || now.Sub(c.doneAt) >= c.doneWait() {
 		return c.beginStop(now, "epochs")
 	}
 	return nil
+}
+
+// doneWait bounds tickDone's wait for the shards behind the first done.
+func (c *Core) doneWait() time.Duration {
+	r := c.p.Run
+	if r.Mode != config.Sync || (r.ReplicasToAggregate > 0 && r.ReplicasToAggregate < r.Workers) {
+		return time.Second
+	}
+	return max(time.Second, r.HeartbeatTimeout)
 }
 
 // membership orders the shards told of a change in the live workers

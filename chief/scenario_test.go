@@ -28,6 +28,7 @@ import (
 //	config KEY=VALUE...          a new core (ps, workers, mode, model, target, hold,
 //	                             epochs, batch, train-n, eval-every, subset,
 //	                             checkpoint-every, heartbeat, resume,
+//	                             replicas-to-aggregate, max-workers,
 //	                             evaluate, checkpoints, standbys: true
 //	                             gives every shard a hot standby)
 //	register ROLE INDEX [lr=F] t=S  a task registers (lr: with another
@@ -329,6 +330,8 @@ func (s *scenario) config(a scenariotest.Args) error {
 			}
 		case "max-workers":
 			p.Run.MaxWorkers, err = strconv.Atoi(v)
+		case "replicas-to-aggregate":
+			p.Run.ReplicasToAggregate, err = strconv.Atoi(v)
 		default:
 			return fmt.Errorf("unknown config key %q", k)
 		}

@@ -24,37 +24,36 @@ const (
 	SectionEndToEnd   = "end_to_end"
 	SectionMemory     = "memory"
 	SectionTLS        = "tls"
-	SectionNetwork    = "network"
+	// SectionNetwork runs only when named (knownSections).
+	SectionNetwork = "network"
 )
 
 // Sections lists every section name in measuring order.
 func Sections() []string {
-	return []string{SectionCompute, SectionWire, SectionPSOverhead, SectionMetrics, SectionCluster, SectionEndToEnd, SectionMemory, SectionTLS, SectionNetwork}
+	return []string{SectionCompute, SectionWire, SectionPSOverhead, SectionMetrics, SectionCluster, SectionEndToEnd, SectionMemory, SectionTLS}
 }
 
-// DefaultSections are the sections measured when none are named: all
-// but network, whose runs to target across emulated links take most of
-// an hour and need root.
-func DefaultSections() []string {
-	return slices.DeleteFunc(Sections(), func(s string) bool { return s == SectionNetwork })
-}
+// knownSections are Sections and those run only for another model
+// (embeddings: --model ctr) or only when named (network: root, and most
+// of an hour), in measuring order.
+func knownSections() []string { return append(Sections(), SectionEmbeddings, SectionNetwork) }
 
-// ParseSections reads a comma list of section names ("" = the default ones), in the
-// canonical order, without duplicates.
+// ParseSections reads a comma list of section names ("" = all of
+// Sections), in the canonical order, without duplicates.
 func ParseSections(s string) ([]string, error) {
 	if strings.TrimSpace(s) == "" {
-		return DefaultSections(), nil
+		return Sections(), nil
 	}
 	want := map[string]bool{}
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(f)
-		if !slices.Contains(Sections(), f) {
-			return nil, fmt.Errorf("unknown bench section %q (want a comma list of %s)", f, strings.Join(Sections(), ", "))
+		if !slices.Contains(knownSections(), f) {
+			return nil, fmt.Errorf("unknown bench section %q (want a comma list of %s)", f, strings.Join(knownSections(), ", "))
 		}
 		want[f] = true
 	}
 	var out []string
-	for _, name := range Sections() {
+	for _, name := range knownSections() {
 		if want[name] {
 			out = append(out, name)
 		}
@@ -83,9 +82,11 @@ type Config struct {
 	Network        NetworkRunner
 	NetworkJournal string
 	// Load is the host's one-minute load average (nil: not recorded).
-	Load     func() float64
-	Now      Clock
-	Progress io.Writer // one line per measurement started; may be nil
+	Load func() float64
+	// Embeddings is the embeddings section's plan (its model a CTR one).
+	Embeddings *EmbeddingsPlan
+	Now        Clock
+	Progress   io.Writer // one line per measurement started; may be nil
 }
 
 // Machine describes where the figures were measured (no host name).
@@ -118,6 +119,7 @@ type Result struct {
 	Memory          *MemoryResult          `json:"memory,omitempty"`
 	TLS             *TLSResult             `json:"tls,omitempty"`
 	Network         *NetworkResult         `json:"network,omitempty"`
+	Embeddings      *EmbeddingsResult      `json:"embeddings,omitempty"`
 	Errors          map[string]string      `json:"errors,omitempty"`
 }
 
@@ -127,9 +129,12 @@ func (c Config) Validate() error {
 		return errors.New("bench: no section selected")
 	}
 	for _, s := range c.Sections {
-		if !slices.Contains(Sections(), s) {
+		if !slices.Contains(knownSections(), s) {
 			return fmt.Errorf("bench: unknown section %q", s)
 		}
+	}
+	if slices.Contains(c.Sections, SectionEmbeddings) && (c.Embeddings == nil || c.Embeddings.Runner == nil) {
+		return errors.New("bench: embeddings needs its plan and a runner (the pstrain binary)")
 	}
 	if err := c.Spec.Validate(); err != nil {
 		return err
@@ -161,7 +166,7 @@ func (c Config) Validate() error {
 
 // NeedsRunner says whether a selected section runs the pstrain binary.
 func (c Config) NeedsRunner() bool {
-	for _, s := range []string{SectionCluster, SectionEndToEnd, SectionMemory, SectionTLS, SectionNetwork} {
+	for _, s := range []string{SectionCluster, SectionEndToEnd, SectionMemory, SectionTLS, SectionEmbeddings, SectionNetwork} {
 		if slices.Contains(c.Sections, s) {
 			return true
 		}
@@ -283,6 +288,13 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		fmt.Fprintf(c.Progress, "bench: tls (%d alternated pairs of the default cluster with and without --tls-dir, then of 1 PS + 1 worker across a netlab link)\n", plan.Rounds)
 		if res.TLS, err = TLS(ctx, plan); err != nil {
 			fail(SectionTLS, err)
+		}
+	}
+	if has(SectionEmbeddings) && ctx.Err() == nil {
+		fmt.Fprintf(c.Progress, "bench: embeddings (%d PS + %d workers on a synthetic set of default vocabularies, then of vocabularies capped at %d, then in this process)\n",
+			c.Embeddings.PS, c.Embeddings.Workers, c.Embeddings.SmallVocab)
+		if res.Embeddings, res.Memory, err = Embeddings(ctx, *c.Embeddings); err != nil {
+			fail(SectionEmbeddings, err)
 		}
 	}
 	if has(SectionNetwork) && ctx.Err() == nil {
