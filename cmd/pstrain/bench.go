@@ -41,7 +41,7 @@ func newBenchCmd() *benchCmd {
 	fs := c.fs
 	fs.BoolVar(&c.asJSON, "json", false, "print the result as JSON instead of a table")
 	fs.BoolVar(&c.quick, "quick", false, "shorter timings and a smaller end_to_end grid")
-	fs.StringVar(&c.sections, "sections", strings.Join(bench.Sections(), ","), "comma list of sections to measure")
+	fs.StringVar(&c.sections, "sections", strings.Join(bench.Sections(), ","), "comma list of sections to measure (also: network, across emulated links, only when named; docs/scaling.md)")
 	fs.DurationVar(&c.budget, "duration", 0, "time per measurement loop (default 1.5s, 0.4s with --quick)")
 	fs.IntVar(&c.rounds, "rounds", 0, "alternating measurement rounds per section; the best counts (default 3, 2 with --quick)")
 	fs.StringVar(&c.batches, "batches", "128,512", "compute batch sizes; the first is also ps_overhead's")
@@ -143,8 +143,10 @@ func (c *benchCmd) config(progress io.Writer) (bench.Config, error) {
 }
 
 // runners sets cfg up for the sections that run this binary (cluster,
-// end_to_end, tls): in --work-dir, or in a temporary directory that
-// cleanup removes.
+// end_to_end, tls, network): in --work-dir, or in a temporary directory
+// that cleanup removes. The network section keeps a journal of its
+// finished runs there, so that a bench with the same --work-dir resumes
+// it.
 func (c *benchCmd) runners(cfg *bench.Config) (cleanup func(), err error) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -166,7 +168,14 @@ func (c *benchCmd) runners(cfg *bench.Config) (cleanup func(), err error) {
 	cfg.TLSDir = filepath.Join(dir, "tls-certs")
 	cfg.TLSLink = &bench.NetlabLink{Exe: exe, Dir: dir, DataDir: c.dataDir}
 	cfg.Load = hostLoad1
-	return cleanup, nil
+	netlab := &bench.NetlabCluster{Exe: exe, Dir: filepath.Join(dir, "network"), DataDir: c.dataDir}
+	journal := "network-runs.jsonl"
+	if c.quick {
+		journal = "network-runs-quick.jsonl"
+	}
+	cfg.Network, cfg.NetworkJournal = netlab, filepath.Join(dir, journal)
+	removeDir := cleanup
+	return func() { netlab.Close(); removeDir() }, nil
 }
 
 // print writes the result as a table, or as JSON with --json.

@@ -24,6 +24,8 @@ const (
 	SectionEndToEnd   = "end_to_end"
 	SectionMemory     = "memory"
 	SectionTLS        = "tls"
+	// SectionNetwork runs only when named (knownSections).
+	SectionNetwork = "network"
 )
 
 // Sections lists every section name in measuring order.
@@ -32,8 +34,9 @@ func Sections() []string {
 }
 
 // knownSections are Sections and those run only for another model
-// (embeddings: --model ctr), in measuring order.
-func knownSections() []string { return append(Sections(), SectionEmbeddings) }
+// (embeddings: --model ctr) or only when named (network: root, and most
+// of an hour), in measuring order.
+func knownSections() []string { return append(Sections(), SectionEmbeddings, SectionNetwork) }
 
 // ParseSections reads a comma list of section names ("" = all of
 // Sections), in the canonical order, without duplicates.
@@ -74,6 +77,10 @@ type Config struct {
 	// is where its same-host runs keep their certificates.
 	TLSLink LinkRunner
 	TLSDir  string
+	// Network runs the network section; NetworkJournal is its file of
+	// finished runs (empty: none; NetworkPlan.Journal).
+	Network        NetworkRunner
+	NetworkJournal string
 	// Load is the host's one-minute load average (nil: not recorded).
 	Load func() float64
 	// Embeddings is the embeddings section's plan (its model a CTR one).
@@ -111,6 +118,7 @@ type Result struct {
 	EndToEnd        *E2EResult             `json:"end_to_end,omitempty"`
 	Memory          *MemoryResult          `json:"memory,omitempty"`
 	TLS             *TLSResult             `json:"tls,omitempty"`
+	Network         *NetworkResult         `json:"network,omitempty"`
 	Embeddings      *EmbeddingsResult      `json:"embeddings,omitempty"`
 	Errors          map[string]string      `json:"errors,omitempty"`
 }
@@ -145,6 +153,9 @@ func (c Config) Validate() error {
 	if c.Runner == nil && c.NeedsRunner() {
 		return errors.New("bench: cluster, end_to_end, memory and tls need a runner (the pstrain binary)")
 	}
+	if c.Network == nil && slices.Contains(c.Sections, SectionNetwork) {
+		return errors.New("bench: network needs a network runner (the pstrain binary on a netlab)")
+	}
 	for _, s := range []string{SectionCompute, SectionCluster, SectionEndToEnd} {
 		if c.BLAS == nil && slices.Contains(c.Sections, s) {
 			return fmt.Errorf("bench: %s needs a BLAS", s)
@@ -155,7 +166,7 @@ func (c Config) Validate() error {
 
 // NeedsRunner says whether a selected section runs the pstrain binary.
 func (c Config) NeedsRunner() bool {
-	for _, s := range []string{SectionCluster, SectionEndToEnd, SectionMemory, SectionTLS, SectionEmbeddings} {
+	for _, s := range []string{SectionCluster, SectionEndToEnd, SectionMemory, SectionTLS, SectionEmbeddings, SectionNetwork} {
 		if slices.Contains(c.Sections, s) {
 			return true
 		}
@@ -284,6 +295,15 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 			c.Embeddings.PS, c.Embeddings.Workers, c.Embeddings.SmallVocab)
 		if res.Embeddings, res.Memory, err = Embeddings(ctx, *c.Embeddings); err != nil {
 			fail(SectionEmbeddings, err)
+		}
+	}
+	if has(SectionNetwork) && ctx.Err() == nil {
+		plan := NetworkPlanFor(c.Quick)
+		plan.Runner, plan.Journal, plan.Progress, plan.Now, plan.Load = c.Network, c.NetworkJournal, c.Progress, c.Now, c.Load
+		fmt.Fprintf(c.Progress, "bench: network (%d models x %d links x %d compressions to their held targets across emulated links)\n",
+			len(plan.Models), len(plan.Links), len(plan.Compress))
+		if res.Network, err = Network(ctx, plan); err != nil {
+			fail(SectionNetwork, err)
 		}
 	}
 	if err := ctx.Err(); err != nil {

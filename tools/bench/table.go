@@ -129,6 +129,9 @@ func WriteTable(w io.Writer, r *Result) error {
 	if r.Embeddings != nil {
 		writeEmbeddingsTable(tw, r.Embeddings)
 	}
+	if r.Network != nil {
+		writeNetworkTable(tw, r.Network)
+	}
 	if len(r.Errors) > 0 {
 		fmt.Fprintln(tw, "\nfailed sections:")
 		var names []string
