@@ -66,6 +66,7 @@ type psScaleState struct {
 type SnapshotShards struct {
 	Step   int64
 	Latest int64
+	To     int // the new PS count: the checkpoint is read back for it
 }
 
 // SwitchLayout initialises the To shards of the new layout, in
@@ -82,7 +83,7 @@ func (SnapshotShards) action() {}
 func (SwitchLayout) action()   {}
 
 func (a SnapshotShards) String() string {
-	return fmt.Sprintf("snapshot-shards step=%d latest=%d", a.Step, a.Latest)
+	return fmt.Sprintf("snapshot-shards step=%d latest=%d ps=%d", a.Step, a.Latest, a.To)
 }
 
 func (a SwitchLayout) String() string {
@@ -201,7 +202,7 @@ func (c *Core) psSnapshot(now time.Time, ch *psChange) []Action {
 	}
 	ch.heldAt, ch.snapping = now, true
 	c.ckptBusy = true
-	return []Action{SnapshotShards{Step: ch.at, Latest: c.st.LatestCheckpoint}}
+	return []Action{SnapshotShards{Step: ch.at, Latest: c.st.LatestCheckpoint, To: ch.to}}
 }
 
 // Snapshotted is SnapshotShards's outcome: the checkpoint of the
@@ -267,7 +268,7 @@ func (c *Core) LayoutSwitched(now time.Time, version int64) []Action {
 		PauseSeconds: ptr(pause), StepsLost: ptr(lost)}
 	c.st.Membership = append(c.st.Membership, chg)
 	c.st.PS = ch.to
-	c.m.MembershipChanges.Inc()
+	c.m.LayoutChanges.Inc()
 	c.m.PS.Set(float64(ch.to))
 	c.log.Warn("parameter servers changed", "from", ch.from, "to", ch.to, "step", ch.at, "steps_lost", lost,
 		"generation", c.st.Generation, "pause_seconds", fmt.Sprintf("%.2f", pause))

@@ -323,6 +323,7 @@ func (c *Core) report() *report.Report {
 	rep.MembershipChanges = append([]report.MembershipChange{}, c.st.Membership...)
 	rep.LiveWorkers = append([]report.LiveWorkers{}, c.st.LiveWorkers...)
 	rep.FinalWorkers = c.workers()
+	rep.FinalPS = c.psCount
 	if !c.start.IsZero() {
 		rep.TrainSeconds = c.trainEnd.Sub(c.start).Seconds()
 	}

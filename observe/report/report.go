@@ -236,6 +236,9 @@ type Report struct {
 	// order (docs/elastic.md); FinalWorkers the count at the end.
 	MembershipChanges []MembershipChange `json:"membership_changes"`
 	FinalWorkers      int                `json:"final_workers"`
+	// FinalPS is the parameter server count at the end (PS changes are
+	// membership changes with role "ps").
+	FinalPS int `json:"final_ps"`
 	// LiveWorkers are the changes of the number of workers training
 	// (heard from within the heartbeat timeout, not quarantined, not
 	// removed), in order: a worker that died or froze, came back, was

@@ -1,0 +1,174 @@
+package chief
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/pstrain/pstrain/checkpoint/shardckpt"
+	"github.com/pstrain/pstrain/ml/partition"
+	pb "github.com/pstrain/pstrain/proto"
+)
+
+// The driver's half of a live change of the PS count (core_psscale.go):
+// the boundary's checkpoint, and the switch to the layout of the new
+// count. Both run on the loop's goroutine while every shard holds the
+// workers at the boundary; no evaluation or checkpoint job runs then
+// (the core starts none during a change), so the layout (cfg.PS, plan,
+// Run.PS) changes under no reader.
+
+// ScalePS asks for n parameter servers (docs/elastic.md, "Parameter
+// servers"); --scale-file's "ps" is the task's way to call it.
+func (c *Chief) ScalePS(n int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.core.ScalePS(n, c.cfg.Now())
+}
+
+// snapshotShards carries out a SnapshotShards: the checkpoint of the
+// step every shard is held at.
+//
+// It also reads the checkpoint back, resharded for the new count, while
+// the workers switch layouts: SwitchLayout then only sends the Inits.
+func (c *Chief) snapshotShards(ctx context.Context, a SnapshotShards) CheckpointResult {
+	t0 := c.cfg.Now()
+	c.moved = nil
+	res := c.writeShardsAndCommit(ctx, Checkpoint{Latest: a.Latest, KeepGood: -1}, a.Step, a.Step)
+	if res.Err != nil {
+		c.removeLeftovers()
+		return res
+	}
+	res.Duration = c.cfg.Now().Sub(t0)
+	c.cfg.Log.Info("PS count change: the boundary's checkpoint is written", "step", a.Step,
+		"bytes", res.Bytes, "seconds", fmt.Sprintf("%.3f", res.Duration.Seconds()))
+	if a.To > 0 {
+		mv, err := c.loadMove(a.Step, a.To)
+		if err != nil {
+			res.Err = err
+			return res
+		}
+		c.moved = mv
+	}
+	return res
+}
+
+// move is the checkpoint of a PS count change's boundary, read for the
+// layout of the new count: each new shard's Init.
+type move struct {
+	step   int64
+	plan   partition.Plan
+	shards []shardInit
+}
+
+// loadMove reads the newest checkpoint, which must be of step, and
+// reshards it for n shards.
+func (c *Chief) loadMove(step int64, n int) (*move, error) {
+	plan, err := partition.New(c.cfg.Spec, n)
+	if err != nil {
+		return nil, err
+	}
+	info, _, err := c.cfg.Store.Latest()
+	if err != nil {
+		return nil, fmt.Errorf("chief: the PS count change's checkpoint: %w", err)
+	}
+	if info.Step != step {
+		return nil, fmt.Errorf("chief: the PS count change's checkpoint of step %d is not the newest (%d is)", step, info.Step)
+	}
+	ck, err := c.cfg.Store.Load(info.Path)
+	if err != nil {
+		return nil, fmt.Errorf("chief: the PS count change's checkpoint: %w", err)
+	}
+	st, err := shardckpt.Read(ck, c.cfg.Spec, c.cfg.Run.Optimizer)
+	if err != nil {
+		return nil, fmt.Errorf("chief: the PS count change's checkpoint: %w", err)
+	}
+	mv := &move{step: step, plan: plan}
+	for s := range n {
+		p, o := st.Shard(plan, s)
+		mv.shards = append(mv.shards, shardInit{params: p, opt: o, optSteps: st.OptimizerSteps,
+			version: ck.Manifest.Version, positions: ck.Manifest.DataPositions})
+	}
+	return mv, nil
+}
+
+// switchLayout carries out a SwitchLayout: the layout of a.To shards
+// becomes the chief's, every shard of it is initialised from the
+// checkpoint of a.Step (the newest: the core orders no other during a
+// change), and the removed PS processes are told to exit. It returns the
+// version the shards serve from.
+func (c *Chief) switchLayout(ctx context.Context, a SwitchLayout) (int64, error) {
+	t0 := c.cfg.Now()
+	rs := c.moved
+	c.moved = nil
+	if rs == nil || rs.step != a.Step || len(rs.shards) != a.To {
+		var err error
+		if rs, err = c.loadMove(a.Step, a.To); err != nil {
+			return 0, err
+		}
+	}
+	if err := c.setLayout(a.To); err != nil {
+		return 0, err
+	}
+	errs := make([]error, a.To)
+	var wg sync.WaitGroup
+	for s := range a.To {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[s] = c.initShard(ctx, s, rs.shards[s], a.Generation)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return 0, fmt.Errorf("chief: initialising the new layout: %w", err)
+		}
+	}
+	c.retirePS(ctx, a.To, a.From)
+	c.cfg.Log.Info("PS count change: the new layout serves", "ps", a.To, "version", rs.shards[0].version,
+		"seconds", fmt.Sprintf("%.3f", c.cfg.Now().Sub(t0).Seconds()))
+	return rs.shards[0].version, nil
+}
+
+// setLayout makes the first n PS slots the shards and their partition
+// the plan.
+func (c *Chief) setLayout(n int) error {
+	if n < 1 || n > len(c.psSlots) {
+		return fmt.Errorf("chief: %d parameter servers asked, the run has %d slots", n, len(c.psSlots))
+	}
+	plan, err := partition.New(c.cfg.Spec, n)
+	if err != nil {
+		return err
+	}
+	c.cfg.PS, c.cfg.Run.PS, c.plan = c.psSlots[:n], n, plan
+	return nil
+}
+
+// retirePS tells the PS processes of slots [from, to) to exit: they hold
+// nothing of the model any more.
+func (c *Chief) retirePS(ctx context.Context, from, to int) {
+	for s := from; s < to; s++ {
+		p := c.psSlots[s]
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if _, err := p.Client.Stop(cctx, &pb.StopRequest{Shutdown: true}); err != nil {
+			c.cfg.Log.Warn("could not tell a removed PS process to exit", "task", fmt.Sprintf("ps/%d", s), "addr", p.Addr, "err", err)
+		}
+		cancel()
+	}
+}
+
+// applyScale hands the core a scale request: its worker count and, when
+// it asks for one, its PS count. Call with mu held.
+func (c *Chief) applyScale(req ScaleRequest, now time.Time) {
+	if req.Workers > 0 {
+		if err := c.core.Scale(req.Workers, now); err != nil {
+			c.cfg.Log.Error("scale request refused", "file", c.cfg.ScaleFile, "err", err)
+		}
+	}
+	if req.PS > 0 {
+		if err := c.core.ScalePS(req.PS, now); err != nil {
+			c.cfg.Log.Error("scale request refused", "file", c.cfg.ScaleFile, "err", err)
+		}
+	}
+}
