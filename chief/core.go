@@ -273,6 +273,7 @@ func NewCore(p CoreParams, runID string, log *slog.Logger, m *metrics.Chief, now
 		}
 	}
 	c.beginGeneration(0, false)
+	m.PS.Set(float64(r.PS))
 	return c
 }
 

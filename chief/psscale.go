@@ -84,6 +84,9 @@ func (c *Chief) loadMove(step int64, n int) (*move, error) {
 		return nil, fmt.Errorf("chief: the PS count change's checkpoint: %w", err)
 	}
 	mv := &move{step: step, plan: plan}
+	moved := partition.MovedElements(partition.Moves(c.plan, plan))
+	c.cfg.Log.Info("PS count change: the model's rows on the new layout", "ps", n, "moved_mib",
+		fmt.Sprintf("%.2f", float64(4*moved)/(1<<20)), "of_mib", fmt.Sprintf("%.2f", float64(4*c.cfg.Spec.NumParams())/(1<<20)))
 	for s := range n {
 		p, o := st.Shard(plan, s)
 		mv.shards = append(mv.shards, shardInit{params: p, opt: o, optSteps: st.OptimizerSteps,
