@@ -84,6 +84,8 @@ type Chief struct {
 	// first of them, the shards of the layout in effect.
 	psSlots []PS
 	moved   *move // the boundary's checkpoint read for the new layout (psscale.go)
+	// nudge asks the loop for a tick before the next poll (psscale.go).
+	nudge chan struct{}
 }
 
 // withDefaults is cfg with its unset fields set to their defaults.
@@ -145,7 +147,8 @@ func New(cfg Config) (*Chief, error) {
 		params.StandbyAddrs = append(params.StandbyAddrs, p.Addr)
 	}
 	core := NewCore(params, cfg.RunID, cfg.Log, cfg.Metrics, cfg.Now())
-	c := &Chief{cfg: cfg, plan: plan, core: core, scale: scaleWatch{since: time.Now()}, psSlots: slots}
+	c := &Chief{cfg: cfg, plan: plan, core: core, scale: scaleWatch{since: time.Now()}, psSlots: slots,
+		nudge: make(chan struct{}, 1)}
 	// Every task's restart counter exists from the start, so dashboards
 	// show 0 rather than nothing.
 	for _, t := range c.taskNames() {
@@ -248,6 +251,8 @@ func (c *Chief) Run(ctx context.Context) (*report.Report, error) {
 			c.cfg.Log.Warn("interrupted: stopping the run cleanly (Ctrl-C again, a second or more later, to stop at once)")
 			acts = c.step(c.core.Interrupt)
 		case <-poll.C:
+			acts = c.tick(work)
+		case <-c.nudge:
 			acts = c.tick(work)
 		case f := <-results:
 			acts = c.step(f)

@@ -233,12 +233,8 @@ func (c *Core) Snapshotted(now time.Time, res CheckpointResult) []Action {
 
 // psSwitch orders the switch once every live worker uses the new layout.
 func (c *Core) psSwitch(now time.Time, ch *psChange) []Action {
-	if now.Sub(ch.publishedAt) < c.p.StartupTimeout {
-		for _, w := range c.members.Live(now) {
-			if c.psAcks[w] != ch.to && !c.retired[w] {
-				return nil
-			}
-		}
+	if now.Sub(ch.publishedAt) < c.p.StartupTimeout && !c.PSSwitchReady(now) {
+		return nil
 	}
 	ch.switching = true
 	c.st.Generation++
@@ -326,6 +322,22 @@ func (c *Core) HeartbeatPS(worker, n int) int {
 		c.psAcks[worker] = n
 	}
 	return c.LayoutPS()
+}
+
+// PSSwitchReady says every live worker uses the new layout of a change
+// whose checkpoint is written: the switch is due (the loop need not wait
+// for its next poll).
+func (c *Core) PSSwitchReady(now time.Time) bool {
+	ch := c.psChange
+	if ch == nil || !ch.published || ch.switching {
+		return false
+	}
+	for _, w := range c.members.Live(now) {
+		if c.psAcks[w] != ch.to && !c.retired[w] {
+			return false
+		}
+	}
+	return true
 }
 
 // LayoutPS is the PS count workers are to use (registrations and

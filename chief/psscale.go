@@ -175,3 +175,12 @@ func (c *Chief) applyScale(req ScaleRequest, now time.Time) {
 		}
 	}
 }
+
+// nudgeLoop asks the loop for a tick now: the last worker switched
+// layouts, and the switch need not wait for the next poll.
+func (c *Chief) nudgeLoop() {
+	select {
+	case c.nudge <- struct{}{}:
+	default:
+	}
+}

@@ -69,11 +69,15 @@ func (c *Chief) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.He
 			plan = convert.DataPlan(p)
 		}
 	}
-	numPS := 0
+	numPS, nudge := 0, false
 	if err == nil {
 		numPS = c.core.HeartbeatPS(int(req.Worker), int(req.NumPs))
+		nudge = c.core.PSSwitchReady(c.cfg.Now())
 	}
 	c.mu.Unlock()
+	if nudge {
+		c.nudgeLoop()
+	}
 	if err != nil {
 		c.cfg.Metrics.RejectedRequests.WithLabelValues("task").Inc()
 		return nil, status.Error(codes.InvalidArgument, err.Error())
