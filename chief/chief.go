@@ -83,7 +83,7 @@ type Chief struct {
 	// psSlots are every PS slot's connection (--max-ps); cfg.PS are the
 	// first of them, the shards of the layout in effect.
 	psSlots []PS
-	moved   *move // the boundary's checkpoint read for the new layout (psscale.go)
+	moved   chan loadedMove // the boundary's checkpoint being read for the new layout (psscale.go)
 	// nudge asks the loop for a tick before the next poll (psscale.go).
 	nudge chan struct{}
 }

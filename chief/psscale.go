@@ -29,8 +29,9 @@ func (c *Chief) ScalePS(n int) error {
 // snapshotShards carries out a SnapshotShards: the checkpoint of the
 // step every shard is held at.
 //
-// It also reads the checkpoint back, resharded for the new count, while
-// the workers switch layouts: SwitchLayout then only sends the Inits.
+// It also starts reading the checkpoint back, resharded for the new
+// count, on a goroutine of its own (it ends by itself), while the
+// workers switch layouts: SwitchLayout then only sends the Inits.
 func (c *Chief) snapshotShards(ctx context.Context, a SnapshotShards) CheckpointResult {
 	t0 := c.cfg.Now()
 	c.moved = nil
@@ -43,14 +44,21 @@ func (c *Chief) snapshotShards(ctx context.Context, a SnapshotShards) Checkpoint
 	c.cfg.Log.Info("PS count change: the boundary's checkpoint is written", "step", a.Step,
 		"bytes", res.Bytes, "seconds", fmt.Sprintf("%.3f", res.Duration.Seconds()))
 	if a.To > 0 {
-		mv, err := c.loadMove(a.Step, a.To)
-		if err != nil {
-			res.Err = err
-			return res
-		}
-		c.moved = mv
+		loaded := make(chan loadedMove, 1)
+		plan := c.plan
+		go func() {
+			mv, err := c.loadMove(plan, a.Step, a.To)
+			loaded <- loadedMove{mv, err}
+		}()
+		c.moved = loaded
 	}
 	return res
+}
+
+// loadedMove is loadMove's outcome.
+type loadedMove struct {
+	mv  *move
+	err error
 }
 
 // move is the checkpoint of a PS count change's boundary, read for the
@@ -62,8 +70,9 @@ type move struct {
 }
 
 // loadMove reads the newest checkpoint, which must be of step, and
-// reshards it for n shards.
-func (c *Chief) loadMove(step int64, n int) (*move, error) {
+// reshards it for n shards (from the layout from, which it logs what
+// the change moves of).
+func (c *Chief) loadMove(from partition.Plan, step int64, n int) (*move, error) {
 	plan, err := partition.New(c.cfg.Spec, n)
 	if err != nil {
 		return nil, err
@@ -84,7 +93,7 @@ func (c *Chief) loadMove(step int64, n int) (*move, error) {
 		return nil, fmt.Errorf("chief: the PS count change's checkpoint: %w", err)
 	}
 	mv := &move{step: step, plan: plan}
-	moved := partition.MovedElements(partition.Moves(c.plan, plan))
+	moved := partition.MovedElements(partition.Moves(from, plan))
 	c.cfg.Log.Info("PS count change: the model's rows on the new layout", "ps", n, "moved_mib",
 		fmt.Sprintf("%.2f", float64(4*moved)/(1<<20)), "of_mib", fmt.Sprintf("%.2f", float64(4*c.cfg.Spec.NumParams())/(1<<20)))
 	for s := range n {
@@ -102,11 +111,22 @@ func (c *Chief) loadMove(step int64, n int) (*move, error) {
 // version the shards serve from.
 func (c *Chief) switchLayout(ctx context.Context, a SwitchLayout) (int64, error) {
 	t0 := c.cfg.Now()
-	rs := c.moved
-	c.moved = nil
+	var rs *move
+	if c.moved != nil {
+		select {
+		case l := <-c.moved:
+			rs = l.mv
+			if l.err != nil {
+				c.cfg.Log.Warn("PS count change: reading the boundary's checkpoint failed; reading it again", "err", l.err)
+			}
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		c.moved = nil
+	}
 	if rs == nil || rs.step != a.Step || len(rs.shards) != a.To {
 		var err error
-		if rs, err = c.loadMove(a.Step, a.To); err != nil {
+		if rs, err = c.loadMove(c.plan, a.Step, a.To); err != nil {
 			return 0, err
 		}
 	}
