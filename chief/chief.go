@@ -329,7 +329,9 @@ func (c *Chief) perform(ctx, jobCtx context.Context, a Action, results chan<- fu
 		if err != nil {
 			return nil, err
 		}
-		return c.step(func(now time.Time) []Action { return c.core.LayoutSwitched(now, version) }), nil
+		acts := c.step(func(now time.Time) []Action { return c.core.LayoutSwitched(now, version) })
+		c.retirePS(ctx, a.To, a.From) // (after: the workers train on the new layout already)
+		return acts, nil
 	default:
 		return c.performOnShards(ctx, a)
 	}

@@ -105,10 +105,10 @@ func (c *Chief) loadMove(from partition.Plan, step int64, n int) (*move, error) 
 }
 
 // switchLayout carries out a SwitchLayout: the layout of a.To shards
-// becomes the chief's, every shard of it is initialised from the
+// becomes the chief's and every shard of it is initialised from the
 // checkpoint of a.Step (the newest: the core orders no other during a
-// change), and the removed PS processes are told to exit. It returns the
-// version the shards serve from.
+// change). It returns the version the shards serve from. (The removed
+// PS processes are told to exit after: retirePS.)
 func (c *Chief) switchLayout(ctx context.Context, a SwitchLayout) (int64, error) {
 	t0 := c.cfg.Now()
 	var rs *move
@@ -148,7 +148,6 @@ func (c *Chief) switchLayout(ctx context.Context, a SwitchLayout) (int64, error)
 			return 0, fmt.Errorf("chief: initialising the new layout: %w", err)
 		}
 	}
-	c.retirePS(ctx, a.To, a.From)
 	c.cfg.Log.Info("PS count change: the new layout serves", "ps", a.To, "version", rs.shards[0].version,
 		"seconds", fmt.Sprintf("%.3f", c.cfg.Now().Sub(t0).Seconds()))
 	return rs.shards[0].version, nil
@@ -168,17 +167,23 @@ func (c *Chief) setLayout(n int) error {
 	return nil
 }
 
-// retirePS tells the PS processes of slots [from, to) to exit: they hold
-// nothing of the model any more.
+// retirePS tells the PS processes of slots [from, to) to exit, in
+// parallel: they hold nothing of the model any more.
 func (c *Chief) retirePS(ctx context.Context, from, to int) {
+	var wg sync.WaitGroup
 	for s := from; s < to; s++ {
-		p := c.psSlots[s]
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if _, err := p.Client.Stop(cctx, &pb.StopRequest{Shutdown: true}); err != nil {
-			c.cfg.Log.Warn("could not tell a removed PS process to exit", "task", fmt.Sprintf("ps/%d", s), "addr", p.Addr, "err", err)
-		}
-		cancel()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := c.psSlots[s]
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			if _, err := p.Client.Stop(cctx, &pb.StopRequest{Shutdown: true}); err != nil {
+				c.cfg.Log.Warn("could not tell a removed PS process to exit", "task", fmt.Sprintf("ps/%d", s), "addr", p.Addr, "err", err)
+			}
+		}()
 	}
+	wg.Wait()
 }
 
 // applyScale hands the core a scale request: its worker count and, when

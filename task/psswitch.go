@@ -62,13 +62,14 @@ func (l *layoutSwitch) arm(cancel context.CancelFunc) {
 	}
 }
 
-// take returns the count asked for (0: none) and forgets it.
+// take returns the count asked for (0: none), which stays asked for
+// until switched: a heartbeat answered meanwhile (the stopped loop's
+// last) asks for it again, which then changes nothing.
 func (l *layoutSwitch) take() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	n := l.want
-	l.want, l.cancel = 0, nil
-	return n
+	l.cancel = nil
+	return l.want
 }
 
 // switched records that the layout has n shards now.
@@ -76,6 +77,9 @@ func (l *layoutSwitch) switched(n int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.ps = n
+	if l.want == n {
+		l.want = 0
+	}
 }
 
 // switchPS rebuilds the worker on the layout of n shards.

@@ -27,7 +27,13 @@ func TestLayoutSwitch(t *testing.T) {
 	if n := l.take(); n != 3 {
 		t.Fatalf("take %d, want 3", n)
 	}
+	l.SwitchPS(3) // the stopped loop's last heartbeat, answered late
 	l.switched(3)
+	ctx, cancel = context.WithCancel(context.Background())
+	l.arm(cancel)
+	if ctx.Err() != nil || l.take() != 0 {
+		t.Fatal("the count switched to stopped the next loop")
+	}
 	l.SwitchPS(1) // between two loops
 	ctx, cancel = context.WithCancel(context.Background())
 	l.arm(cancel)

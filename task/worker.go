@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"sync"
 
 	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/config"
@@ -276,8 +277,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.chief == nil {
 		return w.w.Run(ctx)
 	}
+	// The heartbeat goroutines, owned by Run: one per layout, each
+	// stopped when its layout's training loop ends (its last heartbeat
+	// may still be under way when the next layout's loop starts).
+	var beats sync.WaitGroup
+	defer beats.Wait()
 	for {
-		n, err := w.runLayout(ctx)
+		n, err := w.runLayout(ctx, &beats)
 		if n == 0 {
 			return err
 		}
@@ -287,24 +293,25 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 }
 
-// runLayout trains on the current layout, sending heartbeats, until
-// training ends (n 0, with Run's error) or the chief asks for n PS.
-func (w *Worker) runLayout(ctx context.Context) (n int, err error) {
+// runLayout trains on the current layout, sending heartbeats (a
+// goroutine in beats), until training ends (n 0, with Run's error) or
+// the chief asks for n PS.
+func (w *Worker) runLayout(ctx context.Context, beats *sync.WaitGroup) (n int, err error) {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w.layout.arm(cancel)
-	// Heartbeats, owned by runLayout.
-	beats := make(chan struct{})
+	ww := w.w
+	beats.Add(1)
 	go func() {
-		defer close(beats)
-		w.w.Heartbeats(rctx, w.chief, w.o.Run.HeartbeatTimeout)
+		defer beats.Done()
+		ww.Heartbeats(rctx, w.chief, w.o.Run.HeartbeatTimeout)
 	}()
-	err = w.w.Run(rctx)
+	err = ww.Run(rctx)
 	cancel()
-	<-beats
 	if n := w.layout.take(); n > 0 && err != nil && ctx.Err() == nil {
 		return n, nil
 	}
+	beats.Wait() // (the end of training: its last heartbeat carries the final counts)
 	return 0, err
 }
 
