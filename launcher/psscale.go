@@ -31,8 +31,8 @@ func RequestScalePS(dir string, ps int) (was int, err error) {
 	switch {
 	case st.Mode != string(config.Sync):
 		return 0, fmt.Errorf("%w: parameter servers change live in --mode sync only (the run in %s is %s)", ErrBadScale, dir, st.Mode)
-	case st.PSReplicas > 0:
-		return 0, fmt.Errorf("%w: a run with hot standbys (--ps-replicas) cannot change its PS count", ErrBadScale)
+	case st.PSRefusal != "":
+		return 0, fmt.Errorf("%w: %s", ErrBadScale, st.PSRefusal)
 	case ps < 1:
 		return 0, fmt.Errorf("%w: --ps must be at least 1, got %d", ErrBadScale, ps)
 	case ps > st.MaxPS:
@@ -42,6 +42,23 @@ func RequestScalePS(dir string, ps int) (was int, err error) {
 	prev, _ := chief.ReadScaleRequest(path)
 	req := chief.ScaleRequest{PS: ps, Seq: prev.Seq + 1}
 	return st.PS, writeJSON(path, req)
+}
+
+// psRefusal says why a run of r cannot change its PS count ("": it
+// can), as the chief would refuse it (chief.Core.ScalePS), so that
+// `pstrain scale` refuses before the launcher starts a process.
+func psRefusal(r config.Run) string {
+	switch {
+	case r.Mode != config.Sync:
+		return fmt.Sprintf("parameter servers change live in --mode sync only (this run is %s)", r.Mode)
+	case r.PSReplicas > 0:
+		return "a run with hot standbys (--ps-replicas) cannot change its PS count"
+	case r.Model.IsCTR():
+		return "a ctr model's embedding tables do not move between parameter servers"
+	case r.CheckpointDir == "":
+		return "moving the model to other parameter servers goes through a checkpoint; the run has none (--checkpoint-dir)"
+	}
+	return ""
 }
 
 // psScaler is the launcher's side of a change of the PS count: the count

@@ -40,6 +40,9 @@ type ScaleStatus struct {
 	MaxPS      int `json:"max_ps,omitempty"`
 	PS         int `json:"ps,omitempty"`
 	PSReplicas int `json:"ps_replicas,omitempty"`
+	// PSRefusal says why the run cannot change its PS count ("": it
+	// can; psRefusal).
+	PSRefusal string `json:"ps_refusal,omitempty"`
 }
 
 // Errors of a refused RequestScale.
@@ -188,7 +191,7 @@ func (sc *scaler) apply(workers int) {
 func (sc *scaler) writeStatus() {
 	sc.mu.Lock()
 	st := ScaleStatus{RunID: sc.s.plan.runID, Mode: string(sc.s.c.Run.Mode), MaxWorkers: sc.slots, Workers: sc.target,
-		MaxPS: sc.s.plan.psSlots, PS: sc.s.c.Run.PS, PSReplicas: sc.s.c.Run.PSReplicas}
+		MaxPS: sc.s.plan.psSlots, PS: sc.s.c.Run.PS, PSReplicas: sc.s.c.Run.PSReplicas, PSRefusal: psRefusal(sc.s.c.Run)}
 	sc.mu.Unlock()
 	if sc.s.psScale != nil {
 		st.PS = sc.s.psScale.count()
