@@ -407,7 +407,7 @@ func (c *Core) Heartbeat(worker int, now time.Time) (stop bool, err error) {
 // Missing lists the tasks that have not registered.
 func (c *Core) Missing() []string {
 	var out []string
-	for i, ok := range c.psSeen {
+	for i, ok := range c.psSeen[:min(len(c.psSeen), c.psCount)] { // (not the PS slots past the count)
 		switch {
 		case ok:
 		case i < len(c.p.PSAddrs):
