@@ -19,6 +19,7 @@ import (
 	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/internal/testbin"
 	"github.com/pstrain/pstrain/launcher"
+	"github.com/pstrain/pstrain/observe/report"
 )
 
 // psChanges counts the PS changes of a chief state.
@@ -43,18 +44,7 @@ func TestScalePS(t *testing.T) {
 	run := startRun(t, ctx, dir, "--mode", "sync", "--batch", "64", "--data-fraction", "0.1", "--epochs", "12",
 		"--lr", "0.05", "--lr-schedule", "constant", "--checkpoint-dir", ckdir, "--checkpoint-every", "0s", "--max-ps", "3")
 	run.waitTraining(60 * time.Second)
-
-	// Refusals: beyond --max-ps exits 1 (cannot scale), as does no run.
-	for _, c := range []struct{ dir, ps string }{{run.dir, "4"}, {dir, "2"}} {
-		out, err := runPstrain(t, "scale", "--run-dir", c.dir, "--ps", c.ps)
-		var exit *exec.ExitError
-		if !errors.As(err, &exit) || exit.ExitCode() != 1 {
-			t.Errorf("pstrain scale --ps %s in %s: %v, want exit status 1\n%s", c.ps, c.dir, err, out)
-		}
-	}
-	if _, err := launcher.RequestScalePS(run.dir, 4); !errors.Is(err, launcher.ErrBadScale) {
-		t.Errorf("scale to 4 of --max-ps 3: %v, want ErrBadScale", err)
-	}
+	checkPSRefusals(t, run, dir)
 	out, err := runPstrain(t, "scale", "--run-dir", run.dir, "--ps", "3")
 	if err != nil || !strings.Contains(out, "for 3 parameter servers (was 2)") {
 		t.Fatalf("pstrain scale --ps 3: %v\n%s", err, out)
@@ -66,6 +56,32 @@ func TestScalePS(t *testing.T) {
 	waitPSChanges(run, 2)
 	rep := run.finish(2 * time.Minute)
 
+	got := checkPSChanges(t, rep)
+	checkRemovedPS(t, run, rep)
+	// The boundaries' checkpoints verify; the final one is of 1 shard.
+	store := checkpoint.NewStore(checkpoint.OSFS{}, ckdir, 0)
+	for i, c := range got {
+		if err := store.Verify(store.Path(c.Step)); err != nil {
+			t.Errorf("the checkpoint of change %d's boundary (step %d): %v", i, c.Step, err)
+		}
+	}
+	final := newestCheckpoint(t, ckdir)
+	if final.Manifest == nil || final.Manifest.NumShards != 1 || !final.Manifest.Final {
+		t.Fatalf("the final checkpoint %+v: want 1 shard", final.Manifest)
+	}
+	restoreOnto2PS(t, ctx, ckdir, final, rep.FinalStep)
+	for _, c := range got {
+		t.Logf("ps %d -> %d at step %d (asked at %.2f s, done at %.2f s): pause %.3f s, %d steps lost", c.From, c.To, c.Step,
+			c.AskedSeconds, c.Seconds, *c.PauseSeconds, *c.StepsLost)
+	}
+	t.Logf("%d steps, %.2f%%, training %.1f s", rep.GlobalSteps, 100*rep.TestAccuracy, rep.TrainSeconds)
+}
+
+// checkPSChanges: the report has the two PS changes, each with 0 steps
+// lost and a pause of at most 1 s, and no rollback: the run trained its
+// 12 epochs, each step once.
+func checkPSChanges(t *testing.T, rep *report.Report) []report.MembershipChange {
+	t.Helper()
 	got := rep.MembershipChanges
 	if len(got) != 2 || got[0].From != 2 || got[0].To != 3 || got[1].From != 3 || got[1].To != 1 || rep.FinalPS != 1 {
 		t.Fatalf("membership changes %+v, final PS %d; want ps 2 -> 3 -> 1", got, rep.FinalPS)
@@ -78,14 +94,35 @@ func TestScalePS(t *testing.T) {
 			t.Errorf("change %+v: %d steps lost, pause %.3f s; want 0 and at most 1 s", c, *c.StepsLost, *c.PauseSeconds)
 		}
 	}
-	// No rollback: every step trained once, the run ran its epochs, no
-	// PS was restarted; the removed ones exited when told to.
 	if rep.StoppedBy != "epochs" || rep.FinalStep != rep.GlobalSteps || len(rep.Divergences) > 0 {
 		t.Errorf("stopped by %s at step %d of %d (divergences %+v); want epochs at the last step", rep.StoppedBy, rep.FinalStep, rep.GlobalSteps, rep.Divergences)
 	}
 	if d := rep.EpochsDone - 12; d < -0.01 || d > 0.05 {
 		t.Errorf("%.3f epochs trained, want 12", rep.EpochsDone)
 	}
+	return got
+}
+
+// checkPSRefusals: beyond --max-ps exits 1 (cannot scale), as does no
+// run in the directory.
+func checkPSRefusals(t *testing.T, run *liveRun, noRun string) {
+	t.Helper()
+	for _, c := range []struct{ dir, ps string }{{run.dir, "4"}, {noRun, "2"}} {
+		out, err := runPstrain(t, "scale", "--run-dir", c.dir, "--ps", c.ps)
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+			t.Errorf("pstrain scale --ps %s in %s: %v, want exit status 1\n%s", c.ps, c.dir, err, out)
+		}
+	}
+	if _, err := launcher.RequestScalePS(run.dir, 4); !errors.Is(err, launcher.ErrBadScale) {
+		t.Errorf("scale to 4 of --max-ps 3: %v, want ErrBadScale", err)
+	}
+}
+
+// checkRemovedPS: no PS was restarted; the removed ones (ps/1, ps/2)
+// exited when told to, and the summary has both changes.
+func checkRemovedPS(t *testing.T, run *liveRun, rep *report.Report) {
+	t.Helper()
 	var ended []string
 	for _, r := range rep.Restarts {
 		if r.Cause != launcher.CauseRemoved || r.BackAtSeconds != nil {
@@ -103,23 +140,6 @@ func TestScalePS(t *testing.T) {
 			t.Errorf("the output has no %q:\n%s", line, run.out)
 		}
 	}
-	// The boundaries' checkpoints are of 2 and 3 shards, the final one of 1.
-	store := checkpoint.NewStore(checkpoint.OSFS{}, ckdir, 0)
-	final := newestCheckpoint(t, ckdir)
-	if final.Manifest == nil || final.Manifest.NumShards != 1 || !final.Manifest.Final {
-		t.Fatalf("the final checkpoint %+v: want 1 shard", final.Manifest)
-	}
-	for i, c := range got {
-		if err := store.Verify(store.Path(c.Step)); err != nil {
-			t.Errorf("the checkpoint of change %d's boundary (step %d): %v", i, c.Step, err)
-		}
-	}
-	restoreOnto2PS(t, ctx, ckdir, final, rep.FinalStep)
-	for _, c := range got {
-		t.Logf("ps %d -> %d at step %d (asked at %.2f s, done at %.2f s): pause %.3f s, %d steps lost", c.From, c.To, c.Step,
-			c.AskedSeconds, c.Seconds, *c.PauseSeconds, *c.StepsLost)
-	}
-	t.Logf("%d steps, %.2f%%, training %.1f s", rep.GlobalSteps, 100*rep.TestAccuracy, rep.TrainSeconds)
 }
 
 // waitPSChanges waits until the run's chief records n PS changes.
