@@ -149,6 +149,15 @@ type elasticState struct {
 	// retiredHeard is what the shards may retire when lastSent is not
 	// known (see shardsRetire).
 	retiredHeard []int32
+	// ach is an async or ssp run's change under way, reads what each
+	// worker's heartbeat said of its reading (core_elastic_async.go).
+	ach   *asyncChange
+	reads map[int]dataRead
+	// gapsSeen are, by shard, its generation and the gaps of it the data
+	// ledger counted; ckptPos the data positions of the newest
+	// checkpoints by step (core_ledger.go).
+	gapsSeen [][2]int64
+	ckptPos  map[int64][]int64
 }
 
 type phase int
@@ -239,6 +248,8 @@ type State struct {
 	// PS is the parameter server count once a change moved it (0: the
 	// run's --ps; core_psscale.go).
 	PS int `json:"ps,omitempty"`
+	// Ledger is the data ledger (core_ledger.go).
+	Ledger []report.LedgerEntry `json:"data_ledger,omitempty"`
 	// Replicas are, by shard, which process is the primary and the
 	// replication epoch (hot standbys, docs/replication.md; empty
 	// without them).
@@ -401,7 +412,7 @@ func (c *Core) Heartbeat(worker int, now time.Time) (stop bool, err error) {
 		return false, fmt.Errorf("%w: worker index %d out of range (the run has at most %d)", ErrBadTask, worker, len(c.workerSeen))
 	}
 	c.members.Beat(worker, now)
-	return c.Stopping(), nil
+	return c.Stopping() || c.stopRetired(worker), nil
 }
 
 // Missing lists the tasks that have not registered.

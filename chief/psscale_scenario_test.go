@@ -10,7 +10,7 @@ import (
 )
 
 // psCommand is a scenario's command of a PS count change
-// (core_psscale.go; testdata/34_ps_scale.txt):
+// (core_psscale.go; testdata/38_ps_scale.txt):
 //
 //	ps-scale N t=S               ask for N parameter servers (Core.ScalePS)
 //	ps-heartbeat W ps=N t=S      worker W's heartbeat says its layout has N

@@ -65,6 +65,7 @@ func (c *Chief) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.He
 	why := c.core.QuarantineReason(int(req.Worker))
 	var plan *pb.DataPlan
 	if err == nil && req.PlanEras > 0 { // (0: a worker that does not follow a data plan)
+		c.core.DataRead(int(req.Worker), req.DataPosition, req.PlanHold, req.DataWaiting, c.cfg.Now())
 		if p, changed := c.core.HeartbeatPlan(int(req.Worker), int(req.PlanEras)); changed {
 			plan = convert.DataPlan(p)
 		}
@@ -166,7 +167,7 @@ func (c *Chief) status(ctx context.Context, p PS) ShardStatus {
 		return ShardStatus{Err: fmt.Errorf("%s: %s", p.Addr, status.Convert(err).Message()), Asked: asked}
 	}
 	out := ShardStatus{Serving: st.Initialized && st.RunId == c.cfg.RunID, Version: st.Version,
-		Generation: st.Generation, Done: st.Done, StaleDropped: st.StaleDropped, Loss: st.LastLoss,
+		Generation: st.Generation, Done: st.Done, StaleDropped: st.StaleDropped, Loss: st.LastLoss, Gaps: st.DataGaps,
 		Refused: st.RefusedGradients, NonFinite: st.NonFiniteGradients, Outlier: -1,
 		Role: st.Role, Epoch: st.Epoch, StandbyAttached: st.StandbyAttached, StandbyAddr: st.StandbyAddr,
 		ReplicationLag: st.ReplicationLagUpdates, ReplicationLagSeconds: st.ReplicationLagSeconds,

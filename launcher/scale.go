@@ -12,7 +12,6 @@ import (
 
 	"github.com/pstrain/pstrain/chief"
 	"github.com/pstrain/pstrain/cluster"
-	"github.com/pstrain/pstrain/config"
 )
 
 // Elastic workers (docs/elastic.md). `pstrain scale --run-dir DIR
@@ -52,8 +51,8 @@ var (
 )
 
 // RequestScale asks the `pstrain run` on dir for workers workers. It
-// checks that a launcher is running there, that the run is sync and that
-// workers is in 1..--max-workers, and returns the count it replaces.
+// checks that a launcher is running there and that workers is in
+// 1..--max-workers, and returns the count it replaces.
 func RequestScale(dir string, workers int) (was int, err error) {
 	if !launcherAlive(dir, procFS("/proc")) {
 		return 0, fmt.Errorf("%w in %s: no pstrain run is running there (%s has no live launcher)", ErrNoRun, dir, filepath.Join(dir, "pids"))
@@ -63,8 +62,6 @@ func RequestScale(dir string, workers int) (was int, err error) {
 		return 0, fmt.Errorf("%w in %s: %v (a pstrain run older than elastic workers?)", ErrNoRun, dir, err)
 	}
 	switch {
-	case st.Mode != string(config.Sync):
-		return 0, fmt.Errorf("%w: elastic workers need --mode sync (the run in %s is %s)", ErrBadScale, dir, st.Mode)
 	case workers < 1:
 		return 0, fmt.Errorf("%w: --workers must be at least 1, got %d", ErrBadScale, workers)
 	case workers > st.MaxWorkers:

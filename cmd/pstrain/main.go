@@ -310,6 +310,9 @@ func printSummary(w io.Writer, rep *report.Report) {
 	for _, c := range rep.MembershipChanges {
 		fmt.Fprintln(w, membershipText(c))
 	}
+	if t := ledgerText(rep.DataLedger); t != "" {
+		fmt.Fprintln(w, t)
+	}
 	fmt.Fprintf(w, "test accuracy: %.2f%% (the model of step %d; best %.2f%%)\n", 100*rep.TestAccuracy, rep.FinalStep, 100*rep.BestTestAccuracy)
 	if rep.AUC > 0 {
 		fmt.Fprintln(w, ctrScoresText(rep))

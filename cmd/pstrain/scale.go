@@ -17,10 +17,10 @@ import (
 // this command returns once the request is written.
 func cmdScale(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("scale", "scale --run-dir DIR (--workers N | --ps N)",
-		"Add or remove workers, or parameter servers, of the running sync run in DIR (pstrain run --run-dir).\n"+
-			"A worker change takes effect at the next epoch boundary: sync steps aggregate the new count from there, the data is\n"+
-			"split anew, removed workers exit. A PS change moves the model's row blocks to the new count at a step boundary\n"+
-			"(the run needs --max-ps slots); removed parameter servers exit.")
+		"Add or remove workers, or parameter servers, of the running run in DIR (pstrain run --run-dir).\n"+
+			"A worker change takes effect at the next epoch boundary: the data is split anew from there (sync steps aggregate\n"+
+			"the new count), removed workers exit. A PS change (sync runs) moves the model's row blocks to the new count at a\n"+
+			"step boundary (the run needs --max-ps slots); removed parameter servers exit.")
 	dir := fs.String("run-dir", "run", "the run's directory (pstrain run --run-dir)")
 	workers := fs.Int("workers", 0, "the number of workers wanted (1 to the run's --max-workers)")
 	ps := fs.Int("ps", 0, "the number of parameter servers wanted (1 to the run's --max-ps)")

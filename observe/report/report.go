@@ -82,6 +82,15 @@ type MembershipChange struct {
 	StepsLost    *int64   `json:"steps_lost,omitempty"`
 }
 
+// LedgerEntry is one epoch's data ledger: samples read twice into the
+// model and samples skipped (their gradients are missing from the model
+// or from part of it).
+type LedgerEntry struct {
+	Epoch     int64 `json:"epoch"`
+	ReadTwice int64 `json:"read_twice"`
+	Skipped   int64 `json:"skipped"`
+}
+
 // Suspect is a worker attribution named: why, and at which step.
 type Suspect struct {
 	Worker string `json:"worker"`
@@ -239,6 +248,11 @@ type Report struct {
 	// FinalPS is the parameter server count at the end (PS changes are
 	// membership changes with role "ps").
 	FinalPS int `json:"final_ps"`
+	// DataLedger says, by global data epoch, the samples whose gradients
+	// the model missed or holds twice where exactly-once per epoch could
+	// not hold (docs/recovery.md, "Data positions"); an epoch not listed
+	// holds each of its samples once.
+	DataLedger []LedgerEntry `json:"data_ledger"`
 	// LiveWorkers are the changes of the number of workers training
 	// (heard from within the heartbeat timeout, not quarantined, not
 	// removed), in order: a worker that died or froze, came back, was
