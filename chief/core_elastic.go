@@ -50,7 +50,9 @@ func (c *Core) workers() int { return c.st.Plan.Last().Workers }
 
 // elastic says the membership differs from the run's start (or is
 // changing): SetMembership then carries the whole of it.
-func (c *Core) elastic() bool { return len(c.st.Plan.Eras) > 1 || c.change != nil || c.ach != nil }
+func (c *Core) elastic() bool {
+	return len(c.st.Plan.Eras) > 1 || c.change != nil || c.ach != nil || c.psHoldAt() > 0
+}
 
 // Scale asks for workers workers. It takes effect at an epoch boundary
 // (see above); asking again before then replaces the target.
@@ -113,7 +115,7 @@ func (c *Core) tickElastic(now time.Time) []Action {
 	c.m.Workers.Set(float64(c.workers()))
 	ch := c.change
 	switch {
-	case ch == nil && c.target != c.workers():
+	case ch == nil && c.target != c.workers() && c.psChange == nil:
 		return c.beginChange(now)
 	case ch == nil || !ch.held:
 		return nil
@@ -163,6 +165,9 @@ func (c *Core) beginChange(now time.Time) []Action {
 // boundary): every shard is told to drop it, and the next tick picks a
 // later boundary.
 func (c *Core) MembershipRefused(now time.Time) []Action {
+	if ch := c.psChange; ch != nil && ch.at > 0 && !ch.held {
+		return c.psHoldRefused(now)
+	}
 	if c.change == nil || c.change.held {
 		return nil
 	}
@@ -278,6 +283,8 @@ func (c *Core) membershipAction(live []int32) SetMembership {
 	slices.Sort(a.Retired)
 	if c.change != nil {
 		a.HoldAt = c.change.at
+	} else if at := c.psHoldAt(); at > 0 {
+		a.HoldAt = at
 	}
 	return a
 }

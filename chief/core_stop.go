@@ -326,6 +326,7 @@ func (c *Core) report() *report.Report {
 	rep.MembershipChanges = append([]report.MembershipChange{}, c.st.Membership...)
 	rep.LiveWorkers = append([]report.LiveWorkers{}, c.st.LiveWorkers...)
 	rep.FinalWorkers = c.workers()
+	rep.FinalPS = c.psCount
 	rep.DataLedger = append([]report.LedgerEntry{}, c.st.Ledger...)
 	if !c.start.IsZero() {
 		rep.TrainSeconds = c.trainEnd.Sub(c.start).Seconds()

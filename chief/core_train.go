@@ -122,6 +122,7 @@ func (c *Core) Adopt(now time.Time, a Adoption) []Action {
 	}
 	c.st.Generation = max(c.st.Generation, a.Generation)
 	c.adoptPlan()
+	c.adoptPS()
 	c.start = now
 	if c.st.TrainStartedUnix > 0 {
 		c.start = time.Unix(0, int64(c.st.TrainStartedUnix*1e9))
@@ -178,6 +179,12 @@ func (c *Core) tickTraining(now time.Time, ps, standby []ShardStatus) []Action {
 	}
 	if more := c.tickElastic(now); len(more) > 0 {
 		acts = append(slices.DeleteFunc(acts, func(a Action) bool { _, ok := a.(SetMembership); return ok }), more...)
+	}
+	if more := c.tickPS(now); len(more) > 0 {
+		acts = append(slices.DeleteFunc(acts, func(a Action) bool { _, ok := a.(SetMembership); return ok }), more...)
+	}
+	if c.psChange != nil {
+		return acts // (evaluations and checkpoints read the layout that is changing)
 	}
 	if a, ok := c.evalDue(now); ok {
 		acts = append(acts, a)
@@ -311,6 +318,7 @@ func (c *Core) MembershipSent(live []int32) {
 	c.lastSent = &a
 	c.retiredHeard = slices.Clone(a.Retired)
 	c.heldSent()
+	c.psHeldSent()
 }
 
 // restoreInfo is a Restore under way.

@@ -45,10 +45,10 @@ func (c *Chief) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Regi
 	}
 	c.cfg.Log.Info("task registered", "task", task, "addr", req.Address, "pid", req.Pid)
 	c.mu.Lock()
-	plan := c.core.Plan()
+	plan, numPS := c.core.Plan(), c.core.LayoutPS()
 	c.mu.Unlock()
 	return &pb.RegisterResponse{RunId: c.cfg.RunID, DataShard: req.Index, NumDataShards: int32(c.cfg.Run.Workers), StartStep: step,
-		DataPlan: convert.DataPlan(plan)}, nil
+		DataPlan: convert.DataPlan(plan), NumPs: int32(numPS)}, nil
 }
 
 // Heartbeat keeps a worker alive and tells it whether to stop.
@@ -70,12 +70,20 @@ func (c *Chief) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.He
 			plan = convert.DataPlan(p)
 		}
 	}
+	numPS, nudge := 0, false
+	if err == nil {
+		numPS = c.core.HeartbeatPS(int(req.Worker), int(req.NumPs))
+		nudge = c.core.PSSwitchReady(c.cfg.Now())
+	}
 	c.mu.Unlock()
+	if nudge {
+		c.nudgeLoop()
+	}
 	if err != nil {
 		c.cfg.Metrics.RejectedRequests.WithLabelValues("task").Inc()
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	return &pb.HeartbeatResponse{Stop: stop || why != "", DataPlan: plan, Quarantined: why}, nil
+	return &pb.HeartbeatResponse{Stop: stop || why != "", DataPlan: plan, Quarantined: why, NumPs: int32(numPS)}, nil
 }
 
 // pollTimeout bounds a poll's Status call without hot standbys (with

@@ -135,6 +135,8 @@ func (s *scenario) do(cmd string) (string, error) {
 		return "", errors.New("no config yet")
 	case f[0] == "register" || f[0] == "heartbeat":
 		return s.member(f, a), nil
+	case strings.HasPrefix(f[0], "ps-"):
+		return s.psCommand(f, a) // psscale_scenario_test.go
 	case f[0] == "checkpoint-at":
 		_, final := a["final"]
 		step, at, skip := checkpointAt(s.core.p.Run.Mode, s.core.MaxSteps(),
@@ -352,6 +354,8 @@ func (s *scenario) config(a scenariotest.Args) error {
 			}
 		case "max-workers":
 			p.Run.MaxWorkers, err = strconv.Atoi(v)
+		case "max-ps":
+			p.Run.MaxPS, err = strconv.Atoi(v)
 		case "replicas-to-aggregate":
 			p.Run.ReplicasToAggregate, err = strconv.Atoi(v)
 		default:

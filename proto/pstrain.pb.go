@@ -3365,6 +3365,11 @@ type RegisterResponse struct {
 	NumDataShards int32                  `protobuf:"varint,3,opt,name=num_data_shards,json=numDataShards,proto3" json:"num_data_shards,omitempty"`
 	StartStep     int64                  `protobuf:"varint,4,opt,name=start_step,json=startStep,proto3" json:"start_step,omitempty"`
 	DataPlan      *DataPlan              `protobuf:"bytes,6,opt,name=data_plan,json=dataPlan,proto3" json:"data_plan,omitempty"` // docs/elastic.md
+	// num_ps is how many parameter servers hold the model now (ps/0 to
+	// ps/num_ps-1 of the cluster's PS slots; 0: the run's --ps). It
+	// changes when the run's PS count does (docs/elastic.md, "Parameter
+	// servers").
+	NumPs         int32 `protobuf:"varint,7,opt,name=num_ps,json=numPs,proto3" json:"num_ps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3432,6 +3437,13 @@ func (x *RegisterResponse) GetDataPlan() *DataPlan {
 		return x.DataPlan
 	}
 	return nil
+}
+
+func (x *RegisterResponse) GetNumPs() int32 {
+	if x != nil {
+		return x.NumPs
+	}
+	return 0
 }
 
 // DataPlan is how the training set is split among a changing number of
@@ -3588,6 +3600,7 @@ type HeartbeatRequest struct {
 	DataPosition  int64 `protobuf:"varint,8,opt,name=data_position,json=dataPosition,proto3" json:"data_position,omitempty"`
 	PlanHold      int64 `protobuf:"varint,9,opt,name=plan_hold,json=planHold,proto3" json:"plan_hold,omitempty"`
 	DataWaiting   bool  `protobuf:"varint,10,opt,name=data_waiting,json=dataWaiting,proto3" json:"data_waiting,omitempty"`
+	NumPs         int32 `protobuf:"varint,11,opt,name=num_ps,json=numPs,proto3" json:"num_ps,omitempty"` // the parameter servers the worker's layout has (0: not said)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3692,13 +3705,25 @@ func (x *HeartbeatRequest) GetDataWaiting() bool {
 	return false
 }
 
+func (x *HeartbeatRequest) GetNumPs() int32 {
+	if x != nil {
+		return x.NumPs
+	}
+	return 0
+}
+
 type HeartbeatResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Stop     bool                   `protobuf:"varint,1,opt,name=stop,proto3" json:"stop,omitempty"`
 	DataPlan *DataPlan              `protobuf:"bytes,4,opt,name=data_plan,json=dataPlan,proto3" json:"data_plan,omitempty"` // the chief's data plan, when it has more eras than plan_eras
 	// quarantined says why the chief quarantined this worker ("": it is
 	// not): the shards refuse its gradients and its pulls answer done.
-	Quarantined   string `protobuf:"bytes,3,opt,name=quarantined,proto3" json:"quarantined,omitempty"`
+	Quarantined string `protobuf:"bytes,3,opt,name=quarantined,proto3" json:"quarantined,omitempty"`
+	// num_ps, when it differs from the request's, is the PS count the
+	// worker is to switch to: it stops its step, takes the layout of that
+	// many shards and says so in its next heartbeat (docs/elastic.md,
+	// "Parameter servers"). 0: not said.
+	NumPs         int32 `protobuf:"varint,5,opt,name=num_ps,json=numPs,proto3" json:"num_ps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3752,6 +3777,13 @@ func (x *HeartbeatResponse) GetQuarantined() string {
 		return x.Quarantined
 	}
 	return ""
+}
+
+func (x *HeartbeatResponse) GetNumPs() int32 {
+	if x != nil {
+		return x.NumPs
+	}
+	return 0
 }
 
 var File_pstrain_proto protoreflect.FileDescriptor
@@ -4077,7 +4109,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\bsettings\x18\b \x03(\v2\x13.pstrain.v1.SettingR\bsettingsJ\x04\b\x04\x10\x05J\x04\b\x05\x10\x06\"3\n" +
 	"\aSetting\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\xc8\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xdf\x01\n" +
 	"\x10RegisterResponse\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1d\n" +
 	"\n" +
@@ -4085,7 +4117,8 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x0fnum_data_shards\x18\x03 \x01(\x05R\rnumDataShards\x12\x1d\n" +
 	"\n" +
 	"start_step\x18\x04 \x01(\x03R\tstartStep\x121\n" +
-	"\tdata_plan\x18\x06 \x01(\v2\x14.pstrain.v1.DataPlanR\bdataPlanJ\x04\b\x05\x10\x06\"g\n" +
+	"\tdata_plan\x18\x06 \x01(\v2\x14.pstrain.v1.DataPlanR\bdataPlan\x12\x15\n" +
+	"\x06num_ps\x18\a \x01(\x05R\x05numPsJ\x04\b\x05\x10\x06\"g\n" +
 	"\bDataPlan\x12\f\n" +
 	"\x01n\x18\x01 \x01(\x03R\x01n\x12\x14\n" +
 	"\x05batch\x18\x02 \x01(\x05R\x05batch\x12#\n" +
@@ -4094,7 +4127,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x03Era\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x03R\x05epoch\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x03R\x04step\x12\x18\n" +
-	"\aworkers\x18\x03 \x01(\x05R\aworkers\"\xb4\x02\n" +
+	"\aworkers\x18\x03 \x01(\x05R\aworkers\"\xcb\x02\n" +
 	"\x10HeartbeatRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x12\n" +
@@ -4109,11 +4142,13 @@ const file_pstrain_proto_rawDesc = "" +
 	"\rdata_position\x18\b \x01(\x03R\fdataPosition\x12\x1b\n" +
 	"\tplan_hold\x18\t \x01(\x03R\bplanHold\x12!\n" +
 	"\fdata_waiting\x18\n" +
-	" \x01(\bR\vdataWaiting\"\x82\x01\n" +
+	" \x01(\bR\vdataWaiting\x12\x15\n" +
+	"\x06num_ps\x18\v \x01(\x05R\x05numPs\"\x99\x01\n" +
 	"\x11HeartbeatResponse\x12\x12\n" +
 	"\x04stop\x18\x01 \x01(\bR\x04stop\x121\n" +
 	"\tdata_plan\x18\x04 \x01(\v2\x14.pstrain.v1.DataPlanR\bdataPlan\x12 \n" +
-	"\vquarantined\x18\x03 \x01(\tR\vquarantinedJ\x04\b\x02\x10\x032\x80\a\n" +
+	"\vquarantined\x18\x03 \x01(\tR\vquarantined\x12\x15\n" +
+	"\x06num_ps\x18\x05 \x01(\x05R\x05numPsJ\x04\b\x02\x10\x032\x80\a\n" +
 	"\x0fParameterServer\x129\n" +
 	"\x04Init\x12\x17.pstrain.v1.InitRequest\x1a\x18.pstrain.v1.InitResponse\x129\n" +
 	"\x04Pull\x12\x17.pstrain.v1.PullRequest\x1a\x18.pstrain.v1.PullResponse\x129\n" +

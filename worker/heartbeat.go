@@ -38,12 +38,27 @@ type DataReader interface {
 // at debug level; the chief declares the worker dead only after timeout
 // without one. When ctx ends it sends one more, within a second, so
 // that the chief's report counts the worker's last steps and bytes.
+//
+// A worker that follows a layout (Config.Layout) also beats once at the
+// start (it may have just switched layouts: the chief waits for it to
+// say so) and every stallBeat while its steps have stopped.
 func (w *Worker) Heartbeats(ctx context.Context, chief pb.ChiefClient, timeout time.Duration) {
 	t := time.NewTicker(max(timeout/4, 50*time.Millisecond))
 	defer t.Stop()
 	var nudges <-chan struct{} // a beat at once when the reading changed
 	if n, ok := w.cfg.DataPlan.(interface{ Nudges() <-chan struct{} }); ok {
 		nudges = n.Nudges()
+	}
+	var fast <-chan time.Time
+	var stall stallWatch
+	if w.cfg.Layout != nil {
+		f := time.NewTicker(stallBeat)
+		defer f.Stop()
+		fast = f.C
+		stall.beaten(time.Now())
+		if !w.beat(ctx, chief, timeout) {
+			return
+		}
 	}
 	for {
 		select {
@@ -54,7 +69,12 @@ func (w *Worker) Heartbeats(ctx context.Context, chief pb.ChiefClient, timeout t
 			return
 		case <-t.C:
 		case <-nudges:
+		case now := <-fast:
+			if steps, _ := w.Progress(); !stall.due(now, steps) {
+				continue
+			}
 		}
+		stall.beaten(time.Now())
 		if !w.beat(ctx, chief, timeout) {
 			return
 		}
@@ -74,6 +94,7 @@ func (w *Worker) beat(ctx context.Context, chief pb.ChiefClient, timeout time.Du
 	if reads {
 		req.DataPosition, req.PlanHold, req.DataWaiting = dr.Position(), dr.Hold(), dr.Waiting()
 	}
+	w.followLayout(req, nil)
 	hctx, cancel := context.WithTimeout(ctx, timeout)
 	resp, err := chief.Heartbeat(hctx, req)
 	cancel()
@@ -82,6 +103,9 @@ func (w *Worker) beat(ctx context.Context, chief pb.ChiefClient, timeout time.Du
 	}
 	if err == nil && resp.DataPlan != nil && w.cfg.DataPlan != nil {
 		w.followPlan(resp.DataPlan)
+	}
+	if err == nil {
+		w.followLayout(req, resp)
 	}
 	if err == nil && resp.Stop && reads && dr.Waiting() {
 		// Told to stop while waiting for data: removed after its last
