@@ -794,6 +794,18 @@ func (s *supervisor) judge(ctx context.Context, p *proc) exitVerdict {
 	switch {
 	case ending || s.stopping():
 		return taskDone
+	case s.removed(p):
+		return taskDone
+	case p.err == nil && s.runEnding(ctx):
+		return taskDone
+	}
+	return taskCrash
+}
+
+// removed says p's task left the run on purpose (a scale request or the
+// chief's quarantine), noting its end: it is not restarted.
+func (s *supervisor) removed(p *proc) bool {
+	switch {
 	case p.task.Type == cluster.Worker && s.scaler != nil && s.scaler.retiring(p.task.Index):
 		// Removed by a scale request (docs/elastic.md): it exits 0 when
 		// its shards say done; any other end is logged, not restarted.
@@ -803,19 +815,18 @@ func (s *supervisor) judge(ctx context.Context, p *proc) exitVerdict {
 			s.c.Log.Info("removed worker exited", "task", p.task)
 		}
 		s.noteEnded(p, CauseRemoved)
-		return taskDone
+		return true
 	case p.task.Type == cluster.PS && s.psScale != nil && s.psScale.retiring(p.task.Index):
-		return s.judgeRemovedPS(p) // removed by a scale request (psscale.go)
+		s.noteRemovedPS(p) // removed by a scale request (psscale.go)
+		return true
 	case p.task.Type == cluster.Worker && quarantinedIn(s.plan.statePath, s.plan.runID, p.task.Index):
 		// Quarantined by the chief (docs/security.md): its pulls answer
 		// done and a new process of it would be refused.
 		s.c.Log.Warn("quarantined worker exited; not restarted", "task", p.task, "err", exitText(p))
 		s.noteEnded(p, CauseQuarantined)
-		return taskDone
-	case p.err == nil && s.runEnding(ctx):
-		return taskDone
+		return true
 	}
-	return taskCrash
+	return false
 }
 
 // judgeChief says what the chief's exit means; ending says the run was

@@ -126,14 +126,13 @@ func (sc *psScaler) apply(ps int) {
 	}
 }
 
-// judgeRemovedPS is the verdict on the exit of a PS process a scale
-// request removed: done, whether clean or not (logged).
-func (s *supervisor) judgeRemovedPS(p *proc) exitVerdict {
+// noteRemovedPS notes the exit of a PS process a scale request removed:
+// its end, whether clean or not (logged); it is not restarted.
+func (s *supervisor) noteRemovedPS(p *proc) {
 	if p.err != nil {
 		s.c.Log.Warn("a removed parameter server did not exit cleanly", "task", p.task, "err", exitText(p))
 	} else {
 		s.c.Log.Info("removed parameter server exited", "task", p.task)
 	}
 	s.noteEnded(p, CauseRemoved)
-	return taskDone
 }

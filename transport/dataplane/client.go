@@ -467,15 +467,7 @@ func (c *Client) responseBody(req request, resp response, view bool) (io.Reader,
 	case resp.shm && (!req.shm || req.op != opPull || resp.code != 0):
 		return nil, fmt.Errorf("%w: a response in shared memory to a request that did not ask for it", ErrBadFrame)
 	case resp.snap:
-		b, ok := c.snaps.at(int(resp.outcome), int(resp.payloadLen))
-		if !ok || req.delta {
-			return nil, fmt.Errorf("%w: a payload of %d bytes in snapshot slot %d, of %d slots of %d bytes", ErrBadFrame, resp.payloadLen, resp.outcome, c.snaps.slots, c.snaps.size)
-		}
-		if view {
-			return nil, nil
-		}
-		c.shmRd.Reset(b)
-		return &c.shmRd, nil
+		return c.snapshotBody(req, resp, view)
 	case resp.shm && int(resp.payloadLen) > len(c.shm):
 		return nil, fmt.Errorf("%w: a payload of %d bytes in a shared region of %d", ErrBadFrame, resp.payloadLen, len(c.shm))
 	case resp.shm && view:
@@ -487,6 +479,19 @@ func (c *Client) responseBody(req request, resp response, view bool) (io.Reader,
 		c.shmFit = max(c.shmFit, int(resp.payloadLen)) // the next region holds it
 	}
 	return c.rd, nil
+}
+
+// snapshotBody is responseBody for a payload in a snapshot slot.
+func (c *Client) snapshotBody(req request, resp response, view bool) (io.Reader, error) {
+	b, ok := c.snaps.at(int(resp.outcome), int(resp.payloadLen))
+	if !ok || req.delta {
+		return nil, fmt.Errorf("%w: a payload of %d bytes in snapshot slot %d, of %d slots of %d bytes", ErrBadFrame, resp.payloadLen, resp.outcome, c.snaps.slots, c.snaps.size)
+	}
+	if view {
+		return nil, nil
+	}
+	c.shmRd.Reset(b)
+	return &c.shmRd, nil
 }
 
 // readBody reads resp's payload from body: straight into dst when the

@@ -213,6 +213,28 @@ func closeSnapshots(t *snapshots, fd int) {
 	}
 }
 
+// readPreamble reads a connection's first bytes into pre, with the
+// descriptors sent beside them when same (the peer is a process of our
+// own user). Descriptors are taken only from such a process: closing one
+// runs its file's flush, which a file on a FUSE mount a foreign process
+// controls could make wait forever, holding the connection's slot and
+// Close; read without room for them, the kernel drops them with no
+// flush.
+func readPreamble(c *net.UnixConn, pre []byte, same bool) (n int, fds []int, err error) {
+	if !same {
+		n, err = c.Read(pre)
+		return n, nil, err
+	}
+	oob := make([]byte, unix.CmsgSpace(4*4)) // room for more fds than the one expected, to close them
+	n, oobn, _, _, err := c.ReadMsgUnix(pre, oob)
+	// On an error (the idle deadline passing, among others) recvmsg's -1
+	// comes back as n and oobn (Go's internal/poll passes it on), and
+	// slicing with it crashed the PS: a connection from a process of the
+	// same user that stayed silent for IdleTimeout was enough.
+	n, oobn = max(n, 0), max(oobn, 0)
+	return n, receivedFDs(oob[:oobn]), err
+}
+
 // takeRegion reads a same-host connection's first bytes: a client's
 // preamble, which it answers (mem: the region if accepted), or the start
 // of its first frame (a client that offers no region), which rd gives
@@ -222,29 +244,8 @@ func (s *Server) takeRegion(c *net.UnixConn) (mem []byte, snaps bool, rd io.Read
 	c.SetReadDeadline(time.Now().Add(s.lim.IdleTimeout))
 	defer c.SetReadDeadline(time.Time{})
 	var pre [preambleLen]byte
-	// Descriptors are taken only from a process of our own user. Closing
-	// one runs its file's flush, which a file on a FUSE mount a foreign
-	// process controls could make wait forever, holding the connection's
-	// slot and Close; read without room for them, the kernel drops them
-	// with no flush.
 	same := peerIsUser(c, s.uid)
-	var (
-		n, oobn int
-		err     error
-		oob     []byte
-	)
-	if same {
-		oob = make([]byte, unix.CmsgSpace(4*4)) // room for more fds than the one expected, to close them
-		n, oobn, _, _, err = c.ReadMsgUnix(pre[:], oob)
-		// On an error (the idle deadline passing, among others) recvmsg's
-		// -1 comes back as n and oobn (Go's internal/poll passes it on),
-		// and slicing with it crashed the PS: a connection from a process
-		// of the same user that stayed silent for IdleTimeout was enough.
-		n, oobn = max(n, 0), max(oobn, 0)
-	} else {
-		n, err = c.Read(pre[:])
-	}
-	fds := receivedFDs(oob[:oobn])
+	n, fds, err := readPreamble(c, pre[:], same)
 	defer closeFDs(fds) // a mapping needs no descriptor
 	if err != nil && n == 0 {
 		if isTimeout(err) {
