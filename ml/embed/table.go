@@ -47,16 +47,18 @@ type TableStats struct {
 
 // Table is one embedding table's rows, created on first touch (after
 // admission) with InitRow and trained with the table's Rule. Rows live in
-// slots of one slice, so a table of many small rows costs one allocation
-// per growth, not one per row. A Table is not safe for concurrent use:
-// its holder serialises calls.
+// slots of columns stored in fixed-size blocks (column): a table of many
+// small rows costs one allocation per block of rows, not one per row,
+// and growing adds a block without copying or leaving behind the rows
+// before. A Table is not safe for concurrent use: its holder serialises
+// calls.
 type Table struct {
 	cfg      TableConfig
 	slot     map[uint64]int32     // key -> slot
-	keys     []uint64             // slot -> key
-	values   []float32            // slot*dim: the rows
-	state    []float32            // slot*stateLen: the optimizer's state
-	lastSeen []int64              // slot -> step of the last pull or push
+	keys     column[uint64]       // slot -> key
+	values   column[float32]      // slot -> the row
+	state    column[float32]      // slot -> the optimizer's state
+	lastSeen column[int64]        // slot -> step of the last pull or push
 	free     []int32              // slots of evicted rows
 	seen     map[uint64]sightings // keys not yet admitted
 	stats    TableStats
@@ -67,7 +69,9 @@ func NewTable(cfg TableConfig) (*Table, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Table{cfg: cfg, slot: map[uint64]int32{}, seen: map[uint64]sightings{}}, nil
+	return &Table{cfg: cfg, slot: map[uint64]int32{}, seen: map[uint64]sightings{},
+		keys: newColumn[uint64](1), values: newColumn[float32](cfg.Dim),
+		state: newColumn[float32](cfg.Rule.StateLen(cfg.Dim)), lastSeen: newColumn[int64](1)}, nil
 }
 
 // sightings counts a key not yet admitted: how often, and the step of the
@@ -117,8 +121,8 @@ func (t *Table) Pull(step int64, keys []uint64, out []float32) error {
 			}
 			s = t.create(k)
 		}
-		t.lastSeen[s] = step
-		copy(dst, t.values[int(s)*d:(int(s)+1)*d])
+		t.lastSeen.at(s)[0] = step
+		copy(dst, t.values.at(s))
 	}
 	return nil
 }
@@ -134,7 +138,7 @@ func (t *Table) Peek(keys []uint64, out []float32) error {
 	for i, k := range keys {
 		dst := out[i*d : (i+1)*d]
 		if s, ok := t.slot[k]; ok {
-			copy(dst, t.values[int(s)*d:(int(s)+1)*d])
+			copy(dst, t.values.at(s))
 		} else {
 			InitRow(t.cfg.Seed, t.cfg.Name, k, dst)
 		}
@@ -146,7 +150,7 @@ func (t *Table) Peek(keys []uint64, out []float32) error {
 // the keys' rows. A key without a row (not admitted, or evicted since its
 // pull) has its gradient dropped and counted.
 func (t *Table) Push(step int64, keys []uint64, grads []float32) error {
-	d, sl := t.cfg.Dim, t.cfg.Rule.StateLen(t.cfg.Dim)
+	d := t.cfg.Dim
 	if len(grads) != len(keys)*d {
 		return fmt.Errorf("embed: table %s: %d gradient values for %d rows of dimension %d", t.cfg.Name, len(grads), len(keys), d)
 	}
@@ -156,11 +160,10 @@ func (t *Table) Push(step int64, keys []uint64, grads []float32) error {
 			t.stats.Dropped++
 			continue
 		}
-		o := int(s)
-		if err := t.cfg.Rule.Apply(t.values[o*d:(o+1)*d], t.state[o*sl:(o+1)*sl], grads[i*d:(i+1)*d]); err != nil {
+		if err := t.cfg.Rule.Apply(t.values.at(s), t.state.at(s), grads[i*d:(i+1)*d]); err != nil {
 			return err
 		}
-		t.lastSeen[s] = step
+		t.lastSeen.at(s)[0] = step
 	}
 	return nil
 }
@@ -183,9 +186,8 @@ func (t *Table) admit(k uint64, step int64) bool {
 // create gives a key a slot holding its initial row and state.
 func (t *Table) create(k uint64) int32 {
 	s := t.place(k)
-	d, sl := t.cfg.Dim, t.cfg.Rule.StateLen(t.cfg.Dim)
-	InitRow(t.cfg.Seed, t.cfg.Name, k, t.values[int(s)*d:(int(s)+1)*d])
-	t.cfg.Rule.InitState(t.state[int(s)*sl : (int(s)+1)*sl])
+	InitRow(t.cfg.Seed, t.cfg.Name, k, t.values.at(s))
+	t.cfg.Rule.InitState(t.state.at(s))
 	t.stats.Admissions++
 	return s
 }
@@ -195,15 +197,13 @@ func (t *Table) place(k uint64) int32 {
 	var s int32
 	if n := len(t.free); n > 0 {
 		s, t.free = t.free[n-1], t.free[:n-1]
-		t.keys[s] = k
 	} else {
-		s = int32(len(t.keys))
-		d, sl := t.cfg.Dim, t.cfg.Rule.StateLen(t.cfg.Dim)
-		t.keys = append(t.keys, k)
-		t.lastSeen = append(t.lastSeen, 0)
-		t.values = slices.Grow(t.values, d)[:len(t.values)+d]
-		t.state = slices.Grow(t.state, sl)[:len(t.state)+sl]
+		s = t.keys.add()
+		t.values.add()
+		t.state.add()
+		t.lastSeen.add()
 	}
+	t.keys.at(s)[0] = k
 	t.slot[k] = s
 	return s
 }
@@ -222,7 +222,7 @@ func (t *Table) Evict(step int64) int {
 	}
 	n := 0
 	for k, s := range t.slot {
-		if step-t.lastSeen[s] > t.cfg.EvictAfter {
+		if step-t.lastSeen.at(s)[0] > t.cfg.EvictAfter {
 			delete(t.slot, k)
 			t.free = append(t.free, s)
 			n++
@@ -250,8 +250,7 @@ func (t *Table) Row(k uint64) (row, state []float32, ok bool) {
 	if !ok {
 		return nil, nil, false
 	}
-	d, sl := t.cfg.Dim, t.cfg.Rule.StateLen(t.cfg.Dim)
-	return t.values[int(s)*d : (int(s)+1)*d], t.state[int(s)*sl : (int(s)+1)*sl], true
+	return t.values.at(s), t.state.at(s), true
 }
 
 // Put sets a key's row and state (a restore, or a row moved from another
@@ -265,9 +264,9 @@ func (t *Table) Put(k uint64, step int64, row, state []float32) error {
 	if !ok {
 		s = t.place(k)
 	}
-	copy(t.values[int(s)*d:], row)
-	copy(t.state[int(s)*sl:(int(s)+1)*sl], state)
-	t.lastSeen[s] = step
+	copy(t.values.at(s), row)
+	copy(t.state.at(s), state)
+	t.lastSeen.at(s)[0] = step
 	return nil
 }
 
@@ -277,5 +276,5 @@ func (t *Table) Put(k uint64, step int64, row, state []float32) error {
 // its lock and sort the rows out afterwards (free tells the freed slots
 // apart).
 func (t *Table) AppendSlots(keys []uint64, values, state []float32, free []int32) ([]uint64, []float32, []float32, []int32) {
-	return append(keys, t.keys...), append(values, t.values...), append(state, t.state...), append(free, t.free...)
+	return t.keys.appendTo(keys), t.values.appendTo(values), t.state.appendTo(state), append(free, t.free...)
 }

@@ -1,0 +1,72 @@
+package embed
+
+import "slices"
+
+// blockRows is how many rows a full block of a column holds.
+const blockRows = 1024
+
+// firstBlockRows is the capacity, in rows, a column's first block starts
+// with: a table of a few rows (a field of ten values) takes little.
+const firstBlockRows = 16
+
+// column is one per-row field of a table (the rows' values, their
+// optimizer state, their keys, their last sightings), width values a
+// row, stored in blocks of blockRows rows. A full block is never
+// reallocated: growth past it adds a block, so the rows of full blocks
+// keep their addresses and a table's growth leaves no old array behind
+// for the collector. Only the first block grows by doubling, from
+// firstBlockRows rows up to a full block, so that a small table is
+// small; the arrays it leaves behind total less than one block.
+type column[T any] struct {
+	width  int
+	blocks [][]T // every block but the last is full
+	n      int   // rows
+}
+
+// newColumn returns an empty column of width values a row.
+func newColumn[T any](width int) column[T] {
+	return column[T]{width: width}
+}
+
+// at is a row's values (nil when the width is 0).
+func (c *column[T]) at(slot int32) []T {
+	if c.width == 0 {
+		return nil
+	}
+	b, i := int(slot)/blockRows, int(slot)%blockRows
+	return c.blocks[b][i*c.width : (i+1)*c.width : (i+1)*c.width]
+}
+
+// add appends a row of zeros and returns its slot.
+func (c *column[T]) add() int32 {
+	s := int32(c.n)
+	c.n++
+	if c.width == 0 {
+		return s
+	}
+	b := int(s) / blockRows
+	if b == len(c.blocks) {
+		rows := blockRows
+		if b == 0 {
+			rows = firstBlockRows
+		}
+		c.blocks = append(c.blocks, make([]T, 0, rows*c.width))
+	}
+	blk := c.blocks[b]
+	if len(blk) == cap(blk) { // only the first block, below a full one
+		grown := make([]T, len(blk), min(2*cap(blk), blockRows*c.width))
+		copy(grown, blk)
+		blk = grown
+	}
+	c.blocks[b] = blk[:len(blk)+c.width]
+	return s
+}
+
+// appendTo appends every row's values, in slot order, to dst.
+func (c *column[T]) appendTo(dst []T) []T {
+	dst = slices.Grow(dst, c.n*c.width)
+	for _, b := range c.blocks {
+		dst = append(dst, b...)
+	}
+	return dst
+}

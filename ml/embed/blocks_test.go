@@ -1,0 +1,133 @@
+package embed
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestColumnGrowthKeepsEarlierRowsInPlace(t *testing.T) {
+	c := newColumn[float32](3)
+	n := 3*blockRows + 5
+	var firstOfBlock1 *float32
+	for i := range n {
+		s := c.add()
+		if int(s) != i {
+			t.Fatalf("row %d got slot %d", i, s)
+		}
+		r := c.at(s)
+		if len(r) != 3 || cap(r) != 3 {
+			t.Fatalf("row %d: len %d cap %d, want 3 and 3", i, len(r), cap(r))
+		}
+		for j := range r {
+			r[j] = float32(i*3 + j)
+		}
+		if i == blockRows {
+			firstOfBlock1 = &r[0]
+		}
+	}
+	if got := &c.at(blockRows)[0]; got != firstOfBlock1 {
+		t.Fatal("a row of a full block moved as the column grew")
+	}
+	for i := range n {
+		if r := c.at(int32(i)); r[0] != float32(i*3) || r[2] != float32(i*3+2) {
+			t.Fatalf("row %d = %v after growth", i, r)
+		}
+	}
+	if len(c.blocks) != 4 {
+		t.Fatalf("%d blocks for %d rows, want 4", len(c.blocks), n)
+	}
+	for b, blk := range c.blocks {
+		if cap(blk) != blockRows*3 {
+			t.Fatalf("block %d has capacity %d values, want %d", b, cap(blk), blockRows*3)
+		}
+	}
+	flat := c.appendTo(nil)
+	want := make([]float32, n*3)
+	for i := range want {
+		want[i] = float32(i)
+	}
+	if !slices.Equal(flat, want) {
+		t.Fatal("appendTo does not list the rows in slot order")
+	}
+}
+
+func TestColumnOfAFewRowsIsSmall(t *testing.T) {
+	c := newColumn[int64](1)
+	for range 10 {
+		c.add()
+	}
+	if len(c.blocks) != 1 || cap(c.blocks[0]) != firstBlockRows {
+		t.Fatalf("10 rows take %d blocks, the first of capacity %d; want 1 of %d", len(c.blocks), cap(c.blocks[0]), firstBlockRows)
+	}
+	for range blockRows {
+		c.add()
+	}
+	if len(c.blocks) != 2 || cap(c.blocks[0]) != blockRows {
+		t.Fatalf("after %d rows: %d blocks, the first of capacity %d; want 2, the first full", c.n, len(c.blocks), cap(c.blocks[0]))
+	}
+}
+
+func TestColumnOfNoWidthCountsRows(t *testing.T) {
+	c := newColumn[float32](0)
+	for range 3 {
+		c.add()
+	}
+	if c.n != 3 || c.at(2) != nil || len(c.appendTo(nil)) != 0 {
+		t.Fatalf("column of width 0: %d rows, at %v", c.n, c.at(2))
+	}
+}
+
+func TestTableRowsKeepTheirValuesAcrossBlocks(t *testing.T) {
+	tb := newTable(t, TableConfig{Dim: 2, Rule: Rule{Kind: Adagrad, LR: 0.5, InitAcc: 0.1, Eps: 1e-8}})
+	keys := make([]uint64, 2*blockRows+3)
+	for i := range keys {
+		keys[i] = uint64(i*7 + 1)
+	}
+	out := make([]float32, len(keys)*2)
+	if err := tb.Pull(1, keys, out); err != nil {
+		t.Fatal(err)
+	}
+	grads := make([]float32, len(keys)*2)
+	for i := range grads {
+		grads[i] = 1
+	}
+	if err := tb.Push(1, keys, grads); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]float32, 2)
+	for i, k := range keys {
+		row, state, ok := tb.Row(k)
+		if !ok {
+			t.Fatalf("key %d has no row", k)
+		}
+		copy(want, out[i*2:(i+1)*2])
+		if err := tb.cfg.Rule.Apply(want, []float32{0.1, 0.1}, []float32{1, 1}); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(row, want) || len(state) != 2 {
+			t.Fatalf("key %d: row %v state %v, want row %v", k, row, state, want)
+		}
+	}
+}
+
+func TestEvictedSlotsAreReused(t *testing.T) {
+	tb := newTable(t, TableConfig{EvictAfter: 1})
+	out := make([]float32, 4*3)
+	if err := tb.Pull(1, []uint64{1, 2, 3}, out); err != nil {
+		t.Fatal(err)
+	}
+	if n := tb.Evict(5); n != 3 {
+		t.Fatalf("evicted %d, want 3", n)
+	}
+	if err := tb.Pull(5, []uint64{4, 5, 6}, out); err != nil {
+		t.Fatal(err)
+	}
+	if tb.keys.n != 3 || tb.Len() != 3 {
+		t.Fatalf("%d slots for %d rows after eviction and 3 new rows, want 3", tb.keys.n, tb.Len())
+	}
+	want := make([]float32, 4)
+	InitRow(tb.cfg.Seed, tb.cfg.Name, 5, want)
+	if row, _, _ := tb.Row(5); !slices.Equal(row, want) {
+		t.Fatalf("row of key 5 in a reused slot = %v, want its initial %v", row, want)
+	}
+}
