@@ -150,7 +150,7 @@ type snapshot struct {
 	numShards int
 	optName   string
 	runID     string
-	tables    []TableSlots // the embedding tables' slots (copies)
+	tables    []TableSlots // the embedding tables' slots (frozen views)
 }
 
 // retainedSnap is the state a pull with retain set kept: its parameters

@@ -392,63 +392,55 @@ func (ts *TableSet) Bytes() map[string]int64 {
 
 // Snapshot copies every table's rows, keys sorted (checkpoints).
 func (ts *TableSet) Snapshot() []shardckpt.TableRows {
-	return slotRows(ts.CopySlots(nil))
+	return slotRows(ts.FreezeSlots(nil))
 }
 
-// TableSlots is a table's slots as copied by CopySlots: every slot's
-// key, row and state, freed ones included (listed in Free).
+// TableSlots is a table's slots as frozen by FreezeSlots: every slot's
+// key, row and state, freed ones included.
 type TableSlots struct {
-	Name          string
-	Kind          embed.Kind
-	Dim, StateLen int
-	Keys          []uint64
-	Values, State []float32
-	Free          []int32
+	Name  string
+	Kind  embed.Kind
+	Slots embed.Slots
 }
 
-// CopySlots copies every table's slots, reusing reuse's buffers (of a
-// snapshot nobody reads any more): a few copies, fast enough to hold the
-// locks for; Rows sorts them out afterwards.
-func (ts *TableSet) CopySlots(reuse []TableSlots) []TableSlots {
+// FreezeSlots freezes every table's slots (embed.Table.Freeze: views
+// sharing the tables' blocks, which the tables copy before writing into
+// them), appended to reuse[:0]: fast enough to hold the locks for; Rows
+// sorts them out afterwards.
+func (ts *TableSet) FreezeSlots(reuse []TableSlots) []TableSlots {
 	out := reuse[:0]
-	for i, name := range ts.names {
+	for _, name := range ts.names {
 		t := ts.tables[name].t
-		cfg := t.Config()
-		var s TableSlots
-		if i < len(reuse) {
-			s = reuse[i]
-		}
-		s.Name, s.Kind, s.Dim, s.StateLen = name, cfg.Rule.Kind, cfg.Dim, cfg.Rule.StateLen(cfg.Dim)
-		s.Keys, s.Values, s.State, s.Free = t.AppendSlots(s.Keys[:0], s.Values[:0], s.State[:0], s.Free[:0])
-		out = append(out, s)
+		out = append(out, TableSlots{Name: name, Kind: t.Config().Rule.Kind, Slots: t.Freeze()})
 	}
 	return out
 }
 
 // Rows is the table's live rows, keys sorted.
 func (s TableSlots) Rows() shardckpt.TableRows {
-	freed := make([]bool, len(s.Keys))
-	for _, f := range s.Free {
+	v := s.Slots
+	freed := make([]bool, v.Len())
+	for _, f := range v.Free() {
 		freed[f] = true
 	}
 	type slot struct {
 		key uint64
 		at  int
 	}
-	order := make([]slot, 0, len(s.Keys)-len(s.Free))
-	for i, k := range s.Keys {
+	order := make([]slot, 0, v.Len()-len(v.Free()))
+	for i := range v.Len() {
 		if !freed[i] {
-			order = append(order, slot{k, i})
+			order = append(order, slot{v.Key(i), i})
 		}
 	}
 	slices.SortFunc(order, func(a, b slot) int { return cmp.Compare(a.key, b.key) })
-	d, sl := s.Dim, s.StateLen
+	d, sl := v.Dim, v.StateLen
 	r := shardckpt.TableRows{Name: s.Name, Kind: s.Kind, Dim: d, StateLen: sl, Keys: make([]uint64, len(order)),
 		Values: make([]float32, len(order)*d), State: make([]float32, len(order)*sl)}
 	for j, o := range order {
 		r.Keys[j] = o.key
-		copy(r.Values[j*d:(j+1)*d], s.Values[o.at*d:(o.at+1)*d])
-		copy(r.State[j*sl:(j+1)*sl], s.State[o.at*sl:(o.at+1)*sl])
+		copy(r.Values[j*d:(j+1)*d], v.Row(o.at))
+		copy(r.State[j*sl:(j+1)*sl], v.State(o.at))
 	}
 	return r
 }

@@ -388,12 +388,12 @@ func BenchmarkTableSnapshot(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	// The copy under the locks (buffers reused as a retained state's are),
+	// The freeze under the locks (as a retained state's is),
 	// then the sort into rows a checkpoint does after releasing them.
 	var slots []TableSlots
 	b.Run("under-locks", func(b *testing.B) {
 		for range b.N {
-			slots = ts.CopySlots(slots)
+			slots = ts.FreezeSlots(slots)
 		}
 	})
 	b.Run("rows", func(b *testing.B) {

@@ -162,15 +162,15 @@ func (h *tableHost) stop() {
 	h.notify()
 }
 
-// snapshot copies every table's slots (nil: no tables), reusing reuse's
-// buffers.
+// snapshot freezes every table's slots (nil: no tables), appended to
+// reuse[:0].
 func (h *tableHost) snapshot(reuse []TableSlots) []TableSlots {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.set == nil {
 		return nil
 	}
-	return h.set.CopySlots(reuse)
+	return h.set.FreezeSlots(reuse)
 }
 
 // exportAll sets every table's metrics. Call with mu held.

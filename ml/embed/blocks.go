@@ -17,10 +17,16 @@ const firstBlockRows = 16
 // for the collector. Only the first block grows by doubling, from
 // firstBlockRows rows up to a full block, so that a small table is
 // small; the arrays it leaves behind total less than one block.
+//
+// A column can be frozen (freeze): the view it returns shares the
+// blocks, and the column copies a shared block before it next writes
+// into it (mut), so the view keeps the values of the moment it was taken
+// while only the blocks written since cost a copy.
 type column[T any] struct {
 	width  int
-	blocks [][]T // every block but the last is full
-	n      int   // rows
+	blocks [][]T  // every block but the last is full
+	shared []bool // per block: a frozen view holds it, copy before writing
+	n      int    // rows
 }
 
 // newColumn returns an empty column of width values a row.
@@ -51,22 +57,53 @@ func (c *column[T]) add() int32 {
 			rows = firstBlockRows
 		}
 		c.blocks = append(c.blocks, make([]T, 0, rows*c.width))
+		c.shared = append(c.shared, false)
 	}
 	blk := c.blocks[b]
 	if len(blk) == cap(blk) { // only the first block, below a full one
 		grown := make([]T, len(blk), min(2*cap(blk), blockRows*c.width))
 		copy(grown, blk)
-		blk = grown
+		blk, c.shared[b] = grown, false
 	}
 	c.blocks[b] = blk[:len(blk)+c.width]
 	return s
 }
 
-// appendTo appends every row's values, in slot order, to dst.
-func (c *column[T]) appendTo(dst []T) []T {
-	dst = slices.Grow(dst, c.n*c.width)
-	for _, b := range c.blocks {
-		dst = append(dst, b...)
+// mut is a row's values to write into: its block is first copied if a
+// frozen view shares it.
+func (c *column[T]) mut(slot int32) []T {
+	if c.width == 0 {
+		return nil
 	}
-	return dst
+	if b := int(slot) / blockRows; c.shared[b] {
+		own := make([]T, len(c.blocks[b]), cap(c.blocks[b])) // the same room to grow into
+		copy(own, c.blocks[b])
+		c.blocks[b], c.shared[b] = own, false
+	}
+	return c.at(slot)
+}
+
+// freeze returns a view of the column's rows as they are now, which
+// later writes do not change (mut copies the blocks it shares).
+func (c *column[T]) freeze() view[T] {
+	for b := range c.shared {
+		c.shared[b] = true
+	}
+	return view[T]{width: c.width, blocks: slices.Clone(c.blocks), n: c.n}
+}
+
+// view is a frozen column's rows.
+type view[T any] struct {
+	width  int
+	blocks [][]T
+	n      int
+}
+
+// at is a row's values in the view (nil when the width is 0).
+func (v view[T]) at(slot int) []T {
+	if v.width == 0 {
+		return nil
+	}
+	b, i := slot/blockRows, slot%blockRows
+	return v.blocks[b][i*v.width : (i+1)*v.width : (i+1)*v.width]
 }

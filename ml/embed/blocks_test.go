@@ -5,6 +5,42 @@ import (
 	"testing"
 )
 
+// A frozen view keeps the values of its moment: the column copies a
+// block the view shares before writing into it, only that block, and
+// once.
+func TestFrozenColumnKeepsItsValuesWhileTheColumnChanges(t *testing.T) {
+	c := newColumn[int64](2)
+	for i := range 2*blockRows + 1 {
+		copy(c.mut(c.add()), []int64{int64(i), -int64(i)})
+	}
+	v := c.freeze()
+	block0, block1 := &c.blocks[0][0], &c.blocks[1][0]
+	copy(c.mut(blockRows+3), []int64{7, 7}) // block 1: copied
+	copy(c.mut(blockRows+4), []int64{8, 8}) // block 1 again: already the column's own
+	copy(c.mut(c.add()), []int64{9, 9})     // a new row after the freeze
+	if &c.blocks[0][0] != block0 {
+		t.Fatal("a block nothing wrote into was copied")
+	}
+	if &c.blocks[1][0] == block1 {
+		t.Fatal("the column wrote into a block the view shares")
+	}
+	if cap(c.blocks[1]) != blockRows*2 {
+		t.Fatalf("a copied block has room for %d values, want a full block's %d", cap(c.blocks[1]), blockRows*2)
+	}
+	if got := v.at(blockRows + 3); !slices.Equal(got, []int64{blockRows + 3, -(blockRows + 3)}) {
+		t.Fatalf("view's row changed to %v", got)
+	}
+	if got := c.at(blockRows + 4); !slices.Equal(got, []int64{8, 8}) {
+		t.Fatalf("column's row = %v, want [8 8]", got)
+	}
+	if v.n != 2*blockRows+1 || c.n != 2*blockRows+2 {
+		t.Fatalf("view of %d rows, column of %d", v.n, c.n)
+	}
+	if got := c.at(blockRows + 3); !slices.Equal(got, []int64{7, 7}) {
+		t.Fatalf("column's row = %v, want [7 7]", got)
+	}
+}
+
 func TestColumnGrowthKeepsEarlierRowsInPlace(t *testing.T) {
 	c := newColumn[float32](3)
 	n := 3*blockRows + 5
@@ -41,14 +77,6 @@ func TestColumnGrowthKeepsEarlierRowsInPlace(t *testing.T) {
 			t.Fatalf("block %d has capacity %d values, want %d", b, cap(blk), blockRows*3)
 		}
 	}
-	flat := c.appendTo(nil)
-	want := make([]float32, n*3)
-	for i := range want {
-		want[i] = float32(i)
-	}
-	if !slices.Equal(flat, want) {
-		t.Fatal("appendTo does not list the rows in slot order")
-	}
 }
 
 func TestColumnOfAFewRowsIsSmall(t *testing.T) {
@@ -72,7 +100,7 @@ func TestColumnOfNoWidthCountsRows(t *testing.T) {
 	for range 3 {
 		c.add()
 	}
-	if c.n != 3 || c.at(2) != nil || len(c.appendTo(nil)) != 0 {
+	if c.n != 3 || c.at(2) != nil || c.mut(1) != nil || c.freeze().at(2) != nil {
 		t.Fatalf("column of width 0: %d rows, at %v", c.n, c.at(2))
 	}
 }
@@ -107,6 +135,35 @@ func TestTableRowsKeepTheirValuesAcrossBlocks(t *testing.T) {
 		if !slices.Equal(row, want) || len(state) != 2 {
 			t.Fatalf("key %d: row %v state %v, want row %v", k, row, state, want)
 		}
+	}
+}
+
+// A table frozen, then trained, evicted and grown, still lists the rows
+// and free slots of the moment it was frozen.
+func TestFrozenTableKeepsItsSlots(t *testing.T) {
+	tb := newTable(t, TableConfig{Dim: 2, EvictAfter: 1})
+	out := make([]float32, 2*2)
+	if err := tb.Pull(1, []uint64{5, 6}, out); err != nil {
+		t.Fatal(err)
+	}
+	fz := tb.Freeze()
+	if err := tb.Push(1, []uint64{5}, []float32{1, 1}); err != nil {
+		t.Fatal(err)
+	}
+	tb.Evict(3)
+	if err := tb.Pull(3, []uint64{9}, out[:2]); err != nil { // into a freed slot
+		t.Fatal(err)
+	}
+	if fz.Len() != 2 || len(fz.Free()) != 0 || fz.Key(0) != 5 || fz.Key(1) != 6 {
+		t.Fatalf("frozen slots: %d, free %v, keys %d %d", fz.Len(), fz.Free(), fz.Key(0), fz.Key(1))
+	}
+	want := make([]float32, 2)
+	InitRow(tb.cfg.Seed, tb.cfg.Name, 5, want)
+	if !slices.Equal(fz.Row(0), want) {
+		t.Fatalf("frozen row of key 5 = %v, want its value before the push %v", fz.Row(0), want)
+	}
+	if row, _, _ := tb.Row(5); row != nil {
+		t.Fatalf("key 5 was evicted, still has row %v", row)
 	}
 }
 

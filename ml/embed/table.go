@@ -160,7 +160,7 @@ func (t *Table) Push(step int64, keys []uint64, grads []float32) error {
 			t.stats.Dropped++
 			continue
 		}
-		if err := t.cfg.Rule.Apply(t.values.at(s), t.state.at(s), grads[i*d:(i+1)*d]); err != nil {
+		if err := t.cfg.Rule.Apply(t.values.mut(s), t.state.mut(s), grads[i*d:(i+1)*d]); err != nil {
 			return err
 		}
 		t.lastSeen.at(s)[0] = step
@@ -186,8 +186,8 @@ func (t *Table) admit(k uint64, step int64) bool {
 // create gives a key a slot holding its initial row and state.
 func (t *Table) create(k uint64) int32 {
 	s := t.place(k)
-	InitRow(t.cfg.Seed, t.cfg.Name, k, t.values.at(s))
-	t.cfg.Rule.InitState(t.state.at(s))
+	InitRow(t.cfg.Seed, t.cfg.Name, k, t.values.mut(s))
+	t.cfg.Rule.InitState(t.state.mut(s))
 	t.stats.Admissions++
 	return s
 }
@@ -203,7 +203,7 @@ func (t *Table) place(k uint64) int32 {
 		t.state.add()
 		t.lastSeen.add()
 	}
-	t.keys.at(s)[0] = k
+	t.keys.mut(s)[0] = k
 	t.slot[k] = s
 	return s
 }
@@ -264,17 +264,40 @@ func (t *Table) Put(k uint64, step int64, row, state []float32) error {
 	if !ok {
 		s = t.place(k)
 	}
-	copy(t.values.at(s), row)
-	copy(t.state.at(s), state)
+	copy(t.values.mut(s), row)
+	copy(t.state.mut(s), state)
 	t.lastSeen.at(s)[0] = step
 	return nil
 }
 
-// AppendSlots appends every slot's key, row and optimizer state to the
-// given buffers, freed slots included, and the freed slots' indices to
-// free: three copies, for a holder to snapshot the table quickly under
-// its lock and sort the rows out afterwards (free tells the freed slots
-// apart).
-func (t *Table) AppendSlots(keys []uint64, values, state []float32, free []int32) ([]uint64, []float32, []float32, []int32) {
-	return t.keys.appendTo(keys), t.values.appendTo(values), t.state.appendTo(state), append(free, t.free...)
+// Slots is a table's slots frozen at a moment (Table.Freeze): every
+// slot's key, row and optimizer state, and which slots were free.
+type Slots struct {
+	Dim, StateLen int
+	keys          view[uint64]
+	values, state view[float32]
+	free          []int32
+}
+
+// Len is the number of slots, free ones included.
+func (s Slots) Len() int { return s.keys.n }
+
+// Key, Row and State are a slot's key, row and optimizer state (not to
+// be written into).
+func (s Slots) Key(slot int) uint64      { return s.keys.at(slot)[0] }
+func (s Slots) Row(slot int) []float32   { return s.values.at(slot) }
+func (s Slots) State(slot int) []float32 { return s.state.at(slot) }
+
+// Free is the slots of evicted rows (not to be written into).
+func (s Slots) Free() []int32 { return s.free }
+
+// Freeze returns the table's slots as they are now, freed ones included:
+// a view sharing the table's blocks, not a copy, so that its holder can
+// snapshot the table under its lock in the time it takes to list the
+// blocks and sort the rows out afterwards. The table copies a block the
+// view shares before it next writes into it: the view costs the memory
+// of the blocks written while it is held, not of the whole table.
+func (t *Table) Freeze() Slots {
+	return Slots{Dim: t.cfg.Dim, StateLen: t.cfg.Rule.StateLen(t.cfg.Dim), keys: t.keys.freeze(),
+		values: t.values.freeze(), state: t.state.freeze(), free: slices.Clone(t.free)}
 }
