@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"math"
 	"slices"
 	"sort"
@@ -26,6 +27,13 @@ var ErrUnsupportedDtype = errors.New("checkpoint: unsupported dtype")
 // (dtype U64: the keys of embedding rows). Data, or U64 for a U64
 // tensor, holds the elements in row-major order; its length must equal
 // the product of Shape (1 for a scalar, whose Shape is empty).
+//
+// An F32 tensor may give its elements as Parts instead of Data: Elems of
+// them, in row-major order, over the parts Parts yields (each time it is
+// ranged over, the same; the writer may range over it twice at once, to
+// write and to hash, so it must only read). A tensor gathered from
+// storage that is not one slice (a table's rows in key order) is so
+// written without a copy of it all.
 type Tensor struct {
 	Name  string
 	Shape []int
@@ -33,6 +41,8 @@ type Tensor struct {
 	// DType is F32 ("" too) or U64.
 	DType string
 	U64   []uint64
+	Parts iter.Seq[[]float32]
+	Elems int // with Parts: how many elements they hold
 }
 
 // The dtypes this package writes and reads.
@@ -46,8 +56,11 @@ func (t Tensor) isU64() bool { return t.DType == U64 }
 
 // elems is the tensor's element count.
 func (t Tensor) elems() int {
-	if t.isU64() {
+	switch {
+	case t.isU64():
 		return len(t.U64)
+	case t.Parts != nil:
+		return t.Elems
 	}
 	return len(t.Data)
 }
@@ -254,6 +267,17 @@ func writeWithHeader(w io.Writer, header []byte, tensors []Tensor, native bool) 
 			}
 			continue
 		}
+		if t.Parts != nil {
+			if buf == nil {
+				buf = make([]byte, chunkSize)
+			}
+			n, err := writeParts(w, t, buf)
+			written += n
+			if err != nil {
+				return written, fmt.Errorf("checkpoint: writing tensor %q: %w", t.Name, err)
+			}
+			continue
+		}
 		if native {
 			n, err = w.Write(f32Bytes(t.Data))
 			written += int64(n)
@@ -277,6 +301,40 @@ func writeWithHeader(w io.Writer, header []byte, tensors []Tensor, native bool) 
 		}
 	}
 	return written, nil
+}
+
+// writeParts writes a tensor given as Parts, gathered into buf (of
+// chunkSize bytes) so that small parts make few writes.
+func writeParts(w io.Writer, t Tensor, buf []byte) (int64, error) {
+	var written int64
+	used, elems := 0, 0
+	flush := func() error {
+		n, err := w.Write(buf[:used])
+		written += int64(n)
+		used = 0
+		return err
+	}
+	for part := range t.Parts {
+		elems += len(part)
+		if elems > t.Elems {
+			return written, fmt.Errorf("its parts hold more than its %d elements", t.Elems)
+		}
+		for len(part) > 0 {
+			k := min(len(part), (len(buf)-used)/4)
+			putF32sLE(buf[used:], part[:k])
+			used += 4 * k
+			part = part[k:]
+			if used+4 > len(buf) {
+				if err := flush(); err != nil {
+					return written, err
+				}
+			}
+		}
+	}
+	if elems != t.Elems {
+		return written, fmt.Errorf("its parts hold %d elements, not its %d", elems, t.Elems)
+	}
+	return written, flush()
 }
 
 // tensorEntry is one parsed header entry.

@@ -416,8 +416,23 @@ func (ts *TableSet) FreezeSlots(reuse []TableSlots) []TableSlots {
 	return out
 }
 
-// Rows is the table's live rows, keys sorted.
+// Rows is the table's live rows, keys sorted (a copy).
 func (s TableSlots) Rows() shardckpt.TableRows {
+	src := s.Source()
+	d, sl := src.Dim, src.StateLen
+	r := shardckpt.TableRows{Name: s.Name, Kind: s.Kind, Dim: d, StateLen: sl, Keys: src.Keys,
+		Values: make([]float32, 0, len(src.Keys)*d), State: make([]float32, 0, len(src.Keys)*sl)}
+	for i := range src.Keys {
+		r.Values = append(r.Values, src.Row(i)...)
+		r.State = append(r.State, src.State(i)...)
+	}
+	return r
+}
+
+// Source is the table's live rows in key order, read from the frozen
+// slots as a checkpoint is written (shardckpt.SourceTensors): only the
+// keys and their slots are copied.
+func (s TableSlots) Source() shardckpt.RowSource {
 	v := s.Slots
 	freed := make([]bool, v.Len())
 	for _, f := range v.Free() {
@@ -425,24 +440,30 @@ func (s TableSlots) Rows() shardckpt.TableRows {
 	}
 	type slot struct {
 		key uint64
-		at  int
+		at  int32
 	}
 	order := make([]slot, 0, v.Len()-len(v.Free()))
 	for i := range v.Len() {
 		if !freed[i] {
-			order = append(order, slot{v.Key(i), i})
+			order = append(order, slot{v.Key(i), int32(i)})
 		}
 	}
 	slices.SortFunc(order, func(a, b slot) int { return cmp.Compare(a.key, b.key) })
-	d, sl := v.Dim, v.StateLen
-	r := shardckpt.TableRows{Name: s.Name, Kind: s.Kind, Dim: d, StateLen: sl, Keys: make([]uint64, len(order)),
-		Values: make([]float32, len(order)*d), State: make([]float32, len(order)*sl)}
+	keys, at := make([]uint64, len(order)), make([]int32, len(order))
 	for j, o := range order {
-		r.Keys[j] = o.key
-		copy(r.Values[j*d:(j+1)*d], v.Row(o.at))
-		copy(r.State[j*sl:(j+1)*sl], v.State(o.at))
+		keys[j], at[j] = o.key, o.at
 	}
-	return r
+	return shardckpt.RowSource{Name: s.Name, Kind: s.Kind, Dim: v.Dim, StateLen: v.StateLen, Keys: keys,
+		Row: func(i int) []float32 { return v.Row(int(at[i])) }, State: func(i int) []float32 { return v.State(int(at[i])) }}
+}
+
+// slotSources is Source of every table.
+func slotSources(slots []TableSlots) []shardckpt.RowSource {
+	out := make([]shardckpt.RowSource, len(slots))
+	for i, s := range slots {
+		out[i] = s.Source()
+	}
+	return out
 }
 
 // slotRows is Rows of every table.

@@ -1,6 +1,7 @@
 package ps
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"math"
@@ -8,6 +9,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/checkpoint/shardckpt"
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/ml/embed"
@@ -427,5 +429,50 @@ func TestSnapshotOfSlotsSkipsFreedSlots(t *testing.T) {
 	if !slices.Equal(got.Keys, []uint64{10, 20, 40, 50}) || !slices.Equal(got.Keys, want.Keys) ||
 		!slices.Equal(got.Values, want.Values) || !slices.Equal(got.State, want.State) {
 		t.Fatalf("snapshot %+v, want %+v", got, want)
+	}
+}
+
+// A checkpoint's rows read from frozen slots while the table goes on
+// training and growing are the rows of the moment of the freeze, and
+// their file is byte for byte the one of a copy of them taken then.
+func TestCheckpointOfFrozenSlotsIsTheFreezesRows(t *testing.T) {
+	cfg := []embed.TableConfig{{Name: "emb/C1", Dim: 2, Seed: 1, Rule: embed.DefaultAdagrad(0.1), EvictAfter: 1}}
+	ts := newTableSets(t, cfg, config.Async, 1)[0]
+	keys := make([]uint64, 3000) // three blocks
+	for i := range keys {
+		keys[i] = uint64(len(keys) - i)
+	}
+	out := make([]float32, 2*len(keys))
+	_ = ts.Pull("emb/C1", keys, out)
+	if _, err := ts.Push(0, 0, "emb/C1", keys[:2], []float32{1, 2, 3, 4}); err != nil {
+		t.Fatal(err)
+	}
+	want := shardckpt.CopyRows(ts.Table("emb/C1"))
+	slots := ts.FreezeSlots(nil)
+	grads := make([]float32, len(out))
+	for i := range grads {
+		grads[i] = 0.25
+	}
+	if _, err := ts.Push(0, 0, "emb/C1", keys, grads); err != nil { // every block written
+		t.Fatal(err)
+	}
+	_ = ts.Pull("emb/C1", []uint64{99999}, out[:2])
+	encode := func(tensors []checkpoint.Tensor, err error) []byte {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		if _, err := checkpoint.WriteSafetensors(&b, tensors, nil); err != nil {
+			t.Fatal(err)
+		}
+		return b.Bytes()
+	}
+	got := encode(shardckpt.SourceTensors(slotSources(slots)))
+	if !bytes.Equal(got, encode(shardckpt.TableTensors([]shardckpt.TableRows{want}))) {
+		t.Fatal("the checkpoint of the frozen slots differs from the rows copied at the freeze")
+	}
+	if now := shardckpt.CopyRows(ts.Table("emb/C1")); slices.Equal(now.Values, want.Values) {
+		t.Fatal("the table did not change after the freeze: the test tests nothing")
 	}
 }

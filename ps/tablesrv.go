@@ -103,13 +103,13 @@ func buildTables(req *pb.InitRequest, mode config.Mode) (*TableSet, error) {
 }
 
 // tensors names a snapshot's dense state and table rows as checkpoint
-// tensors.
+// tensors, the rows read from the frozen slots as they are written.
 func (sn *snapshot) tensors() ([]checkpoint.Tensor, error) {
 	tensors, err := shardckpt.Tensors(sn.plan, sn.index, sn.optName, sn.params, sn.opt)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := shardckpt.TableTensors(slotRows(sn.tables))
+	rows, err := shardckpt.SourceTensors(slotSources(sn.tables))
 	return append(tensors, rows...), err
 }
 

@@ -2,6 +2,7 @@ package shardckpt
 
 import (
 	"fmt"
+	"iter"
 	"maps"
 	"slices"
 	"strings"
@@ -124,6 +125,50 @@ func TableTensors(tables []TableRows) ([]checkpoint.Tensor, error) {
 		}
 	}
 	return out, nil
+}
+
+// RowSource is a table's rows in key order without a copy of them: the
+// sorted keys, and each one's row and optimizer state by its index in
+// Keys (read only, possibly by two goroutines at once).
+type RowSource struct {
+	Name          string
+	Kind          embed.Kind
+	Dim, StateLen int
+	Keys          []uint64
+	Row, State    func(i int) []float32
+}
+
+// SourceTensors names tables' rows as checkpoint tensors, as
+// TableTensors does, their values and states given as parts read from
+// the sources as the checkpoint is written: only the keys are copied.
+func SourceTensors(tables []RowSource) ([]checkpoint.Tensor, error) {
+	var out []checkpoint.Tensor
+	for _, r := range tables {
+		if err := CheckTableName(r.Name); err != nil {
+			return nil, err
+		}
+		n := len(r.Keys)
+		out = append(out,
+			checkpoint.Tensor{Name: r.Name, Shape: []int{n, r.Dim}, Parts: rowParts(n, r.Row), Elems: n * r.Dim},
+			checkpoint.Tensor{Name: r.Name + KeysSuffix, Shape: []int{n}, DType: checkpoint.U64, U64: r.Keys})
+		if slot := StateSlot(r.Kind); slot != "" {
+			out = append(out, checkpoint.Tensor{Name: r.Name + "/" + slot, Shape: []int{n, r.StateLen}, Parts: rowParts(n, r.State), Elems: n * r.StateLen})
+		} else if r.StateLen != 0 {
+			return nil, fmt.Errorf("shardckpt: table %s: rule %q keeps no state, rows have %d values of it", r.Name, r.Kind, r.StateLen)
+		}
+	}
+	return out, nil
+}
+
+// rowParts yields row(0) to row(n-1).
+func rowParts(n int, row func(i int) []float32) iter.Seq[[]float32] {
+	return func(yield func([]float32) bool) {
+		for i := range n {
+			if !yield(row(i)) {
+				return
+			}
+		}
+	}
 }
 
 // TablesOf finds the tables among a shard file's tensors (by their keys
