@@ -271,7 +271,7 @@ func writeWithHeader(w io.Writer, header []byte, tensors []Tensor, native bool) 
 			if buf == nil {
 				buf = make([]byte, chunkSize)
 			}
-			n, err := writeParts(w, t, buf)
+			n, err := writeParts(w, t, buf, native)
 			written += n
 			if err != nil {
 				return written, fmt.Errorf("checkpoint: writing tensor %q: %w", t.Name, err)
@@ -304,8 +304,9 @@ func writeWithHeader(w io.Writer, header []byte, tensors []Tensor, native bool) 
 }
 
 // writeParts writes a tensor given as Parts, gathered into buf (of
-// chunkSize bytes) so that small parts make few writes.
-func writeParts(w io.Writer, t Tensor, buf []byte) (int64, error) {
+// chunkSize bytes) so that small parts make few writes; native copies
+// the parts' bytes as they are (little-endian hosts only).
+func writeParts(w io.Writer, t Tensor, buf []byte, native bool) (int64, error) {
 	var written int64
 	used, elems := 0, 0
 	flush := func() error {
@@ -321,7 +322,11 @@ func writeParts(w io.Writer, t Tensor, buf []byte) (int64, error) {
 		}
 		for len(part) > 0 {
 			k := min(len(part), (len(buf)-used)/4)
-			putF32sLE(buf[used:], part[:k])
+			if native {
+				copy(buf[used:], f32Bytes(part[:k]))
+			} else {
+				putF32sLE(buf[used:], part[:k])
+			}
 			used += 4 * k
 			part = part[k:]
 			if used+4 > len(buf) {
