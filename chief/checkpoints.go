@@ -156,6 +156,7 @@ func (c *Chief) writeShardsAndCommit(ctx context.Context, a Checkpoint, step, at
 		version = min(version, in.Version)
 		positions = maxPositions(positions, in.DataPositions)
 	}
+	res.Positions = positions
 	m := checkpoint.Manifest{Step: step, Version: version, Mode: string(r.Mode), ModelSpec: c.cfg.Spec.JSON(),
 		RunConfig: r.JSON(), Optimizer: checkpoint.Optimizer{Name: r.Optimizer,
 			Hyperparams: map[string]float64{"lr": r.LR, "momentum": r.Momentum},

@@ -80,6 +80,12 @@ type Chief struct {
 	core *Core
 
 	scale scaleWatch // the loop's only
+	// psSlots are every PS slot's connection (--max-ps); cfg.PS are the
+	// first of them, the shards of the layout in effect.
+	psSlots []PS
+	moved   chan loadedMove // the boundary's checkpoint being read for the new layout (psscale.go)
+	// nudge asks the loop for a tick before the next poll (psscale.go).
+	nudge chan struct{}
 }
 
 // withDefaults is cfg with its unset fields set to their defaults.
@@ -110,9 +116,13 @@ func New(cfg Config) (*Chief, error) {
 	if err := cfg.Run.Validate(); err != nil {
 		return nil, err
 	}
-	if len(cfg.PS) != cfg.Run.PS {
-		return nil, fmt.Errorf("chief: %d PS addresses for --ps %d", len(cfg.PS), cfg.Run.PS)
+	if len(cfg.PS) != cfg.Run.PS && len(cfg.PS) != cfg.Run.PSSlots() {
+		return nil, fmt.Errorf("chief: %d PS addresses for --ps %d (--max-ps %d)", len(cfg.PS), cfg.Run.PS, cfg.Run.PSSlots())
 	}
+	// The first --ps slots hold the model at the start; the others are
+	// where a change of the PS count adds shards (core_psscale.go).
+	slots := cfg.PS
+	cfg.PS = cfg.PS[:cfg.Run.PS]
 	if len(cfg.Standbys) > 0 && len(cfg.Standbys) != len(cfg.PS) {
 		return nil, fmt.Errorf("chief: %d standby addresses for %d PS: a hot standby needs one per shard, or none", len(cfg.Standbys), len(cfg.PS))
 	}
@@ -137,7 +147,8 @@ func New(cfg Config) (*Chief, error) {
 		params.StandbyAddrs = append(params.StandbyAddrs, p.Addr)
 	}
 	core := NewCore(params, cfg.RunID, cfg.Log, cfg.Metrics, cfg.Now())
-	c := &Chief{cfg: cfg, plan: plan, core: core, scale: scaleWatch{since: time.Now()}}
+	c := &Chief{cfg: cfg, plan: plan, core: core, scale: scaleWatch{since: time.Now()}, psSlots: slots,
+		nudge: make(chan struct{}, 1)}
 	// Every task's restart counter exists from the start, so dashboards
 	// show 0 rather than nothing.
 	for _, t := range c.taskNames() {
@@ -241,6 +252,8 @@ func (c *Chief) Run(ctx context.Context) (*report.Report, error) {
 			acts = c.step(c.core.Interrupt)
 		case <-poll.C:
 			acts = c.tick(work)
+		case <-c.nudge:
+			acts = c.tick(work)
 		case f := <-results:
 			acts = c.step(f)
 		}
@@ -264,11 +277,9 @@ func (c *Chief) tick(ctx context.Context) []Action {
 	if polling {
 		ps, standby = c.pollAll(ctx)
 	}
-	if n, ok := c.scale.poll(c.cfg.ScaleFile, c.cfg.Log); ok {
+	if req, ok := c.scale.poll(c.cfg.ScaleFile, c.cfg.Log); ok {
 		c.step(func(now time.Time) []Action {
-			if err := c.core.Scale(n, now); err != nil {
-				c.cfg.Log.Error("scale request refused", "file", c.cfg.ScaleFile, "err", err)
-			}
+			c.applyScale(req, now)
 			return nil
 		})
 	}
@@ -310,6 +321,17 @@ func (c *Chief) perform(ctx, jobCtx context.Context, a Action, results chan<- fu
 		}()
 	case SaveState:
 		c.saveState(a.State)
+	case SnapshotShards:
+		res := c.snapshotShards(ctx, a)
+		return c.step(func(now time.Time) []Action { return c.core.Snapshotted(now, res) }), nil
+	case SwitchLayout:
+		version, err := c.switchLayout(ctx, a)
+		if err != nil {
+			return nil, err
+		}
+		acts := c.step(func(now time.Time) []Action { return c.core.LayoutSwitched(now, version) })
+		c.retirePS(ctx, a.To, a.From) // (after: the workers train on the new layout already)
+		return acts, nil
 	default:
 		return c.performOnShards(ctx, a)
 	}
@@ -393,9 +415,16 @@ func (c *Chief) adopt(ctx context.Context) []Action {
 		saved = &st
 	}
 	a, ok := adoptionOf(ps, standby, saved)
+	var acts []Action
 	if !ok {
 		c.cfg.Log.Info("waiting for tasks to register", "ps", c.cfg.Run.PS, "standbys", len(c.cfg.Standbys), "workers", c.cfg.Run.Workers)
 		return nil
 	}
-	return c.step(func(now time.Time) []Action { return c.core.Adopt(now, a) })
+	acts = c.step(func(now time.Time) []Action { return c.core.Adopt(now, a) })
+	if n := c.core.PSCount(); n != len(c.cfg.PS) {
+		if err := c.setLayout(n); err != nil {
+			c.cfg.Log.Error("cannot take the saved PS count", "ps", n, "err", err)
+		}
+	}
+	return acts
 }

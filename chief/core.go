@@ -46,6 +46,7 @@ type Core struct {
 	stopState
 	divergenceState
 	elasticState
+	psScaleState
 	wireState
 }
 
@@ -148,6 +149,15 @@ type elasticState struct {
 	// retiredHeard is what the shards may retire when lastSent is not
 	// known (see shardsRetire).
 	retiredHeard []int32
+	// ach is an async or ssp run's change under way, reads what each
+	// worker's heartbeat said of its reading (core_elastic_async.go).
+	ach   *asyncChange
+	reads map[int]dataRead
+	// gapsSeen are, by shard, its generation and the gaps of it the data
+	// ledger counted; ckptPos the data positions of the newest
+	// checkpoints by step (core_ledger.go).
+	gapsSeen [][2]int64
+	ckptPos  map[int64][]int64
 }
 
 type phase int
@@ -235,6 +245,11 @@ type State struct {
 	Plan       dataset.DataPlan          `json:"data_plan"`
 	Membership []report.MembershipChange `json:"membership_changes,omitempty"`
 	MaxSteps   int64                     `json:"max_steps,omitempty"`
+	// PS is the parameter server count once a change moved it (0: the
+	// run's --ps; core_psscale.go).
+	PS int `json:"ps,omitempty"`
+	// Ledger is the data ledger (core_ledger.go).
+	Ledger []report.LedgerEntry `json:"data_ledger,omitempty"`
 	// Replicas are, by shard, which process is the primary and the
 	// replication epoch (hot standbys, docs/replication.md; empty
 	// without them).
@@ -254,6 +269,7 @@ func NewCore(p CoreParams, runID string, log *slog.Logger, m *metrics.Chief, now
 		membershipState: membershipState{lastNag: now, members: NewMembership(r.HeartbeatTimeout),
 			psSeen: make([]bool, r.PS), workerSeen: make([]bool, r.WorkerSlots())},
 		elasticState:  elasticState{target: r.Workers, retired: map[int]bool{}},
+		psScaleState:  psScaleState{psCount: r.PS, psTarget: r.PS},
 		progressState: progressState{versions: make([]int64, r.PS)},
 		replicaState:  replicaState{down: make([]time.Time, r.PS)},
 		st: State{RunID: runID, Evals: []report.Eval{}, Restarts: []report.Restart{}, LatestCheckpoint: -1,
@@ -268,6 +284,7 @@ func NewCore(p CoreParams, runID string, log *slog.Logger, m *metrics.Chief, now
 		}
 	}
 	c.beginGeneration(0, false)
+	m.PS.Set(float64(r.PS))
 	return c
 }
 
@@ -347,10 +364,9 @@ func (c *Core) Register(reg Registration, now time.Time) (int64, error) {
 	role, index := reg.Role, reg.Index
 	switch role {
 	case "ps":
-		if index < 0 || index >= len(c.psSeen) {
-			return 0, fmt.Errorf("%w: ps index %d out of range (the run has %d)", ErrBadTask, index, len(c.psSeen))
+		if err := c.admitPS(index); err != nil {
+			return 0, err
 		}
-		c.psSeen[index] = true
 	case cluster.Standby:
 		if index < 0 || index >= len(c.standbySeen) {
 			return 0, fmt.Errorf("%w: standby index %d out of range (the run has %d)", ErrBadTask, index, len(c.standbySeen))
@@ -396,13 +412,13 @@ func (c *Core) Heartbeat(worker int, now time.Time) (stop bool, err error) {
 		return false, fmt.Errorf("%w: worker index %d out of range (the run has at most %d)", ErrBadTask, worker, len(c.workerSeen))
 	}
 	c.members.Beat(worker, now)
-	return c.Stopping(), nil
+	return c.Stopping() || c.stopRetired(worker), nil
 }
 
 // Missing lists the tasks that have not registered.
 func (c *Core) Missing() []string {
 	var out []string
-	for i, ok := range c.psSeen {
+	for i, ok := range c.psSeen[:min(len(c.psSeen), c.psCount)] { // (not the PS slots past the count)
 		switch {
 		case ok:
 		case i < len(c.p.PSAddrs):

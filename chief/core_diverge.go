@@ -295,6 +295,7 @@ func (c *Core) RolledBack(now time.Time, step int64, fromCheckpoint bool) []Acti
 		return nil
 	}
 	c.rollback, c.rollbackSent = nil, false
+	c.ledgerRestore(allShards(len(c.versions)), step)
 	for s := range c.versions {
 		c.versions[s] = step
 		c.down[s] = time.Time{}

@@ -50,15 +50,15 @@ func (c *Core) workers() int { return c.st.Plan.Last().Workers }
 
 // elastic says the membership differs from the run's start (or is
 // changing): SetMembership then carries the whole of it.
-func (c *Core) elastic() bool { return len(c.st.Plan.Eras) > 1 || c.change != nil }
+func (c *Core) elastic() bool {
+	return len(c.st.Plan.Eras) > 1 || c.change != nil || c.ach != nil || c.psHoldAt() > 0
+}
 
 // Scale asks for workers workers. It takes effect at an epoch boundary
 // (see above); asking again before then replaces the target.
 func (c *Core) Scale(workers int, now time.Time) error {
 	r := c.p.Run
 	switch {
-	case r.Mode != config.Sync:
-		return fmt.Errorf("%w: elastic workers need --mode sync (this run is %s)", ErrScale, r.Mode)
 	case workers < 1:
 		return fmt.Errorf("%w: --workers must be at least 1, got %d", ErrScale, workers)
 	case workers > r.WorkerSlots():
@@ -98,16 +98,24 @@ func (c *Core) Plan() dataset.DataPlan {
 	if c.change != nil && c.change.held {
 		return c.change.plan
 	}
+	if h := c.asyncHold(); h > 0 {
+		p := c.st.Plan
+		p.Hold = h
+		return p
+	}
 	return c.st.Plan
 }
 
 // tickElastic advances a membership change; called when the shards
 // answered a poll and no restore or rollback is under way.
 func (c *Core) tickElastic(now time.Time) []Action {
+	if c.asyncElastic() {
+		return c.tickElasticAsync(now)
+	}
 	c.m.Workers.Set(float64(c.workers()))
 	ch := c.change
 	switch {
-	case ch == nil && c.target != c.workers():
+	case ch == nil && c.target != c.workers() && c.psChange == nil:
 		return c.beginChange(now)
 	case ch == nil || !ch.held:
 		return nil
@@ -157,6 +165,9 @@ func (c *Core) beginChange(now time.Time) []Action {
 // boundary): every shard is told to drop it, and the next tick picks a
 // later boundary.
 func (c *Core) MembershipRefused(now time.Time) []Action {
+	if ch := c.psChange; ch != nil && ch.at > 0 && !ch.held {
+		return c.psHoldRefused(now)
+	}
 	if c.change == nil || c.change.held {
 		return nil
 	}
@@ -254,6 +265,9 @@ func (c *Core) membershipAction(live []int32) SetMembership {
 	if !c.elastic() {
 		return a
 	}
+	if c.asyncElastic() {
+		return c.asyncMembership(a)
+	}
 	a.Members = c.workers()
 	a.Replicas = c.p.Run.ReplicasFor(a.Members)
 	a.MaxVersion = c.MaxSteps()
@@ -269,6 +283,8 @@ func (c *Core) membershipAction(live []int32) SetMembership {
 	slices.Sort(a.Retired)
 	if c.change != nil {
 		a.HoldAt = c.change.at
+	} else if at := c.psHoldAt(); at > 0 {
+		a.HoldAt = at
 	}
 	return a
 }
@@ -330,7 +346,7 @@ func (c *Core) shardsRetire(index int) bool {
 func (c *Core) HeartbeatPlan(worker, eras int) (dataset.DataPlan, bool) {
 	c.PlanAcked(worker, eras)
 	p := c.Plan()
-	return p, eras != len(p.Eras)
+	return p, eras != len(p.Eras) || c.reads[worker].hold != p.Hold
 }
 
 // adoptPlan takes the worker count from a saved state's data plan (a

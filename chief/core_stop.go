@@ -236,6 +236,8 @@ type CheckpointResult struct {
 	// was marked final instead of written again.
 	Reused bool
 	Err    error
+	// Positions are the data positions the checkpoint holds.
+	Positions []int64
 }
 
 // CheckpointDone records a checkpoint attempt.
@@ -274,6 +276,7 @@ func (c *Core) CheckpointDone(now time.Time, res CheckpointResult) []Action {
 		c.st.Checkpoints.FinalFailed = false
 		c.st.Checkpoints.Committed++
 		c.st.LatestCheckpoint = res.Step
+		c.noteCheckpointPositions(res.Step, res.Positions)
 		c.m.CheckpointDuration.Observe(res.Duration.Seconds())
 		c.m.CheckpointSize.Set(float64(res.Bytes))
 		c.m.CheckpointLastSuccess.Set(float64(now.UnixNano()) / 1e9)
@@ -324,6 +327,8 @@ func (c *Core) report() *report.Report {
 	rep.MembershipChanges = append([]report.MembershipChange{}, c.st.Membership...)
 	rep.LiveWorkers = append([]report.LiveWorkers{}, c.st.LiveWorkers...)
 	rep.FinalWorkers = c.workers()
+	rep.FinalPS = c.psCount
+	rep.DataLedger = append([]report.LedgerEntry{}, c.st.Ledger...)
 	if !c.start.IsZero() {
 		rep.TrainSeconds = c.trainEnd.Sub(c.start).Seconds()
 	}

@@ -25,6 +25,9 @@ type ShardStatus struct {
 	// since then (-1: none).
 	Refused, NonFinite []int64
 	Outlier            int
+	// Gaps are the runs of batches the shard skipped since its Init,
+	// as triples worker, from, to (the data ledger, core_ledger.go).
+	Gaps []int64
 	// Hot standbys (docs/replication.md): the process's role ("primary",
 	// "standby", "deposed" or "": no state), its replication epoch, and
 	// for a primary whether its standby is attached, where it is, and
@@ -119,6 +122,7 @@ func (c *Core) Adopt(now time.Time, a Adoption) []Action {
 	}
 	c.st.Generation = max(c.st.Generation, a.Generation)
 	c.adoptPlan()
+	c.adoptPS()
 	c.start = now
 	if c.st.TrainStartedUnix > 0 {
 		c.start = time.Unix(0, int64(c.st.TrainStartedUnix*1e9))
@@ -162,6 +166,7 @@ func (c *Core) tickTraining(now time.Time, ps, standby []ShardStatus) []Action {
 		shards, acts = c.tickReplicas(now, ps, standby)
 	}
 	acts = append(acts, c.membership(now)...)
+	c.noteGaps(shards)
 	anyDown, restore := c.noteShards(now, shards)
 	if restore != nil {
 		return append(acts, restore)
@@ -174,6 +179,12 @@ func (c *Core) tickTraining(now time.Time, ps, standby []ShardStatus) []Action {
 	}
 	if more := c.tickElastic(now); len(more) > 0 {
 		acts = append(slices.DeleteFunc(acts, func(a Action) bool { _, ok := a.(SetMembership); return ok }), more...)
+	}
+	if more := c.tickPS(now); len(more) > 0 {
+		acts = append(slices.DeleteFunc(acts, func(a Action) bool { _, ok := a.(SetMembership); return ok }), more...)
+	}
+	if c.psChange != nil {
+		return acts // (evaluations and checkpoints read the layout that is changing)
 	}
 	if a, ok := c.evalDue(now); ok {
 		acts = append(acts, a)
@@ -229,16 +240,28 @@ func (c *Core) readShards(shards []ShardStatus) (done bool) {
 
 // tickDone: a shard says training is done. The other shards are usually
 // a push away from the last step (every worker pushes it to every
-// shard): give them a moment, so the final model is one version. With
-// backup workers a shard may never get there; the wait is bounded.
+// shard): give them time, so the final model is one version. With
+// backup workers a shard may never get there, so the wait is a second;
+// without them every shard gets every worker's last push unless a
+// worker is lost, which a heartbeat timeout tells (a push delayed by a
+// shard's failover takes longer than a second).
 func (c *Core) tickDone(now time.Time) []Action {
 	if c.doneAt.IsZero() {
 		c.doneAt = now
 	}
-	if c.step == slices.Max(c.versions) || now.Sub(c.doneAt) >= time.Second {
+	if c.step == slices.Max(c.versions) || now.Sub(c.doneAt) >= c.doneWait() {
 		return c.beginStop(now, "epochs")
 	}
 	return nil
+}
+
+// doneWait bounds tickDone's wait for the shards behind the first done.
+func (c *Core) doneWait() time.Duration {
+	r := c.p.Run
+	if r.Mode != config.Sync || (r.ReplicasToAggregate > 0 && r.ReplicasToAggregate < r.Workers) {
+		return time.Second
+	}
+	return max(time.Second, r.HeartbeatTimeout)
 }
 
 // membership orders the shards told of a change in the live workers
@@ -295,6 +318,7 @@ func (c *Core) MembershipSent(live []int32) {
 	c.lastSent = &a
 	c.retiredHeard = slices.Clone(a.Retired)
 	c.heldSent()
+	c.psHeldSent()
 }
 
 // restoreInfo is a Restore under way.
@@ -342,6 +366,7 @@ func (c *Core) Restored(now time.Time, step int64) []Action {
 	if r == nil {
 		return nil
 	}
+	c.ledgerRestore(r.shards, step)
 	for _, s := range r.shards {
 		c.down[s] = time.Time{}
 		c.versions[s] = step

@@ -45,10 +45,10 @@ func (c *Chief) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Regi
 	}
 	c.cfg.Log.Info("task registered", "task", task, "addr", req.Address, "pid", req.Pid)
 	c.mu.Lock()
-	plan := c.core.Plan()
+	plan, numPS := c.core.Plan(), c.core.LayoutPS()
 	c.mu.Unlock()
 	return &pb.RegisterResponse{RunId: c.cfg.RunID, DataShard: req.Index, NumDataShards: int32(c.cfg.Run.Workers), StartStep: step,
-		DataPlan: convert.DataPlan(plan)}, nil
+		DataPlan: convert.DataPlan(plan), NumPs: int32(numPS)}, nil
 }
 
 // Heartbeat keeps a worker alive and tells it whether to stop.
@@ -65,16 +65,25 @@ func (c *Chief) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.He
 	why := c.core.QuarantineReason(int(req.Worker))
 	var plan *pb.DataPlan
 	if err == nil && req.PlanEras > 0 { // (0: a worker that does not follow a data plan)
+		c.core.DataRead(int(req.Worker), req.DataPosition, req.PlanHold, req.DataWaiting, c.cfg.Now())
 		if p, changed := c.core.HeartbeatPlan(int(req.Worker), int(req.PlanEras)); changed {
 			plan = convert.DataPlan(p)
 		}
 	}
+	numPS, nudge := 0, false
+	if err == nil {
+		numPS = c.core.HeartbeatPS(int(req.Worker), int(req.NumPs))
+		nudge = c.core.PSSwitchReady(c.cfg.Now())
+	}
 	c.mu.Unlock()
+	if nudge {
+		c.nudgeLoop()
+	}
 	if err != nil {
 		c.cfg.Metrics.RejectedRequests.WithLabelValues("task").Inc()
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	return &pb.HeartbeatResponse{Stop: stop || why != "", DataPlan: plan, Quarantined: why}, nil
+	return &pb.HeartbeatResponse{Stop: stop || why != "", DataPlan: plan, Quarantined: why, NumPs: int32(numPS)}, nil
 }
 
 // pollTimeout bounds a poll's Status call without hot standbys (with
@@ -158,7 +167,7 @@ func (c *Chief) status(ctx context.Context, p PS) ShardStatus {
 		return ShardStatus{Err: fmt.Errorf("%s: %s", p.Addr, status.Convert(err).Message()), Asked: asked}
 	}
 	out := ShardStatus{Serving: st.Initialized && st.RunId == c.cfg.RunID, Version: st.Version,
-		Generation: st.Generation, Done: st.Done, StaleDropped: st.StaleDropped, Loss: st.LastLoss,
+		Generation: st.Generation, Done: st.Done, StaleDropped: st.StaleDropped, Loss: st.LastLoss, Gaps: st.DataGaps,
 		Refused: st.RefusedGradients, NonFinite: st.NonFiniteGradients, Outlier: -1,
 		Role: st.Role, Epoch: st.Epoch, StandbyAttached: st.StandbyAttached, StandbyAddr: st.StandbyAddr,
 		ReplicationLag: st.ReplicationLagUpdates, ReplicationLagSeconds: st.ReplicationLagSeconds,

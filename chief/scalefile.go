@@ -13,8 +13,11 @@ import (
 // processes from it and the chief (--scale-file) changes the run's
 // worker count. Seq makes a repeated request of the same count a new one.
 type ScaleRequest struct {
-	Workers int   `json:"workers"`
-	Seq     int64 `json:"seq"`
+	Workers int `json:"workers"`
+	// PS is the parameter server count asked for (0: unchanged;
+	// docs/elastic.md, "Parameter servers").
+	PS  int   `json:"ps,omitempty"`
+	Seq int64 `json:"seq"`
 }
 
 // ReadScaleRequest reads a request file.
@@ -39,26 +42,26 @@ type scaleWatch struct {
 	seq   int64
 }
 
-// poll returns the worker count of a new request in path (ok), logging
-// a file it cannot read.
-func (w *scaleWatch) poll(path string, log *slog.Logger) (int, bool) {
+// poll returns a new request in path (ok), logging a file it cannot
+// read.
+func (w *scaleWatch) poll(path string, log *slog.Logger) (ScaleRequest, bool) {
 	if path == "" {
-		return 0, false
+		return ScaleRequest{}, false
 	}
 	fi, err := os.Stat(path)
 	if err != nil || fi.ModTime().Equal(w.mod) || fi.ModTime().Before(w.since) {
-		return 0, false
+		return ScaleRequest{}, false
 	}
 	r, err := ReadScaleRequest(path)
 	if err != nil {
 		log.Error("could not read the scale request", "err", err)
 		w.mod = fi.ModTime()
-		return 0, false
+		return ScaleRequest{}, false
 	}
 	w.mod = fi.ModTime()
 	if r.Seq == w.seq && r.Seq != 0 {
-		return 0, false
+		return ScaleRequest{}, false
 	}
 	w.seq = r.Seq
-	return r.Workers, true
+	return r, true
 }

@@ -27,11 +27,11 @@ func TestScaleWatch(t *testing.T) {
 	w := scaleWatch{since: start}
 	write(`{"workers": 5, "seq": 1}`, start.Add(-time.Hour))
 	if n, ok := w.poll(path, log); ok {
-		t.Fatalf("an earlier run's request read: %d", n)
+		t.Fatalf("an earlier run's request read: %+v", n)
 	}
 	write(`{"workers": 3, "seq": 2}`, start.Add(time.Second))
-	if n, ok := w.poll(path, log); !ok || n != 3 {
-		t.Fatalf("poll = %d, %t; want 3", n, ok)
+	if n, ok := w.poll(path, log); !ok || n.Workers != 3 || n.PS != 0 {
+		t.Fatalf("poll = %+v, %t; want 3 workers", n, ok)
 	}
 	if _, ok := w.poll(path, log); ok {
 		t.Fatal("the same request read twice")
@@ -45,8 +45,12 @@ func TestScaleWatch(t *testing.T) {
 		t.Fatal("a broken file read")
 	}
 	write(`{"workers": 1, "seq": 3}`, start.Add(4*time.Second))
-	if n, ok := w.poll(path, log); !ok || n != 1 {
-		t.Fatalf("poll = %d, %t; want 1", n, ok)
+	if n, ok := w.poll(path, log); !ok || n.Workers != 1 {
+		t.Fatalf("poll = %+v, %t; want 1 worker", n, ok)
+	}
+	write(`{"workers": 1, "ps": 3, "seq": 4}`, start.Add(5*time.Second))
+	if n, ok := w.poll(path, log); !ok || n.Workers != 1 || n.PS != 3 {
+		t.Fatalf("poll = %+v, %t; want 1 worker and 3 PS", n, ok)
 	}
 	if _, ok := w.poll("", log); ok {
 		t.Fatal("no file: a request")

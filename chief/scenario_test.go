@@ -28,6 +28,7 @@ import (
 //	config KEY=VALUE...          a new core (ps, workers, mode, model, target, hold,
 //	                             epochs, batch, train-n, eval-every, subset,
 //	                             checkpoint-every, heartbeat, resume,
+//	                             replicas-to-aggregate, max-workers,
 //	                             evaluate, checkpoints, standbys: true
 //	                             gives every shard a hot standby)
 //	register ROLE INDEX [lr=F] t=S  a task registers (lr: with another
@@ -48,6 +49,9 @@ import (
 //	                             whose standby is the shard's other
 //	                             process; stuck: an update of it has
 //	                             waited 15 s for the standby)
+//	     [gaps=W/F/T+W/F/T,...]   by shard, the runs of batches it skipped
+//	                             (worker W's F..T-1)
+//	     [gen=G,...]              by shard, its generation
 //	started|restored t=S step=N [latest=N]
 //	membership-sent live=I,...
 //	evaluated t=S seq=N gen=N step=N acc=F [loss=F] [full] [err=MSG]
@@ -59,6 +63,8 @@ import (
 //	                             rate's factor and the refused gradients
 //	checkpoint-done t=S step=N [err=MSG] [skipped=MSG] [final] [retained]
 //	                             [reused] (the newest checkpoint marked final)
+//	                             [positions=P/P...] (the data positions it holds)
+//	ledger                       the report's data ledger
 //	handed-back t=S step=N [versions=V,...] [err=MSG]
 //	                             the HandBack is done (step 0: the
 //	                             initial weights), the shards stopped at
@@ -87,6 +93,9 @@ import (
 //	scale N t=S                  ask for N workers (Core.Scale)
 //	heartbeat W t=S eras=N        (with eras: the worker uses a data plan
 //	                             of N eras; prints the plan it is sent)
+//	  [pos=P hold=H waiting]     (what it reads: the next batch's
+//	                             position, its plan's hold, waiting for
+//	                             the chief)
 //	membership-refused t=S       a shard refused the hold
 //	plan                         workers, target, last step, data plan
 //	                             (eras epoch@step:workers, /batches per
@@ -126,6 +135,8 @@ func (s *scenario) do(cmd string) (string, error) {
 		return "", errors.New("no config yet")
 	case f[0] == "register" || f[0] == "heartbeat":
 		return s.member(f, a), nil
+	case strings.HasPrefix(f[0], "ps-"):
+		return s.psCommand(f, a) // psscale_scenario_test.go
 	case f[0] == "checkpoint-at":
 		_, final := a["final"]
 		step, at, skip := checkpointAt(s.core.p.Run.Mode, s.core.MaxSteps(),
@@ -154,6 +165,8 @@ func (s *scenario) do(cmd string) (string, error) {
 		return strings.Join(lines, "\n"), nil
 	case f[0] == "restarts":
 		return s.restarts(), nil
+	case f[0] == "ledger":
+		return fmt.Sprintf("%+v", s.core.report().DataLedger), nil
 	case f[0] == "live-workers":
 		return fmt.Sprintf("%+v", s.core.report().LiveWorkers), nil
 	case f[0] == "state":
@@ -180,7 +193,18 @@ func (s *scenario) events() map[string]func(a scenariotest.Args, now time.Time) 
 	c := s.core
 	return map[string]func(scenariotest.Args, time.Time) []Action{
 		"tick": func(a scenariotest.Args, now time.Time) []Action {
-			return c.Tick(now, shardsOf(a, "shards"), shardsOf(a, "standbys"))
+			shards := shardsOf(a, "shards")
+			if v, ok := a["gaps"]; ok {
+				for i, f := range strings.Split(v, ",") {
+					shards[i].Gaps = nums(strings.NewReplacer("/", ",", "+", ",").Replace(f))
+				}
+			}
+			if v, ok := a["gen"]; ok {
+				for i, g := range nums(v) {
+					shards[i].Generation = g
+				}
+			}
+			return c.Tick(now, shards, shardsOf(a, "standbys"))
 		},
 		"promoted": func(a scenariotest.Args, now time.Time) []Action {
 			return c.Promoted(now, int(a.Num("shard")), a.Num("version"))
@@ -252,7 +276,8 @@ func (s *scenario) events() map[string]func(a scenariotest.Args, now time.Time) 
 			_, retained := a["retained"]
 			_, final := a["final"]
 			_, reused := a["reused"]
-			res := CheckpointResult{Step: a.Num("step"), Skipped: a["skipped"], Retained: retained, Final: final, Reused: reused}
+			res := CheckpointResult{Step: a.Num("step"), Skipped: a["skipped"], Retained: retained, Final: final, Reused: reused,
+				Positions: nums(strings.ReplaceAll(a["positions"], "/", ","))}
 			if e, ok := a["err"]; ok {
 				res.Err = errors.New(e)
 			}
@@ -329,6 +354,10 @@ func (s *scenario) config(a scenariotest.Args) error {
 			}
 		case "max-workers":
 			p.Run.MaxWorkers, err = strconv.Atoi(v)
+		case "max-ps":
+			p.Run.MaxPS, err = strconv.Atoi(v)
+		case "replicas-to-aggregate":
+			p.Run.ReplicasToAggregate, err = strconv.Atoi(v)
 		default:
 			return fmt.Errorf("unknown config key %q", k)
 		}
@@ -352,6 +381,11 @@ func (s *scenario) member(f []string, a scenariotest.Args) string {
 			return "error: " + err.Error()
 		}
 		out := fmt.Sprintf("ok stop=%t", stop)
+		if pos, ok := a["pos"]; ok {
+			p, _ := strconv.ParseInt(pos, 10, 64)
+			_, waiting := a["waiting"]
+			s.core.DataRead(idx, p, a.Num("hold"), waiting, a.At(s.t0))
+		}
 		if eras, ok := a["eras"]; ok {
 			n, _ := strconv.Atoi(eras)
 			if p, changed := s.core.HeartbeatPlan(idx, n); changed {
@@ -514,5 +548,9 @@ func planText(p dataset.DataPlan) string {
 	for _, e := range p.Eras {
 		eras = append(eras, fmt.Sprintf("%d@%d:%d", e.Epoch, e.Step, e.Workers))
 	}
-	return fmt.Sprintf("[%s]/%d", strings.Join(eras, " "), p.PerEpoch(len(p.Eras)-1))
+	out := fmt.Sprintf("[%s]/%d", strings.Join(eras, " "), p.PerEpoch(len(p.Eras)-1))
+	if p.Hold > 0 {
+		out += fmt.Sprintf(" hold=%d", p.Hold)
+	}
+	return out
 }

@@ -107,6 +107,10 @@ type Run struct {
 	// (docs/elastic.md): `pstrain scale`, or a worker registering with
 	// the next index. 0: WorkerSlots' default.
 	MaxWorkers int `json:"max_workers,omitempty"`
+	// MaxPS bounds the parameter servers a run may scale to
+	// (docs/elastic.md, "Parameter servers"): the cluster lists that
+	// many PS slots. 0: PSSlots' default, --ps (no room to grow).
+	MaxPS int `json:"max_ps,omitempty"`
 	// Model is the network's kind: empty for an MLP (so an MLP's
 	// configuration is what it was before CNNs existed), model.KindCNN or
 	// model.KindCTR.
@@ -335,6 +339,8 @@ func (r Run) validateShape() error {
 		return fmt.Errorf("--replicas-to-aggregate %d is more than --workers %d: a step could never complete", r.ReplicasToAggregate, r.Workers)
 	case r.MaxWorkers != 0 && r.MaxWorkers < r.Workers:
 		return fmt.Errorf("--max-workers %d is less than --workers %d (0 = the default, %d)", r.MaxWorkers, r.Workers, max(r.Workers, 8))
+	case r.MaxPS != 0 && r.MaxPS < r.PS:
+		return fmt.Errorf("--max-ps %d is less than --ps %d (0 = --ps)", r.MaxPS, r.PS)
 	case r.Staleness < 0:
 		return fmt.Errorf("--staleness must be >= 0, got %d", r.Staleness)
 	}
@@ -641,6 +647,12 @@ func (r Run) WorkerSlots() int {
 		return r.MaxWorkers
 	}
 	return max(r.Workers, 8)
+}
+
+// PSSlots is the most parameter servers the run may have at once
+// (--max-ps; 0: --ps).
+func (r Run) PSSlots() int {
+	return max(r.MaxPS, r.PS)
 }
 
 // ReplicasFor is the number of gradients a sync step aggregates with

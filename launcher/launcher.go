@@ -215,7 +215,8 @@ type supervisor struct {
 	targets *targets
 	pidDir  string // <Dir>/pids: a pid file per live process (stale.go)
 	proc    procFS
-	scaler  *scaler // elastic workers (scale.go)
+	scaler  *scaler   // elastic workers (scale.go)
+	psScale *psScaler // parameter servers added and removed (psscale.go)
 	// env is every task's environment (taskEnv).
 	env []string
 	// web reaches the tasks' metrics endpoints (nil: plain HTTP).
@@ -331,6 +332,7 @@ func Run(ctx context.Context, c Config) (*report.Report, error) {
 	// (--max-workers), and every task is told the slots the cluster file
 	// lists; the first --workers start.
 	c.Run.MaxWorkers = c.Run.WorkerSlots()
+	c.Run.MaxPS = c.Run.PSSlots() // likewise PS slots (--max-ps)
 	// Every port a task binds is reserved here: gRPC, metrics, and each
 	// PS's (and standby's) data plane.
 	ports, err := freePorts(portCount(c))
@@ -457,10 +459,15 @@ func (s *supervisor) startAll(g group) error {
 	r := s.c.Run
 	s.scaler = &scaler{s: s, slots: s.plan.slots, target: r.Workers, running: map[int]bool{}}
 	s.scaler.start = func(t cluster.Task) error { return s.launch(g, s.plan.workerIndex(t.Index), t) }
+	s.psScale = &psScaler{s: s, slots: s.plan.psSlots, target: r.PS, running: map[int]bool{}}
+	s.psScale.start = func(t cluster.Task) error { return s.launch(g, s.plan.psIndex(t.Index), t) }
 	for _, i := range s.plan.initial {
 		t := s.plan.tasks[i]
-		if t.Type == cluster.Worker {
+		switch t.Type {
+		case cluster.Worker:
 			s.scaler.running[t.Index] = true
+		case cluster.PS:
+			s.psScale.running[t.Index] = true
 		}
 		if err := s.launch(g, i, t); err != nil {
 			return err
@@ -490,8 +497,11 @@ func (s *supervisor) launch(g group, i int, t cluster.Task) error {
 	g.goDo(func() {
 		err := s.supervise(g.ctx, g.wg, i, p)
 		s.setTarget(i, false)
-		if t.Type == cluster.Worker {
+		switch t.Type {
+		case cluster.Worker:
 			s.scaler.exited(t.Index)
+		case cluster.PS:
+			s.psScale.exited(t.Index)
 		}
 		switch {
 		case t.Type == cluster.Chief:
@@ -784,6 +794,18 @@ func (s *supervisor) judge(ctx context.Context, p *proc) exitVerdict {
 	switch {
 	case ending || s.stopping():
 		return taskDone
+	case s.removed(p):
+		return taskDone
+	case p.err == nil && s.runEnding(ctx):
+		return taskDone
+	}
+	return taskCrash
+}
+
+// removed says p's task left the run on purpose (a scale request or the
+// chief's quarantine), noting its end: it is not restarted.
+func (s *supervisor) removed(p *proc) bool {
+	switch {
 	case p.task.Type == cluster.Worker && s.scaler != nil && s.scaler.retiring(p.task.Index):
 		// Removed by a scale request (docs/elastic.md): it exits 0 when
 		// its shards say done; any other end is logged, not restarted.
@@ -793,17 +815,18 @@ func (s *supervisor) judge(ctx context.Context, p *proc) exitVerdict {
 			s.c.Log.Info("removed worker exited", "task", p.task)
 		}
 		s.noteEnded(p, CauseRemoved)
-		return taskDone
+		return true
+	case p.task.Type == cluster.PS && s.psScale != nil && s.psScale.retiring(p.task.Index):
+		s.noteRemovedPS(p) // removed by a scale request (psscale.go)
+		return true
 	case p.task.Type == cluster.Worker && quarantinedIn(s.plan.statePath, s.plan.runID, p.task.Index):
 		// Quarantined by the chief (docs/security.md): its pulls answer
 		// done and a new process of it would be refused.
 		s.c.Log.Warn("quarantined worker exited; not restarted", "task", p.task, "err", exitText(p))
 		s.noteEnded(p, CauseQuarantined)
-		return taskDone
-	case p.err == nil && s.runEnding(ctx):
-		return taskDone
+		return true
 	}
-	return taskCrash
+	return false
 }
 
 // judgeChief says what the chief's exit means; ending says the run was

@@ -33,13 +33,14 @@ type plan struct {
 	// initial are the indexes in tasks started at launch.
 	initial []int
 	slots   int // worker slots (Run.WorkerSlots)
+	psSlots int // PS slots (Run.PSSlots): the first --ps start at launch
 }
 
 // portCount is how many ports planRun needs for c: gRPC and metrics for
 // every task, and a data plane for each PS and standby.
 func portCount(c Config) int {
 	r := c.Run
-	return 2*(1+r.PS+r.WorkerSlots()+r.Standbys()) + r.PS + r.Standbys()
+	return 2*(1+r.PSSlots()+r.WorkerSlots()+r.Standbys()) + r.PSSlots() + r.Standbys()
 }
 
 // planRun lays out the run of c (whose Run.MaxWorkers is already the
@@ -54,18 +55,18 @@ func planRun(c Config, runID string, ports []int) (plan, error) {
 	r := c.Run
 	p := plan{clusterFile: filepath.Join(c.Dir, "cluster.json"), chiefReport: filepath.Join(c.Dir, "chief-report.json"),
 		statePath: filepath.Join(c.Dir, "chief-state.json"), scaleFile: filepath.Join(c.Dir, ScaleRequestFile),
-		logDir: filepath.Join(c.Dir, "logs"), runID: runID, slots: r.WorkerSlots()}
-	n := 1 + r.PS + p.slots + r.Standbys()
+		logDir: filepath.Join(c.Dir, "logs"), runID: runID, slots: r.WorkerSlots(), psSlots: r.PSSlots()}
+	n := 1 + p.psSlots + p.slots + r.Standbys()
 	addr := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[i]) }
 	p.spec.Chief = []string{addr(0)}
-	for i := 0; i < r.PS; i++ {
+	for i := 0; i < p.psSlots; i++ {
 		p.spec.PS = append(p.spec.PS, addr(1+i))
 	}
 	for i := 0; i < p.slots; i++ {
-		p.spec.Worker = append(p.spec.Worker, addr(1+r.PS+i))
+		p.spec.Worker = append(p.spec.Worker, addr(1+p.psSlots+i))
 	}
 	for i := 0; i < r.Standbys(); i++ {
-		p.spec.Standby = append(p.spec.Standby, addr(1+r.PS+p.slots+i))
+		p.spec.Standby = append(p.spec.Standby, addr(1+p.psSlots+p.slots+i))
 	}
 	p.tasks = launchOrder(p.spec)
 	dataPorts := ports[2*n:]
@@ -80,10 +81,10 @@ func planRun(c Config, runID string, ports []int) (plan, error) {
 		case cluster.PS:
 			data = "127.0.0.1:" + strconv.Itoa(dataPorts[t.Index])
 		case cluster.Standby:
-			data = "127.0.0.1:" + strconv.Itoa(dataPorts[r.PS+t.Index])
+			data = "127.0.0.1:" + strconv.Itoa(dataPorts[p.psSlots+t.Index])
 		}
 		p.args = append(p.args, p.taskArgs(c, t, m, data))
-		if t.Type != cluster.Worker || t.Index < r.Workers {
+		if (t.Type != cluster.Worker || t.Index < r.Workers) && (t.Type != cluster.PS || t.Index < r.PS) {
 			p.initial = append(p.initial, i)
 		}
 	}
@@ -113,6 +114,9 @@ func (p plan) taskArgs(c Config, t cluster.Task, metricsAddr, dataAddr string) [
 
 // metricsAddr is the metrics address of tasks[i].
 func (p plan) metricsAddr(i int) string { return p.metrics[i] }
+
+// psIndex is PS slot k's index in tasks.
+func (p plan) psIndex(k int) int { return 1 + k }
 
 // workerIndex is worker slot k's index in tasks.
 func (p plan) workerIndex(k int) int { return 1 + len(p.spec.PS) + k }

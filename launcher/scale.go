@@ -12,7 +12,6 @@ import (
 
 	"github.com/pstrain/pstrain/chief"
 	"github.com/pstrain/pstrain/cluster"
-	"github.com/pstrain/pstrain/config"
 )
 
 // Elastic workers (docs/elastic.md). `pstrain scale --run-dir DIR
@@ -35,6 +34,14 @@ type ScaleStatus struct {
 	Mode       string `json:"mode"`
 	MaxWorkers int    `json:"max_workers"`
 	Workers    int    `json:"workers"`
+	// The parameter servers (psscale.go): --max-ps, the count last
+	// asked for, and --ps-replicas (a run with standbys cannot change it).
+	MaxPS      int `json:"max_ps,omitempty"`
+	PS         int `json:"ps,omitempty"`
+	PSReplicas int `json:"ps_replicas,omitempty"`
+	// PSRefusal says why the run cannot change its PS count ("": it
+	// can; psRefusal).
+	PSRefusal string `json:"ps_refusal,omitempty"`
 }
 
 // Errors of a refused RequestScale.
@@ -44,8 +51,8 @@ var (
 )
 
 // RequestScale asks the `pstrain run` on dir for workers workers. It
-// checks that a launcher is running there, that the run is sync and that
-// workers is in 1..--max-workers, and returns the count it replaces.
+// checks that a launcher is running there and that workers is in
+// 1..--max-workers, and returns the count it replaces.
 func RequestScale(dir string, workers int) (was int, err error) {
 	if !launcherAlive(dir, procFS("/proc")) {
 		return 0, fmt.Errorf("%w in %s: no pstrain run is running there (%s has no live launcher)", ErrNoRun, dir, filepath.Join(dir, "pids"))
@@ -55,8 +62,6 @@ func RequestScale(dir string, workers int) (was int, err error) {
 		return 0, fmt.Errorf("%w in %s: %v (a pstrain run older than elastic workers?)", ErrNoRun, dir, err)
 	}
 	switch {
-	case st.Mode != string(config.Sync):
-		return 0, fmt.Errorf("%w: elastic workers need --mode sync (the run in %s is %s)", ErrBadScale, dir, st.Mode)
 	case workers < 1:
 		return 0, fmt.Errorf("%w: --workers must be at least 1, got %d", ErrBadScale, workers)
 	case workers > st.MaxWorkers:
@@ -142,7 +147,12 @@ func (sc *scaler) watch(ctx context.Context, dir string, every time.Duration) {
 			continue
 		}
 		seq = r.Seq
-		sc.apply(r.Workers)
+		if r.Workers > 0 || r.PS == 0 {
+			sc.apply(r.Workers)
+		}
+		if r.PS > 0 && sc.s.psScale != nil {
+			sc.s.psScale.apply(r.PS)
+		}
 	}
 }
 
@@ -177,8 +187,12 @@ func (sc *scaler) apply(workers int) {
 
 func (sc *scaler) writeStatus() {
 	sc.mu.Lock()
-	st := ScaleStatus{RunID: sc.s.plan.runID, Mode: string(sc.s.c.Run.Mode), MaxWorkers: sc.slots, Workers: sc.target}
+	st := ScaleStatus{RunID: sc.s.plan.runID, Mode: string(sc.s.c.Run.Mode), MaxWorkers: sc.slots, Workers: sc.target,
+		MaxPS: sc.s.plan.psSlots, PS: sc.s.c.Run.PS, PSReplicas: sc.s.c.Run.PSReplicas, PSRefusal: psRefusal(sc.s.c.Run)}
 	sc.mu.Unlock()
+	if sc.s.psScale != nil {
+		st.PS = sc.s.psScale.count()
+	}
 	if err := writeJSON(filepath.Join(sc.s.c.Dir, ScaleStatusFile), st); err != nil {
 		sc.s.c.Log.Warn("could not write the scale status", "err", err)
 	}

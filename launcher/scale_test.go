@@ -9,8 +9,8 @@ import (
 	"github.com/pstrain/pstrain/chief"
 )
 
-// RequestScale writes a request only for a live run, in range, in sync
-// mode; each request has the next sequence number.
+// RequestScale writes a request only for a live run and in range, in
+// every mode; each request has the next sequence number.
 func TestRequestScale(t *testing.T) {
 	dir := t.TempDir()
 	if _, err := RequestScale(dir, 2); !errors.Is(err, ErrNoRun) {
@@ -38,14 +38,12 @@ func TestRequestScale(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	status(ScaleStatus{Mode: "async", MaxWorkers: 4, Workers: 2})
-	if _, err := RequestScale(dir, 3); !errors.Is(err, ErrBadScale) {
-		t.Fatalf("async run: %v, want ErrBadScale", err)
-	}
-	status(ScaleStatus{Mode: "sync", MaxWorkers: 4, Workers: 2})
-	for _, n := range []int{0, 5} {
-		if _, err := RequestScale(dir, n); !errors.Is(err, ErrBadScale) {
-			t.Errorf("%d workers of at most 4: %v, want ErrBadScale", n, err)
+	for _, mode := range []string{"sync", "async", "ssp"} {
+		status(ScaleStatus{Mode: mode, MaxWorkers: 4, Workers: 2})
+		for _, n := range []int{0, 5} {
+			if _, err := RequestScale(dir, n); !errors.Is(err, ErrBadScale) {
+				t.Errorf("%s: %d workers of at most 4: %v, want ErrBadScale", mode, n, err)
+			}
 		}
 	}
 	for i, n := range []int{4, 1} {

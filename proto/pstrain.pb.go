@@ -1827,8 +1827,13 @@ type StatusResponse struct {
 	WindowUpdateSq float64   `protobuf:"fixed64,23,opt,name=window_update_sq,json=windowUpdateSq,proto3" json:"window_update_sq,omitempty"`
 	WindowFrom     int64     `protobuf:"varint,24,opt,name=window_from,json=windowFrom,proto3" json:"window_from,omitempty"`
 	WindowTo       int64     `protobuf:"varint,25,opt,name=window_to,json=windowTo,proto3" json:"window_to,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The runs of workers' batches this shard's state skipped since its
+	// Init (ps.Shard.Gaps: a worker's position jumped past batches whose
+	// gradients it does not hold), as triples worker, from, to (batches
+	// from..to-1): the chief's data ledger (docs/recovery.md).
+	DataGaps      []int64 `protobuf:"varint,26,rep,packed,name=data_gaps,json=dataGaps,proto3" json:"data_gaps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -2034,6 +2039,13 @@ func (x *StatusResponse) GetWindowTo() int64 {
 		return x.WindowTo
 	}
 	return 0
+}
+
+func (x *StatusResponse) GetDataGaps() []int64 {
+	if x != nil {
+		return x.DataGaps
+	}
+	return nil
 }
 
 type CheckpointRequest struct {
@@ -3353,6 +3365,11 @@ type RegisterResponse struct {
 	NumDataShards int32                  `protobuf:"varint,3,opt,name=num_data_shards,json=numDataShards,proto3" json:"num_data_shards,omitempty"`
 	StartStep     int64                  `protobuf:"varint,4,opt,name=start_step,json=startStep,proto3" json:"start_step,omitempty"`
 	DataPlan      *DataPlan              `protobuf:"bytes,6,opt,name=data_plan,json=dataPlan,proto3" json:"data_plan,omitempty"` // docs/elastic.md
+	// num_ps is how many parameter servers hold the model now (ps/0 to
+	// ps/num_ps-1 of the cluster's PS slots; 0: the run's --ps). It
+	// changes when the run's PS count does (docs/elastic.md, "Parameter
+	// servers").
+	NumPs         int32 `protobuf:"varint,7,opt,name=num_ps,json=numPs,proto3" json:"num_ps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3422,13 +3439,24 @@ func (x *RegisterResponse) GetDataPlan() *DataPlan {
 	return nil
 }
 
+func (x *RegisterResponse) GetNumPs() int32 {
+	if x != nil {
+		return x.NumPs
+	}
+	return 0
+}
+
 // DataPlan is how the training set is split among a changing number of
 // workers (dataset.DataPlan, docs/elastic.md).
 type DataPlan struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	N             int64                  `protobuf:"varint,1,opt,name=n,proto3" json:"n,omitempty"`         // training samples (after --data-fraction)
-	Batch         int32                  `protobuf:"varint,2,opt,name=batch,proto3" json:"batch,omitempty"` // per-worker batch size
-	Eras          []*Era                 `protobuf:"bytes,3,rep,name=eras,proto3" json:"eras,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	N     int64                  `protobuf:"varint,1,opt,name=n,proto3" json:"n,omitempty"`         // training samples (after --data-fraction)
+	Batch int32                  `protobuf:"varint,2,opt,name=batch,proto3" json:"batch,omitempty"` // per-worker batch size
+	Eras  []*Era                 `protobuf:"bytes,3,rep,name=eras,proto3" json:"eras,omitempty"`
+	// hold > 0: a change of the worker count is being prepared in an async
+	// or ssp run: no member reads a batch of global epoch hold or later
+	// until a plan without it arrives (docs/elastic.md).
+	Hold          int64 `protobuf:"varint,4,opt,name=hold,proto3" json:"hold,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3482,6 +3510,13 @@ func (x *DataPlan) GetEras() []*Era {
 		return x.Eras
 	}
 	return nil
+}
+
+func (x *DataPlan) GetHold() int64 {
+	if x != nil {
+		return x.Hold
+	}
+	return 0
 }
 
 // Era is one membership of the data: from global epoch epoch (and, in a
@@ -3555,9 +3590,17 @@ type HeartbeatRequest struct {
 	// Since the worker process started: the steps it finished and the
 	// payload bytes its pushes and pulls carried (the chief's report
 	// divides them: wire.push_bytes_per_step, wire.pull_bytes_per_step).
-	StepsDone     int64 `protobuf:"varint,5,opt,name=steps_done,json=stepsDone,proto3" json:"steps_done,omitempty"`
-	PushBytes     int64 `protobuf:"varint,6,opt,name=push_bytes,json=pushBytes,proto3" json:"push_bytes,omitempty"`
-	PullBytes     int64 `protobuf:"varint,7,opt,name=pull_bytes,json=pullBytes,proto3" json:"pull_bytes,omitempty"`
+	StepsDone int64 `protobuf:"varint,5,opt,name=steps_done,json=stepsDone,proto3" json:"steps_done,omitempty"`
+	PushBytes int64 `protobuf:"varint,6,opt,name=push_bytes,json=pushBytes,proto3" json:"push_bytes,omitempty"`
+	PullBytes int64 `protobuf:"varint,7,opt,name=pull_bytes,json=pullBytes,proto3" json:"pull_bytes,omitempty"`
+	// The worker's data source (docs/elastic.md, async and ssp changes):
+	// the position of the next batch it reads, the hold of the plan it
+	// uses (0: none), and whether its reading waits for the chief (at a
+	// hold, or past the batches of its eras).
+	DataPosition  int64 `protobuf:"varint,8,opt,name=data_position,json=dataPosition,proto3" json:"data_position,omitempty"`
+	PlanHold      int64 `protobuf:"varint,9,opt,name=plan_hold,json=planHold,proto3" json:"plan_hold,omitempty"`
+	DataWaiting   bool  `protobuf:"varint,10,opt,name=data_waiting,json=dataWaiting,proto3" json:"data_waiting,omitempty"`
+	NumPs         int32 `protobuf:"varint,11,opt,name=num_ps,json=numPs,proto3" json:"num_ps,omitempty"` // the parameter servers the worker's layout has (0: not said)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3641,13 +3684,46 @@ func (x *HeartbeatRequest) GetPullBytes() int64 {
 	return 0
 }
 
+func (x *HeartbeatRequest) GetDataPosition() int64 {
+	if x != nil {
+		return x.DataPosition
+	}
+	return 0
+}
+
+func (x *HeartbeatRequest) GetPlanHold() int64 {
+	if x != nil {
+		return x.PlanHold
+	}
+	return 0
+}
+
+func (x *HeartbeatRequest) GetDataWaiting() bool {
+	if x != nil {
+		return x.DataWaiting
+	}
+	return false
+}
+
+func (x *HeartbeatRequest) GetNumPs() int32 {
+	if x != nil {
+		return x.NumPs
+	}
+	return 0
+}
+
 type HeartbeatResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Stop     bool                   `protobuf:"varint,1,opt,name=stop,proto3" json:"stop,omitempty"`
 	DataPlan *DataPlan              `protobuf:"bytes,4,opt,name=data_plan,json=dataPlan,proto3" json:"data_plan,omitempty"` // the chief's data plan, when it has more eras than plan_eras
 	// quarantined says why the chief quarantined this worker ("": it is
 	// not): the shards refuse its gradients and its pulls answer done.
-	Quarantined   string `protobuf:"bytes,3,opt,name=quarantined,proto3" json:"quarantined,omitempty"`
+	Quarantined string `protobuf:"bytes,3,opt,name=quarantined,proto3" json:"quarantined,omitempty"`
+	// num_ps, when it differs from the request's, is the PS count the
+	// worker is to switch to: it stops its step, takes the layout of that
+	// many shards and says so in its next heartbeat (docs/elastic.md,
+	// "Parameter servers"). 0: not said.
+	NumPs         int32 `protobuf:"varint,5,opt,name=num_ps,json=numPs,proto3" json:"num_ps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3701,6 +3777,13 @@ func (x *HeartbeatResponse) GetQuarantined() string {
 		return x.Quarantined
 	}
 	return ""
+}
+
+func (x *HeartbeatResponse) GetNumPs() int32 {
+	if x != nil {
+		return x.NumPs
+	}
+	return 0
 }
 
 var File_pstrain_proto protoreflect.FileDescriptor
@@ -3882,7 +3965,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\vquarantined\x18\a \x03(\x05R\vquarantined\".\n" +
 	"\x12MembershipResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\"\x0f\n" +
-	"\rStatusRequest\"\x8b\a\n" +
+	"\rStatusRequest\"\xa8\a\n" +
 	"\x0eStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12 \n" +
 	"\vinitialized\x18\x02 \x01(\bR\vinitialized\x12\x12\n" +
@@ -3915,7 +3998,8 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x10window_update_sq\x18\x17 \x01(\x01R\x0ewindowUpdateSq\x12\x1f\n" +
 	"\vwindow_from\x18\x18 \x01(\x03R\n" +
 	"windowFrom\x12\x1b\n" +
-	"\twindow_to\x18\x19 \x01(\x03R\bwindowToB\x17\n" +
+	"\twindow_to\x18\x19 \x01(\x03R\bwindowTo\x12\x1b\n" +
+	"\tdata_gaps\x18\x1a \x03(\x03R\bdataGapsB\x17\n" +
 	"\x15_first_outlier_worker\"y\n" +
 	"\x11CheckpointRequest\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x03R\x04step\x12\x1d\n" +
@@ -4025,7 +4109,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\bsettings\x18\b \x03(\v2\x13.pstrain.v1.SettingR\bsettingsJ\x04\b\x04\x10\x05J\x04\b\x05\x10\x06\"3\n" +
 	"\aSetting\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\xc8\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xdf\x01\n" +
 	"\x10RegisterResponse\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1d\n" +
 	"\n" +
@@ -4033,15 +4117,17 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x0fnum_data_shards\x18\x03 \x01(\x05R\rnumDataShards\x12\x1d\n" +
 	"\n" +
 	"start_step\x18\x04 \x01(\x03R\tstartStep\x121\n" +
-	"\tdata_plan\x18\x06 \x01(\v2\x14.pstrain.v1.DataPlanR\bdataPlanJ\x04\b\x05\x10\x06\"S\n" +
+	"\tdata_plan\x18\x06 \x01(\v2\x14.pstrain.v1.DataPlanR\bdataPlan\x12\x15\n" +
+	"\x06num_ps\x18\a \x01(\x05R\x05numPsJ\x04\b\x05\x10\x06\"g\n" +
 	"\bDataPlan\x12\f\n" +
 	"\x01n\x18\x01 \x01(\x03R\x01n\x12\x14\n" +
 	"\x05batch\x18\x02 \x01(\x05R\x05batch\x12#\n" +
-	"\x04eras\x18\x03 \x03(\v2\x0f.pstrain.v1.EraR\x04eras\"I\n" +
+	"\x04eras\x18\x03 \x03(\v2\x0f.pstrain.v1.EraR\x04eras\x12\x12\n" +
+	"\x04hold\x18\x04 \x01(\x03R\x04hold\"I\n" +
 	"\x03Era\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x03R\x05epoch\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x03R\x04step\x12\x18\n" +
-	"\aworkers\x18\x03 \x01(\x05R\aworkers\"\xcf\x01\n" +
+	"\aworkers\x18\x03 \x01(\x05R\aworkers\"\xcb\x02\n" +
 	"\x10HeartbeatRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x12\n" +
@@ -4052,11 +4138,17 @@ const file_pstrain_proto_rawDesc = "" +
 	"\n" +
 	"push_bytes\x18\x06 \x01(\x03R\tpushBytes\x12\x1d\n" +
 	"\n" +
-	"pull_bytes\x18\a \x01(\x03R\tpullBytes\"\x82\x01\n" +
+	"pull_bytes\x18\a \x01(\x03R\tpullBytes\x12#\n" +
+	"\rdata_position\x18\b \x01(\x03R\fdataPosition\x12\x1b\n" +
+	"\tplan_hold\x18\t \x01(\x03R\bplanHold\x12!\n" +
+	"\fdata_waiting\x18\n" +
+	" \x01(\bR\vdataWaiting\x12\x15\n" +
+	"\x06num_ps\x18\v \x01(\x05R\x05numPs\"\x99\x01\n" +
 	"\x11HeartbeatResponse\x12\x12\n" +
 	"\x04stop\x18\x01 \x01(\bR\x04stop\x121\n" +
 	"\tdata_plan\x18\x04 \x01(\v2\x14.pstrain.v1.DataPlanR\bdataPlan\x12 \n" +
-	"\vquarantined\x18\x03 \x01(\tR\vquarantinedJ\x04\b\x02\x10\x032\x80\a\n" +
+	"\vquarantined\x18\x03 \x01(\tR\vquarantined\x12\x15\n" +
+	"\x06num_ps\x18\x05 \x01(\x05R\x05numPsJ\x04\b\x02\x10\x032\x80\a\n" +
 	"\x0fParameterServer\x129\n" +
 	"\x04Init\x12\x17.pstrain.v1.InitRequest\x1a\x18.pstrain.v1.InitResponse\x129\n" +
 	"\x04Pull\x12\x17.pstrain.v1.PullRequest\x1a\x18.pstrain.v1.PullResponse\x129\n" +

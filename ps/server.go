@@ -46,9 +46,10 @@ type Server struct {
 	index   int
 	changed chan struct{} // closed and replaced whenever a pull may become ready
 	// snap is the current version's pull snapshot (nil until a pull asks
-	// for it); spare is a retired one kept for reuse.
+	// for it); spares are retired ones kept for reuse (at most
+	// maxSpareSnaps).
 	snap     *pullSnap
-	spare    *pullSnap
+	spares   []*pullSnap
 	lastLoss float32
 
 	// gen is the chief's generation of the shard's state (see Init).
@@ -627,12 +628,21 @@ func (s *Server) current() *pullSnap {
 	return s.snap
 }
 
-// newSnap encodes the shard's parameters into the spare snapshot, or a
+// maxSpareSnaps is how many retired snapshots a server keeps for reuse:
+// a same-host data plane holds a version's snapshot until every
+// connection answered from it asks again (dataplane, snapshots.go), so
+// one may be released after the next version's snapshot was made, and a
+// single spare would leave that version to a new buffer.
+const maxSpareSnaps = 2
+
+// newSnap encodes the shard's parameters into a spare snapshot, or a
 // new one if there is none of the right size. Call with mu held.
 func (s *Server) newSnap(sh *Shard) *pullSnap {
 	src := wire.Bytes(sh.Params())
-	p := s.spare
-	s.spare = nil
+	var p *pullSnap
+	if n := len(s.spares); n > 0 {
+		p, s.spares = s.spares[n-1], s.spares[:n-1]
+	}
 	if p == nil || len(p.b) != len(src) {
 		p = &pullSnap{b: make([]byte, len(src))}
 	}
@@ -641,12 +651,17 @@ func (s *Server) newSnap(sh *Shard) *pullSnap {
 	return p
 }
 
-// retire marks p as no longer the current snapshot; it becomes the spare
+// retire marks p as no longer the current snapshot; it becomes a spare
 // once no pull is writing it. Call with mu held.
 func (s *Server) retire(p *pullSnap) {
-	if p != nil && p.readers == 0 && !p.escaped {
-		s.spare = p
+	if p == nil || p.readers != 0 || p.escaped || slices.Contains(s.spares, p) {
+		return
 	}
+	if n := len(s.spares); n == maxSpareSnaps {
+		copy(s.spares, s.spares[1:]) // the oldest goes
+		s.spares = s.spares[:n-1]
+	}
+	s.spares = append(s.spares, p)
 }
 
 // release ends a hold on p (a data plane pull's or a checkpoint's).
@@ -901,7 +916,7 @@ func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusR
 	resp := &pb.StatusResponse{Version: s.visibleVersion(), Initialized: true, Done: s.shard.Done(),
 		StaleDropped: st.StaleDropped, Applied: st.Applied, NumParams: int64(len(s.shard.Params())),
 		RunId: s.runID, LastLoss: s.lastLoss, Generation: s.gen, MaxVersion: s.shard.MaxVersion(), DataAddr: s.dataAddr,
-		RefusedGradients: s.shard.Refused(), NonFiniteGradients: s.shard.NonFinite(),
+		RefusedGradients: s.shard.Refused(), NonFiniteGradients: s.shard.NonFinite(), DataGaps: gapTriples(s.shard.Gaps()),
 		WindowDot: s.window.Dot, WindowSq: s.window.Sq, WindowUpdateSq: s.window.UpdateSq, WindowFrom: s.window.From, WindowTo: s.window.To}
 	if o := s.shard.Outlier(); o != nil {
 		w := int32(o.Worker)
@@ -909,6 +924,15 @@ func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.StatusR
 	}
 	s.replicaStatus(resp)
 	return resp, nil
+}
+
+// gapTriples is gaps as StatusResponse.data_gaps carries them.
+func gapTriples(gaps []Gap) []int64 {
+	out := make([]int64, 0, 3*len(gaps))
+	for _, g := range gaps {
+		out = append(out, int64(g.Worker), g.From, g.To)
+	}
+	return out
 }
 
 // Stop ends training and optionally the process.
@@ -1058,7 +1082,7 @@ func (s *Server) releaseRetained(r *retainedSnap) {
 }
 
 // unhold ends one hold on p; once nobody holds it and it is no longer
-// current, it becomes the spare. Call with mu held.
+// current, it becomes a spare. Call with mu held.
 func (s *Server) unhold(p *pullSnap) {
 	p.readers--
 	if p.readers < 0 {

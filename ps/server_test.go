@@ -366,6 +366,50 @@ func TestPullSnapshotsAreReusedOnlyWhenUnread(t *testing.T) {
 	}
 }
 
+// Two snapshots released between two versions' snapshots are both kept
+// for reuse: a same-host data plane holds a version's snapshot until its
+// connections ask again, which can be after the next version's was made.
+func TestTwoReleasedSnapshotsAreBothReused(t *testing.T) {
+	srv, _, n := newSyncServer(t, 1)
+	ctx := context.Background()
+	pull := func(v int64) (*pb.PullResponse, func()) {
+		t.Helper()
+		resp, release, err := srv.PullShared(ctx, &pb.PullRequest{Worker: 0, MinVersion: v, RunId: "r", Generation: 1})
+		if err != nil || resp.Version != v {
+			t.Fatalf("pull of version %d: %v %v", v, resp, err)
+		}
+		return resp, release
+	}
+	step := func(v int64) {
+		t.Helper()
+		push(t, srv, 0, v, 1, n)
+		push(t, srv, 1, v, 1, n)
+	}
+	same := func(a, b []byte) bool { return unsafe.SliceData(a) == unsafe.SliceData(b) }
+	p0, rel0 := pull(0)
+	step(0)
+	p1, rel1 := pull(1) // 0 and 1 held: 1 is new
+	step(1)
+	p2, rel2 := pull(2) // 0, 1 and 2 held: 2 is new
+	rel0()
+	rel1() // two spares now
+	step(2)
+	p3, rel3 := pull(3)
+	step(3)
+	p4, rel4 := pull(4) // 2 and 3 held: 4 takes the other spare
+	defer rel2()
+	defer rel3()
+	defer rel4()
+	for i, p := range []*pb.PullResponse{p3, p4} {
+		if !same(p.Params, p0.Params) && !same(p.Params, p1.Params) {
+			t.Fatalf("version %d's snapshot is a new buffer with two released ones spare", 3+i)
+		}
+	}
+	if same(p3.Params, p4.Params) || same(p4.Params, p2.Params) || same(p3.Params, p2.Params) {
+		t.Fatal("one buffer holds two versions' snapshots at once")
+	}
+}
+
 // Two checkpoints waiting for the same version share one snapshot, and
 // each releases its own hold on the pull snapshot: none is left held (it
 // could never be reused) and none is released twice (it could be reused

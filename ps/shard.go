@@ -150,8 +150,10 @@ type Shard struct {
 
 	live  []bool  // by worker index; all true until told otherwise
 	clock []int64 // gradients received per worker (ssp)
-	// pos[w] is worker w's data position (see DataPosition).
-	pos []int64
+	// pos[w] is worker w's data position (see DataPosition); gaps the
+	// runs of batches it jumped over (see Gaps).
+	pos  []int64
+	gaps []Gap
 
 	stats Stats
 }
@@ -520,6 +522,9 @@ func TrimmedMean(dst []float32, grads [][]float32) {
 // parameters (see PushAt).
 func (s *Shard) credit(worker int, after int64) {
 	if after > 0 {
+		if after-1 > s.pos[worker] && len(s.gaps) < maxGaps {
+			s.gaps = append(s.gaps, Gap{Worker: worker, From: s.pos[worker], To: after - 1})
+		}
 		s.pos[worker] = max(s.pos[worker], after)
 	} else {
 		s.pos[worker]++
@@ -785,6 +790,24 @@ func (s *Shard) Clock(worker int) int64 { return s.clock[worker] }
 // worker is. Unlike the ssp clock it never jumps when a worker comes back
 // to life. worker must be in range.
 func (s *Shard) DataPosition(worker int) int64 { return s.pos[worker] }
+
+// Gap is a run of a worker's batches, From..To-1, that a shard's
+// position jumped over: their gradients are in no state of this shard
+// although the worker went on past them (another shard counted them:
+// a backup worker's gradient this shard dropped as stale, a catch-up,
+// or the batches a shard restored from a checkpoint missed while the
+// others went on). The chief's data ledger counts them as skipped.
+type Gap struct {
+	Worker   int
+	From, To int64
+}
+
+// maxGaps bounds the gaps a shard keeps (those beyond are not reported).
+const maxGaps = 4096
+
+// Gaps returns the gaps since the shard was made, oldest first, in a new
+// slice.
+func (s *Shard) Gaps() []Gap { return slices.Clone(s.gaps) }
 
 // DataPositions returns every worker's DataPosition, in a new slice.
 func (s *Shard) DataPositions() []int64 {

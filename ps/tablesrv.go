@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/checkpoint/shardckpt"
@@ -289,10 +290,25 @@ func (h *tableHost) count(op string, blocks []RowBlock) {
 	}
 }
 
+// keyBytes is what a block's keys take in its message: 8 bytes each, or
+// their varints (rowclient sends whichever is smaller).
+func keyBytes(b *pb.RowBlock) int {
+	n := 8 * len(b.Keys)
+	for _, k := range b.SmallKeys {
+		n += protowire.SizeVarint(k)
+	}
+	return n
+}
+
 // PullRows answers a row pull once the tables are at the request's
 // version (sync), or at once.
 func (s *Server) PullRows(ctx context.Context, req *pb.PullRowsRequest) (*pb.PullRowsResponse, error) {
 	defer s.observe("pull_rows", s.now())
+	received := 0
+	for _, b := range req.Tables {
+		received += keyBytes(b)
+	}
+	s.m.RPCReceivedBytes.WithLabelValues("pull_rows").Add(float64(received))
 	h := s.tables
 	h.mu.Lock()
 	for {
@@ -357,7 +373,7 @@ func (s *Server) PushRows(ctx context.Context, req *pb.PushRowsRequest) (*pb.Pus
 	defer s.observe("push_rows", s.now())
 	received := 0
 	for _, b := range req.Tables {
-		received += len(b.Values)
+		received += keyBytes(b) + len(b.Values)
 	}
 	s.m.RPCReceivedBytes.WithLabelValues("push_rows").Add(float64(received))
 	h := s.tables

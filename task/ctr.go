@@ -48,7 +48,8 @@ func (w *Worker) ctrNet(spec model.Spec, runID string) (worker.Net, error) {
 		w.closers.add(func() { c.Close() })
 		shards = append(shards, pb.NewParameterServerClient(c))
 	}
-	rows, err := rowclient.New(rowclient.Config{Shards: shards, RunID: runID, Worker: int32(w.o.Task.Index)})
+	rows, err := rowclient.New(rowclient.Config{Shards: shards, RunID: runID, Worker: int32(w.o.Task.Index),
+		Retry: retryUnavailable(w.o.ConnectTimeout)})
 	if err != nil {
 		return nil, err
 	}
@@ -56,33 +57,17 @@ func (w *Worker) ctrNet(spec model.Spec, runID string) (worker.Net, error) {
 	if err != nil {
 		return nil, err
 	}
-	return worker.NewCTRNet(net, retryRows{Client: rows, patience: w.o.ConnectTimeout})
+	return worker.NewCTRNet(net, rows)
 }
 
-// retryRows is a rowclient whose calls ride through a PS restart as the
-// worker's dense calls do: a call that found a shard unavailable is
-// made again, with backoff, for up to patience. (A push is sent again
-// to every shard of its keys: a sync shard replaces a worker's staged
-// rows of the step; an async one applies them twice, as it would a
-// dense push retried after its answer was lost.)
-type retryRows struct {
-	*rowclient.Client
-	patience time.Duration
-}
-
-func (r retryRows) do(ctx context.Context, f func() error) error {
-	return retry.Do(ctx, retry.Policy{First: 20 * time.Millisecond, Max: time.Second, Patience: r.patience,
-		Retryable: retry.OnCodes(codes.Unavailable)}, func(context.Context) error { return f() })
-}
-
-// Pull implements embed.Rows.
-func (r retryRows) Pull(ctx context.Context, step int64, table string, keys []uint64, out []float32) error {
-	return r.do(ctx, func() error { return r.Client.Pull(ctx, step, table, keys, out) })
-}
-
-// Push implements embed.Rows.
-func (r retryRows) Push(ctx context.Context, step int64, table string, keys []uint64, grads []float32) error {
-	return r.do(ctx, func() error { return r.Client.Push(ctx, step, table, keys, grads) })
+// retryUnavailable is a CTR worker's rowclient retry: a request that
+// found its shard unavailable (restarting, or restored and loading its
+// rows) is made again, with backoff, for up to patience, as the
+// worker's dense calls are. Each request to one shard is retried alone:
+// a push is never sent again to the shards that took it.
+func retryUnavailable(patience time.Duration) func(context.Context, func(context.Context) error) error {
+	p := retry.Policy{First: 20 * time.Millisecond, Max: time.Second, Patience: patience, Retryable: retry.OnCodes(codes.Unavailable)}
+	return func(ctx context.Context, call func(context.Context) error) error { return retry.Do(ctx, p, call) }
 }
 
 // ctrTrainN is how many training samples a CTR run trains on: the
@@ -105,24 +90,21 @@ func ctrLoader(r config.Run, train ctrdata.Source) dataset.ShardLoader {
 			return nil, fmt.Errorf("data: shard %d of %d", index, count)
 		}
 		lo, hi := index*n/count, (index+1)*n/count
-		b, err := readRange(train, lo, hi)
-		if err != nil {
-			return nil, err
-		}
-		return worker.NewCTRSamples(b), nil
+		return readRange(train, lo, hi)
 	}
 }
 
-// readRange reads samples [lo, hi) of src into one batch.
-func readRange(src ctrdata.Source, lo, hi int) (*ctrdata.Batch, error) {
+// readRange reads samples [lo, hi) of src into a shard held compactly
+// (worker.CTRSamples), a chunk at a time: the samples are never held
+// twice.
+func readRange(src ctrdata.Source, lo, hi int) (*worker.CTRSamples, error) {
 	st, err := src.Open(lo, hi)
 	if err != nil {
 		return nil, err
 	}
 	defer st.Close()
-	all := ctrdata.NewBatch(src.Schema(), hi-lo)
+	all := worker.NewCTRSamplesCap(src.Schema(), hi-lo)
 	chunk := ctrdata.NewBatch(src.Schema(), min(max(hi-lo, 1), 4096))
-	s := src.Schema()
 	for {
 		err := st.Next(chunk)
 		if errors.Is(err, io.EOF) {
@@ -131,16 +113,12 @@ func readRange(src ctrdata.Source, lo, hi int) (*ctrdata.Batch, error) {
 		if err != nil {
 			return nil, err
 		}
-		if all.N+chunk.N > hi-lo {
-			return nil, fmt.Errorf("data: more than the %d samples of [%d, %d)", hi-lo, lo, hi)
+		if err := all.Append(chunk); err != nil {
+			return nil, fmt.Errorf("data: samples [%d, %d): %w", lo, hi, err)
 		}
-		copy(all.Labels[all.N:], chunk.Labels[:chunk.N])
-		copy(all.Dense[all.N*s.Dense:], chunk.Dense[:chunk.N*s.Dense])
-		copy(all.Keys[all.N*s.Cat:], chunk.Keys[:chunk.N*s.Cat])
-		all.N += chunk.N
 	}
-	if all.N != hi-lo {
-		return nil, fmt.Errorf("data: read %d samples of [%d, %d)", all.N, lo, hi)
+	if n, _ := all.Shape(); n != hi-lo {
+		return nil, fmt.Errorf("data: read %d samples of [%d, %d)", n, lo, hi)
 	}
 	return all, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"sync"
 
 	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/config"
@@ -53,6 +54,13 @@ type Worker struct {
 	reg     *pb.RegisterResponse // nil without a chief
 	chief   pb.ChiefClient       // nil without a chief
 	closers closers
+	// For a change of the PS count (psswitch.go): the model, the
+	// configuration the worker was built with, the connections to the
+	// PS slots dialled so far (by slot), and the layout followed.
+	spec   model.Spec
+	cfg    worker.Config
+	conns  []worker.Shard
+	layout *layoutSwitch
 }
 
 // NewWorker registers the worker with the chief (retrying until it
@@ -64,11 +72,7 @@ func NewWorker(ctx context.Context, o Options, d WorkerDeps) (_ *Worker, err err
 	if err := o.prepare(d.Network); err != nil {
 		return nil, err
 	}
-	plan, err := partition.New(d.Spec, len(o.Cluster.PS))
-	if err != nil {
-		return nil, err
-	}
-	w := &Worker{o: o}
+	w := &Worker{o: o, spec: d.Spec}
 	defer func() {
 		if err != nil {
 			w.closers.closeAll()
@@ -78,7 +82,12 @@ func NewWorker(ctx context.Context, o Options, d WorkerDeps) (_ *Worker, err err
 	if err != nil {
 		return nil, err
 	}
-	shards, err := w.dialShards()
+	numPS := initialPS(o, w.reg)
+	plan, err := partition.New(d.Spec, numPS)
+	if err != nil {
+		return nil, err
+	}
+	shards, err := w.shardsFor(numPS)
 	if err != nil {
 		return nil, err
 	}
@@ -89,12 +98,17 @@ func NewWorker(ctx context.Context, o Options, d WorkerDeps) (_ *Worker, err err
 	cfg := worker.Config{Index: o.Task.Index, RunID: runID, Run: o.Run, Plan: plan, Net: net,
 		Shards: shards, Batches: batches, DataPlan: follower, Log: o.Log, Metrics: d.Metrics,
 		RetryTimeout: o.ConnectTimeout, Faults: o.GradientFaults}
+	if w.chief != nil {
+		w.layout = &layoutSwitch{ps: numPS}
+		cfg.Layout = w.layout
+	}
 	if d.Tweak != nil {
 		d.Tweak(&cfg)
 	}
 	if w.w, err = worker.New(cfg); err != nil {
 		return nil, err
 	}
+	w.cfg = cfg
 	return w, nil
 }
 
@@ -179,9 +193,15 @@ func mib(b int) float64 { return math.Round(float64(b)/(1<<20)*10) / 10 }
 // other process when the one it talks to refuses, or stays silent while
 // the other serves as primary (docs/replication.md).
 func (w *Worker) dialShards() ([]worker.Shard, error) {
+	return w.dialSlots(0, len(w.o.Cluster.PS))
+}
+
+// dialSlots is dialShards for the PS slots [from, to).
+func (w *Worker) dialSlots(from, to int) ([]worker.Shard, error) {
 	o := w.o
 	var shards []worker.Shard
-	for i, a := range o.Cluster.PS {
+	for i := from; i < to; i++ {
+		a := o.Cluster.PS[i]
 		dp, pdp, gc, err := w.shardClients(a)
 		if err != nil {
 			return nil, err
@@ -248,22 +268,51 @@ func (w *Worker) Registration() *pb.RegisterResponse { return w.reg }
 
 // Run trains until training is done or ctx ends, sending the chief
 // heartbeats meanwhile.
+//
+// When the chief asks for another PS count (docs/elastic.md,
+// "Parameter servers"), the training loop stops (its pulls are held at
+// the change's step boundary), the worker is rebuilt on the new layout,
+// and training goes on.
 func (w *Worker) Run(ctx context.Context) error {
 	if w.chief == nil {
 		return w.w.Run(ctx)
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	// The heartbeat goroutines, owned by Run: one per layout, each
+	// stopped when its layout's training loop ends (its last heartbeat
+	// may still be under way when the next layout's loop starts).
+	var beats sync.WaitGroup
+	defer beats.Wait()
+	for {
+		n, err := w.runLayout(ctx, &beats)
+		if n == 0 {
+			return err
+		}
+		if err := w.switchPS(n); err != nil {
+			return err
+		}
+	}
+}
+
+// runLayout trains on the current layout, sending heartbeats (a
+// goroutine in beats), until training ends (n 0, with Run's error) or
+// the chief asks for n PS.
+func (w *Worker) runLayout(ctx context.Context, beats *sync.WaitGroup) (n int, err error) {
+	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// Heartbeats, owned by Run.
-	beats := make(chan struct{})
+	w.layout.arm(cancel)
+	ww := w.w
+	beats.Add(1)
 	go func() {
-		defer close(beats)
-		w.w.Heartbeats(ctx, w.chief, w.o.Run.HeartbeatTimeout)
+		defer beats.Done()
+		ww.Heartbeats(rctx, w.chief, w.o.Run.HeartbeatTimeout)
 	}()
-	err := w.w.Run(ctx)
+	err = ww.Run(rctx)
 	cancel()
-	<-beats
-	return err
+	if n := w.layout.take(); n > 0 && err != nil && ctx.Err() == nil {
+		return n, nil
+	}
+	beats.Wait() // (the end of training: its last heartbeat carries the final counts)
+	return 0, err
 }
 
 // Close closes the worker's connections and its net. Call it once Run

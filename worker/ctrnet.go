@@ -137,25 +137,3 @@ func (n *CTRNet) Forget() {}
 
 // ReadFrom implements Net: a CTRNet reads its weights only.
 func (n *CTRNet) ReadFrom(int, int, []float32) bool { return false }
-
-// CTRSamples is a data shard of CTR samples held in memory, as the
-// worker's batch source reads them (dataset.Samples): each sample
-// encoded by EncodeCTR.
-type CTRSamples struct{ b *ctrdata.Batch }
-
-// NewCTRSamples holds the samples of b.
-func NewCTRSamples(b *ctrdata.Batch) *CTRSamples { return &CTRSamples{b: b} }
-
-// Shape implements dataset.Samples.
-func (s *CTRSamples) Shape() (n, dim int) { return s.b.N, CTRWidth(s.b.Schema) }
-
-// Sample implements dataset.Samples.
-func (s *CTRSamples) Sample(i int, x []float32) uint8 {
-	EncodeCTR(s.b, i, x)
-	return s.b.Labels[i]
-}
-
-// HeldBytes is the memory the samples hold.
-func (s *CTRSamples) HeldBytes() int {
-	return len(s.b.Labels) + 4*len(s.b.Dense) + 8*len(s.b.Keys)
-}

@@ -20,6 +20,9 @@ type run struct {
 	// cut cancels the pull round under way (nil: none).
 	cut   context.CancelFunc
 	grads [][]float32 // the last passes' gradients
+	// ended says the data source was closed while the worker waited for
+	// a batch (see dataEnded): Run ends.
+	ended bool
 }
 
 // event is one call's answer: a pull's or a push's.
@@ -39,38 +42,47 @@ type pulled struct {
 // the core; done says Run ends, with err.
 func (r *run) perform(acts []Action) (done bool, err error) {
 	w := r.w
-	for i := 0; i < len(acts); i++ {
+	for i := 0; i < len(acts) && !r.ended; i++ {
 		switch a := acts[i].(type) {
-		case PullRound:
-			r.pullRound(a)
-		case CancelPulls:
-			r.cancelRound()
-		case TakeBack:
-			w.takeBack(a.Shard, a.CopyIn)
-		case Forget:
-			w.cfg.Net.Forget()
-		case Seek:
-			w.cfg.Batches.SeekBatch(a.Position)
 		case HeadStart:
 			n := r.headStart(a)
 			acts = append(acts, r.core.HeadStarted(w.cfg.Clock.Now(), n)...)
 		case Compute:
 			loss, err := r.compute(a)
 			acts = append(acts, r.core.Computed(w.cfg.Clock.Now(), loss, err)...)
-		case Push:
-			r.push(a)
 		case Phase:
 			if a.Name == metrics.PhasePull && w.cfg.AfterPull != nil {
 				w.cfg.AfterPull(a.Step)
 			}
 			w.cfg.Metrics.ObservePhase(a.Name, a.Took)
-		case StepDone:
-			w.stepDone(a)
 		case Finish:
 			return true, a.Err
+		default:
+			r.performPlain(a)
 		}
 	}
-	return false, nil
+	return r.ended, nil
+}
+
+// performPlain carries out an action that gives the core nothing back.
+func (r *run) performPlain(act Action) {
+	w := r.w
+	switch a := act.(type) {
+	case PullRound:
+		r.pullRound(a)
+	case CancelPulls:
+		r.cancelRound()
+	case TakeBack:
+		w.takeBack(a.Shard, a.CopyIn)
+	case Forget:
+		w.cfg.Net.Forget()
+	case Seek:
+		w.cfg.Batches.SeekBatch(a.Position)
+	case Push:
+		r.push(a)
+	case StepDone:
+		w.stepDone(a)
+	}
 }
 
 // deliver hands the core one call's answer.
@@ -112,7 +124,7 @@ func (r *run) cancelRound() {
 func (r *run) headStart(a HeadStart) int {
 	c := r.w.cfg
 	if a.Load {
-		c.Batches.Next(c.Net.Input(), r.w.labels)
+		r.next()
 	}
 	n := 0
 	for _, row := range a.Rows {
@@ -124,12 +136,26 @@ func (r *run) headStart(a HeadStart) int {
 	return n
 }
 
+// next loads the next batch into the net's input, unless the data
+// source was closed while the worker waited for it
+// (dataset.ElasticBatches.Close: removed after its last batch, or told
+// to stop at a hold): then Run ends (ended) without pushing what is
+// computed on no batch.
+func (r *run) next() {
+	c := r.w.cfg
+	c.Batches.Next(c.Net.Input(), r.w.labels)
+	if e, ok := c.Batches.(interface{ Ended() bool }); ok && e.Ended() && !r.ended {
+		r.ended = true
+		c.Log.Info("no more data for this worker: it ends", "worker", c.Index)
+	}
+}
+
 // compute carries out a Compute: the passes, keeping their gradients
 // for the pushes.
 func (r *run) compute(a Compute) (float32, error) {
 	c := r.w.cfg
 	if a.Load {
-		c.Batches.Next(c.Net.Input(), r.w.labels)
+		r.next()
 	}
 	c.Net.SetLabels(r.w.labels)
 	loss, err := step(r.ctx, c.Net, a.Views)

@@ -103,6 +103,9 @@ type Config struct {
 	// DataPlan, if set, follows the chief's data plan (Batches under an
 	// elastic run's plan; see Heartbeats).
 	DataPlan PlanFollower
+	// Layout, if set, follows a change of the run's PS count (see
+	// Heartbeats).
+	Layout LayoutFollower
 	// Clock gives the time the core's events carry (the phases' lengths);
 	// nil: the system clock.
 	Clock Clock

@@ -41,7 +41,7 @@ func newBenchCmd() *benchCmd {
 	fs := c.fs
 	fs.BoolVar(&c.asJSON, "json", false, "print the result as JSON instead of a table")
 	fs.BoolVar(&c.quick, "quick", false, "shorter timings and a smaller end_to_end grid")
-	fs.StringVar(&c.sections, "sections", strings.Join(bench.Sections(), ","), "comma list of sections to measure")
+	fs.StringVar(&c.sections, "sections", strings.Join(bench.Sections(), ","), "comma list of sections to measure (also: network, across emulated links, only when named; docs/scaling.md)")
 	fs.DurationVar(&c.budget, "duration", 0, "time per measurement loop (default 1.5s, 0.4s with --quick)")
 	fs.IntVar(&c.rounds, "rounds", 0, "alternating measurement rounds per section; the best counts (default 3, 2 with --quick)")
 	fs.StringVar(&c.batches, "batches", "128,512", "compute batch sizes; the first is also ps_overhead's")
@@ -107,9 +107,9 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // config checks the flags (a mistake is a usage error), fills in the
 // defaults, sets OpenBLAS up and returns the bench's configuration.
 func (c *benchCmd) config(progress io.Writer) (bench.Config, error) {
-	secs, err := bench.ParseSections(c.sections)
+	secs, err := c.parseSections()
 	if err != nil {
-		return bench.Config{}, asUsage(err)
+		return bench.Config{}, err
 	}
 	bs, err := model.ParseHidden(c.batches) // a comma list of positive ints
 	if err != nil || len(bs) == 0 {
@@ -136,15 +136,17 @@ func (c *benchCmd) config(progress io.Writer) (bench.Config, error) {
 	if err := c.mr.Validate(); err != nil {
 		return bench.Config{}, asUsage(err)
 	}
-	spec := c.mr.Spec(784, 10) // MNIST's shape: the sections use synthetic data of it
+	spec := c.benchSpec()
 	return bench.Config{Sections: secs, Quick: c.quick, Spec: spec,
 		Batches: bs, BLAS: gorgonia.WhichBLAS(), BLASName: blas.Describe(), Budget: c.budget, Rounds: c.rounds, Seed: c.seed,
-		Progress: progress}, nil
+		Embeddings: c.embeddingsPlan(spec), Progress: progress}, nil
 }
 
 // runners sets cfg up for the sections that run this binary (cluster,
-// end_to_end, tls): in --work-dir, or in a temporary directory that
-// cleanup removes.
+// end_to_end, tls, network): in --work-dir, or in a temporary directory
+// that cleanup removes. The network section keeps a journal of its
+// finished runs there, so that a bench with the same --work-dir resumes
+// it.
 func (c *benchCmd) runners(cfg *bench.Config) (cleanup func(), err error) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -161,11 +163,19 @@ func (c *benchCmd) runners(cfg *bench.Config) (cleanup func(), err error) {
 	if c.mr.Model.IsCNN() { // the cluster runs train the model compute measured
 		runner.Model = []string{"--model=cnn", "--conv=" + sizesText(&c.mr.Conv), "--hidden=" + sizesText(&c.mr.Hidden)}
 	}
+	c.setEmbeddingsRunner(cfg, runner, dir)
 	cfg.Runner = runner
 	cfg.TLSDir = filepath.Join(dir, "tls-certs")
 	cfg.TLSLink = &bench.NetlabLink{Exe: exe, Dir: dir, DataDir: c.dataDir}
 	cfg.Load = hostLoad1
-	return cleanup, nil
+	netlab := &bench.NetlabCluster{Exe: exe, Dir: filepath.Join(dir, "network"), DataDir: c.dataDir}
+	journal := "network-runs.jsonl"
+	if c.quick {
+		journal = "network-runs-quick.jsonl"
+	}
+	cfg.Network, cfg.NetworkJournal = netlab, filepath.Join(dir, journal)
+	removeDir := cleanup
+	return func() { netlab.Close(); removeDir() }, nil
 }
 
 // print writes the result as a table, or as JSON with --json.

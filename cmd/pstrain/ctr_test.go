@@ -62,7 +62,10 @@ func TestRunCTRTrainsAndItsCheckpointEvaluates(t *testing.T) {
 	if math.Abs(auc-rep.AUC) > 1e-4 {
 		t.Errorf("pstrain eval scores the final checkpoint's auc %.4f, the report says %.4f", auc, rep.AUC)
 	}
-	killed, _, _ := runCTR(t, ctx, "--checkpoint-every", "20", "--fault", "ps/1@3s")
+	// Checkpoints every 10 steps, so that one is committed before the
+	// kill: 3 s can be step 21, before a step-20 checkpoint is committed
+	// (ps/1 would then restart from the initial model).
+	killed, _, _ := runCTR(t, ctx, "--checkpoint-every", "10", "--fault", "ps/1@3s")
 	checkRestoredRun(t, killed, rep.AUC)
 }
 

@@ -188,6 +188,7 @@ func bindRunFlags(fs *flag.FlagSet, r *config.Run) *modelFlags {
 	fs.IntVar(&r.PSReplicas, "ps-replicas", r.PSReplicas, "hot standbys per PS shard: 0, or 1 (a standby/N process beside every ps/N takes over when its primary dies; docs/replication.md)")
 	fs.IntVar(&r.Workers, "workers", r.Workers, "number of workers")
 	fs.IntVar(&r.MaxWorkers, "max-workers", r.MaxWorkers, "most workers the run may scale to with pstrain scale or a worker registering with the next index (0 = 8, or --workers if more; docs/elastic.md)")
+	fs.IntVar(&r.MaxPS, "max-ps", r.MaxPS, "most parameter servers the run may scale to with pstrain scale --ps (0 = --ps: no room to grow; docs/elastic.md)")
 	m := bindModelFlags(fs, r)
 	fs.IntVar(&r.Batch, "batch", r.Batch, "per-worker batch size (--model cnn: "+strconv.Itoa(config.DefaultCNNBatch)+" unless given)")
 	fs.Float64Var(&r.LR, "lr", r.LR, "learning rate (unless given: "+lrDefaults()+")")
@@ -273,6 +274,7 @@ func runArgs(r config.Run) []string {
 		fmt.Sprintf("--ps-replicas=%d", r.PSReplicas),
 		fmt.Sprintf("--workers=%d", r.Workers),
 		fmt.Sprintf("--max-workers=%d", r.MaxWorkers),
+		fmt.Sprintf("--max-ps=%d", r.MaxPS),
 		"--model=" + r.Model.String(),
 		"--conv=" + sizesText(&r.Conv),
 		"--hidden=" + sizesText(&r.Hidden),

@@ -308,7 +308,10 @@ func printSummary(w io.Writer, rep *report.Report) {
 	fmt.Fprintf(w, "mode %s, %d PS, %s, model %s, batch %d, lr %s, %s, BLAS %s\n", rep.Mode, rep.PS, workersText(rep), rep.Model, rep.Batch, lr, rep.Optimizer, rep.BLAS)
 	fmt.Fprintf(w, "stopped by: %s after %d global steps (%.2f epochs)\n", rep.StoppedBy, rep.GlobalSteps, rep.EpochsDone)
 	for _, c := range rep.MembershipChanges {
-		fmt.Fprintf(w, "workers: %d -> %d at step %d (epoch %d) at %.2f s, asked at %.2f s\n", c.From, c.To, c.Step, c.Epoch, c.Seconds, c.AskedSeconds)
+		fmt.Fprintln(w, membershipText(c))
+	}
+	if t := ledgerText(rep.DataLedger); t != "" {
+		fmt.Fprintln(w, t)
 	}
 	fmt.Fprintf(w, "test accuracy: %.2f%% (the model of step %d; best %.2f%%)\n", 100*rep.TestAccuracy, rep.FinalStep, 100*rep.BestTestAccuracy)
 	if rep.AUC > 0 {
@@ -504,4 +507,22 @@ func modelText(s model.Spec) string {
 		return s.String()
 	}
 	return "MLP " + s.String()
+}
+
+// membershipText is the summary's line for a change of the worker or
+// the parameter server count (docs/elastic.md).
+func membershipText(c report.MembershipChange) string {
+	if c.Role != "ps" {
+		return fmt.Sprintf("workers: %d -> %d at step %d (epoch %d) at %.2f s, asked at %.2f s", c.From, c.To, c.Step, c.Epoch, c.Seconds, c.AskedSeconds)
+	}
+	var pause float64
+	var lost int64
+	if c.PauseSeconds != nil {
+		pause = *c.PauseSeconds
+	}
+	if c.StepsLost != nil {
+		lost = *c.StepsLost
+	}
+	return fmt.Sprintf("parameter servers: %d -> %d at step %d at %.2f s, asked at %.2f s, pause %.2f s, %d steps lost",
+		c.From, c.To, c.Step, c.Seconds, c.AskedSeconds, pause, lost)
 }

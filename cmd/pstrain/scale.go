@@ -10,22 +10,32 @@ import (
 )
 
 // cmdScale is `pstrain scale`: it asks the `pstrain run` on a run
-// directory for another number of workers (docs/elastic.md). The run's
-// launcher starts or stops worker processes and the chief changes the
-// run's worker count at the next epoch boundary; this command returns
-// once the request is written.
+// directory for another number of workers or of parameter servers
+// (docs/elastic.md). The run's launcher starts or stops the processes
+// and the chief changes the run's worker count at the next epoch
+// boundary, or moves the model to the new PS count at a step boundary;
+// this command returns once the request is written.
 func cmdScale(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("scale", "scale --run-dir DIR --workers N",
-		"Add or remove workers of the running sync run in DIR (pstrain run --run-dir). The change takes effect at the next\nepoch boundary: sync steps aggregate the new count from there, the data is split anew, removed workers exit.")
+	fs := newFlagSet("scale", "scale --run-dir DIR (--workers N | --ps N)",
+		"Add or remove workers, or parameter servers, of the running run in DIR (pstrain run --run-dir).\n"+
+			"A worker change takes effect at the next epoch boundary: the data is split anew from there (sync steps aggregate\n"+
+			"the new count), removed workers exit. A PS change (sync runs) moves the model's row blocks to the new count at a\n"+
+			"step boundary (the run needs --max-ps slots); removed parameter servers exit.")
 	dir := fs.String("run-dir", "run", "the run's directory (pstrain run --run-dir)")
 	workers := fs.Int("workers", 0, "the number of workers wanted (1 to the run's --max-workers)")
+	ps := fs.Int("ps", 0, "the number of parameter servers wanted (1 to the run's --max-ps)")
 	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
-	if *workers < 1 {
+	switch {
+	case *workers != 0 && *ps != 0:
+		return usagef("--workers and --ps: one change at a time")
+	case *ps != 0:
+		return scalePS(*dir, *ps, stdout)
+	case *workers < 1:
 		return usagef("--workers must be at least 1, got %d", *workers)
 	}
 	was, err := launcher.RequestScale(*dir, *workers)
@@ -36,5 +46,19 @@ func cmdScale(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	fmt.Fprintf(stdout, "asked the run in %s for %d workers (was %d); the change takes effect at the next epoch boundary\n", *dir, *workers, was)
+	return nil
+}
+
+// scalePS is `pstrain scale --ps N`. A count the run cannot take (not
+// sync, hot standbys, beyond --max-ps) exits 1: "cannot scale".
+func scalePS(dir string, ps int, stdout io.Writer) error {
+	if ps < 1 {
+		return usagef("--ps must be at least 1, got %d", ps)
+	}
+	was, err := launcher.RequestScalePS(dir, ps)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "asked the run in %s for %d parameter servers (was %d); the model moves at a step boundary\n", dir, ps, was)
 	return nil
 }

@@ -42,7 +42,9 @@ func shapeFromCluster(r *config.Run, spec cluster.Spec, psSet, workersSet bool) 
 		r.Workers = len(spec.Worker)
 	}
 	var given []string
-	if r.PS != len(spec.PS) {
+	// Likewise PS slots, up to an explicit --max-ps (docs/elastic.md,
+	// "Parameter servers").
+	if r.PS != len(spec.PS) && (r.MaxPS == 0 || r.PS > len(spec.PS) || len(spec.PS) > r.MaxPS) {
 		given = append(given, fmt.Sprintf("--ps=%d", r.PS))
 	}
 	// An elastic cluster may list more workers than it starts with, up

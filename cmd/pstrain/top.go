@@ -237,21 +237,28 @@ func renderTop(w io.Writer, b bottleneck.Breakdown) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TASK\tROLE\tSTATE\tSTEPS/S\tCOMPUTE\tPUSH\tPULL\tBARRIER\tCPU\tRSS MiB\tLOAD/CORES\tSTRAGGLER\t")
 	var errs []string
-	workers, workersUp := 0, 0
+	workers, workersUp, ps, psUp := 0, 0, 0, 0
 	for _, t := range b.Tasks {
 		if !t.Up {
 			errs = append(errs, t.Task+": "+t.Error)
 		}
-		if t.Role == bottleneck.RoleWorker {
+		switch {
+		case t.Role == bottleneck.RoleWorker:
 			workers++
 			if t.Up {
 				workersUp++
+			}
+		case t.Role == bottleneck.RolePS && t.Replica != "standby" && t.Replica != "deposed":
+			ps++
+			if t.Up {
+				psUp++
 			}
 		}
 		fmt.Fprint(tw, strings.Join(topRow(b, t, hosts), "\t")+"\t\n")
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(w, "\nworkers: %d up of %d\n", workersUp, workers)
+	fmt.Fprintf(w, "parameter servers: %d up of %d\n", psUp, ps)
 	fmt.Fprintf(w, "over %.2fs: %.1f worker steps/s, %.0f samples/s\n", b.WindowSeconds, b.StepsPerSecond, b.SamplesPerSecond)
 	fmt.Fprintln(w, b.String())
 	for _, e := range errs {

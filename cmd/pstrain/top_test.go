@@ -160,6 +160,9 @@ func TestTopOnceFromTargets(t *testing.T) {
 	if !strings.Contains(s, "workers: 1 up of 2") {
 		t.Errorf("no worker count (1 up of 2) in\n%s", s)
 	}
+	if !strings.Contains(s, "parameter servers: 1 up of 1") {
+		t.Errorf("no PS count (1 up of 1) in\n%s", s)
+	}
 }
 
 // With hot standbys the ROLE column says which process of a shard serves
@@ -177,6 +180,10 @@ func TestTopShowsReplicaRoles(t *testing.T) {
 		if r := row(t, out.String(), task); r[1] != want {
 			t.Errorf("%s's role %q, want %q:\n%s", task, r[1], want, out.String())
 		}
+	}
+	// The PS count is the shards': their primaries.
+	if !strings.Contains(out.String(), "parameter servers: 2 up of 2") {
+		t.Errorf("no PS count of 2 shards in\n%s", out.String())
 	}
 	// Without standbys every PS is its shard's primary: not worth a word.
 	out.Reset()

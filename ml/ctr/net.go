@@ -156,6 +156,13 @@ func grow(buf []float32, n int) []float32 {
 // Pull reads every table's rows of the batch's unique keys through rows
 // and places them in the input.
 func (n *Net) Pull(ctx context.Context, rows embed.Rows, step int64) error {
+	if m, ok := rows.(embed.MultiRows); ok {
+		if err := m.PullTables(ctx, step, n.tableRows(n.rows)); err != nil {
+			return fmt.Errorf("ctr: pulling the rows: %w", err)
+		}
+		n.scatterRows()
+		return nil
+	}
 	for t, tb := range n.tables {
 		if err := rows.Pull(ctx, step, tb.Name, n.uniq[t], n.rows[t]); err != nil {
 			return fmt.Errorf("ctr: pulling %s: %w", tb.Name, err)
@@ -185,12 +192,28 @@ func (n *Net) Push(ctx context.Context, rows embed.Rows, step int64) error {
 	if !n.train {
 		return fmt.Errorf("ctr: a net without training has no gradients to push")
 	}
+	if m, ok := rows.(embed.MultiRows); ok {
+		if err := m.PushTables(ctx, step, n.tableRows(n.rowGrads)); err != nil {
+			return fmt.Errorf("ctr: pushing the row gradients: %w", err)
+		}
+		return nil
+	}
 	for t, tb := range n.tables {
 		if err := rows.Push(ctx, step, tb.Name, n.uniq[t], n.rowGrads[t]); err != nil {
 			return fmt.Errorf("ctr: pushing %s: %w", tb.Name, err)
 		}
 	}
 	return nil
+}
+
+// tableRows is every table's unique keys with vals[t], for a call
+// over all the tables (embed.MultiRows).
+func (n *Net) tableRows(vals [][]float32) []embed.TableRows {
+	out := make([]embed.TableRows, len(n.tables))
+	for t, tb := range n.tables {
+		out[t] = embed.TableRows{Table: tb.Name, Keys: n.uniq[t], Rows: vals[t]}
+	}
+	return out
 }
 
 // Step is Load, Pull, Compute and (training) Push of one batch; it

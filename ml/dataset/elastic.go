@@ -31,6 +31,10 @@ type DataPlan struct {
 	N     int   `json:"n"`
 	Batch int   `json:"batch"`
 	Eras  []Era `json:"eras"`
+	// Hold > 0 (async and ssp runs, a change being prepared): no member
+	// of the last era reads a batch of global epoch Hold or later until
+	// it has a plan without the hold (ElasticBatches.Next waits).
+	Hold int64 `json:"hold,omitempty"`
 }
 
 // Era is one membership of the data: from global epoch Epoch (and, in a
@@ -59,6 +63,9 @@ func (p DataPlan) Validate() error {
 			return fmt.Errorf("data plan: era %d (epoch %d, step %d) does not follow era %d (epoch %d, step %d)",
 				k, e.Epoch, e.Step, k-1, p.Eras[k-1].Epoch, p.Eras[k-1].Step)
 		}
+	}
+	if last := p.Last(); p.Hold != 0 && p.Hold <= last.Epoch {
+		return fmt.Errorf("data plan: hold at epoch %d, not after the last era's first epoch %d", p.Hold, last.Epoch)
 	}
 	return nil
 }
@@ -113,6 +120,44 @@ func (p DataPlan) Locate(w int, pos int64) (k int, epoch, batch int64, ok bool) 
 	return 0, 0, 0, false
 }
 
+// StartOf is worker w's data position at the start of global epoch
+// epoch of the last era: where it reads the era's epoch's first batch.
+// ok is false when w is not a member of the last era or epoch is before
+// the era's first.
+func (p DataPlan) StartOf(w int, epoch int64) (int64, bool) {
+	k := len(p.Eras) - 1
+	if w >= p.Eras[k].Workers || epoch < p.Eras[k].Epoch {
+		return 0, false
+	}
+	return p.Start(w, k) + (epoch-p.Eras[k].Epoch)*p.PerEpoch(k), true
+}
+
+// NextEpoch is the first global epoch of the last era that worker w,
+// whose next batch is at position pos, has read nothing of: the
+// earliest epoch a new era could start at for it. A worker that is not
+// a member of the last era constrains nothing (the era's first epoch).
+func (p DataPlan) NextEpoch(w int, pos int64) int64 {
+	k := len(p.Eras) - 1
+	e := p.Eras[k]
+	start, ok := p.StartOf(w, e.Epoch)
+	if !ok || pos <= start {
+		return e.Epoch
+	}
+	f := p.PerEpoch(k)
+	return e.Epoch + (pos-start+f-1)/f
+}
+
+// Ends is the data position after worker w's last batch when the last
+// era does not have it (it was removed): it has read everything the
+// plan gives it there. ok is false for a member of the last era.
+func (p DataPlan) Ends(w int) (int64, bool) {
+	k := len(p.Eras) - 1
+	if w < p.Eras[k].Workers {
+		return 0, false
+	}
+	return p.Start(w, k), true
+}
+
 // Boundary is the first epoch boundary of the current era at or after
 // step (a sync run: every member reads one batch per step), and the
 // global epoch that starts there.
@@ -126,11 +171,13 @@ func (p DataPlan) Boundary(step int64) (at, epoch int64) {
 // Scale is the plan with an era of workers workers from global step at
 // and epoch epoch on (Boundary's answer). Without a change it is p.
 func (p DataPlan) Scale(at, epoch int64, workers int) DataPlan {
-	if workers == p.Last().Workers {
-		return p
-	}
 	q := p
+	q.Hold = 0
+	if workers == p.Last().Workers {
+		return q
+	}
 	q.Eras = append(append([]Era(nil), p.Eras...), Era{Epoch: epoch, Step: at, Workers: workers})
+	q.Hold = 0
 	return q
 }
 
@@ -148,33 +195,47 @@ type ShardLoader func(index, count int) (Samples, error)
 //
 // The plan is replaced with SetPlan (from the heartbeat goroutine): it
 // loads the shard of any new era the worker is a member of before the
-// new plan is used, so Next never reads a file. Next and SeekBatch are
-// for the training loop; SetPlan and Plan may be called concurrently
-// with them.
+// new plan is used, so Next never reads a file. Next waits while the
+// plan gives the worker no batch at its position: one at or past the
+// plan's hold, or past its last era (a worker about to join, or one
+// removed that has read all its batches), until a plan that does or
+// Close. Next and SeekBatch are for the training loop; SetPlan, Plan,
+// Close and the accessors may be called concurrently with them.
 type ElasticBatches struct {
 	worker int
 	seed   int64
 	load   ShardLoader
 
 	mu       sync.Mutex
+	changed  *sync.Cond // on mu: a new plan, or Close
 	plan     DataPlan
 	batchers map[[2]int]*Batcher // by (index, count) of a shard
 	pos      int64
+	waiting  bool // Next waits for a plan
+	closed   bool
+	nudges   chan struct{} // see Nudges
 }
 
 // NewElasticBatches returns worker's batches under plan, positioned at 0,
 // with the shards of plan's eras it is a member of loaded.
 func NewElasticBatches(worker int, seed int64, plan DataPlan, load ShardLoader) (*ElasticBatches, error) {
-	b := &ElasticBatches{worker: worker, seed: seed, load: load, batchers: map[[2]int]*Batcher{}}
+	b := &ElasticBatches{worker: worker, seed: seed, load: load, batchers: map[[2]int]*Batcher{}, nudges: make(chan struct{}, 1)}
+	b.changed = sync.NewCond(&b.mu)
 	if err := b.SetPlan(plan); err != nil {
 		return nil, err
 	}
 	return b, nil
 }
 
+// ErrPastHold refuses a plan whose hold is at an epoch the worker has
+// already read batches of: the plan in use stays.
+var ErrPastHold = errors.New("data: the worker has read past the plan's hold")
+
 // SetPlan replaces the plan after loading the shards its eras need. (The
 // chief's plan only grows, but for a change a restarted chief dropped:
-// the plan then loses the era that never took effect.)
+// the plan then loses the era that never took effect.) A plan with a
+// hold at an epoch the worker has read batches of is refused
+// (ErrPastHold).
 func (b *ElasticBatches) SetPlan(p DataPlan) error {
 	if err := p.Validate(); err != nil {
 		return err
@@ -196,8 +257,25 @@ func (b *ElasticBatches) SetPlan(p DataPlan) error {
 	for k, v := range loaded {
 		b.batchers[k] = v
 	}
+	if start, ok := p.StartOf(b.worker, p.Hold); p.Hold > 0 && ok && b.pos > start {
+		return fmt.Errorf("%w: hold at epoch %d (position %d), worker %d at position %d", ErrPastHold, p.Hold, start, b.worker, b.pos)
+	}
 	b.plan = p
+	b.changed.Broadcast()
+	b.nudge()
 	return nil
+}
+
+// Nudges receives when what a heartbeat says of the reading changed in
+// a way the chief waits for: a new plan taken, or Next waiting for one.
+func (b *ElasticBatches) Nudges() <-chan struct{} { return b.nudges }
+
+// nudge signals Nudges without waiting.
+func (b *ElasticBatches) nudge() {
+	select {
+	case b.nudges <- struct{}{}:
+	default:
+	}
 }
 
 func (b *ElasticBatches) has(key [2]int) bool {
@@ -221,6 +299,37 @@ func (b *ElasticBatches) Eras() int {
 	return len(b.plan.Eras)
 }
 
+// Hold is the hold of the plan in use (0: none).
+func (b *ElasticBatches) Hold() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.plan.Hold
+}
+
+// Waiting says Next is waiting for a plan that gives the worker a batch
+// at its position.
+func (b *ElasticBatches) Waiting() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.waiting
+}
+
+// Close ends the stream: a Next waiting returns, and every later one
+// at once, without a batch (Ended says so).
+func (b *ElasticBatches) Close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	b.changed.Broadcast()
+}
+
+// Ended says Close was called: Next reads no more batches.
+func (b *ElasticBatches) Ended() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closed
+}
+
 // ErrNoEra says a worker's position lies past its last era: it was
 // removed from the run.
 var ErrNoEra = errors.New("data: the worker is a member of no era at this position")
@@ -237,21 +346,28 @@ func (b *ElasticBatches) Where(pos int64) (era int, epoch, batch int64, err erro
 }
 
 // Next copies the batch at the current position into x and y and moves
-// to the next position. A position past the worker's last era (it was
-// removed; the shards answer its pulls with done, so it is not trained
-// on) repeats the era's last batch rather than reading another worker's
-// samples.
+// to the next position. It waits while the plan gives the worker no
+// batch there (see ElasticBatches); after Close it returns at once and
+// copies nothing.
 func (b *ElasticBatches) Next(x []float32, y []uint8) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	k, e, i, ok := b.plan.Locate(b.worker, b.pos)
-	b.pos++
-	if !ok {
-		return
+	for !b.closed {
+		k, e, i, ok := b.plan.Locate(b.worker, b.pos)
+		if ok && (b.plan.Hold == 0 || k < len(b.plan.Eras)-1 || e < b.plan.Hold) {
+			b.pos++
+			bt := b.batchers[[2]int{b.worker, b.plan.Eras[k].Workers}]
+			bt.checkBuffers("ElasticBatches", x, y)
+			bt.fullBatch(e*bt.perEpoch+i, x, y)
+			return
+		}
+		if !b.waiting {
+			b.waiting = true
+			b.nudge()
+		}
+		b.changed.Wait()
+		b.waiting = false
 	}
-	bt := b.batchers[[2]int{b.worker, b.plan.Eras[k].Workers}]
-	bt.checkBuffers("ElasticBatches", x, y)
-	bt.fullBatch(e*bt.perEpoch+i, x, y)
 }
 
 // SeekBatch makes position the next batch. It panics if position < 0.

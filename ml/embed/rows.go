@@ -15,6 +15,24 @@ type Rows interface {
 	Push(ctx context.Context, step int64, table string, keys []uint64, grads []float32) error
 }
 
+// TableRows is one table's share of a call over several tables: its
+// unique keys and len(Keys) rows of the table's dimension (pulled into,
+// or gradients pushed).
+type TableRows struct {
+	Table string
+	Keys  []uint64
+	Rows  []float32
+}
+
+// MultiRows is Rows that also serves several tables in one call (the
+// parameter servers: a request per shard for them all, not one per
+// table and shard). A trainer uses it when its Rows has it.
+type MultiRows interface {
+	Rows
+	PullTables(ctx context.Context, step int64, tables []TableRows) error
+	PushTables(ctx context.Context, step int64, tables []TableRows) error
+}
+
 // Local is a set of tables held in one process, safe for concurrent use
 // (one lock for all: it serves a single-process trainer and tests).
 type Local struct {

@@ -66,6 +66,8 @@ const (
 	MetricMembershipChanges     = "pstrain_membership_changes_total"
 	MetricWorkers               = "pstrain_workers"
 	MetricFailovers             = "pstrain_failovers_total"
+	MetricParameterServers      = "pstrain_parameter_servers"
+	MetricLayoutChanges         = "pstrain_layout_changes_total"
 )
 
 // Label names.

@@ -301,6 +301,12 @@ type Chief struct {
 	// pstrain_live_workers).
 	MembershipChanges prometheus.Counter
 	Workers           prometheus.Gauge
+	// PS is the number of parameter servers holding the model
+	// (pstrain_parameter_servers), and LayoutChanges counts the changes
+	// of it that took effect (pstrain_layout_changes_total;
+	// docs/elastic.md, "Parameter servers").
+	PS            prometheus.Gauge
+	LayoutChanges prometheus.Counter
 	// Failovers counts the promotions of a hot standby to its shard's
 	// primary, by shard (pstrain_failovers_total; docs/replication.md).
 	Failovers *prometheus.CounterVec
@@ -375,6 +381,14 @@ func NewChief(reg prometheus.Registerer) *Chief {
 		Workers: f.NewGauge(prometheus.GaugeOpts{
 			Name: MetricWorkers,
 			Help: "Workers the run has (the data is split among them); pstrain_live_workers counts those heard from.",
+		}),
+		PS: f.NewGauge(prometheus.GaugeOpts{
+			Name: MetricParameterServers,
+			Help: "Parameter servers holding the model (pstrain scale --ps changes it at a step boundary).",
+		}),
+		LayoutChanges: f.NewCounter(prometheus.CounterOpts{
+			Name: MetricLayoutChanges,
+			Help: "Changes of the parameter server count that took effect at a step boundary.",
 		}),
 		Failovers: f.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricFailovers,

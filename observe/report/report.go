@@ -61,17 +61,34 @@ type Restart struct {
 	FailoverSeconds float64 `json:"failover_seconds,omitempty"`
 }
 
-// MembershipChange is a change of an elastic run's worker count
-// (docs/elastic.md).
+// MembershipChange is a change of an elastic run's worker count or,
+// with Role "ps", of its parameter server count (docs/elastic.md).
 type MembershipChange struct {
+	// Role is "ps" for a change of the parameter servers ("": workers).
+	Role    string  `json:"role,omitempty"`
 	Step    int64   `json:"step"`    // the step boundary it took effect at
 	Epoch   int64   `json:"epoch"`   // the data epoch that starts there
 	Seconds float64 `json:"seconds"` // since the first step, when it took effect
 	// AskedSeconds is when it was asked for (pstrain scale, or a worker
 	// registering with the next index).
 	AskedSeconds float64 `json:"asked_seconds"`
-	From         int     `json:"from"` // workers before
+	From         int     `json:"from"` // workers (or parameter servers) before
 	To           int     `json:"to"`   // and after
+	// PauseSeconds (PS changes) is how long the shards held every
+	// worker's pull at the boundary, and StepsLost the steps the move
+	// took back (the boundary minus the version the new shards serve
+	// from).
+	PauseSeconds *float64 `json:"pause_seconds,omitempty"`
+	StepsLost    *int64   `json:"steps_lost,omitempty"`
+}
+
+// LedgerEntry is one epoch's data ledger: samples read twice into the
+// model and samples skipped (their gradients are missing from the model
+// or from part of it).
+type LedgerEntry struct {
+	Epoch     int64 `json:"epoch"`
+	ReadTwice int64 `json:"read_twice"`
+	Skipped   int64 `json:"skipped"`
 }
 
 // Suspect is a worker attribution named: why, and at which step.
@@ -228,6 +245,14 @@ type Report struct {
 	// order (docs/elastic.md); FinalWorkers the count at the end.
 	MembershipChanges []MembershipChange `json:"membership_changes"`
 	FinalWorkers      int                `json:"final_workers"`
+	// FinalPS is the parameter server count at the end (PS changes are
+	// membership changes with role "ps").
+	FinalPS int `json:"final_ps"`
+	// DataLedger says, by global data epoch, the samples whose gradients
+	// the model missed or holds twice where exactly-once per epoch could
+	// not hold (docs/recovery.md, "Data positions"); an epoch not listed
+	// holds each of its samples once.
+	DataLedger []LedgerEntry `json:"data_ledger"`
 	// LiveWorkers are the changes of the number of workers training
 	// (heard from within the heartbeat timeout, not quarantined, not
 	// removed), in order: a worker that died or froze, came back, was

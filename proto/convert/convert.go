@@ -28,7 +28,7 @@ func Spec(m *pb.ModelSpec) model.Spec {
 
 // DataPlan is p on the wire.
 func DataPlan(p dataset.DataPlan) *pb.DataPlan {
-	m := &pb.DataPlan{N: int64(p.N), Batch: int32(p.Batch), Eras: make([]*pb.Era, len(p.Eras))}
+	m := &pb.DataPlan{N: int64(p.N), Batch: int32(p.Batch), Eras: make([]*pb.Era, len(p.Eras)), Hold: p.Hold}
 	for i, e := range p.Eras {
 		m.Eras[i] = &pb.Era{Epoch: e.Epoch, Step: e.Step, Workers: int32(e.Workers)}
 	}
@@ -37,7 +37,7 @@ func DataPlan(p dataset.DataPlan) *pb.DataPlan {
 
 // Plan is the data plan m carries, validated (dataset.DataPlan.Validate).
 func Plan(m *pb.DataPlan) (dataset.DataPlan, error) {
-	p := dataset.DataPlan{N: int(m.GetN()), Batch: int(m.GetBatch()), Eras: make([]dataset.Era, len(m.GetEras()))}
+	p := dataset.DataPlan{N: int(m.GetN()), Batch: int(m.GetBatch()), Eras: make([]dataset.Era, len(m.GetEras())), Hold: m.GetHold()}
 	for i, e := range m.GetEras() {
 		p.Eras[i] = dataset.Era{Epoch: e.Epoch, Step: e.Step, Workers: int(e.Workers)}
 	}

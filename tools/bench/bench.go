@@ -24,6 +24,8 @@ const (
 	SectionEndToEnd   = "end_to_end"
 	SectionMemory     = "memory"
 	SectionTLS        = "tls"
+	// SectionNetwork runs only when named (knownSections).
+	SectionNetwork = "network"
 )
 
 // Sections lists every section name in measuring order.
@@ -31,8 +33,13 @@ func Sections() []string {
 	return []string{SectionCompute, SectionWire, SectionPSOverhead, SectionMetrics, SectionCluster, SectionEndToEnd, SectionMemory, SectionTLS}
 }
 
-// ParseSections reads a comma list of section names ("" = all), in the
-// canonical order, without duplicates.
+// knownSections are Sections and those run only for another model
+// (embeddings: --model ctr) or only when named (network: root, and most
+// of an hour), in measuring order.
+func knownSections() []string { return append(Sections(), SectionEmbeddings, SectionNetwork) }
+
+// ParseSections reads a comma list of section names ("" = all of
+// Sections), in the canonical order, without duplicates.
 func ParseSections(s string) ([]string, error) {
 	if strings.TrimSpace(s) == "" {
 		return Sections(), nil
@@ -40,13 +47,13 @@ func ParseSections(s string) ([]string, error) {
 	want := map[string]bool{}
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(f)
-		if !slices.Contains(Sections(), f) {
-			return nil, fmt.Errorf("unknown bench section %q (want a comma list of %s)", f, strings.Join(Sections(), ", "))
+		if !slices.Contains(knownSections(), f) {
+			return nil, fmt.Errorf("unknown bench section %q (want a comma list of %s)", f, strings.Join(knownSections(), ", "))
 		}
 		want[f] = true
 	}
 	var out []string
-	for _, name := range Sections() {
+	for _, name := range knownSections() {
 		if want[name] {
 			out = append(out, name)
 		}
@@ -70,10 +77,16 @@ type Config struct {
 	// is where its same-host runs keep their certificates.
 	TLSLink LinkRunner
 	TLSDir  string
+	// Network runs the network section; NetworkJournal is its file of
+	// finished runs (empty: none; NetworkPlan.Journal).
+	Network        NetworkRunner
+	NetworkJournal string
 	// Load is the host's one-minute load average (nil: not recorded).
-	Load     func() float64
-	Now      Clock
-	Progress io.Writer // one line per measurement started; may be nil
+	Load func() float64
+	// Embeddings is the embeddings section's plan (its model a CTR one).
+	Embeddings *EmbeddingsPlan
+	Now        Clock
+	Progress   io.Writer // one line per measurement started; may be nil
 }
 
 // Machine describes where the figures were measured (no host name).
@@ -105,6 +118,8 @@ type Result struct {
 	EndToEnd        *E2EResult             `json:"end_to_end,omitempty"`
 	Memory          *MemoryResult          `json:"memory,omitempty"`
 	TLS             *TLSResult             `json:"tls,omitempty"`
+	Network         *NetworkResult         `json:"network,omitempty"`
+	Embeddings      *EmbeddingsResult      `json:"embeddings,omitempty"`
 	Errors          map[string]string      `json:"errors,omitempty"`
 }
 
@@ -114,9 +129,12 @@ func (c Config) Validate() error {
 		return errors.New("bench: no section selected")
 	}
 	for _, s := range c.Sections {
-		if !slices.Contains(Sections(), s) {
+		if !slices.Contains(knownSections(), s) {
 			return fmt.Errorf("bench: unknown section %q", s)
 		}
+	}
+	if slices.Contains(c.Sections, SectionEmbeddings) && (c.Embeddings == nil || c.Embeddings.Runner == nil) {
+		return errors.New("bench: embeddings needs its plan and a runner (the pstrain binary)")
 	}
 	if err := c.Spec.Validate(); err != nil {
 		return err
@@ -135,6 +153,9 @@ func (c Config) Validate() error {
 	if c.Runner == nil && c.NeedsRunner() {
 		return errors.New("bench: cluster, end_to_end, memory and tls need a runner (the pstrain binary)")
 	}
+	if c.Network == nil && slices.Contains(c.Sections, SectionNetwork) {
+		return errors.New("bench: network needs a network runner (the pstrain binary on a netlab)")
+	}
 	for _, s := range []string{SectionCompute, SectionCluster, SectionEndToEnd} {
 		if c.BLAS == nil && slices.Contains(c.Sections, s) {
 			return fmt.Errorf("bench: %s needs a BLAS", s)
@@ -145,7 +166,7 @@ func (c Config) Validate() error {
 
 // NeedsRunner says whether a selected section runs the pstrain binary.
 func (c Config) NeedsRunner() bool {
-	for _, s := range []string{SectionCluster, SectionEndToEnd, SectionMemory, SectionTLS} {
+	for _, s := range []string{SectionCluster, SectionEndToEnd, SectionMemory, SectionTLS, SectionEmbeddings, SectionNetwork} {
 		if slices.Contains(c.Sections, s) {
 			return true
 		}
@@ -267,6 +288,22 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		fmt.Fprintf(c.Progress, "bench: tls (%d alternated pairs of the default cluster with and without --tls-dir, then of 1 PS + 1 worker across a netlab link)\n", plan.Rounds)
 		if res.TLS, err = TLS(ctx, plan); err != nil {
 			fail(SectionTLS, err)
+		}
+	}
+	if has(SectionEmbeddings) && ctx.Err() == nil {
+		fmt.Fprintf(c.Progress, "bench: embeddings (%d PS + %d workers on a synthetic set of default vocabularies, then of vocabularies capped at %d, then in this process)\n",
+			c.Embeddings.PS, c.Embeddings.Workers, c.Embeddings.SmallVocab)
+		if res.Embeddings, res.Memory, err = Embeddings(ctx, *c.Embeddings); err != nil {
+			fail(SectionEmbeddings, err)
+		}
+	}
+	if has(SectionNetwork) && ctx.Err() == nil {
+		plan := NetworkPlanFor(c.Quick)
+		plan.Runner, plan.Journal, plan.Progress, plan.Now, plan.Load = c.Network, c.NetworkJournal, c.Progress, c.Now, c.Load
+		fmt.Fprintf(c.Progress, "bench: network (%d models x %d links x %d compressions to their held targets across emulated links)\n",
+			len(plan.Models), len(plan.Links), len(plan.Compress))
+		if res.Network, err = Network(ctx, plan); err != nil {
+			fail(SectionNetwork, err)
 		}
 	}
 	if err := ctx.Err(); err != nil {

@@ -38,6 +38,13 @@ type ExecRunner struct {
 // Run implements Runner. On ctx's end the cluster is interrupted (SIGINT,
 // so the launcher stops its tasks) and killed 10 s later.
 func (e *ExecRunner) Run(ctx context.Context, args []string) (*report.Report, time.Duration, error) {
+	return e.run(ctx, args, nil)
+}
+
+// run is Run with watch (unless nil) called in a goroutine of its own
+// while the cluster runs, given the run's directory; its context ends
+// when the cluster's process has exited, and run waits for it to return.
+func (e *ExecRunner) run(ctx context.Context, args []string, watch func(ctx context.Context, runDir string)) (*report.Report, time.Duration, error) {
 	now := e.Now
 	if now == nil {
 		now = time.Now
@@ -61,7 +68,7 @@ func (e *ExecRunner) Run(ctx context.Context, args []string) (*report.Report, ti
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
 	cmd.WaitDelay = 10 * time.Second
 	start := now()
-	err = cmd.Run()
+	err = runWatched(ctx, cmd, dir, watch)
 	wall := now().Sub(start)
 	if err != nil {
 		return nil, wall, fmt.Errorf("bench: pstrain %v failed (%w); log: %s", args, err, logPath)

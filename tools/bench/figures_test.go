@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -153,8 +154,11 @@ func TestParseSections(t *testing.T) {
 	if err != nil || strings.Join(got, ",") != "compute,memory" {
 		t.Fatalf("ParseSections = %v, %v; want canonical order without duplicates", got, err)
 	}
-	if all, _ := ParseSections(""); len(all) != 8 {
-		t.Fatalf("empty list gives %v, want all 8", all)
+	if all, _ := ParseSections(""); len(all) != 8 || slices.Contains(all, SectionNetwork) {
+		t.Fatalf("empty list gives %v, want all 8 (not network)", all)
+	}
+	if n, err := ParseSections("network"); err != nil || !slices.Equal(n, []string{SectionNetwork}) {
+		t.Fatalf("ParseSections(network) = %v, %v", n, err)
 	}
 	if _, err := ParseSections("compute,gpu"); err == nil || !strings.Contains(err.Error(), `"gpu"`) {
 		t.Fatalf("unknown section: err = %v", err)

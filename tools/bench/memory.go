@@ -63,6 +63,9 @@ type MemoryResult struct {
 	Shards            []MemoryShard `json:"shards"`
 	Roles             MemoryRoles   `json:"roles"`
 	TotalPeakRSSBytes int64         `json:"total_peak_rss_bytes"`
+	// Goal says the PS goal when it is not 3 x state + 40 MiB (a CTR
+	// model's: ctrMemory).
+	Goal string `json:"goal,omitempty"`
 }
 
 // MemoryRoles are the figures of each role (memory.roles.{worker,chief,ps}

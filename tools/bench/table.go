@@ -101,7 +101,11 @@ func WriteTable(w io.Writer, r *Result) error {
 		}
 	}
 	if mem := r.Memory; mem != nil {
-		fmt.Fprintf(tw, "\nmemory: PS RSS / state %.1f (%s, %s; goal: RSS <= 3 x state + 40 MiB: %v)\n", mem.PSRSSOverState, mem.Model, mem.Optimizer, mem.MeetsGoal)
+		goal := mem.Goal
+		if goal == "" {
+			goal = "RSS <= 3 x state + 40 MiB"
+		}
+		fmt.Fprintf(tw, "\nmemory: PS RSS / state %.1f (%s, %s; goal: %s: %v)\n", mem.PSRSSOverState, mem.Model, mem.Optimizer, goal, mem.MeetsGoal)
 		fmt.Fprintln(tw, "  task\tpeak RSS MiB\tstate MiB\tRSS/state\tgoal MiB")
 		for _, s := range mem.Shards {
 			fmt.Fprintf(tw, "  %s\t%.1f\t%.2f\t%.1f\t%.1f\n", s.Task, mib(s.PeakRSSBytes), mib(s.StateBytes), s.RSSOverState, mib(s.GoalBytes))
@@ -121,6 +125,12 @@ func WriteTable(w io.Writer, r *Result) error {
 	}
 	if r.TLS != nil {
 		writeTLSTable(tw, r.TLS)
+	}
+	if r.Embeddings != nil {
+		writeEmbeddingsTable(tw, r.Embeddings)
+	}
+	if r.Network != nil {
+		writeNetworkTable(tw, r.Network)
 	}
 	if len(r.Errors) > 0 {
 		fmt.Fprintln(tw, "\nfailed sections:")

@@ -22,20 +22,23 @@
 //     CONFIG_NET_SCH_NETEM and no loadable modules), where netem is
 //     unavailable. The kernels' TCP stacks see real delay and loss all the
 //     same; the frames just cross a user-space hop. The TAP MTU is 65000 so
-//     that a frame copy is not the bottleneck. The links vanish when this
-//     process exits (their file descriptors close).
+//     that a frame copy is not the bottleneck (Config.MTU sets another).
+//     Only these links can also be rate-limited (Impairment.Rate: each
+//     direction its own FIFO at that rate, tail-dropping what would wait
+//     longer than Impairment.Queue). The links vanish when this process
+//     exits (their file descriptors close).
 //
 // LinkAuto picks LinkVeth when the kernel has netem and LinkWire otherwise.
 package netlab
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"regexp"
@@ -71,6 +74,10 @@ func (k LinkKind) String() string {
 type Config struct {
 	Hosts int      // number of namespaces
 	Link  LinkKind // default LinkVeth
+	// MTU of LinkWire links (0: 65000, so that copying frames is not the
+	// bottleneck). A smaller one (9000, as jumbo frames) makes TCP see
+	// more, smaller packets on a rate-limited link, at more CPU.
+	MTU int
 }
 
 // Host is one network namespace.
@@ -83,14 +90,29 @@ type Host struct {
 	wire  *wire  // LinkWire only
 }
 
-// Impairment is what netem does to the packets towards a host.
+// Impairment is what netem does to the packets towards a host, and,
+// with Rate, the capacity of the host's link.
 type Impairment struct {
 	Delay time.Duration // one-way delay added
 	Loss  float64       // fraction of packets dropped, 0..1
+	// Rate is the link's capacity in bits per second, each way (0: not
+	// limited). LinkWire only: frames leave at that rate from a FIFO
+	// that drops a frame which would wait longer than Queue for the link
+	// (tail drop, as a switch port's buffer), then the delay is added.
+	Rate  float64
+	Queue time.Duration // 0: DefaultQueue
 }
 
+// DefaultQueue is how long a frame may wait for a rate-limited link
+// before it is dropped, when Impairment.Queue is 0.
+const DefaultQueue = 20 * time.Millisecond
+
 func (im Impairment) String() string {
-	return fmt.Sprintf("delay %s, loss %.2f%%", im.Delay, 100*im.Loss)
+	s := fmt.Sprintf("delay %s, loss %.2f%%", im.Delay, 100*im.Loss)
+	if im.Rate > 0 {
+		s += fmt.Sprintf(", rate %g Mbit/s", im.Rate/1e6)
+	}
+	return s
 }
 
 // Lab is a bridge and its hosts.
@@ -204,8 +226,9 @@ func New(ctx context.Context, cfg Config) (l *Lab, err error) {
 			{"ip", "-n", h.NS, "link", "set", "lo", "up"},
 		}
 		if l.Kind == LinkWire {
-			cmds = append(cmds, []string{"ip", "link", "set", h.Link, "mtu", "65000"},
-				[]string{"ip", "-n", h.NS, "link", "set", h.inner, "mtu", "65000"})
+			mtu := strconv.Itoa(cmp.Or(cfg.MTU, 65000))
+			cmds = append(cmds, []string{"ip", "link", "set", h.Link, "mtu", mtu},
+				[]string{"ip", "-n", h.NS, "link", "set", h.inner, "mtu", mtu})
 		}
 		cmds = append(cmds, []string{"ip", "-n", h.NS, "link", "set", h.inner, "up"}, []string{"ip", "link", "set", h.Link, "up"})
 		if err := sh(ctx, cmds...); err != nil {
@@ -226,8 +249,11 @@ func (h *Host) Command(ctx context.Context, name string, args ...string) *exec.C
 
 // Impair applies im to the packets towards h (replacing any earlier one).
 func (l *Lab) Impair(ctx context.Context, h *Host, im Impairment) error {
-	if im.Loss < 0 || im.Loss > 1 || im.Delay < 0 {
+	if im.Loss < 0 || im.Loss > 1 || im.Delay < 0 || im.Rate < 0 || im.Queue < 0 {
 		return fmt.Errorf("netlab: bad impairment %s", im)
+	}
+	if h.wire == nil && im.Rate > 0 {
+		return fmt.Errorf("netlab: a rate limit needs LinkWire links (this lab's are %s)", l.Kind)
 	}
 	if h.wire != nil {
 		h.wire.set(im)
@@ -487,7 +513,8 @@ type frame struct {
 
 // pump copies frames from src to dst; impaired frames may be dropped and
 // are held until their due time (a FIFO: the delay is the same for all,
-// so order is kept, as with netem without jitter).
+// so order is kept, as with netem without jitter). A rate limit applies
+// to both directions, each with its own clock.
 func (w *wire) pump(src, dst *os.File, impaired bool) {
 	defer w.wg.Done()
 	q := make(chan frame, 8192)
@@ -501,37 +528,66 @@ func (w *wire) pump(src, dst *os.File, impaired bool) {
 			dst.Write(f.b) // a down port (Cut) refuses: the frame is lost
 		}
 	}()
+	var link shaper
 	buf := make([]byte, 1<<16+64)
 	for {
 		n, err := src.Read(buf)
 		if err != nil {
-			var pe *os.PathError
-			if errors.Is(err, os.ErrClosed) || errors.As(err, &pe) && errors.Is(pe.Err, syscall.EBADFD) || errors.Is(err, net.ErrClosed) {
-				break
-			}
-			if errors.Is(err, syscall.EIO) || errors.Is(err, syscall.EAGAIN) {
-				time.Sleep(time.Millisecond) // device down: nothing to read
+			if deviceDown(err) {
+				time.Sleep(time.Millisecond) // nothing to read
 				continue
 			}
-			break
+			break // closed, or a failure: the link is gone
 		}
-		f := frame{b: append([]byte(nil), buf[:n]...)}
+		im := w.im.Load()
+		if impaired && im.Loss > 0 && rand.Float64() < im.Loss {
+			w.dropped.Add(1)
+			continue
+		}
+		due, ok := link.admit(time.Now(), n, im.Rate, cmp.Or(im.Queue, DefaultQueue))
+		if !ok {
+			w.dropped.Add(1) // the link's queue is full
+			continue
+		}
 		if impaired {
-			im := w.im.Load()
-			if im.Loss > 0 && rand.Float64() < im.Loss {
-				w.dropped.Add(1)
-				continue
-			}
-			f.due = time.Now().Add(im.Delay)
+			due = due.Add(im.Delay)
 		}
 		select {
-		case q <- f:
+		case q <- frame{b: append([]byte(nil), buf[:n]...), due: due}:
 		default:
 			w.dropped.Add(1) // queue full, as a qdisc would
 		}
 	}
 	close(q)
 	<-done
+}
+
+// deviceDown says whether a TAP read failed because the device is down
+// (or has nothing yet), not because it was closed.
+func deviceDown(err error) bool {
+	return errors.Is(err, syscall.EIO) || errors.Is(err, syscall.EAGAIN)
+}
+
+// shaper is one direction of a rate-limited link: free is when the link
+// has sent every frame admitted so far.
+type shaper struct{ free time.Time }
+
+// admit returns when a frame of n bytes arriving at now has left a link
+// of rate bits per second, or false (the frame is dropped) when it would
+// wait longer than queue for the frames before it. rate 0: at once.
+func (s *shaper) admit(now time.Time, n int, rate float64, queue time.Duration) (time.Time, bool) {
+	if rate <= 0 {
+		return now, true
+	}
+	start := now
+	if s.free.After(now) {
+		if s.free.Sub(now) > queue {
+			return time.Time{}, false
+		}
+		start = s.free
+	}
+	s.free = start.Add(time.Duration(float64(n) * 8 / rate * float64(time.Second)))
+	return s.free, true
 }
 
 func (w *wire) close() {

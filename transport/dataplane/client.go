@@ -52,11 +52,12 @@ type Client struct {
 	buf     []byte
 
 	// Shared memory with a same-host server (shm.go).
-	local   bool   // conn is a same-host (Unix) connection
-	noLocal bool   // under TLS, the same-host exchange failed with this server: TCP until it is resolved again
-	shm     []byte // conn's region, once the server took it; nil: none
-	noShm   bool   // the server refused a region or cannot take one: do not offer again
-	shmFit  int    // the largest payload seen: the next region holds it
+	local   bool        // conn is a same-host (Unix) connection
+	noLocal bool        // under TLS, the same-host exchange failed with this server: TCP until it is resolved again
+	shm     []byte      // conn's region, once the server took it; nil: none
+	snaps   sharedSnaps // the server's shared pull answers, read-only (snapshots.go); zero: none
+	noShm   bool        // the server refused a region or cannot take one: do not offer again
+	shmFit  int         // the largest payload seen: the next region holds it
 	shmRd   bytes.Reader
 }
 
@@ -93,7 +94,8 @@ func (c *Client) drop() {
 		c.conn = nil
 	}
 	unmap(c.shm)
-	c.shm, c.local = nil, false
+	unmap(c.snaps.mem)
+	c.shm, c.snaps, c.local = nil, sharedSnaps{}, false
 	c.shmRd.Reset(nil)
 }
 
@@ -243,11 +245,11 @@ func (c *Client) offer(ctx context.Context, d *net.Dialer, uc *net.UnixConn, fit
 	}
 	// A cancelled call does not wait for the server's answer.
 	stop := context.AfterFunc(ctx, func() { uc.SetDeadline(time.Unix(1, 0)) })
-	mem, st, err := offerRegion(uc, regionSize(fit, c.maxPayload), deadline)
+	mem, snaps, st, err := offerRegion(uc, regionSize(fit, c.maxPayload), deadline)
 	stop()
 	switch {
 	case err == nil && mem != nil:
-		c.shm = mem
+		c.shm, c.snaps = mem, snaps
 		return uc, nil
 	case err == nil && st == regionNotOffered:
 		return uc, nil // no region to offer this time (memfd or mmap failed here): perhaps next time
@@ -323,13 +325,10 @@ func segmentsLen(dst [][]float32) int {
 }
 
 // regionFor returns the size of the shared region req's payload needs
-// (shm.go), 0 for none: a push's or pull's payload, at least the largest
-// seen, within maxPayload. A same-host connection whose region is
-// smaller is dropped, to connect again with one that holds it.
+// (shm.go): a push's, pull's or replication batch's payload, at least
+// the largest seen, within maxPayload. A same-host connection whose
+// region is smaller is dropped, to connect again with one that holds it.
 func (c *Client) regionFor(req request, dst [][]float32) int {
-	if req.op != opPush && req.op != opPull {
-		return 0
-	}
 	// A pull's payload fills every slice of dst.
 	fit := min(max(int(req.payloadLen), c.shmFit, segmentsLen(dst), 1), c.maxPayload)
 	if c.conn != nil && c.local && !c.noShm && len(c.shm) < fit {
@@ -349,6 +348,17 @@ func (c *Client) result(ctx context.Context, resp response, direct, view bool) (
 		return resp, nil, nil
 	case !view || !resp.shm:
 		return resp, c.buf, nil
+	case resp.snap:
+		if b, ok := c.snaps.at(int(resp.outcome), int(resp.payloadLen)); ok {
+			return resp, b, nil
+		}
+		// Cancelled as the answer came: the connection, and the
+		// mapping with it, is gone.
+		err := ctx.Err()
+		if err == nil {
+			err = context.Canceled
+		}
+		return response{}, nil, status.FromContextError(err).Err()
 	case c.shm == nil:
 		// Cancelled as the answer came: the connection, and the
 		// region with it, is gone.
@@ -424,9 +434,9 @@ func (c *Client) exchange(ctx context.Context, req request, payload net.Buffers,
 }
 
 // regionHolds reports whether req's payload goes through the
-// connection's shared region: a push or pull whose payload fits in it.
+// connection's shared region: one that fits in it.
 func (c *Client) regionHolds(req request) bool {
-	return c.shm != nil && (req.op == opPush || req.op == opPull) && int(req.payloadLen) <= len(c.shm)
+	return c.shm != nil && int(req.payloadLen) <= len(c.shm)
 }
 
 // writeRequest writes req's header and its payload on conn: the payload
@@ -456,6 +466,8 @@ func (c *Client) responseBody(req request, resp response, view bool) (io.Reader,
 	switch {
 	case resp.shm && (!req.shm || req.op != opPull || resp.code != 0):
 		return nil, fmt.Errorf("%w: a response in shared memory to a request that did not ask for it", ErrBadFrame)
+	case resp.snap:
+		return c.snapshotBody(req, resp, view)
 	case resp.shm && int(resp.payloadLen) > len(c.shm):
 		return nil, fmt.Errorf("%w: a payload of %d bytes in a shared region of %d", ErrBadFrame, resp.payloadLen, len(c.shm))
 	case resp.shm && view:
@@ -467,6 +479,19 @@ func (c *Client) responseBody(req request, resp response, view bool) (io.Reader,
 		c.shmFit = max(c.shmFit, int(resp.payloadLen)) // the next region holds it
 	}
 	return c.rd, nil
+}
+
+// snapshotBody is responseBody for a payload in a snapshot slot.
+func (c *Client) snapshotBody(req request, resp response, view bool) (io.Reader, error) {
+	b, ok := c.snaps.at(int(resp.outcome), int(resp.payloadLen))
+	if !ok || req.delta {
+		return nil, fmt.Errorf("%w: a payload of %d bytes in snapshot slot %d, of %d slots of %d bytes", ErrBadFrame, resp.payloadLen, resp.outcome, c.snaps.slots, c.snaps.size)
+	}
+	if view {
+		return nil, nil
+	}
+	c.shmRd.Reset(b)
+	return &c.shmRd, nil
 }
 
 // readBody reads resp's payload from body: straight into dst when the

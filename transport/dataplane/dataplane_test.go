@@ -309,7 +309,7 @@ func TestVectoredPushAndPull(t *testing.T) {
 
 // serveTest serves s until the test ends, then closes it and checks that
 // Serve returned cleanly.
-func serveTest(t *testing.T, s *Server) {
+func serveTest(t testing.TB, s *Server) {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- s.Serve() }()

@@ -26,18 +26,17 @@ import (
 //	          mac [16] | payload (push: the gradient; replicate: the
 //	          batch's operations, below)
 //	response: "PSD3" | code u8 (a gRPC status code; 0 = OK) | outcome u8 |
-//	          flags u8 (bit 0 done, bit 1 shm) | version i64 |
+//	          flags u8 (bit 0 done, bit 1 shm, bit 2 snap) | version i64 |
 //	          generation i64 | data position i64 | payload length u32 |
 //	          payload (pull: the parameters; an error: its message)
 //
 // Request flags: bit 0 is a pull's retain (PullRequest.retain); bit 2 a
 // pull's delta (PullRequest.delta: the answer may be a compressed delta;
 // the data position field then carries PullRequest.delta_base); bit 1
-// (shm), a push's or a pull's, says the payload is in the connection's
-// shared-memory region (shm.go): a push's gradient is there and not on
-// the socket, and a pull's parameters may be answered there (the
-// response's bit 1). A replicate frame has none, and any other bit is a
-// malformed frame. A push carries the
+// (shm) says the payload is in the connection's shared-memory region
+// (shm.go): a push's gradient or a replicate frame's operations are
+// there and not on the socket, and a pull's parameters may be answered
+// there (the response's bit 1). Any other bit is a malformed frame. A push carries the
 // worker's data position once its gradient counts
 // (PushRequest.data_position; 0 in a pull), a pull's response the
 // pulling worker's data position (PullResponse.data_position; 0 for a
@@ -75,6 +74,7 @@ const (
 const (
 	respDone = 1 << 0
 	respShm  = 1 << 1 // the payload is in the connection's shared region, not on the socket
+	respSnap = 1 << 2 // with respShm: the payload is in the server's snapshot slot named by the outcome byte
 )
 
 const (
@@ -192,8 +192,6 @@ func (r *request) decodeOp(op, flags byte) error {
 		return fmt.Errorf("%w: unknown flags %#x", ErrBadFrame, flags)
 	case flags&(flagRetain|flagDelta) != 0 && op != opPull:
 		return fmt.Errorf("%w: op %d with a pull's flag %#x", ErrBadFrame, op, flags)
-	case flags&flagShm != 0 && op == opReplicate:
-		return fmt.Errorf("%w: op %d with the shared-memory flag", ErrBadFrame, op)
 	}
 	r.retain = flags&flagRetain != 0
 	r.shm = flags&flagShm != 0
@@ -236,6 +234,7 @@ type response struct {
 	outcome      byte
 	done         bool
 	shm          bool // the payload is in the shared region
+	snap         bool // with shm: in the server's snapshot slot outcome (snapshots.go)
 	version      int64
 	generation   int64
 	dataPosition int64 // pull: the pulling worker's
@@ -250,6 +249,9 @@ func appendResponse(b []byte, r response) []byte {
 	}
 	if r.shm {
 		d |= respShm
+	}
+	if r.snap {
+		d |= respSnap
 	}
 	b = append(b, r.code, r.outcome, d)
 	b = binary.LittleEndian.AppendUint64(b, uint64(r.version))
@@ -267,9 +269,12 @@ func readResponse(rd io.Reader, scratch []byte, maxPayload int) (response, error
 	if [4]byte(h[:4]) != magic {
 		return r, fmt.Errorf("%w: bad magic %q", ErrBadFrame, h[:4])
 	}
-	r.code, r.outcome, r.done, r.shm = h[4], h[5], h[6]&respDone != 0, h[6]&respShm != 0
-	if h[6]&^(respDone|respShm) != 0 || r.outcome > byte(pb.PushResponse_DUPLICATE) {
+	r.code, r.outcome, r.done, r.shm, r.snap = h[4], h[5], h[6]&respDone != 0, h[6]&respShm != 0, h[6]&respSnap != 0
+	switch {
+	case h[6]&^(respDone|respShm|respSnap) != 0, r.snap && !r.shm:
 		return r, fmt.Errorf("%w: bad flags", ErrBadFrame)
+	case !r.snap && r.outcome > byte(pb.PushResponse_DUPLICATE), r.snap && r.outcome >= snapSlots:
+		return r, fmt.Errorf("%w: bad outcome %d", ErrBadFrame, r.outcome)
 	}
 	r.version = int64(binary.LittleEndian.Uint64(h[7:]))
 	r.generation = int64(binary.LittleEndian.Uint64(h[15:]))

@@ -21,14 +21,14 @@ func FuzzReadRequest(f *testing.F) {
 	f.Add(appendSigned(nil, request{op: opPush, shm: true, runID: "run-1", worker: 1, payloadLen: 16}, nil))
 	f.Add(appendSigned(nil, request{op: opPull, shm: true, retain: true, runID: "run-1"}, nil))
 	f.Add([]byte("PSD3\x03\x02\x00"))
+	f.Add(appendSigned(nil, request{op: opReplicate, shm: true, runID: "run-1", worker: 2, dataPos: 1, payloadLen: 40}, nil))
 	f.Add(appendSigned(nil, request{op: opPull, delta: true, dataPos: 1 << 40, runID: "run-1", worker: 1}, nil))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := readRequest(bytes.NewReader(b), make([]byte, 512), 64)
 		if err != nil {
 			return
 		}
-		if r.payloadLen > 64 || (r.op != opPull && r.op != opPush && r.op != opReplicate) || ((r.retain || r.delta) && r.op != opPull) ||
-			(r.shm && r.op == opReplicate) {
+		if r.payloadLen > 64 || (r.op != opPull && r.op != opPush && r.op != opReplicate) || ((r.retain || r.delta) && r.op != opPull) {
 			t.Fatalf("accepted %+v", r)
 		}
 		// What was accepted encodes back to the bytes read.
@@ -47,12 +47,14 @@ func FuzzReadResponse(f *testing.F) {
 	f.Add([]byte("PSD3\x00\x03\x02"))
 	f.Add(appendResponse(nil, response{version: 5, done: true, shm: true, payloadLen: 16}))
 	f.Add([]byte("PSD3\x00\x00\x04"))
+	f.Add(appendResponse(nil, response{version: 5, shm: true, snap: true, outcome: snapSlots - 1, payloadLen: 16}))
+	f.Add([]byte("PSD3\x00\x00\x08"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := readResponse(bytes.NewReader(b), make([]byte, respLen), 64)
 		if err != nil {
 			return
 		}
-		if r.payloadLen > 64 || r.outcome > byte(pb.PushResponse_DUPLICATE) {
+		if r.payloadLen > 64 || r.snap && (!r.shm || r.outcome >= snapSlots) || !r.snap && r.outcome > byte(pb.PushResponse_DUPLICATE) {
 			t.Fatalf("accepted %+v", r)
 		}
 		if again := appendResponse(nil, r); !bytes.Equal(again, b[:respLen]) {

@@ -2,9 +2,11 @@ package dataplane
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"time"
 
@@ -41,11 +43,17 @@ func (c *Client) Replicate(ctx context.Context, in *pb.ReplicaBatch, _ ...grpc.C
 }
 
 // replicate reads a replicate frame's operations (its pushes' gradients
-// into buffers of the budget, within the frame's time), has the backend
-// apply them, cancelling that if the client goes away meanwhile (its
-// primary gave up on the call and will send the batch again: a late copy
-// must not be applied), and answers. false: the connection is done.
-func (s *Server) replicate(c net.Conn, rd *bufio.Reader, req request, hdr []byte) bool {
+// into buffers of the budget, from the socket within the frame's time,
+// or from the connection's shared region shm when the frame says the
+// payload is there), has the backend apply them, cancelling that if the
+// client goes away meanwhile (its primary gave up on the call and will
+// send the batch again: a late copy must not be applied), and answers.
+// false: the connection is done.
+//
+// (A gradient is copied out of the region, not applied where it is: the
+// operations' headers leave it at an offset float32s cannot be read at
+// in place, and the shard would copy it anyway.)
+func (s *Server) replicate(c net.Conn, rd *bufio.Reader, req request, hdr, shm []byte) bool {
 	rb, ok := s.b.(Replicator)
 	if !ok {
 		s.reject(c, hdr, "unimplemented", codes.Unimplemented, errors.New("this server applies no replication batches"))
@@ -57,8 +65,14 @@ func (s *Server) replicate(c net.Conn, rd *bufio.Reader, req request, hdr []byte
 			fmt.Errorf("%w: payload of %d bytes exceeds the limit of %d (--max-message-mb)", errTooLarge, n, s.cfg.MaxPayload))
 		return false
 	}
-	c.SetReadDeadline(time.Now().Add(s.lim.frameTime(n)))
-	batch, held, err := readOps(rd, req, func(n int) ([]byte, error) { return s.bufs.get(s.ctx, n, s.lim.BufferWait) })
+	var src io.Reader = rd
+	if req.shm {
+		s.inShm.Add(1)
+		src = bytes.NewReader(shm[:n])
+	} else {
+		c.SetReadDeadline(time.Now().Add(s.lim.frameTime(n)))
+	}
+	batch, held, err := readOps(src, req, func(n int) ([]byte, error) { return s.bufs.get(s.ctx, n, s.lim.BufferWait) })
 	c.SetReadDeadline(time.Time{})
 	defer func() {
 		for _, b := range held {

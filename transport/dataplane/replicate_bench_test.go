@@ -42,8 +42,9 @@ type tcpOnly struct{ net.Listener }
 // BenchmarkReplicate is one Replicate call of a batch holding one push
 // of the default model's shard (318,010 float32 values: 1.27 MB), in
 // process, over gRPC on loopback TCP (what --data-plane grpc uses, and
-// every run did before op 3) and over the data plane on loopback TCP and
-// on its same-host socket (what `pstrain run` uses).
+// every run did before op 3) and over the data plane on loopback TCP, on
+// its same-host socket with the payload through the socket, and with the
+// payload in the connection's shared region (what `pstrain run` uses).
 func BenchmarkReplicate(b *testing.B) {
 	const size = 318010 * 4
 	batch := &pb.ReplicaBatch{RunId: "r", Epoch: 1, FirstSeq: 2, Ops: []*pb.ReplicaOp{pushOp(0, make([]byte, size))}}
@@ -79,19 +80,19 @@ func BenchmarkReplicate(b *testing.B) {
 		run(b, pb.NewParameterServerClient(conn).Replicate)
 	})
 	for _, plane := range []struct {
-		name  string
-		local bool
-	}{{"dataplane-tcp", false}, {"dataplane-unix", true}} {
+		name       string
+		local, shm bool
+	}{{"dataplane-tcp", false, false}, {"dataplane-unix", true, false}, {"dataplane-shm", true, true}} {
 		b.Run(plane.name, func(b *testing.B) {
 			var lis net.Listener = tcpOnly{listen(b)}
 			if plane.local {
 				lis = lis.(tcpOnly).Listener
 			}
-			s := NewServer(&ackingStandby{}, lis, Config{MaxPayload: 16 << 20, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			s := NewServer(&ackingStandby{}, lis, Config{MaxPayload: 16 << 20, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), NoSharedMemory: !plane.shm})
 			s.SetPushSize(size)
 			go s.Serve()
 			defer s.Close()
-			c := client(lis.Addr().String(), 1<<20)
+			c := client(lis.Addr().String(), 16<<20)
 			defer c.Close()
 			run(b, c.Replicate)
 		})

@@ -252,3 +252,26 @@ func TestReplicateMalformedPayloads(t *testing.T) {
 	default:
 	}
 }
+
+// A same-host primary's batches travel in its connection's shared region
+// and reach the standby as they do through the socket.
+func TestReplicateThroughTheRegion(t *testing.T) {
+	g0, g1 := bytes.Repeat([]byte{1, 2, 3, 4}, 5000), bytes.Repeat([]byte{9, 8, 7, 6}, 5000)
+	in := &pb.ReplicaBatch{RunId: "r", Shard: 1, Epoch: 2, FirstSeq: 3, Ops: []*pb.ReplicaOp{pushOp(0, g0),
+		{Op: &pb.ReplicaOp_Retain{Retain: 8}}, pushOp(1, g1)}}
+	for _, off := range []bool{false, true} {
+		b := newFakeStandby()
+		s, addr := serveShm(t, b, Config{NoSharedMemory: off}, nil)
+		c := client(addr, 8<<20)
+		if _, err := c.Replicate(context.Background(), in); err != nil {
+			t.Fatal(err)
+		}
+		if got := <-b.batches; !proto.Equal(got, in) {
+			t.Fatalf("shared memory off %v: the standby got\n%v\nwant\n%v", off, got, in)
+		}
+		if used := s.inShm.Load() > 0; used == off {
+			t.Fatalf("shared memory off %v: batch in the region %v", off, used)
+		}
+		c.Close()
+	}
+}

@@ -28,7 +28,11 @@ import (
 // *ps.Server implements it (the same handlers serve gRPC).
 type Backend interface {
 	// PullShared answers a pull whose parameters the server may read
-	// until it calls release, exactly once, after writing them.
+	// until it calls release, exactly once, after writing them. While
+	// any hold on a parameter buffer is outstanding the backend does not
+	// write it, so another pull answered with the same buffer meanwhile
+	// has the same bytes (the server shares one copy of them between
+	// same-host connections: snapshots.go).
 	PullShared(context.Context, *pb.PullRequest) (resp *pb.PullResponse, release func(), err error)
 	Push(context.Context, *pb.PushRequest) (*pb.PushResponse, error)
 }
@@ -103,9 +107,14 @@ type Server struct {
 	bufs      *buffers
 	ctx       context.Context // cancelled by Close
 	stop      context.CancelFunc
-	uid       int          // the user whose processes may hand us a region (shm.go)
-	regions   atomic.Int64 // clients' regions mapped
-	inShm     atomic.Int64 // payloads read from or written into a region (tests)
+	uid       int // the user whose processes may hand us a region (shm.go)
+	// snaps are the pull answers shared by the same-host connections
+	// (snapshots.go), in the region whose descriptor is snapFD; nil:
+	// none (no same-host socket, shared memory off, or no region).
+	snaps   *snapshots
+	snapFD  int
+	regions atomic.Int64 // clients' regions mapped
+	inShm   atomic.Int64 // payloads read from or written into a region (tests)
 	// tests: read no preamble, as a server of an earlier build
 	noPreamble bool
 
@@ -136,10 +145,17 @@ func NewServer(b Backend, lis net.Listener, cfg Config) *Server {
 			local = nil
 		}
 	}
-	return &Server{b: b, lis: lis, local: local, localAuth: la, integrity: integrity, pid: os.Getpid(), cfg: cfg, lim: lim, m: m,
+	s := &Server{b: b, lis: lis, local: local, localAuth: la, integrity: integrity, pid: os.Getpid(), cfg: cfg, lim: lim, m: m,
 		refusal: ratelog.New(cfg.Log, lim.LogEvery, cfg.Now),
 		bufs:    newBuffers(lim, cfg.Now, func(n int64) { m.DataPlaneBuffered.Set(float64(n)) }),
-		ctx:     ctx, stop: stop, uid: serverUID(), conns: map[net.Conn]struct{}{}}
+		ctx:     ctx, stop: stop, uid: serverUID(), conns: map[net.Conn]struct{}{}, snapFD: -1}
+	if local != nil && !cfg.NoSharedMemory {
+		var err error
+		if s.snaps, s.snapFD, err = newServerSnapshots(cfg.MaxPayload); err != nil {
+			cfg.Log.Warn("data plane: no shared pull answers; each same-host pull is written into its connection's region", "err", err)
+		}
+	}
+	return s
 }
 
 // tlsListener is lis under TLS cfg: a TLS listener, or in the
@@ -274,6 +290,12 @@ func (s *Server) Close() error {
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
+	s.mu.Lock()
+	if s.snaps != nil {
+		closeSnapshots(s.snaps, s.snapFD)
+		s.snaps = nil
+	}
+	s.mu.Unlock()
 	return err
 }
 
@@ -338,13 +360,14 @@ func (s *Server) serveConn(c net.Conn) {
 		return
 	}
 	var src io.Reader = c
-	var shm []byte // the client's region, or nil
+	cs := &connShm{held: -1} // the client's region, or none
 	if uc, ok := c.(*net.UnixConn); ok && !s.noPreamble {
-		if shm, src, ok = s.takeRegion(uc); !ok {
+		if cs.mem, cs.snaps, src, ok = s.takeRegion(uc); !ok {
 			return
 		}
-		defer s.releaseRegion(shm)
+		defer s.releaseRegion(cs.mem)
 	}
+	defer s.unhold(cs)
 	rd := bufio.NewReaderSize(src, 64<<10)
 	scratch := make([]byte, 512)
 	hdr := make([]byte, 0, respLen)
@@ -353,11 +376,13 @@ func (s *Server) serveConn(c net.Conn) {
 		if !ok {
 			return
 		}
+		s.unhold(cs) // the client reads the last answer no more
+		shm := cs.mem
 		if !s.admit(c, hdr, peer, req, shm) {
 			return
 		}
 		if req.op == opReplicate {
-			if !s.replicate(c, rd, req, hdr) {
+			if !s.replicate(c, rd, req, hdr, shm) {
 				return
 			}
 			continue
@@ -366,7 +391,7 @@ func (s *Server) serveConn(c net.Conn) {
 		if !ok {
 			return
 		}
-		if !s.answer(c, rd, req, payload, hdr, shm) {
+		if !s.answer(c, rd, req, payload, hdr, cs) {
 			return
 		}
 	}
@@ -595,9 +620,9 @@ func (s *Server) payloadFailed(c net.Conn, hdr []byte, n int, err error) {
 // answer handles one request and writes its response within
 // FrameGrace + length/MinRate; payload, a buffer of the budget (or nil),
 // is released, or handed to a PushKeeper backend that releases it. false:
-// the connection is done. A pull that asks for it has its parameters
-// written into the shared region shm when they fit.
-func (s *Server) answer(c net.Conn, rd *bufio.Reader, req request, payload, hdr, shm []byte) bool {
+// the connection is done. A pull that asks for it is answered in shared
+// memory (placeShared) when its parameters fit.
+func (s *Server) answer(c net.Conn, rd *bufio.Reader, req request, payload, hdr []byte, cs *connShm) bool {
 	var resp response
 	var body []byte
 	release := func() {}
@@ -615,10 +640,8 @@ func (s *Server) answer(c net.Conn, rd *bufio.Reader, req request, payload, hdr,
 		resp.version, resp.generation, resp.done, body = pr.Version, pr.Generation, pr.Done, pr.Params
 		resp.dataPosition = pr.DataPosition
 		release = done
-		if req.shm && len(body) <= len(shm) {
-			s.inShm.Add(1)
-			copy(shm, body)
-			resp.shm, resp.payloadLen, body = true, uint32(len(body)), nil
+		if req.shm {
+			body, release = s.placeShared(req, &resp, body, release, cs)
 		}
 	case opPush:
 		pr, err := s.push(&pb.PushRequest{Worker: req.worker, Version: req.version,
@@ -633,6 +656,38 @@ func (s *Server) answer(c net.Conn, rd *bufio.Reader, req request, payload, hdr,
 	ok := s.respond(c, hdr, resp, body)
 	release()
 	return ok
+}
+
+// placeShared answers a pull of body (held by release) in shared memory:
+// in a slot of the server's snapshot region that holds it or takes it
+// (snapshots.go), which the connection then holds until its next request,
+// else copied into the connection's region if it fits there. It returns
+// the body left to send on the socket (nil when placed) and what to
+// release once the response is written.
+func (s *Server) placeShared(req request, resp *response, body []byte, release func(), cs *connShm) ([]byte, func()) {
+	if cs.snaps && !req.delta && s.snaps != nil {
+		if slot, ok := s.snaps.share(body, release); ok {
+			s.inShm.Add(1)
+			cs.held = slot
+			resp.shm, resp.snap, resp.outcome, resp.payloadLen = true, true, byte(slot), uint32(len(body))
+			return nil, func() {}
+		}
+	}
+	if len(body) <= len(cs.mem) {
+		s.inShm.Add(1)
+		copy(cs.mem, body)
+		resp.shm, resp.payloadLen = true, uint32(len(body))
+		return nil, release
+	}
+	return body, release
+}
+
+// unhold ends cs's hold on the snapshot slot of its last answer, if any.
+func (s *Server) unhold(cs *connShm) {
+	if cs.held >= 0 {
+		s.snaps.drop(cs.held)
+		cs.held = -1
+	}
 }
 
 // respond writes resp (into hdr's room) with body as its payload within

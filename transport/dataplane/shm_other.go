@@ -3,6 +3,7 @@
 package dataplane
 
 import (
+	"errors"
 	"io"
 	"net"
 	"time"
@@ -12,11 +13,17 @@ import (
 
 func unmap([]byte) {}
 
-func offerRegion(*net.UnixConn, int, time.Time) ([]byte, byte, error) {
-	return nil, regionDisabled, nil
+func offerRegion(*net.UnixConn, int, time.Time) ([]byte, sharedSnaps, byte, error) {
+	return nil, sharedSnaps{}, regionDisabled, nil
 }
 
-func (s *Server) takeRegion(c *net.UnixConn) ([]byte, io.Reader, bool) { return nil, c, true }
+func (s *Server) takeRegion(c *net.UnixConn) ([]byte, bool, io.Reader, bool) {
+	return nil, false, c, true
+}
+
+func newServerSnapshots(int) (*snapshots, int, error) { return nil, -1, errors.New("no shared memory") }
+
+func closeSnapshots(*snapshots, int) {}
 
 func (s *Server) releaseRegion([]byte) {}
 

@@ -53,7 +53,7 @@ func (e *echoBackend) count() int {
 
 // serveShm starts a server for b on a loopback address after setup has
 // seen it.
-func serveShm(t *testing.T, b Backend, cfg Config, setup func(*Server)) (*Server, string) {
+func serveShm(t testing.TB, b Backend, cfg Config, setup func(*Server)) (*Server, string) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -171,7 +171,7 @@ func TestSharedMemoryMatchesTheSocket(t *testing.T) {
 func TestRegionGrowsToTheLargestPayload(t *testing.T) {
 	const size = 3 << 20
 	e := &echoBackend{params: bytes.Repeat([]byte{7}, size)}
-	_, addr := serveShm(t, e, Config{}, nil)
+	_, addr := serveShm(t, e, Config{}, noSnapshots)
 	c := client(addr, 8<<20)
 	defer c.Close()
 	ctx := context.Background()
@@ -213,7 +213,7 @@ func TestRegionFromAnotherUserIsRefused(t *testing.T) {
 	e := &echoBackend{}
 	s, addr := serveShm(t, e, Config{}, func(s *Server) { s.uid = os.Geteuid() + 1 })
 	conn := dialUnix(t, addr)
-	mem, st, err := offerRegion(conn, minRegion, deadline())
+	mem, _, st, err := offerRegion(conn, minRegion, deadline())
 	if err != nil || mem != nil || st != regionForeign {
 		t.Fatalf("offer from another user: region %v, status %d, %v; want status %d", mem != nil, st, err, regionForeign)
 	}
@@ -343,7 +343,7 @@ func TestRegionBoundsAreChecked(t *testing.T) {
 	} {
 		conn := dialUnix(t, addr)
 		if tc.region {
-			mem, st, err := offerRegion(conn, minRegion, deadline())
+			mem, _, st, err := offerRegion(conn, minRegion, deadline())
 			if err != nil || mem == nil {
 				t.Fatalf("offer: status %d, %v", st, err)
 			}
@@ -422,21 +422,29 @@ func TestClientChecksTheRegionsBounds(t *testing.T) {
 	}
 }
 
-// mappedRegions counts this process's mappings of data-plane regions.
-func mappedRegions(t *testing.T) int {
+// mappedRegions counts this process's mappings of data-plane regions
+// and of snapshot regions (snapshots.go).
+func mappedRegions(t *testing.T) (regions, snaps int) {
 	t.Helper()
 	maps, err := os.ReadFile("/proc/self/maps")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.Count(string(maps), "memfd:"+regionName)
+	return strings.Count(string(maps), "memfd:"+regionName), strings.Count(string(maps), "memfd:"+snapsName)
+}
+
+// noSnapshots makes s answer every pull in its connection's region, as
+// a server without shared answers does.
+func noSnapshots(s *Server) {
+	closeSnapshots(s.snaps, s.snapFD)
+	s.snaps = nil
 }
 
 // Every region is unmapped when its connection ends: the client's when
 // it closes, the server's when the client goes and when the server
 // closes.
 func TestRegionsAreUnmapped(t *testing.T) {
-	before := mappedRegions(t)
+	before, beforeSnaps := mappedRegions(t)
 	e := &echoBackend{}
 	s, addr := serveShm(t, e, Config{}, nil)
 	c1, c2 := client(addr, 8<<20), client(addr, 8<<20)
@@ -445,8 +453,10 @@ func TestRegionsAreUnmapped(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := mappedRegions(t) - before; got != 4 || s.regions.Load() != 2 {
-		t.Fatalf("%d mappings, server has %d regions; want 4 (client and server for two connections), 2", got, s.regions.Load())
+	got, gotSnaps := mappedRegions(t)
+	if got-before != 4 || gotSnaps-beforeSnaps != 3 || s.regions.Load() != 2 {
+		t.Fatalf("%d mappings, %d of snapshots, server has %d regions; want 4 (client and server for two connections), 3 (the server's, each client's), 2",
+			got-before, gotSnaps-beforeSnaps, s.regions.Load())
 	}
 	c1.Close()
 	eventually(t, "the server unmaps a closed connection's region", func() bool { return s.regions.Load() == 1 })
@@ -455,8 +465,8 @@ func TestRegionsAreUnmapped(t *testing.T) {
 		t.Fatalf("%d regions mapped after Close", s.regions.Load())
 	}
 	c2.Close()
-	if got := mappedRegions(t) - before; got != 0 {
-		t.Fatalf("%d mappings left", got)
+	if got, gotSnaps := mappedRegions(t); got != before || gotSnaps != beforeSnaps {
+		t.Fatalf("%d mappings left, %d of snapshots", got-before, gotSnaps-beforeSnaps)
 	}
 }
 
@@ -501,14 +511,20 @@ func TestSilentLocalConnectionIsCutAndTheServerLives(t *testing.T) {
 	}
 }
 
-// PullView leaves a payload that came in the shared region there: its
-// Params is the region itself (the server's next answer overwrites it),
-// dst is untouched. Without a region (shared memory off) it is PullInto.
+// PullView leaves a payload that came in shared memory there: its
+// Params is the server's shared snapshot slot (snapshots.go), or the
+// connection's region when the server has no slots (the server's next
+// answer overwrites either), dst is untouched. Without a region (shared
+// memory off) it is PullInto.
 func TestPullViewLeavesThePayloadInTheRegion(t *testing.T) {
 	const n = 1000
-	for _, off := range []bool{false, true} {
+	for _, mode := range []string{"off", "region", "snapshots"} {
 		e := &echoBackend{params: make([]byte, 4*n)}
-		_, addr := serveShm(t, e, Config{NoSharedMemory: off}, nil)
+		var setup func(*Server)
+		if mode == "region" {
+			setup = noSnapshots
+		}
+		_, addr := serveShm(t, e, Config{NoSharedMemory: mode == "off"}, setup)
 		c := client(addr, 8<<20)
 		ctx := context.Background()
 		r := rand.New(rand.NewPCG(3, 4))
@@ -525,7 +541,7 @@ func TestPullViewLeavesThePayloadInTheRegion(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if off {
+		if mode == "off" {
 			if resp.Params != nil || !bytes.Equal(flat(dst), want[1]) {
 				t.Fatalf("without shared memory: %d bytes in Params, dst holds the push: %v", len(resp.Params), bytes.Equal(flat(dst), want[1]))
 			}
@@ -533,22 +549,33 @@ func TestPullViewLeavesThePayloadInTheRegion(t *testing.T) {
 			continue
 		}
 		shm, _ := clientShm(c)
+		if mode == "snapshots" {
+			c.mu.Lock()
+			shm = c.snaps.mem
+			c.mu.Unlock()
+		}
 		switch {
 		case !bytes.Equal(resp.Params, want[1]):
-			t.Fatal("the view is not the last push")
+			t.Fatalf("%s: the view is not the last push", mode)
 		case &resp.Params[0] != &shm[0]:
-			t.Fatal("Params is not a view of the region")
+			t.Fatalf("%s: Params is not a view of the region", mode)
 		case !bytes.Equal(flat(dst), make([]byte, 4*n)):
-			t.Fatal("PullView wrote into dst")
+			t.Fatalf("%s: PullView wrote into dst", mode)
 		}
-		// The next request reuses the region: the view shows the new push.
+		// The next request frees the slot or reuses the region: the
+		// view shows the next answer.
 		view := resp.Params
 		segs := segments(r, n)
 		if _, err := c.PushSegments(ctx, &pb.PushRequest{RunId: "r"}, segs); err != nil {
 			t.Fatal(err)
 		}
+		if mode == "snapshots" {
+			if _, err := c.PullView(ctx, &pb.PullRequest{RunId: "r"}, dst); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if !bytes.Equal(view, flat(segs)) {
-			t.Fatal("the region did not carry the next push: the view was a copy")
+			t.Fatalf("%s: the region did not carry the next answer: the view was a copy", mode)
 		}
 		c.Close()
 	}

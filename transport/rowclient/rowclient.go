@@ -1,7 +1,9 @@
 // Package rowclient reads and trains embedding rows held by parameter
-// servers: Client implements embed.Rows over N shards. A call's unique
-// keys are split by embed.ShardOf, each shard's share is sent in
-// requests of at most MaxRequestBytes of rows (one after the other), the
+// servers: Client implements embed.MultiRows over N shards. A call's
+// unique keys, of one table or of several (PullTables, PushTables: a
+// CTR step's every table), are split by embed.ShardOf, each shard's
+// share is sent in requests of at most MaxRequestBytes of rows (one
+// after the other; a request carries several tables' blocks), the
 // shards are called in parallel, and the rows come back in the keys'
 // order. The step is the version the rows are read at (a sync pull waits
 // for the shard to reach it) and the version a push's gradients come
@@ -44,6 +46,12 @@ type Config struct {
 	// MaxRequestBytes bounds the row payload of one request or response
 	// (0: DefaultMaxRequestBytes).
 	MaxRequestBytes int
+	// Retry, if set, makes one request to one shard, call, and the
+	// attempts again it judges worth it (a shard unavailable while it
+	// restarts): a request is retried alone, never the call's requests
+	// to the other shards, which an async shard would apply twice. Nil:
+	// one attempt.
+	Retry func(ctx context.Context, call func(context.Context) error) error
 }
 
 // Client is embed.Rows over the parameter servers; safe for concurrent
@@ -88,7 +96,7 @@ func (s Stats) RequestShares() []float64 {
 	return out
 }
 
-var _ embed.Rows = (*Client)(nil)
+var _ embed.MultiRows = (*Client)(nil)
 
 // New returns a client of cfg.Shards.
 func New(cfg Config) (*Client, error) {
@@ -117,102 +125,183 @@ func (c *Client) Stats() Stats {
 
 func clone(x []int64) []int64 { return append([]int64(nil), x...) }
 
-// part is one request's keys: their indices in the call's keys.
-type part struct {
-	shard int
-	idx   []int
+// block is one table's keys in a request: their indices in that
+// table's keys of the call.
+type block struct {
+	t   int // the table's index in the call
+	idx []int
 }
 
-// split cuts keys into requests: by shard, at most maxKeys each, in the
-// keys' order within a shard.
-func split(table string, keys []uint64, shards, maxKeys int) [][]part {
-	by := make([][]int, shards)
-	for i, k := range keys {
-		s := embed.ShardOf(table, k, shards)
-		by[s] = append(by[s], i)
+// request is one request to a shard: blocks of one or more tables.
+type request struct {
+	shard  int
+	blocks []block
+}
+
+// keys is how many keys the request carries.
+func (r request) keys() int {
+	n := 0
+	for _, b := range r.blocks {
+		n += len(b.idx)
 	}
-	out := make([][]part, shards)
-	for s, idx := range by {
-		for len(idx) > 0 {
-			n := min(len(idx), maxKeys)
-			out[s] = append(out[s], part{shard: s, idx: idx[:n]})
-			idx = idx[n:]
+	return n
+}
+
+// split cuts a call's keys into requests: by shard, each of at most
+// maxBytes of rows (a key and its row, dims[t] values, cost 8 + 4 x
+// dims[t]; at least one key), the tables in the call's order and a
+// table's keys in theirs.
+func split(tables []embed.TableRows, dims []int, shards, maxBytes int) [][]request {
+	out := make([][]request, shards)
+	for s := range out {
+		var cur request
+		room := maxBytes
+		for t, tr := range tables {
+			cost := 8 + 4*dims[t]
+			var idx []int
+			for i, k := range tr.Keys {
+				if embed.ShardOf(tr.Table, k, shards) == s {
+					idx = append(idx, i)
+				}
+			}
+			for len(idx) > 0 {
+				if room < cost && len(cur.blocks) > 0 {
+					out[s] = append(out[s], request{shard: s, blocks: cur.blocks})
+					cur, room = request{}, maxBytes
+				}
+				n := min(len(idx), max(1, room/cost))
+				cur.blocks = append(cur.blocks, block{t: t, idx: idx[:n]})
+				idx, room = idx[n:], room-n*cost
+			}
+		}
+		if len(cur.blocks) > 0 {
+			out[s] = append(out[s], request{shard: s, blocks: cur.blocks})
 		}
 	}
 	return out
 }
 
-// dimOf checks a call's shape and returns its rows' dimension (0: no
-// keys).
-func dimOf(keys []uint64, vals []float32) (int, error) {
-	if len(keys) == 0 {
-		if len(vals) != 0 {
-			return 0, fmt.Errorf("rowclient: %d values for no keys", len(vals))
+// dimsOf checks a call's shapes and returns each table's rows'
+// dimension (0: no keys).
+func dimsOf(tables []embed.TableRows) ([]int, error) {
+	dims := make([]int, len(tables))
+	for t, tr := range tables {
+		if len(tr.Keys) == 0 {
+			if len(tr.Rows) != 0 {
+				return nil, fmt.Errorf("rowclient: %s: %d values for no keys", tr.Table, len(tr.Rows))
+			}
+			continue
 		}
-		return 0, nil
+		if len(tr.Rows) == 0 || len(tr.Rows)%len(tr.Keys) != 0 {
+			return nil, fmt.Errorf("rowclient: %s: %d values for %d keys", tr.Table, len(tr.Rows), len(tr.Keys))
+		}
+		dims[t] = len(tr.Rows) / len(tr.Keys)
 	}
-	if len(vals) == 0 || len(vals)%len(keys) != 0 {
-		return 0, fmt.Errorf("rowclient: %d values for %d keys", len(vals), len(keys))
-	}
-	return len(vals) / len(keys), nil
+	return dims, nil
 }
 
-// each runs do on every shard's parts in parallel (a shard's parts one
-// after the other) and returns the first error.
-func (c *Client) each(parts [][]part, do func(part) error) error {
-	errs := make([]error, len(parts))
-	var wg sync.WaitGroup
-	for s, ps := range parts {
-		if len(ps) == 0 {
+// each runs do on every shard's requests in parallel (a shard's
+// requests one after the other, each retried alone by Config.Retry) and
+// returns the first error: the first failure cancels the calls still
+// going to the other shards, whose errors are then only that.
+func (c *Client) each(ctx context.Context, reqs [][]request, do func(context.Context, request) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+	)
+	for s, rs := range reqs {
+		if len(rs) == 0 {
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for _, p := range ps {
-				if err := do(p); err != nil {
-					errs[s] = fmt.Errorf("rowclient: shard %d: %w", s, err)
+			for _, r := range rs {
+				if err := c.attempt(ctx, r, do); err != nil {
+					once.Do(func() {
+						first = fmt.Errorf("rowclient: shard %d: %w", s, err)
+						cancel()
+					})
 					return
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return first
 }
 
-func (c *Client) maxKeys(dim int) int { return max(1, c.cfg.MaxRequestBytes/(dim*4+8)) }
+// attempt makes request r, through Config.Retry if set.
+func (c *Client) attempt(ctx context.Context, r request, do func(context.Context, request) error) error {
+	call := func(ctx context.Context) error { return do(ctx, r) }
+	if c.cfg.Retry == nil {
+		return call(ctx)
+	}
+	return c.cfg.Retry(ctx, call)
+}
 
 // Pull implements embed.Rows: keys' rows into out, read at version step.
 func (c *Client) Pull(ctx context.Context, step int64, table string, keys []uint64, out []float32) error {
-	dim, err := dimOf(keys, out)
-	if err != nil || dim == 0 {
+	return c.PullTables(ctx, step, []embed.TableRows{{Table: table, Keys: keys, Rows: out}})
+}
+
+// Push implements embed.Rows: the gradients of keys' rows, computed from
+// the rows at version step.
+func (c *Client) Push(ctx context.Context, step int64, table string, keys []uint64, grads []float32) error {
+	return c.PushTables(ctx, step, []embed.TableRows{{Table: table, Keys: keys, Rows: grads}})
+}
+
+// blocksOf is request r's blocks of keys (and with grads, their
+// gradients), and the keys' bytes.
+func blocksOf(tables []embed.TableRows, dims []int, r request, grads bool) ([]*pb.RowBlock, int) {
+	blks := make([]*pb.RowBlock, len(r.blocks))
+	keyBytes := 0
+	for i, b := range r.blocks {
+		tr, d := tables[b.t], dims[b.t]
+		ks := make([]uint64, len(b.idx))
+		var gs []float32
+		if grads {
+			gs = make([]float32, 0, len(b.idx)*d)
+		}
+		for j, k := range b.idx {
+			ks[j] = tr.Keys[k]
+			if grads {
+				gs = append(gs, tr.Rows[k*d:(k+1)*d]...)
+			}
+		}
+		blk, kb := keyBlock(tr.Table, ks)
+		if grads {
+			blk.Values = wire.Bytes(gs)
+		}
+		blks[i], keyBytes = blk, keyBytes+kb
+	}
+	return blks, keyBytes
+}
+
+// PullTables implements embed.MultiRows: every table's keys' rows, read
+// at version step, in one request per shard (more when a shard's share
+// is over MaxRequestBytes).
+func (c *Client) PullTables(ctx context.Context, step int64, tables []embed.TableRows) error {
+	dims, err := dimsOf(tables)
+	if err != nil {
 		return err
 	}
-	parts := split(table, keys, len(c.cfg.Shards), c.maxKeys(dim))
-	return c.each(parts, func(p part) error {
-		ks := make([]uint64, len(p.idx))
-		for j, i := range p.idx {
-			ks[j] = keys[i]
-		}
-		blk, keyBytes := keyBlock(table, ks)
-		req := &pb.PullRowsRequest{RunId: c.cfg.RunID, Worker: c.cfg.Worker, Generation: c.gen.Load(), MinVersion: step,
-			Tables: []*pb.RowBlock{blk}}
-		resp, err := c.cfg.Shards[p.shard].PullRows(ctx, req)
+	reqs := split(tables, dims, len(c.cfg.Shards), c.cfg.MaxRequestBytes)
+	return c.each(ctx, reqs, func(ctx context.Context, r request) error {
+		blks, keyBytes := blocksOf(tables, dims, r, false)
+		req := &pb.PullRowsRequest{RunId: c.cfg.RunID, Worker: c.cfg.Worker, Generation: c.gen.Load(), MinVersion: step, Tables: blks}
+		resp, err := c.cfg.Shards[r.shard].PullRows(ctx, req)
 		if err != nil {
-			return fmt.Errorf("pull of %d rows of %s: %w", len(ks), table, err)
+			return fmt.Errorf("pull of %d rows of %s: %w", r.keys(), describe(tables, r), err)
 		}
-		if len(resp.Tables) != 1 || len(resp.Tables[0].Values) != len(ks)*dim*4 {
-			return fmt.Errorf("pull of %d rows of %s of dimension %d: answered with %d blocks (want 1 of %d bytes)", len(ks), table, dim, len(resp.Tables), len(ks)*dim*4)
-		}
-		rows, err := wire.Floats(resp.Tables[0].Values)
+		got, err := placeRows(tables, dims, r, resp.Tables)
 		if err != nil {
 			return err
 		}
-		for j, i := range p.idx {
-			copy(out[i*dim:(i+1)*dim], rows[j*dim:(j+1)*dim])
-		}
-		c.count(p.shard, len(ks), 0, keyBytes, len(resp.Tables[0].Values), false)
+		c.count(r.shard, r.keys(), 0, keyBytes, got, false)
 		if resp.Done && c.cfg.Worker >= 0 { // the chief reads the final model's rows
 			return ErrDone
 		}
@@ -220,34 +309,68 @@ func (c *Client) Pull(ctx context.Context, step int64, table string, keys []uint
 	})
 }
 
-// Push implements embed.Rows: the gradients of keys' rows, computed from
-// the rows at version step.
-func (c *Client) Push(ctx context.Context, step int64, table string, keys []uint64, grads []float32) error {
-	dim, err := dimOf(keys, grads)
-	if err != nil || dim == 0 {
+// placeRows copies a pull's answer into the call's rows and returns its
+// bytes.
+func placeRows(tables []embed.TableRows, dims []int, r request, ans []*pb.RowBlock) (int, error) {
+	if len(ans) != len(r.blocks) {
+		return 0, fmt.Errorf("pull of %s: answered with %d blocks, want %d", describe(tables, r), len(ans), len(r.blocks))
+	}
+	got := 0
+	for i, b := range r.blocks {
+		tr, d := tables[b.t], dims[b.t]
+		if len(ans[i].Values) != len(b.idx)*d*4 {
+			return 0, fmt.Errorf("pull of %d rows of %s of dimension %d: answered with %d bytes, want %d", len(b.idx), tr.Table, d, len(ans[i].Values), len(b.idx)*d*4)
+		}
+		rows, err := wire.Floats(ans[i].Values)
+		if err != nil {
+			return 0, err
+		}
+		for j, k := range b.idx {
+			copy(tr.Rows[k*d:(k+1)*d], rows[j*d:(j+1)*d])
+		}
+		got += len(ans[i].Values)
+	}
+	return got, nil
+}
+
+// PushTables implements embed.MultiRows: every table's keys' gradients,
+// computed from the rows at version step, in one request per shard
+// (more when a shard's share is over MaxRequestBytes).
+func (c *Client) PushTables(ctx context.Context, step int64, tables []embed.TableRows) error {
+	dims, err := dimsOf(tables)
+	if err != nil {
 		return err
 	}
-	parts := split(table, keys, len(c.cfg.Shards), c.maxKeys(dim))
-	return c.each(parts, func(p part) error {
-		ks, gs := make([]uint64, len(p.idx)), make([]float32, 0, len(p.idx)*dim)
-		for j, i := range p.idx {
-			ks[j] = keys[i]
-			gs = append(gs, grads[i*dim:(i+1)*dim]...)
-		}
-		blk, keyBytes := keyBlock(table, ks)
-		blk.Values = wire.Bytes(gs)
-		req := &pb.PushRowsRequest{RunId: c.cfg.RunID, Worker: c.cfg.Worker, Generation: c.gen.Load(), Version: step,
-			Tables: []*pb.RowBlock{blk}}
-		resp, err := c.cfg.Shards[p.shard].PushRows(ctx, req)
+	reqs := split(tables, dims, len(c.cfg.Shards), c.cfg.MaxRequestBytes)
+	return c.each(ctx, reqs, func(ctx context.Context, r request) error {
+		blks, keyBytes := blocksOf(tables, dims, r, true)
+		req := &pb.PushRowsRequest{RunId: c.cfg.RunID, Worker: c.cfg.Worker, Generation: c.gen.Load(), Version: step, Tables: blks}
+		resp, err := c.cfg.Shards[r.shard].PushRows(ctx, req)
 		if err != nil {
-			return fmt.Errorf("push of %d rows of %s: %w", len(ks), table, err)
+			return fmt.Errorf("push of %d rows of %s: %w", r.keys(), describe(tables, r), err)
 		}
-		c.count(p.shard, 0, len(ks), keyBytes+len(blk.Values), 0, resp.Outcome == pb.PushResponse_STALE)
+		sent := keyBytes
+		for _, b := range blks {
+			sent += len(b.Values)
+		}
+		c.count(r.shard, 0, r.keys(), sent, 0, resp.Outcome == pb.PushResponse_STALE)
 		if resp.Done {
 			return ErrDone
 		}
 		return nil
 	})
+}
+
+// describe names a request's tables ("emb/C1", or "emb/C1 and 25 more").
+func describe(tables []embed.TableRows, r request) string {
+	if len(r.blocks) == 0 {
+		return "no table"
+	}
+	name := tables[r.blocks[0].t].Table
+	if n := len(r.blocks) - 1; n > 0 {
+		return fmt.Sprintf("%s and %d more", name, n)
+	}
+	return name
 }
 
 // keyBlock is a request's block of keys, in whichever of the two

@@ -1,0 +1,380 @@
+package chief
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/observe/report"
+)
+
+// Parameter servers added and removed live (docs/elastic.md, "Parameter
+// servers"): a sync run's PS count may change while it trains, by
+// ScalePS (`pstrain scale --ps N`). The model's row blocks move to the
+// layout of the new count (partition.New) at a step boundary:
+//
+//  1. the core waits for the added PS processes to register, and for no
+//     evaluation or checkpoint to be under way (both read the layout);
+//  2. it orders a hold two steps past the shards' versions
+//     (SetMembership.HoldAt): every shard completes the steps before it
+//     and answers no worker's pull at it. A shard already there refuses
+//     the hold and the core tries again further on;
+//  3. once every shard is at the boundary it orders SnapshotShards: a
+//     checkpoint of that step (parameters, optimizer state, data
+//     positions), which is also the run's newest checkpoint;
+//  4. then it publishes the new PS count: heartbeat answers carry it,
+//     workers stop their step (their pulls are held), switch to the new
+//     layout and say so in their next heartbeat;
+//  5. when every live worker did (or StartupTimeout passed), it orders
+//     SwitchLayout: every shard of the new layout is initialised from
+//     that checkpoint, resharded, at the boundary's version, in a new
+//     generation, and the removed PS are stopped (they exit 0). The
+//     held pulls are answered by the new layout and step S is its first.
+//
+// No step is lost (the snapshot is of the boundary, and nothing trains
+// between it and the switch) and none is rolled back.
+
+// psChange is a change of the PS count under way.
+type psChange struct {
+	from, to int
+	asked    time.Time
+	at       int64     // the hold's step (0: not ordered yet)
+	held     bool      // every shard took the hold
+	heldAt   time.Time // the first poll that saw every shard at the hold
+	snapping bool      // SnapshotShards ordered
+	// published: the snapshot is written and heartbeats carry the new
+	// count, since publishedAt; switching: SwitchLayout ordered.
+	published   bool
+	publishedAt time.Time
+	switching   bool
+}
+
+// psScaleState is the PS count in effect, the one asked for, the change
+// under way and, during it, the PS count each worker said it uses.
+type psScaleState struct {
+	psCount   int
+	psTarget  int
+	psAskedAt time.Time
+	psChange  *psChange
+	psAcks    map[int]int
+}
+
+// SnapshotShards writes the checkpoint of step Step, at which every
+// shard is held, for a change of the PS count (Latest: the newest
+// committed checkpoint's step). Answered by Core.Snapshotted.
+type SnapshotShards struct {
+	Step   int64
+	Latest int64
+	To     int // the new PS count: the checkpoint is read back for it
+}
+
+// SwitchLayout initialises the To shards of the new layout, in
+// Generation, from the checkpoint of step Step (resharded from From
+// shards), and stops the removed PS (From above To). Answered by
+// Core.LayoutSwitched with the version the shards serve from.
+type SwitchLayout struct {
+	From, To   int
+	Step       int64
+	Generation int64
+}
+
+func (SnapshotShards) action() {}
+func (SwitchLayout) action()   {}
+
+func (a SnapshotShards) String() string {
+	return fmt.Sprintf("snapshot-shards step=%d latest=%d ps=%d", a.Step, a.Latest, a.To)
+}
+
+func (a SwitchLayout) String() string {
+	return fmt.Sprintf("switch-layout ps=%d->%d step=%d generation=%d", a.From, a.To, a.Step, a.Generation)
+}
+
+// PSCount is the number of parameter servers holding the model now.
+func (c *Core) PSCount() int { return c.psCount }
+
+// PSTarget is the PS count asked for.
+func (c *Core) PSTarget() int { return c.psTarget }
+
+// ScalePS asks for n parameter servers. It takes effect at a step
+// boundary (see above); asking again before the hold replaces the
+// target.
+func (c *Core) ScalePS(n int, now time.Time) error {
+	r := c.p.Run
+	switch {
+	case r.Mode != config.Sync:
+		return fmt.Errorf("%w: parameter servers change live in --mode sync only (this run is %s)", ErrScale, r.Mode)
+	case c.replicated():
+		return fmt.Errorf("%w: a run with hot standbys (--ps-replicas) cannot change its PS count", ErrScale)
+	case len(c.p.Spec.Tables()) > 0:
+		return fmt.Errorf("%w: a %s model's embedding tables do not move between parameter servers", ErrScale, c.p.Spec.KindName())
+	case !c.p.Checkpoints:
+		return fmt.Errorf("%w: moving the model to other parameter servers goes through a checkpoint; the run has none (--checkpoint-dir)", ErrScale)
+	case n < 1:
+		return fmt.Errorf("%w: --ps must be at least 1, got %d", ErrScale, n)
+	case n > r.PSSlots():
+		return fmt.Errorf("%w: --ps %d is more than the run's --max-ps %d", ErrScale, n, r.PSSlots())
+	case c.phase >= stopping:
+		return fmt.Errorf("%w: the run is stopping", ErrScale)
+	}
+	if n != c.psTarget {
+		c.log.Info("PS count asked", "ps", n, "now", c.psCount)
+		c.psTarget = n
+		c.psAskedAt = now
+		if ch := c.psChange; ch != nil && ch.at == 0 {
+			ch.to, ch.asked = n, now // (not held yet: the new target replaces it)
+		}
+	}
+	return nil
+}
+
+// busyForPS says an evaluation or a checkpoint reads the shards under
+// the current layout, or a worker change is under way.
+func (c *Core) busyForPS() bool { return c.evalBusy || c.ckptBusy || c.change != nil }
+
+// tickPS advances a change of the PS count; called when the shards
+// answered a poll and no restore or rollback is under way.
+func (c *Core) tickPS(now time.Time) []Action {
+	ch := c.psChange
+	switch {
+	case ch == nil && c.psTarget != c.psCount && !c.busyForPS():
+		c.psChange = &psChange{from: c.psCount, to: c.psTarget, asked: c.psAskedAt}
+		c.log.Info("PS count change: waiting for the added parameter servers", "from", c.psCount, "to", c.psTarget)
+		return c.tickPS(now)
+	case ch == nil:
+		return nil
+	case ch.at == 0:
+		return c.psHold(now, ch)
+	case !ch.held:
+		return nil
+	case !ch.snapping:
+		return c.psSnapshot(now, ch)
+	case ch.published && !ch.switching:
+		return c.psSwitch(now, ch)
+	}
+	return nil
+}
+
+// psHold orders the hold once the added PS processes registered.
+func (c *Core) psHold(now time.Time, ch *psChange) []Action {
+	if ch.to == ch.from {
+		c.psChange = nil
+		return nil
+	}
+	for s := ch.from; s < ch.to; s++ {
+		if s >= len(c.psSeen) || !c.psSeen[s] {
+			return nil
+		}
+	}
+	ch.at = slices.Max(c.versions) + 2
+	if ch.at >= c.MaxSteps() {
+		c.log.Info("the run ends before a PS count change could take effect", "ps", c.psCount, "asked", ch.to)
+		c.psChange, c.psTarget = nil, c.psCount
+		return nil
+	}
+	c.log.Info("PS count change: holding the shards at a step boundary", "from", ch.from, "to", ch.to, "step", ch.at)
+	return c.membership(now)
+}
+
+// psHoldRefused: a shard was past the hold; drop it everywhere and try
+// further on.
+func (c *Core) psHoldRefused(now time.Time) []Action {
+	c.log.Info("PS count change: a shard was past the boundary; trying a later one", "step", c.psChange.at)
+	c.psChange.at = 0
+	c.lastSent = nil
+	return c.membership(now)
+}
+
+// psHeldSent notes that every shard took the PS change's hold.
+func (c *Core) psHeldSent() {
+	ch := c.psChange
+	if ch != nil && !ch.held && ch.at > 0 && c.lastSent != nil && c.lastSent.HoldAt == ch.at {
+		ch.held = true
+	}
+}
+
+// psSnapshot orders the snapshot once every shard is at the boundary.
+func (c *Core) psSnapshot(now time.Time, ch *psChange) []Action {
+	for _, v := range c.versions {
+		if v != ch.at {
+			return nil
+		}
+	}
+	ch.heldAt, ch.snapping = now, true
+	c.ckptBusy = true
+	return []Action{SnapshotShards{Step: ch.at, Latest: c.st.LatestCheckpoint, To: ch.to}}
+}
+
+// Snapshotted is SnapshotShards's outcome: the checkpoint of the
+// boundary is written (the new count is published to the workers), or
+// it failed (the hold is released and the change dropped).
+func (c *Core) Snapshotted(now time.Time, res CheckpointResult) []Action {
+	ch := c.psChange
+	c.ckptBusy = false
+	if ch == nil || !ch.snapping {
+		return nil
+	}
+	if res.Err != nil {
+		c.st.Checkpoints.Failed++
+		c.st.Checkpoints.LastError = res.Err.Error()
+		c.log.Error("PS count change dropped: the boundary's checkpoint failed", "step", ch.at, "err", res.Err)
+		c.psChange, c.psTarget = nil, c.psCount
+		c.lastSent = nil
+		return c.membership(now)
+	}
+	c.st.Checkpoints.Committed++
+	c.st.LatestCheckpoint = res.Step
+	c.lastCkpt = now
+	ch.published, ch.publishedAt = true, now
+	c.psAcks = map[int]int{}
+	c.log.Info("PS count change: the boundary's checkpoint is written; workers switch layouts", "step", ch.at, "ps", ch.to)
+	return []Action{c.save()}
+}
+
+// psSwitch orders the switch once every live worker uses the new layout.
+func (c *Core) psSwitch(now time.Time, ch *psChange) []Action {
+	if now.Sub(ch.publishedAt) < c.p.StartupTimeout && !c.PSSwitchReady(now) {
+		return nil
+	}
+	ch.switching = true
+	c.st.Generation++
+	return []Action{SwitchLayout{From: ch.from, To: ch.to, Step: ch.at, Generation: c.st.Generation}}
+}
+
+// LayoutSwitched is SwitchLayout's outcome: the shards of the new layout
+// serve from version (the boundary's). The change is recorded with the
+// pause the workers saw (from the poll that found every shard held to
+// now) and the steps lost (the boundary minus version).
+func (c *Core) LayoutSwitched(now time.Time, version int64) []Action {
+	ch := c.psChange
+	if ch == nil || !ch.switching {
+		return nil
+	}
+	c.psChange, c.psAcks = nil, nil
+	c.resizeShards(ch.to)
+	for s := range c.versions {
+		c.versions[s] = version
+	}
+	c.step = version
+	c.beginGeneration(version, false)
+	c.lastSent = nil // the new shards start from the run's membership: say it again
+	lost, pause := max(0, ch.at-version), now.Sub(ch.heldAt).Seconds()
+	chg := report.MembershipChange{Role: "ps", Step: ch.at, Epoch: int64(float64(ch.at) / StepsPerEpoch(c.p.Run, c.p.TrainN)),
+		Seconds: c.seconds(now), AskedSeconds: c.seconds(ch.asked), From: ch.from, To: ch.to,
+		PauseSeconds: ptr(pause), StepsLost: ptr(lost)}
+	c.st.Membership = append(c.st.Membership, chg)
+	c.st.PS = ch.to
+	c.m.LayoutChanges.Inc()
+	c.m.PS.Set(float64(ch.to))
+	c.log.Warn("parameter servers changed", "from", ch.from, "to", ch.to, "step", ch.at, "steps_lost", lost,
+		"generation", c.st.Generation, "pause_seconds", fmt.Sprintf("%.2f", pause))
+	return append(c.membership(now), c.save())
+}
+
+// resizeShards sizes the per-shard state for n shards.
+func (c *Core) resizeShards(n int) {
+	c.psCount = n
+	c.versions = resize(c.versions, n)
+	c.down = resize(c.down, n)
+	c.outliers = resize(c.outliers, n)
+	c.refusedGrads = c.refusedGrads.resize(n)
+	c.nonFiniteGrads = c.nonFiniteGrads.resize(n)
+}
+
+// resize is s cut or grown (with zero values) to n elements.
+func resize[T any](s []T, n int) []T {
+	if len(s) >= n {
+		return s[:n]
+	}
+	return append(s, make([]T, n-len(s))...)
+}
+
+// resize is c for n shards: those that stay keep their counts (their
+// totals were noted; their next counts, after the Init, are afresh);
+// the totals of removed shards stay with shard 0, so each worker's count
+// (the most any shard counted) is not lost.
+func (c shardCounts) resize(n int) shardCounts {
+	workers := 0
+	if len(c.total) > 0 {
+		workers = len(c.total[0])
+	}
+	for s := n; s < len(c.total); s++ {
+		for w := range c.total[s] {
+			c.total[0][w] = max(c.total[0][w], c.total[s][w])
+			c.atGen[0][w] = max(c.atGen[0][w], c.atGen[s][w])
+		}
+	}
+	out := shardCounts{seen: resize(c.seen, n), total: resize(c.total, n), atGen: resize(c.atGen, n)}
+	for s := range out.total {
+		if out.total[s] == nil {
+			out.seen[s], out.total[s], out.atGen[s] = make([]int64, workers), make([]int64, workers), make([]int64, workers)
+		}
+		clear(out.seen[s]) // every shard is initialised afresh
+	}
+	return out
+}
+
+// HeartbeatPS records the PS count worker says its layout has and
+// returns the count it is to use: the new one once a change's snapshot
+// is written, else the one in effect.
+func (c *Core) HeartbeatPS(worker, n int) int {
+	if c.psAcks != nil && n > 0 {
+		c.psAcks[worker] = n
+	}
+	return c.LayoutPS()
+}
+
+// PSSwitchReady says every live worker uses the new layout of a change
+// whose checkpoint is written: the switch is due (the loop need not wait
+// for its next poll).
+func (c *Core) PSSwitchReady(now time.Time) bool {
+	ch := c.psChange
+	if ch == nil || !ch.published || ch.switching {
+		return false
+	}
+	for _, w := range c.members.Live(now) {
+		if c.psAcks[w] != ch.to && !c.retired[w] {
+			return false
+		}
+	}
+	return true
+}
+
+// LayoutPS is the PS count workers are to use (registrations and
+// heartbeats say it).
+func (c *Core) LayoutPS() int {
+	if ch := c.psChange; ch != nil && ch.published {
+		return ch.to
+	}
+	return c.psCount
+}
+
+// psHoldAt is the PS change's hold (0: none).
+func (c *Core) psHoldAt() int64 {
+	if c.psChange == nil {
+		return 0
+	}
+	return c.psChange.at
+}
+
+// admitPS checks that ps index may register: one of the run's PS slots
+// (--max-ps).
+func (c *Core) admitPS(index int) error {
+	if index < 0 || index >= c.p.Run.PSSlots() {
+		return fmt.Errorf("%w: ps index %d out of range (the run has at most %d: --max-ps)", ErrBadTask, index, c.p.Run.PSSlots())
+	}
+	for len(c.psSeen) <= index {
+		c.psSeen = append(c.psSeen, false)
+	}
+	c.psSeen[index] = true
+	return nil
+}
+
+// adoptPS takes the PS count from a saved state (a restarted chief); a
+// change under way is dropped.
+func (c *Core) adoptPS() {
+	if c.st.PS > 0 && c.st.PS != c.psCount {
+		c.resizeShards(c.st.PS)
+	}
+	c.psTarget = c.psCount
+}

@@ -1,0 +1,211 @@
+package chief
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/pstrain/pstrain/checkpoint/shardckpt"
+	"github.com/pstrain/pstrain/ml/partition"
+	pb "github.com/pstrain/pstrain/proto"
+)
+
+// The driver's half of a live change of the PS count (core_psscale.go):
+// the boundary's checkpoint, and the switch to the layout of the new
+// count. Both run on the loop's goroutine while every shard holds the
+// workers at the boundary; no evaluation or checkpoint job runs then
+// (the core starts none during a change), so the layout (cfg.PS, plan,
+// Run.PS) changes under no reader.
+
+// ScalePS asks for n parameter servers (docs/elastic.md, "Parameter
+// servers"); --scale-file's "ps" is the task's way to call it.
+func (c *Chief) ScalePS(n int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.core.ScalePS(n, c.cfg.Now())
+}
+
+// snapshotShards carries out a SnapshotShards: the checkpoint of the
+// step every shard is held at.
+//
+// It also starts reading the checkpoint back, resharded for the new
+// count, on a goroutine of its own (it ends by itself), while the
+// workers switch layouts: SwitchLayout then only sends the Inits.
+func (c *Chief) snapshotShards(ctx context.Context, a SnapshotShards) CheckpointResult {
+	t0 := c.cfg.Now()
+	c.moved = nil
+	res := c.writeShardsAndCommit(ctx, Checkpoint{Latest: a.Latest, KeepGood: -1}, a.Step, a.Step)
+	if res.Err != nil {
+		c.removeLeftovers()
+		return res
+	}
+	res.Duration = c.cfg.Now().Sub(t0)
+	c.cfg.Log.Info("PS count change: the boundary's checkpoint is written", "step", a.Step,
+		"bytes", res.Bytes, "seconds", fmt.Sprintf("%.3f", res.Duration.Seconds()))
+	if a.To > 0 {
+		loaded := make(chan loadedMove, 1)
+		plan := c.plan
+		go func() {
+			mv, err := c.loadMove(plan, a.Step, a.To)
+			loaded <- loadedMove{mv, err}
+		}()
+		c.moved = loaded
+	}
+	return res
+}
+
+// loadedMove is loadMove's outcome.
+type loadedMove struct {
+	mv  *move
+	err error
+}
+
+// move is the checkpoint of a PS count change's boundary, read for the
+// layout of the new count: each new shard's Init.
+type move struct {
+	step   int64
+	plan   partition.Plan
+	shards []shardInit
+}
+
+// loadMove reads the newest checkpoint, which must be of step, and
+// reshards it for n shards (from the layout from, which it logs what
+// the change moves of).
+func (c *Chief) loadMove(from partition.Plan, step int64, n int) (*move, error) {
+	plan, err := partition.New(c.cfg.Spec, n)
+	if err != nil {
+		return nil, err
+	}
+	info, _, err := c.cfg.Store.Latest()
+	if err != nil {
+		return nil, fmt.Errorf("chief: the PS count change's checkpoint: %w", err)
+	}
+	if info.Step != step {
+		return nil, fmt.Errorf("chief: the PS count change's checkpoint of step %d is not the newest (%d is)", step, info.Step)
+	}
+	ck, err := c.cfg.Store.Load(info.Path)
+	if err != nil {
+		return nil, fmt.Errorf("chief: the PS count change's checkpoint: %w", err)
+	}
+	st, err := shardckpt.Read(ck, c.cfg.Spec, c.cfg.Run.Optimizer)
+	if err != nil {
+		return nil, fmt.Errorf("chief: the PS count change's checkpoint: %w", err)
+	}
+	mv := &move{step: step, plan: plan}
+	moved := partition.MovedElements(partition.Moves(from, plan))
+	c.cfg.Log.Info("PS count change: the model's rows on the new layout", "ps", n, "moved_mib",
+		fmt.Sprintf("%.2f", float64(4*moved)/(1<<20)), "of_mib", fmt.Sprintf("%.2f", float64(4*c.cfg.Spec.NumParams())/(1<<20)))
+	for s := range n {
+		p, o := st.Shard(plan, s)
+		mv.shards = append(mv.shards, shardInit{params: p, opt: o, optSteps: st.OptimizerSteps,
+			version: ck.Manifest.Version, positions: ck.Manifest.DataPositions})
+	}
+	return mv, nil
+}
+
+// switchLayout carries out a SwitchLayout: the layout of a.To shards
+// becomes the chief's and every shard of it is initialised from the
+// checkpoint of a.Step (the newest: the core orders no other during a
+// change). It returns the version the shards serve from. (The removed
+// PS processes are told to exit after: retirePS.)
+func (c *Chief) switchLayout(ctx context.Context, a SwitchLayout) (int64, error) {
+	t0 := c.cfg.Now()
+	var rs *move
+	if c.moved != nil {
+		select {
+		case l := <-c.moved:
+			rs = l.mv
+			if l.err != nil {
+				c.cfg.Log.Warn("PS count change: reading the boundary's checkpoint failed; reading it again", "err", l.err)
+			}
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		c.moved = nil
+	}
+	if rs == nil || rs.step != a.Step || len(rs.shards) != a.To {
+		var err error
+		if rs, err = c.loadMove(c.plan, a.Step, a.To); err != nil {
+			return 0, err
+		}
+	}
+	if err := c.setLayout(a.To); err != nil {
+		return 0, err
+	}
+	errs := make([]error, a.To)
+	var wg sync.WaitGroup
+	for s := range a.To {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[s] = c.initShard(ctx, s, rs.shards[s], a.Generation)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return 0, fmt.Errorf("chief: initialising the new layout: %w", err)
+		}
+	}
+	c.cfg.Log.Info("PS count change: the new layout serves", "ps", a.To, "version", rs.shards[0].version,
+		"seconds", fmt.Sprintf("%.3f", c.cfg.Now().Sub(t0).Seconds()))
+	return rs.shards[0].version, nil
+}
+
+// setLayout makes the first n PS slots the shards and their partition
+// the plan.
+func (c *Chief) setLayout(n int) error {
+	if n < 1 || n > len(c.psSlots) {
+		return fmt.Errorf("chief: %d parameter servers asked, the run has %d slots", n, len(c.psSlots))
+	}
+	plan, err := partition.New(c.cfg.Spec, n)
+	if err != nil {
+		return err
+	}
+	c.cfg.PS, c.cfg.Run.PS, c.plan = c.psSlots[:n], n, plan
+	return nil
+}
+
+// retirePS tells the PS processes of slots [from, to) to exit, in
+// parallel: they hold nothing of the model any more.
+func (c *Chief) retirePS(ctx context.Context, from, to int) {
+	var wg sync.WaitGroup
+	for s := from; s < to; s++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := c.psSlots[s]
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			if _, err := p.Client.Stop(cctx, &pb.StopRequest{Shutdown: true}); err != nil {
+				c.cfg.Log.Warn("could not tell a removed PS process to exit", "task", fmt.Sprintf("ps/%d", s), "addr", p.Addr, "err", err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// applyScale hands the core a scale request: its worker count and, when
+// it asks for one, its PS count. Call with mu held.
+func (c *Chief) applyScale(req ScaleRequest, now time.Time) {
+	if req.Workers > 0 {
+		if err := c.core.Scale(req.Workers, now); err != nil {
+			c.cfg.Log.Error("scale request refused", "file", c.cfg.ScaleFile, "err", err)
+		}
+	}
+	if req.PS > 0 {
+		if err := c.core.ScalePS(req.PS, now); err != nil {
+			c.cfg.Log.Error("scale request refused", "file", c.cfg.ScaleFile, "err", err)
+		}
+	}
+}
+
+// nudgeLoop asks the loop for a tick now: the last worker switched
+// layouts, and the switch need not wait for the next poll.
+func (c *Chief) nudgeLoop() {
+	select {
+	case c.nudge <- struct{}{}:
+	default:
+	}
+}

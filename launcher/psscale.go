@@ -1,0 +1,138 @@
+package launcher
+
+import (
+	"fmt"
+	"path/filepath"
+	"sync"
+
+	"github.com/pstrain/pstrain/chief"
+	"github.com/pstrain/pstrain/cluster"
+	"github.com/pstrain/pstrain/config"
+)
+
+// Parameter servers added and removed live (docs/elastic.md,
+// "Parameter servers"). `pstrain scale --run-dir DIR --ps N` writes the
+// request file's "ps"; the launcher starts the PS processes of the slots
+// N adds (their addresses were reserved at launch: the cluster file lists
+// --max-ps PS slots) and lets the ones it removes exit when the chief
+// tells them to, after it has moved the model to the new layout.
+
+// RequestScalePS asks the `pstrain run` on dir for ps parameter servers.
+// It checks that a launcher is running there, that the run is sync and
+// that ps is in 1..--max-ps, and returns the count it replaces.
+func RequestScalePS(dir string, ps int) (was int, err error) {
+	if !launcherAlive(dir, procFS("/proc")) {
+		return 0, fmt.Errorf("%w in %s: no pstrain run is running there (%s has no live launcher)", ErrNoRun, dir, filepath.Join(dir, "pids"))
+	}
+	st, err := readScaleStatus(dir)
+	if err != nil {
+		return 0, fmt.Errorf("%w in %s: %v (a pstrain run older than elastic workers?)", ErrNoRun, dir, err)
+	}
+	switch {
+	case st.Mode != string(config.Sync):
+		return 0, fmt.Errorf("%w: parameter servers change live in --mode sync only (the run in %s is %s)", ErrBadScale, dir, st.Mode)
+	case st.PSRefusal != "":
+		return 0, fmt.Errorf("%w: %s", ErrBadScale, st.PSRefusal)
+	case ps < 1:
+		return 0, fmt.Errorf("%w: --ps must be at least 1, got %d", ErrBadScale, ps)
+	case ps > st.MaxPS:
+		return 0, fmt.Errorf("%w: --ps %d is more than the run's --max-ps %d", ErrBadScale, ps, st.MaxPS)
+	}
+	path := filepath.Join(dir, ScaleRequestFile)
+	prev, _ := chief.ReadScaleRequest(path)
+	req := chief.ScaleRequest{PS: ps, Seq: prev.Seq + 1}
+	return st.PS, writeJSON(path, req)
+}
+
+// psRefusal says why a run of r cannot change its PS count ("": it
+// can), as the chief would refuse it (chief.Core.ScalePS), so that
+// `pstrain scale` refuses before the launcher starts a process.
+func psRefusal(r config.Run) string {
+	switch {
+	case r.Mode != config.Sync:
+		return fmt.Sprintf("parameter servers change live in --mode sync only (this run is %s)", r.Mode)
+	case r.PSReplicas > 0:
+		return "a run with hot standbys (--ps-replicas) cannot change its PS count"
+	case r.Model.IsCTR():
+		return "a ctr model's embedding tables do not move between parameter servers"
+	case r.CheckpointDir == "":
+		return "moving the model to other parameter servers goes through a checkpoint; the run has none (--checkpoint-dir)"
+	}
+	return ""
+}
+
+// psScaler is the launcher's side of a change of the PS count: the count
+// asked for, and starting the PS processes a request adds. The ones a
+// request removes exit when the chief tells them to; retiring says
+// their exit is no failure.
+type psScaler struct {
+	s     *supervisor
+	start func(t cluster.Task) error // starts and supervises a PS process
+	slots int
+
+	mu      sync.Mutex
+	target  int
+	running map[int]bool // PS processes the launcher supervises
+}
+
+// retiring says PS index was removed by a scale request: its exit ends
+// it.
+func (sc *psScaler) retiring(index int) bool {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	return index >= sc.target
+}
+
+// exited notes that PS index's supervision ended.
+func (sc *psScaler) exited(index int) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	delete(sc.running, index)
+}
+
+// count is the PS count last asked for.
+func (sc *psScaler) count() int {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	return sc.target
+}
+
+// apply makes ps the target: it starts the PS processes below it that
+// are not running.
+func (sc *psScaler) apply(ps int) {
+	log := sc.s.c.Log
+	if ps < 1 || ps > sc.slots || sc.s.isFinished() || sc.s.stopping() {
+		log.Error("scale request ignored", "ps", ps, "max_ps", sc.slots)
+		return
+	}
+	sc.mu.Lock()
+	was := sc.target
+	sc.target = ps
+	var start []int
+	for i := range ps {
+		if !sc.running[i] {
+			sc.running[i] = true
+			start = append(start, i)
+		}
+	}
+	sc.mu.Unlock()
+	log.Info("scaling the parameter servers: the model moves at a step boundary", "from", was, "to", ps)
+	sc.s.scaler.writeStatus()
+	for _, i := range start {
+		if err := sc.start(cluster.Task{Type: cluster.PS, Index: i}); err != nil {
+			log.Error("could not start a parameter server", "task", fmt.Sprintf("ps/%d", i), "err", err)
+			sc.exited(i)
+		}
+	}
+}
+
+// noteRemovedPS notes the exit of a PS process a scale request removed:
+// its end, whether clean or not (logged); it is not restarted.
+func (s *supervisor) noteRemovedPS(p *proc) {
+	if p.err != nil {
+		s.c.Log.Warn("a removed parameter server did not exit cleanly", "task", p.task, "err", exitText(p))
+	} else {
+		s.c.Log.Info("removed parameter server exited", "task", p.task)
+	}
+	s.noteEnded(p, CauseRemoved)
+}

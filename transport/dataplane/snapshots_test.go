@@ -1,0 +1,199 @@
+package dataplane
+
+import (
+	"bytes"
+	"context"
+	"sync"
+	"testing"
+
+	pb "github.com/pstrain/pstrain/proto"
+)
+
+// holds counts a backend buffer's holds: taken, and released.
+type holds struct {
+	mu             sync.Mutex
+	taken, dropped int
+}
+
+func (h *holds) take() func() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.taken++
+	return func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.dropped++
+	}
+}
+
+func (h *holds) outstanding() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.taken - h.dropped
+}
+
+// The same buffer is copied once and shared; the backend's hold is kept
+// until the last connection holding the slot moves on, and the slot is
+// then free for another buffer.
+func TestSnapshotsShareOneCopyPerBuffer(t *testing.T) {
+	t.Parallel()
+	tab := newSnapshots(make([]byte, snapSlots*64))
+	a, b := bytes.Repeat([]byte{1}, 64), bytes.Repeat([]byte{2}, 48)
+	var ha, hb holds
+	s1, ok1 := tab.share(a, ha.take())
+	s2, ok2 := tab.share(a, ha.take())
+	if !ok1 || !ok2 || s1 != s2 {
+		t.Fatalf("two pulls of one buffer: slots %d %v, %d %v; want one slot", s1, ok1, s2, ok2)
+	}
+	if ha.outstanding() != 1 || !bytes.Equal(tab.at(s1, len(a)), a) {
+		t.Fatalf("holds outstanding %d, want 1 (the slot's); slot holds the buffer: %v", ha.outstanding(), bytes.Equal(tab.at(s1, len(a)), a))
+	}
+	s3, ok3 := tab.share(b, hb.take())
+	if !ok3 || s3 == s1 || !bytes.Equal(tab.at(s3, len(b)), b) {
+		t.Fatalf("another buffer: slot %d %v, want a slot of its own holding it", s3, ok3)
+	}
+	tab.drop(s1)
+	if ha.outstanding() != 1 {
+		t.Fatal("the backend's hold ended while a connection still holds the slot")
+	}
+	tab.drop(s1)
+	if ha.outstanding() != 0 || tab.inUse() != 1 {
+		t.Fatalf("after the last drop: holds outstanding %d, slots in use %d; want 0, 1", ha.outstanding(), tab.inUse())
+	}
+	// a's bytes are no longer promised: a pull of the same address is
+	// copied again.
+	a[0] = 9
+	s4, ok4 := tab.share(a, ha.take())
+	if !ok4 || tab.at(s4, 1)[0] != 9 {
+		t.Fatalf("a freed slot matched a buffer it no longer holds (slot %d %v)", s4, ok4)
+	}
+}
+
+// Too large, empty or with every slot held: not shared, and the hold is
+// left to the caller.
+func TestSnapshotsRefuseWhatTheyCannotHold(t *testing.T) {
+	t.Parallel()
+	tab := newSnapshots(make([]byte, snapSlots*64))
+	var h holds
+	if _, ok := tab.share(make([]byte, 65), h.take()); ok {
+		t.Fatal("a buffer larger than a slot was shared")
+	}
+	if _, ok := tab.share(nil, h.take()); ok {
+		t.Fatal("an empty answer was shared")
+	}
+	for i := range snapSlots {
+		if _, ok := tab.share(make([]byte, 8), h.take()); !ok {
+			t.Fatalf("buffer %d not shared with free slots", i)
+		}
+	}
+	if _, ok := tab.share(make([]byte, 8), h.take()); ok {
+		t.Fatal("shared with every slot held")
+	}
+	if got := h.outstanding(); got != snapSlots+3 {
+		t.Fatalf("%d holds outstanding, want %d: the refused three are the caller's", got, snapSlots+3)
+	}
+}
+
+// heldBackend answers every pull with one buffer and counts its holds.
+type heldBackend struct {
+	echoBackend
+	h holds
+}
+
+func (b *heldBackend) PullShared(ctx context.Context, r *pb.PullRequest) (*pb.PullResponse, func(), error) {
+	resp, _, err := b.echoBackend.PullShared(ctx, r)
+	return resp, b.h.take(), err
+}
+
+// Same-host clients pulling the same parameters get views of one copy
+// in the server's snapshot region; the server keeps the backend's hold
+// until each client's next request, and releases everything when they
+// close.
+func TestSameHostPullsShareOneCopy(t *testing.T) {
+	const n = 4096
+	b := &heldBackend{echoBackend: echoBackend{params: bytes.Repeat([]byte{5}, n)}}
+	s, addr := serveShm(t, b, Config{}, nil)
+	if s.snaps == nil {
+		t.Skip("no shared memory on this platform")
+	}
+	ctx := context.Background()
+	c1, c2 := client(addr, 8<<20), client(addr, 8<<20)
+	v1, err1 := c1.PullView(ctx, &pb.PullRequest{RunId: "r"}, nil)
+	v2, err2 := c2.PullView(ctx, &pb.PullRequest{RunId: "r"}, nil)
+	if err1 != nil || err2 != nil {
+		t.Fatal(err1, err2)
+	}
+	if !bytes.Equal(v1.Params, b.params) || !bytes.Equal(v2.Params, b.params) {
+		t.Fatal("a view differs from the parameters")
+	}
+	if s.snaps.inUse() != 1 || b.h.outstanding() != 1 {
+		t.Fatalf("%d slots in use, %d holds; want 1 slot for both and its hold", s.snaps.inUse(), b.h.outstanding())
+	}
+	// PullInto copies out of the slot.
+	dst := [][]float32{make([]float32, n/8), make([]float32, n/8)}
+	if _, err := c1.PullInto(ctx, &pb.PullRequest{RunId: "r"}, dst); err != nil || !bytes.Equal(flat(dst), b.params) {
+		t.Fatalf("PullInto from a shared slot: %v, equal %v", err, bytes.Equal(flat(dst), b.params))
+	}
+	c1.Close()
+	c2.Close()
+	eventually(t, "every hold released once the clients are gone", func() bool {
+		return b.h.outstanding() == 0 && s.snaps.inUse() == 0
+	})
+}
+
+// versionsBackend answers pulls with the buffer of the current version,
+// one of two it alternates between (a new version each step, as a sync
+// shard's; neither is written, so the holds need no counting).
+type versionsBackend struct {
+	mu      sync.Mutex
+	bufs    [2][]byte
+	version int64
+}
+
+func (b *versionsBackend) PullShared(context.Context, *pb.PullRequest) (*pb.PullResponse, func(), error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return &pb.PullResponse{Version: b.version, Params: b.bufs[b.version%2]}, func() {}, nil
+}
+
+func (b *versionsBackend) Push(context.Context, *pb.PushRequest) (*pb.PushResponse, error) {
+	return &pb.PushResponse{}, nil
+}
+
+func (b *versionsBackend) next() {
+	b.mu.Lock()
+	b.version++
+	b.mu.Unlock()
+}
+
+// BenchmarkPullsOfOneVersion: a step's pulls of a default shard (318,405
+// values) by two same-host workers, each reading the answer where it
+// arrived (PullView), answered in each connection's region ("region")
+// or from one shared copy ("shared").
+func BenchmarkPullsOfOneVersion(b *testing.B) {
+	const n = 318405 * 4
+	for _, mode := range []string{"region", "shared"} {
+		b.Run(mode, func(b *testing.B) {
+			back := &versionsBackend{bufs: [2][]byte{bytes.Repeat([]byte{1}, n), bytes.Repeat([]byte{2}, n)}}
+			var setup func(*Server)
+			if mode == "region" {
+				setup = noSnapshots
+			}
+			_, addr := serveShm(b, back, Config{}, setup)
+			ctx := context.Background()
+			cs := []*Client{client(addr, 8<<20), client(addr, 8<<20)}
+			defer cs[0].Close()
+			defer cs[1].Close()
+			b.SetBytes(2 * n)
+			b.ResetTimer()
+			for range b.N {
+				back.next()
+				for _, c := range cs {
+					if _, err := c.PullView(ctx, &pb.PullRequest{RunId: "r"}, nil); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		})
+	}
+}

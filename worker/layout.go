@@ -1,0 +1,61 @@
+package worker
+
+import (
+	"time"
+
+	pb "github.com/pstrain/pstrain/proto"
+)
+
+// LayoutFollower is how a worker follows a change of the run's PS count
+// (docs/elastic.md, "Parameter servers"): its heartbeats say how many
+// shards its layout has (PS) and hand it the count the chief asks for
+// when that differs (SwitchPS), which ends the worker's Run for its
+// owner to rebuild it on the new layout.
+type LayoutFollower interface {
+	PS() int
+	SwitchPS(n int)
+}
+
+// stallBeat is how often a worker whose steps have stopped sends
+// heartbeats while it follows a layout: a change of the PS count holds
+// every worker's pull at a step boundary, and the chief's answer to a
+// heartbeat is how the worker learns the new count. Quicker than the
+// usual quarter of the heartbeat timeout, so that the pause stays short.
+const stallBeat = 50 * time.Millisecond
+
+// stallWatch says when a stalled worker's extra heartbeat is due.
+type stallWatch struct {
+	steps    int64
+	moved    time.Time // when steps last changed
+	lastBeat time.Time
+}
+
+// due says whether an extra heartbeat is due at now, with steps the
+// worker's steps done.
+func (s *stallWatch) due(now time.Time, steps int64) bool {
+	if steps != s.steps || s.moved.IsZero() {
+		s.steps, s.moved = steps, now
+		return false
+	}
+	return now.Sub(s.moved) >= 2*stallBeat && now.Sub(s.lastBeat) >= stallBeat
+}
+
+// beaten notes a heartbeat sent at now.
+func (s *stallWatch) beaten(now time.Time) { s.lastBeat = now }
+
+// followLayout fills in the request's PS count and hands the follower
+// the answer's, when it differs.
+func (w *Worker) followLayout(req *pb.HeartbeatRequest, resp *pb.HeartbeatResponse) {
+	l := w.cfg.Layout
+	if l == nil {
+		return
+	}
+	if resp == nil {
+		req.NumPs = int32(l.PS())
+		return
+	}
+	if n := int(resp.NumPs); n > 0 && n != l.PS() {
+		w.cfg.Log.Info("parameter servers changed: switching layouts", "worker", w.cfg.Index, "from", l.PS(), "to", n)
+		l.SwitchPS(n)
+	}
+}
