@@ -163,8 +163,17 @@ func (c *Core) psHold(now time.Time, ch *psChange) []Action {
 	}
 	for s := ch.from; s < ch.to; s++ {
 		if s >= len(c.psSeen) || !c.psSeen[s] {
+			if now.Sub(ch.asked) >= c.p.StartupTimeout {
+				// (A process that never came: training, evaluations and
+				// checkpoints go on under the current count.)
+				c.log.Error("PS count change dropped: an added parameter server did not register", "task", fmt.Sprintf("ps/%d", s), "waited", now.Sub(ch.asked), "ps", c.psCount)
+				c.psChange, c.psTarget = nil, c.psCount
+			}
 			return nil
 		}
+	}
+	if c.busyForPS() {
+		return nil // (an evaluation or checkpoint begun while the added PS started)
 	}
 	ch.at = slices.Max(c.versions) + 2
 	if ch.at >= c.MaxSteps() {
@@ -217,6 +226,7 @@ func (c *Core) Snapshotted(now time.Time, res CheckpointResult) []Action {
 	if res.Err != nil {
 		c.st.Checkpoints.Failed++
 		c.st.Checkpoints.LastError = res.Err.Error()
+		c.m.CheckpointFailures.Inc()
 		c.log.Error("PS count change dropped: the boundary's checkpoint failed", "step", ch.at, "err", res.Err)
 		c.psChange, c.psTarget = nil, c.psCount
 		c.lastSent = nil
@@ -224,6 +234,10 @@ func (c *Core) Snapshotted(now time.Time, res CheckpointResult) []Action {
 	}
 	c.st.Checkpoints.Committed++
 	c.st.LatestCheckpoint = res.Step
+	c.noteCheckpointPositions(res.Step, res.Positions) // (a later restore counts from them: core_ledger.go)
+	c.m.CheckpointDuration.Observe(res.Duration.Seconds())
+	c.m.CheckpointSize.Set(float64(res.Bytes))
+	c.m.CheckpointLastSuccess.Set(float64(now.UnixNano()) / 1e9)
 	c.lastCkpt = now
 	ch.published, ch.publishedAt = true, now
 	c.psAcks = map[int]int{}
@@ -251,6 +265,9 @@ func (c *Core) LayoutSwitched(now time.Time, version int64) []Action {
 		return nil
 	}
 	c.psChange, c.psAcks = nil, nil
+	for s := ch.to; s < min(ch.from, len(c.psSeen)); s++ {
+		c.psSeen[s] = false // (removed: a later change waits for its new process)
+	}
 	c.resizeShards(ch.to)
 	for s := range c.versions {
 		c.versions[s] = version

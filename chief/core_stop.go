@@ -23,8 +23,9 @@ const (
 // The stop rule (docs/semantics.md, "Stopped by target"): a run stops by
 // target when TargetHold evaluations in a row score at least the target,
 // the last of them on the whole test set, and it hands back the model of
-// that last evaluation. A routine evaluation scores a fixed subset of the
-// test set (EvalSubset of it: cheap); the whole set is scored only when
+// that last evaluation. A routine evaluation scores a stratified subset of
+// the test set (EvalSubset of it: cheap; each evaluation the next window,
+// Evaluator.ScoreAt); the whole set is scored only when
 // the subset's score would complete the hold. Without a target only the
 // subset is scored, and the final model is always scored on the whole
 // set.

@@ -183,7 +183,7 @@ func (c *Core) tickTraining(now time.Time, ps, standby []ShardStatus) []Action {
 	if more := c.tickPS(now); len(more) > 0 {
 		acts = append(slices.DeleteFunc(acts, func(a Action) bool { _, ok := a.(SetMembership); return ok }), more...)
 	}
-	if c.psChange != nil {
+	if c.psChange != nil && c.psChange.at > 0 {
 		return acts // (evaluations and checkpoints read the layout that is changing)
 	}
 	if a, ok := c.evalDue(now); ok {

@@ -26,7 +26,7 @@ type Evaluator struct {
 }
 
 // NewEvaluator builds a forward-only net for spec. seed fixes the samples
-// Score draws (the run's --seed: the same subset all run long).
+// Score and ScoreAt draw (the run's --seed).
 func NewEvaluator(spec model.Spec, test *dataset.Dataset, batch int, seed int64) (*Evaluator, error) {
 	if test.N == 0 {
 		return nil, fmt.Errorf("eval: empty test set")
@@ -58,12 +58,19 @@ func (e *Evaluator) Eval() (acc, loss float64, err error) {
 // accuracy an unbiased estimate of the whole set's). It also returns how
 // many samples it scored.
 func (e *Evaluator) Score(fraction float64) (acc, loss float64, n int, err error) {
+	return e.ScoreAt(fraction, 0)
+}
+
+// ScoreAt is Score on the k-th sample of fraction of the test set
+// (dataset.Sample.TakeAt: successive k score different images, each
+// sample stratified as Score's, which is k = 0's).
+func (e *Evaluator) ScoreAt(fraction float64, k int) (acc, loss float64, n int, err error) {
 	if e.ctr != nil {
 		return e.ctr.score(false)
 	}
 	var idx []int
 	if fraction < 1 {
-		idx = e.sample.Take(fraction)
+		idx = e.sample.TakeAt(fraction, k)
 	} else {
 		idx = make([]int, e.test.N)
 		for i := range idx {
@@ -81,6 +88,11 @@ func (e *Evaluator) Score(fraction float64) (acc, loss float64, n int, err error
 // set alone; it returns the whole set's accuracy, loss and size, and the
 // samples it scored.
 func (e *Evaluator) Complete(fraction, acc, loss float64, n int) (wholeAcc, wholeLoss float64, total, scored int, err error) {
+	return e.CompleteAt(fraction, 0, acc, loss, n)
+}
+
+// CompleteAt is Complete for the sample ScoreAt(fraction, k) drew.
+func (e *Evaluator) CompleteAt(fraction float64, k int, acc, loss float64, n int) (wholeAcc, wholeLoss float64, total, scored int, err error) {
 	if e.ctr != nil {
 		return acc, loss, n, 0, nil // Score scored the whole set
 	}
@@ -88,7 +100,7 @@ func (e *Evaluator) Complete(fraction, acc, loss float64, n int) (wholeAcc, whol
 		wholeAcc, wholeLoss, total, err = e.Score(1)
 		return wholeAcc, wholeLoss, total, total, err
 	}
-	rest := e.sample.Rest(fraction)
+	rest := e.sample.RestAt(fraction, k)
 	if len(rest) == 0 {
 		return acc, loss, n, 0, nil
 	}
@@ -232,7 +244,9 @@ func addWindow(w *Window, st *pb.StatusResponse) *Window {
 
 // evaluate carries out an Evaluate: it pulls every shard's parameters
 // (each shard retains the version it sends), then scores them, first on
-// the test subset when a.ConfirmAbove asks for it.
+// the test subset when a.ConfirmAbove asks for it: the a.Seq-th sample of
+// that fraction, so successive evaluations score different images
+// (docs/semantics.md, "Evaluation, and what it costs").
 func (c *Chief) evaluate(ctx context.Context, a Evaluate) EvalResult {
 	t0 := c.cfg.Now()
 	res := EvalResult{Seq: a.Seq, Generation: a.Generation, Step: math.MaxInt64}
@@ -262,7 +276,8 @@ func (c *Chief) evaluate(ctx context.Context, a Evaluate) EvalResult {
 	res.At = c.cfg.Now()
 	ev := c.cfg.Evaluator
 	if a.ConfirmAbove > 0 && a.Subset > 0 && a.Subset < 1 && ev.ctr == nil { // (a CTR evaluation scores the whole set)
-		res.Accuracy, res.Loss, res.Samples, res.Err = ev.Score(a.Subset)
+		k := int(a.Seq % math.MaxInt32)
+		res.Accuracy, res.Loss, res.Samples, res.Err = ev.ScoreAt(a.Subset, k)
 		res.Scored = res.Samples
 		if res.Err != nil || res.Accuracy < a.ConfirmAbove {
 			res.Duration = c.cfg.Now().Sub(t0)
@@ -270,7 +285,7 @@ func (c *Chief) evaluate(ctx context.Context, a Evaluate) EvalResult {
 		}
 		// The whole set: the subset's score and the rest's.
 		var rest int
-		res.Accuracy, res.Loss, res.Samples, rest, res.Err = ev.Complete(a.Subset, res.Accuracy, res.Loss, res.Samples)
+		res.Accuracy, res.Loss, res.Samples, rest, res.Err = ev.CompleteAt(a.Subset, k, res.Accuracy, res.Loss, res.Samples)
 		res.Scored += rest
 	} else {
 		res.Accuracy, res.Loss, res.Samples, res.Err = ev.Score(1)

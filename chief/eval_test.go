@@ -36,18 +36,32 @@ func TestEvaluatorCompleteIsWholeSet(t *testing.T) {
 	if err != nil || all != n {
 		t.Fatalf("whole set: %d samples, %v", all, err)
 	}
-	subAcc, subLoss, m, err := ev.Score(0.2)
-	if err != nil {
-		t.Fatal(err)
+	// Window 0 (Score and Complete) and later windows (an evaluation's
+	// sequence number) alike.
+	var subLosses []float64
+	for k := range 3 {
+		subAcc, subLoss, m, err := ev.ScoreAt(0.2, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k == 0 {
+			if a, l, m0, _ := ev.Score(0.2); a != subAcc || l != subLoss || m0 != m {
+				t.Errorf("ScoreAt(0.2, 0) %v %v %d, Score(0.2) %v %v %d", subAcc, subLoss, m, a, l, m0)
+			}
+		}
+		gotAcc, gotLoss, total, scored, err := ev.CompleteAt(0.2, k, subAcc, subLoss, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if total != n || scored != n-m || math.Abs(gotAcc-acc) > 1e-12 || math.Abs(gotLoss-loss) > 1e-6 {
+			t.Errorf("window %d completed: acc %v loss %v over %d (scored %d), want %v %v over %d (scored %d)", k, gotAcc, gotLoss, total, scored, acc, loss, n, n-m)
+		}
+		if subAcc == acc && subLoss == loss {
+			t.Errorf("window %d scored exactly the whole set: the case tells nothing", k)
+		}
+		subLosses = append(subLosses, subLoss)
 	}
-	gotAcc, gotLoss, total, scored, err := ev.Complete(0.2, subAcc, subLoss, m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if total != n || scored != n-m || math.Abs(gotAcc-acc) > 1e-12 || math.Abs(gotLoss-loss) > 1e-6 {
-		t.Errorf("completed: acc %v loss %v over %d (scored %d), want %v %v over %d (scored %d)", gotAcc, gotLoss, total, scored, acc, loss, n, n-m)
-	}
-	if subAcc == acc && subLoss == loss {
-		t.Error("the subset scored exactly the whole set: the case tells nothing")
+	if subLosses[0] == subLosses[1] && subLosses[1] == subLosses[2] {
+		t.Error("three windows scored the same loss: the same images")
 	}
 }

@@ -599,11 +599,15 @@ var (
 	DefaultCNNHidden = []int{256}
 )
 
-// The CNN's learning rate and warmup when --lr and --warmup-steps are not
-// given: the setting measured to reach 99% on MNIST with 2 PS + 2 workers
-// (docs/models.md; 0.05 without warmup blew the loss up once in the first
-// 20 steps).
+// The CNN's per-worker batch, learning rate and warmup when --batch, --lr
+// and --warmup-steps are not given (docs/semantics.md, "Default learning
+// rates"). With the default 2 workers a sync step is then the mean
+// gradient of 128 images at 0.05, the single-process recipe that holds
+// 99% in 2.3-2.4 epochs; at the general batch of 128 a sync step took 256
+// images, half the updates an epoch, and held 99% only after 4 or more
+// epochs. 0.05 without warmup blew the loss up once in the first 20 steps.
 const (
+	DefaultCNNBatch       = 64
 	DefaultCNNLR          = 0.05
 	DefaultCNNWarmupSteps = 200
 )
@@ -614,21 +618,20 @@ const DefaultMLPLR = 0.2
 
 // DefaultLR is the learning rate a run of the model kind, mode and
 // workers gets when --lr is not given (docs/semantics.md, "Default
-// learning rates"). An MLP's DefaultMLPLR is for a sync step, which
-// applies the mean of every worker's gradient; in async and ssp each
-// worker's gradient is an update of its own, so the rate is divided by
-// the workers: an epoch then moves the weights as far as a sync epoch
-// does, and the staleness that grows with the workers meets a smaller
-// step (0.2 per update overshot: async ended below its target). The
-// CNN keeps DefaultCNNLR in every mode: half of it did no better in
-// async, where neither holds 99% reliably (docs/semantics.md). A CTR
-// model's dense layers get DefaultCTRLR, divided as an MLP's.
+// learning rates"). The model's rate (DefaultMLPLR, DefaultCNNLR,
+// DefaultCTRLR) is for a sync step, which applies the mean of every
+// worker's gradient; in async and ssp each worker's gradient is an update
+// of its own, so the rate is divided by the workers: an epoch then moves
+// the weights as far as a sync epoch does, and the staleness that grows
+// with the workers meets a smaller step (the full rate per update
+// overshot: async ended below its target, the MLP at 0.2 and the CNN at
+// 0.05).
 func DefaultLR(kind ModelKind, mode Mode, workers int) float64 {
-	if kind.IsCNN() {
-		return DefaultCNNLR
-	}
 	lr := DefaultMLPLR
-	if kind.IsCTR() {
+	switch {
+	case kind.IsCNN():
+		lr = DefaultCNNLR
+	case kind.IsCTR():
 		lr = DefaultCTRLR
 	}
 	if mode == Sync {

@@ -277,6 +277,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.chief == nil {
 		return w.w.Run(ctx)
 	}
+	defer closeOnDone(ctx, w.cfg.DataPlan)()
 	// The heartbeat goroutines, owned by Run: one per layout, each
 	// stopped when its layout's training loop ends (its last heartbeat
 	// may still be under way when the next layout's loop starts).
@@ -291,6 +292,21 @@ func (w *Worker) Run(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// closeOnDone closes plan's reading when ctx ends, if it is a
+// worker.DataReader: a read waiting for the chief's next data plan (an
+// async or ssp change's hold) is woken by a new plan or by Close only,
+// and the heartbeats that would bring either end with ctx. (Not on a
+// layout's context: the batches go on across a change of the PS count.)
+// The function returned stops the watch.
+func closeOnDone(ctx context.Context, plan worker.PlanFollower) (stop func()) {
+	dr, ok := plan.(worker.DataReader)
+	if !ok {
+		return func() {}
+	}
+	unwatch := context.AfterFunc(ctx, dr.Close)
+	return func() { unwatch() }
 }
 
 // runLayout trains on the current layout, sending heartbeats (a

@@ -25,7 +25,7 @@ func TestRunCNNTrainsAndItsCheckpointEvaluates(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	rp, ckdir := filepath.Join(tmp, "report.json"), filepath.Join(tmp, "ckpt")
-	out, err := pstrain(t, ctx, "run", "--model", "cnn", "--lr", "0.05", "--warmup-steps", "20", "--data-dir", d,
+	out, err := pstrain(t, ctx, "run", "--model", "cnn", "--batch", "128", "--lr", "0.05", "--warmup-steps", "20", "--data-dir", d,
 		"--data-fraction", "0.15", "--epochs", "2", "--target-accuracy", "0", "--eval-every", "0", "--checkpoint-dir", ckdir,
 		"--run-dir", filepath.Join(tmp, "run"), "--sd-dir", filepath.Join(tmp, "targets"), "--report", rp)
 	if err != nil {

@@ -45,13 +45,13 @@ func sizesText(v *[]int) string {
 }
 
 // modelFlags are --model, --conv and --hidden together (and, on the
-// commands that take them, --lr and --warmup-steps): choosing a model
+// commands that take them, --batch, --lr and --warmup-steps): choosing a model
 // gives it its defaults for the flags not given, in any order, so `--model
 // cnn` alone trains the default CNN at its learning rate and `--model cnn
 // --hidden 512` keeps its 512.
 type modelFlags struct {
-	r                                    *config.Run
-	hiddenSet, convSet, lrSet, warmupSet bool
+	r                                              *config.Run
+	hiddenSet, convSet, batchSet, lrSet, warmupSet bool
 	// A CTR model's flags, and --dataset (whose default follows the
 	// model: mnist, or synth-ctr for --model ctr).
 	embDimSet, embOptSet, embLRSet, datasetSet, epochsSet bool
@@ -94,11 +94,11 @@ func (f modelFlag) Set(s string) error {
 	d := config.Default()
 	switch s {
 	case model.KindMLP:
-		f.m.apply("", nil, d.Hidden, d.WarmupSteps)
+		f.m.apply("", nil, d.Hidden, d.Batch, d.WarmupSteps)
 	case model.KindCNN:
-		f.m.apply(model.KindCNN, config.DefaultCNNConv, config.DefaultCNNHidden, config.DefaultCNNWarmupSteps)
+		f.m.apply(model.KindCNN, config.DefaultCNNConv, config.DefaultCNNHidden, config.DefaultCNNBatch, config.DefaultCNNWarmupSteps)
 	case model.KindCTR:
-		f.m.apply(model.KindCTR, nil, config.DefaultCTRHidden, d.WarmupSteps)
+		f.m.apply(model.KindCTR, nil, config.DefaultCTRHidden, d.Batch, d.WarmupSteps)
 	default:
 		return fmt.Errorf("must be mlp, cnn or ctr, got %q", s)
 	}
@@ -131,7 +131,7 @@ func pick[T any](cond bool, a, b T) T {
 }
 
 // apply sets the model kind and, for the flags not given, its defaults.
-func (m *modelFlags) apply(kind config.ModelKind, conv, hidden []int, warmup int64) {
+func (m *modelFlags) apply(kind config.ModelKind, conv, hidden []int, batch int, warmup int64) {
 	r := m.r
 	r.Model = kind
 	if !m.convSet {
@@ -139,6 +139,9 @@ func (m *modelFlags) apply(kind config.ModelKind, conv, hidden []int, warmup int
 	}
 	if !m.hiddenSet {
 		r.Hidden = slices.Clone(hidden)
+	}
+	if !m.batchSet {
+		r.Batch = batch
 	}
 	if !m.warmupSet {
 		r.WarmupSteps = warmup
@@ -187,7 +190,7 @@ func bindRunFlags(fs *flag.FlagSet, r *config.Run) *modelFlags {
 	fs.IntVar(&r.MaxWorkers, "max-workers", r.MaxWorkers, "most workers the run may scale to with pstrain scale or a worker registering with the next index (0 = 8, or --workers if more; docs/elastic.md)")
 	fs.IntVar(&r.MaxPS, "max-ps", r.MaxPS, "most parameter servers the run may scale to with pstrain scale --ps (0 = --ps: no room to grow; docs/elastic.md)")
 	m := bindModelFlags(fs, r)
-	fs.IntVar(&r.Batch, "batch", r.Batch, "per-worker batch size")
+	fs.IntVar(&r.Batch, "batch", r.Batch, "per-worker batch size (--model cnn: "+strconv.Itoa(config.DefaultCNNBatch)+" unless given)")
 	fs.Float64Var(&r.LR, "lr", r.LR, "learning rate (unless given: "+lrDefaults()+")")
 	fs.Float64Var(&r.Momentum, "momentum", r.Momentum, "momentum (optimizer momentum)")
 	fs.StringVar(&r.Optimizer, "optimizer", r.Optimizer, "sgd, momentum or adam")
@@ -216,6 +219,7 @@ func bindRunFlags(fs *flag.FlagSet, r *config.Run) *modelFlags {
 	fs.TextVar(&r.CheckpointMode, "checkpoint-mode", r.CheckpointMode, "permission of the checkpoint directories in octal; files get the same without execute bits (0750: directories 0750, files 0640; default private to the run's user)")
 	fs.IntVar(&r.KeepArchives, "keep-archives", r.KeepArchives, "chief: how many archive-TIME directories of earlier runs' checkpoints to keep in --checkpoint-dir; older ones are deleted when a new run starts (0 = none, -1 = all)")
 	fs.BoolVar(&r.Resume, "resume", r.Resume, "start from the newest valid checkpoint in --checkpoint-dir, if any; with checkpoints there but every one damaged, refuse to start (false: start afresh, moving old checkpoints aside)")
+	track(fs, "batch", &m.batchSet)
 	track(fs, "lr", &m.lrSet)
 	track(fs, "warmup-steps", &m.warmupSet)
 	track(fs, "dataset", &m.datasetSet)
@@ -225,7 +229,7 @@ func bindRunFlags(fs *flag.FlagSet, r *config.Run) *modelFlags {
 // lrDefaults describes config.DefaultLR for --lr's help.
 func lrDefaults() string {
 	g := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
-	return g(config.DefaultMLPLR) + " for an MLP in sync, divided by --workers in async and ssp; " + g(config.DefaultCNNLR) + " for --model cnn; " + g(config.DefaultCTRLR) + " for --model ctr's dense layers in sync, divided as an MLP's"
+	return g(config.DefaultMLPLR) + " for an MLP in sync, divided by --workers in async and ssp; " + g(config.DefaultCNNLR) + " for --model cnn and " + g(config.DefaultCTRLR) + " for --model ctr's dense layers, divided the same way"
 }
 
 // bindModelFlags registers --model, --conv and --hidden on fs.

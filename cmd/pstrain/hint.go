@@ -12,24 +12,37 @@ import (
 // belowTarget is the summary's line for a run that ended without holding
 // its target: where it stopped and, when it trained every epoch, what to
 // try ("stopped after 10 epochs at 96.91%, below the 97.50% target: try
-// --lr 0.1 (the default for async with 2 workers) or --epochs 20").
+// --lr 0.1 (the default for async with 2 workers) or --epochs 20"). A
+// final model at the target that was never held there says so, and only
+// more epochs are worth a try.
 func belowTarget(rep *report.Report) string {
 	s := fmt.Sprintf("stopped after %.3g epochs at %.2f%%, below the %.2f%% target", rep.EpochsDone, 100*rep.TestAccuracy, 100*rep.TargetAccuracy)
-	if rep.StoppedBy != "epochs" {
+	if rep.TestAccuracy >= rep.TargetAccuracy {
+		s = fmt.Sprintf("stopped after %.3g epochs at %.2f%%, the %.2f%% target never held for %d evaluations in a row",
+			rep.EpochsDone, 100*rep.TestAccuracy, 100*rep.TargetAccuracy, max(1, rep.TargetHold))
+	}
+	switch {
+	case rep.StoppedBy != "epochs":
 		return fmt.Sprintf("target %.2f%% not reached (%s)", 100*rep.TargetAccuracy, s)
+	case rep.TestAccuracy >= rep.TargetAccuracy:
+		return s + ": try --epochs " + strconv.FormatFloat(2*rep.Epochs, 'g', 3, 64)
 	}
 	return s + ": try " + strings.Join(targetHints(rep), " or ")
 }
 
 // targetHints are the flags worth a try after a run trained every epoch
-// below its target: the default learning rate for its model, mode and
-// workers if it ran with another one (else half its rate), and twice the
-// epochs.
+// below its target: a CNN's default batch if it ran with another one, the
+// default learning rate for its model, mode and workers if it ran with
+// another one (else half its rate), and twice the epochs.
 func targetHints(rep *report.Report) []string {
 	g := func(v float64) string { return strconv.FormatFloat(v, 'g', 3, 64) }
 	kind := config.ModelKind("")
+	var hints []string
 	if strings.HasPrefix(rep.Model, "cnn") {
 		kind = config.ModelKind("cnn")
+		if rep.Batch != config.DefaultCNNBatch {
+			hints = append(hints, fmt.Sprintf("--batch %d (the CNN's default)", config.DefaultCNNBatch))
+		}
 	}
 	mode := config.Mode(rep.Mode)
 	def := config.DefaultLR(kind, mode, rep.Workers)
@@ -40,5 +53,5 @@ func targetHints(rep *report.Report) []string {
 	default:
 		lr = "--lr " + g(rep.LR/2)
 	}
-	return []string{lr, "--epochs " + g(2*rep.Epochs)}
+	return append(hints, lr, "--epochs "+g(2*rep.Epochs))
 }

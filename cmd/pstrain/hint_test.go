@@ -18,8 +18,12 @@ func TestSummarySaysBelowTarget(t *testing.T) {
 	}{
 		{report.Report{Mode: "async", Workers: 2, Model: "784-800-10", LR: 0.2, Epochs: 10, EpochsDone: 10, TestAccuracy: 0.9691, TargetAccuracy: 0.975, StoppedBy: "epochs"},
 			"stopped after 10 epochs at 96.91%, below the 97.50% target: try --lr 0.1 (the default for async with 2 workers) or --epochs 20\n", ""},
-		{report.Report{Mode: "sync", Workers: 2, Model: "cnn 28x28x1-c16-c32-256-10", LR: 0.05, Epochs: 4, EpochsDone: 4, TestAccuracy: 0.988, TargetAccuracy: 0.99, StoppedBy: "epochs"},
+		{report.Report{Mode: "sync", Workers: 2, Model: "cnn 28x28x1-c16-c32-256-10", Batch: 64, LR: 0.05, Epochs: 4, EpochsDone: 4, TestAccuracy: 0.988, TargetAccuracy: 0.99, StoppedBy: "epochs"},
 			"stopped after 4 epochs at 98.80%, below the 99.00% target: try --lr 0.025 or --epochs 8\n", ""},
+		{report.Report{Mode: "sync", Workers: 2, Model: "cnn 28x28x1-c16-c32-256-10", Batch: 128, LR: 0.05, Epochs: 10, EpochsDone: 10, TestAccuracy: 0.9892, TargetAccuracy: 0.99, StoppedBy: "epochs"},
+			"stopped after 10 epochs at 98.92%, below the 99.00% target: try --batch 64 (the CNN's default) or --lr 0.025 or --epochs 20\n", ""},
+		{report.Report{Mode: "async", Workers: 2, Model: "cnn 28x28x1-c16-c32-256-10", Batch: 64, LR: 0.025, Epochs: 10, EpochsDone: 10, TestAccuracy: 0.9908, TargetAccuracy: 0.99, TargetHold: 3, StoppedBy: "epochs"},
+			"stopped after 10 epochs at 99.08%, the 99.00% target never held for 3 evaluations in a row: try --epochs 20\n", "below"},
 		{report.Report{Mode: "sync", Workers: 2, EpochsDone: 1.5, TestAccuracy: 0.95, TargetAccuracy: 0.975, StoppedBy: "interrupted"},
 			"target 97.50% not reached (stopped after 1.5 epochs at 95.00%, below the 97.50% target)\n", "try"},
 		{report.Report{Mode: "sync", Workers: 2, TestAccuracy: 0.976, TargetAccuracy: 0.975, StoppedBy: "target", TimeToTargetSeconds: &ttt},

@@ -39,12 +39,13 @@ func TestModelFlagsDefaultsAndRoundTrip(t *testing.T) {
 		{[]string{"--model=cnn", "--model=mlp"}, "", nil, []int{800}},
 	} {
 		r := parseRunFlags(t, c.args...)
-		lr, warmup := config.Default().LR, config.Default().WarmupSteps
+		d := config.Default()
+		lr, batch, warmup := d.LR, d.Batch, d.WarmupSteps
 		if c.model.IsCNN() {
-			lr, warmup = config.DefaultCNNLR, config.DefaultCNNWarmupSteps
+			lr, batch, warmup = config.DefaultCNNLR, config.DefaultCNNBatch, config.DefaultCNNWarmupSteps
 		}
-		if r.LR != lr || r.WarmupSteps != warmup {
-			t.Errorf("%v: lr %v warmup %d, want %v %d", c.args, r.LR, r.WarmupSteps, lr, warmup)
+		if r.LR != lr || r.Batch != batch || r.WarmupSteps != warmup {
+			t.Errorf("%v: lr %v batch %d warmup %d, want %v %d %d", c.args, r.LR, r.Batch, r.WarmupSteps, lr, batch, warmup)
 		}
 		if r.Model != c.model || !reflect.DeepEqual(r.Conv, c.conv) || !reflect.DeepEqual(r.Hidden, c.hidden) {
 			t.Errorf("%v: model %q conv %v hidden %v, want %q %v %v", c.args, r.Model, r.Conv, r.Hidden, c.model, c.conv, c.hidden)
@@ -56,13 +57,12 @@ func TestModelFlagsDefaultsAndRoundTrip(t *testing.T) {
 			t.Errorf("%v: round trip through runArgs: %+v, want %+v", c.args, back, r)
 		}
 	}
-	// A learning rate or warmup given, before or after --model, stays.
-	if r := parseRunFlags(t, "--lr=0.01", "--model=cnn", "--warmup-steps=5"); r.LR != 0.01 || r.WarmupSteps != 5 {
-		t.Errorf("given lr and warmup replaced: %v %d", r.LR, r.WarmupSteps)
+	// A learning rate, batch or warmup given, before or after --model, stays.
+	if r := parseRunFlags(t, "--lr=0.01", "--batch=32", "--model=cnn", "--warmup-steps=5"); r.LR != 0.01 || r.Batch != 32 || r.WarmupSteps != 5 {
+		t.Errorf("given lr, batch and warmup replaced: %v %d %d", r.LR, r.Batch, r.WarmupSteps)
 	}
-	// A learning rate or warmup given, before or after --model, stays.
-	if r := parseRunFlags(t, "--lr=0.01", "--model=cnn", "--warmup-steps=5"); r.LR != 0.01 || r.WarmupSteps != 5 {
-		t.Errorf("given lr and warmup replaced: %v %d", r.LR, r.WarmupSteps)
+	if r := parseRunFlags(t, "--model=cnn", "--batch=128", "--model=mlp"); r.Batch != 128 {
+		t.Errorf("given batch replaced by a later --model: %d", r.Batch)
 	}
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -88,8 +88,9 @@ func TestLRDefaultFollowsModeAndWorkers(t *testing.T) {
 		{[]string{"--mode=ssp", "--workers=4"}, 0.05},
 		{[]string{"--workers=4", "--mode=async"}, 0.05},
 		{[]string{"--workers=4"}, 0.2},
-		{[]string{"--mode=async", "--model=cnn"}, 0.05},
-		{[]string{"--model=cnn", "--workers=4", "--mode=ssp"}, 0.05},
+		{[]string{"--model=cnn"}, 0.05},
+		{[]string{"--mode=async", "--model=cnn"}, 0.025},
+		{[]string{"--model=cnn", "--workers=4", "--mode=ssp"}, 0.0125},
 		{[]string{"--model=cnn", "--mode=async", "--model=mlp"}, 0.1},
 		{[]string{"--mode=async", "--mode=sync"}, 0.2},
 		{[]string{"--lr=0.3", "--mode=async"}, 0.3},

@@ -37,21 +37,43 @@ func NewSample(labels []uint8, classes int, seed int64) Sample {
 // Take returns, in ascending order, the indices of the sample holding
 // fraction of the set (clamped to [0, 1]): round(fraction x n) of each
 // class of n samples. Take(1) is every index of a class below classes.
-func (s Sample) Take(fraction float64) []int { return s.split(fraction, true) }
+// It is TakeAt(fraction, 0).
+func (s Sample) Take(fraction float64) []int { return s.TakeAt(fraction, 0) }
 
 // Rest returns, in ascending order, the indices of the set's classes
 // that Take(fraction) leaves out: together they are Take(1).
-func (s Sample) Rest(fraction float64) []int { return s.split(fraction, false) }
+func (s Sample) Rest(fraction float64) []int { return s.RestAt(fraction, 0) }
 
-func (s Sample) split(fraction float64, head bool) []int {
+// TakeAt is the k-th sample of fraction of the set: in each class's
+// shuffled order, the round(fraction x n) indices from position
+// k x round(fraction x n) on, wrapping around at the class's end. Window 0
+// is Take's; successive windows are disjoint until they have gone round
+// the class (a fifth of the set: five windows, every index once), so
+// successive samples are different images, each drawn as Take's is.
+func (s Sample) TakeAt(fraction float64, k int) []int { return s.split(fraction, k, true) }
+
+// RestAt returns, in ascending order, the indices of the set's classes
+// that TakeAt(fraction, k) leaves out: together they are Take(1).
+func (s Sample) RestAt(fraction float64, k int) []int { return s.split(fraction, k, false) }
+
+func (s Sample) split(fraction float64, k int, head bool) []int {
 	fraction = min(max(fraction, 0), 1)
 	out := make([]int, 0, s.n)
 	for _, idx := range s.perClass {
-		k := int(math.Round(fraction * float64(len(idx))))
-		if head {
-			out = append(out, idx[:k]...)
-		} else {
-			out = append(out, idx[k:]...)
+		n := len(idx)
+		m := int(math.Round(fraction * float64(n)))
+		if n == 0 || m >= n {
+			if head {
+				out = append(out, idx...)
+			}
+			continue
+		}
+		start := (max(k, 0) % n) * m % n
+		for j := range n {
+			// j steps past the window's start: in the window for j < m.
+			if in := j < m; in == head {
+				out = append(out, idx[(start+j)%n])
+			}
 		}
 	}
 	slices.Sort(out)

@@ -132,3 +132,45 @@ func TestSampleUnbiased(t *testing.T) {
 		t.Errorf("the synthetic case does not separate: every fifth reads only %.4f above the whole set", d)
 	}
 }
+
+// Successive windows of a fifth are different images: five of them are
+// the set's classes once each, the sixth is the first again; each window
+// with its RestAt is the whole set, and window 0 is Take's.
+func TestSampleWindowsRotate(t *testing.T) {
+	labels := syntheticLabels(5000, 10, 7)
+	s := NewSample(labels, 10, 1)
+	if !slices.Equal(s.TakeAt(0.2, 0), s.Take(0.2)) || !slices.Equal(s.RestAt(0.2, 0), s.Rest(0.2)) {
+		t.Fatal("window 0 is not Take's sample")
+	}
+	seen := make([]int, len(labels))
+	for k := range 5 {
+		w, rest := s.TakeAt(0.2, k), s.RestAt(0.2, k)
+		if !slices.IsSorted(w) || !slices.IsSorted(rest) || len(w)+len(rest) != len(labels) {
+			t.Fatalf("window %d: %d + %d indices, want %d, each sorted", k, len(w), len(rest), len(labels))
+		}
+		if d := math.Abs(float64(len(w)) - 0.2*float64(len(labels))); d > 10 {
+			t.Errorf("window %d holds %d indices, want about %v", k, len(w), 0.2*float64(len(labels)))
+		}
+		for _, i := range w {
+			seen[i]++
+		}
+		for _, i := range rest {
+			if _, ok := slices.BinarySearch(w, i); ok {
+				t.Fatalf("window %d: index %d in both the window and its rest", k, i)
+			}
+		}
+	}
+	missed, twice := 0, 0
+	for _, n := range seen {
+		missed += max(1-n, 0)
+		twice += max(n-1, 0)
+	}
+	// round(0.2 x count) per class: five windows fall short of a class,
+	// or reach round into it again, by at most 2 indices.
+	if missed > 10*2 || twice > 10*2 {
+		t.Errorf("five windows of a fifth: %d indices never drawn, %d drawn twice; want at most 2 a class", missed, twice)
+	}
+	if slices.Equal(s.TakeAt(0.2, 1), s.TakeAt(0.2, 0)) {
+		t.Error("windows 0 and 1 are the same sample")
+	}
+}

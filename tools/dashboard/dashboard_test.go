@@ -351,6 +351,8 @@ var metricConstants = []string{
 	metrics.MetricPSTableRowRequests,
 	metrics.MetricFailovers,
 	metrics.MetricWorkers,
+	metrics.MetricParameterServers,
+	metrics.MetricLayoutChanges,
 }
 
 // scrapeSeries are the series Prometheus itself adds for every target.

@@ -372,7 +372,7 @@ func (s *Server) serveConn(c net.Conn) {
 	scratch := make([]byte, 512)
 	hdr := make([]byte, 0, respLen)
 	for {
-		req, ok := s.readHeader(c, rd, scratch, hdr)
+		req, ok := s.readHeader(c, rd, scratch, hdr, cs.held >= 0)
 		if !ok {
 			return
 		}
@@ -537,8 +537,19 @@ func peerCertName(c net.Conn) string {
 // readHeader waits up to IdleTimeout for a request to start, then up to
 // FrameGrace for the rest of its header. false: the connection is done
 // (closed, idle, slow or sent a bad frame: counted, logged, answered).
-func (s *Server) readHeader(c net.Conn, rd *bufio.Reader, scratch, hdr []byte) (request, bool) {
-	c.SetReadDeadline(time.Now().Add(s.lim.IdleTimeout))
+//
+// A connection holding a snapshot slot (its last answer is there) is not
+// cut for idleness: its client may still read that answer in place (a
+// worker paused between pulls), and the cut would free the slot for
+// other parameters under it. Such a client is a process of the server's
+// own user on this host; while it holds the slot the others serve, and
+// a pull finding every slot held is answered in its connection's region.
+func (s *Server) readHeader(c net.Conn, rd *bufio.Reader, scratch, hdr []byte, holding bool) (request, bool) {
+	idle := time.Now().Add(s.lim.IdleTimeout)
+	if holding {
+		idle = time.Time{}
+	}
+	c.SetReadDeadline(idle)
 	if _, err := rd.Peek(1); err != nil {
 		if isTimeout(err) {
 			s.cut(c, "idle", fmt.Errorf("no request for %v", s.lim.IdleTimeout))

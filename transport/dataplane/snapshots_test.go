@@ -5,6 +5,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	pb "github.com/pstrain/pstrain/proto"
 )
@@ -195,5 +196,41 @@ func BenchmarkPullsOfOneVersion(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// A connection holding a snapshot slot is not cut for idleness: its
+// client may still read its last answer in place, and the cut would
+// free the slot under it. One without a slot is cut as before.
+func TestIdleCutSparesAHeldSlot(t *testing.T) {
+	const n = 4096
+	want := bytes.Repeat([]byte{7}, n)
+	b := &heldBackend{echoBackend: echoBackend{params: bytes.Clone(want)}}
+	s, addr := serveShm(t, b, Config{Limits: Limits{IdleTimeout: 100 * time.Millisecond}}, nil)
+	if s.snaps == nil {
+		t.Skip("no shared memory on this platform")
+	}
+	ctx := context.Background()
+	holder, other := client(addr, 8<<20), client(addr, 8<<20)
+	defer holder.Close()
+	defer other.Close()
+	v, err := holder.PullView(ctx, &pb.PullRequest{RunId: "r"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Push(ctx, &pb.PushRequest{RunId: "r", Grad: make([]byte, 64)}); err != nil {
+		t.Fatal(err)
+	}
+	conns := func() int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.conns)
+	}
+	// The push's connection, idle since after the pull, is cut ...
+	eventually(t, "the idle connection without a slot cut", func() bool { return conns() == 1 })
+	// ... and the holder's, idle at least as long, is not: its slot and
+	// the backend's hold stay, with the parameters it was answered.
+	if s.snaps.inUse() != 1 || b.h.outstanding() != 1 || !bytes.Equal(v.Params, want) {
+		t.Fatalf("slots in use %d, holds %d, view intact %v; want the holder's slot kept", s.snaps.inUse(), b.h.outstanding(), bytes.Equal(v.Params, want))
 	}
 }
