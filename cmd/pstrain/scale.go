@@ -45,7 +45,7 @@ func cmdScale(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "asked the run in %s for %d workers (was %d); the change takes effect at the next epoch boundary\n", *dir, *workers, was)
+	fmt.Fprintf(stdout, "asked the run in %s for %s (was %d); the change takes effect at the next epoch boundary\n", *dir, count(*workers, "worker", "workers"), was)
 	return nil
 }
 
@@ -59,6 +59,14 @@ func scalePS(dir string, ps int, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "asked the run in %s for %d parameter servers (was %d); the model moves at a step boundary\n", dir, ps, was)
+	fmt.Fprintf(stdout, "asked the run in %s for %s (was %d); the model moves at a step boundary\n", dir, count(ps, "parameter server", "parameter servers"), was)
 	return nil
+}
+
+// count is n with the noun that goes with it ("1 worker", "3 workers").
+func count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
