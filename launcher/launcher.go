@@ -457,10 +457,10 @@ func (s *supervisor) run(ctx context.Context) (*report.Report, error) {
 // startAll starts the plan's initial tasks, the scaler and the faults.
 func (s *supervisor) startAll(g group) error {
 	r := s.c.Run
-	s.scaler = &scaler{s: s, slots: s.plan.slots, target: r.Workers, running: map[int]bool{}}
-	s.scaler.start = func(t cluster.Task) error { return s.launch(g, s.plan.workerIndex(t.Index), t) }
-	s.psScale = &psScaler{s: s, slots: s.plan.psSlots, target: r.PS, running: map[int]bool{}}
-	s.psScale.start = func(t cluster.Task) error { return s.launch(g, s.plan.psIndex(t.Index), t) }
+	s.scaler = &scaler{s: s, slotSet: slotSet{role: cluster.Worker, slots: s.plan.slots, target: r.Workers, running: map[int]bool{},
+		start: func(t cluster.Task) error { return s.launch(g, s.plan.workerIndex(t.Index), t) }}}
+	s.psScale = &psScaler{s: s, slotSet: slotSet{role: cluster.PS, slots: s.plan.psSlots, target: r.PS, running: map[int]bool{},
+		start: func(t cluster.Task) error { return s.launch(g, s.plan.psIndex(t.Index), t) }}}
 	for _, i := range s.plan.initial {
 		t := s.plan.tasks[i]
 		switch t.Type {

@@ -3,10 +3,8 @@ package launcher
 import (
 	"fmt"
 	"path/filepath"
-	"sync"
 
 	"github.com/pstrain/pstrain/chief"
-	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/config"
 )
 
@@ -61,40 +59,12 @@ func psRefusal(r config.Run) string {
 	return ""
 }
 
-// psScaler is the launcher's side of a change of the PS count: the count
-// asked for, and starting the PS processes a request adds. The ones a
-// request removes exit when the chief tells them to; retiring says
-// their exit is no failure.
+// psScaler is the launcher's side of a change of the PS count. The
+// PS processes a request removes exit when the chief tells them to,
+// after it has moved the model to the new layout.
 type psScaler struct {
-	s     *supervisor
-	start func(t cluster.Task) error // starts and supervises a PS process
-	slots int
-
-	mu      sync.Mutex
-	target  int
-	running map[int]bool // PS processes the launcher supervises
-}
-
-// retiring says PS index was removed by a scale request: its exit ends
-// it.
-func (sc *psScaler) retiring(index int) bool {
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
-	return index >= sc.target
-}
-
-// exited notes that PS index's supervision ended.
-func (sc *psScaler) exited(index int) {
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
-	delete(sc.running, index)
-}
-
-// count is the PS count last asked for.
-func (sc *psScaler) count() int {
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
-	return sc.target
+	slotSet
+	s *supervisor
 }
 
 // apply makes ps the target: it starts the PS processes below it that
@@ -105,25 +75,10 @@ func (sc *psScaler) apply(ps int) {
 		log.Error("scale request ignored", "ps", ps, "max_ps", sc.slots)
 		return
 	}
-	sc.mu.Lock()
-	was := sc.target
-	sc.target = ps
-	var start []int
-	for i := range ps {
-		if !sc.running[i] {
-			sc.running[i] = true
-			start = append(start, i)
-		}
-	}
-	sc.mu.Unlock()
+	was, start := sc.grow(ps)
 	log.Info("scaling the parameter servers: the model moves at a step boundary", "from", was, "to", ps)
 	sc.s.scaler.writeStatus()
-	for _, i := range start {
-		if err := sc.start(cluster.Task{Type: cluster.PS, Index: i}); err != nil {
-			log.Error("could not start a parameter server", "task", fmt.Sprintf("ps/%d", i), "err", err)
-			sc.exited(i)
-		}
-	}
+	sc.startEach(start, log)
 }
 
 // noteRemovedPS notes the exit of a PS process a scale request removed:

@@ -98,33 +98,75 @@ func writeJSON(path string, v any) error {
 	return os.Rename(tmp, path)
 }
 
-// scaler is the launcher's side of elastic workers: the worker count
-// asked for, and starting the workers a request adds. The workers a
-// request removes exit by themselves (their shards answer done at the
-// boundary); retiring says their exit is no failure.
-type scaler struct {
-	s     *supervisor
-	start func(t cluster.Task) error // starts and supervises a worker
+// slotSet is one role's elastic count in the launcher (workers, or
+// parameter servers): the count last asked for, and which of the role's
+// slots have a process it supervises (their addresses were reserved at
+// launch). The processes a request removes exit when the chief tells
+// them to; retiring says their exit is no failure.
+type slotSet struct {
+	role  string                     // cluster.Worker or cluster.PS
+	start func(t cluster.Task) error // starts and supervises a process of the role
 	slots int
 
 	mu      sync.Mutex
 	target  int
-	running map[int]bool // worker processes the launcher supervises
+	running map[int]bool
 }
 
-// retiring says worker index was removed by a scale request: its exit
-// ends it.
-func (sc *scaler) retiring(index int) bool {
+// retiring says the process of slot index was removed by a scale
+// request: its exit ends it.
+func (sc *slotSet) retiring(index int) bool {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	return index >= sc.target
 }
 
-// exited notes that worker index's supervision ended.
-func (sc *scaler) exited(index int) {
+// exited notes that slot index's supervision ended.
+func (sc *slotSet) exited(index int) {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	delete(sc.running, index)
+}
+
+// count is the count last asked for.
+func (sc *slotSet) count() int {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	return sc.target
+}
+
+// grow makes n the target and marks the slots below it that have no
+// process as started, returning them and the target n replaced.
+func (sc *slotSet) grow(n int) (was int, start []int) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	was, sc.target = sc.target, n
+	for i := range n {
+		if !sc.running[i] {
+			sc.running[i] = true
+			start = append(start, i)
+		}
+	}
+	return was, start
+}
+
+// startEach starts the processes of the slots grow returned; one that
+// cannot start is logged and its slot left without a process.
+func (sc *slotSet) startEach(start []int, log interface{ Error(string, ...any) }) {
+	for _, i := range start {
+		t := cluster.Task{Type: sc.role, Index: i}
+		if err := sc.start(t); err != nil {
+			log.Error("could not start a scaled task", "task", t.String(), "err", err)
+			sc.exited(i)
+		}
+	}
+}
+
+// scaler is the launcher's side of elastic workers, and the watch of the
+// request file for both roles.
+type scaler struct {
+	slotSet
+	s *supervisor
 }
 
 // watch polls the request file until ctx ends.
@@ -164,25 +206,10 @@ func (sc *scaler) apply(workers int) {
 		log.Error("scale request ignored", "workers", workers, "max_workers", sc.slots)
 		return
 	}
-	sc.mu.Lock()
-	was := sc.target
-	sc.target = workers
-	var start []int
-	for w := range workers {
-		if !sc.running[w] {
-			sc.running[w] = true
-			start = append(start, w)
-		}
-	}
-	sc.mu.Unlock()
+	was, start := sc.grow(workers)
 	log.Info("scaling the workers: the change takes effect at the next epoch boundary", "from", was, "to", workers)
 	sc.writeStatus()
-	for _, w := range start {
-		if err := sc.start(cluster.Task{Type: cluster.Worker, Index: w}); err != nil {
-			log.Error("could not start a worker", "task", fmt.Sprintf("worker/%d", w), "err", err)
-			sc.exited(w)
-		}
-	}
+	sc.startEach(start, log)
 }
 
 func (sc *scaler) writeStatus() {
