@@ -2,7 +2,6 @@ package launcher
 
 import (
 	"fmt"
-	"path/filepath"
 
 	"github.com/pstrain/pstrain/chief"
 	"github.com/pstrain/pstrain/config"
@@ -19,12 +18,9 @@ import (
 // It checks that a launcher is running there, that the run is sync and
 // that ps is in 1..--max-ps, and returns the count it replaces.
 func RequestScalePS(dir string, ps int) (was int, err error) {
-	if !launcherAlive(dir, procFS("/proc")) {
-		return 0, fmt.Errorf("%w in %s: no pstrain run is running there (%s has no live launcher)", ErrNoRun, dir, filepath.Join(dir, "pids"))
-	}
-	st, err := readScaleStatus(dir)
+	st, err := runScaleStatus(dir)
 	if err != nil {
-		return 0, fmt.Errorf("%w in %s: %v (a pstrain run older than elastic workers?)", ErrNoRun, dir, err)
+		return 0, err
 	}
 	switch {
 	case st.Mode != string(config.Sync):
@@ -36,10 +32,7 @@ func RequestScalePS(dir string, ps int) (was int, err error) {
 	case ps > st.MaxPS:
 		return 0, fmt.Errorf("%w: --ps %d is more than the run's --max-ps %d", ErrBadScale, ps, st.MaxPS)
 	}
-	path := filepath.Join(dir, ScaleRequestFile)
-	prev, _ := chief.ReadScaleRequest(path)
-	req := chief.ScaleRequest{PS: ps, Seq: prev.Seq + 1}
-	return st.PS, writeJSON(path, req)
+	return st.PS, writeScaleRequest(dir, chief.ScaleRequest{PS: ps})
 }
 
 // psRefusal says why a run of r cannot change its PS count ("": it

@@ -54,12 +54,9 @@ var (
 // checks that a launcher is running there and that workers is in
 // 1..--max-workers, and returns the count it replaces.
 func RequestScale(dir string, workers int) (was int, err error) {
-	if !launcherAlive(dir, procFS("/proc")) {
-		return 0, fmt.Errorf("%w in %s: no pstrain run is running there (%s has no live launcher)", ErrNoRun, dir, filepath.Join(dir, "pids"))
-	}
-	st, err := readScaleStatus(dir)
+	st, err := runScaleStatus(dir)
 	if err != nil {
-		return 0, fmt.Errorf("%w in %s: %v (a pstrain run older than elastic workers?)", ErrNoRun, dir, err)
+		return 0, err
 	}
 	switch {
 	case workers < 1:
@@ -67,10 +64,29 @@ func RequestScale(dir string, workers int) (was int, err error) {
 	case workers > st.MaxWorkers:
 		return 0, fmt.Errorf("%w: --workers %d is more than the run's --max-workers %d", ErrBadScale, workers, st.MaxWorkers)
 	}
+	return st.Workers, writeScaleRequest(dir, chief.ScaleRequest{Workers: workers})
+}
+
+// runScaleStatus is the scale status of the run on dir, whose launcher
+// must be alive (ErrNoRun otherwise).
+func runScaleStatus(dir string) (ScaleStatus, error) {
+	if !launcherAlive(dir, procFS("/proc")) {
+		return ScaleStatus{}, fmt.Errorf("%w in %s: no pstrain run is running there (%s has no live launcher)", ErrNoRun, dir, filepath.Join(dir, "pids"))
+	}
+	st, err := readScaleStatus(dir)
+	if err != nil {
+		return ScaleStatus{}, fmt.Errorf("%w in %s: %v (a pstrain run older than elastic workers?)", ErrNoRun, dir, err)
+	}
+	return st, nil
+}
+
+// writeScaleRequest writes req as dir's next request (its Seq one past
+// the last one's).
+func writeScaleRequest(dir string, req chief.ScaleRequest) error {
 	path := filepath.Join(dir, ScaleRequestFile)
 	prev, _ := chief.ReadScaleRequest(path)
-	req := chief.ScaleRequest{Workers: workers, Seq: prev.Seq + 1}
-	return st.Workers, writeJSON(path, req)
+	req.Seq = prev.Seq + 1
+	return writeJSON(path, req)
 }
 
 func launcherAlive(dir string, fs procFS) bool {

@@ -13,7 +13,6 @@ import (
 	"github.com/pstrain/pstrain/ml/embed"
 	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/ml/optim"
-	"github.com/pstrain/pstrain/ml/partition"
 	"github.com/pstrain/pstrain/observe/report"
 )
 
@@ -309,46 +308,15 @@ func measureWindow(run *EmbeddingsRun, from, to, last Snapshot, dim int) {
 // the last scrape (rows and their optimizer state) and its slice of the
 // dense layers with their optimizer's state.
 func ctrMemory(rep *report.Report, last Snapshot, spec model.Spec) (*MemoryResult, error) {
-	plan, err := partition.New(spec, rep.PS)
-	if err != nil {
-		return nil, err
-	}
 	if len(last.Shards) != rep.PS {
 		return nil, fmt.Errorf("bench: %d shards scraped, the run had %d", len(last.Shards), rep.PS)
 	}
-	res := &MemoryResult{Model: rep.Model, Optimizer: rep.Optimizer, MeetsGoal: true,
-		Goal: "RSS <= 1.3 x (rows + their optimizer state + dense slice and its state) + 50 MiB"}
-	if res.Roles.Worker, err = roleMemory(rep, "worker", rep.Workers, CTRRoleGoalBytes); err != nil {
-		return nil, err
-	}
-	if res.Roles.Chief, err = roleMemory(rep, "chief", 1, CTRRoleGoalBytes); err != nil {
-		return nil, err
-	}
-	for _, t := range rep.Tasks {
-		res.TotalPeakRSSBytes += t.PeakRSSBytes
-	}
-	for s := range rep.PS {
-		name := fmt.Sprintf("ps/%d", s)
-		t, ok := rep.Tasks[name]
-		if !ok {
-			return nil, fmt.Errorf("bench: report has no %s task", name)
-		}
-		dense, err := StateBytes(plan, s, rep.Optimizer)
-		if err != nil {
-			return nil, err
-		}
-		st := dense + int64(last.Shards[s].TableBytes)
-		m := MemoryShard{Task: name, PeakRSSBytes: t.PeakRSSBytes, StateBytes: st,
-			RSSOverState: ratio(float64(t.PeakRSSBytes), float64(st)), GoalBytes: int64(ctrPSFactor*float64(st)) + ctrPSAllowance}
-		m.MeetsGoal = m.PeakRSSBytes > 0 && m.PeakRSSBytes <= m.GoalBytes
-		res.MeetsGoal = res.MeetsGoal && m.MeetsGoal
-		res.PSRSSOverState = max(res.PSRSSOverState, m.RSSOverState)
-		res.Shards = append(res.Shards, m)
-		res.Roles.PS.Tasks++
-		res.Roles.PS.PeakRSSBytes = max(res.Roles.PS.PeakRSSBytes, m.PeakRSSBytes)
-	}
-	res.Roles.PS.MeetsGoal = res.MeetsGoal
-	return res, nil
+	return memoryGoals{
+		role:  CTRRoleGoalBytes,
+		ps:    func(st int64) int64 { return int64(ctrPSFactor*float64(st)) + ctrPSAllowance },
+		text:  "RSS <= 1.3 x (rows + their optimizer state + dense slice and its state) + 50 MiB",
+		extra: func(s int) int64 { return int64(last.Shards[s].TableBytes) },
+	}.of(rep, spec)
 }
 
 // writeEmbeddingsTable prints the embeddings section.
