@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -72,16 +71,8 @@ func (c *NetlabCluster) prepare(ctx context.Context) error {
 	for i := range netlabWorkers {
 		spec["worker"] = append(spec["worker"], addr(1+netlabPS+i))
 	}
-	js, err := json.Marshal(spec)
-	if err != nil {
+	if c.cluster, err = writeClusterFile(c.Dir, "network-cluster.json", spec); err != nil {
 		return err
-	}
-	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
-		return fmt.Errorf("bench: %w", err)
-	}
-	c.cluster = filepath.Join(c.Dir, "network-cluster.json")
-	if err := os.WriteFile(c.cluster, js, 0o644); err != nil {
-		return fmt.Errorf("bench: %w", err)
 	}
 	c.token = filepath.Join(c.Dir, auth.TokenFile)
 	if _, err := auth.EnsureTokenFile(c.token); err != nil {

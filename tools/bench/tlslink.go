@@ -60,16 +60,8 @@ func (l *NetlabLink) Prepare(ctx context.Context) error {
 	l.lab = lab
 	a, b := lab.Hosts[0].IP, lab.Hosts[1].IP
 	spec := map[string][]string{"chief": {a + ":24100"}, "ps": {a + ":24200"}, "worker": {b + ":24300"}}
-	js, err := json.Marshal(spec)
-	if err != nil {
+	if l.cluster, err = writeClusterFile(l.Dir, "link-cluster.json", spec); err != nil {
 		return err
-	}
-	if err := os.MkdirAll(l.Dir, 0o755); err != nil {
-		return fmt.Errorf("bench: %w", err)
-	}
-	l.cluster = filepath.Join(l.Dir, "link-cluster.json")
-	if err := os.WriteFile(l.cluster, js, 0o644); err != nil {
-		return fmt.Errorf("bench: %w", err)
 	}
 	l.certs = filepath.Join(l.Dir, "link-certs")
 	out, err := exec.CommandContext(ctx, l.Exe, "certs", "--cluster", l.cluster, "--out", l.certs).CombinedOutput()
@@ -77,6 +69,23 @@ func (l *NetlabLink) Prepare(ctx context.Context) error {
 		return fmt.Errorf("bench: pstrain certs: %w: %s", err, out)
 	}
 	return nil
+}
+
+// writeClusterFile writes spec, a cluster file's tasks by type, as
+// dir/name and returns its path.
+func writeClusterFile(dir, name string, spec map[string][]string) (string, error) {
+	js, err := json.Marshal(spec)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("bench: %w", err)
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, js, 0o644); err != nil {
+		return "", fmt.Errorf("bench: %w", err)
+	}
+	return path, nil
 }
 
 // Close removes the lab.
