@@ -66,7 +66,7 @@ func NetworkPlanFor(quick bool) NetworkPlan {
 	if quick {
 		return NetworkPlan{Links: NetworkLinks()[:1], Compress: []string{"topk:0.01"},
 			Models: []NetworkModel{{Name: "mlp", Args: []string{"--target-accuracy", "0.9"}, Target: 0.9, Cap: 2 * time.Minute}},
-			Extra:  []string{"--data-fraction", "0.2", "--epochs", "4"}}
+			Extra:  []string{"--data-fraction", "0.2", "--epochs", "10"}}
 	}
 	return NetworkPlan{Links: NetworkLinks(), Compress: []string{"none", "topk:0.01", "int8"},
 		Models: []NetworkModel{
