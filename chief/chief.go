@@ -76,8 +76,14 @@ type Chief struct {
 	cfg  Config
 	plan partition.Plan
 
-	mu   sync.Mutex // guards core: the RPC handlers and the loop share it
-	core *Core
+	mu sync.Mutex // guards core: the RPC handlers and the loop share it
+	// stateMu orders the writes of the state file, and saved is the
+	// sequence number of the last state written: the loop's SaveState
+	// actions and the heartbeats that hand out data (core_queue.go)
+	// both write it, and an older state never replaces a newer one.
+	stateMu sync.Mutex
+	saved   int64
+	core    *Core
 
 	scale scaleWatch // the loop's only
 	// psSlots are every PS slot's connection (--max-ps); cfg.PS are the

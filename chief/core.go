@@ -254,6 +254,9 @@ type State struct {
 	// replication epoch (hot standbys, docs/replication.md; empty
 	// without them).
 	Replicas []Replica `json:"replicas,omitempty"`
+	// Seq numbers the states the core hands out to be saved, in order
+	// (not saved: a state of a higher number is newer).
+	Seq int64 `json:"-"`
 }
 
 // NewCore returns a core waiting for registrations.
@@ -273,7 +276,7 @@ func NewCore(p CoreParams, runID string, log *slog.Logger, m *metrics.Chief, now
 		progressState: progressState{versions: make([]int64, r.PS)},
 		replicaState:  replicaState{down: make([]time.Time, r.PS)},
 		st: State{RunID: runID, Evals: []report.Eval{}, Restarts: []report.Restart{}, LatestCheckpoint: -1,
-			Plan: dataset.NewDataPlan(p.TrainN, r.Batch, r.Workers)},
+			Plan: initialPlan(p)},
 		divergenceState: divergenceState{outliers: make([]int, r.PS), lastGood: -1, strikes: make([]int, r.WorkerSlots()),
 			refusedGrads: newShardCounts(r.PS, r.Workers), nonFiniteGrads: newShardCounts(r.PS, r.Workers)}}
 	if len(p.StandbyAddrs) > 0 {
@@ -459,6 +462,7 @@ func (c *Core) seconds(now time.Time) float64 {
 
 // save is the action that persists the state.
 func (c *Core) save() Action {
+	c.st.Seq++
 	st := c.st
 	st.Evals = slices.Clone(st.Evals)
 	st.Restarts = slices.Clone(st.Restarts)

@@ -319,6 +319,12 @@ func (c *Core) admit(index int, now time.Time) error {
 		return nil
 	case index < max(c.target, c.workers()) && !c.retired[index]:
 		return nil
+	case c.retired[index] && c.phase == training:
+		// A removed worker's process that registers late (started for a
+		// change the next one undid): admitted, it is told it is retired
+		// (its shards answer done; async, ssp: its heartbeats say stop)
+		// instead of asking for the run to grow again.
+		return nil
 	case index >= c.target && c.phase == training:
 		// A worker started by hand with the next index (or a later one:
 		// pods start in any order): the run grows to index+1 workers.
@@ -342,11 +348,12 @@ func (c *Core) shardsRetire(index int) bool {
 }
 
 // HeartbeatPlan records the data plan's eras worker uses and returns the
-// plan it is to use when that differs (ok).
-func (c *Core) HeartbeatPlan(worker, eras int) (dataset.DataPlan, bool) {
+// plan it is to use when that differs (ok): other eras, another hold,
+// or other chunks of the data queue (leases: those its plan has).
+func (c *Core) HeartbeatPlan(worker, eras, leases int) (dataset.DataPlan, bool) {
 	c.PlanAcked(worker, eras)
-	p := c.Plan()
-	return p, eras != len(p.Eras) || c.reads[worker].hold != p.Hold
+	p := c.planFor(worker)
+	return p, eras != len(p.Eras) || c.reads[worker].hold != p.Hold || int64(leases)*int64(p.Chunk) != p.Leased(worker)
 }
 
 // adoptPlan takes the worker count from a saved state's data plan (a
@@ -354,7 +361,7 @@ func (c *Core) HeartbeatPlan(worker, eras int) (dataset.DataPlan, bool) {
 // released by the first SetMembership, which carries none).
 func (c *Core) adoptPlan() {
 	if len(c.st.Plan.Eras) == 0 {
-		c.st.Plan = dataset.NewDataPlan(c.p.TrainN, c.p.Run.Batch, c.p.Run.Workers)
+		c.st.Plan = initialPlan(c.p)
 	}
 	most := 0
 	for _, e := range c.st.Plan.Eras {

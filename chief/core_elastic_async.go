@@ -99,6 +99,8 @@ func (c *Core) tickElasticAsync(now time.Time) []Action {
 	c.m.Workers.Set(float64(c.workers()))
 	ch := c.ach
 	switch {
+	case ch == nil && c.target != c.workers() && c.st.Plan.Queued():
+		return c.scaleQueue(now)
 	case ch == nil && c.target != c.workers():
 		c.beginAsync(now)
 		return nil

@@ -329,6 +329,7 @@ func (c *Core) report() *report.Report {
 	rep.FinalWorkers = c.workers()
 	rep.FinalPS = c.psCount
 	rep.DataLedger = append([]report.LedgerEntry{}, c.st.Ledger...)
+	rep.DataQueue = c.queueReport()
 	if !c.start.IsZero() {
 		rep.TrainSeconds = c.trainEnd.Sub(c.start).Seconds()
 	}

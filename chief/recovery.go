@@ -236,9 +236,12 @@ func (c *Chief) restore(ctx context.Context, targets []int, gen int64) (int64, e
 }
 
 func (c *Chief) saveState(st State) {
-	if c.cfg.StatePath == "" {
+	c.stateMu.Lock()
+	defer c.stateMu.Unlock()
+	if c.cfg.StatePath == "" || st.Seq <= c.saved {
 		return
 	}
+	c.saved = st.Seq
 	b, _ := json.Marshal(st)
 	tmp := c.cfg.StatePath + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o600); err == nil {

@@ -46,6 +46,12 @@ func (c *Chief) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Regi
 	c.cfg.Log.Info("task registered", "task", task, "addr", req.Address, "pid", req.Pid)
 	c.mu.Lock()
 	plan, numPS := c.core.Plan(), c.core.LayoutPS()
+	if req.Role == cluster.Worker {
+		if st, leased := c.core.LeaseData(int(req.Index), c.cfg.Now()); leased {
+			c.saveState(st.State)
+		}
+		plan = c.core.planFor(int(req.Index))
+	}
 	c.mu.Unlock()
 	return &pb.RegisterResponse{RunId: c.cfg.RunID, DataShard: req.Index, NumDataShards: int32(c.cfg.Run.Workers), StartStep: step,
 		DataPlan: convert.DataPlan(plan), NumPs: int32(numPS)}, nil
@@ -66,7 +72,10 @@ func (c *Chief) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.He
 	var plan *pb.DataPlan
 	if err == nil && req.PlanEras > 0 { // (0: a worker that does not follow a data plan)
 		c.core.DataRead(int(req.Worker), req.DataPosition, req.PlanHold, req.DataWaiting, c.cfg.Now())
-		if p, changed := c.core.HeartbeatPlan(int(req.Worker), int(req.PlanEras)); changed {
+		if st, leased := c.core.LeaseData(int(req.Worker), c.cfg.Now()); leased {
+			c.saveState(st.State)
+		}
+		if p, changed := c.core.HeartbeatPlan(int(req.Worker), int(req.PlanEras), int(req.PlanLeases)); changed {
 			plan = convert.DataPlan(p)
 		}
 	}

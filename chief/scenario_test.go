@@ -29,6 +29,7 @@ import (
 //	                             epochs, batch, train-n, eval-every, subset,
 //	                             checkpoint-every, heartbeat, resume,
 //	                             replicas-to-aggregate, max-workers,
+//	                             split (--data-split),
 //	                             evaluate, checkpoints, standbys: true
 //	                             gives every shard a hot standby)
 //	register ROLE INDEX [lr=F] t=S  a task registers (lr: with another
@@ -95,7 +96,9 @@ import (
 //	                             of N eras; prints the plan it is sent)
 //	  [pos=P hold=H waiting]     (what it reads: the next batch's
 //	                             position, its plan's hold, waiting for
-//	                             the chief)
+//	                             the chief; with a data queue the core
+//	                             may hand it chunks: "(saved)")
+//	  [leases=N]                 (the queue's chunks its plan has)
 //	membership-refused t=S       a shard refused the hold
 //	plan                         workers, target, last step, data plan
 //	                             (eras epoch@step:workers, /batches per
@@ -317,6 +320,8 @@ func (s *scenario) config(a scenariotest.Args) error {
 			p.Run.Workers, err = strconv.Atoi(v)
 		case "mode":
 			p.Run.Mode = config.Mode(v)
+		case "split":
+			p.Run.DataSplit = config.DataSplit(v)
 		case "model":
 			p.Run.Model, p.Run.Conv = config.ModelKind(v), config.DefaultCNNConv
 		case "target":
@@ -385,10 +390,13 @@ func (s *scenario) member(f []string, a scenariotest.Args) string {
 			p, _ := strconv.ParseInt(pos, 10, 64)
 			_, waiting := a["waiting"]
 			s.core.DataRead(idx, p, a.Num("hold"), waiting, a.At(s.t0))
+			if _, leased := s.core.LeaseData(idx, a.At(s.t0)); leased {
+				out += " (saved)"
+			}
 		}
 		if eras, ok := a["eras"]; ok {
 			n, _ := strconv.Atoi(eras)
-			if p, changed := s.core.HeartbeatPlan(idx, n); changed {
+			if p, changed := s.core.HeartbeatPlan(idx, n, int(a.Num("leases"))); changed {
 				out += " plan=" + planText(p)
 			}
 		}
@@ -551,6 +559,17 @@ func planText(p dataset.DataPlan) string {
 	out := fmt.Sprintf("[%s]/%d", strings.Join(eras, " "), p.PerEpoch(len(p.Eras)-1))
 	if p.Hold > 0 {
 		out += fmt.Sprintf(" hold=%d", p.Hold)
+	}
+	if p.Queued() {
+		var leases []string // worker: its runs of chunks, first-last
+		for w, ls := range p.Leases {
+			var runs []string
+			for _, l := range ls {
+				runs = append(runs, fmt.Sprintf("%d-%d", l.First, l.First+l.Count-1))
+			}
+			leases = append(leases, fmt.Sprintf("%d:%s", w, strings.Join(runs, ",")))
+		}
+		out = fmt.Sprintf("[%s] queue=%dx%d next=%d leases=[%s]", strings.Join(eras, " "), p.ChunksPerEpoch(), p.Chunk, p.NextChunk, strings.Join(leases, " "))
 	}
 	return out
 }

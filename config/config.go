@@ -85,6 +85,20 @@ const DefaultNormGuard = 20
 // Aggregate is how a sync step combines its gradients.
 type Aggregate string
 
+// DataSplit is how an async or ssp run hands its data to the workers
+// (docs/elastic.md, "The data queue").
+type DataSplit string
+
+const (
+	// SplitQueue: every epoch is a queue of chunks of a few batches,
+	// handed to each worker as it reads, so a slower worker reads less
+	// of each epoch and no epoch waits for it.
+	SplitQueue DataSplit = "queue"
+	// SplitFixed: a shard of every epoch per worker, whatever the
+	// speeds (sync runs always).
+	SplitFixed DataSplit = "fixed"
+)
+
 // The aggregation rules.
 const (
 	Mean        Aggregate = "mean"         // the mean of the step's gradients
@@ -103,6 +117,11 @@ type Run struct {
 	// (standby/N beside every ps/N; docs/replication.md).
 	PSReplicas int `json:"ps_replicas,omitempty"`
 	Workers    int `json:"workers"`
+	// DataSplit is how an async or ssp run hands its data to the
+	// workers (--data-split): SplitQueue or SplitFixed ("", as in
+	// configurations written before the queue: fixed; sync runs: always
+	// fixed). The chief alone decides it.
+	DataSplit DataSplit `json:"data_split,omitempty" check:"-"`
 	// MaxWorkers bounds the workers an elastic run may scale to
 	// (docs/elastic.md): `pstrain scale`, or a worker registering with
 	// the next index. 0: WorkerSlots' default.
@@ -277,6 +296,7 @@ func Default() Run {
 	return Run{
 		Mode:             Sync,
 		Staleness:        3,
+		DataSplit:        SplitQueue,
 		PS:               2,
 		Workers:          2,
 		Hidden:           []int{800},
@@ -343,6 +363,8 @@ func (r Run) validateShape() error {
 		return fmt.Errorf("--max-ps %d is less than --ps %d (0 = --ps)", r.MaxPS, r.PS)
 	case r.Staleness < 0:
 		return fmt.Errorf("--staleness must be >= 0, got %d", r.Staleness)
+	case r.DataSplit != SplitQueue && r.DataSplit != SplitFixed && r.DataSplit != "":
+		return fmt.Errorf("--data-split must be %s or %s, got %q", SplitQueue, SplitFixed, r.DataSplit)
 	}
 	return nil
 }

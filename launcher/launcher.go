@@ -805,6 +805,9 @@ func (s *supervisor) judge(ctx context.Context, p *proc) exitVerdict {
 // removed says p's task left the run on purpose (a scale request or the
 // chief's quarantine), noting its end: it is not restarted.
 func (s *supervisor) removed(p *proc) bool {
+	if s.scaler != nil && p.task.Type != cluster.Chief {
+		s.scaler.poll() // (the chief may have acted on a request first)
+	}
 	switch {
 	case p.task.Type == cluster.Worker && s.scaler != nil && s.scaler.retiring(p.task.Index):
 		// Removed by a scale request (docs/elastic.md): it exits 0 when

@@ -183,15 +183,20 @@ func (sc *slotSet) startEach(start []int, log interface{ Error(string, ...any) }
 type scaler struct {
 	slotSet
 	s *supervisor
+
+	pollMu sync.Mutex
+	path   string // the request file ("": not watched yet)
+	seq    int64  // the last request applied
 }
 
 // watch polls the request file until ctx ends.
 func (sc *scaler) watch(ctx context.Context, dir string, every time.Duration) {
-	path := filepath.Join(dir, ScaleRequestFile)
-	var seq int64
-	if r, err := chief.ReadScaleRequest(path); err == nil {
-		seq = r.Seq // a request of an earlier run on dir is not this run's
+	sc.pollMu.Lock()
+	sc.path = filepath.Join(dir, ScaleRequestFile)
+	if r, err := chief.ReadScaleRequest(sc.path); err == nil {
+		sc.seq = r.Seq // a request of an earlier run on dir is not this run's
 	}
+	sc.pollMu.Unlock()
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -200,17 +205,30 @@ func (sc *scaler) watch(ctx context.Context, dir string, every time.Duration) {
 			return
 		case <-t.C:
 		}
-		r, err := chief.ReadScaleRequest(path)
-		if err != nil || r.Seq == seq {
-			continue
-		}
-		seq = r.Seq
-		if r.Workers > 0 || r.PS == 0 {
-			sc.apply(r.Workers)
-		}
-		if r.PS > 0 && sc.s.psScale != nil {
-			sc.s.psScale.apply(r.PS)
-		}
+		sc.poll()
+	}
+}
+
+// poll applies the request file's request if it is new. The chief
+// reads the file too, and may act on it first: a worker it removed may
+// exit before the next tick, so judging an exit polls first
+// (supervisor.removed).
+func (sc *scaler) poll() {
+	sc.pollMu.Lock()
+	defer sc.pollMu.Unlock()
+	if sc.path == "" {
+		return
+	}
+	r, err := chief.ReadScaleRequest(sc.path)
+	if err != nil || r.Seq == sc.seq {
+		return
+	}
+	sc.seq = r.Seq
+	if r.Workers > 0 || r.PS == 0 {
+		sc.apply(r.Workers)
+	}
+	if r.PS > 0 && sc.s.psScale != nil {
+		sc.s.psScale.apply(r.PS)
 	}
 }
 

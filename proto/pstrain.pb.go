@@ -3456,7 +3456,14 @@ type DataPlan struct {
 	// hold > 0: a change of the worker count is being prepared in an async
 	// or ssp run: no member reads a batch of global epoch hold or later
 	// until a plan without it arrives (docs/elastic.md).
-	Hold          int64 `protobuf:"varint,4,opt,name=hold,proto3" json:"hold,omitempty"`
+	Hold int64 `protobuf:"varint,4,opt,name=hold,proto3" json:"hold,omitempty"`
+	// chunk > 0: the data is a queue of chunks of chunk batches
+	// (docs/elastic.md, "The data queue"); leases are, by worker, the
+	// chunks it was handed, in order (a worker is sent its own only), and
+	// next_chunk the queue's next.
+	Chunk         int32     `protobuf:"varint,5,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	Leases        []*Leases `protobuf:"bytes,6,rep,name=leases,proto3" json:"leases,omitempty"`
+	NextChunk     int64     `protobuf:"varint,7,opt,name=next_chunk,json=nextChunk,proto3" json:"next_chunk,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3519,6 +3526,81 @@ func (x *DataPlan) GetHold() int64 {
 	return 0
 }
 
+func (x *DataPlan) GetChunk() int32 {
+	if x != nil {
+		return x.Chunk
+	}
+	return 0
+}
+
+func (x *DataPlan) GetLeases() []*Leases {
+	if x != nil {
+		return x.Leases
+	}
+	return nil
+}
+
+func (x *DataPlan) GetNextChunk() int64 {
+	if x != nil {
+		return x.NextChunk
+	}
+	return 0
+}
+
+// Leases are the chunks of the data queue one worker was handed: runs
+// of count[i] consecutive chunks from first[i], in order.
+type Leases struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	First         []int64                `protobuf:"varint,1,rep,packed,name=first,proto3" json:"first,omitempty"`
+	Count         []int64                `protobuf:"varint,2,rep,packed,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Leases) Reset() {
+	*x = Leases{}
+	mi := &file_pstrain_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Leases) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Leases) ProtoMessage() {}
+
+func (x *Leases) ProtoReflect() protoreflect.Message {
+	mi := &file_pstrain_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Leases.ProtoReflect.Descriptor instead.
+func (*Leases) Descriptor() ([]byte, []int) {
+	return file_pstrain_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *Leases) GetFirst() []int64 {
+	if x != nil {
+		return x.First
+	}
+	return nil
+}
+
+func (x *Leases) GetCount() []int64 {
+	if x != nil {
+		return x.Count
+	}
+	return nil
+}
+
 // Era is one membership of the data: from global epoch epoch (and, in a
 // sync run, global step step) on, workers workers.
 type Era struct {
@@ -3532,7 +3614,7 @@ type Era struct {
 
 func (x *Era) Reset() {
 	*x = Era{}
-	mi := &file_pstrain_proto_msgTypes[40]
+	mi := &file_pstrain_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3544,7 +3626,7 @@ func (x *Era) String() string {
 func (*Era) ProtoMessage() {}
 
 func (x *Era) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[40]
+	mi := &file_pstrain_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3557,7 +3639,7 @@ func (x *Era) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Era.ProtoReflect.Descriptor instead.
 func (*Era) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{40}
+	return file_pstrain_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Era) GetEpoch() int64 {
@@ -3600,14 +3682,15 @@ type HeartbeatRequest struct {
 	DataPosition  int64 `protobuf:"varint,8,opt,name=data_position,json=dataPosition,proto3" json:"data_position,omitempty"`
 	PlanHold      int64 `protobuf:"varint,9,opt,name=plan_hold,json=planHold,proto3" json:"plan_hold,omitempty"`
 	DataWaiting   bool  `protobuf:"varint,10,opt,name=data_waiting,json=dataWaiting,proto3" json:"data_waiting,omitempty"`
-	NumPs         int32 `protobuf:"varint,11,opt,name=num_ps,json=numPs,proto3" json:"num_ps,omitempty"` // the parameter servers the worker's layout has (0: not said)
+	NumPs         int32 `protobuf:"varint,11,opt,name=num_ps,json=numPs,proto3" json:"num_ps,omitempty"`                // the parameter servers the worker's layout has (0: not said)
+	PlanLeases    int32 `protobuf:"varint,12,opt,name=plan_leases,json=planLeases,proto3" json:"plan_leases,omitempty"` // the data queue's chunks the worker's plan hands it
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_pstrain_proto_msgTypes[41]
+	mi := &file_pstrain_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3619,7 +3702,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[41]
+	mi := &file_pstrain_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3632,7 +3715,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{41}
+	return file_pstrain_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *HeartbeatRequest) GetWorker() int32 {
@@ -3712,6 +3795,13 @@ func (x *HeartbeatRequest) GetNumPs() int32 {
 	return 0
 }
 
+func (x *HeartbeatRequest) GetPlanLeases() int32 {
+	if x != nil {
+		return x.PlanLeases
+	}
+	return 0
+}
+
 type HeartbeatResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Stop     bool                   `protobuf:"varint,1,opt,name=stop,proto3" json:"stop,omitempty"`
@@ -3730,7 +3820,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_pstrain_proto_msgTypes[42]
+	mi := &file_pstrain_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3742,7 +3832,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[42]
+	mi := &file_pstrain_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3755,7 +3845,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{42}
+	return file_pstrain_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *HeartbeatResponse) GetStop() bool {
@@ -4118,16 +4208,23 @@ const file_pstrain_proto_rawDesc = "" +
 	"\n" +
 	"start_step\x18\x04 \x01(\x03R\tstartStep\x121\n" +
 	"\tdata_plan\x18\x06 \x01(\v2\x14.pstrain.v1.DataPlanR\bdataPlan\x12\x15\n" +
-	"\x06num_ps\x18\a \x01(\x05R\x05numPsJ\x04\b\x05\x10\x06\"g\n" +
+	"\x06num_ps\x18\a \x01(\x05R\x05numPsJ\x04\b\x05\x10\x06\"\xc8\x01\n" +
 	"\bDataPlan\x12\f\n" +
 	"\x01n\x18\x01 \x01(\x03R\x01n\x12\x14\n" +
 	"\x05batch\x18\x02 \x01(\x05R\x05batch\x12#\n" +
 	"\x04eras\x18\x03 \x03(\v2\x0f.pstrain.v1.EraR\x04eras\x12\x12\n" +
-	"\x04hold\x18\x04 \x01(\x03R\x04hold\"I\n" +
+	"\x04hold\x18\x04 \x01(\x03R\x04hold\x12\x14\n" +
+	"\x05chunk\x18\x05 \x01(\x05R\x05chunk\x12*\n" +
+	"\x06leases\x18\x06 \x03(\v2\x12.pstrain.v1.LeasesR\x06leases\x12\x1d\n" +
+	"\n" +
+	"next_chunk\x18\a \x01(\x03R\tnextChunk\"4\n" +
+	"\x06Leases\x12\x14\n" +
+	"\x05first\x18\x01 \x03(\x03R\x05first\x12\x14\n" +
+	"\x05count\x18\x02 \x03(\x03R\x05count\"I\n" +
 	"\x03Era\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x03R\x05epoch\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x03R\x04step\x12\x18\n" +
-	"\aworkers\x18\x03 \x01(\x05R\aworkers\"\xcb\x02\n" +
+	"\aworkers\x18\x03 \x01(\x05R\aworkers\"\xec\x02\n" +
 	"\x10HeartbeatRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x12\n" +
@@ -4143,7 +4240,9 @@ const file_pstrain_proto_rawDesc = "" +
 	"\tplan_hold\x18\t \x01(\x03R\bplanHold\x12!\n" +
 	"\fdata_waiting\x18\n" +
 	" \x01(\bR\vdataWaiting\x12\x15\n" +
-	"\x06num_ps\x18\v \x01(\x05R\x05numPs\"\x99\x01\n" +
+	"\x06num_ps\x18\v \x01(\x05R\x05numPs\x12\x1f\n" +
+	"\vplan_leases\x18\f \x01(\x05R\n" +
+	"planLeases\"\x99\x01\n" +
 	"\x11HeartbeatResponse\x12\x12\n" +
 	"\x04stop\x18\x01 \x01(\bR\x04stop\x121\n" +
 	"\tdata_plan\x18\x04 \x01(\v2\x14.pstrain.v1.DataPlanR\bdataPlan\x12 \n" +
@@ -4182,7 +4281,7 @@ func file_pstrain_proto_rawDescGZIP() []byte {
 }
 
 var file_pstrain_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pstrain_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_pstrain_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_pstrain_proto_goTypes = []any{
 	(PushResponse_Outcome)(0),  // 0: pstrain.v1.PushResponse.Outcome
 	(*Block)(nil),              // 1: pstrain.v1.Block
@@ -4225,9 +4324,10 @@ var file_pstrain_proto_goTypes = []any{
 	(*Setting)(nil),            // 38: pstrain.v1.Setting
 	(*RegisterResponse)(nil),   // 39: pstrain.v1.RegisterResponse
 	(*DataPlan)(nil),           // 40: pstrain.v1.DataPlan
-	(*Era)(nil),                // 41: pstrain.v1.Era
-	(*HeartbeatRequest)(nil),   // 42: pstrain.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),  // 43: pstrain.v1.HeartbeatResponse
+	(*Leases)(nil),             // 41: pstrain.v1.Leases
+	(*Era)(nil),                // 42: pstrain.v1.Era
+	(*HeartbeatRequest)(nil),   // 43: pstrain.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),  // 44: pstrain.v1.HeartbeatResponse
 }
 var file_pstrain_proto_depIdxs = []int32{
 	1,  // 0: pstrain.v1.InitRequest.blocks:type_name -> pstrain.v1.Block
@@ -4251,43 +4351,44 @@ var file_pstrain_proto_depIdxs = []int32{
 	12, // 18: pstrain.v1.RegisterRequest.model_spec:type_name -> pstrain.v1.ModelSpec
 	38, // 19: pstrain.v1.RegisterRequest.settings:type_name -> pstrain.v1.Setting
 	40, // 20: pstrain.v1.RegisterResponse.data_plan:type_name -> pstrain.v1.DataPlan
-	41, // 21: pstrain.v1.DataPlan.eras:type_name -> pstrain.v1.Era
-	40, // 22: pstrain.v1.HeartbeatResponse.data_plan:type_name -> pstrain.v1.DataPlan
-	2,  // 23: pstrain.v1.ParameterServer.Init:input_type -> pstrain.v1.InitRequest
-	14, // 24: pstrain.v1.ParameterServer.Pull:input_type -> pstrain.v1.PullRequest
-	16, // 25: pstrain.v1.ParameterServer.Push:input_type -> pstrain.v1.PushRequest
-	18, // 26: pstrain.v1.ParameterServer.SetMembership:input_type -> pstrain.v1.MembershipRequest
-	20, // 27: pstrain.v1.ParameterServer.Status:input_type -> pstrain.v1.StatusRequest
-	24, // 28: pstrain.v1.ParameterServer.Stop:input_type -> pstrain.v1.StopRequest
-	22, // 29: pstrain.v1.ParameterServer.Checkpoint:input_type -> pstrain.v1.CheckpointRequest
-	31, // 30: pstrain.v1.ParameterServer.Replicate:input_type -> pstrain.v1.ReplicaBatch
-	33, // 31: pstrain.v1.ParameterServer.Promote:input_type -> pstrain.v1.PromoteRequest
-	35, // 32: pstrain.v1.ParameterServer.SetStandby:input_type -> pstrain.v1.SetStandbyRequest
-	5,  // 33: pstrain.v1.ParameterServer.PullRows:input_type -> pstrain.v1.PullRowsRequest
-	7,  // 34: pstrain.v1.ParameterServer.PushRows:input_type -> pstrain.v1.PushRowsRequest
-	9,  // 35: pstrain.v1.ParameterServer.LoadRows:input_type -> pstrain.v1.LoadRowsRequest
-	37, // 36: pstrain.v1.Chief.Register:input_type -> pstrain.v1.RegisterRequest
-	42, // 37: pstrain.v1.Chief.Heartbeat:input_type -> pstrain.v1.HeartbeatRequest
-	11, // 38: pstrain.v1.ParameterServer.Init:output_type -> pstrain.v1.InitResponse
-	15, // 39: pstrain.v1.ParameterServer.Pull:output_type -> pstrain.v1.PullResponse
-	17, // 40: pstrain.v1.ParameterServer.Push:output_type -> pstrain.v1.PushResponse
-	19, // 41: pstrain.v1.ParameterServer.SetMembership:output_type -> pstrain.v1.MembershipResponse
-	21, // 42: pstrain.v1.ParameterServer.Status:output_type -> pstrain.v1.StatusResponse
-	25, // 43: pstrain.v1.ParameterServer.Stop:output_type -> pstrain.v1.StopResponse
-	23, // 44: pstrain.v1.ParameterServer.Checkpoint:output_type -> pstrain.v1.CheckpointResponse
-	32, // 45: pstrain.v1.ParameterServer.Replicate:output_type -> pstrain.v1.ReplicaAck
-	34, // 46: pstrain.v1.ParameterServer.Promote:output_type -> pstrain.v1.PromoteResponse
-	36, // 47: pstrain.v1.ParameterServer.SetStandby:output_type -> pstrain.v1.SetStandbyResponse
-	6,  // 48: pstrain.v1.ParameterServer.PullRows:output_type -> pstrain.v1.PullRowsResponse
-	8,  // 49: pstrain.v1.ParameterServer.PushRows:output_type -> pstrain.v1.PushRowsResponse
-	10, // 50: pstrain.v1.ParameterServer.LoadRows:output_type -> pstrain.v1.LoadRowsResponse
-	39, // 51: pstrain.v1.Chief.Register:output_type -> pstrain.v1.RegisterResponse
-	43, // 52: pstrain.v1.Chief.Heartbeat:output_type -> pstrain.v1.HeartbeatResponse
-	38, // [38:53] is the sub-list for method output_type
-	23, // [23:38] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	42, // 21: pstrain.v1.DataPlan.eras:type_name -> pstrain.v1.Era
+	41, // 22: pstrain.v1.DataPlan.leases:type_name -> pstrain.v1.Leases
+	40, // 23: pstrain.v1.HeartbeatResponse.data_plan:type_name -> pstrain.v1.DataPlan
+	2,  // 24: pstrain.v1.ParameterServer.Init:input_type -> pstrain.v1.InitRequest
+	14, // 25: pstrain.v1.ParameterServer.Pull:input_type -> pstrain.v1.PullRequest
+	16, // 26: pstrain.v1.ParameterServer.Push:input_type -> pstrain.v1.PushRequest
+	18, // 27: pstrain.v1.ParameterServer.SetMembership:input_type -> pstrain.v1.MembershipRequest
+	20, // 28: pstrain.v1.ParameterServer.Status:input_type -> pstrain.v1.StatusRequest
+	24, // 29: pstrain.v1.ParameterServer.Stop:input_type -> pstrain.v1.StopRequest
+	22, // 30: pstrain.v1.ParameterServer.Checkpoint:input_type -> pstrain.v1.CheckpointRequest
+	31, // 31: pstrain.v1.ParameterServer.Replicate:input_type -> pstrain.v1.ReplicaBatch
+	33, // 32: pstrain.v1.ParameterServer.Promote:input_type -> pstrain.v1.PromoteRequest
+	35, // 33: pstrain.v1.ParameterServer.SetStandby:input_type -> pstrain.v1.SetStandbyRequest
+	5,  // 34: pstrain.v1.ParameterServer.PullRows:input_type -> pstrain.v1.PullRowsRequest
+	7,  // 35: pstrain.v1.ParameterServer.PushRows:input_type -> pstrain.v1.PushRowsRequest
+	9,  // 36: pstrain.v1.ParameterServer.LoadRows:input_type -> pstrain.v1.LoadRowsRequest
+	37, // 37: pstrain.v1.Chief.Register:input_type -> pstrain.v1.RegisterRequest
+	43, // 38: pstrain.v1.Chief.Heartbeat:input_type -> pstrain.v1.HeartbeatRequest
+	11, // 39: pstrain.v1.ParameterServer.Init:output_type -> pstrain.v1.InitResponse
+	15, // 40: pstrain.v1.ParameterServer.Pull:output_type -> pstrain.v1.PullResponse
+	17, // 41: pstrain.v1.ParameterServer.Push:output_type -> pstrain.v1.PushResponse
+	19, // 42: pstrain.v1.ParameterServer.SetMembership:output_type -> pstrain.v1.MembershipResponse
+	21, // 43: pstrain.v1.ParameterServer.Status:output_type -> pstrain.v1.StatusResponse
+	25, // 44: pstrain.v1.ParameterServer.Stop:output_type -> pstrain.v1.StopResponse
+	23, // 45: pstrain.v1.ParameterServer.Checkpoint:output_type -> pstrain.v1.CheckpointResponse
+	32, // 46: pstrain.v1.ParameterServer.Replicate:output_type -> pstrain.v1.ReplicaAck
+	34, // 47: pstrain.v1.ParameterServer.Promote:output_type -> pstrain.v1.PromoteResponse
+	36, // 48: pstrain.v1.ParameterServer.SetStandby:output_type -> pstrain.v1.SetStandbyResponse
+	6,  // 49: pstrain.v1.ParameterServer.PullRows:output_type -> pstrain.v1.PullRowsResponse
+	8,  // 50: pstrain.v1.ParameterServer.PushRows:output_type -> pstrain.v1.PushRowsResponse
+	10, // 51: pstrain.v1.ParameterServer.LoadRows:output_type -> pstrain.v1.LoadRowsResponse
+	39, // 52: pstrain.v1.Chief.Register:output_type -> pstrain.v1.RegisterResponse
+	44, // 53: pstrain.v1.Chief.Heartbeat:output_type -> pstrain.v1.HeartbeatResponse
+	39, // [39:54] is the sub-list for method output_type
+	24, // [24:39] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_pstrain_proto_init() }
@@ -4309,7 +4410,7 @@ func file_pstrain_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pstrain_proto_rawDesc), len(file_pstrain_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   43,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -22,13 +22,15 @@ type PlanFollower interface {
 
 // DataReader is a PlanFollower that says where it reads
 // (dataset.ElasticBatches): heartbeats carry it, so that the chief can
-// place an async or ssp run's change (docs/elastic.md). Close ends a
-// read that waits for a plan (a removed worker that read all its
-// batches, or the run's end).
+// place an async or ssp run's change and hand out the data queue's
+// chunks (docs/elastic.md); Leases is the queue's chunks its plan hands
+// it. Close ends a read that waits for a plan (a removed worker that
+// read all its batches, or the run's end).
 type DataReader interface {
 	Position() int64
 	Hold() int64
 	Waiting() bool
+	Leases() int
 	Close()
 }
 
@@ -93,6 +95,7 @@ func (w *Worker) beat(ctx context.Context, chief pb.ChiefClient, timeout time.Du
 	dr, reads := w.cfg.DataPlan.(DataReader)
 	if reads {
 		req.DataPosition, req.PlanHold, req.DataWaiting = dr.Position(), dr.Hold(), dr.Waiting()
+		req.PlanLeases = int32(dr.Leases())
 	}
 	w.followLayout(req, nil)
 	hctx, cancel := context.WithTimeout(ctx, timeout)

@@ -26,25 +26,39 @@ import (
 type elasticState struct {
 	Plan    dataset.DataPlan          `json:"data_plan"`
 	Changes []report.MembershipChange `json:"membership_changes"`
+	Live    []report.LiveWorkers      `json:"live_workers"`
 }
 
 // waitChanges waits until the chief's state records n membership changes.
 func (r *liveRun) waitChanges(n int, within time.Duration) elasticState {
 	r.t.Helper()
+	return r.waitState(func(st elasticState) bool { return len(st.Changes) >= n }, fmt.Sprintf("%d membership changes", n), within)
+}
+
+// waitLive waits until the chief's state records n live workers.
+func (r *liveRun) waitLive(n int, within time.Duration) {
+	r.t.Helper()
+	r.waitState(func(st elasticState) bool { return len(st.Live) > 0 && st.Live[len(st.Live)-1].Workers == n },
+		fmt.Sprintf("%d live workers", n), within)
+}
+
+// waitState waits until the chief's state satisfies ok.
+func (r *liveRun) waitState(ok func(elasticState) bool, what string, within time.Duration) elasticState {
+	r.t.Helper()
 	deadline := time.Now().Add(within)
 	for {
 		var st elasticState
 		b, err := os.ReadFile(filepath.Join(r.dir, "chief-state.json"))
-		if err == nil && json.Unmarshal(b, &st) == nil && len(st.Changes) >= n {
+		if err == nil && json.Unmarshal(b, &st) == nil && ok(st) {
 			return st
 		}
 		select {
 		case <-r.done:
-			r.t.Fatalf("the run ended before %d membership changes (state %s):\n%s", n, b, r.out)
+			r.t.Fatalf("the run ended before %s (state %s):\n%s", what, b, r.out)
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			r.t.Fatalf("no %d membership changes within %v (state %s):\n%s", n, within, b, r.out)
+			r.t.Fatalf("no %s within %v (state %s):\n%s", what, within, b, r.out)
 		}
 	}
 }

@@ -183,6 +183,7 @@ func (f convFlag) Set(s string) error {
 func bindRunFlags(fs *flag.FlagSet, r *config.Run) *modelFlags {
 	fs.StringVar((*string)(&r.Mode), "mode", string(r.Mode), "SGD mode: sync, async or ssp")
 	fs.IntVar(&r.Staleness, "staleness", r.Staleness, "ssp: how many steps a worker may run ahead of the slowest live worker")
+	fs.StringVar((*string)(&r.DataSplit), "data-split", string(r.DataSplit), "async and ssp: how the workers get their data: queue (each epoch's batches handed out a few at a time as the workers read, so a slower worker reads less of every epoch) or fixed (a shard per worker, as in sync runs; docs/elastic.md)")
 	fs.IntVar(&r.ReplicasToAggregate, "replicas-to-aggregate", r.ReplicasToAggregate, "sync: gradients per step (0 = all workers; fewer makes the rest backup workers)")
 	fs.IntVar(&r.PS, "ps", r.PS, "number of parameter-server shards")
 	fs.IntVar(&r.PSReplicas, "ps-replicas", r.PSReplicas, "hot standbys per PS shard: 0, or 1 (a standby/N process beside every ps/N takes over when its primary dies; docs/replication.md)")
@@ -269,6 +270,7 @@ func runArgs(r config.Run) []string {
 	args := []string{
 		"--mode=" + string(r.Mode),
 		fmt.Sprintf("--staleness=%d", r.Staleness),
+		"--data-split=" + string(r.DataSplit),
 		fmt.Sprintf("--replicas-to-aggregate=%d", r.ReplicasToAggregate),
 		fmt.Sprintf("--ps=%d", r.PS),
 		fmt.Sprintf("--ps-replicas=%d", r.PSReplicas),

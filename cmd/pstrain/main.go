@@ -310,6 +310,10 @@ func printSummary(w io.Writer, rep *report.Report) {
 	for _, c := range rep.MembershipChanges {
 		fmt.Fprintln(w, membershipText(c))
 	}
+	if q := rep.DataQueue; q != nil && q.ChunksPerEpoch > 0 {
+		fmt.Fprintf(w, "data queue: %d chunks of %d batches an epoch, %d handed out (%.2f epochs); batches read by worker: %s\n",
+			q.ChunksPerEpoch, q.ChunkBatches, q.ChunksHandedOut, float64(q.ChunksHandedOut)/float64(q.ChunksPerEpoch), joinInts(q.BatchesRead))
+	}
 	if t := ledgerText(rep.DataLedger); t != "" {
 		fmt.Fprintln(w, t)
 	}
@@ -511,6 +515,15 @@ func modelText(s model.Spec) string {
 
 // membershipText is the summary's line for a change of the worker or
 // the parameter server count (docs/elastic.md).
+// joinInts is xs as "1, 2, 3".
+func joinInts(xs []int64) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = fmt.Sprint(x)
+	}
+	return strings.Join(s, ", ")
+}
+
 func membershipText(c report.MembershipChange) string {
 	if c.Role != "ps" {
 		return fmt.Sprintf("workers: %d -> %d at step %d (epoch %d) at %.2f s, asked at %.2f s", c.From, c.To, c.Step, c.Epoch, c.Seconds, c.AskedSeconds)

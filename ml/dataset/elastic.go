@@ -31,10 +31,18 @@ type DataPlan struct {
 	N     int   `json:"n"`
 	Batch int   `json:"batch"`
 	Eras  []Era `json:"eras"`
-	// Hold > 0 (async and ssp runs, a change being prepared): no member
-	// of the last era reads a batch of global epoch Hold or later until
-	// it has a plan without the hold (ElasticBatches.Next waits).
+	// Hold > 0 (async and ssp runs with fixed shards, a change being
+	// prepared): no member of the last era reads a batch of global epoch
+	// Hold or later until it has a plan without the hold
+	// (ElasticBatches.Next waits).
 	Hold int64 `json:"hold,omitempty"`
+	// Chunk > 0 makes the plan a queue (queue.go): Leases are, by
+	// worker, the runs of chunks it was handed, in order, and NextChunk the
+	// queue's next chunk (chunk c is chunk c%ChunksPerEpoch of epoch
+	// c/ChunksPerEpoch).
+	Chunk     int       `json:"chunk,omitempty"`
+	Leases    [][]Lease `json:"leases,omitempty"`
+	NextChunk int64     `json:"next_chunk,omitempty"`
 }
 
 // Era is one membership of the data: from global epoch Epoch (and, in a
@@ -59,10 +67,14 @@ func (p DataPlan) Validate() error {
 		if e.Workers < 1 {
 			return fmt.Errorf("data plan: era %d has %d workers", k, e.Workers)
 		}
-		if k > 0 && (e.Epoch <= p.Eras[k-1].Epoch || e.Step < p.Eras[k-1].Step) {
+		// (A queue's eras only count the workers: two may start in one epoch.)
+		if k > 0 && (e.Epoch < p.Eras[k-1].Epoch || e.Epoch == p.Eras[k-1].Epoch && !p.Queued() || e.Step < p.Eras[k-1].Step) {
 			return fmt.Errorf("data plan: era %d (epoch %d, step %d) does not follow era %d (epoch %d, step %d)",
 				k, e.Epoch, e.Step, k-1, p.Eras[k-1].Epoch, p.Eras[k-1].Step)
 		}
+	}
+	if err := p.validateQueue(); err != nil {
+		return err
 	}
 	if last := p.Last(); p.Hold != 0 && p.Hold <= last.Epoch {
 		return fmt.Errorf("data plan: hold at epoch %d, not after the last era's first epoch %d", p.Hold, last.Epoch)
@@ -104,7 +116,13 @@ func (p DataPlan) Start(w, k int) int64 {
 // worker reads shard w of Eras[k].Workers), global epoch epoch and the
 // batch's index in that epoch. ok is false when w is a member of no era
 // that holds pos (it was removed and its position is past its last era).
+// In a queue (Queued) k is 0, the batch is of the epoch's permutation of
+// the whole set, and ok is false past the worker's leased chunks.
 func (p DataPlan) Locate(w int, pos int64) (k int, epoch, batch int64, ok bool) {
+	if p.Queued() {
+		epoch, batch, ok = p.locateQueued(w, pos)
+		return 0, epoch, batch, ok
+	}
 	var start int64
 	for k := range p.Eras {
 		if w >= p.Eras[k].Workers {
@@ -149,11 +167,15 @@ func (p DataPlan) NextEpoch(w int, pos int64) int64 {
 
 // Ends is the data position after worker w's last batch when the last
 // era does not have it (it was removed): it has read everything the
-// plan gives it there. ok is false for a member of the last era.
+// plan gives it there (in a queue: its leased chunks). ok is false for a
+// member of the last era.
 func (p DataPlan) Ends(w int) (int64, bool) {
 	k := len(p.Eras) - 1
 	if w < p.Eras[k].Workers {
 		return 0, false
+	}
+	if p.Queued() {
+		return p.Leased(w), true
 	}
 	return p.Start(w, k), true
 }
@@ -210,6 +232,8 @@ type ElasticBatches struct {
 	changed  *sync.Cond // on mu: a new plan, or Close
 	plan     DataPlan
 	batchers map[[2]int]*Batcher // by (index, count) of a shard
+	queue    *Batcher            // the whole set, for a queue plan
+	refill   int64               // a queue: the position at which to ask for more chunks
 	pos      int64
 	waiting  bool // Next waits for a plan
 	closed   bool
@@ -240,10 +264,14 @@ func (b *ElasticBatches) SetPlan(p DataPlan) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
+	queue, err := b.loadQueue(p)
+	if err != nil {
+		return err
+	}
 	loaded := map[[2]int]*Batcher{}
 	for _, e := range p.Eras {
 		key := [2]int{b.worker, e.Workers}
-		if b.worker >= e.Workers || loaded[key] != nil || b.has(key) {
+		if p.Queued() || b.worker >= e.Workers || loaded[key] != nil || b.has(key) {
 			continue
 		}
 		ds, err := b.load(b.worker, e.Workers)
@@ -257,6 +285,14 @@ func (b *ElasticBatches) SetPlan(p DataPlan) error {
 	for k, v := range loaded {
 		b.batchers[k] = v
 	}
+	if queue != nil {
+		b.queue = queue
+	}
+	if p.Queued() {
+		// Ask for more (a heartbeat at once) half way through the
+		// batches unread, before they run out.
+		b.refill = b.pos + max(1, (p.Leased(b.worker)-b.pos)/2)
+	}
 	if start, ok := p.StartOf(b.worker, p.Hold); p.Hold > 0 && ok && b.pos > start {
 		return fmt.Errorf("%w: hold at epoch %d (position %d), worker %d at position %d", ErrPastHold, p.Hold, start, b.worker, b.pos)
 	}
@@ -267,7 +303,8 @@ func (b *ElasticBatches) SetPlan(p DataPlan) error {
 }
 
 // Nudges receives when what a heartbeat says of the reading changed in
-// a way the chief waits for: a new plan taken, or Next waiting for one.
+// a way the chief waits for: a new plan taken, Next waiting for one, or
+// (a queue) half of the batches the worker held unread read.
 func (b *ElasticBatches) Nudges() <-chan struct{} { return b.nudges }
 
 // nudge signals Nudges without waiting.
@@ -276,6 +313,31 @@ func (b *ElasticBatches) nudge() {
 	case b.nudges <- struct{}{}:
 	default:
 	}
+}
+
+// loadQueue reads the whole training set the first time a plan is a
+// queue: every worker's Batcher over it has the run's seed, so epoch
+// e's permutation is the same for all (nil: not needed).
+func (b *ElasticBatches) loadQueue(p DataPlan) (*Batcher, error) {
+	b.mu.Lock()
+	have := b.queue != nil
+	b.mu.Unlock()
+	if !p.Queued() || have {
+		return nil, nil
+	}
+	ds, err := b.load(0, 1)
+	if err != nil {
+		return nil, fmt.Errorf("data: the whole training set for the queue: %w", err)
+	}
+	return NewBatcher(ds, p.Batch, b.seed), nil
+}
+
+// Leases is the number of chunks the plan in use hands the worker (a
+// queue; what a heartbeat says it knows).
+func (b *ElasticBatches) Leases() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return int(b.plan.LeasedChunks(b.worker))
 }
 
 func (b *ElasticBatches) has(key [2]int) bool {
@@ -356,7 +418,13 @@ func (b *ElasticBatches) Next(x []float32, y []uint8) {
 		k, e, i, ok := b.plan.Locate(b.worker, b.pos)
 		if ok && (b.plan.Hold == 0 || k < len(b.plan.Eras)-1 || e < b.plan.Hold) {
 			b.pos++
-			bt := b.batchers[[2]int{b.worker, b.plan.Eras[k].Workers}]
+			if b.plan.Queued() && b.pos == b.refill {
+				b.nudge()
+			}
+			bt := b.queue
+			if !b.plan.Queued() {
+				bt = b.batchers[[2]int{b.worker, b.plan.Eras[k].Workers}]
+			}
 			bt.checkBuffers("ElasticBatches", x, y)
 			bt.fullBatch(e*bt.perEpoch+i, x, y)
 			return

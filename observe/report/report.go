@@ -82,6 +82,18 @@ type MembershipChange struct {
 	StepsLost    *int64   `json:"steps_lost,omitempty"`
 }
 
+// DataQueue is an async or ssp run's data queue (docs/elastic.md, "The
+// data queue"): epochs of ChunksPerEpoch chunks of ChunkBatches
+// batches, ChunksHandedOut of them handed to the workers, and the
+// batches each worker read (its position at its last heartbeat: the
+// faster a worker, the more).
+type DataQueue struct {
+	ChunkBatches    int     `json:"chunk_batches"`
+	ChunksPerEpoch  int64   `json:"chunks_per_epoch"`
+	ChunksHandedOut int64   `json:"chunks_handed_out"`
+	BatchesRead     []int64 `json:"batches_read"`
+}
+
 // LedgerEntry is one epoch's data ledger: samples read twice into the
 // model and samples skipped (their gradients are missing from the model
 // or from part of it).
@@ -253,6 +265,9 @@ type Report struct {
 	// not hold (docs/recovery.md, "Data positions"); an epoch not listed
 	// holds each of its samples once.
 	DataLedger []LedgerEntry `json:"data_ledger"`
+	// DataQueue is the data queue of an async or ssp run with
+	// --data-split queue (nil otherwise).
+	DataQueue *DataQueue `json:"data_queue,omitempty"`
 	// LiveWorkers are the changes of the number of workers training
 	// (heard from within the heartbeat timeout, not quarantined, not
 	// removed), in order: a worker that died or froze, came back, was

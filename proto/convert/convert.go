@@ -5,6 +5,8 @@
 package convert
 
 import (
+	"fmt"
+
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/ml/dataset"
 	"github.com/pstrain/pstrain/ml/model"
@@ -28,9 +30,17 @@ func Spec(m *pb.ModelSpec) model.Spec {
 
 // DataPlan is p on the wire.
 func DataPlan(p dataset.DataPlan) *pb.DataPlan {
-	m := &pb.DataPlan{N: int64(p.N), Batch: int32(p.Batch), Eras: make([]*pb.Era, len(p.Eras)), Hold: p.Hold}
+	m := &pb.DataPlan{N: int64(p.N), Batch: int32(p.Batch), Eras: make([]*pb.Era, len(p.Eras)), Hold: p.Hold,
+		Chunk: int32(p.Chunk), NextChunk: p.NextChunk}
 	for i, e := range p.Eras {
 		m.Eras[i] = &pb.Era{Epoch: e.Epoch, Step: e.Step, Workers: int32(e.Workers)}
+	}
+	for _, ls := range p.Leases {
+		pl := &pb.Leases{}
+		for _, l := range ls {
+			pl.First, pl.Count = append(pl.First, l.First), append(pl.Count, l.Count)
+		}
+		m.Leases = append(m.Leases, pl)
 	}
 	return m
 }
@@ -40,6 +50,17 @@ func Plan(m *pb.DataPlan) (dataset.DataPlan, error) {
 	p := dataset.DataPlan{N: int(m.GetN()), Batch: int(m.GetBatch()), Eras: make([]dataset.Era, len(m.GetEras())), Hold: m.GetHold()}
 	for i, e := range m.GetEras() {
 		p.Eras[i] = dataset.Era{Epoch: e.Epoch, Step: e.Step, Workers: int(e.Workers)}
+	}
+	p.Chunk, p.NextChunk = int(m.GetChunk()), m.GetNextChunk()
+	for _, pl := range m.GetLeases() {
+		if len(pl.GetFirst()) != len(pl.GetCount()) {
+			return p, fmt.Errorf("data plan: leases of %d firsts and %d counts", len(pl.GetFirst()), len(pl.GetCount()))
+		}
+		var ls []dataset.Lease
+		for i, f := range pl.GetFirst() {
+			ls = append(ls, dataset.Lease{First: f, Count: pl.GetCount()[i]})
+		}
+		p.Leases = append(p.Leases, ls)
 	}
 	return p, p.Validate()
 }

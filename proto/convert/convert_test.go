@@ -43,10 +43,12 @@ func TestModelSpecSurvivesTheWire(t *testing.T) {
 }
 
 func TestDataPlanSurvivesTheWireAndIsValidated(t *testing.T) {
-	p := dataset.NewDataPlan(60000, 32, 2).Scale(40, 3, 5)
-	got, err := Plan(roundTrip(t, DataPlan(p), &pb.DataPlan{}))
-	if err != nil || !reflect.DeepEqual(got, p) {
-		t.Fatalf("plan %+v came back as %+v (%v)", p, got, err)
+	for _, p := range []dataset.DataPlan{dataset.NewDataPlan(60000, 32, 2).Scale(40, 3, 5),
+		dataset.NewQueuePlan(60000, 32, 3).Lease(0, 2).Lease(2, 3).Scale(40, 3, 2)} {
+		got, err := Plan(roundTrip(t, DataPlan(p), &pb.DataPlan{}))
+		if err != nil || !reflect.DeepEqual(got, p) {
+			t.Fatalf("plan %+v came back as %+v (%v)", p, got, err)
+		}
 	}
 	if _, err := Plan(&pb.DataPlan{N: 10, Batch: 0, Eras: []*pb.Era{{Workers: 1}}}); err == nil || !strings.Contains(err.Error(), "batch") {
 		t.Errorf("a plan of batch 0 read without error: %v", err)

@@ -1,0 +1,91 @@
+package chief
+
+import (
+	"math"
+	"time"
+
+	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/ml/dataset"
+	"github.com/pstrain/pstrain/observe/report"
+)
+
+// The data queue (docs/elastic.md, "The data queue"; dataset/queue.go):
+// in async and ssp runs with --data-split queue (the default) every
+// epoch is cut into chunks of a few batches that the core hands out in
+// order, to each worker as it reads, so a slower worker reads less of
+// each epoch and no epoch waits for it. A worker holds a few heartbeat
+// intervals of reading ahead: its heartbeats (or, once it has read all
+// it holds, a heartbeat sent at once) bring more. The chief saves its
+// state before it answers with new chunks, so a restarted chief never
+// hands a chunk out twice.
+
+// leaseAhead is how many heartbeat intervals of a worker's reading, at
+// its measured rate, the chunks it holds unread should last.
+const leaseAhead = 3
+
+// initialPlan is the data plan a run starts with: a queue in async and
+// ssp runs with --data-split queue, else one shard per worker.
+func initialPlan(p CoreParams) dataset.DataPlan {
+	r := p.Run
+	if r.Mode != config.Sync && r.DataSplit == config.SplitQueue {
+		return dataset.NewQueuePlan(p.TrainN, r.Batch, r.Workers)
+	}
+	return dataset.NewDataPlan(p.TrainN, r.Batch, r.Workers)
+}
+
+// LeaseData hands worker the queue's next chunks while those it holds
+// unread (past the position of its last heartbeat) would last less than
+// leaseAhead heartbeat intervals at its rate, but never more than a
+// quarter of an epoch (a fast worker on a small data set) and never
+// fewer than two chunks. It returns the state to save before the worker is answered
+// (ok: the plan changed). A worker that is not a member of the run (one
+// removed, retired or quarantined) is handed nothing.
+func (c *Core) LeaseData(worker int, now time.Time) (SaveState, bool) {
+	p := c.st.Plan
+	if !p.Queued() || worker < 0 || worker >= c.workers() || c.retired[worker] || c.isQuarantined(worker) {
+		return SaveState{}, false
+	}
+	r := c.reads[worker]
+	ahead := r.rate * leaseAhead * heartbeatEvery(c.p.Run.HeartbeatTimeout).Seconds()
+	want := max(2*int64(p.Chunk), min(int64(math.Ceil(ahead)), p.ChunksPerEpoch()*int64(p.Chunk)))
+	short := want - (p.Leased(worker) - r.pos)
+	if short <= 0 {
+		return SaveState{}, false
+	}
+	n := (short + int64(p.Chunk) - 1) / int64(p.Chunk)
+	c.st.Plan = p.Lease(worker, int(n))
+	return c.save().(SaveState), true
+}
+
+// scaleQueue makes a change of the worker count of a run with a data
+// queue at once: no hold is needed, since no worker owns a part of an
+// epoch. An added worker is handed chunks from its registration on; a
+// removed one is handed none, reads those it holds and is retired
+// (retireLeaving).
+func (c *Core) scaleQueue(now time.Time) []Action {
+	p := c.st.Plan
+	c.ach = &asyncChange{from: c.workers(), to: c.target, epoch: max(p.Last().Epoch, p.NextChunk/p.ChunksPerEpoch()),
+		asked: c.targetAsked, began: now}
+	c.log.Info("membership change: the data queue hands chunks to the new workers from now on", "from", c.workers(), "to", c.target)
+	return c.publish(now)
+}
+
+// queueReport is the report's data_queue (nil without a queue).
+func (c *Core) queueReport() *report.DataQueue {
+	p := c.st.Plan
+	if !p.Queued() {
+		return nil
+	}
+	q := &report.DataQueue{ChunkBatches: p.Chunk, ChunksPerEpoch: p.ChunksPerEpoch(), ChunksHandedOut: p.NextChunk,
+		BatchesRead: make([]int64, len(p.Leases))}
+	for w := range q.BatchesRead {
+		q.BatchesRead[w] = c.reads[w].pos
+	}
+	return q
+}
+
+// planFor is the plan worker is sent: a queue's with its own leases
+// only.
+func (c *Core) planFor(worker int) dataset.DataPlan {
+	return c.Plan().ForWorker(worker)
+}
