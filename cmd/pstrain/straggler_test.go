@@ -2,26 +2,35 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/internal/testbin"
 	"github.com/pstrain/pstrain/observe/report"
 )
 
-// stragglerRun trains the default sync cluster for 2 epochs of MNIST
-// (about 7 s undisturbed on 2 cores) with the given --fault, and returns
-// its report and output.
-func stragglerRun(t *testing.T, fault string) (*report.Report, string) {
+// stragglerRun trains the default cluster (sync, unless extra says) for
+// 2 epochs of MNIST (about 7 s undisturbed on 2 cores) with the given
+// --fault, and returns its report and output; the run's directory is
+// run in the test's temporary directory, or runDir's.
+func stragglerRun(t *testing.T, fault string, extra ...string) (*report.Report, string) {
+	return stragglerRunIn(t, filepath.Join(t.TempDir(), "run"), fault, extra...)
+}
+
+func stragglerRunIn(t *testing.T, runDir, fault string, extra ...string) (*report.Report, string) {
 	t.Helper()
 	d, tmp := testbin.MNIST(t), t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	rp := filepath.Join(tmp, "report.json")
-	out, err := pstrain(t, ctx, "run", "--data-dir", d, "--epochs", "2", "--target-accuracy", "0", "--eval-every", "0",
-		"--run-dir", filepath.Join(tmp, "run"), "--sd-dir", filepath.Join(tmp, "targets"), "--report", rp, "--fault", fault)
+	args := append([]string{"run", "--data-dir", d, "--epochs", "2", "--target-accuracy", "0", "--eval-every", "0",
+		"--run-dir", runDir, "--sd-dir", filepath.Join(tmp, "targets"), "--report", rp, "--fault", fault}, extra...)
+	out, err := pstrain(t, ctx, args...)
 	if err != nil {
 		t.Fatalf("pstrain run --fault %q: %v\n%s", fault, err, out)
 	}
@@ -62,5 +71,51 @@ func TestStragglerNamed(t *testing.T) {
 	rep, out = stragglerRun(t, "")
 	if rep.Stragglers == nil || len(rep.Stragglers) != 0 || strings.Contains(out, "straggler at ") || strings.Contains(out, "\nstraggler: ") {
 		t.Errorf("undisturbed run: stragglers %+v, want none (an empty list)\n%s", rep.Stragglers, out)
+	}
+}
+
+// In an async run a worker slowed to a third of its speed reads less of
+// every epoch from the data queue (docs/elastic.md, "The data queue"):
+// the run trains its three epochs, every epoch but the last two (which
+// may hold chunks the workers were handed and did not read by the end)
+// holds each sample once, and the slow worker read well under half the
+// other's batches.
+func TestSlowWorkerReadsLessFromTheQueue(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a run of the default cluster")
+	}
+	dir := filepath.Join(t.TempDir(), "run")
+	rep, out := stragglerRunIn(t, dir, "slow:worker/1@1s:3", "--mode", "async", "--epochs", "3")
+	q := rep.DataQueue
+	if q == nil || len(q.BatchesRead) != 2 {
+		t.Fatalf("data queue %+v, want the two workers' reading\n%s", q, out)
+	}
+	t.Logf("data queue %+v; samples/s %.0f; stragglers %+v", q, rep.SamplesPerSecond, rep.Stragglers)
+	if r := float64(q.BatchesRead[1]) / float64(q.BatchesRead[0]); r > 0.6 {
+		t.Errorf("the slowed worker read %d batches, the other %d (%.2f): want it to read much less", q.BatchesRead[1], q.BatchesRead[0], r)
+	}
+	if rep.StoppedBy != "epochs" || rep.DataLedger == nil || len(rep.DataLedger) > 0 {
+		t.Errorf("stopped by %s, data ledger %+v: want the epochs run with no sample read twice or skipped", rep.StoppedBy, rep.DataLedger)
+	}
+	if len(rep.Stragglers) == 0 || rep.Stragglers[0].Task != "worker/1" {
+		t.Errorf("stragglers %+v, want worker/1 named", rep.Stragglers)
+	}
+	var st elasticState
+	b, err := os.ReadFile(filepath.Join(dir, "chief-state.json"))
+	if err == nil {
+		err = json.Unmarshal(b, &st)
+	}
+	latest, _, err2 := checkpoint.NewStore(checkpoint.OSFS{}, filepath.Join(dir, "checkpoints"), 0).Latest()
+	if err != nil || err2 != nil || latest.Manifest == nil {
+		t.Fatalf("chief state: %v; checkpoint: %v", err, err2)
+	}
+	ledger := epochLedger(st.Plan, latest.Manifest.DataPositions)
+	if len(ledger) < 3 {
+		t.Fatalf("ledger %+v: want three epochs or more", ledger)
+	}
+	for e, l := range ledger[:len(ledger)-2] {
+		if l.read != l.want {
+			t.Errorf("epoch %d: %d batches read, want %d (ledger %+v)", e, l.read, l.want, ledger)
+		}
 	}
 }
