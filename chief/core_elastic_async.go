@@ -58,6 +58,9 @@ type dataRead struct {
 	rate     float64
 	fromPos  int64
 	from, at time.Time
+	// want is the unread batches the data queue last meant it to hold
+	// (core_queue.go).
+	want int64
 }
 
 // rateWindow is the heartbeat intervals a worker's reading rate is

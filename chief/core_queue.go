@@ -35,9 +35,10 @@ func initialPlan(p CoreParams) dataset.DataPlan {
 
 // LeaseData hands worker the queue's next chunks while those it holds
 // unread (past the position of its last heartbeat) would last less than
-// leaseAhead heartbeat intervals at its rate, but never more than a
-// quarter of an epoch (a fast worker on a small data set) and never
-// fewer than two chunks. It returns the state to save before the worker is answered
+// leaseAhead heartbeat intervals at its rate (until its rate is
+// measured: twice what it was to hold last time, so a fast worker is
+// not kept waiting its first second), but never more than an epoch (a
+// fast worker on a small data set) and never fewer than two chunks. It returns the state to save before the worker is answered
 // (ok: the plan changed). A worker that is not a member of the run (one
 // removed, retired or quarantined) is handed nothing.
 func (c *Core) LeaseData(worker int, now time.Time) (SaveState, bool) {
@@ -46,8 +47,15 @@ func (c *Core) LeaseData(worker int, now time.Time) (SaveState, bool) {
 		return SaveState{}, false
 	}
 	r := c.reads[worker]
-	ahead := r.rate * leaseAhead * heartbeatEvery(c.p.Run.HeartbeatTimeout).Seconds()
-	want := max(2*int64(p.Chunk), min(int64(math.Ceil(ahead)), p.ChunksPerEpoch()*int64(p.Chunk)))
+	want := int64(math.Ceil(r.rate * leaseAhead * heartbeatEvery(c.p.Run.HeartbeatTimeout).Seconds()))
+	if r.rate == 0 {
+		want = 2 * r.want
+	}
+	want = max(2*int64(p.Chunk), min(want, p.ChunksPerEpoch()*int64(p.Chunk)))
+	r.want = want
+	if c.reads != nil {
+		c.reads[worker] = r
+	}
 	short := want - (p.Leased(worker) - r.pos)
 	if short <= 0 {
 		return SaveState{}, false

@@ -46,13 +46,17 @@ func (c *Chief) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Regi
 	c.cfg.Log.Info("task registered", "task", task, "addr", req.Address, "pid", req.Pid)
 	c.mu.Lock()
 	plan, numPS := c.core.Plan(), c.core.LayoutPS()
+	var save *SaveState // chunks of the data queue handed out: saved before the answer
 	if req.Role == cluster.Worker {
 		if st, leased := c.core.LeaseData(int(req.Index), c.cfg.Now()); leased {
-			c.saveState(st.State)
+			save = &st
 		}
 		plan = c.core.planFor(int(req.Index))
 	}
 	c.mu.Unlock()
+	if save != nil {
+		c.saveState(save.State)
+	}
 	return &pb.RegisterResponse{RunId: c.cfg.RunID, DataShard: req.Index, NumDataShards: int32(c.cfg.Run.Workers), StartStep: step,
 		DataPlan: convert.DataPlan(plan), NumPs: int32(numPS)}, nil
 }
@@ -63,6 +67,7 @@ func (c *Chief) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.He
 		c.cfg.Metrics.RejectedRequests.WithLabelValues("run_id").Inc()
 		return nil, status.Errorf(codes.FailedPrecondition, "heartbeat for run %q, chief runs %q", req.RunId, c.cfg.RunID)
 	}
+	var save *SaveState // chunks of the data queue handed out: saved before the answer
 	c.mu.Lock()
 	stop, err := c.core.Heartbeat(int(req.Worker), c.cfg.Now())
 	if err == nil {
@@ -73,7 +78,7 @@ func (c *Chief) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.He
 	if err == nil && req.PlanEras > 0 { // (0: a worker that does not follow a data plan)
 		c.core.DataRead(int(req.Worker), req.DataPosition, req.PlanHold, req.DataWaiting, c.cfg.Now())
 		if st, leased := c.core.LeaseData(int(req.Worker), c.cfg.Now()); leased {
-			c.saveState(st.State)
+			save = &st
 		}
 		if p, changed := c.core.HeartbeatPlan(int(req.Worker), int(req.PlanEras), int(req.PlanLeases)); changed {
 			plan = convert.DataPlan(p)
@@ -85,6 +90,9 @@ func (c *Chief) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.He
 		nudge = c.core.PSSwitchReady(c.cfg.Now())
 	}
 	c.mu.Unlock()
+	if save != nil {
+		c.saveState(save.State)
+	}
 	if nudge {
 		c.nudgeLoop()
 	}
