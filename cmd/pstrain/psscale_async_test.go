@@ -60,6 +60,10 @@ func scalePSAsync(t *testing.T, mode string) {
 	if math.Abs(acc-rep.TestAccuracy) > 1e-4 || version != rep.FinalStep {
 		t.Errorf("pstrain eval of the final checkpoint: %.4f at version %d; the run's final model %.4f at step %d", acc, version, rep.TestAccuracy, rep.FinalStep)
 	}
+	// Restored onto 2 PS, it scores the same (6 epochs of batch 64 are
+	// as many versions as restoreOnto2PS's sync run of 2 workers has
+	// steps in 12).
+	restoreOnto2PS(t, ctx, ckdir, final, rep.FinalStep)
 	for _, c := range got {
 		t.Logf("ps %d -> %d at version %d (asked at %.2f s, done at %.2f s): pause %.3f s, %d steps lost", c.From, c.To, c.Step,
 			c.AskedSeconds, c.Seconds, *c.PauseSeconds, *c.StepsLost)
