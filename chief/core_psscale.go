@@ -58,8 +58,9 @@ type psChange struct {
 	// reached is, async and ssp, the highest version a shard
 	// snapshotted (the new layout's version).
 	reached int64
-	// published: the snapshot is written and heartbeats carry the new
-	// count, since publishedAt; switching: SwitchLayout ordered.
+	// published: heartbeats carry the new count, since publishedAt
+	// (sync: once the snapshot is written; async and ssp: once every
+	// shard took the hold); switching: SwitchLayout ordered.
 	published   bool
 	publishedAt time.Time
 	switching   bool
