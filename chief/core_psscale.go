@@ -39,11 +39,12 @@ import (
 // once (a hold at the lowest version polled, which every shard has
 // reached: it answers no worker's pull from then on, and still applies
 // the gradients of pulls answered before), publishes the new count at
-// once, and snapshots only when every live worker said it uses the new
-// layout: a worker switches once its training loop has ended, after its
-// last pushes were answered, so the snapshot holds every gradient sent
-// to the old layout, and each worker's data position with it. The new
-// layout starts at the highest version a shard snapshotted.
+// once and snapshots the shards; it switches once every live worker
+// said it uses the new layout (a worker switches after its last pushes
+// were answered) and a later poll shows the shards unchanged since the
+// snapshot, which therefore holds every gradient sent to the old layout
+// and each worker's data position with it. The new layout starts at the
+// highest version a shard snapshotted.
 
 // psChange is a change of the PS count under way.
 type psChange struct {
@@ -56,8 +57,10 @@ type psChange struct {
 	heldAt   time.Time
 	snapping bool // SnapshotShards ordered
 	// reached is, async and ssp, the highest version a shard
-	// snapshotted (the new layout's version).
+	// snapshotted (the new layout's version); async the rest of an async
+	// or ssp change's state (core_psscale_async.go).
 	reached int64
+	async   psAsync
 	// published: heartbeats carry the new count, since publishedAt
 	// (sync: once the snapshot is written; async and ssp: once every
 	// shard took the hold); switching: SwitchLayout ordered.
@@ -225,6 +228,9 @@ func (c *Core) psHeldSent() {
 	ch := c.psChange
 	if ch != nil && !ch.held && ch.at > 0 && c.lastSent != nil && c.lastSent.HoldAt == ch.at {
 		ch.held = true
+		if c.asyncElastic() {
+			c.psPublishAsync(ch) // core_psscale_async.go
+		}
 	}
 }
 
@@ -266,7 +272,7 @@ func (c *Core) Snapshotted(now time.Time, res CheckpointResult) []Action {
 	c.m.CheckpointLastSuccess.Set(float64(now.UnixNano()) / 1e9)
 	c.lastCkpt = now
 	if c.asyncElastic() {
-		return c.psSnapshottedAsync(now, ch, res)
+		return c.psSnapshottedAsync(ch, res)
 	}
 	ch.published, ch.publishedAt = true, now
 	c.psAcks = map[int]int{}
@@ -378,11 +384,11 @@ func (c *Core) HeartbeatPS(worker, n int) int {
 
 // PSSwitchReady says every live worker uses the new layout of a change
 // whose count is published: the next stage is due (the loop need not
-// wait for its next poll): sync, the switch; async and ssp, the
-// snapshot.
+// wait for its next poll): sync, the switch; async and ssp, the check
+// that the snapshot holds every gradient.
 func (c *Core) PSSwitchReady(now time.Time) bool {
 	ch := c.psChange
-	if ch == nil || !ch.published || ch.switching || (ch.snapping && c.asyncElastic()) {
+	if ch == nil || !ch.published || ch.switching || ch.async.settled {
 		return false
 	}
 	for _, w := range c.members.Live(now) {

@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -69,6 +70,25 @@ func scalePSAsync(t *testing.T, mode string) {
 			c.AskedSeconds, c.Seconds, *c.PauseSeconds, *c.StepsLost)
 	}
 	t.Logf("%d gradients, %.2f%% (pstrain eval of the final checkpoint %.2f%%), training %.1f s", rep.GlobalSteps, 100*rep.TestAccuracy, 100*acc, rep.TrainSeconds)
+	if t.Failed() {
+		logPSChangeLines(t, run)
+	}
+}
+
+// logPSChangeLines logs the chief's lines about the PS changes, with
+// their times: where a pause went.
+func logPSChangeLines(t *testing.T, run *liveRun) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(run.dir, "logs", "chief.log"))
+	if err != nil {
+		t.Log(err)
+		return
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, "PS count change") || strings.Contains(line, "parameter servers changed") {
+			t.Log(line)
+		}
+	}
 }
 
 // checkPSChangesAsync: the report has the two PS changes, each with 0
