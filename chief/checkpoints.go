@@ -154,6 +154,7 @@ func (c *Chief) writeShardsAndCommit(ctx context.Context, a Checkpoint, step, at
 		res.Bytes += in.Bytes
 		res.Pause = max(res.Pause, time.Duration(in.PauseSeconds*float64(time.Second)))
 		version = min(version, in.Version)
+		res.Version = max(res.Version, in.Version)
 		positions = maxPositions(positions, in.DataPositions)
 	}
 	res.Positions = positions

@@ -207,7 +207,11 @@ func (c *Chief) Plan() partition.Plan { return c.plan }
 func (c *Chief) step(f func(now time.Time) []Action) []Action {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return f(c.cfg.Now())
+	acts := f(c.cfg.Now())
+	if c.core.PSPollSoon() {
+		c.nudgeLoop() // (a PS count change waits for a poll: psscale.go)
+	}
+	return acts
 }
 
 // Run waits for the cluster, trains and returns the report. The caller

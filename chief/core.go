@@ -79,7 +79,8 @@ type progressState struct {
 	versions []int64   // each shard's version at the last poll
 	// versionsStopped says versions came from every shard after the stop.
 	versionsStopped bool
-	stale           int64 // stale gradients dropped, summed over shards
+	stale           int64   // stale gradients dropped, summed over shards
+	print           []int64 // psPrint of the last poll (core_psscale_async.go)
 	loss            float32
 	doneAt          time.Time // when a shard first said training is done
 }

@@ -102,9 +102,9 @@ func (c *Core) tickElasticAsync(now time.Time) []Action {
 	c.m.Workers.Set(float64(c.workers()))
 	ch := c.ach
 	switch {
-	case ch == nil && c.target != c.workers() && c.st.Plan.Queued():
+	case ch == nil && c.target != c.workers() && c.psChange == nil && c.st.Plan.Queued():
 		return c.scaleQueue(now)
-	case ch == nil && c.target != c.workers():
+	case ch == nil && c.target != c.workers() && c.psChange == nil:
 		c.beginAsync(now)
 		return nil
 	case ch == nil:
@@ -276,6 +276,7 @@ func (c *Core) asyncMembership(a SetMembership) SetMembership {
 	}
 	slices.Sort(a.Retired)
 	a.Live = slices.DeleteFunc(slices.Clone(a.Live), func(w int32) bool { return slices.Contains(a.Retired, w) })
+	a.HoldAt = c.psHoldAt() // (a change of the PS count: core_psscale_async.go)
 	return a
 }
 

@@ -5,14 +5,13 @@ import (
 	"slices"
 	"time"
 
-	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/observe/report"
 )
 
 // Parameter servers added and removed live (docs/elastic.md, "Parameter
-// servers"): a sync run's PS count may change while it trains, by
-// ScalePS (`pstrain scale --ps N`). The model's row blocks move to the
-// layout of the new count (partition.New) at a step boundary:
+// servers"): a run's PS count may change while it trains, by ScalePS
+// (`pstrain scale --ps N`). The model's row blocks move to the layout of
+// the new count (partition.New). In a sync run, at a step boundary:
 //
 //  1. the core waits for the added PS processes to register, and for no
 //     evaluation or checkpoint to be under way (both read the layout);
@@ -34,17 +33,37 @@ import (
 //
 // No step is lost (the snapshot is of the boundary, and nothing trains
 // between it and the switch) and none is rolled back.
+//
+// An async or ssp run has no step boundary: each shard is at its own
+// version. There the core (core_psscale_async.go) holds every shard at
+// once (a hold at the lowest version polled, which every shard has
+// reached: it answers no worker's pull from then on, and still applies
+// the gradients of pulls answered before), publishes the new count at
+// once and snapshots the shards; it switches once every live worker
+// said it uses the new layout (a worker switches after its last pushes
+// were answered) and a later poll shows the shards unchanged since the
+// snapshot, which therefore holds every gradient sent to the old layout
+// and each worker's data position with it. The new layout starts at the
+// highest version a shard snapshotted.
 
 // psChange is a change of the PS count under way.
 type psChange struct {
 	from, to int
 	asked    time.Time
-	at       int64     // the hold's step (0: not ordered yet)
-	held     bool      // every shard took the hold
-	heldAt   time.Time // the first poll that saw every shard at the hold
-	snapping bool      // SnapshotShards ordered
-	// published: the snapshot is written and heartbeats carry the new
-	// count, since publishedAt; switching: SwitchLayout ordered.
+	at       int64 // the hold's step (0: not ordered yet)
+	held     bool  // every shard took the hold
+	// heldAt is when the pause began: sync, the first poll that saw
+	// every shard at the hold; async and ssp, the hold's order.
+	heldAt   time.Time
+	snapping bool // SnapshotShards ordered
+	// reached is, async and ssp, the highest version a shard
+	// snapshotted (the new layout's version); async the rest of an async
+	// or ssp change's state (core_psscale_async.go).
+	reached int64
+	async   psAsync
+	// published: heartbeats carry the new count, since publishedAt
+	// (sync: once the snapshot is written; async and ssp: once every
+	// shard took the hold); switching: SwitchLayout ordered.
 	published   bool
 	publishedAt time.Time
 	switching   bool
@@ -62,11 +81,14 @@ type psScaleState struct {
 
 // SnapshotShards writes the checkpoint of step Step, at which every
 // shard is held, for a change of the PS count (Latest: the newest
-// committed checkpoint's step). Answered by Core.Snapshotted.
+// committed checkpoint's step). With Own (async and ssp) the shards are
+// at versions of their own: each snapshots at once, and Step only names
+// the checkpoint. Answered by Core.Snapshotted.
 type SnapshotShards struct {
 	Step   int64
 	Latest int64
 	To     int // the new PS count: the checkpoint is read back for it
+	Own    bool
 }
 
 // SwitchLayout initialises the To shards of the new layout, in
@@ -83,7 +105,11 @@ func (SnapshotShards) action() {}
 func (SwitchLayout) action()   {}
 
 func (a SnapshotShards) String() string {
-	return fmt.Sprintf("snapshot-shards step=%d latest=%d ps=%d", a.Step, a.Latest, a.To)
+	s := fmt.Sprintf("snapshot-shards step=%d latest=%d ps=%d", a.Step, a.Latest, a.To)
+	if a.Own {
+		s += " own-versions"
+	}
+	return s
 }
 
 func (a SwitchLayout) String() string {
@@ -102,8 +128,6 @@ func (c *Core) PSTarget() int { return c.psTarget }
 func (c *Core) ScalePS(n int, now time.Time) error {
 	r := c.p.Run
 	switch {
-	case r.Mode != config.Sync:
-		return fmt.Errorf("%w: parameter servers change live in --mode sync only (this run is %s)", ErrScale, r.Mode)
 	case c.replicated():
 		return fmt.Errorf("%w: a run with hot standbys (--ps-replicas) cannot change its PS count", ErrScale)
 	case len(c.p.Spec.Tables()) > 0:
@@ -130,7 +154,7 @@ func (c *Core) ScalePS(n int, now time.Time) error {
 
 // busyForPS says an evaluation or a checkpoint reads the shards under
 // the current layout, or a worker change is under way.
-func (c *Core) busyForPS() bool { return c.evalBusy || c.ckptBusy || c.change != nil }
+func (c *Core) busyForPS() bool { return c.evalBusy || c.ckptBusy || c.change != nil || c.ach != nil }
 
 // tickPS advances a change of the PS count; called when the shards
 // answered a poll and no restore or rollback is under way.
@@ -147,6 +171,8 @@ func (c *Core) tickPS(now time.Time) []Action {
 		return c.psHold(now, ch)
 	case !ch.held:
 		return nil
+	case c.asyncElastic():
+		return c.tickPSAsync(now, ch) // core_psscale_async.go
 	case !ch.snapping:
 		return c.psSnapshot(now, ch)
 	case ch.published && !ch.switching:
@@ -175,6 +201,9 @@ func (c *Core) psHold(now time.Time, ch *psChange) []Action {
 	if c.busyForPS() {
 		return nil // (an evaluation or checkpoint begun while the added PS started)
 	}
+	if c.asyncElastic() {
+		return c.psHoldAsync(now, ch)
+	}
 	ch.at = slices.Max(c.versions) + 2
 	if ch.at >= c.MaxSteps() {
 		c.log.Info("the run ends before a PS count change could take effect", "ps", c.psCount, "asked", ch.to)
@@ -199,6 +228,9 @@ func (c *Core) psHeldSent() {
 	ch := c.psChange
 	if ch != nil && !ch.held && ch.at > 0 && c.lastSent != nil && c.lastSent.HoldAt == ch.at {
 		ch.held = true
+		if c.asyncElastic() {
+			c.psPublishAsync(ch) // core_psscale_async.go
+		}
 	}
 }
 
@@ -227,8 +259,8 @@ func (c *Core) Snapshotted(now time.Time, res CheckpointResult) []Action {
 		c.st.Checkpoints.Failed++
 		c.st.Checkpoints.LastError = res.Err.Error()
 		c.m.CheckpointFailures.Inc()
-		c.log.Error("PS count change dropped: the boundary's checkpoint failed", "step", ch.at, "err", res.Err)
-		c.psChange, c.psTarget = nil, c.psCount
+		c.log.Error("PS count change dropped: the boundary's checkpoint failed (async, ssp: the workers switch back)", "step", ch.at, "err", res.Err)
+		c.psChange, c.psTarget, c.psAcks = nil, c.psCount, nil
 		c.lastSent = nil
 		return c.membership(now)
 	}
@@ -239,6 +271,9 @@ func (c *Core) Snapshotted(now time.Time, res CheckpointResult) []Action {
 	c.m.CheckpointSize.Set(float64(res.Bytes))
 	c.m.CheckpointLastSuccess.Set(float64(now.UnixNano()) / 1e9)
 	c.lastCkpt = now
+	if c.asyncElastic() {
+		return c.psSnapshottedAsync(ch, res)
+	}
 	ch.published, ch.publishedAt = true, now
 	c.psAcks = map[int]int{}
 	c.log.Info("PS count change: the boundary's checkpoint is written; workers switch layouts", "step", ch.at, "ps", ch.to)
@@ -256,15 +291,21 @@ func (c *Core) psSwitch(now time.Time, ch *psChange) []Action {
 }
 
 // LayoutSwitched is SwitchLayout's outcome: the shards of the new layout
-// serve from version (the boundary's). The change is recorded with the
-// pause the workers saw (from the poll that found every shard held to
-// now) and the steps lost (the boundary minus version).
+// serve from version (the boundary's; async and ssp, the highest a
+// shard snapshotted). The change is recorded with the pause the workers
+// saw (heldAt to now) and the steps lost: the boundary (async and ssp:
+// the highest version a shard reached, snapshotted or polled) minus
+// version.
 func (c *Core) LayoutSwitched(now time.Time, version int64) []Action {
 	ch := c.psChange
 	if ch == nil || !ch.switching {
 		return nil
 	}
 	c.psChange, c.psAcks = nil, nil
+	step, reached := ch.at, ch.at
+	if c.asyncElastic() {
+		step, reached = version, max(ch.reached, slices.Max(c.versions))
+	}
 	for s := ch.to; s < min(ch.from, len(c.psSeen)); s++ {
 		c.psSeen[s] = false // (removed: a later change waits for its new process)
 	}
@@ -275,15 +316,15 @@ func (c *Core) LayoutSwitched(now time.Time, version int64) []Action {
 	c.step = version
 	c.beginGeneration(version, false)
 	c.lastSent = nil // the new shards start from the run's membership: say it again
-	lost, pause := max(0, ch.at-version), now.Sub(ch.heldAt).Seconds()
-	chg := report.MembershipChange{Role: "ps", Step: ch.at, Epoch: int64(float64(ch.at) / StepsPerEpoch(c.p.Run, c.p.TrainN)),
+	lost, pause := max(0, reached-version), now.Sub(ch.heldAt).Seconds()
+	chg := report.MembershipChange{Role: "ps", Step: step, Epoch: int64(float64(step) / StepsPerEpoch(c.p.Run, c.p.TrainN)),
 		Seconds: c.seconds(now), AskedSeconds: c.seconds(ch.asked), From: ch.from, To: ch.to,
 		PauseSeconds: ptr(pause), StepsLost: ptr(lost)}
 	c.st.Membership = append(c.st.Membership, chg)
 	c.st.PS = ch.to
 	c.m.LayoutChanges.Inc()
 	c.m.PS.Set(float64(ch.to))
-	c.log.Warn("parameter servers changed", "from", ch.from, "to", ch.to, "step", ch.at, "steps_lost", lost,
+	c.log.Warn("parameter servers changed", "from", ch.from, "to", ch.to, "step", step, "steps_lost", lost,
 		"generation", c.st.Generation, "pause_seconds", fmt.Sprintf("%.2f", pause))
 	return append(c.membership(now), c.save())
 }
@@ -342,11 +383,12 @@ func (c *Core) HeartbeatPS(worker, n int) int {
 }
 
 // PSSwitchReady says every live worker uses the new layout of a change
-// whose checkpoint is written: the switch is due (the loop need not wait
-// for its next poll).
+// whose count is published: the next stage is due (the loop need not
+// wait for its next poll): sync, the switch; async and ssp, the check
+// that the snapshot holds every gradient.
 func (c *Core) PSSwitchReady(now time.Time) bool {
 	ch := c.psChange
-	if ch == nil || !ch.published || ch.switching {
+	if ch == nil || !ch.published || ch.switching || ch.async.settled {
 		return false
 	}
 	for _, w := range c.members.Live(now) {

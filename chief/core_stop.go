@@ -236,8 +236,10 @@ type CheckpointResult struct {
 	// was marked final instead of written again.
 	Reused bool
 	Err    error
-	// Positions are the data positions the checkpoint holds.
+	// Positions are the data positions the checkpoint holds; Version
+	// the highest version a shard wrote.
 	Positions []int64
+	Version   int64
 }
 
 // CheckpointDone records a checkpoint attempt.

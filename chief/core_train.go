@@ -234,6 +234,7 @@ func (c *Core) readShards(shards []ShardStatus) (done bool) {
 		done = done || x.Done
 	}
 	c.loss = shards[0].Loss
+	c.print = psPrint(shards)
 	c.m.GlobalStep.Set(float64(c.step))
 	return done
 }

@@ -27,7 +27,7 @@ func (c *Chief) ScalePS(n int) error {
 }
 
 // snapshotShards carries out a SnapshotShards: the checkpoint of the
-// step every shard is held at.
+// step every shard is held at (Own: of each shard's version now).
 //
 // It also starts reading the checkpoint back, resharded for the new
 // count, on a goroutine of its own (it ends by itself), while the
@@ -35,14 +35,18 @@ func (c *Chief) ScalePS(n int) error {
 func (c *Chief) snapshotShards(ctx context.Context, a SnapshotShards) CheckpointResult {
 	t0 := c.cfg.Now()
 	c.moved = nil
-	res := c.writeShardsAndCommit(ctx, Checkpoint{Latest: a.Latest, KeepGood: -1}, a.Step, a.Step)
+	at := a.Step
+	if a.Own {
+		at = 0
+	}
+	res := c.writeShardsAndCommit(ctx, Checkpoint{Latest: a.Latest, KeepGood: -1}, a.Step, at)
 	if res.Err != nil {
 		c.removeLeftovers()
 		return res
 	}
 	res.Duration = c.cfg.Now().Sub(t0)
 	c.cfg.Log.Info("PS count change: the boundary's checkpoint is written", "step", a.Step,
-		"bytes", res.Bytes, "seconds", fmt.Sprintf("%.3f", res.Duration.Seconds()))
+		"version", res.Version, "bytes", res.Bytes, "seconds", fmt.Sprintf("%.3f", res.Duration.Seconds()))
 	if a.To > 0 {
 		loaded := make(chan loadedMove, 1)
 		plan := c.plan
@@ -71,7 +75,9 @@ type move struct {
 
 // loadMove reads the newest checkpoint, which must be of step, and
 // reshards it for n shards (from the layout from, which it logs what
-// the change moves of).
+// the change moves of), each at the highest version a shard of it wrote
+// (sync: the boundary's, which every shard wrote; async and ssp: the
+// furthest shard's, core_psscale_async.go).
 func (c *Chief) loadMove(from partition.Plan, step int64, n int) (*move, error) {
 	plan, err := partition.New(c.cfg.Spec, n)
 	if err != nil {
@@ -93,13 +99,17 @@ func (c *Chief) loadMove(from partition.Plan, step int64, n int) (*move, error) 
 		return nil, fmt.Errorf("chief: the PS count change's checkpoint: %w", err)
 	}
 	mv := &move{step: step, plan: plan}
+	version := ck.Manifest.Version
+	for _, sh := range ck.Manifest.Shards {
+		version = max(version, sh.Version)
+	}
 	moved := partition.MovedElements(partition.Moves(from, plan))
 	c.cfg.Log.Info("PS count change: the model's rows on the new layout", "ps", n, "moved_mib",
 		fmt.Sprintf("%.2f", float64(4*moved)/(1<<20)), "of_mib", fmt.Sprintf("%.2f", float64(4*c.cfg.Spec.NumParams())/(1<<20)))
 	for s := range n {
 		p, o := st.Shard(plan, s)
 		mv.shards = append(mv.shards, shardInit{params: p, opt: o, optSteps: st.OptimizerSteps,
-			version: ck.Manifest.Version, positions: ck.Manifest.DataPositions})
+			version: version, positions: ck.Manifest.DataPositions})
 	}
 	return mv, nil
 }

@@ -15,7 +15,8 @@ import (
 //	ps-scale N t=S               ask for N parameter servers (Core.ScalePS)
 //	ps-heartbeat W ps=N t=S      worker W's heartbeat says its layout has N
 //	                             shards; prints the count it is told to use
-//	ps-snapshotted t=S step=N [err=MSG]  the SnapshotShards is done
+//	ps-snapshotted t=S step=N [version=V] [err=MSG]  the SnapshotShards
+//	                             is done (version: the highest a shard wrote)
 //	ps-switched t=S version=V    the SwitchLayout is done
 //	ps-state                     the count in effect, the target, what
 //	                             workers are told, the hold, the changes
@@ -39,7 +40,7 @@ func (s *scenario) psCommand(f []string, a scenariotest.Args) (string, error) {
 	case "ps-state":
 		return s.psState(), nil
 	case "ps-snapshotted":
-		res := CheckpointResult{Step: a.Num("step")}
+		res := CheckpointResult{Step: a.Num("step"), Version: a.Num("version")}
 		if e, ok := a["err"]; ok {
 			res.Err = errors.New(e)
 		}

@@ -15,16 +15,15 @@ import (
 // tells them to, after it has moved the model to the new layout.
 
 // RequestScalePS asks the `pstrain run` on dir for ps parameter servers.
-// It checks that a launcher is running there, that the run is sync and
-// that ps is in 1..--max-ps, and returns the count it replaces.
+// It checks that a launcher is running there, that the run can change
+// its PS count (psRefusal) and that ps is in 1..--max-ps, and returns
+// the count it replaces.
 func RequestScalePS(dir string, ps int) (was int, err error) {
 	st, err := runScaleStatus(dir)
 	if err != nil {
 		return 0, err
 	}
 	switch {
-	case st.Mode != string(config.Sync):
-		return 0, fmt.Errorf("%w: parameter servers change live in --mode sync only (the run in %s is %s)", ErrBadScale, dir, st.Mode)
 	case st.PSRefusal != "":
 		return 0, fmt.Errorf("%w: %s", ErrBadScale, st.PSRefusal)
 	case ps < 1:
@@ -40,8 +39,6 @@ func RequestScalePS(dir string, ps int) (was int, err error) {
 // `pstrain scale` refuses before the launcher starts a process.
 func psRefusal(r config.Run) string {
 	switch {
-	case r.Mode != config.Sync:
-		return fmt.Sprintf("parameter servers change live in --mode sync only (this run is %s)", r.Mode)
 	case r.PSReplicas > 0:
 		return "a run with hot standbys (--ps-replicas) cannot change its PS count"
 	case r.Model.IsCTR():
@@ -69,7 +66,7 @@ func (sc *psScaler) apply(ps int) {
 		return
 	}
 	was, start := sc.grow(ps)
-	log.Info("scaling the parameter servers: the model moves at a step boundary", "from", was, "to", ps)
+	log.Info("scaling the parameter servers: the model moves once every shard is held", "from", was, "to", ps)
 	sc.s.scaler.writeStatus()
 	sc.startEach(start, log)
 }

@@ -8,18 +8,21 @@ import (
 )
 
 // TestPSRefusal: the runs whose PS count cannot change say why before a
-// process starts; a sync run with checkpoints can.
+// process starts; a run with checkpoints can, in every mode.
 func TestPSRefusal(t *testing.T) {
 	ok := config.Default()
 	ok.CheckpointDir = "ck"
-	if why := psRefusal(ok); why != "" {
-		t.Fatalf("a sync run with checkpoints refused: %s", why)
+	for _, mode := range []config.Mode{config.Sync, config.Async, config.SSP} {
+		r := ok
+		r.Mode = mode
+		if why := psRefusal(r); why != "" {
+			t.Fatalf("a %s run with checkpoints refused: %s", mode, why)
+		}
 	}
 	for _, c := range []struct {
 		change func(*config.Run)
 		want   string
 	}{
-		{func(r *config.Run) { r.Mode = config.Async }, "sync only"},
 		{func(r *config.Run) { r.PSReplicas = 1 }, "hot standbys"},
 		{func(r *config.Run) { r.Model = config.ModelKind("ctr") }, "embedding tables"},
 		{func(r *config.Run) { r.CheckpointDir = "" }, "--checkpoint-dir"},

@@ -103,6 +103,38 @@ func TestShardMembershipChange(t *testing.T) {
 	}
 }
 
+// TestShardAsyncHold: in async and ssp mode a hold at a version the
+// shard has passed is taken (it holds from now on), and the gradients of
+// pulls answered before it still count, moving the version and the data
+// position: a change of the PS count snapshots the shards once the
+// workers' last pushes landed.
+func TestShardAsyncHold(t *testing.T) {
+	for _, mode := range []config.Mode{config.Async, config.SSP} {
+		s := newTestShard(t, ShardConfig{Mode: mode, Workers: 2, Staleness: 4}, 1)
+		for w := range 2 {
+			if res, err := s.PushAt(w, 0, []float32{1}, 1); err != nil || !res.Advanced {
+				t.Fatalf("%s: push of worker %d: %+v %v", mode, w, res, err)
+			}
+		}
+		if _, err := s.SetMembership(Membership{Live: []int{0, 1}, HoldAt: 1}); err != nil {
+			t.Fatalf("%s: a hold at a version passed: %v, want it taken", mode, err)
+		}
+		if s.PullReady(0, 0) || s.PullReady(1, 0) {
+			t.Fatalf("%s: a worker's pull is answered during the hold", mode)
+		}
+		if !s.PullReady(-1, 0) {
+			t.Fatalf("%s: the chief's pull waits at a hold", mode)
+		}
+		res, err := s.PushAt(0, 1, []float32{1}, 2)
+		if err != nil || res.Outcome != Applied || !res.Advanced || s.Version() != 3 || s.DataPosition(0) != 2 {
+			t.Fatalf("%s: a gradient in flight at the hold: %+v %v, version %d, position %d", mode, res, err, s.Version(), s.DataPosition(0))
+		}
+		if _, err := s.SetMembership(Membership{Live: []int{0, 1}}); err != nil || !s.PullReady(0, 0) {
+			t.Fatalf("%s: the release: %v; pulls still wait", mode, err)
+		}
+	}
+}
+
 // Over the server: a hold at a version reached is FAILED_PRECONDITION
 // (what the chief reads as a refusal); a worker that joins waits in its
 // pull until it is a member; a retired one's pull answers done; a

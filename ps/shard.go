@@ -316,15 +316,15 @@ func (s *Shard) checkPush(worker int, version int64, grad []float32) error {
 
 // dropUnjudged says whether a finite gradient is dropped before the norm
 // guard judges it, and as what: Stale when training is over, the worker
-// is not (or no longer) a member, or the step is held for a membership
-// change (the gradient changes nothing but is not an error); in sync
+// is not (or no longer) a member, or (sync) the step is held for a
+// membership change (the gradient changes nothing but is not an error); in sync
 // mode Stale when it is from an older version and Duplicate when its
 // worker already contributed to the step; with Dedupe in async and ssp
 // mode Duplicate when its batch was already counted.
 func (s *Shard) dropUnjudged(worker int, version, after int64) (Outcome, bool) {
 	isSync := s.cfg.Mode == config.Sync
 	switch {
-	case s.done || worker >= s.members || s.held():
+	case s.done || worker >= s.members || s.heldGrads():
 		return Stale, true
 	case isSync && version < s.version:
 		s.stats.StaleDropped++
@@ -378,7 +378,7 @@ func (s *Shard) arrive(worker int, after int64, g []float32) bool {
 // reports whether that completed the step.
 func (s *Shard) Drop(worker int, version, after int64) bool {
 	switch {
-	case worker < 0 || worker >= s.members || s.done || s.held():
+	case worker < 0 || worker >= s.members || s.done || s.heldGrads():
 		return false
 	case s.cfg.Mode != config.Sync:
 		s.credit(worker, after)
@@ -577,9 +577,11 @@ type Membership struct {
 	// unchanged); MaxVersion the version training ends at (0: unchanged).
 	Replicas   int
 	MaxVersion int64
-	// HoldAt > 0 holds the workers' pulls once the version reaches it
-	// (refused with ErrPastHold if the shard is already there and the
-	// hold is new); 0 releases any hold.
+	// HoldAt > 0 holds the workers' pulls once the version reaches it;
+	// 0 releases any hold. In sync mode a new hold at a version the
+	// shard has reached is refused with ErrPastHold (a worker may have
+	// pulled it); in async and ssp mode it holds from now on, and the
+	// gradients of the pulls answered before still count (see held).
 	HoldAt int64
 	// Quarantined are the workers the chief quarantined: their pushes
 	// are refused and their pulls answer done (the whole set: nil
@@ -590,7 +592,7 @@ type Membership struct {
 // SetMembership applies m; it reports whether that completed a pending
 // sync step. A refused hold changes nothing.
 func (s *Shard) SetMembership(m Membership) (bool, error) {
-	if m.HoldAt > 0 && m.HoldAt != s.holdAt && s.version >= m.HoldAt && !s.done {
+	if s.cfg.Mode == config.Sync && m.HoldAt > 0 && m.HoldAt != s.holdAt && s.version >= m.HoldAt && !s.done {
 		return false, fmt.Errorf("%w: hold at %d, shard at %d", ErrPastHold, m.HoldAt, s.version)
 	}
 	s.holdAt = m.HoldAt
@@ -659,8 +661,17 @@ func (s *Shard) grow(n int) {
 }
 
 // held says the shard is at a hold's version: no pull of a worker is
-// answered and no gradient counts until the chief releases it.
+// answered until the chief releases it. In sync mode no gradient counts
+// either (the step at the hold is the next layout's or membership's);
+// in async and ssp mode the gradients still arriving were computed on
+// pulls answered before the hold and count (heldGrads): a change of the
+// PS count snapshots the shards once every worker's last push landed
+// (docs/elastic.md, "Parameter servers").
 func (s *Shard) held() bool { return s.holdAt > 0 && s.version >= s.holdAt }
+
+// heldGrads says a gradient arriving now is dropped for a hold: sync
+// mode at a hold's version.
+func (s *Shard) heldGrads() bool { return s.cfg.Mode == config.Sync && s.held() }
 
 // Retired says worker was removed from the run, or quarantined: its
 // pulls answer done.

@@ -12,13 +12,13 @@ import (
 
 // A worker's half of a change of the PS count (docs/elastic.md,
 // "Parameter servers"): the chief's heartbeat answer names the new
-// count once every shard is held at the change's step boundary; the
-// worker's training loop is stopped (nothing of it is lost: its pulls
-// were held, and the shards keep its data position), the worker is
-// rebuilt on the layout of that many shards (the same net and data,
-// connections to the PS slots it lacked), and its next heartbeat says
-// so. Its pulls then wait at the shards until the chief has initialised
-// the new layout.
+// count once every shard is held (sync: at the change's step boundary);
+// the worker's training loop is stopped (nothing of it is lost: its
+// pulls were held, the pushes under way are answered first, and the
+// shards keep its data position), the worker is rebuilt on the layout
+// of that many shards (the same net and data, connections to the PS
+// slots it lacked), and its next heartbeat says so. Its pulls then wait
+// at the shards until the chief has initialised the new layout.
 
 // layoutSwitch is the worker.LayoutFollower of a worker task: the PS
 // count its layout has, and the one the chief asked for (0: none) with

@@ -271,8 +271,9 @@ func (w *Worker) Registration() *pb.RegisterResponse { return w.reg }
 //
 // When the chief asks for another PS count (docs/elastic.md,
 // "Parameter servers"), the training loop stops (its pulls are held at
-// the change's step boundary), the worker is rebuilt on the new layout,
-// and training goes on.
+// the change's step boundary; async and ssp: once the pushes under way
+// are answered), the worker is rebuilt on the new layout, and training
+// goes on.
 func (w *Worker) Run(ctx context.Context) error {
 	if w.chief == nil {
 		return w.w.Run(ctx)
@@ -322,7 +323,7 @@ func (w *Worker) runLayout(ctx context.Context, beats *sync.WaitGroup) (n int, e
 		defer beats.Done()
 		ww.Heartbeats(rctx, w.chief, w.o.Run.HeartbeatTimeout)
 	}()
-	err = ww.Run(rctx)
+	err = ww.RunStoppable(ctx, rctx) // (a change of the PS count: the pushes under way are answered first)
 	cancel()
 	if n := w.layout.take(); n > 0 && err != nil && ctx.Err() == nil {
 		return n, nil

@@ -9,9 +9,12 @@ import (
 
 // run is one Run's driver state.
 type run struct {
-	w    *Worker
-	ctx  context.Context
-	core *Core
+	w   *Worker
+	ctx context.Context
+	// pushCtx is the pushes' context: ctx, or the one ctx is derived
+	// from when a stop cuts ctx (Worker.RunStoppable).
+	pushCtx context.Context
+	core    *Core
 	// events carries the answers of the calls under way (calls of them),
 	// sent by their goroutines; room for a pull and a push per shard, so
 	// no sender waits.
@@ -206,7 +209,7 @@ func (r *run) push(a Push) {
 		go func() {
 			out := PushOutcome{Shard: s, Err: errNoGradients}
 			if grads != nil {
-				out = w.pushOne(r.ctx, s, a, grads)
+				out = w.pushOne(r.pushCtx, s, a, grads)
 			}
 			r.events <- event{push: &out}
 		}()

@@ -247,8 +247,24 @@ func (w *Worker) pullersApart() bool {
 // goroutines of their own and report on a channel, everything else
 // (the core, the net, the batch source) on the calling goroutine. Every
 // call it starts has been answered when it returns.
-func (w *Worker) Run(ctx context.Context) error {
-	r := &run{w: w, ctx: ctx, core: NewCore(w.params, w.cfg.Log), events: make(chan event, 2*len(w.cfg.Shards))}
+func (w *Worker) Run(ctx context.Context) error { return w.RunStoppable(ctx, nil) }
+
+// RunStoppable is Run that also ends, with an error, when stop is done
+// (nil: never), but more gently than when ctx is: the pulls and passes
+// under way are cut short, while the pushes under way are answered
+// (only ctx cuts them), so that a step's gradient has reached every
+// shard it was sent to when it returns. A change of the PS count stops
+// a worker so (docs/elastic.md, "Parameter servers": in async and ssp
+// runs the shards are snapshotted once every worker has stopped).
+func (w *Worker) RunStoppable(ctx, stop context.Context) error {
+	pushCtx := ctx
+	if stop != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(stop, cancel)()
+	}
+	r := &run{w: w, ctx: ctx, pushCtx: pushCtx, core: NewCore(w.params, w.cfg.Log), events: make(chan event, 2*len(w.cfg.Shards))}
 	w.run = r
 	defer func() { w.run = nil }()
 	defer w.logUnsent()

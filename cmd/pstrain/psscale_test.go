@@ -69,7 +69,7 @@ func TestScalePS(t *testing.T) {
 	if final.Manifest == nil || final.Manifest.NumShards != 1 || !final.Manifest.Final {
 		t.Fatalf("the final checkpoint %+v: want 1 shard", final.Manifest)
 	}
-	restoreOnto2PS(t, ctx, ckdir, final, rep.FinalStep)
+	restoreOnto2PS(t, ctx, ckdir, final, rep.FinalStep, "12.2")
 	for _, c := range got {
 		t.Logf("ps %d -> %d at step %d (asked at %.2f s, done at %.2f s): pause %.3f s, %d steps lost", c.From, c.To, c.Step,
 			c.AskedSeconds, c.Seconds, *c.PauseSeconds, *c.StepsLost)
@@ -162,10 +162,11 @@ func waitPSChanges(run *liveRun, n int) {
 // restoreOnto2PS restores the final checkpoint of a run (one shard) onto
 // 2 PS and checks the model they serve scores what `pstrain eval` scores
 // the checkpoint at. A final checkpoint is not resumed (the run is
-// over): a copy marked not final is, by a run a few steps longer at a
-// learning rate too small to move a float32 parameter, so the model it
-// ends with, checkpointed by 2 shards, is the restored one.
-func restoreOnto2PS(t *testing.T, ctx context.Context, ckdir string, final checkpoint.Info, step int64) {
+// over): a copy marked not final is, by a sync run of 2 workers and
+// batch 64 a few steps longer (--epochs epochs) at a learning rate too
+// small to move a float32 parameter, so the model it ends with,
+// checkpointed by 2 shards, is the restored one.
+func restoreOnto2PS(t *testing.T, ctx context.Context, ckdir string, final checkpoint.Info, step int64, epochs string) {
 	t.Helper()
 	data := testbin.MNIST(t)
 	want, _ := evalCheckpoint(t, ctx, ckdir, data)
@@ -193,7 +194,7 @@ func restoreOnto2PS(t *testing.T, ctx context.Context, ckdir string, final check
 			t.Fatal(err)
 		}
 	}
-	run := startRun(t, ctx, dir, "--mode", "sync", "--batch", "64", "--data-fraction", "0.1", "--epochs", "12.2",
+	run := startRun(t, ctx, dir, "--mode", "sync", "--batch", "64", "--data-fraction", "0.1", "--epochs", epochs,
 		"--lr", "1e-30", "--momentum", "0", "--lr-schedule", "constant", "--checkpoint-dir", copyDir, "--checkpoint-every", "0s",
 		"--ps", "2", "--resume")
 	rep := run.finish(2 * time.Minute)

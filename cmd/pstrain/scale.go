@@ -13,14 +13,15 @@ import (
 // directory for another number of workers or of parameter servers
 // (docs/elastic.md). The run's launcher starts or stops the processes
 // and the chief changes the run's worker count at the next epoch
-// boundary, or moves the model to the new PS count at a step boundary;
-// this command returns once the request is written.
+// boundary, or moves the model to the new PS count once every shard is
+// held (sync: at a step boundary); this command returns once the
+// request is written.
 func cmdScale(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("scale", "scale --run-dir DIR (--workers N | --ps N)",
 		"Add or remove workers, or parameter servers, of the running run in DIR (pstrain run --run-dir).\n"+
 			"A worker change takes effect at the next epoch boundary: the data is split anew from there (sync steps aggregate\n"+
-			"the new count), removed workers exit. A PS change (sync runs) moves the model's row blocks to the new count at a\n"+
-			"step boundary (the run needs --max-ps slots); removed parameter servers exit.")
+			"the new count), removed workers exit. A PS change moves the model's row blocks to the new count once every shard\n"+
+			"is held (sync: at a step boundary; the run needs --max-ps slots); removed parameter servers exit.")
 	dir := fs.String("run-dir", "run", "the run's directory (pstrain run --run-dir)")
 	workers := fs.Int("workers", 0, "the number of workers wanted (1 to the run's --max-workers)")
 	ps := fs.Int("ps", 0, "the number of parameter servers wanted (1 to the run's --max-ps)")
@@ -49,8 +50,9 @@ func cmdScale(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return nil
 }
 
-// scalePS is `pstrain scale --ps N`. A count the run cannot take (not
-// sync, hot standbys, beyond --max-ps) exits 1: "cannot scale".
+// scalePS is `pstrain scale --ps N`. A count the run cannot take (hot
+// standbys, a ctr model, no checkpoints, beyond --max-ps) exits 1:
+// "cannot scale".
 func scalePS(dir string, ps int, stdout io.Writer) error {
 	if ps < 1 {
 		return usagef("--ps must be at least 1, got %d", ps)
@@ -59,7 +61,7 @@ func scalePS(dir string, ps int, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "asked the run in %s for %s (was %d); the model moves at a step boundary\n", dir, count(ps, "parameter server", "parameter servers"), was)
+	fmt.Fprintf(stdout, "asked the run in %s for %s (was %d); the model moves once every shard is held (sync: at a step boundary)\n", dir, count(ps, "parameter server", "parameter servers"), was)
 	return nil
 }
 
