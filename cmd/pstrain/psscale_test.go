@@ -56,7 +56,7 @@ func TestScalePS(t *testing.T) {
 	waitPSChanges(run, 2)
 	rep := run.finish(2 * time.Minute)
 
-	got := checkPSChanges(t, rep)
+	got := checkPSChanges(t, rep, 12)
 	checkRemovedPS(t, run, rep)
 	// The boundaries' checkpoints verify; the final one is of 1 shard.
 	store := checkpoint.NewStore(checkpoint.OSFS{}, ckdir, 0)
@@ -79,8 +79,9 @@ func TestScalePS(t *testing.T) {
 
 // checkPSChanges: the report has the two PS changes, each with 0 steps
 // lost and a pause of at most 1 s, and no rollback: the run trained its
-// 12 epochs, each step once.
-func checkPSChanges(t *testing.T, rep *report.Report) []report.MembershipChange {
+// epochs, each step once, and its data ledger is empty (no sample read
+// twice or skipped).
+func checkPSChanges(t *testing.T, rep *report.Report, epochs float64) []report.MembershipChange {
 	t.Helper()
 	got := rep.MembershipChanges
 	if len(got) != 2 || got[0].From != 2 || got[0].To != 3 || got[1].From != 3 || got[1].To != 1 || rep.FinalPS != 1 {
@@ -97,8 +98,11 @@ func checkPSChanges(t *testing.T, rep *report.Report) []report.MembershipChange 
 	if rep.StoppedBy != "epochs" || rep.FinalStep != rep.GlobalSteps || len(rep.Divergences) > 0 {
 		t.Errorf("stopped by %s at step %d of %d (divergences %+v); want epochs at the last step", rep.StoppedBy, rep.FinalStep, rep.GlobalSteps, rep.Divergences)
 	}
-	if d := rep.EpochsDone - 12; d < -0.01 || d > 0.05 {
-		t.Errorf("%.3f epochs trained, want 12", rep.EpochsDone)
+	if d := rep.EpochsDone - epochs; d < -0.01 || d > 0.05 {
+		t.Errorf("%.3f epochs trained, want %g", rep.EpochsDone, epochs)
+	}
+	if rep.DataLedger == nil || len(rep.DataLedger) > 0 {
+		t.Errorf("data ledger %+v, want [] (no sample read twice or skipped)", rep.DataLedger)
 	}
 	return got
 }

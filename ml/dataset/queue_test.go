@@ -1,6 +1,7 @@
 package dataset
 
 import (
+	"slices"
 	"testing"
 )
 
@@ -97,21 +98,9 @@ func TestQueueReadsEveryEpochOnce(t *testing.T) {
 	fresh, _ := NewElasticBatches(0, 7, plan.ForWorker(0), load)
 	fresh.SeekBatch(pos)
 	fresh.Next(x, y)
-	if !equalFloats(x, again) {
+	if !slices.Equal(x, again) {
 		t.Errorf("position %d (epoch %d, batch %d) read %v, then %v by a new source", pos, e, i, again, x)
 	}
-}
-
-func equalFloats(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestQueuePlanValidates refuses leases of chunks the queue has not
