@@ -135,9 +135,9 @@ const progressPollEvery = 100 * time.Millisecond
 type scrapeFunc func(ctx context.Context) (metrics.Families, error)
 
 // watchMarks reads the chief's progress every tick and closes reached[i]
-// once marks[i] is reached. It returns when every mark is reached or ctx
-// ends. A scrape that fails (the chief starting or restarting) is
-// skipped.
+// once marks[i] is reached, setting reached[i] to nil. It returns when
+// every mark is reached or ctx ends. A scrape that fails (the chief
+// starting or restarting) is skipped.
 func watchMarks(ctx context.Context, tick <-chan time.Time, scrape scrapeFunc, marks []Mark, reached []chan struct{}, onReach func(i int, p RunProgress)) {
 	var tr progressTracker
 	pending := len(marks)
@@ -202,6 +202,12 @@ func (s *supervisor) startMarkWatch(g group) []<-chan struct{} {
 		tick := time.NewTicker(progressPollEvery)
 		defer tick.Stop()
 		watchMarks(g.ctx, tick.C, scrape, marks, chans, onReach)
+		for i, ch := range chans {
+			if ch != nil {
+				f := s.c.Faults[which[i]]
+				s.c.Log.Warn("fault: the run ended before its mark; the task was not killed", "task", f.Task, "mark", f.When.String())
+			}
+		}
 	})
 	return out
 }

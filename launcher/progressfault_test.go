@@ -143,6 +143,9 @@ func TestWatchMarks(t *testing.T) {
 		default:
 			t.Errorf("mark %d's channel is open", i)
 		}
+		if reached[i] != nil {
+			t.Errorf("mark %d still listed as pending", i)
+		}
 	}
 }
 
@@ -152,11 +155,12 @@ func TestWatchMarksStops(t *testing.T) {
 	tick := make(chan time.Time)
 	done := make(chan struct{})
 	ch := make(chan struct{})
+	pending := []chan struct{}{ch}
 	atStep1 := chiefScrape(t, 1, 0)
 	go func() {
 		defer close(done)
 		watchMarks(ctx, tick, func(context.Context) (metrics.Families, error) { return atStep1, nil },
-			[]Mark{{Step: 40}}, []chan struct{}{ch}, func(int, RunProgress) {})
+			[]Mark{{Step: 40}}, pending, func(int, RunProgress) {})
 	}()
 	tick <- time.Time{}
 	cancel()
@@ -169,5 +173,8 @@ func TestWatchMarksStops(t *testing.T) {
 	case <-ch:
 		t.Error("step 40 reported reached at step 1")
 	default:
+	}
+	if pending[0] == nil {
+		t.Error("the mark not reached is not listed as pending (the launcher warns of those)")
 	}
 }
