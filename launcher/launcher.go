@@ -139,6 +139,12 @@ type proc struct {
 	// cause is set (under supervisor.mu) when the launcher kills the
 	// process itself: CauseFault or CauseUnresponsive.
 	cause string
+	// killedAt is when a fault killed the process (under supervisor.mu;
+	// zero otherwise): its death, which the launcher sees only once the
+	// kernel has torn the process down and Wait returned, tens of
+	// milliseconds later on a loaded machine, after its peers (a standby
+	// taking over) already saw it.
+	killedAt time.Time
 }
 
 // Fault kills a task with SIGKILL at a time after the cluster started
@@ -971,6 +977,9 @@ func (s *supervisor) supervise(ctx context.Context, wg *sync.WaitGroup, i int, p
 		}
 		s.mu.Lock()
 		cause := p.cause
+		if !p.killedAt.IsZero() {
+			exited = p.killedAt
+		}
 		s.mu.Unlock()
 		if cause == "" {
 			cause = exitCause(p.cmd.ProcessState)
@@ -1084,8 +1093,9 @@ func (s *supervisor) inject(ctx context.Context, f Fault, reached <-chan struct{
 	s.mu.Lock()
 	p := s.procs[f.Task]
 	finished := s.finished || s.interrupted
+	now := time.Now()
 	if p != nil && !finished && !hasExited(p) {
-		p.cause = CauseFault
+		p.cause, p.killedAt = CauseFault, now
 	}
 	s.mu.Unlock()
 	if p == nil || finished {
@@ -1095,7 +1105,7 @@ func (s *supervisor) inject(ctx context.Context, f Fault, reached <-chan struct{
 		s.c.Log.Warn("fault: task already exited", "task", f.Task)
 		return
 	}
-	s.c.Log.Warn("fault: killing task with SIGKILL", "task", f.Task, "pid", p.cmd.Process.Pid, "at", s.since(time.Now()))
+	s.c.Log.Warn("fault: killing task with SIGKILL", "task", f.Task, "pid", p.cmd.Process.Pid, "at", s.since(now))
 	p.cmd.Process.Kill()
 }
 

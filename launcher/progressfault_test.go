@@ -3,7 +3,11 @@ package launcher
 import (
 	"context"
 	"errors"
+	"io"
+	"log/slog"
+	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -176,5 +180,54 @@ func TestWatchMarksStops(t *testing.T) {
 	}
 	if pending[0] == nil {
 		t.Error("the mark not reached is not listed as pending (the launcher warns of those)")
+	}
+}
+
+// A fault with a mark waits for it, however long ago its delay would
+// have passed on the run's clock, then kills the task its delay later
+// and records the kill's time as the task's death.
+func TestInjectKillsAfterTheMark(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{task: taskOf("ps/1"), cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	defer func() {
+		cmd.Process.Kill()
+		<-p.done
+	}()
+	s := &supervisor{c: Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, t0: time.Now().Add(-time.Hour), procs: map[string]*proc{"ps/1": p}}
+	reached := make(chan struct{})
+	injected := make(chan struct{})
+	const delay = 50 * time.Millisecond
+	go func() {
+		defer close(injected)
+		s.inject(context.Background(), Fault{Task: "ps/1", At: delay, When: Mark{Step: 40}}, reached)
+	}()
+	select {
+	case <-p.done:
+		t.Fatal("killed before its mark was reached")
+	case <-time.After(100 * time.Millisecond): // a window in which nothing may happen
+	}
+	marked := time.Now()
+	close(reached)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not killed after its mark")
+	}
+	<-injected
+	s.mu.Lock()
+	cause, killedAt := p.cause, p.killedAt
+	s.mu.Unlock()
+	if cause != CauseFault || killedAt.Before(marked.Add(delay)) || killedAt.After(time.Now()) {
+		t.Errorf("cause %q, killed %v after the mark; want %q, at least %v after it", cause, killedAt.Sub(marked), CauseFault, delay)
+	}
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
+		t.Errorf("the task ended with %v, want SIGKILL", cmd.ProcessState)
 	}
 }
