@@ -139,18 +139,32 @@ type proc struct {
 	// cause is set (under supervisor.mu) when the launcher kills the
 	// process itself: CauseFault or CauseUnresponsive.
 	cause string
+	// killedAt is when a fault killed the process (under supervisor.mu;
+	// zero otherwise): its death, which the launcher sees only once the
+	// kernel has torn the process down and Wait returned, tens of
+	// milliseconds later on a loaded machine, after its peers (a standby
+	// taking over) already saw it.
+	killedAt time.Time
 }
 
 // Fault kills a task with SIGKILL at a time after the cluster started
-// (`--fault ps/1@8s`).
+// (`--fault ps/1@8s`), or once the run reaches a point of its progress
+// (`ps/1@step:40`, `ps/1@checkpoint:1`), optionally a delay after it
+// (`ps/1@checkpoint:1+300ms`; progressfault.go).
 type Fault struct {
 	Task string
-	At   time.Duration
+	// At is the time after the cluster started when When is zero, else
+	// the delay after When is reached.
+	At time.Duration
+	// When is the progress the fault waits for (zero: none, At is on
+	// the clock).
+	When Mark
 }
 
-// ParseFaults reads "ps/1@8s,worker/0@12s,chief@20s,standby/0@3s" and
-// checks each task against the run's shape. Entries starting with
-// SlowPrefix are ParseSlowdowns' and left out.
+// ParseFaults reads "ps/1@8s,worker/0@12s,chief@20s,standby/0@3s,
+// ps/0@step:40,ps/1@checkpoint:1+300ms" and checks each task against
+// the run's shape. Entries starting with SlowPrefix are ParseSlowdowns'
+// and left out.
 func ParseFaults(s string, r config.Run) ([]Fault, error) {
 	var out []Fault
 	if strings.TrimSpace(s) == "" {
@@ -173,13 +187,13 @@ func ParseFaults(s string, r config.Run) ([]Fault, error) {
 			task = "chief"
 		}
 		if !ok || !valid[task] {
-			return nil, fmt.Errorf("--fault %q: want TASK@TIME with TASK one of chief, ps/0..ps/%d%s, worker/0..worker/%d (e.g. ps/1@8s)", part, r.PS-1, standbys, r.Workers-1)
+			return nil, fmt.Errorf("--fault %q: want TASK@TIME with TASK one of chief, ps/0..ps/%d%s, worker/0..worker/%d (e.g. ps/1@8s, ps/1@step:40)", part, r.PS-1, standbys, r.Workers-1)
 		}
-		d, err := time.ParseDuration(at)
-		if err != nil || d < 0 {
-			return nil, fmt.Errorf("--fault %q: %q is not a duration (e.g. 8s)", part, at)
+		when, d, err := parseFaultTime(at)
+		if err != nil {
+			return nil, fmt.Errorf("--fault %q: %w", part, err)
 		}
-		out = append(out, Fault{Task: task, At: d})
+		out = append(out, Fault{Task: task, At: d, When: when})
 	}
 	return out, nil
 }
@@ -475,8 +489,9 @@ func (s *supervisor) startAll(g group) error {
 	}
 	s.scaler.writeStatus()
 	g.goDo(func() { s.scaler.watch(g.ctx, s.c.Dir, 200*time.Millisecond) })
-	for _, f := range s.c.Faults {
-		g.goDo(func() { s.inject(g.ctx, f) })
+	reached := s.startMarkWatch(g)
+	for i, f := range s.c.Faults {
+		g.goDo(func() { s.inject(g.ctx, f, reached[i]) })
 	}
 	for _, sd := range s.c.Slowdowns {
 		g.goDo(func() { s.slow(g.ctx, sd) })
@@ -965,6 +980,9 @@ func (s *supervisor) supervise(ctx context.Context, wg *sync.WaitGroup, i int, p
 		}
 		s.mu.Lock()
 		cause := p.cause
+		if !p.killedAt.IsZero() {
+			exited = p.killedAt
+		}
 		s.mu.Unlock()
 		if cause == "" {
 			cause = exitCause(p.cmd.ProcessState)
@@ -1058,18 +1076,29 @@ func (s *supervisor) account(p *proc) {
 	s.usage[name] = u
 }
 
-// inject kills f.Task with SIGKILL at f.At after the cluster started.
-func (s *supervisor) inject(ctx context.Context, f Fault) {
+// inject kills f.Task with SIGKILL at f.At after the cluster started,
+// or, for a fault with a mark, f.At after reached is closed.
+func (s *supervisor) inject(ctx context.Context, f Fault, reached <-chan struct{}) {
+	from := s.t0
+	if reached != nil {
+		select {
+		case <-reached:
+			from = time.Now()
+		case <-ctx.Done():
+			return
+		}
+	}
 	select {
-	case <-time.After(time.Until(s.t0.Add(f.At))):
+	case <-time.After(time.Until(from.Add(f.At))):
 	case <-ctx.Done():
 		return
 	}
 	s.mu.Lock()
 	p := s.procs[f.Task]
 	finished := s.finished || s.interrupted
+	now := time.Now()
 	if p != nil && !finished && !hasExited(p) {
-		p.cause = CauseFault
+		p.cause, p.killedAt = CauseFault, now
 	}
 	s.mu.Unlock()
 	if p == nil || finished {
@@ -1079,7 +1108,7 @@ func (s *supervisor) inject(ctx context.Context, f Fault) {
 		s.c.Log.Warn("fault: task already exited", "task", f.Task)
 		return
 	}
-	s.c.Log.Warn("fault: killing task with SIGKILL", "task", f.Task, "pid", p.cmd.Process.Pid, "at", s.since(time.Now()))
+	s.c.Log.Warn("fault: killing task with SIGKILL", "task", f.Task, "pid", p.cmd.Process.Pid, "at", s.since(now))
 	p.cmd.Process.Kill()
 }
 

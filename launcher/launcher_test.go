@@ -22,7 +22,7 @@ func TestParseFaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Fault{{"ps/1", 8 * time.Second}, {"worker/0", 12500 * time.Millisecond}, {"chief", 20 * time.Second}, {"chief", time.Minute}}
+	want := []Fault{{Task: "ps/1", At: 8 * time.Second}, {Task: "worker/0", At: 12500 * time.Millisecond}, {Task: "chief", At: 20 * time.Second}, {Task: "chief", At: time.Minute}}
 	if len(got) != len(want) {
 		t.Fatalf("got %+v", got)
 	}
@@ -50,7 +50,7 @@ func TestParseFaultsStandby(t *testing.T) {
 	}
 	r.PSReplicas = 1
 	got, err := ParseFaults("standby/1@3s,ps/0@1s", r)
-	if err != nil || len(got) != 2 || got[0] != (Fault{"standby/1", 3 * time.Second}) {
+	if err != nil || len(got) != 2 || got[0] != (Fault{Task: "standby/1", At: 3 * time.Second}) {
 		t.Fatalf("ParseFaults = %+v, %v", got, err)
 	}
 	if _, err := ParseFaults("standby/2@3s", r); err == nil || !strings.Contains(err.Error(), "standby/0..standby/1") {

@@ -31,7 +31,7 @@ func TestParseSlowdowns(t *testing.T) {
 	}
 	// The kills of the same list are ParseFaults', which skips the slowdowns.
 	kills, err := ParseFaults(spec, r)
-	if err != nil || len(kills) != 2 || kills[0] != (Fault{"ps/1", 8 * time.Second}) || kills[1] != (Fault{"worker/0", time.Second}) {
+	if err != nil || len(kills) != 2 || kills[0] != (Fault{Task: "ps/1", At: 8 * time.Second}) || kills[1] != (Fault{Task: "worker/0", At: time.Second}) {
 		t.Fatalf("ParseFaults = %+v, %v", kills, err)
 	}
 	if got[0].String() != "slow:worker/1@5s:3" {

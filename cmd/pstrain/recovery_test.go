@@ -88,10 +88,10 @@ func TestKillAnyProcessTheRunGoesOn(t *testing.T) {
 			t.Logf("%s undisturbed: %.2f%% after %d steps, %.1f s", m.name, 100*base.TestAccuracy, base.GlobalSteps, base.TrainSeconds)
 			for _, victim := range []string{"ps/1", "worker/0", "chief"} {
 				t.Run(strings.ReplaceAll(victim, "/", ""), func(t *testing.T) {
-					// Start-up takes 1.5-4 s; the kill lands a second or two
-					// into training, after the first checkpoint (every 1 s),
-					// well before the end.
-					rep, out := faultRun(t, ctx, t.TempDir(), append(m.args, "--fault", victim+"@4s")...)
+					// The kill lands once the first checkpoint (every 1 s)
+					// is committed: a second into training, well before
+					// the end, however fast the machine trains.
+					rep, out := faultRun(t, ctx, t.TempDir(), append(m.args, "--fault", victim+"@checkpoint:1")...)
 					var rs *report.Restart
 					for i := range rep.Restarts {
 						if rep.Restarts[i].Task == victim {
@@ -103,6 +103,12 @@ func TestKillAnyProcessTheRunGoesOn(t *testing.T) {
 					}
 					if rs.BackAtSeconds == nil || *rs.BackAtSeconds < rs.KilledAtSeconds {
 						t.Errorf("restart %+v: back before it died", *rs)
+					}
+					// Killed after a checkpoint: a PS is restored from
+					// one, a chief adopts the shards' step, a worker
+					// rejoins at the chief's; none at step 0.
+					if rs.RestoredStep <= 0 {
+						t.Errorf("restart %+v: back at step %d, want past the first checkpoint's", *rs, rs.RestoredStep)
 					}
 					// Training ends when the first shard has applied all its
 					// updates. In async mode a restored shard stays behind
@@ -207,7 +213,9 @@ func TestPSAndChiefKilledTogether(t *testing.T) {
 	testbin.MNIST(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	rep, out := faultRun(t, ctx, t.TempDir(), "--epochs", "4", "--fault", "ps/1@4s,chief@4.1s")
+	// ps/1 dies once the first checkpoint is committed, the chief 0.1 s
+	// later, while ps/1 is down.
+	rep, out := faultRun(t, ctx, t.TempDir(), "--epochs", "4", "--fault", "ps/1@checkpoint:1,chief@checkpoint:1+100ms")
 	seen := map[string]bool{}
 	for _, r := range rep.Restarts {
 		seen[r.Task] = r.BackAtSeconds != nil

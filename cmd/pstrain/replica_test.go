@@ -15,13 +15,11 @@ import (
 // fault plan kills ps/0 (its standby takes over), then ps/1, then ps/0
 // again — by then the standby of shard 0's new primary, so the primary
 // goes on alone and re-attaches it when it is back. Fixed times would miss
-// a run whose speed changes, so the kills go at 15%, 35% and 55% of the
-// undisturbed run's training, from when its training began: each lands
-// inside training on a fast machine and a slow one (at 30% of the whole
-// run's wall time the first one could come before the first step), and
-// the last one even if the faulted run trains 1.8x as fast as the
-// undisturbed one did (on a shared machine one ran 1.5x as fast). Every
-// restart reports 0 steps lost, a failover says which replica took over
+// a run whose speed changes (a faulted run trained 1.5x as fast as its
+// undisturbed baseline on a shared machine), so the kills go at the
+// global steps of 15%, 35% and 55% of the undisturbed run's
+// (--fault ps/0@step:N): each lands inside training however fast the
+// machine trains. Every restart reports 0 steps lost, a failover says which replica took over
 // and how fast, no checkpoint is restored, and the run ends within 0.3
 // points of an undisturbed run with the same seed.
 func TestHotStandbysLoseNothing(t *testing.T) {
@@ -41,21 +39,15 @@ func TestHotStandbysLoseNothing(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 			defer cancel()
 			args := append([]string{"--ps-replicas", "1", "--checkpoint-every", "0"}, m.args...)
-			bin.Path(t) // built before the clock starts
-			launched := time.Now()
 			base, _ := faultRun(t, ctx, t.TempDir(), args...)
 			if len(base.Restarts) != 0 {
 				t.Fatalf("undisturbed run has restarts: %+v", base.Restarts)
 			}
 			t.Logf("%s undisturbed: %.2f%% after %d steps, %.1f s of training", m.name, 100*base.TestAccuracy, base.GlobalSteps, base.TrainSeconds)
-			// The kills fall at fractions of the undisturbed run's
-			// training, on the clock of its launch (the fault times'
-			// clock starts a little after it, so each kill lands a little
-			// later into training, never before it).
-			started := base.TrainStartedUnix - float64(launched.UnixNano())/1e9
-			at := func(f float64) string { return fmt.Sprintf("%.2fs", started+f*base.TrainSeconds) }
+			// The kills fall at fractions of the undisturbed run's steps.
+			at := func(f float64) string { return fmt.Sprintf("step:%d", int64(f*float64(base.GlobalSteps))) }
 			plan := "ps/0@" + at(0.15) + ",ps/1@" + at(0.35) + ",ps/0@" + at(0.55)
-			t.Logf("fault plan for training from %.1f s to %.1f s: %s", started, started+base.TrainSeconds, plan)
+			t.Logf("fault plan for %d steps: %s", base.GlobalSteps, plan)
 			rep, out := faultRun(t, ctx, t.TempDir(), append(args, "--fault", plan)...)
 			if len(rep.Restarts) < 3 {
 				t.Fatalf("%d restarts, want the 3 kills (training over before the last?): %+v\n%s", len(rep.Restarts), rep.Restarts, out)

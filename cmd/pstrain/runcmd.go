@@ -55,7 +55,7 @@ func newRunCmd() *runCmd {
 	c.r.CheckpointDir = filepath.Join("run", "checkpoints")
 	c.mf = bindRunFlags(fs, &c.r)
 	fs.StringVar(&c.reportPath, "report", "", "write the run report (JSON) here")
-	fs.StringVar(&c.faults, "fault", "", "kill -9 tasks at times after start, e.g. ps/1@8s,worker/0@12s,chief@20s; slow:worker/N@TIME:FACTOR makes a worker FACTOR times slower from then on (stopped for part of every 100 ms), e.g. slow:worker/1@5s:3 (resilience and straggler demos and tests)")
+	fs.StringVar(&c.faults, "fault", "", "kill -9 tasks at times after start, e.g. ps/1@8s,worker/0@12s,chief@20s, or when the run gets there: TASK@step:N (the chief's global step reaches N), TASK@checkpoint:N (N checkpoints committed), either with +DELAY after it, e.g. ps/1@checkpoint:1+300ms; slow:worker/N@TIME:FACTOR makes a worker FACTOR times slower from then on (stopped for part of every 100 ms), e.g. slow:worker/1@5s:3 (resilience and straggler demos and tests)")
 	fs.StringVar(&c.faultGradient, "fault-gradient", "", "testing: poison gradients, e.g. worker/1@30:1e6 (worker 1's gradient times 1e6 once, at global step 30) or worker/3@every:-4 (every step); demos and tests of the divergence guard")
 	fs.IntVar(&c.maxRestarts, "max-restarts", 5, "restarts allowed per task before the run fails")
 	fs.StringVar(&c.dir, "run-dir", "run", "where the cluster file and the task logs go")

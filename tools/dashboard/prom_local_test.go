@@ -38,8 +38,10 @@ import (
 )
 
 // localAllowEmpty lists the queries that may return no series in the local
-// run, which writes checkpoints every 2 s and kills worker/1 after 8 s so
-// that the checkpoint and restart panels have data:
+// run, which writes checkpoints every 2 s and kills worker/1 once the
+// first is committed (in training, on a busy machine too: a kill before
+// the worker registered would count no restart) so that the checkpoint
+// and restart panels have data:
 //
 //   - "RPC retries and rejections#B": pstrain_ps_rejected_requests_total has
 //     a series only after a PS refused a request (e.g. a push from a worker
@@ -105,7 +107,7 @@ func TestDashboardAgainstLocalRun(t *testing.T) {
 	var runOut syncbuf.Buffer
 	run := startGroup(t, &runOut, bin, "run", "--epochs", "100", "--target-accuracy", "0",
 		"--data-dir", dataDir, "--run-dir", runDir, "--sd-dir", sdDir,
-		"--checkpoint-every", "2s", "--fault", "worker/1@8s")
+		"--checkpoint-every", "2s", "--fault", "worker/1@checkpoint:1")
 
 	promPort := freePort(t)
 	promURL := "http://127.0.0.1:" + strconv.Itoa(promPort)
