@@ -319,19 +319,27 @@ func (c *Core) admit(index int, now time.Time) error {
 		return nil
 	case index < max(c.target, c.workers()) && !c.retired[index]:
 		return nil
-	case c.retired[index] && c.phase == training:
+	case c.phase < training:
+		return fmt.Errorf("%w: worker index %d out of range (the run has %d)", ErrBadTask, index, r.Workers)
+	}
+	return c.admitLate(index, now)
+}
+
+// admitLate is admit for an index past the run's workers once training
+// began.
+func (c *Core) admitLate(index int, now time.Time) error {
+	switch {
+	case c.phase != training:
+	case c.retired[index]:
 		// A removed worker's process that registers late (started for a
 		// change the next one undid): admitted, it is told it is retired
 		// (its shards answer done; async, ssp: its heartbeats say stop)
 		// instead of asking for the run to grow again.
 		return nil
-	case index >= c.target && c.phase == training:
+	case index >= c.target:
 		// A worker started by hand with the next index (or a later one:
 		// pods start in any order): the run grows to index+1 workers.
 		return c.Scale(index+1, now)
-	}
-	if c.phase < training {
-		return fmt.Errorf("%w: worker index %d out of range (the run has %d)", ErrBadTask, index, r.Workers)
 	}
 	return fmt.Errorf("%w: worker index %d: the run has %d workers (the next index is %d)", ErrBadTask, index, c.workers(), c.target)
 }

@@ -363,8 +363,6 @@ func (r Run) validateShape() error {
 		return fmt.Errorf("--max-ps %d is less than --ps %d (0 = --ps)", r.MaxPS, r.PS)
 	case r.Staleness < 0:
 		return fmt.Errorf("--staleness must be >= 0, got %d", r.Staleness)
-	case r.DataSplit != SplitQueue && r.DataSplit != SplitFixed && r.DataSplit != "":
-		return fmt.Errorf("--data-split must be %s or %s, got %q", SplitQueue, SplitFixed, r.DataSplit)
 	}
 	return nil
 }
@@ -439,7 +437,8 @@ func (r Run) validateChoices() error {
 		oneOf("--wire-dtype", r.WireDType, F32, BF16),
 		oneOf("--data-plane-privacy", cmp.Or(r.DataPlanePrivacy, Encrypt), Encrypt, Integrity), // "": an earlier run's, Encrypt
 		oneOf("--nan-policy", r.NaNPolicy, Reject, Skip),
-		oneOf("--optimizer", r.Optimizer, "sgd", "momentum", "adam"), // optim.New's names
+		oneOf("--optimizer", r.Optimizer, "sgd", "momentum", "adam"),                   // optim.New's names
+		oneOf("--data-split", cmp.Or(r.DataSplit, SplitFixed), SplitQueue, SplitFixed), // "": an earlier run's, fixed
 	} {
 		if err != nil {
 			return err

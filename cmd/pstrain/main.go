@@ -310,9 +310,8 @@ func printSummary(w io.Writer, rep *report.Report) {
 	for _, c := range rep.MembershipChanges {
 		fmt.Fprintln(w, membershipText(c))
 	}
-	if q := rep.DataQueue; q != nil && q.ChunksPerEpoch > 0 {
-		fmt.Fprintf(w, "data queue: %d chunks of %d batches an epoch, %d handed out (%.2f epochs); batches read by worker: %s\n",
-			q.ChunksPerEpoch, q.ChunkBatches, q.ChunksHandedOut, float64(q.ChunksHandedOut)/float64(q.ChunksPerEpoch), joinInts(q.BatchesRead))
+	if t := queueText(rep.DataQueue); t != "" {
+		fmt.Fprintln(w, t)
 	}
 	if t := ledgerText(rep.DataLedger); t != "" {
 		fmt.Fprintln(w, t)
@@ -515,6 +514,15 @@ func modelText(s model.Spec) string {
 
 // membershipText is the summary's line for a change of the worker or
 // the parameter server count (docs/elastic.md).
+// queueText is the summary's line for the data queue ("": none).
+func queueText(q *report.DataQueue) string {
+	if q == nil || q.ChunksPerEpoch == 0 {
+		return ""
+	}
+	return fmt.Sprintf("data queue: %d chunks of %d batches an epoch, %d handed out (%.2f epochs); batches read by worker: %s",
+		q.ChunksPerEpoch, q.ChunkBatches, q.ChunksHandedOut, float64(q.ChunksHandedOut)/float64(q.ChunksPerEpoch), joinInts(q.BatchesRead))
+}
+
 // joinInts is xs as "1, 2, 3".
 func joinInts(xs []int64) string {
 	s := make([]string, len(xs))
