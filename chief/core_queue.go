@@ -19,9 +19,11 @@ import (
 // state before it answers with new chunks, so a restarted chief never
 // hands a chunk out twice.
 
-// leaseAhead is how many heartbeat intervals of a worker's reading, at
-// its measured rate, the chunks it holds unread should last.
-const leaseAhead = 3
+// leaseAhead is how long the chunks a worker holds unread should last
+// at its measured rate: long enough for the heartbeat it sends once it
+// has read half of them to bring more on a loaded machine, short enough
+// that few are left unread when the run ends (or the worker dies).
+const leaseAhead = 500 * time.Millisecond
 
 // initialPlan is the data plan a run starts with: a queue in async and
 // ssp runs with --data-split queue, else one shard per worker.
@@ -35,21 +37,29 @@ func initialPlan(p CoreParams) dataset.DataPlan {
 
 // LeaseData hands worker the queue's next chunks while those it holds
 // unread (past the position of its last heartbeat) would last less than
-// leaseAhead heartbeat intervals at its rate (until its rate is
-// measured: twice what it was to hold last time, so a fast worker is
-// not kept waiting its first second), but never more than an epoch (a
-// fast worker on a small data set) and never fewer than two chunks. It returns the state to save before the worker is answered
-// (ok: the plan changed). A worker that is not a member of the run (one
-// removed, retired or quarantined) is handed nothing.
+// leaseAhead at its measured rate, never fewer than
+// two chunks and never more than an epoch (a fast worker on a small
+// data set). Until its rate is measured, it is to hold what it was to
+// hold last time, and twice that once it ran out: a fast worker is not
+// kept waiting its first seconds, and a slow one does not pile up
+// chunks it would still hold unread at the run's end. It returns the
+// state to save before the worker is answered (ok: the plan changed). A
+// worker that is not a member of the run (one removed, retired or
+// quarantined) is handed nothing, nor is any before training began (or
+// was adopted): a restarted chief's core before its adoption has a new
+// state, which must not replace the saved one.
 func (c *Core) LeaseData(worker int, now time.Time) (SaveState, bool) {
 	p := c.st.Plan
-	if !p.Queued() || worker < 0 || worker >= c.workers() || c.retired[worker] || c.isQuarantined(worker) {
+	if !p.Queued() || c.phase != training || worker < 0 || worker >= c.workers() || c.retired[worker] || c.isQuarantined(worker) {
 		return SaveState{}, false
 	}
 	r := c.reads[worker]
-	want := int64(math.Ceil(r.rate * leaseAhead * heartbeatEvery(c.p.Run.HeartbeatTimeout).Seconds()))
+	want := int64(math.Ceil(r.rate * leaseAhead.Seconds()))
 	if r.rate == 0 {
-		want = 2 * r.want
+		want = r.want
+		if r.waiting {
+			want *= 2
+		}
 	}
 	want = max(2*int64(p.Chunk), min(want, p.ChunksPerEpoch()*int64(p.Chunk)))
 	r.want = want
