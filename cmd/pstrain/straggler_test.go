@@ -79,13 +79,14 @@ func TestStragglerNamed(t *testing.T) {
 // the run trains its three epochs, every epoch but the last two (which
 // may hold chunks the workers were handed and did not read by the end)
 // holds each sample once, and the slow worker read well under half the
-// other's batches.
+// other's batches. The chief is killed half way: the queue it had
+// handed out survives its restart.
 func TestSlowWorkerReadsLessFromTheQueue(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a run of the default cluster")
 	}
 	dir := filepath.Join(t.TempDir(), "run")
-	rep, out := stragglerRunIn(t, dir, "slow:worker/1@1s:3", "--mode", "async", "--epochs", "3")
+	rep, out := stragglerRunIn(t, dir, "slow:worker/1@1s:3,chief@step:700", "--mode", "async", "--epochs", "3")
 	q := rep.DataQueue
 	if q == nil || len(q.BatchesRead) != 2 {
 		t.Fatalf("data queue %+v, want the two workers' reading\n%s", q, out)
@@ -99,6 +100,9 @@ func TestSlowWorkerReadsLessFromTheQueue(t *testing.T) {
 	}
 	if len(rep.Stragglers) == 0 || rep.Stragglers[0].Task != "worker/1" {
 		t.Errorf("stragglers %+v, want worker/1 named", rep.Stragglers)
+	}
+	if len(rep.Restarts) != 1 || rep.Restarts[0].Task != "chief" || rep.Restarts[0].RestoredStep < 700 {
+		t.Errorf("restarts %+v, want the chief's, back past step 700", rep.Restarts)
 	}
 	var st elasticState
 	b, err := os.ReadFile(filepath.Join(dir, "chief-state.json"))
