@@ -13,9 +13,9 @@ import (
 // in async and ssp runs with --data-split queue (the default) every
 // epoch is cut into chunks of a few batches that the core hands out in
 // order, to each worker as it reads, so a slower worker reads less of
-// each epoch and no epoch waits for it. A worker holds a few heartbeat
-// intervals of reading ahead: its heartbeats (or, once it has read all
-// it holds, a heartbeat sent at once) bring more. The chief saves its
+// each epoch and no epoch waits for it. A worker holds half a second of
+// reading ahead: its heartbeats (and one it sends at once when it has
+// read half of what it holds, or all) bring more. The chief saves its
 // state before it answers with new chunks, so a restarted chief never
 // hands a chunk out twice.
 
@@ -37,18 +37,18 @@ func initialPlan(p CoreParams) dataset.DataPlan {
 
 // LeaseData hands worker the queue's next chunks while those it holds
 // unread (past the position of its last heartbeat) would last less than
-// leaseAhead at its measured rate, never fewer than
-// two chunks and never more than an epoch (a fast worker on a small
-// data set). Until its rate is measured, it is to hold what it was to
-// hold last time, and twice that once it ran out: a fast worker is not
-// kept waiting its first seconds, and a slow one does not pile up
-// chunks it would still hold unread at the run's end. It returns the
+// leaseAhead at its measured rate, never fewer than two chunks and
+// never more than an epoch (a fast worker on a small data set). Until
+// its rate is measured, it is to hold what it was to hold last time,
+// and twice that once it ran out: a fast worker is not kept waiting its
+// first seconds, and a slow one does not pile up chunks it would still
+// hold unread at the run's end. It returns the
 // state to save before the worker is answered (ok: the plan changed). A
 // worker that is not a member of the run (one removed, retired or
 // quarantined) is handed nothing, nor is any before training began (or
 // was adopted): a restarted chief's core before its adoption has a new
 // state, which must not replace the saved one.
-func (c *Core) LeaseData(worker int, now time.Time) (SaveState, bool) {
+func (c *Core) LeaseData(worker int) (SaveState, bool) {
 	p := c.st.Plan
 	if !p.Queued() || c.phase != training || worker < 0 || worker >= c.workers() || c.retired[worker] || c.isQuarantined(worker) {
 		return SaveState{}, false

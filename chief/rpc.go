@@ -48,7 +48,7 @@ func (c *Chief) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Regi
 	plan, numPS := c.core.Plan(), c.core.LayoutPS()
 	var save *SaveState // chunks of the data queue handed out: saved before the answer
 	if req.Role == cluster.Worker {
-		if st, leased := c.core.LeaseData(int(req.Index), c.cfg.Now()); leased {
+		if st, leased := c.core.LeaseData(int(req.Index)); leased {
 			save = &st
 		}
 		plan = c.core.planFor(int(req.Index))
@@ -77,7 +77,7 @@ func (c *Chief) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.He
 	var plan *pb.DataPlan
 	if err == nil && req.PlanEras > 0 { // (0: a worker that does not follow a data plan)
 		c.core.DataRead(int(req.Worker), req.DataPosition, req.PlanHold, req.DataWaiting, c.cfg.Now())
-		if st, leased := c.core.LeaseData(int(req.Worker), c.cfg.Now()); leased {
+		if st, leased := c.core.LeaseData(int(req.Worker)); leased {
 			save = &st
 		}
 		if p, changed := c.core.HeartbeatPlan(int(req.Worker), int(req.PlanEras), int(req.PlanLeases)); changed {

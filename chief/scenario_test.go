@@ -390,7 +390,7 @@ func (s *scenario) member(f []string, a scenariotest.Args) string {
 			p, _ := strconv.ParseInt(pos, 10, 64)
 			_, waiting := a["waiting"]
 			s.core.DataRead(idx, p, a.Num("hold"), waiting, a.At(s.t0))
-			if _, leased := s.core.LeaseData(idx, a.At(s.t0)); leased {
+			if _, leased := s.core.LeaseData(idx); leased {
 				out += " (saved)"
 			}
 		}
