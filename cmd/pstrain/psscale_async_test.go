@@ -43,15 +43,7 @@ func scalePSAsync(t *testing.T, mode string) {
 		"--lr", "0.02", "--lr-schedule", "constant", "--checkpoint-dir", ckdir, "--checkpoint-every", "0s", "--keep-checkpoints", "0",
 		"--max-ps", "3")
 	run.waitTraining(60 * time.Second)
-	if out, err := runPstrain(t, "scale", "--run-dir", run.dir, "--ps", "3"); err != nil || !strings.Contains(out, "for 3 parameter servers (was 2)") {
-		t.Fatalf("pstrain scale --ps 3: %v\n%s", err, out)
-	}
-	waitPSChanges(run, 1)
-	if out, err := runPstrain(t, "scale", "--run-dir", run.dir, "--ps", "1"); err != nil {
-		t.Fatalf("pstrain scale --ps 1: %v\n%s", err, out)
-	}
-	waitPSChanges(run, 2)
-	rep := run.finish(2 * time.Minute)
+	rep := scalePS3Then1(t, run)
 
 	got := checkPSChanges(t, rep, epochs)
 	checkRemovedPS(t, run, rep)

@@ -48,16 +48,7 @@ func TestScalePS(t *testing.T) {
 		"--lr", "0.05", "--lr-schedule", "constant", "--checkpoint-dir", ckdir, "--checkpoint-every", "0s", "--max-ps", "3")
 	run.waitTraining(60 * time.Second)
 	checkPSRefusals(t, run, dir)
-	out, err := runPstrain(t, "scale", "--run-dir", run.dir, "--ps", "3")
-	if err != nil || !strings.Contains(out, "for 3 parameter servers (was 2)") {
-		t.Fatalf("pstrain scale --ps 3: %v\n%s", err, out)
-	}
-	waitPSChanges(run, 1)
-	if out, err := runPstrain(t, "scale", "--run-dir", run.dir, "--ps", "1"); err != nil {
-		t.Fatalf("pstrain scale --ps 1: %v\n%s", err, out)
-	}
-	waitPSChanges(run, 2)
-	rep := run.finish(2 * time.Minute)
+	rep := scalePS3Then1(t, run)
 
 	got := checkPSChanges(t, rep, 12)
 	checkRemovedPS(t, run, rep)
@@ -135,6 +126,22 @@ func checkPSChanges(t *testing.T, rep *report.Report, epochs float64) []report.M
 		t.Errorf("data ledger %+v, want [] (no sample read twice or skipped)", rep.DataLedger)
 	}
 	return got
+}
+
+// scalePS3Then1 scales run's parameter servers 2 -> 3 -> 1, each change
+// once the last took effect, and returns the run's report.
+func scalePS3Then1(t *testing.T, run *liveRun) *report.Report {
+	t.Helper()
+	out, err := runPstrain(t, "scale", "--run-dir", run.dir, "--ps", "3")
+	if err != nil || !strings.Contains(out, "for 3 parameter servers (was 2)") {
+		t.Fatalf("pstrain scale --ps 3: %v\n%s", err, out)
+	}
+	waitPSChanges(run, 1)
+	if out, err := runPstrain(t, "scale", "--run-dir", run.dir, "--ps", "1"); err != nil {
+		t.Fatalf("pstrain scale --ps 1: %v\n%s", err, out)
+	}
+	waitPSChanges(run, 2)
+	return run.finish(2 * time.Minute)
 }
 
 // checkPSRefusals: beyond --max-ps exits 1 (cannot scale), as does no
