@@ -154,6 +154,9 @@ type elasticState struct {
 	// worker's heartbeat said of its reading (core_elastic_async.go).
 	ach   *asyncChange
 	reads map[int]dataRead
+	// leasedSeq is, by worker, the state that last handed it chunks of
+	// the data queue (core_queue.go).
+	leasedSeq map[int]int64
 	// gapsSeen are, by shard, its generation and the gaps of it the data
 	// ledger counted; ckptPos the data positions of the newest
 	// checkpoints by step (core_ledger.go).

@@ -328,15 +328,7 @@ func (c *Core) admit(index int, now time.Time) error {
 // admitLate is admit for an index past the run's workers once training
 // began.
 func (c *Core) admitLate(index int, now time.Time) error {
-	switch {
-	case c.phase != training:
-	case c.retired[index]:
-		// A removed worker's process that registers late (started for a
-		// change the next one undid): admitted, it is told it is retired
-		// (its shards answer done; async, ssp: its heartbeats say stop)
-		// instead of asking for the run to grow again.
-		return nil
-	case index >= c.target:
+	if c.phase == training && index >= c.target {
 		// A worker started by hand with the next index (or a later one:
 		// pods start in any order): the run grows to index+1 workers.
 		return c.Scale(index+1, now)
@@ -361,6 +353,11 @@ func (c *Core) shardsRetire(index int) bool {
 func (c *Core) HeartbeatPlan(worker, eras, leases int) (dataset.DataPlan, bool) {
 	c.PlanAcked(worker, eras)
 	p := c.planFor(worker)
+	if c.phase < training {
+		// A restarted chief before it adopted the cluster has a new
+		// plan, not the run's: the workers keep theirs.
+		return p, false
+	}
 	return p, eras != len(p.Eras) || c.reads[worker].hold != p.Hold || int64(leases)*int64(p.Chunk) != p.Leased(worker)
 }
 

@@ -72,8 +72,19 @@ func (c *Core) LeaseData(worker int) (SaveState, bool) {
 	}
 	n := (short + int64(p.Chunk) - 1) / int64(p.Chunk)
 	c.st.Plan = p.Lease(worker, int(n))
-	return c.save().(SaveState), true
+	st := c.save().(SaveState)
+	if c.leasedSeq == nil {
+		c.leasedSeq = map[int]int64{}
+	}
+	c.leasedSeq[worker] = st.State.Seq
+	return st, true
 }
+
+// LeasedSeq is the number of the newest state that handed worker chunks
+// (0: none). An answer that carries its chunks may go out only once that
+// state (or a newer one) is written: another answer may carry chunks a
+// heartbeat still saving handed out, and a write may fail.
+func (c *Core) LeasedSeq(worker int) int64 { return c.leasedSeq[worker] }
 
 // scaleQueue makes a change of the worker count of a run with a data
 // queue at once: no hold is needed, since no worker owns a part of an

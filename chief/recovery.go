@@ -235,22 +235,31 @@ func (c *Chief) restore(ctx context.Context, targets []int, gen int64) (int64, e
 	return restoredStep, nil
 }
 
+// saveState writes st unless a newer state is written already.
 func (c *Chief) saveState(st State) {
 	c.stateMu.Lock()
 	defer c.stateMu.Unlock()
 	if c.cfg.StatePath == "" || st.Seq <= c.saved {
 		return
 	}
-	c.saved = st.Seq
 	b, _ := json.Marshal(st)
 	tmp := c.cfg.StatePath + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o600); err == nil {
 		err = os.Rename(tmp, c.cfg.StatePath)
 		if err == nil {
+			c.saved = st.Seq
 			return
 		}
 	}
-	c.cfg.Log.Warn("could not save the chief state; a restarted chief will lose the report's history", "path", c.cfg.StatePath)
+	c.cfg.Log.Warn("could not save the chief state; a restarted chief will lose the report's history, and no chunk of the data queue is handed out until it can", "path", c.cfg.StatePath)
+}
+
+// savedAtLeast says the state numbered seq, or a newer one, is written
+// (always, without a state file).
+func (c *Chief) savedAtLeast(seq int64) bool {
+	c.stateMu.Lock()
+	defer c.stateMu.Unlock()
+	return c.cfg.StatePath == "" || c.saved >= seq
 }
 
 func (c *Chief) loadState() (State, bool) {

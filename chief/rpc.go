@@ -47,15 +47,19 @@ func (c *Chief) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Regi
 	c.mu.Lock()
 	plan, numPS := c.core.Plan(), c.core.LayoutPS()
 	var save *SaveState // chunks of the data queue handed out: saved before the answer
+	var need int64      // the state that records the chunks the answer carries
 	if req.Role == cluster.Worker {
 		if st, leased := c.core.LeaseData(int(req.Index)); leased {
 			save = &st
 		}
-		plan = c.core.planFor(int(req.Index))
+		plan, need = c.core.planFor(int(req.Index)), c.core.LeasedSeq(int(req.Index))
 	}
 	c.mu.Unlock()
 	if save != nil {
 		c.saveState(save.State)
+	}
+	if !c.savedAtLeast(need) {
+		return nil, status.Error(codes.Unavailable, "the chief cannot save the data it hands out (its state file); the task retries")
 	}
 	return &pb.RegisterResponse{RunId: c.cfg.RunID, DataShard: req.Index, NumDataShards: int32(c.cfg.Run.Workers), StartStep: step,
 		DataPlan: convert.DataPlan(plan), NumPs: int32(numPS)}, nil
@@ -68,6 +72,7 @@ func (c *Chief) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.He
 		return nil, status.Errorf(codes.FailedPrecondition, "heartbeat for run %q, chief runs %q", req.RunId, c.cfg.RunID)
 	}
 	var save *SaveState // chunks of the data queue handed out: saved before the answer
+	var need int64      // the state that records the chunks the answer carries
 	c.mu.Lock()
 	stop, err := c.core.Heartbeat(int(req.Worker), c.cfg.Now())
 	if err == nil {
@@ -81,7 +86,7 @@ func (c *Chief) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.He
 			save = &st
 		}
 		if p, changed := c.core.HeartbeatPlan(int(req.Worker), int(req.PlanEras), int(req.PlanLeases)); changed {
-			plan = convert.DataPlan(p)
+			plan, need = convert.DataPlan(p), c.core.LeasedSeq(int(req.Worker))
 		}
 	}
 	numPS, nudge := 0, false
@@ -92,6 +97,9 @@ func (c *Chief) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.He
 	c.mu.Unlock()
 	if save != nil {
 		c.saveState(save.State)
+	}
+	if !c.savedAtLeast(need) {
+		plan = nil // its chunks are in no state written yet: a later answer brings them
 	}
 	if nudge {
 		c.nudgeLoop()
