@@ -42,7 +42,7 @@ func (c *Core) wireReport() report.Wire {
 	for w, n := range c.wireNow {
 		sum = sum.plus(n).plus(c.wireBefore[w])
 	}
-	out := report.Wire{Compress: c.p.Run.CompressSpec().String(), Steps: sum.steps}
+	out := report.Wire{Compress: c.p.Run.CompressSetting().String(), Steps: sum.steps}
 	if sum.steps > 0 {
 		out.PushBytesPerStep = float64(sum.push) / float64(sum.steps)
 		out.PullBytesPerStep = float64(sum.pull) / float64(sum.steps)

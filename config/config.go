@@ -182,8 +182,9 @@ type Run struct {
 	// existed) is Encrypt.
 	DataPlanePrivacy Privacy `json:"data_plane_privacy,omitempty"`
 	// Compress is how pushes and pulls are compressed, with error
-	// feedback: none (or empty), topk:FRACTION, int8 or sign (package
-	// compress; docs/wire.md, "Compression").
+	// feedback: none (or empty), topk:FRACTION, int8 or sign for both,
+	// or PUSH/PULL, a codec for each (package compress; docs/wire.md,
+	// "Compression").
 	Compress string `json:"compress,omitempty"`
 	// LRSchedule is the learning rate's schedule over the global step
 	// (the shards' version): "constant", "step:EPOCHS:FACTOR" or "cosine"
@@ -454,22 +455,22 @@ func (r Run) validateChoices() error {
 // validateCompress checks --compress, and that it is not combined with
 // another encoding of the gradients.
 func (r Run) validateCompress() error {
-	sp, err := compress.Parse(r.Compress)
+	sp, err := compress.ParseSetting(r.Compress)
 	switch {
 	case err != nil:
 		return fmt.Errorf("--compress %w", err)
-	case sp.Kind != compress.None && r.WireDType == BF16:
+	case !sp.Off() && r.WireDType == BF16:
 		return fmt.Errorf("--compress %s encodes the gradients itself: it needs --wire-dtype f32, got %s", sp, r.WireDType)
 	}
 	return nil
 }
 
-// CompressSpec is --compress parsed (none if it does not parse: Validate
-// says why).
-func (r Run) CompressSpec() compress.Spec {
-	sp, err := compress.Parse(r.Compress)
+// CompressSetting is --compress parsed (none if it does not parse:
+// Validate says why).
+func (r Run) CompressSetting() compress.Setting {
+	sp, err := compress.ParseSetting(r.Compress)
 	if err != nil {
-		return compress.Spec{Kind: compress.None}
+		return compress.Setting{Push: compress.Spec{Kind: compress.None}, Pull: compress.Spec{Kind: compress.None}}
 	}
 	return sp
 }

@@ -18,10 +18,10 @@ import (
 // wrong length or one its codec never writes is refused as a bad length,
 // before the shard sees it. Call with mu held.
 func (s *Server) decompress(b []byte) ([]float32, error) {
-	c := s.opts.Compress.Codec()
+	c := s.opts.Compress.Push.Codec()
 	n := len(s.shard.Params())
 	if want := c.EncodedLen(n); len(b) != want {
-		return nil, fmt.Errorf("%w: got %d bytes of %s, want %d", ErrBadLength, len(b), s.opts.Compress, want)
+		return nil, fmt.Errorf("%w: got %d bytes of %s, want %d", ErrBadLength, len(b), s.opts.Compress.Push, want)
 	}
 	if cap(s.wide) < n {
 		s.wide = make([]float32, n)
@@ -54,7 +54,8 @@ type pullMirror struct {
 }
 
 // answer turns resp, the full answer to req, into a compressed one when
-// req asks for a delta and the run compresses (spec); otherwise it
+// req asks for a delta and the run compresses its pulls (spec, their
+// codec); otherwise it
 // returns resp as it is. resp.Params, the current snapshot, is read
 // only. Call without the server's mu: encoding takes a pass or more over
 // the shard, which pushes should not wait for.

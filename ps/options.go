@@ -37,9 +37,10 @@ type Options struct {
 	NaNPolicy config.NaNPolicy
 	// WireDType is how the workers' pushes encode gradients.
 	WireDType config.WireDType
-	// Compress is how the workers' pushes are compressed (compress.None:
-	// not; then WireDType says how they are encoded).
-	Compress compress.Spec
+	// Compress is how the workers' pushes and the shard's answers to
+	// their pulls are compressed (a push codec of compress.None: pushes
+	// are not; then WireDType says how they are encoded).
+	Compress compress.Setting
 	// NormGuard is the divergence guard's multiple (0: off).
 	NormGuard float64
 	// Aggregate is how a sync step combines its gradients.
@@ -54,7 +55,7 @@ func OptionsFor(r config.Run) Options {
 	return Options{Mode: r.Mode, Replicas: r.Replicas(), Staleness: r.Staleness, Workers: r.Workers,
 		Optimizer: r.Optimizer, LR: r.LR, Momentum: r.Momentum, LRSchedule: r.LRSchedule, WarmupSteps: r.WarmupSteps,
 		NaNPolicy: r.NaNPolicy, WireDType: r.WireDType, NormGuard: r.NormGuard, Aggregate: r.Aggregate,
-		Compress: r.CompressSpec()}
+		Compress: r.CompressSetting()}
 }
 
 // Rate is the learning rate the shard applies: LR times LRFactor.
@@ -84,8 +85,8 @@ func (o Options) Validate() error {
 			return err
 		}
 	}
-	if _, err := compress.Parse(o.Compress.String()); err != nil || (o.Compress.Kind != compress.None && o.WireDType != config.F32) {
-		return fmt.Errorf("compress must be none, or topk:FRACTION, int8 or sign with wire_dtype f32, got %q with wire_dtype %q", o.Compress, o.WireDType)
+	if _, err := compress.ParseSetting(o.Compress.String()); err != nil || (!o.Compress.Off() && o.WireDType != config.F32) {
+		return fmt.Errorf("compress must be none, or topk:FRACTION, int8 or sign (or PUSH/PULL of them) with wire_dtype f32, got %q with wire_dtype %q", o.Compress, o.WireDType)
 	}
 	if o.Aggregate == config.TrimmedMean && o.Mode != config.Sync {
 		return fmt.Errorf("aggregate %s combines the gradients of a sync step: it needs mode sync, got %s", o.Aggregate, o.Mode)
@@ -144,7 +145,7 @@ func OptionsFromProto(m *pb.ShardOptions) (Options, error) {
 		Workers: int(m.Workers), Optimizer: m.Optimizer, LR: m.Lr, Momentum: m.Momentum, LRSchedule: m.LrSchedule,
 		WarmupSteps: m.WarmupSteps, NaNPolicy: config.NaNPolicy(m.NanPolicy), WireDType: config.WireDType(m.WireDtype),
 		NormGuard: m.NormGuard, Aggregate: config.Aggregate(m.Aggregate), LRFactor: m.LrFactor}
-	sp, err := compress.Parse(m.Compress)
+	sp, err := compress.ParseSetting(m.Compress)
 	if err != nil {
 		return Options{}, fmt.Errorf("shard options: compress %w", err)
 	}

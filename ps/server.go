@@ -488,7 +488,7 @@ func (s *Server) pull(ctx context.Context, req *pb.PullRequest, shared bool) (*p
 		s.mu.Lock()
 	}
 	resp, p := s.answerPull(req, shared, start)
-	spec := s.opts.Compress
+	spec := s.opts.Compress.Pull
 	s.mu.Unlock()
 	resp, err := s.mirrors.answer(req, resp, spec)
 	if err != nil {
@@ -560,7 +560,7 @@ func (s *Server) PullSharedNow(req *pb.PullRequest) (resp *pb.PullResponse, rele
 		return nil, nil, false, err
 	}
 	resp, p := s.answerPull(req, true, start)
-	spec := s.opts.Compress
+	spec := s.opts.Compress.Pull
 	s.mu.Unlock()
 	if resp, err = s.mirrors.answer(req, resp, spec); err != nil {
 		s.release(p)
@@ -832,7 +832,7 @@ func (s *Server) refused(m *metrics.PS, req *pb.PushRequest, res PushResult) {
 // of b), or bfloat16 widened into a buffer the next push reuses. Call with
 // mu held.
 func (s *Server) gradient(b []byte) ([]float32, error) {
-	if s.opts.Compress.Kind != compress.None {
+	if s.opts.Compress.Push.Kind != compress.None {
 		return s.decompress(b)
 	}
 	if s.opts.WireDType != config.BF16 {

@@ -116,8 +116,8 @@ func pushSize(req *pb.InitRequest) int {
 	n := len(req.Params)
 	o, err := ps.OptionsFromProto(req.ShardOptions)
 	switch {
-	case err == nil && o.Compress.Kind != compress.None:
-		return o.Compress.Codec().EncodedLen(n / 4)
+	case err == nil && o.Compress.Push.Kind != compress.None:
+		return o.Compress.Push.Codec().EncodedLen(n / 4)
 	case err == nil && o.WireDType == config.BF16:
 		n /= 2
 	}

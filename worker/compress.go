@@ -9,36 +9,47 @@ import (
 	"github.com/pstrain/pstrain/transport/compress"
 )
 
-// compressor is a worker's --compress state: per shard, the codec's
-// error-feedback residual and the buffer its pushes are encoded into,
-// and the parameters as its compressed pulls built them (the shard's
+// compressor is a worker's --compress state: per shard, the push
+// codec's error-feedback residual and the buffer its pushes are encoded
+// into (when pushes are compressed), and the parameters as its
+// compressed pulls built them (when pulls are; the shard's
 // compress.Mirror of this worker has the same). Each shard's are used by
 // that shard's push or pull alone, and a shard has one push and one pull
 // under way at a time; a pull's parameters are read (scattered into the
 // net) before the shard's next pull is sent.
 type compressor struct {
-	fb  []*compress.Feedback
-	gen []int64 // the generation of the parameters fb's residual came from
+	fb  []*compress.Feedback // nil: pushes go uncompressed
+	gen []int64              // the generation of the parameters fb's residual came from
 	buf [][]byte
-	rep []*compress.Replica
+	rep []*compress.Replica // nil: pulls come uncompressed
 }
 
-// newCompressor is the compressor of spec for plan's shards (nil for
-// compress.None: pushes go uncompressed).
-func newCompressor(spec compress.Spec, plan partition.Plan) *compressor {
-	if spec.Kind == compress.None {
+// newCompressor is the compressor of setting for plan's shards (nil when
+// neither direction is compressed).
+func newCompressor(setting compress.Setting, plan partition.Plan) *compressor {
+	if setting.Off() {
 		return nil
 	}
 	c := &compressor{}
 	for _, sh := range plan.Shards {
-		fb := compress.NewFeedback(spec.Codec(), sh.Size)
-		c.fb = append(c.fb, fb)
-		c.buf = append(c.buf, make([]byte, fb.EncodedLen()))
-		c.rep = append(c.rep, compress.NewReplica(spec.Codec(), sh.Size))
-		c.gen = append(c.gen, 0)
+		if setting.Push.Kind != compress.None {
+			fb := compress.NewFeedback(setting.Push.Codec(), sh.Size)
+			c.fb = append(c.fb, fb)
+			c.buf = append(c.buf, make([]byte, fb.EncodedLen()))
+			c.gen = append(c.gen, 0)
+		}
+		if setting.Pull.Kind != compress.None {
+			c.rep = append(c.rep, compress.NewReplica(setting.Pull.Codec(), sh.Size))
+		}
 	}
 	return c
 }
+
+// pushes says whether c compresses the pushes (false for nil).
+func (c *compressor) pushes() bool { return c != nil && c.fb != nil }
+
+// pulls says whether c compresses the pulls (false for nil).
+func (c *compressor) pulls() bool { return c != nil && c.rep != nil }
 
 // encode adds shard s's gradient (its segments), computed from
 // parameters of generation gen, to its residual and returns the payload
@@ -117,7 +128,7 @@ func (w *Worker) WireCounts() (steps, pushBytes, pullBytes int64) {
 // crash of this worker would lose, as an L2 norm beside that of the last
 // step's gradient (docs/wire.md, "What a crash loses").
 func (w *Worker) logUnsent() {
-	if w.comp == nil {
+	if !w.comp.pushes() {
 		return
 	}
 	grads, err := w.cfg.Net.Grads()

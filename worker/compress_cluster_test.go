@@ -18,21 +18,23 @@ import (
 // residual, encoded), the gradients computed on what each worker's
 // compressed pulls built (each a replica of the shard's mirror of it):
 // the same weights as a single-process reference that runs the package
-// compress state machines by hand. Two workers, so that the shards' sum
+// compress state machines by hand, with each direction's codec (an
+// uncompressed direction sends the values as they are). Two workers, so that the shards' sum
 // of two gradients is the same in either order and the runs are
 // bit-for-bit comparable.
 func TestSyncCompressedIsSGDWithErrorFeedback(t *testing.T) {
 	for _, c := range []struct {
 		compress string
 		plane    config.DataPlane
-	}{{"topk:0.25", config.TCP}, {"int8", config.GRPC}, {"sign", config.TCP}} {
+	}{{"topk:0.25", config.TCP}, {"int8", config.GRPC}, {"sign", config.TCP},
+		{"topk:0.25/int8", config.TCP}, {"none/int8", config.GRPC}, {"topk:0.25/none", config.TCP}} {
 		t.Run(c.compress+"/"+string(c.plane), func(t *testing.T) { testSyncCompressed(t, c.compress, c.plane) })
 	}
 }
 
 func testSyncCompressed(t *testing.T, spec string, plane config.DataPlane) {
 	const m, b, steps = 2, syncB, 30
-	sp, err := compress.Parse(spec)
+	sp, err := compress.ParseSetting(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +56,7 @@ func testSyncCompressed(t *testing.T, spec string, plane config.DataPlane) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	codec := sp.Codec()
+	pushCodec, pullCodec := sp.Push.Codec(), sp.Pull.Codec()
 	init := syncSpec.Init(uint64(run.Seed))
 	shard := make([][]float32, run.PS)
 	sum := make([][]float32, run.PS)
@@ -77,7 +79,7 @@ func testSyncCompressed(t *testing.T, spec string, plane config.DataPlane) {
 		srcs = append(srcs, &slice{d: data, index: i, m: m, b: b})
 		for s := range shard {
 			n := len(shard[s])
-			ends[i] = append(ends[i], end{compress.NewMirror(codec, n, 1), compress.NewReplica(codec, n), compress.NewFeedback(codec, n)})
+			ends[i] = append(ends[i], end{compress.NewMirror(pullCodec, n, 1), compress.NewReplica(pullCodec, n), compress.NewFeedback(pushCodec, n)})
 		}
 	}
 	net, err := nn.New(syncSpec, b, true)
@@ -93,6 +95,10 @@ func testSyncCompressed(t *testing.T, spec string, plane config.DataPlane) {
 		}
 		for i := range m {
 			for s, e := range ends[i] {
+				if sp.Pull.Kind == compress.None {
+					plan.Scatter(s, shard[s], net.Params())
+					continue
+				}
 				ans, err := e.mirror.Answer(nil, shard[s], e.replica.Base())
 				if err == nil {
 					err = e.replica.Apply(ans)
@@ -109,7 +115,7 @@ func testSyncCompressed(t *testing.T, spec string, plane config.DataPlane) {
 					t.Fatal(err)
 				}
 				dec = append(dec[:0], make([]float32, len(shard[s]))...)
-				if err := codec.Decode(dec, payload); err != nil {
+				if err := pushCodec.Decode(dec, payload); err != nil {
 					t.Fatal(err)
 				}
 				for j, d := range dec {

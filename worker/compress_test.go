@@ -18,7 +18,7 @@ func TestPushResidualFollowsTheGeneration(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec := compress.Spec{Kind: compress.TopK, Fraction: 0.1}
-	c := newCompressor(spec, plan)
+	c := newCompressor(compress.Setting{Push: spec, Pull: spec}, plan)
 	n := plan.Shards[1].Size
 	grad, zero := make([]float32, n), make([]float32, n)
 	for i := range grad {

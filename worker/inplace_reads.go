@@ -87,7 +87,7 @@ func (r *inPlaceReads) release() []Action {
 // which leaves every piece read from the weights.) nil: no shard.
 func (w *Worker) inPlacePlan() []bool {
 	c := w.cfg
-	if !w.pullersApart() || w.comp != nil {
+	if !w.pullersApart() || w.comp.pulls() {
 		// (Compressed pulls are applied to the worker's copy of the
 		// parameters, which the net reads once scattered.)
 		return nil

@@ -44,7 +44,7 @@ func (w *Worker) pullOne(ctx context.Context, p PullOrder) *pulled {
 	}
 	bytes := 4 * c.Plan.Shards[s].Size
 	switch {
-	case resp.Params != nil && w.comp != nil:
+	case resp.Params != nil && w.comp.pulls():
 		bytes = len(resp.Params)
 		if out.flat, err = w.comp.applyPull(s, resp.Params); err != nil {
 			out.ans.Err = fmt.Errorf("shard %d (%s): compressed pull: %w", s, c.Shards[s].Addr, err)
@@ -75,7 +75,7 @@ func (w *Worker) pull(ctx context.Context, s int, minVersion, gen int64) (*pb.Pu
 		vp, viewing := cl.(ViewingDataPlane)
 		sp, segmented := cl.(SegmentedDataPlane)
 		switch {
-		case w.comp != nil:
+		case w.comp.pulls():
 			// A delta from what the worker holds, into no segments: the
 			// answer is not the parameters.
 			req.Delta, req.DeltaBase = true, w.comp.rep[s].Base()
@@ -109,7 +109,7 @@ func (w *Worker) pushOne(ctx context.Context, s int, a Push, grads [][]float32) 
 	sp, segmented := c.Shards[s].Client.(SegmentedDataPlane)
 	bytes := 4 * c.Plan.Shards[s].Size
 	switch {
-	case w.comp != nil:
+	case w.comp.pushes():
 		payload, err := w.comp.encode(s, tag.Generation, c.Plan.Segments(s, grads))
 		if err != nil {
 			return PushOutcome{Shard: s, Err: err}

@@ -156,10 +156,10 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{cfg: cfg, labels: make([]uint8, cfg.Net.Batch()), regions: make([][]float32, len(cfg.Shards))}
-	w.comp = newCompressor(cfg.Run.CompressSpec(), cfg.Plan)
+	w.comp = newCompressor(cfg.Run.CompressSetting(), cfg.Plan)
 	for _, s := range cfg.Plan.Shards {
 		switch {
-		case w.comp != nil:
+		case w.comp.pushes():
 		case cfg.Run.WireDType == config.BF16:
 			w.half = append(w.half, make([]byte, 2*s.Size))
 		default:

@@ -13,7 +13,8 @@ import (
 
 // TestCompressedRunsTrainOnFewerBytes runs one epoch of a quarter of
 // MNIST uncompressed and with --compress topk:0.01 (sync, TCP data
-// plane) and int8 (async, gRPC): the compressed runs train to a modest
+// plane), int8 (async, gRPC) and topk:0.01/int8 (sync, a codec for each
+// direction): the compressed runs train to a modest
 // accuracy and their reports say their pushes and pulls carried a
 // fraction of the uncompressed run's bytes per step.
 func TestCompressedRunsTrainOnFewerBytes(t *testing.T) {
@@ -47,15 +48,17 @@ func TestCompressedRunsTrainOnFewerBytes(t *testing.T) {
 		t.Errorf("uncompressed run: wire %+v, want %d bytes per step each way", f32.Wire, model)
 	}
 	for _, c := range []struct {
-		args     []string
-		fraction float64 // of the uncompressed run's bytes, at most
-		accuracy float64 // at least
+		args               []string
+		pushFrac, pullFrac float64 // of the uncompressed run's bytes, at most
+		accuracy           float64 // at least
 	}{
 		// top-k sends 1% of the values as 8 bytes each (2%); its pulls
 		// add the first, whole answer per worker and shard.
-		{[]string{"--compress", "topk:0.01"}, 0.05, 0.60},
+		{[]string{"--compress", "topk:0.01"}, 0.05, 0.05, 0.60},
 		// int8: 1 byte per value and one per 256 values.
-		{[]string{"--compress", "int8", "--mode", "async", "--data-plane", "grpc", "--optimizer", "sgd", "--lr", "0.1"}, 0.27, 0.80},
+		{[]string{"--compress", "int8", "--mode", "async", "--data-plane", "grpc", "--optimizer", "sgd", "--lr", "0.1"}, 0.27, 0.27, 0.80},
+		// A codec for each direction.
+		{[]string{"--compress", "topk:0.01/int8"}, 0.05, 0.27, 0.80},
 	} {
 		t.Run(c.args[1], func(t *testing.T) {
 			rep := run(t, c.args...)
@@ -63,8 +66,8 @@ func TestCompressedRunsTrainOnFewerBytes(t *testing.T) {
 			push, pull := w.PushBytesPerStep/f32.Wire.PushBytesPerStep, w.PullBytesPerStep/f32.Wire.PullBytesPerStep
 			t.Logf("%v: accuracy %.4f, push %.0f B/step (%.3f of f32), pull %.0f B/step (%.3f)", c.args, rep.TestAccuracy,
 				w.PushBytesPerStep, push, w.PullBytesPerStep, pull)
-			if w.Compress != c.args[1] || w.Steps == 0 || push > c.fraction || pull > c.fraction || push <= 0 || pull <= 0 {
-				t.Errorf("wire %+v: push %.3f, pull %.3f of the uncompressed run's, want (0, %v]", w, push, pull, c.fraction)
+			if w.Compress != c.args[1] || w.Steps == 0 || push > c.pushFrac || pull > c.pullFrac || push <= 0 || pull <= 0 {
+				t.Errorf("wire %+v: push %.3f, pull %.3f of the uncompressed run's, want (0, %v] and (0, %v]", w, push, pull, c.pushFrac, c.pullFrac)
 			}
 			if rep.TestAccuracy < c.accuracy {
 				t.Errorf("test accuracy %.4f, want >= %v", rep.TestAccuracy, c.accuracy)

@@ -68,7 +68,7 @@ func NetworkPlanFor(quick bool) NetworkPlan {
 			Models: []NetworkModel{{Name: "mlp", Args: []string{"--target-accuracy", "0.9"}, Target: 0.9, Cap: 2 * time.Minute}},
 			Extra:  []string{"--data-fraction", "0.2", "--epochs", "10"}}
 	}
-	return NetworkPlan{Links: NetworkLinks(), Compress: []string{"none", "topk:0.01", "int8"},
+	return NetworkPlan{Links: NetworkLinks(), Compress: []string{"none", "topk:0.01", "topk:0.02/topk:0.04", "int8"},
 		Models: []NetworkModel{
 			{Name: "mlp", Args: []string{"--target-accuracy", "0.975"}, Target: 0.975, Cap: 450 * time.Second},
 			{Name: "cnn", Args: []string{"--model", "cnn", "--target-accuracy", "0.99"}, Target: 0.99, Cap: 300 * time.Second},

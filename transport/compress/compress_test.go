@@ -357,6 +357,37 @@ func TestParse(t *testing.T) {
 	}
 }
 
+// TestParseSetting: one codec names both directions, PUSH/PULL each;
+// String gives back what parses to the same setting.
+func TestParseSetting(t *testing.T) {
+	topk, i8, none := Spec{Kind: TopK, Fraction: 0.01}, Spec{Kind: Int8}, Spec{Kind: None}
+	for in, want := range map[string]struct {
+		s   Setting
+		off bool
+		str string
+	}{
+		"":               {Setting{none, none}, true, "none"},
+		"none/none":      {Setting{none, none}, true, "none"},
+		"topk:0.01":      {Setting{topk, topk}, false, "topk:0.01"},
+		"topk:0.01/int8": {Setting{topk, i8}, false, "topk:0.01/int8"},
+		"none/int8":      {Setting{none, i8}, false, "none/int8"},
+		"int8/int8":      {Setting{i8, i8}, false, "int8"},
+	} {
+		got, err := ParseSetting(in)
+		if err != nil || got != want.s || got.Off() != want.off || got.String() != want.str {
+			t.Errorf("ParseSetting(%q) = %+v (off %v, %q), %v; want %+v (off %v, %q)", in, got, got.Off(), got.String(), err, want.s, want.off, want.str)
+		}
+		if again, err := ParseSetting(got.String()); err != nil || again != got {
+			t.Errorf("ParseSetting(%q.String()) = %+v, %v", in, again, err)
+		}
+	}
+	for _, in := range []string{"topk:0.01/", "/int8", "int8/int8/int8", "int8/topk", "bf16/int8", "int8 / sign"} {
+		if _, err := ParseSetting(in); err == nil {
+			t.Errorf("ParseSetting(%q) accepted", in)
+		}
+	}
+}
+
 // TestKthLargest against a sort, on random values and on long runs of
 // equal ones.
 func TestKthLargest(t *testing.T) {

@@ -69,3 +69,45 @@ func (s Spec) Codec() Codec {
 	}
 	return noneCodec{}
 }
+
+// Setting is a parsed --compress value: the codec of the pushes and
+// that of the pulls. One codec names both directions; PUSH/PULL names
+// each (e.g. topk:0.01/int8: pushes as top-k, pulls as int8).
+type Setting struct {
+	Push, Pull Spec
+}
+
+// ParseSetting reads a --compress value: a codec as Parse reads it, for
+// both directions, or two separated by a slash, pushes first.
+func ParseSetting(s string) (Setting, error) {
+	push, pull, two := strings.Cut(s, "/")
+	if two && (push == "" || pull == "") {
+		return Setting{}, fmt.Errorf("PUSH/PULL needs a codec on each side of the slash (e.g. topk:0.01/int8), got %q", s)
+	}
+	p, err := Parse(push)
+	if err != nil {
+		return Setting{}, err
+	}
+	if !two {
+		return Setting{Push: p, Pull: p}, nil
+	}
+	q, err := Parse(pull)
+	if err != nil {
+		return Setting{}, fmt.Errorf("pulls: %w", err)
+	}
+	return Setting{Push: p, Pull: q}, nil
+}
+
+// Off says whether neither direction is compressed.
+func (s Setting) Off() bool { return s.Push.Kind.off() && s.Pull.Kind.off() }
+
+// String is the setting as ParseSetting reads it: one codec when both
+// directions share it.
+func (s Setting) String() string {
+	if s.Push.String() == s.Pull.String() {
+		return s.Push.String()
+	}
+	return s.Push.String() + "/" + s.Pull.String()
+}
+
+func (k Kind) off() bool { return k == None || k == "" }
