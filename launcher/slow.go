@@ -28,8 +28,9 @@ const MaxSlowdown = 100
 // 2.9-3.0x with 100 ms (docs/observability.md, "Stragglers").
 const SlowPeriod = 100 * time.Millisecond
 
-// Slowdown makes a worker Factor times slower from At after the cluster
-// started (`--fault slow:worker/1@5s:3`), as if it ran on a machine
+// Slowdown makes a worker, or a parameter server, Factor times slower
+// from At after the cluster started (`--fault slow:worker/1@5s:3`,
+// `slow:ps/0@5s:3`), as if it ran on a machine
 // Factor times slower: the launcher stops it (SIGSTOP) for (Factor-1)/
 // Factor of every SlowPeriod and lets it run (SIGCONT) for the rest,
 // like a CPU quota of 1/Factor of a core for a process that always
@@ -48,8 +49,9 @@ func (s Slowdown) String() string {
 
 // ParseSlowdowns reads the slow: entries of --fault's comma list
 // (ParseFaults reads the others), e.g. "ps/1@8s,slow:worker/1@5s:3":
-// each names a worker of the run, a time after the start and a factor
-// above 1 (at most MaxSlowdown).
+// each names a worker or a parameter server of the run (of its
+// --max-ps slots), a time after the start and a factor above 1 (at most
+// MaxSlowdown).
 func ParseSlowdowns(s string, r config.Run) ([]Slowdown, error) {
 	var out []Slowdown
 	for _, part := range strings.Split(s, ",") {
@@ -57,7 +59,7 @@ func ParseSlowdowns(s string, r config.Run) ([]Slowdown, error) {
 		if !ok {
 			continue
 		}
-		sd, err := parseSlowdown(spec, r.Workers)
+		sd, err := parseSlowdown(spec, r.Workers, r.PSSlots())
 		if err != nil {
 			return nil, fmt.Errorf("--fault %q: %w", strings.TrimSpace(part), err)
 		}
@@ -66,13 +68,14 @@ func ParseSlowdowns(s string, r config.Run) ([]Slowdown, error) {
 	return out, nil
 }
 
-func parseSlowdown(spec string, workers int) (Slowdown, error) {
+func parseSlowdown(spec string, workers, ps int) (Slowdown, error) {
 	task, rest, ok := strings.Cut(spec, "@")
 	at, factor, ok2 := strings.Cut(rest, ":")
-	idx, ok3 := strings.CutPrefix(task, "worker/")
+	role, idx, ok3 := strings.Cut(task, "/")
 	n, err := strconv.Atoi(idx)
-	if !ok || !ok2 || !ok3 || err != nil || n < 0 || n >= workers || strconv.Itoa(n) != idx {
-		return Slowdown{}, fmt.Errorf("want slow:worker/N@TIME:FACTOR with N in 0..%d (e.g. slow:worker/1@5s:3, 3 times slower from 5 s)", workers-1)
+	count := map[string]int{"worker": workers, "ps": ps}[role]
+	if !ok || !ok2 || !ok3 || err != nil || n < 0 || n >= count || strconv.Itoa(n) != idx {
+		return Slowdown{}, fmt.Errorf("want slow:worker/N@TIME:FACTOR with N in 0..%d, or slow:ps/N@TIME:FACTOR with N in 0..%d (e.g. slow:worker/1@5s:3, 3 times slower from 5 s)", workers-1, ps-1)
 	}
 	d, err := time.ParseDuration(at)
 	if err != nil || d < 0 {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,13 +21,13 @@ import (
 
 func TestParseSlowdowns(t *testing.T) {
 	r := config.Default() // 2 PS, 2 workers
-	spec := "ps/1@8s, slow:worker/1@5s:3,worker/0@1s,slow:worker/0@0s:1.5"
+	spec := "ps/1@8s, slow:worker/1@5s:3,worker/0@1s,slow:worker/0@0s:1.5,slow:ps/1@2s:4"
 	got, err := ParseSlowdowns(spec, r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Slowdown{{"worker/1", 5 * time.Second, 3}, {"worker/0", 0, 1.5}}
-	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+	want := []Slowdown{{"worker/1", 5 * time.Second, 3}, {"worker/0", 0, 1.5}, {"ps/1", 2 * time.Second, 4}}
+	if !slices.Equal(got, want) {
 		t.Fatalf("ParseSlowdowns = %+v, want %+v", got, want)
 	}
 	// The kills of the same list are ParseFaults', which skips the slowdowns.
@@ -39,7 +40,8 @@ func TestParseSlowdowns(t *testing.T) {
 	}
 	for bad, why := range map[string]string{
 		"slow:worker/2@1s:3":   "N in 0..1",
-		"slow:ps/0@1s:3":       "slow:worker/N@TIME:FACTOR",
+		"slow:ps/2@1s:3":       "slow:ps/N@TIME:FACTOR with N in 0..1",
+		"slow:chief/0@1s:3":    "slow:worker/N@TIME:FACTOR",
 		"slow:worker/1@1s":     "slow:worker/N@TIME:FACTOR",
 		"slow:worker/01@1s:3":  "slow:worker/N@TIME:FACTOR",
 		"slow:worker/1:3":      "slow:worker/N@TIME:FACTOR",

@@ -75,13 +75,16 @@ const (
 	keyHostCPUBusy  = "host_cpu_busy"
 	keyPhaseSum     = "phase_sum:"   // + phase
 	keyPhaseCount   = "phase_count:" // + phase
+	keyPushSum      = "ps_push_sum"
+	keyPushCount    = "ps_push_count"
 )
 
 // Keys of Reading.Gauges.
 const (
-	keyRSS      = "rss"
-	keyLoad1    = "load1"
-	keyHostCPUs = "host_cpus"
+	keyRSS         = "rss"
+	keyLoad1       = "load1"
+	keyHostCPUs    = "host_cpus"
+	keyShardParams = "shard_params"
 )
 
 // Metric names read from client_golang's process collector.
@@ -130,6 +133,7 @@ func Extract(f metrics.Families) Reading {
 	gauge(keyRSS, metricProcessRSS)
 	gauge(keyLoad1, metrics.MetricHostLoad1)
 	gauge(keyHostCPUs, metrics.MetricHostCPUs)
+	gauge(keyShardParams, metrics.MetricPSShardParameters)
 
 	extractHistograms(f, r.Counters)
 	extractHostCPU(f, r.Counters)
@@ -154,6 +158,10 @@ func extractHistograms(f metrics.Families, counters map[string]float64) {
 	if h, ok := f.Histogram(metrics.MetricSyncBarrierWait, nil); ok {
 		counters[keyBarrierSum] = h.Sum
 		counters[keyBarrierCount] = float64(h.Count)
+	}
+	if h, ok := f.Histogram(metrics.MetricPSRequestDuration, map[string]string{metrics.LabelOp: "push"}); ok {
+		counters[keyPushSum] = h.Sum
+		counters[keyPushCount] = float64(h.Count)
 	}
 }
 

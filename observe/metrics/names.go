@@ -68,6 +68,7 @@ const (
 	MetricFailovers             = "pstrain_failovers_total"
 	MetricParameterServers      = "pstrain_parameter_servers"
 	MetricLayoutChanges         = "pstrain_layout_changes_total"
+	MetricRebalances            = "pstrain_rebalances_total"
 )
 
 // Label names.

@@ -304,9 +304,12 @@ type Chief struct {
 	// PS is the number of parameter servers holding the model
 	// (pstrain_parameter_servers), and LayoutChanges counts the changes
 	// of it that took effect (pstrain_layout_changes_total;
-	// docs/elastic.md, "Parameter servers").
+	// docs/elastic.md, "Parameter servers"), rebalances included;
+	// Rebalances counts those that kept the count and moved rows between
+	// the shards (pstrain_rebalances_total; "Rebalancing").
 	PS            prometheus.Gauge
 	LayoutChanges prometheus.Counter
+	Rebalances    prometheus.Counter
 	// Failovers counts the promotions of a hot standby to its shard's
 	// primary, by shard (pstrain_failovers_total; docs/replication.md).
 	Failovers *prometheus.CounterVec
@@ -388,7 +391,11 @@ func NewChief(reg prometheus.Registerer) *Chief {
 		}),
 		LayoutChanges: f.NewCounter(prometheus.CounterOpts{
 			Name: MetricLayoutChanges,
-			Help: "Changes of the parameter server count that took effect at a step boundary.",
+			Help: "Changes of the parameter servers' layout (their count, or a rebalance) that took effect.",
+		}),
+		Rebalances: f.NewCounter(prometheus.CounterOpts{
+			Name: MetricRebalances,
+			Help: "Rebalances that took effect: rows moved from slower parameter servers to faster ones (pstrain scale --rebalance).",
 		}),
 		Failovers: f.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricFailovers,
