@@ -116,7 +116,7 @@ func (s *supervisor) planRebalance() RebalanceAnswer {
 	}
 	measured, err := mon.PSLoads(RebalanceWindow)
 	if err != nil {
-		return RebalanceAnswer{Refused: "cannot measure the parameter servers' load: " + err.Error()}
+		return RebalanceAnswer{Refused: fmt.Sprintf("%v: %v", partition.ErrUnmeasured, err)}
 	}
 	loads, err := layoutLoads(measured, s.psScale.count())
 	if err != nil {

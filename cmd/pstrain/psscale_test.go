@@ -251,7 +251,7 @@ func restoreOnto2PS(t *testing.T, ctx context.Context, ckdir string, final check
 	if got != want || rep.TestAccuracy < want-1e-4 || rep.TestAccuracy > want+1e-4 {
 		t.Errorf("restored onto 2 PS: eval %.4f, the run's %.4f; the 1-PS checkpoint's eval %.4f", got, rep.TestAccuracy, want)
 	}
-	t.Logf("the final checkpoint (1 shard) scores %.4f; restored onto 2 PS %.4f (report %.4f)", want, got, rep.TestAccuracy)
+	t.Logf("the final checkpoint (%d shards) scores %.4f; restored onto 2 PS %.4f (report %.4f)", final.Manifest.NumShards, want, got, rep.TestAccuracy)
 }
 
 // The pause goal is 1 s unless the run saw more than 4 runnable tasks per

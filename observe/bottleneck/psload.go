@@ -18,10 +18,11 @@ type PSLoad struct {
 
 // PSLoads is the load of each PS target over the window from the
 // most recent snapshot at least d older than the newest (or the oldest)
-// to the newest. It fails when there are fewer than two snapshots, or
-// when a PS was down at either end, restarted in the window (a counter
-// went back), or changed its parameter count (a layout change in the
-// window): its figures would mix two layouts.
+// to the newest, shortened to the snapshots where every PS was up and
+// held the parameters it holds now (the current layout: not the
+// start-up, nor the layout before a change). It fails when no two
+// snapshots are left, or a PS restarted in the window (a counter went
+// back).
 func (m *Monitor) PSLoads(d time.Duration) ([]PSLoad, error) {
 	m.mu.Lock()
 	snaps := m.snaps
@@ -29,17 +30,21 @@ func (m *Monitor) PSLoads(d time.Duration) ([]PSLoad, error) {
 	if len(snaps) < 2 {
 		return nil, ErrTooFewSnapshots
 	}
-	first, last := snaps[windowStart(snaps, d)], snaps[len(snaps)-1]
+	last := snaps[len(snaps)-1]
+	start := windowStart(snaps, d)
+	for start < len(snaps)-1 && !sameLayout(snaps[start], last) {
+		start++
+	}
+	if start == len(snaps)-1 {
+		return nil, fmt.Errorf("%w of the parameter servers' current layout", ErrTooFewSnapshots)
+	}
+	first := snaps[start]
 	var out []PSLoad
 	for i, t := range last.Tasks {
 		if t.Target.role() != RolePS {
 			continue
 		}
-		a := first.Tasks[i]
-		if !a.Up || !t.Up {
-			return nil, fmt.Errorf("%s could not be scraped over the last %s", t.Target.Task, last.Time.Sub(first.Time).Round(time.Second))
-		}
-		l, err := psLoadOf(t.Target.Task, a.Reading, t.Reading)
+		l, err := psLoadOf(t.Target.Task, first.Tasks[i].Reading, t.Reading)
 		if err != nil {
 			return nil, err
 		}
@@ -48,16 +53,27 @@ func (m *Monitor) PSLoads(d time.Duration) ([]PSLoad, error) {
 	return out, nil
 }
 
+// sameLayout says every PS task was up in a and b and held the same
+// parameters in both.
+func sameLayout(a, b Snapshot) bool {
+	for i, t := range b.Tasks {
+		if t.Target.role() != RolePS {
+			continue
+		}
+		x := a.Tasks[i]
+		if !x.Up || !t.Up || x.Reading.Gauges[keyShardParams] != t.Reading.Gauges[keyShardParams] {
+			return false
+		}
+	}
+	return true
+}
+
 // psLoadOf is task's load between readings a and b.
 func psLoadOf(task string, a, b Reading) (PSLoad, error) {
-	pa, pb := a.Gauges[keyShardParams], b.Gauges[keyShardParams]
-	l := PSLoad{Task: task, Params: int(pb), Pushes: b.Counters[keyPushCount] - a.Counters[keyPushCount],
+	l := PSLoad{Task: task, Params: int(b.Gauges[keyShardParams]), Pushes: b.Counters[keyPushCount] - a.Counters[keyPushCount],
 		Seconds: b.Counters[keyPushSum] - a.Counters[keyPushSum]}
-	switch {
-	case pa != pb:
-		return PSLoad{}, fmt.Errorf("%s's parameters changed from %.0f to %.0f in the window (a layout change): measure again", task, pa, pb)
-	case l.Pushes < 0 || l.Seconds < 0:
-		return PSLoad{}, fmt.Errorf("%s restarted in the window: measure again", task)
+	if l.Pushes < 0 || l.Seconds < 0 {
+		return PSLoad{}, fmt.Errorf("%s restarted in the window", task)
 	}
 	return l, nil
 }
