@@ -34,7 +34,7 @@ const rebalanceAnswerWait = 10 * time.Second
 type RebalanceAnswer struct {
 	Seq int64 `json:"seq"` // the request's
 	// Loads are the loads measured (for a person), Imbalance the slowest
-	// shard's time per gradient over the fastest's.
+	// shard's time per step over the fastest's.
 	Loads     string  `json:"loads,omitempty"`
 	Imbalance float64 `json:"imbalance,omitempty"`
 	// Weights are the new layout's, asked of the chief; Refused says why

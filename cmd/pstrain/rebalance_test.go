@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/pstrain/pstrain/internal/testbin"
+	"github.com/pstrain/pstrain/ml/partition"
 	"github.com/pstrain/pstrain/observe/report"
 )
 
@@ -103,8 +104,8 @@ func checkRebalance(t *testing.T, rep *report.Report, epochs float64) report.Mem
 		t.Fatalf("membership changes %+v, final PS %d; want one rebalance of 2 PS", got, rep.FinalPS)
 	}
 	c := got[0]
-	if len(c.Weights) != 2 || c.Weights[0] >= c.Weights[1] || c.Imbalance < 1.5 || c.MovedParameters <= 0 {
-		t.Errorf("rebalance %+v: want fewer rows on the slowed ps/0, an imbalance of 1.5 or more, rows moved", c)
+	if len(c.Weights) != 2 || c.Weights[0] >= c.Weights[1] || c.Imbalance < partition.MinImbalance || c.MovedParameters <= 0 {
+		t.Errorf("rebalance %+v: want fewer rows on the slowed ps/0, an imbalance of at least partition.MinImbalance, rows moved", c)
 	}
 	if c.StepsLost == nil || c.PauseSeconds == nil || *c.StepsLost != 0 || *c.PauseSeconds > goal {
 		t.Errorf("rebalance %+v: want 0 steps lost and a pause of at most %s", c, why)

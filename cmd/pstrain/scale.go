@@ -23,8 +23,9 @@ func cmdScale(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			"A worker change takes effect at the next epoch boundary: the data is split anew from there (sync steps aggregate\n"+
 			"the new count), removed workers exit. A PS change moves the model's row blocks to the new count once every shard\n"+
 			"is held (sync: at a step boundary; the run needs --max-ps slots); removed parameter servers exit.\n"+
-			"--rebalance measures each parameter server's time per gradient over the last 5 s and, if the slowest takes 1.5x\n"+
-			"the fastest's or more, moves rows from slower to faster ones the same way; else it refuses (exit 1).")
+			"--rebalance measures how long each parameter server keeps the workers per step over the last 5 s and, if the\n"+
+			"slowest keeps them 1.25x as long as the fastest or more, moves rows from slower to faster ones the same way;\n"+
+			"else it refuses (exit 1). Ask again to move further: each rebalance measures the layout it finds.")
 	dir := fs.String("run-dir", "run", "the run's directory (pstrain run --run-dir)")
 	workers := fs.Int("workers", 0, "the number of workers wanted (1 to the run's --max-workers)")
 	ps := fs.Int("ps", 0, "the number of parameter servers wanted (1 to the run's --max-ps)")
@@ -73,7 +74,7 @@ func scalePS(dir string, ps int, stdout io.Writer) error {
 
 // scaleRebalance is `pstrain scale --rebalance`: it prints what the
 // launcher measured and asked for. A refusal (the run cannot change its
-// layout, the load cannot be measured, or no shard is 1.5x slower than
+// layout, the load cannot be measured, or no shard is 1.25x slower than
 // another) exits 1: "cannot scale".
 func scaleRebalance(dir string, stdout io.Writer) error {
 	a, err := launcher.RequestRebalance(dir)
@@ -83,7 +84,7 @@ func scaleRebalance(dir string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "asked the run in %s to rebalance its parameter servers (the slowest took %.2fx the fastest's time per gradient): weights %s; the rows move once every shard is held (sync: at a step boundary)\n",
+	fmt.Fprintf(stdout, "asked the run in %s to rebalance its parameter servers (the slowest kept the workers %.2fx as long as the fastest): weights %s; the rows move once every shard is held (sync: at a step boundary)\n",
 		dir, a.Imbalance, weightsText(a.Weights))
 	return nil
 }

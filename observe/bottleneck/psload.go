@@ -2,13 +2,15 @@ package bottleneck
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
 // PSLoad is what a window of scrapes says of one parameter server's
 // load (docs/elastic.md, "Rebalancing"): the parameters it holds, the
-// gradients it took in and the wall-clock seconds its push handler spent
-// on them (pstrain_ps_request_duration_seconds{op="push"}).
+// gradients the workers pushed it and the seconds they waited for its
+// answers to their pushes and pulls (pstrain_worker_shard_rpc_seconds,
+// summed over the workers).
 type PSLoad struct {
 	Task    string
 	Params  int
@@ -40,14 +42,16 @@ func (m *Monitor) PSLoads(d time.Duration) ([]PSLoad, error) {
 	}
 	first := snaps[start]
 	var out []PSLoad
-	for i, t := range last.Tasks {
+	for _, t := range last.Tasks {
 		if t.Target.role() != RolePS {
 			continue
 		}
-		l, err := psLoadOf(t.Target.Task, first.Tasks[i].Reading, t.Reading)
+		_, shard, _ := strings.Cut(t.Target.Task, "/")
+		l, err := psLoadOf(first, last, shard)
 		if err != nil {
 			return nil, err
 		}
+		l.Task, l.Params = t.Target.Task, int(t.Reading.Gauges[keyShardParams])
 		out = append(out, l)
 	}
 	return out, nil
@@ -68,12 +72,22 @@ func sameLayout(a, b Snapshot) bool {
 	return true
 }
 
-// psLoadOf is task's load between readings a and b.
-func psLoadOf(task string, a, b Reading) (PSLoad, error) {
-	l := PSLoad{Task: task, Params: int(b.Gauges[keyShardParams]), Pushes: b.Counters[keyPushCount] - a.Counters[keyPushCount],
-		Seconds: b.Counters[keyPushSum] - a.Counters[keyPushSum]}
-	if l.Pushes < 0 || l.Seconds < 0 {
-		return PSLoad{}, fmt.Errorf("%s restarted in the window", task)
+// psLoadOf is the pushes to shard between snapshots a and b, and the
+// seconds they took, over the workers up in both.
+func psLoadOf(a, b Snapshot, shard string) (PSLoad, error) {
+	var l PSLoad
+	for i, t := range b.Tasks {
+		x := a.Tasks[i]
+		if t.Target.role() != RoleWorker || !t.Up || !x.Up {
+			continue
+		}
+		n := t.Reading.Counters[keyPushCount+shard] - x.Reading.Counters[keyPushCount+shard]
+		sec := t.Reading.Counters[keyShardSum+shard] - x.Reading.Counters[keyShardSum+shard]
+		if n < 0 || sec < 0 {
+			return PSLoad{}, fmt.Errorf("%s restarted in the window", t.Target.Task)
+		}
+		l.Pushes += n
+		l.Seconds += sec
 	}
 	return l, nil
 }

@@ -75,8 +75,8 @@ const (
 	keyHostCPUBusy  = "host_cpu_busy"
 	keyPhaseSum     = "phase_sum:"   // + phase
 	keyPhaseCount   = "phase_count:" // + phase
-	keyPushSum      = "ps_push_sum"
-	keyPushCount    = "ps_push_count"
+	keyShardSum     = "shard_sum:"   // + shard: a worker's pushes to it and pulls from it
+	keyPushCount    = "push_count:"  // + shard: its pushes to it
 )
 
 // Keys of Reading.Gauges.
@@ -147,7 +147,8 @@ func Extract(f metrics.Families) Reading {
 }
 
 // extractHistograms puts the sum and count of the step-phase and
-// barrier-wait histograms into counters.
+// barrier-wait histograms, and a worker's time on each shard and its
+// pushes to it, into counters.
 func extractHistograms(f metrics.Families, counters map[string]float64) {
 	for _, p := range metrics.Phases() {
 		if h, ok := f.Histogram(metrics.MetricWorkerStepPhase, map[string]string{metrics.LabelPhase: p}); ok {
@@ -159,9 +160,13 @@ func extractHistograms(f metrics.Families, counters map[string]float64) {
 		counters[keyBarrierSum] = h.Sum
 		counters[keyBarrierCount] = float64(h.Count)
 	}
-	if h, ok := f.Histogram(metrics.MetricPSRequestDuration, map[string]string{metrics.LabelOp: "push"}); ok {
-		counters[keyPushSum] = h.Sum
-		counters[keyPushCount] = float64(h.Count)
+	for _, shard := range f.LabelValues(metrics.MetricWorkerShardRPC, metrics.LabelShard) {
+		if h, ok := f.Histogram(metrics.MetricWorkerShardRPC, map[string]string{metrics.LabelShard: shard}); ok {
+			counters[keyShardSum+shard] = h.Sum // (pushes and pulls)
+		}
+		if h, ok := f.Histogram(metrics.MetricWorkerShardRPC, map[string]string{metrics.LabelShard: shard, metrics.LabelOp: "push"}); ok {
+			counters[keyPushCount+shard] = float64(h.Count)
+		}
 	}
 }
 

@@ -30,6 +30,12 @@ type Worker struct {
 	// Retries counts RPCs retried after a failure
 	// (pstrain_worker_retries_total).
 	Retries prometheus.Counter
+	// ShardRPC observes how long each push to a shard and each pull from
+	// it took, from sending it to the shard's answer, by op and shard
+	// label (pstrain_worker_shard_rpc_seconds): how long each parameter
+	// server keeps the workers, as they see it (docs/elastic.md,
+	// "Rebalancing").
+	ShardRPC *prometheus.HistogramVec
 }
 
 // NewWorker creates the worker metrics and registers them on reg (a nil reg
@@ -61,6 +67,11 @@ func NewWorker(reg prometheus.Registerer) *Worker {
 			Name: MetricWorkerRetries,
 			Help: "RPCs this worker retried after a failure.",
 		}),
+		ShardRPC: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    MetricWorkerShardRPC,
+			Help:    "Time a push to a parameter server, or a pull from it, took from sending it to its answer, by op and shard, in seconds.",
+			Buckets: LatencyBuckets(),
+		}, []string{LabelOp, LabelShard}),
 	}
 	for _, p := range Phases() {
 		w.StepPhase.WithLabelValues(p)
