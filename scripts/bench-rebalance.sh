@@ -2,15 +2,16 @@
 # Throughput of a sync run with one parameter server slowed, rebalanced
 # or not (docs/elastic.md, "Rebalancing"). Runs N pairs (default 3),
 # alternating: "rebalanced" asks `pstrain scale --rebalance` AT seconds
-# after the start (default 10), "even" does not. Each run's steps/s is
+# after the start (default 8) and again 5 s later (each rebalance
+# measures the layout it finds), "even" does not. Each run's steps/s is
 # read from its progress lines, before (from 3 s to AT) and after (from
-# AT+3 s to its last line); extra flags go to `pstrain run`.
+# AT+8 s to its last line); extra flags go to `pstrain run`.
 #
-#   scripts/bench-rebalance.sh 3 10 --fault slow:ps/0@0s:3
+#   scripts/bench-rebalance.sh 4 8 --mode sync --batch 64 --data-fraction 0.3 --epochs 16 --fault slow:ps/0@0s:3
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n="${1:-3}"
-at="${2:-10}"
+at="${2:-8}"
 shift 2 || true
 go build -o bin/pstrain ./cmd/pstrain
 out=run/bench-rebalance
@@ -32,12 +33,16 @@ for i in $(seq 1 "$n"); do
     if [ "$kind" = rebalanced ]; then
       sleep "$at"
       answer=$(bin/pstrain scale --run-dir "$dir" --rebalance 2>&1 | tail -1 || true)
+      sleep 5
+      answer2=$(bin/pstrain scale --run-dir "$dir" --rebalance 2>&1 | tail -1 || true)
     fi
     wait "$pid"
     before=$(rate "$dir.log" 3 "$at")
-    after=$(rate "$dir.log" $((at + 3)) 100000)
+    after=$(rate "$dir.log" $((at + 8)) 100000)
     ratio=$(awk -v a="$after" -v b="$before" 'BEGIN{ if (b>0) printf "%.2f", a/b; else print "-" }')
-    change=$(grep -o '^parameter servers: .*' "$dir.log" | head -1 || true)
-    printf "%-10s %-5s %8s %8s %6s  %s\n" "$kind-$i" "$load" "$before" "$after" "$ratio" "${change:-$answer}"
+    change=$(grep -o '^parameter servers: .*' "$dir.log" | sed 's/parameter servers: 2 rebalanced to weights //; s/ at step .*//' | paste -sd';' || true)
+    [ "$kind" = rebalanced ] && [ -z "$change" ] && change="$answer"
+    [ "$kind" = rebalanced ] && case "$answer2" in *refused*|*"cannot scale"*) change="$change; then refused: ${answer2##*imbalance: }";; esac
+    printf "%-10s %-5s %8s %8s %6s  %s\n" "$kind-$i" "$load" "$before" "$after" "$ratio" "$change"
   done
 done
