@@ -110,14 +110,6 @@ func checkRebalance(t *testing.T, rep *report.Report, epochs float64) report.Mem
 	if c.StepsLost == nil || c.PauseSeconds == nil || *c.StepsLost != 0 || *c.PauseSeconds > goal {
 		t.Errorf("rebalance %+v: want 0 steps lost and a pause of at most %s", c, why)
 	}
-	if rep.StoppedBy != "epochs" || rep.FinalStep != rep.GlobalSteps || len(rep.Divergences) > 0 {
-		t.Errorf("stopped by %s at step %d of %d (divergences %+v); want epochs at the last step", rep.StoppedBy, rep.FinalStep, rep.GlobalSteps, rep.Divergences)
-	}
-	if d := rep.EpochsDone - epochs; d < -0.01 || d > 0.05 {
-		t.Errorf("%.3f epochs trained, want %g", rep.EpochsDone, epochs)
-	}
-	if rep.DataLedger == nil || len(rep.DataLedger) > 0 {
-		t.Errorf("data ledger %+v, want [] (no sample read twice or skipped)", rep.DataLedger)
-	}
+	checkNoRollback(t, rep, epochs)
 	return c
 }
