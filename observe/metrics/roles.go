@@ -332,7 +332,7 @@ type Chief struct {
 // pstrain_global_step.
 func NewChief(reg prometheus.Registerer) *Chief {
 	f := promauto.With(reg)
-	return &Chief{
+	c := &Chief{
 		GlobalStep: newGlobalStep(f),
 		EvalAccuracy: f.NewGauge(prometheus.GaugeOpts{
 			Name: MetricEvalAccuracy,
@@ -388,31 +388,38 @@ func NewChief(reg prometheus.Registerer) *Chief {
 			Name: MetricQuarantined,
 			Help: "Workers the chief quarantined because their gradients pointed away from the model's progress; their gradients are refused.",
 		}),
-		MembershipChanges: f.NewCounter(prometheus.CounterOpts{
-			Name: MetricMembershipChanges,
-			Help: "Changes of the worker count (pstrain scale, or a worker registering with the next index) that took effect at a step boundary.",
-		}),
-		Workers: f.NewGauge(prometheus.GaugeOpts{
-			Name: MetricWorkers,
-			Help: "Workers the run has (the data is split among them); pstrain_live_workers counts those heard from.",
-		}),
-		PS: f.NewGauge(prometheus.GaugeOpts{
-			Name: MetricParameterServers,
-			Help: "Parameter servers holding the model (pstrain scale --ps changes it at a step boundary).",
-		}),
-		LayoutChanges: f.NewCounter(prometheus.CounterOpts{
-			Name: MetricLayoutChanges,
-			Help: "Changes of the parameter servers' layout (their count, or a rebalance) that took effect.",
-		}),
-		Rebalances: f.NewCounter(prometheus.CounterOpts{
-			Name: MetricRebalances,
-			Help: "Rebalances that took effect: rows moved from slower parameter servers to faster ones (pstrain scale --rebalance).",
-		}),
-		Failovers: f.NewCounterVec(prometheus.CounterOpts{
-			Name: MetricFailovers,
-			Help: "Times the chief promoted a shard's hot standby to primary, by shard.",
-		}, []string{LabelShard}),
 	}
+	addElastic(f, c)
+	return c
+}
+
+// addElastic creates the chief's metrics of worker and PS changes and of
+// failovers on c.
+func addElastic(f promauto.Factory, c *Chief) {
+	c.MembershipChanges = f.NewCounter(prometheus.CounterOpts{
+		Name: MetricMembershipChanges,
+		Help: "Changes of the worker count (pstrain scale, or a worker registering with the next index) that took effect at a step boundary.",
+	})
+	c.Workers = f.NewGauge(prometheus.GaugeOpts{
+		Name: MetricWorkers,
+		Help: "Workers the run has (the data is split among them); pstrain_live_workers counts those heard from.",
+	})
+	c.PS = f.NewGauge(prometheus.GaugeOpts{
+		Name: MetricParameterServers,
+		Help: "Parameter servers holding the model (pstrain scale --ps changes it at a step boundary).",
+	})
+	c.LayoutChanges = f.NewCounter(prometheus.CounterOpts{
+		Name: MetricLayoutChanges,
+		Help: "Changes of the parameter servers' layout (their count, or a rebalance) that took effect.",
+	})
+	c.Rebalances = f.NewCounter(prometheus.CounterOpts{
+		Name: MetricRebalances,
+		Help: "Rebalances that took effect: rows moved from slower parameter servers to faster ones (pstrain scale --rebalance).",
+	})
+	c.Failovers = f.NewCounterVec(prometheus.CounterOpts{
+		Name: MetricFailovers,
+		Help: "Times the chief promoted a shard's hot standby to primary, by shard.",
+	}, []string{LabelShard})
 }
 
 func newGlobalStep(f promauto.Factory) prometheus.Gauge {
