@@ -238,6 +238,7 @@ func renderTop(w io.Writer, b bottleneck.Breakdown) {
 	fmt.Fprintln(tw, "TASK\tROLE\tSTATE\tSTEPS/S\tCOMPUTE\tPUSH\tPULL\tBARRIER\tCPU\tRSS MiB\tLOAD/CORES\tSTRAGGLER\t")
 	var errs []string
 	workers, workersUp, ps, psUp := 0, 0, 0, 0
+	var params []string // the shards' parameters, when every one says them
 	for _, t := range b.Tasks {
 		if !t.Up {
 			errs = append(errs, t.Task+": "+t.Error)
@@ -253,12 +254,19 @@ func renderTop(w io.Writer, b bottleneck.Breakdown) {
 			if t.Up {
 				psUp++
 			}
+			if t.Parameters != nil {
+				params = append(params, fmt.Sprintf("%.0f", *t.Parameters))
+			}
 		}
 		fmt.Fprint(tw, strings.Join(topRow(b, t, hosts), "\t")+"\t\n")
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(w, "\nworkers: %d up of %d\n", workersUp, workers)
-	fmt.Fprintf(w, "parameter servers: %d up of %d\n", psUp, ps)
+	fmt.Fprintf(w, "parameter servers: %d up of %d", psUp, ps)
+	if len(params) == ps && ps > 0 {
+		fmt.Fprintf(w, ", parameters %s", strings.Join(params, " / ")) // (uneven after a rebalance)
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "over %.2fs: %.1f worker steps/s, %.0f samples/s\n", b.WindowSeconds, b.StepsPerSecond, b.SamplesPerSecond)
 	fmt.Fprintln(w, b.String())
 	for _, e := range errs {
