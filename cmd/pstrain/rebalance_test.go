@@ -30,7 +30,7 @@ func TestRebalancePS(t *testing.T) {
 	dir := t.TempDir()
 	ckdir := filepath.Join(dir, "ck")
 	checkRebalanceRefusals(t, dir)
-	run := startRun(t, ctx, dir, "--mode", "sync", "--batch", "64", "--data-fraction", "0.1", "--epochs", "14",
+	run := startRun(t, ctx, dir, "--mode", "sync", "--batch", "64", "--data-fraction", "0.1", "--epochs", "20",
 		"--lr", "0.05", "--lr-schedule", "constant", "--checkpoint-dir", ckdir, "--checkpoint-every", "0s",
 		"--fault", "slow:ps/0@0s:4")
 	run.waitTraining(60 * time.Second)
@@ -38,7 +38,7 @@ func TestRebalancePS(t *testing.T) {
 	waitPSChanges(run, 1)
 	rep := run.finish(2 * time.Minute)
 
-	c := checkRebalance(t, rep, 14)
+	c := checkRebalance(t, rep, 20)
 	final := newestCheckpoint(t, ckdir)
 	if final.Manifest == nil || !final.Manifest.Final || !slices.Equal(final.Manifest.ShardWeights, c.Weights) {
 		t.Fatalf("the final checkpoint %+v: want the rebalanced layout's weights %v", final.Manifest, c.Weights)
@@ -47,7 +47,7 @@ func TestRebalancePS(t *testing.T) {
 	if acc < rep.TestAccuracy-1e-4 || acc > rep.TestAccuracy+1e-4 {
 		t.Errorf("pstrain eval of the final checkpoint: %.4f, the report's accuracy %.4f", acc, rep.TestAccuracy)
 	}
-	restoreOnto2PS(t, ctx, ckdir, final, rep.FinalStep, "14.2")
+	restoreOnto2PS(t, ctx, ckdir, final, rep.FinalStep, "20.2")
 	if !strings.Contains(run.out.String(), "parameter servers: 2 rebalanced to weights") {
 		t.Errorf("the summary does not name the rebalance:\n%s", run.out)
 	}
@@ -73,18 +73,21 @@ func checkRebalanceRefusals(t *testing.T, noRun string) {
 }
 
 // rebalanceWhenMeasured runs `pstrain scale --rebalance` until the
-// launcher has measured enough gradients to answer (a refusal saying it
-// cannot measure yet is retried; any other fails the test), and returns
-// its output.
+// launcher has measured enough gradients to answer, and an imbalance: a
+// refusal saying it cannot measure yet, or (on a host so loaded that
+// every process waits for a core, and ps/0's quota binds less) that the
+// imbalance is below the threshold, is retried for up to 20 s; any other
+// answer fails the test. It returns the output of the one that asked.
 func rebalanceWhenMeasured(t *testing.T, run *liveRun) string {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for {
 		out, err := runPstrain(t, "scale", "--run-dir", run.dir, "--rebalance")
 		switch {
 		case err == nil && strings.Contains(out, "asked the run in"):
 			return out
-		case strings.Contains(out, "cannot be measured") && time.Now().Before(deadline):
+		case (strings.Contains(out, "cannot be measured") || strings.Contains(out, "no measurable imbalance")) && time.Now().Before(deadline):
+			t.Logf("refused, asking again: %s", out)
 			time.Sleep(500 * time.Millisecond) // (the launcher scrapes once a second)
 			continue
 		}
