@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 )
 
@@ -42,7 +43,11 @@ type Manifest struct {
 	// a worker restored from this checkpoint resumes its data shard there
 	// (docs/recovery.md, "Data positions"). Empty in older checkpoints.
 	DataPositions []int64 `json:"data_positions,omitempty"`
-	Checksum      string  `json:"checksum"`
+	// ShardWeights are the weights of a rebalanced layout the shards were
+	// written from, one per shard (partition.Layout; docs/elastic.md,
+	// "Rebalancing"); empty: equal shares.
+	ShardWeights []int  `json:"shard_weights,omitempty"`
+	Checksum     string `json:"checksum"`
 }
 
 // Optimizer names the optimizer whose state the shards hold, and what it
@@ -98,6 +103,9 @@ func (m *Manifest) validate() error {
 	}
 	if m.NumShards < 1 || m.NumShards != len(m.Shards) {
 		return fmt.Errorf("checkpoint: manifest num_shards %d with %d shards listed", m.NumShards, len(m.Shards))
+	}
+	if len(m.ShardWeights) > 0 && (len(m.ShardWeights) != m.NumShards || slices.Min(m.ShardWeights) < 1) {
+		return fmt.Errorf("checkpoint: manifest shard_weights %v for %d shards", m.ShardWeights, m.NumShards)
 	}
 	for i, s := range m.Shards {
 		if s.Index != i {

@@ -162,7 +162,7 @@ func (c *Chief) writeShardsAndCommit(ctx context.Context, a Checkpoint, step, at
 		RunConfig: r.JSON(), Optimizer: checkpoint.Optimizer{Name: r.Optimizer,
 			Hyperparams: map[string]float64{"lr": r.LR, "momentum": r.Momentum},
 			Schedule:    r.LRSchedule, WarmupSteps: r.WarmupSteps},
-		Shards: infos, Final: a.Final, DataPositions: positions}
+		Shards: infos, Final: a.Final, DataPositions: positions, ShardWeights: c.layout.Weights}
 	if err := c.cfg.Store.CommitKeeping(m, a.KeepGood); err != nil && !errors.Is(err, checkpoint.ErrRetention) {
 		res.Err = err
 		return res

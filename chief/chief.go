@@ -75,6 +75,8 @@ type Chief struct {
 	pb.UnimplementedChiefServer
 	cfg  Config
 	plan partition.Plan
+	// layout names plan (the PS count and a rebalance's weights).
+	layout partition.Layout
 
 	mu sync.Mutex // guards core: the RPC handlers and the loop share it
 	// stateMu orders the writes of the state file, and saved is the
@@ -153,7 +155,7 @@ func New(cfg Config) (*Chief, error) {
 		params.StandbyAddrs = append(params.StandbyAddrs, p.Addr)
 	}
 	core := NewCore(params, cfg.RunID, cfg.Log, cfg.Metrics, cfg.Now())
-	c := &Chief{cfg: cfg, plan: plan, core: core, scale: scaleWatch{since: time.Now()}, psSlots: slots,
+	c := &Chief{cfg: cfg, plan: plan, layout: partition.Even(cfg.Run.PS), core: core, scale: scaleWatch{since: time.Now()}, psSlots: slots,
 		nudge: make(chan struct{}, 1)}
 	// Every task's restart counter exists from the start, so dashboards
 	// show 0 rather than nothing.
@@ -340,7 +342,7 @@ func (c *Chief) perform(ctx, jobCtx context.Context, a Action, results chan<- fu
 			return nil, err
 		}
 		acts := c.step(func(now time.Time) []Action { return c.core.LayoutSwitched(now, version) })
-		c.retirePS(ctx, a.To, a.From) // (after: the workers train on the new layout already)
+		c.retirePS(ctx, a.To.PS, a.From) // (after: the workers train on the new layout already)
 		return acts, nil
 	default:
 		return c.performOnShards(ctx, a)
@@ -431,9 +433,9 @@ func (c *Chief) adopt(ctx context.Context) []Action {
 		return nil
 	}
 	acts = c.step(func(now time.Time) []Action { return c.core.Adopt(now, a) })
-	if n := c.core.PSCount(); n != len(c.cfg.PS) {
-		if err := c.setLayout(n); err != nil {
-			c.cfg.Log.Error("cannot take the saved PS count", "ps", n, "err", err)
+	if l := c.core.Layout(); !l.Equal(c.layout) {
+		if err := c.setLayout(l); err != nil {
+			c.cfg.Log.Error("cannot take the saved layout", "ps", l.String(), "err", err)
 		}
 	}
 	return acts

@@ -252,6 +252,9 @@ type State struct {
 	// PS is the parameter server count once a change moved it (0: the
 	// run's --ps; core_psscale.go).
 	PS int `json:"ps,omitempty"`
+	// PSWeights are the shard weights of a rebalanced layout (none: equal
+	// shares; docs/elastic.md, "Rebalancing").
+	PSWeights []int `json:"ps_weights,omitempty"`
 	// Ledger is the data ledger (core_ledger.go).
 	Ledger []report.LedgerEntry `json:"data_ledger,omitempty"`
 	// Replicas are, by shard, which process is the primary and the

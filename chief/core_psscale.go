@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/pstrain/pstrain/ml/partition"
 	"github.com/pstrain/pstrain/observe/report"
 )
 
@@ -46,12 +47,17 @@ import (
 // and each worker's data position with it. The new layout starts at the
 // highest version a shard snapshotted.
 
-// psChange is a change of the PS count under way.
+// psChange is a change of the PS count under way, or a rebalance (the
+// same count, other weights: core_rebalance.go).
 type psChange struct {
 	from, to int
-	asked    time.Time
-	at       int64 // the hold's step (0: not ordered yet)
-	held     bool  // every shard took the hold
+	// weights are the new layout's (nil: equal shares), imbalance the
+	// measured imbalance a rebalance was asked for with.
+	weights   []int
+	imbalance float64
+	asked     time.Time
+	at        int64 // the hold's step (0: not ordered yet)
+	held      bool  // every shard took the hold
 	// heldAt is when the pause began: sync, the first poll that saw
 	// every shard at the hold; async and ssp, the hold's order.
 	heldAt   time.Time
@@ -69,14 +75,35 @@ type psChange struct {
 	switching   bool
 }
 
-// psScaleState is the PS count in effect, the one asked for, the change
-// under way and, during it, the PS count each worker said it uses.
+// psScaleState is the layout in effect (the PS count and weights), the
+// one asked for, the change under way and, during it, the layout each
+// worker said it uses.
 type psScaleState struct {
-	psCount   int
-	psTarget  int
-	psAskedAt time.Time
-	psChange  *psChange
-	psAcks    map[int]int
+	psCount         int
+	psWeights       []int
+	psTarget        int
+	psTargetWeights []int
+	psImbalance     float64
+	psAskedAt       time.Time
+	psChange        *psChange
+	psAcks          map[int]partition.Layout
+}
+
+// layout is the layout in effect.
+func (c *Core) layout() partition.Layout { return partition.LayoutOf(c.psCount, c.psWeights) }
+
+// targetLayout is the layout asked for.
+func (c *Core) targetLayout() partition.Layout {
+	return partition.LayoutOf(c.psTarget, c.psTargetWeights)
+}
+
+// newLayout is the layout ch changes to.
+func (ch *psChange) newLayout() partition.Layout { return partition.LayoutOf(ch.to, ch.weights) }
+
+// keepLayout drops the change under way, if any, and any asked for: the
+// layout in effect stays.
+func (c *Core) keepLayout() {
+	c.psChange, c.psTarget, c.psTargetWeights = nil, c.psCount, c.psWeights
 }
 
 // SnapshotShards writes the checkpoint of step Step, at which every
@@ -87,8 +114,9 @@ type psScaleState struct {
 type SnapshotShards struct {
 	Step   int64
 	Latest int64
-	To     int // the new PS count: the checkpoint is read back for it
-	Own    bool
+	// To is the new layout: the checkpoint is read back for it.
+	To  partition.Layout
+	Own bool
 }
 
 // SwitchLayout initialises the To shards of the new layout, in
@@ -96,7 +124,8 @@ type SnapshotShards struct {
 // shards), and stops the removed PS (From above To). Answered by
 // Core.LayoutSwitched with the version the shards serve from.
 type SwitchLayout struct {
-	From, To   int
+	From       int
+	To         partition.Layout
 	Step       int64
 	Generation int64
 }
@@ -105,7 +134,7 @@ func (SnapshotShards) action() {}
 func (SwitchLayout) action()   {}
 
 func (a SnapshotShards) String() string {
-	s := fmt.Sprintf("snapshot-shards step=%d latest=%d ps=%d", a.Step, a.Latest, a.To)
+	s := fmt.Sprintf("snapshot-shards step=%d latest=%d ps=%s", a.Step, a.Latest, a.To)
 	if a.Own {
 		s += " own-versions"
 	}
@@ -113,7 +142,7 @@ func (a SnapshotShards) String() string {
 }
 
 func (a SwitchLayout) String() string {
-	return fmt.Sprintf("switch-layout ps=%d->%d step=%d generation=%d", a.From, a.To, a.Step, a.Generation)
+	return fmt.Sprintf("switch-layout ps=%d->%s step=%d generation=%d", a.From, a.To, a.Step, a.Generation)
 }
 
 // PSCount is the number of parameter servers holding the model now.
@@ -127,6 +156,29 @@ func (c *Core) PSTarget() int { return c.psTarget }
 // target.
 func (c *Core) ScalePS(n int, now time.Time) error {
 	r := c.p.Run
+	if err := c.layoutRefusal(); err != nil {
+		return err
+	}
+	switch {
+	case n < 1:
+		return fmt.Errorf("%w: --ps must be at least 1, got %d", ErrScale, n)
+	case n > r.PSSlots():
+		return fmt.Errorf("%w: --ps %d is more than the run's --max-ps %d", ErrScale, n, r.PSSlots())
+	}
+	if !partition.Even(n).Equal(c.targetLayout()) {
+		c.log.Info("PS count asked", "ps", n, "now", c.psCount)
+		c.psTarget, c.psTargetWeights, c.psImbalance = n, nil, 0
+		c.psAskedAt = now
+		if ch := c.psChange; ch != nil && ch.at == 0 {
+			ch.to, ch.weights, ch.imbalance, ch.asked = n, nil, 0, now // (not held yet: the new target replaces it)
+		}
+	}
+	return nil
+}
+
+// layoutRefusal says why the run cannot change its layout (nil: it
+// can).
+func (c *Core) layoutRefusal() error {
 	switch {
 	case c.replicated():
 		return fmt.Errorf("%w: a run with hot standbys (--ps-replicas) cannot change its PS count", ErrScale)
@@ -134,20 +186,8 @@ func (c *Core) ScalePS(n int, now time.Time) error {
 		return fmt.Errorf("%w: a %s model's embedding tables do not move between parameter servers", ErrScale, c.p.Spec.KindName())
 	case !c.p.Checkpoints:
 		return fmt.Errorf("%w: moving the model to other parameter servers goes through a checkpoint; the run has none (--checkpoint-dir)", ErrScale)
-	case n < 1:
-		return fmt.Errorf("%w: --ps must be at least 1, got %d", ErrScale, n)
-	case n > r.PSSlots():
-		return fmt.Errorf("%w: --ps %d is more than the run's --max-ps %d", ErrScale, n, r.PSSlots())
 	case c.phase >= stopping:
 		return fmt.Errorf("%w: the run is stopping", ErrScale)
-	}
-	if n != c.psTarget {
-		c.log.Info("PS count asked", "ps", n, "now", c.psCount)
-		c.psTarget = n
-		c.psAskedAt = now
-		if ch := c.psChange; ch != nil && ch.at == 0 {
-			ch.to, ch.asked = n, now // (not held yet: the new target replaces it)
-		}
 	}
 	return nil
 }
@@ -161,8 +201,8 @@ func (c *Core) busyForPS() bool { return c.evalBusy || c.ckptBusy || c.change !=
 func (c *Core) tickPS(now time.Time) []Action {
 	ch := c.psChange
 	switch {
-	case ch == nil && c.psTarget != c.psCount && !c.busyForPS():
-		c.psChange = &psChange{from: c.psCount, to: c.psTarget, asked: c.psAskedAt}
+	case ch == nil && !c.targetLayout().Equal(c.layout()) && !c.busyForPS():
+		c.psChange = &psChange{from: c.psCount, to: c.psTarget, weights: c.psTargetWeights, imbalance: c.psImbalance, asked: c.psAskedAt}
 		c.log.Info("PS count change: waiting for the added parameter servers", "from", c.psCount, "to", c.psTarget)
 		return c.tickPS(now)
 	case ch == nil:
@@ -183,7 +223,7 @@ func (c *Core) tickPS(now time.Time) []Action {
 
 // psHold orders the hold once the added PS processes registered.
 func (c *Core) psHold(now time.Time, ch *psChange) []Action {
-	if ch.to == ch.from {
+	if ch.newLayout().Equal(c.layout()) {
 		c.psChange = nil
 		return nil
 	}
@@ -193,7 +233,7 @@ func (c *Core) psHold(now time.Time, ch *psChange) []Action {
 				// (A process that never came: training, evaluations and
 				// checkpoints go on under the current count.)
 				c.log.Error("PS count change dropped: an added parameter server did not register", "task", fmt.Sprintf("ps/%d", s), "waited", now.Sub(ch.asked), "ps", c.psCount)
-				c.psChange, c.psTarget = nil, c.psCount
+				c.keepLayout()
 			}
 			return nil
 		}
@@ -206,8 +246,8 @@ func (c *Core) psHold(now time.Time, ch *psChange) []Action {
 	}
 	ch.at = slices.Max(c.versions) + 2
 	if ch.at >= c.MaxSteps() {
-		c.log.Info("the run ends before a PS count change could take effect", "ps", c.psCount, "asked", ch.to)
-		c.psChange, c.psTarget = nil, c.psCount
+		c.log.Info("the run ends before a PS count change could take effect", "ps", c.psCount, "asked", ch.newLayout().String())
+		c.keepLayout()
 		return nil
 	}
 	c.log.Info("PS count change: holding the shards at a step boundary", "from", ch.from, "to", ch.to, "step", ch.at)
@@ -243,7 +283,7 @@ func (c *Core) psSnapshot(now time.Time, ch *psChange) []Action {
 	}
 	ch.heldAt, ch.snapping = now, true
 	c.ckptBusy = true
-	return []Action{SnapshotShards{Step: ch.at, Latest: c.st.LatestCheckpoint, To: ch.to}}
+	return []Action{SnapshotShards{Step: ch.at, Latest: c.st.LatestCheckpoint, To: ch.newLayout()}}
 }
 
 // Snapshotted is SnapshotShards's outcome: the checkpoint of the
@@ -260,7 +300,8 @@ func (c *Core) Snapshotted(now time.Time, res CheckpointResult) []Action {
 		c.st.Checkpoints.LastError = res.Err.Error()
 		c.m.CheckpointFailures.Inc()
 		c.log.Error("PS count change dropped: the boundary's checkpoint failed (async, ssp: the workers switch back)", "step", ch.at, "err", res.Err)
-		c.psChange, c.psTarget, c.psAcks = nil, c.psCount, nil
+		c.keepLayout()
+		c.psAcks = nil
 		c.lastSent = nil
 		return c.membership(now)
 	}
@@ -275,7 +316,7 @@ func (c *Core) Snapshotted(now time.Time, res CheckpointResult) []Action {
 		return c.psSnapshottedAsync(ch, res)
 	}
 	ch.published, ch.publishedAt = true, now
-	c.psAcks = map[int]int{}
+	c.psAcks = map[int]partition.Layout{}
 	c.log.Info("PS count change: the boundary's checkpoint is written; workers switch layouts", "step", ch.at, "ps", ch.to)
 	return []Action{c.save()}
 }
@@ -287,7 +328,7 @@ func (c *Core) psSwitch(now time.Time, ch *psChange) []Action {
 	}
 	ch.switching = true
 	c.st.Generation++
-	return []Action{SwitchLayout{From: ch.from, To: ch.to, Step: ch.at, Generation: c.st.Generation}}
+	return []Action{SwitchLayout{From: ch.from, To: ch.newLayout(), Step: ch.at, Generation: c.st.Generation}}
 }
 
 // LayoutSwitched is SwitchLayout's outcome: the shards of the new layout
@@ -302,6 +343,7 @@ func (c *Core) LayoutSwitched(now time.Time, version int64) []Action {
 		return nil
 	}
 	c.psChange, c.psAcks = nil, nil
+	old := c.layout()
 	step, reached := ch.at, ch.at
 	if c.asyncElastic() {
 		step, reached = version, max(ch.reached, slices.Max(c.versions))
@@ -319,12 +361,18 @@ func (c *Core) LayoutSwitched(now time.Time, version int64) []Action {
 	lost, pause := max(0, reached-version), now.Sub(ch.heldAt).Seconds()
 	chg := report.MembershipChange{Role: "ps", Step: step, Epoch: int64(float64(step) / StepsPerEpoch(c.p.Run, c.p.TrainN)),
 		Seconds: c.seconds(now), AskedSeconds: c.seconds(ch.asked), From: ch.from, To: ch.to,
-		PauseSeconds: ptr(pause), StepsLost: ptr(lost)}
+		PauseSeconds: ptr(pause), StepsLost: ptr(lost), Weights: ch.newLayout().Weights,
+		MovedParameters: c.movedParameters(old, ch.newLayout())}
+	if ch.from == ch.to {
+		chg.Kind, chg.Imbalance = KindRebalance, ch.imbalance
+		c.m.Rebalances.Inc()
+	}
 	c.st.Membership = append(c.st.Membership, chg)
-	c.st.PS = ch.to
+	c.psWeights = ch.newLayout().Weights
+	c.st.PS, c.st.PSWeights = ch.to, c.psWeights
 	c.m.LayoutChanges.Inc()
 	c.m.PS.Set(float64(ch.to))
-	c.log.Warn("parameter servers changed", "from", ch.from, "to", ch.to, "step", step, "steps_lost", lost,
+	c.log.Warn("parameter servers changed", "from", ch.from, "to", ch.newLayout().String(), "step", step, "steps_lost", lost,
 		"generation", c.st.Generation, "pause_seconds", fmt.Sprintf("%.2f", pause))
 	return append(c.membership(now), c.save())
 }
@@ -372,14 +420,14 @@ func (c shardCounts) resize(n int) shardCounts {
 	return out
 }
 
-// HeartbeatPS records the PS count worker says its layout has and
-// returns the count it is to use: the new one once a change's snapshot
-// is written, else the one in effect.
-func (c *Core) HeartbeatPS(worker, n int) int {
-	if c.psAcks != nil && n > 0 {
-		c.psAcks[worker] = n
+// HeartbeatPS records the layout worker says it uses and returns the
+// one it is to use: the new one once a change's snapshot is written,
+// else the one in effect.
+func (c *Core) HeartbeatPS(worker int, l partition.Layout) partition.Layout {
+	if c.psAcks != nil && l.PS > 0 {
+		c.psAcks[worker] = l
 	}
-	return c.LayoutPS()
+	return c.Layout()
 }
 
 // PSSwitchReady says every live worker uses the new layout of a change
@@ -392,20 +440,20 @@ func (c *Core) PSSwitchReady(now time.Time) bool {
 		return false
 	}
 	for _, w := range c.members.Live(now) {
-		if c.psAcks[w] != ch.to && !c.retired[w] {
+		if !c.psAcks[w].Equal(ch.newLayout()) && !c.retired[w] {
 			return false
 		}
 	}
 	return true
 }
 
-// LayoutPS is the PS count workers are to use (registrations and
+// Layout is the layout workers are to use (registrations and
 // heartbeats say it).
-func (c *Core) LayoutPS() int {
+func (c *Core) Layout() partition.Layout {
 	if ch := c.psChange; ch != nil && ch.published {
-		return ch.to
+		return ch.newLayout()
 	}
-	return c.psCount
+	return c.layout()
 }
 
 // psHoldAt is the PS change's hold (0: none).
@@ -429,11 +477,12 @@ func (c *Core) admitPS(index int) error {
 	return nil
 }
 
-// adoptPS takes the PS count from a saved state (a restarted chief); a
+// adoptPS takes the layout from a saved state (a restarted chief); a
 // change under way is dropped.
 func (c *Core) adoptPS() {
 	if c.st.PS > 0 && c.st.PS != c.psCount {
 		c.resizeShards(c.st.PS)
 	}
-	c.psTarget = c.psCount
+	c.psWeights = c.st.PSWeights
+	c.psTarget, c.psTargetWeights = c.psCount, c.psWeights
 }

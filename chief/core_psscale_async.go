@@ -3,6 +3,8 @@ package chief
 import (
 	"slices"
 	"time"
+
+	"github.com/pstrain/pstrain/ml/partition"
 )
 
 // A change of the PS count in an async or ssp run (docs/elastic.md,
@@ -73,8 +75,8 @@ func psPrint(shards []ShardStatus) []int64 {
 // ends first: each live worker may push one more gradient after it.
 func (c *Core) psHoldAsync(now time.Time, ch *psChange) []Action {
 	if slices.Max(c.versions)+int64(c.workers())+2 >= c.MaxSteps() {
-		c.log.Info("the run ends before a PS count change could take effect", "ps", c.psCount, "asked", ch.to)
-		c.psChange, c.psTarget = nil, c.psCount
+		c.log.Info("the run ends before a PS count change could take effect", "ps", c.psCount, "asked", ch.newLayout().String())
+		c.keepLayout()
 		return nil
 	}
 	ch.at = max(1, slices.Min(c.versions))
@@ -87,7 +89,7 @@ func (c *Core) psHoldAsync(now time.Time, ch *psChange) []Action {
 // hold (since the hold's order: the caller has no clock).
 func (c *Core) psPublishAsync(ch *psChange) {
 	ch.published, ch.publishedAt = true, ch.heldAt
-	c.psAcks = map[int]int{}
+	c.psAcks = map[int]partition.Layout{}
 	c.log.Info("PS count change: every shard holds the pulls; workers switch layouts once their pushes are answered", "ps", ch.to)
 }
 
@@ -105,7 +107,7 @@ func (c *Core) tickPSAsync(now time.Time, ch *psChange) []Action {
 		ch.switching = true
 		c.st.Generation++
 		c.log.Info("PS count change: every worker switched and the snapshot holds every gradient; switching layouts", "step", c.st.LatestCheckpoint, "version", ch.reached, "ps", ch.to)
-		return []Action{c.save(), SwitchLayout{From: ch.from, To: ch.to, Step: c.st.LatestCheckpoint, Generation: c.st.Generation}}
+		return []Action{c.save(), SwitchLayout{From: ch.from, To: ch.newLayout(), Step: c.st.LatestCheckpoint, Generation: c.st.Generation}}
 	case !a.snapped || (settled && moved):
 		if a.snapped {
 			c.log.Info("PS count change: the shards moved after their snapshot; snapshotting again", "was", a.snapPrint, "now", c.print)
@@ -114,7 +116,7 @@ func (c *Core) tickPSAsync(now time.Time, ch *psChange) []Action {
 		a.snapPrint = slices.Clone(c.print)
 		c.ckptBusy = true
 		step := max(slices.Max(c.versions), c.st.LatestCheckpoint+1)
-		return []Action{SnapshotShards{Step: step, Latest: c.st.LatestCheckpoint, To: ch.to, Own: true}}
+		return []Action{SnapshotShards{Step: step, Latest: c.st.LatestCheckpoint, To: ch.newLayout(), Own: true}}
 	}
 	return nil
 }

@@ -47,7 +47,7 @@ func (c *Chief) snapshotShards(ctx context.Context, a SnapshotShards) Checkpoint
 	res.Duration = c.cfg.Now().Sub(t0)
 	c.cfg.Log.Info("PS count change: the boundary's checkpoint is written", "step", a.Step,
 		"version", res.Version, "bytes", res.Bytes, "seconds", fmt.Sprintf("%.3f", res.Duration.Seconds()))
-	if a.To > 0 {
+	if a.To.PS > 0 {
 		loaded := make(chan loadedMove, 1)
 		plan := c.plan
 		go func() {
@@ -66,20 +66,21 @@ type loadedMove struct {
 }
 
 // move is the checkpoint of a PS count change's boundary, read for the
-// layout of the new count: each new shard's Init.
+// new layout: each new shard's Init.
 type move struct {
 	step   int64
+	layout partition.Layout
 	plan   partition.Plan
 	shards []shardInit
 }
 
 // loadMove reads the newest checkpoint, which must be of step, and
-// reshards it for n shards (from the layout from, which it logs what
-// the change moves of), each at the highest version a shard of it wrote
-// (sync: the boundary's, which every shard wrote; async and ssp: the
-// furthest shard's, core_psscale_async.go).
-func (c *Chief) loadMove(from partition.Plan, step int64, n int) (*move, error) {
-	plan, err := partition.New(c.cfg.Spec, n)
+// reshards it for the layout to (from the plan from, which it logs what
+// the change moves of), each shard at the highest version a shard of it
+// wrote (sync: the boundary's, which every shard wrote; async and ssp:
+// the furthest shard's, core_psscale_async.go).
+func (c *Chief) loadMove(from partition.Plan, step int64, to partition.Layout) (*move, error) {
+	plan, err := to.Plan(c.cfg.Spec)
 	if err != nil {
 		return nil, err
 	}
@@ -98,15 +99,15 @@ func (c *Chief) loadMove(from partition.Plan, step int64, n int) (*move, error) 
 	if err != nil {
 		return nil, fmt.Errorf("chief: the PS count change's checkpoint: %w", err)
 	}
-	mv := &move{step: step, plan: plan}
+	mv := &move{step: step, layout: to, plan: plan}
 	version := ck.Manifest.Version
 	for _, sh := range ck.Manifest.Shards {
 		version = max(version, sh.Version)
 	}
 	moved := partition.MovedElements(partition.Moves(from, plan))
-	c.cfg.Log.Info("PS count change: the model's rows on the new layout", "ps", n, "moved_mib",
+	c.cfg.Log.Info("PS count change: the model's rows on the new layout", "ps", to.String(), "moved_mib",
 		fmt.Sprintf("%.2f", float64(4*moved)/(1<<20)), "of_mib", fmt.Sprintf("%.2f", float64(4*c.cfg.Spec.NumParams())/(1<<20)))
-	for s := range n {
+	for s := range to.PS {
 		p, o := st.Shard(plan, s)
 		mv.shards = append(mv.shards, shardInit{params: p, opt: o, optSteps: st.OptimizerSteps,
 			version: version, positions: ck.Manifest.DataPositions})
@@ -134,7 +135,7 @@ func (c *Chief) switchLayout(ctx context.Context, a SwitchLayout) (int64, error)
 		}
 		c.moved = nil
 	}
-	if rs == nil || rs.step != a.Step || len(rs.shards) != a.To {
+	if rs == nil || rs.step != a.Step || !rs.layout.Equal(a.To) {
 		var err error
 		if rs, err = c.loadMove(c.plan, a.Step, a.To); err != nil {
 			return 0, err
@@ -143,9 +144,9 @@ func (c *Chief) switchLayout(ctx context.Context, a SwitchLayout) (int64, error)
 	if err := c.setLayout(a.To); err != nil {
 		return 0, err
 	}
-	errs := make([]error, a.To)
+	errs := make([]error, a.To.PS)
 	var wg sync.WaitGroup
-	for s := range a.To {
+	for s := range a.To.PS {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -158,22 +159,23 @@ func (c *Chief) switchLayout(ctx context.Context, a SwitchLayout) (int64, error)
 			return 0, fmt.Errorf("chief: initialising the new layout: %w", err)
 		}
 	}
-	c.cfg.Log.Info("PS count change: the new layout serves", "ps", a.To, "version", rs.shards[0].version,
+	c.cfg.Log.Info("PS count change: the new layout serves", "ps", a.To.String(), "version", rs.shards[0].version,
 		"seconds", fmt.Sprintf("%.3f", c.cfg.Now().Sub(t0).Seconds()))
 	return rs.shards[0].version, nil
 }
 
-// setLayout makes the first n PS slots the shards and their partition
+// setLayout makes the first l.PS PS slots the shards and l's partition
 // the plan.
-func (c *Chief) setLayout(n int) error {
+func (c *Chief) setLayout(l partition.Layout) error {
+	n := l.PS
 	if n < 1 || n > len(c.psSlots) {
 		return fmt.Errorf("chief: %d parameter servers asked, the run has %d slots", n, len(c.psSlots))
 	}
-	plan, err := partition.New(c.cfg.Spec, n)
+	plan, err := l.Plan(c.cfg.Spec)
 	if err != nil {
 		return err
 	}
-	c.cfg.PS, c.cfg.Run.PS, c.plan = c.psSlots[:n], n, plan
+	c.cfg.PS, c.cfg.Run.PS, c.plan, c.layout = c.psSlots[:n], n, plan, l
 	return nil
 }
 
@@ -197,7 +199,8 @@ func (c *Chief) retirePS(ctx context.Context, from, to int) {
 }
 
 // applyScale hands the core a scale request: its worker count and, when
-// it asks for one, its PS count. Call with mu held.
+// it asks for one, its PS count or a rebalance's weights. Call with mu
+// held.
 func (c *Chief) applyScale(req ScaleRequest, now time.Time) {
 	if req.Workers > 0 {
 		if err := c.core.Scale(req.Workers, now); err != nil {
@@ -207,6 +210,11 @@ func (c *Chief) applyScale(req ScaleRequest, now time.Time) {
 	if req.PS > 0 {
 		if err := c.core.ScalePS(req.PS, now); err != nil {
 			c.cfg.Log.Error("scale request refused", "file", c.cfg.ScaleFile, "err", err)
+		}
+	}
+	if len(req.PSWeights) > 0 {
+		if err := c.core.Rebalance(req.PSWeights, req.Imbalance, now); err != nil {
+			c.cfg.Log.Error("rebalance refused", "file", c.cfg.ScaleFile, "err", err)
 		}
 	}
 }

@@ -134,7 +134,7 @@ func (c *Chief) initShard(ctx context.Context, s int, in shardInit, gen int64) e
 		Params: wire.Bytes(in.params), Version: in.version, MaxVersion: c.maxSteps(), LiveWorkers: live,
 		Generation: gen, ModelSpec: convert.ModelSpec(c.cfg.Spec), OptimizerStep: in.optSteps,
 		StepsPerEpoch: StepsPerEpoch(r, c.cfg.TrainN), DataPositions: in.positions, Tables: c.tableSpecs(),
-		RowsLoading: in.rowsLoading}
+		RowsLoading: in.rowsLoading, ShardWeights: c.layout.Weights32()}
 	if len(in.opt) > 0 {
 		req.OptimizerState = wire.Bytes(in.opt)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pstrain/pstrain/ml/partition"
 	"slices"
 	"strings"
 	"sync"
@@ -45,7 +46,7 @@ func (c *Chief) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Regi
 	}
 	c.cfg.Log.Info("task registered", "task", task, "addr", req.Address, "pid", req.Pid)
 	c.mu.Lock()
-	plan, numPS := c.core.Plan(), c.core.LayoutPS()
+	plan, layout := c.core.Plan(), c.core.Layout()
 	var save *SaveState // chunks of the data queue handed out: saved before the answer
 	var need int64      // the state that records the chunks the answer carries
 	if req.Role == cluster.Worker {
@@ -62,7 +63,7 @@ func (c *Chief) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.Regi
 		return nil, status.Error(codes.Unavailable, "the chief cannot save the data it hands out (its state file); the task retries")
 	}
 	return &pb.RegisterResponse{RunId: c.cfg.RunID, DataShard: req.Index, NumDataShards: int32(c.cfg.Run.Workers), StartStep: step,
-		DataPlan: convert.DataPlan(plan), NumPs: int32(numPS)}, nil
+		DataPlan: convert.DataPlan(plan), NumPs: int32(layout.PS), PsWeights: layout.Weights32()}, nil
 }
 
 // Heartbeat keeps a worker alive and tells it whether to stop.
@@ -89,9 +90,10 @@ func (c *Chief) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.He
 			plan, need = convert.DataPlan(p), c.core.LeasedSeq(int(req.Worker))
 		}
 	}
-	numPS, nudge := 0, false
+	var layout partition.Layout
+	nudge := false
 	if err == nil {
-		numPS = c.core.HeartbeatPS(int(req.Worker), int(req.NumPs))
+		layout = c.core.HeartbeatPS(int(req.Worker), partition.LayoutOf(int(req.NumPs), req.PsWeights))
 		nudge = c.core.PSSwitchReady(c.cfg.Now())
 	}
 	c.mu.Unlock()
@@ -108,7 +110,7 @@ func (c *Chief) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.He
 		c.cfg.Metrics.RejectedRequests.WithLabelValues("task").Inc()
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	return &pb.HeartbeatResponse{Stop: stop || why != "", DataPlan: plan, Quarantined: why, NumPs: int32(numPS)}, nil
+	return &pb.HeartbeatResponse{Stop: stop || why != "", DataPlan: plan, Quarantined: why, NumPs: int32(layout.PS), PsWeights: layout.Weights32()}, nil
 }
 
 // pollTimeout bounds a poll's Status call without hot standbys (with

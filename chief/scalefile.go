@@ -16,8 +16,16 @@ type ScaleRequest struct {
 	Workers int `json:"workers"`
 	// PS is the parameter server count asked for (0: unchanged;
 	// docs/elastic.md, "Parameter servers").
-	PS  int   `json:"ps,omitempty"`
-	Seq int64 `json:"seq"`
+	PS int `json:"ps,omitempty"`
+	// Rebalance asks the launcher to measure the parameter servers' load
+	// and, if it is uneven, to rebalance (docs/elastic.md,
+	// "Rebalancing"): the launcher then writes the request again with
+	// PSWeights, the weights of the new layout, and Imbalance, the
+	// measured imbalance; the chief acts on those.
+	Rebalance bool    `json:"rebalance,omitempty"`
+	PSWeights []int   `json:"ps_weights,omitempty"`
+	Imbalance float64 `json:"imbalance,omitempty"`
+	Seq       int64   `json:"seq"`
 }
 
 // ReadScaleRequest reads a request file.

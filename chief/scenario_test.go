@@ -3,6 +3,7 @@ package chief
 import (
 	"errors"
 	"fmt"
+	"github.com/pstrain/pstrain/ml/model"
 	"io"
 	"log/slog"
 	"strconv"
@@ -310,7 +311,7 @@ func (s *scenario) config(a scenariotest.Args) error {
 	r := config.Default()
 	r.HeartbeatTimeout = time.Minute // scenarios about liveness set it
 	p := CoreParams{Run: r, TrainN: 60000, Model: "test", Evaluate: true, Checkpoints: true,
-		StartupTimeout: time.Minute, EvalSubset: 0.2}
+		StartupTimeout: time.Minute, EvalSubset: 0.2, Spec: model.Spec{Input: 784, Hidden: []int{800}, Classes: 10}}
 	for k, v := range a {
 		var err error
 		switch k {

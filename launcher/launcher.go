@@ -249,6 +249,9 @@ type supervisor struct {
 	interrupted bool
 	// stragglers follows the workers slower than the others (stragglers.go).
 	stragglers *bottleneck.StragglerLog
+	// mon scrapes every initial task (nil until it started): a rebalance
+	// measures with it (rebalance.go).
+	mon *bottleneck.Monitor
 }
 
 func (s *supervisor) stopping() bool {
@@ -458,6 +461,9 @@ func (s *supervisor) run(ctx context.Context) (*report.Report, error) {
 		return nil, err
 	}
 	defer stopMon()
+	s.mu.Lock()
+	s.mon = mon
+	s.mu.Unlock()
 	if err := s.wait(interrupt, g.chiefDone, g.failed); err != nil {
 		return nil, err
 	}

@@ -42,6 +42,9 @@ type ScaleStatus struct {
 	// PSRefusal says why the run cannot change its PS count ("": it
 	// can; psRefusal).
 	PSRefusal string `json:"ps_refusal,omitempty"`
+	// Rebalance is the answer to the last rebalance request
+	// (rebalance.go).
+	Rebalance *RebalanceAnswer `json:"rebalance,omitempty"`
 }
 
 // Errors of a refused RequestScale.
@@ -83,10 +86,16 @@ func runScaleStatus(dir string) (ScaleStatus, error) {
 // writeScaleRequest writes req as dir's next request (its Seq one past
 // the last one's).
 func writeScaleRequest(dir string, req chief.ScaleRequest) error {
+	_, err := writeScaleRequestSeq(dir, req)
+	return err
+}
+
+// writeScaleRequestSeq is writeScaleRequest, returning the Seq written.
+func writeScaleRequestSeq(dir string, req chief.ScaleRequest) (int64, error) {
 	path := filepath.Join(dir, ScaleRequestFile)
 	prev, _ := chief.ReadScaleRequest(path)
 	req.Seq = prev.Seq + 1
-	return writeJSON(path, req)
+	return req.Seq, writeJSON(path, req)
 }
 
 func launcherAlive(dir string, fs procFS) bool {
@@ -187,6 +196,8 @@ type scaler struct {
 	pollMu sync.Mutex
 	path   string // the request file ("": not watched yet)
 	seq    int64  // the last request applied
+	// answer is the answer to the last rebalance request (under mu).
+	answer *RebalanceAnswer
 }
 
 // watch polls the request file until ctx ends.
@@ -224,6 +235,13 @@ func (sc *scaler) poll() {
 		return
 	}
 	sc.seq = r.Seq
+	switch {
+	case r.Rebalance:
+		sc.rebalance(r.Seq) // (rebalance.go)
+		return
+	case len(r.PSWeights) > 0:
+		return // (the chief's: a rebalance's weights)
+	}
 	if r.Workers > 0 || r.PS == 0 {
 		sc.apply(r.Workers)
 	}
@@ -249,7 +267,8 @@ func (sc *scaler) apply(workers int) {
 func (sc *scaler) writeStatus() {
 	sc.mu.Lock()
 	st := ScaleStatus{RunID: sc.s.plan.runID, Mode: string(sc.s.c.Run.Mode), MaxWorkers: sc.slots, Workers: sc.target,
-		MaxPS: sc.s.plan.psSlots, PS: sc.s.c.Run.PS, PSReplicas: sc.s.c.Run.PSReplicas, PSRefusal: psRefusal(sc.s.c.Run)}
+		MaxPS: sc.s.plan.psSlots, PS: sc.s.c.Run.PS, PSReplicas: sc.s.c.Run.PSReplicas, PSRefusal: psRefusal(sc.s.c.Run),
+		Rebalance: sc.answer}
 	sc.mu.Unlock()
 	if sc.s.psScale != nil {
 		st.PS = sc.s.psScale.count()

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/procfs"
 	"github.com/pstrain/pstrain/config"
 )
 
@@ -28,8 +29,9 @@ const MaxSlowdown = 100
 // 2.9-3.0x with 100 ms (docs/observability.md, "Stragglers").
 const SlowPeriod = 100 * time.Millisecond
 
-// Slowdown makes a worker Factor times slower from At after the cluster
-// started (`--fault slow:worker/1@5s:3`), as if it ran on a machine
+// Slowdown makes a worker, or a parameter server, Factor times slower
+// from At after the cluster started (`--fault slow:worker/1@5s:3`,
+// `slow:ps/0@5s:3`), as if it ran on a machine
 // Factor times slower: the launcher stops it (SIGSTOP) for (Factor-1)/
 // Factor of every SlowPeriod and lets it run (SIGCONT) for the rest,
 // like a CPU quota of 1/Factor of a core for a process that always
@@ -48,8 +50,9 @@ func (s Slowdown) String() string {
 
 // ParseSlowdowns reads the slow: entries of --fault's comma list
 // (ParseFaults reads the others), e.g. "ps/1@8s,slow:worker/1@5s:3":
-// each names a worker of the run, a time after the start and a factor
-// above 1 (at most MaxSlowdown).
+// each names a worker or a parameter server of the run (of its
+// --max-ps slots), a time after the start and a factor above 1 (at most
+// MaxSlowdown).
 func ParseSlowdowns(s string, r config.Run) ([]Slowdown, error) {
 	var out []Slowdown
 	for _, part := range strings.Split(s, ",") {
@@ -57,7 +60,7 @@ func ParseSlowdowns(s string, r config.Run) ([]Slowdown, error) {
 		if !ok {
 			continue
 		}
-		sd, err := parseSlowdown(spec, r.Workers)
+		sd, err := parseSlowdown(spec, r.Workers, r.PSSlots())
 		if err != nil {
 			return nil, fmt.Errorf("--fault %q: %w", strings.TrimSpace(part), err)
 		}
@@ -66,13 +69,14 @@ func ParseSlowdowns(s string, r config.Run) ([]Slowdown, error) {
 	return out, nil
 }
 
-func parseSlowdown(spec string, workers int) (Slowdown, error) {
+func parseSlowdown(spec string, workers, ps int) (Slowdown, error) {
 	task, rest, ok := strings.Cut(spec, "@")
 	at, factor, ok2 := strings.Cut(rest, ":")
-	idx, ok3 := strings.CutPrefix(task, "worker/")
+	role, idx, ok3 := strings.Cut(task, "/")
 	n, err := strconv.Atoi(idx)
-	if !ok || !ok2 || !ok3 || err != nil || n < 0 || n >= workers || strconv.Itoa(n) != idx {
-		return Slowdown{}, fmt.Errorf("want slow:worker/N@TIME:FACTOR with N in 0..%d (e.g. slow:worker/1@5s:3, 3 times slower from 5 s)", workers-1)
+	count := map[string]int{"worker": workers, "ps": ps}[role]
+	if !ok || !ok2 || !ok3 || err != nil || n < 0 || n >= count || strconv.Itoa(n) != idx {
+		return Slowdown{}, fmt.Errorf("want slow:worker/N@TIME:FACTOR with N in 0..%d, or slow:ps/N@TIME:FACTOR with N in 0..%d (e.g. slow:worker/1@5s:3, 3 times slower from 5 s)", workers-1, ps-1)
 	}
 	d, err := time.ParseDuration(at)
 	if err != nil || d < 0 {
@@ -115,8 +119,55 @@ const maxStop = 200 * time.Millisecond
 // stopped says the worker was stopped for d.
 func (c *dutyCycle) stopped(d time.Duration) { c.owed -= d }
 
+// OnCPU says the slowdown's stops are owed for the CPU time the process
+// used rather than the time it ran: a parameter server's. A PS waits for
+// requests most of the time; stopped for (F-1)/F of every period whether
+// it works or not, it would answer late however little it had to do, and
+// no move of rows could help it. Owed for its CPU, it is a CPU quota of
+// 1/F of a core (as a container's CPU limit is): each request waits for
+// the CPU it needs, and the more work it is given the slower it answers
+// (docs/elastic.md, "Rebalancing"). A worker always wants the CPU, so
+// the two are alike for it; it keeps the time it ran.
+func (s Slowdown) OnCPU() bool { return strings.HasPrefix(s.Task, "ps/") }
+
+// cpuMeter reads how much CPU a slowed process used since it last read
+// it (a new process starts it afresh).
+type cpuMeter struct {
+	pid  int
+	last time.Duration
+}
+
+// since is the CPU p's process used since the last call (0 at the first
+// call for a process, or when it cannot be read).
+func (m *cpuMeter) since(p *proc) time.Duration {
+	cpu, err := processCPU(p.cmd.Process.Pid)
+	if err != nil {
+		return 0
+	}
+	d := cpu - m.last
+	if p.cmd.Process.Pid != m.pid {
+		d = 0
+	}
+	m.pid, m.last = p.cmd.Process.Pid, cpu
+	return max(d, 0)
+}
+
+// processCPU is the user and system CPU time process pid used, all its
+// threads (counted in clock ticks, 10 ms on Linux).
+func processCPU(pid int) (time.Duration, error) {
+	p, err := procfs.NewProc(pid)
+	if err != nil {
+		return 0, err
+	}
+	st, err := p.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return time.Duration(st.CPUTime() * float64(time.Second)), nil
+}
+
 // slow carries out sd: from sd.At after the start it stops and
-// continues the worker's current process on sd's duty cycle until the
+// continues the task's current process on sd's duty cycle until the
 // run finishes or ctx ends, and leaves it running.
 func (s *supervisor) slow(ctx context.Context, sd Slowdown) {
 	select {
@@ -125,18 +176,23 @@ func (s *supervisor) slow(ctx context.Context, sd Slowdown) {
 		return
 	}
 	c := &dutyCycle{factor: sd.Factor}
+	var cpu cpuMeter
 	s.c.Log.Warn("fault: slowing task down (stopped with SIGSTOP for part of every period)", "task", sd.Task, "factor", sd.Factor,
-		"runs", c.run(), "of", SlowPeriod, "at", s.since(time.Now()))
+		"runs", c.run(), "of", SlowPeriod, "for_cpu_used", sd.OnCPU(), "at", s.since(time.Now()))
 	for {
 		start := time.Now()
 		if !sleepCtx(ctx, c.run()) {
 			return
 		}
-		stop := c.ran(time.Since(start))
+		p := s.slowable(sd.Task)
+		ran := time.Since(start)
+		if sd.OnCPU() && p != nil {
+			ran = cpu.since(p)
+		}
+		stop := c.ran(ran)
 		if stop <= 0 {
 			continue
 		}
-		p := s.slowable(sd.Task)
 		if p == nil {
 			if s.stopping() || s.isFinished() {
 				return

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,13 +21,13 @@ import (
 
 func TestParseSlowdowns(t *testing.T) {
 	r := config.Default() // 2 PS, 2 workers
-	spec := "ps/1@8s, slow:worker/1@5s:3,worker/0@1s,slow:worker/0@0s:1.5"
+	spec := "ps/1@8s, slow:worker/1@5s:3,worker/0@1s,slow:worker/0@0s:1.5,slow:ps/1@2s:4"
 	got, err := ParseSlowdowns(spec, r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Slowdown{{"worker/1", 5 * time.Second, 3}, {"worker/0", 0, 1.5}}
-	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+	want := []Slowdown{{"worker/1", 5 * time.Second, 3}, {"worker/0", 0, 1.5}, {"ps/1", 2 * time.Second, 4}}
+	if !slices.Equal(got, want) {
 		t.Fatalf("ParseSlowdowns = %+v, want %+v", got, want)
 	}
 	// The kills of the same list are ParseFaults', which skips the slowdowns.
@@ -39,7 +40,8 @@ func TestParseSlowdowns(t *testing.T) {
 	}
 	for bad, why := range map[string]string{
 		"slow:worker/2@1s:3":   "N in 0..1",
-		"slow:ps/0@1s:3":       "slow:worker/N@TIME:FACTOR",
+		"slow:ps/2@1s:3":       "slow:ps/N@TIME:FACTOR with N in 0..1",
+		"slow:chief/0@1s:3":    "slow:worker/N@TIME:FACTOR",
 		"slow:worker/1@1s":     "slow:worker/N@TIME:FACTOR",
 		"slow:worker/01@1s:3":  "slow:worker/N@TIME:FACTOR",
 		"slow:worker/1:3":      "slow:worker/N@TIME:FACTOR",
@@ -160,3 +162,43 @@ func cpuOf(t *testing.T, pid int) time.Duration {
 
 // stateOf is process pid's state letter: R, S, T (stopped), ...
 func stateOf(t *testing.T, pid int) string { return statFields(t, pid)[0] }
+
+// A parameter server's slowdown owes its stops for the CPU it used: an
+// idle process slowed 4x as ps/0 is never stopped (a worker's duty cycle
+// would stop it three quarters of the time), and a busy one does much
+// less of its work.
+func TestSlowOnCPU(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs processes for 3 s")
+	}
+	slowed := func(script string) (stops, samples int, cpu time.Duration) {
+		cmd := exec.Command("sh", "-c", script)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { cmd.Process.Kill(); cmd.Wait() }()
+		p := &proc{task: taskOf("ps/0"), cmd: cmd, done: make(chan struct{})}
+		s := &supervisor{c: Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, t0: time.Now(), procs: map[string]*proc{"ps/0": p}}
+		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+		defer cancel()
+		done := make(chan struct{})
+		go func() { defer close(done); s.slow(ctx, Slowdown{Task: "ps/0", Factor: 4}) }()
+		for ctx.Err() == nil {
+			if stateOf(t, cmd.Process.Pid) == "T" {
+				stops++
+			}
+			samples++
+			time.Sleep(5 * time.Millisecond)
+		}
+		<-done
+		return stops, samples, cpuOf(t, cmd.Process.Pid)
+	}
+	if stops, n, _ := slowed("sleep 10"); stops > 0 {
+		t.Errorf("an idle PS slowed 4x was seen stopped %d times of %d", stops, n)
+	}
+	stops, n, cpu := slowed("while :; do :; done")
+	t.Logf("a busy PS slowed 4x: stopped in %d of %d samples, %v of CPU in 1.5 s", stops, n, cpu)
+	if stops == 0 || cpu > 1000*time.Millisecond {
+		t.Errorf("a busy PS slowed 4x: stopped in %d of %d samples, %v of CPU in 1.5 s; want stops and well under 1.5 s", stops, n, cpu)
+	}
+}

@@ -180,8 +180,12 @@ type InitRequest struct {
 	StandbyAddr string `protobuf:"bytes,19,opt,name=standby_addr,json=standbyAddr,proto3" json:"standby_addr,omitempty"`
 	// tables are the embedding tables the run declares: the shard holds,
 	// of each, the rows embed.ShardOf places on it (none: a dense model).
-	Tables        []*TableSpec `protobuf:"bytes,22,rep,name=tables,proto3" json:"tables,omitempty"`
-	RowsLoading   bool         `protobuf:"varint,23,opt,name=rows_loading,json=rowsLoading,proto3" json:"rows_loading,omitempty"` // the chief loads a checkpoint's rows next: row requests wait (Unavailable) until its LoadRows with done
+	Tables      []*TableSpec `protobuf:"bytes,22,rep,name=tables,proto3" json:"tables,omitempty"`
+	RowsLoading bool         `protobuf:"varint,23,opt,name=rows_loading,json=rowsLoading,proto3" json:"rows_loading,omitempty"` // the chief loads a checkpoint's rows next: row requests wait (Unavailable) until its LoadRows with done
+	// shard_weights are the layout's weights, one per shard, after a
+	// rebalance (partition.Layout; docs/elastic.md, "Rebalancing"); none:
+	// the num_shards shards carry equal shares.
+	ShardWeights  []int32 `protobuf:"varint,24,rep,packed,name=shard_weights,json=shardWeights,proto3" json:"shard_weights,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -354,6 +358,13 @@ func (x *InitRequest) GetRowsLoading() bool {
 		return x.RowsLoading
 	}
 	return false
+}
+
+func (x *InitRequest) GetShardWeights() []int32 {
+	if x != nil {
+		return x.ShardWeights
+	}
+	return nil
 }
 
 // TableSpec is one embedding table (embed.TableConfig).
@@ -3369,7 +3380,10 @@ type RegisterResponse struct {
 	// ps/num_ps-1 of the cluster's PS slots; 0: the run's --ps). It
 	// changes when the run's PS count does (docs/elastic.md, "Parameter
 	// servers").
-	NumPs         int32 `protobuf:"varint,7,opt,name=num_ps,json=numPs,proto3" json:"num_ps,omitempty"`
+	NumPs int32 `protobuf:"varint,7,opt,name=num_ps,json=numPs,proto3" json:"num_ps,omitempty"`
+	// ps_weights are the layout's weights, one per parameter server, after
+	// a rebalance (docs/elastic.md, "Rebalancing"); none: equal shares.
+	PsWeights     []int32 `protobuf:"varint,8,rep,packed,name=ps_weights,json=psWeights,proto3" json:"ps_weights,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3444,6 +3458,13 @@ func (x *RegisterResponse) GetNumPs() int32 {
 		return x.NumPs
 	}
 	return 0
+}
+
+func (x *RegisterResponse) GetPsWeights() []int32 {
+	if x != nil {
+		return x.PsWeights
+	}
+	return nil
 }
 
 // DataPlan is how the training set is split among a changing number of
@@ -3679,11 +3700,12 @@ type HeartbeatRequest struct {
 	// the position of the next batch it reads, the hold of the plan it
 	// uses (0: none), and whether its reading waits for the chief (at a
 	// hold, or past the batches of its eras).
-	DataPosition  int64 `protobuf:"varint,8,opt,name=data_position,json=dataPosition,proto3" json:"data_position,omitempty"`
-	PlanHold      int64 `protobuf:"varint,9,opt,name=plan_hold,json=planHold,proto3" json:"plan_hold,omitempty"`
-	DataWaiting   bool  `protobuf:"varint,10,opt,name=data_waiting,json=dataWaiting,proto3" json:"data_waiting,omitempty"`
-	NumPs         int32 `protobuf:"varint,11,opt,name=num_ps,json=numPs,proto3" json:"num_ps,omitempty"`                // the parameter servers the worker's layout has (0: not said)
-	PlanLeases    int32 `protobuf:"varint,12,opt,name=plan_leases,json=planLeases,proto3" json:"plan_leases,omitempty"` // the data queue's chunks the worker's plan hands it
+	DataPosition  int64   `protobuf:"varint,8,opt,name=data_position,json=dataPosition,proto3" json:"data_position,omitempty"`
+	PlanHold      int64   `protobuf:"varint,9,opt,name=plan_hold,json=planHold,proto3" json:"plan_hold,omitempty"`
+	DataWaiting   bool    `protobuf:"varint,10,opt,name=data_waiting,json=dataWaiting,proto3" json:"data_waiting,omitempty"`
+	NumPs         int32   `protobuf:"varint,11,opt,name=num_ps,json=numPs,proto3" json:"num_ps,omitempty"`                    // the parameter servers the worker's layout has (0: not said)
+	PlanLeases    int32   `protobuf:"varint,12,opt,name=plan_leases,json=planLeases,proto3" json:"plan_leases,omitempty"`     // the data queue's chunks the worker's plan hands it
+	PsWeights     []int32 `protobuf:"varint,13,rep,packed,name=ps_weights,json=psWeights,proto3" json:"ps_weights,omitempty"` // the weights of the worker's layout (none: equal shares)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3802,6 +3824,13 @@ func (x *HeartbeatRequest) GetPlanLeases() int32 {
 	return 0
 }
 
+func (x *HeartbeatRequest) GetPsWeights() []int32 {
+	if x != nil {
+		return x.PsWeights
+	}
+	return nil
+}
+
 type HeartbeatResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Stop     bool                   `protobuf:"varint,1,opt,name=stop,proto3" json:"stop,omitempty"`
@@ -3812,8 +3841,11 @@ type HeartbeatResponse struct {
 	// num_ps, when it differs from the request's, is the PS count the
 	// worker is to switch to: it stops its step, takes the layout of that
 	// many shards and says so in its next heartbeat (docs/elastic.md,
-	// "Parameter servers"). 0: not said.
-	NumPs         int32 `protobuf:"varint,5,opt,name=num_ps,json=numPs,proto3" json:"num_ps,omitempty"`
+	// "Parameter servers"). 0: not said. With ps_weights, the layout the
+	// worker is to use is that count with those weights (a rebalance,
+	// docs/elastic.md, "Rebalancing": the same count, other shares).
+	NumPs         int32   `protobuf:"varint,5,opt,name=num_ps,json=numPs,proto3" json:"num_ps,omitempty"`
+	PsWeights     []int32 `protobuf:"varint,6,rep,packed,name=ps_weights,json=psWeights,proto3" json:"ps_weights,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3876,6 +3908,13 @@ func (x *HeartbeatResponse) GetNumPs() int32 {
 	return 0
 }
 
+func (x *HeartbeatResponse) GetPsWeights() []int32 {
+	if x != nil {
+		return x.PsWeights
+	}
+	return nil
+}
+
 var File_pstrain_proto protoreflect.FileDescriptor
 
 const file_pstrain_proto_rawDesc = "" +
@@ -3885,7 +3924,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x05Block\x12\x1a\n" +
 	"\bvariable\x18\x01 \x01(\x05R\bvariable\x12\x1b\n" +
 	"\trow_start\x18\x02 \x01(\x05R\browStart\x12\x17\n" +
-	"\arow_end\x18\x03 \x01(\x05R\x06rowEnd\"\xea\x05\n" +
+	"\arow_end\x18\x03 \x01(\x05R\x06rowEnd\"\x8f\x06\n" +
 	"\vInitRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\x05R\x05shard\x12\x1d\n" +
@@ -3913,7 +3952,8 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x05epoch\x18\x12 \x01(\x03R\x05epoch\x12!\n" +
 	"\fstandby_addr\x18\x13 \x01(\tR\vstandbyAddr\x12-\n" +
 	"\x06tables\x18\x16 \x03(\v2\x15.pstrain.v1.TableSpecR\x06tables\x12!\n" +
-	"\frows_loading\x18\x17 \x01(\bR\vrowsLoadingJ\x04\b\x04\x10\x05J\x04\b\r\x10\x0eJ\x04\b\x10\x10\x11\"\xf4\x01\n" +
+	"\frows_loading\x18\x17 \x01(\bR\vrowsLoading\x12#\n" +
+	"\rshard_weights\x18\x18 \x03(\x05R\fshardWeightsJ\x04\b\x04\x10\x05J\x04\b\r\x10\x0eJ\x04\b\x10\x10\x11\"\xf4\x01\n" +
 	"\tTableSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03dim\x18\x02 \x01(\x05R\x03dim\x12\x12\n" +
@@ -4199,7 +4239,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\bsettings\x18\b \x03(\v2\x13.pstrain.v1.SettingR\bsettingsJ\x04\b\x04\x10\x05J\x04\b\x05\x10\x06\"3\n" +
 	"\aSetting\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\xdf\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xfe\x01\n" +
 	"\x10RegisterResponse\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1d\n" +
 	"\n" +
@@ -4208,7 +4248,9 @@ const file_pstrain_proto_rawDesc = "" +
 	"\n" +
 	"start_step\x18\x04 \x01(\x03R\tstartStep\x121\n" +
 	"\tdata_plan\x18\x06 \x01(\v2\x14.pstrain.v1.DataPlanR\bdataPlan\x12\x15\n" +
-	"\x06num_ps\x18\a \x01(\x05R\x05numPsJ\x04\b\x05\x10\x06\"\xc8\x01\n" +
+	"\x06num_ps\x18\a \x01(\x05R\x05numPs\x12\x1d\n" +
+	"\n" +
+	"ps_weights\x18\b \x03(\x05R\tpsWeightsJ\x04\b\x05\x10\x06\"\xc8\x01\n" +
 	"\bDataPlan\x12\f\n" +
 	"\x01n\x18\x01 \x01(\x03R\x01n\x12\x14\n" +
 	"\x05batch\x18\x02 \x01(\x05R\x05batch\x12#\n" +
@@ -4224,7 +4266,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x03Era\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x03R\x05epoch\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x03R\x04step\x12\x18\n" +
-	"\aworkers\x18\x03 \x01(\x05R\aworkers\"\xec\x02\n" +
+	"\aworkers\x18\x03 \x01(\x05R\aworkers\"\x8b\x03\n" +
 	"\x10HeartbeatRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x12\n" +
@@ -4242,12 +4284,16 @@ const file_pstrain_proto_rawDesc = "" +
 	" \x01(\bR\vdataWaiting\x12\x15\n" +
 	"\x06num_ps\x18\v \x01(\x05R\x05numPs\x12\x1f\n" +
 	"\vplan_leases\x18\f \x01(\x05R\n" +
-	"planLeases\"\x99\x01\n" +
+	"planLeases\x12\x1d\n" +
+	"\n" +
+	"ps_weights\x18\r \x03(\x05R\tpsWeights\"\xb8\x01\n" +
 	"\x11HeartbeatResponse\x12\x12\n" +
 	"\x04stop\x18\x01 \x01(\bR\x04stop\x121\n" +
 	"\tdata_plan\x18\x04 \x01(\v2\x14.pstrain.v1.DataPlanR\bdataPlan\x12 \n" +
 	"\vquarantined\x18\x03 \x01(\tR\vquarantined\x12\x15\n" +
-	"\x06num_ps\x18\x05 \x01(\x05R\x05numPsJ\x04\b\x02\x10\x032\x80\a\n" +
+	"\x06num_ps\x18\x05 \x01(\x05R\x05numPs\x12\x1d\n" +
+	"\n" +
+	"ps_weights\x18\x06 \x03(\x05R\tpsWeightsJ\x04\b\x02\x10\x032\x80\a\n" +
 	"\x0fParameterServer\x129\n" +
 	"\x04Init\x12\x17.pstrain.v1.InitRequest\x1a\x18.pstrain.v1.InitResponse\x129\n" +
 	"\x04Pull\x12\x17.pstrain.v1.PullRequest\x1a\x18.pstrain.v1.PullResponse\x129\n" +

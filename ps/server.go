@@ -336,13 +336,14 @@ func optimizerOf(opts Options, req *pb.InitRequest, n int) (optim.Optimizer, err
 	return opt, nil
 }
 
-// planOf is the model's partition req's spec describes, checked to give
+// planOf is the model's partition req's spec and layout (its shard
+// count and weights) describe, checked to give
 // the shard n parameters (the zero plan when req has no spec).
 func planOf(req *pb.InitRequest, n int) (partition.Plan, error) {
 	if req.ModelSpec == nil {
 		return partition.Plan{}, nil
 	}
-	plan, err := partition.New(convert.Spec(req.ModelSpec), int(req.NumShards))
+	plan, err := partition.LayoutOf(int(req.NumShards), req.ShardWeights).Plan(convert.Spec(req.ModelSpec))
 	if err != nil {
 		return partition.Plan{}, err
 	}

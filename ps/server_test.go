@@ -640,3 +640,29 @@ func TestPullWaitsForInit(t *testing.T) {
 		t.Fatalf("a pull with no Init: %v after %v; want Unavailable after %v", err, took, InitWait)
 	}
 }
+
+// TestInitOfAWeightedLayout: a shard of a rebalanced layout is checked
+// against its weighted share (the even share of the same count is
+// refused), and the plan it keeps is the weighted one.
+func TestInitOfAWeightedLayout(t *testing.T) {
+	spec := model.Spec{Input: 784, Hidden: []int{800}, Classes: 10}
+	weighted, _ := partition.Weighted(spec, []int{250, 750})
+	even, _ := partition.New(spec, 2)
+	r := config.Default()
+	r.LRSchedule = "constant"
+	init := func(n int) error {
+		srv := NewServer(Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Shard: AnyShard})
+		_, err := srv.Init(context.Background(), &pb.InitRequest{RunId: "r", Shard: 0, NumShards: 2, ShardOptions: OptionsFor(r).Proto(),
+			Params: wire.Bytes(make([]float32, n)), Generation: 1, ModelSpec: convert.ModelSpec(spec), ShardWeights: []int32{250, 750}})
+		if err == nil && srv.plan.Shards[0].Size != n {
+			t.Errorf("the shard keeps a plan of %d parameters, was sent %d", srv.plan.Shards[0].Size, n)
+		}
+		return err
+	}
+	if err := init(weighted.Shards[0].Size); err != nil {
+		t.Errorf("the weighted share (%d): %v", weighted.Shards[0].Size, err)
+	}
+	if err := init(even.Shards[0].Size); err == nil {
+		t.Errorf("the even share (%d) of a weighted layout was taken", even.Shards[0].Size)
+	}
+}

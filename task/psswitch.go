@@ -11,8 +11,9 @@ import (
 )
 
 // A worker's half of a change of the PS count (docs/elastic.md,
-// "Parameter servers"): the chief's heartbeat answer names the new
-// count once every shard is held (sync: at the change's step boundary);
+// "Parameter servers"), or of a rebalance (the same count, other
+// weights; "Rebalancing"): the chief's heartbeat answer names the new
+// layout once every shard is held (sync: at the change's step boundary);
 // the worker's training loop is stopped (nothing of it is lost: its
 // pulls were held, the pushes under way are answered first, and the
 // shards keep its data position), the worker is rebuilt on the layout
@@ -20,78 +21,78 @@ import (
 // slots it lacked), and its next heartbeat says so. Its pulls then wait
 // at the shards until the chief has initialised the new layout.
 
-// layoutSwitch is the worker.LayoutFollower of a worker task: the PS
-// count its layout has, and the one the chief asked for (0: none) with
-// the cancel of the training loop under way.
+// layoutSwitch is the worker.LayoutFollower of a worker task: the
+// layout (PS count and weights) the worker uses, and the one the chief
+// asked for (PS 0: none) with the cancel of the training loop under way.
 type layoutSwitch struct {
 	mu     sync.Mutex
-	ps     int
-	want   int
+	cur    partition.Layout
+	want   partition.Layout
 	cancel context.CancelFunc
 }
 
-// PS is the PS count of the worker's layout.
-func (l *layoutSwitch) PS() int {
+// Layout is the worker's layout.
+func (l *layoutSwitch) Layout() partition.Layout {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.ps
+	return l.cur
 }
 
-// SwitchPS records the count the chief asks for and stops the training
+// Switch records the layout the chief asks for and stops the training
 // loop.
-func (l *layoutSwitch) SwitchPS(n int) {
+func (l *layoutSwitch) Switch(to partition.Layout) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if n == l.ps || n == l.want {
+	if to.Equal(l.cur) || to.Equal(l.want) {
 		return
 	}
-	l.want = n
+	l.want = to
 	if l.cancel != nil {
 		l.cancel()
 	}
 }
 
-// arm makes cancel the stop of the training loop under way; a count
+// arm makes cancel the stop of the training loop under way; a layout
 // asked for before is acted on at once.
 func (l *layoutSwitch) arm(cancel context.CancelFunc) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.cancel = cancel
-	if l.want != 0 {
+	if l.want.PS != 0 {
 		cancel()
 	}
 }
 
-// take returns the count asked for (0: none), which stays asked for
+// take returns the layout asked for (PS 0: none), which stays asked for
 // until switched: a heartbeat answered meanwhile (the stopped loop's
 // last) asks for it again, which then changes nothing.
-func (l *layoutSwitch) take() int {
+func (l *layoutSwitch) take() partition.Layout {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.cancel = nil
 	return l.want
 }
 
-// switched records that the layout has n shards now.
-func (l *layoutSwitch) switched(n int) {
+// switched records that the worker uses to now.
+func (l *layoutSwitch) switched(to partition.Layout) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.ps = n
-	if l.want == n {
-		l.want = 0
+	l.cur = to
+	if l.want.Equal(to) {
+		l.want = partition.Layout{}
 	}
 }
 
-// switchPS rebuilds the worker on the layout of n shards.
-func (w *Worker) switchPS(n int) error {
-	if n > len(w.o.Cluster.PS) {
-		return fmt.Errorf("worker: the chief asks for %d parameter servers; the cluster lists %d", n, len(w.o.Cluster.PS))
+// switchLayout rebuilds the worker on the layout to.
+func (w *Worker) switchLayout(to partition.Layout) error {
+	if to.PS > len(w.o.Cluster.PS) {
+		return fmt.Errorf("worker: the chief asks for %d parameter servers; the cluster lists %d", to.PS, len(w.o.Cluster.PS))
 	}
-	plan, err := partition.New(w.spec, n)
+	plan, err := to.Plan(w.spec)
 	if err != nil {
 		return err
 	}
-	shards, err := w.shardsFor(n)
+	shards, err := w.shardsFor(to.PS)
 	if err != nil {
 		return err
 	}
@@ -102,8 +103,8 @@ func (w *Worker) switchPS(n int) error {
 		return err
 	}
 	w.w, w.cfg = nw, cfg
-	w.layout.switched(n)
-	w.o.Log.Info("switched to the layout of the new PS count", "worker", w.o.Task.Index, "ps", n)
+	w.layout.switched(to)
+	w.o.Log.Info("switched to the new layout of the parameter servers", "worker", w.o.Task.Index, "ps", to.String())
 	return nil
 }
 
@@ -124,6 +125,7 @@ func (w *Worker) shardsFor(n int) ([]worker.Shard, error) {
 // initialPS is the PS count a worker's layout starts with: the chief's
 // (its registration's answer), else the run's --ps when the cluster
 // lists more PS slots (--max-ps), else every PS the cluster lists.
+// (initialLayout adds the chief's weights.)
 func initialPS(o Options, reg *pb.RegisterResponse) int {
 	switch {
 	case reg != nil && reg.NumPs > 0 && int(reg.NumPs) <= len(o.Cluster.PS):
@@ -132,4 +134,15 @@ func initialPS(o Options, reg *pb.RegisterResponse) int {
 		return o.Run.PS
 	}
 	return len(o.Cluster.PS)
+}
+
+// initialLayout is the layout a worker starts with: initialPS's count
+// with the weights the chief's registration answer gives (after a
+// rebalance; none: equal shares).
+func initialLayout(o Options, reg *pb.RegisterResponse) partition.Layout {
+	n := initialPS(o, reg)
+	if reg == nil || int(reg.NumPs) != n {
+		return partition.Even(n)
+	}
+	return partition.LayoutOf(n, reg.PsWeights)
 }

@@ -6,39 +6,43 @@ import (
 
 	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/ml/partition"
 	pb "github.com/pstrain/pstrain/proto"
 )
 
-// TestLayoutSwitch: a count asked for cancels the training loop under
-// way, or the next one at once when asked between two; the same count
-// again changes nothing; take forgets it.
+// TestLayoutSwitch: a layout asked for cancels the training loop under
+// way, or the next one at once when asked between two; the same layout
+// again changes nothing; take forgets it. A rebalance (the same count,
+// other weights) is another layout.
 func TestLayoutSwitch(t *testing.T) {
-	l := &layoutSwitch{ps: 2}
-	l.SwitchPS(2)
-	if n := l.take(); n != 0 {
-		t.Fatalf("the count in effect asked for: take %d, want 0", n)
+	even2, even3 := partition.Even(2), partition.Even(3)
+	l := &layoutSwitch{cur: even2}
+	l.Switch(partition.LayoutOf(2, []int{5, 5}))
+	if to := l.take(); to.PS != 0 {
+		t.Fatalf("the layout in effect asked for: take %v, want none", to)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l.arm(cancel)
-	l.SwitchPS(3)
+	l.Switch(even3)
 	if ctx.Err() == nil {
 		t.Fatal("the loop under way was not stopped")
 	}
-	if n := l.take(); n != 3 {
-		t.Fatalf("take %d, want 3", n)
+	if to := l.take(); !to.Equal(even3) {
+		t.Fatalf("take %v, want 3", to)
 	}
-	l.SwitchPS(3) // the stopped loop's last heartbeat, answered late
-	l.switched(3)
+	l.Switch(even3) // the stopped loop's last heartbeat, answered late
+	l.switched(even3)
 	ctx, cancel = context.WithCancel(context.Background())
 	l.arm(cancel)
-	if ctx.Err() != nil || l.take() != 0 {
-		t.Fatal("the count switched to stopped the next loop")
+	if ctx.Err() != nil || l.take().PS != 0 {
+		t.Fatal("the layout switched to stopped the next loop")
 	}
-	l.SwitchPS(1) // between two loops
+	weighted := partition.LayoutOf(3, []int{200, 400, 400})
+	l.Switch(weighted) // between two loops
 	ctx, cancel = context.WithCancel(context.Background())
 	l.arm(cancel)
-	if ctx.Err() == nil || l.take() != 1 || l.PS() != 3 {
-		t.Fatal("a count asked between two loops did not stop the next one")
+	if ctx.Err() == nil || !l.take().Equal(weighted) || !l.Layout().Equal(even3) {
+		t.Fatal("a rebalance asked between two loops did not stop the next one")
 	}
 }
 

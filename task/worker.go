@@ -82,12 +82,12 @@ func NewWorker(ctx context.Context, o Options, d WorkerDeps) (_ *Worker, err err
 	if err != nil {
 		return nil, err
 	}
-	numPS := initialPS(o, w.reg)
-	plan, err := partition.New(d.Spec, numPS)
+	layout := initialLayout(o, w.reg)
+	plan, err := layout.Plan(d.Spec)
 	if err != nil {
 		return nil, err
 	}
-	shards, err := w.shardsFor(numPS)
+	shards, err := w.shardsFor(layout.PS)
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +99,7 @@ func NewWorker(ctx context.Context, o Options, d WorkerDeps) (_ *Worker, err err
 		Shards: shards, Batches: batches, DataPlan: follower, Log: o.Log, Metrics: d.Metrics,
 		RetryTimeout: o.ConnectTimeout, Faults: o.GradientFaults}
 	if w.chief != nil {
-		w.layout = &layoutSwitch{ps: numPS}
+		w.layout = &layoutSwitch{cur: layout}
 		cfg.Layout = w.layout
 	}
 	if d.Tweak != nil {
@@ -285,11 +285,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	var beats sync.WaitGroup
 	defer beats.Wait()
 	for {
-		n, err := w.runLayout(ctx, &beats)
-		if n == 0 {
+		to, err := w.runLayout(ctx, &beats)
+		if to.PS == 0 {
 			return err
 		}
-		if err := w.switchPS(n); err != nil {
+		if err := w.switchLayout(to); err != nil {
 			return err
 		}
 	}
@@ -312,8 +312,8 @@ func closeOnDone(ctx context.Context, plan worker.PlanFollower) (stop func()) {
 
 // runLayout trains on the current layout, sending heartbeats (a
 // goroutine in beats), until training ends (n 0, with Run's error) or
-// the chief asks for n PS.
-func (w *Worker) runLayout(ctx context.Context, beats *sync.WaitGroup) (n int, err error) {
+// the chief asks for another layout (to).
+func (w *Worker) runLayout(ctx context.Context, beats *sync.WaitGroup) (to partition.Layout, err error) {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w.layout.arm(cancel)
@@ -325,11 +325,11 @@ func (w *Worker) runLayout(ctx context.Context, beats *sync.WaitGroup) (n int, e
 	}()
 	err = ww.RunStoppable(ctx, rctx) // (a change of the PS count: the pushes under way are answered first)
 	cancel()
-	if n := w.layout.take(); n > 0 && err != nil && ctx.Err() == nil {
-		return n, nil
+	if to := w.layout.take(); to.PS > 0 && err != nil && ctx.Err() == nil {
+		return to, nil
 	}
 	beats.Wait() // (the end of training: its last heartbeat carries the final counts)
-	return 0, err
+	return partition.Layout{}, err
 }
 
 // Close closes the worker's connections and its net. Call it once Run

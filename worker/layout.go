@@ -3,17 +3,20 @@ package worker
 import (
 	"time"
 
+	"github.com/pstrain/pstrain/ml/partition"
+
 	pb "github.com/pstrain/pstrain/proto"
 )
 
 // LayoutFollower is how a worker follows a change of the run's PS count
-// (docs/elastic.md, "Parameter servers"): its heartbeats say how many
-// shards its layout has (PS) and hand it the count the chief asks for
-// when that differs (SwitchPS), which ends the worker's Run for its
-// owner to rebuild it on the new layout.
+// or a rebalance (docs/elastic.md, "Parameter servers",
+// "Rebalancing"): its heartbeats say the layout it uses (Layout: the
+// shard count and weights) and hand it the layout the chief asks for
+// when that differs (Switch), which ends the worker's Run for its owner
+// to rebuild it on the new layout.
 type LayoutFollower interface {
-	PS() int
-	SwitchPS(n int)
+	Layout() partition.Layout
+	Switch(to partition.Layout)
 }
 
 // stallBeat is how often a worker whose steps have stopped sends
@@ -43,19 +46,23 @@ func (s *stallWatch) due(now time.Time, steps int64) bool {
 // beaten notes a heartbeat sent at now.
 func (s *stallWatch) beaten(now time.Time) { s.lastBeat = now }
 
-// followLayout fills in the request's PS count and hands the follower
+// followLayout fills in the request's layout and hands the follower
 // the answer's, when it differs.
 func (w *Worker) followLayout(req *pb.HeartbeatRequest, resp *pb.HeartbeatResponse) {
 	l := w.cfg.Layout
 	if l == nil {
 		return
 	}
+	cur := l.Layout()
 	if resp == nil {
-		req.NumPs = int32(l.PS())
+		req.NumPs, req.PsWeights = int32(cur.PS), cur.Weights32()
 		return
 	}
-	if n := int(resp.NumPs); n > 0 && n != l.PS() {
-		w.cfg.Log.Info("parameter servers changed: switching layouts", "worker", w.cfg.Index, "from", l.PS(), "to", n)
-		l.SwitchPS(n)
+	if n := int(resp.NumPs); n > 0 {
+		to := partition.LayoutOf(n, resp.PsWeights)
+		if !to.Equal(cur) {
+			w.cfg.Log.Info("parameter servers changed: switching layouts", "worker", w.cfg.Index, "from", cur.String(), "to", to.String())
+			l.Switch(to)
+		}
 	}
 }

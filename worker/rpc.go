@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -31,7 +32,11 @@ func (w *Worker) pullOne(ctx context.Context, p PullOrder) *pulled {
 		pctx, stop = context.WithTimeout(ctx, c.CatchUpAfter)
 		defer stop()
 	}
+	t0 := time.Now()
 	resp, err := w.pull(pctx, s, p.MinVersion, p.Generation)
+	if err == nil {
+		c.Metrics.ShardRPC.WithLabelValues("pull", strconv.Itoa(s)).Observe(time.Since(t0).Seconds())
+	}
 	if err != nil {
 		// The data plane's deadline can fire a moment before the
 		// context's: either says the bound passed.
@@ -132,7 +137,11 @@ func (w *Worker) pushOne(ctx context.Context, s int, a Push, grads [][]float32) 
 		c.Plan.Gather(s, grads, w.flat[s])
 		req.Grad = wire.Bytes(w.flat[s])
 	}
+	t0 := time.Now()
 	err := w.retry(ctx, s, "push", push)
+	if err == nil {
+		c.Metrics.ShardRPC.WithLabelValues("push", strconv.Itoa(s)).Observe(time.Since(t0).Seconds())
+	}
 	c.Metrics.RPCSentBytes.WithLabelValues("push").Add(float64(bytes))
 	w.wire.pushed(bytes)
 	out := PushOutcome{Shard: s, Err: err}

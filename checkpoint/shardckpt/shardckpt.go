@@ -94,12 +94,14 @@ type State struct {
 }
 
 // Read loads every shard of ck (verifying each file's SHA-256) and
-// reassembles the model's variables and optimizer state for spec.
+// reassembles the model's variables and optimizer state for spec (its
+// shards are of the layout the manifest records: a rebalanced one's
+// weights, or equal shares).
 func Read(ck *checkpoint.Checkpoint, spec model.Spec, optimizer string) (State, error) {
 	if err := checkModelSpec(ck, spec); err != nil {
 		return State{}, err
 	}
-	plan, err := partition.New(spec, ck.Manifest.NumShards)
+	plan, err := partition.LayoutOf(ck.Manifest.NumShards, ck.Manifest.ShardWeights).Plan(spec)
 	if err != nil {
 		return State{}, err
 	}

@@ -544,6 +544,10 @@ func membershipText(c report.MembershipChange) string {
 	if c.StepsLost != nil {
 		lost = *c.StepsLost
 	}
-	return fmt.Sprintf("parameter servers: %d -> %d at step %d at %.2f s, asked at %.2f s, pause %.2f s, %d steps lost",
-		c.From, c.To, c.Step, c.Seconds, c.AskedSeconds, pause, lost)
+	what := fmt.Sprintf("%d -> %d", c.From, c.To)
+	if c.Kind == "rebalance" { // (chief.KindRebalance)
+		what = fmt.Sprintf("%d rebalanced to weights %s (%.2fx imbalance, %d parameters moved)", c.To, weightsText(c.Weights), c.Imbalance, c.MovedParameters)
+	}
+	return fmt.Sprintf("parameter servers: %s at step %d at %.2f s, asked at %.2f s, pause %.2f s, %d steps lost",
+		what, c.Step, c.Seconds, c.AskedSeconds, pause, lost)
 }

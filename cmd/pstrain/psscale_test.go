@@ -116,6 +116,15 @@ func checkPSChanges(t *testing.T, rep *report.Report, epochs float64) []report.M
 			t.Errorf("change %+v: %d steps lost, pause %.3f s; want 0 and at most %s", c, *c.StepsLost, *c.PauseSeconds, why)
 		}
 	}
+	checkNoRollback(t, rep, epochs)
+	return got
+}
+
+// checkNoRollback: the run trained its epochs, each step once (it
+// stopped by epochs at its last step, no divergence), and its data
+// ledger is empty (no sample read twice or skipped).
+func checkNoRollback(t *testing.T, rep *report.Report, epochs float64) {
+	t.Helper()
 	if rep.StoppedBy != "epochs" || rep.FinalStep != rep.GlobalSteps || len(rep.Divergences) > 0 {
 		t.Errorf("stopped by %s at step %d of %d (divergences %+v); want epochs at the last step", rep.StoppedBy, rep.FinalStep, rep.GlobalSteps, rep.Divergences)
 	}
@@ -125,7 +134,6 @@ func checkPSChanges(t *testing.T, rep *report.Report, epochs float64) []report.M
 	if rep.DataLedger == nil || len(rep.DataLedger) > 0 {
 		t.Errorf("data ledger %+v, want [] (no sample read twice or skipped)", rep.DataLedger)
 	}
-	return got
 }
 
 // scalePS3Then1 scales run's parameter servers 2 -> 3 -> 1, each change
@@ -251,7 +259,7 @@ func restoreOnto2PS(t *testing.T, ctx context.Context, ckdir string, final check
 	if got != want || rep.TestAccuracy < want-1e-4 || rep.TestAccuracy > want+1e-4 {
 		t.Errorf("restored onto 2 PS: eval %.4f, the run's %.4f; the 1-PS checkpoint's eval %.4f", got, rep.TestAccuracy, want)
 	}
-	t.Logf("the final checkpoint (1 shard) scores %.4f; restored onto 2 PS %.4f (report %.4f)", want, got, rep.TestAccuracy)
+	t.Logf("the final checkpoint (%d shards) scores %.4f; restored onto 2 PS %.4f (report %.4f)", final.Manifest.NumShards, want, got, rep.TestAccuracy)
 }
 
 // The pause goal is 1 s unless the run saw more than 4 runnable tasks per

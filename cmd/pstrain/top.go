@@ -236,36 +236,55 @@ func renderTop(w io.Writer, b bottleneck.Breakdown) {
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TASK\tROLE\tSTATE\tSTEPS/S\tCOMPUTE\tPUSH\tPULL\tBARRIER\tCPU\tRSS MiB\tLOAD/CORES\tSTRAGGLER\t")
-	var errs []string
-	workers, workersUp, ps, psUp := 0, 0, 0, 0
+	var n topCounts
 	for _, t := range b.Tasks {
-		if !t.Up {
-			errs = append(errs, t.Task+": "+t.Error)
-		}
-		switch {
-		case t.Role == bottleneck.RoleWorker:
-			workers++
-			if t.Up {
-				workersUp++
-			}
-		case t.Role == bottleneck.RolePS && t.Replica != "standby" && t.Replica != "deposed":
-			ps++
-			if t.Up {
-				psUp++
-			}
-		}
+		n.add(t)
 		fmt.Fprint(tw, strings.Join(topRow(b, t, hosts), "\t")+"\t\n")
 	}
 	_ = tw.Flush()
-	fmt.Fprintf(w, "\nworkers: %d up of %d\n", workersUp, workers)
-	fmt.Fprintf(w, "parameter servers: %d up of %d\n", psUp, ps)
+	fmt.Fprintf(w, "\nworkers: %d up of %d\n", n.workersUp, n.workers)
+	fmt.Fprintf(w, "parameter servers: %d up of %d", n.psUp, n.ps)
+	if len(n.params) == n.ps && n.ps > 0 {
+		fmt.Fprintf(w, ", parameters %s", strings.Join(n.params, " / ")) // (uneven after a rebalance)
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "over %.2fs: %.1f worker steps/s, %.0f samples/s\n", b.WindowSeconds, b.StepsPerSecond, b.SamplesPerSecond)
 	fmt.Fprintln(w, b.String())
-	for _, e := range errs {
+	for _, e := range n.errs {
 		fmt.Fprintln(w, "down:", e)
 	}
 	if len(b.Tasks) > 0 && up(b) == 0 {
 		fmt.Fprintln(w, "no task answers: is a run going on?")
+	}
+}
+
+// topCounts are the figures under top's table: the workers and the
+// parameter servers (their shards' primaries) and how many are up, the
+// shards' parameters, and the scrape errors.
+type topCounts struct {
+	workers, workersUp, ps, psUp int
+	params, errs                 []string
+}
+
+// add counts task t.
+func (n *topCounts) add(t bottleneck.Task) {
+	if !t.Up {
+		n.errs = append(n.errs, t.Task+": "+t.Error)
+	}
+	switch {
+	case t.Role == bottleneck.RoleWorker:
+		n.workers++
+		if t.Up {
+			n.workersUp++
+		}
+	case t.Role == bottleneck.RolePS && t.Replica != "standby" && t.Replica != "deposed":
+		n.ps++
+		if t.Up {
+			n.psUp++
+		}
+		if t.Parameters != nil {
+			n.params = append(n.params, fmt.Sprintf("%.0f", *t.Parameters))
+		}
 	}
 }
 

@@ -182,8 +182,17 @@ func TestTopShowsReplicaRoles(t *testing.T) {
 		}
 	}
 	// The PS count is the shards': their primaries.
-	if !strings.Contains(out.String(), "parameter servers: 2 up of 2") {
+	if !strings.Contains(out.String(), "parameter servers: 2 up of 2\n") {
 		t.Errorf("no PS count of 2 shards in\n%s", out.String())
+	}
+	// Each shard's parameters, when every one says them (uneven after a
+	// rebalance).
+	out.Reset()
+	p0, p1 := 159200.0, 476810.0
+	renderTop(&out, bottleneck.Breakdown{Tasks: []bottleneck.Task{{Task: "ps/0", Role: "ps", Up: true, Parameters: &p0},
+		{Task: "ps/1", Role: "ps", Up: true, Parameters: &p1}}})
+	if !strings.Contains(out.String(), "parameter servers: 2 up of 2, parameters 159200 / 476810\n") {
+		t.Errorf("no shard parameters in\n%s", out.String())
 	}
 	// Without standbys every PS is its shard's primary: not worth a word.
 	out.Reset()

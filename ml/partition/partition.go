@@ -36,16 +36,47 @@ type Plan struct {
 	Shards []Shard
 }
 
-// New partitions spec's variables over n shards. It fails if some shard
-// would be empty or hold only bias vectors.
+// New partitions spec's variables over n shards of equal weight. It
+// fails if some shard would be empty or hold only bias vectors.
 func New(spec model.Spec, n int) (Plan, error) {
 	if n < 1 {
 		return Plan{}, fmt.Errorf("partition: need at least one shard, got %d", n)
 	}
+	return build(spec, n, nil)
+}
+
+// Weighted partitions spec's variables over len(weights) shards, shard
+// i taking the share weights[i]/sum(weights) of the rows' elements
+// (rebalance.go: a slower shard gets fewer). The rows stay in order, so
+// every variable is still cut into contiguous row blocks; a shard's size
+// is within one row of its share. Equal weights give New's plan.
+func Weighted(spec model.Spec, weights []int) (Plan, error) {
+	if len(weights) < 1 {
+		return Plan{}, fmt.Errorf("partition: need at least one shard, got %d", len(weights))
+	}
+	prefix := make([]int, len(weights)+1)
+	for i, w := range weights {
+		if w < 1 {
+			return Plan{}, fmt.Errorf("partition: shard %d's weight %d is not positive", i, w)
+		}
+		prefix[i+1] = prefix[i] + w
+	}
+	return build(spec, len(weights), prefix)
+}
+
+// build cuts spec's rows into n pieces: at k/n of the total, or, with
+// prefix (the weights' prefix sums), at prefix[k]/prefix[n].
+func build(spec model.Spec, n int, prefix []int) (Plan, error) {
 	vars := spec.Variables()
 	total := 0
 	for _, v := range vars {
 		total += v.Size()
+	}
+	at := func(k, cols int) int {
+		if prefix == nil {
+			return cut(total, n, k, cols)
+		}
+		return cut(total*prefix[k], prefix[n], 1, cols)
 	}
 	p := Plan{Vars: vars, Shards: make([]Shard, n)}
 	cur, acc := 0, 0 // current shard, elements before the current row
@@ -54,7 +85,7 @@ func New(spec model.Spec, n int) (Plan, error) {
 		for r := 0; r < v.Rows; r++ {
 			// Move to the next shard when this row starts past the cut
 			// nearest to the current shard's share.
-			for cur+1 < n && acc >= cut(total, n, cur+1, v.Cols) {
+			for cur+1 < n && acc >= at(cur+1, v.Cols) {
 				if r > start {
 					p.add(cur, Block{vi, start, r}, v.Cols)
 					start = r
@@ -65,18 +96,26 @@ func New(spec model.Spec, n int) (Plan, error) {
 		}
 		p.add(cur, Block{vi, start, v.Rows}, v.Cols)
 	}
+	if err := p.check(spec); err != nil {
+		return Plan{}, err
+	}
+	return p, nil
+}
+
+// check fails if some shard is empty or holds only bias vectors.
+func (p Plan) check(spec model.Spec) error {
 	for i, s := range p.Shards {
 		onlyBias := true
 		for _, b := range s.Blocks {
-			if !vars[b.Var].Bias {
+			if !p.Vars[b.Var].Bias {
 				onlyBias = false
 			}
 		}
 		if s.Size == 0 || onlyBias {
-			return Plan{}, fmt.Errorf("partition: model %s is too small for %d parameter servers (shard %d would hold no weights)", spec, n, i)
+			return fmt.Errorf("partition: model %s is too small for %d parameter servers (shard %d would hold no weights)", spec, len(p.Shards), i)
 		}
 	}
-	return p, nil
+	return nil
 }
 
 // cut is the boundary (in elements) before which shard k-1 ends: the

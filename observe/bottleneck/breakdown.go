@@ -117,6 +117,10 @@ type Task struct {
 	CPUPercent *float64 `json:"cpu_percent,omitempty"`
 	// RSSBytes is the resident memory at the last successful scrape.
 	RSSBytes *float64 `json:"rss_bytes,omitempty"`
+	// Parameters is a PS's parameters at the last successful scrape
+	// (pstrain_ps_shard_parameters): its share of the layout, uneven
+	// after a rebalance (docs/elastic.md, "Rebalancing").
+	Parameters *float64 `json:"parameters,omitempty"`
 	// StepsPerSecond is the worker's step rate over the window.
 	StepsPerSecond float64 `json:"steps_per_second,omitempty"`
 	// StepSeconds is the worker's mean step time.
@@ -319,6 +323,9 @@ func (st *taskState) task(window, meanBarrier float64) (Task, Phases) {
 	}
 	if v, ok := st.gauges[keyRSS]; ok {
 		t.RSSBytes = &v
+	}
+	if v, ok := st.gauges[keyShardParams]; ok && st.role == RolePS {
+		t.Parameters = &v
 	}
 	t.StepsPerSecond = st.inc[keySteps] / window
 

@@ -156,15 +156,7 @@ func (m *Monitor) Window(d time.Duration) (Breakdown, error) {
 	if len(snaps) < 2 {
 		return Breakdown{}, ErrTooFewSnapshots
 	}
-	newest := snaps[len(snaps)-1].Time
-	start := 0
-	for i := len(snaps) - 2; i >= 0; i-- {
-		if newest.Sub(snaps[i].Time) >= d {
-			start = i
-			break
-		}
-	}
-	return Compute(snaps[start:], m.cfg.Cores)
+	return Compute(snaps[windowStart(snaps, d):], m.cfg.Cores)
 }
 
 // Whole returns the breakdown from the first snapshot to the last: the

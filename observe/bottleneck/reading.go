@@ -75,13 +75,16 @@ const (
 	keyHostCPUBusy  = "host_cpu_busy"
 	keyPhaseSum     = "phase_sum:"   // + phase
 	keyPhaseCount   = "phase_count:" // + phase
+	keyShardSum     = "shard_sum:"   // + shard: a worker's pushes to it and pulls from it
+	keyPushCount    = "push_count:"  // + shard: its pushes to it
 )
 
 // Keys of Reading.Gauges.
 const (
-	keyRSS      = "rss"
-	keyLoad1    = "load1"
-	keyHostCPUs = "host_cpus"
+	keyRSS         = "rss"
+	keyLoad1       = "load1"
+	keyHostCPUs    = "host_cpus"
+	keyShardParams = "shard_params"
 )
 
 // Metric names read from client_golang's process collector.
@@ -130,6 +133,7 @@ func Extract(f metrics.Families) Reading {
 	gauge(keyRSS, metricProcessRSS)
 	gauge(keyLoad1, metrics.MetricHostLoad1)
 	gauge(keyHostCPUs, metrics.MetricHostCPUs)
+	gauge(keyShardParams, metrics.MetricPSShardParameters)
 
 	extractHistograms(f, r.Counters)
 	extractHostCPU(f, r.Counters)
@@ -143,7 +147,8 @@ func Extract(f metrics.Families) Reading {
 }
 
 // extractHistograms puts the sum and count of the step-phase and
-// barrier-wait histograms into counters.
+// barrier-wait histograms, and a worker's time on each shard and its
+// pushes to it, into counters.
 func extractHistograms(f metrics.Families, counters map[string]float64) {
 	for _, p := range metrics.Phases() {
 		if h, ok := f.Histogram(metrics.MetricWorkerStepPhase, map[string]string{metrics.LabelPhase: p}); ok {
@@ -154,6 +159,14 @@ func extractHistograms(f metrics.Families, counters map[string]float64) {
 	if h, ok := f.Histogram(metrics.MetricSyncBarrierWait, nil); ok {
 		counters[keyBarrierSum] = h.Sum
 		counters[keyBarrierCount] = float64(h.Count)
+	}
+	for _, shard := range f.LabelValues(metrics.MetricWorkerShardRPC, metrics.LabelShard) {
+		if h, ok := f.Histogram(metrics.MetricWorkerShardRPC, map[string]string{metrics.LabelShard: shard}); ok {
+			counters[keyShardSum+shard] = h.Sum // (pushes and pulls)
+		}
+		if h, ok := f.Histogram(metrics.MetricWorkerShardRPC, map[string]string{metrics.LabelShard: shard, metrics.LabelOp: "push"}); ok {
+			counters[keyPushCount+shard] = float64(h.Count)
+		}
 	}
 }
 

@@ -30,6 +30,7 @@ const (
 	MetricWorkerStepPhase = "pstrain_worker_step_phase_seconds"
 	MetricTrainLoss       = "pstrain_train_loss"
 	MetricWorkerRetries   = "pstrain_worker_retries_total"
+	MetricWorkerShardRPC  = "pstrain_worker_shard_rpc_seconds"
 
 	// Parameter server.
 	MetricPSRequests              = "pstrain_ps_requests_total"
@@ -68,6 +69,7 @@ const (
 	MetricFailovers             = "pstrain_failovers_total"
 	MetricParameterServers      = "pstrain_parameter_servers"
 	MetricLayoutChanges         = "pstrain_layout_changes_total"
+	MetricRebalances            = "pstrain_rebalances_total"
 )
 
 // Label names.
@@ -78,7 +80,7 @@ const (
 	LabelPlane     = "plane"     // which listener of a parameter server: "grpc" or "data"
 	LabelWorker    = "worker"    // a worker's index, on pstrain_ps_refused_gradients_total
 	LabelRole      = "role"      // a PS process's replica role: primary, standby, deposed or none
-	LabelShard     = "shard"     // a shard's index, on pstrain_failovers_total
+	LabelShard     = "shard"     // a shard's index, on pstrain_failovers_total and pstrain_worker_shard_rpc_seconds
 	LabelMode      = "mode"      // CPU mode of pstrain_host_cpu_seconds_total
 	LabelVersion   = "version"   // pstrain version in pstrain_build_info
 	LabelRevision  = "revision"  // VCS revision in pstrain_build_info ("unknown" if not stamped)

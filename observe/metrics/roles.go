@@ -30,6 +30,12 @@ type Worker struct {
 	// Retries counts RPCs retried after a failure
 	// (pstrain_worker_retries_total).
 	Retries prometheus.Counter
+	// ShardRPC observes how long each push to a shard and each pull from
+	// it took, from sending it to the shard's answer, by op and shard
+	// label (pstrain_worker_shard_rpc_seconds): how long each parameter
+	// server keeps the workers, as they see it (docs/elastic.md,
+	// "Rebalancing").
+	ShardRPC *prometheus.HistogramVec
 }
 
 // NewWorker creates the worker metrics and registers them on reg (a nil reg
@@ -61,6 +67,11 @@ func NewWorker(reg prometheus.Registerer) *Worker {
 			Name: MetricWorkerRetries,
 			Help: "RPCs this worker retried after a failure.",
 		}),
+		ShardRPC: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    MetricWorkerShardRPC,
+			Help:    "Time a push to a parameter server, or a pull from it, took from sending it to its answer, by op and shard, in seconds.",
+			Buckets: LatencyBuckets(),
+		}, []string{LabelOp, LabelShard}),
 	}
 	for _, p := range Phases() {
 		w.StepPhase.WithLabelValues(p)
@@ -304,9 +315,12 @@ type Chief struct {
 	// PS is the number of parameter servers holding the model
 	// (pstrain_parameter_servers), and LayoutChanges counts the changes
 	// of it that took effect (pstrain_layout_changes_total;
-	// docs/elastic.md, "Parameter servers").
+	// docs/elastic.md, "Parameter servers"), rebalances included;
+	// Rebalances counts those that kept the count and moved rows between
+	// the shards (pstrain_rebalances_total; "Rebalancing").
 	PS            prometheus.Gauge
 	LayoutChanges prometheus.Counter
+	Rebalances    prometheus.Counter
 	// Failovers counts the promotions of a hot standby to its shard's
 	// primary, by shard (pstrain_failovers_total; docs/replication.md).
 	Failovers *prometheus.CounterVec
@@ -318,7 +332,7 @@ type Chief struct {
 // pstrain_global_step.
 func NewChief(reg prometheus.Registerer) *Chief {
 	f := promauto.With(reg)
-	return &Chief{
+	c := &Chief{
 		GlobalStep: newGlobalStep(f),
 		EvalAccuracy: f.NewGauge(prometheus.GaugeOpts{
 			Name: MetricEvalAccuracy,
@@ -374,27 +388,38 @@ func NewChief(reg prometheus.Registerer) *Chief {
 			Name: MetricQuarantined,
 			Help: "Workers the chief quarantined because their gradients pointed away from the model's progress; their gradients are refused.",
 		}),
-		MembershipChanges: f.NewCounter(prometheus.CounterOpts{
-			Name: MetricMembershipChanges,
-			Help: "Changes of the worker count (pstrain scale, or a worker registering with the next index) that took effect at a step boundary.",
-		}),
-		Workers: f.NewGauge(prometheus.GaugeOpts{
-			Name: MetricWorkers,
-			Help: "Workers the run has (the data is split among them); pstrain_live_workers counts those heard from.",
-		}),
-		PS: f.NewGauge(prometheus.GaugeOpts{
-			Name: MetricParameterServers,
-			Help: "Parameter servers holding the model (pstrain scale --ps changes it at a step boundary).",
-		}),
-		LayoutChanges: f.NewCounter(prometheus.CounterOpts{
-			Name: MetricLayoutChanges,
-			Help: "Changes of the parameter server count that took effect at a step boundary.",
-		}),
-		Failovers: f.NewCounterVec(prometheus.CounterOpts{
-			Name: MetricFailovers,
-			Help: "Times the chief promoted a shard's hot standby to primary, by shard.",
-		}, []string{LabelShard}),
 	}
+	addElastic(f, c)
+	return c
+}
+
+// addElastic creates the chief's metrics of worker and PS changes and of
+// failovers on c.
+func addElastic(f promauto.Factory, c *Chief) {
+	c.MembershipChanges = f.NewCounter(prometheus.CounterOpts{
+		Name: MetricMembershipChanges,
+		Help: "Changes of the worker count (pstrain scale, or a worker registering with the next index) that took effect at a step boundary.",
+	})
+	c.Workers = f.NewGauge(prometheus.GaugeOpts{
+		Name: MetricWorkers,
+		Help: "Workers the run has (the data is split among them); pstrain_live_workers counts those heard from.",
+	})
+	c.PS = f.NewGauge(prometheus.GaugeOpts{
+		Name: MetricParameterServers,
+		Help: "Parameter servers holding the model (pstrain scale --ps changes it at a step boundary).",
+	})
+	c.LayoutChanges = f.NewCounter(prometheus.CounterOpts{
+		Name: MetricLayoutChanges,
+		Help: "Changes of the parameter servers' layout (their count, or a rebalance) that took effect.",
+	})
+	c.Rebalances = f.NewCounter(prometheus.CounterOpts{
+		Name: MetricRebalances,
+		Help: "Rebalances that took effect: rows moved from slower parameter servers to faster ones (pstrain scale --rebalance).",
+	})
+	c.Failovers = f.NewCounterVec(prometheus.CounterOpts{
+		Name: MetricFailovers,
+		Help: "Times the chief promoted a shard's hot standby to primary, by shard.",
+	}, []string{LabelShard})
 }
 
 func newGlobalStep(f promauto.Factory) prometheus.Gauge {

@@ -150,6 +150,22 @@ func (f Families) Sum(name string, labels map[string]string) float64 {
 	return sum
 }
 
+// LabelValues returns the distinct values of label among the series of
+// the family name, in exposition order (nil if the family is absent).
+func (f Families) LabelValues(name, label string) []string {
+	mf, ok := f[name]
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, m := range mf.GetMetric() {
+		if v := labelValue(m, label); v != "" && !slices.Contains(out, v) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
 // Bucket is one cumulative histogram bucket: Count observations were less
 // than or equal to UpperBound.
 type Bucket struct {

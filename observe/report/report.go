@@ -80,6 +80,16 @@ type MembershipChange struct {
 	// from).
 	PauseSeconds *float64 `json:"pause_seconds,omitempty"`
 	StepsLost    *int64   `json:"steps_lost,omitempty"`
+	// Kind is "rebalance" for a PS change that kept the count and moved
+	// rows between the shards (docs/elastic.md, "Rebalancing"; "": a
+	// change of the count). Weights are the new layout's shard weights
+	// (none: equal shares), Imbalance the slowest shard's time per
+	// gradient over the fastest's that asked for it, and MovedParameters
+	// the parameters the change moved between parameter servers.
+	Kind            string  `json:"kind,omitempty"`
+	Weights         []int   `json:"weights,omitempty"`
+	Imbalance       float64 `json:"imbalance,omitempty"`
+	MovedParameters int     `json:"moved_parameters,omitempty"`
 }
 
 // DataQueue is an async or ssp run's data queue (docs/elastic.md, "The

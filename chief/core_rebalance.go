@@ -1,0 +1,63 @@
+package chief
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/pstrain/pstrain/ml/partition"
+)
+
+// Rebalancing (docs/elastic.md, "Rebalancing"): a layout change that
+// keeps the PS count and gives the shards other weights
+// (partition.Weighted), asked for by Rebalance with weights the launcher
+// measured (partition.PlanRebalance). It takes the way of a change of
+// the count (core_psscale.go): hold, snapshot, workers switch, the
+// shards are initialised on the new layout from the snapshot. The
+// layout's weights are kept in the state (a restarted chief keeps them)
+// and in every checkpoint's manifest written after (a checkpoint of a
+// rebalanced layout reads back onto any layout); a change of the count
+// goes back to equal shares, and so does a run resumed from a
+// checkpoint (its --ps, evenly).
+
+// KindRebalance is report.MembershipChange.Kind of a rebalance.
+const KindRebalance = "rebalance"
+
+// Rebalance asks for the layout of the PS count in effect with weights
+// (one per shard), measured imbalance ago; it takes effect as a change
+// of the count does. It refuses what ScalePS refuses, weights that do
+// not fit the count, and a rebalance while a change of the count is
+// asked for or under way.
+func (c *Core) Rebalance(weights []int, imbalance float64, now time.Time) error {
+	if err := c.layoutRefusal(); err != nil {
+		return err
+	}
+	to := partition.LayoutOf(c.psCount, weights)
+	switch {
+	case c.psTarget != c.psCount || c.psChange != nil && c.psChange.to != c.psCount:
+		return fmt.Errorf("%w: a change of the PS count is under way", ErrScale)
+	case len(weights) != c.psCount:
+		return fmt.Errorf("%w: %d weights for %d parameter servers (the layout changed since they were measured?)", ErrScale, len(weights), c.psCount)
+	case to.Equal(c.targetLayout()):
+		return nil
+	}
+	if _, err := to.Plan(c.p.Spec); err != nil {
+		return fmt.Errorf("%w: %v", ErrScale, err)
+	}
+	c.log.Info("rebalance asked", "layout", to.String(), "now", c.layout().String(), "imbalance", fmt.Sprintf("%.2f", imbalance))
+	c.psTargetWeights, c.psImbalance, c.psAskedAt = to.Weights, imbalance, now
+	if ch := c.psChange; ch != nil && ch.at == 0 {
+		ch.weights, ch.imbalance, ch.asked = to.Weights, imbalance, now // (not held yet: the new target replaces it)
+	}
+	return nil
+}
+
+// movedParameters is the parameters a change from old to new carries
+// between parameter servers (0 if a plan cannot be made).
+func (c *Core) movedParameters(old, new partition.Layout) int {
+	a, err1 := old.Plan(c.p.Spec)
+	b, err2 := new.Plan(c.p.Spec)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return partition.MovedElements(partition.Moves(a, b))
+}
