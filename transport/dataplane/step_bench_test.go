@@ -53,6 +53,7 @@ func benchSyncStep(b *testing.B, lend bool) {
 		b.Fatal(err)
 	}
 	ds := NewServer(srv, lis, Config{MaxPayload: 8 << 20, Log: log})
+	ds.SetPushSize(4 * n) // (as a PS task does at its Init: push buffers are reused)
 	go ds.Serve()
 	defer ds.Close()
 	if ds.SnapshotBuffers() == nil {
