@@ -37,14 +37,14 @@ import (
 // (Return); between pulls it is never taken for another buffer's copy.
 
 // snapSlots is the number of slots: two versions in use at once in sync
-// mode (the workers' and the next), the chief's evaluation and the state
-// it retains, and room for the backend's spare snapshots (Lend).
+// mode (the workers' and the next), the state the chief's evaluation
+// retains, the backend's two spare snapshots (Lend), and one more.
 const snapSlots = 6
 
 // maxLent bounds the slots lent to the backend, so that a buffer of its
-// own (a snapshot made when none could be lent) still finds a slot to be
-// copied into.
-const maxLent = snapSlots - 2
+// own (a snapshot made when none could be lent, as with many async
+// workers on different versions) still finds a slot to be copied into.
+const maxLent = snapSlots - 1
 
 // maxSnapSlot bounds a slot: larger parameters go through the
 // connection's region.
