@@ -106,3 +106,42 @@ func TestSnapshotsInLentBuffers(t *testing.T) {
 		t.Fatal("a snapshot was lent after ReturnSnapshotBuffers")
 	}
 }
+
+// In a sync run's steady state (two workers, each holding its last pull
+// until its next, and the chief's evaluation pull every few steps
+// retaining its version), three lent buffers are enough (the data plane
+// lends up to five): every version's snapshot is in one, none is made on
+// the heap (whose versions the data plane would copy into a slot again).
+func TestThreeLentBuffersServeASyncRun(t *testing.T) {
+	srv, _, n := newSyncServer(t, 1)
+	f := &fakeLender{max: 3, out: map[*byte]bool{}}
+	srv.UseSnapshotBuffers(f)
+	ctx := context.Background()
+	held := map[int32]func(){}
+	pull := func(w int32, v int64, retain bool) {
+		t.Helper()
+		if rel := held[w]; rel != nil {
+			rel() // (a connection's hold ends with its next request)
+		}
+		resp, release, err := srv.PullShared(ctx, &pb.PullRequest{Worker: w, MinVersion: v, RunId: "r", Generation: 1, Retain: retain})
+		if err != nil {
+			t.Fatal(err)
+		}
+		held[w] = release
+		if !f.out[unsafe.SliceData(resp.Params)] {
+			t.Fatalf("version %d's snapshot (pulled by %d) is not in a lent buffer", resp.Version, w)
+		}
+	}
+	for v := range int64(40) {
+		pull(0, v, false)
+		pull(1, v, false)
+		if v%3 == 0 {
+			pull(-1, 0, true) // the chief's evaluation
+		}
+		push(t, srv, 0, v, 1, n)
+		push(t, srv, 1, v, 1, n)
+	}
+	if len(f.out) > 3 {
+		t.Fatalf("%d buffers out", len(f.out))
+	}
+}
