@@ -1073,8 +1073,9 @@ func (s *Server) Snapshot() (version int64, params, optState []float32, optSteps
 		return 0, nil, nil, 0, fmt.Errorf("ps: shard not initialised")
 	}
 	sn := s.takeSnapshot()
+	params = slices.Clone(sn.params) // (before unhold: the last hold on a lent buffer may give it back)
 	s.unhold(sn.held)
-	return sn.version, slices.Clone(sn.params), sn.opt, sn.optSteps, nil
+	return sn.version, params, sn.opt, sn.optSteps, nil
 }
 
 // takeSnapshot copies the shard's state: the parameters are the current
@@ -1154,11 +1155,17 @@ func (s *Server) holdRetained(at int64) (*retainedSnap, error) {
 	return r, nil
 }
 
-// releaseRetained ends a checkpoint's use of r's buffers.
+// releaseRetained ends a checkpoint's use of r's buffers. The last
+// writer of a retained state in a lent buffer, once the buffers were
+// asked back (ReturnSnapshotBuffers skipped it while it was written),
+// drops it, so that its buffer goes back.
 func (s *Server) releaseRetained(r *retainedSnap) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r.writers--
+	if r.writers == 0 && s.snapBufs == nil && s.retained == r && r.held.lender != nil {
+		s.dropRetained()
+	}
 }
 
 // unhold ends one hold on p; once nobody holds it and it is no longer

@@ -104,8 +104,10 @@ func (t *snapshots) share(body []byte, release func()) (slot int, ok bool) {
 			free = i
 		}
 	}
-	if i, ok := t.lentAt(key); ok {
-		// The backend's snapshot is the slot: nothing to copy.
+	if i, ok := t.lentAt(key); ok && t.slots[i].users == 0 {
+		// The backend's snapshot is the slot: nothing to copy. (A lent
+		// slot already held for another length than body's is not taken
+		// over: body is copied into a free slot instead.)
 		s := &t.slots[i]
 		s.users, s.key, s.n, s.pin = 1, key, len(body), release
 		t.mu.Unlock()

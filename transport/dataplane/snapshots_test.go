@@ -295,6 +295,38 @@ func TestLentSlotsAnswerWithoutACopy(t *testing.T) {
 	}
 }
 
+// TestSlotHoldingACopyIsNeverLent: a slot that holds a copy a connection
+// still reads is not lent (the backend would write its next version into
+// it under the reader); once dropped, it may be.
+func TestSlotHoldingACopyIsNeverLent(t *testing.T) {
+	t.Parallel()
+	tab := newSnapshots(make([]byte, snapSlots*64))
+	var h holds
+	held, ok := tab.share(bytes.Repeat([]byte{7}, 40), h.take())
+	if !ok {
+		t.Fatal("a copy was refused with every slot free")
+	}
+	var lent [][]byte
+	for {
+		b, ok := tab.Lend(40)
+		if !ok {
+			break
+		}
+		if &b[0] == &tab.at(held, 40)[0] {
+			t.Fatalf("slot %d, holding a copy still read, was lent", held)
+		}
+		lent = append(lent, b)
+	}
+	if len(lent) != maxLent {
+		t.Fatalf("%d slots lent beside the held copy, want %d", len(lent), maxLent)
+	}
+	tab.drop(held)
+	tab.Return(lent[0])
+	if b, ok := tab.Lend(40); !ok || len(b) != 40 {
+		t.Fatal("no loan once the copy was dropped and a slot given back")
+	}
+}
+
 // The server's region stays mapped while a slot is lent after Close: the
 // backend may still read its snapshot (a checkpoint of it); the last
 // Return unmaps it.
