@@ -15,8 +15,9 @@ import (
 
 // BenchmarkTCPPushPull is one worker's push and pull of a default
 // shard's 1.27 MB over TCP (the address named "localhost", so no
-// same-host socket), plain, mutual TLS and integrity-only: what TLS
-// costs the data plane between hosts, without the network.
+// same-host socket), plain, mutual TLS (the encrypt mode) and
+// integrity-only: what TLS costs the data plane between hosts, without
+// the network.
 func BenchmarkTCPPushPull(b *testing.B) {
 	for _, mode := range []string{"plain", "tls", "integrity"} {
 		withTLS := mode != "plain"
@@ -57,10 +58,10 @@ func BenchmarkTCPPushPull(b *testing.B) {
 	}
 }
 
-// Over TLS on TCP, frames larger than a batch of records, and small
-// ones, arrive whole and in order, both ways, and the connection is
-// TLS with full-size records.
-func TestTLSOverTCPBatchesRecords(t *testing.T) {
+// Over TLS on TCP, with configurations that name no mode, frames larger
+// than a record and small ones arrive whole and in order, both ways, in
+// the encrypt mode's sealed records.
+func TestTLSOverTCPRunsSealedRecords(t *testing.T) {
 	ca := newTestCA(t)
 	e := &echoBackend{}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -74,15 +75,12 @@ func TestTLSOverTCPBatchesRecords(t *testing.T) {
 	addr := strings.Replace(lis.Addr().String(), "127.0.0.1", "localhost", 1) // a name: no same-host socket
 	c := NewClient(func(context.Context) (string, error) { return addr, nil }, ctls, 8<<20)
 	defer c.Close()
-	echoRoundTrips(t, c, 3*recordBatch+12345, 10, 0, recordBatch, 1<<20)
+	echoRoundTrips(t, c, 3*maxRecord+12345, 10, 0, maxRecord, 1<<20)
 	c.mu.Lock()
-	tc, ok := c.conn.(*tls.Conn)
+	mc, ok := c.conn.(*macConn)
 	c.mu.Unlock()
-	if !ok {
-		t.Fatalf("the connection is %T, want TLS", c.conn)
-	}
-	if _, ok := tc.NetConn().(*recordConn); !ok {
-		t.Fatalf("beneath TLS: %T, want the batching recordConn", tc.NetConn())
+	if !ok || !mc.sealed {
+		t.Fatalf("the connection is %T, want sealed records", c.conn)
 	}
 }
 
