@@ -99,15 +99,15 @@ type Server struct {
 	// to records (integrity.go); nil: lis is plaintext (or TLS of the
 	// caller's).
 	records *tls.Config
-	pid       int // this process, as the same-host exchange signs it
-	cfg       Config
-	lim       Limits
-	m         *metrics.PS
-	refusal   *ratelog.Logger
-	bufs      *buffers
-	ctx       context.Context // cancelled by Close
-	stop      context.CancelFunc
-	uid       int // the user whose processes may hand us a region (shm.go)
+	pid     int // this process, as the same-host exchange signs it
+	cfg     Config
+	lim     Limits
+	m       *metrics.PS
+	refusal *ratelog.Logger
+	bufs    *buffers
+	ctx     context.Context // cancelled by Close
+	stop    context.CancelFunc
+	uid     int // the user whose processes may hand us a region (shm.go)
 	// snaps are the pull answers shared by the same-host connections
 	// (snapshots.go), in the region whose descriptor is snapFD; nil:
 	// none (no same-host socket, shared memory off, or no region).
