@@ -363,3 +363,28 @@ func BenchmarkTag(b *testing.B) {
 		}
 	})
 }
+
+// Every rekey records the key moves on, at the same record on both
+// ends: records across the change read back, the key is no longer the
+// first, and a reader that changes keys elsewhere fails.
+func TestRecordsChangeKeys(t *testing.T) {
+	for _, sealed := range []bool{false, true} {
+		var wire bytes.Buffer
+		w, r := macPair(t, 6, &wire, sealed)
+		first := bytes.Clone(w.sendKey)
+		w.rekey, r.rekey = 2, 2
+		msgs := []string{"a", "bb", "ccc", "dddd", "eeeee"}
+		recs := records(t, w, &wire, msgs...)
+		if bytes.Equal(w.sendKey, first) {
+			t.Fatalf("sealed %t: the key did not change over %d records", sealed, w.sendSeq)
+		}
+		if got, err := readAll(r, &wire, recs...); err != nil || got != strings.Join(msgs, "") {
+			t.Fatalf("sealed %t: across key changes: %q, %v", sealed, got, err)
+		}
+		_, other := macPair(t, 6, &wire, sealed)
+		other.rekey = 3
+		if got, err := readAll(other, &wire, recs...); !errors.Is(err, errBadMAC) || got != "abb" {
+			t.Fatalf("sealed %t: a reader changing keys elsewhere: %q, %v; want the first key's records, then a bad MAC", sealed, got, err)
+		}
+	}
+}

@@ -3,6 +3,8 @@ package dataplane
 import (
 	"bufio"
 	"crypto/cipher"
+	"crypto/hkdf"
+	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -28,6 +30,12 @@ import (
 // length needs no tag of its own: GCM authenticates the number of bytes
 // it covers.
 //
+// Every rekeyEvery records a direction's key is replaced by the next,
+// HKDF-Expand(SHA-256) of it with the label rekeyLabel, as TLS 1.3's key
+// update derives its next traffic secret: no key seals more than
+// rekeyEvery records of at most 256 KiB (2^38 bytes), inside AES-GCM's
+// usage limits (RFC 8446 §5.5), and the old key is dropped.
+//
 // Each record has its own nonce, so records are sealed independently:
 // a large write's records are sealed by two goroutines at once, into
 // the buffer that is then written with one system call; a record is
@@ -48,6 +56,9 @@ const (
 	macTagLen    = 16
 	// recordReadBuffer is the read buffer beneath the records.
 	recordReadBuffer = 16 << 10
+	// rekeyEvery is how many records a key seals (see above).
+	rekeyEvery = 1 << 20
+	rekeyLabel = "pstrain-data next key"
 )
 
 // macConn carries a connection's bytes in records (see above). Reads
@@ -58,8 +69,11 @@ type macConn struct {
 	rd       io.Reader // where they are read (rc's buffer)
 	sealed   bool      // encrypt mode: records sealed, not only tagged
 
+	rekey uint64 // records per key: rekeyEvery
+
 	wmu     sync.Mutex
-	send    [2]cipher.AEAD // one per sealer
+	sendKey []byte
+	send    *[2]cipher.AEAD // one per sealer
 	sendSeq uint64
 	wnonce  [12]byte
 	meta    []byte // integrity: the records' lengths and tags being written
@@ -67,6 +81,7 @@ type macConn struct {
 	wbuf    []byte    // encrypt: the sealed records being written
 	jobs    []sealJob // encrypt: the records being sealed
 
+	recvKey []byte
 	recv    cipher.AEAD
 	recvSeq uint64
 	rnonce  [12]byte
@@ -79,6 +94,7 @@ type macConn struct {
 // sealJob is one record to seal: its plaintext, sequence number and
 // where its ciphertext and tag go.
 type sealJob struct {
+	keys  *[2]cipher.AEAD // its key's, one per sealer
 	seq   uint64
 	plain []byte
 	out   []byte // len(plain)+macTagLen bytes
@@ -104,20 +120,70 @@ func newMACConn(rc *recordConn, keys recordKeys) (*macConn, error) {
 
 // newRecordLayer is a record connection writing to w and reading from r.
 func newRecordLayer(keys recordKeys, w io.Writer, r io.Reader) (*macConn, error) {
-	c := &macConn{tcp: w, rd: r, sealed: keys.sealed}
-	for i := range c.send {
-		a, err := newGCM(keys.send)
-		if err != nil {
-			return nil, err
-		}
-		c.send[i] = a
-	}
-	a, err := newGCM(keys.recv)
+	c := &macConn{tcp: w, rd: r, sealed: keys.sealed, rekey: rekeyEvery, sendKey: keys.send, recvKey: keys.recv}
+	send, err := sealers(c.sendKey)
 	if err != nil {
 		return nil, err
 	}
-	c.recv = a
+	c.send = send
+	if c.recv, err = newGCM(c.recvKey); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+// sealers are two AEADs under key, one per sealing goroutine.
+func sealers(key []byte) (*[2]cipher.AEAD, error) {
+	var s [2]cipher.AEAD
+	for i := range s {
+		a, err := newGCM(key)
+		if err != nil {
+			return nil, err
+		}
+		s[i] = a
+	}
+	return &s, nil
+}
+
+// nextKey is the key that follows key (see above).
+func nextKey(key []byte) ([]byte, error) {
+	return hkdf.Expand(sha256.New, key, rekeyLabel, len(key))
+}
+
+// rekeySend moves the sending side to its next key when record seq
+// starts one. Call with wmu.
+func (c *macConn) rekeySend(seq uint64) error {
+	if seq == 0 || seq%c.rekey != 0 {
+		return nil
+	}
+	k, err := nextKey(c.sendKey)
+	if err != nil {
+		return err
+	}
+	send, err := sealers(k)
+	if err != nil {
+		return err
+	}
+	c.sendKey, c.send = k, send
+	return nil
+}
+
+// rekeyRecv moves the reading side to its next key when record seq
+// starts one.
+func (c *macConn) rekeyRecv(seq uint64) error {
+	if seq == 0 || seq%c.rekey != 0 {
+		return nil
+	}
+	k, err := nextKey(c.recvKey)
+	if err != nil {
+		return err
+	}
+	a, err := newGCM(k)
+	if err != nil {
+		return err
+	}
+	c.recvKey, c.recv = k, a
+	return nil
 }
 
 // nonce is the nonce of record seq, in n.
@@ -160,6 +226,9 @@ func (c *macConn) writeTagged(bufs net.Buffers) (int64, error) {
 		for len(b) > 0 {
 			piece := b[:min(len(b), maxRecord)]
 			b = b[len(piece):]
+			if err := c.rekeySend(c.sendSeq); err != nil {
+				return 0, err
+			}
 			start := len(meta)
 			meta = binary.LittleEndian.AppendUint32(meta, uint32(len(piece)))
 			meta = c.send[0].Seal(meta, nonce(&c.wnonce, c.sendSeq), nil, piece)
@@ -190,9 +259,12 @@ func (c *macConn) writeSealed(bufs net.Buffers) (int64, error) {
 		for len(b) > 0 {
 			piece := b[:min(len(b), sealRecord)]
 			b = b[len(piece):]
+			if err := c.rekeySend(c.sendSeq); err != nil {
+				return 0, err
+			}
 			binary.LittleEndian.PutUint32(c.wbuf[at:], uint32(len(piece)))
 			at += 4
-			jobs = append(jobs, sealJob{seq: c.sendSeq, plain: piece, out: c.wbuf[at : at+len(piece)+macTagLen]})
+			jobs = append(jobs, sealJob{keys: c.send, seq: c.sendSeq, plain: piece, out: c.wbuf[at : at+len(piece)+macTagLen]})
 			at += len(piece) + macTagLen
 			c.sendSeq++
 		}
@@ -206,10 +278,10 @@ func (c *macConn) writeSealed(bufs net.Buffers) (int64, error) {
 }
 
 // sealAll seals jobs (total plaintext bytes), by two goroutines when
-// there are enough bytes to share, each with its own AEAD.
+// there are enough bytes to share, each with AEADs of its own.
 func (c *macConn) sealAll(jobs []sealJob, total int) {
 	if total < parallelSeal || len(jobs) < 2 {
-		sealJobs(c.send[0], jobs)
+		sealJobs(0, jobs)
 		return
 	}
 	split, half := 0, 0
@@ -218,16 +290,17 @@ func (c *macConn) sealAll(jobs []sealJob, total int) {
 		split++
 	}
 	var wg sync.WaitGroup
-	wg.Go(func() { sealJobs(c.send[1], jobs[split:]) })
-	sealJobs(c.send[0], jobs[:split])
+	wg.Go(func() { sealJobs(1, jobs[split:]) })
+	sealJobs(0, jobs[:split])
 	wg.Wait()
 }
 
-// sealJobs seals each job's plaintext into its out with a.
-func sealJobs(a cipher.AEAD, jobs []sealJob) {
+// sealJobs seals each job's plaintext into its out with its key's AEAD
+// of sealer i.
+func sealJobs(i int, jobs []sealJob) {
 	var n [12]byte
 	for _, j := range jobs {
-		a.Seal(j.out[:0], nonce(&n, j.seq), j.plain, nil)
+		j.keys[i].Seal(j.out[:0], nonce(&n, j.seq), j.plain, nil)
 	}
 }
 
@@ -272,6 +345,10 @@ func (c *macConn) next(p []byte) (n int, err error) {
 	}
 	size, err := c.header()
 	if err != nil {
+		return 0, err
+	}
+	if err := c.rekeyRecv(c.recvSeq); err != nil {
+		c.rerr = err
 		return 0, err
 	}
 	// The encrypt mode opens in place, the tag after the ciphertext.
