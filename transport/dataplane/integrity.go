@@ -170,7 +170,7 @@ func clientRecords(ctx context.Context, tc *tls.Conn, rc *recordConn, cfg *tls.C
 	case m != recordsConfirm:
 		return nil, fmt.Errorf("%w: bad confirmation of records %q", ErrBadFrame, m[:])
 	}
-	return newMACConn(rc, keys)
+	return switchToRecords(rc, keys)
 }
 
 // serverRecords runs a server's handshake on rc under cfg, confirms
@@ -194,7 +194,7 @@ func serverRecords(rc *recordConn, cfg *tls.Config) (net.Conn, string, error) {
 	if len(cs.PeerCertificates) > 0 {
 		peer = cs.PeerCertificates[0].Subject.CommonName
 	}
-	mc, err := newMACConn(rc, keys)
+	mc, err := switchToRecords(rc, keys)
 	return mc, peer, err
 }
 

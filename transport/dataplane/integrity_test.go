@@ -52,7 +52,7 @@ func TestRecordsRoundTrip(t *testing.T) {
 		c := clientOf(addr, WithPrivacy(ctls, integrity))
 		echoRoundTrips(t, c, 3*maxRecord+12345, 10, 0, maxRecord, sealRecord, sealRecord+1, parallelSeal-1, 1<<20)
 		c.mu.Lock()
-		mc, ok := c.conn.(*macConn)
+		mc, ok := c.conn.(*recordLayer)
 		c.mu.Unlock()
 		c.Close()
 		if !ok {
@@ -172,7 +172,7 @@ func TestIntegrityModeMismatch(t *testing.T) {
 // macPair is a writer's and a reader's ends of one direction of a
 // connection keyed with key, sealed (encrypt mode) or tagged, the
 // writer's records going into wire.
-func macPair(t testing.TB, key byte, wire *bytes.Buffer, sealed bool) (w, r *macConn) {
+func macPair(t testing.TB, key byte, wire *bytes.Buffer, sealed bool) (w, r *recordLayer) {
 	t.Helper()
 	n := macKeyLen
 	if sealed {
@@ -192,7 +192,7 @@ func macPair(t testing.TB, key byte, wire *bytes.Buffer, sealed bool) (w, r *mac
 
 // records writes each of msgs as one write with w and returns each
 // write's wire bytes.
-func records(t testing.TB, w *macConn, wire *bytes.Buffer, msgs ...string) [][]byte {
+func records(t testing.TB, w *recordLayer, wire *bytes.Buffer, msgs ...string) [][]byte {
 	var out [][]byte
 	for _, m := range msgs {
 		if _, err := w.Write([]byte(m)); err != nil {
@@ -205,7 +205,7 @@ func records(t testing.TB, w *macConn, wire *bytes.Buffer, msgs ...string) [][]b
 }
 
 // readAll reads r's records from wire until an error.
-func readAll(r *macConn, wire *bytes.Buffer, recs ...[]byte) (string, error) {
+func readAll(r *recordLayer, wire *bytes.Buffer, recs ...[]byte) (string, error) {
 	wire.Reset()
 	for _, b := range recs {
 		wire.Write(b)

@@ -61,9 +61,9 @@ const (
 	rekeyLabel = "pstrain-data next key"
 )
 
-// macConn carries a connection's bytes in records (see above). Reads
+// recordLayer carries a connection's bytes in records (see above). Reads
 // and writes may run concurrently with each other, not with themselves.
-type macConn struct {
+type recordLayer struct {
 	net.Conn           // deadlines, addresses, Close
 	tcp      io.Writer // where the records are written (writev on TCP)
 	rd       io.Reader // where they are read (rc's buffer)
@@ -100,10 +100,10 @@ type sealJob struct {
 	out   []byte // len(plain)+macTagLen bytes
 }
 
-// newMACConn switches rc to records under keys. Nothing may be buffered
+// switchToRecords switches rc to records under keys. Nothing may be buffered
 // beneath TLS then (see integrity.go): that would be a peer that sent
 // before its turn.
-func newMACConn(rc *recordConn, keys recordKeys) (*macConn, error) {
+func switchToRecords(rc *recordConn, keys recordKeys) (*recordLayer, error) {
 	if n := rc.rd.Buffered(); n > 0 {
 		return nil, fmt.Errorf("%w: %d bytes sent before the switch to records", ErrBadFrame, n)
 	}
@@ -119,8 +119,8 @@ func newMACConn(rc *recordConn, keys recordKeys) (*macConn, error) {
 }
 
 // newRecordLayer is a record connection writing to w and reading from r.
-func newRecordLayer(keys recordKeys, w io.Writer, r io.Reader) (*macConn, error) {
-	c := &macConn{tcp: w, rd: r, sealed: keys.sealed, rekey: rekeyEvery, sendKey: keys.send, recvKey: keys.recv}
+func newRecordLayer(keys recordKeys, w io.Writer, r io.Reader) (*recordLayer, error) {
+	c := &recordLayer{tcp: w, rd: r, sealed: keys.sealed, rekey: rekeyEvery, sendKey: keys.send, recvKey: keys.recv}
 	send, err := sealers(c.sendKey)
 	if err != nil {
 		return nil, err
@@ -152,7 +152,7 @@ func nextKey(key []byte) ([]byte, error) {
 
 // rekeySend moves the sending side to its next key when record seq
 // starts one. Call with wmu.
-func (c *macConn) rekeySend(seq uint64) error {
+func (c *recordLayer) rekeySend(seq uint64) error {
 	if seq == 0 || seq%c.rekey != 0 {
 		return nil
 	}
@@ -170,7 +170,7 @@ func (c *macConn) rekeySend(seq uint64) error {
 
 // rekeyRecv moves the reading side to its next key when record seq
 // starts one.
-func (c *macConn) rekeyRecv(seq uint64) error {
+func (c *recordLayer) rekeyRecv(seq uint64) error {
 	if seq == 0 || seq%c.rekey != 0 {
 		return nil
 	}
@@ -193,14 +193,14 @@ func nonce(n *[12]byte, seq uint64) []byte {
 }
 
 // Write writes p in records.
-func (c *macConn) Write(p []byte) (int, error) {
+func (c *recordLayer) Write(p []byte) (int, error) {
 	n, err := c.writeBuffers(net.Buffers{p})
 	return int(n), err
 }
 
 // writeBuffers writes bufs as records, each slice cut into records, all
 // in one system call.
-func (c *macConn) writeBuffers(bufs net.Buffers) (int64, error) {
+func (c *recordLayer) writeBuffers(bufs net.Buffers) (int64, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if c.sealed {
@@ -212,7 +212,7 @@ func (c *macConn) writeBuffers(bufs net.Buffers) (int64, error) {
 // writeTagged writes bufs as tagged records in the clear, each slice
 // cut into pieces of at most maxRecord bytes, in one writev: the bytes
 // are not copied.
-func (c *macConn) writeTagged(bufs net.Buffers) (int64, error) {
+func (c *recordLayer) writeTagged(bufs net.Buffers) (int64, error) {
 	records := 0
 	for _, b := range bufs {
 		records += (len(b) + maxRecord - 1) / maxRecord
@@ -246,7 +246,7 @@ func (c *macConn) writeTagged(bufs net.Buffers) (int64, error) {
 
 // writeSealed seals bufs into records of at most sealRecord bytes, laid
 // out one after another in the write buffer, and writes them.
-func (c *macConn) writeSealed(bufs net.Buffers) (int64, error) {
+func (c *recordLayer) writeSealed(bufs net.Buffers) (int64, error) {
 	size, total := 0, 0
 	for _, b := range bufs {
 		records := (len(b) + sealRecord - 1) / sealRecord
@@ -279,7 +279,7 @@ func (c *macConn) writeSealed(bufs net.Buffers) (int64, error) {
 
 // sealAll seals jobs (total plaintext bytes), by two goroutines when
 // there are enough bytes to share, each with AEADs of its own.
-func (c *macConn) sealAll(jobs []sealJob, total int) {
+func (c *recordLayer) sealAll(jobs []sealJob, total int) {
 	if total < parallelSeal || len(jobs) < 2 {
 		sealJobs(0, jobs)
 		return
@@ -308,10 +308,10 @@ func sealJobs(i int, jobs []sealJob) {
 // refusal, linger drains them unchecked (a record that failed its MAC
 // would stop a drain through Read at once, and the close that followed
 // would reset the connection over the refusal just written).
-func (c *macConn) rawReader() io.Reader { return c.rd }
+func (c *recordLayer) rawReader() io.Reader { return c.rd }
 
 // CloseWrite half-closes the connection (after a refusal, linger).
-func (c *macConn) CloseWrite() error {
+func (c *recordLayer) CloseWrite() error {
 	if cw, ok := c.tcp.(interface{ CloseWrite() error }); ok {
 		return cw.CloseWrite()
 	}
@@ -320,7 +320,7 @@ func (c *macConn) CloseWrite() error {
 
 // Read reads the records' bytes, each record only once its tag
 // verified. A record that fits in p is read straight into it.
-func (c *macConn) Read(p []byte) (int, error) {
+func (c *recordLayer) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
@@ -339,7 +339,7 @@ func (c *macConn) Read(p []byte) (int, error) {
 // length), else into the connection's buffer (c.in). A record that fails
 // its tag, or is cut, ends the connection (every later read fails); a
 // read that times out before a record starts does not.
-func (c *macConn) next(p []byte) (n int, err error) {
+func (c *recordLayer) next(p []byte) (n int, err error) {
 	if c.rerr != nil {
 		return 0, c.rerr
 	}
@@ -373,7 +373,7 @@ func (c *macConn) next(p []byte) (n int, err error) {
 }
 
 // header reads a record's length.
-func (c *macConn) header() (int, error) {
+func (c *recordLayer) header() (int, error) {
 	var h [4]byte
 	if got, err := io.ReadFull(c.rd, h[:]); err != nil {
 		if got > 0 {
@@ -392,7 +392,7 @@ func (c *macConn) header() (int, error) {
 // open reads the rest of a record of size bytes into dst (its bytes,
 // and in the encrypt mode its tag after them) and verifies it: sealed,
 // it is decrypted in place.
-func (c *macConn) open(dst []byte, size int) error {
+func (c *recordLayer) open(dst []byte, size int) error {
 	if err := c.readRest(dst); err != nil {
 		return err
 	}
@@ -414,7 +414,7 @@ func (c *macConn) open(dst []byte, size int) error {
 
 // readRest reads the rest of a record into b: the connection ends
 // there if it fails, and an end of the stream is unexpected.
-func (c *macConn) readRest(b []byte) error {
+func (c *recordLayer) readRest(b []byte) error {
 	_, err := io.ReadFull(c.rd, b)
 	if err == io.EOF {
 		err = io.ErrUnexpectedEOF

@@ -27,7 +27,7 @@ func (c *recordConn) Read(p []byte) (int, error) { return c.rd.Read(p) }
 // writeGathered writes bufs on c; on a TCP connection under TLS, all of
 // them as records with one system call (records.go).
 func writeGathered(c net.Conn, bufs net.Buffers) (int64, error) {
-	if mc, ok := c.(*macConn); ok {
+	if mc, ok := c.(*recordLayer); ok {
 		return mc.writeBuffers(bufs)
 	}
 	return bufs.WriteTo(c)

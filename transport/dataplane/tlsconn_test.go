@@ -77,7 +77,7 @@ func TestTLSOverTCPRunsSealedRecords(t *testing.T) {
 	defer c.Close()
 	echoRoundTrips(t, c, 3*maxRecord+12345, 10, 0, maxRecord, 1<<20)
 	c.mu.Lock()
-	mc, ok := c.conn.(*macConn)
+	mc, ok := c.conn.(*recordLayer)
 	c.mu.Unlock()
 	if !ok || !mc.sealed {
 		t.Fatalf("the connection is %T, want sealed records", c.conn)
