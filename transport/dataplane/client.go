@@ -588,3 +588,17 @@ func (c *Client) String() string {
 	defer c.mu.Unlock()
 	return fmt.Sprintf("dataplane client of %s", c.addr)
 }
+
+// DialTCP dials the data plane at addr over TCP and, with a TLS config,
+// runs its handshake and switch to records (the mode WithPrivacy put in
+// cfg, else encrypt): the connection carries raw frames, for tools and
+// tests that write their own.
+func DialTCP(ctx context.Context, addr string, cfg *tls.Config) (net.Conn, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil || cfg == nil {
+		return conn, err
+	}
+	c := &Client{addr: addr, tls: cfg}
+	return c.handshakeTLS(ctx, conn)
+}

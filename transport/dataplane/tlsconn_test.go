@@ -9,6 +9,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	pb "github.com/pstrain/pstrain/proto"
 )
@@ -103,5 +104,29 @@ func echoRoundTrips(t *testing.T, c *Client, sizes ...int) {
 		if !bytes.Equal(pr.Params, grad) {
 			t.Fatalf("push %d of %d bytes came back as %d different bytes", i, n, len(pr.Params))
 		}
+	}
+}
+
+// A TLS client that names no mode in ALPN (one that would talk TLS's
+// own records) is cut after its handshake, before it is served.
+func TestRecordsRefuseClientNamingNoMode(t *testing.T) {
+	ca := newTestCA(t)
+	e := &echoBackend{}
+	addr := integrityServer(t, ca, e, false)
+	_, ctls := ca.configs(t, "worker-0")
+	ctls = ctls.Clone()
+	ctls.NextProtos, ctls.ServerName = nil, "localhost"
+	conn, err := tls.Dial("tcp", strings.Replace(addr, "localhost", "127.0.0.1", 1), ctls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	conn.Write(bytes.Repeat([]byte{1}, 64))
+	if n, err := conn.Read(make([]byte, 64)); err == nil || n > 0 {
+		t.Fatalf("a client naming no mode read %d bytes, %v; want the connection cut", n, err)
+	}
+	if n := e.count(); n != 0 {
+		t.Fatalf("the backend saw %d requests", n)
 	}
 }
