@@ -97,7 +97,7 @@ func wantsIntegrity(cfg *tls.Config) bool {
 func explainHandshake(err error) error {
 	if err != nil && (strings.Contains(err.Error(), "no application protocol") ||
 		strings.Contains(err.Error(), "unsupported application protocols")) {
-		return fmt.Errorf("%w (the two ends run different --data-plane-privacy modes)", err)
+		return fmt.Errorf("%w (the two ends run different --data-plane-privacy modes, or builds of pstrain whose data planes differ)", err)
 	}
 	return err
 }
