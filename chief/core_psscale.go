@@ -167,11 +167,7 @@ func (c *Core) ScalePS(n int, now time.Time) error {
 	}
 	if !partition.Even(n).Equal(c.targetLayout()) {
 		c.log.Info("PS count asked", "ps", n, "now", c.psCount)
-		c.psTarget, c.psTargetWeights, c.psImbalance = n, nil, 0
-		c.psAskedAt = now
-		if ch := c.psChange; ch != nil && ch.at == 0 {
-			ch.to, ch.weights, ch.imbalance, ch.asked = n, nil, 0, now // (not held yet: the new target replaces it)
-		}
+		c.setPSTarget(n, nil, 0, now)
 	}
 	return nil
 }
@@ -364,6 +360,8 @@ func (c *Core) LayoutSwitched(now time.Time, version int64) []Action {
 		PauseSeconds: ptr(pause), StepsLost: ptr(lost), Weights: ch.newLayout().Weights,
 		MovedParameters: c.movedParameters(old, ch.newLayout())}
 	if ch.from == ch.to {
+		// A rebalance, or --ps at the count making a rebalanced layout
+		// even again (no weights, no imbalance measured).
 		chg.Kind, chg.Imbalance = KindRebalance, ch.imbalance
 		c.m.Rebalances.Inc()
 	}

@@ -44,11 +44,18 @@ func (c *Core) Rebalance(weights []int, imbalance float64, now time.Time) error 
 		return fmt.Errorf("%w: %v", ErrScale, err)
 	}
 	c.log.Info("rebalance asked", "layout", to.String(), "now", c.layout().String(), "imbalance", fmt.Sprintf("%.2f", imbalance))
-	c.psTargetWeights, c.psImbalance, c.psAskedAt = to.Weights, imbalance, now
-	if ch := c.psChange; ch != nil && ch.at == 0 {
-		ch.weights, ch.imbalance, ch.asked = to.Weights, imbalance, now // (not held yet: the new target replaces it)
-	}
+	c.setPSTarget(c.psCount, to.Weights, imbalance, now)
 	return nil
+}
+
+// setPSTarget makes n shards with weights (nil: even) the layout asked
+// for, measured imbalance ago (0: not measured), at now; a change not
+// held yet takes the new target instead.
+func (c *Core) setPSTarget(n int, weights []int, imbalance float64, now time.Time) {
+	c.psTarget, c.psTargetWeights, c.psImbalance, c.psAskedAt = n, weights, imbalance, now
+	if ch := c.psChange; ch != nil && ch.at == 0 {
+		ch.to, ch.weights, ch.imbalance, ch.asked = n, weights, imbalance, now
+	}
 }
 
 // movedParameters is the parameters a change from old to new carries

@@ -132,18 +132,30 @@ func (s *supervisor) planRebalance() RebalanceAnswer {
 	return a
 }
 
-// layoutLoads is the loads of ps/0..ps/n-1 in measured.
+// layoutLoads is the loads of ps/0..ps/n-1 in measured, n the PS count
+// asked for. It refuses while another number of PS holds parameters: a
+// change of the count is under way, which the chief would refuse to
+// rebalance once the weights reached it, with nobody told.
 func layoutLoads(measured []bottleneck.PSLoad, n int) ([]partition.Load, error) {
 	out := make([]partition.Load, n)
-	found := 0
+	found, holding := 0, 0
 	for _, m := range measured {
 		idx, ok := strings.CutPrefix(m.Task, "ps/")
 		i, err := strconv.Atoi(idx)
-		if !ok || err != nil || i < 0 || i >= n {
+		if !ok || err != nil || i < 0 {
+			continue
+		}
+		if m.Params > 0 {
+			holding++
+		}
+		if i >= n {
 			continue
 		}
 		out[i] = partition.Load{Params: m.Params, Pushes: m.Pushes, Seconds: m.Seconds}
 		found++
+	}
+	if holding != n {
+		return nil, fmt.Errorf("%d parameter servers are up holding parameters where %d are asked for: a change of the PS count is under way, or one is down; ask again once it is done", holding, n)
 	}
 	if found != n {
 		return nil, fmt.Errorf("the launcher measures the parameter servers it started at launch; %d of the %d holding the model now are among them", found, n)

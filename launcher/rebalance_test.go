@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/pstrain/pstrain/ml/partition"
@@ -13,7 +14,7 @@ import (
 // is an error.
 func TestLayoutLoads(t *testing.T) {
 	measured := []bottleneck.PSLoad{{Task: "ps/1", Params: 2, Pushes: 20, Seconds: 1}, {Task: "standby/0", Params: 9},
-		{Task: "ps/0", Params: 1, Pushes: 30, Seconds: 2}, {Task: "ps/2", Params: 3}}
+		{Task: "ps/0", Params: 1, Pushes: 30, Seconds: 2}, {Task: "ps/2"}} // (ps/2: started, holding nothing yet)
 	got, err := layoutLoads(measured, 2)
 	want := []partition.Load{{Params: 1, Pushes: 30, Seconds: 2}, {Params: 2, Pushes: 20, Seconds: 1}}
 	if err != nil || len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
@@ -21,5 +22,14 @@ func TestLayoutLoads(t *testing.T) {
 	}
 	if _, err := layoutLoads(measured[:2], 2); err == nil {
 		t.Error("ps/0 not measured: no error")
+	}
+	// 3 shards hold parameters and 2 are asked for (or 2 and 3): a change
+	// of the count is under way.
+	measured[3].Params = 3
+	if _, err := layoutLoads(measured, 2); err == nil || !strings.Contains(err.Error(), "under way") {
+		t.Errorf("3 PS holding parameters, 2 asked for: %v, want a change under way", err)
+	}
+	if _, err := layoutLoads(measured[:3], 3); err == nil || !strings.Contains(err.Error(), "under way") {
+		t.Errorf("2 PS holding parameters, 3 asked for: %v, want a change under way", err)
 	}
 }

@@ -50,6 +50,7 @@ type Server struct {
 	// maxSpareSnaps).
 	snap     *pullSnap
 	spares   []*pullSnap
+	snapBufs SnapshotBuffers // where new snapshots are kept (nil: the heap)
 	lastLoss float32
 
 	// gen is the chief's generation of the shard's state (see Init).
@@ -133,6 +134,19 @@ type pullSnap struct {
 	version int64
 	readers int  // data plane pulls writing it, checkpoints saving it, the retained state
 	escaped bool // handed to gRPC, which never says when it is done: not reused
+	// lender lent b (SnapshotBuffers), which gets it back when the
+	// snapshot is dropped; nil: b is the heap's. A lent b never escapes.
+	lender SnapshotBuffers
+}
+
+// SnapshotBuffers lends a server the memory of its pull snapshots: the
+// data plane's shared snapshot region (dataplane.Server.SnapshotBuffers),
+// so that the data plane answers a same-host pull from the snapshot
+// itself instead of copying it into a slot. Lend false: none to lend
+// (the server allocates its own).
+type SnapshotBuffers interface {
+	Lend(n int) ([]byte, bool)
+	Return(b []byte)
 }
 
 // snapshot is an in-memory copy of the shard's state, with what names it.
@@ -594,12 +608,16 @@ func (s *Server) pullReady(req *pb.PullRequest) (bool, error) {
 func (s *Server) answerPull(req *pb.PullRequest, shared bool, start time.Time) (*pb.PullResponse, *pullSnap) {
 	sh := s.shard
 	p := s.current()
-	if shared {
+	params := p.b
+	switch {
+	case shared:
 		p.readers++
-	} else {
+	case p.lender != nil:
+		params = slices.Clone(p.b) // (a lent buffer goes back; gRPC never says when it is done)
+	default:
 		p.escaped = true
 	}
-	resp := &pb.PullResponse{Version: sh.Version(), Params: p.b, Done: sh.Done() || sh.Retired(int(req.Worker)), Generation: s.gen}
+	resp := &pb.PullResponse{Version: sh.Version(), Params: params, Done: sh.Done() || sh.Retired(int(req.Worker)), Generation: s.gen}
 	if w := int(req.Worker); w >= 0 && w < sh.Slots() {
 		resp.DataPosition = sh.DataPosition(w)
 	}
@@ -645,11 +663,67 @@ func (s *Server) newSnap(sh *Shard) *pullSnap {
 		p, s.spares = s.spares[n-1], s.spares[:n-1]
 	}
 	if p == nil || len(p.b) != len(src) {
-		p = &pullSnap{b: make([]byte, len(src))}
+		s.discard(p)
+		p = s.allocSnap(len(src))
 	}
 	copy(p.b, src)
 	p.version, p.readers, p.escaped = sh.Version(), 0, false
 	return p
+}
+
+// allocSnap is a new snapshot of n bytes: in a buffer the data plane
+// lends, if it has one, else on the heap. Call with mu held.
+func (s *Server) allocSnap(n int) *pullSnap {
+	if s.snapBufs != nil {
+		if b, ok := s.snapBufs.Lend(n); ok {
+			return &pullSnap{b: b, lender: s.snapBufs}
+		}
+	}
+	return &pullSnap{b: make([]byte, n)}
+}
+
+// discard drops a snapshot nobody holds: a lent buffer goes back to the
+// data plane. Call with mu held.
+func (s *Server) discard(p *pullSnap) {
+	if p != nil && p.lender != nil {
+		p.lender.Return(p.b)
+	}
+}
+
+// UseSnapshotBuffers has the server keep the pull snapshots it makes from
+// now on in buffers b lends (nil: on the heap).
+func (s *Server) UseSnapshotBuffers(b SnapshotBuffers) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.snapBufs = b
+}
+
+// ReturnSnapshotBuffers is for the end of the data plane that lends them:
+// the server makes no more snapshots in lent buffers and gives back those
+// nobody holds (the spares, the current snapshot, the retained state
+// unless a checkpoint is writing it); a held one goes back when its last
+// hold ends.
+func (s *Server) ReturnSnapshotBuffers() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.snapBufs = nil
+	if r := s.retained; r != nil && r.writers == 0 && r.held.lender != nil {
+		s.dropRetained()
+	}
+	if p := s.snap; p != nil && p.lender != nil && p.readers == 0 {
+		s.snap = nil
+		s.discard(p)
+	}
+	keep := s.spares[:0]
+	for _, p := range s.spares {
+		if p.lender != nil {
+			s.discard(p)
+		} else {
+			keep = append(keep, p)
+		}
+	}
+	clear(s.spares[len(keep):])
+	s.spares = keep
 }
 
 // retire marks p as no longer the current snapshot; it becomes a spare
@@ -658,7 +732,12 @@ func (s *Server) retire(p *pullSnap) {
 	if p == nil || p.readers != 0 || p.escaped || slices.Contains(s.spares, p) {
 		return
 	}
+	if p.lender != nil && p.lender != s.snapBufs {
+		s.discard(p) // (lent by a data plane the server no longer uses)
+		return
+	}
 	if n := len(s.spares); n == maxSpareSnaps {
+		s.discard(s.spares[0])
 		copy(s.spares, s.spares[1:]) // the oldest goes
 		s.spares = s.spares[:n-1]
 	}
@@ -1091,8 +1170,12 @@ func (s *Server) unhold(p *pullSnap) {
 		// another version's parameters: stop rather than do that.
 		panic("ps: a pull snapshot was released more often than it was held")
 	}
-	if p != s.snap {
+	switch {
+	case p != s.snap:
 		s.retire(p)
+	case p.readers == 0 && p.lender != nil && p.lender != s.snapBufs:
+		s.snap = nil // (lent by a data plane the server no longer uses)
+		s.discard(p)
 	}
 }
 

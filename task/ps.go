@@ -88,6 +88,11 @@ func NewPS(o Options, d PSDeps) (*PS, error) {
 	}}
 	if d.DataListener != nil {
 		p.ds = dataplane.NewServer(api, d.DataListener, dataplane.Config{MaxPayload: maxRecv, Limits: o.dataLimits(), Log: o.Log, Metrics: m, Auth: o.Auth, TLS: o.dataTLS()})
+		// The shard's pull snapshots in the data plane's shared slots: a
+		// same-host pull is answered from the snapshot, not a copy of it.
+		if b := p.ds.SnapshotBuffers(); b != nil {
+			p.srv.UseSnapshotBuffers(b)
+		}
 	}
 	pb.RegisterParameterServerServer(p.g, api)
 	return p, nil
@@ -202,6 +207,7 @@ func (p *PS) Close() {
 	p.g.Stop()
 	p.serving.Wait()
 	p.srv.Close()
+	p.srv.ReturnSnapshotBuffers() // (the data plane's region is unmapped once they are back)
 	p.refusals.Flush(true)
 	p.closers.closeAll()
 }

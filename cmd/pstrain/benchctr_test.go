@@ -94,8 +94,12 @@ func TestBenchCTRJSON(t *testing.T) {
 		t.Errorf("rows %d, parameters %d, dimension %d: want parameters = rows x 16", *e.Rows, *e.Parameters, e.EmbeddingDim)
 	}
 	// A step moves each unique key's row and gradient (D floats each)
-	// and the dense model both ways: at least that, plus keys.
-	if floor := *e.UniqueKeysPerStep*16*4*2 + float64(e.DenseParameters)*8; *e.UniqueKeysPerStep <= 0 || *e.BytesPerStep < floor {
+	// and the dense model both ways: at least that, plus keys. The bytes
+	// and the steps come from scrapes of different tasks a moment apart,
+	// which on a loaded host moves the ratio by a percent or so (713,663
+	// against a floor of 721,668 at load 10): 3% of slack, far below
+	// what a missing direction or the dense model's absence would cost.
+	if floor := *e.UniqueKeysPerStep*16*4*2 + float64(e.DenseParameters)*8; *e.UniqueKeysPerStep <= 0 || *e.BytesPerStep < 0.97*floor {
 		t.Errorf("bytes_per_step %.0f for %.1f unique keys and %d dense parameters: below the payload's %.0f",
 			*e.BytesPerStep, *e.UniqueKeysPerStep, e.DenseParameters, floor)
 	}

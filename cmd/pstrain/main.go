@@ -545,7 +545,10 @@ func membershipText(c report.MembershipChange) string {
 		lost = *c.StepsLost
 	}
 	what := fmt.Sprintf("%d -> %d", c.From, c.To)
-	if c.Kind == "rebalance" { // (chief.KindRebalance)
+	switch {
+	case c.Kind == "rebalance" && len(c.Weights) == 0: // (chief.KindRebalance): --ps at the count, back to even
+		what = fmt.Sprintf("%d made even again (%d parameters moved)", c.To, c.MovedParameters)
+	case c.Kind == "rebalance":
 		what = fmt.Sprintf("%d rebalanced to weights %s (%.2fx imbalance, %d parameters moved)", c.To, weightsText(c.Weights), c.Imbalance, c.MovedParameters)
 	}
 	return fmt.Sprintf("parameter servers: %s at step %d at %.2f s, asked at %.2f s, pause %.2f s, %d steps lost",

@@ -116,3 +116,25 @@ func checkRebalance(t *testing.T, rep *report.Report, epochs float64) report.Mem
 	checkNoRollback(t, rep, epochs)
 	return c
 }
+
+// TestMembershipTextOfALayoutChange: the summary names a count change, a
+// rebalance with its weights, and --ps at the count evening a rebalanced
+// layout (no weights, no imbalance measured) as what each is.
+func TestMembershipTextOfALayoutChange(t *testing.T) {
+	zero, pause := int64(0), 0.3
+	for _, c := range []struct {
+		chg  report.MembershipChange
+		want string
+	}{
+		{report.MembershipChange{Role: "ps", From: 2, To: 3}, "parameter servers: 2 -> 3 at"},
+		{report.MembershipChange{Role: "ps", From: 2, To: 2, Kind: "rebalance", Weights: []int{323, 677}, Imbalance: 2.11, MovedParameters: 112800},
+			"parameter servers: 2 rebalanced to weights 323:677 (2.11x imbalance, 112800 parameters moved) at"},
+		{report.MembershipChange{Role: "ps", From: 2, To: 2, Kind: "rebalance", MovedParameters: 112800},
+			"parameter servers: 2 made even again (112800 parameters moved) at"},
+	} {
+		c.chg.StepsLost, c.chg.PauseSeconds = &zero, &pause
+		if got := membershipText(c.chg); !strings.HasPrefix(got, c.want) {
+			t.Errorf("membershipText(%+v) = %q, want it to begin %q", c.chg, got, c.want)
+		}
+	}
+}

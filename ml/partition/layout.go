@@ -36,6 +36,11 @@ func LayoutOf[T int | int32](n int, weights []T) Layout {
 	return l.normal()
 }
 
+// MaxWeight bounds a shard's weight. Weights are proportions (a
+// rebalance's sum to about WeightScale); the bound keeps a weight in an
+// int32 on the wire and its products with row counts in an int.
+const MaxWeight = 1_000_000
+
 // normal is l with equal weights written as none.
 func (l Layout) normal() Layout {
 	if len(l.Weights) > 0 && slices.Min(l.Weights) == slices.Max(l.Weights) {
@@ -44,7 +49,8 @@ func (l Layout) normal() Layout {
 	return l
 }
 
-// Plan is the partition of spec the layout names.
+// Plan is the partition of spec the layout names. It refuses weights
+// that are not one per shard, each in [1, MaxWeight].
 func (l Layout) Plan(spec model.Spec) (Plan, error) {
 	if l.Weights == nil {
 		return New(spec, l.PS)
@@ -52,15 +58,29 @@ func (l Layout) Plan(spec model.Spec) (Plan, error) {
 	if len(l.Weights) != l.PS {
 		return Plan{}, fmt.Errorf("partition: %d weights for %d shards", len(l.Weights), l.PS)
 	}
+	if lo, hi := slices.Min(l.Weights), slices.Max(l.Weights); lo < 1 || hi > MaxWeight {
+		return Plan{}, fmt.Errorf("partition: weights %v: each must be in [1, %d]", l.Weights, MaxWeight)
+	}
 	return Weighted(spec, l.Weights)
 }
 
-// Even says the layout's shards carry equal shares.
-func (l Layout) Even() bool { return l.normal().Weights == nil }
-
-// Equal says l and o name the same plan.
+// Equal says l and o name the same plan: the same count, and weights in
+// the same proportions (1:2 and 2:4), or both even.
 func (l Layout) Equal(o Layout) bool {
-	return l.PS == o.PS && slices.Equal(l.normal().Weights, o.normal().Weights)
+	a, b := l.normal().Weights, o.normal().Weights
+	if l.PS != o.PS || len(a) != len(b) {
+		return false
+	}
+	var sa, sb int64
+	for i := range a {
+		sa, sb = sa+int64(a[i]), sb+int64(b[i])
+	}
+	for i := range a {
+		if int64(a[i])*sb != int64(b[i])*sa {
+			return false
+		}
+	}
+	return true
 }
 
 // Weights32 is the layout's weights as a message carries them (nil:
@@ -73,7 +93,7 @@ func (l Layout) Weights32() []int32 {
 	return out
 }
 
-// String is "2", or "2 weighted 331:669".
+// String is "2", or "2 weighted 323:677".
 func (l Layout) String() string {
 	w := l.normal().Weights
 	if w == nil {

@@ -55,8 +55,8 @@ const (
 	// MinImbalance is the least ratio of the slowest shard's seconds per
 	// gradient to the fastest's that a rebalance acts on: below it the
 	// shards take as long within what a loaded host's noise makes of
-	// equal shards (1.01-1.07 measured on 2 cores at load 10; one shard
-	// of 2 slowed 3x, 1.71).
+	// equal shards (1.01 and 1.07 measured on 2 cores at load 10; one
+	// of 2 shards held to a third of a core, 1.44-1.76).
 	MinImbalance = 1.25
 )
 
@@ -78,7 +78,9 @@ type Rebalance struct {
 // PlanRebalance decides from the shards' loads (by shard index) whether
 // to rebalance and with which weights: each shard's weight is its speed
 // (parameters per second of push time) as a share of WeightScale, at
-// least 1. It refuses with ErrUnmeasured when a shard took in fewer than
+// least a tenth of an even share (a shard however slow keeps rows: taking
+// a PS out is `pstrain scale --ps`, and a weight near 0 could leave a
+// shard no row of a small model). It refuses with ErrUnmeasured when a shard took in fewer than
 // MinPushes gradients or none of its time was measured, and with
 // ErrBalanced when the imbalance is below minImbalance. It is a pure
 // function of its arguments.
@@ -104,7 +106,7 @@ func PlanRebalance(loads []Load, minImbalance float64) (Rebalance, error) {
 	}
 	r.Weights = make([]int, len(loads))
 	for i, s := range speeds {
-		r.Weights[i] = max(1, int(math.Round(WeightScale*s/total)))
+		r.Weights[i] = max(WeightScale/(10*len(loads)), 1, int(math.Round(WeightScale*s/total)))
 	}
 	return r, nil
 }

@@ -105,9 +105,33 @@ func TestPlanRebalance(t *testing.T) {
 	if _, err := PlanRebalance(loads[:1], MinImbalance); !errors.Is(err, ErrBalanced) {
 		t.Errorf("one shard: %v, want ErrBalanced", err)
 	}
-	// A tiny speed still gets a weight.
+	// A tiny speed still gets a tenth of an even share.
 	tiny := []Load{{Params: 1000, Pushes: 100, Seconds: 1000}, {Params: 1000, Pushes: 100, Seconds: 0.001}}
-	if r, err := PlanRebalance(tiny, MinImbalance); err != nil || r.Weights[0] != 1 {
-		t.Errorf("tiny speed: %v %v, want weight 1 for ps/0", r.Weights, err)
+	if r, err := PlanRebalance(tiny, MinImbalance); err != nil || r.Weights[0] != WeightScale/20 {
+		t.Errorf("tiny speed: %v %v, want weight %d for ps/0", r.Weights, err, WeightScale/20)
+	}
+}
+
+// TestLayoutWeights: weights name one plan whatever their common factor,
+// equal ones are even, and the plan refuses weights out of [1,
+// MaxWeight] (a message or a manifest could carry any).
+func TestLayoutWeights(t *testing.T) {
+	spec := model.Spec{Input: 784, Hidden: []int{800}, Classes: 10}
+	if a, b := LayoutOf(2, []int{1, 2}), LayoutOf(2, []int32{2, 4}); !a.Equal(b) || b.String() != "2 weighted 2:4" {
+		t.Errorf("1:2 and 2:4: %v and %v, want one layout, its weights kept as given", a, b)
+	}
+	if a, b := LayoutOf(2, []int{1, 2}), LayoutOf(2, []int{2, 1}); a.Equal(b) || a.Equal(Even(2)) {
+		t.Errorf("1:2 equal to 2:1 or to even")
+	}
+	if l := LayoutOf(3, []int{7, 7, 7}); !l.Equal(Even(3)) || l.Weights32() != nil {
+		t.Errorf("7:7:7 is %v, want even", l)
+	}
+	for _, w := range [][]int{{0, 1}, {-1, 2}, {MaxWeight + 1, 1}, {1 << 40, 1}} {
+		if _, err := LayoutOf(2, w).Plan(spec); err == nil {
+			t.Errorf("weights %v: a plan, want an error", w)
+		}
+	}
+	if _, err := LayoutOf(2, []int{MaxWeight, MaxWeight - 1}).Plan(spec); err != nil {
+		t.Errorf("weights at the bound: %v", err)
 	}
 }

@@ -18,11 +18,12 @@ type PSLoad struct {
 	Seconds float64
 }
 
-// PSLoads is the load of each PS target over the window from the
-// most recent snapshot at least d older than the newest (or the oldest)
-// to the newest, shortened to the snapshots where every PS was up and
-// held the parameters it holds now (the current layout: not the
-// start-up, nor the layout before a change). It fails when no two
+// PSLoads is the load of each PS target up in the newest snapshot over
+// the window from the most recent snapshot at least d older than the
+// newest (or the oldest) to the newest, shortened to the snapshots where
+// each of those PS was up and held the parameters it holds now (the
+// current layout: not the start-up, nor the layout before a change; a
+// PS a change took out, down since, does not count). It fails when no two
 // snapshots are left, or a PS restarted in the window (a counter went
 // back).
 func (m *Monitor) PSLoads(d time.Duration) ([]PSLoad, error) {
@@ -43,7 +44,7 @@ func (m *Monitor) PSLoads(d time.Duration) ([]PSLoad, error) {
 	first := snaps[start]
 	var out []PSLoad
 	for _, t := range last.Tasks {
-		if t.Target.role() != RolePS {
+		if t.Target.role() != RolePS || !t.Up {
 			continue
 		}
 		_, shard, _ := strings.Cut(t.Target.Task, "/")
@@ -57,15 +58,15 @@ func (m *Monitor) PSLoads(d time.Duration) ([]PSLoad, error) {
 	return out, nil
 }
 
-// sameLayout says every PS task was up in a and b and held the same
+// sameLayout says every PS task up in b was up in a and held the same
 // parameters in both.
 func sameLayout(a, b Snapshot) bool {
 	for i, t := range b.Tasks {
-		if t.Target.role() != RolePS {
+		if t.Target.role() != RolePS || !t.Up {
 			continue
 		}
 		x := a.Tasks[i]
-		if !x.Up || !t.Up || x.Reading.Gauges[keyShardParams] != t.Reading.Gauges[keyShardParams] {
+		if !x.Up || x.Reading.Gauges[keyShardParams] != t.Reading.Gauges[keyShardParams] {
 			return false
 		}
 	}

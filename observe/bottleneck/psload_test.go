@@ -62,3 +62,25 @@ func TestPSLoads(t *testing.T) {
 		t.Error("a worker whose counters went back (a restart): no error")
 	}
 }
+
+// TestPSLoadsAfterAPSIsTakenOut: a PS a change of the count took out is
+// down in every later snapshot; the shards left are still measured (it
+// used to leave no window of the current layout).
+func TestPSLoadsAfterAPSIsTakenOut(t *testing.T) {
+	m := &Monitor{snaps: []Snapshot{
+		psSnap(0, [3]float64{100, 10, 1}, [3]float64{100, 10, 1}, [3]float64{100, 10, 1}), // 3 PS
+		psSnap(1, [3]float64{150, 40, 4}, [3]float64{150, 40, 2}, [3]float64{0, 10, 1}),   // 2 PS, ps/2 out
+		psSnap(2, [3]float64{150, 70, 7}, [3]float64{150, 70, 3}, [3]float64{0, 10, 1}),
+	}}
+	for _, s := range m.snaps[1:] {
+		s.Tasks[2].Up = false
+	}
+	got, err := m.PSLoads(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []PSLoad{{Task: "ps/0", Params: 150, Pushes: 60, Seconds: 6}, {Task: "ps/1", Params: 150, Pushes: 60, Seconds: 2}}
+	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("PSLoads after ps/2 was taken out = %+v, want %+v", got, want)
+	}
+}

@@ -353,6 +353,8 @@ var metricConstants = []string{
 	metrics.MetricWorkers,
 	metrics.MetricParameterServers,
 	metrics.MetricLayoutChanges,
+	metrics.MetricRebalances,
+	metrics.MetricWorkerShardRPC,
 }
 
 // scrapeSeries are the series Prometheus itself adds for every target.
@@ -418,6 +420,7 @@ func populatedRegistries() []*prometheus.Registry {
 	w := metrics.NewWorker(worker)
 	w.RPCSentBytes.WithLabelValues("push")
 	w.RPCReceivedBytes.WithLabelValues("pull")
+	w.ShardRPC.WithLabelValues("push", "0")
 
 	ps := metrics.NewRegistry("test")
 	p := metrics.NewPS(ps)

@@ -158,6 +158,30 @@ func NewServer(b Backend, lis net.Listener, cfg Config) *Server {
 	return s
 }
 
+// SnapshotBuffers lends a backend memory for its pull snapshots in the
+// server's shared snapshot region, so that a pull answered with such a
+// buffer reaches same-host clients with nothing copied (snapshots.go).
+// *ps.Server takes it (ps.SnapshotBuffers).
+type SnapshotBuffers interface {
+	// Lend is a buffer of n bytes, the backend's until Return; false:
+	// none (n too large, or no slot free to lend).
+	Lend(n int) ([]byte, bool)
+	// Return gives b back. The backend calls it only when it holds no
+	// pull answered with b any more, and no longer reads or writes b.
+	Return(b []byte)
+}
+
+// SnapshotBuffers is the server's snapshot region as a lender of pull
+// snapshot buffers, or nil when it has none (no same-host socket, shared
+// memory off). The memory stays mapped after Close until every buffer is
+// given back.
+func (s *Server) SnapshotBuffers() SnapshotBuffers {
+	if s.snaps == nil {
+		return nil
+	}
+	return s.snaps
+}
+
 // SetPushSize tells the server the size in bytes of the shard's
 // gradient as pushed (its parameters times 4, or 2 with bf16): a push
 // announcing more is refused before its payload is read, and the buffer

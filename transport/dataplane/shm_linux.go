@@ -204,11 +204,11 @@ func newServerSnapshots(maxPayload int) (t *snapshots, fd int, err error) {
 	return newSnapshots(mem), fd, nil
 }
 
-// closeSnapshots unmaps the server's snapshot region and closes its
-// descriptor.
+// closeSnapshots unmaps the server's snapshot region (once no slot is
+// lent: snapshots.close) and closes its descriptor.
 func closeSnapshots(t *snapshots, fd int) {
 	if t != nil {
-		unmap(t.mem)
+		t.close()
 		unix.Close(fd)
 	}
 }

@@ -28,10 +28,23 @@ import (
 // When every slot is held (more versions in use at once than slots, as
 // with many async workers) or the parameters are larger than a slot, a
 // pull is answered in the connection's own region as before.
+//
+// A slot may also be lent to the backend (Lend): the backend keeps a
+// pull snapshot in it, writing its parameters there itself, and a pull
+// answered with that buffer is answered from its slot with nothing
+// copied (one copy per version instead of two: the backend's snapshot,
+// then the slot). A lent slot is the backend's until it gives it back
+// (Return); between pulls it is never taken for another buffer's copy.
 
 // snapSlots is the number of slots: two versions in use at once in sync
-// mode (the workers' and the next), the chief's evaluation and one more.
-const snapSlots = 4
+// mode (the workers' and the next), the state the chief's evaluation
+// retains, the backend's two spare snapshots (Lend), and one more.
+const snapSlots = 6
+
+// maxLent bounds the slots lent to the backend, so that a buffer of its
+// own (a snapshot made when none could be lent, as with many async
+// workers on different versions) still finds a slot to be copied into.
+const maxLent = snapSlots - 1
 
 // maxSnapSlot bounds a slot: larger parameters go through the
 // connection's region.
@@ -45,14 +58,20 @@ type snapshots struct {
 
 	mu    sync.Mutex
 	slots [snapSlots]snapSlot
+	lent  int  // slots lent to the backend
+	shut  bool // the server closed: unmap once the last lent slot is back
 }
 
-// snapSlot is one slot's state. Free: users 0, key nil, pin nil.
+// snapSlot is one slot's state. Free: users 0, key nil, pin nil, not
+// lent.
 type snapSlot struct {
 	key   unsafe.Pointer // the backend buffer whose copy the slot holds (nil: none yet)
 	n     int            // its length
 	users int            // connections whose last answer it is, or filling it
 	pin   func()         // the backend's hold on the buffer key
+	// lent: the slot is the backend's buffer (Lend); key, when users > 0,
+	// is the slot's own memory.
+	lent bool
 }
 
 // newSnapshots returns a table over mem, cut into snapSlots slots.
@@ -81,9 +100,16 @@ func (t *snapshots) share(body []byte, release func()) (slot int, ok bool) {
 			release()
 			return i, true
 		}
-		if s.users == 0 && free < 0 {
+		if s.users == 0 && !s.lent && free < 0 {
 			free = i
 		}
+	}
+	if i, ok := t.lentAt(key); ok {
+		// The backend's snapshot is the slot: nothing to copy.
+		s := &t.slots[i]
+		s.users, s.key, s.n, s.pin = 1, key, len(body), release
+		t.mu.Unlock()
+		return i, true
 	}
 	if free < 0 {
 		t.mu.Unlock()
@@ -107,11 +133,76 @@ func (t *snapshots) drop(slot int) {
 	var pin func()
 	if s.users == 0 {
 		pin = s.pin
-		*s = snapSlot{}
+		*s = snapSlot{lent: s.lent}
 	}
 	t.mu.Unlock()
 	if pin != nil {
 		pin()
+	}
+}
+
+// lentAt is the index of the lent slot whose memory starts at key.
+// Call with mu held.
+func (t *snapshots) lentAt(key unsafe.Pointer) (int, bool) {
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(t.mem)))
+	off := uintptr(key) - base
+	if uintptr(key) < base || off >= uintptr(snapSlots*t.size) || off%uintptr(t.size) != 0 {
+		return 0, false
+	}
+	i := int(off / uintptr(t.size))
+	return i, t.slots[i].lent
+}
+
+// Lend gives the backend a slot's memory for a pull snapshot of n bytes,
+// to write and to answer pulls with (PullShared) until it gives it back
+// with Return. false: n does not fit a slot, or no slot is free to lend
+// (the backend then uses memory of its own).
+func (t *snapshots) Lend(n int) ([]byte, bool) {
+	if n <= 0 || n > t.size {
+		return nil, false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.shut || t.lent >= maxLent {
+		return nil, false
+	}
+	for i := range t.slots {
+		if s := &t.slots[i]; s.users == 0 && !s.lent {
+			s.lent = true
+			t.lent++
+			return t.at(i, n), true
+		}
+	}
+	return nil, false
+}
+
+// Return ends the loan of the slot b (from Lend) once no connection
+// holds it; the backend no longer reads or writes b.
+func (t *snapshots) Return(b []byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	i, ok := t.lentAt(unsafe.Pointer(unsafe.SliceData(b)))
+	if !ok || t.slots[i].users > 0 {
+		// (A pull holding it holds the backend's hold too: the backend
+		// returns a buffer only once that is released.)
+		panic("dataplane: a snapshot slot given back that is not lent, or still held")
+	}
+	t.slots[i].lent = false
+	t.lent--
+	if t.shut && t.lent == 0 {
+		unmap(t.mem)
+	}
+}
+
+// close is the server's end of the table: its memory is unmapped now, or
+// when the backend has given back every slot lent to it (it may still
+// read them meanwhile, e.g. a checkpoint of its snapshot).
+func (t *snapshots) close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.shut = true
+	if t.lent == 0 {
+		unmap(t.mem)
 	}
 }
 

@@ -234,3 +234,122 @@ func TestIdleCutSparesAHeldSlot(t *testing.T) {
 		t.Fatalf("slots in use %d, holds %d, view intact %v; want the holder's slot kept", s.snaps.inUse(), b.h.outstanding(), bytes.Equal(v.Params, want))
 	}
 }
+
+// A lent slot is the backend's buffer: a pull of it is answered from the
+// slot with nothing copied, it is never taken for another buffer's copy,
+// and it stays lent after the last connection holding it moves on, until
+// the backend gives it back.
+func TestLentSlotsAnswerWithoutACopy(t *testing.T) {
+	t.Parallel()
+	tab := newSnapshots(make([]byte, snapSlots*64))
+	var lent [][]byte
+	for range maxLent {
+		b, ok := tab.Lend(40)
+		if !ok || len(b) != 40 {
+			t.Fatalf("loan %d refused with slots free", len(lent))
+		}
+		lent = append(lent, b)
+	}
+	if _, ok := tab.Lend(40); ok {
+		t.Fatalf("more than %d slots lent", maxLent)
+	}
+	if _, ok := tab.Lend(65); ok {
+		t.Fatal("a buffer larger than a slot was lent")
+	}
+	b := lent[1]
+	copy(b, bytes.Repeat([]byte{5}, 40))
+	var h holds
+	s1, ok1 := tab.share(b, h.take())
+	s2, ok2 := tab.share(b, h.take())
+	if !ok1 || !ok2 || s1 != s2 || &tab.at(s1, 40)[0] != &b[0] {
+		t.Fatalf("pulls of a lent buffer: slots %d %v, %d %v; want the buffer's own slot", s1, ok1, s2, ok2)
+	}
+	if h.outstanding() != 1 {
+		t.Fatalf("%d holds outstanding, want 1 (the slot's)", h.outstanding())
+	}
+	// The slots not lent still take copies of other buffers, and a copy
+	// never lands in a lent slot.
+	for i := range snapSlots - maxLent {
+		other := bytes.Repeat([]byte{9}, 40)
+		if s, ok := tab.share(other, h.take()); !ok || tab.slots[s].lent {
+			t.Fatalf("copy %d: slot %d %v; want a slot not lent", i, s, ok)
+		}
+	}
+	if _, ok := tab.share(bytes.Repeat([]byte{9}, 40), h.take()); ok {
+		t.Fatal("a copy took a lent slot")
+	}
+	for _, l := range lent {
+		if l[0] != 0 && &l[0] != &b[0] {
+			t.Fatal("a lent slot was written by a copy")
+		}
+	}
+	tab.drop(s1)
+	tab.drop(s1)
+	if h.outstanding() != snapSlots-maxLent+1 || !tab.slots[s1].lent {
+		t.Fatalf("after the last drop: %d holds outstanding, slot lent %v; want the copies' and the refused one's, and still lent",
+			h.outstanding(), tab.slots[s1].lent)
+	}
+	tab.Return(b)
+	if _, ok := tab.Lend(40); !ok {
+		t.Fatal("a slot given back cannot be lent again")
+	}
+}
+
+// The server's region stays mapped while a slot is lent after Close: the
+// backend may still read its snapshot (a checkpoint of it); the last
+// Return unmaps it.
+func TestLentSlotsOutliveClose(t *testing.T) {
+	t.Parallel()
+	tab, fd, err := newServerSnapshots(1 << 16)
+	if err != nil {
+		t.Skipf("no shared memory here: %v", err)
+	}
+	b, ok := tab.Lend(1 << 16)
+	if !ok {
+		t.Fatal("no loan from a new region")
+	}
+	b[len(b)-1] = 7
+	closeSnapshots(tab, fd)
+	if _, ok := tab.Lend(8); ok {
+		t.Fatal("a closed region lent a slot")
+	}
+	if b[len(b)-1] != 7 { // (a fault if it were unmapped)
+		t.Fatal("a lent slot changed")
+	}
+	tab.Return(b)
+	if tab.lent != 0 {
+		t.Fatalf("%d slots still lent", tab.lent)
+	}
+}
+
+// A backend that keeps its parameters in a buffer the server lends
+// (SnapshotBuffers) has same-host pulls answered from that very memory:
+// the clients' views are of the buffer, not of a copy of it.
+func TestSameHostPullsOfALentBuffer(t *testing.T) {
+	const n = 4096
+	b := &heldBackend{}
+	s, addr := serveShm(t, b, Config{}, nil)
+	if s.snaps == nil {
+		t.Skip("no shared memory on this platform")
+	}
+	buf, ok := s.SnapshotBuffers().Lend(n)
+	if !ok {
+		t.Fatal("no loan from the server's region")
+	}
+	copy(buf, bytes.Repeat([]byte{5}, n))
+	b.params = buf
+	ctx := context.Background()
+	c := client(addr, 8<<20)
+	defer c.Close()
+	v, err := c.PullView(ctx, &pb.PullRequest{RunId: "r"}, nil)
+	if err != nil || !bytes.Equal(v.Params, buf) {
+		t.Fatalf("view of a lent buffer: %v, equal %v", err, err == nil && bytes.Equal(v.Params, buf))
+	}
+	buf[0] = 6 // (no backend writes a held buffer; this shows where the view is)
+	if v.Params[0] != 6 {
+		t.Fatal("the client's view is a copy of the lent buffer, not the buffer")
+	}
+	if s.snaps.inUse() != 1 || b.h.outstanding() != 1 {
+		t.Fatalf("%d slots in use, %d holds; want the lent slot and its hold", s.snaps.inUse(), b.h.outstanding())
+	}
+}
