@@ -280,6 +280,56 @@ func TestSealedRecordsAreSecretAndWhole(t *testing.T) {
 	}
 }
 
+// TestRecordsLeaveNoUnverifiedBytes: a record cut short, or whose tag
+// fails, leaves none of its bytes in the reader's buffer, in either mode
+// (a pull reads straight into the model's parameters).
+func TestRecordsLeaveNoUnverifiedBytes(t *testing.T) {
+	for _, sealed := range []bool{false, true} {
+		var wire bytes.Buffer
+		_, r := macPair(t, 6, &wire, sealed)
+		cut := append([]byte{0, 4, 0, 0}, bytes.Repeat([]byte("EVIL"), 100)...) // 1024 bytes claimed, 400 sent
+		wire.Write(cut)
+		p := make([]byte, 4096)
+		if n, err := r.Read(p); err == nil || n != 0 {
+			t.Fatalf("sealed %v: a cut record read %d bytes, %v", sealed, n, err)
+		}
+		if bytes.Contains(p, []byte("EVIL")) {
+			t.Errorf("sealed %v: a cut record's bytes were left in the buffer", sealed)
+		}
+		w, r2 := macPair(t, 6, &wire, sealed)
+		recs := records(t, w, &wire, strings.Repeat("GOOD", 100))
+		recs[0][len(recs[0])-1] ^= 1 // the tag
+		wire.Reset()
+		wire.Write(recs[0])
+		clear(p)
+		if n, err := r2.Read(p); err == nil || n != 0 {
+			t.Fatalf("sealed %v: a record with a bad tag read %d bytes, %v", sealed, n, err)
+		}
+		if bytes.Contains(p, []byte("GOOD")) || !sealed && bytes.Count(p, []byte{0}) != len(p) {
+			t.Errorf("sealed %v: a record that failed its tag left bytes in the buffer", sealed)
+		}
+	}
+}
+
+// TestSealedWriteBufferIsBounded: whatever a write's size, the write
+// buffer a connection keeps holds one chunk's records.
+func TestSealedWriteBufferIsBounded(t *testing.T) {
+	var wire bytes.Buffer
+	w, r := macPair(t, 8, &wire, true)
+	msg := bytes.Repeat([]byte{1, 2, 3}, 2<<20) // 6 MiB
+	if _, err := w.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	chunk := sealChunk + (sealChunk/sealRecord+1)*(4+macTagLen)
+	if cap(w.wbuf) > chunk {
+		t.Errorf("the write buffer kept %d bytes after a %d-byte write, want at most %d", cap(w.wbuf), len(msg), chunk)
+	}
+	got, err := io.ReadAll(io.LimitReader(r, int64(len(msg))))
+	if err != nil || !bytes.Equal(got, msg) {
+		t.Fatalf("read back %d bytes (%v), want the %d written", len(got), err, len(msg))
+	}
+}
+
 // FuzzMACRecord: in either mode, whatever is changed in a record's
 // bytes on the wire, the reader delivers the original bytes or none,
 // never others.

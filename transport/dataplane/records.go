@@ -53,7 +53,10 @@ const (
 	// parallelSeal is the least a write carries for its records to be
 	// sealed by two goroutines.
 	parallelSeal = 128 << 10
-	macTagLen    = 16
+	// sealChunk is the plaintext a sealed write seals into its buffer
+	// before it writes: what bounds the buffer a connection keeps.
+	sealChunk = 1 << 20
+	macTagLen = 16
 	// recordReadBuffer is the read buffer beneath the records.
 	recordReadBuffer = 16 << 10
 	// rekeyEvery is how many records a key seals (see above).
@@ -80,6 +83,7 @@ type recordLayer struct {
 	out     net.Buffers
 	wbuf    []byte    // encrypt: the sealed records being written
 	jobs    []sealJob // encrypt: the records being sealed
+	pieces  [][]byte  // encrypt: the pieces of plaintext of the chunk being sealed
 
 	recvKey []byte
 	recv    cipher.AEAD
@@ -244,37 +248,64 @@ func (c *recordLayer) writeTagged(bufs net.Buffers) (int64, error) {
 	return total, nil
 }
 
-// writeSealed seals bufs into records of at most sealRecord bytes, laid
-// out one after another in the write buffer, and writes them.
+// writeSealed seals bufs into records of at most sealRecord bytes and
+// writes them, sealChunk bytes of plaintext at a time: the records of a
+// chunk are laid out one after another in the write buffer, which so
+// never holds more than a chunk whatever the write's size (a pull
+// answer is a whole shard).
 func (c *recordLayer) writeSealed(bufs net.Buffers) (int64, error) {
-	size, total := 0, 0
-	for _, b := range bufs {
-		records := (len(b) + sealRecord - 1) / sealRecord
-		size += len(b) + records*(4+macTagLen)
-		total += len(b)
-	}
-	c.wbuf = grow(c.wbuf, size)
-	jobs, at := c.jobs[:0], 0
+	var total int64
+	pieces, n := c.pieces[:0], 0
 	for _, b := range bufs {
 		for len(b) > 0 {
 			piece := b[:min(len(b), sealRecord)]
 			b = b[len(piece):]
-			if err := c.rekeySend(c.sendSeq); err != nil {
+			pieces, n = append(pieces, piece), n+len(piece)
+			if n < sealChunk {
+				continue
+			}
+			if err := c.sealAndWrite(pieces); err != nil {
 				return 0, err
 			}
-			binary.LittleEndian.PutUint32(c.wbuf[at:], uint32(len(piece)))
-			at += 4
-			jobs = append(jobs, sealJob{keys: c.send, seq: c.sendSeq, plain: piece, out: c.wbuf[at : at+len(piece)+macTagLen]})
-			at += len(piece) + macTagLen
-			c.sendSeq++
+			total += int64(n)
+			pieces, n = pieces[:0], 0
 		}
+	}
+	if len(pieces) > 0 {
+		if err := c.sealAndWrite(pieces); err != nil {
+			return 0, err
+		}
+		total += int64(n)
+	}
+	c.pieces = pieces[:0]
+	return total, nil
+}
+
+// sealAndWrite seals pieces (each at most sealRecord bytes) into
+// records laid out in the write buffer, one after another, and writes
+// them.
+func (c *recordLayer) sealAndWrite(pieces [][]byte) error {
+	size, total := 0, 0
+	for _, p := range pieces {
+		size += 4 + len(p) + macTagLen
+		total += len(p)
+	}
+	c.wbuf = grow(c.wbuf, size)
+	jobs, at := c.jobs[:0], 0
+	for _, piece := range pieces {
+		if err := c.rekeySend(c.sendSeq); err != nil {
+			return err
+		}
+		binary.LittleEndian.PutUint32(c.wbuf[at:], uint32(len(piece)))
+		at += 4
+		jobs = append(jobs, sealJob{keys: c.send, seq: c.sendSeq, plain: piece, out: c.wbuf[at : at+len(piece)+macTagLen]})
+		at += len(piece) + macTagLen
+		c.sendSeq++
 	}
 	c.jobs = jobs[:0]
 	c.sealAll(jobs, total)
-	if _, err := c.tcp.Write(c.wbuf[:size]); err != nil {
-		return 0, err
-	}
-	return int64(total), nil
+	_, err := c.tcp.Write(c.wbuf[:size])
+	return err
 }
 
 // sealAll seals jobs (total plaintext bytes), by two goroutines when
@@ -391,8 +422,18 @@ func (c *recordLayer) header() (int, error) {
 
 // open reads the rest of a record of size bytes into dst (its bytes,
 // and in the encrypt mode its tag after them) and verifies it: sealed,
-// it is decrypted in place.
+// it is decrypted in place. On any failure dst is cleared: it may be the
+// caller's buffer (a pull read straight into the model's parameters),
+// which must never keep bytes no tag verified.
 func (c *recordLayer) open(dst []byte, size int) error {
+	err := c.openRecord(dst, size)
+	if err != nil {
+		clear(dst)
+	}
+	return err
+}
+
+func (c *recordLayer) openRecord(dst []byte, size int) error {
 	if err := c.readRest(dst); err != nil {
 		return err
 	}
