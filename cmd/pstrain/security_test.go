@@ -62,13 +62,8 @@ func (f rawFrame) bytes() []byte {
 // gRPC code and message; the server must then hang up.
 func (f rawFrame) send(t *testing.T, addr string, tc *tls.Config) (codes.Code, string) {
 	t.Helper()
-	var conn net.Conn
-	var err error
-	if tc != nil {
-		conn, err = tls.Dial("tcp", addr, tc)
-	} else {
-		conn, err = net.Dial("tcp", addr)
-	}
+	// Under TLS: the handshake, then the data plane's records.
+	conn, err := dataplane.DialTCP(context.Background(), addr, tc)
 	if err != nil {
 		t.Fatalf("dial the data plane %s: %v", addr, err)
 	}

@@ -66,8 +66,8 @@ type Client struct {
 // host), except to a same-host server, which the client reaches over the
 // Unix socket and authenticates with the config's certificate and
 // RootCAs instead (localauth.go), when the config has them. A config
-// from WithPrivacy(cfg, true) runs the integrity-only mode over TCP
-// (integrity.go).
+// from WithPrivacy(cfg, true) runs the integrity-only mode over TCP, any
+// other the encrypt mode (integrity.go).
 func NewClient(resolve Resolve, tlsConfig *tls.Config, maxPayload int) *Client {
 	var la *LocalAuth
 	if tlsConfig != nil {
@@ -173,21 +173,17 @@ func (c *Client) dial(ctx context.Context, d *net.Dialer, fit int) (net.Conn, er
 // resolved host unless the config names the server; on failure conn is
 // closed.
 func (c *Client) handshakeTLS(ctx context.Context, conn net.Conn) (net.Conn, error) {
-	cfg := c.tls.Clone()
+	cfg := privacyOf(c.tls)
 	if host, _, err := net.SplitHostPort(c.addr); err == nil && cfg.ServerName == "" {
 		cfg.ServerName = host
 	}
-	cfg.DynamicRecordSizingDisabled = true
 	rc := newRecordConn(conn)
-	tc := tls.Client(rc, cfg) // records in batches (tlsconn.go)
+	tc := tls.Client(rc, cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		conn.Close()
 		return nil, explainHandshake(err)
 	}
-	if !wantsIntegrity(cfg) {
-		return tc, nil
-	}
-	mc, err := clientIntegrity(ctx, tc, rc) // frames in the clear, tagged (integrity.go)
+	mc, err := clientRecords(ctx, tc, rc, cfg) // frames in records of our own (integrity.go)
 	if err != nil {
 		conn.Close()
 		return nil, err
@@ -591,4 +587,18 @@ func (c *Client) String() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return fmt.Sprintf("dataplane client of %s", c.addr)
+}
+
+// DialTCP dials the data plane at addr over TCP and, with a TLS config,
+// runs its handshake and switch to records (the mode WithPrivacy put in
+// cfg, else encrypt): the connection carries raw frames, for tools and
+// tests that write their own.
+func DialTCP(ctx context.Context, addr string, cfg *tls.Config) (net.Conn, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil || cfg == nil {
+		return conn, err
+	}
+	c := &Client{addr: addr, tls: cfg}
+	return c.handshakeTLS(ctx, conn)
 }

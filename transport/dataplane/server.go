@@ -80,10 +80,10 @@ type Config struct {
 	// listener takes only clients that prove they hold a certificate of
 	// its ClientCAs (localauth.go), binding each connection to the
 	// certificate's name as TLS does. A listener the caller wrapped in
-	// TLS itself gets no same-host socket. A config from
-	// WithPrivacy(cfg, true) makes the TCP plane integrity-only
-	// (integrity.go): the TLS handshake, then frames in the clear in
-	// tagged records.
+	// TLS itself gets no same-host socket. On TCP each connection does
+	// the TLS handshake, then carries its frames in records of its own
+	// (integrity.go, records.go): sealed, or with a config from
+	// WithPrivacy(cfg, true) in the clear with a tag (integrity-only).
 	TLS *tls.Config
 }
 
@@ -95,19 +95,19 @@ type Server struct {
 	// localAuth authenticates the same-host socket's clients under TLS
 	// (localauth.go); nil: plaintext.
 	localAuth *LocalAuth
-	// integrity, in the integrity-only mode, is the TLS the server
-	// handshakes with before it switches to tagged records
-	// (integrity.go); nil: lis is TLS or plaintext.
-	integrity *tls.Config
-	pid       int // this process, as the same-host exchange signs it
-	cfg       Config
-	lim       Limits
-	m         *metrics.PS
-	refusal   *ratelog.Logger
-	bufs      *buffers
-	ctx       context.Context // cancelled by Close
-	stop      context.CancelFunc
-	uid       int // the user whose processes may hand us a region (shm.go)
+	// records is the TLS the server handshakes with before it switches
+	// to records (integrity.go); nil: lis is plaintext (or TLS of the
+	// caller's).
+	records *tls.Config
+	pid     int // this process, as the same-host exchange signs it
+	cfg     Config
+	lim     Limits
+	m       *metrics.PS
+	refusal *ratelog.Logger
+	bufs    *buffers
+	ctx     context.Context // cancelled by Close
+	stop    context.CancelFunc
+	uid     int // the user whose processes may hand us a region (shm.go)
 	// snaps are the pull answers shared by the same-host connections
 	// (snapshots.go), in the region whose descriptor is snapFD; nil:
 	// none (no same-host socket, shared memory off, or no region).
@@ -137,15 +137,15 @@ func NewServer(b Backend, lis net.Listener, cfg Config) *Server {
 	ctx, stop := context.WithCancel(context.Background())
 	local := listenLocal(lis)
 	var la *LocalAuth
-	var integrity *tls.Config
+	var records *tls.Config
 	if cfg.TLS != nil {
-		lis, integrity = tlsListener(lis, cfg.TLS)
+		lis, records = handshakeListener{lis}, privacyOf(cfg.TLS)
 		if la = localAuthOf(cfg.TLS, cfg.TLS.ClientCAs); la == nil && local != nil {
 			local.Close() // no certificate to bind same-host clients to: TLS only
 			local = nil
 		}
 	}
-	s := &Server{b: b, lis: lis, local: local, localAuth: la, integrity: integrity, pid: os.Getpid(), cfg: cfg, lim: lim, m: m,
+	s := &Server{b: b, lis: lis, local: local, localAuth: la, records: records, pid: os.Getpid(), cfg: cfg, lim: lim, m: m,
 		refusal: ratelog.New(cfg.Log, lim.LogEvery, cfg.Now),
 		bufs:    newBuffers(lim, cfg.Now, func(n int64) { m.DataPlaneBuffered.Set(float64(n)) }),
 		ctx:     ctx, stop: stop, uid: serverUID(), conns: map[net.Conn]struct{}{}, snapFD: -1}
@@ -180,16 +180,6 @@ func (s *Server) SnapshotBuffers() SnapshotBuffers {
 		return nil
 	}
 	return s.snaps
-}
-
-// tlsListener is lis under TLS cfg: a TLS listener, or in the
-// integrity-only mode the TCP listener, the handshake done per
-// connection (integrity.go) by the TLS returned.
-func tlsListener(lis net.Listener, cfg *tls.Config) (net.Listener, *tls.Config) {
-	if wantsIntegrity(cfg) {
-		return handshakeListener{lis}, fullRecords(cfg)
-	}
-	return tls.NewListener(recordListener{lis}, fullRecords(cfg)), nil // records in batches (tlsconn.go)
 }
 
 // SetPushSize tells the server the size in bytes of the shard's
@@ -459,8 +449,8 @@ func checkRegion(req request, shm []byte) error {
 // handshake authenticates a connection before its first byte of data:
 // a TLS handshake, or on the same-host socket under TLS the certificate
 // exchange (localauth.go). peer is the name of the client's certificate
-// ("" on plaintext). The connection to serve is returned: c, or in the
-// integrity-only mode the tagged records over it (integrity.go). false:
+// ("" on plaintext). The connection to serve is returned: c, or on TCP
+// under TLS the records over it (integrity.go). false:
 // the connection is done.
 func (s *Server) handshake(c net.Conn) (net.Conn, string, bool) {
 	// Like gRPC's: a client that never finishes the handshake does not
@@ -475,8 +465,8 @@ func (s *Server) handshake(c net.Conn) (net.Conn, string, bool) {
 		tc.SetDeadline(time.Time{})
 		return c, peerCertName(c), true
 	case *recordConn:
-		if s.integrity != nil {
-			mc, peer, err := serverIntegrity(tc, s.integrity)
+		if s.records != nil {
+			mc, peer, err := serverRecords(tc, s.records)
 			if err != nil {
 				s.cut(c, "tls", err)
 				return c, "", false

@@ -9,14 +9,16 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	pb "github.com/pstrain/pstrain/proto"
 )
 
 // BenchmarkTCPPushPull is one worker's push and pull of a default
 // shard's 1.27 MB over TCP (the address named "localhost", so no
-// same-host socket), plain, mutual TLS and integrity-only: what TLS
-// costs the data plane between hosts, without the network.
+// same-host socket), plain, mutual TLS (the encrypt mode) and
+// integrity-only: what TLS costs the data plane between hosts, without
+// the network.
 func BenchmarkTCPPushPull(b *testing.B) {
 	for _, mode := range []string{"plain", "tls", "integrity"} {
 		withTLS := mode != "plain"
@@ -57,10 +59,10 @@ func BenchmarkTCPPushPull(b *testing.B) {
 	}
 }
 
-// Over TLS on TCP, frames larger than a batch of records, and small
-// ones, arrive whole and in order, both ways, and the connection is
-// TLS with full-size records.
-func TestTLSOverTCPBatchesRecords(t *testing.T) {
+// Over TLS on TCP, with configurations that name no mode, frames larger
+// than a record and small ones arrive whole and in order, both ways, in
+// the encrypt mode's sealed records.
+func TestTLSOverTCPRunsSealedRecords(t *testing.T) {
 	ca := newTestCA(t)
 	e := &echoBackend{}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -74,15 +76,12 @@ func TestTLSOverTCPBatchesRecords(t *testing.T) {
 	addr := strings.Replace(lis.Addr().String(), "127.0.0.1", "localhost", 1) // a name: no same-host socket
 	c := NewClient(func(context.Context) (string, error) { return addr, nil }, ctls, 8<<20)
 	defer c.Close()
-	echoRoundTrips(t, c, 3*recordBatch+12345, 10, 0, recordBatch, 1<<20)
+	echoRoundTrips(t, c, 3*maxRecord+12345, 10, 0, maxRecord, 1<<20)
 	c.mu.Lock()
-	tc, ok := c.conn.(*tls.Conn)
+	mc, ok := c.conn.(*recordLayer)
 	c.mu.Unlock()
-	if !ok {
-		t.Fatalf("the connection is %T, want TLS", c.conn)
-	}
-	if _, ok := tc.NetConn().(*recordConn); !ok {
-		t.Fatalf("beneath TLS: %T, want the batching recordConn", tc.NetConn())
+	if !ok || !mc.sealed {
+		t.Fatalf("the connection is %T, want sealed records", c.conn)
 	}
 }
 
@@ -105,5 +104,29 @@ func echoRoundTrips(t *testing.T, c *Client, sizes ...int) {
 		if !bytes.Equal(pr.Params, grad) {
 			t.Fatalf("push %d of %d bytes came back as %d different bytes", i, n, len(pr.Params))
 		}
+	}
+}
+
+// A TLS client that names no mode in ALPN (one that would talk TLS's
+// own records) is cut after its handshake, before it is served.
+func TestRecordsRefuseClientNamingNoMode(t *testing.T) {
+	ca := newTestCA(t)
+	e := &echoBackend{}
+	addr := integrityServer(t, ca, e, false)
+	_, ctls := ca.configs(t, "worker-0")
+	ctls = ctls.Clone()
+	ctls.NextProtos, ctls.ServerName = nil, "localhost"
+	conn, err := tls.Dial("tcp", strings.Replace(addr, "localhost", "127.0.0.1", 1), ctls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	conn.Write(bytes.Repeat([]byte{1}, 64))
+	if n, err := conn.Read(make([]byte, 64)); err == nil || n > 0 {
+		t.Fatalf("a client naming no mode read %d bytes, %v; want the connection cut", n, err)
+	}
+	if n := e.count(); n != 0 {
+		t.Fatalf("the backend saw %d requests", n)
 	}
 }
