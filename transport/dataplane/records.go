@@ -242,7 +242,9 @@ func (c *recordLayer) writeTagged(bufs net.Buffers) (int64, error) {
 		}
 	}
 	c.out = out[:0]
-	if _, err := out.WriteTo(c.tcp); err != nil {
+	_, err := out.WriteTo(c.tcp)
+	clear(c.out[:cap(c.out)]) // (kept for the next write: hold no caller's buffer)
+	if err != nil {
 		return 0, err
 	}
 	return total, nil
@@ -277,6 +279,7 @@ func (c *recordLayer) writeSealed(bufs net.Buffers) (int64, error) {
 		}
 		total += int64(n)
 	}
+	clear(pieces[:cap(pieces)]) // (kept for the next write: hold no caller's buffer)
 	c.pieces = pieces[:0]
 	return total, nil
 }
@@ -302,8 +305,9 @@ func (c *recordLayer) sealAndWrite(pieces [][]byte) error {
 		at += len(piece) + macTagLen
 		c.sendSeq++
 	}
-	c.jobs = jobs[:0]
 	c.sealAll(jobs, total)
+	clear(jobs) // (kept for the next chunk: hold no caller's buffer)
+	c.jobs = jobs[:0]
 	_, err := c.tcp.Write(c.wbuf[:size])
 	return err
 }
