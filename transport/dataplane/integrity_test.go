@@ -311,6 +311,39 @@ func TestRecordsLeaveNoUnverifiedBytes(t *testing.T) {
 	}
 }
 
+// TestSealedParallelWritesChangeKeysInStep: key changes that fall inside
+// a write sealed by two goroutines, and across the chunks of a write
+// larger than sealChunk, seal every record under the key of its
+// sequence number: a reader changing keys at the same records opens
+// them all, and one changing keys elsewhere fails.
+func TestSealedParallelWritesChangeKeysInStep(t *testing.T) {
+	var wire bytes.Buffer
+	w, r := macPair(t, 9, &wire, true)
+	w.rekey, r.rekey = 3, 3
+	msg := make([]byte, sealChunk+5*sealRecord+123) // 22 records in two chunks, both sealed in parallel
+	for i := range msg {
+		msg[i] = byte(i * 7)
+	}
+	if _, err := w.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	if want := uint64((len(msg) + sealRecord - 1) / sealRecord); w.sendSeq != want {
+		t.Fatalf("%d records, want %d", w.sendSeq, want)
+	}
+	sent := bytes.Clone(wire.Bytes())
+	got, err := io.ReadAll(io.LimitReader(r, int64(len(msg))))
+	if err != nil || !bytes.Equal(got, msg) {
+		t.Fatalf("read back %d bytes (%v), want the %d written", len(got), err, len(msg))
+	}
+	_, other := macPair(t, 9, &wire, true)
+	other.rekey = 4
+	wire.Reset()
+	wire.Write(sent)
+	if _, err := io.ReadAll(io.LimitReader(other, int64(len(msg)))); !errors.Is(err, errBadMAC) {
+		t.Fatalf("a reader changing keys every 4 records: %v, want a bad MAC", err)
+	}
+}
+
 // TestSealedWriteBufferIsBounded: whatever a write's size, the write
 // buffer a connection keeps holds one chunk's records.
 func TestSealedWriteBufferIsBounded(t *testing.T) {
