@@ -43,19 +43,8 @@ func TestSnapshotsInLentBuffers(t *testing.T) {
 	f := &fakeLender{max: 3, out: map[*byte]bool{}}
 	srv.UseSnapshotBuffers(f)
 	ctx := context.Background()
-	pull := func(v int64) (*pb.PullResponse, func()) {
-		t.Helper()
-		resp, release, err := srv.PullShared(ctx, &pb.PullRequest{Worker: 0, MinVersion: v, RunId: "r", Generation: 1})
-		if err != nil || resp.Version != v {
-			t.Fatalf("pull of version %d: %v %v", v, resp, err)
-		}
-		return resp, release
-	}
-	step := func(v int64) {
-		t.Helper()
-		push(t, srv, 0, v, 1, n)
-		push(t, srv, 1, v, 1, n)
-	}
+	pull := func(v int64) (*pb.PullResponse, func()) { t.Helper(); return pullShared(t, srv, v) }
+	step := func(v int64) { t.Helper(); syncStep(t, srv, v, 1, n) }
 	isLent := func(b []byte) bool { return f.out[unsafe.SliceData(b)] }
 
 	p0, rel0 := pull(0)

@@ -81,6 +81,17 @@ func push(t *testing.T, srv *Server, worker int32, version, gen int64, n int) *p
 	return resp
 }
 
+// pullShared is worker 0's shared pull of version v of a run "r" at
+// generation 1: the answer and its release.
+func pullShared(t *testing.T, srv *Server, v int64) (*pb.PullResponse, func()) {
+	t.Helper()
+	resp, release, err := srv.PullShared(context.Background(), &pb.PullRequest{Worker: 0, MinVersion: v, RunId: "r", Generation: 1})
+	if err != nil || resp.Version != v {
+		t.Fatalf("pull of version %d: %v %v", v, resp, err)
+	}
+	return resp, release
+}
+
 func TestCheckpointWaitsForItsVersion(t *testing.T) {
 	srv, store, n := newSyncServer(t, 1)
 	type result struct {
@@ -314,13 +325,7 @@ func TestPullSnapshotsAreReusedOnlyWhenUnread(t *testing.T) {
 		}
 		return resp, release
 	}
-	step := func(v int64) {
-		t.Helper()
-		push(t, srv, 0, v, 1, n)
-		if got := push(t, srv, 1, v, 1, n).Version; got != v+1 {
-			t.Fatalf("version %d after a step from %d", got, v)
-		}
-	}
+	step := func(v int64) { t.Helper(); syncStep(t, srv, v, 1, n) }
 	same := func(a, b []byte) bool { return unsafe.SliceData(a) == unsafe.SliceData(b) }
 
 	a0, relA0 := pull(0, 0)
@@ -371,20 +376,8 @@ func TestPullSnapshotsAreReusedOnlyWhenUnread(t *testing.T) {
 // connections ask again, which can be after the next version's was made.
 func TestTwoReleasedSnapshotsAreBothReused(t *testing.T) {
 	srv, _, n := newSyncServer(t, 1)
-	ctx := context.Background()
-	pull := func(v int64) (*pb.PullResponse, func()) {
-		t.Helper()
-		resp, release, err := srv.PullShared(ctx, &pb.PullRequest{Worker: 0, MinVersion: v, RunId: "r", Generation: 1})
-		if err != nil || resp.Version != v {
-			t.Fatalf("pull of version %d: %v %v", v, resp, err)
-		}
-		return resp, release
-	}
-	step := func(v int64) {
-		t.Helper()
-		push(t, srv, 0, v, 1, n)
-		push(t, srv, 1, v, 1, n)
-	}
+	pull := func(v int64) (*pb.PullResponse, func()) { t.Helper(); return pullShared(t, srv, v) }
+	step := func(v int64) { t.Helper(); syncStep(t, srv, v, 1, n) }
 	same := func(a, b []byte) bool { return unsafe.SliceData(a) == unsafe.SliceData(b) }
 	p0, rel0 := pull(0)
 	step(0)
