@@ -320,7 +320,7 @@ func TestSealedParallelWritesChangeKeysInStep(t *testing.T) {
 	var wire bytes.Buffer
 	w, r := macPair(t, 9, &wire, true)
 	w.rekey, r.rekey = 3, 3
-	msg := make([]byte, sealChunk+5*sealRecord+123) // 22 records in two chunks, both sealed in parallel
+	msg := make([]byte, 5*sealChunk+5*sealRecord+123) // records in six chunks, each sealed in parallel
 	for i := range msg {
 		msg[i] = byte(i * 7)
 	}

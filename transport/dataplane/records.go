@@ -55,8 +55,10 @@ const (
 	// sealed by two goroutines.
 	parallelSeal = 128 << 10
 	// sealChunk is the plaintext a sealed write seals into its buffer
-	// before it writes: what bounds the buffer a connection keeps.
-	sealChunk = 1 << 20
+	// before it writes: what bounds the buffer a connection keeps, and
+	// how soon the reader has records to open (four records, two per
+	// sealer).
+	sealChunk = 256 << 10
 	macTagLen = 16
 	// recordReadBuffer is the read buffer beneath the records.
 	recordReadBuffer = 16 << 10
