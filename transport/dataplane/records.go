@@ -35,13 +35,14 @@ import (
 // HKDF-Expand(SHA-256) of it with the label rekeyLabel, as TLS 1.3's key
 // update derives its next traffic secret: no key seals more than
 // rekeyEvery records of at most 256 KiB (2^38 bytes), inside AES-GCM's
-// usage limits (RFC 8446 §5.5), and the old key is dropped.
+// usage limits (RFC 8446 §5.5), and the old key is zeroed.
 //
-// Each record has its own nonce, so records are sealed independently:
-// a large write's records are sealed by two goroutines at once, into
-// the buffer that is then written with one system call; a record is
-// read straight into the reader's buffer when it fits there and opened
-// in place.
+// Each record has its own nonce, so records are sealed and opened
+// independently: a large write's records are sealed by two goroutines
+// at once, into the buffer that is then written with one system call;
+// a large read's records are opened by two goroutines while the next
+// are read (recordsread.go); otherwise a record is read straight into
+// the reader's buffer when it fits there and opened in place.
 
 const (
 	// maxRecord is the most bytes one record carries: a reader buffers
