@@ -60,14 +60,7 @@ func (s *scenario) psCommand(f []string, a scenariotest.Args) (string, error) {
 	default:
 		return "", fmt.Errorf("unknown event %q", f[0])
 	}
-	var lines []string
-	for _, x := range acts {
-		lines = append(lines, x.String())
-	}
-	if len(lines) == 0 {
-		return "(nothing)", nil
-	}
-	return strings.Join(lines, "\n"), nil
+	return s.actions(acts), nil
 }
 
 func (s *scenario) psState() string {

@@ -1,6 +1,7 @@
 package chief
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/pstrain/pstrain/ml/model"
@@ -77,6 +78,9 @@ import (
 //	adopt t=S gen=N step=N [split] [stopped-by=WHY [final-step=N final-acc=F]]
 //	                             a restarted chief; stopped-by: the saved
 //	                             state says a stop had begun
+//	restart-chief t=S gen=N step=N  a restarted chief adopts shards at
+//	                             generation N and step N with the state
+//	                             the core last saved (a SaveState action)
 //	adopt t=S shards=V,... standbys=V,... [saved=TYPE:EPOCH,...]
 //	                             a restarted chief finds these processes
 //	                             (adoptionOf); its saved state holds
@@ -115,8 +119,10 @@ func TestScenarios(t *testing.T) {
 }
 
 type scenario struct {
-	t0   time.Time
-	core *Core
+	t0     time.Time
+	core   *Core
+	params CoreParams // the core's, for a restarted one
+	saved  *State     // the state of the last SaveState action
 }
 
 func nums(s string) []int64 {
@@ -173,6 +179,8 @@ func (s *scenario) do(cmd string) (string, error) {
 		return fmt.Sprintf("%+v", s.core.report().DataLedger), nil
 	case f[0] == "live-workers":
 		return fmt.Sprintf("%+v", s.core.report().LiveWorkers), nil
+	case f[0] == "restart-chief":
+		return s.restartChief(a)
 	case f[0] == "state":
 		c := s.core
 		return fmt.Sprintf("phase=%s generation=%d hold=%d step=%d latest-checkpoint=%d restarts=%d",
@@ -182,14 +190,42 @@ func (s *scenario) do(cmd string) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("unknown event %q", f[0])
 	}
+	return s.actions(event(a, a.At(s.t0))), nil
+}
+
+// actions prints acts, one a line, and keeps the state the last
+// SaveState among them saves (as it would be read back).
+func (s *scenario) actions(acts []Action) string {
 	var lines []string
-	for _, x := range event(a, a.At(s.t0)) {
+	for _, x := range acts {
 		lines = append(lines, x.String())
+		if st, ok := x.(SaveState); ok {
+			b, err := json.Marshal(st.State)
+			if err != nil {
+				panic(err)
+			}
+			s.saved = &State{}
+			if err := json.Unmarshal(b, s.saved); err != nil {
+				panic(err)
+			}
+		}
 	}
 	if len(lines) == 0 {
-		return "(nothing)", nil
+		return "(nothing)"
 	}
-	return strings.Join(lines, "\n"), nil
+	return strings.Join(lines, "\n")
+}
+
+// restartChief replaces the core by a new one of the same parameters
+// that adopts the shards with the last saved state.
+func (s *scenario) restartChief(a scenariotest.Args) (string, error) {
+	if s.saved == nil {
+		return "", errors.New("restart-chief: no state saved yet")
+	}
+	now := a.At(s.t0)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	s.core = NewCore(s.params, "run-test", log, metrics.NewChief(prometheus.NewRegistry()), now)
+	return s.actions(s.core.Adopt(now, Adoption{Generation: a.Num("gen"), Step: a.Num("step"), Saved: s.saved})), nil
 }
 
 // events are the script's events that return actions.
@@ -375,7 +411,7 @@ func (s *scenario) config(a scenariotest.Args) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	s.core = NewCore(p, "run-test", log, metrics.NewChief(prometheus.NewRegistry()), s.t0)
+	s.core, s.params, s.saved = NewCore(p, "run-test", log, metrics.NewChief(prometheus.NewRegistry()), s.t0), p, nil
 	return nil
 }
 

@@ -2,6 +2,8 @@ package ps
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"math"
 	"slices"
 	"testing"
@@ -9,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/ml/embed"
 	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/ml/optim"
 	pb "github.com/pstrain/pstrain/proto"
@@ -507,6 +510,50 @@ func TestInitLRFactor(t *testing.T) {
 	o.LRFactor = 2
 	if _, err := OptionsFromProto(o.Proto()); err == nil {
 		t.Error("lr_factor 2 accepted")
+	}
+}
+
+// The chief's learning-rate factor scales the embedding rows' rate too.
+func TestInitLRFactorScalesRows(t *testing.T) {
+	for _, factor := range []float64{0, 0.25} { // 0: no rollback yet, the rate as declared
+		srv := NewServer(Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Shard: AnyShard})
+		r := config.Default()
+		r.Mode, r.Workers, r.PS, r.LRSchedule = config.Async, 1, 1, "constant"
+		o := OptionsFor(r)
+		o.LRFactor = factor
+		spec := model.Spec{Input: 4, Hidden: []int{3}, Classes: 2}
+		n := spec.NumParams()
+		table := embed.TableConfig{Name: "emb/C1", Dim: 2, Seed: 1, Rule: embed.Rule{Kind: embed.SGD, LR: 1}}
+		ctx := context.Background()
+		if _, err := srv.Init(ctx, &pb.InitRequest{RunId: "r", NumShards: 1, ShardOptions: o.Proto(), Generation: 1,
+			Params: wire.Bytes(make([]float32, n)), ModelSpec: convert.ModelSpec(spec), Tables: TableSpecs([]embed.TableConfig{table})}); err != nil {
+			t.Fatal(err)
+		}
+		row := func() []float32 {
+			resp, err := srv.PullRows(ctx, &pb.PullRowsRequest{RunId: "r", Tables: []*pb.RowBlock{{Table: "emb/C1", Keys: []uint64{5}}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, err := wire.Floats(resp.Tables[0].Values)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return slices.Clone(v)
+		}
+		before := row()
+		if _, err := srv.PushRows(ctx, &pb.PushRowsRequest{RunId: "r", Tables: []*pb.RowBlock{
+			{Table: "emb/C1", Keys: []uint64{5}, Values: wire.Bytes([]float32{1, 1})}}}); err != nil {
+			t.Fatal(err)
+		}
+		after, want := row(), float32(1)
+		if factor > 0 {
+			want = float32(factor)
+		}
+		for i := range after {
+			if got := before[i] - after[i]; math.Abs(float64(got-want)) > 1e-6 {
+				t.Errorf("factor %v: the row moved by %v after a gradient of 1 at rate 1, want %v", factor, got, want)
+			}
+		}
 	}
 }
 

@@ -121,6 +121,14 @@ func buildTables(req *pb.InitRequest, mode config.Mode) (*TableSet, error) {
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
+	// The chief's factor after a rollback scales the rows' rate as it
+	// does the dense layers' (Options.LRFactor): a model that diverged
+	// goes on more slowly in all its parameters.
+	if f := req.GetShardOptions().GetLrFactor(); f > 0 && f < 1 {
+		for i := range cfgs {
+			cfgs[i].Rule.LR *= float32(f)
+		}
+	}
 	ts, err := NewTableSet(cfgs, mode, int(req.Shard), max(1, int(req.NumShards)), req.Version)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())

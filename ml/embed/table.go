@@ -56,9 +56,8 @@ type Table struct {
 	cfg      TableConfig
 	slot     map[uint64]int32     // key -> slot
 	keys     column[uint64]       // slot -> key
-	values   column[float32]      // slot -> the row
-	state    column[float32]      // slot -> the optimizer's state
-	lastSeen column[int64]        // slot -> step of the last pull or push
+	rows     column[float32]      // slot -> the row, then its optimizer state
+	lastSeen column[int64]        // slot -> step of the last pull or push (only if it evicts)
 	free     []int32              // slots of evicted rows
 	seen     map[uint64]sightings // keys not yet admitted
 	stats    TableStats
@@ -70,8 +69,38 @@ func NewTable(cfg TableConfig) (*Table, error) {
 		return nil, err
 	}
 	return &Table{cfg: cfg, slot: map[uint64]int32{}, seen: map[uint64]sightings{},
-		keys: newColumn[uint64](1), values: newColumn[float32](cfg.Dim),
-		state: newColumn[float32](cfg.Rule.StateLen(cfg.Dim)), lastSeen: newColumn[int64](1)}, nil
+		keys: newColumn[uint64](1), rows: newColumn[float32](cfg.Dim + cfg.Rule.StateLen(cfg.Dim)),
+		lastSeen: newColumn[int64](seenWidth(cfg))}, nil
+}
+
+// A row's values and its optimizer state are one record of the rows
+// column, the state after the values: a step that touches a row reads
+// and writes both, and on tables far larger than the caches each record
+// apart is a miss of its own (BenchmarkTableStep in ps).
+
+// value is slot's row.
+func (t *Table) value(s int32) []float32 { return t.rows.at(s)[:t.cfg.Dim:t.cfg.Dim] }
+
+// mutRecord is slot's row and state to write into.
+func (t *Table) mutRecord(s int32) (row, state []float32) {
+	r := t.rows.mut(s)
+	return r[:t.cfg.Dim:t.cfg.Dim], r[t.cfg.Dim:]
+}
+
+// seenWidth is the last-sighting column's width: a table that evicts
+// nothing keeps no sightings.
+func seenWidth(cfg TableConfig) int {
+	if cfg.EvictAfter > 0 {
+		return 1
+	}
+	return 0
+}
+
+// see records a pull or push of slot at step; only eviction reads it.
+func (t *Table) see(s int32, step int64) {
+	if t.cfg.EvictAfter > 0 {
+		t.lastSeen.at(s)[0] = step
+	}
 }
 
 // sightings counts a key not yet admitted: how often, and the step of the
@@ -93,7 +122,7 @@ func (t *Table) Len() int { return len(t.slot) }
 // Bytes is what the rows and their optimizer state take in memory, with
 // the keys waiting for admission.
 func (t *Table) Bytes() int64 {
-	per := int64(t.cfg.Dim+t.cfg.Rule.StateLen(t.cfg.Dim))*4 + 8 + 8
+	per := int64(t.cfg.Dim+t.cfg.Rule.StateLen(t.cfg.Dim))*4 + 8 + 8*int64(seenWidth(t.cfg))
 	return int64(len(t.slot))*per + int64(len(t.seen))*seenBytes
 }
 
@@ -121,8 +150,8 @@ func (t *Table) Pull(step int64, keys []uint64, out []float32) error {
 			}
 			s = t.create(k)
 		}
-		t.lastSeen.at(s)[0] = step
-		copy(dst, t.values.at(s))
+		t.see(s, step)
+		copy(dst, t.value(s))
 	}
 	return nil
 }
@@ -138,7 +167,7 @@ func (t *Table) Peek(keys []uint64, out []float32) error {
 	for i, k := range keys {
 		dst := out[i*d : (i+1)*d]
 		if s, ok := t.slot[k]; ok {
-			copy(dst, t.values.at(s))
+			copy(dst, t.value(s))
 		} else {
 			InitRow(t.cfg.Seed, t.cfg.Name, k, dst)
 		}
@@ -160,10 +189,11 @@ func (t *Table) Push(step int64, keys []uint64, grads []float32) error {
 			t.stats.Dropped++
 			continue
 		}
-		if err := t.cfg.Rule.Apply(t.values.mut(s), t.state.mut(s), grads[i*d:(i+1)*d]); err != nil {
+		row, state := t.mutRecord(s)
+		if err := t.cfg.Rule.Apply(row, state, grads[i*d:(i+1)*d]); err != nil {
 			return err
 		}
-		t.lastSeen.at(s)[0] = step
+		t.see(s, step)
 	}
 	return nil
 }
@@ -186,8 +216,9 @@ func (t *Table) admit(k uint64, step int64) bool {
 // create gives a key a slot holding its initial row and state.
 func (t *Table) create(k uint64) int32 {
 	s := t.place(k)
-	InitRow(t.cfg.Seed, t.cfg.Name, k, t.values.mut(s))
-	t.cfg.Rule.InitState(t.state.mut(s))
+	row, state := t.mutRecord(s)
+	InitRow(t.cfg.Seed, t.cfg.Name, k, row)
+	t.cfg.Rule.InitState(state)
 	t.stats.Admissions++
 	return s
 }
@@ -199,8 +230,7 @@ func (t *Table) place(k uint64) int32 {
 		s, t.free = t.free[n-1], t.free[:n-1]
 	} else {
 		s = t.keys.add()
-		t.values.add()
-		t.state.add()
+		t.rows.add()
 		t.lastSeen.add()
 	}
 	t.keys.mut(s)[0] = k
@@ -250,7 +280,8 @@ func (t *Table) Row(k uint64) (row, state []float32, ok bool) {
 	if !ok {
 		return nil, nil, false
 	}
-	return t.values.at(s), t.state.at(s), true
+	r := t.rows.at(s)
+	return r[:t.cfg.Dim:t.cfg.Dim], r[t.cfg.Dim:], true
 }
 
 // Put sets a key's row and state (a restore, or a row moved from another
@@ -264,9 +295,10 @@ func (t *Table) Put(k uint64, step int64, row, state []float32) error {
 	if !ok {
 		s = t.place(k)
 	}
-	copy(t.values.mut(s), row)
-	copy(t.state.mut(s), state)
-	t.lastSeen.at(s)[0] = step
+	r, st := t.mutRecord(s)
+	copy(r, row)
+	copy(st, state)
+	t.see(s, step)
 	return nil
 }
 
@@ -275,7 +307,7 @@ func (t *Table) Put(k uint64, step int64, row, state []float32) error {
 type Slots struct {
 	Dim, StateLen int
 	keys          view[uint64]
-	values, state view[float32]
+	rows          view[float32] // each slot's row, then its state
 	free          []int32
 }
 
@@ -285,8 +317,8 @@ func (s Slots) Len() int { return s.keys.n }
 // Key, Row and State are a slot's key, row and optimizer state (not to
 // be written into).
 func (s Slots) Key(slot int) uint64      { return s.keys.at(slot)[0] }
-func (s Slots) Row(slot int) []float32   { return s.values.at(slot) }
-func (s Slots) State(slot int) []float32 { return s.state.at(slot) }
+func (s Slots) Row(slot int) []float32   { return s.rows.at(slot)[:s.Dim:s.Dim] }
+func (s Slots) State(slot int) []float32 { return s.rows.at(slot)[s.Dim:] }
 
 // Free is the slots of evicted rows (not to be written into).
 func (s Slots) Free() []int32 { return s.free }
@@ -299,5 +331,5 @@ func (s Slots) Free() []int32 { return s.free }
 // of the blocks written while it is held, not of the whole table.
 func (t *Table) Freeze() Slots {
 	return Slots{Dim: t.cfg.Dim, StateLen: t.cfg.Rule.StateLen(t.cfg.Dim), keys: t.keys.freeze(),
-		values: t.values.freeze(), state: t.state.freeze(), free: slices.Clone(t.free)}
+		rows: t.rows.freeze(), free: slices.Clone(t.free)}
 }

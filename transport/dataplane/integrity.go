@@ -109,8 +109,15 @@ type recordKeys struct {
 }
 
 // keysOf derives the keys of the mode want (an ALPN name) from a
-// finished handshake, which must have negotiated it.
+// finished handshake, which must have negotiated it, and be a full
+// TLS 1.3 handshake: the configurations ask for both (WithPrivacy), and
+// keysOf refuses a connection that is not, whatever its configuration
+// said (TLS 1.2's exporter, or a resumed session's keys, are not what
+// docs/security.md describes).
 func keysOf(cs tls.ConnectionState, want string, client bool) (recordKeys, error) {
+	if cs.Version != tls.VersionTLS13 || cs.DidResume {
+		return recordKeys{}, fmt.Errorf("records need a full TLS 1.3 handshake, this one was %s (resumed %t)", tls.VersionName(cs.Version), cs.DidResume)
+	}
 	if cs.NegotiatedProtocol != want {
 		return recordKeys{}, fmt.Errorf("the other end does not run this --data-plane-privacy mode (ALPN %q, want %q)", cs.NegotiatedProtocol, want)
 	}

@@ -130,3 +130,51 @@ func TestRecordsRefuseClientNamingNoMode(t *testing.T) {
 		t.Fatalf("the backend saw %d requests", n)
 	}
 }
+
+// keysOf derives keys only from a full TLS 1.3 handshake: a connection
+// of another version, or a resumed session, is refused whatever the
+// configuration that made it (the refusal comes before the exporter,
+// which such a state here does not even have).
+func TestKeysOfRefusesOtherThanFullTLS13(t *testing.T) {
+	for name, cs := range map[string]tls.ConnectionState{
+		"TLS 1.2":         {Version: tls.VersionTLS12, NegotiatedProtocol: protoSealed},
+		"resumed TLS 1.3": {Version: tls.VersionTLS13, DidResume: true, NegotiatedProtocol: protoSealed},
+	} {
+		if _, err := keysOf(cs, protoSealed, true); err == nil || !strings.Contains(err.Error(), "full TLS 1.3") {
+			t.Errorf("%s: %v, want a refusal", name, err)
+		}
+	}
+}
+
+// A real handshake's state passes keysOf's check: both ends derive the
+// same two keys, crossed.
+func TestKeysOfAcceptsFullTLS13(t *testing.T) {
+	ca := newTestCA(t)
+	stls, _ := ca.configs(t, "ps-0")
+	_, ctls := ca.configs(t, "worker-0")
+	stls, ctls = WithPrivacy(stls, false), WithPrivacy(ctls, false)
+	ctls.ServerName = "localhost"
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	sc, cc := tls.Server(a, stls), tls.Client(b, ctls)
+	errc := make(chan error, 1)
+	go func() { errc <- sc.Handshake() }()
+	if err := cc.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	ck, err := keysOf(cc.ConnectionState(), protoSealed, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sk, err := keysOf(sc.ConnectionState(), protoSealed, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(ck.send, sk.recv) || !bytes.Equal(ck.recv, sk.send) || bytes.Equal(ck.send, ck.recv) {
+		t.Fatal("the two ends' keys do not cross")
+	}
+}
