@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -90,13 +91,19 @@ type Store struct {
 	log  *slog.Logger // nil: say nothing
 	// dirMode and fileMode are the permissions of what it creates.
 	dirMode, fileMode fs.FileMode
+	// parallelHash: a shard file is hashed on a goroutine of its own,
+	// from the tensors, while it is written (Go code may run on two
+	// processors, GOMAXPROCS at NewStore); else from the bytes as they
+	// are written.
+	parallelHash bool
 }
 
 // NewStore returns a Store for the checkpoints in dir on fsys. After each
 // commit it keeps the keep newest complete checkpoints (all if keep <= 0).
 // The directory is created when the first shard is written.
 func NewStore(fsys FS, dir string, keep int) *Store {
-	return &Store{fs: fsys, dir: dir, keep: keep, dirMode: fs.FileMode(DefaultDirMode), fileMode: DefaultDirMode.fileMode()}
+	return &Store{fs: fsys, dir: dir, keep: keep, dirMode: fs.FileMode(DefaultDirMode), fileMode: DefaultDirMode.fileMode(),
+		parallelHash: runtime.GOMAXPROCS(0) > 1}
 }
 
 // DefaultDirMode is the permission of the directories a Store makes
@@ -181,10 +188,37 @@ func hashSafetensors(header []byte, tensors []Tensor, native bool) []byte {
 	return h.Sum(nil)
 }
 
+// writeHashed writes a shard file's bytes to f, fsyncs it and returns
+// the bytes' SHA-256 and count. With parallelHash the same bytes are
+// hashed from memory on another goroutine while the file is written and
+// fsynced (SHA-256 costs about as much as the fsynced write; Commit
+// re-reads the file to check the hash). Without, on one processor, that
+// goroutine would only take turns with the write and gather the tensors
+// a second time (a PS's table rows, read in key order: half a CTR
+// checkpoint's CPU), so the bytes are hashed as they are written.
+func (s *Store) writeHashed(f File, header []byte, tensors []Tensor) ([]byte, int64, error) {
+	native := hostLittleEndian()
+	if !s.parallelHash {
+		h := sha256.New()
+		n, err := writeWithHeader(io.MultiWriter(f, h), header, tensors, native)
+		if err == nil {
+			err = f.Sync()
+		}
+		return h.Sum(nil), n, err
+	}
+	sumc := make(chan []byte, 1)
+	go func() { sumc <- hashSafetensors(header, tensors, native) }()
+	n, err := writeWithHeader(f, header, tensors, native)
+	if err == nil {
+		err = f.Sync()
+	}
+	return <-sumc, n, err // always wait: tensors must not be read after we return
+}
+
 // WriteShard writes shard `shard` of numShards of the checkpoint for step
 // and makes it durable: it creates DIR/ckpt-<step>.tmp/ if needed (fsyncing
 // DIR), writes the safetensors file under a unique temporary name while
-// computing its SHA-256 (on another goroutine, from the same bytes), fsyncs
+// computing its SHA-256 (writeHashed), fsyncs
 // it, renames it to ShardFileName(shard, numShards) and fsyncs the
 // directory. The returned ShardInfo is what the chief puts in the manifest.
 // Several processes may write different shards of the same step
@@ -231,19 +265,10 @@ func (s *Store) writeShard(step int64, shard, numShards int, header []byte, tens
 	if err != nil {
 		return ShardInfo{}, err
 	}
-	// Hash the same bytes from memory on another core while the file is
-	// written and fsynced: SHA-256 costs about as much as the fsynced
-	// write itself. (Commit re-reads the file to check the hash.)
-	sumc := make(chan []byte, 1)
-	go func() { sumc <- hashSafetensors(header, tensors, hostLittleEndian()) }()
-	n, err := writeWithHeader(f, header, tensors, hostLittleEndian())
-	if err == nil {
-		err = f.Sync()
-	}
+	sum, n, err := s.writeHashed(f, header, tensors)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	sum := <-sumc // always wait: tensors must not be read after we return
 	if err == nil {
 		err = s.fs.Rename(tmp, filepath.Join(tmpDir, name))
 	}

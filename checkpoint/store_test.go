@@ -641,3 +641,27 @@ func TestMarkFinal(t *testing.T) {
 		}
 	}
 }
+
+// TestHashAsWrittenEqualsHashAlongside: a shard hashed from the bytes as
+// they are written (one processor) has the hash and the bytes of one
+// hashed alongside on another goroutine, and commits (Commit re-reads
+// every file against its hash) and loads.
+func TestHashAsWrittenEqualsHashAlongside(t *testing.T) {
+	var infos [2][]ShardInfo
+	for i, parallel := range []bool{true, false} {
+		s := NewStore(NewMemFS(), testDir, 0)
+		s.parallelHash = parallel
+		m := saveCheckpoint(t, s, 4, 2)
+		infos[i] = m.Shards
+		if err := s.Verify(s.Path(4)); err != nil {
+			t.Fatalf("parallel %t: %v", parallel, err)
+		}
+		checkLoads(t, s, s.Path(4), 4)
+	}
+	for i := range infos[0] {
+		a, b := infos[0][i], infos[1][i]
+		if a.SHA256 != b.SHA256 || a.Bytes != b.Bytes || a.SHA256 == "" {
+			t.Fatalf("shard %d: hashed alongside %+v, as written %+v", i, a, b)
+		}
+	}
+}

@@ -57,6 +57,12 @@ type tableState struct {
 	sighted map[uint64]struct{}
 	// staged holds each worker's row gradients of the sync step.
 	staged map[int]*stagedRows
+	// spare holds stagedRows of earlier steps, emptied, and sum the
+	// step's mean gradients (applyStep): reused from step to step, so a
+	// step allocates no maps or arrays once the tables' traffic is
+	// steady.
+	spare []*stagedRows
+	sum   stagedRows
 }
 
 // stagedRows is one worker's row gradients of one table in a sync step.
@@ -64,6 +70,21 @@ type stagedRows struct {
 	slot  map[uint64]int
 	keys  []uint64
 	grads []float32
+}
+
+// reset empties r, keeping its map and arrays.
+func (r *stagedRows) reset() {
+	clear(r.slot)
+	r.keys, r.grads = r.keys[:0], r.grads[:0]
+}
+
+// unstage empties the step's staged rows into spare.
+func (st *tableState) unstage() {
+	for w, r := range st.staged {
+		r.reset()
+		st.spare = append(st.spare, r)
+		delete(st.staged, w)
+	}
 }
 
 // NewTableSet returns shard's (of numShards) empty tables at version.
@@ -273,7 +294,11 @@ func (ts *TableSet) PushBlocks(worker int, version int64, blocks []RowBlock) (Ou
 func (st *tableState) stage(worker int, keys []uint64, grads []float32, d int) {
 	w := st.staged[worker]
 	if w == nil {
-		w = &stagedRows{slot: make(map[uint64]int, len(keys))}
+		if n := len(st.spare); n > 0 {
+			w, st.spare = st.spare[n-1], st.spare[:n-1]
+		} else {
+			w = &stagedRows{slot: make(map[uint64]int, len(keys))}
+		}
 		st.staged[worker] = w
 	}
 	for i, k := range keys {
@@ -305,7 +330,7 @@ func (ts *TableSet) Advance(version int64, accepted []int) error {
 		if ts.mode == config.Sync && version == from+1 && len(accepted) > 0 {
 			err = errors.Join(err, st.applyStep(from, accepted))
 		}
-		clear(st.staged)
+		st.unstage()
 		clear(st.sighted)
 		if evictAfter := st.t.Config().EvictAfter; evictDueIn(from, version, evictAfter) {
 			st.t.Evict(version)
@@ -321,7 +346,18 @@ func (ts *TableSet) Advance(version int64, accepted []int) error {
 func (st *tableState) applyStep(version int64, accepted []int) error {
 	d := st.t.Config().Dim
 	ws := slices.Sorted(slices.Values(accepted))
-	sum := stagedRows{slot: map[uint64]int{}}
+	sum := &st.sum
+	if sum.slot == nil {
+		sum.slot = map[uint64]int{}
+	}
+	sum.reset()
+	most := 0 // keys the sum can hold: every worker's
+	for _, w := range ws {
+		if g := st.staged[w]; g != nil {
+			most += len(g.keys)
+		}
+	}
+	sum.keys, sum.grads = slices.Grow(sum.keys, most), slices.Grow(sum.grads, most*d)
 	for _, w := range ws {
 		g := st.staged[w]
 		if g == nil {

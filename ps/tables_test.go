@@ -476,3 +476,38 @@ func TestCheckpointOfFrozenSlotsIsTheFreezesRows(t *testing.T) {
 		t.Fatal("the table did not change after the freeze: the test tests nothing")
 	}
 }
+
+// TestSyncStepsReuseNoGradientOfTheStepBefore: the staged rows and the
+// sum a step reuses carry nothing into the next step: a step after one
+// where two workers pushed two keys applies only what its own pushes
+// staged (one worker, one key), and a key no one pushed stays put.
+func TestSyncStepsReuseNoGradientOfTheStepBefore(t *testing.T) {
+	cfg := []embed.TableConfig{{Name: "emb/C1", Dim: 1, Seed: 1, Rule: embed.Rule{Kind: embed.SGD, LR: 1}}}
+	ts := newTableSets(t, cfg, config.Sync, 1)[0]
+	row := make([]float32, 2)
+	if err := ts.Pull("emb/C1", []uint64{7, 8}, row); err != nil {
+		t.Fatal(err)
+	}
+	init7, init8 := row[0], row[1]
+	for w, g := range [][]float32{{2, 10}, {4, 20}} {
+		if _, err := ts.Push(w, 0, "emb/C1", []uint64{7, 8}, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ts.Advance(1, []int{0, 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ts.Push(1, 1, "emb/C1", []uint64{7}, []float32{6}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts.Advance(2, []int{0, 1}); err != nil {
+		t.Fatal(err)
+	}
+	// Step 1: 7 by mean(2, 4), 8 by mean(10, 20); step 2: 7 by 6 / 2
+	// (worker 0 pushed nothing).
+	got7, _, _ := ts.Table("emb/C1").Row(7)
+	got8, _, _ := ts.Table("emb/C1").Row(8)
+	if got7[0] != init7-3-3 || got8[0] != init8-15 {
+		t.Fatalf("rows 7, 8 = %v, %v; want %v, %v", got7[0], got8[0], init7-6, init8-15)
+	}
+}

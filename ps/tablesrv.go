@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -39,16 +40,41 @@ type tableHost struct {
 	// quarantined are the dense shard's quarantined workers, by index:
 	// their row pushes are dropped (sync steps leave them out anyway).
 	quarantined []bool
-	// exported are the counters of each table already added to the
-	// metrics (their deltas are added at each change).
-	exported map[string]embed.TableStats
+	// exported is each table's metrics, looked up once a table (a row
+	// request counts and exports every table it names), with its counters
+	// already added to them (their deltas are added at each change).
+	exported map[string]*tableMetrics
+}
+
+// tableMetrics is one table's metrics (its labels' children of the
+// metric vectors) and the counters already added to them.
+type tableMetrics struct {
+	rows, bytes                    prometheus.Gauge
+	admissions, evictions, dropped prometheus.Counter
+	pulled, pushed                 prometheus.Counter
+	added                          embed.TableStats
+}
+
+// metricsOf is table name's metrics, looked up on first use. Call with
+// mu held.
+func (h *tableHost) metricsOf(name string) *tableMetrics {
+	if tm := h.exported[name]; tm != nil {
+		return tm
+	}
+	m := h.m
+	tm := &tableMetrics{rows: m.Rows.WithLabelValues(name), bytes: m.Bytes.WithLabelValues(name),
+		admissions: m.Admissions.WithLabelValues(name), evictions: m.Evictions.WithLabelValues(name),
+		dropped: m.Dropped.WithLabelValues(name),
+		pulled:  m.RowRequests.WithLabelValues(name, "pull"), pushed: m.RowRequests.WithLabelValues(name, "push")}
+	h.exported[name] = tm
+	return tm
 }
 
 func newTableHost(m *metrics.Tables) *tableHost {
 	if m == nil {
 		m = metrics.NewTables(nil)
 	}
-	return &tableHost{m: m, changed: make(chan struct{}), exported: map[string]embed.TableStats{}}
+	return &tableHost{m: m, changed: make(chan struct{}), exported: map[string]*tableMetrics{}}
 }
 
 // notify wakes the blocked row pulls. Call with mu held.
@@ -195,18 +221,19 @@ func (h *tableHost) exportAll() {
 // last export. Call with mu held.
 func (h *tableHost) export(name string) {
 	t := h.set.Table(name)
-	st, was := t.Stats(), h.exported[name]
-	h.m.Rows.WithLabelValues(name).Set(float64(st.Rows))
-	h.m.Bytes.WithLabelValues(name).Set(float64(t.Bytes()))
-	add := func(c interface{ Add(float64) }, now, before int64) {
+	tm := h.metricsOf(name)
+	st, was := t.Stats(), tm.added
+	tm.rows.Set(float64(st.Rows))
+	tm.bytes.Set(float64(t.Bytes()))
+	add := func(c prometheus.Counter, now, before int64) {
 		if now > before {
 			c.Add(float64(now - before))
 		}
 	}
-	add(h.m.Admissions.WithLabelValues(name), st.Admissions, was.Admissions)
-	add(h.m.Evictions.WithLabelValues(name), st.Evictions, was.Evictions)
-	add(h.m.Dropped.WithLabelValues(name), st.Dropped, was.Dropped)
-	h.exported[name] = st
+	add(tm.admissions, st.Admissions, was.Admissions)
+	add(tm.evictions, st.Evictions, was.Evictions)
+	add(tm.dropped, st.Dropped, was.Dropped)
+	tm.added = st
 }
 
 // check verifies a row request's run. Call with mu held.
@@ -287,11 +314,16 @@ func (h *tableHost) blocks(in []*pb.RowBlock, alloc bool) ([]RowBlock, error) {
 	return out, nil
 }
 
-// count adds a request's keys to the row requests of op and exports the
-// tables it touched. Call with mu held.
-func (h *tableHost) count(op string, blocks []RowBlock) {
+// count adds a request's keys to the row requests (of pushes, or of
+// pulls) and exports the tables it touched. Call with mu held.
+func (h *tableHost) count(push bool, blocks []RowBlock) {
 	for _, b := range blocks {
-		h.m.RowRequests.WithLabelValues(b.Table, op).Add(float64(len(b.Keys)))
+		tm := h.metricsOf(b.Table)
+		c := tm.pulled
+		if push {
+			c = tm.pushed
+		}
+		c.Add(float64(len(b.Keys)))
 		if h.set.Table(b.Table) != nil {
 			h.export(b.Table)
 		}
@@ -365,7 +397,7 @@ func (h *tableHost) pull(req *pb.PullRowsRequest) (*pb.PullRowsResponse, int, er
 	if err := h.set.PullBlocks(blocks, req.Worker < 0); err != nil {
 		return nil, 0, tableStatus(err)
 	}
-	h.count("pull", blocks)
+	h.count(false, blocks)
 	resp := &pb.PullRowsResponse{Version: h.set.Version(), Generation: h.gen, Done: h.done, Tables: make([]*pb.RowBlock, len(blocks))}
 	sent := 0
 	for i, b := range blocks {
@@ -408,7 +440,7 @@ func (s *Server) PushRows(ctx context.Context, req *pb.PushRowsRequest) (*pb.Pus
 		s.m.RejectedRequests.WithLabelValues(rejectReason(err)).Inc()
 		return nil, tableStatus(err)
 	}
-	h.count("push", blocks)
+	h.count(true, blocks)
 	return &pb.PushRowsResponse{Outcome: pb.PushResponse_Outcome(out), Version: h.set.Version(), Done: h.done}, nil
 }
 

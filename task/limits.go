@@ -19,6 +19,7 @@ import (
 	"github.com/pstrain/pstrain/transport/compress"
 	"github.com/pstrain/pstrain/transport/connlimit"
 	"github.com/pstrain/pstrain/transport/dataplane"
+	"github.com/pstrain/pstrain/transport/pbcodec"
 )
 
 // What a task's listeners hold at most, whatever their clients send
@@ -157,7 +158,7 @@ func (a psAPI) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitResponse,
 // messages up to maxRecv bytes in and --max-message-mb out, maxStreams
 // RPCs per connection, idle connections closed after the idle timeout (a
 // client reconnects when it next calls), silent ones pinged and dropped
-// if dead.
+// if dead; messages encoded by pbcodec.
 func (o Options) grpcServer(maxRecv int, refused func(reason string)) *grpc.Server {
 	guard := &auth.Guard{Keys: o.Auth, Now: o.Now, Refused: refused}
 	opts := []grpc.ServerOption{
@@ -167,6 +168,7 @@ func (o Options) grpcServer(maxRecv int, refused func(reason string)) *grpc.Serv
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: o.idleTimeout(),
 			Time: keepaliveTime, Timeout: keepaliveTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinTime, PermitWithoutStream: true}),
+		grpc.ForceServerCodecV2(pbcodec.New()),
 	}
 	if o.TLS != nil {
 		opts = append(opts, grpc.Creds(o.TLS.ServerCredentials(o.Log, refusalLogEvery, nil)))

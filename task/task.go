@@ -38,6 +38,7 @@ import (
 	"github.com/pstrain/pstrain/proto/convert"
 	"github.com/pstrain/pstrain/transport/auth"
 	"github.com/pstrain/pstrain/transport/dataplane"
+	"github.com/pstrain/pstrain/transport/pbcodec"
 	"github.com/pstrain/pstrain/transport/tlsconf"
 	"github.com/pstrain/pstrain/worker"
 )
@@ -152,7 +153,8 @@ func (o Options) dial(addr string) (*grpc.ClientConn, error) {
 	return dial(addr, o.dialer, creds, o.creds, o.MaxMessageBytes)
 }
 
-// Dial is a gRPC connection to the task at addr as a task makes it,
+// Dial is a gRPC connection to the task at addr as a task makes it
+// (messages encoded by pbcodec),
 // without TLS: calls signed as sign, messages up to maxMessageBytes
 // either way, through n's Dialer when set. For a harness's own clients
 // of its tasks (package testcluster).
@@ -162,7 +164,7 @@ func Dial(n Network, addr string, sign *auth.Client, maxMessageBytes int) (*grpc
 
 func dial(addr string, dialer func(context.Context, string) (net.Conn, error), creds credentials.TransportCredentials, sign *auth.Client, maxMsg int) (*grpc.ClientConn, error) {
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds), grpc.WithChainUnaryInterceptor(sign.Unary()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsg), grpc.MaxCallSendMsgSize(maxMsg)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsg), grpc.MaxCallSendMsgSize(maxMsg), grpc.ForceCodecV2(pbcodec.New())),
 		grpc.WithConnectParams(reconnect())}
 	target := addr
 	if dialer != nil {

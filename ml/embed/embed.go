@@ -34,10 +34,25 @@ func KeyHash(table string, key uint64) uint64 {
 // ShardOf is the shard, of n, that holds a table's row: the high word of
 // KeyHash times n, so every shard gets an even share of the hash range.
 func ShardOf(table string, key uint64, n int) int {
-	if n <= 1 {
+	return PlacerOf(table, n).Shard(key)
+}
+
+// Placer is ShardOf for one table's keys over n shards, the table's
+// name hashed once.
+type Placer struct {
+	table uint64 // tableHash
+	n     int
+}
+
+// PlacerOf is the Placer of table's keys over n shards.
+func PlacerOf(table string, n int) Placer { return Placer{table: tableHash(table), n: n} }
+
+// Shard is ShardOf(table, key, n).
+func (p Placer) Shard(key uint64) int {
+	if p.n <= 1 {
 		return 0
 	}
-	hi, _ := bits.Mul64(KeyHash(table, key), uint64(n))
+	hi, _ := bits.Mul64(hashmix.Mix(p.table^hashmix.Mix(key)), uint64(p.n))
 	return int(hi)
 }
 

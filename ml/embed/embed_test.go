@@ -2,6 +2,7 @@ package embed
 
 import (
 	"math"
+	"math/bits"
 	"slices"
 	"testing"
 )
@@ -143,6 +144,21 @@ func TestRuleValidate(t *testing.T) {
 	for _, good := range []Rule{{Kind: SGD, LR: 0.1}, {Kind: Momentum, LR: 0.1, Momentum: 0.9}, DefaultAdagrad(0.05)} {
 		if err := good.Validate(); err != nil {
 			t.Errorf("%+v: %v", good, err)
+		}
+	}
+}
+
+// TestPlacerIsKeyHashsRange: a Placer puts a key where the high word of
+// KeyHash times n says (the placement checkpoints and resharding rely
+// on), for every shard count.
+func TestPlacerIsKeyHashsRange(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 7} {
+		p := PlacerOf("emb/C7", n)
+		for k := uint64(0); k < 5000; k += 7 {
+			hi, _ := bits.Mul64(KeyHash("emb/C7", k), uint64(n))
+			if got := p.Shard(k); got != int(hi) || got != ShardOf("emb/C7", k, n) {
+				t.Fatalf("key %d of %d shards: Placer %d, ShardOf %d, KeyHash's range %d", k, n, got, ShardOf("emb/C7", k, n), hi)
+			}
 		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -152,18 +153,14 @@ func (r request) keys() int {
 // dims[t]; at least one key), the tables in the call's order and a
 // table's keys in theirs.
 func split(tables []embed.TableRows, dims []int, shards, maxBytes int) [][]request {
+	byShard := keysByShard(tables, shards)
 	out := make([][]request, shards)
 	for s := range out {
 		var cur request
 		room := maxBytes
-		for t, tr := range tables {
+		for t := range tables {
 			cost := 8 + 4*dims[t]
-			var idx []int
-			for i, k := range tr.Keys {
-				if embed.ShardOf(tr.Table, k, shards) == s {
-					idx = append(idx, i)
-				}
-			}
+			idx := byShard[t][s]
 			for len(idx) > 0 {
 				if room < cost && len(cur.blocks) > 0 {
 					out[s] = append(out[s], request{shard: s, blocks: cur.blocks})
@@ -176,6 +173,36 @@ func split(tables []embed.TableRows, dims []int, shards, maxBytes int) [][]reque
 		}
 		if len(cur.blocks) > 0 {
 			out[s] = append(out[s], request{shard: s, blocks: cur.blocks})
+		}
+	}
+	return out
+}
+
+// keysByShard is, by table and shard, the indices of the table's keys
+// that shard holds (each key hashed once), in the keys' order; the
+// indices of a table share one array.
+func keysByShard(tables []embed.TableRows, shards int) [][][]int {
+	out := make([][][]int, len(tables))
+	of := []int32{}
+	for t, tr := range tables {
+		of = slices.Grow(of[:0], len(tr.Keys))[:len(tr.Keys)]
+		counts := make([]int, shards)
+		place := embed.PlacerOf(tr.Table, shards)
+		for i, k := range tr.Keys {
+			s := place.Shard(k)
+			of[i] = int32(s)
+			counts[s]++
+		}
+		all := make([]int, len(tr.Keys))
+		out[t] = make([][]int, shards)
+		at := 0
+		for s, n := range counts {
+			out[t][s] = all[at : at : at+n]
+			at += n
+		}
+		for i := range tr.Keys {
+			s := of[i]
+			out[t][s] = append(out[t][s], i)
 		}
 	}
 	return out
