@@ -8,6 +8,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -25,24 +26,35 @@ import (
 	"github.com/pstrain/pstrain/transport/auth"
 )
 
-// TestScalePSWithStandbys: 2 -> 3 PS, then, once ps/0 (shard 0's
-// primary, whose rows the change moved) has its standby attached again
-// at the switch's epoch, ps/0 is killed: standby/0 takes over with 0
-// steps lost and nothing rolled back; then 3 -> 1. The report has both
-// changes with 0 steps lost and pauses within the goal, the run trained
-// its epochs each step once with an empty data ledger, and the removed
-// slots' processes (both of shards 1 and 2) exited when told to.
+// TestScalePSWithStandbys, sync and async: 2 -> 3 PS, then, once ps/0
+// (shard 0's primary, whose rows the change moved) has its standby
+// attached again at the switch's epoch, ps/0 is killed: standby/0 takes
+// over with 0 steps lost and nothing rolled back; then 3 -> 1. The
+// report has both changes with 0 steps lost and pauses within the goal,
+// the run trained its epochs each step once with an empty data ledger,
+// and the removed slots' processes (both of shards 1 and 2) exited when
+// told to.
 func TestScalePSWithStandbys(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process")
 	}
+	t.Run("sync", func(t *testing.T) {
+		scalePSWithStandbys(t, 8, "--mode", "sync", "--lr", "0.05")
+	})
+	t.Run("async", func(t *testing.T) {
+		scalePSWithStandbys(t, 10, "--mode", "async", "--lr", "0.02")
+	})
+}
+
+// scalePSWithStandbys is TestScalePSWithStandbys for a run of epochs
+// epochs with args.
+func scalePSWithStandbys(t *testing.T, epochs float64, args ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	const epochs = 12
-	run := startRun(t, ctx, dir, "--mode", "sync", "--batch", "64", "--data-fraction", "0.1", "--epochs", "12",
-		"--lr", "0.05", "--lr-schedule", "constant", "--checkpoint-dir", filepath.Join(dir, "ck"), "--checkpoint-every", "0s",
-		"--max-ps", "3", "--ps-replicas", "1")
+	run := startRun(t, ctx, dir, append([]string{"--batch", "64", "--data-fraction", "0.1", "--epochs", fmt.Sprint(epochs),
+		"--lr-schedule", "constant", "--checkpoint-dir", filepath.Join(dir, "ck"), "--checkpoint-every", "0s",
+		"--max-ps", "3", "--ps-replicas", "1"}, args...)...)
 	run.waitTraining(60 * time.Second)
 
 	if out, err := runPstrain(t, "scale", "--run-dir", run.dir, "--ps", "3"); err != nil {
