@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -65,15 +66,16 @@ func scalePSWithStandbys(t *testing.T, epochs float64, args ...string) {
 	if len(spec.PS) != 3 || len(spec.Standby) != 3 {
 		t.Fatalf("cluster file %+v: want 3 PS slots, each with a standby slot", spec)
 	}
-	// The switch initialised shard 0 at epoch 2 (the run started at 1):
-	// ps/0 attaches standby/0 afresh, from a snapshot of its new rows,
-	// and the chief's poll sees it attached (a primary lost before that
+	// The switch initialised shard 0 at its next epoch: ps/0 attaches
+	// standby/0 afresh, from a snapshot of its new rows, and the chief's
+	// poll sees it attached after the switch (a primary lost before that
 	// is restored from the boundary's checkpoint).
 	chiefLog := filepath.Join(run.dir, "logs", "chief.log")
-	attached := regexp.MustCompile(`msg="standby attached" .*shard=0 primary=ps/0 standby=standby/0 epoch=([2-9]|\d\d) `)
-	waitFor(t, run, 30*time.Second, "the chief seeing standby/0 attached at the switch's epoch", func() bool {
+	attached := regexp.MustCompile(`msg="standby attached" .*shard=0 primary=ps/0 standby=standby/0 `)
+	waitFor(t, run, 30*time.Second, "the chief seeing standby/0 attached after the switch", func() bool {
 		b, _ := os.ReadFile(chiefLog)
-		return attached.Match(b)
+		_, after, ok := strings.Cut(string(b), `msg="parameter servers changed"`)
+		return ok && attached.MatchString(after)
 	})
 	killedAt := time.Now()
 	if err := syscall.Kill(run.pid("ps/0"), syscall.SIGKILL); err != nil {
@@ -110,7 +112,7 @@ func scalePSWithStandbys(t *testing.T, epochs float64, args ...string) {
 		}
 	}
 	if failovers != 1 {
-		t.Errorf("%d failovers of ps/0 to standby/0, want 1: %+v", failovers, rep.Restarts)
+		t.Errorf("%d failovers of ps/0 to standby/0, want 1: %+v\nthe chief's replica lines:\n%s", failovers, rep.Restarts, replicaLines(chiefLog))
 	}
 	slices.Sort(removed)
 	if want := []string{"ps/1", "ps/2", "standby/1", "standby/2"}; !slices.Equal(removed, want) {
@@ -121,6 +123,20 @@ func scalePSWithStandbys(t *testing.T, epochs float64, args ...string) {
 			c.AskedSeconds, c.Seconds, *c.PauseSeconds, *c.StepsLost)
 	}
 	t.Logf("%d steps, %.2f%%, training %.1f s", rep.GlobalSteps, 100*rep.TestAccuracy, rep.TrainSeconds)
+}
+
+// replicaLines are the lines of the chief's log at path about standbys,
+// promotions, restores and layout changes.
+func replicaLines(path string) string {
+	b, _ := os.ReadFile(path)
+	var out []string
+	re := regexp.MustCompile(`standby|promot|restor|primary|PS count change|parameter servers changed`)
+	for _, l := range strings.Split(string(b), "\n") {
+		if re.MatchString(l) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // runCluster is the run's cluster file.
