@@ -91,7 +91,10 @@ type Chief struct {
 	// psSlots are every PS slot's connection (--max-ps); cfg.PS are the
 	// first of them, the shards of the layout in effect.
 	psSlots []PS
-	moved   chan loadedMove // the boundary's checkpoint being read for the new layout (psscale.go)
+	// standbySlots are every standby slot's (one per PS slot, or none);
+	// cfg.Standbys are the first of them, the layout's.
+	standbySlots []PS
+	moved        chan loadedMove // the boundary's checkpoint being read for the new layout (psscale.go)
 	// nudge asks the loop for a tick before the next poll (psscale.go).
 	nudge chan struct{}
 }
@@ -128,11 +131,15 @@ func New(cfg Config) (*Chief, error) {
 		return nil, fmt.Errorf("chief: %d PS addresses for --ps %d (--max-ps %d)", len(cfg.PS), cfg.Run.PS, cfg.Run.PSSlots())
 	}
 	// The first --ps slots hold the model at the start; the others are
-	// where a change of the PS count adds shards (core_psscale.go).
-	slots := cfg.PS
+	// where a change of the PS count adds shards (core_psscale.go). With
+	// hot standbys every PS slot has its standby slot.
+	slots, standbySlots := cfg.PS, cfg.Standbys
 	cfg.PS = cfg.PS[:cfg.Run.PS]
-	if len(cfg.Standbys) > 0 && len(cfg.Standbys) != len(cfg.PS) {
-		return nil, fmt.Errorf("chief: %d standby addresses for %d PS: a hot standby needs one per shard, or none", len(cfg.Standbys), len(cfg.PS))
+	if len(cfg.Standbys) > 0 && len(cfg.Standbys) != len(slots) {
+		return nil, fmt.Errorf("chief: %d standby addresses for %d PS slots: a hot standby needs one per PS slot, or none", len(cfg.Standbys), len(slots))
+	}
+	if len(cfg.Standbys) > 0 {
+		cfg.Standbys = cfg.Standbys[:cfg.Run.PS]
 	}
 	plan, err := partition.New(cfg.Spec, cfg.Run.PS)
 	if err != nil {
@@ -148,15 +155,15 @@ func New(cfg Config) (*Chief, error) {
 	params := CoreParams{Run: cfg.Run, TrainN: cfg.TrainN, Model: cfg.Spec.String(), Spec: cfg.Spec, Evaluate: cfg.Evaluator != nil,
 		Checkpoints: cfg.Store != nil, StartupTimeout: cfg.StartupTimeout, EvalSubset: cfg.EvalSubset,
 		InitialLoss: initialLoss(cfg, plan)}
-	for _, p := range cfg.PS {
+	for _, p := range slots {
 		params.PSAddrs = append(params.PSAddrs, p.Addr)
 	}
-	for _, p := range cfg.Standbys {
+	for _, p := range standbySlots {
 		params.StandbyAddrs = append(params.StandbyAddrs, p.Addr)
 	}
 	core := NewCore(params, cfg.RunID, cfg.Log, cfg.Metrics, cfg.Now())
 	c := &Chief{cfg: cfg, plan: plan, layout: partition.Even(cfg.Run.PS), core: core, scale: scaleWatch{since: time.Now()}, psSlots: slots,
-		nudge: make(chan struct{}, 1)}
+		standbySlots: standbySlots, nudge: make(chan struct{}, 1)}
 	// Every task's restart counter exists from the start, so dashboards
 	// show 0 rather than nothing.
 	for _, t := range c.taskNames() {

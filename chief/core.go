@@ -184,11 +184,11 @@ type CoreParams struct {
 	TrainN int        // training samples (after --data-fraction)
 	Model  string     // the model, as the report names it
 	Spec   model.Spec // the model spec, which every task must match
-	// PSAddrs name the shards' addresses in messages (optional without
-	// hot standbys).
+	// PSAddrs name the PS slots' addresses (--max-ps) in messages
+	// (optional without hot standbys).
 	PSAddrs []string
 	// StandbyAddrs are the addresses of the shards' hot standbys
-	// (standby/N), one per shard, or none: no hot standbys
+	// (standby/N), one per PS slot, or none: no hot standbys
 	// (docs/replication.md). With them PSAddrs must be set too: a
 	// primary is told its standby's address.
 	StandbyAddrs []string
@@ -287,7 +287,7 @@ func NewCore(p CoreParams, runID string, log *slog.Logger, m *metrics.Chief, now
 		divergenceState: divergenceState{outliers: make([]int, r.PS), lastGood: -1, strikes: make([]int, r.WorkerSlots()),
 			refusedGrads: newShardCounts(r.PS, r.Workers), nonFiniteGrads: newShardCounts(r.PS, r.Workers)}}
 	if len(p.StandbyAddrs) > 0 {
-		c.standbySeen, c.rep = make([]bool, r.PS), make([]replicaRun, r.PS)
+		c.standbySeen, c.rep = make([]bool, max(r.PSSlots(), len(p.StandbyAddrs))), make([]replicaRun, r.PS)
 		c.st.Replicas = make([]Replica, r.PS)
 		for s := range c.st.Replicas {
 			c.st.Replicas[s] = Replica{Primary: cluster.PS, Epoch: 1}
@@ -437,7 +437,7 @@ func (c *Core) Missing() []string {
 			out = append(out, fmt.Sprintf("ps/%d", i))
 		}
 	}
-	for i, ok := range c.standbySeen {
+	for i, ok := range c.standbySeen[:min(len(c.standbySeen), c.psCount)] { // (likewise)
 		if !ok {
 			out = append(out, fmt.Sprintf("standby/%d (%s)", i, c.p.StandbyAddrs[i]))
 		}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/ml/partition"
 	"github.com/pstrain/pstrain/observe/report"
 )
@@ -176,8 +177,6 @@ func (c *Core) ScalePS(n int, now time.Time) error {
 // can).
 func (c *Core) layoutRefusal() error {
 	switch {
-	case c.replicated():
-		return fmt.Errorf("%w: a run with hot standbys (--ps-replicas) cannot change its PS count", ErrScale)
 	case len(c.p.Spec.Tables()) > 0:
 		return fmt.Errorf("%w: a %s model's embedding tables do not move between parameter servers", ErrScale, c.p.Spec.KindName())
 	case !c.p.Checkpoints:
@@ -217,22 +216,30 @@ func (c *Core) tickPS(now time.Time) []Action {
 	return nil
 }
 
-// psHold orders the hold once the added PS processes registered.
+// tickPSUnless is tickPS, unless the replica rules acted at this poll
+// (the change then waits for the next).
+func (c *Core) tickPSUnless(now time.Time, replicasActed bool) []Action {
+	if replicasActed {
+		return nil
+	}
+	return c.tickPS(now)
+}
+
+// psHold orders the hold once the added PS processes (with hot
+// standbys, both of each added shard) registered.
 func (c *Core) psHold(now time.Time, ch *psChange) []Action {
 	if ch.newLayout().Equal(c.layout()) {
 		c.psChange = nil
 		return nil
 	}
-	for s := ch.from; s < ch.to; s++ {
-		if s >= len(c.psSeen) || !c.psSeen[s] {
-			if now.Sub(ch.asked) >= c.p.StartupTimeout {
-				// (A process that never came: training, evaluations and
-				// checkpoints go on under the current count.)
-				c.log.Error("PS count change dropped: an added parameter server did not register", "task", fmt.Sprintf("ps/%d", s), "waited", now.Sub(ch.asked), "ps", c.psCount)
-				c.keepLayout()
-			}
-			return nil
+	if missing := c.addedMissing(ch); missing != "" {
+		if now.Sub(ch.asked) >= c.p.StartupTimeout {
+			// (A process that never came: training, evaluations and
+			// checkpoints go on under the current count.)
+			c.log.Error("PS count change dropped: an added parameter server did not register", "task", missing, "waited", now.Sub(ch.asked), "ps", c.psCount)
+			c.keepLayout()
 		}
+		return nil
 	}
 	if c.busyForPS() {
 		return nil // (an evaluation or checkpoint begun while the added PS started)
@@ -248,6 +255,20 @@ func (c *Core) psHold(now time.Time, ch *psChange) []Action {
 	}
 	c.log.Info("PS count change: holding the shards at a step boundary", "from", ch.from, "to", ch.to, "step", ch.at)
 	return c.membership(now)
+}
+
+// addedMissing names the first process of the shards ch adds that has
+// not registered ("": none): ps/N, and with hot standbys standby/N.
+func (c *Core) addedMissing(ch *psChange) string {
+	for s := ch.from; s < ch.to; s++ {
+		switch {
+		case s >= len(c.psSeen) || !c.psSeen[s]:
+			return task(cluster.PS, s)
+		case c.replicated() && (s >= len(c.standbySeen) || !c.standbySeen[s]):
+			return task(cluster.Standby, s)
+		}
+	}
+	return ""
 }
 
 // psHoldRefused: a shard was past the hold; drop it everywhere and try
@@ -324,7 +345,27 @@ func (c *Core) psSwitch(now time.Time, ch *psChange) []Action {
 	}
 	ch.switching = true
 	c.st.Generation++
+	c.switchReplicas(ch)
 	return []Action{SwitchLayout{From: ch.from, To: ch.newLayout(), Step: ch.at, Generation: c.st.Generation}}
+}
+
+// switchReplicas readies the shards' replicas for the switch to ch's
+// layout (hot standbys; docs/elastic.md, "With hot standbys"): every
+// shard of the new layout is initialised as in a restore, so its
+// replication epoch moves on and its primary attaches its standby
+// afresh, from a snapshot of the new state. A shard keeps its primary;
+// an added one starts with ps/N. (The removed shards' replicas go with
+// them in LayoutSwitched.)
+func (c *Core) switchReplicas(ch *psChange) {
+	if !c.replicated() {
+		return
+	}
+	n := max(ch.from, ch.to)
+	c.rep = resize(c.rep, n)
+	for s := len(c.st.Replicas); s < n; s++ {
+		c.st.Replicas = append(c.st.Replicas, Replica{Primary: cluster.PS})
+	}
+	c.initEpochs(allShards(ch.to))
 }
 
 // LayoutSwitched is SwitchLayout's outcome: the shards of the new layout
@@ -344,8 +385,13 @@ func (c *Core) LayoutSwitched(now time.Time, version int64) []Action {
 	if c.asyncElastic() {
 		step, reached = version, max(ch.reached, slices.Max(c.versions))
 	}
-	for s := ch.to; s < min(ch.from, len(c.psSeen)); s++ {
-		c.psSeen[s] = false // (removed: a later change waits for its new process)
+	for s := ch.to; s < ch.from; s++ {
+		// (removed: a later change waits for its new processes)
+		for _, seen := range [][]bool{c.psSeen, c.standbySeen} {
+			if s < len(seen) {
+				seen[s] = false
+			}
+		}
 	}
 	c.resizeShards(ch.to)
 	for s := range c.versions {
@@ -383,6 +429,13 @@ func (c *Core) resizeShards(n int) {
 	c.outliers = resize(c.outliers, n)
 	c.refusedGrads = c.refusedGrads.resize(n)
 	c.nonFiniteGrads = c.nonFiniteGrads.resize(n)
+	if c.replicated() {
+		c.rep = resize(c.rep, n)
+		for s := len(c.st.Replicas); s < n; s++ {
+			c.st.Replicas = append(c.st.Replicas, Replica{Primary: cluster.PS, Epoch: 1})
+		}
+		c.st.Replicas = c.st.Replicas[:n]
+	}
 }
 
 // resize is s cut or grown (with zero values) to n elements.

@@ -186,6 +186,11 @@ func (c *Core) replicaRules(now time.Time, s int, p, o ShardStatus) (ShardStatus
 	if p.Err != nil || !p.Serving || p.Role == roleStandby || p.Role == roleDeposed {
 		return c.primaryLost(now, s, p, o)
 	}
+	if p.StandbyAttached && !r.attached {
+		// (From here on a failure of the primary is a failover.)
+		c.log.Info("standby attached", "shard", s, "primary", task(st.Primary, s), "standby", task(other(st.Primary), s),
+			"epoch", p.Epoch, "version", p.Version)
+	}
 	r.attached, r.seen = p.StandbyAttached, p.Version
 	// (A SetStandby whose answer was lost moved the epoch on.)
 	st.Epoch = max(st.Epoch, p.Epoch)
@@ -485,12 +490,10 @@ func adoptedReplica(s int, x, y ShardStatus, saved *State) (rp Replica, prim Sha
 // else the start's.
 func (c *Core) adoptReplicas(found []Replica) {
 	n := len(c.rep)
-	if len(c.st.Replicas) != n {
-		c.st.Replicas = make([]Replica, n)
-		for s := range c.st.Replicas {
-			c.st.Replicas[s] = Replica{Primary: cluster.PS, Epoch: 1}
-		}
+	for s := len(c.st.Replicas); s < n; s++ {
+		c.st.Replicas = append(c.st.Replicas, Replica{Primary: cluster.PS, Epoch: 1})
 	}
+	c.st.Replicas = c.st.Replicas[:n] // (a state saved during a PS count change may list the added shards)
 	for s := range min(n, len(found)) {
 		c.st.Replicas[s] = Replica{Primary: found[s].Primary, Epoch: max(found[s].Epoch, c.st.Replicas[s].Epoch)}
 	}

@@ -130,7 +130,7 @@ func (c *Core) Adopt(now time.Time, a Adoption) []Action {
 	for i := range c.psSeen {
 		c.psSeen[i] = true
 	}
-	for i := range c.standbySeen {
+	for i := range min(len(c.standbySeen), c.psCount) {
 		c.standbySeen[i] = true
 	}
 	if c.replicated() {
@@ -165,6 +165,10 @@ func (c *Core) tickTraining(now time.Time, ps, standby []ShardStatus) []Action {
 	if c.replicated() && len(ps) > 0 {
 		shards, acts = c.tickReplicas(now, ps, standby)
 	}
+	// A Promote or SetStandby hands out a shard's next replication
+	// epoch; a PS count change's switch (which hands out the next ones
+	// too) waits for a poll that saw it done.
+	replicasActed := len(acts) > 0
 	acts = append(acts, c.membership(now)...)
 	c.noteGaps(shards)
 	anyDown, restore := c.noteShards(now, shards)
@@ -180,7 +184,7 @@ func (c *Core) tickTraining(now time.Time, ps, standby []ShardStatus) []Action {
 	if more := c.tickElastic(now); len(more) > 0 {
 		acts = append(slices.DeleteFunc(acts, func(a Action) bool { _, ok := a.(SetMembership); return ok }), more...)
 	}
-	if more := c.tickPS(now); len(more) > 0 {
+	if more := c.tickPSUnless(now, replicasActed); len(more) > 0 {
 		acts = append(slices.DeleteFunc(acts, func(a Action) bool { _, ok := a.(SetMembership); return ok }), more...)
 	}
 	if c.psChange != nil && c.psChange.at > 0 {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pstrain/pstrain/checkpoint/shardckpt"
+	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/ml/partition"
 	pb "github.com/pstrain/pstrain/proto"
 )
@@ -176,24 +177,32 @@ func (c *Chief) setLayout(l partition.Layout) error {
 		return err
 	}
 	c.cfg.PS, c.cfg.Run.PS, c.plan, c.layout = c.psSlots[:n], n, plan, l
+	if len(c.standbySlots) > 0 {
+		c.cfg.Standbys = c.standbySlots[:n]
+	}
 	return nil
 }
 
 // retirePS tells the PS processes of slots [from, to) to exit, in
-// parallel: they hold nothing of the model any more.
+// parallel: they hold nothing of the model any more. With hot standbys
+// both processes of each slot exit.
 func (c *Chief) retirePS(ctx context.Context, from, to int) {
 	var wg sync.WaitGroup
+	stop := func(name string, p PS) {
+		defer wg.Done()
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if _, err := p.Client.Stop(cctx, &pb.StopRequest{Shutdown: true}); err != nil {
+			c.cfg.Log.Warn("could not tell a removed PS process to exit", "task", name, "addr", p.Addr, "err", err)
+		}
+	}
 	for s := from; s < to; s++ {
 		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p := c.psSlots[s]
-			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			defer cancel()
-			if _, err := p.Client.Stop(cctx, &pb.StopRequest{Shutdown: true}); err != nil {
-				c.cfg.Log.Warn("could not tell a removed PS process to exit", "task", fmt.Sprintf("ps/%d", s), "addr", p.Addr, "err", err)
-			}
-		}()
+		go stop(task(cluster.PS, s), c.psSlots[s])
+		if s < len(c.standbySlots) {
+			wg.Add(1)
+			go stop(task(cluster.Standby, s), c.standbySlots[s])
+		}
 	}
 	wg.Wait()
 }

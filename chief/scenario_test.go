@@ -348,6 +348,7 @@ func (s *scenario) config(a scenariotest.Args) error {
 	r.HeartbeatTimeout = time.Minute // scenarios about liveness set it
 	p := CoreParams{Run: r, TrainN: 60000, Model: "test", Evaluate: true, Checkpoints: true,
 		StartupTimeout: time.Minute, EvalSubset: 0.2, Spec: model.Spec{Input: 784, Hidden: []int{800}, Classes: 10}}
+	standbys := false
 	for k, v := range a {
 		var err error
 		switch k {
@@ -388,12 +389,7 @@ func (s *scenario) config(a scenariotest.Args) error {
 		case "checkpoints":
 			p.Checkpoints = v == "true"
 		case "standbys":
-			if v == "true" {
-				for i := range p.Run.PS {
-					p.PSAddrs = append(p.PSAddrs, fmt.Sprintf("ps%d:7000", i))
-					p.StandbyAddrs = append(p.StandbyAddrs, fmt.Sprintf("standby%d:7000", i))
-				}
-			}
+			standbys = v == "true"
 		case "max-workers":
 			p.Run.MaxWorkers, err = strconv.Atoi(v)
 		case "max-ps":
@@ -409,6 +405,12 @@ func (s *scenario) config(a scenariotest.Args) error {
 	}
 	if err := p.Run.Validate(); err != nil {
 		return err
+	}
+	for i := range p.Run.PSSlots() {
+		if standbys { // (one per PS slot, as the cluster file lists them)
+			p.PSAddrs = append(p.PSAddrs, fmt.Sprintf("ps%d:7000", i))
+			p.StandbyAddrs = append(p.StandbyAddrs, fmt.Sprintf("standby%d:7000", i))
+		}
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	s.core, s.params, s.saved = NewCore(p, "run-test", log, metrics.NewChief(prometheus.NewRegistry()), s.t0), p, nil

@@ -604,6 +604,10 @@ func (r Run) Schedule() (optim.Schedule, error) {
 // shard with --ps-replicas 1, else none.
 func (r Run) Standbys() int { return r.PS * r.PSReplicas }
 
+// StandbySlots is the number of standby slots: one beside every PS slot
+// (--max-ps) with --ps-replicas 1, else none.
+func (r Run) StandbySlots() int { return r.PSSlots() * r.PSReplicas }
+
 // Replicas is the number of gradients a sync step aggregates when all
 // workers are alive.
 func (r Run) Replicas() int {

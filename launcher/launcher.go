@@ -479,8 +479,9 @@ func (s *supervisor) startAll(g group) error {
 	r := s.c.Run
 	s.scaler = &scaler{s: s, slotSet: slotSet{role: cluster.Worker, slots: s.plan.slots, target: r.Workers, running: map[int]bool{},
 		start: func(t cluster.Task) error { return s.launch(g, s.plan.workerIndex(t.Index), t) }}}
-	s.psScale = &psScaler{s: s, slotSet: slotSet{role: cluster.PS, slots: s.plan.psSlots, target: r.PS, running: map[int]bool{},
-		start: func(t cluster.Task) error { return s.launch(g, s.plan.psIndex(t.Index), t) }}}
+	s.psScale = &psScaler{s: s, slotSet: slotSet{role: cluster.PS, slots: s.plan.psSlots, target: r.PS, running: map[int]bool{}},
+		standbys: map[int]bool{}}
+	s.psScale.start = func(t cluster.Task) error { return s.psScale.startSlot(g, t.Index) }
 	for _, i := range s.plan.initial {
 		t := s.plan.tasks[i]
 		switch t.Type {
@@ -488,6 +489,8 @@ func (s *supervisor) startAll(g group) error {
 			s.scaler.running[t.Index] = true
 		case cluster.PS:
 			s.psScale.running[t.Index] = true
+		case cluster.Standby:
+			s.psScale.standbys[t.Index] = true
 		}
 		if err := s.launch(g, i, t); err != nil {
 			return err
@@ -523,6 +526,8 @@ func (s *supervisor) launch(g group, i int, t cluster.Task) error {
 			s.scaler.exited(t.Index)
 		case cluster.PS:
 			s.psScale.exited(t.Index)
+		case cluster.Standby:
+			s.psScale.standbyExited(t.Index)
 		}
 		switch {
 		case t.Type == cluster.Chief:
@@ -840,8 +845,8 @@ func (s *supervisor) removed(p *proc) bool {
 		}
 		s.noteEnded(p, CauseRemoved)
 		return true
-	case p.task.Type == cluster.PS && s.psScale != nil && s.psScale.retiring(p.task.Index):
-		s.noteRemovedPS(p) // removed by a scale request (psscale.go)
+	case (p.task.Type == cluster.PS || p.task.Type == cluster.Standby) && s.psScale != nil && s.psScale.retiring(p.task.Index):
+		s.noteRemovedPS(p) // removed by a scale request (psscale.go), with its standby
 		return true
 	case p.task.Type == cluster.Worker && quarantinedIn(s.plan.statePath, s.plan.runID, p.task.Index):
 		// Quarantined by the chief (docs/security.md): its pulls answer

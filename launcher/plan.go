@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/pstrain/pstrain/cluster"
+	"github.com/pstrain/pstrain/config"
 )
 
 // plan is what a local run launches, computed from its configuration and
@@ -40,7 +41,7 @@ type plan struct {
 // every task, and a data plane for each PS and standby.
 func portCount(c Config) int {
 	r := c.Run
-	return 2*(1+r.PSSlots()+r.WorkerSlots()+r.Standbys()) + r.PSSlots() + r.Standbys()
+	return 2*(1+r.PSSlots()+r.WorkerSlots()+r.StandbySlots()) + r.PSSlots() + r.StandbySlots()
 }
 
 // planRun lays out the run of c (whose Run.MaxWorkers is already the
@@ -56,7 +57,7 @@ func planRun(c Config, runID string, ports []int) (plan, error) {
 	p := plan{clusterFile: filepath.Join(c.Dir, "cluster.json"), chiefReport: filepath.Join(c.Dir, "chief-report.json"),
 		statePath: filepath.Join(c.Dir, "chief-state.json"), scaleFile: filepath.Join(c.Dir, ScaleRequestFile),
 		logDir: filepath.Join(c.Dir, "logs"), runID: runID, slots: r.WorkerSlots(), psSlots: r.PSSlots()}
-	n := 1 + p.psSlots + p.slots + r.Standbys()
+	n := 1 + p.psSlots + p.slots + r.StandbySlots()
 	addr := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[i]) }
 	p.spec.Chief = []string{addr(0)}
 	for i := 0; i < p.psSlots; i++ {
@@ -65,7 +66,7 @@ func planRun(c Config, runID string, ports []int) (plan, error) {
 	for i := 0; i < p.slots; i++ {
 		p.spec.Worker = append(p.spec.Worker, addr(1+p.psSlots+i))
 	}
-	for i := 0; i < r.Standbys(); i++ {
+	for i := 0; i < r.StandbySlots(); i++ {
 		p.spec.Standby = append(p.spec.Standby, addr(1+p.psSlots+p.slots+i))
 	}
 	p.tasks = launchOrder(p.spec)
@@ -84,11 +85,24 @@ func planRun(c Config, runID string, ports []int) (plan, error) {
 			data = "127.0.0.1:" + strconv.Itoa(dataPorts[p.psSlots+t.Index])
 		}
 		p.args = append(p.args, p.taskArgs(c, t, m, data))
-		if (t.Type != cluster.Worker || t.Index < r.Workers) && (t.Type != cluster.PS || t.Index < r.PS) {
+		if startsAtLaunch(r, t) {
 			p.initial = append(p.initial, i)
 		}
 	}
 	return p, nil
+}
+
+// startsAtLaunch says task t starts with the run: the chief, the first
+// --workers worker slots, the first --ps PS slots and their standbys
+// (the other slots wait for a scale request).
+func startsAtLaunch(r config.Run, t cluster.Task) bool {
+	switch t.Type {
+	case cluster.Worker:
+		return t.Index < r.Workers
+	case cluster.PS, cluster.Standby:
+		return t.Index < r.PS
+	}
+	return true
 }
 
 // taskArgs is task t's command line: its role, the cluster file, its
@@ -117,6 +131,9 @@ func (p plan) metricsAddr(i int) string { return p.metrics[i] }
 
 // psIndex is PS slot k's index in tasks.
 func (p plan) psIndex(k int) int { return 1 + k }
+
+// standbyIndex is standby slot k's index in tasks.
+func (p plan) standbyIndex(k int) int { return 1 + len(p.spec.PS) + len(p.spec.Worker) + k }
 
 // workerIndex is worker slot k's index in tasks.
 func (p plan) workerIndex(k int) int { return 1 + len(p.spec.PS) + k }

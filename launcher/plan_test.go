@@ -81,3 +81,51 @@ func TestPlanWantsItsPorts(t *testing.T) {
 		t.Fatal("a plan with too few ports: no error")
 	}
 }
+
+// TestPlanStandbySlots: with hot standbys and PS slots past --ps, the
+// cluster lists a standby slot beside every PS slot (each with its own
+// data plane); the first --ps of each start at launch, and
+// standbyIndex finds a slot's standby.
+func TestPlanStandbySlots(t *testing.T) {
+	c := Config{Run: config.Run{PS: 2, MaxPS: 3, PSReplicas: 1, Workers: 1, MaxWorkers: 1}, Dir: "/run"}
+	ports := make([]int, portCount(c))
+	for i := range ports {
+		ports[i] = 2000 + i
+	}
+	// 1 chief + 3 PS slots + 1 worker + 3 standby slots = 8 tasks: 16
+	// ports, then 6 data planes.
+	if len(ports) != 22 {
+		t.Fatalf("portCount = %d, want 22", len(ports))
+	}
+	p, err := planRun(c, "run-8", ports)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.spec.Validate(); err != nil || len(p.spec.PS) != 3 || len(p.spec.Standby) != 3 {
+		t.Fatalf("spec %s (%v): want 3 PS slots and 3 standby slots", p.spec.JSON(), err)
+	}
+	var names []string
+	for _, i := range p.initial {
+		names = append(names, p.tasks[i].String())
+	}
+	if got := strings.Join(names, " "); got != "chief ps/0 ps/1 worker/0 standby/0 standby/1" {
+		t.Fatalf("initial tasks = %q (ps/2 and standby/2 are slots)", got)
+	}
+	if k := p.standbyIndex(2); p.tasks[k] != (cluster.Task{Type: cluster.Standby, Index: 2}) {
+		t.Fatalf("standbyIndex(2) = %d: %v", k, p.tasks[k])
+	}
+	datas := map[string]bool{}
+	for i, a := range p.args {
+		for _, x := range a {
+			if d, ok := strings.CutPrefix(x, "--data-addr="); ok {
+				if datas[d] {
+					t.Errorf("%s's data plane %s is another task's", p.tasks[i], d)
+				}
+				datas[d] = true
+			}
+		}
+	}
+	if len(datas) != 6 {
+		t.Errorf("%d data planes, want one per PS and standby slot (6)", len(datas))
+	}
+}

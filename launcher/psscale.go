@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/pstrain/pstrain/chief"
+	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/config"
 )
 
@@ -11,8 +12,9 @@ import (
 // "Parameter servers"). `pstrain scale --run-dir DIR --ps N` writes the
 // request file's "ps"; the launcher starts the PS processes of the slots
 // N adds (their addresses were reserved at launch: the cluster file lists
-// --max-ps PS slots) and lets the ones it removes exit when the chief
-// tells them to, after it has moved the model to the new layout.
+// --max-ps PS slots, and with hot standbys a standby slot beside each)
+// and lets the ones it removes exit when the chief tells them to, after
+// it has moved the model to the new layout.
 
 // RequestScalePS asks the `pstrain run` on dir for ps parameter servers.
 // It checks that a launcher is running there, that the run can change
@@ -39,8 +41,6 @@ func RequestScalePS(dir string, ps int) (was int, err error) {
 // `pstrain scale` refuses before the launcher starts a process.
 func psRefusal(r config.Run) string {
 	switch {
-	case r.PSReplicas > 0:
-		return "a run with hot standbys (--ps-replicas) cannot change its PS count"
 	case r.Model.IsCTR():
 		return "a ctr model's embedding tables do not move between parameter servers"
 	case r.CheckpointDir == "":
@@ -51,10 +51,50 @@ func psRefusal(r config.Run) string {
 
 // psScaler is the launcher's side of a change of the PS count. The
 // PS processes a request removes exit when the chief tells them to,
-// after it has moved the model to the new layout.
+// after it has moved the model to the new layout. A slot's processes
+// are ps/N and, with hot standbys, standby/N: slotSet.running follows
+// ps/N, standbys (under slotSet.mu) standby/N.
 type psScaler struct {
 	slotSet
-	s *supervisor
+	s        *supervisor
+	standbys map[int]bool
+}
+
+// startSlot starts PS slot k's processes: ps/k and, with hot standbys,
+// standby/k unless its process of an earlier request still runs (it is
+// restarted like any standby when it exits). A standby that cannot
+// start is logged: its primary runs alone until the chief sees it.
+func (sc *psScaler) startSlot(g group, k int) error {
+	s := sc.s
+	if err := s.launch(g, s.plan.psIndex(k), cluster.Task{Type: cluster.PS, Index: k}); err != nil {
+		return err
+	}
+	if s.c.Run.PSReplicas == 0 || !sc.claimStandby(k) {
+		return nil
+	}
+	t := cluster.Task{Type: cluster.Standby, Index: k}
+	if err := s.launch(g, s.plan.standbyIndex(k), t); err != nil {
+		s.c.Log.Error("could not start a scaled task", "task", t.String(), "err", err)
+		sc.standbyExited(k)
+	}
+	return nil
+}
+
+// claimStandby marks standby slot k as having a process, and says
+// whether it had none.
+func (sc *psScaler) claimStandby(k int) bool {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	had := sc.standbys[k]
+	sc.standbys[k] = true
+	return !had
+}
+
+// standbyExited notes that standby slot k's supervision ended.
+func (sc *psScaler) standbyExited(k int) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	delete(sc.standbys, k)
 }
 
 // apply makes ps the target: it starts the PS processes below it that

@@ -8,22 +8,24 @@ import (
 )
 
 // TestPSRefusal: the runs whose PS count cannot change say why before a
-// process starts; a run with checkpoints can, in every mode.
+// process starts; a run with checkpoints can, in every mode, with hot
+// standbys or without.
 func TestPSRefusal(t *testing.T) {
 	ok := config.Default()
 	ok.CheckpointDir = "ck"
 	for _, mode := range []config.Mode{config.Sync, config.Async, config.SSP} {
-		r := ok
-		r.Mode = mode
-		if why := psRefusal(r); why != "" {
-			t.Fatalf("a %s run with checkpoints refused: %s", mode, why)
+		for _, replicas := range []int{0, 1} {
+			r := ok
+			r.Mode, r.PSReplicas = mode, replicas
+			if why := psRefusal(r); why != "" {
+				t.Fatalf("a %s run with checkpoints and --ps-replicas %d refused: %s", mode, replicas, why)
+			}
 		}
 	}
 	for _, c := range []struct {
 		change func(*config.Run)
 		want   string
 	}{
-		{func(r *config.Run) { r.PSReplicas = 1 }, "hot standbys"},
 		{func(r *config.Run) { r.Model = config.ModelKind("ctr") }, "embedding tables"},
 		{func(r *config.Run) { r.CheckpointDir = "" }, "--checkpoint-dir"},
 	} {

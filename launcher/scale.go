@@ -35,7 +35,7 @@ type ScaleStatus struct {
 	MaxWorkers int    `json:"max_workers"`
 	Workers    int    `json:"workers"`
 	// The parameter servers (psscale.go): --max-ps, the count last
-	// asked for, and --ps-replicas (a run with standbys cannot change it).
+	// asked for, and --ps-replicas (hot standbys: a standby per PS slot).
 	MaxPS      int `json:"max_ps,omitempty"`
 	PS         int `json:"ps,omitempty"`
 	PSReplicas int `json:"ps_replicas,omitempty"`

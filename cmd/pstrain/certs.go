@@ -126,14 +126,17 @@ func runTLSArgs(dir string, r config.Run, log *slog.Logger) ([]string, error) {
 		return nil, err
 	}
 	spec := cluster.Spec{Chief: []string{"127.0.0.1:1"}}
-	for i := 0; i < r.PS; i++ {
+	// Every slot (--max-ps, --max-workers) has its task's certificate: a
+	// scale request starts its process later.
+	ps, workers := r.PSSlots(), r.WorkerSlots()
+	for i := 0; i < ps; i++ {
 		spec.PS = append(spec.PS, fmt.Sprintf("127.0.0.1:%d", 100+i))
 	}
-	for i := 0; i < r.Workers; i++ {
-		spec.Worker = append(spec.Worker, fmt.Sprintf("127.0.0.1:%d", 100+r.PS+i))
+	for i := 0; i < workers; i++ {
+		spec.Worker = append(spec.Worker, fmt.Sprintf("127.0.0.1:%d", 100+ps+i))
 	}
-	for i := 0; i < r.Standbys(); i++ { // standby/N: a certificate of its own, like ps/N
-		spec.Standby = append(spec.Standby, fmt.Sprintf("127.0.0.1:%d", 100+r.PS+r.Workers+i))
+	for i := 0; i < r.StandbySlots(); i++ { // standby/N: a certificate of its own, like ps/N
+		spec.Standby = append(spec.Standby, fmt.Sprintf("127.0.0.1:%d", 100+ps+workers+i))
 	}
 	written, err := certs.Ensure(abs, spec, nil, certs.Options{Validity: 30 * 24 * time.Hour})
 	if err != nil {

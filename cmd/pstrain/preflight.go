@@ -33,7 +33,7 @@ func checkRunFlags(r config.Run, metricsPortBase int, connectTimeout time.Durati
 	}
 	n := 1 + r.PS + r.Workers
 	if r.Standbys() > 0 {
-		n = 1 + r.PS + r.WorkerSlots() + r.Standbys() // the standbys' ports follow every worker slot's
+		n = 1 + r.PSSlots() + r.WorkerSlots() + r.StandbySlots() // the standbys' ports follow every PS and worker slot's
 	}
 	return asUsage(preflight.CheckPortRange("--metrics-port-base", metricsPortBase, n))
 }

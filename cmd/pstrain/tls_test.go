@@ -189,15 +189,16 @@ func TestWorkerWithoutCertificateFailsFast(t *testing.T) {
 
 // `pstrain run --tls-dir --ps-replicas 1` makes a certificate for every
 // standby too, named as its identity (standby-N: transport/auth binds a
-// session's role to its certificate's name).
+// session's role to its certificate's name), and for every slot a scale
+// request may start (--max-ps 3: ps/2 and standby/2).
 func TestRunTLSArgsCertifiesStandbys(t *testing.T) {
 	dir := t.TempDir()
 	r := config.Default()
-	r.PSReplicas = 1
+	r.PSReplicas, r.MaxPS = 1, 3
 	if _, err := runTLSArgs(dir, r, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"standby-0", "standby-1"} {
+	for _, name := range []string{"standby-0", "standby-1", "standby-2", "ps-2"} {
 		f, err := tlsconf.Load(tlsconf.Files{Cert: filepath.Join(dir, name+".pem"), Key: filepath.Join(dir, name+"-key.pem"), CA: filepath.Join(dir, certs.CAFile)})
 		if err == nil && f.Name() != name {
 			t.Fatalf("%s's certificate is named %q", name, f.Name())
