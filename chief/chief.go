@@ -349,7 +349,15 @@ func (c *Chief) perform(ctx, jobCtx context.Context, a Action, results chan<- fu
 			return nil, err
 		}
 		acts := c.step(func(now time.Time) []Action { return c.core.LayoutSwitched(now, version) })
-		c.retirePS(ctx, a.To.PS, a.From) // (after: the workers train on the new layout already)
+		// The removed slots' processes are told to exit in the
+		// background, after the switch: a primary's Stop waits for its
+		// standby (up to seconds), and the loop must first tell the new
+		// layout's members and save the state that records it.
+		jobs.Add(1)
+		go func() {
+			defer jobs.Done()
+			c.retirePS(jobCtx, a.To.PS, a.From)
+		}()
 		return acts, nil
 	default:
 		return c.performOnShards(ctx, a)

@@ -58,8 +58,9 @@ type Config struct {
 	// SDDir receives the Prometheus file_sd target file.
 	SDDir string
 	// MetricsPortBase: chief on base, ps/i on base+1+i, worker/i on
-	// base+1+PS+i, standby/i (--ps-replicas 1) on base+1+PS+slots+i
-	// after every worker slot (Run.WorkerSlots). 0 picks free ports.
+	// base+1+P+i, standby/i (--ps-replicas 1) on base+1+P+W+i, P being
+	// the PS slots (Run.PSSlots) and W the worker slots
+	// (Run.WorkerSlots). 0 picks free ports.
 	MetricsPortBase int
 	// ChildArgs renders the run configuration as flags.
 	ChildArgs func(config.Run) []string
@@ -482,6 +483,9 @@ func (s *supervisor) startAll(g group) error {
 	s.psScale = &psScaler{s: s, slotSet: slotSet{role: cluster.PS, slots: s.plan.psSlots, target: r.PS, running: map[int]bool{}},
 		standbys: map[int]bool{}}
 	s.psScale.start = func(t cluster.Task) error { return s.psScale.startSlot(g, t.Index) }
+	s.psScale.startStandby = func(k int) error {
+		return s.launch(g, s.plan.standbyIndex(k), cluster.Task{Type: cluster.Standby, Index: k})
+	}
 	for _, i := range s.plan.initial {
 		t := s.plan.tasks[i]
 		switch t.Type {

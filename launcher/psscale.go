@@ -58,26 +58,33 @@ type psScaler struct {
 	slotSet
 	s        *supervisor
 	standbys map[int]bool
+	// startStandby starts standby/k (its slot claimed).
+	startStandby func(k int) error
 }
 
 // startSlot starts PS slot k's processes: ps/k and, with hot standbys,
 // standby/k unless its process of an earlier request still runs (it is
-// restarted like any standby when it exits). A standby that cannot
-// start is logged: its primary runs alone until the chief sees it.
+// restarted like any standby when it exits).
 func (sc *psScaler) startSlot(g group, k int) error {
 	s := sc.s
 	if err := s.launch(g, s.plan.psIndex(k), cluster.Task{Type: cluster.PS, Index: k}); err != nil {
 		return err
 	}
-	if s.c.Run.PSReplicas == 0 || !sc.claimStandby(k) {
-		return nil
+	sc.ensureStandby(k)
+	return nil
+}
+
+// ensureStandby starts standby/k, with hot standbys, if it has no
+// process. One that cannot start is logged: its primary runs alone until
+// the chief sees it.
+func (sc *psScaler) ensureStandby(k int) {
+	if sc.s.c.Run.PSReplicas == 0 || !sc.claimStandby(k) {
+		return
 	}
-	t := cluster.Task{Type: cluster.Standby, Index: k}
-	if err := s.launch(g, s.plan.standbyIndex(k), t); err != nil {
-		s.c.Log.Error("could not start a scaled task", "task", t.String(), "err", err)
+	if err := sc.startStandby(k); err != nil {
+		sc.s.c.Log.Error("could not start a scaled task", "task", cluster.Task{Type: cluster.Standby, Index: k}.String(), "err", err)
 		sc.standbyExited(k)
 	}
-	return nil
 }
 
 // claimStandby marks standby slot k as having a process, and says
@@ -109,6 +116,12 @@ func (sc *psScaler) apply(ps int) {
 	log.Info("scaling the parameter servers: the model moves once every shard is held", "from", was, "to", ps)
 	sc.s.scaler.writeStatus()
 	sc.startEach(start, log)
+	// A standby of a slot an earlier request removed, and that exited
+	// before the chief switched (so it was not restarted) while its
+	// ps/k went on: this request keeps the slot, so it needs one again.
+	for k := range ps {
+		sc.ensureStandby(k)
+	}
 }
 
 // noteRemovedPS notes the exit of a PS process a scale request removed:

@@ -1,9 +1,13 @@
 package launcher
 
 import (
+	"io"
+	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/config"
 )
 
@@ -34,5 +38,30 @@ func TestPSRefusal(t *testing.T) {
 		if why := psRefusal(r); !strings.Contains(why, c.want) {
 			t.Errorf("refusal %q, want one naming %q", why, c.want)
 		}
+	}
+}
+
+// A standby that exits while a request removes its slot is not
+// restarted; a later request that keeps the slot (its ps/k still runs,
+// the chief never switched) starts it again, and only it.
+func TestStandbyOfAKeptSlotStartsAgain(t *testing.T) {
+	r := config.Default()
+	r.PS, r.MaxPS, r.PSReplicas = 3, 3, 1
+	s := &supervisor{c: Config{Run: r, Dir: t.TempDir(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}}
+	s.plan.psSlots = 3
+	s.scaler = &scaler{s: s, slotSet: slotSet{role: cluster.Worker, slots: 1, target: 1, running: map[int]bool{}}}
+	s.psScale = &psScaler{s: s, slotSet: slotSet{role: cluster.PS, slots: 3, target: 3, running: map[int]bool{0: true, 1: true, 2: true}},
+		standbys: map[int]bool{0: true, 1: true, 2: true}}
+	var primaries, standbys []int
+	s.psScale.start = func(t cluster.Task) error { primaries = append(primaries, t.Index); return nil }
+	s.psScale.startStandby = func(k int) error { standbys = append(standbys, k); return nil }
+	s.psScale.apply(2) // pstrain scale --ps 2
+	if !s.psScale.retiring(2) {
+		t.Fatal("slot 2 is not retiring after --ps 2")
+	}
+	s.psScale.standbyExited(2) // standby/2 ends before the switch: not restarted
+	s.psScale.apply(3)         // pstrain scale --ps 3: ps/2 still runs
+	if len(primaries) != 0 || !slices.Equal(standbys, []int{2}) {
+		t.Errorf("after --ps 3 started primaries %v and standbys %v, want none and [2]", primaries, standbys)
 	}
 }

@@ -57,9 +57,8 @@ func cmdScale(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return nil
 }
 
-// scalePS is `pstrain scale --ps N`. A count the run cannot take (hot
-// standbys, a ctr model, no checkpoints, beyond --max-ps) exits 1:
-// "cannot scale".
+// scalePS is `pstrain scale --ps N`. A count the run cannot take (a
+// ctr model, no checkpoints, beyond --max-ps) exits 1: "cannot scale".
 func scalePS(dir string, ps int, stdout io.Writer) error {
 	if ps < 1 {
 		return usagef("--ps must be at least 1, got %d", ps)
