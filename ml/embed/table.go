@@ -61,6 +61,8 @@ type Table struct {
 	free     []int32              // slots of evicted rows
 	seen     map[uint64]sightings // keys not yet admitted
 	stats    TableStats
+	found    []int32 // lookup's scratch
+	touched  float32 // touch's loads go here, so that none is dropped
 }
 
 // NewTable returns an empty table.
@@ -140,20 +142,58 @@ func (t *Table) Pull(step int64, keys []uint64, out []float32) error {
 	if len(out) != len(keys)*d {
 		return fmt.Errorf("embed: table %s: %d values for %d rows of dimension %d", t.cfg.Name, len(out), len(keys), d)
 	}
+	slots := t.lookup(keys)
 	for i, k := range keys {
 		dst := out[i*d : (i+1)*d]
-		s, ok := t.slot[k]
-		if !ok {
-			if !t.admit(k, step) {
-				InitRow(t.cfg.Seed, t.cfg.Name, k, dst)
-				continue
+		t.touch(slots, i+touchAhead)
+		s := slots[i]
+		if s < 0 { // not held when looked up: a new key, or one created since (keys repeated)
+			var ok bool
+			if s, ok = t.slot[k]; !ok {
+				if !t.admit(k, step) {
+					InitRow(t.cfg.Seed, t.cfg.Name, k, dst)
+					continue
+				}
+				s = t.create(k)
 			}
-			s = t.create(k)
 		}
 		t.see(s, step)
 		copy(dst, t.value(s))
 	}
 	return nil
+}
+
+// touchAhead is how many keys ahead of the one a step works on its row
+// is touched (touch).
+const touchAhead = 4
+
+// lookup is the slots of keys (-1: not held), in a scratch slice valid
+// until the next call. The lookups run on their own, apart from the
+// rows' work, so that the processor overlaps their cache misses: on
+// tables far larger than the caches each is one (BenchmarkTableStep in
+// ps).
+func (t *Table) lookup(keys []uint64) []int32 {
+	if cap(t.found) < len(keys) {
+		t.found = make([]int32, len(keys))
+	}
+	slots := t.found[:len(keys)]
+	for i, k := range keys {
+		s, ok := t.slot[k]
+		if !ok {
+			s = -1
+		}
+		slots[i] = s
+	}
+	return slots
+}
+
+// touch reads the first value of the record of slots[j], if any: a load
+// issued a few rows before the row is worked on, whose miss then runs
+// while the rows before it are (Go has no prefetch instruction).
+func (t *Table) touch(slots []int32, j int) {
+	if j < len(slots) && slots[j] >= 0 {
+		t.touched += t.rows.at(slots[j])[0]
+	}
 }
 
 // Peek writes the rows of keys into out like Pull, but creates no row
@@ -183,9 +223,10 @@ func (t *Table) Push(step int64, keys []uint64, grads []float32) error {
 	if len(grads) != len(keys)*d {
 		return fmt.Errorf("embed: table %s: %d gradient values for %d rows of dimension %d", t.cfg.Name, len(grads), len(keys), d)
 	}
-	for i, k := range keys {
-		s, ok := t.slot[k]
-		if !ok {
+	slots := t.lookup(keys)
+	for i, s := range slots {
+		t.touch(slots, i+touchAhead)
+		if s < 0 {
 			t.stats.Dropped++
 			continue
 		}

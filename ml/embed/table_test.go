@@ -176,3 +176,40 @@ func TestEvictForgetsStaleSightings(t *testing.T) {
 		t.Fatal("key 6 not admitted on its second sighting")
 	}
 }
+
+// A key repeated in one pull is one row: the pull looks every key up
+// before it creates any, so a repeat created earlier in the same pull
+// must be found again, not created twice; with admission a repeat is a
+// second sighting.
+func TestAKeyRepeatedInOnePullIsOneRow(t *testing.T) {
+	tb := newTable(t, TableConfig{Seed: 1})
+	out := make([]float32, 3*4)
+	if err := tb.Pull(1, []uint64{7, 8, 7}, out); err != nil {
+		t.Fatal(err)
+	}
+	if st := tb.Stats(); st.Rows != 2 || st.Admissions != 2 {
+		t.Fatalf("rows %d, admissions %d after pulling 7, 8, 7: want 2 and 2", st.Rows, st.Admissions)
+	}
+	if !slices.Equal(out[:4], out[8:]) {
+		t.Errorf("the two pulls of key 7 read %v and %v", out[:4], out[8:])
+	}
+	// A push of a repeated key trains its one row with both gradients.
+	row, _, _ := tb.Row(7)
+	before := slices.Clone(row)
+	if err := tb.Push(2, []uint64{7, 7}, []float32{1, 1, 1, 1, 2, 2, 2, 2}); err != nil {
+		t.Fatal(err)
+	}
+	row, _, _ = tb.Row(7)
+	for i := range row {
+		if got := before[i] - row[i]; got != 3 {
+			t.Fatalf("row 7 moved by %v at %d, want 3 (both gradients at rate 1)", got, i)
+		}
+	}
+	admit := newTable(t, TableConfig{Seed: 1, AdmitAfter: 2})
+	if err := admit.Pull(1, []uint64{9, 9}, out[:8]); err != nil {
+		t.Fatal(err)
+	}
+	if st := admit.Stats(); st.Rows != 1 || st.Admissions != 1 {
+		t.Errorf("rows %d, admissions %d after pulling 9 twice with admission after 2 sightings: want 1 and 1", st.Rows, st.Admissions)
+	}
+}
