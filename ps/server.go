@@ -658,17 +658,55 @@ const maxSpareSnaps = 2
 // new one if there is none of the right size. Call with mu held.
 func (s *Server) newSnap(sh *Shard) *pullSnap {
 	src := wire.Bytes(sh.Params())
-	var p *pullSnap
-	if n := len(s.spares); n > 0 {
-		p, s.spares = s.spares[n-1], s.spares[:n-1]
-	}
-	if p == nil || len(p.b) != len(src) {
-		s.discard(p)
-		p = s.allocSnap(len(src))
-	}
+	p := s.spareSnap(len(src))
 	copy(p.b, src)
-	p.version, p.readers, p.escaped = sh.Version(), 0, false
+	p.version = sh.Version()
 	return p
+}
+
+// spareSnap is a snapshot of n bytes nobody holds, to write: a spare, or
+// a new one if there is none of that size. Call with mu held.
+func (s *Server) spareSnap(n int) *pullSnap {
+	var p *pullSnap
+	if k := len(s.spares); k > 0 {
+		p, s.spares = s.spares[k-1], s.spares[:k-1]
+	}
+	if p == nil || len(p.b) != n {
+		s.discard(p)
+		p = s.allocSnap(n)
+	}
+	p.readers, p.escaped = 0, false
+	return p
+}
+
+// nextSnap is a snapshot for the parameters a push is about to make,
+// with its bytes viewed as the float32s the shard writes them as
+// (Shard.PushInto): the update writes the next version's pull snapshot
+// in its own pass, instead of a pull copying the parameters after it.
+// nil where bytes cannot be viewed as float32s. Call with mu held.
+func (s *Server) nextSnap() (*pullSnap, []float32) {
+	p := s.spareSnap(4 * len(s.shard.Params()))
+	out, ok := wire.View(p.b)
+	if !ok {
+		s.retire(p)
+		return nil, nil
+	}
+	return p, out
+}
+
+// settleNext makes p (from nextSnap) the current snapshot if the push
+// moved the version on (PushInto wrote the new parameters into it), or a
+// spare again. Call with mu held.
+func (s *Server) settleNext(p *pullSnap, advanced bool) {
+	switch {
+	case p == nil:
+	case advanced:
+		s.retire(s.snap)
+		p.version = s.shard.Version()
+		s.snap = p
+	default:
+		s.retire(p)
+	}
 }
 
 // allocSnap is a new snapshot of n bytes: in a buffer the data plane
@@ -825,7 +863,9 @@ func (s *Server) applyPush(req *pb.PushRequest) (resp *pb.PushResponse, err erro
 		m.StaleGradientsDropped.Inc()
 		return s.pushAnswer(pb.PushResponse_STALE), nil, false
 	}
-	res, err := s.shard.PushAt(int(req.Worker), req.Version, g, req.DataPosition)
+	next, out := s.nextSnap()
+	res, err := s.shard.PushInto(int(req.Worker), req.Version, g, req.DataPosition, out)
+	s.settleNext(next, res.Advanced)
 	if err != nil {
 		return s.pushRefused(m, req, err)
 	}

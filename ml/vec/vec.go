@@ -52,6 +52,49 @@ func Momentum(p, v, g []float32, mu, lr, scale float32) {
 	momentumGo(p[k:], v[k:], g[k:], mu, lr, scale)
 }
 
+// MomentumStep is a parameter server's whole update by one gradient in
+// one pass over it: Momentum(p, v, g, mu, lr, scale), then Add(sum, g),
+// then copy(out, p), bit for bit, but reading g, p and v once. sum is
+// where the shard sums a worker's gradients (attribution), out where it
+// keeps the updated parameters for its pulls; out may be p itself (no
+// copy wanted). The slices' lengths must be equal.
+func MomentumStep(p, v, g, sum, out []float32, mu, lr, scale float32) {
+	n := len(g)
+	p, v, sum, out = p[:n], v[:n], sum[:n], out[:n]
+	k := bulk(n)
+	if k > 0 {
+		momentumStepBulk(p[:k], v[:k], g[:k], sum[:k], out[:k], mu, lr, scale)
+	}
+	momentumStepGo(p[k:], v[k:], g[k:], sum[k:], out[k:], mu, lr, scale)
+}
+
+// MomentumSumStep is MomentumStep by the gradient scale*(acc+g), acc
+// zeroed: MomentumSum(p, v, acc, g, mu, lr, scale), then Add(sum, g),
+// then copy(out, p), bit for bit, in one pass (a sync step's last
+// gradient: only g goes into sum, acc holding the other workers'). out
+// may be p. The slices' lengths must be equal.
+func MomentumSumStep(p, v, acc, g, sum, out []float32, mu, lr, scale float32) {
+	n := len(g)
+	p, v, acc, sum, out = p[:n], v[:n], acc[:n], sum[:n], out[:n]
+	k := bulk(n)
+	if k > 0 {
+		momentumSumStepBulk(p[:k], v[:k], acc[:k], g[:k], sum[:k], out[:k], mu, lr, scale)
+	}
+	momentumSumStepGo(p[k:], v[k:], acc[k:], g[k:], sum[k:], out[k:], mu, lr, scale)
+}
+
+// AddBoth is Add(a, src) and Add(b, src) in one pass over src. len(a)
+// and len(b) must be at least len(src).
+func AddBoth(a, b, src []float32) {
+	n := len(src)
+	a, b = a[:n], b[:n]
+	k := bulk(n)
+	if k > 0 {
+		addBothBulk(a[:k], b[:k], src[:k])
+	}
+	addBothGo(a[k:], b[k:], src[k:])
+}
+
 // Add adds src into dst: dst[i] += src[i]. len(dst) must be at least
 // len(src).
 func Add(dst, src []float32) {
@@ -102,6 +145,37 @@ func momentumGo(p, v, g []float32, mu, lr, scale float32) {
 		vi := float32(mu*v[i]) + float32(scale*x) // (no fusion: see momentumSumGo)
 		v[i] = vi
 		p[i] -= float32(lr * vi)
+	}
+}
+
+func momentumStepGo(p, v, g, sum, out []float32, mu, lr, scale float32) {
+	p, v, sum, out = p[:len(g)], v[:len(g)], sum[:len(g)], out[:len(g)]
+	for i, x := range g {
+		sum[i] += x
+		vi := float32(mu*v[i]) + float32(scale*x) // (no fusion: see momentumSumGo)
+		v[i] = vi
+		pi := p[i] - float32(lr*vi)
+		p[i], out[i] = pi, pi
+	}
+}
+
+func momentumSumStepGo(p, v, acc, g, sum, out []float32, mu, lr, scale float32) {
+	p, v, acc, sum, out = p[:len(g)], v[:len(g)], acc[:len(g)], sum[:len(g)], out[:len(g)]
+	for i, x := range g {
+		sum[i] += x
+		vi := float32(mu*v[i]) + float32(scale*(acc[i]+x)) // (no fusion: see momentumSumGo)
+		v[i] = vi
+		pi := p[i] - float32(lr*vi)
+		p[i], out[i] = pi, pi
+		acc[i] = 0
+	}
+}
+
+func addBothGo(a, b, src []float32) {
+	a, b = a[:len(src)], b[:len(src)]
+	for i, x := range src {
+		a[i] += x
+		b[i] += x
 	}
 }
 
