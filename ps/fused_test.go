@@ -2,6 +2,7 @@ package ps
 
 import (
 	"context"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/ml/optim"
+	"github.com/pstrain/pstrain/ml/vec"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/transport/wire"
 )
@@ -49,7 +51,8 @@ func TestFusedShardIsTheSeparatePasses(t *testing.T) {
 					}
 					out := randGrad(r, n, 1) // the snapshot buffer, with stale values
 					before := slices.Clone(out)
-					fr, ferr := fused.PushInto(w, fused.Version(), slices.Clone(g), int64(step+1), out)
+					fr, ferr := fused.Take(Gradient{Worker: w, Version: fused.Version(), Values: slices.Clone(g), After: int64(step + 1), Out: out,
+						SumSquares: vec.SumSquares(g), Squared: step%2 == 0})
 					rr, rerr := ref.PushAt(w, ref.Version(), slices.Clone(g), int64(step+1))
 					if ferr != nil || rerr != nil || fr != rr {
 						t.Fatalf("%s, %d workers, step %d: fused %+v %v, separate %+v %v", mode, workers, step, fr, ferr, rr, rerr)
@@ -207,5 +210,23 @@ func TestStepWritesThePullSnapshot(t *testing.T) {
 			t.Fatalf("version %d's pull is not its parameters", v+1)
 		}
 		release()
+	}
+}
+
+// A gradient's sum of squares, when the caller gives it, is the one the
+// shard judges by (its norm, and whether it is finite): it takes no pass
+// of its own over the values.
+func TestTakeJudgesByTheGivenSumOfSquares(t *testing.T) {
+	s := newTestShard(t, ShardConfig{Mode: config.Sync, Replicas: 1, Workers: 1}, 3)
+	g := []float32{1, 2, 2}
+	res, err := s.Take(Gradient{Worker: 0, Version: 0, Values: g, SumSquares: 16, Squared: true})
+	if err != nil || res.Norm != 4 || !res.Advanced {
+		t.Fatalf("given 16: %+v %v, want norm 4 and the step applied", res, err)
+	}
+	if _, err := s.Take(Gradient{Worker: 0, Version: 1, Values: g, SumSquares: math.NaN(), Squared: true}); !errors.Is(err, ErrNonFinite) {
+		t.Fatalf("given NaN: %v, want ErrNonFinite", err)
+	}
+	if res, err := s.Take(Gradient{Worker: 0, Version: 1, Values: g}); err != nil || res.Norm != 3 {
+		t.Fatalf("given none: %+v %v, want norm 3", res, err)
 	}
 }

@@ -802,6 +802,19 @@ func (s *Server) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushRespons
 // push was the primary's largest allocation: 1.3 MB, hundreds of times
 // a second). Without release the push is copied for the standby.
 func (s *Server) PushKept(ctx context.Context, req *pb.PushRequest, release func()) (*pb.PushResponse, error) {
+	return s.pushKept(ctx, req, release, nil)
+}
+
+// PushKeptSquares is PushKept of a gradient whose sum of squares as
+// float32s the caller computed as it copied it (the data plane:
+// dataplane.SquaresKeeper), bit for bit vec.SumSquares of req.Grad: a
+// float32 gradient's norm then takes no pass of its own.
+func (s *Server) PushKeptSquares(ctx context.Context, req *pb.PushRequest, release func(), sumSquares float64) (*pb.PushResponse, error) {
+	return s.pushKept(ctx, req, release, &sumSquares)
+}
+
+// pushKept is PushKept, with the gradient's sum of squares if known.
+func (s *Server) pushKept(ctx context.Context, req *pb.PushRequest, release func(), sq *float64) (*pb.PushResponse, error) {
 	defer s.observe("push", s.now())
 	s.m.RPCReceivedBytes.WithLabelValues("push").Add(float64(len(req.Grad)))
 	s.mu.Lock()
@@ -812,7 +825,7 @@ func (s *Server) PushKept(ctx context.Context, req *pb.PushRequest, release func
 		}
 		return nil, err
 	}
-	resp, err, forward := s.applyPush(req)
+	resp, err, forward := s.applyPush(req, sq)
 	var w replicaWait
 	if forward && s.rep != nil {
 		// (The copy only for a standby: without one a push allocates
@@ -847,8 +860,10 @@ func (s *Server) gradientMetrics() *metrics.PS {
 
 // applyPush is Push's work on the shard, on a primary and on its standby
 // alike; forward says the push reached the shard (it passed the run and
-// payload checks), so the standby must apply it too. Call with mu held.
-func (s *Server) applyPush(req *pb.PushRequest) (resp *pb.PushResponse, err error, forward bool) {
+// payload checks), so the standby must apply it too. sq, unless nil, is
+// req.Grad's sum of squares as float32s (PushKeptSquares). Call with mu
+// held.
+func (s *Server) applyPush(req *pb.PushRequest, sq *float64) (resp *pb.PushResponse, err error, forward bool) {
 	if err := s.checkRun(req.RunId); err != nil {
 		return nil, err, false
 	}
@@ -864,7 +879,11 @@ func (s *Server) applyPush(req *pb.PushRequest) (resp *pb.PushResponse, err erro
 		return s.pushAnswer(pb.PushResponse_STALE), nil, false
 	}
 	next, out := s.nextSnap()
-	res, err := s.shard.PushInto(int(req.Worker), req.Version, g, req.DataPosition, out)
+	in := Gradient{Worker: int(req.Worker), Version: req.Version, Values: g, After: req.DataPosition, Out: out}
+	if sq != nil && s.readsFloats() {
+		in.SumSquares, in.Squared = *sq, true
+	}
+	res, err := s.shard.Take(in)
 	s.settleNext(next, res.Advanced)
 	if err != nil {
 		return s.pushRefused(m, req, err)
@@ -946,6 +965,12 @@ func (s *Server) refused(m *metrics.PS, req *pb.PushRequest, res PushResult) {
 			"norm", fmt.Sprintf("%.4g", res.Norm), "ratio", fmt.Sprintf("%.4g", res.Ratio), "limit", s.opts.NormGuard,
 			"refused_by_worker", s.shard.Refused(), "not_logged_since_last", skipped)
 	}
+}
+
+// readsFloats says a push's payload is the gradient's float32s as they
+// are (gradient): neither compressed nor bfloat16. Call with mu held.
+func (s *Server) readsFloats() bool {
+	return s.opts.Compress.Push.Kind == compress.None && s.opts.WireDType != config.BF16
 }
 
 // gradient reads a push's payload as the run sends it: float32 (a view

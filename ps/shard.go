@@ -269,16 +269,32 @@ func (s *Shard) Push(worker int, version int64, grad []float32) (PushResult, err
 // (the worker does not send another) but leaves it out of the step's
 // aggregate, like the gradient of a worker that died after pushing.
 func (s *Shard) PushAt(worker int, version int64, grad []float32, after int64) (PushResult, error) {
-	return s.PushInto(worker, version, grad, after, nil)
+	return s.Take(Gradient{Worker: worker, Version: version, Values: grad, After: after})
 }
 
-// PushInto is PushAt that, when the push moves the version on, also
-// leaves the new parameters in out (nil, or of another length than the
-// shard's parameters: nowhere): the server's next pull snapshot, written
-// in the update's own pass instead of copied from the parameters after
-// it (optim.Step). A push that does not move the version on leaves out
-// as it was.
-func (s *Shard) PushInto(worker int, version int64, grad []float32, after int64, out []float32) (PushResult, error) {
+// Gradient is a push as Shard.Take takes it.
+type Gradient struct {
+	Worker  int
+	Version int64 // the version it was computed from
+	Values  []float32
+	After   int64 // the worker's data position once it is in the parameters (see PushAt)
+	// Out, unless nil (or of another length than the shard's
+	// parameters), receives the new parameters when the push moves the
+	// version on: the server's next pull snapshot, written in the
+	// update's own pass instead of copied from the parameters after it
+	// (optim.Step). A push that does not move the version on leaves it
+	// as it was.
+	Out []float32
+	// SumSquares, when Squared, is vec.SumSquares(Values), computed by
+	// whoever copied the values in (the data plane: vec.CopySumSquares),
+	// so that the shard need not pass over them again for their norm.
+	SumSquares float64
+	Squared    bool
+}
+
+// Take is PushAt of g, with its snapshot buffer and sum of squares.
+func (s *Shard) Take(g Gradient) (PushResult, error) {
+	worker, version, grad, after, out := g.Worker, g.Version, g.Values, g.After, g.Out
 	if len(out) != len(s.params) {
 		out = nil
 	}
@@ -288,7 +304,10 @@ func (s *Shard) PushInto(worker int, version int64, grad []float32, after int64,
 	if s.quarantined[worker] {
 		return PushResult{Outcome: Quarantined}, nil
 	}
-	sq := sumSquares(grad)
+	sq := g.SumSquares
+	if !g.Squared {
+		sq = sumSquares(grad)
+	}
 	if !isFinite(sq) {
 		s.nonFinite[worker]++
 		return PushResult{}, ErrNonFinite

@@ -1,6 +1,7 @@
 package vec
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 )
@@ -113,5 +114,25 @@ func BenchmarkStep(b *testing.B) {
 				k.f()
 			}
 		})
+	}
+}
+
+// CopySumSquares copies and gives SumSquares bit for bit, across chunks
+// and tails, and flags a NaN or an Inf as SumSquares does.
+func TestCopySumSquaresIsCopyThenSumSquares(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 29))
+	for _, n := range append(lengths, copyChunk, copyChunk+16, 3*copyChunk+17, 10007) {
+		src := values(r, n)
+		if n > 3 {
+			src[n/3] = float32(math.Inf(1 - 2*(n%2)))
+		}
+		for _, x := range [][]float32{values(r, n), src} {
+			dst := make([]float32, n)
+			got, want := CopySumSquares(dst, x), SumSquares(x)
+			if math.Float64bits(got) != math.Float64bits(want) {
+				t.Fatalf("%d values: CopySumSquares = %v, SumSquares %v", n, got, want)
+			}
+			sameBits(t, "the copy", dst, x)
+		}
 	}
 }

@@ -118,7 +118,38 @@ func SumSquares(x []float32) float64 {
 		sumSquaresBulk(x[:k], &l)
 	}
 	sumSquaresGo(x[k:], k, &l)
-	// A fixed order, the same on every path.
+	return combineLanes(&l)
+}
+
+// copyChunk is how many values CopySumSquares copies before it reads
+// them back: a multiple of Lanes, and small enough that they are still
+// in the core's first-level cache.
+const copyChunk = 2048
+
+// CopySumSquares copies src into dst and returns SumSquares(dst), bit
+// for bit, reading src once: a chunk at a time is copied, then squared
+// from the cache while the next one streams in. So what it returns is
+// the sum of squares of the values dst holds, whatever writes src
+// meanwhile (a gradient copied out of a region its worker shares).
+// len(dst) must be at least len(src).
+func CopySumSquares(dst, src []float32) float64 {
+	n := len(src)
+	dst = dst[:n]
+	var l [Lanes]float64
+	k := bulk(n)
+	for i := 0; i < k; i += copyChunk {
+		j := min(i+copyChunk, k)
+		copy(dst[i:j], src[i:j])
+		sumSquaresBulk(dst[i:j], &l) // (the lanes' sums go on from chunk to chunk)
+	}
+	copy(dst[k:], src[k:])
+	sumSquaresGo(dst[k:], k, &l)
+	return combineLanes(&l)
+}
+
+// combineLanes adds the partial sums up in a fixed order, the same on
+// every path.
+func combineLanes(l *[Lanes]float64) float64 {
 	var s [Lanes / 2]float64
 	for i := range s {
 		s[i] = l[i] + l[i+Lanes/2]

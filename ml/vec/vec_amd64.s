@@ -118,18 +118,18 @@ adone:
 	RET
 
 // func sumSquaresAVX2(x *float32, n int, l *[16]float64)
-// Y0..Y3 are the partial sums of lanes 0-3, 4-7, 8-11 and 12-15: lane k
-// adds the squares of values k, k+16, k+32, ... in that order, each
-// widened to float64 first, as sumSquaresGo does.
+// Y0..Y3 are the partial sums of lanes 0-3, 4-7, 8-11 and 12-15, going
+// on from l's: lane k adds the squares of values k, k+16, k+32, ... in
+// that order, each widened to float64 first, as sumSquaresGo does.
 TEXT ·sumSquaresAVX2(SB), NOSPLIT, $0-24
-	MOVQ   x+0(FP), SI
-	MOVQ   n+8(FP), CX
-	MOVQ   l+16(FP), DI
-	VXORPD Y0, Y0, Y0
-	VXORPD Y1, Y1, Y1
-	VXORPD Y2, Y2, Y2
-	VXORPD Y3, Y3, Y3
-	XORQ   AX, AX
+	MOVQ    x+0(FP), SI
+	MOVQ    n+8(FP), CX
+	MOVQ    l+16(FP), DI
+	VMOVUPD (DI), Y0
+	VMOVUPD 32(DI), Y1
+	VMOVUPD 64(DI), Y2
+	VMOVUPD 96(DI), Y3
+	XORQ    AX, AX
 
 sloop:
 	CMPQ      AX, CX
