@@ -90,30 +90,58 @@ func TestFusedKernelsStayInBounds(t *testing.T) {
 }
 
 // BenchmarkStep times a one-worker PS step's passes over the whole MLP
-// (636,010 values): fused (MomentumStep) against the separate passes it
-// replaces (Momentum, Add into the attribution sum, copy into the
-// snapshot).
+// (636,010 values), fused against the separate passes they replace:
+// MomentumStep against Momentum, Add into the attribution sum and a copy
+// into the snapshot (one of three, as a PS rotates them); CopySumSquares
+// against a copy and SumSquares. "cold": each pass starts with its
+// memory evicted from the caches (64 MiB written between passes, not
+// timed), as between a PS's steps while its workers compute.
 func BenchmarkStep(b *testing.B) {
 	const n = 636010
 	r := rand.New(rand.NewPCG(1, 2))
-	p, v, g, sum, out := values(r, n), values(r, n), values(r, n), values(r, n), values(r, n)
-	for _, k := range []struct {
+	normals := func() []float32 { // (no denormals: a gradient's values)
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64() * 1e-3)
+		}
+		return x
+	}
+	p, v, g, sum := normals(), normals(), normals(), normals()
+	outs := [][]float32{normals(), normals(), normals()}
+	var sink float64
+	passes := []struct {
 		name string
-		f    func()
+		f    func(out []float32)
 	}{
-		{"fused", func() { MomentumStep(p, v, g, sum, out, 0.9, 1e-9, 1) }},
-		{"separate", func() {
+		{"update/fused", func(out []float32) { MomentumStep(p, v, g, sum, out, 0.9, 1e-9, 1) }},
+		{"update/separate", func(out []float32) {
 			Momentum(p, v, g, 0.9, 1e-9, 1)
 			Add(sum, g)
 			copy(out, p)
 		}},
-	} {
-		b.Run(k.name, func(b *testing.B) {
-			b.SetBytes(4 * n)
-			for b.Loop() {
-				k.f()
-			}
-		})
+		{"copy/fused", func(out []float32) { sink += CopySumSquares(out, g) }},
+		{"copy/separate", func(out []float32) { copy(out, g); sink += SumSquares(out) }},
+	}
+	var junk []byte
+	for _, cold := range []bool{false, true} {
+		if cold {
+			junk = make([]byte, 64<<20)
+		}
+		for _, k := range passes {
+			b.Run(map[bool]string{false: "warm/", true: "cold/"}[cold]+k.name, func(b *testing.B) {
+				b.SetBytes(4 * n)
+				for i := range b.N {
+					if cold {
+						b.StopTimer()
+						for j := 0; j < len(junk); j += 64 {
+							junk[j]++
+						}
+						b.StartTimer()
+					}
+					k.f(outs[i%len(outs)])
+				}
+			})
+		}
 	}
 }
 
