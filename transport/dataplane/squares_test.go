@@ -55,7 +55,9 @@ func TestPushFromTheRegionComesWithItsSumOfSquares(t *testing.T) {
 		b.mu.Lock()
 		sums := b.sums
 		b.mu.Unlock()
-		got, err := wire.Floats(b.params)
+		b.echoBackend.mu.Lock()
+		got, err := wire.Floats(append([]byte(nil), b.params...))
+		b.echoBackend.mu.Unlock()
 		if err != nil || len(sums) != 1 {
 			t.Fatalf("shared memory off %v: pushes %v, %v", off, sums, err)
 		}
