@@ -681,7 +681,7 @@ func (s *Server) spareSnap(n int) *pullSnap {
 
 // nextSnap is a snapshot for the parameters a push is about to make,
 // with its bytes viewed as the float32s the shard writes them as
-// (Shard.PushInto): the update writes the next version's pull snapshot
+// (Shard.Take): the update writes the next version's pull snapshot
 // in its own pass, instead of a pull copying the parameters after it.
 // nil where bytes cannot be viewed as float32s. Call with mu held.
 func (s *Server) nextSnap() (*pullSnap, []float32) {
@@ -695,7 +695,7 @@ func (s *Server) nextSnap() (*pullSnap, []float32) {
 }
 
 // settleNext makes p (from nextSnap) the current snapshot if the push
-// moved the version on (PushInto wrote the new parameters into it), or a
+// moved the version on (Take wrote the new parameters into it), or a
 // spare again. Call with mu held.
 func (s *Server) settleNext(p *pullSnap, advanced bool) {
 	switch {
