@@ -1,7 +1,9 @@
 // Package vec holds the float32 loops of a training step that Go would
 // run one value at a time: a parameter server's passes over its whole
 // shard (the momentum update, adding a gradient into the step's sum, a
-// gradient's sum of squares: its norm, and whether it is finite) and a
+// gradient's sum of squares: its norm, and whether it is finite; and
+// those passes fused, so that the PS reads a gradient as few times as it
+// can: MomentumStep, MomentumSumStep, AddBoth, CopySumSquares) and a
 // worker's element-wise passes (bias and ReLU, the ReLU's gradient mask,
 // bytes to pixel values). On amd64 with AVX2 they run eight values to an
 // instruction; elsewhere, and built with -tags purego, in Go.
