@@ -38,16 +38,28 @@ func NewAgreement(params []float32, version int64) *Agreement {
 
 // Add counts worker's accepted gradient g into the window.
 func (a *Agreement) Add(worker int, g []float32) {
-	if worker < 0 || len(g) != len(a.mark) {
+	if len(g) != len(a.mark) {
 		return
+	}
+	if sum := a.Sum(worker); sum != nil {
+		vec.Add(sum, g)
+	}
+}
+
+// Sum is where worker's accepted gradients are summed this window, for
+// a caller that adds one in while it reads it for something else (the
+// shard's update: optim.Step); nil for a negative worker.
+func (a *Agreement) Sum(worker int) []float32 {
+	if worker < 0 {
+		return nil
 	}
 	for len(a.sums) <= worker {
 		a.sums = append(a.sums, nil)
 	}
 	if a.sums[worker] == nil {
-		a.sums[worker] = make([]float32, len(g))
+		a.sums[worker] = make([]float32, len(a.mark))
 	}
-	vec.Add(a.sums[worker], g)
+	return a.sums[worker]
 }
 
 // Close ends the window at version with the shard's parameters params,

@@ -34,7 +34,9 @@
 // Server is the thin gRPC wrapper: it serialises calls into the Shard,
 // blocks pulls until the Shard says they are ready, and records metrics.
 // Pulls of a version share one immutable byte buffer, so answering many
-// workers costs one copy per version. A pull with retain set (the chief's
+// workers costs one copy per version at most: none when the push that
+// made the version wrote it in its update's pass (Shard.Take,
+// Gradient.Out). A pull with retain set (the chief's
 // evaluation) keeps its version's state for a Checkpoint with retained
 // set, holding that buffer rather than copying it.
 package ps

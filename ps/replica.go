@@ -585,7 +585,7 @@ func (s *Server) fromSnapshot(b *pb.ReplicaBatch, snap *pb.ReplicaSnapshot) (bui
 func (s *Server) applyReplicated(op *pb.ReplicaOp) error {
 	switch {
 	case op.GetPush() != nil:
-		s.applyPush(op.GetPush()) // the same outcome as on the primary, errors included
+		s.applyPush(op.GetPush(), nil) // the same outcome as on the primary, errors included
 	case op.GetMembership() != nil:
 		if _, err := s.applyMembership(op.GetMembership()); err != nil {
 			return status.Errorf(codes.FailedPrecondition, "replicated membership change: %v (the primary applied it)", err)

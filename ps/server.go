@@ -658,17 +658,55 @@ const maxSpareSnaps = 2
 // new one if there is none of the right size. Call with mu held.
 func (s *Server) newSnap(sh *Shard) *pullSnap {
 	src := wire.Bytes(sh.Params())
-	var p *pullSnap
-	if n := len(s.spares); n > 0 {
-		p, s.spares = s.spares[n-1], s.spares[:n-1]
-	}
-	if p == nil || len(p.b) != len(src) {
-		s.discard(p)
-		p = s.allocSnap(len(src))
-	}
+	p := s.spareSnap(len(src))
 	copy(p.b, src)
-	p.version, p.readers, p.escaped = sh.Version(), 0, false
+	p.version = sh.Version()
 	return p
+}
+
+// spareSnap is a snapshot of n bytes nobody holds, to write: a spare, or
+// a new one if there is none of that size. Call with mu held.
+func (s *Server) spareSnap(n int) *pullSnap {
+	var p *pullSnap
+	if k := len(s.spares); k > 0 {
+		p, s.spares = s.spares[k-1], s.spares[:k-1]
+	}
+	if p == nil || len(p.b) != n {
+		s.discard(p)
+		p = s.allocSnap(n)
+	}
+	p.readers, p.escaped = 0, false
+	return p
+}
+
+// nextSnap is a snapshot for the parameters a push is about to make,
+// with its bytes viewed as the float32s the shard writes them as
+// (Shard.Take): the update writes the next version's pull snapshot
+// in its own pass, instead of a pull copying the parameters after it.
+// nil where bytes cannot be viewed as float32s. Call with mu held.
+func (s *Server) nextSnap() (*pullSnap, []float32) {
+	p := s.spareSnap(4 * len(s.shard.Params()))
+	out, ok := wire.View(p.b)
+	if !ok {
+		s.retire(p)
+		return nil, nil
+	}
+	return p, out
+}
+
+// settleNext makes p (from nextSnap) the current snapshot if the push
+// moved the version on (Take wrote the new parameters into it), or a
+// spare again. Call with mu held.
+func (s *Server) settleNext(p *pullSnap, advanced bool) {
+	switch {
+	case p == nil:
+	case advanced:
+		s.retire(s.snap)
+		p.version = s.shard.Version()
+		s.snap = p
+	default:
+		s.retire(p)
+	}
 }
 
 // allocSnap is a new snapshot of n bytes: in a buffer the data plane
@@ -764,6 +802,19 @@ func (s *Server) Push(ctx context.Context, req *pb.PushRequest) (*pb.PushRespons
 // push was the primary's largest allocation: 1.3 MB, hundreds of times
 // a second). Without release the push is copied for the standby.
 func (s *Server) PushKept(ctx context.Context, req *pb.PushRequest, release func()) (*pb.PushResponse, error) {
+	return s.pushKept(ctx, req, release, nil)
+}
+
+// PushKeptSquares is PushKept of a gradient whose sum of squares as
+// float32s the caller computed as it copied it (the data plane:
+// dataplane.SquaresKeeper), bit for bit vec.SumSquares of req.Grad: a
+// float32 gradient's norm then takes no pass of its own.
+func (s *Server) PushKeptSquares(ctx context.Context, req *pb.PushRequest, release func(), sumSquares float64) (*pb.PushResponse, error) {
+	return s.pushKept(ctx, req, release, &sumSquares)
+}
+
+// pushKept is PushKept, with the gradient's sum of squares if known.
+func (s *Server) pushKept(ctx context.Context, req *pb.PushRequest, release func(), sq *float64) (*pb.PushResponse, error) {
 	defer s.observe("push", s.now())
 	s.m.RPCReceivedBytes.WithLabelValues("push").Add(float64(len(req.Grad)))
 	s.mu.Lock()
@@ -774,7 +825,7 @@ func (s *Server) PushKept(ctx context.Context, req *pb.PushRequest, release func
 		}
 		return nil, err
 	}
-	resp, err, forward := s.applyPush(req)
+	resp, err, forward := s.applyPush(req, sq)
 	var w replicaWait
 	if forward && s.rep != nil {
 		// (The copy only for a standby: without one a push allocates
@@ -809,8 +860,10 @@ func (s *Server) gradientMetrics() *metrics.PS {
 
 // applyPush is Push's work on the shard, on a primary and on its standby
 // alike; forward says the push reached the shard (it passed the run and
-// payload checks), so the standby must apply it too. Call with mu held.
-func (s *Server) applyPush(req *pb.PushRequest) (resp *pb.PushResponse, err error, forward bool) {
+// payload checks), so the standby must apply it too. sq, unless nil, is
+// req.Grad's sum of squares as float32s (PushKeptSquares). Call with mu
+// held.
+func (s *Server) applyPush(req *pb.PushRequest, sq *float64) (resp *pb.PushResponse, err error, forward bool) {
 	if err := s.checkRun(req.RunId); err != nil {
 		return nil, err, false
 	}
@@ -825,7 +878,13 @@ func (s *Server) applyPush(req *pb.PushRequest) (resp *pb.PushResponse, err erro
 		m.StaleGradientsDropped.Inc()
 		return s.pushAnswer(pb.PushResponse_STALE), nil, false
 	}
-	res, err := s.shard.PushAt(int(req.Worker), req.Version, g, req.DataPosition)
+	next, out := s.nextSnap()
+	in := Gradient{Worker: int(req.Worker), Version: req.Version, Values: g, After: req.DataPosition, Out: out}
+	if sq != nil && s.readsFloats() {
+		in.SumSquares, in.Squared = *sq, true
+	}
+	res, err := s.shard.Take(in)
+	s.settleNext(next, res.Advanced)
 	if err != nil {
 		return s.pushRefused(m, req, err)
 	}
@@ -906,6 +965,12 @@ func (s *Server) refused(m *metrics.PS, req *pb.PushRequest, res PushResult) {
 			"norm", fmt.Sprintf("%.4g", res.Norm), "ratio", fmt.Sprintf("%.4g", res.Ratio), "limit", s.opts.NormGuard,
 			"refused_by_worker", s.shard.Refused(), "not_logged_since_last", skipped)
 	}
+}
+
+// readsFloats says a push's payload is the gradient's float32s as they
+// are (gradient): neither compressed nor bfloat16. Call with mu held.
+func (s *Server) readsFloats() bool {
+	return s.opts.Compress.Push.Kind == compress.None && s.opts.WireDType != config.BF16
 }
 
 // gradient reads a push's payload as the run sends it: float32 (a view

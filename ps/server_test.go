@@ -347,8 +347,8 @@ func TestPullSnapshotsAreReusedOnlyWhenUnread(t *testing.T) {
 	relA1()
 	step(1)
 	a2, relA2 := pull(0, 2)
-	if !same(a2.Params, a1.Params) {
-		t.Fatal("a released snapshot was not reused")
+	if !same(a2.Params, a1.Params) && !same(a2.Params, a0.Params) {
+		t.Fatal("neither released snapshot was reused")
 	}
 	_, params, _, _, err := srv.Snapshot()
 	if err != nil {

@@ -269,13 +269,45 @@ func (s *Shard) Push(worker int, version int64, grad []float32) (PushResult, err
 // (the worker does not send another) but leaves it out of the step's
 // aggregate, like the gradient of a worker that died after pushing.
 func (s *Shard) PushAt(worker int, version int64, grad []float32, after int64) (PushResult, error) {
+	return s.Take(Gradient{Worker: worker, Version: version, Values: grad, After: after})
+}
+
+// Gradient is a push as Shard.Take takes it.
+type Gradient struct {
+	Worker  int
+	Version int64 // the version it was computed from
+	Values  []float32
+	After   int64 // the worker's data position once it is in the parameters (see PushAt)
+	// Out, unless nil (or of another length than the shard's
+	// parameters), receives the new parameters when the push moves the
+	// version on: the server's next pull snapshot, written in the
+	// update's own pass instead of copied from the parameters after it
+	// (optim.Step). A push that does not move the version on leaves it
+	// as it was.
+	Out []float32
+	// SumSquares, when Squared, is vec.SumSquares(Values), computed by
+	// whoever copied the values in (the data plane: vec.CopySumSquares),
+	// so that the shard need not pass over them again for their norm.
+	SumSquares float64
+	Squared    bool
+}
+
+// Take is PushAt of g, with its snapshot buffer and sum of squares.
+func (s *Shard) Take(g Gradient) (PushResult, error) {
+	worker, version, grad, after, out := g.Worker, g.Version, g.Values, g.After, g.Out
+	if len(out) != len(s.params) {
+		out = nil
+	}
 	if err := s.checkPush(worker, version, grad); err != nil {
 		return PushResult{}, err
 	}
 	if s.quarantined[worker] {
 		return PushResult{Outcome: Quarantined}, nil
 	}
-	sq := sumSquares(grad)
+	sq := g.SumSquares
+	if !g.Squared {
+		sq = sumSquares(grad)
+	}
 	if !isFinite(sq) {
 		s.nonFinite[worker]++
 		return PushResult{}, ErrNonFinite
@@ -291,12 +323,11 @@ func (s *Shard) PushAt(worker int, version int64, grad []float32, after int64) (
 		var g []float32 // the gradient, if it counts
 		if !refuse {
 			g = grad
-			s.agree.Add(worker, grad)
 		}
-		res.Advanced = s.arrive(worker, after, g)
+		res.Advanced = s.arrive(worker, after, g, out)
 		return res, nil
 	}
-	res.Advanced = s.applyNow(worker, after, grad, refuse)
+	res.Advanced = s.applyNow(worker, after, grad, refuse, out)
 	return res, nil
 }
 
@@ -338,15 +369,16 @@ func (s *Shard) dropUnjudged(worker int, version, after int64) (Outcome, bool) {
 }
 
 // applyNow applies an async or ssp gradient the guard judged (refused:
-// only its batch is used up) and reports whether the version moved on.
-func (s *Shard) applyNow(worker int, after int64, grad []float32, refuse bool) bool {
+// only its batch is used up), counting it into its worker's attribution
+// sum and writing the new parameters into out (nil: nowhere) in the same
+// pass, and reports whether the version moved on.
+func (s *Shard) applyNow(worker int, after int64, grad []float32, refuse bool, out []float32) bool {
 	if refuse {
 		s.credit(worker, after) // its batch is used up
 		return false
 	}
 	s.setLR()
-	s.agree.Add(worker, grad)
-	s.opt.Apply(s.params, grad, 1)
+	optim.Step(s.opt, s.params, grad, 1, s.agree.Sum(worker), out)
 	s.version++
 	s.credit(worker, after)
 	s.checkDone()
@@ -354,19 +386,22 @@ func (s *Shard) applyNow(worker int, after int64, grad []float32, refuse bool) b
 }
 
 // arrive counts worker's gradient g (nil: one that is left out) into the
-// current sync step, completing the step when it has enough, and reports
-// whether it did.
-func (s *Shard) arrive(worker int, after int64, g []float32) bool {
+// current sync step and into the worker's attribution sum, completing
+// the step when it has enough (its parameters also written into out,
+// unless nil), and reports whether it did.
+func (s *Shard) arrive(worker int, after int64, g, out []float32) bool {
 	s.contributors = append(s.contributors, worker)
 	s.after = append(s.after, after)
+	var sum []float32 // the worker's attribution sum, if g counts
 	if g != nil {
 		s.counted = append(s.counted, worker)
+		sum = s.agree.Sum(worker)
 	}
 	if len(s.contributors) >= s.replicas() {
-		s.advance(g)
+		s.advance(g, sum, out)
 		return true
 	}
-	s.keep(g)
+	s.keep(g, sum)
 	return false
 }
 
@@ -387,7 +422,7 @@ func (s *Shard) Drop(worker int, version, after int64) bool {
 		return false
 	}
 	s.clock[worker]++
-	return s.arrive(worker, after, nil)
+	return s.arrive(worker, after, nil, nil)
 }
 
 // judge has the norm guard judge a gradient that would otherwise count,
@@ -420,25 +455,29 @@ func (s *Shard) noteOutlier(worker int, version int64, ratio float64) {
 	}
 }
 
-// keep adds g (nil: a refused gradient) to the current sync step.
-func (s *Shard) keep(g []float32) {
+// keep adds g (nil: a refused gradient) to the current sync step, and
+// into its worker's attribution sum.
+func (s *Shard) keep(g, sum []float32) {
 	switch {
 	case g == nil:
 		return
 	case s.kept != nil:
 		copy(s.kept[s.accepted], g)
+		vec.Add(sum, g)
 	default:
-		vec.Add(s.accum, g)
+		vec.AddBoth(s.accum, sum, g) // (one pass over g)
 	}
 	s.accepted++
 }
 
 // advance completes the current sync step: it applies the aggregate of
 // the step's accepted gradients and last (the completing gradient, nil if
-// it was refused or there is none), credits the contributors' data
-// positions and moves the version on. A step whose gradients were all
-// refused changes no parameter.
-func (s *Shard) advance(last []float32) {
+// it was refused or there is none; counted into sum, its worker's
+// attribution sum, in the same pass), writes the new parameters into out
+// (nil: nowhere), credits the contributors' data positions and moves the
+// version on. A step whose gradients were all refused changes no
+// parameter.
+func (s *Shard) advance(last, sum, out []float32) {
 	n := s.accepted
 	if last != nil {
 		n++
@@ -448,21 +487,25 @@ func (s *Shard) advance(last []float32) {
 	}
 	switch {
 	case n == 0:
+		if out != nil {
+			copy(out, s.params)
+		}
 	case s.kept != nil:
 		if last != nil {
 			copy(s.kept[s.accepted], last)
+			vec.Add(sum, last)
 		}
 		TrimmedMean(s.accum, s.kept[:n])
-		s.opt.Apply(s.params, s.accum, 1)
+		optim.Step(s.opt, s.params, s.accum, 1, nil, out)
 	case n == 1 && last != nil:
 		// A single gradient: apply it directly.
-		s.opt.Apply(s.params, last, 1)
+		optim.Step(s.opt, s.params, last, 1, sum, out)
 	case last != nil:
 		// The last gradient completes the step: add, apply and clear in
 		// one pass.
-		s.opt.ApplySum(s.params, s.accum, last, float32(1/float64(n)))
+		optim.StepSum(s.opt, s.params, s.accum, last, float32(1/float64(n)), sum, out)
 	default:
-		s.opt.Apply(s.params, s.accum, float32(1/float64(n)))
+		optim.Step(s.opt, s.params, s.accum, float32(1/float64(n)), nil, out)
 	}
 	if s.kept == nil && last == nil {
 		clear(s.accum) // (ApplySum cleared it; the trimmed mean overwrites it)
@@ -547,7 +590,7 @@ func (s *Shard) maybeAdvance() bool {
 	if n == 0 || n < s.replicas() {
 		return false
 	}
-	s.advance(nil)
+	s.advance(nil, nil, nil)
 	return true
 }
 

@@ -1,7 +1,9 @@
 // Package vec holds the float32 loops of a training step that Go would
 // run one value at a time: a parameter server's passes over its whole
 // shard (the momentum update, adding a gradient into the step's sum, a
-// gradient's sum of squares: its norm, and whether it is finite) and a
+// gradient's sum of squares: its norm, and whether it is finite; and
+// those passes fused, so that the PS reads a gradient as few times as it
+// can: MomentumStep, MomentumSumStep, AddBoth, CopySumSquares) and a
 // worker's element-wise passes (bias and ReLU, the ReLU's gradient mask,
 // bytes to pixel values). On amd64 with AVX2 they run eight values to an
 // instruction; elsewhere, and built with -tags purego, in Go.
@@ -52,6 +54,49 @@ func Momentum(p, v, g []float32, mu, lr, scale float32) {
 	momentumGo(p[k:], v[k:], g[k:], mu, lr, scale)
 }
 
+// MomentumStep is a parameter server's whole update by one gradient in
+// one pass over it: Momentum(p, v, g, mu, lr, scale), then Add(sum, g),
+// then copy(out, p), bit for bit, but reading g, p and v once. sum is
+// where the shard sums a worker's gradients (attribution), out where it
+// keeps the updated parameters for its pulls; out may be p itself (no
+// copy wanted). The slices' lengths must be equal.
+func MomentumStep(p, v, g, sum, out []float32, mu, lr, scale float32) {
+	n := len(g)
+	p, v, sum, out = p[:n], v[:n], sum[:n], out[:n]
+	k := bulk(n)
+	if k > 0 {
+		momentumStepBulk(p[:k], v[:k], g[:k], sum[:k], out[:k], mu, lr, scale)
+	}
+	momentumStepGo(p[k:], v[k:], g[k:], sum[k:], out[k:], mu, lr, scale)
+}
+
+// MomentumSumStep is MomentumStep by the gradient scale*(acc+g), acc
+// zeroed: MomentumSum(p, v, acc, g, mu, lr, scale), then Add(sum, g),
+// then copy(out, p), bit for bit, in one pass (a sync step's last
+// gradient: only g goes into sum, acc holding the other workers'). out
+// may be p. The slices' lengths must be equal.
+func MomentumSumStep(p, v, acc, g, sum, out []float32, mu, lr, scale float32) {
+	n := len(g)
+	p, v, acc, sum, out = p[:n], v[:n], acc[:n], sum[:n], out[:n]
+	k := bulk(n)
+	if k > 0 {
+		momentumSumStepBulk(p[:k], v[:k], acc[:k], g[:k], sum[:k], out[:k], mu, lr, scale)
+	}
+	momentumSumStepGo(p[k:], v[k:], acc[k:], g[k:], sum[k:], out[k:], mu, lr, scale)
+}
+
+// AddBoth is Add(a, src) and Add(b, src) in one pass over src. len(a)
+// and len(b) must be at least len(src).
+func AddBoth(a, b, src []float32) {
+	n := len(src)
+	a, b = a[:n], b[:n]
+	k := bulk(n)
+	if k > 0 {
+		addBothBulk(a[:k], b[:k], src[:k])
+	}
+	addBothGo(a[k:], b[k:], src[k:])
+}
+
 // Add adds src into dst: dst[i] += src[i]. len(dst) must be at least
 // len(src).
 func Add(dst, src []float32) {
@@ -75,7 +120,38 @@ func SumSquares(x []float32) float64 {
 		sumSquaresBulk(x[:k], &l)
 	}
 	sumSquaresGo(x[k:], k, &l)
-	// A fixed order, the same on every path.
+	return combineLanes(&l)
+}
+
+// copyChunk is how many values CopySumSquares copies before it reads
+// them back: a multiple of Lanes, and small enough that they are still
+// in the core's first-level cache.
+const copyChunk = 2048
+
+// CopySumSquares copies src into dst and returns SumSquares(dst), bit
+// for bit, reading src once: a chunk at a time is copied, then squared
+// from the cache while the next one streams in. So what it returns is
+// the sum of squares of the values dst holds, whatever writes src
+// meanwhile (a gradient copied out of a region its worker shares).
+// len(dst) must be at least len(src).
+func CopySumSquares(dst, src []float32) float64 {
+	n := len(src)
+	dst = dst[:n]
+	var l [Lanes]float64
+	k := bulk(n)
+	for i := 0; i < k; i += copyChunk {
+		j := min(i+copyChunk, k)
+		copy(dst[i:j], src[i:j])
+		sumSquaresBulk(dst[i:j], &l) // (the lanes' sums go on from chunk to chunk)
+	}
+	copy(dst[k:], src[k:])
+	sumSquaresGo(dst[k:], k, &l)
+	return combineLanes(&l)
+}
+
+// combineLanes adds the partial sums up in a fixed order, the same on
+// every path.
+func combineLanes(l *[Lanes]float64) float64 {
 	var s [Lanes / 2]float64
 	for i := range s {
 		s[i] = l[i] + l[i+Lanes/2]
@@ -102,6 +178,37 @@ func momentumGo(p, v, g []float32, mu, lr, scale float32) {
 		vi := float32(mu*v[i]) + float32(scale*x) // (no fusion: see momentumSumGo)
 		v[i] = vi
 		p[i] -= float32(lr * vi)
+	}
+}
+
+func momentumStepGo(p, v, g, sum, out []float32, mu, lr, scale float32) {
+	p, v, sum, out = p[:len(g)], v[:len(g)], sum[:len(g)], out[:len(g)]
+	for i, x := range g {
+		sum[i] += x
+		vi := float32(mu*v[i]) + float32(scale*x) // (no fusion: see momentumSumGo)
+		v[i] = vi
+		pi := p[i] - float32(lr*vi)
+		p[i], out[i] = pi, pi
+	}
+}
+
+func momentumSumStepGo(p, v, acc, g, sum, out []float32, mu, lr, scale float32) {
+	p, v, acc, sum, out = p[:len(g)], v[:len(g)], acc[:len(g)], sum[:len(g)], out[:len(g)]
+	for i, x := range g {
+		sum[i] += x
+		vi := float32(mu*v[i]) + float32(scale*(acc[i]+x)) // (no fusion: see momentumSumGo)
+		v[i] = vi
+		pi := p[i] - float32(lr*vi)
+		p[i], out[i] = pi, pi
+		acc[i] = 0
+	}
+}
+
+func addBothGo(a, b, src []float32) {
+	a, b = a[:len(src)], b[:len(src)]
+	for i, x := range src {
+		a[i] += x
+		b[i] += x
 	}
 }
 

@@ -31,6 +31,25 @@ func addAVX2(dst, src *float32, n int)
 //go:noescape
 func sumSquaresAVX2(x *float32, n int, l *[Lanes]float64)
 
+//go:noescape
+func momentumStepAVX2(p, v, grad, sum, out *float32, n int, mu, lr, scale float32)
+
+//go:noescape
+func momentumSumStepAVX2(p, v, acc, grad, sum, out *float32, n int, mu, lr, scale float32)
+
+//go:noescape
+func addBothAVX2(a, b, src *float32, n int)
+
+func momentumStepBulk(p, v, g, sum, out []float32, mu, lr, scale float32) {
+	momentumStepAVX2(&p[0], &v[0], &g[0], &sum[0], &out[0], len(g), mu, lr, scale)
+}
+
+func momentumSumStepBulk(p, v, acc, g, sum, out []float32, mu, lr, scale float32) {
+	momentumSumStepAVX2(&p[0], &v[0], &acc[0], &g[0], &sum[0], &out[0], len(g), mu, lr, scale)
+}
+
+func addBothBulk(a, b, src []float32) { addBothAVX2(&a[0], &b[0], &src[0], len(src)) }
+
 func momentumSumBulk(p, v, acc, g []float32, mu, lr, scale float32) {
 	momentumSumAVX2(&p[0], &v[0], &acc[0], &g[0], len(g), mu, lr, scale)
 }

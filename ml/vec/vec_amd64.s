@@ -118,18 +118,18 @@ adone:
 	RET
 
 // func sumSquaresAVX2(x *float32, n int, l *[16]float64)
-// Y0..Y3 are the partial sums of lanes 0-3, 4-7, 8-11 and 12-15: lane k
-// adds the squares of values k, k+16, k+32, ... in that order, each
-// widened to float64 first, as sumSquaresGo does.
+// Y0..Y3 are the partial sums of lanes 0-3, 4-7, 8-11 and 12-15, going
+// on from l's: lane k adds the squares of values k, k+16, k+32, ... in
+// that order, each widened to float64 first, as sumSquaresGo does.
 TEXT ·sumSquaresAVX2(SB), NOSPLIT, $0-24
-	MOVQ   x+0(FP), SI
-	MOVQ   n+8(FP), CX
-	MOVQ   l+16(FP), DI
-	VXORPD Y0, Y0, Y0
-	VXORPD Y1, Y1, Y1
-	VXORPD Y2, Y2, Y2
-	VXORPD Y3, Y3, Y3
-	XORQ   AX, AX
+	MOVQ    x+0(FP), SI
+	MOVQ    n+8(FP), CX
+	MOVQ    l+16(FP), DI
+	VMOVUPD (DI), Y0
+	VMOVUPD 32(DI), Y1
+	VMOVUPD 64(DI), Y2
+	VMOVUPD 96(DI), Y3
+	XORQ    AX, AX
 
 sloop:
 	CMPQ      AX, CX
@@ -239,5 +239,152 @@ ploop:
 	JMP       ploop
 
 pdone:
+	VZEROUPPER
+	RET
+
+// func momentumStepAVX2(p, v, grad, sum, out *float32, n int, mu, lr, scale float32)
+// momentumAVX2's update with, in the same pass, sum += g (before g is
+// scaled) and out = the updated p.
+TEXT ·momentumStepAVX2(SB), NOSPLIT, $0-60
+	MOVQ         p+0(FP), DI
+	MOVQ         v+8(FP), SI
+	MOVQ         grad+16(FP), BX
+	MOVQ         sum+24(FP), R8
+	MOVQ         out+32(FP), R9
+	MOVQ         n+40(FP), CX
+	VBROADCASTSS mu+48(FP), Y0
+	VBROADCASTSS lr+52(FP), Y1
+	VBROADCASTSS scale+56(FP), Y2
+	XORQ         AX, AX
+
+tloop:
+	CMPQ    AX, CX
+	JAE     tdone
+	VMOVUPS (BX)(AX*4), Y4      // g
+	VMOVUPS 32(BX)(AX*4), Y5
+	VMOVUPS (R8)(AX*4), Y10     // sum
+	VMOVUPS 32(R8)(AX*4), Y11
+	VADDPS  Y4, Y10, Y10        // sum + g
+	VADDPS  Y5, Y11, Y11
+	VMOVUPS Y10, (R8)(AX*4)
+	VMOVUPS Y11, 32(R8)(AX*4)
+	VMULPS  Y2, Y4, Y4          // scale*g
+	VMULPS  Y2, Y5, Y5
+	VMOVUPS (SI)(AX*4), Y6      // v
+	VMOVUPS 32(SI)(AX*4), Y7
+	VMULPS  Y0, Y6, Y6          // mu*v
+	VMULPS  Y0, Y7, Y7
+	VADDPS  Y4, Y6, Y6          // mu*v + scale*g
+	VADDPS  Y5, Y7, Y7
+	VMOVUPS Y6, (SI)(AX*4)
+	VMOVUPS Y7, 32(SI)(AX*4)
+	VMULPS  Y1, Y6, Y6          // lr*v
+	VMULPS  Y1, Y7, Y7
+	VMOVUPS (DI)(AX*4), Y8      // p
+	VMOVUPS 32(DI)(AX*4), Y9
+	VSUBPS  Y6, Y8, Y8          // p - lr*v
+	VSUBPS  Y7, Y9, Y9
+	VMOVUPS Y8, (DI)(AX*4)
+	VMOVUPS Y9, 32(DI)(AX*4)
+	VMOVUPS Y8, (R9)(AX*4)      // out = p
+	VMOVUPS Y9, 32(R9)(AX*4)
+	ADDQ    $16, AX
+	JMP     tloop
+
+tdone:
+	VZEROUPPER
+	RET
+
+// func momentumSumStepAVX2(p, v, acc, grad, sum, out *float32, n int, mu, lr, scale float32)
+// momentumSumAVX2's update with, in the same pass, sum += g and out =
+// the updated p.
+TEXT ·momentumSumStepAVX2(SB), NOSPLIT, $0-68
+	MOVQ         p+0(FP), DI
+	MOVQ         v+8(FP), SI
+	MOVQ         acc+16(FP), DX
+	MOVQ         grad+24(FP), BX
+	MOVQ         sum+32(FP), R8
+	MOVQ         out+40(FP), R9
+	MOVQ         n+48(FP), CX
+	VBROADCASTSS mu+56(FP), Y0
+	VBROADCASTSS lr+60(FP), Y1
+	VBROADCASTSS scale+64(FP), Y2
+	VXORPS       Y3, Y3, Y3
+	XORQ         AX, AX
+
+uloop:
+	CMPQ    AX, CX
+	JAE     udone
+	VMOVUPS (BX)(AX*4), Y12     // g
+	VMOVUPS 32(BX)(AX*4), Y13
+	VMOVUPS (R8)(AX*4), Y10     // sum
+	VMOVUPS 32(R8)(AX*4), Y11
+	VADDPS  Y12, Y10, Y10       // sum + g
+	VADDPS  Y13, Y11, Y11
+	VMOVUPS Y10, (R8)(AX*4)
+	VMOVUPS Y11, 32(R8)(AX*4)
+	VMOVUPS (DX)(AX*4), Y4      // acc
+	VMOVUPS 32(DX)(AX*4), Y5
+	VADDPS  Y12, Y4, Y4         // acc + g
+	VADDPS  Y13, Y5, Y5
+	VMULPS  Y2, Y4, Y4          // scale*(acc + g)
+	VMULPS  Y2, Y5, Y5
+	VMOVUPS (SI)(AX*4), Y6      // v
+	VMOVUPS 32(SI)(AX*4), Y7
+	VMULPS  Y0, Y6, Y6          // mu*v
+	VMULPS  Y0, Y7, Y7
+	VADDPS  Y4, Y6, Y6          // mu*v + scale*(acc + g)
+	VADDPS  Y5, Y7, Y7
+	VMOVUPS Y6, (SI)(AX*4)
+	VMOVUPS Y7, 32(SI)(AX*4)
+	VMULPS  Y1, Y6, Y6          // lr*v
+	VMULPS  Y1, Y7, Y7
+	VMOVUPS (DI)(AX*4), Y8      // p
+	VMOVUPS 32(DI)(AX*4), Y9
+	VSUBPS  Y6, Y8, Y8          // p - lr*v
+	VSUBPS  Y7, Y9, Y9
+	VMOVUPS Y8, (DI)(AX*4)
+	VMOVUPS Y9, 32(DI)(AX*4)
+	VMOVUPS Y8, (R9)(AX*4)      // out = p
+	VMOVUPS Y9, 32(R9)(AX*4)
+	VMOVUPS Y3, (DX)(AX*4)      // acc = 0
+	VMOVUPS Y3, 32(DX)(AX*4)
+	ADDQ    $16, AX
+	JMP     uloop
+
+udone:
+	VZEROUPPER
+	RET
+
+// func addBothAVX2(a, b, src *float32, n int)
+// a += src and b += src in one pass over src.
+TEXT ·addBothAVX2(SB), NOSPLIT, $0-32
+	MOVQ a+0(FP), DI
+	MOVQ b+8(FP), DX
+	MOVQ src+16(FP), SI
+	MOVQ n+24(FP), CX
+	XORQ AX, AX
+
+bloop:
+	CMPQ    AX, CX
+	JAE     bdone
+	VMOVUPS (SI)(AX*4), Y4      // src
+	VMOVUPS 32(SI)(AX*4), Y5
+	VMOVUPS (DI)(AX*4), Y0
+	VMOVUPS 32(DI)(AX*4), Y1
+	VADDPS  Y4, Y0, Y0          // a + src
+	VADDPS  Y5, Y1, Y1
+	VMOVUPS Y0, (DI)(AX*4)
+	VMOVUPS Y1, 32(DI)(AX*4)
+	VMOVUPS (DX)(AX*4), Y2
+	VMOVUPS 32(DX)(AX*4), Y3
+	VADDPS  Y4, Y2, Y2          // b + src
+	VADDPS  Y5, Y3, Y3
+	VMOVUPS Y2, (DX)(AX*4)
+	VMOVUPS Y3, 32(DX)(AX*4)
+	ADDQ    $16, AX
+	JMP     bloop
+
+bdone:
 	VZEROUPPER
 	RET

@@ -11,6 +11,16 @@ func momentumSumBulk(p, v, acc, g []float32, mu, lr, scale float32) {
 
 func momentumBulk(p, v, g []float32, mu, lr, scale float32) { momentumGo(p, v, g, mu, lr, scale) }
 
+func momentumStepBulk(p, v, g, sum, out []float32, mu, lr, scale float32) {
+	momentumStepGo(p, v, g, sum, out, mu, lr, scale)
+}
+
+func momentumSumStepBulk(p, v, acc, g, sum, out []float32, mu, lr, scale float32) {
+	momentumSumStepGo(p, v, acc, g, sum, out, mu, lr, scale)
+}
+
+func addBothBulk(a, b, src []float32) { addBothGo(a, b, src) }
+
 func addBulk(dst, src []float32) { addGo(dst, src) }
 
 func sumSquaresBulk(x []float32, l *[Lanes]float64) { sumSquaresGo(x, 0, l) }

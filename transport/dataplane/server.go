@@ -19,9 +19,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pstrain/pstrain/internal/ratelog"
+	"github.com/pstrain/pstrain/ml/vec"
 	"github.com/pstrain/pstrain/observe/metrics"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/transport/auth"
+	"github.com/pstrain/pstrain/transport/wire"
 )
 
 // Backend is what a parameter server answers on the data plane;
@@ -50,6 +52,16 @@ type NowPuller interface {
 // for a later push only then.
 type PushKeeper interface {
 	PushKept(ctx context.Context, req *pb.PushRequest, release func()) (*pb.PushResponse, error)
+}
+
+// SquaresKeeper is a PushKeeper that can be told the sum of squares of
+// a push's payload read as little-endian float32s, bit for bit
+// vec.SumSquares of them, which the server computes as it copies a
+// gradient out of a shared region (vec.CopySumSquares): a backend that
+// reads the payload as float32s then need not pass over it again for
+// its norm (*ps.Server does).
+type SquaresKeeper interface {
+	PushKeptSquares(ctx context.Context, req *pb.PushRequest, release func(), sumSquares float64) (*pb.PushResponse, error)
 }
 
 // Config configures a Server.
@@ -401,11 +413,11 @@ func (s *Server) serveConn(c net.Conn) {
 			}
 			continue
 		}
-		payload, ok := s.readPayload(c, rd, req, hdr, shm)
+		payload, sq, ok := s.readPayload(c, rd, req, hdr, shm)
 		if !ok {
 			return
 		}
-		if !s.answer(c, rd, req, payload, hdr, cs) {
+		if !s.answer(c, rd, req, payload, sq, hdr, cs) {
 			return
 		}
 	}
@@ -594,34 +606,55 @@ func (s *Server) readHeader(c net.Conn, rd *bufio.Reader, scratch, hdr []byte, h
 // A gradient in the shared region shm (the caller checked it is within)
 // is copied out before the backend sees it: the client can write the
 // region at any time, and the backend may keep the buffer (PushKeeper)
-// after the push is answered.
-func (s *Server) readPayload(c net.Conn, rd *bufio.Reader, req request, hdr, shm []byte) ([]byte, bool) {
+// after the push is answered. The copy also sums the gradient's
+// squares (copyOut).
+func (s *Server) readPayload(c net.Conn, rd *bufio.Reader, req request, hdr, shm []byte) ([]byte, squares, bool) {
 	defer c.SetReadDeadline(time.Time{})
 	n := int(req.payloadLen)
 	if n > s.cfg.MaxPayload {
 		s.reject(c, hdr, "too_large", codes.InvalidArgument,
 			fmt.Errorf("%w: payload of %d bytes exceeds the limit of %d (--max-message-mb)", errTooLarge, n, s.cfg.MaxPayload))
-		return nil, false
+		return nil, squares{}, false
 	}
 	payload, err := s.bufs.get(s.ctx, n, s.lim.BufferWait)
 	if err != nil {
 		s.payloadFailed(c, hdr, n, err)
-		return nil, false
+		return nil, squares{}, false
 	}
 	if req.shm {
 		if n > 0 {
 			s.inShm.Add(1)
 		}
-		copy(payload, shm[:n])
-		return payload, true
+		return payload, copyOut(payload, shm[:n]), true
 	}
 	c.SetReadDeadline(time.Now().Add(s.lim.frameTime(n)))
 	if err := readFull(rd, c, payload); err != nil {
 		s.bufs.put(payload)
 		s.payloadFailed(c, hdr, n, err)
-		return nil, false
+		return nil, squares{}, false
 	}
-	return payload, true
+	return payload, squares{}, true
+}
+
+// squares is a push payload's sum of squares as float32s (see
+// SquaresKeeper), when known.
+type squares struct {
+	sum   float64
+	known bool
+}
+
+// copyOut copies a payload out of a shared region into dst, summing its
+// squares as float32s on the way (read back from dst, which only the
+// server writes: the sum is of the values the backend gets) when both
+// can be viewed as float32s; else it only copies.
+func copyOut(dst, src []byte) squares {
+	d, okd := wire.View(dst)
+	f, oks := wire.View(src)
+	if !okd || !oks || len(src) == 0 {
+		copy(dst, src)
+		return squares{}
+	}
+	return squares{sum: vec.CopySumSquares(d, f), known: true}
 }
 
 // payloadFailed handles an error reading a payload of n bytes: a
@@ -647,7 +680,7 @@ func (s *Server) payloadFailed(c net.Conn, hdr []byte, n int, err error) {
 // is released, or handed to a PushKeeper backend that releases it. false:
 // the connection is done. A pull that asks for it is answered in shared
 // memory (placeShared) when its parameters fit.
-func (s *Server) answer(c net.Conn, rd *bufio.Reader, req request, payload, hdr []byte, cs *connShm) bool {
+func (s *Server) answer(c net.Conn, rd *bufio.Reader, req request, payload []byte, sq squares, hdr []byte, cs *connShm) bool {
 	var resp response
 	var body []byte
 	release := func() {}
@@ -670,7 +703,7 @@ func (s *Server) answer(c net.Conn, rd *bufio.Reader, req request, payload, hdr 
 		}
 	case opPush:
 		pr, err := s.push(&pb.PushRequest{Worker: req.worker, Version: req.version,
-			Grad: payload, RunId: req.runID, Loss: req.loss, Generation: req.generation, DataPosition: req.dataPos})
+			Grad: payload, RunId: req.runID, Loss: req.loss, Generation: req.generation, DataPosition: req.dataPos}, sq)
 		if err != nil {
 			st := status.Convert(err)
 			resp.code, body = byte(st.Code()), []byte(st.Message())
@@ -732,12 +765,17 @@ func (s *Server) respond(c net.Conn, hdr []byte, resp response, body []byte) boo
 }
 
 // push hands pr to the backend with its payload buffer: lent to a
-// PushKeeper, released here after any other backend's Push.
-func (s *Server) push(pr *pb.PushRequest) (*pb.PushResponse, error) {
+// PushKeeper (with its sum of squares to a SquaresKeeper, when known),
+// released here after any other backend's Push.
+func (s *Server) push(pr *pb.PushRequest, sq squares) (*pb.PushResponse, error) {
 	buf := pr.Grad
+	var once sync.Once
+	release := func() { once.Do(func() { s.bufs.put(buf) }) }
+	if k, ok := s.b.(SquaresKeeper); ok && sq.known {
+		return k.PushKeptSquares(context.Background(), pr, release, sq.sum)
+	}
 	if k, ok := s.b.(PushKeeper); ok {
-		var once sync.Once
-		return k.PushKept(context.Background(), pr, func() { once.Do(func() { s.bufs.put(buf) }) })
+		return k.PushKept(context.Background(), pr, release)
 	}
 	defer s.bufs.put(buf)
 	return s.b.Push(context.Background(), pr)

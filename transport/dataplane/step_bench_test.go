@@ -28,23 +28,28 @@ import (
 // barrier's wait; cpu-ns/op is the process's CPU time per step.
 func BenchmarkSyncStepOfAShard(b *testing.B) {
 	for _, mode := range []string{"copied", "lent"} {
-		b.Run(mode, func(b *testing.B) { benchSyncStep(b, mode == "lent") })
+		b.Run(mode, func(b *testing.B) { benchSyncStep(b, mode == "lent", 2, 2) })
 	}
 }
 
-func benchSyncStep(b *testing.B, lend bool) {
+// BenchmarkSyncStepOnePSOneWorker is BenchmarkSyncStepOfAShard's lent
+// step of pstrain bench's ps_overhead cluster: one PS holding the whole
+// MLP and one worker.
+func BenchmarkSyncStepOnePSOneWorker(b *testing.B) { benchSyncStep(b, true, 1, 1) }
+
+func benchSyncStep(b *testing.B, lend bool, shards, workers int) {
 	spec := model.Spec{Input: 784, Hidden: []int{800}, Classes: 10}
-	plan, err := partition.New(spec, 2)
+	plan, err := partition.New(spec, shards)
 	if err != nil {
 		b.Fatal(err)
 	}
 	n := plan.Shards[0].Size
 	r := config.Default()
-	r.LRSchedule, r.Workers, r.PS, r.LR = "constant", 2, 2, 0.001
+	r.LRSchedule, r.Workers, r.PS, r.LR = "constant", workers, shards, 0.001
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	srv := ps.NewServer(ps.Config{Log: log, Shard: ps.AnyShard})
 	ctx := context.Background()
-	if _, err := srv.Init(ctx, &pb.InitRequest{RunId: "r", Shard: 0, NumShards: 2, ShardOptions: ps.OptionsFor(r).Proto(),
+	if _, err := srv.Init(ctx, &pb.InitRequest{RunId: "r", Shard: 0, NumShards: int32(shards), ShardOptions: ps.OptionsFor(r).Proto(),
 		ModelSpec: convert.ModelSpec(spec), Params: wire.Bytes(make([]float32, n)), Generation: 1}); err != nil {
 		b.Fatal(err)
 	}
@@ -67,8 +72,8 @@ func benchSyncStep(b *testing.B, lend bool) {
 	for i := range g {
 		g[i] = float32(i%7) * 1e-3
 	}
-	var pushers, pullers [2]*Client
-	for w := range 2 {
+	pushers, pullers := make([]*Client, workers), make([]*Client, workers)
+	for w := range workers {
 		pushers[w], pullers[w] = client(lis.Addr().String(), 8<<20), client(lis.Addr().String(), 8<<20)
 		defer pushers[w].Close()
 		defer pullers[w].Close()
@@ -77,12 +82,12 @@ func benchSyncStep(b *testing.B, lend bool) {
 	cpu0 := processCPU(b)
 	b.ResetTimer()
 	for v := range int64(b.N) {
-		for w := range 2 {
+		for w := range workers {
 			if _, err := pushers[w].Push(ctx, &pb.PushRequest{Worker: int32(w), Version: v, Grad: wire.Bytes(g), RunId: "r", Generation: 1}); err != nil {
 				b.Fatal(err)
 			}
 		}
-		for w := range 2 {
+		for w := range workers {
 			if resp, err := pullers[w].PullView(ctx, &pb.PullRequest{Worker: int32(w), MinVersion: v + 1, RunId: "r", Generation: 1}, nil); err != nil || resp.Version != v+1 {
 				b.Fatalf("pull of version %d: %v %v", v+1, resp, err)
 			}

@@ -54,6 +54,18 @@ func Floats(b []byte) ([]float32, error) {
 	return x, nil
 }
 
+// View returns b as float32s sharing b's memory, so that writing them
+// writes b's little-endian bytes; false when it cannot (a big-endian
+// host, a length that is not a whole number of float32s, or b not
+// 4-byte aligned).
+func View(b []byte) ([]float32, bool) {
+	if !littleEndian || len(b)%4 != 0 || len(b) > 0 && uintptr(unsafe.Pointer(&b[0]))%4 != 0 {
+		return nil, false
+	}
+	x, err := Floats(b)
+	return x, err == nil
+}
+
 // Decode copies little-endian bytes b into dst (len(b) must be 4*len(dst)).
 func Decode(dst []float32, b []byte) {
 	if littleEndian && len(dst) > 0 {

@@ -37,3 +37,26 @@ func TestRoundTripIsLittleEndian(t *testing.T) {
 		t.Fatal("7 bytes accepted")
 	}
 }
+
+// A view writes the bytes it views; a misaligned or ragged buffer has
+// none.
+func TestViewWritesTheBytes(t *testing.T) {
+	if !SharesMemory() {
+		t.Skip("a big-endian host has no views")
+	}
+	buf := make([]byte, 17)
+	x, ok := View(buf[:16])
+	if !ok || len(x) != 4 {
+		t.Fatalf("View of 16 aligned bytes: %v %v", x, ok)
+	}
+	x[2] = -2.5
+	if got := math.Float32frombits(binary.LittleEndian.Uint32(buf[8:])); got != -2.5 {
+		t.Fatalf("the bytes read %v after writing -2.5 through the view", got)
+	}
+	if _, ok := View(buf[1:]); ok {
+		t.Error("a misaligned buffer viewed")
+	}
+	if _, ok := View(buf[:7]); ok {
+		t.Error("7 bytes viewed")
+	}
+}
