@@ -45,9 +45,10 @@ type Server struct {
 	runID   string
 	index   int
 	changed chan struct{} // closed and replaced whenever a pull may become ready
-	// snap is the current version's pull snapshot (nil until a pull asks
-	// for it); spares are retired ones kept for reuse (at most
-	// maxSpareSnaps).
+	// snap is the newest pull snapshot made (nil until a push that
+	// completes a step writes one, or a pull asks for one), current if
+	// its version is the shard's; spares are retired ones kept for reuse
+	// (at most maxSpareSnaps).
 	snap     *pullSnap
 	spares   []*pullSnap
 	snapBufs SnapshotBuffers // where new snapshots are kept (nil: the heap)
@@ -637,8 +638,8 @@ func (s *Server) answerPull(req *pb.PullRequest, shared bool, start time.Time) (
 	return resp, p
 }
 
-// current returns the current version's pull snapshot, encoding it if no
-// pull or checkpoint has yet. Call with mu held.
+// current returns the current version's pull snapshot, encoding it if
+// no push wrote it and no pull or checkpoint has yet. Call with mu held.
 func (s *Server) current() *pullSnap {
 	if s.snap == nil || s.snap.version != s.shard.Version() {
 		s.retire(s.snap)
@@ -694,13 +695,13 @@ func (s *Server) nextSnap() (*pullSnap, []float32) {
 	return p, out
 }
 
-// settleNext makes p (from nextSnap) the current snapshot if the push
-// moved the version on (Take wrote the new parameters into it), or a
-// spare again. Call with mu held.
-func (s *Server) settleNext(p *pullSnap, advanced bool) {
+// settleNext makes p (from nextSnap) the current snapshot if Take wrote
+// the new version's parameters into it (PushResult.Wrote), or a spare
+// again. Call with mu held.
+func (s *Server) settleNext(p *pullSnap, wrote bool) {
 	switch {
 	case p == nil:
-	case advanced:
+	case wrote:
 		s.retire(s.snap)
 		p.version = s.shard.Version()
 		s.snap = p
@@ -878,13 +879,17 @@ func (s *Server) applyPush(req *pb.PushRequest, sq *float64) (resp *pb.PushRespo
 		m.StaleGradientsDropped.Inc()
 		return s.pushAnswer(pb.PushResponse_STALE), nil, false
 	}
-	next, out := s.nextSnap()
+	var next *pullSnap
+	var out []float32
+	if s.role != roleStandby { // (a standby serves no pulls: no snapshot to write)
+		next, out = s.nextSnap()
+	}
 	in := Gradient{Worker: int(req.Worker), Version: req.Version, Values: g, After: req.DataPosition, Out: out}
 	if sq != nil && s.readsFloats() {
 		in.SumSquares, in.Squared = *sq, true
 	}
 	res, err := s.shard.Take(in)
-	s.settleNext(next, res.Advanced)
+	s.settleNext(next, res.Wrote)
 	if err != nil {
 		return s.pushRefused(m, req, err)
 	}

@@ -70,6 +70,10 @@ type PushResult struct {
 	Outcome   Outcome
 	Staleness int64 // shard version at arrival minus the gradient's version
 	Advanced  bool  // the push completed a step: the version moved on
+	// Wrote says the new parameters were written into the push's Out
+	// (Gradient.Out): the step advanced and Out was the parameters'
+	// length. Only then does Out hold the new version.
+	Wrote bool
 	// Norm is the gradient's L2 norm and Ratio its ratio to the norm
 	// guard's reference (0 while the guard warms up, or when the
 	// gradient was dropped before it was judged).
@@ -325,9 +329,11 @@ func (s *Shard) Take(g Gradient) (PushResult, error) {
 			g = grad
 		}
 		res.Advanced = s.arrive(worker, after, g, out)
+		res.Wrote = res.Advanced && out != nil
 		return res, nil
 	}
 	res.Advanced = s.applyNow(worker, after, grad, refuse, out)
+	res.Wrote = res.Advanced && out != nil
 	return res, nil
 }
 

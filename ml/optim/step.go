@@ -6,9 +6,10 @@ import "github.com/pstrain/pstrain/ml/vec"
 // into sum (the shard's attribution sum of g's worker; nil: none), then
 // o.Apply(params, g, scale), then the updated parameters copied into
 // out (the shard's next pull snapshot; nil: none). The momentum
-// optimizer does all three in one pass over the memory
-// (vec.MomentumStep); the others in turn. Either way the results are
-// bit for bit those of the separate calls.
+// optimizer, given a sum, does all three in one pass over the memory
+// (vec.MomentumStep); the others, and momentum without a sum (a trimmed
+// mean, a refused gradient), in turn. Either way the results are bit for
+// bit those of the separate calls.
 func Step(o Optimizer, params, g []float32, scale float32, sum, out []float32) {
 	if m, ok := o.(*momentum); ok && sum != nil {
 		vec.MomentumStep(params, m.v, g, sum, orParams(out, params), m.mu, m.lr, scale)
