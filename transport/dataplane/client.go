@@ -496,7 +496,7 @@ func (c *Client) snapshotBody(req request, resp response, view bool) (io.Reader,
 func (c *Client) readBody(body io.Reader, resp response, dst [][]float32) (direct bool, err error) {
 	if resp.code == 0 && dst != nil && wire.SharesMemory() && int(resp.payloadLen) == segmentsLen(dst) {
 		for _, d := range dst {
-			if err := c.readFrom(body, wire.Bytes(d)); err != nil {
+			if _, err := io.ReadFull(body, wire.Bytes(d)); err != nil {
 				return false, err
 			}
 		}
@@ -504,17 +504,8 @@ func (c *Client) readBody(body io.Reader, resp response, dst [][]float32) (direc
 		return true, nil
 	}
 	c.buf = grow(c.buf, int(resp.payloadLen))
-	return false, c.readFrom(body, c.buf)
-}
-
-// readFrom fills p from body: from the connection as a full read of its
-// records (readFull) when body is the connection's reader.
-func (c *Client) readFrom(body io.Reader, p []byte) error {
-	if body == io.Reader(c.rd) {
-		return readFull(c.rd, c.conn, p)
-	}
-	_, err := io.ReadFull(body, p)
-	return err
+	_, err = io.ReadFull(body, c.buf)
+	return false, err
 }
 
 // closedByServer wraps err with errClosedByServer if it says the peer

@@ -320,7 +320,7 @@ func TestSealedParallelWritesChangeKeysInStep(t *testing.T) {
 	var wire bytes.Buffer
 	w, r := macPair(t, 9, &wire, true)
 	w.rekey, r.rekey = 3, 3
-	msg := make([]byte, 5*sealChunk+5*sealRecord+123) // records in six chunks, each sealed in parallel
+	msg := make([]byte, sealChunk+5*sealRecord+123) // 22 records in two chunks, both sealed in parallel
 	for i := range msg {
 		msg[i] = byte(i * 7)
 	}
@@ -387,7 +387,7 @@ func FuzzMACRecord(f *testing.F) {
 }
 
 // FuzzRecordReader: any bytes at all, read as records in either mode,
-// serially or as a full read, give an error and no bytes (nobody without the key makes a record
+// give an error and no bytes (nobody without the key makes a record
 // that verifies), never a panic or a read past a record's length.
 func FuzzRecordReader(f *testing.F) {
 	f.Add([]byte{5, 0, 0, 0, 'h', 'e', 'l', 'l', 'o'}, false)
@@ -399,13 +399,6 @@ func FuzzRecordReader(f *testing.F) {
 		got, err := readAll(r, &wire, b)
 		if len(b) > 0 && (err == nil || got != "") {
 			t.Fatalf("%d arbitrary bytes read as %q, %v", len(b), got, err)
-		}
-		_, r = macPair(t, 4, &wire, sealed) // and as a full read, whose records the openers open
-		wire.Reset()
-		wire.Write(b)
-		p := bytes.Repeat([]byte{1}, max(parallelOpen, len(b)))
-		if err := r.readFull(p); err == nil || bytes.Count(p, []byte{0}) != len(p) {
-			t.Fatalf("%d arbitrary bytes, read full: %v, or the buffer left set", len(b), err)
 		}
 	})
 }

@@ -37,12 +37,11 @@ import (
 // rekeyEvery records of at most 256 KiB (2^38 bytes), inside AES-GCM's
 // usage limits (RFC 8446 §5.5), and the old key is zeroed.
 //
-// Each record has its own nonce, so records are sealed and opened
-// independently: a large write's records are sealed by two goroutines
-// at once, into the buffer that is then written with one system call;
-// a large read's records are opened by two goroutines while the next
-// are read (recordsread.go); otherwise a record is read straight into
-// the reader's buffer when it fits there and opened in place.
+// Each record has its own nonce, so records are sealed independently:
+// a large write's records are sealed by two goroutines at once, into
+// the buffer that is then written with one system call; a record is
+// read straight into the reader's buffer when it fits there and opened
+// in place.
 
 const (
 	// maxRecord is the most bytes one record carries: a reader buffers
@@ -56,19 +55,11 @@ const (
 	// sealed by two goroutines.
 	parallelSeal = 128 << 10
 	// sealChunk is the plaintext a sealed write seals into its buffer
-	// before it writes: what bounds the buffer a connection keeps, and
-	// how soon the reader has records to open (four records, two per
-	// sealer).
-	sealChunk = 256 << 10
+	// before it writes: what bounds the buffer a connection keeps.
+	sealChunk = 1 << 20
 	macTagLen = 16
 	// recordReadBuffer is the read buffer beneath the records.
 	recordReadBuffer = 16 << 10
-	// parallelOpen is the least a full read (readFull) asks for for its
-	// records to be opened by two goroutines while the next are read.
-	parallelOpen = 128 << 10
-	// openSlots is how many records a full read holds read but not yet
-	// opened: what bounds its read-ahead buffers.
-	openSlots = 4
 	// rekeyEvery is how many records a key seals (see above).
 	rekeyEvery = 1 << 20
 	rekeyLabel = "pstrain-data next key"
@@ -96,14 +87,13 @@ type recordLayer struct {
 	pieces  [][]byte  // encrypt: the pieces of plaintext of the chunk being sealed
 
 	recvKey []byte
-	recv    *[2]cipher.AEAD // one per opener; a serial read uses the first
+	recv    cipher.AEAD
 	recvSeq uint64
 	rnonce  [12]byte
 	rbuf    []byte // the record being read
 	in      []byte // its bytes not yet read
 	tag     [macTagLen]byte
-	rerr    error             // a record failed or was cut: the connection is done
-	slots   [openSlots][]byte // readFull: records read ahead of their opening
+	rerr    error // a record failed or was cut: the connection is done
 }
 
 // sealJob is one record to seal: its plaintext, sequence number and
@@ -139,18 +129,18 @@ func switchToRecords(rc *recordConn, keys recordKeys) (*recordLayer, error) {
 func newRecordLayer(keys recordKeys, w io.Writer, r io.Reader) (*recordLayer, error) {
 	c := &recordLayer{tcp: w, rd: r, sealed: keys.sealed, rekey: rekeyEvery,
 		sendKey: bytes.Clone(keys.send), recvKey: bytes.Clone(keys.recv)}
-	var err error
-	if c.send, err = sealers(c.sendKey); err != nil {
+	send, err := sealers(c.sendKey)
+	if err != nil {
 		return nil, err
 	}
-	if c.recv, err = sealers(c.recvKey); err != nil {
+	c.send = send
+	if c.recv, err = newGCM(c.recvKey); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-// sealers are two AEADs under key, one per sealing (or opening)
-// goroutine.
+// sealers are two AEADs under key, one per sealing goroutine.
 func sealers(key []byte) (*[2]cipher.AEAD, error) {
 	var s [2]cipher.AEAD
 	for i := range s {
@@ -203,11 +193,11 @@ func (c *recordLayer) rekeyRecv(seq uint64) error {
 	if err != nil {
 		return err
 	}
-	recv, err := sealers(k)
+	a, err := newGCM(k)
 	if err != nil {
 		return err
 	}
-	c.recvKey, c.recv = k, recv
+	c.recvKey, c.recv = k, a
 	return nil
 }
 
@@ -403,12 +393,6 @@ func (c *recordLayer) next(p []byte) (n int, err error) {
 	if err != nil {
 		return 0, err
 	}
-	return c.body(p, size)
-}
-
-// body reads and verifies the record whose header said size bytes, as
-// next does.
-func (c *recordLayer) body(p []byte, size int) (n int, err error) {
 	if err := c.rekeyRecv(c.recvSeq); err != nil {
 		c.rerr = err
 		return 0, err
@@ -443,13 +427,7 @@ func (c *recordLayer) header() (int, error) {
 		}
 		return 0, err
 	}
-	return c.parseHeader(h[:])
-}
-
-// parseHeader is the record length in h, which must be 1 to maxRecord:
-// any other ends the connection.
-func (c *recordLayer) parseHeader(h []byte) (int, error) {
-	u := binary.LittleEndian.Uint32(h)
+	u := binary.LittleEndian.Uint32(h[:])
 	if u == 0 || u > maxRecord {
 		c.rerr = fmt.Errorf("%w: a record of %d bytes (1 to %d)", ErrBadFrame, u, maxRecord)
 		return 0, c.rerr
@@ -476,12 +454,12 @@ func (c *recordLayer) openRecord(dst []byte, size int) error {
 	}
 	var err error
 	if c.sealed {
-		_, err = c.recv[0].Open(dst[:0], nonce(&c.rnonce, c.recvSeq), dst, nil)
+		_, err = c.recv.Open(dst[:0], nonce(&c.rnonce, c.recvSeq), dst, nil)
 	} else {
 		if err := c.readRest(c.tag[:]); err != nil {
 			return err
 		}
-		_, err = c.recv[0].Open(nil, nonce(&c.rnonce, c.recvSeq), c.tag[:], dst[:size])
+		_, err = c.recv.Open(nil, nonce(&c.rnonce, c.recvSeq), c.tag[:], dst[:size])
 	}
 	if err != nil {
 		c.rerr = fmt.Errorf("%w: record %d: %w", ErrBadFrame, c.recvSeq, errBadMAC)

@@ -628,7 +628,7 @@ func (s *Server) readPayload(c net.Conn, rd *bufio.Reader, req request, hdr, shm
 		return payload, copyOut(payload, shm[:n]), true
 	}
 	c.SetReadDeadline(time.Now().Add(s.lim.frameTime(n)))
-	if err := readFull(rd, c, payload); err != nil {
+	if _, err := io.ReadFull(rd, payload); err != nil {
 		s.bufs.put(payload)
 		s.payloadFailed(c, hdr, n, err)
 		return nil, squares{}, false

@@ -2,7 +2,6 @@ package dataplane
 
 import (
 	"bufio"
-	"io"
 	"net"
 )
 
@@ -32,27 +31,6 @@ func writeGathered(c net.Conn, bufs net.Buffers) (int64, error) {
 		return mc.writeBuffers(bufs)
 	}
 	return bufs.WriteTo(c)
-}
-
-// readFull fills p from rd, a buffered reader over conn, as io.ReadFull:
-// on a TCP connection under TLS, what rd does not hold already is read
-// as a full read of the records (recordsread.go), its records opened by
-// two goroutines while the next are read.
-func readFull(rd *bufio.Reader, conn net.Conn, p []byte) error {
-	mc, ok := conn.(*recordLayer)
-	if !ok {
-		_, err := io.ReadFull(rd, p)
-		return err
-	}
-	n := 0
-	if b := rd.Buffered(); b > 0 {
-		n, _ = rd.Read(p[:min(b, len(p))]) // from rd's buffer: no read beneath
-	}
-	err := mc.readFull(p[n:])
-	if err == io.EOF && n > 0 {
-		err = io.ErrUnexpectedEOF
-	}
-	return err
 }
 
 // handshakeListener puts a recordConn beneath every connection it

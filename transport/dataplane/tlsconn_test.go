@@ -178,3 +178,37 @@ func TestKeysOfAcceptsFullTLS13(t *testing.T) {
 		t.Fatal("the two ends' keys do not cross")
 	}
 }
+
+// A key a direction moved on from is zeroed, on both ends; the keys
+// the layer was made with are its own copies, left as they were.
+func TestRecordsZeroOldKeys(t *testing.T) {
+	var wire bytes.Buffer
+	k := bytes.Repeat([]byte{3}, sealKeyLen)
+	w, err := newRecordLayer(recordKeys{sealed: true, send: k, recv: k}, &wire, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := newRecordLayer(recordKeys{sealed: true, send: k, recv: k}, nil, &wire)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.rekey, r.rekey = 2, 2
+	oldSend, oldRecv := w.sendKey, r.recvKey
+	for _, m := range []string{"a", "b", "c"} { // the third under the next key
+		if _, err := w.Write([]byte(m)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := io.ReadAll(io.LimitReader(r, 3)); err != nil || string(got) != "abc" {
+		t.Fatalf("read %q, %v", got, err)
+	}
+	if bytes.Count(oldSend, []byte{0}) != sealKeyLen || bytes.Count(oldRecv, []byte{0}) != sealKeyLen {
+		t.Fatalf("the first keys were not zeroed: %x, %x", oldSend, oldRecv)
+	}
+	if bytes.Equal(w.sendKey, oldSend) || !bytes.Equal(w.sendKey, r.recvKey) {
+		t.Fatal("the two ends did not move on to the same next key")
+	}
+	if !bytes.Equal(k, bytes.Repeat([]byte{3}, sealKeyLen)) {
+		t.Fatal("the caller's key was changed")
+	}
+}
