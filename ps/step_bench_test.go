@@ -4,11 +4,11 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/internal/proccpu"
 	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/ml/partition"
 	pb "github.com/pstrain/pstrain/proto"
@@ -71,9 +71,9 @@ func benchServerStep(b *testing.B, workers int) {
 
 // processCPU is the process's CPU time so far (user and system).
 func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+	d, err := proccpu.Self()
+	if err != nil {
 		b.Fatal(err)
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return d
 }

@@ -1,12 +1,9 @@
-//go:build linux
-
 package ps
 
 import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
-	"syscall"
 	"testing"
 
 	"github.com/pstrain/pstrain/config"
@@ -151,7 +148,7 @@ func BenchmarkTableStep(b *testing.B) {
 			for _, p := range steps[0].pull {
 				keys += len(p.Keys)
 			}
-			cpu0 := cpuTime(b)
+			cpu0 := processCPU(b)
 			b.ResetTimer()
 			for i := range b.N {
 				scaleStepOnce(b, ts, steps[i%len(steps)])
@@ -159,21 +156,12 @@ func BenchmarkTableStep(b *testing.B) {
 			b.StopTimer()
 			// The CPU a step took, which a loaded machine moves much less
 			// than the wall time ns/op is.
-			b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64((processCPU(b)-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 			b.ReportMetric(float64(held*scaleDim), "params/shard")
 			b.ReportMetric(float64(keys), "pulled-keys/step")
 			b.ReportMetric(float64(ms.HeapInuse)/float64(held*scaleDim*8), "heap/state")
 		})
 	}
-}
-
-// cpuTime is the process's user and system CPU so far, in nanoseconds.
-func cpuTime(b *testing.B) int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
 // scaleStepOnce is one sync step: the union pulled, each worker's
