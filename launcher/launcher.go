@@ -30,7 +30,6 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -197,26 +196,6 @@ func ParseFaults(s string, r config.Run) ([]Fault, error) {
 		out = append(out, Fault{Task: task, At: d, When: when})
 	}
 	return out, nil
-}
-
-// freePorts reserves n distinct free loopback ports.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("launcher: finding a free port: %w", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // supervisor runs the processes of one local cluster.
