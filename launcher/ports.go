@@ -26,20 +26,16 @@ const portFloor = 10000
 // ephemeral range where it can say what that range is and leaves room
 // below it, else where the kernel picks.
 func freePorts(n int) ([]int, error) {
-	lo, hi, ok := belowEphemeral(readFile)
+	lo, hi, ok := belowEphemeral(os.ReadFile)
 	if !ok {
 		return kernelPorts(n)
 	}
 	return drawPorts(n, lo, hi, rand.IntN)
 }
 
-// readFile is os.ReadFile (belowEphemeral's source, a parameter for its
-// tests).
-func readFile(name string) ([]byte, error) { return os.ReadFile(name) }
-
 // belowEphemeral is the range [lo, hi) of ports from portFloor up to
 // the start of the kernel's ephemeral range (Linux:
-// /proc/sys/net/ipv4/ip_local_port_range), ok false if that range is
+// /proc/sys/net/ipv4/ip_local_port_range, read by read), ok false if that range is
 // not known or leaves fewer than 1,000 ports below it.
 func belowEphemeral(read func(string) ([]byte, error)) (lo, hi int, ok bool) {
 	b, err := read("/proc/sys/net/ipv4/ip_local_port_range")

@@ -3,6 +3,7 @@ package launcher
 import (
 	"errors"
 	"net"
+	"os"
 	"strconv"
 	"testing"
 )
@@ -69,7 +70,7 @@ func TestDrawPortsSkipsPortsInUse(t *testing.T) {
 
 // On this machine the ports a run gets are below the ephemeral range.
 func TestFreePortsAreBelowTheEphemeralRange(t *testing.T) {
-	lo, hi, ok := belowEphemeral(readFile)
+	lo, hi, ok := belowEphemeral(os.ReadFile)
 	if !ok {
 		t.Skip("no ephemeral range known here")
 	}
