@@ -177,8 +177,6 @@ func (c *Core) ScalePS(n int, now time.Time) error {
 // can).
 func (c *Core) layoutRefusal() error {
 	switch {
-	case len(c.p.Spec.Tables()) > 0:
-		return fmt.Errorf("%w: a %s model's embedding tables do not move between parameter servers", ErrScale, c.p.Spec.KindName())
 	case !c.p.Checkpoints:
 		return fmt.Errorf("%w: moving the model to other parameter servers goes through a checkpoint; the run has none (--checkpoint-dir)", ErrScale)
 	case c.phase >= stopping:

@@ -31,6 +31,11 @@ func (c *Core) Rebalance(weights []int, imbalance float64, now time.Time) error 
 	if err := c.layoutRefusal(); err != nil {
 		return err
 	}
+	if len(c.p.Spec.Tables()) > 0 {
+		// Weights move the dense row blocks only: a key's row is on
+		// shard embed.ShardOf(table, key, PS count), whatever the weights.
+		return fmt.Errorf("%w: a %s model's embedding rows are placed by a hash of their key, which weights do not change; change the PS count instead (--ps)", ErrScale, c.p.Spec.KindName())
+	}
 	to := partition.LayoutOf(c.psCount, weights)
 	switch {
 	case c.psTarget != c.psCount || c.psChange != nil && c.psChange.to != c.psCount:

@@ -6,10 +6,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/checkpoint/shardckpt"
 	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/ml/partition"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/transport/rowclient"
 )
 
 // The driver's half of a live change of the PS count (core_psscale.go):
@@ -73,6 +75,9 @@ type move struct {
 	layout partition.Layout
 	plan   partition.Plan
 	shards []shardInit
+	// rows are each new shard's embedding rows (nil: the model has no
+	// tables), loaded onto it after its Init.
+	rows [][]shardckpt.TableRows
 }
 
 // loadMove reads the newest checkpoint, which must be of step, and
@@ -111,9 +116,33 @@ func (c *Chief) loadMove(from partition.Plan, step int64, to partition.Layout) (
 	for s := range to.PS {
 		p, o := st.Shard(plan, s)
 		mv.shards = append(mv.shards, shardInit{params: p, opt: o, optSteps: st.OptimizerSteps,
-			version: version, positions: ck.Manifest.DataPositions})
+			version: version, positions: ck.Manifest.DataPositions, rowsLoading: c.loadsRows(ck)})
+	}
+	if c.loadsRows(ck) {
+		if mv.rows, err = c.moveRows(ck, to.PS); err != nil {
+			return nil, err
+		}
 	}
 	return mv, nil
+}
+
+// moveRows reads the embedding rows of ck for each shard of n: a key's
+// row goes to shard embed.ShardOf(table, key, n). The chief holds every
+// row until the switch loads them (on the loop's goroutine, the pause
+// would include reading them).
+func (c *Chief) moveRows(ck *checkpoint.Checkpoint, n int) ([][]shardckpt.TableRows, error) {
+	all, err := shardckpt.ReadTables(ck, nil)
+	if err != nil {
+		return nil, fmt.Errorf("chief: the PS count change's embedding rows: %w", err)
+	}
+	var rows, bytes int64
+	for _, t := range all {
+		rows, bytes = rows+int64(len(t.Keys)), bytes+t.Bytes()
+	}
+	out := rowclient.SplitRows(all, n)
+	c.cfg.Log.Info("PS count change: the embedding rows read for the new layout", "ps", n, "rows", rows,
+		"mib", fmt.Sprintf("%.2f", float64(bytes)/(1<<20)))
+	return out, nil
 }
 
 // switchLayout carries out a SwitchLayout: the layout of a.To shards
@@ -151,7 +180,7 @@ func (c *Chief) switchLayout(ctx context.Context, a SwitchLayout) (int64, error)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[s] = c.initShard(ctx, s, rs.shards[s], a.Generation)
+			errs[s] = c.initMoved(ctx, s, rs, a.Generation)
 		}()
 	}
 	wg.Wait()
@@ -165,8 +194,24 @@ func (c *Chief) switchLayout(ctx context.Context, a SwitchLayout) (int64, error)
 	return rs.shards[0].version, nil
 }
 
+// initMoved initialises shard s of the move's layout in generation gen,
+// then loads its embedding rows (the shard holds row requests until
+// they are in).
+func (c *Chief) initMoved(ctx context.Context, s int, mv *move, gen int64) error {
+	if err := c.initShard(ctx, s, mv.shards[s], gen); err != nil {
+		return err
+	}
+	if mv.rows == nil {
+		return nil
+	}
+	if err := rowclient.LoadShard(ctx, c.primary(s).Client, mv.rows[s], c.cfg.RunID, gen, 0); err != nil {
+		return fmt.Errorf("chief: loading the embedding rows onto shard %d: %w", s, err)
+	}
+	return nil
+}
+
 // setLayout makes the first l.PS PS slots the shards and l's partition
-// the plan.
+// the plan; a CTR evaluator's row client follows.
 func (c *Chief) setLayout(l partition.Layout) error {
 	n := l.PS
 	if n < 1 || n > len(c.psSlots) {
@@ -180,7 +225,8 @@ func (c *Chief) setLayout(l partition.Layout) error {
 	if len(c.standbySlots) > 0 {
 		c.cfg.Standbys = c.standbySlots[:n]
 	}
-	return nil
+	// A CTR evaluator reads the rows of the layout's shards.
+	return useRows(c.cfg)
 }
 
 // retirePS tells the PS processes of slots [from, to) to exit, in

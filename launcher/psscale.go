@@ -40,13 +40,19 @@ func RequestScalePS(dir string, ps int) (was int, err error) {
 // can), as the chief would refuse it (chief.Core.ScalePS), so that
 // `pstrain scale` refuses before the launcher starts a process.
 func psRefusal(r config.Run) string {
-	switch {
-	case r.Model.IsCTR():
-		return "a ctr model's embedding tables do not move between parameter servers"
-	case r.CheckpointDir == "":
+	if r.CheckpointDir == "" {
 		return "moving the model to other parameter servers goes through a checkpoint; the run has none (--checkpoint-dir)"
 	}
 	return ""
+}
+
+// rebalanceRefusal says why a run of r cannot be rebalanced ("": it
+// can), as the chief would refuse it (chief.Core.Rebalance).
+func rebalanceRefusal(r config.Run) string {
+	if r.Model.IsCTR() {
+		return "a ctr model's embedding rows are placed by a hash of their key, which weights do not change; change the PS count instead (--ps)"
+	}
+	return psRefusal(r)
 }
 
 // psScaler is the launcher's side of a change of the PS count. The

@@ -13,7 +13,8 @@ import (
 
 // TestPSRefusal: the runs whose PS count cannot change say why before a
 // process starts; a run with checkpoints can, in every mode, with hot
-// standbys or without.
+// standbys or without, a CTR model's too (its rows move). A CTR run
+// cannot be rebalanced: weights do not move its rows.
 func TestPSRefusal(t *testing.T) {
 	ok := config.Default()
 	ok.CheckpointDir = "ck"
@@ -24,19 +25,24 @@ func TestPSRefusal(t *testing.T) {
 			if why := psRefusal(r); why != "" {
 				t.Fatalf("a %s run with checkpoints and --ps-replicas %d refused: %s", mode, replicas, why)
 			}
+			if why := rebalanceRefusal(r); why != "" {
+				t.Fatalf("a rebalance of a %s run with checkpoints and --ps-replicas %d refused: %s", mode, replicas, why)
+			}
 		}
 	}
-	for _, c := range []struct {
-		change func(*config.Run)
-		want   string
-	}{
-		{func(r *config.Run) { r.Model = config.ModelKind("ctr") }, "embedding tables"},
-		{func(r *config.Run) { r.CheckpointDir = "" }, "--checkpoint-dir"},
-	} {
-		r := ok
-		c.change(&r)
-		if why := psRefusal(r); !strings.Contains(why, c.want) {
-			t.Errorf("refusal %q, want one naming %q", why, c.want)
+	ctr := ok
+	ctr.Model = config.ModelKind("ctr")
+	if why := psRefusal(ctr); why != "" {
+		t.Errorf("a CTR run's PS count change refused: %s", why)
+	}
+	if why := rebalanceRefusal(ctr); !strings.Contains(why, "hash of their key") {
+		t.Errorf("a CTR run's rebalance: refusal %q, want one saying the rows are placed by key", why)
+	}
+	noCk := ok
+	noCk.CheckpointDir = ""
+	for _, refusal := range []func(config.Run) string{psRefusal, rebalanceRefusal} {
+		if why := refusal(noCk); !strings.Contains(why, "--checkpoint-dir") {
+			t.Errorf("refusal %q, want one naming --checkpoint-dir", why)
 		}
 	}
 }

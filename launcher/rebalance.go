@@ -105,7 +105,7 @@ func (sc *scaler) rebalance(seq int64) {
 // planRebalance measures the shards' load and decides the rebalance
 // (Refused: why not).
 func (s *supervisor) planRebalance() RebalanceAnswer {
-	if why := psRefusal(s.c.Run); why != "" {
+	if why := rebalanceRefusal(s.c.Run); why != "" {
 		return RebalanceAnswer{Refused: why}
 	}
 	s.mu.Lock()

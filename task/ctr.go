@@ -22,10 +22,10 @@ import (
 )
 
 // buildNet is the worker's net for spec: a CTR model's over the rows of
-// every shard (rowclient), else package nn's.
-func (w *Worker) buildNet(d WorkerDeps, runID string) (worker.Net, error) {
+// the first psCount shards (rowclient), else package nn's.
+func (w *Worker) buildNet(d WorkerDeps, runID string, psCount int) (worker.Net, error) {
 	if d.Spec.IsCTR() {
-		return w.ctrNet(d.Spec, runID)
+		return w.ctrNet(d.Spec, runID, psCount)
 	}
 	net, err := build(d.Builds, func() (*nn.Net, error) { return nn.New(d.Spec, w.o.Run.Batch, true) })
 	if err != nil {
@@ -36,20 +36,20 @@ func (w *Worker) buildNet(d WorkerDeps, runID string) (worker.Net, error) {
 }
 
 // ctrNet is a CTR worker's net: ctr.Net reading and training its rows
-// on the shards through a rowclient of connections of its own (the
-// rows go over gRPC, beside the dense model's data plane).
-func (w *Worker) ctrNet(spec model.Spec, runID string) (worker.Net, error) {
-	var shards []pb.ParameterServerClient
+// on the first psCount shards through a rowclient of connections of its
+// own (the rows go over gRPC, beside the dense model's data plane). It
+// dials every PS slot of the cluster, so that a change of the PS count
+// only builds a new client (rowsFor).
+func (w *Worker) ctrNet(spec model.Spec, runID string, psCount int) (worker.Net, error) {
 	for _, a := range w.o.Cluster.PS {
 		c, err := w.o.dial(a)
 		if err != nil {
 			return nil, err
 		}
 		w.closers.add(func() { c.Close() })
-		shards = append(shards, pb.NewParameterServerClient(c))
+		w.rowConns = append(w.rowConns, pb.NewParameterServerClient(c))
 	}
-	rows, err := rowclient.New(rowclient.Config{Shards: shards, RunID: runID, Worker: int32(w.o.Task.Index),
-		Retry: retryUnavailable(w.o.ConnectTimeout)})
+	rows, err := w.rowsFor(runID, psCount)
 	if err != nil {
 		return nil, err
 	}
@@ -57,7 +57,20 @@ func (w *Worker) ctrNet(spec model.Spec, runID string) (worker.Net, error) {
 	if err != nil {
 		return nil, err
 	}
-	return worker.NewCTRNet(net, rows)
+	if w.ctr, err = worker.NewCTRNet(net, rows); err != nil {
+		return nil, err
+	}
+	return w.ctr, nil
+}
+
+// rowsFor is a CTR worker's client of the rows of the first n shards:
+// a key's row is on shard embed.ShardOf(table, key, n).
+func (w *Worker) rowsFor(runID string, n int) (*rowclient.Client, error) {
+	if n < 1 || n > len(w.rowConns) {
+		return nil, fmt.Errorf("worker: the rows of %d parameter servers; the cluster lists %d", n, len(w.rowConns))
+	}
+	return rowclient.New(rowclient.Config{Shards: w.rowConns[:n:n], RunID: runID, Worker: int32(w.o.Task.Index),
+		Retry: retryUnavailable(w.o.ConnectTimeout)})
 }
 
 // retryUnavailable is a CTR worker's rowclient retry: a request that

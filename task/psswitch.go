@@ -18,7 +18,8 @@ import (
 // pulls were held, the pushes under way are answered first, and the
 // shards keep its data position), the worker is rebuilt on the layout
 // of that many shards (the same net and data, connections to the PS
-// slots it lacked), and its next heartbeat says so. Its pulls then wait
+// slots it lacked; a CTR worker's rows go to the new count's shards,
+// embed.ShardOf), and its next heartbeat says so. Its pulls then wait
 // at the shards until the chief has initialised the new layout.
 
 // layoutSwitch is the worker.LayoutFollower of a worker task: the
@@ -95,6 +96,13 @@ func (w *Worker) switchLayout(to partition.Layout) error {
 	shards, err := w.shardsFor(to.PS)
 	if err != nil {
 		return err
+	}
+	if w.ctr != nil {
+		rows, err := w.rowsFor(w.cfg.RunID, to.PS)
+		if err != nil {
+			return err
+		}
+		w.ctr.UseRows(rows)
 	}
 	cfg := w.cfg
 	cfg.Plan, cfg.Shards = plan, shards

@@ -56,11 +56,14 @@ type Worker struct {
 	closers closers
 	// For a change of the PS count (psswitch.go): the model, the
 	// configuration the worker was built with, the connections to the
-	// PS slots dialled so far (by slot), and the layout followed.
-	spec   model.Spec
-	cfg    worker.Config
-	conns  []worker.Shard
-	layout *layoutSwitch
+	// PS slots dialled so far (by slot), and the layout followed; a CTR
+	// worker's net and its row connections to every PS slot (ctr.go).
+	spec     model.Spec
+	cfg      worker.Config
+	conns    []worker.Shard
+	layout   *layoutSwitch
+	ctr      *worker.CTRNet
+	rowConns []pb.ParameterServerClient
 }
 
 // NewWorker registers the worker with the chief (retrying until it
@@ -91,7 +94,7 @@ func NewWorker(ctx context.Context, o Options, d WorkerDeps) (_ *Worker, err err
 	if err != nil {
 		return nil, err
 	}
-	net, err := w.buildNet(d, runID)
+	net, err := w.buildNet(d, runID, layout.PS)
 	if err != nil {
 		return nil, err
 	}

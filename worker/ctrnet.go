@@ -80,6 +80,11 @@ func (n *CTRNet) decode() {
 	}
 }
 
+// UseRows makes rows the net's row store from its next step on: a change
+// of the PS count moves the rows to another count of shards. Call it
+// between steps only.
+func (n *CTRNet) UseRows(rows RowStore) { n.rows = rows }
+
 // Batch implements Net.
 func (n *CTRNet) Batch() int { return n.net.Batch() }
 

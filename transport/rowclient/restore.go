@@ -29,27 +29,67 @@ func Restore(ctx context.Context, ck *checkpoint.Checkpoint, shards []pb.Paramet
 // RestoreShards is Restore onto the shards listed in targets only (the
 // others keep their rows): what a restore of some shards needs.
 func RestoreShards(ctx context.Context, ck *checkpoint.Checkpoint, shards []pb.ParameterServerClient, targets []int, runID string, gen int64, maxBytes int) error {
-	if maxBytes <= 0 {
-		maxBytes = DefaultMaxRequestBytes
-	}
 	n := len(shards)
 	for _, s := range targets {
 		if s < 0 || s >= n {
 			return fmt.Errorf("rowclient: restoring shard %d of %d", s, n)
 		}
-		cl := shards[s]
-		tables, err := shardckpt.ReadTables(ck, func(table string, k uint64) bool { return embed.ShardOf(table, k, n) == s })
+		rows, err := ShardRows(ck, s, n)
 		if err != nil {
 			return err
 		}
-		for _, r := range tables {
-			if err := load(ctx, cl, r, runID, gen, maxBytes); err != nil {
-				return fmt.Errorf("rowclient: restoring %s onto shard %d of %d: %w", r.Name, s, n, err)
-			}
+		if err := LoadShard(ctx, shards[s], rows, runID, gen, maxBytes); err != nil {
+			return fmt.Errorf("rowclient: restoring shard %d of %d: %w", s, n, err)
 		}
-		if _, err := cl.LoadRows(ctx, &pb.LoadRowsRequest{RunId: runID, Generation: gen, Done: true}); err != nil {
-			return fmt.Errorf("rowclient: releasing shard %d of %d after its rows: %w", s, n, err)
+	}
+	return nil
+}
+
+// ShardRows reads the rows of ck that shard s of n holds
+// (embed.ShardOf), however many shards wrote ck.
+func ShardRows(ck *checkpoint.Checkpoint, s, n int) ([]shardckpt.TableRows, error) {
+	return shardckpt.ReadTables(ck, func(table string, k uint64) bool { return embed.ShardOf(table, k, n) == s })
+}
+
+// SplitRows splits tables' rows (ReadTables of every row) among n
+// shards by embed.ShardOf: out[s] is what ShardRows(ck, s, n) reads, in
+// one pass over the rows.
+func SplitRows(tables []shardckpt.TableRows, n int) [][]shardckpt.TableRows {
+	out := make([][]shardckpt.TableRows, n)
+	for _, t := range tables {
+		parts := make([]shardckpt.TableRows, n)
+		for s := range parts {
+			parts[s] = shardckpt.TableRows{Name: t.Name, Kind: t.Kind, Dim: t.Dim, StateLen: t.StateLen}
 		}
+		p := embed.PlacerOf(t.Name, n)
+		for i, k := range t.Keys {
+			d := &parts[p.Shard(k)]
+			d.Keys = append(d.Keys, k)
+			d.Values = append(d.Values, t.Values[i*t.Dim:(i+1)*t.Dim]...)
+			d.State = append(d.State, t.State[i*t.StateLen:(i+1)*t.StateLen]...)
+		}
+		for s := range parts {
+			out[s] = append(out[s], parts[s])
+		}
+	}
+	return out
+}
+
+// LoadShard loads rows (ShardRows) onto the shard cl, initialised with
+// the tables at generation gen, in LoadRows requests of at most maxBytes
+// of rows (0: DefaultMaxRequestBytes), and then releases the row
+// requests the shard held meanwhile.
+func LoadShard(ctx context.Context, cl pb.ParameterServerClient, rows []shardckpt.TableRows, runID string, gen int64, maxBytes int) error {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxRequestBytes
+	}
+	for _, r := range rows {
+		if err := load(ctx, cl, r, runID, gen, maxBytes); err != nil {
+			return fmt.Errorf("table %s: %w", r.Name, err)
+		}
+	}
+	if _, err := cl.LoadRows(ctx, &pb.LoadRowsRequest{RunId: runID, Generation: gen, Done: true}); err != nil {
+		return fmt.Errorf("releasing the shard after its rows: %w", err)
 	}
 	return nil
 }

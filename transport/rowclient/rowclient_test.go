@@ -637,3 +637,44 @@ func TestRowsWaitForTheirRestore(t *testing.T) {
 		t.Fatalf("restored rows %v, want the checkpoint's %v", out, want)
 	}
 }
+
+// SplitRows puts every row of a checkpoint where ShardRows reads it:
+// for each shard of 1, 2 and 3, the same keys, values and state.
+func TestSplitRowsIsShardRows(t *testing.T) {
+	tables := []embed.TableConfig{{Name: "emb/C1", Dim: 4, Seed: 3, Rule: embed.DefaultAdagrad(0.2)},
+		{Name: "emb/C2", Dim: 4, Seed: 3, Rule: embed.DefaultAdagrad(0.2)}}
+	keys := [][]uint64{{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {10, 11, 12, 13, 14, 15, 99, 1 << 50}}
+	src := startShards(t, 2)
+	chief := src.clients(t, auth.RoleChief, 0)
+	src.init(t, chief, tables)
+	w := [][]pb.ParameterServerClient{src.clients(t, auth.RoleWorker, 0), src.clients(t, auth.RoleWorker, 1)}
+	src.trainStep(t, w, 0, keys)
+	ck := src.checkpointAll(t, chief, 1)
+	all, err := shardckpt.ReadTables(ck, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := 1; n <= 3; n++ {
+		split, total := SplitRows(all, n), 0
+		for s := range n {
+			want, err := ShardRows(ck, s, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := split[s]
+			if len(got) != len(want) {
+				t.Fatalf("shard %d of %d: %d tables, want %d", s, n, len(got), len(want))
+			}
+			for i := range want {
+				g, w := got[i], want[i]
+				if g.Name != w.Name || !slices.Equal(g.Keys, w.Keys) || !slices.Equal(g.Values, w.Values) || !slices.Equal(g.State, w.State) {
+					t.Errorf("shard %d of %d, table %s: split %v, read %v", s, n, w.Name, g.Keys, w.Keys)
+				}
+				total += len(g.Keys)
+			}
+		}
+		if want := len(all[0].Keys) + len(all[1].Keys); total != want || want == 0 {
+			t.Errorf("%d shards hold %d rows, the checkpoint %d", n, total, want)
+		}
+	}
+}

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"math"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/pstrain/pstrain/checkpoint"
+	"github.com/pstrain/pstrain/ml/ctrdata"
+)
+
+// TestScalePSCTR: a sync CTR run changes its PS count 2 -> 3 -> 1 while
+// it trains, its embedding rows moving to the shards embed.ShardOf gives
+// them among the new count. Sync training is deterministic, so the run
+// ends with the model of the same run without the changes: the same AUC
+// (a row lost in a move would start again from its initial value, one
+// loaded onto the wrong shard would be created afresh where the workers
+// look for it; either ends elsewhere). No step is lost, the pauses are
+// within the goal, and `pstrain eval` of the final checkpoint, written
+// by one shard, scores the report's AUC.
+func TestScalePSCTR(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	tmp := t.TempDir()
+	cfg := ctrdata.DefaultConfig()
+	cfg.Train, cfg.Test = 20000, 5000
+	data := filepath.Join(tmp, "data")
+	if _, err := ctrdata.Generate(filepath.Join(data, ctrdata.SynthName), cfg); err != nil {
+		t.Fatal(err)
+	}
+	// Batch 32: 312 sync steps an epoch, 5 epochs, several seconds of
+	// training for the two changes to happen in.
+	const epochs = 5
+	flags := []string{"--model", "ctr", "--data-dir", data, "--mode", "sync", "--workers", "2", "--batch", "32",
+		"--epochs", strconv.Itoa(epochs)}
+	still := runCTRInto(t, ctx, tmp, "still", data, filepath.Join(tmp, "still-ck"), append(flags, "--ps", "2")...)
+
+	ckdir := filepath.Join(tmp, "ck")
+	run := startRun(t, ctx, filepath.Join(tmp, "scaled"), append(flags, "--ps", "2", "--max-ps", "3",
+		"--checkpoint-dir", ckdir, "--checkpoint-every", "25")...)
+	run.waitTraining(60 * time.Second)
+	// 2 -> 3, then 100 steps on 3 shards (so that rows trained there
+	// move again), then 3 -> 1.
+	if out, err := runPstrain(t, "scale", "--run-dir", run.dir, "--ps", "3"); err != nil {
+		t.Fatalf("pstrain scale --ps 3: %v\n%s", err, out)
+	}
+	waitPSChanges(run, 1)
+	first := run.waitChanges(1, time.Second).Changes[0].Step
+	waitCheckpointPast(run, ckdir, first+100)
+	if out, err := runPstrain(t, "scale", "--run-dir", run.dir, "--ps", "1"); err != nil {
+		t.Fatalf("pstrain scale --ps 1: %v\n%s", err, out)
+	}
+	waitPSChanges(run, 2)
+	rep := run.finish(2 * time.Minute)
+	changes := checkPSChanges(t, rep, epochs)
+	for _, c := range changes {
+		t.Logf("ps %d -> %d at step %d: pause %.3f s, %d steps lost", c.From, c.To, c.Step, *c.PauseSeconds, *c.StepsLost)
+	}
+	t.Logf("auc %.4f with the changes, %.4f without", rep.AUC, still.AUC)
+	if math.Abs(rep.AUC-still.AUC) > 1e-4 || rep.AUC < 0.6 {
+		t.Errorf("auc %.4f after moving the rows 2 -> 3 -> 1 PS, %.4f without: the moves changed the model", rep.AUC, still.AUC)
+	}
+	if n := len(newestCheckpoint(t, ckdir).Manifest.Shards); n != 1 {
+		t.Errorf("the final checkpoint has %d shard files, want 1", n)
+	}
+	ev, err := pstrain(t, ctx, "eval", "--checkpoint", ckdir, "--data-dir", data)
+	if err != nil {
+		t.Fatalf("pstrain eval: %v\n%s", err, ev)
+	}
+	m := regexp.MustCompile(`test auc ([0-9.]+)`).FindStringSubmatch(ev)
+	if m == nil {
+		t.Fatalf("no auc in pstrain eval's output:\n%s", ev)
+	}
+	if auc, _ := strconv.ParseFloat(m[1], 64); math.Abs(auc-rep.AUC) > 1e-4 {
+		t.Errorf("pstrain eval of the final checkpoint: auc %.4f, the report says %.4f", auc, rep.AUC)
+	}
+}
+
+// waitCheckpointPast waits until the run has committed a checkpoint of
+// a step past step.
+func waitCheckpointPast(run *liveRun, ckdir string, step int64) {
+	run.t.Helper()
+	store := checkpoint.NewStore(checkpoint.OSFS{}, ckdir, 0)
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if info, _, err := store.Latest(); err == nil && info.Step > step {
+			return
+		}
+		select {
+		case <-run.done:
+			run.t.Fatalf("the run ended before a checkpoint past step %d:\n%s", step, run.out)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	run.t.Fatalf("no checkpoint past step %d within a minute:\n%s", step, run.out)
+}
