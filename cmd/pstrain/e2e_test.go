@@ -113,6 +113,7 @@ func TestRunAsyncAndSSP(t *testing.T) {
 			if mode[1] == "ssp" {
 				minAcc = 0.70
 			}
+			t.Logf("%s: steps %d accuracy %.4f", mode[1], rep.GlobalSteps, rep.TestAccuracy)
 			if rep.GlobalSteps != 141 || rep.TestAccuracy < minAcc || rep.Mode != mode[1] {
 				t.Errorf("%s: steps %d accuracy %.4f (want >= %.2f) mode %s", mode[1], rep.GlobalSteps, rep.TestAccuracy, minAcc, rep.Mode)
 			}
