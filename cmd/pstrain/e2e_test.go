@@ -89,7 +89,13 @@ func TestRunAsyncAndSSP(t *testing.T) {
 	d := testbin.MNIST(t)
 	// Plain SGD: stale gradients with momentum 0.9 on the PS act like much
 	// larger momentum and need a lower learning rate (docs/semantics.md).
-	for _, mode := range [][]string{{"--mode", "async"}, {"--mode", "ssp", "--staleness", "2", "--workers", "3", "--ps", "1", "--hidden", "128,64", "--data-plane", "grpc"}} {
+	// ssp's rate falls to 0 by the last step (cosine): the test reads the
+	// model of the last step, and at a constant rate whichever stale
+	// gradients land last (an order the machine's load decides) move it at
+	// the full rate, which left 3 workers anywhere in 0.72-0.90.
+	ssp := []string{"--mode", "ssp", "--staleness", "2", "--workers", "3", "--ps", "1", "--hidden", "128,64", "--data-plane", "grpc",
+		"--lr-schedule", "cosine"}
+	for _, mode := range [][]string{{"--mode", "async"}, ssp} {
 		t.Run(mode[1], func(t *testing.T) {
 			tmp := t.TempDir()
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -106,9 +112,9 @@ func TestRunAsyncAndSSP(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Every async update consumes one batch: ceil(18000/128) = 141.
-			// SSP's 3 workers on these 141 steps ended at 0.76-0.90 in 10
-			// runs (the order the stale gradients land in varies), so its
-			// bar is lower; both are far above chance (0.10).
+			// SSP's 3 workers on these 141 steps with the decaying rate
+			// ended at 0.86-0.88, loaded or not; its bar is lower than
+			// async's, and both are far above chance (0.10).
 			minAcc := 0.80
 			if mode[1] == "ssp" {
 				minAcc = 0.70
