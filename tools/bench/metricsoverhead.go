@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,7 +33,11 @@ type MetricsOverheadResult struct {
 
 // MetricsOverhead measures it. Scraping every 250 ms (less with a tiny
 // budget) is four times the rate of `pstrain run`'s monitor and of the
-// Prometheus config here, so the figure is an upper bound.
+// Prometheus config here, so the figure is an upper bound. An "on" round
+// trains for its budget and, past it, until a scrape has finished during
+// the round (a scrape can outlast a tiny budget, as under the race
+// detector); a scrape still running when the round's training stops is
+// finished before the next round, so none overlaps an "off" round.
 func MetricsOverhead(ctx context.Context, c OverheadConfig) (*MetricsOverheadResult, error) {
 	if err := checkDurations(c.Budget, c.Rounds); err != nil {
 		return nil, err
@@ -66,82 +71,137 @@ func MetricsOverhead(ctx context.Context, c OverheadConfig) (*MetricsOverheadRes
 	workerReg := metrics.NewRegistry("bench")
 	wm := metrics.NewWorker(workerReg)
 	sctx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
+	defer stop()
 	var urls []string
 	for _, reg := range []*prometheus.Registry{psReg, workerReg} {
 		srv := metrics.NewServer(reg, nil, slog.New(slog.DiscardHandler))
 		if err := srv.Start(sctx, "127.0.0.1:0"); err != nil {
-			stop()
 			return nil, err
 		}
 		defer srv.Close()
 		urls = append(urls, srv.URL()+metrics.MetricsPath)
 	}
-	var scrapeMu sync.Mutex
-	var scrapes int
-	var scrapeTime time.Duration
-	scraping := make(chan bool, 1) // true while the "on" cluster trains
+	sc := newScraper(urls, every)
+	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(every)
-		defer t.Stop()
-		active := false
-		for {
-			select {
-			case <-sctx.Done():
-				return
-			case active = <-scraping:
-			case <-t.C:
-				if !active {
-					continue
-				}
-				for _, u := range urls {
-					t0 := time.Now()
-					if _, err := metrics.Scrape(sctx, u); err == nil {
-						scrapeMu.Lock()
-						scrapes++
-						scrapeTime += time.Since(t0)
-						scrapeMu.Unlock()
-					}
-				}
-			}
-		}
-	}()
+	go func() { defer wg.Done(); sc.run(sctx) }()
 	defer func() { stop(); wg.Wait() }()
 
 	var onBest, offBest psRound
 	for range c.Rounds {
-		r, err := psStepsWith(ctx, c.Now, off, run, net, data, c.Budget, nil)
+		r, err := psStepsWith(ctx, c.Now, off, run, net, data, psWindow{budget: c.Budget})
 		if err != nil {
 			return nil, err
 		}
 		if r.stepsPerSec() > offBest.stepsPerSec() {
 			offBest = r
 		}
-		scraping <- true
-		r, err = psStepsWith(ctx, c.Now, on, run, net, data, c.Budget, wm)
-		scraping <- false
-		if err != nil {
+		if r, err = sc.round(sctx, func(scraped func() bool) (psRound, error) {
+			return psStepsWith(ctx, c.Now, on, run, net, data, psWindow{budget: c.Budget, metrics: wm, until: scraped})
+		}); err != nil {
 			return nil, err
 		}
 		if r.stepsPerSec() > onBest.stepsPerSec() {
 			onBest = r
 		}
 	}
+	return metricsOverheadResult(c, every, onBest, offBest, sc)
+}
+
+func metricsOverheadResult(c OverheadConfig, every time.Duration, onBest, offBest psRound, sc *scraper) (*MetricsOverheadResult, error) {
 	res := &MetricsOverheadResult{Batch: c.Batch, ScrapeEverySeconds: every.Seconds(),
 		OnSamplesPerSecond: onBest.stepsPerSec() * float64(c.Batch), OffSamplesPerSecond: offBest.stepsPerSec() * float64(c.Batch)}
 	if res.OffSamplesPerSecond > 0 {
 		res.Overhead = 1 - res.OnSamplesPerSecond/res.OffSamplesPerSecond
 	}
-	scrapeMu.Lock()
-	res.Scrapes = scrapes
-	if scrapes > 0 {
-		res.ScrapeMillisecondsMean = scrapeTime.Seconds() * 1e3 / float64(scrapes)
+	res.Scrapes = int(sc.scrapes.Load())
+	if res.Scrapes > 0 {
+		res.ScrapeMillisecondsMean = float64(sc.scrapeNanos.Load()) / 1e6 / float64(res.Scrapes)
 	}
-	scrapeMu.Unlock()
 	if res.Scrapes == 0 {
-		return res, fmt.Errorf("bench: metrics overhead: no scrape happened during %d rounds of %v", c.Rounds, c.Budget)
+		return res, fmt.Errorf("bench: metrics overhead: no scrape succeeded during %d rounds of %v", c.Rounds, c.Budget)
 	}
 	return res, nil
+}
+
+// scraper scrapes every URL once a tick of its ticker while a round is on,
+// as Prometheus would; between rounds it only lets the ticks pass.
+type scraper struct {
+	urls  []string
+	every time.Duration
+	// ctl turns rounds on (true) and off (false); run answers on ack once
+	// it has taken the change, which it does only between scrapes.
+	ctl chan bool
+	ack chan struct{}
+	// ticks counts the ticks whose scrapes have finished, successful or
+	// not; scrapes and scrapeNanos the successful scrapes and their time.
+	ticks, scrapes, scrapeNanos atomic.Int64
+}
+
+func newScraper(urls []string, every time.Duration) *scraper {
+	return &scraper{urls: urls, every: every, ctl: make(chan bool), ack: make(chan struct{})}
+}
+
+// run scrapes until ctx ends.
+func (s *scraper) run(ctx context.Context) {
+	t := time.NewTicker(s.every)
+	defer t.Stop()
+	active := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case active = <-s.ctl:
+			select {
+			case s.ack <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+		case <-t.C:
+			if active {
+				s.scrapeAll(ctx)
+			}
+		}
+	}
+}
+
+func (s *scraper) scrapeAll(ctx context.Context) {
+	for _, u := range s.urls {
+		t0 := time.Now()
+		if _, err := metrics.Scrape(ctx, u); err == nil {
+			s.scrapes.Add(1)
+			s.scrapeNanos.Add(int64(time.Since(t0)))
+		}
+	}
+	s.ticks.Add(1)
+}
+
+// round turns scraping on, runs train with a condition that holds once a
+// tick's scrapes have finished during the round, and turns scraping off
+// again, which waits for a scrape in progress to finish.
+func (s *scraper) round(ctx context.Context, train func(scraped func() bool) (psRound, error)) (psRound, error) {
+	if err := s.set(ctx, true); err != nil {
+		return psRound{}, err
+	}
+	before := s.ticks.Load()
+	r, err := train(func() bool { return s.ticks.Load() > before })
+	if serr := s.set(ctx, false); err == nil {
+		err = serr
+	}
+	return r, err
+}
+
+// set hands run the change and waits for it to be taken.
+func (s *scraper) set(ctx context.Context, on bool) error {
+	select {
+	case s.ctl <- on:
+	case <-ctx.Done():
+		return fmt.Errorf("bench: metrics overhead: scraper: %w", ctx.Err())
+	}
+	select {
+	case <-s.ack:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("bench: metrics overhead: scraper: %w", ctx.Err())
+	}
 }

@@ -135,11 +135,26 @@ func overheadFigures(batch int, mode string, localStepsPerSec float64, r psRound
 // whole steps between the first and the last observed pull are counted,
 // so connection set-up is excluded.
 func psSteps(parent context.Context, now Clock, cl *tcpCluster, run config.Run, net *nn.Net, data *synthBatches, budget time.Duration) (psRound, error) {
-	return psStepsWith(parent, now, cl, run, net, data, budget, nil)
+	return psStepsWith(parent, now, cl, run, net, data, psWindow{budget: budget})
 }
 
-// psStepsWith is psSteps with the worker's metrics in m (nil: unregistered).
-func psStepsWith(parent context.Context, now Clock, cl *tcpCluster, run config.Run, net *nn.Net, data *synthBatches, budget time.Duration, m *metrics.Worker) (psRound, error) {
+// psWindow is when a round of psStepsWith stops and what its worker
+// records.
+type psWindow struct {
+	budget time.Duration
+	// until, when set, must also hold before the round stops: the round
+	// goes on past its budget until it does.
+	until   func() bool
+	metrics *metrics.Worker // nil: unregistered
+}
+
+// ends reports whether a round that has run for elapsed may stop.
+func (w psWindow) ends(elapsed time.Duration) bool {
+	return elapsed >= w.budget && (w.until == nil || w.until())
+}
+
+// psStepsWith is psSteps with the window in win.
+func psStepsWith(parent context.Context, now Clock, cl *tcpCluster, run config.Run, net *nn.Net, data *synthBatches, win psWindow) (psRound, error) {
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	var (
@@ -148,7 +163,7 @@ func psStepsWith(parent context.Context, now Clock, cl *tcpCluster, run config.R
 		compute                       time.Duration
 	)
 	cfg := worker.Config{Index: 0, RunID: "bench", Run: run, Plan: cl.plan, Net: net, Shards: cl.shards,
-		Batches: data, Log: slog.New(slog.DiscardHandler), RetryTimeout: 10 * time.Second, Metrics: m,
+		Batches: data, Log: slog.New(slog.DiscardHandler), RetryTimeout: 10 * time.Second, Metrics: win.metrics,
 		AfterPull: func(step int64) {
 			t := now()
 			computeStart = t
@@ -157,7 +172,7 @@ func psStepsWith(parent context.Context, now Clock, cl *tcpCluster, run config.R
 				return
 			}
 			lastPull, lastStep = t, step
-			if lastStep-firstStep >= 3 && t.Sub(first) >= budget {
+			if lastStep-firstStep >= 3 && win.ends(t.Sub(first)) {
 				cancel()
 			}
 		},
