@@ -3,6 +3,7 @@ package rowclient
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/checkpoint/shardckpt"
@@ -53,17 +54,26 @@ func ShardRows(ck *checkpoint.Checkpoint, s, n int) ([]shardckpt.TableRows, erro
 
 // SplitRows splits tables' rows (ReadTables of every row) among n
 // shards by embed.ShardOf: out[s] is what ShardRows(ck, s, n) reads, in
-// one pass over the rows.
+// one pass over the rows (and one to count them, so that each shard's
+// arrays are allocated once).
 func SplitRows(tables []shardckpt.TableRows, n int) [][]shardckpt.TableRows {
 	out := make([][]shardckpt.TableRows, n)
+	shard := []int(nil)
 	for _, t := range tables {
+		p := embed.PlacerOf(t.Name, n)
+		shard = slices.Grow(shard[:0], len(t.Keys))[:len(t.Keys)]
+		count := make([]int, n)
+		for i, k := range t.Keys {
+			shard[i] = p.Shard(k)
+			count[shard[i]]++
+		}
 		parts := make([]shardckpt.TableRows, n)
 		for s := range parts {
-			parts[s] = shardckpt.TableRows{Name: t.Name, Kind: t.Kind, Dim: t.Dim, StateLen: t.StateLen}
+			parts[s] = shardckpt.TableRows{Name: t.Name, Kind: t.Kind, Dim: t.Dim, StateLen: t.StateLen,
+				Keys: make([]uint64, 0, count[s]), Values: make([]float32, 0, count[s]*t.Dim), State: make([]float32, 0, count[s]*t.StateLen)}
 		}
-		p := embed.PlacerOf(t.Name, n)
 		for i, k := range t.Keys {
-			d := &parts[p.Shard(k)]
+			d := &parts[shard[i]]
 			d.Keys = append(d.Keys, k)
 			d.Values = append(d.Values, t.Values[i*t.Dim:(i+1)*t.Dim]...)
 			d.State = append(d.State, t.State[i*t.StateLen:(i+1)*t.StateLen]...)
