@@ -196,18 +196,19 @@ func (c *Chief) switchLayout(ctx context.Context, a SwitchLayout) (int64, error)
 
 // initMoved initialises shard s of the move's layout in generation gen,
 // then loads its embedding rows (the shard holds row requests until
-// they are in).
+// they are in). Both are one attempt of the Init's retries: a shard
+// whose process dies during the load is initialised and loaded again
+// once it is back.
 func (c *Chief) initMoved(ctx context.Context, s int, mv *move, gen int64) error {
-	if err := c.initShard(ctx, s, mv.shards[s], gen); err != nil {
-		return err
-	}
 	if mv.rows == nil {
+		return c.initShard(ctx, s, mv.shards[s], gen)
+	}
+	return c.initShardThen(ctx, s, mv.shards[s], gen, func(ctx context.Context, cl pb.ParameterServerClient) error {
+		if err := rowclient.LoadShard(ctx, cl, mv.rows[s], c.cfg.RunID, gen, 0); err != nil {
+			return fmt.Errorf("loading the embedding rows onto shard %d: %w", s, err)
+		}
 		return nil
-	}
-	if err := rowclient.LoadShard(ctx, c.primary(s).Client, mv.rows[s], c.cfg.RunID, gen, 0); err != nil {
-		return fmt.Errorf("chief: loading the embedding rows onto shard %d: %w", s, err)
-	}
-	return nil
+	})
 }
 
 // setLayout makes the first l.PS PS slots the shards and l's partition

@@ -125,6 +125,14 @@ func (c *Chief) archiveOld() error {
 
 // initShard sends shard s its state in generation gen.
 func (c *Chief) initShard(ctx context.Context, s int, in shardInit, gen int64) error {
+	return c.initShardThen(ctx, s, in, gen, nil)
+}
+
+// initShardThen sends shard s its state in generation gen and, if then
+// is set, calls it with the shard's client after the Init, as one
+// attempt: a process that dies during then (and is restarted, empty)
+// gets the Init again before then is retried.
+func (c *Chief) initShardThen(ctx context.Context, s int, in shardInit, gen int64, then func(context.Context, pb.ParameterServerClient) error) error {
 	r := c.cfg.Run
 	c.mu.Lock()
 	live := c.core.Live(c.cfg.Now())
@@ -140,7 +148,12 @@ func (c *Chief) initShard(ctx context.Context, s int, in shardInit, gen int64) e
 	}
 	p := c.primary(s)
 	req.Epoch, req.StandbyAddr = c.standbyFor(ctx, s)
-	return c.callPS(ctx, s, p, "init", func(ctx context.Context) error { _, err := p.Client.Init(ctx, req); return err })
+	return c.callPS(ctx, s, p, "init", func(ctx context.Context) error {
+		if _, err := p.Client.Init(ctx, req); err != nil || then == nil {
+			return err
+		}
+		return then(ctx, p.Client)
+	})
 }
 
 // standbyFor is what shard s's Init says of hot standbys: the shard's

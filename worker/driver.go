@@ -161,7 +161,12 @@ func (r *run) compute(a Compute) (float32, error) {
 		r.next()
 	}
 	c.Net.SetLabels(r.w.labels)
-	loss, err := step(r.ctx, c.Net, a.Views)
+	// On the pushes' context: a net that pushes part of its step itself
+	// (a CTR net's rows, pushed before the dense gradient) must not be
+	// cut short by a stop between those pushes and the step's, or its
+	// batch would be trained again after the stop with some rows
+	// already applied. (Package nn's passes do not read ctx.)
+	loss, err := step(r.pushCtx, c.Net, a.Views)
 	if err != nil {
 		return 0, err
 	}

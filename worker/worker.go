@@ -250,8 +250,8 @@ func (w *Worker) pullersApart() bool {
 func (w *Worker) Run(ctx context.Context) error { return w.RunStoppable(ctx, nil) }
 
 // RunStoppable is Run that also ends, with an error, when stop is done
-// (nil: never), but more gently than when ctx is: the pulls and passes
-// under way are cut short, while the pushes under way are answered
+// (nil: never), but more gently than when ctx is: the pulls under way
+// are cut short, while the passes and pushes under way are answered
 // (only ctx cuts them), so that a step's gradient has reached every
 // shard it was sent to when it returns. A change of the PS count stops
 // a worker so (docs/elastic.md, "Parameter servers": in async and ssp

@@ -11,23 +11,24 @@ import (
 
 	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/ml/ctrdata"
+	"github.com/pstrain/pstrain/observe/report"
 )
 
-// TestScalePSCTR: a sync CTR run changes its PS count 2 -> 3 -> 1 while
-// it trains, its embedding rows moving to the shards embed.ShardOf gives
-// them among the new count. Sync training is deterministic, so the run
-// ends with the model of the same run without the changes: the same AUC
-// (a row lost in a move would start again from its initial value, one
-// loaded onto the wrong shard would be created afresh where the workers
-// look for it; either ends elsewhere). No step is lost, the pauses are
-// within the goal, and `pstrain eval` of the final checkpoint, written
-// by one shard, scores the report's AUC.
+// TestScalePSCTR: a CTR run changes its PS count 2 -> 3 -> 1 while it
+// trains, its embedding rows moving to the shards embed.ShardOf gives
+// them among the new count. Sync training is deterministic, so the sync
+// run ends with the model of the same run without the changes: the same
+// AUC (a row lost in a move would start again from its initial value,
+// one loaded onto the wrong shard would be created afresh where the
+// workers look for it; either ends elsewhere). An async run, whose model
+// depends on the order its gradients land in, ends far above chance. In
+// both no step is lost, the pauses are within the goal, the data ledger
+// is empty, and `pstrain eval` of the final checkpoint, written by one
+// shard, scores the report's AUC.
 func TestScalePSCTR(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
 	tmp := t.TempDir()
 	cfg := ctrdata.DefaultConfig()
 	cfg.Train, cfg.Test = 20000, 5000
@@ -35,19 +36,59 @@ func TestScalePSCTR(t *testing.T) {
 	if _, err := ctrdata.Generate(filepath.Join(data, ctrdata.SynthName), cfg); err != nil {
 		t.Fatal(err)
 	}
-	// Batch 32: 312 sync steps an epoch, 5 epochs, several seconds of
-	// training for the two changes to happen in.
-	const epochs = 5
-	flags := []string{"--model", "ctr", "--data-dir", data, "--mode", "sync", "--workers", "2", "--batch", "32",
-		"--epochs", strconv.Itoa(epochs)}
-	still := runCTRInto(t, ctx, tmp, "still", data, filepath.Join(tmp, "still-ck"), append(flags, "--ps", "2")...)
+	for _, mode := range []string{"sync", "async"} {
+		t.Run(mode, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			tmp := t.TempDir()
+			// Batch 32: 312 sync steps an epoch (625 async versions), 5
+			// epochs, several seconds of training for the two changes.
+			const epochs = 5
+			flags := []string{"--model", "ctr", "--data-dir", data, "--mode", mode, "--workers", "2", "--batch", "32",
+				"--epochs", strconv.Itoa(epochs)}
+			rep, ckdir := scaleCTR3Then1(t, ctx, tmp, flags)
+			changes := checkPSChanges(t, rep, epochs)
+			for _, c := range changes {
+				t.Logf("ps %d -> %d at step %d: pause %.3f s, %d steps lost", c.From, c.To, c.Step, *c.PauseSeconds, *c.StepsLost)
+			}
+			if mode == "sync" {
+				still := runCTRInto(t, ctx, tmp, "still", data, filepath.Join(tmp, "still-ck"), append(flags, "--ps", "2")...)
+				t.Logf("auc %.4f with the changes, %.4f without", rep.AUC, still.AUC)
+				if math.Abs(rep.AUC-still.AUC) > 1e-4 {
+					t.Errorf("auc %.4f after moving the rows 2 -> 3 -> 1 PS, %.4f without: the moves changed the model", rep.AUC, still.AUC)
+				}
+			}
+			if rep.AUC < 0.7 {
+				t.Errorf("auc %.4f after moving the rows 2 -> 3 -> 1 PS: want far above chance (0.5)", rep.AUC)
+			}
+			if n := len(newestCheckpoint(t, ckdir).Manifest.Shards); n != 1 {
+				t.Errorf("the final checkpoint has %d shard files, want 1", n)
+			}
+			ev, err := pstrain(t, ctx, "eval", "--checkpoint", ckdir, "--data-dir", data)
+			if err != nil {
+				t.Fatalf("pstrain eval: %v\n%s", err, ev)
+			}
+			m := regexp.MustCompile(`test auc ([0-9.]+)`).FindStringSubmatch(ev)
+			if m == nil {
+				t.Fatalf("no auc in pstrain eval's output:\n%s", ev)
+			}
+			if auc, _ := strconv.ParseFloat(m[1], 64); math.Abs(auc-rep.AUC) > 1e-4 {
+				t.Errorf("pstrain eval of the final checkpoint: auc %.4f, the report says %.4f", auc, rep.AUC)
+			}
+		})
+	}
+}
 
+// scaleCTR3Then1 runs `pstrain run` with flags on 2 of 3 PS slots and
+// changes its PS count to 3, then, 100 steps later (so that rows trained
+// on 3 shards move again), to 1; it returns the report and the
+// checkpoint directory.
+func scaleCTR3Then1(t *testing.T, ctx context.Context, tmp string, flags []string) (*report.Report, string) {
+	t.Helper()
 	ckdir := filepath.Join(tmp, "ck")
 	run := startRun(t, ctx, filepath.Join(tmp, "scaled"), append(flags, "--ps", "2", "--max-ps", "3",
 		"--checkpoint-dir", ckdir, "--checkpoint-every", "25")...)
 	run.waitTraining(60 * time.Second)
-	// 2 -> 3, then 100 steps on 3 shards (so that rows trained there
-	// move again), then 3 -> 1.
 	if out, err := runPstrain(t, "scale", "--run-dir", run.dir, "--ps", "3"); err != nil {
 		t.Fatalf("pstrain scale --ps 3: %v\n%s", err, out)
 	}
@@ -58,29 +99,7 @@ func TestScalePSCTR(t *testing.T) {
 		t.Fatalf("pstrain scale --ps 1: %v\n%s", err, out)
 	}
 	waitPSChanges(run, 2)
-	rep := run.finish(2 * time.Minute)
-	changes := checkPSChanges(t, rep, epochs)
-	for _, c := range changes {
-		t.Logf("ps %d -> %d at step %d: pause %.3f s, %d steps lost", c.From, c.To, c.Step, *c.PauseSeconds, *c.StepsLost)
-	}
-	t.Logf("auc %.4f with the changes, %.4f without", rep.AUC, still.AUC)
-	if math.Abs(rep.AUC-still.AUC) > 1e-4 || rep.AUC < 0.6 {
-		t.Errorf("auc %.4f after moving the rows 2 -> 3 -> 1 PS, %.4f without: the moves changed the model", rep.AUC, still.AUC)
-	}
-	if n := len(newestCheckpoint(t, ckdir).Manifest.Shards); n != 1 {
-		t.Errorf("the final checkpoint has %d shard files, want 1", n)
-	}
-	ev, err := pstrain(t, ctx, "eval", "--checkpoint", ckdir, "--data-dir", data)
-	if err != nil {
-		t.Fatalf("pstrain eval: %v\n%s", err, ev)
-	}
-	m := regexp.MustCompile(`test auc ([0-9.]+)`).FindStringSubmatch(ev)
-	if m == nil {
-		t.Fatalf("no auc in pstrain eval's output:\n%s", ev)
-	}
-	if auc, _ := strconv.ParseFloat(m[1], 64); math.Abs(auc-rep.AUC) > 1e-4 {
-		t.Errorf("pstrain eval of the final checkpoint: auc %.4f, the report says %.4f", auc, rep.AUC)
-	}
+	return run.finish(2 * time.Minute), ckdir
 }
 
 // waitCheckpointPast waits until the run has committed a checkpoint of
