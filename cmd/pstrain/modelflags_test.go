@@ -121,6 +121,7 @@ func TestModelFlagsCTR(t *testing.T) {
 		{[]string{"--model=ctr"}, config.DefaultEmbeddingDim, "synth-ctr", config.DefaultCTRHidden, config.DefaultEmbeddingLR},
 		{[]string{"--embedding-dim=8", "--dataset=criteo:day0.txt", "--model=ctr"}, 8, "criteo:day0.txt", config.DefaultCTRHidden, config.DefaultEmbeddingLR},
 		{[]string{"--model=ctr", "--hidden=32", "--embedding-lr=0.5"}, config.DefaultEmbeddingDim, "synth-ctr", []int{32}, 0.5},
+		{[]string{"--model=ctr", "--embedding-prefill=240385"}, config.DefaultEmbeddingDim, "synth-ctr", config.DefaultCTRHidden, config.DefaultEmbeddingLR},
 	} {
 		r := parseRunFlags(t, c.args...)
 		if r.Model != "ctr" || r.EmbeddingDim != c.dim || r.Dataset != c.dataset || !reflect.DeepEqual(r.Hidden, c.hidden) ||
