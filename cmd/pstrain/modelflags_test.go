@@ -135,6 +135,9 @@ func TestModelFlagsCTR(t *testing.T) {
 			t.Errorf("%v: round trip through runArgs: %+v, want %+v", c.args, back, r)
 		}
 	}
+	if r := parseRunFlags(t, runArgs(parseRunFlags(t, "--model=ctr", "--embedding-prefill=77"))...); r.EmbeddingPrefill != 77 {
+		t.Errorf("--embedding-prefill 77 through runArgs: %d", r.EmbeddingPrefill)
+	}
 	r := parseRunFlags(t, "--model=ctr", "--model=mlp")
 	d := config.Default()
 	if r.EmbeddingDim != 0 || r.EmbeddingOptimizer != "" || r.EmbeddingLR != 0 || r.Dataset != d.Dataset || !reflect.DeepEqual(r.Hidden, d.Hidden) {
