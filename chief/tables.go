@@ -29,13 +29,18 @@ func TableConfigs(r config.Run, spec model.Spec) []embed.TableConfig {
 	return cfgs
 }
 
-// tableSpecs is what an Init declares of the run's tables (nil: none).
+// tableSpecs is what an Init declares of the run's tables (nil: none),
+// each with the run's --embedding-prefill.
 func (c *Chief) tableSpecs() []*pb.TableSpec {
 	cfgs := TableConfigs(c.cfg.Run, c.cfg.Spec)
 	if cfgs == nil {
 		return nil
 	}
-	return ps.TableSpecs(cfgs)
+	specs := ps.TableSpecs(cfgs)
+	for _, t := range specs {
+		t.PrefillRows = c.cfg.Run.EmbeddingPrefill
+	}
+	return specs
 }
 
 // shardClients are the clients of every shard's primary, by shard.

@@ -8,16 +8,24 @@ import (
 	"github.com/pstrain/pstrain/ps"
 )
 
-// A CTR run's Init declares one table per field, seeded by the run and
-// trained by its embedding rule, as the PS reads them back; an MLP's
-// declares none.
+// A CTR run's Init declares one table per field, seeded by the run,
+// trained by its embedding rule and pre-filled with its
+// --embedding-prefill, as the PS reads them back; an MLP's declares
+// none.
 func TestInitDeclaresTheRunsTables(t *testing.T) {
 	r := config.Default()
 	r.Model, r.EmbeddingDim, r.EmbeddingOptimizer, r.EmbeddingLR, r.Seed = "ctr", 8, string(embed.Adagrad), 0.5, 42
+	r.EmbeddingPrefill = 1234
 	c := &Chief{cfg: Config{Run: r, Spec: r.CTRSpec(13, 3)}}
-	got, err := ps.TableConfigs(c.tableSpecs())
+	specs := c.tableSpecs()
+	got, err := ps.TableConfigs(specs)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, sp := range specs {
+		if sp.PrefillRows != 1234 {
+			t.Errorf("table %s declared with %d pre-filled rows, want --embedding-prefill's 1234", sp.Name, sp.PrefillRows)
+		}
 	}
 	if len(got) != 3 {
 		t.Fatalf("%d tables declared, want 3", len(got))

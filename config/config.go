@@ -142,6 +142,11 @@ type Run struct {
 	// Momentum); empty and 0 for other models.
 	EmbeddingOptimizer string  `json:"embedding_optimizer,omitempty"`
 	EmbeddingLR        float64 `json:"embedding_lr,omitempty"`
+	// EmbeddingPrefill is the rows each of a CTR model's tables starts
+	// with, of keys no data uses (--embedding-prefill; embed.PrefillKey):
+	// tables of a given size that train as the data alone trains them.
+	// The chief sends it in the shards' Init (TableSpec.prefill_rows).
+	EmbeddingPrefill int64 `json:"embedding_prefill,omitempty"`
 	// Conv is the output channels of each CNN convolution (--model cnn;
 	// empty for an MLP).
 	Conv           []int   `json:"conv,omitempty"`
@@ -508,8 +513,8 @@ func (r Run) validateModel() error {
 func (r Run) validateCTR() error {
 	if !r.Model.IsCTR() {
 		switch {
-		case r.EmbeddingDim != 0 || r.EmbeddingOptimizer != "" || r.EmbeddingLR != 0:
-			return fmt.Errorf("--embedding-dim, --embedding-optimizer and --embedding-lr set a CTR model's tables: they need --model ctr")
+		case r.EmbeddingDim != 0 || r.EmbeddingOptimizer != "" || r.EmbeddingLR != 0 || r.EmbeddingPrefill != 0:
+			return fmt.Errorf("--embedding-dim, --embedding-optimizer, --embedding-lr and --embedding-prefill set a CTR model's tables: they need --model ctr")
 		case ctrdata.IsName(r.Dataset):
 			return fmt.Errorf("--dataset %s is click-through-rate data: it needs --model ctr", r.Dataset)
 		}
@@ -518,6 +523,8 @@ func (r Run) validateCTR() error {
 	switch {
 	case r.EmbeddingDim < 1 || r.EmbeddingDim > MaxEmbeddingDim:
 		return fmt.Errorf("--embedding-dim must be from 1 to %d, got %d", MaxEmbeddingDim, r.EmbeddingDim)
+	case r.EmbeddingPrefill < 0 || r.EmbeddingPrefill > embed.MaxPrefill:
+		return fmt.Errorf("--embedding-prefill must be from 0 to %d rows a table, got %d", embed.MaxPrefill, r.EmbeddingPrefill)
 	case len(r.Conv) > 0:
 		return fmt.Errorf("--conv sets a CNN's convolutions: --model ctr has none")
 	case !ctrdata.IsName(r.Dataset):

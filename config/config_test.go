@@ -295,6 +295,10 @@ func TestCTRRun(t *testing.T) {
 	if rule := r.EmbeddingRule(); rule.Momentum != 0.9 || rule.Validate() != nil {
 		t.Errorf("momentum EmbeddingRule = %+v", rule)
 	}
+	if r.EmbeddingPrefill = 1000; r.Validate() != nil {
+		t.Errorf("a CTR run pre-filling its tables: %v", r.Validate())
+	}
+	r.EmbeddingPrefill = 0
 	if lr := DefaultLR(r.Model, Async, 2); lr != DefaultCTRLR/2 {
 		t.Errorf("async CTR default lr %v", lr)
 	}
@@ -308,6 +312,10 @@ func TestCTRRun(t *testing.T) {
 		"conv":                func(r *Run) { r.Conv = []int{4} },
 		"an MLP's embeddings": func(r *Run) { r.Model, r.Dataset = "", "mnist" },
 		"an MLP on CTR data":  func(r *Run) { r.Model, r.EmbeddingDim, r.EmbeddingOptimizer, r.EmbeddingLR = "", 0, "", 0 },
+		"prefill negative":    func(r *Run) { r.EmbeddingPrefill = -1 },
+		"an MLP's prefill": func(r *Run) {
+			r.Model, r.Dataset, r.EmbeddingDim, r.EmbeddingOptimizer, r.EmbeddingLR, r.EmbeddingPrefill = "", "mnist", 0, "", 0, 10
+		},
 	} {
 		r := ctrRun()
 		mod(&r)

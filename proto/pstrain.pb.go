@@ -369,17 +369,22 @@ func (x *InitRequest) GetShardWeights() []int32 {
 
 // TableSpec is one embedding table (embed.TableConfig).
 type TableSpec struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`  // emb/FIELD: names the rows and their checkpoint tensors
-	Dim           int32                  `protobuf:"varint,2,opt,name=dim,proto3" json:"dim,omitempty"`   // values per row
-	Seed          uint64                 `protobuf:"varint,3,opt,name=seed,proto3" json:"seed,omitempty"` // the run's seed: a row's first value (embed.InitRow)
-	Rule          string                 `protobuf:"bytes,4,opt,name=rule,proto3" json:"rule,omitempty"`  // sgd, momentum or adagrad
-	Lr            float32                `protobuf:"fixed32,5,opt,name=lr,proto3" json:"lr,omitempty"`
-	Momentum      float32                `protobuf:"fixed32,6,opt,name=momentum,proto3" json:"momentum,omitempty"`                       // momentum: the velocity's decay
-	InitAcc       float32                `protobuf:"fixed32,7,opt,name=init_acc,json=initAcc,proto3" json:"init_acc,omitempty"`          // adagrad: the accumulator's first value
-	Eps           float32                `protobuf:"fixed32,8,opt,name=eps,proto3" json:"eps,omitempty"`                                 // adagrad: added to the accumulator's root
-	AdmitAfter    int32                  `protobuf:"varint,9,opt,name=admit_after,json=admitAfter,proto3" json:"admit_after,omitempty"`  // sightings before a key gets a row (0, 1: at once)
-	EvictAfter    int64                  `protobuf:"varint,10,opt,name=evict_after,json=evictAfter,proto3" json:"evict_after,omitempty"` // rows unseen for more steps are dropped (0: never)
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Name       string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`  // emb/FIELD: names the rows and their checkpoint tensors
+	Dim        int32                  `protobuf:"varint,2,opt,name=dim,proto3" json:"dim,omitempty"`   // values per row
+	Seed       uint64                 `protobuf:"varint,3,opt,name=seed,proto3" json:"seed,omitempty"` // the run's seed: a row's first value (embed.InitRow)
+	Rule       string                 `protobuf:"bytes,4,opt,name=rule,proto3" json:"rule,omitempty"`  // sgd, momentum or adagrad
+	Lr         float32                `protobuf:"fixed32,5,opt,name=lr,proto3" json:"lr,omitempty"`
+	Momentum   float32                `protobuf:"fixed32,6,opt,name=momentum,proto3" json:"momentum,omitempty"`                       // momentum: the velocity's decay
+	InitAcc    float32                `protobuf:"fixed32,7,opt,name=init_acc,json=initAcc,proto3" json:"init_acc,omitempty"`          // adagrad: the accumulator's first value
+	Eps        float32                `protobuf:"fixed32,8,opt,name=eps,proto3" json:"eps,omitempty"`                                 // adagrad: added to the accumulator's root
+	AdmitAfter int32                  `protobuf:"varint,9,opt,name=admit_after,json=admitAfter,proto3" json:"admit_after,omitempty"`  // sightings before a key gets a row (0, 1: at once)
+	EvictAfter int64                  `protobuf:"varint,10,opt,name=evict_after,json=evictAfter,proto3" json:"evict_after,omitempty"` // rows unseen for more steps are dropped (0: never)
+	// prefill_rows: an Init that loads no rows (not rows_loading) creates
+	// the table's rows of keys embed.PrefillKey(0 .. prefill_rows-1) that
+	// are the shard's, keys no data uses (--embedding-prefill: tables of a
+	// given size, training what the data alone trains).
+	PrefillRows   int64 `protobuf:"varint,11,opt,name=prefill_rows,json=prefillRows,proto3" json:"prefill_rows,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -480,6 +485,13 @@ func (x *TableSpec) GetAdmitAfter() int32 {
 func (x *TableSpec) GetEvictAfter() int64 {
 	if x != nil {
 		return x.EvictAfter
+	}
+	return 0
+}
+
+func (x *TableSpec) GetPrefillRows() int64 {
+	if x != nil {
+		return x.PrefillRows
 	}
 	return 0
 }
@@ -3953,7 +3965,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\fstandby_addr\x18\x13 \x01(\tR\vstandbyAddr\x12-\n" +
 	"\x06tables\x18\x16 \x03(\v2\x15.pstrain.v1.TableSpecR\x06tables\x12!\n" +
 	"\frows_loading\x18\x17 \x01(\bR\vrowsLoading\x12#\n" +
-	"\rshard_weights\x18\x18 \x03(\x05R\fshardWeightsJ\x04\b\x04\x10\x05J\x04\b\r\x10\x0eJ\x04\b\x10\x10\x11\"\xf4\x01\n" +
+	"\rshard_weights\x18\x18 \x03(\x05R\fshardWeightsJ\x04\b\x04\x10\x05J\x04\b\r\x10\x0eJ\x04\b\x10\x10\x11\"\x97\x02\n" +
 	"\tTableSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03dim\x18\x02 \x01(\x05R\x03dim\x12\x12\n" +
@@ -3967,7 +3979,8 @@ const file_pstrain_proto_rawDesc = "" +
 	"admitAfter\x12\x1f\n" +
 	"\vevict_after\x18\n" +
 	" \x01(\x03R\n" +
-	"evictAfter\"k\n" +
+	"evictAfter\x12!\n" +
+	"\fprefill_rows\x18\v \x01(\x03R\vprefillRows\"k\n" +
 	"\bRowBlock\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\tR\x05table\x12\x12\n" +
 	"\x04keys\x18\x02 \x03(\x06R\x04keys\x12\x16\n" +

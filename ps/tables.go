@@ -534,3 +534,36 @@ func (ts *TableSet) Load(r shardckpt.TableRows) error {
 	}
 	return nil
 }
+
+// prefillChunk is how many of a table's pre-filled keys Prefill hands
+// the table at a time.
+const prefillChunk = 4096
+
+// Prefill creates, in table name, this shard's rows among the table's
+// first n pre-filled keys (embed.PrefillKey(0) to PrefillKey(n-1), each
+// on its embed.ShardOf shard), as a first touch creates a row, and
+// returns how many it created. The shards of a run, each pre-filled
+// with the same n, hold n rows between them that no data key touches.
+func (ts *TableSet) Prefill(name string, n int64) (int, error) {
+	st, err := ts.lookup(name)
+	if err != nil {
+		return 0, err
+	}
+	if n < 0 || n > embed.MaxPrefill {
+		return 0, fmt.Errorf("ps: table %s: %d rows to pre-fill, want 0 to %d", name, n, embed.MaxPrefill)
+	}
+	place := embed.PlacerOf(name, ts.numShards)
+	chunk := make([]uint64, 0, prefillChunk)
+	made := 0
+	for i := range n {
+		k := embed.PrefillKey(i)
+		if place.Shard(k) != ts.shard {
+			continue
+		}
+		if chunk = append(chunk, k); len(chunk) == cap(chunk) {
+			made += st.t.Fill(chunk, ts.version)
+			chunk = chunk[:0]
+		}
+	}
+	return made + st.t.Fill(chunk, ts.version), nil
+}

@@ -130,10 +130,28 @@ func buildTables(req *pb.InitRequest, mode config.Mode) (*TableSet, error) {
 		}
 	}
 	ts, err := NewTableSet(cfgs, mode, int(req.Shard), max(1, int(req.NumShards)), req.Version)
+	if err == nil && !req.RowsLoading {
+		err = prefill(ts, req.Tables)
+	}
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	return ts, nil
+}
+
+// prefill creates the rows of the tables' prefill_rows on ts. An Init
+// that loads a checkpoint's rows does not: the checkpoint holds the
+// pre-filled rows with the others.
+func prefill(ts *TableSet, specs []*pb.TableSpec) error {
+	for _, t := range specs {
+		if t.PrefillRows == 0 {
+			continue
+		}
+		if _, err := ts.Prefill(t.Name, t.PrefillRows); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // tensors names a snapshot's dense state and table rows as checkpoint

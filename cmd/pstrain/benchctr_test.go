@@ -33,20 +33,16 @@ func TestBenchCTRSections(t *testing.T) {
 // shard_request_share} and memory.roles.*).
 type ctrBenchJSON struct {
 	Embeddings *struct {
-		Rows              *int64    `json:"rows"`
-		Parameters        *int64    `json:"parameters"`
-		BytesPerStep      *float64  `json:"bytes_per_step"`
-		UniqueKeysPerStep *float64  `json:"unique_keys_per_step"`
-		ShardRequestShare []float64 `json:"shard_request_share"`
-		EmbeddingDim      int64     `json:"embedding_dim"`
-		DenseParameters   int64     `json:"dense_parameters"`
-		Efficiency        float64   `json:"efficiency"`
-		Runs              []struct {
-			Name              string  `json:"name"`
-			Rows              int64   `json:"rows"`
-			StepsPerSecond    float64 `json:"steps_per_second"`
-			DenseBytesPerStep float64 `json:"dense_bytes_per_step"`
-		} `json:"runs"`
+		Rows              *int64        `json:"rows"`
+		Parameters        *int64        `json:"parameters"`
+		BytesPerStep      *float64      `json:"bytes_per_step"`
+		UniqueKeysPerStep *float64      `json:"unique_keys_per_step"`
+		ShardRequestShare []float64     `json:"shard_request_share"`
+		EmbeddingDim      int64         `json:"embedding_dim"`
+		DenseParameters   int64         `json:"dense_parameters"`
+		Efficiency        float64       `json:"efficiency"`
+		Runs              []ctrBenchRun `json:"runs"`
+		Scale             ctrBenchScale `json:"scale"`
 	} `json:"embeddings"`
 	Memory *struct {
 		Roles struct {
@@ -110,9 +106,10 @@ func TestBenchCTRJSON(t *testing.T) {
 	if len(e.ShardRequestShare) != 2 || math.Abs(sum-1) > 1e-9 {
 		t.Errorf("shard_request_share %v: want 2 shares summing to 1", e.ShardRequestShare)
 	}
-	if len(e.Runs) != 2 || e.Runs[0].Rows != *e.Rows || e.Runs[1].Rows >= e.Runs[0].Rows || e.Runs[1].StepsPerSecond <= 0 {
-		t.Errorf("runs %+v: want the default run (the headline) and a smaller one", e.Runs)
+	if len(e.Runs) != 3 || e.Runs[0].Rows != *e.Rows || e.Runs[1].Rows >= e.Runs[0].Rows || e.Runs[1].StepsPerSecond <= 0 {
+		t.Fatalf("runs %+v: want the default run (the headline), a smaller one and the latter pre-filled", e.Runs)
 	}
+	checkScale(t, e.Scale, e.Runs[1], e.Runs[2])
 	if e.Efficiency <= 0 {
 		t.Errorf("efficiency %g", e.Efficiency)
 	}
@@ -131,4 +128,62 @@ func TestBenchCTRJSON(t *testing.T) {
 		}
 	}
 	t.Logf("%d rows, %.0f bytes/step for %.0f unique keys, shares %v, efficiency %.2f", *e.Rows, *e.BytesPerStep, *e.UniqueKeysPerStep, e.ShardRequestShare, e.Efficiency)
+}
+
+// ctrBenchRun is one run of the embeddings section's JSON.
+type ctrBenchRun struct {
+	Name              string  `json:"name"`
+	Rows              int64   `json:"rows"`
+	PrefillRows       int64   `json:"prefill_rows"`
+	StepsPerSecond    float64 `json:"steps_per_second"`
+	DenseBytesPerStep float64 `json:"dense_bytes_per_step"`
+	AUC               float64 `json:"auc"`
+}
+
+// ctrBenchScale is embeddings.scale.
+type ctrBenchScale struct {
+	SmallParameters  int64   `json:"small_parameters"`
+	LargeParameters  int64   `json:"large_parameters"`
+	Ratio            float64 `json:"ratio"`
+	CPURatio         float64 `json:"cpu_ratio"`
+	LargePrefillRows int64   `json:"large_prefill_rows"`
+	Memory           *struct {
+		Roles struct {
+			Worker struct {
+				PeakRSSBytes int64 `json:"peak_rss_bytes"`
+				GoalBytes    int64 `json:"goal_bytes"`
+			} `json:"worker"`
+		} `json:"roles"`
+		Shards []struct {
+			PeakRSSBytes int64 `json:"peak_rss_bytes"`
+			StateBytes   int64 `json:"state_bytes"`
+			GoalBytes    int64 `json:"goal_bytes"`
+		} `json:"shards"`
+	} `json:"memory"`
+}
+
+// checkScale checks embeddings.scale against the small and the large
+// (pre-filled) runs: the large one trains the small one's data, so its
+// model is the same; its tables hold the pre-filled rows (26 tables of
+// dimension 16) on top of the data's; and its memory has every PS's
+// state, which the pre-filled rows grow.
+func checkScale(t *testing.T, s ctrBenchScale, small, large ctrBenchRun) {
+	t.Helper()
+	if large.Name != "large" || small.PrefillRows != 0 || large.PrefillRows <= 0 || s.LargePrefillRows != large.PrefillRows {
+		t.Errorf("small run %+v, large run %+v, scale %+v: want the large run pre-filled", small, large, s)
+	}
+	if large.Rows < small.Rows+26*large.PrefillRows || s.LargeParameters != large.Rows*16 || s.SmallParameters != small.Rows*16 {
+		t.Errorf("large run %d rows, small %d, %d pre-filled a table; scale parameters %d and %d", large.Rows, small.Rows, large.PrefillRows, s.LargeParameters, s.SmallParameters)
+	}
+	if math.Abs(large.AUC-small.AUC) > 0.002 || large.AUC <= 0.5 {
+		t.Errorf("AUC %v with the pre-fill, %v without: want the same model (sync runs sum their gradients in the order they arrive)", large.AUC, small.AUC)
+	}
+	if s.Ratio <= 0 || s.CPURatio <= 0 || s.Memory == nil || len(s.Memory.Shards) != 2 || s.Memory.Roles.Worker.PeakRSSBytes <= 0 {
+		t.Fatalf("scale %+v: want its ratios and the large run's memory", s)
+	}
+	for i, sh := range s.Memory.Shards {
+		if sh.StateBytes < large.PrefillRows*26/2/2*(16+16)*4 || sh.GoalBytes <= sh.StateBytes || sh.PeakRSSBytes <= 0 {
+			t.Errorf("scale.memory.shards[%d] %+v: want the pre-filled rows in its state", i, sh)
+		}
+	}
 }

@@ -191,6 +191,7 @@ func bindRunFlags(fs *flag.FlagSet, r *config.Run) *modelFlags {
 	fs.IntVar(&r.MaxWorkers, "max-workers", r.MaxWorkers, "most workers the run may scale to with pstrain scale or a worker registering with the next index (0 = 8, or --workers if more; docs/elastic.md)")
 	fs.IntVar(&r.MaxPS, "max-ps", r.MaxPS, "most parameter servers the run may scale to with pstrain scale --ps (0 = --ps: no room to grow; docs/elastic.md)")
 	m := bindModelFlags(fs, r)
+	fs.Int64Var(&r.EmbeddingPrefill, "embedding-prefill", r.EmbeddingPrefill, "ctr: rows each embedding table starts with, of keys no data uses (2^62 and up), spread over the PS like any row: tables of a given size (e.g. for memory or speed tests) that train as the data alone trains them; a run restored from a checkpoint has the checkpoint's rows (0 = none)")
 	fs.IntVar(&r.Batch, "batch", r.Batch, "per-worker batch size (--model cnn: "+strconv.Itoa(config.DefaultCNNBatch)+" unless given)")
 	fs.Float64Var(&r.LR, "lr", r.LR, "learning rate (unless given: "+lrDefaults()+")")
 	fs.Float64Var(&r.Momentum, "momentum", r.Momentum, "momentum (optimizer momentum)")
@@ -314,6 +315,9 @@ func runArgs(r config.Run) []string {
 			fmt.Sprintf("--embedding-dim=%d", r.EmbeddingDim),
 			"--embedding-optimizer="+r.EmbeddingOptimizer,
 			"--embedding-lr="+strconv.FormatFloat(r.EmbeddingLR, 'g', -1, 64))
+		if r.EmbeddingPrefill != 0 {
+			args = append(args, fmt.Sprintf("--embedding-prefill=%d", r.EmbeddingPrefill))
+		}
 	}
 	return args
 }

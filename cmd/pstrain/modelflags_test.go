@@ -121,6 +121,7 @@ func TestModelFlagsCTR(t *testing.T) {
 		{[]string{"--model=ctr"}, config.DefaultEmbeddingDim, "synth-ctr", config.DefaultCTRHidden, config.DefaultEmbeddingLR},
 		{[]string{"--embedding-dim=8", "--dataset=criteo:day0.txt", "--model=ctr"}, 8, "criteo:day0.txt", config.DefaultCTRHidden, config.DefaultEmbeddingLR},
 		{[]string{"--model=ctr", "--hidden=32", "--embedding-lr=0.5"}, config.DefaultEmbeddingDim, "synth-ctr", []int{32}, 0.5},
+		{[]string{"--model=ctr", "--embedding-prefill=240385"}, config.DefaultEmbeddingDim, "synth-ctr", config.DefaultCTRHidden, config.DefaultEmbeddingLR},
 	} {
 		r := parseRunFlags(t, c.args...)
 		if r.Model != "ctr" || r.EmbeddingDim != c.dim || r.Dataset != c.dataset || !reflect.DeepEqual(r.Hidden, c.hidden) ||
@@ -133,6 +134,9 @@ func TestModelFlagsCTR(t *testing.T) {
 		if back := parseRunFlags(t, runArgs(r)...); !reflect.DeepEqual(back, r) {
 			t.Errorf("%v: round trip through runArgs: %+v, want %+v", c.args, back, r)
 		}
+	}
+	if r := parseRunFlags(t, runArgs(parseRunFlags(t, "--model=ctr", "--embedding-prefill=77"))...); r.EmbeddingPrefill != 77 {
+		t.Errorf("--embedding-prefill 77 through runArgs: %d", r.EmbeddingPrefill)
 	}
 	r := parseRunFlags(t, "--model=ctr", "--model=mlp")
 	d := config.Default()

@@ -56,6 +56,23 @@ func (p Placer) Shard(key uint64) int {
 	return int(hi)
 }
 
+// PrefillBase is the first key of the rows a table is pre-filled with
+// (PrefillKey): 2^62. Data keys are below it: the synthetic set's keys
+// are 32-bit words (ctrdata), as Criteo's hashed ids (8 hexadecimal
+// digits) are, and a Criteo line's empty field is ctrdata.MissingKey,
+// 2^64-1, above every key PrefillKey gives.
+const PrefillBase uint64 = 1 << 62
+
+// MaxPrefill bounds the rows a table is pre-filled with: its keys stay
+// between PrefillBase and 2^63.
+const MaxPrefill int64 = 1 << 62
+
+// PrefillKey is the key of a table's i-th pre-filled row (0 <= i <
+// MaxPrefill): a key no data set uses, so that training never touches
+// the row. Pre-filled rows make tables as large as a test or a benchmark
+// needs while the training stays that of the data.
+func PrefillKey(i int64) uint64 { return PrefillBase + uint64(i) }
+
 // InitRow writes the initial value of a row into out (len(out) is the
 // table's dimension): uniform in [-1/sqrt(d), 1/sqrt(d)), drawn from a
 // stream that depends only on the run's seed, the table and the key.

@@ -264,6 +264,23 @@ func (t *Table) create(k uint64) int32 {
 	return s
 }
 
+// Fill creates the rows of keys that have none as a first touch would
+// (InitRow and the rule's first state, each counted as an admission),
+// without the sightings admission asks for, and with step as their last
+// sighting: a table pre-filled with rows (PrefillKey). It returns how
+// many rows it created.
+func (t *Table) Fill(keys []uint64, step int64) int {
+	n := 0
+	for _, k := range keys {
+		if _, ok := t.slot[k]; ok {
+			continue
+		}
+		t.see(t.create(k), step)
+		n++
+	}
+	return n
+}
+
 // place finds a slot for a key (a free one, or a new one at the end).
 func (t *Table) place(k uint64) int32 {
 	var s int32

@@ -291,8 +291,8 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		}
 	}
 	if has(SectionEmbeddings) && ctx.Err() == nil {
-		fmt.Fprintf(c.Progress, "bench: embeddings (%d PS + %d workers on a synthetic set of default vocabularies, then of vocabularies capped at %d, then in this process)\n",
-			c.Embeddings.PS, c.Embeddings.Workers, c.Embeddings.SmallVocab)
+		fmt.Fprintf(c.Progress, "bench: embeddings (%d PS + %d workers on a synthetic set of default vocabularies, then of vocabularies capped at %d, then the same with tables pre-filled to %d parameters, then in this process)\n",
+			c.Embeddings.PS, c.Embeddings.Workers, c.Embeddings.SmallVocab, c.Embeddings.ScaleParameters)
 		if res.Embeddings, res.Memory, err = Embeddings(ctx, *c.Embeddings); err != nil {
 			fail(SectionEmbeddings, err)
 		}

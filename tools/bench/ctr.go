@@ -45,11 +45,13 @@ const (
 	ctrPSFactor    = 1.3
 )
 
-// EmbeddingsPlan is what the section runs: two clusters of PS shards and
-// Workers on synthetic sets it writes into DataDir, the first with the
-// default vocabularies (the headline figures), the second with each
-// field's vocabulary capped at SmallVocab (the scale comparison), then
-// the same model in this process on the first set.
+// EmbeddingsPlan is what the section runs: three clusters of PS shards
+// and Workers on synthetic sets it writes into DataDir, the first with
+// the default vocabularies (the headline figures), the second with each
+// field's vocabulary capped at SmallVocab, the third on the second's set
+// with its tables pre-filled to ScaleParameters (--embedding-prefill;
+// the scale comparison is the third against the second), then the same
+// model in this process on the first set.
 type EmbeddingsPlan struct {
 	Runner     WatchRunner
 	DataDir    string
@@ -62,7 +64,11 @@ type EmbeddingsPlan struct {
 	Train      int // training samples of each set; each run trains one epoch
 	Test       int
 	SmallVocab int
-	Seed       uint64
+	// ScaleParameters is what the large tables of the scale comparison
+	// hold at least, over every table: each is pre-filled with its share
+	// of rows (ScalePrefill).
+	ScaleParameters int64
+	Seed            uint64
 	// Ceiling is the longest the in-process run is timed for.
 	Ceiling  time.Duration
 	Interval time.Duration // between scrapes of the cluster's metrics
@@ -74,11 +80,18 @@ type EmbeddingsPlan struct {
 // caller sets the model, the runner and the directory.
 func EmbeddingsPlanFor(quick bool) EmbeddingsPlan {
 	if quick {
-		return EmbeddingsPlan{PS: 2, Workers: 2, Train: 24000, Test: 2000, SmallVocab: 100, Ceiling: 2 * time.Second,
-			Interval: 150 * time.Millisecond}
+		return EmbeddingsPlan{PS: 2, Workers: 2, Train: 24000, Test: 2000, SmallVocab: 100, ScaleParameters: 2_000_000,
+			Ceiling: 2 * time.Second, Interval: 150 * time.Millisecond}
 	}
-	return EmbeddingsPlan{PS: 2, Workers: 2, Train: 400000, Test: 20000, SmallVocab: 4000, Ceiling: 15 * time.Second,
-		Interval: 250 * time.Millisecond}
+	return EmbeddingsPlan{PS: 2, Workers: 2, Train: 400000, Test: 20000, SmallVocab: 4000, ScaleParameters: 100_000_000,
+		Ceiling: 15 * time.Second, Interval: 250 * time.Millisecond}
+}
+
+// ScalePrefill is the rows each table of spec is pre-filled with for its
+// tables to hold params parameters between them (rounded up).
+func ScalePrefill(spec model.Spec, params int64) int64 {
+	per := int64(max(spec.Fields, 1)) * int64(max(spec.EmbeddingDim, 1))
+	return (params + per - 1) / per
 }
 
 // EmbeddingsRun is one cluster run's figures over its training window
@@ -86,7 +99,9 @@ func EmbeddingsPlanFor(quick bool) EmbeddingsPlan {
 type EmbeddingsRun struct {
 	Name     string `json:"name"`
 	VocabCap int    `json:"vocab_cap"` // 0: the default vocabularies (10 to 10^7)
-	Train    int    `json:"train_samples"`
+	// PrefillRows is each table's pre-filled rows (--embedding-prefill).
+	PrefillRows int64 `json:"prefill_rows"`
+	Train       int   `json:"train_samples"`
 	// Rows and Parameters are the tables' at the run's last scrape.
 	Rows              int64     `json:"rows"`
 	Parameters        int64     `json:"parameters"`
@@ -109,7 +124,9 @@ type EmbeddingsRun struct {
 	PlantedAUC      float64 `json:"planted_auc"`
 }
 
-// EmbeddingsScale compares the two runs' speed.
+// EmbeddingsScale compares the speed of the small tables' run and of the
+// large ones' (the same data, its tables pre-filled), and gives the
+// latter's memory.
 type EmbeddingsScale struct {
 	SmallParameters     int64   `json:"small_parameters"`
 	LargeParameters     int64   `json:"large_parameters"`
@@ -123,6 +140,14 @@ type EmbeddingsScale struct {
 	SmallCPUMsPerStep float64 `json:"small_cpu_ms_per_step"`
 	LargeCPUMsPerStep float64 `json:"large_cpu_ms_per_step"`
 	CPURatio          float64 `json:"cpu_ratio"`
+	// LargePrefillRows is each of the large run's tables' pre-filled rows.
+	LargePrefillRows int64 `json:"large_prefill_rows"`
+	// Memory is the large run's: each PS's peak RSS against 1.3 x its
+	// state + 50 MiB, a worker's and the chief's against 150 MiB;
+	// MeetsPSMemoryGoal and MeetsWorkerMemoryGoal are its verdicts.
+	Memory                *MemoryResult `json:"memory,omitempty"`
+	MeetsPSMemoryGoal     bool          `json:"meets_ps_memory_goal"`
+	MeetsWorkerMemoryGoal bool          `json:"meets_worker_memory_goal"`
 }
 
 // EmbeddingsResult is the embeddings section (embeddings.* in the JSON,
@@ -163,11 +188,15 @@ func Embeddings(ctx context.Context, p EmbeddingsPlan) (*EmbeddingsResult, *Memo
 	if p.Now == nil {
 		p.Now = time.Now
 	}
-	large, rep, last, err := embeddingsRun(ctx, p, "default", 0)
+	def, rep, last, err := embeddingsRun(ctx, p, runPlan{name: "default", set: "default"})
 	if err != nil {
 		return nil, nil, err
 	}
-	small, _, _, err := embeddingsRun(ctx, p, "small", p.SmallVocab)
+	mem, err := ctrMemory(rep, last, p.Spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	small, large, largeMem, err := scaleRuns(ctx, p)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -175,12 +204,45 @@ func Embeddings(ctx context.Context, p EmbeddingsPlan) (*EmbeddingsResult, *Memo
 	if err != nil {
 		return nil, nil, err
 	}
-	res := embeddingsResult(p, large, small, ceil)
-	mem, err := ctrMemory(rep, last, p.Spec)
-	if err != nil {
-		return nil, nil, err
-	}
+	res := embeddingsResult(p, def, small, ceil)
+	res.Runs = append(res.Runs, large)
+	res.Scale = embeddingsScale(small, large, largeMem)
 	return res, mem, nil
+}
+
+// scaleRuns are the scale comparison's runs: the small vocabularies'
+// set, then the same with its tables pre-filled to ScaleParameters. Both
+// checkpoint only at the end, after their training windows: a checkpoint
+// writes every row, so periodic ones would cost the large tables' run
+// what its steps do not.
+func scaleRuns(ctx context.Context, p EmbeddingsPlan) (small, large EmbeddingsRun, mem *MemoryResult, err error) {
+	only := []string{"--checkpoint-every=0"}
+	if small, _, _, err = embeddingsRun(ctx, p, runPlan{name: "small", set: "small", vocabCap: p.SmallVocab, extra: only}); err != nil {
+		return small, large, nil, err
+	}
+	n := ScalePrefill(p.Spec, p.ScaleParameters)
+	rp := runPlan{name: "large", set: "small", vocabCap: p.SmallVocab, prefill: n, reuse: true,
+		extra: append(only, "--embedding-prefill="+strconv.FormatInt(n, 10))}
+	large, rep, last, err := embeddingsRun(ctx, p, rp)
+	if err != nil {
+		return small, large, nil, err
+	}
+	mem, err = ctrMemory(rep, last, p.Spec)
+	return small, large, mem, err
+}
+
+// embeddingsScale compares the small and the large tables' runs.
+func embeddingsScale(small, large EmbeddingsRun, mem *MemoryResult) EmbeddingsScale {
+	s := EmbeddingsScale{SmallParameters: small.Parameters, LargeParameters: large.Parameters,
+		SmallStepsPerSecond: small.StepsPerSecond, LargeStepsPerSecond: large.StepsPerSecond,
+		Ratio: ratio(large.StepsPerSecond, small.StepsPerSecond), SmallCPUMsPerStep: small.CPUMsPerStep,
+		LargeCPUMsPerStep: large.CPUMsPerStep, CPURatio: ratio(small.CPUMsPerStep, large.CPUMsPerStep),
+		LargePrefillRows: large.PrefillRows, Memory: mem}
+	s.MeetsGoal = s.Ratio >= ScaleGoal
+	if mem != nil {
+		s.MeetsPSMemoryGoal, s.MeetsWorkerMemoryGoal = mem.Roles.PS.MeetsGoal, mem.Roles.Worker.MeetsGoal
+	}
+	return s
 }
 
 // embeddingsResult puts the runs' figures together.
@@ -197,11 +259,6 @@ func embeddingsResult(p EmbeddingsPlan, large, small EmbeddingsRun, ceil float64
 	r.MeetsBalanceGoal = r.MaxShareOverMean > 0 && r.MaxShareOverMean <= BalanceGoal
 	r.Efficiency = ratio(r.SamplesPerSecond, float64(max(p.Cores, 1))*ceil)
 	r.MeetsSpeedGoal = r.Efficiency >= SpeedGoal
-	r.Scale = EmbeddingsScale{SmallParameters: small.Parameters, LargeParameters: large.Parameters,
-		SmallStepsPerSecond: small.StepsPerSecond, LargeStepsPerSecond: large.StepsPerSecond,
-		Ratio: ratio(large.StepsPerSecond, small.StepsPerSecond), SmallCPUMsPerStep: small.CPUMsPerStep,
-		LargeCPUMsPerStep: large.CPUMsPerStep, CPURatio: ratio(small.CPUMsPerStep, large.CPUMsPerStep)}
-	r.Scale.MeetsGoal = r.Scale.Ratio >= ScaleGoal
 	return r
 }
 
@@ -242,17 +299,31 @@ func writeSet(p EmbeddingsPlan, name string, vocabCap int) (*ctrdata.Meta, error
 	return ctrdata.Generate(filepath.Join(setDir(p, name), ctrdata.SynthName), c)
 }
 
-// embeddingsRun writes a set, trains the cluster on it for one epoch
-// while scraping it, and measures its training window. It also returns
-// the report and the last snapshot (the tables at the end).
-func embeddingsRun(ctx context.Context, p EmbeddingsPlan, name string, vocabCap int) (EmbeddingsRun, *report.Report, Snapshot, error) {
-	run := EmbeddingsRun{Name: name, VocabCap: vocabCap, Train: p.Train}
-	if _, err := writeSet(p, name, vocabCap); err != nil {
-		return run, nil, Snapshot{}, err
+// runPlan is one cluster run of the section: its name, its set's (whose
+// vocabularies are capped at vocabCap; reuse: written by a run before),
+// its tables' pre-filled rows and the flags that sets.
+type runPlan struct {
+	name, set string
+	vocabCap  int
+	prefill   int64
+	reuse     bool
+	extra     []string
+}
+
+// embeddingsRun writes a set (unless reused), trains the cluster on it
+// for one epoch while scraping it, and measures its training window. It
+// also returns the report and the last snapshot (the tables at the end).
+func embeddingsRun(ctx context.Context, p EmbeddingsPlan, rp runPlan) (EmbeddingsRun, *report.Report, Snapshot, error) {
+	name := rp.name
+	run := EmbeddingsRun{Name: name, VocabCap: rp.vocabCap, PrefillRows: rp.prefill, Train: p.Train}
+	if !rp.reuse {
+		if _, err := writeSet(p, rp.set, rp.vocabCap); err != nil {
+			return run, nil, Snapshot{}, err
+		}
 	}
 	scr := &Scraper{PS: p.PS, Workers: p.Workers, Interval: p.Interval, Now: p.Now}
-	args := []string{"--data-dir", setDir(p, name), "--ps", strconv.Itoa(p.PS), "--workers", strconv.Itoa(p.Workers),
-		"--batch", strconv.Itoa(p.Batch), "--epochs", "1", "--eval-every", "0s", "--seed", strconv.FormatUint(p.Seed, 10)}
+	args := append([]string{"--data-dir", setDir(p, rp.set), "--ps", strconv.Itoa(p.PS), "--workers", strconv.Itoa(p.Workers),
+		"--batch", strconv.Itoa(p.Batch), "--epochs", "1", "--eval-every", "0s", "--seed", strconv.FormatUint(p.Seed, 10)}, rp.extra...)
 	rep, wall, err := p.Runner.RunWatched(ctx, args, scr.Watch)
 	if err != nil {
 		return run, nil, Snapshot{}, err
@@ -328,12 +399,28 @@ func writeEmbeddingsTable(tw io.Writer, e *EmbeddingsResult) {
 	fmt.Fprintf(tw, "  speed: %.0f samples/s vs %d cores x %.0f in one process: efficiency %.2f (goal >= %.1f: %v)\n",
 		e.SamplesPerSecond, e.Cores, e.CeilingSamplesPerSecond, e.Efficiency, SpeedGoal, e.MeetsSpeedGoal)
 	s := e.Scale
-	fmt.Fprintf(tw, "  scale: %d parameters at %.1f steps/s vs %d at %.1f: ratio %.2f (goal >= %.1f: %v); CPU per step %.1f vs %.1f ms: %.2f\n",
-		s.LargeParameters, s.LargeStepsPerSecond, s.SmallParameters, s.SmallStepsPerSecond, s.Ratio, ScaleGoal, s.MeetsGoal,
+	fmt.Fprintf(tw, "  scale: %d parameters (%d rows a table pre-filled) at %.1f steps/s vs %d at %.1f: ratio %.2f (goal >= %.1f: %v); CPU per step %.1f vs %.1f ms: %.2f\n",
+		s.LargeParameters, s.LargePrefillRows, s.LargeStepsPerSecond, s.SmallParameters, s.SmallStepsPerSecond, s.Ratio, ScaleGoal, s.MeetsGoal,
 		s.LargeCPUMsPerStep, s.SmallCPUMsPerStep, s.CPURatio)
-	fmt.Fprintln(tw, "  run\tvocab cap\trows\tsteps/s\tsamples/s\tunique keys/step\trow bytes/step\tdense bytes/step\tauc (planted)")
+	writeScaleMemory(tw, s)
+	fmt.Fprintln(tw, "  run\tvocab cap\tprefill/table\trows\tsteps/s\tsamples/s\tunique keys/step\trow bytes/step\tdense bytes/step\tauc (planted)")
 	for _, r := range e.Runs {
-		fmt.Fprintf(tw, "  %s\t%d\t%d\t%.1f\t%.0f\t%.0f\t%.0f\t%.0f\t%.4f (%.4f)\n", r.Name, r.VocabCap, r.Rows, r.StepsPerSecond,
+		fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%.1f\t%.0f\t%.0f\t%.0f\t%.0f\t%.4f (%.4f)\n", r.Name, r.VocabCap, r.PrefillRows, r.Rows, r.StepsPerSecond,
 			r.SamplesPerSecond, r.UniqueKeysPerStep, r.RowBytesPerStep, r.DenseBytesPerStep, r.AUC, r.PlantedAUC)
 	}
+}
+
+// writeScaleMemory prints the large tables' run's memory against its
+// goals.
+func writeScaleMemory(tw io.Writer, s EmbeddingsScale) {
+	m := s.Memory
+	if m == nil {
+		return
+	}
+	mib := func(b int64) float64 { return float64(b) / (1 << 20) }
+	fmt.Fprintf(tw, "  scale memory: worker peak RSS %.0f MiB (goal <= %.0f: %v)", mib(m.Roles.Worker.PeakRSSBytes), mib(CTRRoleGoalBytes), s.MeetsWorkerMemoryGoal)
+	for _, sh := range m.Shards {
+		fmt.Fprintf(tw, "; %s %.0f MiB for %.0f MiB of state (goal <= %.0f: %v)", sh.Task, mib(sh.PeakRSSBytes), mib(sh.StateBytes), mib(sh.GoalBytes), sh.MeetsGoal)
+	}
+	fmt.Fprintln(tw)
 }

@@ -5,6 +5,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/pstrain/pstrain/ml/model"
 )
 
 func snap(sec float64, steps float64, shards ...ShardReading) Snapshot {
@@ -66,5 +68,34 @@ func TestMeasureWindow(t *testing.T) {
 		if math.Abs(v[0]-v[1]) > 1e-9*math.Max(1, math.Abs(v[1])) {
 			t.Errorf("%s = %g, want %g", name, v[0], v[1])
 		}
+	}
+}
+
+// TestScalePrefill: the pre-fill per table that makes every table of a
+// spec hold the parameters asked for between them, rounded up.
+func TestScalePrefill(t *testing.T) {
+	spec := model.Spec{Kind: model.KindCTR, Input: 13, Fields: 26, EmbeddingDim: 16, Hidden: []int{8}, Classes: 1}
+	for params, want := range map[int64]int64{100_000_000: 240_385, 416: 1, 417: 2, 0: 0} {
+		if got := ScalePrefill(spec, params); got != want {
+			t.Errorf("ScalePrefill(%d) = %d, want %d", params, got, want)
+		}
+	}
+}
+
+// TestEmbeddingsScale: the scale comparison is the large (pre-filled)
+// run's speed over the small one's, the small one's CPU per step over
+// the large one's, and the large run's memory verdicts.
+func TestEmbeddingsScale(t *testing.T) {
+	small := EmbeddingsRun{Parameters: 1e6, StepsPerSecond: 200, CPUMsPerStep: 5}
+	large := EmbeddingsRun{Parameters: 1e8, StepsPerSecond: 170, CPUMsPerStep: 6, PrefillRows: 240385}
+	mem := &MemoryResult{Roles: MemoryRoles{Worker: MemoryRole{MeetsGoal: true}, PS: MemoryRole{MeetsGoal: false}}}
+	s := embeddingsScale(small, large, mem)
+	if s.Ratio != 0.85 || s.MeetsGoal || math.Abs(s.CPURatio-5.0/6) > 1e-12 || s.LargePrefillRows != 240385 ||
+		s.LargeParameters != 1e8 || s.SmallParameters != 1e6 || !s.MeetsWorkerMemoryGoal || s.MeetsPSMemoryGoal || s.Memory != mem {
+		t.Errorf("scale %+v", s)
+	}
+	large.StepsPerSecond = 180
+	if s := embeddingsScale(small, large, nil); !s.MeetsGoal || s.MeetsWorkerMemoryGoal {
+		t.Errorf("ratio 0.9: %+v", s)
 	}
 }
