@@ -51,16 +51,7 @@ func TestRunCTRTrainsAndItsCheckpointEvaluates(t *testing.T) {
 	if !slices.Contains(names, "emb/C1") || !slices.Contains(names, "emb/C1/keys") {
 		t.Errorf("final checkpoint has no rows of emb/C1: %v", names)
 	}
-	ev, err := pstrain(t, ctx, "eval", "--checkpoint", ckdir, "--data-dir", data)
-	if err != nil {
-		t.Fatalf("pstrain eval: %v\n%s", err, ev)
-	}
-	m := regexp.MustCompile(`test auc ([0-9.]+)`).FindStringSubmatch(ev)
-	if m == nil {
-		t.Fatalf("no auc in pstrain eval's output:\n%s", ev)
-	}
-	auc, _ := strconv.ParseFloat(m[1], 64)
-	if math.Abs(auc-rep.AUC) > 1e-4 {
+	if auc := evalAUC(t, ctx, ckdir, data); math.Abs(auc-rep.AUC) > 1e-4 {
 		t.Errorf("pstrain eval scores the final checkpoint's auc %.4f, the report says %.4f", auc, rep.AUC)
 	}
 	// ps/1 dies once the second checkpoint (every 10 steps) is
@@ -150,4 +141,23 @@ func TestRunCTRRefusesStandbys(t *testing.T) {
 	if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "--ps-replicas") {
 		t.Errorf("pstrain run --model ctr --ps-replicas 1: err = %v, want a usage error naming --ps-replicas", err)
 	}
+}
+
+// evalAUC is the test AUC `pstrain eval` gives the newest checkpoint in
+// ckdir, scored on data.
+func evalAUC(t *testing.T, ctx context.Context, ckdir, data string) float64 {
+	t.Helper()
+	ev, err := pstrain(t, ctx, "eval", "--checkpoint", ckdir, "--data-dir", data)
+	if err != nil {
+		t.Fatalf("pstrain eval: %v\n%s", err, ev)
+	}
+	m := regexp.MustCompile(`test auc ([0-9.]+)`).FindStringSubmatch(ev)
+	if m == nil {
+		t.Fatalf("no auc in pstrain eval's output:\n%s", ev)
+	}
+	auc, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		t.Fatalf("auc %q in pstrain eval's output: %v", m[1], err)
+	}
+	return auc
 }

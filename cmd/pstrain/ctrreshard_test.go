@@ -5,8 +5,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"testing"
 	"time"
 
@@ -49,15 +47,7 @@ func TestCTRCheckpointRestoresOntoThreePS(t *testing.T) {
 	if n := len(info.Manifest.Shards); n != 3 {
 		t.Errorf("final checkpoint %s of %d shards, want 3", info.Path, n)
 	}
-	ev, err := pstrain(t, ctx, "eval", "--checkpoint", ckdir, "--data-dir", data)
-	if err != nil {
-		t.Fatalf("pstrain eval: %v\n%s", err, ev)
-	}
-	m := regexp.MustCompile(`test auc ([0-9.]+)`).FindStringSubmatch(ev)
-	if m == nil {
-		t.Fatalf("no auc in pstrain eval's output:\n%s", ev)
-	}
-	if auc, _ := strconv.ParseFloat(m[1], 64); math.Abs(auc-three.AUC) > 1e-4 {
+	if auc := evalAUC(t, ctx, ckdir, data); math.Abs(auc-three.AUC) > 1e-4 {
 		t.Errorf("pstrain eval of the 3 shards' final checkpoint: auc %.4f, the report says %.4f", auc, three.AUC)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"math"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"testing"
 	"time"
@@ -64,15 +63,7 @@ func TestScalePSCTR(t *testing.T) {
 			if n := len(newestCheckpoint(t, ckdir).Manifest.Shards); n != 1 {
 				t.Errorf("the final checkpoint has %d shard files, want 1", n)
 			}
-			ev, err := pstrain(t, ctx, "eval", "--checkpoint", ckdir, "--data-dir", data)
-			if err != nil {
-				t.Fatalf("pstrain eval: %v\n%s", err, ev)
-			}
-			m := regexp.MustCompile(`test auc ([0-9.]+)`).FindStringSubmatch(ev)
-			if m == nil {
-				t.Fatalf("no auc in pstrain eval's output:\n%s", ev)
-			}
-			if auc, _ := strconv.ParseFloat(m[1], 64); math.Abs(auc-rep.AUC) > 1e-4 {
+			if auc := evalAUC(t, ctx, ckdir, data); math.Abs(auc-rep.AUC) > 1e-4 {
 				t.Errorf("pstrain eval of the final checkpoint: auc %.4f, the report says %.4f", auc, rep.AUC)
 			}
 		})
