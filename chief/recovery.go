@@ -131,7 +131,8 @@ func (c *Chief) initShard(ctx context.Context, s int, in shardInit, gen int64) e
 // initShardThen sends shard s its state in generation gen and, if then
 // is set, calls it with the shard's client after the Init, as one
 // attempt: a process that dies during then (and is restarted, empty)
-// gets the Init again before then is retried.
+// gets the Init again before then is retried. The Init has
+// psCallTimeout; then bounds its own calls.
 func (c *Chief) initShardThen(ctx context.Context, s int, in shardInit, gen int64, then func(context.Context, pb.ParameterServerClient) error) error {
 	r := c.cfg.Run
 	c.mu.Lock()
@@ -148,8 +149,11 @@ func (c *Chief) initShardThen(ctx context.Context, s int, in shardInit, gen int6
 	}
 	p := c.primary(s)
 	req.Epoch, req.StandbyAddr = c.standbyFor(ctx, s)
-	return c.callPS(ctx, s, p, "init", func(ctx context.Context) error {
-		if _, err := p.Client.Init(ctx, req); err != nil || then == nil {
+	return c.retryPS(ctx, s, p, "init", func(ctx context.Context) error {
+		ictx, cancel := context.WithTimeout(ctx, psCallTimeout)
+		_, err := p.Client.Init(ictx, req)
+		cancel()
+		if err != nil || then == nil {
 			return err
 		}
 		return then(ctx, p.Client)
@@ -205,16 +209,11 @@ func (c *Chief) initCluster(ctx context.Context, a InitCluster) (step, latest in
 			return 0, 0, fmt.Errorf("chief: moving old checkpoints aside: %w", err)
 		}
 	}
-	all := make([]int, len(c.cfg.PS))
 	for s := range c.cfg.PS {
 		inits[s].rowsLoading = c.loadsRows(ck)
-		if err := c.initShard(ctx, s, inits[s], a.Generation); err != nil {
+		if err := c.initShardThen(ctx, s, inits[s], a.Generation, c.rowsLoader(ck, s, a.Generation)); err != nil {
 			return 0, 0, err
 		}
-		all[s] = s
-	}
-	if err := c.restoreRows(ctx, ck, all, a.Generation); err != nil {
-		return 0, 0, err
 	}
 	return inits[0].version, latest, nil
 }
@@ -238,12 +237,9 @@ func (c *Chief) restore(ctx context.Context, targets []int, gen int64) (int64, e
 	}
 	for _, t := range targets {
 		inits[t].rowsLoading = c.loadsRows(ck)
-		if err := c.initShard(ctx, t, inits[t], gen); err != nil {
+		if err := c.initShardThen(ctx, t, inits[t], gen, c.rowsLoader(ck, t, gen)); err != nil {
 			return 0, err
 		}
-	}
-	if err := c.restoreRows(ctx, ck, targets, gen); err != nil {
-		return 0, err
 	}
 	return restoredStep, nil
 }

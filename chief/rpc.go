@@ -284,18 +284,27 @@ func (c *Chief) Shutdown(ctx context.Context) {
 	}
 }
 
+// psCallTimeout bounds one attempt of an RPC to a PS process.
+const psCallTimeout = 30 * time.Second
+
 // callPS retries an RPC to shard s's process p while it is
-// unavailable, for up to StartupTimeout from the first failure, and
-// names the process's address when it gives up.
+// unavailable, for up to StartupTimeout from the first failure, each
+// attempt for up to psCallTimeout, and names the process's address when
+// it gives up.
 func (c *Chief) callPS(ctx context.Context, s int, p PS, op string, f func(context.Context) error) error {
+	return c.retryPS(ctx, s, p, op, func(ctx context.Context) error {
+		cctx, cancel := context.WithTimeout(ctx, psCallTimeout)
+		defer cancel()
+		return f(cctx)
+	})
+}
+
+// retryPS is callPS without a bound on an attempt: f bounds each of its
+// RPCs itself (an Init followed by a row load of any length).
+func (c *Chief) retryPS(ctx context.Context, s int, p PS, op string, f func(context.Context) error) error {
 	addr := p.Addr
 	err := retry.Do(ctx, retry.Policy{First: 50 * time.Millisecond, Max: time.Second, Patience: c.cfg.StartupTimeout,
-		Retryable: retry.OnCodes(codes.Unavailable, codes.DeadlineExceeded), Now: c.cfg.Now},
-		func(ctx context.Context) error {
-			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			defer cancel()
-			return f(cctx)
-		})
+		Retryable: retry.OnCodes(codes.Unavailable, codes.DeadlineExceeded), Now: c.cfg.Now}, f)
 	var gaveUp *retry.GaveUpError
 	switch {
 	case err == nil || err == ctx.Err():

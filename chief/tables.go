@@ -43,30 +43,30 @@ func (c *Chief) tableSpecs() []*pb.TableSpec {
 	return specs
 }
 
-// shardClients are the clients of every shard's primary, by shard.
-func (c *Chief) shardClients() []pb.ParameterServerClient {
-	out := make([]pb.ParameterServerClient, len(c.cfg.PS))
-	for s := range out {
-		out[s] = c.primary(s).Client
-	}
-	return out
-}
-
-// loadsRows says whether an Init from ck is followed by restoreRows: the
-// shards then hold their row requests until the load is done.
+// loadsRows says whether an Init from ck is followed by a load of its
+// rows (rowsLoader; a PS change's initMoved): the shards then hold
+// their row requests until the load is done.
 func (c *Chief) loadsRows(ck *checkpoint.Checkpoint) bool {
 	return ck != nil && len(c.cfg.Spec.Tables()) > 0
 }
 
-// restoreRows loads ck's embedding rows onto the target shards, just
-// initialised in generation gen (an Init installs empty tables). A run
-// without tables has nothing to load.
-func (c *Chief) restoreRows(ctx context.Context, ck *checkpoint.Checkpoint, targets []int, gen int64) error {
+// rowsLoader is what loads shard s's rows of ck after its Init in
+// generation gen (an Init installs empty tables; initShardThen): nil
+// when ck has none to load. Each attempt reads the shard's rows anew, so
+// the chief holds one shard's rows at a time.
+func (c *Chief) rowsLoader(ck *checkpoint.Checkpoint, s int, gen int64) func(context.Context, pb.ParameterServerClient) error {
 	if !c.loadsRows(ck) {
 		return nil
 	}
-	if err := rowclient.RestoreShards(ctx, ck, c.shardClients(), targets, c.cfg.RunID, gen, 0); err != nil {
-		return fmt.Errorf("chief: restoring the embedding rows: %w", err)
+	return func(ctx context.Context, cl pb.ParameterServerClient) error {
+		n := len(c.cfg.PS)
+		rows, err := rowclient.ShardRows(ck, s, n)
+		if err == nil {
+			err = rowclient.LoadShard(ctx, cl, rows, c.cfg.RunID, gen, 0)
+		}
+		if err != nil {
+			return fmt.Errorf("chief: restoring the embedding rows of shard %d of %d: %w", s, n, err)
+		}
+		return nil
 	}
-	return nil
 }

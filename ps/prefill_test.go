@@ -1,6 +1,8 @@
 package ps
 
 import (
+	"context"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -38,7 +40,7 @@ func TestPrefillSpreadsTheKeysOverTheShards(t *testing.T) {
 	for _, c := range cfgs {
 		var all []uint64
 		for s, ts := range sets {
-			made, err := ts.Prefill(c.Name, n)
+			made, err := ts.Prefill(context.Background(), c.Name, n)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -53,7 +55,7 @@ func TestPrefillSpreadsTheKeysOverTheShards(t *testing.T) {
 				checkFirstRow(t, c, tab, k)
 			}
 			all = append(all, tab.Keys()...)
-			if again, err := ts.Prefill(c.Name, n); err != nil || again != 0 {
+			if again, err := ts.Prefill(context.Background(), c.Name, n); err != nil || again != 0 {
 				t.Fatalf("a second pre-fill made %d rows (%v), want 0", again, err)
 			}
 		}
@@ -62,8 +64,19 @@ func TestPrefillSpreadsTheKeysOverTheShards(t *testing.T) {
 			t.Fatalf("table %s: %d keys over the shards from %d to %d, want the %d from %d", c.Name, len(all), all[0], all[len(all)-1], n, embed.PrefillKey(0))
 		}
 	}
-	if _, err := sets[0].Prefill("emb/C1", -1); err == nil {
+	if _, err := sets[0].Prefill(context.Background(), "emb/C1", -1); err == nil {
 		t.Error("a negative pre-fill was accepted")
+	}
+	if _, err := sets[0].Prefill(context.Background(), "emb/C1", embed.MaxPrefill+1); err == nil {
+		t.Error("a pre-fill past MaxPrefill was accepted")
+	}
+	// An Init given up on (its context ended) stops pre-filling within a
+	// chunk rather than building the tables to the end.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	made, err := sets[1].Prefill(ctx, "emb/C2", 10*prefillChunk)
+	if !errors.Is(err, context.Canceled) || made >= 10*prefillChunk/2 {
+		t.Errorf("pre-fill under an ended context: %d rows made, err %v; want it stopped with context.Canceled", made, err)
 	}
 }
 
@@ -91,7 +104,7 @@ func TestTrainingOverPrefilledTablesIsTrainingWithout(t *testing.T) {
 	filled := newTableSets(t, cfgs, config.Sync, shards)
 	for _, ts := range filled {
 		for _, c := range cfgs {
-			if _, err := ts.Prefill(c.Name, n); err != nil {
+			if _, err := ts.Prefill(context.Background(), c.Name, n); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -144,7 +157,7 @@ func TestInitPrefillsUnlessLoadingAndCountsTheRows(t *testing.T) {
 		sp.PrefillRows = 300
 	}
 	req := &pb.InitRequest{Shard: 1, NumShards: 2, Tables: specs}
-	ts, err := buildTables(req, config.Sync)
+	ts, err := buildTables(context.Background(), req, config.Sync)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +177,7 @@ func TestInitPrefillsUnlessLoadingAndCountsTheRows(t *testing.T) {
 		}
 	}
 	req.RowsLoading = true
-	if ts, err = buildTables(req, config.Sync); err != nil {
+	if ts, err = buildTables(context.Background(), req, config.Sync); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range cfgs {
@@ -173,7 +186,7 @@ func TestInitPrefillsUnlessLoadingAndCountsTheRows(t *testing.T) {
 		}
 	}
 	req.RowsLoading, req.Tables[0].PrefillRows = false, -1
-	if _, err := buildTables(req, config.Sync); err == nil {
+	if _, err := buildTables(context.Background(), req, config.Sync); err == nil {
 		t.Error("an Init pre-filling -1 rows was accepted")
 	}
 }

@@ -246,7 +246,7 @@ func (s *Server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitRespons
 	defer s.observe("init", s.now())
 	b, err := s.build(req)
 	if err == nil {
-		b.ts, err = buildTables(req, b.opts.Mode)
+		b.ts, err = buildTables(ctx, req, b.opts.Mode)
 	}
 	if err != nil {
 		return nil, err

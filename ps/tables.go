@@ -2,6 +2,7 @@ package ps
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -544,7 +545,7 @@ const prefillChunk = 4096
 // on its embed.ShardOf shard), as a first touch creates a row, and
 // returns how many it created. The shards of a run, each pre-filled
 // with the same n, hold n rows between them that no data key touches.
-func (ts *TableSet) Prefill(name string, n int64) (int, error) {
+func (ts *TableSet) Prefill(ctx context.Context, name string, n int64) (int, error) {
 	st, err := ts.lookup(name)
 	if err != nil {
 		return 0, err
@@ -561,6 +562,9 @@ func (ts *TableSet) Prefill(name string, n int64) (int, error) {
 			continue
 		}
 		if chunk = append(chunk, k); len(chunk) == cap(chunk) {
+			if err := ctx.Err(); err != nil {
+				return made, fmt.Errorf("ps: pre-filling table %s: %w", name, err)
+			}
 			made += st.t.Fill(chunk, ts.version)
 			chunk = chunk[:0]
 		}

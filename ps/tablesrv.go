@@ -110,7 +110,7 @@ func TableSpecs(cfgs []embed.TableConfig) []*pb.TableSpec {
 
 // buildTables makes the (empty) tables req declares, nil if none; its
 // errors are gRPC statuses.
-func buildTables(req *pb.InitRequest, mode config.Mode) (*TableSet, error) {
+func buildTables(ctx context.Context, req *pb.InitRequest, mode config.Mode) (*TableSet, error) {
 	if len(req.Tables) == 0 {
 		return nil, nil
 	}
@@ -131,7 +131,7 @@ func buildTables(req *pb.InitRequest, mode config.Mode) (*TableSet, error) {
 	}
 	ts, err := NewTableSet(cfgs, mode, int(req.Shard), max(1, int(req.NumShards)), req.Version)
 	if err == nil && !req.RowsLoading {
-		err = prefill(ts, req.Tables)
+		err = prefill(ctx, ts, req.Tables)
 	}
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -142,12 +142,12 @@ func buildTables(req *pb.InitRequest, mode config.Mode) (*TableSet, error) {
 // prefill creates the rows of the tables' prefill_rows on ts. An Init
 // that loads a checkpoint's rows does not: the checkpoint holds the
 // pre-filled rows with the others.
-func prefill(ts *TableSet, specs []*pb.TableSpec) error {
+func prefill(ctx context.Context, ts *TableSet, specs []*pb.TableSpec) error {
 	for _, t := range specs {
 		if t.PrefillRows == 0 {
 			continue
 		}
-		if _, err := ts.Prefill(t.Name, t.PrefillRows); err != nil {
+		if _, err := ts.Prefill(ctx, t.Name, t.PrefillRows); err != nil {
 			return err
 		}
 	}

@@ -102,11 +102,12 @@ func (n *CTRNet) Step() (float32, error) {
 	return 0, errors.New("worker: a CTR net steps from the shards' views (StepFrom)")
 }
 
-// StepFrom implements ViewStepper: the rows are read at the lowest
-// version of views (a shard behind the others, being caught up, answers
-// at once; the others hold that version or a later one) and their
-// gradients tagged with it, in the newest generation of views.
-func (n *CTRNet) StepFrom(ctx context.Context, views []ps.PullView) (float32, error) {
+// StepFrom implements ViewStepper: the rows are read (under pull) at
+// the lowest version of views (a shard behind the others, being caught
+// up, answers at once; the others hold that version or a later one) and
+// their gradients pushed (under push) tagged with it, in the newest
+// generation of views.
+func (n *CTRNet) StepFrom(pull, push context.Context, views []ps.PullView) (float32, error) {
 	if len(views) == 0 {
 		return 0, errors.New("worker: a CTR step without the shards' views")
 	}
@@ -116,7 +117,7 @@ func (n *CTRNet) StepFrom(ctx context.Context, views []ps.PullView) (float32, er
 	}
 	n.rows.SetGeneration(gen)
 	n.decode()
-	loss, err := n.net.Step(ctx, n.rows, version, n.b)
+	loss, err := n.step(pull, push, version)
 	if errors.Is(err, rowclient.ErrDone) {
 		// Training ended under the step: its dense push is answered so
 		// and the worker finishes.
@@ -126,6 +127,22 @@ func (n *CTRNet) StepFrom(ctx context.Context, views []ps.PullView) (float32, er
 		return 0, fmt.Errorf("worker: CTR step at version %d: %w", version, err)
 	}
 	return loss, nil
+}
+
+// step is ctr.Net.Step with its pull under pull and its push under
+// push.
+func (n *CTRNet) step(pull, push context.Context, version int64) (float32, error) {
+	if err := n.net.Load(n.b); err != nil {
+		return 0, err
+	}
+	if err := n.net.Pull(pull, n.rows, version); err != nil {
+		return 0, err
+	}
+	loss, err := n.net.Compute()
+	if err != nil {
+		return loss, err
+	}
+	return loss, n.net.Push(push, n.rows, version)
 }
 
 // Grads implements Net: the dense layers' gradients.

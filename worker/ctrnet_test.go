@@ -100,7 +100,7 @@ func TestCTRNetStepsAsTheNetOnTheBatch(t *testing.T) {
 	batches.Next(net.Input(), y)
 	net.SetLabels(y)
 	views := []ps.PullView{{Version: 7, Generation: 2}, {Version: 5, Generation: 3}}
-	got, err := net.StepFrom(context.Background(), views)
+	got, err := net.StepFrom(context.Background(), context.Background(), views)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,10 +182,10 @@ func TestCTRNetStepWhenTrainingIsOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := net.StepFrom(context.Background(), []ps.PullView{{Version: 3}}); err != nil {
+	if _, err := net.StepFrom(context.Background(), context.Background(), []ps.PullView{{Version: 3}}); err != nil {
 		t.Errorf("a step after training ended: %v, want nil", err)
 	}
-	if _, err := net.StepFrom(context.Background(), nil); err == nil {
+	if _, err := net.StepFrom(context.Background(), context.Background(), nil); err == nil {
 		t.Error("a step without views did not fail")
 	}
 }

@@ -161,12 +161,11 @@ func (r *run) compute(a Compute) (float32, error) {
 		r.next()
 	}
 	c.Net.SetLabels(r.w.labels)
-	// On the pushes' context: a net that pushes part of its step itself
-	// (a CTR net's rows, pushed before the dense gradient) must not be
-	// cut short by a stop between those pushes and the step's, or its
-	// batch would be trained again after the stop with some rows
-	// already applied. (Package nn's passes do not read ctx.)
-	loss, err := step(r.pushCtx, c.Net, a.Views)
+	// A net that pushes part of its step itself (a CTR net's rows, pushed
+	// before the dense gradient) pushes on the pushes' context: a stop
+	// between those pushes and the step's would leave some rows applied
+	// and the batch to be trained again after it.
+	loss, err := step(r.ctx, r.pushCtx, c.Net, a.Views)
 	if err != nil {
 		return 0, err
 	}

@@ -27,16 +27,19 @@ type Net interface {
 
 // ViewStepper is a Net whose passes do I/O of their own (CTRNet: the
 // embedding rows on the shards): the worker runs StepFrom instead of
-// Step, under Run's context, with the views of the shards the pass
-// computes from (their versions and generations).
+// Step, with the views of the shards the pass computes from (their
+// versions and generations). Its reads go under pull, which a stop of
+// the worker cuts; its writes under push, which only the end of Run
+// cuts, so that a step stopped after its first write still makes its
+// others (the worker's dense push follows).
 type ViewStepper interface {
-	StepFrom(ctx context.Context, views []ps.PullView) (float32, error)
+	StepFrom(pull, push context.Context, views []ps.PullView) (float32, error)
 }
 
 // step runs net's passes: StepFrom for a ViewStepper, else Step.
-func step(ctx context.Context, net Net, views []ps.PullView) (float32, error) {
+func step(pull, push context.Context, net Net, views []ps.PullView) (float32, error) {
 	if vs, ok := net.(ViewStepper); ok {
-		return vs.StepFrom(ctx, views)
+		return vs.StepFrom(pull, push, views)
 	}
 	return net.Step()
 }

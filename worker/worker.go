@@ -251,9 +251,10 @@ func (w *Worker) Run(ctx context.Context) error { return w.RunStoppable(ctx, nil
 
 // RunStoppable is Run that also ends, with an error, when stop is done
 // (nil: never), but more gently than when ctx is: the pulls under way
-// are cut short, while the passes and pushes under way are answered
-// (only ctx cuts them), so that a step's gradient has reached every
-// shard it was sent to when it returns. A change of the PS count stops
+// (a ViewStepper's reads among them) are cut short, while the pushes
+// under way (a ViewStepper's writes among them) are answered (only ctx
+// cuts them), so that a step's gradient has reached every shard it was
+// sent to when it returns. A change of the PS count stops
 // a worker so (docs/elastic.md, "Parameter servers": in async and ssp
 // runs the shards are snapshotted once every worker has stopped).
 func (w *Worker) RunStoppable(ctx, stop context.Context) error {

@@ -113,15 +113,15 @@ func TestRunAsyncAndSSP(t *testing.T) {
 			}
 			// Every async update consumes one batch: ceil(18000/128) = 141.
 			// SSP's 3 workers on these 141 steps with the decaying rate
-			// ended at 0.86-0.88, loaded or not; its bar is lower than
-			// async's, and both are far above chance (0.10).
-			minAcc := 0.80
-			if mode[1] == "ssp" {
-				minAcc = 0.70
+			// ended at 0.864-0.873 in 85 runs, loaded or not (at a constant
+			// rate 0.72-0.90); both bars are far above chance (0.10).
+			minAcc, ssp := 0.80, mode[1] == "ssp"
+			if ssp {
+				minAcc = 0.82
 			}
 			t.Logf("%s: steps %d accuracy %.4f", mode[1], rep.GlobalSteps, rep.TestAccuracy)
-			if rep.GlobalSteps != 141 || rep.TestAccuracy < minAcc || rep.Mode != mode[1] {
-				t.Errorf("%s: steps %d accuracy %.4f (want >= %.2f) mode %s", mode[1], rep.GlobalSteps, rep.TestAccuracy, minAcc, rep.Mode)
+			if rep.GlobalSteps != 141 || rep.TestAccuracy < minAcc || rep.Mode != mode[1] || ssp && rep.Staleness != 2 {
+				t.Errorf("%s: steps %d accuracy %.4f (want >= %.2f) mode %s staleness %d", mode[1], rep.GlobalSteps, rep.TestAccuracy, minAcc, rep.Mode, rep.Staleness)
 			}
 		})
 	}

@@ -63,9 +63,10 @@ func (p Placer) Shard(key uint64) int {
 // 2^64-1, above every key PrefillKey gives.
 const PrefillBase uint64 = 1 << 62
 
-// MaxPrefill bounds the rows a table is pre-filled with: its keys stay
-// between PrefillBase and 2^63.
-const MaxPrefill int64 = 1 << 62
+// MaxPrefill bounds the rows a table is pre-filled with: the rows a
+// table holds on one shard, which numbers them in 32 bits (a table of
+// dimension 16 that size is far larger than this machine's memory).
+const MaxPrefill int64 = 1<<31 - 1
 
 // PrefillKey is the key of a table's i-th pre-filled row (0 <= i <
 // MaxPrefill): a key no data set uses, so that training never touches

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/checkpoint/shardckpt"
@@ -98,19 +99,27 @@ func LoadShard(ctx context.Context, cl pb.ParameterServerClient, rows []shardckp
 			return fmt.Errorf("table %s: %w", r.Name, err)
 		}
 	}
-	if _, err := cl.LoadRows(ctx, &pb.LoadRowsRequest{RunId: runID, Generation: gen, Done: true}); err != nil {
+	rctx, cancel := context.WithTimeout(ctx, loadRequestTimeout)
+	defer cancel()
+	if _, err := cl.LoadRows(rctx, &pb.LoadRowsRequest{RunId: runID, Generation: gen, Done: true}); err != nil {
 		return fmt.Errorf("releasing the shard after its rows: %w", err)
 	}
 	return nil
 }
+
+// loadRequestTimeout bounds each LoadRows request: a load of any size
+// goes on as long as each of its requests is answered in time.
+const loadRequestTimeout = 30 * time.Second
 
 // load sends a table's rows in requests of at most maxBytes.
 func load(ctx context.Context, cl pb.ParameterServerClient, r shardckpt.TableRows, runID string, gen int64, maxBytes int) error {
 	per := max(1, maxBytes/(8+4*(r.Dim+r.StateLen)))
 	for lo := 0; lo < len(r.Keys); lo += per {
 		hi := min(len(r.Keys), lo+per)
-		_, err := cl.LoadRows(ctx, &pb.LoadRowsRequest{RunId: runID, Generation: gen, Table: r.Name, Keys: r.Keys[lo:hi],
+		rctx, cancel := context.WithTimeout(ctx, loadRequestTimeout)
+		_, err := cl.LoadRows(rctx, &pb.LoadRowsRequest{RunId: runID, Generation: gen, Table: r.Name, Keys: r.Keys[lo:hi],
 			Values: wire.Bytes(r.Values[lo*r.Dim : hi*r.Dim]), State: wire.Bytes(r.State[lo*r.StateLen : hi*r.StateLen])})
+		cancel()
 		if err != nil {
 			return err
 		}
