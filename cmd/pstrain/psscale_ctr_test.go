@@ -57,7 +57,11 @@ func TestScalePSCTR(t *testing.T) {
 					t.Errorf("auc %.4f after moving the rows 2 -> 3 -> 1 PS, %.4f without: the moves changed the model", rep.AUC, still.AUC)
 				}
 			}
-			if rep.AUC < 0.7 {
+			// Async ended at 0.740-0.755 in 5 runs on a quiet machine (the
+			// order its gradients land in varies); an untrained model scores
+			// about 0.5.
+			t.Logf("%s: auc %.4f", mode, rep.AUC)
+			if rep.AUC < 0.65 {
 				t.Errorf("auc %.4f after moving the rows 2 -> 3 -> 1 PS: want far above chance (0.5)", rep.AUC)
 			}
 			if n := len(newestCheckpoint(t, ckdir).Manifest.Shards); n != 1 {
