@@ -127,9 +127,9 @@ func (c *Chief) loadMove(from partition.Plan, step int64, to partition.Layout) (
 }
 
 // moveRows reads the embedding rows of ck for each shard of n: a key's
-// row goes to shard embed.ShardOf(table, key, n). The chief holds every
-// row until the switch loads them (on the loop's goroutine, the pause
-// would include reading them).
+// row goes to shard embed.ShardOf(table, key, n). It runs in loadMove,
+// beside the workers' switch, and the chief holds every row until the
+// switch loads them.
 func (c *Chief) moveRows(ck *checkpoint.Checkpoint, n int) ([][]shardckpt.TableRows, error) {
 	all, err := shardckpt.ReadTables(ck, nil)
 	if err != nil {
