@@ -13,6 +13,7 @@ import (
 	"errors"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -132,9 +133,14 @@ func TestOneHugeGradient(t *testing.T) {
 	if len(rep.Divergences) == 0 {
 		t.Fatalf("no divergence in the report:\n%s", out)
 	}
+	// The rate is halved unless the culprit was quarantined before the
+	// divergence was seen (its gradients' disagreement with the others',
+	// when a window of them closed first: a matter of timing), in which
+	// case it stays (chief/core_diverge.go).
 	d := rep.Divergences[0]
-	if d.AtStep < 60 || d.RolledBackTo < 0 || d.RolledBackTo > 60 || d.LRFactor != 0.5 || d.SuspectWorker != "worker/1" {
-		t.Errorf("divergence %+v: want one after step 60, rolled back to a step at or before it, lr factor 0.5, suspect worker/1", d)
+	quarantined := d.LRFactor == 1 && strings.HasPrefix(d.Evidence, "quarantined") && slices.Contains(rep.Quarantined, "worker/1")
+	if d.AtStep < 60 || d.RolledBackTo < 0 || d.RolledBackTo > 60 || (d.LRFactor != 0.5 && !quarantined) || d.SuspectWorker != "worker/1" {
+		t.Errorf("divergence %+v (quarantined %v): want one after step 60, rolled back to a step at or before it, lr factor 0.5 (1 with worker/1 quarantined), suspect worker/1", d, rep.Quarantined)
 	}
 	if !strings.Contains(out, "suspect worker/1") {
 		t.Errorf("the summary does not name the suspect:\n%s", out)
