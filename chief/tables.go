@@ -59,13 +59,8 @@ func (c *Chief) rowsLoader(ck *checkpoint.Checkpoint, s int, gen int64) func(con
 		return nil
 	}
 	return func(ctx context.Context, cl pb.ParameterServerClient) error {
-		n := len(c.cfg.PS)
-		rows, err := rowclient.ShardRows(ck, s, n)
-		if err == nil {
-			err = rowclient.LoadShard(ctx, cl, rows, c.cfg.RunID, gen, 0)
-		}
-		if err != nil {
-			return fmt.Errorf("chief: restoring the embedding rows of shard %d of %d: %w", s, n, err)
+		if err := rowclient.RestoreShard(ctx, ck, cl, s, len(c.cfg.PS), c.cfg.RunID, gen, 0); err != nil {
+			return fmt.Errorf("chief: %w", err)
 		}
 		return nil
 	}

@@ -13,36 +13,22 @@ import (
 	"github.com/pstrain/pstrain/transport/wire"
 )
 
-// Restore loads a checkpoint's embedding rows, with their optimizer
-// state, onto shards (the chief's clients of every shard, initialised
-// with the tables at generation gen): each row goes to the shard
-// embed.ShardOf gives it among len(shards), however many shards wrote
-// the checkpoint. It reads the checkpoint once per shard and holds one
-// shard's rows at a time; LoadRows requests carry at most maxBytes of
+// RestoreShard loads a checkpoint's embedding rows that shard s of n
+// holds (embed.ShardOf), with their optimizer state, onto that shard
+// (cl, initialised with the tables at generation gen), however many
+// shards wrote the checkpoint: what a restore of a shard needs. It holds
+// that shard's rows only; LoadRows requests carry at most maxBytes of
 // rows (0: DefaultMaxRequestBytes).
-func Restore(ctx context.Context, ck *checkpoint.Checkpoint, shards []pb.ParameterServerClient, runID string, gen int64, maxBytes int) error {
-	all := make([]int, len(shards))
-	for s := range all {
-		all[s] = s
+func RestoreShard(ctx context.Context, ck *checkpoint.Checkpoint, cl pb.ParameterServerClient, s, n int, runID string, gen int64, maxBytes int) error {
+	if s < 0 || s >= n {
+		return fmt.Errorf("rowclient: restoring shard %d of %d", s, n)
 	}
-	return RestoreShards(ctx, ck, shards, all, runID, gen, maxBytes)
-}
-
-// RestoreShards is Restore onto the shards listed in targets only (the
-// others keep their rows): what a restore of some shards needs.
-func RestoreShards(ctx context.Context, ck *checkpoint.Checkpoint, shards []pb.ParameterServerClient, targets []int, runID string, gen int64, maxBytes int) error {
-	n := len(shards)
-	for _, s := range targets {
-		if s < 0 || s >= n {
-			return fmt.Errorf("rowclient: restoring shard %d of %d", s, n)
-		}
-		rows, err := ShardRows(ck, s, n)
-		if err != nil {
-			return err
-		}
-		if err := LoadShard(ctx, shards[s], rows, runID, gen, maxBytes); err != nil {
-			return fmt.Errorf("rowclient: restoring shard %d of %d: %w", s, n, err)
-		}
+	rows, err := ShardRows(ck, s, n)
+	if err != nil {
+		return err
+	}
+	if err := LoadShard(ctx, cl, rows, runID, gen, maxBytes); err != nil {
+		return fmt.Errorf("rowclient: restoring shard %d of %d: %w", s, n, err)
 	}
 	return nil
 }

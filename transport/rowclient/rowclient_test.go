@@ -294,7 +294,7 @@ func TestCheckpointOfTwoShardsRestoresOntoThree(t *testing.T) {
 	w3 := [][]pb.ParameterServerClient{three.clients(t, auth.RoleWorker, 0), three.clients(t, auth.RoleWorker, 1)}
 	two.trainStep(t, w2, 0, keys)
 	ck := two.checkpointAll(t, chief2, 1)
-	if err := Restore(context.Background(), ck, chief3, "r", 1, 100); err != nil {
+	if err := restoreAll(ck, chief3, 100); err != nil {
 		t.Fatal(err)
 	}
 	for s, p := range three.shards {
@@ -571,10 +571,10 @@ func TestQuarantinedWorkerRowsAreDropped(t *testing.T) {
 	}
 }
 
-// RestoreShards loads the rows of the target shards only: a shard
+// RestoreShard loads the rows of its shard only: a shard
 // re-initialised alone (a restarted PS) gets its rows back, the others
 // are left as they are.
-func TestRestoreShardsLoadsTheTargetsOnly(t *testing.T) {
+func TestRestoreShardLoadsItsShardOnly(t *testing.T) {
 	tables := []embed.TableConfig{{Name: "emb/C1", Dim: 4, Seed: 3, Rule: embed.DefaultAdagrad(0.2)}}
 	keys := [][]uint64{{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {10, 11, 12, 13, 14, 15, 99, 1 << 50}}
 	all := uniqueUnion(keys[0], keys[1])
@@ -585,7 +585,7 @@ func TestRestoreShardsLoadsTheTargetsOnly(t *testing.T) {
 	w := [][]pb.ParameterServerClient{src.clients(t, auth.RoleWorker, 0), src.clients(t, auth.RoleWorker, 1)}
 	src.trainStep(t, w, 0, keys)
 	ck := src.checkpointAll(t, chiefSrc, 1)
-	if err := RestoreShards(context.Background(), ck, chiefDst, []int{1}, "r", 1, 100); err != nil {
+	if err := RestoreShard(context.Background(), ck, chiefDst[1], 1, 2, "r", 1, 100); err != nil {
 		t.Fatal(err)
 	}
 	want := 0
@@ -600,7 +600,7 @@ func TestRestoreShardsLoadsTheTargetsOnly(t *testing.T) {
 			t.Errorf("shard %d holds %v rows after restoring shard 1 of %d rows", s, got, want)
 		}
 	}
-	if err := RestoreShards(context.Background(), ck, chiefDst, []int{2}, "r", 1, 100); err == nil {
+	if err := RestoreShard(context.Background(), ck, chiefDst[0], 2, 2, "r", 1, 100); err == nil {
 		t.Error("restoring shard 2 of 2 did not fail")
 	}
 }
@@ -627,7 +627,7 @@ func TestRowsWaitForTheirRestore(t *testing.T) {
 	if err := cl.Pull(context.Background(), 0, "emb/C1", keys[0], out); status.Code(err) != codes.Unavailable {
 		t.Fatalf("a pull before the rows are restored: %v, want Unavailable", err)
 	}
-	if err := Restore(context.Background(), ck, chiefDst, "r", 1, 0); err != nil {
+	if err := restoreAll(ck, chiefDst, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := cl.Pull(context.Background(), 0, "emb/C1", keys[0], out); err != nil {
@@ -677,4 +677,15 @@ func TestSplitRowsIsShardRows(t *testing.T) {
 			t.Errorf("%d shards hold %d rows, the checkpoint %d", n, total, want)
 		}
 	}
+}
+
+// restoreAll restores ck's rows onto every shard, as a chief resuming a
+// run of run "r" at generation 1 does.
+func restoreAll(ck *checkpoint.Checkpoint, shards []pb.ParameterServerClient, maxBytes int) error {
+	for s, cl := range shards {
+		if err := RestoreShard(context.Background(), ck, cl, s, len(shards), "r", 1, maxBytes); err != nil {
+			return err
+		}
+	}
+	return nil
 }
