@@ -98,12 +98,7 @@ func checkRestoredRun(t *testing.T, rep *report.Report, minStep int64, wantAUC f
 func runCTR(t *testing.T, ctx context.Context, extra ...string) (*report.Report, string, string) {
 	t.Helper()
 	tmp := t.TempDir()
-	cfg := ctrdata.DefaultConfig()
-	cfg.Train, cfg.Test = 20000, 5000
-	data := filepath.Join(tmp, "data")
-	if _, err := ctrdata.Generate(filepath.Join(data, ctrdata.SynthName), cfg); err != nil {
-		t.Fatal(err)
-	}
+	data := smallCTRData(t, tmp)
 	rp, ckdir := filepath.Join(tmp, "report.json"), filepath.Join(tmp, "ckpt")
 	args := append([]string{"run", "--model", "ctr", "--ps", "2", "--workers", "2", "--epochs", "2", "--data-dir", data,
 		"--checkpoint-dir", ckdir, "--run-dir", filepath.Join(tmp, "run"), "--sd-dir", filepath.Join(tmp, "targets"), "--report", rp}, extra...)
@@ -160,4 +155,18 @@ func evalAUC(t *testing.T, ctx context.Context, ckdir, data string) float64 {
 		t.Fatalf("auc %q in pstrain eval's output: %v", m[1], err)
 	}
 	return auc
+}
+
+// smallCTRData writes a synthetic CTR set of 20000 training and 5000
+// test samples (the default seed and vocabularies) under dir and returns
+// the --data-dir that reads it.
+func smallCTRData(t *testing.T, dir string) string {
+	t.Helper()
+	cfg := ctrdata.DefaultConfig()
+	cfg.Train, cfg.Test = 20000, 5000
+	data := filepath.Join(dir, "data")
+	if _, err := ctrdata.Generate(filepath.Join(data, ctrdata.SynthName), cfg); err != nil {
+		t.Fatal(err)
+	}
+	return data
 }

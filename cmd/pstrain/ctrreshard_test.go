@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/pstrain/pstrain/checkpoint"
-	"github.com/pstrain/pstrain/ml/ctrdata"
 	"github.com/pstrain/pstrain/observe/report"
 )
 
@@ -27,12 +26,7 @@ func TestCTRCheckpointRestoresOntoThreePS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	tmp := t.TempDir()
-	cfg := ctrdata.DefaultConfig()
-	cfg.Train, cfg.Test = 20000, 5000
-	data, ckdir := filepath.Join(tmp, "data"), filepath.Join(tmp, "ckpt")
-	if _, err := ctrdata.Generate(filepath.Join(data, ctrdata.SynthName), cfg); err != nil {
-		t.Fatal(err)
-	}
+	data, ckdir := smallCTRData(t, tmp), filepath.Join(tmp, "ckpt")
 	two := runCTRInto(t, ctx, tmp, "two", data, ckdir, "--ps", "2", "--checkpoint-every", "40", "--keep-checkpoints", "0")
 	kept := keepCheckpointsUpTo(t, ckdir, 80)
 	three := runCTRInto(t, ctx, tmp, "three", data, ckdir, "--ps", "3", "--checkpoint-every", "40")

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/pstrain/pstrain/checkpoint"
-	"github.com/pstrain/pstrain/ml/ctrdata"
 	"github.com/pstrain/pstrain/observe/report"
 )
 
@@ -29,12 +28,7 @@ func TestScalePSCTR(t *testing.T) {
 		t.Skip("multi-process")
 	}
 	tmp := t.TempDir()
-	cfg := ctrdata.DefaultConfig()
-	cfg.Train, cfg.Test = 20000, 5000
-	data := filepath.Join(tmp, "data")
-	if _, err := ctrdata.Generate(filepath.Join(data, ctrdata.SynthName), cfg); err != nil {
-		t.Fatal(err)
-	}
+	data := smallCTRData(t, tmp)
 	for _, mode := range []string{"sync", "async"} {
 		t.Run(mode, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
