@@ -357,18 +357,30 @@ func (r Run) validateShape() error {
 		return fmt.Errorf("--ps must be at least 1, got %d", r.PS)
 	case r.PSReplicas < 0 || r.PSReplicas > 1:
 		return fmt.Errorf("--ps-replicas must be 0 (no hot standbys) or 1 (a standby process per shard), got %d", r.PSReplicas)
-	case r.Workers < 1:
-		return fmt.Errorf("--workers must be at least 1, got %d", r.Workers)
-	case r.ReplicasToAggregate < 0:
-		return fmt.Errorf("--replicas-to-aggregate must be >= 0 (0 means all workers), got %d", r.ReplicasToAggregate)
-	case r.ReplicasToAggregate > r.Workers:
-		return fmt.Errorf("--replicas-to-aggregate %d is more than --workers %d: a step could never complete", r.ReplicasToAggregate, r.Workers)
-	case r.MaxWorkers != 0 && r.MaxWorkers < r.Workers:
-		return fmt.Errorf("--max-workers %d is less than --workers %d (0 = the default, %d)", r.MaxWorkers, r.Workers, max(r.Workers, 8))
 	case r.MaxPS != 0 && r.MaxPS < r.PS:
 		return fmt.Errorf("--max-ps %d is less than --ps %d (0 = --ps)", r.MaxPS, r.PS)
 	case r.Staleness < 0:
 		return fmt.Errorf("--staleness must be >= 0, got %d", r.Staleness)
+	}
+	return r.validateWorkers()
+}
+
+// validateWorkers checks the workers, the slots an elastic run may scale
+// to and the gradients a sync step aggregates.
+func (r Run) validateWorkers() error {
+	switch {
+	case r.Workers < 1:
+		return fmt.Errorf("--workers must be at least 1, got %d", r.Workers)
+	case r.Workers > MaxWorkerSlots:
+		return fmt.Errorf("--workers must be at most %d, got %d", MaxWorkerSlots, r.Workers)
+	case r.MaxWorkers < 0 || r.MaxWorkers > MaxWorkerSlots:
+		return fmt.Errorf("--max-workers must be in [0, %d] (0 = the default, %d), got %d", MaxWorkerSlots, max(r.Workers, 8), r.MaxWorkers)
+	case r.MaxWorkers != 0 && r.MaxWorkers < r.Workers:
+		return fmt.Errorf("--max-workers %d is less than --workers %d (0 = the default, %d)", r.MaxWorkers, r.Workers, max(r.Workers, 8))
+	case r.ReplicasToAggregate < 0:
+		return fmt.Errorf("--replicas-to-aggregate must be >= 0 (0 means all workers), got %d", r.ReplicasToAggregate)
+	case r.ReplicasToAggregate > r.Workers:
+		return fmt.Errorf("--replicas-to-aggregate %d is more than --workers %d: a step could never complete", r.ReplicasToAggregate, r.Workers)
 	}
 	return nil
 }
@@ -672,6 +684,12 @@ func DefaultLR(kind ModelKind, mode Mode, workers int) float64 {
 	}
 	return lr / float64(max(1, workers))
 }
+
+// MaxWorkerSlots bounds --workers and --max-workers, and the workers a
+// shard's options may name: a shard keeps a few words of state per
+// worker slot, so the bound keeps an init of garbage from asking a PS
+// for gigabytes.
+const MaxWorkerSlots = 4096
 
 // WorkerSlots is the most workers the run may have at once
 // (--max-workers; 0: at least 8, and never fewer than --workers).

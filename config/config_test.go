@@ -50,6 +50,8 @@ func TestValidateRejectsImpossibleValues(t *testing.T) {
 		"--conv missing":          func(r *Run) { r.Model = "cnn" },
 		"--conv zero":             func(r *Run) { r.Model, r.Conv = "cnn", []int{16, 0} },
 		"--max-workers":           func(r *Run) { r.Workers, r.MaxWorkers = 4, 3 },
+		"--max-workers too many":  func(r *Run) { r.MaxWorkers = MaxWorkerSlots + 1 },
+		"--workers too many":      func(r *Run) { r.Workers = MaxWorkerSlots + 1 },
 		"--ps-replicas":           func(r *Run) { r.PSReplicas = 2 },
 		"--ps-replicas negative":  func(r *Run) { r.PSReplicas = -1 },
 	}

@@ -195,6 +195,10 @@ func FuzzInit(f *testing.F) {
 		[]byte(nil), int64(0), int64(0), int64(0), int32(0), int32(1), []byte(nil))
 	f.Add(fuzzBytes(&pb.ShardOptions{Mode: "async", Replicas: 1, Workers: 1, Optimizer: "sgd", Lr: 1, NanPolicy: "drop", WireDtype: "f32"}), params,
 		[]byte(nil), int64(0), int64(0), int64(0), int32(0), int32(1), []byte(nil))
+	// A shard keeps state per worker slot: a count near MaxInt32 once
+	// hung the fuzzer allocating it.
+	f.Add(fuzzBytes(&pb.ShardOptions{Mode: "sync", Replicas: 1, Workers: math.MaxInt32, Optimizer: "sgd", Lr: 1, NanPolicy: "reject", WireDtype: "f32"}), params,
+		[]byte(nil), int64(0), int64(0), int64(0), int32(0), int32(1), []byte(nil))
 	f.Fuzz(func(t *testing.T, shardOptions, params, optState []byte, optStep, version, maxVersion int64, shard, numShards int32, live []byte) {
 		s := fuzzServer(t, config.Sync)
 		before := snapshotOf(t, s)

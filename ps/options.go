@@ -99,13 +99,10 @@ func (o Options) Validate() error {
 
 // validateNumbers checks the options' numeric ranges.
 func (o Options) validateNumbers() error {
+	if err := o.validateCounts(); err != nil {
+		return err
+	}
 	switch {
-	case o.Workers < 1:
-		return fmt.Errorf("workers must be at least 1, got %d", o.Workers)
-	case o.Replicas < 1 || o.Replicas > o.Workers:
-		return fmt.Errorf("replicas (gradients per sync step) must be in [1, workers %d], got %d", o.Workers, o.Replicas)
-	case o.Staleness < 0:
-		return fmt.Errorf("staleness must be >= 0, got %d", o.Staleness)
 	case !(o.LR > 0) || math.IsInf(o.LR, 0):
 		return fmt.Errorf("lr must be a positive number, got %v", o.LR)
 	case !(o.Momentum >= 0 && o.Momentum < 1): // NaN too
@@ -116,6 +113,20 @@ func (o Options) validateNumbers() error {
 		return fmt.Errorf("norm_guard must be 0 (off) or a multiple of at least 2, got %v", o.NormGuard)
 	case !(o.LRFactor >= 0 && o.LRFactor <= 1):
 		return fmt.Errorf("lr_factor (the chief's learning-rate factor after a rollback) must be in (0, 1], got %v", o.LRFactor)
+	}
+	return nil
+}
+
+// validateCounts checks the workers, the gradients a sync step
+// aggregates and the staleness bound.
+func (o Options) validateCounts() error {
+	switch {
+	case o.Workers < 1 || o.Workers > config.MaxWorkerSlots:
+		return fmt.Errorf("workers must be in [1, %d], got %d", config.MaxWorkerSlots, o.Workers)
+	case o.Replicas < 1 || o.Replicas > o.Workers:
+		return fmt.Errorf("replicas (gradients per sync step) must be in [1, workers %d], got %d", o.Workers, o.Replicas)
+	case o.Staleness < 0:
+		return fmt.Errorf("staleness must be >= 0, got %d", o.Staleness)
 	}
 	return nil
 }
