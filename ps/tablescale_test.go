@@ -180,3 +180,35 @@ func scaleStepOnce(b *testing.B, ts *TableSet, st scaleStep) {
 		b.Fatal(err)
 	}
 }
+
+// BenchmarkTableLoad loads one shard's (of two) rows of tables holding
+// 10^8 parameters in all into a new table set, as a restore or a shard
+// that rows move to does: the work a PS does while a CTR run's layout
+// change pauses its training.
+func BenchmarkTableLoad(b *testing.B) {
+	rows := 100_000_000 / 2 / scaleDim / scaleTables
+	src, err := NewTableSet(scaleConfigs(), config.Sync, 0, 2, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	all := map[string][]uint64{}
+	for _, c := range scaleConfigs() {
+		all[c.Name] = shardKeys(c.Name, rows)
+	}
+	fillTables(b, src, all, rand.New(rand.NewPCG(1, 2)))
+	snap := src.Snapshot()
+	src = nil
+	b.ResetTimer()
+	for range b.N {
+		ts, err := NewTableSet(scaleConfigs(), config.Sync, 0, 2, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, r := range snap {
+			if err := ts.Load(r); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportMetric(float64(rows*scaleTables), "rows/op")
+}

@@ -179,8 +179,8 @@ func TestEvictedSlotsAreReused(t *testing.T) {
 	if err := tb.Pull(5, []uint64{4, 5, 6}, out); err != nil {
 		t.Fatal(err)
 	}
-	if tb.keys.n != 3 || tb.Len() != 3 {
-		t.Fatalf("%d slots for %d rows after eviction and 3 new rows, want 3", tb.keys.n, tb.Len())
+	if tb.rows.n != 3 || tb.Len() != 3 {
+		t.Fatalf("%d slots for %d rows after eviction and 3 new rows, want 3", tb.rows.n, tb.Len())
 	}
 	want := make([]float32, 4)
 	InitRow(tb.cfg.Seed, tb.cfg.Name, 5, want)

@@ -2,6 +2,7 @@ package embed
 
 import (
 	"fmt"
+	"math"
 	"slices"
 )
 
@@ -50,13 +51,12 @@ type TableStats struct {
 // slots of columns stored in fixed-size blocks (column): a table of many
 // small rows costs one allocation per block of rows, not one per row,
 // and growing adds a block without copying or leaving behind the rows
-// before. A Table is not safe for concurrent use: its holder serialises
-// calls.
+// before. An index (index.go) finds a key's slot. A Table is not safe for
+// concurrent use: its holder serialises calls.
 type Table struct {
 	cfg      TableConfig
-	slot     map[uint64]int32     // key -> slot
-	keys     column[uint64]       // slot -> key
-	rows     column[float32]      // slot -> the row, then its optimizer state
+	idx      index                // key -> slot
+	rows     column[float32]      // slot -> its record: key, row, optimizer state
 	lastSeen column[int64]        // slot -> step of the last pull or push (only if it evicts)
 	free     []int32              // slots of evicted rows
 	seen     map[uint64]sightings // keys not yet admitted
@@ -70,23 +70,45 @@ func NewTable(cfg TableConfig) (*Table, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Table{cfg: cfg, slot: map[uint64]int32{}, seen: map[uint64]sightings{},
-		keys: newColumn[uint64](1), rows: newColumn[float32](cfg.Dim + cfg.Rule.StateLen(cfg.Dim)),
+	return &Table{cfg: cfg, seen: map[uint64]sightings{},
+		rows:     newColumn[float32](keyWords + cfg.Dim + cfg.Rule.StateLen(cfg.Dim)),
 		lastSeen: newColumn[int64](seenWidth(cfg))}, nil
 }
 
-// A row's values and its optimizer state are one record of the rows
-// column, the state after the values: a step that touches a row reads
-// and writes both, and on tables far larger than the caches each record
-// apart is a miss of its own (BenchmarkTableStep in ps).
+// A row's key, its values and its optimizer state are one record of the
+// rows column, in that order: a step that touches a row reads its key
+// (to find its slot, index.go) and reads and writes its values and
+// state, and on tables far larger than the caches each of the three
+// apart would be a miss of its own (BenchmarkTableStep in ps).
+
+// keyWords is the float32 words at the start of a record that hold its
+// key's bits.
+const keyWords = 2
+
+// putKey writes k's bits into a record's key words.
+func putKey(rec []float32, k uint64) {
+	rec[0], rec[1] = math.Float32frombits(uint32(k)), math.Float32frombits(uint32(k>>32))
+}
+
+// recordKey is the key a record's key words hold.
+func recordKey(rec []float32) uint64 {
+	return uint64(math.Float32bits(rec[0])) | uint64(math.Float32bits(rec[1]))<<32
+}
+
+// splitRecord is a record's row and state.
+func splitRecord(rec []float32, dim int) (row, state []float32) {
+	return rec[keyWords : keyWords+dim : keyWords+dim], rec[keyWords+dim:]
+}
 
 // value is slot's row.
-func (t *Table) value(s int32) []float32 { return t.rows.at(s)[:t.cfg.Dim:t.cfg.Dim] }
+func (t *Table) value(s int32) []float32 {
+	row, _ := splitRecord(t.rows.at(s), t.cfg.Dim)
+	return row
+}
 
 // mutRecord is slot's row and state to write into.
 func (t *Table) mutRecord(s int32) (row, state []float32) {
-	r := t.rows.mut(s)
-	return r[:t.cfg.Dim:t.cfg.Dim], r[t.cfg.Dim:]
+	return splitRecord(t.rows.mut(s), t.cfg.Dim)
 }
 
 // seenWidth is the last-sighting column's width: a table that evicts
@@ -119,19 +141,26 @@ const seenBytes = 32
 func (t *Table) Config() TableConfig { return t.cfg }
 
 // Len is the number of rows held.
-func (t *Table) Len() int { return len(t.slot) }
+func (t *Table) Len() int { return t.idx.n }
+
+// slot is k's slot, if it has a row.
+func (t *Table) slot(k uint64) (int32, bool) { return t.idx.get(k, &t.rows) }
+
+// Reserve makes room for n rows in all, so that filling a table whose
+// size is known (a restore, rows moved in) grows its index once.
+func (t *Table) Reserve(n int) { t.idx.reserve(n, &t.rows, t.free) }
 
 // Bytes is what the rows and their optimizer state take in memory, with
 // the keys waiting for admission.
 func (t *Table) Bytes() int64 {
 	per := int64(t.cfg.Dim+t.cfg.Rule.StateLen(t.cfg.Dim))*4 + 8 + 8*int64(seenWidth(t.cfg))
-	return int64(len(t.slot))*per + int64(len(t.seen))*seenBytes
+	return int64(t.idx.n)*per + int64(len(t.seen))*seenBytes
 }
 
 // Stats returns the table's counters.
 func (t *Table) Stats() TableStats {
 	s := t.stats
-	s.Rows = len(t.slot)
+	s.Rows = t.idx.n
 	return s
 }
 
@@ -149,7 +178,7 @@ func (t *Table) Pull(step int64, keys []uint64, out []float32) error {
 		s := slots[i]
 		if s < 0 { // not held when looked up: a new key, or one created since (keys repeated)
 			var ok bool
-			if s, ok = t.slot[k]; !ok {
+			if s, ok = t.slot(k); !ok {
 				if !t.admit(k, step) {
 					InitRow(t.cfg.Seed, t.cfg.Name, k, dst)
 					continue
@@ -178,7 +207,7 @@ func (t *Table) lookup(keys []uint64) []int32 {
 	}
 	slots := t.found[:len(keys)]
 	for i, k := range keys {
-		s, ok := t.slot[k]
+		s, ok := t.slot(k)
 		if !ok {
 			s = -1
 		}
@@ -206,7 +235,7 @@ func (t *Table) Peek(keys []uint64, out []float32) error {
 	}
 	for i, k := range keys {
 		dst := out[i*d : (i+1)*d]
-		if s, ok := t.slot[k]; ok {
+		if s, ok := t.slot(k); ok {
 			copy(dst, t.value(s))
 		} else {
 			InitRow(t.cfg.Seed, t.cfg.Name, k, dst)
@@ -272,7 +301,7 @@ func (t *Table) create(k uint64) int32 {
 func (t *Table) Fill(keys []uint64, step int64) int {
 	n := 0
 	for _, k := range keys {
-		if _, ok := t.slot[k]; ok {
+		if _, ok := t.slot(k); ok {
 			continue
 		}
 		t.see(t.create(k), step)
@@ -283,16 +312,18 @@ func (t *Table) Fill(keys []uint64, step int64) int {
 
 // place finds a slot for a key (a free one, or a new one at the end).
 func (t *Table) place(k uint64) int32 {
+	if t.idx.full() { // before the slot is taken: growing indexes every slot held
+		t.idx.grow(&t.rows, t.free)
+	}
 	var s int32
 	if n := len(t.free); n > 0 {
 		s, t.free = t.free[n-1], t.free[:n-1]
 	} else {
-		s = t.keys.add()
-		t.rows.add()
+		s = t.rows.add()
 		t.lastSeen.add()
 	}
-	t.keys.mut(s)[0] = k
-	t.slot[k] = s
+	putKey(t.rows.mut(s), k)
+	t.idx.put(k, s)
 	return s
 }
 
@@ -308,25 +339,25 @@ func (t *Table) Evict(step int64) int {
 			delete(t.seen, k)
 		}
 	}
-	n := 0
-	for k, s := range t.slot {
+	var due []int32
+	t.idx.each(func(s int32) {
 		if step-t.lastSeen.at(s)[0] > t.cfg.EvictAfter {
-			delete(t.slot, k)
-			t.free = append(t.free, s)
-			n++
+			due = append(due, s)
 		}
+	})
+	for _, s := range due {
+		t.idx.remove(recordKey(t.rows.at(s)), &t.rows)
 	}
-	t.stats.Evictions += int64(n)
-	return n
+	t.free = append(t.free, due...)
+	t.stats.Evictions += int64(len(due))
+	return len(due)
 }
 
 // Keys returns the keys held, in increasing order (the order checkpoints
 // store rows in, so a checkpoint's bytes depend only on the rows).
 func (t *Table) Keys() []uint64 {
-	keys := make([]uint64, 0, len(t.slot))
-	for k := range t.slot {
-		keys = append(keys, k)
-	}
+	keys := make([]uint64, 0, t.idx.n)
+	t.idx.each(func(s int32) { keys = append(keys, recordKey(t.rows.at(s))) })
 	slices.Sort(keys)
 	return keys
 }
@@ -334,12 +365,12 @@ func (t *Table) Keys() []uint64 {
 // Row returns a view of a key's row and optimizer state, valid until the
 // table next changes; ok is false when the key has no row.
 func (t *Table) Row(k uint64) (row, state []float32, ok bool) {
-	s, ok := t.slot[k]
+	s, ok := t.slot(k)
 	if !ok {
 		return nil, nil, false
 	}
-	r := t.rows.at(s)
-	return r[:t.cfg.Dim:t.cfg.Dim], r[t.cfg.Dim:], true
+	row, state = splitRecord(t.rows.at(s), t.cfg.Dim)
+	return row, state, true
 }
 
 // Put sets a key's row and state (a restore, or a row moved from another
@@ -349,7 +380,7 @@ func (t *Table) Put(k uint64, step int64, row, state []float32) error {
 	if len(row) != d || len(state) != sl {
 		return fmt.Errorf("embed: table %s: row of %d and state of %d values, want %d and %d", t.cfg.Name, len(row), len(state), d, sl)
 	}
-	s, ok := t.slot[k]
+	s, ok := t.slot(k)
 	if !ok {
 		s = t.place(k)
 	}
@@ -364,19 +395,24 @@ func (t *Table) Put(k uint64, step int64, row, state []float32) error {
 // slot's key, row and optimizer state, and which slots were free.
 type Slots struct {
 	Dim, StateLen int
-	keys          view[uint64]
-	rows          view[float32] // each slot's row, then its state
+	rows          view[float32] // each slot's record: key, row, state
 	free          []int32
 }
 
 // Len is the number of slots, free ones included.
-func (s Slots) Len() int { return s.keys.n }
+func (s Slots) Len() int { return s.rows.n }
 
 // Key, Row and State are a slot's key, row and optimizer state (not to
 // be written into).
-func (s Slots) Key(slot int) uint64      { return s.keys.at(slot)[0] }
-func (s Slots) Row(slot int) []float32   { return s.rows.at(slot)[:s.Dim:s.Dim] }
-func (s Slots) State(slot int) []float32 { return s.rows.at(slot)[s.Dim:] }
+func (s Slots) Key(slot int) uint64 { return recordKey(s.rows.at(slot)) }
+func (s Slots) Row(slot int) []float32 {
+	row, _ := splitRecord(s.rows.at(slot), s.Dim)
+	return row
+}
+func (s Slots) State(slot int) []float32 {
+	_, state := splitRecord(s.rows.at(slot), s.Dim)
+	return state
+}
 
 // Free is the slots of evicted rows (not to be written into).
 func (s Slots) Free() []int32 { return s.free }
@@ -388,6 +424,6 @@ func (s Slots) Free() []int32 { return s.free }
 // view shares before it next writes into it: the view costs the memory
 // of the blocks written while it is held, not of the whole table.
 func (t *Table) Freeze() Slots {
-	return Slots{Dim: t.cfg.Dim, StateLen: t.cfg.Rule.StateLen(t.cfg.Dim), keys: t.keys.freeze(),
+	return Slots{Dim: t.cfg.Dim, StateLen: t.cfg.Rule.StateLen(t.cfg.Dim),
 		rows: t.rows.freeze(), free: slices.Clone(t.free)}
 }

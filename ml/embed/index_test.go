@@ -1,0 +1,137 @@
+package embed
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// TestIndexAgreesWithAMap runs random puts, removes and gets on an index
+// and on a map side by side. Few keys in a small array make long runs of
+// full buckets that wrap around its end, which is where backward-shift
+// deletion goes wrong if it does.
+func TestIndexAgreesWithAMap(t *testing.T) {
+	for _, space := range []uint64{12, 40, 1000} {
+		rng := rand.New(rand.NewPCG(space, 7))
+		var x index
+		recs := newColumn[float32](keyWords)
+		want := map[uint64]int32{}
+		var free []int32
+		for op := range 20000 {
+			k := rng.Uint64N(space) << 20 // keys apart in high bits only
+			s, held := want[k]
+			switch got, ok := x.get(k, &recs); {
+			case ok != held || ok && got != s:
+				t.Fatalf("space %d op %d: get(%d) = %d, %v; want %d, %v", space, op, k, got, ok, s, held)
+			case held && rng.IntN(2) == 0:
+				if !x.remove(k, &recs) {
+					t.Fatalf("space %d op %d: remove(%d) of a held key said no", space, op, k)
+				}
+				delete(want, k)
+				free = append(free, s)
+			case !held:
+				if x.full() {
+					x.grow(&recs, free)
+				}
+				if n := len(free); n > 0 {
+					s, free = free[n-1], free[:n-1]
+				} else {
+					s = recs.add()
+				}
+				putKey(recs.mut(s), k)
+				x.put(k, s)
+				want[k] = s
+			}
+			if x.n != len(want) {
+				t.Fatalf("space %d op %d: %d keys held, want %d", space, op, x.n, len(want))
+			}
+		}
+		var slots []int32
+		x.each(func(s int32) { slots = append(slots, s) })
+		var wantSlots []int32
+		for _, s := range want {
+			wantSlots = append(wantSlots, s)
+		}
+		slices.Sort(slots)
+		slices.Sort(wantSlots)
+		if !slices.Equal(slots, wantSlots) {
+			t.Fatalf("space %d: each gave %d slots, want %d", space, len(slots), len(wantSlots))
+		}
+		if x.remove(space<<20, &recs) {
+			t.Fatalf("space %d: removed a key never held", space)
+		}
+	}
+}
+
+// TestIndexKeepsItsLoadBounded: the array grows before it is 3/4 full,
+// and reserve sizes it once for what is announced.
+func TestIndexKeepsItsLoadBounded(t *testing.T) {
+	var x index
+	recs := newColumn[float32](keyWords)
+	x.reserve(1000, &recs, nil)
+	size := len(x.buckets)
+	for i := range 1000 {
+		if x.full() {
+			x.grow(&recs, nil)
+		}
+		s := recs.add()
+		putKey(recs.mut(s), uint64(i))
+		x.put(uint64(i), s)
+		if x.n*4 > len(x.buckets)*3 {
+			t.Fatalf("%d keys in %d buckets", x.n, len(x.buckets))
+		}
+	}
+	if len(x.buckets) != size || size != 2048 {
+		t.Fatalf("reserved %d buckets, ended with %d; want 2048 both", size, len(x.buckets))
+	}
+}
+
+// A key's bits survive the float32 words of its record, whatever they
+// spell as floats (signalling NaNs, infinities, denormals), through a
+// freeze and the copy the next write makes.
+func TestRecordKeysKeepTheirBits(t *testing.T) {
+	keys := []uint64{0, 1, 0x7f800001_7fa00000, 0xffc00001_ff800000, 0x00000001_80000000, ^uint64(0)}
+	recs := newColumn[float32](keyWords + 1)
+	for _, k := range keys {
+		putKey(recs.mut(recs.add()), k)
+	}
+	frozen := recs.freeze()
+	for i, k := range keys {
+		recs.mut(int32(i))[keyWords] = 1 // copies the shared block
+		if got, fz := recordKey(recs.at(int32(i))), recordKey(frozen.at(i)); got != k || fz != k {
+			t.Fatalf("key %#x read back as %#x, frozen %#x", k, got, fz)
+		}
+	}
+}
+
+// Growing puts back the slots held, not the free ones whose records still
+// hold the keys removed.
+func TestIndexGrowsOverTheSlotsHeld(t *testing.T) {
+	var x index
+	recs := newColumn[float32](keyWords)
+	for k := range uint64(12) {
+		if x.full() {
+			x.grow(&recs, nil)
+		}
+		s := recs.add()
+		putKey(recs.mut(s), k)
+		x.put(k, s)
+	}
+	var free []int32
+	for k := uint64(0); k < 12; k += 2 {
+		s, _ := x.get(k, &recs)
+		x.remove(k, &recs)
+		free = append(free, s)
+	}
+	x.reserve(1000, &recs, free)
+	var held []int32
+	x.each(func(s int32) { held = append(held, s) })
+	if x.n != 6 || len(held) != 6 {
+		t.Fatalf("%d keys held and %d slots listed after growing, want 6", x.n, len(held))
+	}
+	for k := range uint64(12) {
+		if _, ok := x.get(k, &recs); ok != (k%2 == 1) {
+			t.Fatalf("key %d held: %v after growing", k, ok)
+		}
+	}
+}
