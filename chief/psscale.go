@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/checkpoint/shardckpt"
 	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/ml/partition"
@@ -101,7 +100,15 @@ func (c *Chief) loadMove(from partition.Plan, step int64, to partition.Layout) (
 	if err != nil {
 		return nil, fmt.Errorf("chief: the PS count change's checkpoint: %w", err)
 	}
-	st, err := shardckpt.Read(ck, c.cfg.Spec, c.cfg.Run.Optimizer)
+	// The dense state and, for a model with tables, the rows, in one
+	// read of the files.
+	var st shardckpt.State
+	var rows []shardckpt.TableRows
+	if c.loadsRows(ck) {
+		st, rows, err = shardckpt.ReadWithRows(ck, c.cfg.Spec, c.cfg.Run.Optimizer)
+	} else {
+		st, err = shardckpt.Read(ck, c.cfg.Spec, c.cfg.Run.Optimizer)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("chief: the PS count change's checkpoint: %w", err)
 	}
@@ -119,27 +126,26 @@ func (c *Chief) loadMove(from partition.Plan, step int64, to partition.Layout) (
 			version: version, positions: ck.Manifest.DataPositions, rowsLoading: c.loadsRows(ck)})
 	}
 	if c.loadsRows(ck) {
-		if mv.rows, err = c.moveRows(ck, to.PS); err != nil {
+		if mv.rows, err = c.moveRows(rows, to.PS); err != nil {
 			return nil, err
 		}
 	}
 	return mv, nil
 }
 
-// moveRows reads the embedding rows of ck for each shard of n: a key's
-// row goes to shard embed.ShardOf(table, key, n). It runs in loadMove,
-// beside the workers' switch, and the chief holds every row until the
-// switch loads them.
-func (c *Chief) moveRows(ck *checkpoint.Checkpoint, n int) ([][]shardckpt.TableRows, error) {
-	all, err := shardckpt.ReadTables(ck, nil)
-	if err != nil {
-		return nil, fmt.Errorf("chief: the PS count change's embedding rows: %w", err)
-	}
+// moveRows places a checkpoint's embedding rows (as each of its shards
+// stored them) on the shards of n: a key's row goes to shard
+// embed.ShardOf(table, key, n). It runs in loadMove, beside the workers'
+// switch, and the chief holds every row until the switch loads them.
+func (c *Chief) moveRows(all []shardckpt.TableRows, n int) ([][]shardckpt.TableRows, error) {
 	var rows, bytes int64
 	for _, t := range all {
 		rows, bytes = rows+int64(len(t.Keys)), bytes+t.Bytes()
 	}
-	out := rowclient.SplitRows(all, n)
+	out, err := rowclient.SplitRows(all, n)
+	if err != nil {
+		return nil, fmt.Errorf("chief: the PS count change's embedding rows: %w", err)
+	}
 	c.cfg.Log.Info("PS count change: the embedding rows read for the new layout", "ps", n, "rows", rows,
 		"mib", fmt.Sprintf("%.2f", float64(bytes)/(1<<20)))
 	return out, nil

@@ -98,6 +98,29 @@ type State struct {
 // shards are of the layout the manifest records: a rebalanced one's
 // weights, or equal shares).
 func Read(ck *checkpoint.Checkpoint, spec model.Spec, optimizer string) (State, error) {
+	return read(ck, spec, optimizer, nil)
+}
+
+// ReadWithRows is Read and the shards' embedding rows in one pass over
+// the files, where Read then ReadTables would read and hash each twice.
+// The rows are each shard's tables as the shard stored them (TablesOf):
+// a table held by several shards comes once per shard, unmerged and
+// unsorted, for a caller that places the rows anew (rowclient.SplitRows).
+func ReadWithRows(ck *checkpoint.Checkpoint, spec model.Spec, optimizer string) (State, []TableRows, error) {
+	var rows []TableRows
+	st, err := read(ck, spec, optimizer, func(file string, tensors []checkpoint.Tensor) error {
+		t, err := TablesOf(tensors, file)
+		rows = append(rows, t...)
+		return err
+	})
+	if err != nil {
+		return State{}, nil, err
+	}
+	return st, rows, nil
+}
+
+// read is Read, also handing each shard's tensors to also (if not nil).
+func read(ck *checkpoint.Checkpoint, spec model.Spec, optimizer string, also func(file string, tensors []checkpoint.Tensor) error) (State, error) {
 	if err := checkModelSpec(ck, spec); err != nil {
 		return State{}, err
 	}
@@ -108,8 +131,14 @@ func Read(ck *checkpoint.Checkpoint, spec model.Spec, optimizer string) (State, 
 	slots := SlotNames(optimizer)
 	st := newState(plan, optimizer, len(slots))
 	for s := range ck.Manifest.Shards {
-		if err := st.readShard(ck, plan, s, slots); err != nil {
+		tensors, err := st.readShard(ck, plan, s, slots)
+		if err != nil {
 			return State{}, err
+		}
+		if also != nil {
+			if err := also(ck.Manifest.Shards[s].File, tensors); err != nil {
+				return State{}, err
+			}
 		}
 	}
 	return st, nil
@@ -149,14 +178,14 @@ func newState(plan partition.Plan, optimizer string, nSlots int) State {
 
 // readShard reads shard s of ck and copies its blocks of the variables
 // and of each optimizer slot into st.
-func (st *State) readShard(ck *checkpoint.Checkpoint, plan partition.Plan, s int, slots []string) error {
+func (st *State) readShard(ck *checkpoint.Checkpoint, plan partition.Plan, s int, slots []string) ([]checkpoint.Tensor, error) {
 	file := ck.Manifest.Shards[s].File
 	tensors, meta, err := ck.ReadShard(s)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if got := meta[MetaOptimizer]; got != "" && got != st.Optimizer {
-		return fmt.Errorf("%w: %s holds %s optimizer state, the run uses %s", ErrMismatch, file, got, st.Optimizer)
+		return nil, fmt.Errorf("%w: %s holds %s optimizer state, the run uses %s", ErrMismatch, file, got, st.Optimizer)
 	}
 	if steps, err := strconv.ParseInt(meta[MetaOptimizerSteps], 10, 64); err == nil {
 		st.OptimizerSteps = max(st.OptimizerSteps, steps)
@@ -170,15 +199,15 @@ func (st *State) readShard(ck *checkpoint.Checkpoint, plan partition.Plan, s int
 		name := blockName(v, b)
 		lo, hi := b.RowStart*v.Cols, b.RowEnd*v.Cols
 		if err := copyTensor(byName, name, st.Vars[b.Var][lo:hi], file); err != nil {
-			return err
+			return nil, err
 		}
 		for k, slot := range slots {
 			if err := copyTensor(byName, name+"/"+slot, st.Slots[k][b.Var][lo:hi], file); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
-	return nil
+	return tensors, nil
 }
 
 func copyTensor(byName map[string]checkpoint.Tensor, name string, dst []float32, file string) error {

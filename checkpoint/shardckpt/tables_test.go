@@ -215,3 +215,37 @@ func rowsEqual(a, b TableRows) bool {
 	return a.Name == b.Name && a.Kind == b.Kind && a.Dim == b.Dim && a.StateLen == b.StateLen &&
 		slices.Equal(a.Keys, b.Keys) && slices.Equal(a.Values, b.Values) && slices.Equal(a.State, b.State)
 }
+
+// ReadWithRows is Read and each shard's TablesOf in one pass: the same
+// dense state as Read, and every shard's tables as the shard wrote them.
+func TestReadWithRowsIsReadAndEachShardsTables(t *testing.T) {
+	shards := trainedTables(t, 2, 300)
+	ck := writeTables(t, shards)
+	spec := model.Spec{Input: 4, Hidden: []int{3}, Classes: 2}
+	want, err := Read(ck, spec, "sgd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, rows, err := ReadWithRows(ck, spec, "sgd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for v := range want.Vars {
+		if !slices.Equal(got.Vars[v], want.Vars[v]) {
+			t.Fatalf("variable %d: %v, Read gives %v", v, got.Vars[v], want.Vars[v])
+		}
+	}
+	if len(rows) != 4 {
+		t.Fatalf("%d tables read from 2 shards of 2 tables, want 4", len(rows))
+	}
+	for s := range shards {
+		for i, tb := range shards[s] {
+			if w := CopyRows(tb); !rowsEqual(rows[2*s+i], w) {
+				t.Fatalf("shard %d table %s: read %d rows, wrote %d (or values differ)", s, w.Name, len(rows[2*s+i].Keys), len(w.Keys))
+			}
+		}
+	}
+	if _, _, err := ReadWithRows(ck, model.Spec{Input: 5, Hidden: []int{3}, Classes: 2}, "sgd"); err == nil {
+		t.Fatal("rows read for another model")
+	}
+}

@@ -48,7 +48,7 @@ func (x *index) find(k uint64, recs *column[float32]) int {
 		if b == 0 {
 			return -1
 		}
-		if recordKey(recs.at(b - 1)) == k {
+		if recordKey(recs.at(b-1)) == k {
 			return i
 		}
 	}

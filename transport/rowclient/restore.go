@@ -3,7 +3,6 @@ package rowclient
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/pstrain/pstrain/checkpoint"
@@ -39,37 +38,80 @@ func ShardRows(ck *checkpoint.Checkpoint, s, n int) ([]shardckpt.TableRows, erro
 	return shardckpt.ReadTables(ck, func(table string, k uint64) bool { return embed.ShardOf(table, k, n) == s })
 }
 
-// SplitRows splits tables' rows (ReadTables of every row) among n
-// shards by embed.ShardOf: out[s] is what ShardRows(ck, s, n) reads, in
-// one pass over the rows (and one to count them, so that each shard's
-// arrays are allocated once).
-func SplitRows(tables []shardckpt.TableRows, n int) [][]shardckpt.TableRows {
-	out := make([][]shardckpt.TableRows, n)
-	shard := []int(nil)
-	for _, t := range tables {
+// SplitRows places tables' rows among n shards by embed.ShardOf: out[s]
+// holds the rows ShardRows(ck, s, n) reads, one TableRows a table in the
+// order the tables first come in tables. A table may come in parts
+// (shardckpt.ReadWithRows gives one per checkpoint shard), each in key
+// order as a checkpoint stores them: the parts are merged, so that each
+// shard's rows of a table are in key order too, as LoadRows wants them.
+// One pass places and counts the keys, so that each shard's arrays are
+// allocated once, and one copies the rows. Parts of a table that
+// disagree on its shape are refused.
+func SplitRows(tables []shardckpt.TableRows, n int) ([][]shardckpt.TableRows, error) {
+	var names []string
+	parts := map[string][]int{} // a table's parts, by index in tables
+	counts := map[string][]int{}
+	dest := make([][]int32, len(tables))
+	for i, t := range tables {
+		if _, ok := parts[t.Name]; !ok {
+			names = append(names, t.Name)
+			counts[t.Name] = make([]int, n)
+		}
+		parts[t.Name] = append(parts[t.Name], i)
 		p := embed.PlacerOf(t.Name, n)
-		shard = slices.Grow(shard[:0], len(t.Keys))[:len(t.Keys)]
-		count := make([]int, n)
-		for i, k := range t.Keys {
-			shard[i] = p.Shard(k)
-			count[shard[i]]++
-		}
-		parts := make([]shardckpt.TableRows, n)
-		for s := range parts {
-			parts[s] = shardckpt.TableRows{Name: t.Name, Kind: t.Kind, Dim: t.Dim, StateLen: t.StateLen,
-				Keys: make([]uint64, 0, count[s]), Values: make([]float32, 0, count[s]*t.Dim), State: make([]float32, 0, count[s]*t.StateLen)}
-		}
-		for i, k := range t.Keys {
-			d := &parts[shard[i]]
-			d.Keys = append(d.Keys, k)
-			d.Values = append(d.Values, t.Values[i*t.Dim:(i+1)*t.Dim]...)
-			d.State = append(d.State, t.State[i*t.StateLen:(i+1)*t.StateLen]...)
-		}
-		for s := range parts {
-			out[s] = append(out[s], parts[s])
+		dest[i] = make([]int32, len(t.Keys))
+		for r, k := range t.Keys {
+			s := p.Shard(k)
+			dest[i][r] = int32(s)
+			counts[t.Name][s]++
 		}
 	}
-	return out
+	out := make([][]shardckpt.TableRows, n)
+	for _, name := range names {
+		t := tables[parts[name][0]]
+		for _, i := range parts[name] {
+			if o := tables[i]; o.Kind != t.Kind || o.Dim != t.Dim || o.StateLen != t.StateLen {
+				return nil, fmt.Errorf("rowclient: table %s comes in parts of rule %s, dimension %d and %d state values, and of %s, %d and %d",
+					name, t.Kind, t.Dim, t.StateLen, o.Kind, o.Dim, o.StateLen)
+			}
+		}
+		split := make([]shardckpt.TableRows, n)
+		for s := range split {
+			c := counts[name][s]
+			split[s] = shardckpt.TableRows{Name: t.Name, Kind: t.Kind, Dim: t.Dim, StateLen: t.StateLen,
+				Keys: make([]uint64, 0, c), Values: make([]float32, 0, c*t.Dim), State: make([]float32, 0, c*t.StateLen)}
+		}
+		mergeParts(tables, parts[name], dest, split)
+		for s := range out {
+			out[s] = append(out[s], split[s])
+		}
+	}
+	return out, nil
+}
+
+// mergeParts appends the rows of a table's parts (tables[i] for i in
+// which, each in key order) to split[dest[i][r]], taking the smallest
+// key at the head of a part each time: a few parts, so a scan of the
+// heads.
+func mergeParts(tables []shardckpt.TableRows, which []int, dest [][]int32, split []shardckpt.TableRows) {
+	head := make([]int, len(which))
+	for {
+		best := -1
+		for p, i := range which {
+			if head[p] < len(tables[i].Keys) && (best < 0 || tables[i].Keys[head[p]] < tables[which[best]].Keys[head[best]]) {
+				best = p
+			}
+		}
+		if best < 0 {
+			return
+		}
+		t, r := &tables[which[best]], head[best]
+		head[best]++
+		d := &split[dest[which[best]][r]]
+		d.Keys = append(d.Keys, t.Keys[r])
+		d.Values = append(d.Values, t.Values[r*t.Dim:(r+1)*t.Dim]...)
+		d.State = append(d.State, t.State[r*t.StateLen:(r+1)*t.StateLen]...)
+	}
 }
 
 // LoadShard loads rows (ShardRows) onto the shard cl, initialised with

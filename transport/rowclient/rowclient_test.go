@@ -639,7 +639,9 @@ func TestRowsWaitForTheirRestore(t *testing.T) {
 }
 
 // SplitRows puts every row of a checkpoint where ShardRows reads it:
-// for each shard of 1, 2 and 3, the same keys, values and state.
+// for each shard of 1, 2 and 3, the same keys, values and state, from
+// the rows merged (ReadTables) or as each checkpoint shard stored them
+// (TablesOf, as ReadWithRows gives them: a table in a part a shard).
 func TestSplitRowsIsShardRows(t *testing.T) {
 	tables := []embed.TableConfig{{Name: "emb/C1", Dim: 4, Seed: 3, Rule: embed.DefaultAdagrad(0.2)},
 		{Name: "emb/C2", Dim: 4, Seed: 3, Rule: embed.DefaultAdagrad(0.2)}}
@@ -650,32 +652,58 @@ func TestSplitRowsIsShardRows(t *testing.T) {
 	w := [][]pb.ParameterServerClient{src.clients(t, auth.RoleWorker, 0), src.clients(t, auth.RoleWorker, 1)}
 	src.trainStep(t, w, 0, keys)
 	ck := src.checkpointAll(t, chief, 1)
-	all, err := shardckpt.ReadTables(ck, nil)
+	merged, err := shardckpt.ReadTables(ck, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for n := 1; n <= 3; n++ {
-		split, total := SplitRows(all, n), 0
-		for s := range n {
-			want, err := ShardRows(ck, s, n)
+	var parts []shardckpt.TableRows
+	for s, sh := range ck.Manifest.Shards {
+		tensors, _, err := ck.ReadShard(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := shardckpt.TablesOf(tensors, sh.File)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts = append(parts, p...)
+	}
+	if len(parts) != 4 {
+		t.Fatalf("%d parts of tables read from 2 shards of 2 tables, want 4", len(parts))
+	}
+	for _, all := range [][]shardckpt.TableRows{merged, parts} {
+		for n := 1; n <= 3; n++ {
+			split, err := SplitRows(all, n)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := split[s]
-			if len(got) != len(want) {
-				t.Fatalf("shard %d of %d: %d tables, want %d", s, n, len(got), len(want))
-			}
-			for i := range want {
-				g, w := got[i], want[i]
-				if g.Name != w.Name || !slices.Equal(g.Keys, w.Keys) || !slices.Equal(g.Values, w.Values) || !slices.Equal(g.State, w.State) {
-					t.Errorf("shard %d of %d, table %s: split %v, read %v", s, n, w.Name, g.Keys, w.Keys)
+			total := 0
+			for s := range n {
+				want, err := ShardRows(ck, s, n)
+				if err != nil {
+					t.Fatal(err)
 				}
-				total += len(g.Keys)
+				got := split[s]
+				if len(got) != len(want) {
+					t.Fatalf("shard %d of %d: %d tables, want %d", s, n, len(got), len(want))
+				}
+				for i := range want {
+					g, w := got[i], want[i]
+					if g.Name != w.Name || !slices.Equal(g.Keys, w.Keys) || !slices.Equal(g.Values, w.Values) || !slices.Equal(g.State, w.State) {
+						t.Errorf("shard %d of %d, table %s: split %v, read %v", s, n, w.Name, g.Keys, w.Keys)
+					}
+					total += len(g.Keys)
+				}
+			}
+			if want := len(merged[0].Keys) + len(merged[1].Keys); total != want || want == 0 {
+				t.Errorf("%d shards hold %d rows, the checkpoint %d", n, total, want)
 			}
 		}
-		if want := len(all[0].Keys) + len(all[1].Keys); total != want || want == 0 {
-			t.Errorf("%d shards hold %d rows, the checkpoint %d", n, total, want)
-		}
+	}
+	bad := slices.Clone(parts)
+	bad[1].Dim, bad[1].Values = 2, bad[1].Values[:len(bad[1].Keys)*2]
+	if _, err := SplitRows(bad, 2); err == nil || !strings.Contains(err.Error(), "dimension") {
+		t.Fatalf("parts of a table of dimensions 4 and 2 split: %v", err)
 	}
 }
 
