@@ -17,7 +17,7 @@ import (
 // of dimension 16 under Adagrad, as the CTR model's. Every step touches
 // the same rows in both: the small tables' keys, which the large tables
 // hold scattered among their other rows (inserted in a random order), so
-// the large tables pay their hash maps' and blocks' cache misses.
+// the large tables pay their key indexes' and blocks' cache misses.
 
 const (
 	scaleTables = 26

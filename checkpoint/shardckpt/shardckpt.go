@@ -104,8 +104,9 @@ func Read(ck *checkpoint.Checkpoint, spec model.Spec, optimizer string) (State, 
 // ReadWithRows is Read and the shards' embedding rows in one pass over
 // the files, where Read then ReadTables would read and hash each twice.
 // The rows are each shard's tables as the shard stored them (TablesOf):
-// a table held by several shards comes once per shard, unmerged and
-// unsorted, for a caller that places the rows anew (rowclient.SplitRows).
+// a table held by several shards comes once per shard, each part in key
+// order but not merged, for a caller that places the rows anew
+// (rowclient.SplitRows).
 func ReadWithRows(ck *checkpoint.Checkpoint, spec model.Spec, optimizer string) (State, []TableRows, error) {
 	var rows []TableRows
 	st, err := read(ck, spec, optimizer, func(file string, tensors []checkpoint.Tensor) error {

@@ -188,3 +188,26 @@ func TestEvictedSlotsAreReused(t *testing.T) {
 		t.Fatalf("row of key 5 in a reused slot = %v, want its initial %v", row, want)
 	}
 }
+
+// A row made in a freed slot after a freeze writes its key into a copy
+// of the block: the frozen view keeps the evicted rows' keys.
+func TestFrozenKeysSurviveASlotReused(t *testing.T) {
+	tb := newTable(t, TableConfig{Dim: 2, EvictAfter: 1})
+	out := make([]float32, 2*2)
+	if err := tb.Pull(1, []uint64{5, 6}, out); err != nil {
+		t.Fatal(err)
+	}
+	if n := tb.Evict(3); n != 2 {
+		t.Fatalf("evicted %d rows, want 2", n)
+	}
+	fz := tb.Freeze()
+	if err := tb.Pull(3, []uint64{9}, out[:2]); err != nil { // into a freed slot
+		t.Fatal(err)
+	}
+	if fz.Key(0) != 5 || fz.Key(1) != 6 {
+		t.Fatalf("frozen keys %d %d after a freed slot was reused, want 5 6", fz.Key(0), fz.Key(1))
+	}
+	if _, _, ok := tb.Row(9); !ok {
+		t.Fatal("key 9 has no row")
+	}
+}

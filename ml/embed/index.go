@@ -4,25 +4,32 @@ package embed
 // hash table with linear probing over a power-of-two array of buckets,
 // each holding a slot plus one (0: empty), and no keys: a probe compares
 // the key asked for with the key at the start of the slot's record, the
-// record the caller reads next. A
-// bucket is 4 bytes, so a key costs 5 to 11 bytes of index at the loads
-// the array keeps (3/8 to 3/4), where a Go map[uint64]int32 took 39.
-// Deletion shifts the entries after the deleted one back (no
-// tombstones), so lookups never slow down with evictions.
+// record the caller reads next. A bucket is 4 bytes, so a key costs 8 to
+// 16 bytes of index while the array grows (it is kept at most half
+// full, so that a probe for a key not held, which reads the record of
+// every bucket it passes, passes 2.5 on average), where a Go
+// map[uint64]int32 took 39. The array never shrinks: after evictions a
+// key costs more. Deletion shifts the entries after the deleted one back
+// (no tombstones), so lookups never slow down with evictions. Growing
+// rebuilds the whole array at once, in the call that adds the key that
+// fills it: on a table of millions of rows that call takes a tenth of a
+// second or more (a Go map grows a piece at a time).
 type index struct {
 	buckets []int32 // slot+1 of the key hashed here or probed on to; 0: empty
 	n       int     // keys held
 	shift   uint    // 64 - log2(len(buckets)): a hash's top bits are its home bucket
+	seed    uint64  // mixed into every hash, so that keys cannot be chosen to collide
 }
 
 // minBuckets is an index's size at its first key: a table of a few rows
 // (a field of ten values) takes little.
 const minBuckets = 16
 
-// hashKey spreads a key's bits over all 64 (the finaliser of
-// MurmurHash3): keys that differ in a few low bits, as sequential ones
-// do, land far apart.
-func hashKey(k uint64) uint64 {
+// hashKey spreads a key's bits, with seed, over all 64 (the finaliser
+// of MurmurHash3): keys that differ in a few low bits, as sequential
+// ones do, land far apart.
+func hashKey(k, seed uint64) uint64 {
+	k ^= seed
 	k ^= k >> 33
 	k *= 0xff51afd7ed558ccd
 	k ^= k >> 33
@@ -33,7 +40,7 @@ func hashKey(k uint64) uint64 {
 
 // home is the bucket a key's probe starts at.
 func (x *index) home(k uint64) int {
-	return int(hashKey(k) >> x.shift)
+	return int(hashKey(k, x.seed) >> x.shift)
 }
 
 // find is the bucket holding k, or -1; recs is the table's records,
@@ -71,7 +78,10 @@ func (x *index) put(k uint64, slot int32) {
 }
 
 // full says whether the array must grow before the next put.
-func (x *index) full() bool { return (x.n+1)*4 > len(x.buckets)*3 }
+func (x *index) full() bool { return (x.n+1)*2 > len(x.buckets) }
+
+// maxKeys bounds reserve: a table's slots are int32.
+const maxKeys = 1<<31 - 1
 
 // grow doubles the array (resize).
 func (x *index) grow(recs *column[float32], free []int32) {
@@ -91,8 +101,9 @@ func (x *index) place(k uint64, slot int32) {
 // reserve makes room for n keys in all, so that adding up to n grows the
 // array at most once, now (resize).
 func (x *index) reserve(n int, recs *column[float32], free []int32) {
+	n = min(n, maxKeys)
 	size := max(minBuckets, len(x.buckets))
-	for n*4 > size*3 {
+	for n*2 > size {
 		size *= 2
 	}
 	if size > len(x.buckets) {

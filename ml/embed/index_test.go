@@ -63,7 +63,7 @@ func TestIndexAgreesWithAMap(t *testing.T) {
 	}
 }
 
-// TestIndexKeepsItsLoadBounded: the array grows before it is 3/4 full,
+// TestIndexKeepsItsLoadBounded: the array grows before it is half full,
 // and reserve sizes it once for what is announced.
 func TestIndexKeepsItsLoadBounded(t *testing.T) {
 	var x index
@@ -77,7 +77,7 @@ func TestIndexKeepsItsLoadBounded(t *testing.T) {
 		s := recs.add()
 		putKey(recs.mut(s), uint64(i))
 		x.put(uint64(i), s)
-		if x.n*4 > len(x.buckets)*3 {
+		if x.n*2 > len(x.buckets) {
 			t.Fatalf("%d keys in %d buckets", x.n, len(x.buckets))
 		}
 	}

@@ -3,6 +3,7 @@ package embed
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 )
 
@@ -62,7 +63,6 @@ type Table struct {
 	seen     map[uint64]sightings // keys not yet admitted
 	stats    TableStats
 	found    []int32 // lookup's scratch
-	touched  float32 // touch's loads go here, so that none is dropped
 }
 
 // NewTable returns an empty table.
@@ -70,7 +70,7 @@ func NewTable(cfg TableConfig) (*Table, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Table{cfg: cfg, seen: map[uint64]sightings{},
+	return &Table{cfg: cfg, seen: map[uint64]sightings{}, idx: index{seed: rand.Uint64()},
 		rows:     newColumn[float32](keyWords + cfg.Dim + cfg.Rule.StateLen(cfg.Dim)),
 		lastSeen: newColumn[int64](seenWidth(cfg))}, nil
 }
@@ -150,8 +150,9 @@ func (t *Table) slot(k uint64) (int32, bool) { return t.idx.get(k, &t.rows) }
 // size is known (a restore, rows moved in) grows its index once.
 func (t *Table) Reserve(n int) { t.idx.reserve(n, &t.rows, t.free) }
 
-// Bytes is what the rows and their optimizer state take in memory, with
-// the keys waiting for admission.
+// Bytes is what the rows (keys, values and optimizer state) take in
+// memory, with the keys waiting for admission; the key index (index.go,
+// 8 to 16 bytes a key) is not counted.
 func (t *Table) Bytes() int64 {
 	per := int64(t.cfg.Dim+t.cfg.Rule.StateLen(t.cfg.Dim))*4 + 8 + 8*int64(seenWidth(t.cfg))
 	return int64(t.idx.n)*per + int64(len(t.seen))*seenBytes
@@ -174,7 +175,6 @@ func (t *Table) Pull(step int64, keys []uint64, out []float32) error {
 	slots := t.lookup(keys)
 	for i, k := range keys {
 		dst := out[i*d : (i+1)*d]
-		t.touch(slots, i+touchAhead)
 		s := slots[i]
 		if s < 0 { // not held when looked up: a new key, or one created since (keys repeated)
 			var ok bool
@@ -192,15 +192,12 @@ func (t *Table) Pull(step int64, keys []uint64, out []float32) error {
 	return nil
 }
 
-// touchAhead is how many keys ahead of the one a step works on its row
-// is touched (touch).
-const touchAhead = 4
-
 // lookup is the slots of keys (-1: not held), in a scratch slice valid
 // until the next call. The lookups run on their own, apart from the
 // rows' work, so that the processor overlaps their cache misses: on
 // tables far larger than the caches each is one (BenchmarkTableStep in
-// ps).
+// ps). A probe reads the key at the start of the row's record, so the
+// work then finds the record's first line in the cache.
 func (t *Table) lookup(keys []uint64) []int32 {
 	if cap(t.found) < len(keys) {
 		t.found = make([]int32, len(keys))
@@ -214,15 +211,6 @@ func (t *Table) lookup(keys []uint64) []int32 {
 		slots[i] = s
 	}
 	return slots
-}
-
-// touch reads the first value of the record of slots[j], if any: a load
-// issued a few rows before the row is worked on, whose miss then runs
-// while the rows before it are (Go has no prefetch instruction).
-func (t *Table) touch(slots []int32, j int) {
-	if j < len(slots) && slots[j] >= 0 {
-		t.touched += t.rows.at(slots[j])[0]
-	}
 }
 
 // Peek writes the rows of keys into out like Pull, but creates no row
@@ -254,7 +242,6 @@ func (t *Table) Push(step int64, keys []uint64, grads []float32) error {
 	}
 	slots := t.lookup(keys)
 	for i, s := range slots {
-		t.touch(slots, i+touchAhead)
 		if s < 0 {
 			t.stats.Dropped++
 			continue

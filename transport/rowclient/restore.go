@@ -81,7 +81,9 @@ func SplitRows(tables []shardckpt.TableRows, n int) ([][]shardckpt.TableRows, er
 			split[s] = shardckpt.TableRows{Name: t.Name, Kind: t.Kind, Dim: t.Dim, StateLen: t.StateLen,
 				Keys: make([]uint64, 0, c), Values: make([]float32, 0, c*t.Dim), State: make([]float32, 0, c*t.StateLen)}
 		}
-		mergeParts(tables, parts[name], dest, split)
+		if err := mergeParts(tables, parts[name], dest, split); err != nil {
+			return nil, err
+		}
 		for s := range out {
 			out[s] = append(out[s], split[s])
 		}
@@ -92,10 +94,14 @@ func SplitRows(tables []shardckpt.TableRows, n int) ([][]shardckpt.TableRows, er
 // mergeParts appends the rows of a table's parts (tables[i] for i in
 // which, each in key order) to split[dest[i][r]], taking the smallest
 // key at the head of a part each time: a few parts, so a scan of the
-// heads.
-func mergeParts(tables []shardckpt.TableRows, which []int, dest [][]int32, split []shardckpt.TableRows) {
+// heads. The merged keys must increase: a key held twice (by two
+// parts, or twice in one) or a part out of key order is refused, as
+// ReadTables refuses it (a key's copies would go to the same shard, the
+// second overwriting the first).
+func mergeParts(tables []shardckpt.TableRows, which []int, dest [][]int32, split []shardckpt.TableRows) error {
 	head := make([]int, len(which))
-	for {
+	var last uint64
+	for merged := 0; ; merged++ {
 		best := -1
 		for p, i := range which {
 			if head[p] < len(tables[i].Keys) && (best < 0 || tables[i].Keys[head[p]] < tables[which[best]].Keys[head[best]]) {
@@ -103,10 +109,14 @@ func mergeParts(tables []shardckpt.TableRows, which []int, dest [][]int32, split
 			}
 		}
 		if best < 0 {
-			return
+			return nil
 		}
 		t, r := &tables[which[best]], head[best]
 		head[best]++
+		if k := t.Keys[r]; merged > 0 && k <= last {
+			return fmt.Errorf("rowclient: table %s: key %d comes after key %d: held twice, or a part out of key order", t.Name, k, last)
+		}
+		last = t.Keys[r]
 		d := &split[dest[which[best]][r]]
 		d.Keys = append(d.Keys, t.Keys[r])
 		d.Values = append(d.Values, t.Values[r*t.Dim:(r+1)*t.Dim]...)

@@ -705,6 +705,18 @@ func TestSplitRowsIsShardRows(t *testing.T) {
 	if _, err := SplitRows(bad, 2); err == nil || !strings.Contains(err.Error(), "dimension") {
 		t.Fatalf("parts of a table of dimensions 4 and 2 split: %v", err)
 	}
+	// A key in two parts, and a part out of key order, are refused
+	// whatever the shard count.
+	row := func(keys ...uint64) shardckpt.TableRows {
+		return shardckpt.TableRows{Name: "emb/C1", Dim: 1, Keys: keys, Values: make([]float32, len(keys))}
+	}
+	for _, in := range [][]shardckpt.TableRows{{row(1, 5, 9), row(5, 7)}, {row(9, 1), row(5)}, {row(3, 3)}} {
+		for n := 1; n <= 3; n++ {
+			if _, err := SplitRows(in, n); err == nil || !strings.Contains(err.Error(), "held twice") {
+				t.Errorf("%v over %d shards: %v, want refused", in, n, err)
+			}
+		}
+	}
 }
 
 // restoreAll restores ck's rows onto every shard, as a chief resuming a
