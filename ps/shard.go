@@ -21,6 +21,9 @@ var (
 	// ErrPastHold refuses a hold (Membership.HoldAt) at a version the
 	// shard has already reached: workers may have pulled it.
 	ErrPastHold = errors.New("the shard is already at or past the hold's version")
+	// ErrBadMembership refuses a membership naming more worker slots
+	// than a run may have (config.MaxWorkerSlots).
+	ErrBadMembership = errors.New("membership out of range")
 )
 
 // ShardConfig is the Shard state machine's configuration: the update
@@ -639,8 +642,12 @@ type Membership struct {
 }
 
 // SetMembership applies m; it reports whether that completed a pending
-// sync step. A refused hold changes nothing.
+// sync step. A refused membership (ErrBadMembership) or hold changes
+// nothing.
 func (s *Shard) SetMembership(m Membership) (bool, error) {
+	if err := checkMembership(m); err != nil {
+		return false, err
+	}
 	if s.cfg.Mode == config.Sync && m.HoldAt > 0 && m.HoldAt != s.holdAt && s.version >= m.HoldAt && !s.done {
 		return false, fmt.Errorf("%w: hold at %d, shard at %d", ErrPastHold, m.HoldAt, s.version)
 	}
@@ -660,6 +667,27 @@ func (s *Shard) SetMembership(m Membership) (bool, error) {
 		s.setMaxVersion(m.MaxVersion)
 	}
 	return s.SetLive(live), nil
+}
+
+// checkMembership refuses a membership whose members, replicas or worker
+// indices reach config.MaxWorkerSlots: the shard keeps state for every
+// index below the largest (grow), and a trimmed mean room for each of
+// the replicas' gradients, so one garbage index near 2^31 would have the
+// shard allocate tens of gigabytes.
+func checkMembership(m Membership) error {
+	const most = config.MaxWorkerSlots
+	switch {
+	case m.Members < 0 || m.Members > most:
+		return fmt.Errorf("%w: %d members, want 0 to %d", ErrBadMembership, m.Members, most)
+	case m.Replicas < 0 || m.Replicas > most:
+		return fmt.Errorf("%w: %d replicas, want 0 to %d", ErrBadMembership, m.Replicas, most)
+	}
+	for _, ws := range [][]int{m.Retired, m.Quarantined} {
+		if i := slices.IndexFunc(ws, func(w int) bool { return w >= most }); i >= 0 {
+			return fmt.Errorf("%w: worker %d, want below %d", ErrBadMembership, ws[i], most)
+		}
+	}
+	return nil
 }
 
 // setRetired makes ws the retired workers.
