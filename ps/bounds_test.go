@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"runtime"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -21,6 +22,7 @@ import (
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/ml/embed"
 	"github.com/pstrain/pstrain/ml/model"
+	"github.com/pstrain/pstrain/ml/optim"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/proto/convert"
 	"github.com/pstrain/pstrain/transport/wire"
@@ -51,6 +53,46 @@ func TestMembershipBoundsWorkerSlots(t *testing.T) {
 	}
 	if s.Slots() != most || !s.Retired(most-1) {
 		t.Fatalf("%d slots, worker %d retired %v; want %d slots, retired", s.Slots(), most-1, s.Retired(most-1), most)
+	}
+}
+
+// allocated is the bytes f allocates.
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// A trimmed mean keeps each of a step's gradients: its room is made as
+// gradients arrive, not for every replica an Init or a membership names
+// (4096 of them, each the shard's size).
+func TestTrimmedMeanRoomFollowsGradients(t *testing.T) {
+	const n, most = 1 << 14, config.MaxWorkerSlots // 64 KiB a gradient
+	opt, err := optim.New(optim.Config{Name: "sgd", LR: 1}, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := ShardConfig{Mode: config.Sync, Replicas: most, Workers: most, Aggregate: config.TrimmedMean}
+	var s *Shard
+	if b := allocated(func() { s, err = NewShard(cfg, make([]float32, n), opt, 0) }); err != nil || b > 4<<20 {
+		t.Fatalf("a shard of %d replicas allocated %d bytes (%v), want the per-worker state alone", most, b, err)
+	}
+	s = newTestShard(t, ShardConfig{Mode: config.Sync, Replicas: 3, Workers: 3, Aggregate: config.TrimmedMean}, n)
+	if b := allocated(func() { _, err = s.SetMembership(Membership{Live: []int{0, 1, 2}, Members: most, Replicas: most}) }); err != nil || b > 4<<20 {
+		t.Fatalf("a membership of %d replicas allocated %d bytes (%v)", most, b, err)
+	}
+	// The room is still there when the gradients come: a step of three
+	// (the middle value of each coordinate) as before.
+	s = newTestShard(t, ShardConfig{Mode: config.Sync, Replicas: 3, Workers: 3, Aggregate: config.TrimmedMean}, 2)
+	for w, g := range [][]float32{{1, 30}, {2, 10}, {3, 20}} {
+		if _, err := s.Push(w, 0, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p := s.Params(); s.Version() != 1 || p[0] != -2 || p[1] != -20 {
+		t.Fatalf("version %d, params %v after a trimmed mean of three at lr 1; want 1, [-2 -20]", s.Version(), p)
 	}
 }
 

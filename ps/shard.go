@@ -126,7 +126,7 @@ type Shard struct {
 	done    bool
 
 	accum        []float32
-	kept         [][]float32 // trimmed mean: room for a step's gradients
+	kept         [][]float32 // trimmed mean: room for a step's gradients (keptAt)
 	accepted     int         // gradients of the current step in accum or kept
 	contributors []int
 	after        []int64 // the contributors' data positions once the step is applied
@@ -191,9 +191,6 @@ func NewShard(cfg ShardConfig, params []float32, opt optim.Optimizer, version in
 	}
 	if cfg.Aggregate == config.TrimmedMean {
 		s.kept = make([][]float32, cfg.Replicas)
-		for i := range s.kept {
-			s.kept[i] = make([]float32, len(params))
-		}
 	}
 	s.checkDone()
 	return s, nil
@@ -471,12 +468,23 @@ func (s *Shard) keep(g, sum []float32) {
 	case g == nil:
 		return
 	case s.kept != nil:
-		copy(s.kept[s.accepted], g)
+		copy(s.keptAt(s.accepted), g)
 		vec.Add(sum, g)
 	default:
 		vec.AddBoth(s.accum, sum, g) // (one pass over g)
 	}
 	s.accepted++
+}
+
+// keptAt is the trimmed mean's room for a step's i-th gradient, made
+// when a step first has that many: a shard's memory grows with the
+// gradients it was sent, never with the replicas an Init or a membership
+// names (thousands of them, each as large as the shard).
+func (s *Shard) keptAt(i int) []float32 {
+	if s.kept[i] == nil {
+		s.kept[i] = make([]float32, len(s.params))
+	}
+	return s.kept[i]
 }
 
 // advance completes the current sync step: it applies the aggregate of
@@ -501,7 +509,7 @@ func (s *Shard) advance(last, sum, out []float32) {
 		}
 	case s.kept != nil:
 		if last != nil {
-			copy(s.kept[s.accepted], last)
+			copy(s.keptAt(s.accepted), last)
 			vec.Add(sum, last)
 		}
 		TrimmedMean(s.accum, s.kept[:n])
@@ -708,7 +716,7 @@ func (s *Shard) setRetired(ws []int) {
 func (s *Shard) setReplicas(n int) {
 	s.cfg.Replicas = n
 	for s.kept != nil && len(s.kept) < n {
-		s.kept = append(s.kept, make([]float32, len(s.params)))
+		s.kept = append(s.kept, nil) // (keptAt makes it)
 	}
 }
 

@@ -168,7 +168,7 @@ func (s *Shard) setStep(st ShardState) error {
 		if err != nil || len(g) != len(s.params) {
 			return fmt.Errorf("ps: shard state: kept gradient %d of %d bytes for %d parameters (%v)", i, len(b), len(s.params), err)
 		}
-		copy(s.kept[i], g)
+		copy(s.keptAt(i), g)
 	}
 	return nil
 }
