@@ -18,6 +18,7 @@ import (
 	"github.com/pstrain/pstrain/ml/embed"
 	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/ml/optim"
+	"github.com/pstrain/pstrain/ml/partition"
 	"github.com/pstrain/pstrain/transport/compress"
 )
 
@@ -355,6 +356,8 @@ func (r Run) validateShape() error {
 	switch {
 	case r.PS < 1:
 		return fmt.Errorf("--ps must be at least 1, got %d", r.PS)
+	case r.PS > partition.MaxShards || r.MaxPS > partition.MaxShards:
+		return fmt.Errorf("--ps and --max-ps must be at most %d (a model's partition has no more shards), got %d and %d", partition.MaxShards, r.PS, r.MaxPS)
 	case r.PSReplicas < 0 || r.PSReplicas > 1:
 		return fmt.Errorf("--ps-replicas must be 0 (no hot standbys) or 1 (a standby process per shard), got %d", r.PSReplicas)
 	case r.MaxPS != 0 && r.MaxPS < r.PS:

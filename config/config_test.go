@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pstrain/pstrain/ml/partition"
 )
 
 func TestDefaultIsValid(t *testing.T) {
@@ -53,6 +55,8 @@ func TestValidateRejectsImpossibleValues(t *testing.T) {
 		"--max-workers too many":  func(r *Run) { r.MaxWorkers = MaxWorkerSlots + 1 },
 		"--workers too many":      func(r *Run) { r.Workers = MaxWorkerSlots + 1 },
 		"--ps-replicas":           func(r *Run) { r.PSReplicas = 2 },
+		"--ps too many":           func(r *Run) { r.PS = partition.MaxShards + 1 },
+		"--max-ps too many":       func(r *Run) { r.MaxPS = partition.MaxShards + 1 },
 		"--ps-replicas negative":  func(r *Run) { r.PSReplicas = -1 },
 	}
 	for name, mutate := range cases {

@@ -235,3 +235,77 @@ func FuzzInit(f *testing.F) {
 		_, _ = s.Push(context.Background(), &pb.PushRequest{Worker: 0, Version: version, RunId: fuzzRun, Grad: make([]byte, len(params))})
 	})
 }
+
+// fuzzIndices reads worker indices from b, one a byte: the byte as a
+// signed number, or, from 0xf0 up, one of the 16 indices below 2^31
+// (garbage that must not size the shard's state).
+func fuzzIndices(b []byte) []int32 {
+	var out []int32
+	for _, x := range b {
+		if x >= 0xf0 {
+			out = append(out, math.MaxInt32-int32(0xff-x))
+			continue
+		}
+		out = append(out, int32(int8(x)))
+	}
+	return out
+}
+
+// FuzzSetMembership: whatever a membership holds, the server does not
+// panic, keeps state for at most config.MaxWorkerSlots workers (and room
+// for as many gradients), leaves the shard as it was when it refuses one,
+// and still answers a status, a pull and a push afterwards.
+func FuzzSetMembership(f *testing.F) {
+	f.Add(byte(0), []byte{0, 1}, int32(0), []byte(nil), int32(0), []byte(nil), int64(0), int64(0))
+	f.Add(byte(4), []byte{0, 1, 2}, int32(3), []byte{2}, int32(3), []byte{1}, int64(fuzzVersion+2), int64(100))
+	f.Add(byte(1), []byte{0, 1}, int32(0), []byte{0}, int32(0), []byte(nil), int64(fuzzVersion), int64(fuzzVersion))
+	f.Add(byte(2), []byte{0xff}, int32(2), []byte(nil), int32(1), []byte{0xfe, 0x80}, int64(0), int64(-1))
+	// A count or an index past config.MaxWorkerSlots, near 2^31, once had
+	// the shard allocate tens of gigabytes of per-worker state, or of
+	// room for gradients.
+	f.Add(byte(0), []byte{0, 1}, int32(config.MaxWorkerSlots+1), []byte(nil), int32(0), []byte(nil), int64(0), int64(0))
+	f.Add(byte(4), []byte{0, 1}, int32(0), []byte(nil), int32(config.MaxWorkerSlots+1), []byte(nil), int64(0), int64(0))
+	f.Add(byte(0), []byte{0, 1}, int32(math.MaxInt32), []byte(nil), int32(0), []byte(nil), int64(0), int64(0))
+	f.Add(byte(4), []byte{0, 1}, int32(0), []byte(nil), int32(math.MaxInt32), []byte(nil), int64(0), int64(0))
+	f.Add(byte(0), []byte{0, 1}, int32(0), []byte{0xff}, int32(0), []byte(nil), int64(0), int64(0))
+	f.Fuzz(func(t *testing.T, mode byte, live []byte, members int32, retired []byte, replicas int32, quarantined []byte, holdAt, maxVersion int64) {
+		var s *Server
+		if mode&4 != 0 { // sync with a trimmed mean: room kept per replica
+			s = trimmedServer(t)
+		} else {
+			s = fuzzServer(t, modeOf(mode))
+		}
+		before, slots := snapshotOf(t, s), s.shard.Slots()
+		_, err := s.SetMembership(context.Background(), &pb.MembershipRequest{LiveWorkers: fuzzIndices(live), Members: members,
+			Retired: fuzzIndices(retired), Replicas: replicas, Quarantined: fuzzIndices(quarantined), HoldAt: holdAt, MaxVersion: maxVersion})
+		if err != nil && (!sameState(before, snapshotOf(t, s)) || s.shard.Slots() != slots) {
+			t.Fatalf("a refused membership (%v) changed the shard", err)
+		}
+		if s.shard.Slots() > config.MaxWorkerSlots || len(s.shard.kept) > config.MaxWorkerSlots {
+			t.Fatalf("state for %d workers and %d gradients after members %d, replicas %d", s.shard.Slots(), len(s.shard.kept), members, replicas)
+		}
+		if _, err := s.Status(context.Background(), &pb.StatusRequest{}); err != nil {
+			t.Fatalf("status: %v", err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		v := s.shard.Version()
+		_, _ = s.Pull(ctx, &pb.PullRequest{Worker: 0, MinVersion: v, RunId: fuzzRun})
+		_, _ = s.Push(context.Background(), &pb.PushRequest{Worker: 1, Version: v, RunId: fuzzRun, Grad: wire.Bytes(make([]float32, fuzzParams))})
+	})
+}
+
+// trimmedServer is fuzzServer's shard of two sync workers whose steps
+// take the trimmed mean of their gradients.
+func trimmedServer(t *testing.T) *Server {
+	t.Helper()
+	s := NewServer(Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Shard: AnyShard})
+	opts := fuzzOptions(config.Sync)
+	opts.Aggregate = string(config.TrimmedMean)
+	_, err := s.Init(context.Background(), &pb.InitRequest{RunId: fuzzRun, Shard: 0, NumShards: 1,
+		ShardOptions: opts, Params: wire.Bytes([]float32{1, -2, 3, -4, 5, -6}), Version: fuzzVersion})
+	if err != nil {
+		t.Fatalf("init: %v", err)
+	}
+	return s
+}

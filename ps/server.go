@@ -373,6 +373,10 @@ func planOf(req *pb.InitRequest, n int) (partition.Plan, error) {
 // req.DataSlots of an elastic run's).
 func (s *Server) restorePositions(sh *Shard, req *pb.InitRequest, workers int) error {
 	pos := req.DataPositions
+	if len(pos) > config.MaxWorkerSlots {
+		// The shard would keep state for every one of them (grow).
+		return fmt.Errorf("data positions of %d workers, at most %d", len(pos), config.MaxWorkerSlots)
+	}
 	if len(pos) == workers || req.DataSlots > 0 && len(pos) > 0 && len(pos) <= int(req.DataSlots) {
 		// An elastic run's positions cover the workers that had joined
 		// when the checkpoint was taken: the shard keeps state for every
@@ -1043,7 +1047,10 @@ func (s *Server) applyMembership(req *pb.MembershipRequest) (*pb.MembershipRespo
 	advanced, err := s.shard.SetMembership(Membership{Live: toInts(req.LiveWorkers), Members: int(req.Members),
 		Retired: toInts(req.Retired), Replicas: int(req.Replicas), MaxVersion: req.MaxVersion, HoldAt: req.HoldAt,
 		Quarantined: toInts(req.Quarantined)})
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrBadMembership):
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	case err != nil:
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
 	s.tables.quarantine(s.shard)

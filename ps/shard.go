@@ -21,6 +21,9 @@ var (
 	// ErrPastHold refuses a hold (Membership.HoldAt) at a version the
 	// shard has already reached: workers may have pulled it.
 	ErrPastHold = errors.New("the shard is already at or past the hold's version")
+	// ErrBadMembership refuses a membership naming more worker slots
+	// than a run may have (config.MaxWorkerSlots).
+	ErrBadMembership = errors.New("membership out of range")
 )
 
 // ShardConfig is the Shard state machine's configuration: the update
@@ -123,7 +126,7 @@ type Shard struct {
 	done    bool
 
 	accum        []float32
-	kept         [][]float32 // trimmed mean: room for a step's gradients
+	kept         [][]float32 // trimmed mean: room for a step's gradients (keptAt)
 	accepted     int         // gradients of the current step in accum or kept
 	contributors []int
 	after        []int64 // the contributors' data positions once the step is applied
@@ -188,9 +191,6 @@ func NewShard(cfg ShardConfig, params []float32, opt optim.Optimizer, version in
 	}
 	if cfg.Aggregate == config.TrimmedMean {
 		s.kept = make([][]float32, cfg.Replicas)
-		for i := range s.kept {
-			s.kept[i] = make([]float32, len(params))
-		}
 	}
 	s.checkDone()
 	return s, nil
@@ -468,12 +468,23 @@ func (s *Shard) keep(g, sum []float32) {
 	case g == nil:
 		return
 	case s.kept != nil:
-		copy(s.kept[s.accepted], g)
+		copy(s.keptAt(s.accepted), g)
 		vec.Add(sum, g)
 	default:
 		vec.AddBoth(s.accum, sum, g) // (one pass over g)
 	}
 	s.accepted++
+}
+
+// keptAt is the trimmed mean's room for a step's i-th gradient, made
+// when a step first has that many: a shard's memory grows with the
+// gradients it was sent, never with the replicas an Init or a membership
+// names (thousands of them, each as large as the shard).
+func (s *Shard) keptAt(i int) []float32 {
+	if s.kept[i] == nil {
+		s.kept[i] = make([]float32, len(s.params))
+	}
+	return s.kept[i]
 }
 
 // advance completes the current sync step: it applies the aggregate of
@@ -498,7 +509,7 @@ func (s *Shard) advance(last, sum, out []float32) {
 		}
 	case s.kept != nil:
 		if last != nil {
-			copy(s.kept[s.accepted], last)
+			copy(s.keptAt(s.accepted), last)
 			vec.Add(sum, last)
 		}
 		TrimmedMean(s.accum, s.kept[:n])
@@ -639,8 +650,12 @@ type Membership struct {
 }
 
 // SetMembership applies m; it reports whether that completed a pending
-// sync step. A refused hold changes nothing.
+// sync step. A refused membership (ErrBadMembership) or hold changes
+// nothing.
 func (s *Shard) SetMembership(m Membership) (bool, error) {
+	if err := checkMembership(m); err != nil {
+		return false, err
+	}
 	if s.cfg.Mode == config.Sync && m.HoldAt > 0 && m.HoldAt != s.holdAt && s.version >= m.HoldAt && !s.done {
 		return false, fmt.Errorf("%w: hold at %d, shard at %d", ErrPastHold, m.HoldAt, s.version)
 	}
@@ -662,6 +677,27 @@ func (s *Shard) SetMembership(m Membership) (bool, error) {
 	return s.SetLive(live), nil
 }
 
+// checkMembership refuses a membership whose members, replicas or worker
+// indices reach config.MaxWorkerSlots: the shard keeps state for every
+// index below the largest (grow), and a trimmed mean room for each of
+// the replicas' gradients, so one garbage index near 2^31 would have the
+// shard allocate tens of gigabytes.
+func checkMembership(m Membership) error {
+	const most = config.MaxWorkerSlots
+	switch {
+	case m.Members < 0 || m.Members > most:
+		return fmt.Errorf("%w: %d members, want 0 to %d", ErrBadMembership, m.Members, most)
+	case m.Replicas < 0 || m.Replicas > most:
+		return fmt.Errorf("%w: %d replicas, want 0 to %d", ErrBadMembership, m.Replicas, most)
+	}
+	for _, ws := range [][]int{m.Retired, m.Quarantined} {
+		if i := slices.IndexFunc(ws, func(w int) bool { return w >= most }); i >= 0 {
+			return fmt.Errorf("%w: worker %d, want below %d", ErrBadMembership, ws[i], most)
+		}
+	}
+	return nil
+}
+
 // setRetired makes ws the retired workers.
 func (s *Shard) setRetired(ws []int) {
 	for _, w := range ws {
@@ -680,7 +716,7 @@ func (s *Shard) setRetired(ws []int) {
 func (s *Shard) setReplicas(n int) {
 	s.cfg.Replicas = n
 	for s.kept != nil && len(s.kept) < n {
-		s.kept = append(s.kept, make([]float32, len(s.params)))
+		s.kept = append(s.kept, nil) // (keptAt makes it)
 	}
 }
 

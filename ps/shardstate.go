@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/pstrain/pstrain/config"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/transport/wire"
 )
@@ -124,6 +125,11 @@ func (s *Shard) checkState(st ShardState) error {
 		return fmt.Errorf("ps: shard state: %d workers (the shard has %d), %d contributors with %d positions, %d accepted",
 			n, len(s.live), len(st.Contributors), len(st.After), st.Accepted)
 	}
+	if n > config.MaxWorkerSlots || st.Replicas < 0 || st.Replicas > config.MaxWorkerSlots {
+		// As a membership may not (checkMembership): slots and the
+		// trimmed mean's room are allocated for these.
+		return fmt.Errorf("ps: shard state: %d workers and %d replicas, want at most %d of each", n, st.Replicas, config.MaxWorkerSlots)
+	}
 	if len(st.GuardWindow) > cap(s.guard.window) || st.GuardNext < 0 || st.GuardNext >= max(1, cap(s.guard.window)) {
 		return fmt.Errorf("ps: shard state: a norm-guard window of %d (next %d), the guard keeps %d", len(st.GuardWindow), st.GuardNext, cap(s.guard.window))
 	}
@@ -162,7 +168,7 @@ func (s *Shard) setStep(st ShardState) error {
 		if err != nil || len(g) != len(s.params) {
 			return fmt.Errorf("ps: shard state: kept gradient %d of %d bytes for %d parameters (%v)", i, len(b), len(s.params), err)
 		}
-		copy(s.kept[i], g)
+		copy(s.keptAt(i), g)
 	}
 	return nil
 }

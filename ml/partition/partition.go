@@ -36,6 +36,19 @@ type Plan struct {
 	Shards []Shard
 }
 
+// Bounds of what build accepts. A PS builds a plan from the shard count
+// and model spec an Init carries, before anything else checks them:
+// without the bounds a garbage count near 2^31 made it allocate tens of
+// gigabytes of shards, and garbage layer sizes had it walk 2^40 rows.
+const (
+	// MaxShards is the most shards a plan has: far more parameter
+	// servers than a run starts.
+	MaxShards = 1024
+	// MaxParams is the most parameters a partitioned model has: every
+	// worker holds the whole dense model, 8 GiB of float32 at this bound.
+	MaxParams = 1 << 31
+)
+
 // New partitions spec's variables over n shards of equal weight. It
 // fails if some shard would be empty or hold only bias vectors.
 func New(spec model.Spec, n int) (Plan, error) {
@@ -43,6 +56,21 @@ func New(spec model.Spec, n int) (Plan, error) {
 		return Plan{}, fmt.Errorf("partition: need at least one shard, got %d", n)
 	}
 	return build(spec, n, nil)
+}
+
+// sizeOf is the variables' total elements, refused if a variable's shape
+// is negative or the total is beyond MaxParams.
+func sizeOf(vars []model.Variable) (int, error) {
+	total := 0
+	for _, v := range vars {
+		if v.Rows < 0 || v.Cols < 0 || v.Rows > MaxParams || v.Cols > MaxParams {
+			return 0, fmt.Errorf("partition: variable %s of %d x %d", v.Name, v.Rows, v.Cols)
+		}
+		if total += v.Rows * v.Cols; total > MaxParams { // (each product is below 2^62)
+			return 0, fmt.Errorf("partition: a model of more than %d parameters", MaxParams)
+		}
+	}
+	return total, nil
 }
 
 // Weighted partitions spec's variables over len(weights) shards, shard
@@ -67,10 +95,13 @@ func Weighted(spec model.Spec, weights []int) (Plan, error) {
 // build cuts spec's rows into n pieces: at k/n of the total, or, with
 // prefix (the weights' prefix sums), at prefix[k]/prefix[n].
 func build(spec model.Spec, n int, prefix []int) (Plan, error) {
+	if n > MaxShards {
+		return Plan{}, fmt.Errorf("partition: %d shards, at most %d", n, MaxShards)
+	}
 	vars := spec.Variables()
-	total := 0
-	for _, v := range vars {
-		total += v.Size()
+	total, err := sizeOf(vars)
+	if err != nil {
+		return Plan{}, err
 	}
 	at := func(k, cols int) int {
 		if prefix == nil {

@@ -103,6 +103,38 @@ func TestTooManyShardsIsAClearError(t *testing.T) {
 	}
 }
 
+// A plan's shard count and the model's size are bounded before the plan
+// is built: a PS builds one from an Init's, which may be garbage.
+func TestShardsAndParamsBounded(t *testing.T) {
+	wide := model.Spec{Input: 2 * MaxShards, Classes: 2} // rows enough for every shard
+	if _, err := New(wide, MaxShards); err != nil {
+		t.Fatalf("%d shards: %v", MaxShards, err)
+	}
+	for _, n := range []int{MaxShards + 1, 1<<31 - 1} {
+		if _, err := New(wide, n); err == nil {
+			t.Fatalf("%d shards accepted", n)
+		}
+	}
+	weights := make([]int, MaxShards+1)
+	for i := range weights {
+		weights[i] = 1 + i%2
+	}
+	if _, err := LayoutOf(len(weights), weights).Plan(wide); err == nil {
+		t.Fatalf("a weighted layout of %d shards accepted", len(weights))
+	}
+	for _, spec := range []model.Spec{
+		{Input: 1 << 20, Hidden: []int{1 << 11, 1}, Classes: 2}, // 2^31 + 2^11 + ... parameters
+		{Input: 1<<31 - 1, Hidden: []int{1<<31 - 1, 1<<31 - 1}, Classes: 2},
+	} {
+		if _, err := New(spec, 1); err == nil {
+			t.Fatalf("%v: more than %d parameters accepted", spec, MaxParams)
+		}
+	}
+	if _, err := New(model.Spec{Input: 1 << 20, Hidden: []int{1<<11 - 2}, Classes: 2}, 1); err != nil {
+		t.Fatalf("a model just below %d parameters: %v", MaxParams, err)
+	}
+}
+
 func TestSegmentsMatchGather(t *testing.T) {
 	spec := model.Spec{Input: 30, Hidden: []int{20, 7}, Classes: 5}
 	vars := spec.Init(2)
