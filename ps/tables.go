@@ -528,7 +528,6 @@ func (ts *TableSet) Load(r shardckpt.TableRows) error {
 		return err
 	}
 	d, sl := cfg.Dim, cfg.Rule.StateLen(cfg.Dim)
-	st.t.Reserve(st.t.Len() + len(r.Keys))
 	for i, k := range r.Keys {
 		if err := st.t.Put(k, ts.version, r.Values[i*d:(i+1)*d], r.State[i*sl:(i+1)*sl]); err != nil {
 			return err

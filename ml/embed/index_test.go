@@ -30,16 +30,13 @@ func TestIndexAgreesWithAMap(t *testing.T) {
 				delete(want, k)
 				free = append(free, s)
 			case !held:
-				if x.full() {
-					x.grow(&recs, free)
-				}
 				if n := len(free); n > 0 {
 					s, free = free[n-1], free[:n-1]
 				} else {
 					s = recs.add()
 				}
 				putKey(recs.mut(s), k)
-				x.put(k, s)
+				x.put(k, s, &recs)
 				want[k] = s
 			}
 			if x.n != len(want) {
@@ -63,26 +60,33 @@ func TestIndexAgreesWithAMap(t *testing.T) {
 	}
 }
 
-// TestIndexKeepsItsLoadBounded: the array grows before it is half full,
-// and reserve sizes it once for what is announced.
+// TestIndexKeepsItsLoadBounded: every part grows before it is half
+// full, and the keys spread over the parts, so that a part's growth
+// rebuilds a small share of them.
 func TestIndexKeepsItsLoadBounded(t *testing.T) {
 	var x index
 	recs := newColumn[float32](keyWords)
-	x.reserve(1000, &recs, nil)
-	size := len(x.buckets)
-	for i := range 1000 {
-		if x.full() {
-			x.grow(&recs, nil)
-		}
+	const n = 100_000
+	for i := range uint64(n) {
 		s := recs.add()
-		putKey(recs.mut(s), uint64(i))
-		x.put(uint64(i), s)
-		if x.n*2 > len(x.buckets) {
-			t.Fatalf("%d keys in %d buckets", x.n, len(x.buckets))
-		}
+		putKey(recs.mut(s), i)
+		x.put(i, s, &recs)
 	}
-	if len(x.buckets) != size || size != 2048 {
-		t.Fatalf("reserved %d buckets, ended with %d; want 2048 both", size, len(x.buckets))
+	buckets, most := 0, 0
+	for i := range x.parts {
+		p := &x.parts[i]
+		if p.n*2 > len(p.buckets) {
+			t.Fatalf("part %d: %d keys in %d buckets", i, p.n, len(p.buckets))
+		}
+		buckets, most = buckets+len(p.buckets), max(most, p.n)
+	}
+	if x.n != n || buckets > 4*n || most > 2*n/indexParts {
+		t.Fatalf("%d keys: %d buckets in all, %d in the fullest part", x.n, buckets, most)
+	}
+	for i := range uint64(n) {
+		if s, ok := x.get(i, &recs); !ok || recordKey(recs.at(s)) != i {
+			t.Fatalf("key %d: slot %d, %v", i, s, ok)
+		}
 	}
 }
 
@@ -104,34 +108,36 @@ func TestRecordKeysKeepTheirBits(t *testing.T) {
 	}
 }
 
-// Growing puts back the slots held, not the free ones whose records still
-// hold the keys removed.
+// Growing a part puts back the slots it holds, not slots freed since,
+// whose records still hold the keys removed.
 func TestIndexGrowsOverTheSlotsHeld(t *testing.T) {
 	var x index
 	recs := newColumn[float32](keyWords)
-	for k := range uint64(12) {
-		if x.full() {
-			x.grow(&recs, nil)
-		}
-		s := recs.add()
-		putKey(recs.mut(s), k)
-		x.put(k, s)
-	}
 	var free []int32
-	for k := uint64(0); k < 12; k += 2 {
-		s, _ := x.get(k, &recs)
-		x.remove(k, &recs)
-		free = append(free, s)
+	for k := range uint64(4000) {
+		var s int32
+		if n := len(free); n > 0 {
+			s, free = free[n-1], free[:n-1]
+		} else {
+			s = recs.add()
+		}
+		putKey(recs.mut(s), k)
+		x.put(k, s, &recs)
+		if k%3 == 0 { // a third removed as they come: the parts grow with slots freed
+			if !x.remove(k, &recs) {
+				t.Fatalf("key %d not held", k)
+			}
+			free = append(free, s)
+		}
 	}
-	x.reserve(1000, &recs, free)
 	var held []int32
 	x.each(func(s int32) { held = append(held, s) })
-	if x.n != 6 || len(held) != 6 {
-		t.Fatalf("%d keys held and %d slots listed after growing, want 6", x.n, len(held))
+	if x.n != 2666 || len(held) != 2666 {
+		t.Fatalf("%d keys held and %d slots listed, want 2666", x.n, len(held))
 	}
-	for k := range uint64(12) {
-		if _, ok := x.get(k, &recs); ok != (k%2 == 1) {
-			t.Fatalf("key %d held: %v after growing", k, ok)
+	for k := range uint64(4000) {
+		if _, ok := x.get(k, &recs); ok != (k%3 != 0) {
+			t.Fatalf("key %d held: %v", k, ok)
 		}
 	}
 }

@@ -146,13 +146,9 @@ func (t *Table) Len() int { return t.idx.n }
 // slot is k's slot, if it has a row.
 func (t *Table) slot(k uint64) (int32, bool) { return t.idx.get(k, &t.rows) }
 
-// Reserve makes room for n rows in all, so that filling a table whose
-// size is known (a restore, rows moved in) grows its index once.
-func (t *Table) Reserve(n int) { t.idx.reserve(n, &t.rows, t.free) }
-
 // Bytes is what the rows (keys, values and optimizer state) take in
 // memory, with the keys waiting for admission; the key index (index.go,
-// 8 to 16 bytes a key) is not counted.
+// about 8 to 16 bytes a key) is not counted.
 func (t *Table) Bytes() int64 {
 	per := int64(t.cfg.Dim+t.cfg.Rule.StateLen(t.cfg.Dim))*4 + 8 + 8*int64(seenWidth(t.cfg))
 	return int64(t.idx.n)*per + int64(len(t.seen))*seenBytes
@@ -299,9 +295,6 @@ func (t *Table) Fill(keys []uint64, step int64) int {
 
 // place finds a slot for a key (a free one, or a new one at the end).
 func (t *Table) place(k uint64) int32 {
-	if t.idx.full() { // before the slot is taken: growing indexes every slot held
-		t.idx.grow(&t.rows, t.free)
-	}
 	var s int32
 	if n := len(t.free); n > 0 {
 		s, t.free = t.free[n-1], t.free[:n-1]
@@ -310,7 +303,7 @@ func (t *Table) place(k uint64) int32 {
 		t.lastSeen.add()
 	}
 	putKey(t.rows.mut(s), k)
-	t.idx.put(k, s)
+	t.idx.put(k, s, &t.rows)
 	return s
 }
 
