@@ -12,11 +12,13 @@ package embed
 // map[uint64]int32 took 39. The arrays never shrink: after evictions a
 // key costs more. Deletion shifts the entries after the deleted one back
 // (no tombstones), so lookups never slow down with evictions. A part
-// grows on its own, in the call that adds the key that fills it, and
-// rebuilding it reads the records of its keys alone: a table's growth is
-// spread over indexParts calls, none rebuilding more than about
-// 1/indexParts of the keys (in one array, a table of millions of rows
-// stalled its call for a tenth of a second or more).
+// grows on its own, when a key would fill it, and rebuilding it reads
+// the records of its keys alone: a key added rebuilds at most about
+// 1/indexParts of the table's keys (in one array, a table of millions of
+// rows stalled its call for a tenth of a second or more). The parts fill
+// alike, so a call that adds many keys near a doubling (a batch's, a
+// load's) may grow several. An empty index is 2.5 KiB, and a part holds
+// at least 8 buckets once used.
 type index struct {
 	parts [indexParts]part
 	n     int    // keys held

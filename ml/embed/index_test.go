@@ -4,21 +4,39 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 )
 
+// onePart is n keys that an index of seed 0 puts in its first part.
+func onePart(n int) []uint64 {
+	var keys []uint64
+	for k := uint64(0); len(keys) < n; k++ {
+		if hashKey(k<<20, 0)>>(64-partBits) == 0 {
+			keys = append(keys, k<<20) // keys apart in high bits only
+		}
+	}
+	return keys
+}
+
 // TestIndexAgreesWithAMap runs random puts, removes and gets on an index
-// and on a map side by side. Few keys in a small array make long runs of
-// full buckets that wrap around its end, which is where backward-shift
-// deletion goes wrong if it does.
+// and on a map side by side, with keys all of one part (and, last, of
+// any part). Few keys in a small array make long runs of full buckets
+// that wrap around its end, which is where backward-shift deletion goes
+// wrong if it does.
 func TestIndexAgreesWithAMap(t *testing.T) {
-	for _, space := range []uint64{12, 40, 1000} {
+	anyPart := make([]uint64, 1000)
+	for i := range anyPart {
+		anyPart[i] = uint64(i) << 20
+	}
+	for _, keys := range [][]uint64{onePart(12), onePart(40), onePart(1000), anyPart} {
+		space := uint64(len(keys))
 		rng := rand.New(rand.NewPCG(space, 7))
 		var x index
 		recs := newColumn[float32](keyWords)
 		want := map[uint64]int32{}
 		var free []int32
 		for op := range 20000 {
-			k := rng.Uint64N(space) << 20 // keys apart in high bits only
+			k := keys[rng.IntN(len(keys))]
 			s, held := want[k]
 			switch got, ok := x.get(k, &recs); {
 			case ok != held || ok && got != s:
@@ -54,7 +72,7 @@ func TestIndexAgreesWithAMap(t *testing.T) {
 		if !slices.Equal(slots, wantSlots) {
 			t.Fatalf("space %d: each gave %d slots, want %d", space, len(slots), len(wantSlots))
 		}
-		if x.remove(space<<20, &recs) {
+		if x.remove(1<<62, &recs) {
 			t.Fatalf("space %d: removed a key never held", space)
 		}
 	}
@@ -140,4 +158,28 @@ func TestIndexGrowsOverTheSlotsHeld(t *testing.T) {
 			t.Fatalf("key %d held: %v", k, ok)
 		}
 	}
+}
+
+// BenchmarkTableGrowth fills a table (dimension 16, Adagrad) to 6.3
+// million rows, a row a Pull, and reports the longest Pull: the one that
+// grew the index most, which a shard's step would wait for. Run it with
+// -benchtime 1x (an op is the whole fill).
+func BenchmarkTableGrowth(b *testing.B) {
+	const rows = 6_300_000
+	out := make([]float32, 16)
+	var worst time.Duration
+	for range b.N {
+		tb, err := NewTable(TableConfig{Name: "emb/C1", Dim: 16, Seed: 1, Rule: DefaultAdagrad(0.1)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := range uint64(rows) {
+			t0 := time.Now()
+			if err := tb.Pull(1, []uint64{i * 0x9e3779b97f4a7c15}, out); err != nil {
+				b.Fatal(err)
+			}
+			worst = max(worst, time.Since(t0))
+		}
+	}
+	b.ReportMetric(float64(worst.Microseconds())/1000, "worst-pull-ms")
 }
