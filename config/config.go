@@ -554,9 +554,9 @@ func (r Run) validateCTR() error {
 	return nil
 }
 
-// MaxEmbeddingDim bounds --embedding-dim: far beyond what CTR models use
-// (8 to 128), and small enough that a row fits any message.
-const MaxEmbeddingDim = 4096
+// MaxEmbeddingDim bounds --embedding-dim: a table's largest dimension
+// (embed.MaxDim).
+const MaxEmbeddingDim = embed.MaxDim
 
 // DefaultCTRHidden is a CTR model's dense layers when --hidden is not
 // given (docs/models.md, "The CTR model").

@@ -93,12 +93,6 @@ func TableConfigs(specs []*pb.TableSpec) ([]embed.TableConfig, error) {
 		if err := c.Validate(); err != nil {
 			return nil, err
 		}
-		if c.Dim > config.MaxEmbeddingDim {
-			// Rows are allocated in blocks of the dimension's values: a
-			// garbage dimension near 2^31 asked for gigabytes at the
-			// first row.
-			return nil, fmt.Errorf("embed: table %s: dimension %d: want at most %d", c.Name, c.Dim, config.MaxEmbeddingDim)
-		}
 		out = append(out, c)
 	}
 	return out, nil

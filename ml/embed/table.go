@@ -22,13 +22,19 @@ type TableConfig struct {
 	EvictAfter int64
 }
 
+// MaxDim bounds a table's dimension: far beyond what CTR models use (8
+// to 128), and small enough that a row fits any message. Rows are
+// allocated in blocks of the dimension's values, so a dimension near
+// 2^31 would ask for gigabytes at the first row.
+const MaxDim = 4096
+
 // Validate says what is wrong with a table's configuration.
 func (c TableConfig) Validate() error {
 	if c.Name == "" {
 		return fmt.Errorf("embed: a table needs a name")
 	}
-	if c.Dim <= 0 {
-		return fmt.Errorf("embed: table %s: dimension %d: want > 0", c.Name, c.Dim)
+	if c.Dim <= 0 || c.Dim > MaxDim {
+		return fmt.Errorf("embed: table %s: dimension %d: want 1 to %d", c.Name, c.Dim, MaxDim)
 	}
 	if c.AdmitAfter < 0 || c.EvictAfter < 0 {
 		return fmt.Errorf("embed: table %s: admission %d and eviction %d must not be negative", c.Name, c.AdmitAfter, c.EvictAfter)

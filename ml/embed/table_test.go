@@ -150,10 +150,14 @@ func TestTableConfigValidate(t *testing.T) {
 		{Name: "t", Rule: Rule{Kind: SGD, LR: 1}},
 		{Name: "t", Dim: 4, AdmitAfter: -1, Rule: Rule{Kind: SGD, LR: 1}},
 		{Name: "t", Dim: 4},
+		{Name: "t", Dim: MaxDim + 1, Rule: Rule{Kind: SGD, LR: 1}},
 	} {
 		if _, err := NewTable(bad); err == nil {
 			t.Errorf("%+v accepted", bad)
 		}
+	}
+	if _, err := NewTable(TableConfig{Name: "t", Dim: MaxDim, Rule: Rule{Kind: SGD, LR: 1}}); err != nil {
+		t.Errorf("a table of dimension %d refused: %v", MaxDim, err)
 	}
 }
 
