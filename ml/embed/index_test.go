@@ -18,6 +18,20 @@ func onePart(n int) []uint64 {
 	return keys
 }
 
+// insert gives k a slot as Table.place does (a freed one, or a new one),
+// writes k into its record and indexes it.
+func insert(x *index, recs *column[float32], free *[]int32, k uint64) int32 {
+	var s int32
+	if n := len(*free); n > 0 {
+		s, *free = (*free)[n-1], (*free)[:n-1]
+	} else {
+		s = recs.add()
+	}
+	putKey(recs.mut(s), k)
+	x.put(k, s, recs)
+	return s
+}
+
 // TestIndexAgreesWithAMap runs random puts, removes and gets on an index
 // and on a map side by side, with keys all of one part (and, last, of
 // any part). Few keys in a small array make long runs of full buckets
@@ -48,14 +62,7 @@ func TestIndexAgreesWithAMap(t *testing.T) {
 				delete(want, k)
 				free = append(free, s)
 			case !held:
-				if n := len(free); n > 0 {
-					s, free = free[n-1], free[:n-1]
-				} else {
-					s = recs.add()
-				}
-				putKey(recs.mut(s), k)
-				x.put(k, s, &recs)
-				want[k] = s
+				want[k] = insert(&x, &recs, &free, k)
 			}
 			if x.n != len(want) {
 				t.Fatalf("space %d op %d: %d keys held, want %d", space, op, x.n, len(want))
@@ -133,14 +140,7 @@ func TestIndexGrowsOverTheSlotsHeld(t *testing.T) {
 	recs := newColumn[float32](keyWords)
 	var free []int32
 	for k := range uint64(4000) {
-		var s int32
-		if n := len(free); n > 0 {
-			s, free = free[n-1], free[:n-1]
-		} else {
-			s = recs.add()
-		}
-		putKey(recs.mut(s), k)
-		x.put(k, s, &recs)
+		s := insert(&x, &recs, &free, k)
 		if k%3 == 0 { // a third removed as they come: the parts grow with slots freed
 			if !x.remove(k, &recs) {
 				t.Fatalf("key %d not held", k)
