@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/checkpoint/shardckpt"
 	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/ml/partition"
@@ -74,9 +75,18 @@ type move struct {
 	layout partition.Layout
 	plan   partition.Plan
 	shards []shardInit
-	// rows are each new shard's embedding rows (nil: the model has no
-	// tables), loaded onto it after its Init.
-	rows [][]shardckpt.TableRows
+	// A model with tables: parts are the checkpoint's rows by the shard
+	// of the before shards that held them; arriving[s] the rows each
+	// new shard is loaded with after its Init when the shards keep the
+	// rows that stay (rowsOf). (nil: the model has no tables.)
+	before   int
+	parts    [][]shardckpt.TableRows
+	arriving [][]shardckpt.TableRows
+	// all is every new shard's rows, placed (rowsOf) the first time a
+	// shard of both layouts did not keep its rows.
+	allOnce sync.Once
+	all     [][]shardckpt.TableRows
+	allErr  error
 }
 
 // loadMove reads the newest checkpoint, which must be of step, and
@@ -89,21 +99,14 @@ func (c *Chief) loadMove(from partition.Plan, step int64, to partition.Layout) (
 	if err != nil {
 		return nil, err
 	}
-	info, _, err := c.cfg.Store.Latest()
+	ck, err := c.boundaryCheckpoint(step)
 	if err != nil {
-		return nil, fmt.Errorf("chief: the PS count change's checkpoint: %w", err)
-	}
-	if info.Step != step {
-		return nil, fmt.Errorf("chief: the PS count change's checkpoint of step %d is not the newest (%d is)", step, info.Step)
-	}
-	ck, err := c.cfg.Store.Load(info.Path)
-	if err != nil {
-		return nil, fmt.Errorf("chief: the PS count change's checkpoint: %w", err)
+		return nil, err
 	}
 	// The dense state and, for a model with tables, the rows, in one
 	// read of the files.
 	var st shardckpt.State
-	var rows []shardckpt.TableRows
+	var rows [][]shardckpt.TableRows
 	if c.loadsRows(ck) {
 		st, rows, err = shardckpt.ReadWithRows(ck, c.cfg.Spec, c.cfg.Run.Optimizer)
 	} else {
@@ -112,43 +115,102 @@ func (c *Chief) loadMove(from partition.Plan, step int64, to partition.Layout) (
 	if err != nil {
 		return nil, fmt.Errorf("chief: the PS count change's checkpoint: %w", err)
 	}
-	mv := &move{step: step, layout: to, plan: plan}
+	before := len(from.Shards)
+	mv := &move{step: step, layout: to, plan: plan, before: before, parts: rows}
 	version := ck.Manifest.Version
 	for _, sh := range ck.Manifest.Shards {
 		version = max(version, sh.Version)
+	}
+	shardVersion := map[int]int64{}
+	for _, sh := range ck.Manifest.Shards {
+		shardVersion[sh.Index] = sh.Version
 	}
 	moved := partition.MovedElements(partition.Moves(from, plan))
 	c.cfg.Log.Info("PS count change: the model's rows on the new layout", "ps", to.String(), "moved_mib",
 		fmt.Sprintf("%.2f", float64(4*moved)/(1<<20)), "of_mib", fmt.Sprintf("%.2f", float64(4*c.cfg.Spec.NumParams())/(1<<20)))
 	for s := range to.PS {
 		p, o := st.Shard(plan, s)
-		mv.shards = append(mv.shards, shardInit{params: p, opt: o, optSteps: st.OptimizerSteps,
-			version: version, positions: ck.Manifest.DataPositions, rowsLoading: c.loadsRows(ck)})
+		in := shardInit{params: p, opt: o, optSteps: st.OptimizerSteps,
+			version: version, positions: ck.Manifest.DataPositions, rowsLoading: c.loadsRows(ck)}
+		// A shard of both layouts keeps the rows it snapshotted for this
+		// checkpoint that stay on it, if it still holds them.
+		if v, ok := shardVersion[s]; ok && in.rowsLoading && s < before {
+			in.keepRows, in.keepVersion = true, v
+		}
+		mv.shards = append(mv.shards, in)
 	}
 	if c.loadsRows(ck) {
-		if mv.rows, err = c.moveRows(rows, to.PS); err != nil {
-			return nil, err
-		}
+		mv.arriving = c.moveRows(rows, to.PS)
 	}
 	return mv, nil
 }
 
-// moveRows places a checkpoint's embedding rows (as each of its shards
-// stored them) on the shards of n: a key's row goes to shard
-// embed.ShardOf(table, key, n). It runs in loadMove, beside the workers'
-// switch, and the chief holds every row until the switch loads them.
-func (c *Chief) moveRows(all []shardckpt.TableRows, n int) ([][]shardckpt.TableRows, error) {
-	var rows, bytes int64
-	for _, t := range all {
-		rows, bytes = rows+int64(len(t.Keys)), bytes+t.Bytes()
+// boundaryCheckpoint is the newest checkpoint, which must be of step,
+// checked cheaply: reading its files checks their hashes (Store.Latest
+// would read and hash them once more).
+func (c *Chief) boundaryCheckpoint(step int64) (*checkpoint.Checkpoint, error) {
+	infos, err := c.cfg.Store.List()
+	if err == nil && len(infos) == 0 {
+		err = checkpoint.ErrNoCheckpoint
 	}
-	out, err := rowclient.SplitRows(all, n)
+	if err == nil {
+		err = infos[0].Err
+	}
 	if err != nil {
-		return nil, fmt.Errorf("chief: the PS count change's embedding rows: %w", err)
+		return nil, fmt.Errorf("chief: the PS count change's checkpoint: %w", err)
+	}
+	if info := infos[0]; info.Step != step {
+		return nil, fmt.Errorf("chief: the PS count change's checkpoint of step %d is not the newest (%d is)", step, info.Step)
+	}
+	ck, err := c.cfg.Store.Load(infos[0].Path)
+	if err != nil {
+		return nil, fmt.Errorf("chief: the PS count change's checkpoint: %w", err)
+	}
+	return ck, nil
+}
+
+// moveRows places a checkpoint's embedding rows (byShard[j]: as shard j
+// stored them) on the shards of n, a key's row on shard
+// embed.ShardOf(table, key, n), leaving out the rows that stay where
+// they are (rowclient.SplitArriving): the rows each shard of n is loaded
+// with if the shards of both layouts keep theirs. It runs in loadMove,
+// beside the workers' switch, and the chief holds every row until the
+// switch loads them.
+func (c *Chief) moveRows(byShard [][]shardckpt.TableRows, n int) [][]shardckpt.TableRows {
+	var rows, bytes, arriving int64
+	for _, ts := range byShard {
+		for _, t := range ts {
+			rows, bytes = rows+int64(len(t.Keys)), bytes+t.Bytes()
+		}
+	}
+	out := rowclient.SplitArriving(byShard, n)
+	for _, ts := range out {
+		arriving += int64(countRows(ts))
 	}
 	c.cfg.Log.Info("PS count change: the embedding rows read for the new layout", "ps", n, "rows", rows,
-		"mib", fmt.Sprintf("%.2f", float64(bytes)/(1<<20)))
-	return out, nil
+		"mib", fmt.Sprintf("%.2f", float64(bytes)/(1<<20)), "rows_moving", arriving)
+	return out
+}
+
+// rowsOf is the rows shard s of the move's layout is loaded with: those
+// arriving if it kept its own (or is new), else all its rows, placed
+// from the checkpoint's once for every shard that needs them (a process
+// restarted during the change holds no rows to keep).
+func (mv *move) rowsOf(s int, kept bool) ([]shardckpt.TableRows, error) {
+	if kept || s >= mv.before {
+		return mv.arriving[s], nil
+	}
+	mv.allOnce.Do(func() {
+		var flat []shardckpt.TableRows
+		for _, ts := range mv.parts {
+			flat = append(flat, ts...)
+		}
+		mv.all, mv.allErr = rowclient.SplitRows(flat, mv.layout.PS)
+	})
+	if mv.allErr != nil {
+		return nil, mv.allErr
+	}
+	return mv.all[s], nil
 }
 
 // switchLayout carries out a SwitchLayout: the layout of a.To shards
@@ -206,11 +268,21 @@ func (c *Chief) switchLayout(ctx context.Context, a SwitchLayout) (int64, error)
 // whose process dies during the load is initialised and loaded again
 // once it is back.
 func (c *Chief) initMoved(ctx context.Context, s int, mv *move, gen int64) error {
-	if mv.rows == nil {
+	if mv.arriving == nil {
 		return c.initShard(ctx, s, mv.shards[s], gen)
 	}
-	return c.initShardThen(ctx, s, mv.shards[s], gen, func(ctx context.Context, cl pb.ParameterServerClient) error {
-		if err := rowclient.LoadShard(ctx, cl, mv.rows[s], c.cfg.RunID, gen, 0); err != nil {
+	return c.initShardThen(ctx, s, mv.shards[s], gen, func(ctx context.Context, cl pb.ParameterServerClient, resp *pb.InitResponse) error {
+		kept := resp.GetRowsKept()
+		rows, err := mv.rowsOf(s, kept)
+		if err != nil {
+			return fmt.Errorf("placing the embedding rows of shard %d: %w", s, err)
+		}
+		if kept {
+			c.cfg.Log.Info("PS count change: the shard kept its rows that stay", "shard", s, "rows_arriving", countRows(rows))
+		} else if s < mv.before {
+			c.cfg.Log.Warn("PS count change: the shard no longer held its rows (restarted?): loading all of them", "shard", s, "rows", countRows(rows))
+		}
+		if err := rowclient.LoadShard(ctx, cl, rows, c.cfg.RunID, gen, 0); err != nil {
 			return fmt.Errorf("loading the embedding rows onto shard %d: %w", s, err)
 		}
 		return nil
@@ -288,4 +360,13 @@ func (c *Chief) nudgeLoop() {
 	case c.nudge <- struct{}{}:
 	default:
 	}
+}
+
+// countRows is the number of rows of tables.
+func countRows(tables []shardckpt.TableRows) int {
+	n := 0
+	for _, t := range tables {
+		n += len(t.Keys)
+	}
+	return n
 }

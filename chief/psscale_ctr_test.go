@@ -16,8 +16,10 @@ import (
 	"github.com/pstrain/pstrain/checkpoint/shardckpt"
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/ml/embed"
+	"github.com/pstrain/pstrain/ml/partition"
 	"github.com/pstrain/pstrain/observe/metrics"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/transport/rowclient"
 )
 
 // A CTR run's PS count may change (its rows move with the layout,
@@ -52,6 +54,7 @@ type rowsPS struct {
 	pb.ParameterServerClient
 	mu        sync.Mutex
 	failLoads int
+	keeps     int // the first keeps Inits answer that the shard kept its rows
 	inits     int
 	rows      int  // rows loaded since the last Init
 	released  bool // the load's Done came after the last Init
@@ -61,7 +64,7 @@ func (f *rowsPS) Init(context.Context, *pb.InitRequest, ...grpc.CallOption) (*pb
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.inits, f.rows, f.released = f.inits+1, 0, false
-	return &pb.InitResponse{}, nil
+	return &pb.InitResponse{RowsKept: f.inits <= f.keeps}, nil
 }
 
 func (f *rowsPS) LoadRows(_ context.Context, req *pb.LoadRowsRequest, _ ...grpc.CallOption) (*pb.LoadRowsResponse, error) {
@@ -79,27 +82,56 @@ func (f *rowsPS) LoadRows(_ context.Context, req *pb.LoadRowsRequest, _ ...grpc.
 
 // A shard whose process dies while the move loads its rows is
 // initialised again once it answers, and its rows loaded again: the
-// Init and the load are one attempt of the Init's retries.
+// Init and the load are one attempt of the Init's retries. A shard that
+// kept its rows is loaded only those arriving; back empty, all of them.
 func TestMovedShardDyingDuringItsLoadIsInitialisedAgain(t *testing.T) {
+	for _, keeps := range []int{0, 1} {
+		r := ctrRun(1)
+		spec := r.CTRSpec(13, 4)
+		f := &rowsPS{failLoads: 1, keeps: keeps}
+		c, err := New(Config{Run: r, Spec: spec, RunID: "run-1", PS: []PS{{Addr: "ps0:1", Client: f}},
+			Metrics: metrics.NewChief(prometheus.NewRegistry()), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// 2 -> 1 shard: the rows of old shard 0 stay, those of shard 1
+		// arrive.
+		table := func(keys ...uint64) shardckpt.TableRows {
+			return shardckpt.TableRows{Name: "emb/C1", Kind: embed.Adagrad, Dim: 2, StateLen: 2,
+				Keys: keys, Values: make([]float32, 2*len(keys)), State: make([]float32, 2*len(keys))}
+		}
+		parts := [][]shardckpt.TableRows{{table(1, 3, 5)}, {table(2, 4)}}
+		arriving := rowclient.SplitArriving(parts, 1)
+		mv := &move{shards: []shardInit{{params: make([]float32, c.plan.Shards[0].Size), rowsLoading: true, keepRows: true}},
+			layout: partition.Layout{PS: 1}, before: 2, parts: parts, arriving: arriving}
+		if err := c.initMoved(context.Background(), 0, mv, 2); err != nil {
+			t.Fatal(err)
+		}
+		f.mu.Lock()
+		if f.inits != 2 || f.rows != 5 || !f.released {
+			t.Errorf("kept %d times: after a load that failed once, %d Inits, %d rows loaded since the last, released %t; want 2, 5, true",
+				keeps, f.inits, f.rows, f.released)
+		}
+		f.mu.Unlock()
+	}
+	// Kept: only the rows arriving.
+	f := &rowsPS{keeps: 1}
 	r := ctrRun(1)
-	spec := r.CTRSpec(13, 4)
-	f := &rowsPS{failLoads: 1}
-	c, err := New(Config{Run: r, Spec: spec, RunID: "run-1", PS: []PS{{Addr: "ps0:1", Client: f}},
+	c, err := New(Config{Run: r, Spec: r.CTRSpec(13, 4), RunID: "run-1", PS: []PS{{Addr: "ps0:1", Client: f}},
 		Metrics: metrics.NewChief(prometheus.NewRegistry()), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows := []shardckpt.TableRows{{Name: "emb/C1", Kind: embed.Adagrad, Dim: 2, StateLen: 2,
-		Keys: []uint64{1, 2, 3}, Values: make([]float32, 6), State: make([]float32, 6)}}
-	mv := &move{shards: []shardInit{{params: make([]float32, c.plan.Shards[0].Size), rowsLoading: true}},
-		rows: [][]shardckpt.TableRows{rows}}
+	parts := [][]shardckpt.TableRows{{{Name: "emb/C1", Kind: embed.SGD, Dim: 1, Keys: []uint64{1, 3, 5}, Values: make([]float32, 3)}},
+		{{Name: "emb/C1", Kind: embed.SGD, Dim: 1, Keys: []uint64{2, 4}, Values: make([]float32, 2)}}}
+	arriving := rowclient.SplitArriving(parts, 1)
+	mv := &move{shards: []shardInit{{params: make([]float32, c.plan.Shards[0].Size), rowsLoading: true, keepRows: true}},
+		layout: partition.Layout{PS: 1}, before: 2, parts: parts, arriving: arriving}
 	if err := c.initMoved(context.Background(), 0, mv, 2); err != nil {
 		t.Fatal(err)
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.inits != 2 || f.rows != 3 || !f.released {
-		t.Errorf("after a load that failed once: %d Inits, %d rows loaded since the last, released %t; want 2, 3, true", f.inits, f.rows, f.released)
+	if f.inits != 1 || f.rows != 2 || !f.released {
+		t.Errorf("a shard that kept its rows: %d Inits, %d rows loaded, released %t; want 1, 2 (those arriving), true", f.inits, f.rows, f.released)
 	}
 }
 

@@ -22,6 +22,11 @@ type shardInit struct {
 	version     int64
 	positions   []int64 // each worker's data position (nil: the start)
 	rowsLoading bool    // the chief loads the checkpoint's rows after the Init
+	// keepRows asks the shard to keep the rows it held when it
+	// snapshotted keepVersion, those the new layout leaves on it
+	// (InitRequest.keep_rows): a live PS count change's initMoved.
+	keepRows    bool
+	keepVersion int64
 }
 
 // freshInit is the run's initial state for every shard.
@@ -129,11 +134,11 @@ func (c *Chief) initShard(ctx context.Context, s int, in shardInit, gen int64) e
 }
 
 // initShardThen sends shard s its state in generation gen and, if then
-// is set, calls it with the shard's client after the Init, as one
-// attempt: a process that dies during then (and is restarted, empty)
-// gets the Init again before then is retried. The Init has
-// psCallTimeout; then bounds its own calls.
-func (c *Chief) initShardThen(ctx context.Context, s int, in shardInit, gen int64, then func(context.Context, pb.ParameterServerClient) error) error {
+// is set, calls it with the shard's client and the Init's answer after
+// the Init, as one attempt: a process that dies during then (and is
+// restarted, empty) gets the Init again before then is retried. The Init
+// has psCallTimeout; then bounds its own calls.
+func (c *Chief) initShardThen(ctx context.Context, s int, in shardInit, gen int64, then func(context.Context, pb.ParameterServerClient, *pb.InitResponse) error) error {
 	r := c.cfg.Run
 	c.mu.Lock()
 	live := c.core.Live(c.cfg.Now())
@@ -143,7 +148,7 @@ func (c *Chief) initShardThen(ctx context.Context, s int, in shardInit, gen int6
 		Params: wire.Bytes(in.params), Version: in.version, MaxVersion: c.maxSteps(), LiveWorkers: live,
 		Generation: gen, ModelSpec: convert.ModelSpec(c.cfg.Spec), OptimizerStep: in.optSteps,
 		StepsPerEpoch: StepsPerEpoch(r, c.cfg.TrainN), DataPositions: in.positions, Tables: c.tableSpecs(),
-		RowsLoading: in.rowsLoading, ShardWeights: c.layout.Weights32()}
+		RowsLoading: in.rowsLoading, ShardWeights: c.layout.Weights32(), KeepRows: in.keepRows, KeepRowsVersion: in.keepVersion}
 	if len(in.opt) > 0 {
 		req.OptimizerState = wire.Bytes(in.opt)
 	}
@@ -151,12 +156,12 @@ func (c *Chief) initShardThen(ctx context.Context, s int, in shardInit, gen int6
 	req.Epoch, req.StandbyAddr = c.standbyFor(ctx, s)
 	return c.retryPS(ctx, s, p, "init", func(ctx context.Context) error {
 		ictx, cancel := context.WithTimeout(ctx, psCallTimeout)
-		_, err := p.Client.Init(ictx, req)
+		resp, err := p.Client.Init(ictx, req)
 		cancel()
 		if err != nil || then == nil {
 			return err
 		}
-		return then(ctx, p.Client)
+		return then(ctx, p.Client, resp)
 	})
 }
 

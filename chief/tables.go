@@ -54,11 +54,11 @@ func (c *Chief) loadsRows(ck *checkpoint.Checkpoint) bool {
 // generation gen (an Init installs empty tables; initShardThen): nil
 // when ck has none to load. Each attempt reads the shard's rows anew, so
 // the chief holds one shard's rows at a time.
-func (c *Chief) rowsLoader(ck *checkpoint.Checkpoint, s int, gen int64) func(context.Context, pb.ParameterServerClient) error {
+func (c *Chief) rowsLoader(ck *checkpoint.Checkpoint, s int, gen int64) func(context.Context, pb.ParameterServerClient, *pb.InitResponse) error {
 	if !c.loadsRows(ck) {
 		return nil
 	}
-	return func(ctx context.Context, cl pb.ParameterServerClient) error {
+	return func(ctx context.Context, cl pb.ParameterServerClient, _ *pb.InitResponse) error {
 		if err := rowclient.RestoreShard(ctx, ck, cl, s, len(c.cfg.PS), c.cfg.RunID, gen, 0); err != nil {
 			return fmt.Errorf("chief: %w", err)
 		}

@@ -185,9 +185,16 @@ type InitRequest struct {
 	// shard_weights are the layout's weights, one per shard, after a
 	// rebalance (partition.Layout; docs/elastic.md, "Rebalancing"); none:
 	// the num_shards shards carry equal shares.
-	ShardWeights  []int32 `protobuf:"varint,24,rep,packed,name=shard_weights,json=shardWeights,proto3" json:"shard_weights,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ShardWeights []int32 `protobuf:"varint,24,rep,packed,name=shard_weights,json=shardWeights,proto3" json:"shard_weights,omitempty"`
+	// keep_rows asks a shard changing layouts live (docs/elastic.md) to
+	// keep the rows its tables held when it snapshotted keep_rows_version
+	// that the new layout leaves on it, if its tables are still that
+	// snapshot's; the chief then loads only the rows moving onto it
+	// (InitResponse.rows_kept). Otherwise the shard's tables start empty.
+	KeepRows        bool  `protobuf:"varint,25,opt,name=keep_rows,json=keepRows,proto3" json:"keep_rows,omitempty"`
+	KeepRowsVersion int64 `protobuf:"varint,26,opt,name=keep_rows_version,json=keepRowsVersion,proto3" json:"keep_rows_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *InitRequest) Reset() {
@@ -365,6 +372,20 @@ func (x *InitRequest) GetShardWeights() []int32 {
 		return x.ShardWeights
 	}
 	return nil
+}
+
+func (x *InitRequest) GetKeepRows() bool {
+	if x != nil {
+		return x.KeepRows
+	}
+	return false
+}
+
+func (x *InitRequest) GetKeepRowsVersion() int64 {
+	if x != nil {
+		return x.KeepRowsVersion
+	}
+	return 0
 }
 
 // TableSpec is one embedding table (embed.TableConfig).
@@ -988,6 +1009,7 @@ func (x *LoadRowsResponse) GetRows() int64 {
 
 type InitResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	RowsKept      bool                   `protobuf:"varint,1,opt,name=rows_kept,json=rowsKept,proto3" json:"rows_kept,omitempty"` // the shard kept its rows (InitRequest.keep_rows)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1020,6 +1042,13 @@ func (x *InitResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use InitResponse.ProtoReflect.Descriptor instead.
 func (*InitResponse) Descriptor() ([]byte, []int) {
 	return file_pstrain_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *InitResponse) GetRowsKept() bool {
+	if x != nil {
+		return x.RowsKept
+	}
+	return false
 }
 
 // ModelSpec is the network's shape (model.Spec).
@@ -3936,7 +3965,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x05Block\x12\x1a\n" +
 	"\bvariable\x18\x01 \x01(\x05R\bvariable\x12\x1b\n" +
 	"\trow_start\x18\x02 \x01(\x05R\browStart\x12\x17\n" +
-	"\arow_end\x18\x03 \x01(\x05R\x06rowEnd\"\x8f\x06\n" +
+	"\arow_end\x18\x03 \x01(\x05R\x06rowEnd\"\xd8\x06\n" +
 	"\vInitRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\x05R\x05shard\x12\x1d\n" +
@@ -3965,7 +3994,9 @@ const file_pstrain_proto_rawDesc = "" +
 	"\fstandby_addr\x18\x13 \x01(\tR\vstandbyAddr\x12-\n" +
 	"\x06tables\x18\x16 \x03(\v2\x15.pstrain.v1.TableSpecR\x06tables\x12!\n" +
 	"\frows_loading\x18\x17 \x01(\bR\vrowsLoading\x12#\n" +
-	"\rshard_weights\x18\x18 \x03(\x05R\fshardWeightsJ\x04\b\x04\x10\x05J\x04\b\r\x10\x0eJ\x04\b\x10\x10\x11\"\x97\x02\n" +
+	"\rshard_weights\x18\x18 \x03(\x05R\fshardWeights\x12\x1b\n" +
+	"\tkeep_rows\x18\x19 \x01(\bR\bkeepRows\x12*\n" +
+	"\x11keep_rows_version\x18\x1a \x01(\x03R\x0fkeepRowsVersionJ\x04\b\x04\x10\x05J\x04\b\r\x10\x0eJ\x04\b\x10\x10\x11\"\x97\x02\n" +
 	"\tTableSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03dim\x18\x02 \x01(\x05R\x03dim\x12\x12\n" +
@@ -4026,8 +4057,9 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x05state\x18\x06 \x01(\fR\x05state\x12\x12\n" +
 	"\x04done\x18\a \x01(\bR\x04done\"&\n" +
 	"\x10LoadRowsResponse\x12\x12\n" +
-	"\x04rows\x18\x01 \x01(\x03R\x04rows\"\x0e\n" +
-	"\fInitResponse\"\xe6\x01\n" +
+	"\x04rows\x18\x01 \x01(\x03R\x04rows\"+\n" +
+	"\fInitResponse\x12\x1b\n" +
+	"\trows_kept\x18\x01 \x01(\bR\browsKept\"\xe6\x01\n" +
 	"\tModelSpec\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
 	"\x05input\x18\x02 \x01(\x05R\x05input\x12\x16\n" +

@@ -163,7 +163,7 @@ func TestInitPrefillsUnlessLoadingAndCountsTheRows(t *testing.T) {
 	}
 	m := metrics.NewTables(nil)
 	h := newTableHost(m)
-	h.install(ts, "r", 1, false, false)
+	h.install(ts, "r", 1, false, false, false, 0)
 	for _, c := range cfgs {
 		tab := ts.Table(c.Name)
 		if tab.Len() == 0 || tab.Len() == 300 {

@@ -256,7 +256,7 @@ func (s *Server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitRespons
 	if s.shardIndex >= 0 && int(req.Shard) != s.shardIndex {
 		return nil, status.Errorf(codes.InvalidArgument, "init of shard %d: this process serves shard %d", req.Shard, s.shardIndex)
 	}
-	s.install(b, true)
+	kept := s.install(b, true)
 	// Any Init makes the process its shard's primary; with a standby
 	// address it attaches that standby (replica.go).
 	s.stopReplica()
@@ -269,8 +269,8 @@ func (s *Server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitRespons
 	}
 	s.log.Info("shard initialised", "shard", req.Shard, "of", req.NumShards, "params", len(b.sh.Params()),
 		"version", req.Version, "generation", req.Generation, "mode", b.opts.Mode, "run", req.RunId, "lr", b.opts.Rate(),
-		"epoch", req.Epoch, "standby", req.StandbyAddr)
-	return &pb.InitResponse{}, nil
+		"epoch", req.Epoch, "standby", req.StandbyAddr, "rows_kept", kept)
+	return &pb.InitResponse{RowsKept: kept}, nil
 }
 
 // built is a shard an Init request describes, made before taking the lock.
@@ -396,8 +396,9 @@ func (s *Server) restorePositions(sh *Shard, req *pb.InitRequest, workers int) e
 
 // install makes b the shard's state, replacing the one before; with
 // inherit, the new shard keeps the old one's norm-guard window (a
-// snapshot brings its own). Call with mu held.
-func (s *Server) install(b built, inherit bool) {
+// snapshot brings its own). It says whether the tables kept their rows
+// (InitRequest.keep_rows). Call with mu held.
+func (s *Server) install(b built, inherit bool) (kept bool) {
 	sh, req, plan, opts, params := b.sh, b.req, b.plan, b.opts, b.sh.Params()
 	if inherit && s.shard != nil && s.runID == req.RunId && s.index == int(req.Shard) {
 		sh.InheritGuard(s.shard) // re-initialised by the chief: no warm-up to exploit
@@ -417,8 +418,10 @@ func (s *Server) install(b built, inherit bool) {
 	s.refusals, s.guardLogged = refusalLog{}, false
 	s.lastInit = initTemplate(req)
 	s.replSeq = 0
-	s.tables.install(b.ts, req.RunId, req.Generation, opts.NaNPolicy == config.Skip, req.RowsLoading)
+	kept = s.tables.install(b.ts, req.RunId, req.Generation, opts.NaNPolicy == config.Skip, req.RowsLoading,
+		req.KeepRows, req.KeepRowsVersion)
 	s.tables.quarantine(sh)
+	return kept
 }
 
 // lrSchedule is the run's learning rate as a function of the shard's
@@ -1184,7 +1187,7 @@ func (s *Server) fillSnapshot(sn *snapshot, p *pullSnap) {
 		sn.positions = append(sn.positions, s.shard.DataPosition(w))
 	}
 	sn.plan, sn.index, sn.numShards, sn.optName, sn.runID = s.plan, s.index, s.numShards, s.opts.Optimizer, s.runID
-	sn.tables = s.tables.snapshot(sn.tables)
+	sn.tables = s.tables.snapshot(sn.tables, sn.version)
 }
 
 // retain keeps the shard's current state, whose pull snapshot p is, for a

@@ -18,7 +18,7 @@ func TestTableMetricsFollowRequestsAndReinstalls(t *testing.T) {
 	h := newTableHost(m)
 	install := func() *TableSet {
 		set := newTableSets(t, tableCfgs(0, 0), config.Sync, 1)[0]
-		h.install(set, "r", 1, false, false)
+		h.install(set, "r", 1, false, false, false, 0)
 		return set
 	}
 	set := install()

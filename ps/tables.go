@@ -512,9 +512,9 @@ func slotRows(slots []TableSlots) []shardckpt.TableRows {
 	return out
 }
 
-// Load puts restored rows into their table (a checkpoint's, or rows
-// moved from another shard); each must be this shard's. A refused load
-// changes nothing.
+// Load adds restored rows to their table (a checkpoint's, or rows moved
+// from another shard); each must be this shard's, and one the table
+// does not hold (embed.Table.Load). A refused load changes nothing.
 func (ts *TableSet) Load(r shardckpt.TableRows) error {
 	st, err := ts.lookup(r.Name)
 	if err != nil {
@@ -527,13 +527,7 @@ func (ts *TableSet) Load(r shardckpt.TableRows) error {
 	if err := ts.CheckKeys(r.Name, r.Keys); err != nil {
 		return err
 	}
-	d, sl := cfg.Dim, cfg.Rule.StateLen(cfg.Dim)
-	for i, k := range r.Keys {
-		if err := st.t.Put(k, ts.version, r.Values[i*d:(i+1)*d], r.State[i*sl:(i+1)*sl]); err != nil {
-			return err
-		}
-	}
-	return nil
+	return st.t.Load(ts.version, r.Keys, r.Values, r.State)
 }
 
 // prefillChunk is how many of a table's pre-filled keys Prefill hands
@@ -570,4 +564,43 @@ func (ts *TableSet) Prefill(ctx context.Context, name string, n int64) (int, err
 		}
 	}
 	return made + st.t.Fill(chunk, ts.version), nil
+}
+
+// Writes sums the tables' Writes: equal sums, the set's rows are
+// unchanged.
+func (ts *TableSet) Writes() uint64 {
+	var n uint64
+	for _, st := range ts.tables {
+		n += st.t.Writes()
+	}
+	return n
+}
+
+// Keep is ts's tables as the set like is (its shard, number of shards,
+// version and mode): each table keeps the rows whose keys that layout
+// places on like's shard (embed.ShardOf) and drops the others, and no
+// step is under way. It refuses (nil) unless like's tables have ts's
+// tables' configurations, each. ts is not to be used after a set is
+// returned: the two share the tables.
+func (ts *TableSet) Keep(like *TableSet) *TableSet {
+	if len(like.tables) != len(ts.tables) {
+		return nil
+	}
+	for name, l := range like.tables {
+		if st, ok := ts.tables[name]; !ok || st.t.Config() != l.t.Config() {
+			return nil
+		}
+	}
+	out := &TableSet{mode: like.mode, shard: like.shard, numShards: like.numShards, version: like.version,
+		tables: make(map[string]*tableState, len(ts.tables)), names: like.names}
+	// One shard, or the same count, places every key here: nothing to
+	// drop.
+	all := like.numShards == 1 || like.numShards == ts.numShards && like.shard == ts.shard
+	for name, st := range ts.tables {
+		if place := embed.PlacerOf(name, like.numShards); !all {
+			st.t.Retain(func(k uint64) bool { return place.Shard(k) == like.shard })
+		}
+		out.tables[name] = &tableState{t: st.t, staged: map[int]*stagedRows{}, sighted: like.tables[name].sighted}
+	}
+	return out
 }

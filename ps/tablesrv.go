@@ -44,6 +44,8 @@ type tableHost struct {
 	// request counts and exports every table it names), with its counters
 	// already added to them (their deltas are added at each change).
 	exported map[string]*tableMetrics
+	// snapped is the tables of the last snapshot (install's keep).
+	snapped snapMark
 }
 
 // tableMetrics is one table's metrics (its labels' children of the
@@ -166,10 +168,24 @@ func (sn *snapshot) tensors() ([]checkpoint.Tensor, error) {
 }
 
 // install makes set (nil: none) the shard's tables for run runID at
-// generation gen, replacing those before.
-func (h *tableHost) install(set *TableSet, runID string, gen int64, nanSkip, loading bool) {
+// generation gen, replacing those before, and says whether it kept the
+// rows of those before instead (keep).
+//
+// With keep, an Init asks the shard to keep the rows its tables held
+// when it snapshotted version keepAt, the rows a checkpoint of that
+// version holds: the tables before stay, as set's shard and version
+// (TableSet.Keep), if they are the snapshot's (the same tables, the same
+// run, no row written since) and of set's configurations. Otherwise set
+// is installed, empty, for the chief to load all its rows.
+func (h *tableHost) install(set *TableSet, runID string, gen int64, nanSkip, loading bool, keep bool, keepAt int64) (kept bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if keep && set != nil && h.set != nil && h.runID == runID && h.snapped.set == h.set &&
+		h.snapped.version == keepAt && h.snapped.writes == h.set.Writes() {
+		if k := h.set.Keep(set); k != nil {
+			set, kept = k, true
+		}
+	}
 	if h.set != nil {
 		for _, name := range h.set.Names() {
 			h.m.Rows.DeleteLabelValues(name)
@@ -177,9 +193,23 @@ func (h *tableHost) install(set *TableSet, runID string, gen int64, nanSkip, loa
 		}
 	}
 	h.set, h.inited, h.runID, h.gen, h.done, h.nanSkip, h.loading = set, true, runID, gen, false, nanSkip, loading && set != nil
-	clear(h.exported)
+	h.snapped = snapMark{}
+	if !kept {
+		// (Kept tables go on counting: their counters' growth is added
+		// from what was already.)
+		clear(h.exported)
+	}
 	h.exportAll()
 	h.notify()
+	return kept
+}
+
+// snapMark is the tables of a shard's last snapshot: the set, the
+// version snapshotted and the set's Writes then.
+type snapMark struct {
+	set     *TableSet
+	version int64
+	writes  uint64
 }
 
 // advance follows the dense shard to its version (TableSet.Advance).
@@ -216,12 +246,13 @@ func (h *tableHost) stop() {
 
 // snapshot freezes every table's slots (nil: no tables), appended to
 // reuse[:0].
-func (h *tableHost) snapshot(reuse []TableSlots) []TableSlots {
+func (h *tableHost) snapshot(reuse []TableSlots, version int64) []TableSlots {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.set == nil {
 		return nil
 	}
+	h.snapped = snapMark{set: h.set, version: version, writes: h.set.Writes()}
 	return h.set.FreezeSlots(reuse)
 }
 

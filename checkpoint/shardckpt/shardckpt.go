@@ -15,7 +15,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
+	"sync"
 
 	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/ml/model"
@@ -98,20 +100,18 @@ type State struct {
 // shards are of the layout the manifest records: a rebalanced one's
 // weights, or equal shares).
 func Read(ck *checkpoint.Checkpoint, spec model.Spec, optimizer string) (State, error) {
-	return read(ck, spec, optimizer, nil)
+	return read(ck, spec, optimizer, false, nil)
 }
 
 // ReadWithRows is Read and the shards' embedding rows in one pass over
 // the files, where Read then ReadTables would read and hash each twice.
-// The rows are each shard's tables as the shard stored them (TablesOf):
-// a table held by several shards comes once per shard, each part in key
-// order but not merged, for a caller that places the rows anew
-// (rowclient.SplitRows).
-func ReadWithRows(ck *checkpoint.Checkpoint, spec model.Spec, optimizer string) (State, []TableRows, error) {
-	var rows []TableRows
-	st, err := read(ck, spec, optimizer, func(file string, tensors []checkpoint.Tensor) error {
-		t, err := TablesOf(tensors, file)
-		rows = append(rows, t...)
+// rows[s] is shard s's tables as it stored them (TablesOf): a table held
+// by several shards comes once per shard, each part in key order but not
+// merged, for a caller that places the rows anew (rowclient.SplitRows).
+func ReadWithRows(ck *checkpoint.Checkpoint, spec model.Spec, optimizer string) (st State, rows [][]TableRows, err error) {
+	rows = make([][]TableRows, len(ck.Manifest.Shards))
+	st, err = read(ck, spec, optimizer, true, func(s int, tensors []checkpoint.Tensor) error {
+		rows[s], err = TablesOf(tensors, ck.Manifest.Shards[s].File)
 		return err
 	})
 	if err != nil {
@@ -120,8 +120,12 @@ func ReadWithRows(ck *checkpoint.Checkpoint, spec model.Spec, optimizer string) 
 	return st, rows, nil
 }
 
-// read is Read, also handing each shard's tensors to also (if not nil).
-func read(ck *checkpoint.Checkpoint, spec model.Spec, optimizer string, also func(file string, tensors []checkpoint.Tensor) error) (State, error) {
+// read is Read, also handing each shard's tensors to also (if not nil),
+// in shard order, with the shard's index (the manifest lists the shards
+// by index). With together, it reads (and hashes) the shards' files
+// on up to GOMAXPROCS goroutines and holds them all at once; otherwise
+// one at a time, holding one.
+func read(ck *checkpoint.Checkpoint, spec model.Spec, optimizer string, together bool, also func(s int, tensors []checkpoint.Tensor) error) (State, error) {
 	if err := checkModelSpec(ck, spec); err != nil {
 		return State{}, err
 	}
@@ -131,13 +135,22 @@ func read(ck *checkpoint.Checkpoint, spec model.Spec, optimizer string, also fun
 	}
 	slots := SlotNames(optimizer)
 	st := newState(plan, optimizer, len(slots))
+	fetch := func(s int) shardFile {
+		var f shardFile
+		f.tensors, f.meta, f.err = ck.ReadShard(s)
+		return f
+	}
+	if together {
+		files := readAll(len(ck.Manifest.Shards), fetch)
+		fetch = func(s int) shardFile { return files[s] }
+	}
 	for s := range ck.Manifest.Shards {
-		tensors, err := st.readShard(ck, plan, s, slots)
+		tensors, err := st.readShard(ck, plan, s, slots, fetch(s))
 		if err != nil {
 			return State{}, err
 		}
 		if also != nil {
-			if err := also(ck.Manifest.Shards[s].File, tensors); err != nil {
+			if err := also(s, tensors); err != nil {
 				return State{}, err
 			}
 		}
@@ -179,9 +192,9 @@ func newState(plan partition.Plan, optimizer string, nSlots int) State {
 
 // readShard reads shard s of ck and copies its blocks of the variables
 // and of each optimizer slot into st.
-func (st *State) readShard(ck *checkpoint.Checkpoint, plan partition.Plan, s int, slots []string) ([]checkpoint.Tensor, error) {
+func (st *State) readShard(ck *checkpoint.Checkpoint, plan partition.Plan, s int, slots []string, f shardFile) ([]checkpoint.Tensor, error) {
 	file := ck.Manifest.Shards[s].File
-	tensors, meta, err := ck.ReadShard(s)
+	tensors, meta, err := f.tensors, f.meta, f.err
 	if err != nil {
 		return nil, err
 	}
@@ -237,4 +250,31 @@ func (st State) Shard(plan partition.Plan, s int) (params, optState []float32) {
 		plan.Gather(s, slot, optState[k*size:(k+1)*size])
 	}
 	return params, optState
+}
+
+// shardFile is a checkpoint shard's file as ReadShard read it.
+type shardFile struct {
+	tensors []checkpoint.Tensor
+	meta    map[string]string
+	err     error
+}
+
+// readAll is fetch of shards 0 to n-1, on up to GOMAXPROCS goroutines.
+func readAll(n int, fetch func(s int) shardFile) []shardFile {
+	out := make([]shardFile, n)
+	next := make(chan int, n)
+	for s := range n {
+		next <- s
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for range min(n, runtime.GOMAXPROCS(0)) {
+		wg.Go(func() {
+			for s := range next {
+				out[s] = fetch(s)
+			}
+		})
+	}
+	wg.Wait()
+	return out
 }

@@ -1,8 +1,11 @@
 package shardckpt
 
 import (
+	"fmt"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/pstrain/pstrain/checkpoint"
@@ -235,17 +238,39 @@ func TestReadWithRowsIsReadAndEachShardsTables(t *testing.T) {
 			t.Fatalf("variable %d: %v, Read gives %v", v, got.Vars[v], want.Vars[v])
 		}
 	}
-	if len(rows) != 4 {
-		t.Fatalf("%d tables read from 2 shards of 2 tables, want 4", len(rows))
+	if len(rows) != 2 || len(rows[0]) != 2 || len(rows[1]) != 2 {
+		t.Fatalf("tables read from 2 shards of 2 tables: %d shards", len(rows))
 	}
 	for s := range shards {
 		for i, tb := range shards[s] {
-			if w := CopyRows(tb); !rowsEqual(rows[2*s+i], w) {
-				t.Fatalf("shard %d table %s: read %d rows, wrote %d (or values differ)", s, w.Name, len(rows[2*s+i].Keys), len(w.Keys))
+			if w := CopyRows(tb); !rowsEqual(rows[s][i], w) {
+				t.Fatalf("shard %d table %s: read %d rows, wrote %d (or values differ)", s, w.Name, len(rows[s][i].Keys), len(w.Keys))
 			}
 		}
 	}
 	if _, _, err := ReadWithRows(ck, model.Spec{Input: 5, Hidden: []int{3}, Classes: 2}, "sgd"); err == nil {
 		t.Fatal("rows read for another model")
+	}
+}
+
+// readAll fetches every shard once, each result in its shard's place,
+// whatever goroutine fetched it.
+func TestReadAllKeepsEachShardInItsPlace(t *testing.T) {
+	var mu sync.Mutex
+	calls := map[int]int{}
+	out := readAll(7, func(s int) shardFile {
+		mu.Lock()
+		calls[s]++
+		mu.Unlock()
+		f := shardFile{meta: map[string]string{"s": strconv.Itoa(s)}}
+		if s == 4 {
+			f.err = fmt.Errorf("shard %d", s)
+		}
+		return f
+	})
+	for s, f := range out {
+		if calls[s] != 1 || f.meta["s"] != strconv.Itoa(s) || (f.err != nil) != (s == 4) {
+			t.Fatalf("shard %d: fetched %d times, meta %v, err %v", s, calls[s], f.meta, f.err)
+		}
 	}
 }

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"math"
+	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,7 +90,18 @@ func scaleCTR3Then1(t *testing.T, ctx context.Context, tmp string, flags []strin
 		t.Fatalf("pstrain scale --ps 1: %v\n%s", err, out)
 	}
 	waitPSChanges(run, 2)
-	return run.finish(2 * time.Minute), ckdir
+	rep := run.finish(2 * time.Minute)
+	// Each shard of both layouts kept the rows that stay on it (2 -> 3:
+	// shards 0 and 1; 3 -> 1: shard 0), and was loaded only those
+	// arriving.
+	log, err := os.ReadFile(filepath.Join(run.dir, "logs", "chief.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(log), "the shard kept its rows that stay"); n != 3 {
+		t.Errorf("%d shards kept their rows over the two changes, want 3", n)
+	}
+	return rep, ckdir
 }
 
 // waitCheckpointPast waits until the run has committed a checkpoint of

@@ -69,6 +69,7 @@ type Table struct {
 	seen     map[uint64]sightings // keys not yet admitted
 	stats    TableStats
 	found    []int32 // lookup's scratch
+	writes   uint64  // rows written, created or dropped (Writes)
 }
 
 // NewTable returns an empty table.
@@ -114,8 +115,15 @@ func (t *Table) value(s int32) []float32 {
 
 // mutRecord is slot's row and state to write into.
 func (t *Table) mutRecord(s int32) (row, state []float32) {
+	t.writes++
 	return splitRecord(t.rows.mut(s), t.cfg.Dim)
 }
+
+// Writes counts the table's changes of a checkpoint's contents: rows
+// created, written or dropped. Two equal counts with no call between
+// that returned an error mean the table's keys, rows and state are
+// unchanged; a sighting, which checkpoints do not hold, is no change.
+func (t *Table) Writes() uint64 { return t.writes }
 
 // seenWidth is the last-sighting column's width: a table that evicts
 // nothing keeps no sightings.
@@ -308,6 +316,7 @@ func (t *Table) place(k uint64) int32 {
 		s = t.rows.add()
 		t.lastSeen.add()
 	}
+	t.writes++
 	putKey(t.rows.mut(s), k)
 	t.idx.put(k, s, &t.rows)
 	return s
@@ -331,12 +340,44 @@ func (t *Table) Evict(step int64) int {
 			due = append(due, s)
 		}
 	})
-	for _, s := range due {
-		t.idx.remove(recordKey(t.rows.at(s)), &t.rows)
-	}
-	t.free = append(t.free, due...)
+	t.drop(due)
 	t.stats.Evictions += int64(len(due))
 	return len(due)
+}
+
+// drop frees the slots of rows, which the table holds.
+func (t *Table) drop(slots []int32) {
+	for _, s := range slots {
+		t.idx.remove(recordKey(t.rows.at(s)), &t.rows)
+	}
+	t.free = append(t.free, slots...)
+	t.writes += uint64(len(slots))
+}
+
+// Retain drops the rows of the keys keep refuses, and the sightings of
+// such keys not admitted yet, and returns how many rows it dropped: a
+// shard keeping the rows a new layout leaves on it. The dropped rows'
+// slots are reused by the rows created after.
+func (t *Table) Retain(keep func(k uint64) bool) int {
+	for k := range t.seen {
+		if !keep(k) {
+			delete(t.seen, k)
+		}
+	}
+	// The records in slot order, as they lie in memory (the index's
+	// order would be a miss a row).
+	free := make([]bool, t.rows.n)
+	for _, s := range t.free {
+		free[s] = true
+	}
+	var gone []int32
+	for s := range int32(t.rows.n) {
+		if !free[s] && !keep(recordKey(t.rows.at(s))) {
+			gone = append(gone, s)
+		}
+	}
+	t.drop(gone)
+	return len(gone)
 }
 
 // Keys returns the keys held, in increasing order (the order checkpoints
@@ -374,6 +415,33 @@ func (t *Table) Put(k uint64, step int64, row, state []float32) error {
 	copy(r, row)
 	copy(st, state)
 	t.see(s, step)
+	return nil
+}
+
+// Load adds rows the table does not hold (a restore, or rows moved from
+// other shards): keys (unique), their rows (len(keys)*Dim values) and
+// optimizer state, step being their last sighting. A key the table
+// holds already is refused, and nothing is added: a row comes from one
+// place only. The keys are looked up before any row is added, so that
+// their misses overlap (as Pull's).
+func (t *Table) Load(step int64, keys []uint64, rows, state []float32) error {
+	d, sl := t.cfg.Dim, t.cfg.Rule.StateLen(t.cfg.Dim)
+	if len(rows) != len(keys)*d || len(state) != len(keys)*sl {
+		return fmt.Errorf("embed: table %s: %d values and %d state values for %d rows of dimension %d and %d state",
+			t.cfg.Name, len(rows), len(state), len(keys), d, sl)
+	}
+	for i, s := range t.lookup(keys) {
+		if s >= 0 {
+			return fmt.Errorf("embed: table %s: key %d is held already: a row loaded twice", t.cfg.Name, keys[i])
+		}
+	}
+	for i, k := range keys {
+		s := t.place(k)
+		r, st := t.mutRecord(s)
+		copy(r, rows[i*d:(i+1)*d])
+		copy(st, state[i*sl:(i+1)*sl])
+		t.see(s, step)
+	}
 	return nil
 }
 

@@ -217,3 +217,108 @@ func TestAKeyRepeatedInOnePullIsOneRow(t *testing.T) {
 		t.Errorf("rows %d, admissions %d after pulling 9 twice with admission after 2 sightings: want 1 and 1", st.Rows, st.Admissions)
 	}
 }
+
+func TestRetainKeepsOnlyTheKeysAskedFor(t *testing.T) {
+	tb := newTable(t, TableConfig{Rule: DefaultAdagrad(0.1), AdmitAfter: 2})
+	out := make([]float32, 4)
+	keys := []uint64{}
+	for k := uint64(1); k <= 200; k++ {
+		keys = append(keys, k)
+	}
+	_ = tb.Pull(1, keys, make([]float32, 4*len(keys)))
+	_ = tb.Pull(2, keys, make([]float32, 4*len(keys))) // admitted at the second sighting
+	_ = tb.Push(2, keys[:10], make([]float32, 40))
+	_ = tb.Pull(3, []uint64{1000, 1001}, make([]float32, 8)) // sighted once: waiting
+	want := map[uint64][]float32{}
+	for _, k := range keys {
+		if k%3 == 0 {
+			row, _, _ := tb.Row(k)
+			want[k] = slices.Clone(row)
+		}
+	}
+	before := tb.Writes()
+	if n := tb.Retain(func(k uint64) bool { return k%3 == 0 || k == 1000 }); n != 200-66 {
+		t.Fatalf("Retain dropped %d rows, want %d", n, 200-66)
+	}
+	if tb.Writes() == before {
+		t.Fatal("Retain dropped rows and Writes did not move")
+	}
+	if tb.Len() != 66 {
+		t.Fatalf("%d rows after Retain, want 66", tb.Len())
+	}
+	for _, k := range keys {
+		row, _, ok := tb.Row(k)
+		if ok != (k%3 == 0) || ok && !slices.Equal(row, want[k]) {
+			t.Fatalf("key %d: held %v, row %v, want %v", k, ok, row, want[k])
+		}
+	}
+	// A second Retain passes over the slots the first freed.
+	if n := tb.Retain(func(k uint64) bool { return k%6 == 0 || k == 1000 }); n != 33 || tb.Len() != 33 {
+		t.Fatalf("a second Retain dropped %d rows, leaving %d; want 33 and 33", n, tb.Len())
+	}
+	// Key 1000's sighting is kept (a second one admits it); 1001's is
+	// forgotten (a second one is its first again).
+	_ = tb.Pull(4, []uint64{1000, 1001}, make([]float32, 8))
+	if _, _, ok := tb.Row(1000); !ok {
+		t.Fatal("key 1000 lost its sighting")
+	}
+	if _, _, ok := tb.Row(1001); ok {
+		t.Fatal("key 1001 kept its sighting")
+	}
+	// The freed slots are reused: new rows take no new block.
+	_ = tb.Pull(5, []uint64{5000}, out)
+	_ = tb.Pull(6, []uint64{5000}, out)
+	if got, _, ok := tb.Row(5000); !ok || !slices.Equal(got, out) {
+		t.Fatalf("key 5000 after Retain: %v %v", got, ok)
+	}
+}
+
+func TestWritesCountsWhatACheckpointHolds(t *testing.T) {
+	tb := newTable(t, TableConfig{Rule: DefaultAdagrad(0.1), EvictAfter: 5})
+	out := make([]float32, 4)
+	_ = tb.Pull(1, []uint64{1, 2}, make([]float32, 8))
+	w := tb.Writes()
+	_ = tb.Pull(2, []uint64{1, 2}, make([]float32, 8)) // a sighting of rows held
+	_ = tb.Peek([]uint64{3}, out)
+	if tb.Writes() != w {
+		t.Fatalf("reads moved Writes from %d to %d", w, tb.Writes())
+	}
+	for _, change := range []func(){
+		func() { _ = tb.Pull(3, []uint64{3}, out) },                   // a row created
+		func() { _ = tb.Push(3, []uint64{3}, []float32{1, 1, 1, 1}) }, // a row trained
+		func() { _ = tb.Put(4, 3, make([]float32, 4), make([]float32, 4)) },
+		func() { tb.Evict(20) },
+	} {
+		w := tb.Writes()
+		change()
+		if tb.Writes() == w {
+			t.Fatalf("a change left Writes at %d", w)
+		}
+	}
+}
+
+// Load adds rows as they were, and refuses, changing nothing, a key the
+// table holds.
+func TestLoadAddsRowsAndRefusesAKeyHeld(t *testing.T) {
+	tb := newTable(t, TableConfig{Rule: DefaultAdagrad(0.1)})
+	rows := []float32{1, 2, 3, 4, 5, 6, 7, 8}
+	state := []float32{.1, .2, .3, .4, .5, .6, .7, .8}
+	if err := tb.Load(3, []uint64{10, 20}, rows, state); err != nil {
+		t.Fatal(err)
+	}
+	for i, k := range []uint64{10, 20} {
+		row, st, ok := tb.Row(k)
+		if !ok || !slices.Equal(row, rows[4*i:4*i+4]) || !slices.Equal(st, state[4*i:4*i+4]) {
+			t.Fatalf("key %d: %v %v %v", k, row, st, ok)
+		}
+	}
+	if err := tb.Load(4, []uint64{30, 20}, rows, state); err == nil {
+		t.Fatal("a key held loaded again")
+	}
+	if _, _, ok := tb.Row(30); ok || tb.Len() != 2 {
+		t.Fatalf("a refused load added rows: %d held", tb.Len())
+	}
+	if err := tb.Load(4, []uint64{30}, rows, state); err == nil {
+		t.Fatal("rows of the wrong length loaded")
+	}
+}

@@ -38,6 +38,56 @@ func ShardRows(ck *checkpoint.Checkpoint, s, n int) ([]shardckpt.TableRows, erro
 	return shardckpt.ReadTables(ck, func(table string, k uint64) bool { return embed.ShardOf(table, k, n) == s })
 }
 
+// SplitArriving places the rows byShard[j] (shard j's tables, as
+// shardckpt.ReadWithRows reads them) among n shards by embed.ShardOf,
+// without the rows that stay on the shard that held them: out[s] is
+// what shard s lacks when it kept its own rows through a change to n
+// shards (InitResponse.rows_kept), and, for a shard new to the layout,
+// all its rows. A table comes in out[s] once for each shard that held
+// rows of it going to s, each part in key order (LoadRows asks no more;
+// the shard refuses a key it holds already, so a key two shards held
+// is still caught). A part whose rows all go to one shard is passed on
+// as it is, not copied.
+func SplitArriving(byShard [][]shardckpt.TableRows, n int) [][]shardckpt.TableRows {
+	out := make([][]shardckpt.TableRows, n)
+	count := make([]int, n)
+	for j, ts := range byShard {
+		for _, t := range ts {
+			p := embed.PlacerOf(t.Name, n)
+			clear(count)
+			dest := make([]int32, len(t.Keys))
+			for r, k := range t.Keys {
+				dest[r] = int32(p.Shard(k))
+				count[dest[r]]++
+			}
+			for s, c := range count {
+				switch {
+				case s == j || c == 0: // staying, or none
+				case c == len(t.Keys):
+					out[s] = append(out[s], t)
+				default:
+					out[s] = append(out[s], gather(t, dest, int32(s), c))
+				}
+			}
+		}
+	}
+	return out
+}
+
+// gather is the c rows of t whose dest is s, in t's order.
+func gather(t shardckpt.TableRows, dest []int32, s int32, c int) shardckpt.TableRows {
+	g := shardckpt.TableRows{Name: t.Name, Kind: t.Kind, Dim: t.Dim, StateLen: t.StateLen,
+		Keys: make([]uint64, 0, c), Values: make([]float32, 0, c*t.Dim), State: make([]float32, 0, c*t.StateLen)}
+	for r, d := range dest {
+		if d == s {
+			g.Keys = append(g.Keys, t.Keys[r])
+			g.Values = append(g.Values, t.Values[r*t.Dim:(r+1)*t.Dim]...)
+			g.State = append(g.State, t.State[r*t.StateLen:(r+1)*t.StateLen]...)
+		}
+	}
+	return g
+}
+
 // SplitRows places tables' rows among n shards by embed.ShardOf: out[s]
 // holds the rows ShardRows(ck, s, n) reads, one TableRows a table in the
 // order the tables first come in tables. A table may come in parts

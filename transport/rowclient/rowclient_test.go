@@ -729,3 +729,76 @@ func restoreAll(ck *checkpoint.Checkpoint, shards []pb.ParameterServerClient, ma
 	}
 	return nil
 }
+
+// SplitArriving leaves out exactly the rows that stay on the shard that
+// held them: with what it kept, a shard then holds its rows of the new
+// count; a shard new to the layout gets all of its rows.
+func TestSplitArrivingIsWhatAKeptShardLacks(t *testing.T) {
+	for _, c := range []struct{ from, to int }{{2, 3}, {3, 1}, {2, 2}, {1, 4}} {
+		byShard := make([][]shardckpt.TableRows, c.from)
+		var all []shardckpt.TableRows
+		for _, name := range []string{"emb/C1", "emb/C2"} {
+			for j := range c.from {
+				r := shardckpt.TableRows{Name: name, Kind: embed.SGD, Dim: 2, StateLen: 1}
+				old := embed.PlacerOf(name, c.from)
+				for k := uint64(1); k <= 500; k++ {
+					if key := k * 7919; old.Shard(key) == j {
+						r.Keys = append(r.Keys, key)
+						r.Values = append(r.Values, float32(k), -float32(k))
+						r.State = append(r.State, float32(k)/2)
+					}
+				}
+				byShard[j] = append(byShard[j], r)
+				all = append(all, r)
+			}
+		}
+		full, err := SplitRows(all, c.to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := SplitArriving(byShard, c.to)
+		var moved int
+		for s := range c.to {
+			for _, tr := range full[s] {
+				old, want := embed.PlacerOf(tr.Name, c.from), shardckpt.TableRows{Name: tr.Name, Kind: tr.Kind, Dim: tr.Dim, StateLen: tr.StateLen}
+				for r, k := range tr.Keys {
+					if old.Shard(k) != s {
+						want.Keys = append(want.Keys, k)
+						want.Values = append(want.Values, tr.Values[2*r:2*r+2]...)
+						want.State = append(want.State, tr.State[r])
+					}
+				}
+				g := joinTable(t, got[s], tr.Name)
+				if g.Name != want.Name || !slices.Equal(g.Keys, want.Keys) || !slices.Equal(g.Values, want.Values) || !slices.Equal(g.State, want.State) {
+					t.Fatalf("%d -> %d, shard %d, %s: arriving %v, want %v", c.from, c.to, s, tr.Name, g.Keys, want.Keys)
+				}
+				if s >= c.from && len(g.Keys) != len(tr.Keys) {
+					t.Fatalf("%d -> %d: new shard %d gets %d of its %d rows", c.from, c.to, s, len(g.Keys), len(tr.Keys))
+				}
+				moved += len(g.Keys)
+			}
+		}
+		if (c.from == c.to) != (moved == 0) {
+			t.Fatalf("%d -> %d moves %d rows", c.from, c.to, moved)
+		}
+	}
+}
+
+// joinTable is the parts of table name in rows joined in key order.
+func joinTable(t *testing.T, rows []shardckpt.TableRows, name string) shardckpt.TableRows {
+	t.Helper()
+	var parts []shardckpt.TableRows
+	for _, r := range rows {
+		if r.Name == name {
+			parts = append(parts, r)
+		}
+	}
+	if len(parts) == 0 {
+		return shardckpt.TableRows{Name: name, Kind: embed.SGD, Dim: 2, StateLen: 1}
+	}
+	all, err := SplitRows(parts, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return all[0][0]
+}
