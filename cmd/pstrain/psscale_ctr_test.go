@@ -20,8 +20,9 @@ import (
 // run ends with the model of the same run without the changes: the same
 // AUC (a row lost in a move would start again from its initial value,
 // one loaded onto the wrong shard would be created afresh where the
-// workers look for it; either ends elsewhere). An async run, whose model
-// depends on the order its gradients land in, ends far above chance. In
+// workers look for it; either ends elsewhere). An async or ssp run, whose
+// model depends on the order its gradients land in, ends far above
+// chance. In
 // both no step is lost, the pauses are within the goal, the data ledger
 // is empty, and `pstrain eval` of the final checkpoint, written by one
 // shard, scores the report's AUC.
@@ -31,7 +32,7 @@ func TestScalePSCTR(t *testing.T) {
 	}
 	tmp := t.TempDir()
 	data := smallCTRData(t, tmp)
-	for _, mode := range []string{"sync", "async"} {
+	for _, mode := range []string{"sync", "async", "ssp"} {
 		t.Run(mode, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()

@@ -45,6 +45,9 @@ func TestScalePSWithStandbys(t *testing.T) {
 	t.Run("async", func(t *testing.T) {
 		scalePSWithStandbys(t, 10, "--mode", "async", "--lr", "0.02")
 	})
+	t.Run("ssp", func(t *testing.T) {
+		scalePSWithStandbys(t, 10, "--mode", "ssp", "--lr", "0.02")
+	})
 }
 
 // scalePSWithStandbys is TestScalePSWithStandbys for a run of epochs
