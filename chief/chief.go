@@ -345,6 +345,15 @@ func (c *Chief) perform(ctx, jobCtx context.Context, a Action, results chan<- fu
 		return c.step(func(now time.Time) []Action { return c.core.Snapshotted(now, res) }), nil
 	case SwitchLayout:
 		version, err := c.switchLayout(ctx, a)
+		if err != nil && ctx.Err() == nil {
+			// The layout in effect comes back, restored from the
+			// boundary's checkpoint (Core.LayoutSwitchFailed).
+			acts := c.step(func(now time.Time) []Action { return c.core.LayoutSwitchFailed(now, err) })
+			if lerr := c.setLayout(c.core.Layout()); lerr != nil {
+				return nil, fmt.Errorf("chief: %w; taking back the layout in effect: %w", err, lerr)
+			}
+			return acts, nil
+		}
 		if err != nil {
 			return nil, err
 		}

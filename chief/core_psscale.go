@@ -419,6 +419,31 @@ func (c *Core) LayoutSwitched(now time.Time, version int64) []Action {
 	return append(c.membership(now), c.save())
 }
 
+// LayoutSwitchFailed is SwitchLayout's failure (err): a shard of the
+// new layout could not be initialised or loaded (its process never came
+// back in time, or refused the checkpoint's rows). Some shards may hold
+// the new layout already, so the change is dropped and every shard of
+// the layout in effect is restored from the boundary's checkpoint, the
+// newest (nothing trained since), in a new generation: no step is lost.
+// The workers are told the old count again and switch back.
+func (c *Core) LayoutSwitchFailed(now time.Time, err error) []Action {
+	ch := c.psChange
+	if ch == nil || !ch.switching {
+		return nil
+	}
+	c.log.Error("PS count change failed at the switch: the layout in effect is restored from the boundary's checkpoint",
+		"from", ch.from, "to", ch.newLayout().String(), "step", ch.at, "err", err)
+	c.keepLayout()
+	c.psAcks, c.lastSent = nil, nil
+	c.resizeShards(ch.from)
+	targets := allShards(ch.from)
+	c.initEpochs(targets)
+	c.st.Generation++
+	c.hold = 0
+	c.restoring = &restoreInfo{detected: now, reached: slices.Max(c.versions), shards: targets}
+	return []Action{c.save(), Restore{Shards: targets, Generation: c.st.Generation}}
+}
+
 // resizeShards sizes the per-shard state for n shards.
 func (c *Core) resizeShards(n int) {
 	c.psCount = n

@@ -21,6 +21,7 @@ import (
 //	ps-snapshotted t=S step=N [version=V] [err=MSG]  the SnapshotShards
 //	                             is done (version: the highest a shard wrote)
 //	ps-switched t=S version=V    the SwitchLayout is done
+//	ps-switch-failed t=S err=MSG  the SwitchLayout failed
 //	ps-state                     the count in effect, the target, what
 //	                             workers are told, the hold, the changes
 func (s *scenario) psCommand(f []string, a scenariotest.Args) (string, error) {
@@ -57,6 +58,8 @@ func (s *scenario) psCommand(f []string, a scenariotest.Args) (string, error) {
 		acts = c.Snapshotted(now, res)
 	case "ps-switched":
 		acts = c.LayoutSwitched(now, a.Num("version"))
+	case "ps-switch-failed":
+		acts = c.LayoutSwitchFailed(now, errors.New(a["err"]))
 	default:
 		return "", fmt.Errorf("unknown event %q", f[0])
 	}
