@@ -115,7 +115,7 @@ func (c *Chief) loadMove(from partition.Plan, step int64, to partition.Layout) (
 	if err != nil {
 		return nil, fmt.Errorf("chief: the PS count change's checkpoint: %w", err)
 	}
-	before := len(from.Shards)
+	before := len(ck.Manifest.Shards) // the layout whose shards wrote the rows
 	mv := &move{step: step, layout: to, plan: plan, before: before, parts: rows}
 	version := ck.Manifest.Version
 	for _, sh := range ck.Manifest.Shards {

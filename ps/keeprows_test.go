@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/ml/embed"
@@ -135,6 +137,13 @@ func TestInitKeepsTheRowsTheNewLayoutLeaves(t *testing.T) {
 	if stay == 0 || stay == len(g.keys) {
 		t.Fatalf("%d of %d rows stay: the test needs some to leave and some to stay", stay, len(g.keys))
 	}
+	// The shard's row gauge still shows the table, at its rows.
+	if n := testutil.CollectAndCount(g.srv.tables.m.Rows); n != 1 {
+		t.Fatalf("%d series of the rows gauge after a kept Init, want 1", n)
+	}
+	if got := testutil.ToFloat64(g.srv.tables.m.Rows.WithLabelValues(g.table.Name)); got != float64(stay) {
+		t.Fatalf("rows gauge %v after a kept Init, %d rows held", got, stay)
+	}
 
 	for name, spoil := range map[string]func(g *keepRig, req *pb.InitRequest){
 		"a row trained after the snapshot": func(g *keepRig, req *pb.InitRequest) { g.train(t, g.keys[:1]) },
@@ -150,7 +159,8 @@ func TestInitKeepsTheRowsTheNewLayoutLeaves(t *testing.T) {
 			tc.Rule.LR = 0.5
 			req.Tables = TableSpecs([]embed.TableConfig{tc})
 		},
-		"another run": func(g *keepRig, req *pb.InitRequest) { req.RunId = "other" },
+		"another run":           func(g *keepRig, req *pb.InitRequest) { req.RunId = "other" },
+		"no rows to load after": func(g *keepRig, req *pb.InitRequest) { req.RowsLoading = false },
 	} {
 		g := newKeepRig(t)
 		req := g.init(3, g.version, 2)

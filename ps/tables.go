@@ -579,11 +579,11 @@ func (ts *TableSet) Writes() uint64 {
 // Keep is ts's tables as the set like is (its shard, number of shards,
 // version and mode): each table keeps the rows whose keys that layout
 // places on like's shard (embed.ShardOf) and drops the others, and no
-// step is under way. It refuses (nil) unless like's tables have ts's
-// tables' configurations, each. ts is not to be used after a set is
+// step is under way. It refuses (nil) unless like is of ts's shard and
+// its tables have ts's tables' configurations, each. ts is not to be used after a set is
 // returned: the two share the tables.
 func (ts *TableSet) Keep(like *TableSet) *TableSet {
-	if len(like.tables) != len(ts.tables) {
+	if len(like.tables) != len(ts.tables) || like.shard != ts.shard {
 		return nil
 	}
 	for name, l := range like.tables {

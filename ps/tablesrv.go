@@ -175,18 +175,19 @@ func (sn *snapshot) tensors() ([]checkpoint.Tensor, error) {
 // when it snapshotted version keepAt, the rows a checkpoint of that
 // version holds: the tables before stay, as set's shard and version
 // (TableSet.Keep), if they are the snapshot's (the same tables, the same
-// run, no row written since) and of set's configurations. Otherwise set
-// is installed, empty, for the chief to load all its rows.
+// run, no row written since), of set's configurations, and the chief
+// loads the rest (loading). Otherwise set is installed, empty, for the
+// chief to load all its rows.
 func (h *tableHost) install(set *TableSet, runID string, gen int64, nanSkip, loading bool, keep bool, keepAt int64) (kept bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if keep && set != nil && h.set != nil && h.runID == runID && h.snapped.set == h.set &&
+	if keep && loading && set != nil && h.set != nil && h.runID == runID && h.snapped.set == h.set &&
 		h.snapped.version == keepAt && h.snapped.writes == h.set.Writes() {
 		if k := h.set.Keep(set); k != nil {
 			set, kept = k, true
 		}
 	}
-	if h.set != nil {
+	if h.set != nil && !kept {
 		for _, name := range h.set.Names() {
 			h.m.Rows.DeleteLabelValues(name)
 			h.m.Bytes.DeleteLabelValues(name)
@@ -195,8 +196,8 @@ func (h *tableHost) install(set *TableSet, runID string, gen int64, nanSkip, loa
 	h.set, h.inited, h.runID, h.gen, h.done, h.nanSkip, h.loading = set, true, runID, gen, false, nanSkip, loading && set != nil
 	h.snapped = snapMark{}
 	if !kept {
-		// (Kept tables go on counting: their counters' growth is added
-		// from what was already.)
+		// (Kept tables keep their series: their counters' growth is
+		// added from what was already.)
 		clear(h.exported)
 	}
 	h.exportAll()
@@ -504,6 +505,11 @@ func (s *Server) LoadRows(ctx context.Context, req *pb.LoadRowsRequest) (*pb.Loa
 	}
 	if req.Generation != h.gen {
 		return nil, status.Errorf(codes.FailedPrecondition, "rows for generation %d, the shard's tables are of generation %d", req.Generation, h.gen)
+	}
+	if err := ctx.Err(); err != nil {
+		// The chief gave up on this request while it waited (its
+		// attempt ended): a later attempt loads the rows again.
+		return nil, status.FromContextError(err).Err()
 	}
 	if req.Done {
 		h.loading = false

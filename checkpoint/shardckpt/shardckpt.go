@@ -123,7 +123,8 @@ func ReadWithRows(ck *checkpoint.Checkpoint, spec model.Spec, optimizer string) 
 // read is Read, also handing each shard's tensors to also (if not nil),
 // in shard order, with the shard's index (the manifest lists the shards
 // by index). With together, it reads (and hashes) the shards' files
-// on up to GOMAXPROCS goroutines and holds them all at once; otherwise
+// on up to GOMAXPROCS goroutines and holds them all at once, every
+// tensor of every file (ReadWithRows keeps the rows anyway); otherwise
 // one at a time, holding one.
 func read(ck *checkpoint.Checkpoint, spec model.Spec, optimizer string, together bool, also func(s int, tensors []checkpoint.Tensor) error) (State, error) {
 	if err := checkModelSpec(ck, spec); err != nil {

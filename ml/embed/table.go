@@ -418,24 +418,38 @@ func (t *Table) Put(k uint64, step int64, row, state []float32) error {
 	return nil
 }
 
-// Load adds rows the table does not hold (a restore, or rows moved from
-// other shards): keys (unique), their rows (len(keys)*Dim values) and
-// optimizer state, step being their last sighting. A key the table
-// holds already is refused, and nothing is added: a row comes from one
-// place only. The keys are looked up before any row is added, so that
-// their misses overlap (as Pull's).
+// Load adds rows (a restore, or rows moved from other shards): keys, in
+// increasing order, their rows (len(keys)*Dim values) and optimizer
+// state, step being their last sighting. A key the table holds already
+// is refused unless its row and state are these, bit for bit (the same
+// row loaded again, by a retried request, is no conflict); a refused
+// load adds nothing. The keys are looked up before any row is added, so
+// that their misses overlap (as Pull's).
 func (t *Table) Load(step int64, keys []uint64, rows, state []float32) error {
 	d, sl := t.cfg.Dim, t.cfg.Rule.StateLen(t.cfg.Dim)
 	if len(rows) != len(keys)*d || len(state) != len(keys)*sl {
 		return fmt.Errorf("embed: table %s: %d values and %d state values for %d rows of dimension %d and %d state",
 			t.cfg.Name, len(rows), len(state), len(keys), d, sl)
 	}
-	for i, s := range t.lookup(keys) {
-		if s >= 0 {
-			return fmt.Errorf("embed: table %s: key %d is held already: a row loaded twice", t.cfg.Name, keys[i])
+	for i := 1; i < len(keys); i++ {
+		if keys[i] <= keys[i-1] {
+			return fmt.Errorf("embed: table %s: keys not increasing at row %d (%d after %d)", t.cfg.Name, i, keys[i], keys[i-1])
+		}
+	}
+	slots := t.lookup(keys)
+	for i, s := range slots {
+		if s < 0 {
+			continue
+		}
+		row, st := splitRecord(t.rows.at(s), d)
+		if !sameBits(row, rows[i*d:(i+1)*d]) || !sameBits(st, state[i*sl:(i+1)*sl]) {
+			return fmt.Errorf("embed: table %s: key %d is held already with another row: a row loaded from two places", t.cfg.Name, keys[i])
 		}
 	}
 	for i, k := range keys {
+		if slots[i] >= 0 {
+			continue // held already, as loaded
+		}
 		s := t.place(k)
 		r, st := t.mutRecord(s)
 		copy(r, rows[i*d:(i+1)*d])
@@ -443,6 +457,19 @@ func (t *Table) Load(step int64, keys []uint64, rows, state []float32) error {
 		t.see(s, step)
 	}
 	return nil
+}
+
+// sameBits says whether a and b hold the same float32 bits.
+func sameBits(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // Slots is a table's slots frozen at a moment (Table.Freeze): every

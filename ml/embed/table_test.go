@@ -297,9 +297,10 @@ func TestWritesCountsWhatACheckpointHolds(t *testing.T) {
 	}
 }
 
-// Load adds rows as they were, and refuses, changing nothing, a key the
-// table holds.
-func TestLoadAddsRowsAndRefusesAKeyHeld(t *testing.T) {
+// Load adds rows as they were; a row loaded again as it is (a retried
+// request) is no conflict, one with other values is refused, as are keys
+// out of order, and a refused load changes nothing.
+func TestLoadAddsRowsAndRefusesAKeyHeldOtherwise(t *testing.T) {
 	tb := newTable(t, TableConfig{Rule: DefaultAdagrad(0.1)})
 	rows := []float32{1, 2, 3, 4, 5, 6, 7, 8}
 	state := []float32{.1, .2, .3, .4, .5, .6, .7, .8}
@@ -312,13 +313,26 @@ func TestLoadAddsRowsAndRefusesAKeyHeld(t *testing.T) {
 			t.Fatalf("key %d: %v %v %v", k, row, st, ok)
 		}
 	}
-	if err := tb.Load(4, []uint64{30, 20}, rows, state); err == nil {
-		t.Fatal("a key held loaded again")
+	// Key 20 again as it is, with a new key 30: both fine.
+	if err := tb.Load(4, []uint64{20, 30}, append(slices.Clone(rows[4:]), rows[:4]...), append(slices.Clone(state[4:]), state[:4]...)); err != nil {
+		t.Fatalf("a row loaded again as it is: %v", err)
 	}
-	if _, _, ok := tb.Row(30); ok || tb.Len() != 2 {
-		t.Fatalf("a refused load added rows: %d held", tb.Len())
+	if tb.Len() != 3 {
+		t.Fatalf("%d rows, want 3", tb.Len())
 	}
-	if err := tb.Load(4, []uint64{30}, rows, state); err == nil {
-		t.Fatal("rows of the wrong length loaded")
+	other := slices.Clone(rows)
+	other[4] = 9 // key 20's row, changed
+	for name, load := range map[string]func() error{
+		"a key held with another row": func() error { return tb.Load(5, []uint64{20, 40}, other, state) },
+		"keys out of order":           func() error { return tb.Load(5, []uint64{50, 40}, rows, state) },
+		"a key twice in one load":     func() error { return tb.Load(5, []uint64{50, 50}, rows, state) },
+		"rows of the wrong length":    func() error { return tb.Load(5, []uint64{60}, rows, state) },
+	} {
+		if err := load(); err == nil {
+			t.Errorf("%s: loaded", name)
+		}
+	}
+	if tb.Len() != 3 {
+		t.Fatalf("refused loads added rows: %d held, want 3", tb.Len())
 	}
 }
