@@ -374,12 +374,15 @@ func (c *Core) Register(reg Registration, now time.Time) (int64, error) {
 	role, index := reg.Role, reg.Index
 	switch role {
 	case "ps":
-		if err := c.admitPS(index); err != nil {
+		if err := c.admitPS(index, now); err != nil {
 			return 0, err
 		}
 	case cluster.Standby:
 		if index < 0 || index >= len(c.standbySeen) {
 			return 0, fmt.Errorf("%w: standby index %d out of range (the run has %d)", ErrBadTask, index, len(c.standbySeen))
+		}
+		if c.standbySeen[index] {
+			c.noteBackDuringSwitch(task(cluster.Standby, index), index, now)
 		}
 		c.standbySeen[index] = true
 	case "worker":

@@ -2,6 +2,7 @@ package chief
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -74,6 +75,10 @@ type psChange struct {
 	published   bool
 	publishedAt time.Time
 	switching   bool
+	// backDuring is when the primary process of a shard registered
+	// again during the switch (by shard): restarted, its Init came to
+	// the new process (LayoutSwitched records the restart).
+	backDuring map[int]time.Time
 }
 
 // psScaleState is the layout in effect (the PS count and weights), the
@@ -410,6 +415,7 @@ func (c *Core) LayoutSwitched(now time.Time, version int64) []Action {
 		c.m.Rebalances.Inc()
 	}
 	c.st.Membership = append(c.st.Membership, chg)
+	c.recordBackDuring(now, ch, version)
 	c.psWeights = ch.newLayout().Weights
 	c.st.PS, c.st.PSWeights = ch.to, c.psWeights
 	c.m.LayoutChanges.Inc()
@@ -442,6 +448,20 @@ func (c *Core) LayoutSwitchFailed(now time.Time, err error) []Action {
 	c.hold = 0
 	c.restoring = &restoreInfo{detected: now, reached: slices.Max(c.versions), shards: targets}
 	return []Action{c.save(), Restore{Shards: targets, Generation: c.st.Generation}}
+}
+
+// recordBackDuring records the restart of each process that came back
+// during ch's switch (backDuring): the switch initialised it at version,
+// from the boundary's checkpoint, with no step lost.
+func (c *Core) recordBackDuring(now time.Time, ch *psChange, version int64) {
+	for _, s := range slices.Sorted(maps.Keys(ch.backDuring)) {
+		name := c.primaryTask(s)
+		c.m.TaskRestarts.WithLabelValues(name).Inc()
+		c.st.Restarts = append(c.st.Restarts, report.Restart{Task: name, KilledAtSeconds: c.seconds(ch.backDuring[s]),
+			BackAtSeconds: ptr(c.seconds(now)), RestoredStep: version})
+		c.log.Warn("parameter server restarted during the PS count change: initialised by the switch", "task", name,
+			"version", version, "steps_lost", 0)
+	}
 }
 
 // resizeShards sizes the per-shard state for n shards.
@@ -540,15 +560,33 @@ func (c *Core) psHoldAt() int64 {
 
 // admitPS checks that ps index may register: one of the run's PS slots
 // (--max-ps).
-func (c *Core) admitPS(index int) error {
+func (c *Core) admitPS(index int, now time.Time) error {
 	if index < 0 || index >= c.p.Run.PSSlots() {
 		return fmt.Errorf("%w: ps index %d out of range (the run has at most %d: --max-ps)", ErrBadTask, index, c.p.Run.PSSlots())
 	}
 	for len(c.psSeen) <= index {
 		c.psSeen = append(c.psSeen, false)
 	}
+	if c.psSeen[index] {
+		c.noteBackDuringSwitch(task(cluster.PS, index), index, now)
+	}
 	c.psSeen[index] = true
 	return nil
+}
+
+// noteBackDuringSwitch notes a process of shard s's that registers again
+// at now while a change's switch is under way, if it is the primary of a
+// shard of the new layout: restarted, it is the process the switch's
+// Init retries reach.
+func (c *Core) noteBackDuringSwitch(name string, s int, now time.Time) {
+	ch := c.psChange
+	if ch == nil || !ch.switching || s >= ch.to || c.primaryTask(s) != name {
+		return
+	}
+	if ch.backDuring == nil {
+		ch.backDuring = map[int]time.Time{}
+	}
+	ch.backDuring[s] = now
 }
 
 // adoptPS takes the layout from a saved state (a restarted chief); a
