@@ -575,12 +575,13 @@ func (c *Core) admitPS(index int, now time.Time) error {
 }
 
 // noteBackDuringSwitch notes a process of shard s's that registers again
-// at now while a change's switch is under way, if it is the primary of a
-// shard of the new layout: restarted, it is the process the switch's
-// Init retries reach.
+// at now, restarted, if the switch of the change under way initialises
+// it: the primary of a shard of the new layout, while the switch runs
+// (its Init retries reach the new process), or, for a slot the change
+// adds (which nothing else restores), at any time of the change.
 func (c *Core) noteBackDuringSwitch(name string, s int, now time.Time) {
 	ch := c.psChange
-	if ch == nil || !ch.switching || s >= ch.to || c.primaryTask(s) != name {
+	if ch == nil || s >= ch.to || !ch.switching && s < c.psCount || c.primaryTask(s) != name {
 		return
 	}
 	if ch.backDuring == nil {
