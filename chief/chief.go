@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/pstrain/pstrain/checkpoint"
+	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/ml/dataset"
 	"github.com/pstrain/pstrain/ml/model"
@@ -462,5 +463,28 @@ func (c *Chief) adopt(ctx context.Context) []Action {
 			c.cfg.Log.Error("cannot take the saved layout", "ps", l.String(), "err", err)
 		}
 	}
+	c.adoptSlots(ctx)
 	return acts
+}
+
+// adoptSlots tells the core which PS slots beyond the layout in effect
+// have a process answering (a change the previous chief was making may
+// add them; their processes registered with it).
+func (c *Chief) adoptSlots(ctx context.Context) {
+	var procs []PS
+	var roles []string
+	var slots []int
+	for s := c.layout.PS; s < len(c.psSlots); s++ {
+		procs, roles, slots = append(procs, c.psSlots[s]), append(roles, cluster.PS), append(slots, s)
+		if s < len(c.standbySlots) {
+			procs, roles, slots = append(procs, c.standbySlots[s]), append(roles, cluster.Standby), append(slots, s)
+		}
+	}
+	for i, st := range c.poll(ctx, procs) {
+		if st.Err == nil {
+			c.mu.Lock()
+			c.core.SlotAnswers(roles[i], slots[i])
+			c.mu.Unlock()
+		}
+	}
 }

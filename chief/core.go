@@ -255,6 +255,9 @@ type State struct {
 	// PSWeights are the shard weights of a rebalanced layout (none: equal
 	// shares; docs/elastic.md, "Rebalancing").
 	PSWeights []int `json:"ps_weights,omitempty"`
+	// PSAsked is the layout asked for while a change to it is under way
+	// (nil: none): a restarted chief takes the change up again.
+	PSAsked *AskedLayout `json:"ps_asked,omitempty"`
 	// Ledger is the data ledger (core_ledger.go).
 	Ledger []report.LedgerEntry `json:"data_ledger,omitempty"`
 	// Replicas are, by shard, which process is the primary and the

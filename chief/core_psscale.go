@@ -110,6 +110,15 @@ func (ch *psChange) newLayout() partition.Layout { return partition.LayoutOf(ch.
 // layout in effect stays.
 func (c *Core) keepLayout() {
 	c.psChange, c.psTarget, c.psTargetWeights = nil, c.psCount, c.psWeights
+	c.st.PSAsked = nil
+}
+
+// AskedLayout is a layout asked for and not yet in effect, as the
+// chief's state saves it (State.PSAsked).
+type AskedLayout struct {
+	PS        int     `json:"ps"`
+	Weights   []int   `json:"weights,omitempty"`
+	Imbalance float64 `json:"imbalance,omitempty"`
 }
 
 // SnapshotShards writes the checkpoint of step Step, at which every
@@ -202,7 +211,9 @@ func (c *Core) tickPS(now time.Time) []Action {
 	case ch == nil && !c.targetLayout().Equal(c.layout()) && !c.busyForPS():
 		c.psChange = &psChange{from: c.psCount, to: c.psTarget, weights: c.psTargetWeights, imbalance: c.psImbalance, asked: c.psAskedAt}
 		c.log.Info("PS count change: waiting for the added parameter servers", "from", c.psCount, "to", c.psTarget)
-		return c.tickPS(now)
+		// The change is saved as it begins: a chief restarted during it
+		// takes it up again (adoptPS).
+		return append(c.tickPS(now), c.save())
 	case ch == nil:
 		return nil
 	case ch.at == 0:
@@ -418,6 +429,9 @@ func (c *Core) LayoutSwitched(now time.Time, version int64) []Action {
 	c.recordBackDuring(now, ch, version)
 	c.psWeights = ch.newLayout().Weights
 	c.st.PS, c.st.PSWeights = ch.to, c.psWeights
+	if c.targetLayout().Equal(ch.newLayout()) {
+		c.st.PSAsked = nil
+	}
 	c.m.LayoutChanges.Inc()
 	c.m.PS.Set(float64(ch.to))
 	c.log.Warn("parameter servers changed", "from", ch.from, "to", ch.newLayout().String(), "step", step, "steps_lost", lost,
@@ -590,12 +604,40 @@ func (c *Core) noteBackDuringSwitch(name string, s int, now time.Time) {
 	ch.backDuring[s] = now
 }
 
-// adoptPS takes the layout from a saved state (a restarted chief); a
-// change under way is dropped.
-func (c *Core) adoptPS() {
+// SlotAnswers notes that the process of PS slot s beyond the layout in
+// effect (role ps, or standby with hot standbys) answers: a chief
+// restarted during a change that adds the slot finds it so, its
+// registration having gone to the chief before.
+func (c *Core) SlotAnswers(role string, s int) {
+	if s < c.psCount || s < 0 || s >= c.p.Run.PSSlots() {
+		return
+	}
+	switch role {
+	case cluster.PS:
+		for len(c.psSeen) <= s {
+			c.psSeen = append(c.psSeen, false)
+		}
+		c.psSeen[s] = true
+	case cluster.Standby:
+		if s < len(c.standbySeen) {
+			c.standbySeen[s] = true
+		}
+	}
+}
+
+// adoptPS takes the layout from a saved state (a restarted chief), and
+// the layout asked for if a change to it was under way: the change
+// starts again from its beginning (the shards answer the new chief's
+// first membership, which holds none of them, and the workers are told
+// the layout in effect), asked at now.
+func (c *Core) adoptPS(now time.Time) {
 	if c.st.PS > 0 && c.st.PS != c.psCount {
 		c.resizeShards(c.st.PS)
 	}
 	c.psWeights = c.st.PSWeights
 	c.psTarget, c.psTargetWeights = c.psCount, c.psWeights
+	if a := c.st.PSAsked; a != nil && a.PS >= 1 && a.PS <= c.p.Run.PSSlots() {
+		c.log.Info("taking up the PS count change the chief before was making", "ps", c.psCount, "asked", partition.LayoutOf(a.PS, a.Weights).String())
+		c.setPSTarget(a.PS, a.Weights, a.Imbalance, now)
+	}
 }

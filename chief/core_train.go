@@ -122,7 +122,7 @@ func (c *Core) Adopt(now time.Time, a Adoption) []Action {
 	}
 	c.st.Generation = max(c.st.Generation, a.Generation)
 	c.adoptPlan()
-	c.adoptPS()
+	c.adoptPS(now)
 	c.start = now
 	if c.st.TrainStartedUnix > 0 {
 		c.start = time.Unix(0, int64(c.st.TrainStartedUnix*1e9))

@@ -22,6 +22,8 @@ import (
 //	                             is done (version: the highest a shard wrote)
 //	ps-switched t=S version=V    the SwitchLayout is done
 //	ps-switch-failed t=S err=MSG  the SwitchLayout failed
+//	ps-slot-answers ROLE N       a restarted chief finds the process of
+//	                             slot N beyond the layout answering
 //	ps-state                     the count in effect, the target, what
 //	                             workers are told, the hold, the changes
 func (s *scenario) psCommand(f []string, a scenariotest.Args) (string, error) {
@@ -58,6 +60,10 @@ func (s *scenario) psCommand(f []string, a scenariotest.Args) (string, error) {
 		acts = c.Snapshotted(now, res)
 	case "ps-switched":
 		acts = c.LayoutSwitched(now, a.Num("version"))
+	case "ps-slot-answers":
+		n, _ := strconv.Atoi(f[2])
+		c.SlotAnswers(f[1], n)
+		return "ok", nil
 	case "ps-switch-failed":
 		acts = c.LayoutSwitchFailed(now, errors.New(a["err"]))
 	default:

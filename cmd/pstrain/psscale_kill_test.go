@@ -66,3 +66,68 @@ func TestPSKilledDuringTheSwitchIsARestart(t *testing.T) {
 		t.Errorf("the summary says a task is not back in training:\n%s", run.out)
 	}
 }
+
+// TestChiefKilledDuringAPSChangeTakesItUp: the chief is killed (-9) as
+// a 2 -> 3 change begins; `pstrain run` restarts it, and the new chief,
+// adopting the run, takes the change up again from its saved state and
+// finishes it, with no step lost.
+func TestChiefKilledDuringAPSChangeTakesItUp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	run := startRun(t, ctx, dir, "--mode", "sync", "--batch", "64", "--data-fraction", "0.1", "--epochs", "12",
+		"--lr", "0.05", "--lr-schedule", "constant", "--checkpoint-dir", filepath.Join(dir, "ck"), "--checkpoint-every", "0s",
+		"--max-ps", "3")
+	run.waitTraining(60 * time.Second)
+	if out, err := runPstrain(t, "scale", "--run-dir", run.dir, "--ps", "3"); err != nil {
+		t.Fatalf("pstrain scale --ps 3: %v\n%s", err, out)
+	}
+	chiefLog := filepath.Join(run.dir, "logs", "chief.log")
+	waitFileHas(t, run, chiefLog, "PS count change: waiting for the added parameter servers")
+	// The change's state is saved as it begins, in the same loop
+	// iteration; the chief then waits for ps/2 to register.
+	state := filepath.Join(run.dir, "chief-state.json")
+	waitFileHas(t, run, state, `"ps_asked"`)
+	if err := syscall.Kill(run.pid("chief"), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitPSChanges(run, 1)
+	rep := run.finish(2 * time.Minute)
+	if len(rep.MembershipChanges) != 1 || rep.MembershipChanges[0].To != 3 || *rep.MembershipChanges[0].StepsLost != 0 || rep.FinalPS != 3 {
+		t.Fatalf("membership changes %+v, final PS %d: want 2 -> 3 with 0 steps lost", rep.MembershipChanges, rep.FinalPS)
+	}
+	var chief bool
+	for _, r := range rep.Restarts {
+		chief = chief || r.Task == "chief"
+	}
+	if !chief {
+		t.Errorf("no restart of the chief in the report: %+v", rep.Restarts)
+	}
+	log, err := os.ReadFile(chiefLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(log), "taking up the PS count change") {
+		t.Errorf("the restarted chief did not take the change up (its log):\n%s", log)
+	}
+}
+
+// waitFileHas waits until the file at path holds s.
+func waitFileHas(t *testing.T, run *liveRun, path, s string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(path); err == nil && strings.Contains(string(b), s) {
+			return
+		}
+		select {
+		case <-run.done:
+			t.Fatalf("the run ended before %s held %q:\n%s", path, s, run.out)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	t.Fatalf("%s did not hold %q within a minute", path, s)
+}
