@@ -56,6 +56,29 @@ func TestRebalancePS(t *testing.T) {
 		c.Step, c.AskedSeconds, c.Seconds, c.Weights, c.Imbalance, c.MovedParameters, *c.PauseSeconds)
 }
 
+// TestRebalancePSWithStandbys: the same rebalance with a hot standby
+// for each shard (--ps-replicas 1): the switch initialises every shard
+// of the weighted layout, each primary attaches its standby afresh, and
+// the run ends with 0 steps lost and no rollback.
+func TestRebalancePSWithStandbys(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	run := startRun(t, ctx, dir, "--mode", "sync", "--batch", "64", "--data-fraction", "0.1", "--epochs", "20",
+		"--lr", "0.05", "--lr-schedule", "constant", "--checkpoint-dir", filepath.Join(dir, "ck"), "--checkpoint-every", "0s",
+		"--ps-replicas", "1", "--fault", "slow:ps/0@0s:4")
+	run.waitTraining(60 * time.Second)
+	rebalanceWhenMeasured(t, run)
+	waitPSChanges(run, 1)
+	rep := run.finish(2 * time.Minute)
+	c := checkRebalance(t, rep, 20)
+	t.Logf("rebalanced with standbys at step %d: weights %v, imbalance %.2f, pause %.3f s",
+		c.Step, c.Weights, c.Imbalance, *c.PauseSeconds)
+}
+
 // checkRebalanceRefusals: --rebalance with another change is a usage
 // error (exit 2), and no run in the directory exits 1.
 func checkRebalanceRefusals(t *testing.T, noRun string) {
