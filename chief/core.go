@@ -258,6 +258,9 @@ type State struct {
 	// PSAsked is the layout asked for while a change to it is under way
 	// (nil: none): a restarted chief takes the change up again.
 	PSAsked *AskedLayout `json:"ps_asked,omitempty"`
+	// PSSwitch is a change's switch under way (nil: none), saved before
+	// its Inits: a chief restarted during it does it again.
+	PSSwitch *SwitchRecord `json:"ps_switch,omitempty"`
 	// Ledger is the data ledger (core_ledger.go).
 	Ledger []report.LedgerEntry `json:"data_ledger,omitempty"`
 	// Replicas are, by shard, which process is the primary and the

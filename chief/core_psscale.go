@@ -357,10 +357,41 @@ func (c *Core) psSwitch(now time.Time, ch *psChange) []Action {
 	if now.Sub(ch.publishedAt) < c.p.StartupTimeout && !c.PSSwitchReady(now) {
 		return nil
 	}
+	return c.orderSwitch(ch, ch.at)
+}
+
+// orderSwitch orders ch's switch from the checkpoint of step, in a new
+// generation, saved first (State.PSSwitch): a chief restarted during
+// the switch does it again (resumeSwitch).
+func (c *Core) orderSwitch(ch *psChange, step int64) []Action {
 	ch.switching = true
 	c.st.Generation++
 	c.switchReplicas(ch)
-	return []Action{SwitchLayout{From: ch.from, To: ch.newLayout(), Step: ch.at, Generation: c.st.Generation}}
+	c.st.PSSwitch = &SwitchRecord{From: ch.from, To: ch.to, Weights: ch.weights, Step: step}
+	return []Action{c.save(), SwitchLayout{From: ch.from, To: ch.newLayout(), Step: step, Generation: c.st.Generation}}
+}
+
+// SwitchRecord is a switch under way as the chief's state saves it.
+type SwitchRecord struct {
+	From    int   `json:"from"`
+	To      int   `json:"to"`
+	Weights []int `json:"weights,omitempty"`
+	Step    int64 `json:"step"` // the boundary's checkpoint
+}
+
+// resumeSwitch does again the switch a chief that died during it had
+// ordered (State.PSSwitch): some shards may hold the new layout, some
+// the old, so every shard of the new one is initialised again from the
+// boundary's checkpoint, in a new generation; the workers are told the
+// new layout.
+func (c *Core) resumeSwitch(now time.Time) []Action {
+	r := c.st.PSSwitch
+	c.log.Warn("the chief before died during a PS count change's switch: switching again", "from", r.From,
+		"to", partition.LayoutOf(r.To, r.Weights).String(), "step", r.Step)
+	ch := &psChange{from: c.psCount, to: r.To, weights: r.Weights, asked: now, at: r.Step, held: true, heldAt: now,
+		snapping: true, reached: r.Step, published: true, publishedAt: now}
+	c.psChange, c.psTarget, c.psTargetWeights = ch, r.To, r.Weights
+	return c.orderSwitch(ch, r.Step)
 }
 
 // switchReplicas readies the shards' replicas for the switch to ch's
@@ -393,7 +424,7 @@ func (c *Core) LayoutSwitched(now time.Time, version int64) []Action {
 	if ch == nil || !ch.switching {
 		return nil
 	}
-	c.psChange, c.psAcks = nil, nil
+	c.psChange, c.psAcks, c.st.PSSwitch = nil, nil, nil
 	old := c.layout()
 	step, reached := ch.at, ch.at
 	if c.asyncElastic() {
@@ -454,7 +485,7 @@ func (c *Core) LayoutSwitchFailed(now time.Time, err error) []Action {
 	c.log.Error("PS count change failed at the switch: the layout in effect is restored from the boundary's checkpoint",
 		"from", ch.from, "to", ch.newLayout().String(), "step", ch.at, "err", err)
 	c.keepLayout()
-	c.psAcks, c.lastSent = nil, nil
+	c.psAcks, c.lastSent, c.st.PSSwitch = nil, nil, nil
 	c.resizeShards(ch.from)
 	targets := allShards(ch.from)
 	c.initEpochs(targets)

@@ -104,11 +104,8 @@ func (c *Core) tickPSAsync(now time.Time, ch *psChange) []Action {
 	case ch.snapping:
 		return nil
 	case settled && a.snapped && !moved:
-		ch.switching = true
-		c.st.Generation++
-		c.switchReplicas(ch)
 		c.log.Info("PS count change: every worker switched and the snapshot holds every gradient; switching layouts", "step", c.st.LatestCheckpoint, "version", ch.reached, "ps", ch.to)
-		return []Action{c.save(), SwitchLayout{From: ch.from, To: ch.newLayout(), Step: c.st.LatestCheckpoint, Generation: c.st.Generation}}
+		return c.orderSwitch(ch, c.st.LatestCheckpoint)
 	case !a.snapped || (settled && moved):
 		if a.snapped {
 			c.log.Info("PS count change: the shards moved after their snapshot; snapshotting again", "was", a.snapPrint, "now", c.print)

@@ -152,6 +152,9 @@ func (c *Core) Adopt(now time.Time, a Adoption) []Action {
 	if c.st.StoppedBy != "" {
 		return c.resumeStop(now)
 	}
+	if c.st.PSSwitch != nil {
+		return c.resumeSwitch(now)
+	}
 	if a.Split && c.p.Run.Mode == config.Sync {
 		c.log.Warn("the previous chief died during a rollback; restoring every shard")
 		return []Action{c.orderRestore(now, -1, nil), c.save()}

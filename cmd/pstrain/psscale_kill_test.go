@@ -131,3 +131,52 @@ func waitFileHas(t *testing.T, run *liveRun, path, s string) {
 	}
 	t.Fatalf("%s did not hold %q within a minute", path, s)
 }
+
+// TestChiefKilledDuringASwitchSwitchesAgain: the chief dies (-9) in the
+// middle of a 2 -> 3 change's switch, held there by ps/2, frozen
+// (SIGSTOP) from the boundary's checkpoint on, so that its Init cannot
+// land. The restarted chief finds the switch in its saved state and
+// does it again, every shard of the new layout initialised from the
+// boundary's checkpoint: the run ends on 3 PS, the change recorded.
+func TestChiefKilledDuringASwitchSwitchesAgain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	ckdir := filepath.Join(dir, "ck")
+	run := startRun(t, ctx, dir, "--mode", "sync", "--batch", "64", "--data-fraction", "0.1", "--epochs", "12",
+		"--lr", "0.05", "--lr-schedule", "constant", "--checkpoint-dir", ckdir, "--checkpoint-every", "0s",
+		"--max-ps", "3")
+	run.waitTraining(60 * time.Second)
+	if out, err := runPstrain(t, "scale", "--run-dir", run.dir, "--ps", "3"); err != nil {
+		t.Fatalf("pstrain scale --ps 3: %v\n%s", err, out)
+	}
+	waitCheckpointPast(run, ckdir, 0)
+	ps2 := run.pid("ps/2")
+	if err := syscall.Kill(ps2, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitFileHas(t, run, filepath.Join(run.dir, "chief-state.json"), `"ps_switch"`)
+	if err := syscall.Kill(run.pid("chief"), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(ps2, syscall.SIGCONT); err != nil {
+		t.Logf("SIGCONT ps/2: %v (restarted meanwhile?)", err)
+	}
+	waitPSChanges(run, 1)
+	rep := run.finish(2 * time.Minute)
+	if len(rep.MembershipChanges) != 1 || rep.MembershipChanges[0].To != 3 || rep.FinalPS != 3 {
+		t.Fatalf("membership changes %+v, final PS %d: want 2 -> 3", rep.MembershipChanges, rep.FinalPS)
+	}
+	log, err := os.ReadFile(filepath.Join(run.dir, "logs", "chief.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(log), "died during a PS count change's switch: switching again") {
+		t.Errorf("the restarted chief did not switch again (its log):\n%s", log)
+	}
+	t.Logf("2 -> 3 at step %d, %d steps lost, pause %.2f s", rep.MembershipChanges[0].Step, *rep.MembershipChanges[0].StepsLost,
+		*rep.MembershipChanges[0].PauseSeconds)
+}
