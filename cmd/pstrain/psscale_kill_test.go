@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,17 +22,7 @@ func TestPSKilledDuringTheSwitchIsARestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	dir := t.TempDir()
-	run := startRun(t, ctx, dir, "--mode", "sync", "--batch", "64", "--data-fraction", "0.1", "--epochs", "8",
-		"--lr", "0.05", "--lr-schedule", "constant", "--checkpoint-dir", filepath.Join(dir, "ck"), "--checkpoint-every", "0s",
-		"--max-ps", "3")
-	run.waitTraining(60 * time.Second)
-	if out, err := runPstrain(t, "scale", "--run-dir", run.dir, "--ps", "3"); err != nil {
-		t.Fatalf("pstrain scale --ps 3: %v\n%s", err, out)
-	}
-	ckdir := filepath.Join(dir, "ck")
+	run, ckdir := scaledTo3(t, 8)
 	waitCheckpointPast(run, ckdir, 0)
 	if err := syscall.Kill(run.pid("ps/2"), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -75,16 +66,7 @@ func TestChiefKilledDuringAPSChangeTakesItUp(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	dir := t.TempDir()
-	run := startRun(t, ctx, dir, "--mode", "sync", "--batch", "64", "--data-fraction", "0.1", "--epochs", "12",
-		"--lr", "0.05", "--lr-schedule", "constant", "--checkpoint-dir", filepath.Join(dir, "ck"), "--checkpoint-every", "0s",
-		"--max-ps", "3")
-	run.waitTraining(60 * time.Second)
-	if out, err := runPstrain(t, "scale", "--run-dir", run.dir, "--ps", "3"); err != nil {
-		t.Fatalf("pstrain scale --ps 3: %v\n%s", err, out)
-	}
+	run, _ := scaledTo3(t, 12)
 	chiefLog := filepath.Join(run.dir, "logs", "chief.log")
 	waitFileHas(t, run, chiefLog, "PS count change: waiting for the added parameter servers")
 	// The change's state is saved as it begins, in the same loop
@@ -142,17 +124,7 @@ func TestChiefKilledDuringASwitchSwitchesAgain(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	dir := t.TempDir()
-	ckdir := filepath.Join(dir, "ck")
-	run := startRun(t, ctx, dir, "--mode", "sync", "--batch", "64", "--data-fraction", "0.1", "--epochs", "12",
-		"--lr", "0.05", "--lr-schedule", "constant", "--checkpoint-dir", ckdir, "--checkpoint-every", "0s",
-		"--max-ps", "3")
-	run.waitTraining(60 * time.Second)
-	if out, err := runPstrain(t, "scale", "--run-dir", run.dir, "--ps", "3"); err != nil {
-		t.Fatalf("pstrain scale --ps 3: %v\n%s", err, out)
-	}
+	run, ckdir := scaledTo3(t, 12)
 	waitCheckpointPast(run, ckdir, 0)
 	ps2 := run.pid("ps/2")
 	if err := syscall.Kill(ps2, syscall.SIGSTOP); err != nil {
@@ -179,4 +151,23 @@ func TestChiefKilledDuringASwitchSwitchesAgain(t *testing.T) {
 	}
 	t.Logf("2 -> 3 at step %d, %d steps lost, pause %.2f s", rep.MembershipChanges[0].Step, *rep.MembershipChanges[0].StepsLost,
 		*rep.MembershipChanges[0].PauseSeconds)
+}
+
+// scaledTo3 starts a sync run of epochs epochs (of a tenth of MNIST) on
+// 2 of 3 PS slots, with a checkpoint directory and no periodic
+// checkpoint, and asks it for 3 PS once it trains; it returns the run
+// and its checkpoint directory.
+func scaledTo3(t *testing.T, epochs int) (*liveRun, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	dir := t.TempDir()
+	ckdir := filepath.Join(dir, "ck")
+	run := startRun(t, ctx, dir, "--mode", "sync", "--batch", "64", "--data-fraction", "0.1", "--epochs", strconv.Itoa(epochs),
+		"--lr", "0.05", "--lr-schedule", "constant", "--checkpoint-dir", ckdir, "--checkpoint-every", "0s", "--max-ps", "3")
+	run.waitTraining(60 * time.Second)
+	if out, err := runPstrain(t, "scale", "--run-dir", run.dir, "--ps", "3"); err != nil {
+		t.Fatalf("pstrain scale --ps 3: %v\n%s", err, out)
+	}
+	return run, ckdir
 }
