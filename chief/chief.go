@@ -345,11 +345,10 @@ func (c *Chief) perform(ctx, jobCtx context.Context, a Action, results chan<- fu
 		res := c.snapshotShards(ctx, a)
 		return c.step(func(now time.Time) []Action { return c.core.Snapshotted(now, res) }), nil
 	case SwitchLayout:
-		version, err := c.switchLayout(ctx, a)
+		version, touched, err := c.switchLayout(ctx, a)
 		if err != nil && ctx.Err() == nil {
-			// The layout in effect comes back, restored from the
-			// boundary's checkpoint (Core.LayoutSwitchFailed).
-			acts := c.step(func(now time.Time) []Action { return c.core.LayoutSwitchFailed(now, err) })
+			// The layout in effect comes back (Core.LayoutSwitchFailed).
+			acts := c.step(func(now time.Time) []Action { return c.core.LayoutSwitchFailed(now, err, touched) })
 			if lerr := c.setLayout(c.core.Layout()); lerr != nil {
 				return nil, fmt.Errorf("chief: %w; taking back the layout in effect: %w", err, lerr)
 			}
@@ -467,14 +466,17 @@ func (c *Chief) adopt(ctx context.Context) []Action {
 	return acts
 }
 
-// adoptSlots tells the core which PS slots beyond the layout in effect
-// have a process answering (a change the previous chief was making may
-// add them; their processes registered with it).
+// adoptSlots tells the core which PS slots that the change it took up
+// adds have a process answering (their processes registered with the
+// chief before).
 func (c *Chief) adoptSlots(ctx context.Context) {
+	c.mu.Lock()
+	target := c.core.PSTarget()
+	c.mu.Unlock()
 	var procs []PS
 	var roles []string
 	var slots []int
-	for s := c.layout.PS; s < len(c.psSlots); s++ {
+	for s := c.layout.PS; s < min(target, len(c.psSlots)); s++ {
 		procs, roles, slots = append(procs, c.psSlots[s]), append(roles, cluster.PS), append(slots, s)
 		if s < len(c.standbySlots) {
 			procs, roles, slots = append(procs, c.standbySlots[s]), append(roles, cluster.Standby), append(slots, s)

@@ -79,6 +79,15 @@ type psChange struct {
 	// again during the switch (by shard): restarted, its Init came to
 	// the new process (LayoutSwitched records the restart).
 	backDuring map[int]time.Time
+	// before is the replicas' state before the switch readied them
+	// (switchReplicas), for a switch that fails before its Inits.
+	before replicasBefore
+}
+
+// replicasBefore is the core's hot-standby state of the shards before a switch.
+type replicasBefore struct {
+	rep      []replicaRun
+	replicas []Replica
 }
 
 // psScaleState is the layout in effect (the PS count and weights), the
@@ -93,6 +102,9 @@ type psScaleState struct {
 	psAskedAt       time.Time
 	psChange        *psChange
 	psAcks          map[int]partition.Layout
+	// answered are the processes of slots beyond the layout that a
+	// restarted chief found answering (SlotAnswers), by task.
+	answered map[string]bool
 }
 
 // layout is the layout in effect.
@@ -212,8 +224,12 @@ func (c *Core) tickPS(now time.Time) []Action {
 		c.psChange = &psChange{from: c.psCount, to: c.psTarget, weights: c.psTargetWeights, imbalance: c.psImbalance, asked: c.psAskedAt}
 		c.log.Info("PS count change: waiting for the added parameter servers", "from", c.psCount, "to", c.psTarget)
 		// The change is saved as it begins: a chief restarted during it
-		// takes it up again (adoptPS).
-		return append(c.tickPS(now), c.save())
+		// takes it up again (adoptPS). (One dropped at once saved itself.)
+		acts := c.tickPS(now)
+		if c.psChange == nil {
+			return acts
+		}
+		return append(acts, c.save())
 	case ch == nil:
 		return nil
 	case ch.at == 0:
@@ -243,8 +259,8 @@ func (c *Core) tickPSUnless(now time.Time, replicasActed bool) []Action {
 // standbys, both of each added shard) registered.
 func (c *Core) psHold(now time.Time, ch *psChange) []Action {
 	if ch.newLayout().Equal(c.layout()) {
-		c.psChange = nil
-		return nil
+		c.psChange, c.st.PSAsked = nil, nil
+		return []Action{c.save()}
 	}
 	if missing := c.addedMissing(ch); missing != "" {
 		if now.Sub(ch.asked) >= c.p.StartupTimeout {
@@ -252,6 +268,7 @@ func (c *Core) psHold(now time.Time, ch *psChange) []Action {
 			// checkpoints go on under the current count.)
 			c.log.Error("PS count change dropped: an added parameter server did not register", "task", missing, "waited", now.Sub(ch.asked), "ps", c.psCount)
 			c.keepLayout()
+			return []Action{c.save()} // (a restarted chief does not take it up)
 		}
 		return nil
 	}
@@ -265,7 +282,7 @@ func (c *Core) psHold(now time.Time, ch *psChange) []Action {
 	if ch.at >= c.MaxSteps() {
 		c.log.Info("the run ends before a PS count change could take effect", "ps", c.psCount, "asked", ch.newLayout().String())
 		c.keepLayout()
-		return nil
+		return []Action{c.save()}
 	}
 	c.log.Info("PS count change: holding the shards at a step boundary", "from", ch.from, "to", ch.to, "step", ch.at)
 	return c.membership(now)
@@ -276,9 +293,9 @@ func (c *Core) psHold(now time.Time, ch *psChange) []Action {
 func (c *Core) addedMissing(ch *psChange) string {
 	for s := ch.from; s < ch.to; s++ {
 		switch {
-		case s >= len(c.psSeen) || !c.psSeen[s]:
+		case (s >= len(c.psSeen) || !c.psSeen[s]) && !c.answered[task(cluster.PS, s)]:
 			return task(cluster.PS, s)
-		case c.replicated() && (s >= len(c.standbySeen) || !c.standbySeen[s]):
+		case c.replicated() && (s >= len(c.standbySeen) || !c.standbySeen[s]) && !c.answered[task(cluster.Standby, s)]:
 			return task(cluster.Standby, s)
 		}
 	}
@@ -334,7 +351,7 @@ func (c *Core) Snapshotted(now time.Time, res CheckpointResult) []Action {
 		c.keepLayout()
 		c.psAcks = nil
 		c.lastSent = nil
-		return c.membership(now)
+		return append(c.membership(now), c.save())
 	}
 	c.st.Checkpoints.Committed++
 	c.st.LatestCheckpoint = res.Step
@@ -366,6 +383,7 @@ func (c *Core) psSwitch(now time.Time, ch *psChange) []Action {
 func (c *Core) orderSwitch(ch *psChange, step int64) []Action {
 	ch.switching = true
 	c.st.Generation++
+	ch.before = replicasBefore{rep: slices.Clone(c.rep), replicas: slices.Clone(c.st.Replicas)}
 	c.switchReplicas(ch)
 	c.st.PSSwitch = &SwitchRecord{From: ch.from, To: ch.to, Weights: ch.weights, Step: step}
 	return []Action{c.save(), SwitchLayout{From: ch.from, To: ch.newLayout(), Step: step, Generation: c.st.Generation}}
@@ -470,22 +488,35 @@ func (c *Core) LayoutSwitched(now time.Time, version int64) []Action {
 	return append(c.membership(now), c.save())
 }
 
-// LayoutSwitchFailed is SwitchLayout's failure (err): a shard of the
+// LayoutSwitchFailed is SwitchLayout's failure (err): the boundary's
+// checkpoint could not be read for the new layout, or a shard of the
 // new layout could not be initialised or loaded (its process never came
-// back in time, or refused the checkpoint's rows). Some shards may hold
-// the new layout already, so the change is dropped and every shard of
-// the layout in effect is restored from the boundary's checkpoint, the
-// newest (nothing trained since), in a new generation: no step is lost.
-// The workers are told the old count again and switch back.
-func (c *Core) LayoutSwitchFailed(now time.Time, err error) []Action {
+// back in time, or refused the checkpoint's rows). touched says whether
+// any Init was sent.
+//
+// Untouched, every shard still holds the layout in effect, held at the
+// boundary: the change is dropped as one whose checkpoint failed (the
+// hold released, the workers told the old count). Touched, some shards
+// may hold the new layout already, so the change is dropped and every
+// shard of the layout in effect is restored from the boundary's
+// checkpoint, the newest (nothing trained since), in a new generation;
+// the workers are told the old count again and switch back.
+func (c *Core) LayoutSwitchFailed(now time.Time, err error, touched bool) []Action {
 	ch := c.psChange
 	if ch == nil || !ch.switching {
 		return nil
 	}
-	c.log.Error("PS count change failed at the switch: the layout in effect is restored from the boundary's checkpoint",
-		"from", ch.from, "to", ch.newLayout().String(), "step", ch.at, "err", err)
 	c.keepLayout()
 	c.psAcks, c.lastSent, c.st.PSSwitch = nil, nil, nil
+	if !touched {
+		c.log.Error("PS count change dropped: the switch failed before it initialised any shard", "from", ch.from,
+			"to", ch.newLayout().String(), "step", ch.at, "err", err)
+		c.st.Generation-- // (no Init carried it)
+		c.rep, c.st.Replicas = ch.before.rep, ch.before.replicas
+		return append(c.membership(now), c.save())
+	}
+	c.log.Error("PS count change failed at the switch: the layout in effect is restored from the boundary's checkpoint",
+		"from", ch.from, "to", ch.newLayout().String(), "step", ch.at, "err", err)
 	c.resizeShards(ch.from)
 	targets := allShards(ch.from)
 	c.initEpochs(targets)
@@ -626,7 +657,7 @@ func (c *Core) admitPS(index int, now time.Time) error {
 // adds (which nothing else restores), at any time of the change.
 func (c *Core) noteBackDuringSwitch(name string, s int, now time.Time) {
 	ch := c.psChange
-	if ch == nil || s >= ch.to || !ch.switching && s < c.psCount || c.primaryTask(s) != name {
+	if ch == nil || s >= ch.to || !ch.switching && s < c.psCount || c.newShardPrimary(s) != name {
 		return
 	}
 	if ch.backDuring == nil {
@@ -635,25 +666,30 @@ func (c *Core) noteBackDuringSwitch(name string, s int, now time.Time) {
 	ch.backDuring[s] = now
 }
 
+// newShardPrimary is the task of shard s's primary as a switch
+// initialises it: a slot the change adds starts with ps/N (its replica
+// state may not be sized for it yet).
+func (c *Core) newShardPrimary(s int) string {
+	if c.replicated() && s >= len(c.rep) || !c.replicated() {
+		return task(cluster.PS, s)
+	}
+	return c.primaryTask(s)
+}
+
 // SlotAnswers notes that the process of PS slot s beyond the layout in
 // effect (role ps, or standby with hot standbys) answers: a chief
 // restarted during a change that adds the slot finds it so, its
-// registration having gone to the chief before.
+// registration having gone to the chief before. It counts as present
+// for the change (addedMissing), not as registered with this chief: its
+// first registration here is no restart.
 func (c *Core) SlotAnswers(role string, s int) {
 	if s < c.psCount || s < 0 || s >= c.p.Run.PSSlots() {
 		return
 	}
-	switch role {
-	case cluster.PS:
-		for len(c.psSeen) <= s {
-			c.psSeen = append(c.psSeen, false)
-		}
-		c.psSeen[s] = true
-	case cluster.Standby:
-		if s < len(c.standbySeen) {
-			c.standbySeen[s] = true
-		}
+	if c.answered == nil {
+		c.answered = map[string]bool{}
 	}
+	c.answered[task(role, s)] = true
 }
 
 // adoptPS takes the layout from a saved state (a restarted chief), and

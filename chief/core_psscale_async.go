@@ -77,7 +77,7 @@ func (c *Core) psHoldAsync(now time.Time, ch *psChange) []Action {
 	if slices.Max(c.versions)+int64(c.workers())+2 >= c.MaxSteps() {
 		c.log.Info("the run ends before a PS count change could take effect", "ps", c.psCount, "asked", ch.newLayout().String())
 		c.keepLayout()
-		return nil
+		return []Action{c.save()}
 	}
 	ch.at = max(1, slices.Min(c.versions))
 	ch.heldAt = now

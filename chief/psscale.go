@@ -216,9 +216,10 @@ func (mv *move) rowsOf(s int, kept bool) ([]shardckpt.TableRows, error) {
 // switchLayout carries out a SwitchLayout: the layout of a.To shards
 // becomes the chief's and every shard of it is initialised from the
 // checkpoint of a.Step (the newest: the core orders no other during a
-// change). It returns the version the shards serve from. (The removed
-// PS processes are told to exit after: retirePS.)
-func (c *Chief) switchLayout(ctx context.Context, a SwitchLayout) (int64, error) {
+// change). It returns the version the shards serve from, and whether it
+// sent any Init (touched: also when it fails). (The removed PS
+// processes are told to exit after: retirePS.)
+func (c *Chief) switchLayout(ctx context.Context, a SwitchLayout) (version int64, touched bool, err error) {
 	t0 := c.cfg.Now()
 	var rs *move
 	if c.moved != nil {
@@ -229,18 +230,18 @@ func (c *Chief) switchLayout(ctx context.Context, a SwitchLayout) (int64, error)
 				c.cfg.Log.Warn("PS count change: reading the boundary's checkpoint failed; reading it again", "err", l.err)
 			}
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return 0, false, ctx.Err()
 		}
 		c.moved = nil
 	}
 	if rs == nil || rs.step != a.Step || !rs.layout.Equal(a.To) {
 		var err error
 		if rs, err = c.loadMove(c.plan, a.Step, a.To); err != nil {
-			return 0, err
+			return 0, false, err
 		}
 	}
 	if err := c.setLayout(a.To); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	errs := make([]error, a.To.PS)
 	var wg sync.WaitGroup
@@ -254,12 +255,12 @@ func (c *Chief) switchLayout(ctx context.Context, a SwitchLayout) (int64, error)
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
-			return 0, fmt.Errorf("chief: initialising the new layout: %w", err)
+			return 0, true, fmt.Errorf("chief: initialising the new layout: %w", err)
 		}
 	}
 	c.cfg.Log.Info("PS count change: the new layout serves", "ps", a.To.String(), "version", rs.shards[0].version,
 		"seconds", fmt.Sprintf("%.3f", c.cfg.Now().Sub(t0).Seconds()))
-	return rs.shards[0].version, nil
+	return rs.shards[0].version, true, nil
 }
 
 // initMoved initialises shard s of the move's layout in generation gen,

@@ -21,7 +21,8 @@ import (
 //	ps-snapshotted t=S step=N [version=V] [err=MSG]  the SnapshotShards
 //	                             is done (version: the highest a shard wrote)
 //	ps-switched t=S version=V    the SwitchLayout is done
-//	ps-switch-failed t=S err=MSG  the SwitchLayout failed
+//	ps-switch-failed t=S err=MSG [untouched]  the SwitchLayout failed
+//	                             (untouched: before any Init)
 //	ps-slot-answers ROLE N       a restarted chief finds the process of
 //	                             slot N beyond the layout answering
 //	ps-state                     the count in effect, the target, what
@@ -65,7 +66,8 @@ func (s *scenario) psCommand(f []string, a scenariotest.Args) (string, error) {
 		c.SlotAnswers(f[1], n)
 		return "ok", nil
 	case "ps-switch-failed":
-		acts = c.LayoutSwitchFailed(now, errors.New(a["err"]))
+		_, untouched := a["untouched"]
+		acts = c.LayoutSwitchFailed(now, errors.New(a["err"]), !untouched)
 	default:
 		return "", fmt.Errorf("unknown event %q", f[0])
 	}

@@ -84,6 +84,9 @@ func TestChiefKilledDuringAPSChangeTakesItUp(t *testing.T) {
 	var chief bool
 	for _, r := range rep.Restarts {
 		chief = chief || r.Task == "chief"
+		if r.Task != "chief" {
+			t.Errorf("a restart of %s in the report, which only the chief had: %+v", r.Task, r)
+		}
 	}
 	if !chief {
 		t.Errorf("no restart of the chief in the report: %+v", rep.Restarts)
