@@ -580,8 +580,8 @@ func (ts *TableSet) Writes() uint64 {
 // version and mode): each table keeps the rows whose keys that layout
 // places on like's shard (embed.ShardOf) and drops the others, and no
 // step is under way. It refuses (nil) unless like is of ts's shard and
-// its tables have ts's tables' configurations, each. ts is not to be used after a set is
-// returned: the two share the tables.
+// its tables have ts's tables' configurations, each. ts is not to be
+// used after a set is returned: the two share the tables.
 func (ts *TableSet) Keep(like *TableSet) *TableSet {
 	if len(like.tables) != len(ts.tables) || like.shard != ts.shard {
 		return nil
@@ -593,9 +593,9 @@ func (ts *TableSet) Keep(like *TableSet) *TableSet {
 	}
 	out := &TableSet{mode: like.mode, shard: like.shard, numShards: like.numShards, version: like.version,
 		tables: make(map[string]*tableState, len(ts.tables)), names: like.names}
-	// One shard, or the same count, places every key here: nothing to
-	// drop.
-	all := like.numShards == 1 || like.numShards == ts.numShards && like.shard == ts.shard
+	// One shard, or the same count (and shard), places every key here:
+	// nothing to drop.
+	all := like.numShards == 1 || like.numShards == ts.numShards
 	for name, st := range ts.tables {
 		if place := embed.PlacerOf(name, like.numShards); !all {
 			st.t.Retain(func(k uint64) bool { return place.Shard(k) == like.shard })
