@@ -131,6 +131,7 @@ type AskedLayout struct {
 	PS        int     `json:"ps"`
 	Weights   []int   `json:"weights,omitempty"`
 	Imbalance float64 `json:"imbalance,omitempty"`
+	AskedUnix float64 `json:"asked_unix,omitempty"` // when it was asked for (the report's asked_seconds)
 }
 
 // SnapshotShards writes the checkpoint of step Step, at which every
@@ -406,7 +407,11 @@ func (c *Core) resumeSwitch(now time.Time) []Action {
 	r := c.st.PSSwitch
 	c.log.Warn("the chief before died during a PS count change's switch: switching again", "from", r.From,
 		"to", partition.LayoutOf(r.To, r.Weights).String(), "step", r.Step)
-	ch := &psChange{from: c.psCount, to: r.To, weights: r.Weights, asked: now, at: r.Step, held: true, heldAt: now,
+	asked := c.psAskedAt // (adoptPS's, from the state)
+	if asked.IsZero() {
+		asked = now
+	}
+	ch := &psChange{from: c.psCount, to: r.To, weights: r.Weights, asked: asked, at: r.Step, held: true, heldAt: now,
 		snapping: true, reached: r.Step, published: true, publishedAt: now}
 	c.psChange, c.psTarget, c.psTargetWeights = ch, r.To, r.Weights
 	return c.orderSwitch(ch, r.Step)
@@ -696,7 +701,8 @@ func (c *Core) SlotAnswers(role string, s int) {
 // the layout asked for if a change to it was under way: the change
 // starts again from its beginning (the shards answer the new chief's
 // first membership, which holds none of them, and the workers are told
-// the layout in effect), asked at now.
+// the layout in effect), asked when it was (now, if the state does not
+// say).
 func (c *Core) adoptPS(now time.Time) {
 	if c.st.PS > 0 && c.st.PS != c.psCount {
 		c.resizeShards(c.st.PS)
@@ -705,6 +711,10 @@ func (c *Core) adoptPS(now time.Time) {
 	c.psTarget, c.psTargetWeights = c.psCount, c.psWeights
 	if a := c.st.PSAsked; a != nil && a.PS >= 1 && a.PS <= c.p.Run.PSSlots() {
 		c.log.Info("taking up the PS count change the chief before was making", "ps", c.psCount, "asked", partition.LayoutOf(a.PS, a.Weights).String())
-		c.setPSTarget(a.PS, a.Weights, a.Imbalance, now)
+		asked := now
+		if a.AskedUnix > 0 {
+			asked = time.Unix(0, int64(a.AskedUnix*1e9))
+		}
+		c.setPSTarget(a.PS, a.Weights, a.Imbalance, asked)
 	}
 }

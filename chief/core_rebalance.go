@@ -58,7 +58,7 @@ func (c *Core) Rebalance(weights []int, imbalance float64, now time.Time) error 
 // held yet takes the new target instead.
 func (c *Core) setPSTarget(n int, weights []int, imbalance float64, now time.Time) {
 	c.psTarget, c.psTargetWeights, c.psImbalance, c.psAskedAt = n, weights, imbalance, now
-	c.st.PSAsked = &AskedLayout{PS: n, Weights: weights, Imbalance: imbalance}
+	c.st.PSAsked = &AskedLayout{PS: n, Weights: weights, Imbalance: imbalance, AskedUnix: float64(now.UnixNano()) / 1e9}
 	if ch := c.psChange; ch != nil && ch.at == 0 {
 		ch.to, ch.weights, ch.imbalance, ch.asked = n, weights, imbalance, now
 	}
