@@ -65,6 +65,19 @@ type TableRows struct {
 	State    []float32
 }
 
+// Empty is no rows of r's table and shape, with room for n.
+func (r TableRows) Empty(n int) TableRows {
+	return TableRows{Name: r.Name, Kind: r.Kind, Dim: r.Dim, StateLen: r.StateLen,
+		Keys: make([]uint64, 0, n), Values: make([]float32, 0, n*r.Dim), State: make([]float32, 0, n*r.StateLen)}
+}
+
+// Append appends row i of src, rows of r's shape, to r.
+func (r *TableRows) Append(src TableRows, i int) {
+	r.Keys = append(r.Keys, src.Keys[i])
+	r.Values = append(r.Values, src.Values[i*src.Dim:(i+1)*src.Dim]...)
+	r.State = append(r.State, src.State[i*src.StateLen:(i+1)*src.StateLen]...)
+}
+
 // Bytes is the size of the rows' values, state and keys.
 func (r TableRows) Bytes() int64 {
 	return int64(len(r.Values)+len(r.State))*4 + int64(len(r.Keys))*8
@@ -272,12 +285,10 @@ func filterRows(r TableRows, keep func(string, uint64) bool) TableRows {
 	if keep == nil {
 		return r
 	}
-	out := TableRows{Name: r.Name, Kind: r.Kind, Dim: r.Dim, StateLen: r.StateLen}
+	out := r.Empty(0)
 	for i, k := range r.Keys {
 		if keep(r.Name, k) {
-			out.Keys = append(out.Keys, k)
-			out.Values = append(out.Values, r.Values[i*r.Dim:(i+1)*r.Dim]...)
-			out.State = append(out.State, r.State[i*r.StateLen:(i+1)*r.StateLen]...)
+			out.Append(r, i)
 		}
 	}
 	return out
@@ -298,16 +309,13 @@ func sortRows(r TableRows) (TableRows, error) {
 		}
 		return 0
 	})
-	out := TableRows{Name: r.Name, Kind: r.Kind, Dim: r.Dim, StateLen: r.StateLen,
-		Keys: make([]uint64, 0, len(order)), Values: make([]float32, 0, len(r.Values)), State: make([]float32, 0, len(r.State))}
+	out := r.Empty(len(order))
 	for j, i := range order {
 		k := r.Keys[i]
 		if j > 0 && k == out.Keys[j-1] {
 			return TableRows{}, fmt.Errorf("shardckpt: table %s: key %d is held by two shard files", r.Name, k)
 		}
-		out.Keys = append(out.Keys, k)
-		out.Values = append(out.Values, r.Values[i*r.Dim:(i+1)*r.Dim]...)
-		out.State = append(out.State, r.State[i*r.StateLen:(i+1)*r.StateLen]...)
+		out.Append(r, i)
 	}
 	return out, nil
 }

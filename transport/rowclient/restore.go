@@ -76,13 +76,10 @@ func SplitArriving(byShard [][]shardckpt.TableRows, n int) [][]shardckpt.TableRo
 
 // gather is the c rows of t whose dest is s, in t's order.
 func gather(t shardckpt.TableRows, dest []int32, s int32, c int) shardckpt.TableRows {
-	g := shardckpt.TableRows{Name: t.Name, Kind: t.Kind, Dim: t.Dim, StateLen: t.StateLen,
-		Keys: make([]uint64, 0, c), Values: make([]float32, 0, c*t.Dim), State: make([]float32, 0, c*t.StateLen)}
+	g := t.Empty(c)
 	for r, d := range dest {
 		if d == s {
-			g.Keys = append(g.Keys, t.Keys[r])
-			g.Values = append(g.Values, t.Values[r*t.Dim:(r+1)*t.Dim]...)
-			g.State = append(g.State, t.State[r*t.StateLen:(r+1)*t.StateLen]...)
+			g.Append(t, r)
 		}
 	}
 	return g
@@ -127,9 +124,7 @@ func SplitRows(tables []shardckpt.TableRows, n int) ([][]shardckpt.TableRows, er
 		}
 		split := make([]shardckpt.TableRows, n)
 		for s := range split {
-			c := counts[name][s]
-			split[s] = shardckpt.TableRows{Name: t.Name, Kind: t.Kind, Dim: t.Dim, StateLen: t.StateLen,
-				Keys: make([]uint64, 0, c), Values: make([]float32, 0, c*t.Dim), State: make([]float32, 0, c*t.StateLen)}
+			split[s] = t.Empty(counts[name][s])
 		}
 		if err := mergeParts(tables, parts[name], dest, split); err != nil {
 			return nil, err
@@ -167,10 +162,7 @@ func mergeParts(tables []shardckpt.TableRows, which []int, dest [][]int32, split
 			return fmt.Errorf("rowclient: table %s: key %d comes after key %d: held twice, or a part out of key order", t.Name, k, last)
 		}
 		last = t.Keys[r]
-		d := &split[dest[which[best]][r]]
-		d.Keys = append(d.Keys, t.Keys[r])
-		d.Values = append(d.Values, t.Values[r*t.Dim:(r+1)*t.Dim]...)
-		d.State = append(d.State, t.State[r*t.StateLen:(r+1)*t.StateLen]...)
+		split[dest[which[best]][r]].Append(*t, r)
 	}
 }
 
