@@ -346,16 +346,14 @@ func (c *Chief) perform(ctx, jobCtx context.Context, a Action, results chan<- fu
 		return c.step(func(now time.Time) []Action { return c.core.Snapshotted(now, res) }), nil
 	case SwitchLayout:
 		version, touched, err := c.switchLayout(ctx, a)
-		if err != nil && ctx.Err() == nil {
+		if err != nil {
 			// The layout in effect comes back (Core.LayoutSwitchFailed).
+			// (ctx does not end: perform's is the loop's, uncancelled.)
 			acts := c.step(func(now time.Time) []Action { return c.core.LayoutSwitchFailed(now, err, touched) })
 			if lerr := c.setLayout(c.core.Layout()); lerr != nil {
 				return nil, fmt.Errorf("chief: %w; taking back the layout in effect: %w", err, lerr)
 			}
 			return acts, nil
-		}
-		if err != nil {
-			return nil, err
 		}
 		acts := c.step(func(now time.Time) []Action { return c.core.LayoutSwitched(now, version) })
 		// The removed slots' processes are told to exit in the

@@ -675,7 +675,7 @@ func (c *Core) noteBackDuringSwitch(name string, s int, now time.Time) {
 // initialises it: a slot the change adds starts with ps/N (its replica
 // state may not be sized for it yet).
 func (c *Core) newShardPrimary(s int) string {
-	if c.replicated() && s >= len(c.rep) || !c.replicated() {
+	if !c.replicated() || s >= len(c.rep) {
 		return task(cluster.PS, s)
 	}
 	return c.primaryTask(s)

@@ -121,10 +121,6 @@ func (c *Chief) loadMove(from partition.Plan, step int64, to partition.Layout) (
 	for _, sh := range ck.Manifest.Shards {
 		version = max(version, sh.Version)
 	}
-	shardVersion := map[int]int64{}
-	for _, sh := range ck.Manifest.Shards {
-		shardVersion[sh.Index] = sh.Version
-	}
 	moved := partition.MovedElements(partition.Moves(from, plan))
 	c.cfg.Log.Info("PS count change: the model's rows on the new layout", "ps", to.String(), "moved_mib",
 		fmt.Sprintf("%.2f", float64(4*moved)/(1<<20)), "of_mib", fmt.Sprintf("%.2f", float64(4*c.cfg.Spec.NumParams())/(1<<20)))
@@ -133,9 +129,10 @@ func (c *Chief) loadMove(from partition.Plan, step int64, to partition.Layout) (
 		in := shardInit{params: p, opt: o, optSteps: st.OptimizerSteps,
 			version: version, positions: ck.Manifest.DataPositions, rowsLoading: c.loadsRows(ck)}
 		// A shard of both layouts keeps the rows it snapshotted for this
-		// checkpoint that stay on it, if it still holds them.
-		if v, ok := shardVersion[s]; ok && in.rowsLoading && s < before {
-			in.keepRows, in.keepVersion = true, v
+		// checkpoint that stay on it, if it still holds them. (The
+		// manifest lists the shards by index.)
+		if in.rowsLoading && s < before {
+			in.keepRows, in.keepVersion = true, ck.Manifest.Shards[s].Version
 		}
 		mv.shards = append(mv.shards, in)
 	}
