@@ -30,15 +30,7 @@ func TestRebalancePS(t *testing.T) {
 	dir := t.TempDir()
 	ckdir := filepath.Join(dir, "ck")
 	checkRebalanceRefusals(t, dir)
-	run := startRun(t, ctx, dir, "--mode", "sync", "--batch", "64", "--data-fraction", "0.1", "--epochs", "20",
-		"--lr", "0.05", "--lr-schedule", "constant", "--checkpoint-dir", ckdir, "--checkpoint-every", "0s",
-		"--fault", "slow:ps/0@0s:4")
-	run.waitTraining(60 * time.Second)
-	out := rebalanceWhenMeasured(t, run)
-	waitPSChanges(run, 1)
-	rep := run.finish(2 * time.Minute)
-
-	c := checkRebalance(t, rep, 20)
+	run, rep, c, out := rebalancedRun(t, ctx, dir)
 	final := newestCheckpoint(t, ckdir)
 	if final.Manifest == nil || !final.Manifest.Final || !slices.Equal(final.Manifest.ShardWeights, c.Weights) {
 		t.Fatalf("the final checkpoint %+v: want the rebalanced layout's weights %v", final.Manifest, c.Weights)
@@ -66,17 +58,26 @@ func TestRebalancePSWithStandbys(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
-	run := startRun(t, ctx, dir, "--mode", "sync", "--batch", "64", "--data-fraction", "0.1", "--epochs", "20",
-		"--lr", "0.05", "--lr-schedule", "constant", "--checkpoint-dir", filepath.Join(dir, "ck"), "--checkpoint-every", "0s",
-		"--ps-replicas", "1", "--fault", "slow:ps/0@0s:4")
-	run.waitTraining(60 * time.Second)
-	rebalanceWhenMeasured(t, run)
-	waitPSChanges(run, 1)
-	rep := run.finish(2 * time.Minute)
-	c := checkRebalance(t, rep, 20)
+	_, _, c, _ := rebalancedRun(t, ctx, t.TempDir(), "--ps-replicas", "1")
 	t.Logf("rebalanced with standbys at step %d: weights %v, imbalance %.2f, pause %.3f s",
 		c.Step, c.Weights, c.Imbalance, *c.PauseSeconds)
+}
+
+// rebalancedRun runs 20 epochs of a tenth of MNIST in sync with ps/0
+// slowed 4x (and args), checkpoints in dir/ck, asks for a rebalance once
+// it can be measured, and checks the one it made (checkRebalance). It
+// returns the run, its report, the rebalance and the scale command's
+// output.
+func rebalancedRun(t *testing.T, ctx context.Context, dir string, args ...string) (*liveRun, *report.Report, report.MembershipChange, string) {
+	t.Helper()
+	run := startRun(t, ctx, dir, append([]string{"--mode", "sync", "--batch", "64", "--data-fraction", "0.1", "--epochs", "20",
+		"--lr", "0.05", "--lr-schedule", "constant", "--checkpoint-dir", filepath.Join(dir, "ck"), "--checkpoint-every", "0s",
+		"--fault", "slow:ps/0@0s:4"}, args...)...)
+	run.waitTraining(60 * time.Second)
+	out := rebalanceWhenMeasured(t, run)
+	waitPSChanges(run, 1)
+	rep := run.finish(2 * time.Minute)
+	return run, rep, checkRebalance(t, rep, 20), out
 }
 
 // checkRebalanceRefusals: --rebalance with another change is a usage
