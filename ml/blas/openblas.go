@@ -18,6 +18,7 @@ typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int
                          const float *, int, float, float *, int);
 typedef void (*threads_fn)(int);
 typedef char *(*corename_fn)(void);
+static void *pstrain_handle;
 static sgemm_fn pstrain_sgemm_ptr;
 static threads_fn pstrain_threads_ptr;
 static corename_fn pstrain_corename_ptr; // optional: NULL if the library lacks it
@@ -36,10 +37,26 @@ static const char *pstrain_blas_open(const char *name) {
 		dlclose(h);
 		return "the library has no cblas_sgemm or openblas_set_num_threads";
 	}
+	pstrain_handle = h;
 	pstrain_sgemm_ptr = s;
 	pstrain_threads_ptr = t;
 	pstrain_corename_ptr = (corename_fn)dlsym(h, "openblas_get_corename");
 	return NULL;
+}
+
+// pstrain_blas_reload loads the library pstrain_blas_open loaded again,
+// from name, with OPENBLAS_CORETYPE set to coretype while its constructor
+// chooses the kernels; NULL on success, else why not.
+static const char *pstrain_blas_reload(const char *name, const char *coretype) {
+	dlclose(pstrain_handle);
+	pstrain_handle = NULL;
+	pstrain_sgemm_ptr = NULL;
+	pstrain_threads_ptr = NULL;
+	pstrain_corename_ptr = NULL;
+	setenv("OPENBLAS_CORETYPE", coretype, 1);
+	const char *why = pstrain_blas_open(name);
+	unsetenv("OPENBLAS_CORETYPE");
+	return why;
 }
 
 static const char *pstrain_corename(void) {
@@ -58,10 +75,13 @@ import "C"
 
 import (
 	"fmt"
+	"os"
+	"slices"
 	"strings"
 	"sync"
 	"unsafe"
 
+	"golang.org/x/sys/cpu"
 	gblas "gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/gonum"
 	"gorgonia.org/gorgonia"
@@ -85,19 +105,69 @@ func open() error {
 		// the -dev package the second.
 		for _, name := range []string{"libopenblas.so.0", "libopenblas.so"} {
 			cname := C.CString(name)
-			msg := C.pstrain_blas_open(cname)
-			C.free(unsafe.Pointer(cname))
-			if msg == nil {
-				if c := C.pstrain_corename(); c != nil {
-					loader.core = strings.TrimSpace(C.GoString(c))
-				}
-				return
+			defer C.free(unsafe.Pointer(cname))
+			if msg := C.pstrain_blas_open(cname); msg != nil {
+				why = append(why, C.GoString(msg))
+				continue
 			}
-			why = append(why, C.GoString(msg))
+			loader.core = corename()
+			_, set := os.LookupEnv("OPENBLAS_CORETYPE")
+			if want := betterCore(loader.core, cpuOf(), set); want != "" {
+				cwant := C.CString(want)
+				defer C.free(unsafe.Pointer(cwant))
+				if msg := C.pstrain_blas_reload(cname, cwant); msg != nil {
+					loader.err = fmt.Errorf("blas: loading OpenBLAS again for its %s kernels: %s", want, C.GoString(msg))
+					return
+				}
+				loader.core = corename()
+			}
+			return
 		}
 		loader.err = fmt.Errorf("blas: cannot load OpenBLAS (%s); install it (Debian: apt-get install libopenblas0) or build with -tags purego", strings.Join(why, "; "))
 	})
 	return loader.err
+}
+
+// corename is the kernels the loaded library runs ("" if it cannot say).
+func corename() string {
+	if c := C.pstrain_corename(); c != nil {
+		return strings.TrimSpace(C.GoString(c))
+	}
+	return ""
+}
+
+// cpuFeatures are the instruction sets OpenBLAS's kernels are chosen by,
+// as the CPU and the OS offer them.
+type cpuFeatures struct {
+	avx2 bool // AVX2 and FMA: what OpenBLAS's Haswell kernels need
+}
+
+func cpuOf() cpuFeatures {
+	return cpuFeatures{avx2: cpu.X86.HasAVX2 && cpu.X86.HasFMA}
+}
+
+// betterCore is the kernel family to load OpenBLAS again with ("": keep
+// what it chose) when it chose loaded on a CPU with features f, and the
+// user set OPENBLAS_CORETYPE or not (set). OpenBLAS chooses by the CPU's
+// model number, and a library older than the CPU does not know it:
+// Debian 12's OpenBLAS 0.3.21 runs its Prescott kernels (SSE3, a quarter
+// of the speed of its AVX-512 ones) on Xeons of 2023. On a CPU with AVX2
+// and FMA such a choice is replaced by the Haswell kernels: not the
+// fastest on a CPU with AVX-512, but the family every AVX2 CPU runs
+// correctly, where older OpenBLAS builds miscompute or crash with their
+// AVX-512 kernels on some CPUs (docs/scaling.md, "The compute
+// ceiling"). A choice the library made with AVX2 or wider is kept, and
+// so is the user's.
+func betterCore(loaded string, f cpuFeatures, set bool) string {
+	// OpenBLAS's kernel families without AVX2 (openblas_get_corename's
+	// names, lower case).
+	older := []string{"unknown", "katmai", "coppermine", "northwood", "prescott", "banias", "atom",
+		"core2", "penryn", "dunnington", "nehalem", "athlon", "opteron", "opteron(sse3)", "barcelona", "nano",
+		"sandybridge", "bobcat", "bulldozer", "piledriver"}
+	if set || !f.avx2 || !slices.Contains(older, strings.ToLower(loaded)) {
+		return ""
+	}
+	return "Haswell"
 }
 
 // impl is gonum's implementation with Sgemm replaced by OpenBLAS; Setup
@@ -137,6 +207,12 @@ func Describe() string {
 	}
 	return Name + " (" + loader.core + ")"
 }
+
+// Check loads OpenBLAS, as Setup would, and reports why it cannot be
+// loaded, without making gorgonia use it: `pstrain run` asks before it
+// starts any task, so that a machine without the library fails once
+// with the remedy instead of restarting every task in vain.
+func Check() error { return open() }
 
 // Setup loads OpenBLAS and makes gorgonia use it with the given number of
 // threads (<= 0 means 1).
