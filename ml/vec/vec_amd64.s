@@ -245,13 +245,14 @@ pdone:
 // func momentumStepAVX2(p, v, grad, sum, out *float32, n int, mu, lr, scale float32)
 // momentumAVX2's update with, in the same pass, sum += g (before g is
 // scaled) and out = the updated p.
-TEXT ·momentumStepAVX2(SB), NOSPLIT, $0-60
+TEXT ·momentumStepAVX2(SB), NOSPLIT, $0-72
 	MOVQ         p+0(FP), DI
 	MOVQ         v+8(FP), SI
 	MOVQ         grad+16(FP), BX
 	MOVQ         sum+24(FP), R8
 	MOVQ         out+32(FP), R9
 	MOVQ         n+40(FP), CX
+	MOVQ         stream+64(FP), R10
 	VBROADCASTSS mu+48(FP), Y0
 	VBROADCASTSS lr+52(FP), Y1
 	VBROADCASTSS scale+56(FP), Y2
@@ -286,19 +287,28 @@ tloop:
 	VSUBPS  Y7, Y9, Y9
 	VMOVUPS Y8, (DI)(AX*4)
 	VMOVUPS Y9, 32(DI)(AX*4)
+	TESTQ   R10, R10
+	JNZ     tstream
 	VMOVUPS Y8, (R9)(AX*4)      // out = p
 	VMOVUPS Y9, 32(R9)(AX*4)
 	ADDQ    $16, AX
 	JMP     tloop
 
+tstream:
+	VMOVNTPS Y8, (R9)(AX*4)     // out = p, past the caches
+	VMOVNTPS Y9, 32(R9)(AX*4)
+	ADDQ    $16, AX
+	JMP     tloop
+
 tdone:
+	SFENCE
 	VZEROUPPER
 	RET
 
-// func momentumSumStepAVX2(p, v, acc, grad, sum, out *float32, n int, mu, lr, scale float32)
+// func momentumSumStepAVX2(p, v, acc, grad, sum, out *float32, n int, mu, lr, scale float32, stream int)
 // momentumSumAVX2's update with, in the same pass, sum += g and out =
 // the updated p.
-TEXT ·momentumSumStepAVX2(SB), NOSPLIT, $0-68
+TEXT ·momentumSumStepAVX2(SB), NOSPLIT, $0-80
 	MOVQ         p+0(FP), DI
 	MOVQ         v+8(FP), SI
 	MOVQ         acc+16(FP), DX
@@ -306,6 +316,7 @@ TEXT ·momentumSumStepAVX2(SB), NOSPLIT, $0-68
 	MOVQ         sum+32(FP), R8
 	MOVQ         out+40(FP), R9
 	MOVQ         n+48(FP), CX
+	MOVQ         stream+72(FP), R10
 	VBROADCASTSS mu+56(FP), Y0
 	VBROADCASTSS lr+60(FP), Y1
 	VBROADCASTSS scale+64(FP), Y2
@@ -345,6 +356,8 @@ uloop:
 	VSUBPS  Y7, Y9, Y9
 	VMOVUPS Y8, (DI)(AX*4)
 	VMOVUPS Y9, 32(DI)(AX*4)
+	TESTQ   R10, R10
+	JNZ     ustream
 	VMOVUPS Y8, (R9)(AX*4)      // out = p
 	VMOVUPS Y9, 32(R9)(AX*4)
 	VMOVUPS Y3, (DX)(AX*4)      // acc = 0
@@ -352,7 +365,16 @@ uloop:
 	ADDQ    $16, AX
 	JMP     uloop
 
+ustream:
+	VMOVNTPS Y8, (R9)(AX*4)     // out = p, past the caches
+	VMOVNTPS Y9, 32(R9)(AX*4)
+	VMOVUPS Y3, (DX)(AX*4)      // acc = 0
+	VMOVUPS Y3, 32(DX)(AX*4)
+	ADDQ    $16, AX
+	JMP     uloop
+
 udone:
+	SFENCE
 	VZEROUPPER
 	RET
 
