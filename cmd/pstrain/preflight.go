@@ -17,7 +17,6 @@ import (
 	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/launcher"
-	"github.com/pstrain/pstrain/ml/blas"
 	"github.com/pstrain/pstrain/ml/dataset"
 	"github.com/pstrain/pstrain/observe/report"
 	"github.com/pstrain/pstrain/preflight"
@@ -42,15 +41,12 @@ func checkRunFlags(r config.Run, metricsPortBase int, connectTimeout time.Durati
 // checkRun checks, before `pstrain run` starts any process, what would
 // make its tasks fail or be restarted in vain: the data files (every task
 // loads them), the memory the whole cluster needs on this machine (a
-// usage error: the flags ask too much), the BLAS library every worker
-// and the chief load, and a resume that would find only damaged
-// checkpoints. It returns the data's shape.
+// usage error: the flags ask too much), and a resume that would find
+// only damaged checkpoints. It returns the data's shape. (The BLAS
+// library is checked before the data is fetched: runCmd.execute.)
 func checkRun(r config.Run) (dataset.Shape, error) {
 	if r.Model.IsCTR() && r.PSReplicas > 0 {
 		return dataset.Shape{}, usagef("--ps-replicas: hot standbys do not replicate embedding tables; --model ctr runs without them")
-	}
-	if err := blas.Check(); err != nil {
-		return dataset.Shape{}, err
 	}
 	shape, err := inspectData(r)
 	if err != nil {

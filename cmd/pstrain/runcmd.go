@@ -15,6 +15,7 @@ import (
 	"github.com/pstrain/pstrain/chief"
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/launcher"
+	"github.com/pstrain/pstrain/ml/blas"
 	"github.com/pstrain/pstrain/ml/dataset"
 	"github.com/pstrain/pstrain/observe/report"
 	"github.com/pstrain/pstrain/observe/webconfig"
@@ -148,6 +149,11 @@ func (c *runCmd) execute(ctx context.Context, stdout, stderr io.Writer) error {
 		return err
 	}
 	r := c.r
+	if err := blas.Check(); err != nil {
+		// Every worker and the chief load it: without it each would be
+		// restarted in vain. Said before a download.
+		return err
+	}
 	if dataset.Fetchable(r.Dataset) {
 		// A fresh checkout has no data: fetch it (verified) before starting.
 		if err := dataset.Fetch(ctx, r.DataDir, r.Dataset, func(f string, a ...any) { log.Info(fmt.Sprintf(f, a...)) }); err != nil {

@@ -11,8 +11,8 @@ package blas
 // The two OpenBLAS entry points pstrain calls, resolved by Setup. The
 // library is opened at run time, not linked, so that processes which never
 // multiply matrices (parameter servers, the launcher, `pstrain top`) do
-// not load it: it cost each of them 2-3 MiB of resident memory and a
-// thread (docs/scaling.md, "Memory").
+// not keep it: it cost each of them 2-3 MiB of resident memory and a
+// thread (docs/scaling.md, "Memory"). The launcher only probes it (Check).
 enum { rowMajor = 101, noTrans = 111, trans = 112 }; // cblas.h's values
 typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int,
                          const float *, int, float, float *, int);
@@ -45,18 +45,45 @@ static const char *pstrain_blas_open(const char *name) {
 }
 
 // pstrain_blas_reload loads the library pstrain_blas_open loaded again,
-// from name, with OPENBLAS_CORETYPE set to coretype while its constructor
-// chooses the kernels; NULL on success, else why not.
+// from name, with OPENBLAS_CORETYPE set to coretype (NULL: unset) while
+// its constructor chooses the kernels; NULL on success, else why not.
+// The variable is unset again after: nothing else in the process reads
+// C's environment (Go keeps its own copy), and this runs once, when a
+// task starts, before it opens any connection.
 static const char *pstrain_blas_reload(const char *name, const char *coretype) {
 	dlclose(pstrain_handle);
 	pstrain_handle = NULL;
 	pstrain_sgemm_ptr = NULL;
 	pstrain_threads_ptr = NULL;
 	pstrain_corename_ptr = NULL;
-	setenv("OPENBLAS_CORETYPE", coretype, 1);
+	if (coretype != NULL)
+		setenv("OPENBLAS_CORETYPE", coretype, 1);
 	const char *why = pstrain_blas_open(name);
 	unsetenv("OPENBLAS_CORETYPE");
 	return why;
+}
+
+// pstrain_blas_config is the loaded library's build configuration
+// ("OpenBLAS 0.3.21 DYNAMIC_ARCH ..."), NULL if it cannot say.
+static const char *pstrain_blas_config(void) {
+	typedef char *(*config_fn)(void);
+	config_fn f = pstrain_handle == NULL ? NULL : (config_fn)dlsym(pstrain_handle, "openblas_get_config");
+	return f == NULL ? NULL : f();
+}
+
+// pstrain_blas_probe opens OpenBLAS from name, checks its entry points
+// and closes it again; NULL if it loads, else why not. For a process
+// that multiplies nothing (the launcher's preflight).
+static const char *pstrain_blas_probe(const char *name) {
+	static char why[512];
+	void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+	if (h == NULL) {
+		snprintf(why, sizeof why, "%s", dlerror());
+		return why;
+	}
+	int ok = dlsym(h, "cblas_sgemm") != NULL && dlsym(h, "openblas_set_num_threads") != NULL;
+	dlclose(h);
+	return ok ? NULL : "the library has no cblas_sgemm or openblas_set_num_threads";
 }
 
 static const char *pstrain_corename(void) {
@@ -98,12 +125,14 @@ var loader struct {
 	core string // the kernels OpenBLAS chose ("" if it cannot say)
 }
 
+// libNames are the names OpenBLAS is loaded by: Debian's runtime package
+// (libopenblas0) provides the first, the -dev package the second.
+func libNames() []string { return []string{"libopenblas.so.0", "libopenblas.so"} }
+
 func open() error {
 	loader.once.Do(func() {
 		var why []string
-		// Debian's runtime package (libopenblas0) provides the first name,
-		// the -dev package the second.
-		for _, name := range []string{"libopenblas.so.0", "libopenblas.so"} {
+		for _, name := range libNames() {
 			cname := C.CString(name)
 			defer C.free(unsafe.Pointer(cname))
 			if msg := C.pstrain_blas_open(cname); msg != nil {
@@ -112,20 +141,59 @@ func open() error {
 			}
 			loader.core = corename()
 			_, set := os.LookupEnv("OPENBLAS_CORETYPE")
-			if want := betterCore(loader.core, cpuOf(), set); want != "" {
-				cwant := C.CString(want)
-				defer C.free(unsafe.Pointer(cwant))
-				if msg := C.pstrain_blas_reload(cname, cwant); msg != nil {
-					loader.err = fmt.Errorf("blas: loading OpenBLAS again for its %s kernels: %s", want, C.GoString(msg))
-					return
-				}
-				loader.core = corename()
+			if want := betterCore(loader.core, cpuOf(), set); want != "" && canReload(config()) {
+				loader.err = reload(cname, want)
 			}
 			return
 		}
-		loader.err = fmt.Errorf("blas: cannot load OpenBLAS (%s); install it (Debian: apt-get install libopenblas0) or build with -tags purego", strings.Join(why, "; "))
+		loader.err = missing(why)
 	})
 	return loader.err
+}
+
+// reload loads the library again asking for the kernels want; if that
+// fails, again as it was.
+func reload(cname *C.char, want string) error {
+	cwant := C.CString(want)
+	defer C.free(unsafe.Pointer(cwant))
+	msg := C.pstrain_blas_reload(cname, cwant)
+	if msg != nil {
+		first := C.GoString(msg)
+		if msg = C.pstrain_blas_reload(cname, nil); msg != nil {
+			return fmt.Errorf("blas: loading OpenBLAS again for its %s kernels: %s; then as it was: %s", want, first, C.GoString(msg))
+		}
+	}
+	loader.core = corename()
+	return nil
+}
+
+func missing(why []string) error {
+	return fmt.Errorf("blas: cannot load OpenBLAS (%s); install it (Debian: apt-get install libopenblas0) or build with -tags purego", strings.Join(why, "; "))
+}
+
+// config is the loaded library's build configuration ("" if it cannot
+// say).
+func config() string {
+	if c := C.pstrain_blas_config(); c != nil {
+		return C.GoString(c)
+	}
+	return ""
+}
+
+// canReload says whether a library of build configuration cfg may be
+// loaded again for other kernels: it must choose its kernels when it
+// loads (DYNAMIC_ARCH: else OPENBLAS_CORETYPE changes nothing), and be
+// 0.3.5 or newer (older ones could crash when unloaded, OpenBLAS#1720).
+func canReload(cfg string) bool {
+	f := strings.Fields(cfg)
+	if len(f) < 2 || f[0] != "OpenBLAS" || !slices.Contains(f, "DYNAMIC_ARCH") {
+		return false
+	}
+	var major, minor, patch int
+	if n, _ := fmt.Sscanf(f[1], "%d.%d.%d", &major, &minor, &patch); n < 2 {
+		return false
+	}
+	return major > 0 || minor > 3 || minor == 3 && patch >= 5
 }
 
 // corename is the kernels the loaded library runs ("" if it cannot say).
@@ -162,8 +230,8 @@ func betterCore(loaded string, f cpuFeatures, set bool) string {
 	// OpenBLAS's kernel families without AVX2 (openblas_get_corename's
 	// names, lower case).
 	older := []string{"unknown", "katmai", "coppermine", "northwood", "prescott", "banias", "atom",
-		"core2", "penryn", "dunnington", "nehalem", "athlon", "opteron", "opteron(sse3)", "barcelona", "nano",
-		"sandybridge", "bobcat", "bulldozer", "piledriver"}
+		"core2", "penryn", "dunnington", "nehalem", "athlon", "opteron", "opteron_sse3", "barcelona", "nano",
+		"sandybridge", "bobcat", "bulldozer", "piledriver", "steamroller"}
 	if set || !f.avx2 || !slices.Contains(older, strings.ToLower(loaded)) {
 		return ""
 	}
@@ -199,7 +267,8 @@ func (impl) Sgemm(tA, tB gblas.Transpose, m, n, k int, alpha float32, a []float3
 }
 
 // Describe names the BLAS and the kernels it runs, as OpenBLAS chose them
-// when it was loaded (by CPU, or as OPENBLAS_CORETYPE says): "openblas
+// when it was loaded (by the CPU's model, or as OPENBLAS_CORETYPE says,
+// or Haswell's when pstrain asked for them: betterCore): "openblas
 // (Haswell)". Where the kernels cannot be told, just Name.
 func Describe() string {
 	if open() != nil || loader.core == "" {
@@ -208,11 +277,24 @@ func Describe() string {
 	return Name + " (" + loader.core + ")"
 }
 
-// Check loads OpenBLAS, as Setup would, and reports why it cannot be
-// loaded, without making gorgonia use it: `pstrain run` asks before it
-// starts any task, so that a machine without the library fails once
-// with the remedy instead of restarting every task in vain.
-func Check() error { return open() }
+// Check reports why OpenBLAS cannot be loaded, if it cannot: it opens the
+// library and closes it again, so that the caller (`pstrain run`, before
+// it starts any task) does not keep it. A machine without the library
+// then fails once, with the remedy, instead of restarting every task in
+// vain.
+func Check() error {
+	var why []string
+	for _, name := range libNames() {
+		cname := C.CString(name)
+		msg := C.pstrain_blas_probe(cname)
+		C.free(unsafe.Pointer(cname))
+		if msg == nil {
+			return nil
+		}
+		why = append(why, C.GoString(msg))
+	}
+	return missing(why)
+}
 
 // Setup loads OpenBLAS and makes gorgonia use it with the given number of
 // threads (<= 0 means 1).

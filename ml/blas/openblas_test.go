@@ -4,6 +4,7 @@ package blas
 
 import (
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 )
@@ -33,6 +34,53 @@ func TestBetterCore(t *testing.T) {
 	}
 }
 
+// Only a library that chooses its kernels when it loads, 0.3.5 or newer,
+// is loaded again for other kernels.
+func TestCanReload(t *testing.T) {
+	for _, c := range []struct {
+		cfg  string
+		want bool
+	}{
+		{"OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Prescott MAX_THREADS=64", true},
+		{"OpenBLAS 0.3.5 DYNAMIC_ARCH", true},
+		{"OpenBLAS 0.4.0 DYNAMIC_ARCH", true},
+		{"OpenBLAS 1.0 DYNAMIC_ARCH", true},
+		{"OpenBLAS 0.3.4 DYNAMIC_ARCH", false},
+		{"OpenBLAS 0.2.20 DYNAMIC_ARCH", false},
+		{"OpenBLAS 0.3.21 NO_AFFINITY Haswell", false}, // one kernel family, built in
+		{"", false},
+		{"BLIS 0.9 DYNAMIC_ARCH", false},
+	} {
+		if got := canReload(c.cfg); got != c.want {
+			t.Errorf("canReload(%q) = %t, want %t", c.cfg, got, c.want)
+		}
+	}
+}
+
+// Check finds the library and leaves it unloaded: run in a process of
+// its own (this test binary again), which then has no OpenBLAS mapped.
+func TestCheckLeavesNothingLoaded(t *testing.T) {
+	if os.Getenv("PSTRAIN_BLAS_CHECK_CHILD") == "1" {
+		if err := Check(); err != nil {
+			t.Fatal(err)
+		}
+		maps, err := os.ReadFile("/proc/self/maps")
+		if err != nil {
+			t.Skip(err)
+		}
+		if strings.Contains(string(maps), "libopenblas") {
+			t.Fatal("OpenBLAS is still mapped after Check")
+		}
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCheckLeavesNothingLoaded$", "-test.v")
+	cmd.Env = append(os.Environ(), "PSTRAIN_BLAS_CHECK_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS") {
+		t.Fatalf("the child process: %v\n%s", err, out)
+	}
+}
+
 // Loaded without OPENBLAS_CORETYPE on a CPU with AVX2, OpenBLAS runs
 // kernels with AVX2 or wider, whatever its model number (OpenBLAS 0.3.21
 // runs Prescott's on CPUs newer than itself).
@@ -46,6 +94,7 @@ func TestLoadedKernelsUseAVX2(t *testing.T) {
 	if err := Setup(1); err != nil {
 		t.Fatal(err)
 	}
+	t.Log(config())
 	for _, old := range []string{"Prescott", "Core2", "Nehalem", "Sandybridge", "Unknown"} {
 		if strings.EqualFold(corename(), old) {
 			t.Errorf("OpenBLAS runs its %s kernels (Describe %q) on a CPU with AVX2", corename(), Describe())

@@ -41,7 +41,9 @@ func TestFusedStepsStoreOutEitherWay(t *testing.T) {
 			MomentumSumStep(gp, gv, gacc, g, gsum, out, mu, lr, 0.5)
 			sameBits(t, "MomentumSumStep out", out, wout)
 			sameBits(t, "MomentumSumStep p", gp, wp)
+			sameBits(t, "MomentumSumStep v", gv, wv)
 			sameBits(t, "MomentumSumStep acc", gacc, wacc)
+			sameBits(t, "MomentumSumStep sum", gsum, wsum)
 		}
 		if streamed != 1 {
 			t.Errorf("n %d: %d of 8 offsets streamed, want 1 (the aligned one)", n, streamed)

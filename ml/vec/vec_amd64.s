@@ -242,7 +242,7 @@ pdone:
 	VZEROUPPER
 	RET
 
-// func momentumStepAVX2(p, v, grad, sum, out *float32, n int, mu, lr, scale float32)
+// func momentumStepAVX2(p, v, grad, sum, out *float32, n int, mu, lr, scale float32, stream int)
 // momentumAVX2's update with, in the same pass, sum += g (before g is
 // scaled) and out = the updated p.
 TEXT ·momentumStepAVX2(SB), NOSPLIT, $0-72
