@@ -405,6 +405,25 @@ func stepsLost(n int64) string {
 	return fmt.Sprintf("%d steps lost", n)
 }
 
+// unnamedRefused is the workers with gradients refused by the norm guard
+// that no divergence and no attribution named as suspects, sorted.
+func unnamedRefused(rep *report.Report) []string {
+	named := map[string]bool{}
+	for _, d := range rep.Divergences {
+		named[d.SuspectWorker] = true
+	}
+	for _, x := range rep.Suspects {
+		named[x.Worker] = true
+	}
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(rep.RefusedGradients)) {
+		if !named[k] && rep.RefusedGradients[k] > 0 {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
 // printGuard prints what the divergence guard did: the gradients
 // refused by worker, and each divergence with its rollback and suspect.
 func printGuard(w io.Writer, rep *report.Report) {
@@ -420,6 +439,9 @@ func printGuard(w io.Writer, rep *report.Report) {
 			parts = append(parts, fmt.Sprintf("%s %d", k, c.counts[k]))
 		}
 		fmt.Fprintf(w, "%s: %s\n", c.what, strings.Join(parts, ", "))
+	}
+	if honest := unnamedRefused(rep); len(rep.Divergences) > 0 && len(honest) > 0 {
+		fmt.Fprintf(w, "  (%s not suspected: a diverging model's gradients are large from every worker, so the guard refuses honest ones too until the rollback)\n", strings.Join(honest, ", "))
 	}
 	for _, d := range rep.Divergences {
 		back := "not rolled back (training had ended)"

@@ -40,3 +40,27 @@ func TestSummaryOfAQuarantine(t *testing.T) {
 		t.Errorf("a good run: %v", err)
 	}
 }
+
+// After a divergence the summary says why a worker no one suspects had
+// gradients refused too; without one, or for the suspect alone, it adds
+// nothing.
+func TestSummaryExplainsHonestRefusals(t *testing.T) {
+	const hint = "(worker/0 not suspected: a diverging model's gradients are large from every worker"
+	div := []report.Divergence{{AtStep: 75, TestLoss: 1.5e15, BestLoss: 2.31, RolledBackTo: 0, LRFactor: 1, SuspectWorker: "worker/1", Evidence: "pointed away"}}
+	for _, c := range []struct {
+		name    string
+		refused map[string]int64
+		div     []report.Divergence
+		want    bool
+	}{
+		{"both refused after a divergence", map[string]int64{"worker/0": 59, "worker/1": 59}, div, true},
+		{"the suspect alone", map[string]int64{"worker/1": 59}, div, false},
+		{"no divergence", map[string]int64{"worker/0": 1}, nil, false},
+	} {
+		var b bytes.Buffer
+		printGuard(&b, &report.Report{RefusedGradients: c.refused, Divergences: c.div})
+		if got := strings.Contains(b.String(), hint); got != c.want {
+			t.Errorf("%s: hint %t, want %t:\n%s", c.name, got, c.want, b.String())
+		}
+	}
+}
