@@ -324,42 +324,12 @@ func maxPool(out, bias []float32, g model.ConvLayer, batch int, pool []float32, 
 		for py := 0; py < g.PoolH; py++ {
 			for px := 0; px < g.PoolW; px++ {
 				base := ((b*g.OutH+2*py)*g.OutW + 2*px) * c
-				poolWindow(out[base:base+c], out[base+c:base+2*c], out[base+row:base+row+c], out[base+row+c:base+row+2*c],
+				vec.MaxPool4(out[base:base+c], out[base+c:base+2*c], out[base+row:base+row+c], out[base+row+c:base+row+2*c],
 					bias[:c], pool[dst:dst+c], arg[dst:dst+c], int32(base), int32(c), int32(row))
 				dst += c
 			}
 		}
 	}
-}
-
-// poolWindow pools one window, channel by channel: r0..r3 are its four
-// positions' channels (top left, top right, bottom left, bottom right),
-// at base, base+c, base+row and base+row+c in the layer's output. The
-// first maximum wins and a NaN never does, as a chain of v > best would
-// say; but without a branch on the comparisons, whose outcome on a
-// network's activations is a coin toss the branch predictor loses half
-// the time (BenchmarkPool: 5.3 ms a batch with branches).
-func poolWindow(r0, r1, r2, r3, bias, pool []float32, arg []int32, base, c, row int32) {
-	r1, r2, r3, bias, pool, arg = r1[:len(r0)], r2[:len(r0)], r3[:len(r0)], bias[:len(r0)], pool[:len(r0)], arg[:len(r0)]
-	for j, v0 := range r0 {
-		best, at := v0, base
-		best, at = pick(r1[j], best, base+c, at)
-		best, at = pick(r2[j], best, base+row, at)
-		best, at = pick(r3[j], best, base+row+c, at)
-		pool[j] = max(best+bias[j], 0)
-		arg[j] = at + int32(j)
-	}
-}
-
-// pick is (v, vat) if v > best, else (best, bat), selected with masks
-// rather than a branch.
-func pick(v, best float32, vat, bat int32) (float32, int32) {
-	var m uint32
-	if v > best {
-		m = ^uint32(0)
-	}
-	bv, bb := math.Float32bits(v), math.Float32bits(best)
-	return math.Float32frombits(bb ^ (bb^bv)&m), bat ^ (bat^vat)&int32(m)
 }
 
 // unpool writes dOut, the gradient of the convolution's output: each

@@ -65,9 +65,9 @@ func poolCase(r *rand.Rand, g model.ConvLayer, batch int, nan bool) (out, bias [
 	out = make([]float32, batch*g.OutH*g.OutW*g.Out)
 	for i := range out {
 		switch k := r.IntN(12); {
-		case k == 0:
+		case k < 2:
 			out[i] = float32(math.Copysign(0, -1))
-		case k == 1 && nan:
+		case k == 2 && nan:
 			out[i] = float32(math.NaN())
 		case k < 6:
 			out[i] = float32(r.IntN(3)) - 1 // ties
@@ -79,6 +79,7 @@ func poolCase(r *rand.Rand, g model.ConvLayer, batch int, nan bool) (out, bias [
 	for i := range bias {
 		bias[i] = float32(r.NormFloat64() * 0.1)
 	}
+	bias[0] = float32(math.Copysign(0, -1)) // -0 + -0 is -0: the pool's max must make it +0
 	return out, bias
 }
 

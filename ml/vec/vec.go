@@ -297,3 +297,45 @@ func pixelsGo(dst []float32, src []uint8) {
 		dst[i] = float32(b) / 255
 	}
 }
+
+// MaxPool4 pools windows of four: for each j, the first maximum m of
+// r0[j], r1[j], r2[j], r3[j] (a later value wins only if it is greater,
+// so a NaN never wins over an earlier one), pool[j] = max(m+bias[j], 0)
+// and arg[j] = base+j plus m's offset: 0, c, row or row+c. The slices'
+// lengths must be equal. With AVX2 the comparisons select by mask, 8
+// channels at a time; the Go loop selects by conditional moves. Neither
+// branches on the values: on a network's activations which of the four
+// wins is a coin toss a branch predictor loses.
+func MaxPool4(r0, r1, r2, r3, bias, pool []float32, arg []int32, base, c, row int32) {
+	n := len(r0)
+	r1, r2, r3, bias, pool, arg = r1[:n], r2[:n], r3[:n], bias[:n], pool[:n], arg[:n]
+	k := bulk(n)
+	if k > 0 {
+		maxPool4Bulk(r0[:k], r1[:k], r2[:k], r3[:k], bias[:k], pool[:k], arg[:k], base, c, row)
+	}
+	maxPool4Go(r0[k:], r1[k:], r2[k:], r3[k:], bias[k:], pool[k:], arg[k:], base+int32(k), c, row)
+}
+
+func maxPool4Go(r0, r1, r2, r3, bias, pool []float32, arg []int32, base, c, row int32) {
+	n := len(r0)
+	r1, r2, r3, bias, pool, arg = r1[:n], r2[:n], r3[:n], bias[:n], pool[:n], arg[:n]
+	for j, v0 := range r0 {
+		best, at := v0, int32(0)
+		best, at = pick(r1[j], best, c, at)
+		best, at = pick(r2[j], best, row, at)
+		best, at = pick(r3[j], best, row+c, at)
+		pool[j] = max(best+bias[j], 0)
+		arg[j] = base + at + int32(j)
+	}
+}
+
+// pick is (v, vat) if v > best, else (best, bat), selected with masks
+// rather than a branch.
+func pick(v, best float32, vat, bat int32) (float32, int32) {
+	var m uint32
+	if v > best {
+		m = ^uint32(0)
+	}
+	bv, bb := math.Float32bits(v), math.Float32bits(best)
+	return math.Float32frombits(bb ^ (bb^bv)&m), bat ^ (bat^vat)&int32(m)
+}

@@ -66,6 +66,13 @@ func streamOut(p, out []float32) int {
 	return 1
 }
 
+//go:noescape
+func maxPool4AVX2(r0, r1, r2, r3, bias, pool *float32, arg *int32, n int, base, c, row int32)
+
+func maxPool4Bulk(r0, r1, r2, r3, bias, pool []float32, arg []int32, base, c, row int32) {
+	maxPool4AVX2(&r0[0], &r1[0], &r2[0], &r3[0], &bias[0], &pool[0], &arg[0], len(r0), base, c, row)
+}
+
 func addBothBulk(a, b, src []float32) { addBothAVX2(&a[0], &b[0], &src[0], len(src)) }
 
 func momentumSumBulk(p, v, acc, g []float32, mu, lr, scale float32) {

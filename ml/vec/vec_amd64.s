@@ -410,3 +410,71 @@ bloop:
 bdone:
 	VZEROUPPER
 	RET
+
+// iota<> is 0, 1, ..., 7 as int32s: the channel offsets of 8 lanes.
+DATA iota<>+0(SB)/4, $0
+DATA iota<>+4(SB)/4, $1
+DATA iota<>+8(SB)/4, $2
+DATA iota<>+12(SB)/4, $3
+DATA iota<>+16(SB)/4, $4
+DATA iota<>+20(SB)/4, $5
+DATA iota<>+24(SB)/4, $6
+DATA iota<>+28(SB)/4, $7
+GLOBL iota<>(SB), RODATA|NOPTR, $32
+
+DATA eight<>+0(SB)/4, $8
+GLOBL eight<>(SB), RODATA|NOPTR, $4
+
+// func maxPool4AVX2(r0, r1, r2, r3, bias, pool *float32, arg *int32, n int, base, c, row int32)
+// MaxPool4, 8 channels an iteration (n a multiple of 8): each later
+// position's values replace the best so far where greater (VCMPPS
+// GT_OQ: false for a NaN on either side), the offsets alike; then
+// max(best+bias, 0) as Go's max computes it (a NaN stays, -0 becomes +0).
+TEXT ·maxPool4AVX2(SB), NOSPLIT, $0-76
+	MOVQ         r0+0(FP), DI
+	MOVQ         r1+8(FP), SI
+	MOVQ         r2+16(FP), DX
+	MOVQ         r3+24(FP), R8
+	MOVQ         bias+32(FP), R9
+	MOVQ         pool+40(FP), R10
+	MOVQ         arg+48(FP), R11
+	MOVQ         n+56(FP), CX
+	VBROADCASTSS c+68(FP), Y14        // offset of the top right (the int32's bits)
+	VBROADCASTSS row+72(FP), Y13      // of the bottom left
+	VPADDD       Y14, Y13, Y12        // of the bottom right
+	VBROADCASTSS base+64(FP), Y11
+	VPADDD       iota<>(SB), Y11, Y11 // base+j for the first 8 lanes
+	VBROADCASTSS eight<>(SB), Y10
+	VXORPS       Y0, Y0, Y0
+	XORQ         AX, AX
+
+ploop:
+	CMPQ      AX, CX
+	JAE       pooldone
+	VMOVUPS   (DI)(AX*4), Y1        // best: top left
+	VPXOR     Y2, Y2, Y2            // its offset: 0
+	VMOVUPS   (SI)(AX*4), Y3
+	VCMPPS    $0x1e, Y1, Y3, Y4     // top right > best
+	VBLENDVPS Y4, Y3, Y1, Y1
+	VBLENDVPS Y4, Y14, Y2, Y2
+	VMOVUPS   (DX)(AX*4), Y3
+	VCMPPS    $0x1e, Y1, Y3, Y4     // bottom left > best
+	VBLENDVPS Y4, Y3, Y1, Y1
+	VBLENDVPS Y4, Y13, Y2, Y2
+	VMOVUPS   (R8)(AX*4), Y3
+	VCMPPS    $0x1e, Y1, Y3, Y4     // bottom right > best
+	VBLENDVPS Y4, Y3, Y1, Y1
+	VBLENDVPS Y4, Y12, Y2, Y2
+	VADDPS    (R9)(AX*4), Y1, Y1    // + bias
+	VMAXPS    Y1, Y0, Y1            // max(0, x): x where x is a NaN or a zero
+	VADDPS    Y0, Y1, Y1            // -0 + 0 = +0
+	VMOVUPS   Y1, (R10)(AX*4)
+	VPADDD    Y11, Y2, Y2           // base + j + offset
+	VMOVDQU   Y2, (R11)(AX*4)
+	VPADDD    Y10, Y11, Y11
+	ADDQ      $8, AX
+	JMP       ploop
+
+pooldone:
+	VZEROUPPER
+	RET

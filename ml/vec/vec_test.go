@@ -221,3 +221,28 @@ func BenchmarkKernels(b *testing.B) {
 		})
 	}
 }
+
+// MaxPool4 gives its Go loop's values and positions, bit for bit, at
+// every length (the assembly takes whole blocks of 16, Go the tail).
+func TestMaxPool4IsItsGoLoop(t *testing.T) {
+	r := rand.New(rand.NewPCG(31, 37))
+	for _, n := range lengths {
+		in := [4][]float32{values(r, n), values(r, n), values(r, n), values(r, n)}
+		for i := range n { // ties between positions
+			if r.IntN(4) == 0 {
+				in[r.IntN(4)][i] = in[0][i]
+			}
+		}
+		bias := values(r, n)
+		pool, arg := make([]float32, n), make([]int32, n)
+		wpool, warg := make([]float32, n), make([]int32, n)
+		MaxPool4(in[0], in[1], in[2], in[3], bias, pool, arg, 1000, 7, 300)
+		maxPool4Go(in[0], in[1], in[2], in[3], bias, wpool, warg, 1000, 7, 300)
+		sameBits(t, "MaxPool4 pool", pool, wpool)
+		for i := range n {
+			if arg[i] != warg[i] {
+				t.Fatalf("n %d: arg[%d] = %d, want %d", n, i, arg[i], warg[i])
+			}
+		}
+	}
+}
