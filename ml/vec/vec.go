@@ -5,7 +5,7 @@
 // those passes fused, so that the PS reads a gradient as few times as it
 // can: MomentumStep, MomentumSumStep, AddBoth, CopySumSquares) and a
 // worker's element-wise passes (bias and ReLU, the ReLU's gradient mask,
-// bytes to pixel values). On amd64 with AVX2 they run eight values to an
+// bytes to pixel values, the CNN's max pool: MaxPool4). On amd64 with AVX2 they run eight values to an
 // instruction; elsewhere, and built with -tags purego, in Go.
 //
 // Both paths give the same results bit for bit: each value goes through
