@@ -57,8 +57,8 @@ func momentumSumStepBulk(p, v, acc, g, sum, out []float32, mu, lr, scale float32
 // VMOVNTPS needs). Such stores skip reading each line of out into the
 // cache before writing it, and leave the caches to p, v and sum, which
 // the next step reads again; out is read next by another process (a
-// worker's pull). On a PS's step, 636,010 parameters evicted from the
-// caches, that took a third off the pass (BenchmarkStep, "cold").
+// worker's pull). BenchmarkStep's "cold" passes (a PS's step, its
+// memory evicted from the caches) measure what that saves.
 func streamOut(p, out []float32) int {
 	if &out[0] == &p[0] || uintptr(unsafe.Pointer(&out[0]))%32 != 0 {
 		return 0

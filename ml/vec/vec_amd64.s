@@ -2,8 +2,8 @@
 
 #include "textflag.h"
 
-// Each loop takes 16 values an iteration, two registers of 8: n is a
-// multiple of 16. The operations are Go's, one rounding each, in Go's
+// Each loop takes 16 values an iteration, two registers of 8, except
+// maxPool4AVX2's, which takes 8: n is a multiple of 16 (bulk). The operations are Go's, one rounding each, in Go's
 // order (vec.go); in Go's assembly VSUBPS b, a, d is d = a - b.
 
 // func momentumSumAVX2(p, v, acc, grad *float32, n int, mu, lr, scale float32)
