@@ -11,6 +11,8 @@ import (
 	"net"
 	"strings"
 	"time"
+
+	"github.com/pstrain/pstrain/transport/aesgcm"
 )
 
 // The TCP plane under TLS (docs/security.md, docs/wire.md): a TCP
@@ -136,8 +138,13 @@ func keysOf(cs tls.ConnectionState, want string, client bool) (recordKeys, error
 	return k, nil
 }
 
-// newGCM is AES-GCM under key (16 or 32 bytes).
+// newGCM is AES-GCM under key (16 or 32 bytes): transport/aesgcm's
+// where this CPU has vector AES (AES-128 only), crypto/cipher's
+// otherwise. Both produce the same bytes, so two ends may use either.
 func newGCM(key []byte) (cipher.AEAD, error) {
+	if a, ok := aesgcm.New(key); ok {
+		return a, nil
+	}
 	b, err := aes.NewCipher(key)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,258 @@
+package aesgcm
+
+import (
+	"bytes"
+	"crypto/aes"
+	"crypto/cipher"
+	"encoding/hex"
+	"math/rand/v2"
+	"testing"
+)
+
+// stdGCM is crypto/cipher's AES-GCM under key: the reference.
+func stdGCM(t testing.TB, key []byte) cipher.AEAD {
+	b, err := aes.NewCipher(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := cipher.NewGCM(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+func newOrSkip(t testing.TB, key []byte) cipher.AEAD {
+	g, ok := New(key)
+	if !ok {
+		t.Skip("this CPU lacks VAES, VPCLMULQDQ or AVX-512")
+	}
+	return g
+}
+
+// lengths are message lengths around every boundary of the assembly: a
+// block, a register of four, an iteration of sixteen, and a record.
+func lengths() []int {
+	var n []int
+	for i := 0; i <= 600; i++ {
+		n = append(n, i)
+	}
+	for _, base := range []int{1 << 12, 64 << 10} {
+		for d := -17; d <= 17; d++ {
+			n = append(n, base+d)
+		}
+	}
+	return n
+}
+
+func TestSealAndOpenAreCryptoCiphers(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	buf := make([]byte, 70<<10)
+	for i := range buf {
+		buf[i] = byte(rng.Uint32())
+	}
+	for _, n := range lengths() {
+		key, nonce := buf[n%97:][:16], buf[n%89:][:12]
+		aad := buf[n%61:][:rng.IntN(300)]
+		plain := buf[n%53:][:n]
+		ours, std := newOrSkip(t, key), stdGCM(t, key)
+		want := std.Seal([]byte("prefix"), nonce, plain, aad)
+		got := ours.Seal([]byte("prefix"), nonce, plain, aad)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("seal of %d bytes (aad %d): differs from crypto/cipher at byte %d", n, len(aad), firstDiff(got, want))
+		}
+		// Open in place, as the records are opened.
+		ct := bytes.Clone(want[6:])
+		out, err := ours.Open(ct[:0], nonce, ct, aad)
+		if err != nil {
+			t.Fatalf("open of %d bytes: %v", n, err)
+		}
+		if !bytes.Equal(out, plain) {
+			t.Fatalf("open of %d bytes: differs from the plaintext at byte %d", n, firstDiff(out, plain))
+		}
+	}
+}
+
+func TestOpenRefusesEveryTamperedByte(t *testing.T) {
+	key := bytes.Repeat([]byte{7}, 16)
+	g := newOrSkip(t, key)
+	nonce := make([]byte, 12)
+	for _, n := range []int{0, 1, 15, 16, 63, 64, 255, 256, 300} {
+		plain := bytes.Repeat([]byte{0xab}, n)
+		aad := []byte("header")
+		ct := g.Seal(nil, nonce, plain, aad)
+		for i := range ct {
+			bad := bytes.Clone(ct)
+			bad[i] ^= 0x10
+			dst := make([]byte, 0, n)
+			if _, err := g.Open(dst, nonce, bad, aad); err == nil {
+				t.Fatalf("%d bytes: a flipped bit at byte %d was accepted", n, i)
+			}
+			if n > 0 && !bytes.Equal(dst[:n], make([]byte, n)) {
+				t.Fatalf("%d bytes: a refused open left plaintext behind", n)
+			}
+		}
+		if _, err := g.Open(nil, nonce, ct, []byte("headex")); err == nil {
+			t.Fatalf("%d bytes: other additional data was accepted", n)
+		}
+		other := bytes.Clone(nonce)
+		other[11] = 1
+		if _, err := g.Open(nil, other, ct, aad); err == nil {
+			t.Fatalf("%d bytes: another nonce was accepted", n)
+		}
+	}
+	if _, err := g.Open(nil, nonce, make([]byte, 15), nil); err == nil {
+		t.Fatal("a message shorter than a tag was accepted")
+	}
+}
+
+func TestCounterWrapsInItsLowWord(t *testing.T) {
+	// A nonce is 12 bytes, so the counter starts at 2 and a message
+	// cannot wrap it; the wrap is the 32-bit increment's, checked here
+	// through a counter block set by hand.
+	key := bytes.Repeat([]byte{3}, 16)
+	g := newOrSkip(t, key).(*gcm)
+	b, _ := aes.NewCipher(key)
+	ctr := [16]byte{15: 0xfe, 14: 0xff, 13: 0xff, 12: 0xff, 0: 9}
+	src := make([]byte, 300)
+	dst := make([]byte, 300)
+	var acc [16]byte
+	sealBulk(&g.rk, &g.htab, &ctr, &acc, dst, src)
+	want := make([]byte, 300)
+	cb := ctr
+	for off := 0; off < len(want); off += 16 {
+		var ks [16]byte
+		b.Encrypt(ks[:], cb[:])
+		copy(want[off:], ks[:])
+		for i := 15; i >= 12; i-- {
+			cb[i]++
+			if cb[i] != 0 {
+				break
+			}
+		}
+	}
+	if !bytes.Equal(dst, want) {
+		t.Fatalf("keystream differs at byte %d", firstDiff(dst, want))
+	}
+}
+
+func TestKeyScheduleIsFIPS197s(t *testing.T) {
+	if !available {
+		t.Skip("no assembly")
+	}
+	key, _ := hex.DecodeString("2b7e151628aed2a6abf7158809cf4f3c")
+	var rk [176]byte
+	expandKey128(&rk, (*[16]byte)(key))
+	if got := hex.EncodeToString(rk[160:]); got != "d014f9a8c9ee2589e13f0cc8b6630ca6" {
+		t.Fatalf("last round key %s", got)
+	}
+}
+
+// ghashSpec is GHASH as NIST SP 800-38D's algorithm 1 and 2 define it,
+// one bit at a time.
+func ghashSpec(h [16]byte, data []byte) [16]byte {
+	mulSpec := func(x, y [16]byte) [16]byte {
+		var z [16]byte
+		v := y
+		for i := range 128 {
+			if x[i/8]>>(7-i%8)&1 == 1 {
+				for j := range z {
+					z[j] ^= v[j]
+				}
+			}
+			lsb := v[15] & 1
+			for j := 15; j > 0; j-- {
+				v[j] = v[j]>>1 | v[j-1]<<7
+			}
+			v[0] >>= 1
+			if lsb == 1 {
+				v[0] ^= 0xe1
+			}
+		}
+		return z
+	}
+	var y [16]byte
+	for len(data) > 0 {
+		var blk [16]byte
+		data = data[copy(blk[:], data):]
+		for j := range y {
+			y[j] ^= blk[j]
+		}
+		y = mulSpec(y, h)
+	}
+	return y
+}
+
+func TestFieldModelIsGHASH(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 50 {
+		var h [16]byte
+		for i := range h {
+			h[i] = byte(rng.Uint32())
+		}
+		data := make([]byte, 16*(1+rng.IntN(20)))
+		for i := range data {
+			data[i] = byte(rng.Uint32())
+		}
+		hp := keyPowers(h, 1)[0]
+		var y elem
+		for off := 0; off < len(data); off += 16 {
+			x := load((*[16]byte)(data[off:]))
+			y = mul(elem{y.lo ^ x.lo, y.hi ^ x.hi}, hp)
+		}
+		want := ghashSpec(h, data)
+		if got := load(&want); got != y {
+			t.Fatalf("model %x, spec %x", y, got)
+		}
+		if available {
+			g := &gcm{}
+			for i, p := range keyPowers(h, powers) {
+				p.put(&g.htab[powers-1-i])
+			}
+			var acc [16]byte
+			ghashData(&g.htab, &acc, data)
+			var yb [16]byte
+			y.put(&yb)
+			if acc != yb {
+				t.Fatalf("assembly %x, model %x", acc, yb)
+			}
+		}
+	}
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+func BenchmarkRecord(b *testing.B) {
+	key := make([]byte, 16)
+	plain := make([]byte, 64<<10)
+	nonce := make([]byte, 12)
+	impls := map[string]cipher.AEAD{"crypto-cipher": stdGCM(b, key)}
+	if g, ok := New(key); ok {
+		impls["vaes"] = g
+	}
+	for name, a := range impls {
+		out := make([]byte, 0, len(plain)+16)
+		b.Run("seal/"+name, func(b *testing.B) {
+			b.SetBytes(int64(len(plain)))
+			for b.Loop() {
+				out = a.Seal(out[:0], nonce, plain, nil)
+			}
+		})
+		ct := a.Seal(nil, nonce, plain, nil)
+		b.Run("open/"+name, func(b *testing.B) {
+			b.SetBytes(int64(len(plain)))
+			for b.Loop() {
+				if _, err := a.Open(out[:0], nonce, ct, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
