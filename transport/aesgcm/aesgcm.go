@@ -40,9 +40,10 @@ type gcm struct {
 	block cipher.Block // H and the tag's mask: one block each
 	rk    [11 * 16]byte
 	// htab holds the key powers H^16 .. H^1 in the multiplier's form
-	// (ghash.go), then four zero entries, so that the last, partial
-	// iteration of a message of m blocks reads H^m .. H^1 from entry
-	// 16-m and zeros past them.
+	// (ghash.go), then four zero entries: a message's last piece of m
+	// blocks (m at most 4) reads a register of powers from entry 16-m,
+	// H^m .. H^1 and past them lanes that multiply zeros, which the
+	// entries keep inside the table.
 	htab [powers + 4][16]byte
 }
 
@@ -64,6 +65,8 @@ func New(key []byte) (cipher.AEAD, bool) {
 	for i := range p {
 		p[i].put(&g.htab[powers-1-i])
 	}
+	clear(p)
+	clear(h[:])
 	return g, true
 }
 
@@ -82,7 +85,7 @@ func (g *gcm) Seal(dst, nonce, plaintext, additionalData []byte) []byte {
 		panic("aesgcm: message too large for GCM")
 	}
 	ret, out := sliceForAppend(dst, len(plaintext)+tagSize)
-	if inexactOverlap(out, plaintext) {
+	if inexactOverlap(out, plaintext) || anyOverlap(out, additionalData) {
 		panic("aesgcm: invalid buffer overlap")
 	}
 	var j0, acc [16]byte
@@ -109,7 +112,7 @@ func (g *gcm) Open(dst, nonce, ciphertext, additionalData []byte) ([]byte, error
 	n := len(ciphertext) - tagSize
 	tag := ciphertext[n:]
 	ret, out := sliceForAppend(dst, n)
-	if inexactOverlap(out, ciphertext) {
+	if inexactOverlap(out, ciphertext) || anyOverlap(out, additionalData) {
 		panic("aesgcm: invalid buffer overlap")
 	}
 	var j0, acc [16]byte
@@ -154,6 +157,15 @@ func sliceForAppend(in []byte, n int) (head, tail []byte) {
 	return head, head[len(in):]
 }
 
+// anyOverlap is whether x and y share any memory.
+func anyOverlap(x, y []byte) bool {
+	if len(x) == 0 || len(y) == 0 {
+		return false
+	}
+	xs, ys := uintptr(unsafe.Pointer(&x[0])), uintptr(unsafe.Pointer(&y[0]))
+	return xs < ys+uintptr(len(y)) && ys < xs+uintptr(len(x))
+}
+
 // inexactOverlap is whether x and y share memory other than at the same
 // start: a cipher may write x while it reads y only where they are
 // apart or the same bytes.
@@ -162,8 +174,5 @@ func inexactOverlap(x, y []byte) bool {
 		return false
 	}
 	xs, ys := uintptr(unsafe.Pointer(&x[0])), uintptr(unsafe.Pointer(&y[0]))
-	if xs == ys {
-		return false
-	}
-	return xs < ys+uintptr(len(y)) && ys < xs+uintptr(len(x))
+	return xs != ys && anyOverlap(x, y)
 }

@@ -5,9 +5,10 @@ package aesgcm
 import "golang.org/x/sys/cpu"
 
 // available is whether this CPU and OS run the assembly: AES-NI for the
-// key schedule, and AVX-512 (F, BW for the byte masks, VL) with VAES and
-// VPCLMULQDQ for the bulk.
-var available = cpu.X86.HasAES && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW &&
+// key schedule, BMI2 for the tails' masks, and AVX-512 (F, BW for the
+// byte masks, VL) with VAES and VPCLMULQDQ for the bulk. (x/sys/cpu
+// reports AVX-512 only where the OS saves the ZMM registers.)
+var available = cpu.X86.HasAES && cpu.X86.HasBMI2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW &&
 	cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VAES && cpu.X86.HasAVX512VPCLMULQDQ
 
 // expandKey128 writes AES-128's 11 round keys of key into rk.

@@ -207,10 +207,10 @@ TEXT ·expandKey128(SB), NOSPLIT, $0-16
 	MULADD(d, Z25); \
 	REDUCE
 
-// TAILMASK sets K1 to the low R10 bits, R10 = min(CX, 64) the bytes of
-// the register-sized piece at hand, and R11 to the offset in htab of
-// the powers it multiplies by: H^m for its m blocks down to H^1, then
-// zeros.
+// TAILMASK sets R10 to min(CX, 64), the bytes of the register-sized
+// piece at hand, K1 to its low R10 bits (by way of R12), and R11 to the
+// offset in htab of the powers it multiplies by: H^m for its m blocks
+// down to H^1, then whatever follows (the lanes past m are zero).
 #define TAILMASK \
 	MOVQ   CX, R10; \
 	MOVQ   $64, R11; \
@@ -248,6 +248,27 @@ TEXT ·expandKey128(SB), NOSPLIT, $0-16
 	ADDQ      $256, SI; \
 	ADDQ      $256, DI
 
+// CLEAR zeroes Z16-Z31 whole (VZEROUPPER leaves them): no dirty upper
+// state and no round keys or key powers are left behind in them.
+#define CLEAR \
+	VPXORD X16, X16, X16; \
+	VPXORD X17, X17, X17; \
+	VPXORD X18, X18, X18; \
+	VPXORD X19, X19, X19; \
+	VPXORD X20, X20, X20; \
+	VPXORD X21, X21, X21; \
+	VPXORD X22, X22, X22; \
+	VPXORD X23, X23, X23; \
+	VPXORD X24, X24, X24; \
+	VPXORD X25, X25, X25; \
+	VPXORD X26, X26, X26; \
+	VPXORD X27, X27, X27; \
+	VPXORD X28, X28, X28; \
+	VPXORD X29, X29, X29; \
+	VPXORD X30, X30, X30; \
+	VPXORD X31, X31, X31; \
+	VZEROUPPER
+
 // func ghashData(htab *[20][16]byte, acc *[16]byte, data []byte)
 TEXT ·ghashData(SB), NOSPLIT, $0-40
 	MOVQ htab+0(FP), BX
@@ -280,7 +301,7 @@ ghtail:
 
 ghdone:
 	VMOVDQU64 X26, (DX)
-	VZEROUPPER
+	CLEAR
 	RET
 
 // func sealBulk(rk *[176]byte, htab *[20][16]byte, ctr, acc *[16]byte, dst, src []byte)
@@ -345,7 +366,7 @@ sealtail:
 
 sealdone:
 	VMOVDQU64 X26, (DX)
-	VZEROUPPER
+	CLEAR
 	RET
 
 // func openBulk(rk *[176]byte, htab *[20][16]byte, ctr, acc *[16]byte, dst, src []byte)
@@ -403,5 +424,5 @@ opentail:
 
 opendone:
 	VMOVDQU64 X26, (DX)
-	VZEROUPPER
+	CLEAR
 	RET

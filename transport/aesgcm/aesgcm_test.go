@@ -53,7 +53,7 @@ func TestSealAndOpenAreCryptoCiphers(t *testing.T) {
 	}
 	for _, n := range lengths() {
 		key, nonce := buf[n%97:][:16], buf[n%89:][:12]
-		aad := buf[n%61:][:rng.IntN(300)]
+		aad := buf[n%61:][:rng.IntN(1200)]
 		plain := buf[n%53:][:n]
 		ours, std := newOrSkip(t, key), stdGCM(t, key)
 		want := std.Seal([]byte("prefix"), nonce, plain, aad)
@@ -61,15 +61,49 @@ func TestSealAndOpenAreCryptoCiphers(t *testing.T) {
 		if !bytes.Equal(got, want) {
 			t.Fatalf("seal of %d bytes (aad %d): differs from crypto/cipher at byte %d", n, len(aad), firstDiff(got, want))
 		}
-		// Open in place, as the records are opened.
-		ct := bytes.Clone(want[6:])
-		out, err := ours.Open(ct[:0], nonce, ct, aad)
-		if err != nil {
-			t.Fatalf("open of %d bytes: %v", n, err)
+		// Sealed in place, as the records are.
+		in := make([]byte, n, n+tagSize)
+		copy(in, plain)
+		if got := ours.Seal(in[:0], nonce, in, aad); !bytes.Equal(got, want[6:]) {
+			t.Fatalf("seal in place of %d bytes: differs at byte %d", n, firstDiff(got, want[6:]))
 		}
-		if !bytes.Equal(out, plain) {
-			t.Fatalf("open of %d bytes: differs from the plaintext at byte %d", n, firstDiff(out, plain))
+		// Opened in place, as the records are, and into a buffer of its own.
+		for _, inPlace := range []bool{true, false} {
+			ct := bytes.Clone(want[6:])
+			var dst []byte
+			if inPlace {
+				dst = ct[:0]
+			}
+			out, err := ours.Open(dst, nonce, ct, aad)
+			if err != nil {
+				t.Fatalf("open of %d bytes: %v", n, err)
+			}
+			if !bytes.Equal(out, plain) {
+				t.Fatalf("open of %d bytes: differs from the plaintext at byte %d", n, firstDiff(out, plain))
+			}
 		}
+	}
+}
+
+func TestOverlapsPanicAsCryptoCiphers(t *testing.T) {
+	g := newOrSkip(t, make([]byte, 16))
+	nonce := make([]byte, 12)
+	buf := make([]byte, 200)
+	for name, f := range map[string]func(){
+		"seal over its plaintext, shifted":  func() { g.Seal(buf[1:1], nonce, buf[:100], nil) },
+		"seal over its additional data":     func() { g.Seal(buf[:0], nonce, buf[150:160], buf[:100]) },
+		"open over its ciphertext, shifted": func() { g.Open(buf[1:1], nonce, buf[:100], nil) },
+		"open over its additional data":     func() { g.Open(buf[:0], nonce, buf[150:190], buf[:10]) },
+		"a nonce of 8 bytes":                func() { g.Seal(nil, nonce[:8], nil, nil) },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: no panic", name)
+				}
+			}()
+			f()
+		}()
 	}
 }
 
@@ -143,8 +177,20 @@ func TestKeyScheduleIsFIPS197s(t *testing.T) {
 	key, _ := hex.DecodeString("2b7e151628aed2a6abf7158809cf4f3c")
 	var rk [176]byte
 	expandKey128(&rk, (*[16]byte)(key))
-	if got := hex.EncodeToString(rk[160:]); got != "d014f9a8c9ee2589e13f0cc8b6630ca6" {
-		t.Fatalf("last round key %s", got)
+	// FIPS-197, appendix A.1: the expanded key, a round key a line.
+	want := "2b7e151628aed2a6abf7158809cf4f3c" +
+		"a0fafe1788542cb123a339392a6c7605" +
+		"f2c295f27a96b9435935807a7359f67f" +
+		"3d80477d4716fe3e1e237e446d7a883b" +
+		"ef44a541a8525b7fb671253bdb0bad00" +
+		"d4d1c6f87c839d87caf2b8bc11f915bc" +
+		"6d88a37a110b3efddbf98641ca0093fd" +
+		"4e54f70e5f5fc9f384a64fb24ea6dc4f" +
+		"ead27321b58dbad2312bf5607f8d292f" +
+		"ac7766f319fadc2128d12941575c006e" +
+		"d014f9a8c9ee2589e13f0cc8b6630ca6"
+	if got := hex.EncodeToString(rk[:]); got != want {
+		t.Fatalf("round keys\n%s, want\n%s", got, want)
 	}
 }
 
