@@ -110,9 +110,10 @@ type TLSConfig struct {
 }
 
 // TLSPlanFor is the tls section's plan for a full or quick bench. A
-// full bench's link runs are 3 epochs, about 10 s: the chief notices a
-// run's start and end on its 100 ms poll, which in a 1-epoch run of 4 s
-// moved a pair's ratio by up to 5%.
+// full bench's link runs are 3 epochs, about 12 s: the chief notices a
+// run's start and end on its 100 ms poll, a few percent of a 1-epoch
+// run of 4 s, and a longer run measures the rate training keeps
+// (BENCHMARKS.md, "AES-GCM on vector AES").
 func TLSPlanFor(quick bool) TLSConfig {
 	if quick {
 		return TLSConfig{Rounds: 2, Epochs: 1, LinkEpochs: 0.5}

@@ -1,11 +1,13 @@
-// Package aesgcm is AES-128-GCM for the data plane's records on CPUs
-// with vector AES and carry-less multiplication on 512-bit registers
-// (VAES, VPCLMULQDQ and AVX-512: Intel since Ice Lake, AMD since Zen 4).
-// It encrypts and authenticates sixteen blocks an iteration, four to a
-// register, where crypto/cipher's GCM takes eight blocks of 128-bit
-// registers. New reports false where the CPU lacks them (or the key is
-// not AES-128's); callers then use crypto/cipher, whose output this
-// package's matches byte for byte (aesgcm_test.go).
+// Package aesgcm is AES-GCM for the data plane's records on CPUs with
+// vector AES and carry-less multiplication on 512-bit registers (VAES,
+// VPCLMULQDQ and AVX-512; docs/security.md names them). It encrypts and
+// authenticates sixteen blocks an iteration, four to a register, where
+// crypto/cipher's GCM takes eight blocks of 128-bit registers: AES-128
+// messages (the encrypt mode's records), and with AES-256 tags of
+// additional data alone (GMAC, the integrity mode's). New reports false
+// where the CPU lacks them or for other key sizes; callers then use
+// crypto/cipher, whose output this package's matches byte for byte
+// (aesgcm_test.go).
 //
 // The field arithmetic (ghash.go) is GCM's, computed as Intel's
 // carry-less multiplication white paper and Go's own amd64 GCM do:
@@ -35,10 +37,14 @@ const (
 // errOpen is Open's one error, as crypto/cipher's.
 var errOpen = errors.New("cipher: message authentication failed")
 
-// gcm is AES-128-GCM under one key. Its methods may run concurrently.
+// gcm is AES-GCM under one key. Its methods may run concurrently.
 type gcm struct {
 	block cipher.Block // H and the tag's mask: one block each
-	rk    [11 * 16]byte
+	// bulk is crypto/cipher's AES-GCM under an AES-256 key, whose
+	// counter mode the assembly does not run: a message with text goes
+	// to it, a tag of additional data alone stays here. Nil for AES-128.
+	bulk cipher.AEAD
+	rk   [11 * 16]byte // AES-128's round keys (zero for AES-256)
 	// htab holds the key powers H^16 .. H^1 in the multiplier's form
 	// (ghash.go), then four zero entries: a message's last piece of m
 	// blocks (m at most 4) reads a register of powers from entry 16-m,
@@ -47,10 +53,11 @@ type gcm struct {
 	htab [powers + 4][16]byte
 }
 
-// New is AES-128-GCM under key with the standard 12-byte nonce and
-// 16-byte tag, if this CPU runs the assembly and key is 16 bytes.
+// New is AES-GCM under key with the standard 12-byte nonce and 16-byte
+// tag, if this CPU runs the assembly and key is 16 bytes (AES-128) or
+// 32 (AES-256, its messages with text sealed by crypto/cipher).
 func New(key []byte) (cipher.AEAD, bool) {
-	if !available || len(key) != 16 {
+	if !available || (len(key) != 16 && len(key) != 32) {
 		return nil, false
 	}
 	b, err := aes.NewCipher(key)
@@ -58,7 +65,11 @@ func New(key []byte) (cipher.AEAD, bool) {
 		return nil, false
 	}
 	g := &gcm{block: b}
-	expandKey128(&g.rk, (*[16]byte)(key))
+	if len(key) == 16 {
+		expandKey128(&g.rk, (*[16]byte)(key))
+	} else if g.bulk, err = cipher.NewGCM(b); err != nil {
+		return nil, false
+	}
 	var h [16]byte
 	b.Encrypt(h[:], h[:])
 	p := keyPowers(h, powers)
@@ -70,7 +81,7 @@ func New(key []byte) (cipher.AEAD, bool) {
 	return g, true
 }
 
-// Available is whether New serves AES-128 keys on this CPU.
+// Available is whether New serves keys on this CPU.
 func Available() bool { return available }
 
 func (g *gcm) NonceSize() int { return nonceSize }
@@ -80,6 +91,9 @@ func (g *gcm) Overhead() int  { return tagSize }
 func (g *gcm) Seal(dst, nonce, plaintext, additionalData []byte) []byte {
 	if len(nonce) != nonceSize {
 		panic("aesgcm: incorrect nonce length given to GCM")
+	}
+	if g.bulk != nil && len(plaintext) > 0 {
+		return g.bulk.Seal(dst, nonce, plaintext, additionalData)
 	}
 	if uint64(len(plaintext)) > (1<<32-2)*16 {
 		panic("aesgcm: message too large for GCM")
@@ -105,6 +119,9 @@ func (g *gcm) Seal(dst, nonce, plaintext, additionalData []byte) []byte {
 func (g *gcm) Open(dst, nonce, ciphertext, additionalData []byte) ([]byte, error) {
 	if len(nonce) != nonceSize {
 		panic("aesgcm: incorrect nonce length given to GCM")
+	}
+	if g.bulk != nil && len(ciphertext) > tagSize {
+		return g.bulk.Open(dst, nonce, ciphertext, additionalData)
 	}
 	if len(ciphertext) < tagSize || uint64(len(ciphertext)) > (1<<32-2)*16+tagSize {
 		return nil, errOpen

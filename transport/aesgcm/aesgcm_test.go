@@ -51,8 +51,9 @@ func TestSealAndOpenAreCryptoCiphers(t *testing.T) {
 	for i := range buf {
 		buf[i] = byte(rng.Uint32())
 	}
-	for _, n := range lengths() {
-		key, nonce := buf[n%97:][:16], buf[n%89:][:12]
+	for i, n := range lengths() {
+		keyLen := []int{16, 32}[i%2] // AES-256's texts go to crypto/cipher
+		key, nonce := buf[n%97:][:keyLen], buf[n%89:][:12]
 		aad := buf[n%61:][:rng.IntN(1200)]
 		plain := buf[n%53:][:n]
 		ours, std := newOrSkip(t, key), stdGCM(t, key)
@@ -80,6 +81,38 @@ func TestSealAndOpenAreCryptoCiphers(t *testing.T) {
 			}
 			if !bytes.Equal(out, plain) {
 				t.Fatalf("open of %d bytes: differs from the plaintext at byte %d", n, firstDiff(out, plain))
+			}
+		}
+	}
+}
+
+// The integrity mode's tags (GMAC: additional data alone), under both
+// key sizes, at every length boundary.
+func TestTagsOfAdditionalDataAreCryptoCiphers(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	aad := make([]byte, 70<<10)
+	for i := range aad {
+		aad[i] = byte(rng.Uint32())
+	}
+	for _, keyLen := range []int{16, 32} {
+		key, nonce := aad[keyLen:2*keyLen], aad[100:112]
+		ours, std := newOrSkip(t, key), stdGCM(t, key)
+		for _, n := range lengths() {
+			a := aad[n%7 : n%7+n]
+			want := std.Seal(nil, nonce, nil, a)
+			got := ours.Seal(nil, nonce, nil, a)
+			if !bytes.Equal(got, want) {
+				t.Fatalf("AES-%d, a tag of %d bytes: differs from crypto/cipher's", keyLen*8, n)
+			}
+			if _, err := ours.Open(nil, nonce, got, a); err != nil {
+				t.Fatalf("AES-%d, a tag of %d bytes: %v", keyLen*8, n, err)
+			}
+			if n > 0 {
+				bad := bytes.Clone(a)
+				bad[n/2] ^= 4
+				if _, err := ours.Open(nil, nonce, got, bad); err == nil {
+					t.Fatalf("AES-%d, %d bytes: a changed byte was accepted", keyLen*8, n)
+				}
 			}
 		}
 	}
@@ -282,6 +315,20 @@ func BenchmarkRecord(b *testing.B) {
 	impls := map[string]cipher.AEAD{"crypto-cipher": stdGCM(b, key)}
 	if g, ok := New(key); ok {
 		impls["vaes"] = g
+	}
+	tagKey := make([]byte, 32)
+	tags := map[string]cipher.AEAD{"crypto-cipher": stdGCM(b, tagKey)}
+	if g, ok := New(tagKey); ok {
+		tags["vaes"] = g
+	}
+	for name, a := range tags {
+		out := make([]byte, 0, 16)
+		b.Run("tag-aes256/"+name, func(b *testing.B) {
+			b.SetBytes(int64(len(plain)))
+			for b.Loop() {
+				out = a.Seal(out[:0], nonce, nil, plain)
+			}
+		})
 	}
 	for name, a := range impls {
 		out := make([]byte, 0, len(plain)+16)
