@@ -110,7 +110,7 @@ type TLSConfig struct {
 }
 
 // TLSPlanFor is the tls section's plan for a full or quick bench. A
-// full bench's link runs are 3 epochs, about 12 s: the chief notices a
+// full bench's link runs are 3 epochs, 12-14 s: the chief notices a
 // run's start and end on its 100 ms poll, a few percent of a 1-epoch
 // run of 4 s, and a longer run measures the rate training keeps
 // (BENCHMARKS.md, "AES-GCM on vector AES").

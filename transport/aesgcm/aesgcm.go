@@ -106,9 +106,11 @@ func (g *gcm) Seal(dst, nonce, plaintext, additionalData []byte) []byte {
 	copy(j0[:], nonce)
 	j0[15] = 1
 	ghashData(&g.htab, &acc, additionalData)
-	ctr := j0
-	ctr[15] = 2
-	sealBulk(&g.rk, &g.htab, &ctr, &acc, out[:len(plaintext)], plaintext)
+	if len(plaintext) > 0 { // (only AES-128 has text here: see bulk)
+		ctr := j0
+		ctr[15] = 2
+		sealBulk(&g.rk, &g.htab, &ctr, &acc, out[:len(plaintext)], plaintext)
+	}
 	g.tag(out[len(plaintext):], &acc, &j0, len(additionalData), len(plaintext))
 	return ret
 }
@@ -136,9 +138,11 @@ func (g *gcm) Open(dst, nonce, ciphertext, additionalData []byte) ([]byte, error
 	copy(j0[:], nonce)
 	j0[15] = 1
 	ghashData(&g.htab, &acc, additionalData)
-	ctr := j0
-	ctr[15] = 2
-	openBulk(&g.rk, &g.htab, &ctr, &acc, out, ciphertext[:n])
+	if n > 0 { // (only AES-128 has text here: see bulk)
+		ctr := j0
+		ctr[15] = 2
+		openBulk(&g.rk, &g.htab, &ctr, &acc, out, ciphertext[:n])
+	}
 	var want [tagSize]byte
 	g.tag(want[:], &acc, &j0, len(additionalData), n)
 	if subtle.ConstantTimeCompare(want[:], tag) != 1 {

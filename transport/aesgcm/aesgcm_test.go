@@ -51,37 +51,43 @@ func TestSealAndOpenAreCryptoCiphers(t *testing.T) {
 	for i := range buf {
 		buf[i] = byte(rng.Uint32())
 	}
-	for i, n := range lengths() {
-		keyLen := []int{16, 32}[i%2] // AES-256's texts go to crypto/cipher
-		key, nonce := buf[n%97:][:keyLen], buf[n%89:][:12]
-		aad := buf[n%61:][:rng.IntN(1200)]
-		plain := buf[n%53:][:n]
-		ours, std := newOrSkip(t, key), stdGCM(t, key)
-		want := std.Seal([]byte("prefix"), nonce, plain, aad)
-		got := ours.Seal([]byte("prefix"), nonce, plain, aad)
-		if !bytes.Equal(got, want) {
-			t.Fatalf("seal of %d bytes (aad %d): differs from crypto/cipher at byte %d", n, len(aad), firstDiff(got, want))
+	for _, n := range lengths() {
+		for _, keyLen := range []int{16, 32} { // AES-256's texts go to crypto/cipher
+			sealAndOpen(t, buf[n%97:][:keyLen], buf[n%89:][:12], buf[n%53:][:n], buf[n%61:][:rng.IntN(1200)])
 		}
-		// Sealed in place, as the records are.
-		in := make([]byte, n, n+tagSize)
-		copy(in, plain)
-		if got := ours.Seal(in[:0], nonce, in, aad); !bytes.Equal(got, want[6:]) {
-			t.Fatalf("seal in place of %d bytes: differs at byte %d", n, firstDiff(got, want[6:]))
+	}
+}
+
+// sealAndOpen checks that aesgcm seals plain as crypto/cipher does, after
+// a prefix and in place, and opens it in place and into its own buffer.
+func sealAndOpen(t *testing.T, key, nonce, plain, aad []byte) {
+	t.Helper()
+	n := len(plain)
+	ours, std := newOrSkip(t, key), stdGCM(t, key)
+	want := std.Seal([]byte("prefix"), nonce, plain, aad)
+	got := ours.Seal([]byte("prefix"), nonce, plain, aad)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("AES-%d, seal of %d bytes (aad %d): differs from crypto/cipher at byte %d", len(key)*8, n, len(aad), firstDiff(got, want))
+	}
+	// Sealed in place, as the records are.
+	in := make([]byte, n, n+tagSize)
+	copy(in, plain)
+	if got := ours.Seal(in[:0], nonce, in, aad); !bytes.Equal(got, want[6:]) {
+		t.Fatalf("AES-%d, seal in place of %d bytes: differs at byte %d", len(key)*8, n, firstDiff(got, want[6:]))
+	}
+	// Opened in place, as the records are, and into a buffer of its own.
+	for _, inPlace := range []bool{true, false} {
+		ct := bytes.Clone(want[6:])
+		var dst []byte
+		if inPlace {
+			dst = ct[:0]
 		}
-		// Opened in place, as the records are, and into a buffer of its own.
-		for _, inPlace := range []bool{true, false} {
-			ct := bytes.Clone(want[6:])
-			var dst []byte
-			if inPlace {
-				dst = ct[:0]
-			}
-			out, err := ours.Open(dst, nonce, ct, aad)
-			if err != nil {
-				t.Fatalf("open of %d bytes: %v", n, err)
-			}
-			if !bytes.Equal(out, plain) {
-				t.Fatalf("open of %d bytes: differs from the plaintext at byte %d", n, firstDiff(out, plain))
-			}
+		out, err := ours.Open(dst, nonce, ct, aad)
+		if err != nil {
+			t.Fatalf("AES-%d, open of %d bytes: %v", len(key)*8, n, err)
+		}
+		if !bytes.Equal(out, plain) {
+			t.Fatalf("AES-%d, open of %d bytes: differs from the plaintext at byte %d", len(key)*8, n, firstDiff(out, plain))
 		}
 	}
 }
@@ -355,9 +361,10 @@ func BenchmarkRecord(b *testing.B) {
 // changed message.
 func FuzzAgainstCryptoCipher(f *testing.F) {
 	f.Add(make([]byte, 16), make([]byte, 12), []byte("plaintext"), []byte("aad"), uint16(3))
+	f.Add(make([]byte, 32), make([]byte, 12), []byte(nil), bytes.Repeat([]byte{5}, 700), uint16(7))
 	f.Add(bytes.Repeat([]byte{1}, 16), bytes.Repeat([]byte{2}, 12), bytes.Repeat([]byte{3}, 1000), []byte(nil), uint16(999))
 	f.Fuzz(func(t *testing.T, key, nonce, plain, aad []byte, flip uint16) {
-		if len(key) != 16 || len(nonce) != 12 {
+		if (len(key) != 16 && len(key) != 32) || len(nonce) != 12 {
 			return
 		}
 		ours, std := newOrSkip(t, key), stdGCM(t, key)

@@ -139,8 +139,9 @@ func keysOf(cs tls.ConnectionState, want string, client bool) (recordKeys, error
 }
 
 // newGCM is AES-GCM under key (16 or 32 bytes): transport/aesgcm's
-// where this CPU has vector AES (AES-128 only), crypto/cipher's
-// otherwise. Both produce the same bytes, so two ends may use either.
+// where this CPU has vector AES (which hands AES-256 messages with text
+// to crypto/cipher), crypto/cipher's otherwise. Both produce the same
+// bytes, so two ends may use either.
 func newGCM(key []byte) (cipher.AEAD, error) {
 	if a, ok := aesgcm.New(key); ok {
 		return a, nil
