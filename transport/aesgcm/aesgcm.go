@@ -102,13 +102,8 @@ func (g *gcm) Seal(dst, nonce, plaintext, additionalData []byte) []byte {
 	if inexactOverlap(out, plaintext) || anyOverlap(out, additionalData) {
 		panic("aesgcm: invalid buffer overlap")
 	}
-	var j0, acc [16]byte
-	copy(j0[:], nonce)
-	j0[15] = 1
-	ghashData(&g.htab, &acc, additionalData)
+	j0, ctr, acc := g.begin(nonce, additionalData)
 	if len(plaintext) > 0 { // (only AES-128 has text here: see bulk)
-		ctr := j0
-		ctr[15] = 2
 		sealBulk(&g.rk, &g.htab, &ctr, &acc, out[:len(plaintext)], plaintext)
 	}
 	g.tag(out[len(plaintext):], &acc, &j0, len(additionalData), len(plaintext))
@@ -134,13 +129,8 @@ func (g *gcm) Open(dst, nonce, ciphertext, additionalData []byte) ([]byte, error
 	if inexactOverlap(out, ciphertext) || anyOverlap(out, additionalData) {
 		panic("aesgcm: invalid buffer overlap")
 	}
-	var j0, acc [16]byte
-	copy(j0[:], nonce)
-	j0[15] = 1
-	ghashData(&g.htab, &acc, additionalData)
+	j0, ctr, acc := g.begin(nonce, additionalData)
 	if n > 0 { // (only AES-128 has text here: see bulk)
-		ctr := j0
-		ctr[15] = 2
 		openBulk(&g.rk, &g.htab, &ctr, &acc, out, ciphertext[:n])
 	}
 	var want [tagSize]byte
@@ -150,6 +140,18 @@ func (g *gcm) Open(dst, nonce, ciphertext, additionalData []byte) ([]byte, error
 		return nil, errOpen
 	}
 	return ret, nil
+}
+
+// begin is a message's start: its counter block J0 (the nonce, then 1),
+// its text's first counter block (then 2), and the hash of its
+// additional data.
+func (g *gcm) begin(nonce, additionalData []byte) (j0, ctr, acc [16]byte) {
+	copy(j0[:], nonce)
+	j0[15] = 1
+	ctr = j0
+	ctr[15] = 2
+	ghashData(&g.htab, &acc, additionalData)
+	return j0, ctr, acc
 }
 
 // tag writes GCM's tag: the lengths block hashed into acc, then acc

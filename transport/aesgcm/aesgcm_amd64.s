@@ -42,6 +42,21 @@ DATA four<>+0x00(SB)/8, $4
 DATA four<>+0x08(SB)/8, $0
 GLOBL four<>(SB), RODATA|NOPTR, $16
 
+// BULKARGS loads the arguments of sealBulk and openBulk (one signature),
+// then the constants, the key powers, the hash, the round keys and the
+// counters (SETUP, KEYS below). It stands before every TEXT, where vet
+// does not take its arguments for another function's.
+#define BULKARGS \
+	MOVQ rk+0(FP), AX; \
+	MOVQ htab+8(FP), BX; \
+	MOVQ ctr+16(FP), R8; \
+	MOVQ acc+24(FP), DX; \
+	MOVQ dst_base+32(FP), DI; \
+	MOVQ src_base+56(FP), SI; \
+	MOVQ src_len+64(FP), CX; \
+	SETUP; \
+	KEYS
+
 // EXPAND is one step of AES-128's key schedule: X0 (the last round key)
 // becomes the next, stored at off(DI).
 #define EXPAND(rcon, off) \
@@ -306,15 +321,7 @@ ghdone:
 
 // func sealBulk(rk *[176]byte, htab *[20][16]byte, ctr, acc *[16]byte, dst, src []byte)
 TEXT ·sealBulk(SB), NOSPLIT, $0-80
-	MOVQ rk+0(FP), AX
-	MOVQ htab+8(FP), BX
-	MOVQ ctr+16(FP), R8
-	MOVQ acc+24(FP), DX
-	MOVQ dst_base+32(FP), DI
-	MOVQ src_base+56(FP), SI
-	MOVQ src_len+64(FP), CX
-	SETUP
-	KEYS
+	BULKARGS
 
 	// The loop hashes the ciphertext of the iteration before while it
 	// encrypts its own: the two are independent, so the hash's chain of
@@ -371,15 +378,7 @@ sealdone:
 
 // func openBulk(rk *[176]byte, htab *[20][16]byte, ctr, acc *[16]byte, dst, src []byte)
 TEXT ·openBulk(SB), NOSPLIT, $0-80
-	MOVQ rk+0(FP), AX
-	MOVQ htab+8(FP), BX
-	MOVQ ctr+16(FP), R8
-	MOVQ acc+24(FP), DX
-	MOVQ dst_base+32(FP), DI
-	MOVQ src_base+56(FP), SI
-	MOVQ src_len+64(FP), CX
-	SETUP
-	KEYS
+	BULKARGS
 
 openloop:
 	CMPQ      CX, $256
