@@ -81,9 +81,6 @@ func New(key []byte) (cipher.AEAD, bool) {
 	return g, true
 }
 
-// Available is whether New serves keys on this CPU.
-func Available() bool { return available }
-
 func (g *gcm) NonceSize() int { return nonceSize }
 func (g *gcm) Overhead() int  { return tagSize }
 
