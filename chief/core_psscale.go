@@ -598,8 +598,14 @@ func (c shardCounts) resize(n int) shardCounts {
 // HeartbeatPS records the layout worker says it uses and returns the
 // one it is to use: the new one once a change's snapshot is written,
 // else the one in effect.
+//
+// A worker that said it uses the new layout keeps that acknowledgement
+// for the rest of the change: the last heartbeat of its loop on the old
+// layout, sent as that loop stopped, may arrive after the first one on
+// the new layout, and the switch does not wait for a worker that
+// switched already.
 func (c *Core) HeartbeatPS(worker int, l partition.Layout) partition.Layout {
-	if c.psAcks != nil && l.PS > 0 {
+	if c.psAcks != nil && l.PS > 0 && !c.psAcks[worker].Equal(c.Layout()) {
 		c.psAcks[worker] = l
 	}
 	return c.Layout()
