@@ -265,6 +265,10 @@ func (c *Chief) Run(ctx context.Context) (*report.Report, error) {
 			}
 			acts = append(acts, more...)
 		}
+		var soon <-chan time.Time // a poll before the next tick (holdAwaited)
+		if c.holdAwaited() {
+			soon = time.After(HoldPollEvery)
+		}
 		select {
 		case <-interrupt:
 			interrupt = nil
@@ -274,10 +278,24 @@ func (c *Chief) Run(ctx context.Context) (*report.Report, error) {
 			acts = c.tick(work)
 		case <-c.nudge:
 			acts = c.tick(work)
+		case <-soon:
+			acts = c.tick(work)
 		case f := <-results:
 			acts = c.step(f)
 		}
 	}
+}
+
+// HoldPollEvery is how often the chief polls the shards while a PS
+// count change's hold is awaited (Core.PSHoldAwaited): each poll of that
+// wait the workers are held for longer.
+const HoldPollEvery = 10 * time.Millisecond
+
+// holdAwaited is Core.PSHoldAwaited under the lock.
+func (c *Chief) holdAwaited() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.core.PSHoldAwaited()
 }
 
 func nonNil[T any](x []T) []T {

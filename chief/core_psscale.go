@@ -323,6 +323,16 @@ func (c *Core) psHeldSent() {
 	}
 }
 
+// PSHoldAwaited says a sync change's hold is in place at the shards and
+// not every poll has found them at it yet: the workers wait from the
+// moment the first shard reaches the boundary, a few steps after the
+// order, so the chief polls at HoldPollEvery, not at its usual pace,
+// until the snapshot is ordered.
+func (c *Core) PSHoldAwaited() bool {
+	ch := c.psChange
+	return ch != nil && ch.held && !ch.snapping && !c.asyncElastic()
+}
+
 // psSnapshot orders the snapshot once every shard is at the boundary.
 func (c *Core) psSnapshot(now time.Time, ch *psChange) []Action {
 	for _, v := range c.versions {

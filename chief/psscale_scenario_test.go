@@ -25,6 +25,8 @@ import (
 //	                             (untouched: before any Init)
 //	ps-slot-answers ROLE N       a restarted chief finds the process of
 //	                             slot N beyond the layout answering
+//	ps-hold-awaited              whether the chief polls at once for a
+//	                             sync change's hold (Core.PSHoldAwaited)
 //	ps-state                     the count in effect, the target, what
 //	                             workers are told, the hold, the changes
 func (s *scenario) psCommand(f []string, a scenariotest.Args) (string, error) {
@@ -53,6 +55,8 @@ func (s *scenario) psCommand(f []string, a scenariotest.Args) (string, error) {
 		return "ok", nil
 	case "ps-state":
 		return s.psState(), nil
+	case "ps-hold-awaited":
+		return strconv.FormatBool(c.PSHoldAwaited()), nil
 	case "ps-snapshotted":
 		res := CheckpointResult{Step: a.Num("step"), Version: a.Num("version")}
 		if e, ok := a["err"]; ok {
