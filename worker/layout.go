@@ -24,7 +24,7 @@ type LayoutFollower interface {
 // every worker's pull at a step boundary, and the chief's answer to a
 // heartbeat is how the worker learns the new count. Quicker than the
 // usual quarter of the heartbeat timeout, so that the pause stays short.
-const stallBeat = 50 * time.Millisecond
+const stallBeat = 20 * time.Millisecond
 
 // stallWatch says when a stalled worker's extra heartbeat is due.
 type stallWatch struct {

@@ -10,29 +10,30 @@ import (
 // move.
 func TestStallWatch(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	// at is t0 plus q quarters of a stallBeat.
+	at := func(q int) time.Time { return t0.Add(time.Duration(q) * stallBeat / 4) }
 	var s stallWatch
 	s.beaten(at(0))
 	for _, c := range []struct {
-		ms    int
+		q     int // quarters of a stallBeat
 		steps int64
 		due   bool
 	}{
-		{50, 1, false},  // first look
-		{100, 2, false}, // moving
-		{150, 3, false},
-		{200, 3, false}, // stopped 50 ms ago
-		{250, 3, true},  // stopped 100 ms ago
-		{280, 3, false}, // beaten 30 ms ago
-		{300, 3, true},
-		{350, 4, false}, // moving again
-		{400, 4, false},
+		{4, 1, false},  // first look
+		{8, 2, false},  // moving
+		{12, 3, false}, //
+		{16, 3, false}, // stopped one stallBeat ago
+		{20, 3, true},  // stopped two ago
+		{22, 3, false}, // beaten half a stallBeat ago
+		{24, 3, true},
+		{28, 4, false}, // moving again
+		{32, 4, false},
 	} {
-		if got := s.due(at(c.ms), c.steps); got != c.due {
-			t.Fatalf("at %d ms with %d steps: due %t, want %t", c.ms, c.steps, got, c.due)
+		if got := s.due(at(c.q), c.steps); got != c.due {
+			t.Fatalf("at %d quarters of a stallBeat with %d steps: due %t, want %t", c.q, c.steps, got, c.due)
 		}
 		if c.due {
-			s.beaten(at(c.ms))
+			s.beaten(at(c.q))
 		}
 	}
 }
