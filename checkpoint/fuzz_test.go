@@ -29,7 +29,7 @@ func FuzzReadSafetensors(f *testing.F) {
 			t.Fatalf("%d bytes of tensors from a %d-byte file", total, len(b))
 		}
 		// The portable path agrees with the zero-copy one.
-		tensors2, _, err := readSafetensors(bytes.NewReader(b), int64(len(b)), false)
+		tensors2, _, err := readSafetensors(bytes.NewReader(b), int64(len(b)), false, nil)
 		if err != nil {
 			t.Fatalf("portable path: %v", err)
 		}

@@ -363,10 +363,14 @@ type tensorEntry struct {
 // tensor of another dtype wraps ErrUnsupportedDtype. Memory allocated is
 // bounded by the file size, whatever the header claims.
 func ReadSafetensors(r io.ReaderAt, size int64) ([]Tensor, map[string]string, error) {
-	return readSafetensors(r, size, hostLittleEndian())
+	return readSafetensors(r, size, hostLittleEndian(), nil)
 }
 
-func readSafetensors(r io.ReaderAt, size int64, native bool) ([]Tensor, map[string]string, error) {
+// readSafetensors is ReadSafetensors; with keep (nil: every tensor), the
+// data of a tensor keep refuses is read past (every byte of the file is
+// still read, in order) and not kept: its Tensor has its name, shape and
+// type and no data.
+func readSafetensors(r io.ReaderAt, size int64, native bool, keep func(name string) bool) ([]Tensor, map[string]string, error) {
 	header, err := readHeader(r, size)
 	if err != nil {
 		return nil, nil, err
@@ -394,6 +398,16 @@ func readSafetensors(r io.ReaderAt, size int64, native bool) ([]Tensor, map[stri
 	}
 	for _, i := range order {
 		e := entries[i]
+		if keep != nil && !keep(e.name) {
+			if buf == nil {
+				buf = make([]byte, chunkSize)
+			}
+			if err := readPast(r, dataStart+e.begin, e.end-e.begin, buf); err != nil {
+				return nil, nil, fmt.Errorf("tensor %q: %w", e.name, err)
+			}
+			tensors[i] = Tensor{Name: e.name, Shape: e.shape, DType: e.dtype}
+			continue
+		}
 		if e.dtype == U64 {
 			data := make([]uint64, (e.end-e.begin)/8)
 			if err := readU64s(r, data, dataStart+e.begin, native); err != nil {
@@ -447,6 +461,20 @@ func readTensorData(r io.ReaderAt, data []float32, off int64, buf []byte) error 
 		getF32sLE(rest[:k], buf)
 		off += int64(4 * k)
 		rest = rest[k:]
+	}
+	return nil
+}
+
+// readPast reads n bytes of r from off through buf, keeping none: a
+// reader that hashes what it reads (Checkpoint.ReadShardSome) still sees
+// them.
+func readPast(r io.ReaderAt, off, n int64, buf []byte) error {
+	for n > 0 {
+		k := min(n, int64(len(buf)))
+		if err := readFullAt(r, buf[:k], off); err != nil {
+			return err
+		}
+		off, n = off+k, n-k
 	}
 	return nil
 }

@@ -48,7 +48,7 @@ func TestSafetensorsRoundTrip(t *testing.T) {
 				paths = append(paths, true) // zero-copy
 			}
 			for _, native := range paths {
-				got, meta, err := readSafetensors(bytes.NewReader(b), int64(len(b)), native)
+				got, meta, err := readSafetensors(bytes.NewReader(b), int64(len(b)), native, nil)
 				if err != nil {
 					t.Fatalf("native=%v: %v", native, err)
 				}

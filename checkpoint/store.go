@@ -774,18 +774,25 @@ func (hr *hashingReaderAt) ReadAt(p []byte, off int64) (int, error) {
 // manifest's list. It returns the shard's tensors in file order and its
 // safetensors metadata.
 func (c *Checkpoint) ReadShard(i int) ([]Tensor, map[string]string, error) {
+	return c.ReadShardSome(i, nil)
+}
+
+// ReadShardSome is ReadShard keeping the data of the tensors keep
+// accepts only (nil: all): the others come with their names, shapes and
+// types and no data. Every byte of the file is still read and hashed.
+func (c *Checkpoint) ReadShardSome(i int, keep func(name string) bool) ([]Tensor, map[string]string, error) {
 	if i < 0 || i >= len(c.Manifest.Shards) {
 		return nil, nil, fmt.Errorf("checkpoint: shard %d of %d out of range", i, len(c.Manifest.Shards))
 	}
 	sh := c.Manifest.Shards[i]
-	tensors, meta, err := c.readShard(sh)
+	tensors, meta, err := c.readShard(sh, keep)
 	if err != nil {
 		return nil, nil, fmt.Errorf("checkpoint: reading shard %d of %s: %w", i, c.Path, err)
 	}
 	return tensors, meta, nil
 }
 
-func (c *Checkpoint) readShard(sh ShardInfo) ([]Tensor, map[string]string, error) {
+func (c *Checkpoint) readShard(sh ShardInfo, keep func(name string) bool) ([]Tensor, map[string]string, error) {
 	f, err := c.fs.Open(filepath.Join(c.Path, sh.File))
 	if err != nil {
 		return nil, nil, err
@@ -799,7 +806,7 @@ func (c *Checkpoint) readShard(sh ShardInfo) ([]Tensor, map[string]string, error
 		return nil, nil, fmt.Errorf("%w: %s has %d bytes, manifest says %d", ErrCorrupt, sh.File, fi.Size(), sh.Bytes)
 	}
 	hr := &hashingReaderAt{r: f, h: sha256.New(), seq: true}
-	tensors, meta, rerr := ReadSafetensors(hr, sh.Bytes)
+	tensors, meta, rerr := readSafetensors(hr, sh.Bytes, hostLittleEndian(), keep)
 	// Check the hash even if parsing failed: a mismatch is the better
 	// diagnosis.
 	var sum string

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -663,5 +664,45 @@ func TestHashAsWrittenEqualsHashAlongside(t *testing.T) {
 		if a.SHA256 != b.SHA256 || a.Bytes != b.Bytes || a.SHA256 == "" {
 			t.Fatalf("shard %d: hashed alongside %+v, as written %+v", i, a, b)
 		}
+	}
+}
+
+// TestReadShardSomeKeepsWhatItIsAskedForAndHashesAll: the tensors keep
+// refuses come without data, the others as written, and a damaged byte
+// in a tensor not kept still fails the read.
+func TestReadShardSomeKeepsWhatItIsAskedForAndHashesAll(t *testing.T) {
+	m := NewMemFS()
+	s := NewStore(m, testDir, 0)
+	saveCheckpoint(t, s, 10, 2)
+	ck, err := s.Load(s.Path(10))
+	mustNo(t, err)
+	want := shardTensors(10, 1)
+	kept := want[2].Name // the bias
+	keep := func(name string) bool { return name == kept }
+	got, _, err := ck.ReadShardSome(1, keep)
+	mustNo(t, err)
+	if len(got) != len(want) {
+		t.Fatalf("%d tensors, want %d", len(got), len(want))
+	}
+	for i, w := range want {
+		g := got[i]
+		if g.Name != w.Name || !slices.Equal(g.Shape, w.Shape) {
+			t.Fatalf("tensor %d: %s %v, want %s %v", i, g.Name, g.Shape, w.Name, w.Shape)
+		}
+		switch {
+		case w.Name == kept && !slices.Equal(g.Data, w.Data):
+			t.Fatalf("kept tensor %s: %v, want %v", w.Name, g.Data, w.Data)
+		case w.Name != kept && g.Data != nil:
+			t.Fatalf("tensor %s not asked for came with %d values", w.Name, len(g.Data))
+		}
+	}
+	// A byte of the first (largest) tensor, not kept, damaged.
+	name := filepath.Join(s.Path(10), ck.Manifest.Shards[1].File)
+	b, _ := fileContents(t, m, name)
+	raw := []byte(b)
+	raw[len(raw)/3] ^= 1
+	writeFile(t, m, name, string(raw), true)
+	if _, _, err := ck.ReadShardSome(1, keep); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a damaged byte in a tensor not kept: %v, want %v", err, ErrCorrupt)
 	}
 }

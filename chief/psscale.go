@@ -11,7 +11,6 @@ import (
 	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/ml/partition"
 	pb "github.com/pstrain/pstrain/proto"
-	"github.com/pstrain/pstrain/transport/rowclient"
 )
 
 // The driver's half of a live change of the PS count (core_psscale.go):
@@ -69,31 +68,21 @@ type loadedMove struct {
 }
 
 // move is the checkpoint of a PS count change's boundary, read for the
-// new layout: each new shard's Init.
+// new layout: each new shard's Init. A model's embedding rows are not
+// read here: each shard of the new layout loads its own from the
+// checkpoint's files (InitRequest.rows_from_checkpoint).
 type move struct {
 	step   int64
 	layout partition.Layout
 	plan   partition.Plan
 	shards []shardInit
-	// A model with tables: parts are the checkpoint's rows by the shard
-	// of the before shards that held them; arriving[s] the rows each
-	// new shard is loaded with after its Init when the shards keep the
-	// rows that stay (rowsOf). (nil: the model has no tables.)
-	before   int
-	parts    [][]shardckpt.TableRows
-	arriving [][]shardckpt.TableRows
-	// all is every new shard's rows, placed (rowsOf) the first time a
-	// shard of both layouts did not keep its rows.
-	allOnce sync.Once
-	all     [][]shardckpt.TableRows
-	allErr  error
 }
 
-// loadMove reads the newest checkpoint, which must be of step, and
-// reshards it for the layout to (from the plan from, which it logs what
-// the change moves of), each shard at the highest version a shard of it
-// wrote (sync: the boundary's, which every shard wrote; async and ssp:
-// the furthest shard's, core_psscale_async.go).
+// loadMove reads the dense state of the newest checkpoint, which must
+// be of step, and reshards it for the layout to (from the plan from,
+// which it logs what the change moves of), each shard at the highest
+// version a shard of it wrote (sync: the boundary's, which every shard
+// wrote; async and ssp: the furthest shard's, core_psscale_async.go).
 func (c *Chief) loadMove(from partition.Plan, step int64, to partition.Layout) (*move, error) {
 	plan, err := to.Plan(c.cfg.Spec)
 	if err != nil {
@@ -103,20 +92,12 @@ func (c *Chief) loadMove(from partition.Plan, step int64, to partition.Layout) (
 	if err != nil {
 		return nil, err
 	}
-	// The dense state and, for a model with tables, the rows, in one
-	// read of the files.
-	var st shardckpt.State
-	var rows [][]shardckpt.TableRows
-	if c.loadsRows(ck) {
-		st, rows, err = shardckpt.ReadWithRows(ck, c.cfg.Spec, c.cfg.Run.Optimizer)
-	} else {
-		st, err = shardckpt.Read(ck, c.cfg.Spec, c.cfg.Run.Optimizer)
-	}
+	st, err := shardckpt.Read(ck, c.cfg.Spec, c.cfg.Run.Optimizer)
 	if err != nil {
 		return nil, fmt.Errorf("chief: the PS count change's checkpoint: %w", err)
 	}
-	before := len(ck.Manifest.Shards) // the layout whose shards wrote the rows
-	mv := &move{step: step, layout: to, plan: plan, before: before, parts: rows}
+	before := len(ck.Manifest.Shards) // the layout whose shards wrote the checkpoint
+	mv := &move{step: step, layout: to, plan: plan}
 	version := ck.Manifest.Version
 	for _, sh := range ck.Manifest.Shards {
 		version = max(version, sh.Version)
@@ -128,16 +109,18 @@ func (c *Chief) loadMove(from partition.Plan, step int64, to partition.Layout) (
 		p, o := st.Shard(plan, s)
 		in := shardInit{params: p, opt: o, optSteps: st.OptimizerSteps,
 			version: version, positions: ck.Manifest.DataPositions, rowsLoading: c.loadsRows(ck)}
-		// A shard of both layouts keeps the rows it snapshotted for this
-		// checkpoint that stay on it, if it still holds them. (The
-		// manifest lists the shards by index.)
-		if in.rowsLoading && s < before {
-			in.keepRows, in.keepVersion = true, ck.Manifest.Shards[s].Version
+		if in.rowsLoading {
+			// Each shard loads its rows from the checkpoint's files; one
+			// of both layouts keeps the rows it snapshotted for this
+			// checkpoint that stay on it, if it still holds them, and
+			// loads only those arriving. (The manifest lists the shards
+			// by index.)
+			in.rowsFrom = ck.Manifest.Step
+			if s < before {
+				in.keepRows, in.keepVersion = true, ck.Manifest.Shards[s].Version
+			}
 		}
 		mv.shards = append(mv.shards, in)
-	}
-	if c.loadsRows(ck) {
-		mv.arriving = c.moveRows(rows, to.PS)
 	}
 	return mv, nil
 }
@@ -164,50 +147,6 @@ func (c *Chief) boundaryCheckpoint(step int64) (*checkpoint.Checkpoint, error) {
 		return nil, fmt.Errorf("chief: the PS count change's checkpoint: %w", err)
 	}
 	return ck, nil
-}
-
-// moveRows places a checkpoint's embedding rows (byShard[j]: as shard j
-// stored them) on the shards of n, a key's row on shard
-// embed.ShardOf(table, key, n), leaving out the rows that stay where
-// they are (rowclient.SplitArriving): the rows each shard of n is loaded
-// with if the shards of both layouts keep theirs. It runs in loadMove,
-// beside the workers' switch, and the chief holds every row until the
-// switch loads them.
-func (c *Chief) moveRows(byShard [][]shardckpt.TableRows, n int) [][]shardckpt.TableRows {
-	var rows, bytes, arriving int64
-	for _, ts := range byShard {
-		for _, t := range ts {
-			rows, bytes = rows+int64(len(t.Keys)), bytes+t.Bytes()
-		}
-	}
-	out := rowclient.SplitArriving(byShard, n)
-	for _, ts := range out {
-		arriving += int64(countRows(ts))
-	}
-	c.cfg.Log.Info("PS count change: the embedding rows read for the new layout", "ps", n, "rows", rows,
-		"mib", fmt.Sprintf("%.2f", float64(bytes)/(1<<20)), "rows_moving", arriving)
-	return out
-}
-
-// rowsOf is the rows shard s of the move's layout is loaded with: those
-// arriving if it kept its own (or is new), else all its rows, placed
-// from the checkpoint's once for every shard that needs them (a process
-// restarted during the change holds no rows to keep).
-func (mv *move) rowsOf(s int, kept bool) ([]shardckpt.TableRows, error) {
-	if kept || s >= mv.before {
-		return mv.arriving[s], nil
-	}
-	mv.allOnce.Do(func() {
-		var flat []shardckpt.TableRows
-		for _, ts := range mv.parts {
-			flat = append(flat, ts...)
-		}
-		mv.all, mv.allErr = rowclient.SplitRows(flat, mv.layout.PS)
-	})
-	if mv.allErr != nil {
-		return nil, mv.allErr
-	}
-	return mv.all[s], nil
 }
 
 // switchLayout carries out a SwitchLayout: the layout of a.To shards
@@ -260,29 +199,19 @@ func (c *Chief) switchLayout(ctx context.Context, a SwitchLayout) (version int64
 	return rs.shards[0].version, true, nil
 }
 
-// initMoved initialises shard s of the move's layout in generation gen,
-// then loads its embedding rows (the shard holds row requests until
-// they are in). Both are one attempt of the Init's retries: a shard
-// whose process dies during the load is initialised and loaded again
-// once it is back.
+// initMoved initialises shard s of the move's layout in generation gen;
+// a shard with embedding tables loads its rows from the checkpoint
+// before its Init answers. A shard whose process dies meanwhile is
+// initialised again once it is back (the Init's retries), and then,
+// holding no rows to keep, loads all of its own.
 func (c *Chief) initMoved(ctx context.Context, s int, mv *move, gen int64) error {
-	if mv.arriving == nil {
-		return c.initShard(ctx, s, mv.shards[s], gen)
+	in := mv.shards[s]
+	if !in.rowsLoading {
+		return c.initShard(ctx, s, in, gen)
 	}
-	return c.initShardThen(ctx, s, mv.shards[s], gen, func(ctx context.Context, cl pb.ParameterServerClient, resp *pb.InitResponse) error {
-		kept := resp.GetRowsKept()
-		rows, err := mv.rowsOf(s, kept)
-		if err != nil {
-			return fmt.Errorf("placing the embedding rows of shard %d: %w", s, err)
-		}
-		if kept {
-			c.cfg.Log.Info("PS count change: the shard kept its rows that stay", "shard", s, "rows_arriving", countRows(rows))
-		} else if s < mv.before {
-			c.cfg.Log.Warn("PS count change: the shard no longer held its rows (restarted?): loading all of them", "shard", s, "rows", countRows(rows))
-		}
-		if err := rowclient.LoadShard(ctx, cl, rows, c.cfg.RunID, gen, 0); err != nil {
-			return fmt.Errorf("loading the embedding rows onto shard %d: %w", s, err)
-		}
+	return c.initShardThen(ctx, s, in, gen, func(_ context.Context, _ pb.ParameterServerClient, resp *pb.InitResponse) error {
+		c.cfg.Log.Info("PS count change: the shard loaded its rows from the checkpoint", "shard", s,
+			"rows_kept", resp.GetRowsKept(), "rows_loaded", resp.GetRowsLoaded())
 		return nil
 	})
 }
@@ -358,13 +287,4 @@ func (c *Chief) nudgeLoop() {
 	case c.nudge <- struct{}{}:
 	default:
 	}
-}
-
-// countRows is the number of rows of tables.
-func countRows(tables []shardckpt.TableRows) int {
-	n := 0
-	for _, t := range tables {
-		n += len(t.Keys)
-	}
-	return n
 }

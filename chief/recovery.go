@@ -27,6 +27,10 @@ type shardInit struct {
 	// (InitRequest.keep_rows): a live PS count change's initMoved.
 	keepRows    bool
 	keepVersion int64
+	// rowsFrom, with rowsLoading, has the shard load its rows itself
+	// from the committed checkpoint of this step
+	// (InitRequest.rows_from_checkpoint): a live PS count change's.
+	rowsFrom int64
 }
 
 // freshInit is the run's initial state for every shard.
@@ -148,7 +152,8 @@ func (c *Chief) initShardThen(ctx context.Context, s int, in shardInit, gen int6
 		Params: wire.Bytes(in.params), Version: in.version, MaxVersion: c.maxSteps(), LiveWorkers: live,
 		Generation: gen, ModelSpec: convert.ModelSpec(c.cfg.Spec), OptimizerStep: in.optSteps,
 		StepsPerEpoch: StepsPerEpoch(r, c.cfg.TrainN), DataPositions: in.positions, Tables: c.tableSpecs(),
-		RowsLoading: in.rowsLoading, ShardWeights: c.layout.Weights32(), KeepRows: in.keepRows, KeepRowsVersion: in.keepVersion}
+		RowsLoading: in.rowsLoading, ShardWeights: c.layout.Weights32(), KeepRows: in.keepRows, KeepRowsVersion: in.keepVersion,
+		RowsFromCheckpoint: in.rowsFrom}
 	if len(in.opt) > 0 {
 		req.OptimizerState = wire.Bytes(in.opt)
 	}

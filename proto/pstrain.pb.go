@@ -193,8 +193,15 @@ type InitRequest struct {
 	// (InitResponse.rows_kept). Otherwise the shard's tables start empty.
 	KeepRows        bool  `protobuf:"varint,25,opt,name=keep_rows,json=keepRows,proto3" json:"keep_rows,omitempty"`
 	KeepRowsVersion int64 `protobuf:"varint,26,opt,name=keep_rows_version,json=keepRowsVersion,proto3" json:"keep_rows_version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// rows_from_checkpoint (with rows_loading): the shard loads its rows
+	// itself, from the committed checkpoint of this step in its checkpoint
+	// directory, instead of the chief's LoadRows: the rows ShardOf places
+	// on it of num_shards, from every file but its own when it kept its
+	// rows (rows_kept). The Init answers once they are in. 0: the chief
+	// loads them.
+	RowsFromCheckpoint int64 `protobuf:"varint,27,opt,name=rows_from_checkpoint,json=rowsFromCheckpoint,proto3" json:"rows_from_checkpoint,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *InitRequest) Reset() {
@@ -384,6 +391,13 @@ func (x *InitRequest) GetKeepRows() bool {
 func (x *InitRequest) GetKeepRowsVersion() int64 {
 	if x != nil {
 		return x.KeepRowsVersion
+	}
+	return 0
+}
+
+func (x *InitRequest) GetRowsFromCheckpoint() int64 {
+	if x != nil {
+		return x.RowsFromCheckpoint
 	}
 	return 0
 }
@@ -872,14 +886,18 @@ func (x *PushRowsResponse) GetDone() bool {
 }
 
 type LoadRowsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RunId         string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	Generation    int64                  `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"` // the shard's, from the Init that declared the tables
-	Table         string                 `protobuf:"bytes,3,opt,name=table,proto3" json:"table,omitempty"`
-	Keys          []uint64               `protobuf:"fixed64,4,rep,packed,name=keys,proto3" json:"keys,omitempty"`
-	Values        []byte                 `protobuf:"bytes,5,opt,name=values,proto3" json:"values,omitempty"` // dim float32 per key
-	State         []byte                 `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`   // the rule's state values per key (float32)
-	Done          bool                   `protobuf:"varint,7,opt,name=done,proto3" json:"done,omitempty"`    // the last of a restore: the shard serves row requests again (no rows in this one)
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	RunId      string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Generation int64                  `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"` // the shard's, from the Init that declared the tables
+	Table      string                 `protobuf:"bytes,3,opt,name=table,proto3" json:"table,omitempty"`
+	Keys       []uint64               `protobuf:"fixed64,4,rep,packed,name=keys,proto3" json:"keys,omitempty"`
+	Values     []byte                 `protobuf:"bytes,5,opt,name=values,proto3" json:"values,omitempty"` // dim float32 per key
+	State      []byte                 `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`   // the rule's state values per key (float32)
+	Done       bool                   `protobuf:"varint,7,opt,name=done,proto3" json:"done,omitempty"`    // the last of a restore: the shard serves row requests again (no rows in this one)
+	// The rows of this table the load brings from this request on, its
+	// own included: the shard makes room for them in the table's index at
+	// once rather than growing it as they come (0: not said).
+	RowsToCome    int64 `protobuf:"varint,8,opt,name=rows_to_come,json=rowsToCome,proto3" json:"rows_to_come,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -963,6 +981,13 @@ func (x *LoadRowsRequest) GetDone() bool {
 	return false
 }
 
+func (x *LoadRowsRequest) GetRowsToCome() int64 {
+	if x != nil {
+		return x.RowsToCome
+	}
+	return 0
+}
+
 type LoadRowsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Rows          int64                  `protobuf:"varint,1,opt,name=rows,proto3" json:"rows,omitempty"` // the table's rows on this shard after the load
@@ -1009,7 +1034,8 @@ func (x *LoadRowsResponse) GetRows() int64 {
 
 type InitResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	RowsKept      bool                   `protobuf:"varint,1,opt,name=rows_kept,json=rowsKept,proto3" json:"rows_kept,omitempty"` // the shard kept its rows (InitRequest.keep_rows)
+	RowsKept      bool                   `protobuf:"varint,1,opt,name=rows_kept,json=rowsKept,proto3" json:"rows_kept,omitempty"`       // the shard kept its rows (InitRequest.keep_rows)
+	RowsLoaded    int64                  `protobuf:"varint,2,opt,name=rows_loaded,json=rowsLoaded,proto3" json:"rows_loaded,omitempty"` // the rows it loaded from the checkpoint (InitRequest.rows_from_checkpoint)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1049,6 +1075,13 @@ func (x *InitResponse) GetRowsKept() bool {
 		return x.RowsKept
 	}
 	return false
+}
+
+func (x *InitResponse) GetRowsLoaded() int64 {
+	if x != nil {
+		return x.RowsLoaded
+	}
+	return 0
 }
 
 // ModelSpec is the network's shape (model.Spec).
@@ -3965,7 +3998,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x05Block\x12\x1a\n" +
 	"\bvariable\x18\x01 \x01(\x05R\bvariable\x12\x1b\n" +
 	"\trow_start\x18\x02 \x01(\x05R\browStart\x12\x17\n" +
-	"\arow_end\x18\x03 \x01(\x05R\x06rowEnd\"\xd8\x06\n" +
+	"\arow_end\x18\x03 \x01(\x05R\x06rowEnd\"\x8a\a\n" +
 	"\vInitRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\x05R\x05shard\x12\x1d\n" +
@@ -3996,7 +4029,8 @@ const file_pstrain_proto_rawDesc = "" +
 	"\frows_loading\x18\x17 \x01(\bR\vrowsLoading\x12#\n" +
 	"\rshard_weights\x18\x18 \x03(\x05R\fshardWeights\x12\x1b\n" +
 	"\tkeep_rows\x18\x19 \x01(\bR\bkeepRows\x12*\n" +
-	"\x11keep_rows_version\x18\x1a \x01(\x03R\x0fkeepRowsVersionJ\x04\b\x04\x10\x05J\x04\b\r\x10\x0eJ\x04\b\x10\x10\x11\"\x97\x02\n" +
+	"\x11keep_rows_version\x18\x1a \x01(\x03R\x0fkeepRowsVersion\x120\n" +
+	"\x14rows_from_checkpoint\x18\x1b \x01(\x03R\x12rowsFromCheckpointJ\x04\b\x04\x10\x05J\x04\b\r\x10\x0eJ\x04\b\x10\x10\x11\"\x97\x02\n" +
 	"\tTableSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03dim\x18\x02 \x01(\x05R\x03dim\x12\x12\n" +
@@ -4045,7 +4079,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x10PushRowsResponse\x12:\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2 .pstrain.v1.PushResponse.OutcomeR\aoutcome\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12\x12\n" +
-	"\x04done\x18\x03 \x01(\bR\x04done\"\xb4\x01\n" +
+	"\x04done\x18\x03 \x01(\bR\x04done\"\xd6\x01\n" +
 	"\x0fLoadRowsRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1e\n" +
 	"\n" +
@@ -4055,11 +4089,15 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x04keys\x18\x04 \x03(\x06R\x04keys\x12\x16\n" +
 	"\x06values\x18\x05 \x01(\fR\x06values\x12\x14\n" +
 	"\x05state\x18\x06 \x01(\fR\x05state\x12\x12\n" +
-	"\x04done\x18\a \x01(\bR\x04done\"&\n" +
+	"\x04done\x18\a \x01(\bR\x04done\x12 \n" +
+	"\frows_to_come\x18\b \x01(\x03R\n" +
+	"rowsToCome\"&\n" +
 	"\x10LoadRowsResponse\x12\x12\n" +
-	"\x04rows\x18\x01 \x01(\x03R\x04rows\"+\n" +
+	"\x04rows\x18\x01 \x01(\x03R\x04rows\"L\n" +
 	"\fInitResponse\x12\x1b\n" +
-	"\trows_kept\x18\x01 \x01(\bR\browsKept\"\xe6\x01\n" +
+	"\trows_kept\x18\x01 \x01(\bR\browsKept\x12\x1f\n" +
+	"\vrows_loaded\x18\x02 \x01(\x03R\n" +
+	"rowsLoaded\"\xe6\x01\n" +
 	"\tModelSpec\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
 	"\x05input\x18\x02 \x01(\x05R\x05input\x12\x16\n" +

@@ -71,34 +71,53 @@ func (g *keepRig) init(n int, version, gen int64) *pb.InitRequest {
 
 // train pulls keys (creating their rows) and pushes a gradient of 1 for
 // each.
-func (g *keepRig) train(t *testing.T, keys []uint64) {
+func (g *keepRig) train(t *testing.T, keys []uint64) { trainOn(t, g.srv, g.table.Name, keys) }
+
+// trainOn pulls keys of table from srv (creating their rows) and pushes
+// a gradient of 1 for each of its 2 values.
+func trainOn(t *testing.T, srv *Server, table string, keys []uint64) {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := g.srv.PullRows(ctx, &pb.PullRowsRequest{RunId: "r", Tables: []*pb.RowBlock{{Table: g.table.Name, Keys: keys}}}); err != nil {
+	if _, err := srv.PullRows(ctx, &pb.PullRowsRequest{RunId: "r", Tables: []*pb.RowBlock{{Table: table, Keys: keys}}}); err != nil {
 		t.Fatal(err)
 	}
 	ones := make([]float32, 2*len(keys))
 	for i := range ones {
 		ones[i] = 1
 	}
-	if _, err := g.srv.PushRows(ctx, &pb.PushRowsRequest{RunId: "r", Tables: []*pb.RowBlock{
-		{Table: g.table.Name, Keys: keys, Values: wire.Bytes(ones)}}}); err != nil {
+	if _, err := srv.PushRows(ctx, &pb.PushRowsRequest{RunId: "r", Tables: []*pb.RowBlock{
+		{Table: table, Keys: keys, Values: wire.Bytes(ones)}}}); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // rows is the shard's rows now, by key.
-func (g *keepRig) rows() map[uint64][]float32 {
-	h := g.srv.tables
+func (g *keepRig) rows() map[uint64][]float32 { return rowsOf(g.srv, g.table.Name) }
+
+// rowsOf is srv's rows of table now, by key.
+func rowsOf(srv *Server, table string) map[uint64][]float32 {
+	h := srv.tables
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	out := map[uint64][]float32{}
-	tb := h.set.Table(g.table.Name)
+	tb := h.set.Table(table)
 	for _, k := range tb.Keys() {
 		row, _, _ := tb.Row(k)
 		out[k] = slices.Clone(row)
 	}
 	return out
+}
+
+// withShardParams gives req the zero parameters of shard s of n.
+func withShardParams(t *testing.T, g *keepRig, req *pb.InitRequest, n, s int) *pb.InitRequest {
+	t.Helper()
+	plan, err := partition.New(g.spec, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Shard, req.NumShards = int32(s), int32(n)
+	req.Params = wire.Bytes(make([]float32, plan.Shards[s].Size))
+	return req
 }
 
 // A shard asked to keep its rows at a live change keeps, of the rows

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -494,6 +495,11 @@ func (s *Server) PushRows(ctx context.Context, req *pb.PushRowsRequest) (*pb.Pus
 	return &pb.PushRowsResponse{Outcome: pb.PushResponse_Outcome(out), Version: h.set.Version(), Done: h.done}, nil
 }
 
+// maxRowsToCome bounds the rows a LoadRows request may ask room for
+// (LoadRowsRequest.rows_to_come): 2^26 rows take 512 MiB of index at
+// most. A larger figure is ignored, and the table grows as rows come.
+const maxRowsToCome = 1 << 26
+
 // LoadRows puts restored rows into a table (the chief's restore).
 func (s *Server) LoadRows(ctx context.Context, req *pb.LoadRowsRequest) (*pb.LoadRowsResponse, error) {
 	defer s.observe("load_rows", s.now())
@@ -520,6 +526,9 @@ func (s *Server) LoadRows(ctx context.Context, req *pb.LoadRowsRequest) (*pb.Loa
 	if t == nil {
 		return nil, tableStatus(fmt.Errorf("%w: %q", ErrNoTable, req.Table))
 	}
+	if n := req.RowsToCome; n > 0 && n <= maxRowsToCome {
+		t.Reserve(t.Len() + int(n))
+	}
 	vals, err := wire.Floats(req.Values)
 	if err == nil {
 		var state []float32
@@ -534,6 +543,103 @@ func (s *Server) LoadRows(ctx context.Context, req *pb.LoadRowsRequest) (*pb.Loa
 	}
 	h.export(req.Table)
 	return &pb.LoadRowsResponse{Rows: int64(t.Len())}, nil
+}
+
+// loadFromCheckpoint loads onto the tables installed in generation gen
+// (rows_loading) the rows of the committed checkpoint of step in store
+// that the layout of n shards places on shard s: from every shard file
+// but the one s wrote when it kept its rows (kept: those are in), else
+// from all. Each file is read and hashed on its own without the lock,
+// keeping its tables only; its rows go in under the lock, room made for
+// each table's first. Row requests wait until the end, as for the
+// chief's LoadRows; an Init of another generation meanwhile ends it.
+// It returns the rows loaded.
+func (h *tableHost) loadFromCheckpoint(ctx context.Context, store *checkpoint.Store, step int64, s, n int, kept bool, gen int64) (int64, error) {
+	if store == nil {
+		return 0, fmt.Errorf("this PS has no checkpoint directory")
+	}
+	ck, err := store.Load(store.Path(step))
+	if err != nil {
+		return 0, err
+	}
+	isTable := func(name string) bool { return strings.HasPrefix(name, shardckpt.TablePrefix) }
+	var loaded int64
+	for i, sh := range ck.Manifest.Shards {
+		if kept && sh.Index == s {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return loaded, err
+		}
+		tensors, _, err := ck.ReadShardSome(i, isTable)
+		if err != nil {
+			return loaded, err
+		}
+		tables, err := shardckpt.TablesOf(tensors, sh.File)
+		if err != nil {
+			return loaded, err
+		}
+		for _, t := range tables {
+			mine := rowsOn(t, s, n)
+			if err := h.loadInto(gen, mine); err != nil {
+				return loaded, fmt.Errorf("%s: %w", sh.File, err)
+			}
+			loaded += int64(len(mine.Keys))
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.gen != gen {
+		return loaded, errReinitialised(gen, h.gen)
+	}
+	h.loading = false
+	h.exportAll()
+	h.notify()
+	return loaded, nil
+}
+
+// loadInto loads rows onto the tables of generation gen.
+func (h *tableHost) loadInto(gen int64, rows shardckpt.TableRows) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.gen != gen || h.set == nil {
+		return errReinitialised(gen, h.gen)
+	}
+	t := h.set.Table(rows.Name)
+	if t == nil {
+		return fmt.Errorf("%w: %q", ErrNoTable, rows.Name)
+	}
+	t.Reserve(t.Len() + len(rows.Keys))
+	return h.set.Load(rows)
+}
+
+// errReinitialised: an Init of generation now replaced the tables a
+// load of generation gen was filling.
+func errReinitialised(gen, now int64) error {
+	return fmt.Errorf("the shard was initialised again (generation %d, the load's %d)", now, gen)
+}
+
+// rowsOn is the rows of t that the layout of n shards places on shard
+// s (embed.ShardOf), in t's order; t itself when they all are.
+func rowsOn(t shardckpt.TableRows, s, n int) shardckpt.TableRows {
+	p := embed.PlacerOf(t.Name, n)
+	mine := make([]bool, len(t.Keys))
+	c := 0
+	for i, k := range t.Keys {
+		if mine[i] = p.Shard(k) == s; mine[i] {
+			c++
+		}
+	}
+	if c == len(t.Keys) {
+		return t
+	}
+	out := t.Empty(c)
+	for i, m := range mine {
+		if m {
+			out.Append(t, i)
+		}
+	}
+	return out
 }
 
 // errTablesNoStandby refuses a hot standby for a shard with embedding

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/pstrain/pstrain/checkpoint"
@@ -98,35 +99,10 @@ type State struct {
 // Read loads every shard of ck (verifying each file's SHA-256) and
 // reassembles the model's variables and optimizer state for spec (its
 // shards are of the layout the manifest records: a rebalanced one's
-// weights, or equal shares).
+// weights, or equal shares). Embedding rows are hashed with the rest of
+// a file, not kept (ReadTables reads them). The files are read side by
+// side, on up to GOMAXPROCS goroutines.
 func Read(ck *checkpoint.Checkpoint, spec model.Spec, optimizer string) (State, error) {
-	return read(ck, spec, optimizer, false, nil)
-}
-
-// ReadWithRows is Read and the shards' embedding rows in one pass over
-// the files, where Read then ReadTables would read and hash each twice.
-// rows[s] is shard s's tables as it stored them (TablesOf): a table held
-// by several shards comes once per shard, each part in key order but not
-// merged, for a caller that places the rows anew (rowclient.SplitRows).
-func ReadWithRows(ck *checkpoint.Checkpoint, spec model.Spec, optimizer string) (st State, rows [][]TableRows, err error) {
-	rows = make([][]TableRows, len(ck.Manifest.Shards))
-	st, err = read(ck, spec, optimizer, true, func(s int, tensors []checkpoint.Tensor) error {
-		rows[s], err = TablesOf(tensors, ck.Manifest.Shards[s].File)
-		return err
-	})
-	if err != nil {
-		return State{}, nil, err
-	}
-	return st, rows, nil
-}
-
-// read is Read, also handing each shard's tensors to also (if not nil),
-// in shard order, with the shard's index (the manifest lists the shards
-// by index). With together, it reads (and hashes) the shards' files
-// on up to GOMAXPROCS goroutines and holds them all at once, every
-// tensor of every file (ReadWithRows keeps the rows anyway); otherwise
-// one at a time, holding one.
-func read(ck *checkpoint.Checkpoint, spec model.Spec, optimizer string, together bool, also func(s int, tensors []checkpoint.Tensor) error) (State, error) {
 	if err := checkModelSpec(ck, spec); err != nil {
 		return State{}, err
 	}
@@ -136,24 +112,15 @@ func read(ck *checkpoint.Checkpoint, spec model.Spec, optimizer string, together
 	}
 	slots := SlotNames(optimizer)
 	st := newState(plan, optimizer, len(slots))
-	fetch := func(s int) shardFile {
+	dense := func(name string) bool { return !strings.HasPrefix(name, TablePrefix) }
+	files := readAll(len(ck.Manifest.Shards), func(s int) shardFile {
 		var f shardFile
-		f.tensors, f.meta, f.err = ck.ReadShard(s)
+		f.tensors, f.meta, f.err = ck.ReadShardSome(s, dense)
 		return f
-	}
-	if together {
-		files := readAll(len(ck.Manifest.Shards), fetch)
-		fetch = func(s int) shardFile { return files[s] }
-	}
+	})
 	for s := range ck.Manifest.Shards {
-		tensors, err := st.readShard(ck, plan, s, slots, fetch(s))
-		if err != nil {
+		if err := st.readShard(ck, plan, s, slots, files[s]); err != nil {
 			return State{}, err
-		}
-		if also != nil {
-			if err := also(s, tensors); err != nil {
-				return State{}, err
-			}
 		}
 	}
 	return st, nil
@@ -193,14 +160,14 @@ func newState(plan partition.Plan, optimizer string, nSlots int) State {
 
 // readShard reads shard s of ck and copies its blocks of the variables
 // and of each optimizer slot into st.
-func (st *State) readShard(ck *checkpoint.Checkpoint, plan partition.Plan, s int, slots []string, f shardFile) ([]checkpoint.Tensor, error) {
+func (st *State) readShard(ck *checkpoint.Checkpoint, plan partition.Plan, s int, slots []string, f shardFile) error {
 	file := ck.Manifest.Shards[s].File
 	tensors, meta, err := f.tensors, f.meta, f.err
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if got := meta[MetaOptimizer]; got != "" && got != st.Optimizer {
-		return nil, fmt.Errorf("%w: %s holds %s optimizer state, the run uses %s", ErrMismatch, file, got, st.Optimizer)
+		return fmt.Errorf("%w: %s holds %s optimizer state, the run uses %s", ErrMismatch, file, got, st.Optimizer)
 	}
 	if steps, err := strconv.ParseInt(meta[MetaOptimizerSteps], 10, 64); err == nil {
 		st.OptimizerSteps = max(st.OptimizerSteps, steps)
@@ -214,15 +181,15 @@ func (st *State) readShard(ck *checkpoint.Checkpoint, plan partition.Plan, s int
 		name := blockName(v, b)
 		lo, hi := b.RowStart*v.Cols, b.RowEnd*v.Cols
 		if err := copyTensor(byName, name, st.Vars[b.Var][lo:hi], file); err != nil {
-			return nil, err
+			return err
 		}
 		for k, slot := range slots {
 			if err := copyTensor(byName, name+"/"+slot, st.Slots[k][b.Var][lo:hi], file); err != nil {
-				return nil, err
+				return err
 			}
 		}
 	}
-	return tensors, nil
+	return nil
 }
 
 func copyTensor(byName map[string]checkpoint.Tensor, name string, dst []float32, file string) error {

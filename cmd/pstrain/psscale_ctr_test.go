@@ -93,13 +93,17 @@ func scaleCTR3Then1(t *testing.T, ctx context.Context, tmp string, flags []strin
 	waitPSChanges(run, 2)
 	rep := run.finish(2 * time.Minute)
 	// Each shard of both layouts kept the rows that stay on it (2 -> 3:
-	// shards 0 and 1; 3 -> 1: shard 0), and was loaded only those
-	// arriving.
+	// shards 0 and 1; 3 -> 1: shard 0) and loaded only those arriving,
+	// from the checkpoint; the added shard 2 loaded all of its own.
 	log, err := os.ReadFile(filepath.Join(run.dir, "logs", "chief.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(string(log), "the shard kept its rows that stay"); n != 3 {
+	const loaded = "the shard loaded its rows from the checkpoint"
+	if n := strings.Count(string(log), loaded); n != 4 {
+		t.Errorf("%d shards loaded their rows from the checkpoint over the two changes, want 4", n)
+	}
+	if n := strings.Count(string(log), "rows_kept=true"); n != 3 {
 		t.Errorf("%d shards kept their rows over the two changes, want 3", n)
 	}
 	return rep, ckdir

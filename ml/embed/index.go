@@ -115,11 +115,15 @@ func (p *part) place(h uint64, slot int32) {
 	p.buckets[i] = slot + 1
 }
 
-// grow moves p's keys into an array twice the size, reading each key
-// from its record.
+// grow moves p's keys into an array twice the size.
 func (x *index) grow(p *part, recs *column[float32]) {
+	x.growTo(p, max(minBuckets, 2*len(p.buckets)), recs)
+}
+
+// growTo moves p's keys into an array of size buckets (a power of two),
+// reading each key from its record.
+func (x *index) growTo(p *part, size int, recs *column[float32]) {
 	old := p.buckets
-	size := max(minBuckets, 2*len(old))
 	p.buckets = make([]int32, size)
 	p.shift = 64
 	for s := size; s > 1; s >>= 1 {
@@ -129,6 +133,24 @@ func (x *index) grow(p *part, recs *column[float32]) {
 		if b != 0 {
 			_, h := x.locate(recordKey(recs.at(b - 1)))
 			p.place(h, b-1)
+		}
+	}
+}
+
+// reserve makes room for n keys in all: every part smaller than its
+// share of n (plus an eighth, as the parts fill alike but not evenly)
+// needs at half full is rebuilt once at that size, where adding the
+// keys one by one would rebuild it at every doubling on the way. Parts
+// that large already are left alone.
+func (x *index) reserve(n int, recs *column[float32]) {
+	share := n/indexParts + n/(8*indexParts) + 1
+	size := minBuckets
+	for size < 2*share {
+		size *= 2
+	}
+	for i := range x.parts {
+		if p := &x.parts[i]; len(p.buckets) < size {
+			x.growTo(p, size, recs)
 		}
 	}
 }

@@ -459,6 +459,12 @@ func (t *Table) Load(step int64, keys []uint64, rows, state []float32) error {
 	return nil
 }
 
+// Reserve makes room in the table's index for n rows in all, the rows
+// held among them, so that a load adding many rows does not rebuild the
+// index at every doubling on the way (each rebuild reads the record of
+// every key held). It changes no row.
+func (t *Table) Reserve(n int) { t.idx.reserve(n, &t.rows) }
+
 // sameBits says whether a and b hold the same float32 bits.
 func sameBits(a, b []float32) bool {
 	if len(a) != len(b) {

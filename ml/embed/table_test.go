@@ -1,6 +1,7 @@
 package embed
 
 import (
+	"math/rand/v2"
 	"slices"
 	"testing"
 )
@@ -334,5 +335,55 @@ func TestLoadAddsRowsAndRefusesAKeyHeldOtherwise(t *testing.T) {
 	}
 	if tb.Len() != 3 {
 		t.Fatalf("refused loads added rows: %d held, want 3", tb.Len())
+	}
+}
+
+// TestReserveRebuildsTheIndexOnce: after Reserve(n), loading rows up to
+// n in all grows no part of the index again, every row is found with its
+// values, and a smaller Reserve changes nothing.
+func TestReserveRebuildsTheIndexOnce(t *testing.T) {
+	tb := newTable(t, TableConfig{Rule: DefaultAdagrad(0.1)})
+	r := rand.New(rand.NewPCG(3, 4))
+	keys := make([]uint64, 60_000)
+	for i := range keys {
+		keys[i] = r.Uint64()
+	}
+	keys = slices.Compact(slices.Sorted(slices.Values(keys)))
+	vals := make([]float32, 4*len(keys))
+	for i := range vals {
+		vals[i] = float32(i)
+	}
+	state := slices.Clone(vals)
+	load := func(lo, hi int) {
+		t.Helper()
+		if err := tb.Load(0, keys[lo:hi], vals[4*lo:4*hi], state[4*lo:4*hi]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sizes := func() []int {
+		var s []int
+		for i := range tb.idx.parts {
+			s = append(s, len(tb.idx.parts[i].buckets))
+		}
+		return s
+	}
+	load(0, 1000)
+	tb.Reserve(len(keys))
+	reserved := sizes()
+	tb.Reserve(len(keys) / 2)
+	if got := sizes(); !slices.Equal(got, reserved) {
+		t.Fatalf("a smaller Reserve resized the index: %v, was %v", got, reserved)
+	}
+	for lo := 1000; lo < len(keys); lo += 7000 {
+		load(lo, min(len(keys), lo+7000))
+	}
+	if got := sizes(); !slices.Equal(got, reserved) {
+		t.Fatalf("the index grew after Reserve(%d) while %d rows came: %v, reserved %v", len(keys), len(keys), got, reserved)
+	}
+	for i, k := range keys {
+		row, st, ok := tb.Row(k)
+		if !ok || !slices.Equal(row, vals[4*i:4*i+4]) || !slices.Equal(st, state[4*i:4*i+4]) {
+			t.Fatalf("key %d after the load: %v %v %v", k, row, st, ok)
+		}
 	}
 }
