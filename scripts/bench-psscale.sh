@@ -27,7 +27,7 @@ for i in $(seq 1 "$n"); do
     sleep 7; "$bin" scale --run-dir "$dir" --ps 1 >/dev/null
     wait "$pid"
     pauses=$(grep -o '"pause_seconds": [0-9.]*' "$dir/report.json" | awk '{printf "%.3f ", $2}')
-    lost=$(grep -o '"steps_lost": [0-9]*' "$dir/report.json" | awk '{printf "%s ", $2}')
+    lost=$(grep -o '"steps_lost": [0-9]*' "$dir/report.json" | head -n "$(echo "$pauses" | wc -w)" | awk '{printf "%s ", $2}')
     printf "%-4s %-30s %-5s %s(lost %s)\n" "$i" "$bin" "$load" "$pauses" "$lost"
   done
 done
