@@ -392,17 +392,17 @@ func readSafetensors(r io.ReaderAt, size int64, native bool, keep func(name stri
 	}
 	sort.SliceStable(order, func(a, b int) bool { return entries[order[a]].begin < entries[order[b]].begin })
 	tensors := make([]Tensor, len(entries))
-	var buf []byte
+	var buf, skip []byte
 	if !native && len(entries) > 0 {
 		buf = make([]byte, chunkSize)
 	}
 	for _, i := range order {
 		e := entries[i]
 		if keep != nil && !keep(e.name) {
-			if buf == nil {
-				buf = make([]byte, chunkSize)
+			if skip == nil {
+				skip = make([]byte, chunkSize) // (not buf: nil keeps the kept tensors' reads direct)
 			}
-			if err := readPast(r, dataStart+e.begin, e.end-e.begin, buf); err != nil {
+			if err := readPast(r, dataStart+e.begin, e.end-e.begin, skip); err != nil {
 				return nil, nil, fmt.Errorf("tensor %q: %w", e.name, err)
 			}
 			tensors[i] = Tensor{Name: e.name, Shape: e.shape, DType: e.dtype}

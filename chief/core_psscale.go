@@ -327,10 +327,19 @@ func (c *Core) psHeldSent() {
 // not every poll has found them at it yet: the workers wait from the
 // moment the first shard reaches the boundary, a few steps after the
 // order, so the chief polls at HoldPollEvery, not at its usual pace,
-// until the snapshot is ordered.
+// until the snapshot is ordered. Not while a shard is down or being
+// restored: the change waits for that at the usual pace.
 func (c *Core) PSHoldAwaited() bool {
 	ch := c.psChange
-	return ch != nil && ch.held && !ch.snapping && !c.asyncElastic()
+	if ch == nil || !ch.held || ch.snapping || c.asyncElastic() || c.restoring != nil || c.rollback != nil {
+		return false
+	}
+	for _, t := range c.down {
+		if !t.IsZero() {
+			return false
+		}
+	}
+	return true
 }
 
 // psSnapshot orders the snapshot once every shard is at the boundary.

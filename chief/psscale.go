@@ -115,7 +115,7 @@ func (c *Chief) loadMove(from partition.Plan, step int64, to partition.Layout) (
 			// checkpoint that stay on it, if it still holds them, and
 			// loads only those arriving. (The manifest lists the shards
 			// by index.)
-			in.rowsFrom = ck.Manifest.Step
+			in.rowsFrom, in.timeout = &ck.Manifest.Step, rowsLoadTimeout(ck)
 			if s < before {
 				in.keepRows, in.keepVersion = true, ck.Manifest.Shards[s].Version
 			}
@@ -123,6 +123,18 @@ func (c *Chief) loadMove(from partition.Plan, step int64, to partition.Layout) (
 		mv.shards = append(mv.shards, in)
 	}
 	return mv, nil
+}
+
+// rowsLoadTimeout bounds the Init of a shard that loads its rows from
+// ck: the Init's usual time, and a second per 10 MB of the checkpoint's
+// files, which a shard that kept no rows reads in full (hundreds of MB a
+// second on a local disk; a slow shared one may give far less).
+func rowsLoadTimeout(ck *checkpoint.Checkpoint) time.Duration {
+	var bytes int64
+	for _, sh := range ck.Manifest.Shards {
+		bytes += sh.Bytes
+	}
+	return psCallTimeout + time.Duration(bytes/10e6)*time.Second
 }
 
 // boundaryCheckpoint is the newest checkpoint, which must be of step,

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/ml/partition"
@@ -91,7 +92,7 @@ func TestMovedShardLoadsItsRowsFromTheCheckpoint(t *testing.T) {
 			t.Fatal(err)
 		}
 		mv := &move{step: 40, layout: partition.Layout{PS: 1}, shards: []shardInit{{params: make([]float32, c.plan.Shards[0].Size),
-			rowsLoading: true, keepRows: true, keepVersion: 40, rowsFrom: 40}}}
+			rowsLoading: true, keepRows: true, keepVersion: 40, rowsFrom: proto.Int64(40)}}}
 		if err := c.initMoved(context.Background(), 0, mv, 2); err != nil {
 			t.Fatal(err)
 		}
@@ -100,8 +101,8 @@ func TestMovedShardLoadsItsRowsFromTheCheckpoint(t *testing.T) {
 			t.Errorf("%d failed Inits: %d Inits and %d LoadRows; want %d and 0", fails, len(f.inits), f.loads, fails+1)
 		}
 		for i, req := range f.inits {
-			if req.RowsFromCheckpoint != 40 || !req.RowsLoading || !req.KeepRows || req.KeepRowsVersion != 40 {
-				t.Errorf("Init %d: rows from the checkpoint of step %d, loading %t, keep %t at %d; want 40, true, true at 40",
+			if req.RowsFromCheckpoint == nil || *req.RowsFromCheckpoint != 40 || !req.RowsLoading || !req.KeepRows || req.KeepRowsVersion != 40 {
+				t.Errorf("Init %d: rows from the checkpoint of step %v, loading %t, keep %t at %d; want 40, true, true at 40",
 					i, req.RowsFromCheckpoint, req.RowsLoading, req.KeepRows, req.KeepRowsVersion)
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/checkpoint/shardckpt"
@@ -21,16 +22,19 @@ type shardInit struct {
 	optSteps    int64
 	version     int64
 	positions   []int64 // each worker's data position (nil: the start)
-	rowsLoading bool    // the chief loads the checkpoint's rows after the Init
+	rowsLoading bool    // the checkpoint's rows are loaded after the Init (by the chief, or rowsFrom)
 	// keepRows asks the shard to keep the rows it held when it
 	// snapshotted keepVersion, those the new layout leaves on it
 	// (InitRequest.keep_rows): a live PS count change's initMoved.
 	keepRows    bool
 	keepVersion int64
-	// rowsFrom, with rowsLoading, has the shard load its rows itself
-	// from the committed checkpoint of this step
-	// (InitRequest.rows_from_checkpoint): a live PS count change's.
-	rowsFrom int64
+	// rowsFrom (nil: the chief loads the rows), with rowsLoading, has
+	// the shard load its rows itself from the committed checkpoint of
+	// that step (InitRequest.rows_from_checkpoint): a live PS count
+	// change's. timeout bounds each attempt of the Init (0: psCallTimeout),
+	// such a load included.
+	rowsFrom *int64
+	timeout  time.Duration
 }
 
 // freshInit is the run's initial state for every shard.
@@ -160,7 +164,11 @@ func (c *Chief) initShardThen(ctx context.Context, s int, in shardInit, gen int6
 	p := c.primary(s)
 	req.Epoch, req.StandbyAddr = c.standbyFor(ctx, s)
 	return c.retryPS(ctx, s, p, "init", func(ctx context.Context) error {
-		ictx, cancel := context.WithTimeout(ctx, psCallTimeout)
+		timeout := psCallTimeout
+		if in.timeout > 0 {
+			timeout = in.timeout
+		}
+		ictx, cancel := context.WithTimeout(ctx, timeout)
 		resp, err := p.Client.Init(ictx, req)
 		cancel()
 		if err != nil || then == nil {

@@ -181,7 +181,7 @@ type InitRequest struct {
 	// tables are the embedding tables the run declares: the shard holds,
 	// of each, the rows embed.ShardOf places on it (none: a dense model).
 	Tables      []*TableSpec `protobuf:"bytes,22,rep,name=tables,proto3" json:"tables,omitempty"`
-	RowsLoading bool         `protobuf:"varint,23,opt,name=rows_loading,json=rowsLoading,proto3" json:"rows_loading,omitempty"` // the chief loads a checkpoint's rows next: row requests wait (Unavailable) until its LoadRows with done
+	RowsLoading bool         `protobuf:"varint,23,opt,name=rows_loading,json=rowsLoading,proto3" json:"rows_loading,omitempty"` // a checkpoint's rows are loaded next (the chief's LoadRows, or rows_from_checkpoint): row requests wait (Unavailable) until they are in
 	// shard_weights are the layout's weights, one per shard, after a
 	// rebalance (partition.Layout; docs/elastic.md, "Rebalancing"); none:
 	// the num_shards shards carry equal shares.
@@ -189,7 +189,7 @@ type InitRequest struct {
 	// keep_rows asks a shard changing layouts live (docs/elastic.md) to
 	// keep the rows its tables held when it snapshotted keep_rows_version
 	// that the new layout leaves on it, if its tables are still that
-	// snapshot's; the chief then loads only the rows moving onto it
+	// snapshot's; only the rows moving onto it are loaded then
 	// (InitResponse.rows_kept). Otherwise the shard's tables start empty.
 	KeepRows        bool  `protobuf:"varint,25,opt,name=keep_rows,json=keepRows,proto3" json:"keep_rows,omitempty"`
 	KeepRowsVersion int64 `protobuf:"varint,26,opt,name=keep_rows_version,json=keepRowsVersion,proto3" json:"keep_rows_version,omitempty"`
@@ -197,9 +197,9 @@ type InitRequest struct {
 	// itself, from the committed checkpoint of this step in its checkpoint
 	// directory, instead of the chief's LoadRows: the rows ShardOf places
 	// on it of num_shards, from every file but its own when it kept its
-	// rows (rows_kept). The Init answers once they are in. 0: the chief
-	// loads them.
-	RowsFromCheckpoint int64 `protobuf:"varint,27,opt,name=rows_from_checkpoint,json=rowsFromCheckpoint,proto3" json:"rows_from_checkpoint,omitempty"`
+	// rows (rows_kept). The Init answers once they are in. Unset: the
+	// chief loads them.
+	RowsFromCheckpoint *int64 `protobuf:"varint,27,opt,name=rows_from_checkpoint,json=rowsFromCheckpoint,proto3,oneof" json:"rows_from_checkpoint,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -396,8 +396,8 @@ func (x *InitRequest) GetKeepRowsVersion() int64 {
 }
 
 func (x *InitRequest) GetRowsFromCheckpoint() int64 {
-	if x != nil {
-		return x.RowsFromCheckpoint
+	if x != nil && x.RowsFromCheckpoint != nil {
+		return *x.RowsFromCheckpoint
 	}
 	return 0
 }
@@ -3998,7 +3998,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x05Block\x12\x1a\n" +
 	"\bvariable\x18\x01 \x01(\x05R\bvariable\x12\x1b\n" +
 	"\trow_start\x18\x02 \x01(\x05R\browStart\x12\x17\n" +
-	"\arow_end\x18\x03 \x01(\x05R\x06rowEnd\"\x8a\a\n" +
+	"\arow_end\x18\x03 \x01(\x05R\x06rowEnd\"\xa8\a\n" +
 	"\vInitRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x14\n" +
 	"\x05shard\x18\x02 \x01(\x05R\x05shard\x12\x1d\n" +
@@ -4029,8 +4029,9 @@ const file_pstrain_proto_rawDesc = "" +
 	"\frows_loading\x18\x17 \x01(\bR\vrowsLoading\x12#\n" +
 	"\rshard_weights\x18\x18 \x03(\x05R\fshardWeights\x12\x1b\n" +
 	"\tkeep_rows\x18\x19 \x01(\bR\bkeepRows\x12*\n" +
-	"\x11keep_rows_version\x18\x1a \x01(\x03R\x0fkeepRowsVersion\x120\n" +
-	"\x14rows_from_checkpoint\x18\x1b \x01(\x03R\x12rowsFromCheckpointJ\x04\b\x04\x10\x05J\x04\b\r\x10\x0eJ\x04\b\x10\x10\x11\"\x97\x02\n" +
+	"\x11keep_rows_version\x18\x1a \x01(\x03R\x0fkeepRowsVersion\x125\n" +
+	"\x14rows_from_checkpoint\x18\x1b \x01(\x03H\x00R\x12rowsFromCheckpoint\x88\x01\x01B\x17\n" +
+	"\x15_rows_from_checkpointJ\x04\b\x04\x10\x05J\x04\b\r\x10\x0eJ\x04\b\x10\x10\x11\"\x97\x02\n" +
 	"\tTableSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03dim\x18\x02 \x01(\x05R\x03dim\x12\x12\n" +
@@ -4525,6 +4526,7 @@ func file_pstrain_proto_init() {
 	if File_pstrain_proto != nil {
 		return
 	}
+	file_pstrain_proto_msgTypes[1].OneofWrappers = []any{}
 	file_pstrain_proto_msgTypes[20].OneofWrappers = []any{}
 	file_pstrain_proto_msgTypes[25].OneofWrappers = []any{
 		(*ReplicaOp_Snapshot)(nil),

@@ -4,8 +4,14 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/ml/embed"
@@ -105,7 +111,7 @@ func TestInitLoadsTheRowsFromTheCheckpoint(t *testing.T) {
 	// Shard 2 of 3, new: all its rows, from both files.
 	two := NewServer(Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Shard: AnyShard, Store: g.store})
 	req := withShardParams(t, g.keepRig, g.init(3, g.version, 2), 3, 2)
-	req.RowsLoading, req.RowsFromCheckpoint = true, 1
+	req.RowsLoading, req.RowsFromCheckpoint = true, proto.Int64(1)
 	resp, err := two.Init(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -113,15 +119,83 @@ func TestInitLoadsTheRowsFromTheCheckpoint(t *testing.T) {
 	w := want(2, 3)
 	check("shard 2 of 3, new", two, w, resp, false, len(w))
 	// A checkpoint that is not there fails the Init.
-	req.RowsFromCheckpoint = 7
+	req.RowsFromCheckpoint = proto.Int64(7)
 	if _, err := two.Init(ctx, req); err == nil {
 		t.Fatal("an Init loading the rows of a checkpoint that does not exist succeeded")
 	}
+	if !two.tables.loading {
+		t.Fatal("row requests are answered after a load that failed")
+	}
 	// Shard 0 of 1, keeping its rows: loads shard 1's.
 	req = g.init(1, g.version, 2)
-	req.KeepRows, req.KeepRowsVersion, req.RowsLoading, req.RowsFromCheckpoint = true, g.version, true, 1
+	req.KeepRows, req.KeepRowsVersion, req.RowsLoading, req.RowsFromCheckpoint = true, g.version, true, proto.Int64(1)
 	if resp, err = g.srv.Init(ctx, req); err != nil {
 		t.Fatal(err)
 	}
 	check("shard 0 of 1, kept", g.srv, g.all, resp, true, len(g.keys1))
+}
+
+// TestInitRefusesADamagedCheckpointsRows: a byte of the other shard's
+// file changed, the Init that loads its rows fails, and row requests
+// still wait (the switch fails and the layout in effect is restored).
+func TestInitRefusesADamagedCheckpointsRows(t *testing.T) {
+	ctx := context.Background()
+	g := newCkptRowsRig(t)
+	ck, err := g.store.Load(g.store.Path(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := filepath.Join(g.store.Path(1), ck.Manifest.Shards[1].File)
+	f, err := g.fs.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(io.NewSectionReader(f, 0, ck.Manifest.Shards[1].Bytes))
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-3] ^= 1 // in the data, past the header
+	w, err := g.fs.Create(name, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	req := g.init(1, g.version, 2)
+	req.KeepRows, req.KeepRowsVersion, req.RowsLoading, req.RowsFromCheckpoint = true, g.version, true, proto.Int64(1)
+	if _, err := g.srv.Init(ctx, req); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "SHA-256") {
+		t.Fatalf("an Init loading the rows of a damaged file: %v, want FailedPrecondition naming the SHA-256", err)
+	}
+	if !g.srv.tables.loading {
+		t.Fatal("row requests are answered after a load that failed")
+	}
+}
+
+// TestALoadReplacedByAnotherInitStops: a load whose tables a later Init
+// replaced (a retry of the same Init, say) loads nothing onto the new
+// tables and does not release their row requests.
+func TestALoadReplacedByAnotherInitStops(t *testing.T) {
+	ctx := context.Background()
+	g := newCkptRowsRig(t)
+	two := NewServer(Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Shard: AnyShard, Store: g.store})
+	req := withShardParams(t, g.keepRig, g.init(3, g.version, 2), 3, 2)
+	req.RowsLoading = true // (no rows_from_checkpoint: nothing loads them)
+	if _, err := two.Init(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	first := two.tables.current()
+	if _, err := two.Init(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := two.tables.loadFromCheckpoint(ctx, g.store, 1, 2, 3, false, first); err == nil {
+		t.Fatal("a load onto tables an Init replaced went on")
+	}
+	if !two.tables.loading || len(rowsOf(two, g.table.Name)) != 0 {
+		t.Fatalf("after the replaced load: row requests wait %t, %d rows held; want true, 0", two.tables.loading, len(rowsOf(two, g.table.Name)))
+	}
 }

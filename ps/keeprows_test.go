@@ -29,6 +29,7 @@ type keepRig struct {
 	opts    *pb.ShardOptions
 	keys    []uint64 // the shard's keys, each trained once
 	version int64    // the checkpoint's
+	fs      *checkpoint.MemFS
 }
 
 func newKeepRig(t *testing.T) *keepRig {
@@ -37,7 +38,8 @@ func newKeepRig(t *testing.T) *keepRig {
 	r.Mode, r.Workers, r.PS, r.LRSchedule = config.Async, 1, 2, "constant"
 	g := &keepRig{spec: model.Spec{Input: 4, Hidden: []int{3}, Classes: 2}, opts: OptionsFor(r).Proto(),
 		table: embed.TableConfig{Name: "emb/C1", Dim: 2, Seed: 1, Rule: embed.Rule{Kind: embed.SGD, LR: 1}}}
-	store := checkpoint.NewStore(checkpoint.NewMemFS(), "/ck", 0)
+	g.fs = checkpoint.NewMemFS()
+	store := checkpoint.NewStore(g.fs, "/ck", 0)
 	g.srv = NewServer(Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Shard: AnyShard, Store: store})
 	ctx := context.Background()
 	if _, err := g.srv.Init(ctx, g.init(2, 0, 1)); err != nil {

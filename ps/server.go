@@ -251,32 +251,35 @@ func (s *Server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitRespons
 	if err != nil {
 		return nil, err
 	}
-	kept, err := s.initLocked(req, b)
+	kept, tables, err := s.initLocked(req, b)
 	if err != nil {
 		return nil, err
 	}
 	resp := &pb.InitResponse{RowsKept: kept}
-	if req.RowsFromCheckpoint > 0 && req.RowsLoading && b.ts != nil {
-		n, err := s.tables.loadFromCheckpoint(ctx, s.store, req.RowsFromCheckpoint, int(req.Shard), int(req.NumShards), kept, req.Generation)
+	if req.RowsFromCheckpoint != nil && req.RowsLoading && tables != nil {
+		step := req.GetRowsFromCheckpoint()
+		n, err := s.tables.loadFromCheckpoint(ctx, s.store, step, int(req.Shard), int(req.NumShards), kept, tables)
 		if err != nil {
-			return nil, status.Errorf(codes.FailedPrecondition, "loading the shard's rows from the checkpoint of step %d: %v", req.RowsFromCheckpoint, err)
+			return nil, status.Errorf(codes.FailedPrecondition, "loading the shard's rows from the checkpoint of step %d: %v", step, err)
 		}
 		resp.RowsLoaded = n
-		s.log.Info("rows loaded from the checkpoint", "step", req.RowsFromCheckpoint, "rows", n)
+		s.log.Info("rows loaded from the checkpoint", "step", step, "rows", n)
 	}
 	return resp, nil
 }
 
 // initLocked is Init's work under the server's lock: the shard b
 // replaces the one before, and its tables (keeping the rows it holds,
-// when asked and able).
-func (s *Server) initLocked(req *pb.InitRequest, b built) (kept bool, err error) {
+// when asked and able), which it returns (nil: none): another Init
+// replaces them only once this one released the lock.
+func (s *Server) initLocked(req *pb.InitRequest, b built) (kept bool, tables *TableSet, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.shardIndex >= 0 && int(req.Shard) != s.shardIndex {
-		return false, status.Errorf(codes.InvalidArgument, "init of shard %d: this process serves shard %d", req.Shard, s.shardIndex)
+		return false, nil, status.Errorf(codes.InvalidArgument, "init of shard %d: this process serves shard %d", req.Shard, s.shardIndex)
 	}
 	kept = s.install(b, true)
+	tables = s.tables.current()
 	// Any Init makes the process its shard's primary; with a standby
 	// address it attaches that standby (replica.go).
 	s.stopReplica()
@@ -284,13 +287,13 @@ func (s *Server) initLocked(req *pb.InitRequest, b built) (kept bool, err error)
 	s.epoch = req.Epoch
 	if req.StandbyAddr != "" {
 		if err := s.startReplica(req.StandbyAddr); err != nil {
-			return false, err
+			return false, nil, err
 		}
 	}
 	s.log.Info("shard initialised", "shard", req.Shard, "of", req.NumShards, "params", len(b.sh.Params()),
 		"version", req.Version, "generation", req.Generation, "mode", b.opts.Mode, "run", req.RunId, "lr", b.opts.Rate(),
 		"epoch", req.Epoch, "standby", req.StandbyAddr, "rows_kept", kept)
-	return kept, nil
+	return kept, tables, nil
 }
 
 // built is a shard an Init request describes, made before taking the lock.

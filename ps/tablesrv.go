@@ -36,7 +36,7 @@ type tableHost struct {
 	gen     int64
 	done    bool
 	nanSkip bool
-	loading bool          // the chief is loading a checkpoint's rows: row requests wait
+	loading bool          // a checkpoint's rows are being loaded (the chief's LoadRows, or loadFromCheckpoint): row requests wait
 	changed chan struct{} // closed and replaced when a pull may become ready
 	// quarantined are the dense shard's quarantined workers, by index:
 	// their row pushes are dropped (sync steps leave them out anyway).
@@ -176,9 +176,9 @@ func (sn *snapshot) tensors() ([]checkpoint.Tensor, error) {
 // when it snapshotted version keepAt, the rows a checkpoint of that
 // version holds: the tables before stay, as set's shard and version
 // (TableSet.Keep), if they are the snapshot's (the same tables, the same
-// run, no row written since), of set's configurations, and the chief
-// loads the rest (loading). Otherwise set is installed, empty, for the
-// chief to load all its rows.
+// run, no row written since), of set's configurations, and the rest is
+// loaded (loading: by the chief, or loadFromCheckpoint). Otherwise set is
+// installed, empty, for all its rows to be loaded.
 func (h *tableHost) install(set *TableSet, runID string, gen int64, nanSkip, loading bool, keep bool, keepAt int64) (kept bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -314,7 +314,7 @@ func (h *tableHost) serving(runID string) error {
 		return err
 	}
 	if h.loading {
-		return status.Error(codes.Unavailable, "the shard's embedding rows are being restored (waiting for the chief)")
+		return status.Error(codes.Unavailable, "the shard's embedding rows are being loaded from a checkpoint")
 	}
 	return nil
 }
@@ -496,8 +496,10 @@ func (s *Server) PushRows(ctx context.Context, req *pb.PushRowsRequest) (*pb.Pus
 }
 
 // maxRowsToCome bounds the rows a LoadRows request may ask room for
-// (LoadRowsRequest.rows_to_come): 2^26 rows take 512 MiB of index at
-// most. A larger figure is ignored, and the table grows as rows come.
+// (LoadRowsRequest.rows_to_come): room for 2^26 rows is up to 1 GiB of
+// index (Reserve rounds each part up to a power of two, with an eighth
+// to spare). A larger figure is ignored, and the table grows as rows
+// come.
 const maxRowsToCome = 1 << 26
 
 // LoadRows puts restored rows into a table (the chief's restore).
@@ -545,16 +547,24 @@ func (s *Server) LoadRows(ctx context.Context, req *pb.LoadRowsRequest) (*pb.Loa
 	return &pb.LoadRowsResponse{Rows: int64(t.Len())}, nil
 }
 
-// loadFromCheckpoint loads onto the tables installed in generation gen
-// (rows_loading) the rows of the committed checkpoint of step in store
+// current is the shard's tables (nil: none).
+func (h *tableHost) current() *TableSet {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.set
+}
+
+// loadFromCheckpoint loads onto set, the tables an Init installed with
+// rows_loading, the rows of the committed checkpoint of step in store
 // that the layout of n shards places on shard s: from every shard file
 // but the one s wrote when it kept its rows (kept: those are in), else
 // from all. Each file is read and hashed on its own without the lock,
-// keeping its tables only; its rows go in under the lock, room made for
-// each table's first. Row requests wait until the end, as for the
-// chief's LoadRows; an Init of another generation meanwhile ends it.
-// It returns the rows loaded.
-func (h *tableHost) loadFromCheckpoint(ctx context.Context, store *checkpoint.Store, step int64, s, n int, kept bool, gen int64) (int64, error) {
+// keeping its tables only; its rows go in under it. Row requests wait
+// until the end, as for the chief's LoadRows. An Init that replaces set
+// meanwhile (a retry of the same one, say) ends the load: set is no
+// longer the shard's, and the tables the new Init installed wait for
+// their own load. It returns the rows loaded.
+func (h *tableHost) loadFromCheckpoint(ctx context.Context, store *checkpoint.Store, step int64, s, n int, kept bool, set *TableSet) (int64, error) {
 	if store == nil {
 		return 0, fmt.Errorf("this PS has no checkpoint directory")
 	}
@@ -581,7 +591,7 @@ func (h *tableHost) loadFromCheckpoint(ctx context.Context, store *checkpoint.St
 		}
 		for _, t := range tables {
 			mine := rowsOn(t, s, n)
-			if err := h.loadInto(gen, mine); err != nil {
+			if err := h.loadInto(ctx, set, mine); err != nil {
 				return loaded, fmt.Errorf("%s: %w", sh.File, err)
 			}
 			loaded += int64(len(mine.Keys))
@@ -589,8 +599,8 @@ func (h *tableHost) loadFromCheckpoint(ctx context.Context, store *checkpoint.St
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.gen != gen {
-		return loaded, errReinitialised(gen, h.gen)
+	if err := h.still(ctx, set); err != nil {
+		return loaded, err
 	}
 	h.loading = false
 	h.exportAll()
@@ -598,25 +608,32 @@ func (h *tableHost) loadFromCheckpoint(ctx context.Context, store *checkpoint.St
 	return loaded, nil
 }
 
-// loadInto loads rows onto the tables of generation gen.
-func (h *tableHost) loadInto(gen int64, rows shardckpt.TableRows) error {
+// loadInto loads rows onto set, if it is still the shard's tables and
+// ctx has not ended.
+func (h *tableHost) loadInto(ctx context.Context, set *TableSet, rows shardckpt.TableRows) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.gen != gen || h.set == nil {
-		return errReinitialised(gen, h.gen)
+	if err := h.still(ctx, set); err != nil {
+		return err
 	}
-	t := h.set.Table(rows.Name)
+	t := set.Table(rows.Name)
 	if t == nil {
 		return fmt.Errorf("%w: %q", ErrNoTable, rows.Name)
 	}
 	t.Reserve(t.Len() + len(rows.Keys))
-	return h.set.Load(rows)
+	return set.Load(rows)
 }
 
-// errReinitialised: an Init of generation now replaced the tables a
-// load of generation gen was filling.
-func errReinitialised(gen, now int64) error {
-	return fmt.Errorf("the shard was initialised again (generation %d, the load's %d)", now, gen)
+// still says why a load onto set stops: ctx ended, or an Init replaced
+// set. Call with mu held.
+func (h *tableHost) still(ctx context.Context, set *TableSet) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if h.set != set {
+		return fmt.Errorf("the shard was initialised again during the load (generation %d)", h.gen)
+	}
+	return nil
 }
 
 // rowsOn is the rows of t that the layout of n shards places on shard
