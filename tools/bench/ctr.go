@@ -81,7 +81,7 @@ type EmbeddingsPlan struct {
 func EmbeddingsPlanFor(quick bool) EmbeddingsPlan {
 	if quick {
 		return EmbeddingsPlan{PS: 2, Workers: 2, Train: 24000, Test: 2000, SmallVocab: 100, ScaleParameters: 2_000_000,
-			Ceiling: 2 * time.Second, Interval: 150 * time.Millisecond}
+			Ceiling: 2 * time.Second, Interval: 50 * time.Millisecond}
 	}
 	return EmbeddingsPlan{PS: 2, Workers: 2, Train: 400000, Test: 20000, SmallVocab: 4000, ScaleParameters: 100_000_000,
 		Ceiling: 15 * time.Second, Interval: 250 * time.Millisecond}
