@@ -74,9 +74,9 @@ func newCkptRowsRig(t *testing.T) *ckptRowsRig {
 
 // TestInitLoadsTheRowsFromTheCheckpoint: a shard that kept its rows
 // loads from the other shard's file the rows the new layout places on
-// it (2 -> 1: all of them), a shard new to the layout loads its rows from
-// both files (2 -> 3), each row as the checkpoint holds it; row requests
-// wait until then.
+// it (2 -> 1: all of them), a shard new to the layout loads its rows
+// from the files that hold them (2 -> 3: shard 1's), each row as the
+// checkpoint holds it; row requests wait until then.
 func TestInitLoadsTheRowsFromTheCheckpoint(t *testing.T) {
 	ctx := context.Background()
 	g := newCkptRowsRig(t)
@@ -108,7 +108,8 @@ func TestInitLoadsTheRowsFromTheCheckpoint(t *testing.T) {
 			t.Fatalf("%s: row requests still wait after the Init", name)
 		}
 	}
-	// Shard 2 of 3, new: all its rows, from both files.
+	// Shard 2 of 3, new: all its rows (the upper third of the hash
+	// range: shard 1 of 2 held them).
 	two := NewServer(Config{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Shard: AnyShard, Store: g.store})
 	req := withShardParams(t, g.keepRig, g.init(3, g.version, 2), 3, 2)
 	req.RowsLoading, req.RowsFromCheckpoint = true, proto.Int64(1)

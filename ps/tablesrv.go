@@ -556,9 +556,9 @@ func (h *tableHost) current() *TableSet {
 
 // loadFromCheckpoint loads onto set, the tables an Init installed with
 // rows_loading, the rows of the committed checkpoint of step in store
-// that the layout of n shards places on shard s: from every shard file
-// but the one s wrote when it kept its rows (kept: those are in), else
-// from all. Each file is read and hashed on its own without the lock,
+// that the layout of n shards places on shard s: from the files of the
+// shards whose keys can be s's (embed.ShardsMeet), but the one s wrote
+// when it kept its rows (kept: those are in). Each file is read and hashed on its own without the lock,
 // keeping its tables only; its rows go in under it. Row requests wait
 // until the end, as for the chief's LoadRows. An Init that replaces set
 // meanwhile (a retry of the same one, say) ends the load: set is no
@@ -574,9 +574,10 @@ func (h *tableHost) loadFromCheckpoint(ctx context.Context, store *checkpoint.St
 	}
 	isTable := func(name string) bool { return strings.HasPrefix(name, shardckpt.TablePrefix) }
 	var loaded int64
+	from := len(ck.Manifest.Shards)
 	for i, sh := range ck.Manifest.Shards {
-		if kept && sh.Index == s {
-			continue
+		if (kept && sh.Index == s) || !embed.ShardsMeet(sh.Index, from, s, n) {
+			continue // (rows it kept, or none of them are s's)
 		}
 		if err := ctx.Err(); err != nil {
 			return loaded, err

@@ -56,6 +56,16 @@ func (p Placer) Shard(key uint64) int {
 	return int(hi)
 }
 
+// ShardsMeet says whether shard j of from shards and shard s of to
+// shards can hold the same key of a table: ShardOf gives shard j of n
+// the hash range [j/n, (j+1)/n) of the whole, so they can if their
+// ranges overlap. When the count changes, a shard of the new count
+// finds the rows it lacks only in the files of the old shards it meets.
+func ShardsMeet(j, from, s, to int) bool {
+	from, to = max(from, 1), max(to, 1)
+	return j*to < (s+1)*from && s*from < (j+1)*to
+}
+
 // PrefillBase is the first key of the rows a table is pre-filled with
 // (PrefillKey): 2^62. Data keys are below it: the synthetic set's keys
 // are 32-bit words (ctrdata), as Criteo's hashed ids (8 hexadecimal

@@ -162,3 +162,28 @@ func TestPlacerIsKeyHashsRange(t *testing.T) {
 		}
 	}
 }
+
+// TestShardsMeetIsWhereKeysGo: for every pair of counts to 6, every key
+// of shard j of from that ShardOf puts on shard s of to has the two
+// shards meeting, and shards that meet share some key.
+func TestShardsMeetIsWhereKeysGo(t *testing.T) {
+	for from := 1; from <= 6; from++ {
+		for to := 1; to <= 6; to++ {
+			shared := map[[2]int]bool{}
+			for k := uint64(0); k < 20000; k++ {
+				j, s := ShardOf("emb/C1", k, from), ShardOf("emb/C1", k, to)
+				shared[[2]int{j, s}] = true
+				if !ShardsMeet(j, from, s, to) {
+					t.Fatalf("key %d: shard %d of %d and shard %d of %d hold it, ShardsMeet says they cannot", k, j, from, s, to)
+				}
+			}
+			for j := range from {
+				for s := range to {
+					if ShardsMeet(j, from, s, to) && !shared[[2]int{j, s}] {
+						t.Errorf("shard %d of %d and %d of %d meet, but no key of 20,000 is on both", j, from, s, to)
+					}
+				}
+			}
+		}
+	}
+}
