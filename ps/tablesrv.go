@@ -558,8 +558,9 @@ func (h *tableHost) current() *TableSet {
 // rows_loading, the rows of the committed checkpoint of step in store
 // that the layout of n shards places on shard s: from the files of the
 // shards whose keys can be s's (embed.ShardsMeet), but the one s wrote
-// when it kept its rows (kept: those are in). Each file is read and hashed on its own without the lock,
-// keeping its tables only; its rows go in under it. Row requests wait
+// when it kept its rows (kept: those are in). Each file is read and
+// hashed on its own without the lock, keeping its tables only; its rows
+// go in under it (Table.Load makes room for them). Row requests wait
 // until the end, as for the chief's LoadRows. An Init that replaces set
 // meanwhile (a retry of the same one, say) ends the load: set is no
 // longer the shard's, and the tables the new Init installed wait for
@@ -617,11 +618,6 @@ func (h *tableHost) loadInto(ctx context.Context, set *TableSet, rows shardckpt.
 	if err := h.still(ctx, set); err != nil {
 		return err
 	}
-	t := set.Table(rows.Name)
-	if t == nil {
-		return fmt.Errorf("%w: %q", ErrNoTable, rows.Name)
-	}
-	t.Reserve(t.Len() + len(rows.Keys))
 	return set.Load(rows)
 }
 

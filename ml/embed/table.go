@@ -424,7 +424,8 @@ func (t *Table) Put(k uint64, step int64, row, state []float32) error {
 // is refused unless its row and state are these, bit for bit (the same
 // row loaded again, by a retried request, is no conflict); a refused
 // load adds nothing. The keys are looked up before any row is added, so
-// that their misses overlap (as Pull's).
+// that their misses overlap (as Pull's), and the index makes room for
+// the rows added at once (Reserve).
 func (t *Table) Load(step int64, keys []uint64, rows, state []float32) error {
 	d, sl := t.cfg.Dim, t.cfg.Rule.StateLen(t.cfg.Dim)
 	if len(rows) != len(keys)*d || len(state) != len(keys)*sl {
@@ -446,6 +447,13 @@ func (t *Table) Load(step int64, keys []uint64, rows, state []float32) error {
 			return fmt.Errorf("embed: table %s: key %d is held already with another row: a row loaded from two places", t.cfg.Name, keys[i])
 		}
 	}
+	adding := 0
+	for _, s := range slots {
+		if s < 0 {
+			adding++
+		}
+	}
+	t.Reserve(t.Len() + adding)
 	for i, k := range keys {
 		if slots[i] >= 0 {
 			continue // held already, as loaded
