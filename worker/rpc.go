@@ -56,12 +56,8 @@ func (w *Worker) pullOne(ctx context.Context, p PullOrder) *pulled {
 			return out
 		}
 	case resp.Params != nil:
-		out.flat, err = wire.Floats(resp.Params)
-		if err == nil && len(out.flat) != c.Plan.Shards[s].Size {
-			err = fmt.Errorf("shard %d (%s) sent %d parameters, plan says %d", s, c.Shards[s].Addr, len(out.flat), c.Plan.Shards[s].Size)
-		}
-		if err != nil {
-			out.ans.Err = err
+		if out.flat, err = wire.Floats(resp.Params); err != nil { // (its size is the plan's: pull)
+			out.ans.Err = fmt.Errorf("shard %d (%s): %w", s, c.Shards[s].Addr, err)
 			return out
 		}
 	}
@@ -92,6 +88,9 @@ func (w *Worker) pull(ctx context.Context, s int, minVersion, gen int64) (*pb.Pu
 		default:
 			resp, err = cl.Pull(ctx, req)
 		}
+		if err == nil {
+			err = w.sameLayout(s, resp)
+		}
 		if status.Code(err) == codes.Unavailable {
 			// The shard may have restarted from an older checkpoint: after
 			// an outage take whatever version it has.
@@ -100,6 +99,26 @@ func (w *Worker) pull(ctx context.Context, s int, minVersion, gen int64) (*pb.Pu
 		return err
 	})
 	return resp, err
+}
+
+// sameLayout refuses, as Unavailable so that the pull is retried, an
+// answer of shard s whose size is not the worker's plan's: the shard
+// serves another layout than the worker. That happens while a change of
+// the PS count is under way and after one was undone (a shard lost
+// around the switch is restored in the layout in effect;
+// docs/elastic.md, "Parameter servers"). The chief's answer to the
+// worker's next heartbeat brings the layout the shards serve, and the
+// worker switches to it; until then it waits as for a shard that is
+// down, within --connect-timeout.
+func (w *Worker) sameLayout(s int, resp *pb.PullResponse) error {
+	if resp.Params == nil || w.comp.pulls() {
+		return nil // read into the net (sizes checked as it was read) or a delta
+	}
+	if want := 4 * w.cfg.Plan.Shards[s].Size; len(resp.Params) != want {
+		return status.Errorf(codes.Unavailable, "shard %d sent %d bytes of parameters, the worker's layout says %d: the layouts differ",
+			s, len(resp.Params), want)
+	}
+	return nil
 }
 
 // pushOne pushes shard s its slice of grads as a says, and says what the
