@@ -141,3 +141,33 @@ func BenchmarkReadShard(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCheckShards is a commit's check of three shard files of 30 MB
+// each (a CTR model's boundary checkpoint during a PS count change),
+// one file at a time and as many at once as there are processors.
+func BenchmarkCheckShards(b *testing.B) {
+	s := NewStore(OSFS{}, b.TempDir(), 0)
+	big := make([]float32, 30<<20/4)
+	for j := range big {
+		big[j] = float32(j%1000) * 1e-3
+	}
+	infos := make([]ShardInfo, 3)
+	for i := range infos {
+		var err error
+		infos[i], err = s.WriteShard(1, i, len(infos), []Tensor{{Name: "t", Shape: []int{len(big)}, Data: big}}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, parallel := range []bool{false, true} {
+		b.Run(fmt.Sprintf("parallel=%v", parallel), func(b *testing.B) {
+			s.parallelHash = parallel
+			b.SetBytes(3 * infos[0].Bytes)
+			for b.Loop() {
+				if err := s.checkShards(s.tmpPath(1), infos); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -402,11 +403,11 @@ func (s *Store) commit(m Manifest, manifest []byte) error {
 	if _, err := s.fs.Stat(final); err == nil {
 		return fmt.Errorf("%s: %w", final, fs.ErrExist)
 	}
+	if err := s.checkShards(tmpDir, m.Shards); err != nil {
+		return err
+	}
 	listed := map[string]bool{}
 	for _, sh := range m.Shards {
-		if err := checkShard(s.fs, tmpDir, sh, true); err != nil {
-			return err
-		}
 		listed[sh.File] = true
 	}
 	entries, err := s.fs.ReadDir(tmpDir)
@@ -427,6 +428,39 @@ func (s *Store) commit(m Manifest, manifest []byte) error {
 		return err
 	}
 	return s.fs.SyncDir(s.dir)
+}
+
+// checkShards checks every shard file of a commit in full (checkShard),
+// as many at once as there are processors when the store hashes in
+// parallel: during a PS count change's pause the commit is on the
+// critical path, and the processes that wrote the files are idle. The
+// error is the first shard's, in the manifest's order.
+func (s *Store) checkShards(dir string, shards []ShardInfo) error {
+	errs := make([]error, len(shards))
+	workers := 1
+	if s.parallelHash {
+		workers = min(len(shards), runtime.GOMAXPROCS(0))
+	}
+	next := make(chan int, len(shards))
+	for i := range shards {
+		next <- i
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := range next {
+				errs[i] = checkShard(s.fs, dir, shards[i], true)
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // checkShard checks that dir/sh.File has sh.Bytes bytes and, if full, the
