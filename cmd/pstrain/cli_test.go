@@ -173,6 +173,11 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"top", "--interval", "0s"}, "pstrain top: --interval must be positive", "run 'pstrain top -h' for usage"},
 		{[]string{"certs"}, "pstrain certs: missing --out DIR", "run 'pstrain certs -h' for usage"},
 		{[]string{"bench", "--batches", "0"}, "pstrain bench: --batches", "run 'pstrain bench -h' for usage"},
+		{[]string{"scale", "--workers", "0"}, "pstrain scale: --workers must be at least 1, got 0", "run 'pstrain scale -h' for usage"},
+		{[]string{"scale", "--ps", "0"}, "pstrain scale: --ps must be at least 1, got 0", "run 'pstrain scale -h' for usage"},
+		{[]string{"scale", "--ps", "0", "--workers", "2"}, "pstrain scale: --workers, --ps and --rebalance: one change at a time", "run 'pstrain scale -h' for usage"},
+		{[]string{"scale", "--rebalance=false"}, "pstrain scale: say what to change", "run 'pstrain scale -h' for usage"},
+		{[]string{"scale"}, "pstrain scale: say what to change", "run 'pstrain scale -h' for usage"},
 	} {
 		var stdout, stderr, msg bytes.Buffer
 		err := run(context.Background(), c.args, &stdout, &stderr)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -36,12 +37,25 @@ func cmdScale(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
+	// A flag given, even as 0, asks for that change (--rebalance=false:
+	// none).
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	set["rebalance"] = *rebalance
+	n := 0
+	for _, name := range []string{"workers", "ps", "rebalance"} {
+		if set[name] {
+			n++
+		}
+	}
 	switch {
-	case *workers != 0 && *ps != 0 || *rebalance && (*workers != 0 || *ps != 0):
+	case n == 0:
+		return usagef("say what to change: --workers N, --ps N or --rebalance")
+	case n > 1:
 		return usagef("--workers, --ps and --rebalance: one change at a time")
 	case *rebalance:
 		return scaleRebalance(*dir, stdout)
-	case *ps != 0:
+	case set["ps"]:
 		return scalePS(*dir, *ps, stdout)
 	case *workers < 1:
 		return usagef("--workers must be at least 1, got %d", *workers)
