@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/pstrain/pstrain/chief"
@@ -91,8 +92,20 @@ func writeScaleRequest(dir string, req chief.ScaleRequest) error {
 }
 
 // writeScaleRequestSeq is writeScaleRequest, returning the Seq written.
+// Requests written at once (two `pstrain scale` commands, or one and
+// the launcher writing a rebalance's weights) take turns on a lock file
+// beside the request, so each gets a Seq of its own: the chief reads a
+// request whose Seq it has seen as no request.
 func writeScaleRequestSeq(dir string, req chief.ScaleRequest) (int64, error) {
 	path := filepath.Join(dir, ScaleRequestFile)
+	lock, err := os.OpenFile(path+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return 0, err
+	}
+	defer lock.Close() // (releases the lock)
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return 0, fmt.Errorf("locking %s: %w", lock.Name(), err)
+	}
 	prev, _ := chief.ReadScaleRequest(path)
 	req.Seq = prev.Seq + 1
 	return req.Seq, writeJSON(path, req)
@@ -113,14 +126,28 @@ func readScaleStatus(dir string) (ScaleStatus, error) {
 	return st, err
 }
 
-// writeJSON writes v to path atomically.
+// writeJSON writes v to path atomically, through a temporary file of
+// its own (writers at once do not share one).
 func writeJSON(path string, v any) error {
 	b, _ := json.MarshalIndent(v, "", "  ")
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	_, err = f.Write(append(b, '\n'))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(f.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
+	}
+	return err
 }
 
 // slotSet is one role's elastic count in the launcher (workers, or

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/pstrain/pstrain/chief"
@@ -55,5 +56,39 @@ func TestRequestScale(t *testing.T) {
 		if err != nil || r.Workers != n || r.Seq != int64(i+1) {
 			t.Fatalf("request %+v, %v; want %d workers, seq %d", r, err, n, i+1)
 		}
+	}
+}
+
+// Requests written at once each get a sequence number of their own, so
+// the chief sees every one of them, and the file is always whole.
+func TestScaleRequestsWrittenAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	const n = 16
+	seqs := make([]int64, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { seqs[i], errs[i] = writeScaleRequestSeq(dir, chief.ScaleRequest{Workers: i + 1}) })
+	}
+	wg.Wait()
+	seen := map[int64]bool{}
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		if seen[seqs[i]] {
+			t.Fatalf("sequence number %d given twice: %v", seqs[i], seqs)
+		}
+		seen[seqs[i]] = true
+	}
+	r, err := chief.ReadScaleRequest(filepath.Join(dir, ScaleRequestFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Seq != n || seqs[r.Workers-1] != n {
+		t.Fatalf("the file holds request %+v, want the one of sequence %d (%v)", r, n, seqs)
+	}
+	if tmp, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(tmp) > 0 {
+		t.Fatalf("temporary files left: %v", tmp)
 	}
 }
