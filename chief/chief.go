@@ -64,7 +64,7 @@ type Config struct {
 	// finish the report ("" = nowhere).
 	StatePath string
 	// EvalSubset is the fraction of the test set a routine evaluation
-	// scores (default 0.2; see CoreParams).
+	// scores (default DefaultEvalSubset; see CoreParams).
 	EvalSubset float64
 	// ScaleFile is where `pstrain scale` asks for another worker count
 	// ("" = nowhere; docs/elastic.md): read at every poll it changed.
@@ -100,6 +100,14 @@ type Chief struct {
 	nudge chan struct{}
 }
 
+// DefaultEvalSubset is the part of the test set a routine evaluation
+// scores: a tenth (1,000 MNIST images). The chief's budget pays per
+// image scored, so a smaller subset is scored more often; a hold's
+// subset passes then come sooner, each weaker evidence than a larger
+// subset's, and the hold's last evaluation is the whole set whatever the
+// subset (docs/semantics.md, "Evaluation, and what it costs").
+const DefaultEvalSubset = 0.1
+
 // withDefaults is cfg with its unset fields set to their defaults.
 func withDefaults(cfg Config) Config {
 	if cfg.Now == nil {
@@ -118,7 +126,7 @@ func withDefaults(cfg Config) Config {
 		cfg.StartupTimeout = 2 * time.Minute
 	}
 	if cfg.EvalSubset <= 0 {
-		cfg.EvalSubset = 0.2
+		cfg.EvalSubset = DefaultEvalSubset
 	}
 	return cfg
 }

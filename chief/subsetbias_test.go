@@ -59,7 +59,7 @@ func TestSubsetBias(t *testing.T) {
 		stride = append(stride, s5-whole)
 		line := fmt.Sprintf("step %5d whole %.4f every-5th %+.4f stratified:", info.Step, whole, s5-whole)
 		for seed := int64(1); seed <= seeds; seed++ {
-			d := biasScore(t, ev, dataset.NewSample(ev.test.Labels, ev.test.Classes, seed).Take(0.2)) - whole
+			d := biasScore(t, ev, dataset.NewSample(ev.test.Labels, ev.test.Classes, seed).Take(DefaultEvalSubset)) - whole
 			strat = append(strat, d)
 			if seed == r.Seed {
 				run = append(run, d)
