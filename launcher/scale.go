@@ -98,7 +98,7 @@ func writeScaleRequest(dir string, req chief.ScaleRequest) error {
 // request whose Seq it has seen as no request.
 func writeScaleRequestSeq(dir string, req chief.ScaleRequest) (int64, error) {
 	path := filepath.Join(dir, ScaleRequestFile)
-	lock, err := os.OpenFile(path+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	lock, err := os.OpenFile(path+".lock", os.O_CREATE|os.O_RDONLY, 0o644)
 	if err != nil {
 		return 0, err
 	}

@@ -60,7 +60,8 @@ func TestRequestScale(t *testing.T) {
 }
 
 // Requests written at once each get a sequence number of their own, so
-// the chief sees every one of them, and the file is always whole.
+// that none is taken for a request already seen (the last one written
+// is the one in effect), and the file is always whole.
 func TestScaleRequestsWrittenAtOnce(t *testing.T) {
 	dir := t.TempDir()
 	const n = 16

@@ -457,35 +457,41 @@ func (o *otherLayoutProc) Pull(ctx context.Context, in *pb.PullRequest, opts ...
 // number of parameters than the worker's plan serves another layout (a
 // change of the PS count under way or undone); the worker waits for it
 // as for a shard that is down, and trains on once it agrees, instead of
-// exiting.
+// exiting. With compressed pulls the shard's first answer to the worker
+// is whole, and tells its size the same way.
 func TestAPullOfAnotherLayoutIsRetried(t *testing.T) {
-	spec := model.Spec{Input: 16, Hidden: []int{8}, Classes: 3}
-	run := config.Default()
-	run.LRSchedule = "constant"
-	run.Mode, run.PS, run.Workers, run.Batch, run.Hidden, run.LR, run.DataPlane = config.Async, 2, 1, 16, spec.Hidden, 0.05, config.GRPC
-	data := testcluster.Synthetic(300, spec.Input, spec.Classes, 5)
-	const total = 30
-	c := startCluster(t, run, spec, total)
-	var proc *otherLayoutProc
-	var logs syncbuf.Buffer
-	startWorker(t, c, context.Background(), 0, countingSource(data, run.Batch, 0), func(cfg *worker.Config) {
-		sh := &cfg.Shards[0]
-		if sh.Puller == nil {
-			sh.Puller = sh.Client
-		}
-		proc = &otherLayoutProc{DataPlane: sh.Puller}
-		proc.wrong.Store(3)
-		sh.Puller = proc
-		cfg.Log = slog.New(slog.NewTextHandler(&logs, nil))
-	})
-	waitAll(t, c)
-	if st, _ := c.PS(0).Status(); st.Version != total {
-		t.Fatalf("shard 0 at version %d, want %d", st.Version, total)
-	}
-	if n := proc.wrong.Load(); n >= 0 {
-		t.Fatalf("%d of the answers of another layout were not asked for", n+1)
-	}
-	if !strings.Contains(logs.String(), "the layouts differ") {
-		t.Fatalf("no retry of the answer of another layout in the log:\n%s", logs.String())
+	for _, codec := range []string{"none", "none/int8"} {
+		t.Run(strings.ReplaceAll(codec, "/", "-"), func(t *testing.T) {
+			spec := model.Spec{Input: 16, Hidden: []int{8}, Classes: 3}
+			run := config.Default()
+			run.LRSchedule = "constant"
+			run.Mode, run.PS, run.Workers, run.Batch, run.Hidden, run.LR, run.DataPlane = config.Async, 2, 1, 16, spec.Hidden, 0.05, config.GRPC
+			run.Compress = codec
+			data := testcluster.Synthetic(300, spec.Input, spec.Classes, 5)
+			const total = 30
+			c := startCluster(t, run, spec, total)
+			var proc *otherLayoutProc
+			var logs syncbuf.Buffer
+			startWorker(t, c, context.Background(), 0, countingSource(data, run.Batch, 0), func(cfg *worker.Config) {
+				sh := &cfg.Shards[0]
+				if sh.Puller == nil {
+					sh.Puller = sh.Client
+				}
+				proc = &otherLayoutProc{DataPlane: sh.Puller}
+				proc.wrong.Store(3)
+				sh.Puller = proc
+				cfg.Log = slog.New(slog.NewTextHandler(&logs, nil))
+			})
+			waitAll(t, c)
+			if st, _ := c.PS(0).Status(); st.Version != total {
+				t.Fatalf("shard 0 at version %d, want %d", st.Version, total)
+			}
+			if n := proc.wrong.Load(); n >= 0 {
+				t.Fatalf("%d of the answers of another layout were not asked for", n+1)
+			}
+			if !strings.Contains(logs.String(), "the layouts differ") {
+				t.Fatalf("no retry of the answer of another layout in the log:\n%s", logs.String())
+			}
+		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pstrain/pstrain/internal/retry"
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/transport/compress"
 	"github.com/pstrain/pstrain/transport/wire"
 )
 
@@ -111,12 +112,17 @@ func (w *Worker) pull(ctx context.Context, s int, minVersion, gen int64) (*pb.Pu
 // worker switches to it; until then it waits as for a shard that is
 // down, within --connect-timeout.
 func (w *Worker) sameLayout(s int, resp *pb.PullResponse) error {
-	if resp.Params == nil || w.comp.pulls() {
-		return nil // read into the net (sizes checked as it was read) or a delta
+	if resp.Params == nil {
+		return nil // read into the net: its size was the plan's
 	}
-	if want := 4 * w.cfg.Plan.Shards[s].Size; len(resp.Params) != want {
-		return status.Errorf(codes.Unavailable, "shard %d sent %d bytes of parameters, the worker's layout says %d: the layouts differ",
-			s, len(resp.Params), want)
+	got, known := len(resp.Params)/4, len(resp.Params)%4 == 0
+	if w.comp.pulls() {
+		// A shard of another layout has a new mirror for the worker, so
+		// its first answer is whole.
+		got, known = compress.WholeValues(resp.Params)
+	}
+	if want := w.cfg.Plan.Shards[s].Size; known && got != want {
+		return status.Errorf(codes.Unavailable, "shard %d sent %d parameters, the worker's layout says %d: the layouts differ", s, got, want)
 	}
 	return nil
 }

@@ -124,6 +124,15 @@ func (r *Replica) Base() int64 { return r.base }
 // Apply; the caller must not change it).
 func (r *Replica) Values() []float32 { return r.held }
 
+// WholeValues says how many values ans carries if it is a whole answer
+// (known false for a delta, or for bytes that are no whole answer).
+func WholeValues(ans []byte) (n int, known bool) {
+	if len(ans) < answerHead || ans[16] != answerWhole || (len(ans)-answerHead)%4 != 0 {
+		return 0, false
+	}
+	return (len(ans) - answerHead) / 4, true
+}
+
 // Apply applies an answer. A malformed one (ErrMalformed), or a delta
 // for another base than the replica's, leaves the replica holding
 // nothing (base 0), so the next answer is whole.

@@ -166,3 +166,29 @@ func FuzzReplicaApply(f *testing.F) {
 		}
 	})
 }
+
+// TestWholeValues: a whole answer tells how many values it carries, a
+// delta or a cut one does not.
+func TestWholeValues(t *testing.T) {
+	c := Spec{Kind: TopK, Fraction: 0.01}.Codec()
+	rng := rand.New(rand.NewPCG(27, 28))
+	v := wideVector(rng)
+	m, r := NewMirror(c, n, 7), NewReplica(c, n)
+	whole, _ := m.Answer(nil, v, r.Base())
+	if got, known := WholeValues(whole); !known || got != n {
+		t.Fatalf("a whole answer: %d values (known %v), want %d", got, known, n)
+	}
+	if err := r.Apply(whole); err != nil {
+		t.Fatal(err)
+	}
+	walk(rng, v)
+	delta, _ := m.Answer(nil, v, r.Base())
+	if delta[16] != answerDelta {
+		t.Fatal("the second answer is not a delta")
+	}
+	for name, ans := range map[string][]byte{"delta": delta, "cut head": whole[:answerHead-1], "cut value": whole[:len(whole)-1]} {
+		if got, known := WholeValues(ans); known {
+			t.Errorf("%s: %d values, want unknown", name, got)
+		}
+	}
+}
