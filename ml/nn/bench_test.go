@@ -91,6 +91,47 @@ func BenchmarkCNNStep(b *testing.B) {
 	b.ReportMetric(float64(128*b.N)/b.Elapsed().Seconds(), "samples/s")
 }
 
+// BenchmarkCNNScoreAndTrain is the cost of one image to the chief that
+// scores it (a forward pass at its evaluation batch of 1,000) and to a
+// worker that trains on it (a forward and a backward pass at the
+// default CNN's batch of 64 a worker): their ratio sets the chief's
+// evaluation budget (chief.EvalBudgetCNN).
+func BenchmarkCNNScoreAndTrain(b *testing.B) {
+	if err := blas.Setup(1); err != nil {
+		b.Fatal(err)
+	}
+	spec := defaultCNN()
+	for _, c := range []struct {
+		name  string
+		batch int
+		train bool
+	}{{"score-1000", 1000, false}, {"train-64", 64, true}} {
+		b.Run(c.name, func(b *testing.B) {
+			n, err := New(spec, c.batch, c.train)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i, w := range spec.Init(1) {
+				copy(n.Params()[i], w)
+			}
+			for i := range n.Input() {
+				n.Input()[i] = float32(i%255) / 255
+			}
+			labels := make([]uint8, c.batch)
+			for i := range labels {
+				labels[i] = uint8(i % 10)
+			}
+			n.SetLabels(labels)
+			for b.Loop() {
+				if _, err := n.Step(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(b.Elapsed().Seconds()*1e6/float64(c.batch*b.N), "µs/image")
+		})
+	}
+}
+
 // BenchmarkCNNStepGorgonia is the same network and batch as
 // BenchmarkCNNStep built from gorgonia's Conv2d, MaxPool2D and Mul (NCHW),
 // the alternative docs/models.md compares against.
