@@ -61,28 +61,36 @@ func defaultCNN() model.Spec {
 	return model.Spec{Kind: model.KindCNN, Input: 784, Height: 28, Width: 28, Conv: []int{16, 32}, Hidden: []int{256}, Classes: 10}
 }
 
-// BenchmarkCNNStep measures one forward+backward pass of the default CNN
-// (im2col + this binary's BLAS).
-func BenchmarkCNNStep(b *testing.B) {
-	if err := blas.Setup(1); err != nil {
-		b.Fatal(err)
-	}
+// cnnBenchNet is the default CNN at batch, its weights the seed-1
+// initialisation, its input and labels filled in.
+func cnnBenchNet(b *testing.B, batch int, train bool) *Net {
 	spec := defaultCNN()
-	n, err := New(spec, 128, true)
+	n, err := New(spec, batch, train)
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.Cleanup(func() { _ = n.Close() })
 	for i, w := range spec.Init(1) {
 		copy(n.Params()[i], w)
 	}
 	for i := range n.Input() {
 		n.Input()[i] = float32(i%255) / 255
 	}
-	labels := make([]uint8, 128)
+	labels := make([]uint8, batch)
 	for i := range labels {
 		labels[i] = uint8(i % 10)
 	}
 	n.SetLabels(labels)
+	return n
+}
+
+// BenchmarkCNNStep measures one forward+backward pass of the default CNN
+// (im2col + this binary's BLAS).
+func BenchmarkCNNStep(b *testing.B) {
+	if err := blas.Setup(1); err != nil {
+		b.Fatal(err)
+	}
+	n := cnnBenchNet(b, 128, true)
 	for b.Loop() {
 		if _, err := n.Step(); err != nil {
 			b.Fatal(err)
@@ -100,28 +108,13 @@ func BenchmarkCNNScoreAndTrain(b *testing.B) {
 	if err := blas.Setup(1); err != nil {
 		b.Fatal(err)
 	}
-	spec := defaultCNN()
 	for _, c := range []struct {
 		name  string
 		batch int
 		train bool
 	}{{"score-1000", 1000, false}, {"train-64", 64, true}} {
 		b.Run(c.name, func(b *testing.B) {
-			n, err := New(spec, c.batch, c.train)
-			if err != nil {
-				b.Fatal(err)
-			}
-			for i, w := range spec.Init(1) {
-				copy(n.Params()[i], w)
-			}
-			for i := range n.Input() {
-				n.Input()[i] = float32(i%255) / 255
-			}
-			labels := make([]uint8, c.batch)
-			for i := range labels {
-				labels[i] = uint8(i % 10)
-			}
-			n.SetLabels(labels)
+			n := cnnBenchNet(b, c.batch, c.train)
 			for b.Loop() {
 				if _, err := n.Step(); err != nil {
 					b.Fatal(err)
