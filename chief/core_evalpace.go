@@ -26,23 +26,40 @@ const EvalBudgetCNN = 0.26
 // score moves from 97.0% to 97.5% over about two).
 const inSight = 0.005
 
-// evalPace is what paces the evaluations: the test samples the last one
-// scored, and the generation it was ordered in.
+// evalPace is what paces the evaluations: the test samples the next
+// wait pays for (charge), those scored and not yet paid for (debt), the
+// samples of the last evaluation that scored its subset alone (routine),
+// and the generation the last one was ordered in.
 type evalPace struct {
-	lastScored int
-	orderGen   int64
+	charge, debt, routine int
+	orderGen              int64
 }
 
 // ordered records that an evaluation was ordered in generation.
 func (p *evalPace) ordered(generation int64) { p.orderGen = generation }
 
-// ended records an evaluation that scored scored test samples.
-func (p *evalPace) ended(scored int) { p.lastScored = scored }
+// ended records an evaluation that scored scored test samples, whole
+// when it went on to the whole set. One wait pays for at most two
+// routine evaluations' samples; the rest of a whole-set confirmation's is
+// paid by the waits after it, so a confirmation that failed delays the
+// next evaluation by two routine waits rather than by all it cost, and
+// over the run the chief scores no more than the budget pays for.
+func (p *evalPace) ended(scored int, whole bool) {
+	if !whole && scored > 0 {
+		p.routine = scored
+	}
+	p.debt += scored
+	p.charge = p.debt
+	if p.routine > 0 {
+		p.charge = min(p.debt, 2*p.routine)
+	}
+	p.debt -= p.charge
+}
 
 // evalWaited says whether the next routine evaluation may start: once
-// the time that pays for the last one's samples at EvalBudget has passed
-// since it was ordered (budgetGap, at most budgetCap x --eval-every; the
-// evaluation's own duration counts, and a rollback, which moves
+// the time that pays at EvalBudget for the samples charged to this wait
+// (evalPace) has passed since the last one was ordered (budgetGap, at
+// most budgetCap x --eval-every; the evaluation's own duration counts, and a rollback, which moves
 // lastEval, lets the restored model train first), and, while the target
 // is out of sight, --eval-every too.
 func (c *Core) evalWaited(now time.Time) bool {
@@ -76,12 +93,12 @@ func (c *Core) targetInSight() bool {
 func (c *Core) budgetGap(now time.Time) (gap time.Duration, ok bool) {
 	trained := now.Sub(c.start).Seconds()
 	samples := c.samplesAt(c.step)
-	if c.pace.lastScored <= 0 || trained <= 0 || samples <= 0 || c.st.Generation != c.pace.orderGen {
+	if c.pace.charge <= 0 || trained <= 0 || samples <= 0 || c.st.Generation != c.pace.orderGen {
 		return 0, false
 	}
 	budget := EvalBudget
 	if c.p.Run.Model.IsCNN() {
 		budget = EvalBudgetCNN
 	}
-	return time.Duration(float64(c.pace.lastScored) / (budget * samples / trained) * float64(time.Second)), true
+	return time.Duration(float64(c.pace.charge) / (budget * samples / trained) * float64(time.Second)), true
 }

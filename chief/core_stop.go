@@ -87,7 +87,7 @@ type EvalResult struct {
 // Evaluated records an evaluation and applies the stop rule.
 func (c *Core) Evaluated(now time.Time, res EvalResult) []Action {
 	c.evalBusy = false
-	c.pace.ended(max(res.Scored, res.Samples))
+	c.pace.ended(max(res.Scored, res.Samples), res.Full)
 	switch {
 	case res.Err != nil:
 		// A shard restarting: skipped, not fatal (only the poll loop can
