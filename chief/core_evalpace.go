@@ -59,9 +59,9 @@ func (p *evalPace) ended(scored int, whole bool) {
 // evalWaited says whether the next routine evaluation may start: once
 // the time that pays at EvalBudget for the samples charged to this wait
 // (evalPace) has passed since the last one was ordered (budgetGap, at
-// most budgetCap x --eval-every; the evaluation's own duration counts, and a rollback, which moves
-// lastEval, lets the restored model train first), and, while the target
-// is out of sight, --eval-every too.
+// most budgetCap x --eval-every; the evaluation's own duration counts,
+// and a rollback, which moves lastEval, lets the restored model train
+// first), and, while the target is out of sight, --eval-every too.
 func (c *Core) evalWaited(now time.Time) bool {
 	since := now.Sub(c.lastEval)
 	gap, ok := c.budgetGap(now)
@@ -83,8 +83,8 @@ func (c *Core) targetInSight() bool {
 
 // budgetGap is the time from one evaluation's order to the next's that
 // keeps the chief's scoring within EvalBudget (EvalBudgetCNN) of the
-// training rate: the samples it scored over the budget times the samples
-// trained per second since training started (the whole run's rate: a
+// training rate: the samples charged to the wait (evalPace) over the
+// budget times the samples trained per second since training started (the whole run's rate: a
 // rate over the last interval alone falls while the evaluation itself
 // takes CPU from the workers, and would stretch the pause it pays for).
 // ok is false while nothing tells the cost or the rate, and in a new

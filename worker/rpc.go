@@ -57,7 +57,7 @@ func (w *Worker) pullOne(ctx context.Context, p PullOrder) *pulled {
 			return out
 		}
 	case resp.Params != nil:
-		if out.flat, err = wire.Floats(resp.Params); err != nil { // (its size is the plan's: pull)
+		if out.flat, err = wire.Floats(resp.Params); err != nil { // (pull checked the size against the plan)
 			out.ans.Err = fmt.Errorf("shard %d (%s): %w", s, c.Shards[s].Addr, err)
 			return out
 		}
