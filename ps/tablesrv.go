@@ -592,7 +592,7 @@ func (h *tableHost) loadFromCheckpoint(ctx context.Context, store *checkpoint.St
 			return loaded, err
 		}
 		for _, t := range tables {
-			mine := rowsOn(t, s, n)
+			mine := shardckpt.RowsOn(t, s, n)
 			if err := h.loadInto(ctx, set, mine); err != nil {
 				return loaded, fmt.Errorf("%s: %w", sh.File, err)
 			}
@@ -631,29 +631,6 @@ func (h *tableHost) still(ctx context.Context, set *TableSet) error {
 		return fmt.Errorf("the shard was initialised again during the load (generation %d)", h.gen)
 	}
 	return nil
-}
-
-// rowsOn is the rows of t that the layout of n shards places on shard
-// s (embed.ShardOf), in t's order; t itself when they all are.
-func rowsOn(t shardckpt.TableRows, s, n int) shardckpt.TableRows {
-	p := embed.PlacerOf(t.Name, n)
-	mine := make([]bool, len(t.Keys))
-	c := 0
-	for i, k := range t.Keys {
-		if mine[i] = p.Shard(k) == s; mine[i] {
-			c++
-		}
-	}
-	if c == len(t.Keys) {
-		return t
-	}
-	out := t.Empty(c)
-	for i, m := range mine {
-		if m {
-			out.Append(t, i)
-		}
-	}
-	return out
 }
 
 // errTablesNoStandby refuses a hot standby for a shard with embedding

@@ -280,18 +280,37 @@ func mergeInto(merged map[string]*TableRows, r TableRows) error {
 	return nil
 }
 
-// filterRows returns the rows of r keep selects (nil: all of them).
+// filterRows returns the rows of r keep selects (nil: all of them), in
+// r's order: r itself when keep selects every row, else a copy of the
+// selected rows, allocated once.
 func filterRows(r TableRows, keep func(string, uint64) bool) TableRows {
 	if keep == nil {
 		return r
 	}
-	out := r.Empty(0)
+	selected := make([]bool, len(r.Keys))
+	c := 0
 	for i, k := range r.Keys {
-		if keep(r.Name, k) {
+		if selected[i] = keep(r.Name, k); selected[i] {
+			c++
+		}
+	}
+	if c == len(r.Keys) {
+		return r
+	}
+	out := r.Empty(c)
+	for i, sel := range selected {
+		if sel {
 			out.Append(r, i)
 		}
 	}
 	return out
+}
+
+// RowsOn is the rows of r that embed.ShardOf places on shard s of n, in
+// r's order (r itself when they all are).
+func RowsOn(r TableRows, s, n int) TableRows {
+	p := embed.PlacerOf(r.Name, n)
+	return filterRows(r, func(_ string, k uint64) bool { return p.Shard(k) == s })
 }
 
 // sortRows orders r's rows by key; a key twice is an error.
@@ -325,7 +344,7 @@ func sortRows(r TableRows) (TableRows, error) {
 func Split(r TableRows, n int) []TableRows {
 	out := make([]TableRows, n)
 	for s := range out {
-		out[s] = filterRows(r, func(table string, k uint64) bool { return embed.ShardOf(table, k, n) == s })
+		out[s] = RowsOn(r, s, n)
 	}
 	return out
 }
