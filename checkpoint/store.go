@@ -16,8 +16,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/pstrain/pstrain/internal/parallel"
 )
 
 // ErrNoCheckpoint is returned by Latest when the directory holds no valid
@@ -439,22 +440,9 @@ func (s *Store) checkShards(dir string, shards []ShardInfo) error {
 	errs := make([]error, len(shards))
 	workers := 1
 	if s.parallelHash {
-		workers = min(len(shards), runtime.GOMAXPROCS(0))
+		workers = runtime.GOMAXPROCS(0)
 	}
-	next := make(chan int, len(shards))
-	for i := range shards {
-		next <- i
-	}
-	close(next)
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			for i := range next {
-				errs[i] = checkShard(s.fs, dir, shards[i], true)
-			}
-		})
-	}
-	wg.Wait()
+	parallel.For(len(shards), workers, func(i int) { errs[i] = checkShard(s.fs, dir, shards[i], true) })
 	for _, err := range errs {
 		if err != nil {
 			return err

@@ -18,9 +18,9 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/pstrain/pstrain/checkpoint"
+	"github.com/pstrain/pstrain/internal/parallel"
 	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/ml/partition"
 )
@@ -230,19 +230,6 @@ type shardFile struct {
 // readAll is fetch of shards 0 to n-1, on up to GOMAXPROCS goroutines.
 func readAll(n int, fetch func(s int) shardFile) []shardFile {
 	out := make([]shardFile, n)
-	next := make(chan int, n)
-	for s := range n {
-		next <- s
-	}
-	close(next)
-	var wg sync.WaitGroup
-	for range min(n, runtime.GOMAXPROCS(0)) {
-		wg.Go(func() {
-			for s := range next {
-				out[s] = fetch(s)
-			}
-		})
-	}
-	wg.Wait()
+	parallel.For(n, runtime.GOMAXPROCS(0), func(s int) { out[s] = fetch(s) })
 	return out
 }
