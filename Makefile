@@ -5,7 +5,7 @@ LAB     := bin/pstrain-lab
 GOBIN   := $(shell $(GO) env GOPATH)/bin
 # Packages with goroutines and locks: tested under the race detector too,
 # with every in-process cluster test (testcluster's users).
-RACE_PKGS := ./ps/... ./ml/dataset/... ./transport/rowclient/... ./worker/... ./chief/... ./observe/metrics/... ./checkpoint/... ./launcher/... ./observe/bottleneck/... ./transport/tlsconf/... ./transport/dataplane/... ./testcluster/... ./tools/bench/... ./lab/sweep/... ./internal/parallel/...
+RACE_PKGS := ./ps/... ./ml/dataset/... ./transport/rowclient/... ./worker/... ./chief/... ./observe/metrics/... ./checkpoint/... ./launcher/... ./observe/bottleneck/... ./transport/tlsconf/... ./transport/dataplane/... ./testcluster/... ./tools/bench/... ./lab/sweep/... ./internal/parallel/... ./internal/gcpace/...
 
 .PHONY: chaos all build build-pstrain build-purego deps deps-run deps-test data run test lint fmt bench monitor fuzz clean
 

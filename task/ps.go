@@ -9,11 +9,13 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 
 	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/internal/gcpace"
 	"github.com/pstrain/pstrain/internal/ratelog"
 	"github.com/pstrain/pstrain/observe/metrics"
 	pb "github.com/pstrain/pstrain/proto"
@@ -219,7 +221,14 @@ func RunPS(ctx context.Context, o Options) error {
 	if err := o.prepare(Network{}); err != nil {
 		return err
 	}
-	debug.SetGCPercent(psGCPercent(o.Run))
+	if o.Run.Model.IsCTR() {
+		// (Keep restores the GOGC it found as the PS returns.)
+		gcCtx, stopGC := context.WithCancel(ctx)
+		defer stopGC()
+		go gcpace.Keep(gcCtx, time.Second, psTableGCHeadroom, psGCPercent(o.Run), 100)
+	} else {
+		debug.SetGCPercent(psGCPercent(o.Run))
+	}
 	reg := o.registry()
 	m := metrics.NewPSWith(reg, psMetricsOptions(o.Run))
 	stopMetrics, err := o.serveMetrics(ctx, reg)
@@ -270,6 +279,11 @@ func psGCPercent(r config.Run) int {
 	}
 	return 10
 }
+
+// psTableGCHeadroom is the garbage a shard with embedding tables makes
+// between collections (at least): half of what a PS's memory goal
+// allows beyond 1.3x its state (docs/scaling.md, "Memory").
+const psTableGCHeadroom = 32 << 20
 
 // psDataListener is the listener and address of the PS's TCP data plane
 // (none on the gRPC data plane).
