@@ -270,6 +270,12 @@ func RunPS(ctx context.Context, o Options) error {
 // a primary's standby gets each push in the buffer the worker's push
 // was read into, and reads it into a reused one: no copy either
 // side. docs/scaling.md, "Memory"; docs/replication.md, "Cost".
+//
+// A shard with embedding tables is paced by bytes instead: every row
+// request and answer is a protobuf message decoded into new memory,
+// while its live heap grows with its tables from a few megabytes to
+// hundreds. It collects after psTableGCHeadroom of garbage
+// (gcpace.Keep), and never more often than psGCPercent allows.
 func psGCPercent(r config.Run) int {
 	switch {
 	case r.DataPlane == config.GRPC && r.PSReplicas > 0:
@@ -281,9 +287,10 @@ func psGCPercent(r config.Run) int {
 }
 
 // psTableGCHeadroom is the garbage a shard with embedding tables makes
-// between collections (at least): half of what a PS's memory goal
-// allows beyond 1.3x its state (docs/scaling.md, "Memory").
-const psTableGCHeadroom = 32 << 20
+// between collections (at least): what its memory goal, 1.3x its state
+// + 50 MiB, leaves for garbage with a small state, with a margin
+// (BENCHMARKS.md, "A CTR shard's collector paced by bytes").
+const psTableGCHeadroom = 8 << 20
 
 // psDataListener is the listener and address of the PS's TCP data plane
 // (none on the gRPC data plane).
