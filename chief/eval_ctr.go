@@ -10,7 +10,6 @@ import (
 	"github.com/pstrain/pstrain/ml/ctrdata"
 	"github.com/pstrain/pstrain/ml/embed"
 	"github.com/pstrain/pstrain/ml/model"
-	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/transport/rowclient"
 )
 
@@ -101,7 +100,7 @@ func useRows(cfg Config) error {
 	if cfg.Evaluator == nil || cfg.Evaluator.ctr == nil {
 		return nil
 	}
-	shards := make([]pb.ParameterServerClient, len(cfg.PS))
+	shards := make([]rowclient.Shard, len(cfg.PS))
 	for s, p := range cfg.PS {
 		shards[s] = p.Client
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
@@ -394,36 +395,64 @@ func keyBytes(b *pb.RowBlock) int {
 // PullRows answers a row pull once the tables are at the request's
 // version (sync), or at once.
 func (s *Server) PullRows(ctx context.Context, req *pb.PullRowsRequest) (*pb.PullRowsResponse, error) {
-	defer s.observe("pull_rows", s.now())
-	received := 0
-	for _, b := range req.Tables {
-		received += keyBytes(b)
-	}
-	s.m.RPCReceivedBytes.WithLabelValues("pull_rows").Add(float64(received))
+	resp, _, err := s.pullRows(ctx, req, true)
+	return resp, err
+}
+
+// PullRowsNow is PullRows for a pull that need not wait: one of a
+// version the tables are at, or any pull but a sync one. ready is false,
+// and nothing done or counted, when the pull would wait (a data plane
+// then waits in PullRows, watching its client meanwhile).
+func (s *Server) PullRowsNow(req *pb.PullRowsRequest) (resp *pb.PullRowsResponse, ready bool, err error) {
+	return s.pullRows(context.Background(), req, false)
+}
+
+// pullRows is PullRows, waiting for the request's version if wait, else
+// answering not ready.
+func (s *Server) pullRows(ctx context.Context, req *pb.PullRowsRequest, wait bool) (*pb.PullRowsResponse, bool, error) {
+	start := s.now()
 	h := s.tables
 	h.mu.Lock()
 	for {
 		ready, err := h.pullReady(req)
 		if err != nil {
 			h.mu.Unlock()
-			return nil, err
+			s.countPullRows(req, start, 0)
+			return nil, true, err
 		}
 		if ready {
 			break
+		}
+		if !wait {
+			h.mu.Unlock()
+			return nil, false, nil
 		}
 		ch := h.changed
 		h.mu.Unlock()
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return nil, status.FromContextError(ctx.Err()).Err()
+			s.countPullRows(req, start, 0)
+			return nil, true, status.FromContextError(ctx.Err()).Err()
 		}
 		h.mu.Lock()
 	}
 	resp, sent, err := h.pull(req)
 	h.mu.Unlock()
+	s.countPullRows(req, start, sent)
+	return resp, true, err
+}
+
+// countPullRows counts a row pull that began at start and sent sent
+// bytes of rows.
+func (s *Server) countPullRows(req *pb.PullRowsRequest, start time.Time, sent int) {
+	received := 0
+	for _, b := range req.Tables {
+		received += keyBytes(b)
+	}
+	s.m.RPCReceivedBytes.WithLabelValues("pull_rows").Add(float64(received))
 	s.m.RPCSentBytes.WithLabelValues("pull_rows").Add(float64(sent))
-	return resp, err
+	s.observe("pull_rows", start)
 }
 
 // pullReady says whether a row pull may be answered now. Call with mu

@@ -37,9 +37,10 @@ func (w *Worker) buildNet(d WorkerDeps, runID string, psCount int) (worker.Net, 
 
 // ctrNet is a CTR worker's net: ctr.Net reading and training its rows
 // on the first psCount shards through a rowclient of connections of its
-// own (the rows go over gRPC, beside the dense model's data plane). It
-// dials every PS slot of the cluster, so that a change of the PS count
-// only builds a new client (rowsFor).
+// own, beside the dense model's: on the TCP data plane a data-plane
+// client of each PS (ops 4 and 5, docs/wire.md), else gRPC. It dials
+// every PS slot of the cluster, so that a change of the PS count only
+// builds a new client (rowsFor).
 func (w *Worker) ctrNet(spec model.Spec, runID string, psCount int) (worker.Net, error) {
 	for _, a := range w.o.Cluster.PS {
 		c, err := w.o.dial(a)
@@ -47,7 +48,14 @@ func (w *Worker) ctrNet(spec model.Spec, runID string, psCount int) (worker.Net,
 			return nil, err
 		}
 		w.closers.add(func() { c.Close() })
-		w.rowConns = append(w.rowConns, pb.NewParameterServerClient(c))
+		gc := pb.NewParameterServerClient(c)
+		if w.o.Run.DataPlane != config.TCP {
+			w.rowConns = append(w.rowConns, gc)
+			continue
+		}
+		dp := newDataPlaneClient(gc, w.o.dataPlaneDeps(), nil)
+		w.closers.add(func() { dp.Close() })
+		w.rowConns = append(w.rowConns, dp)
 	}
 	rows, err := w.rowsFor(runID, psCount)
 	if err != nil {

@@ -48,12 +48,12 @@ const (
 // DefaultMaxConnections is the connection limit of each of a task's
 // listeners when --max-connections is 0: twice the connections the
 // cluster's tasks make to it (a restarted task's old connections may
-// linger until they are found dead): one from the chief and each PS, two
-// from each worker (its pushes' and its pulls' on the data plane,
-// worker.Shard.Puller), plus 64 for tools (pstrain top, Prometheus is on
-// the metrics port) and reconnections.
+// linger until they are found dead): one from the chief and each PS,
+// three from each worker (its pushes', its pulls' on the data plane,
+// worker.Shard.Puller, and a CTR model's rows'), plus 64 for tools
+// (pstrain top, Prometheus is on the metrics port) and reconnections.
 func DefaultMaxConnections(spec cluster.Spec) int {
-	return 2*(len(spec.Chief)+len(spec.PS)+2*len(spec.Worker)) + 64
+	return 2*(len(spec.Chief)+len(spec.PS)+3*len(spec.Worker)) + 64
 }
 
 func (o Options) maxConnections() int {

@@ -17,6 +17,7 @@ import (
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/proto/convert"
 	"github.com/pstrain/pstrain/transport/auth"
+	"github.com/pstrain/pstrain/transport/rowclient"
 	"github.com/pstrain/pstrain/worker"
 )
 
@@ -63,7 +64,7 @@ type Worker struct {
 	conns    []worker.Shard
 	layout   *layoutSwitch
 	ctr      *worker.CTRNet
-	rowConns []pb.ParameterServerClient
+	rowConns []rowclient.Shard
 }
 
 // NewWorker registers the worker with the chief (retrying until it

@@ -61,6 +61,29 @@ func TestRunCTRTrainsAndItsCheckpointEvaluates(t *testing.T) {
 	checkRestoredRun(t, killed, 20, rep.AUC)
 }
 
+// TestCTRRowsOverEveryPlaneTrainTheSameModel: a worker's rows travel on
+// the TCP data plane (plain and under mutual TLS) or over gRPC
+// (--data-plane grpc), and sync training is the same whichever carries
+// them: the same steps and the same AUC.
+func TestCTRRowsOverEveryPlaneTrainTheSameModel(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	tcp, _, _ := runCTR(t, ctx)
+	checkCTRScores(t, tcp)
+	for _, c := range []struct {
+		name  string
+		flags []string
+	}{
+		{"grpc", []string{"--data-plane", "grpc"}},
+		{"mutual TLS", []string{"--tls-dir", filepath.Join(t.TempDir(), "tls")}},
+	} {
+		rep, _, _ := runCTR(t, ctx, c.flags...)
+		if rep.GlobalSteps != tcp.GlobalSteps || math.Abs(rep.AUC-tcp.AUC) > 1e-6 {
+			t.Errorf("%s: %d steps, auc %.6f; on the TCP data plane %d steps, auc %.6f", c.name, rep.GlobalSteps, rep.AUC, tcp.GlobalSteps, tcp.AUC)
+		}
+	}
+}
+
 // checkRestoredRun checks the report of the same run with a PS killed
 // mid-run: it is restored from the last checkpoint (of a step of at
 // least minStep, the last one committed before the kill), its rows with it,

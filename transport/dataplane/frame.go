@@ -19,7 +19,8 @@ import (
 //
 // The wire format (docs/wire.md), all integers little-endian:
 //
-//	request:  "PSD3" | op u8 (1 pull, 2 push, 3 replicate) | flags u8 |
+//	request:  "PSD3" | op u8 (1 pull, 2 push, 3 replicate, 4 pull rows,
+//	          5 push rows) | flags u8 |
 //	          run-id length u8 | run id | worker i32 | version i64 |
 //	          generation i64 | loss f32 | data position i64 |
 //	          payload length u32 | role u8 | index i32 | session u64 |
@@ -49,6 +50,17 @@ import (
 // different builds fail clearly instead of misreading each other's
 // frames.
 //
+// Ops 4 and 5 carry embedding rows (PullRows, PushRows): the header
+// says the run, the worker, the version (a pull's minimum version, a
+// push's version the rows were read at) and the generation, and the
+// payload is the request's tables, a PullRowsRequest or PushRowsRequest
+// of which only the tables field is read. A pull's answer carries the
+// version, generation and done in its header and the rows in its
+// payload, a PullRowsResponse of which only the tables are read; a
+// push's answer, its outcome, version and done, and no payload. Their
+// only flag is shm (the request's payload in the shared region); their
+// answers travel on the socket.
+//
 // Op 3 carries a primary's replication batch to its hot standby; its
 // payload's layout is below ("Replication batches"). It needs no new magic: the pull and push
 // frames did not change.
@@ -61,6 +73,8 @@ const (
 	opPull      = 1
 	opPush      = 2
 	opReplicate = 3 // a primary's replication batch to its standby (below)
+	opPullRows  = 4 // embedding rows (rows.go)
+	opPushRows  = 5 // embedding rows' gradients (rows.go)
 )
 
 // Request flags.
@@ -186,7 +200,7 @@ func readRequest(rd io.Reader, scratch []byte, maxPayload int) (request, error) 
 func (r *request) decodeOp(op, flags byte) error {
 	r.op = op
 	switch {
-	case op != opPull && op != opPush && op != opReplicate:
+	case op < opPull || op > opPushRows:
 		return fmt.Errorf("%w: unknown op %d", ErrBadFrame, op)
 	case flags&^(flagRetain|flagShm|flagDelta) != 0:
 		return fmt.Errorf("%w: unknown flags %#x", ErrBadFrame, flags)

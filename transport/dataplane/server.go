@@ -397,6 +397,7 @@ func (s *Server) serveConn(c net.Conn) {
 	rd := bufio.NewReaderSize(src, 64<<10)
 	scratch := make([]byte, 512)
 	hdr := make([]byte, 0, respLen)
+	var rows rowConn
 	for {
 		req, ok := s.readHeader(c, rd, scratch, hdr, cs.held >= 0)
 		if !ok {
@@ -407,8 +408,14 @@ func (s *Server) serveConn(c net.Conn) {
 		if !s.admit(c, hdr, peer, req, shm) {
 			return
 		}
-		if req.op == opReplicate {
+		switch req.op {
+		case opReplicate:
 			if !s.replicate(c, rd, req, hdr, shm) {
+				return
+			}
+			continue
+		case opPullRows, opPushRows:
+			if !s.serveRows(c, rd, req, hdr, shm, &rows) {
 				return
 			}
 			continue
@@ -539,7 +546,7 @@ func (s *Server) authorize(peer string, req request) error {
 		return err
 	}
 	switch req.op {
-	case opPush:
+	case opPush, opPushRows:
 		return auth.AllowPush(req.id, req.worker)
 	case opReplicate:
 		return auth.AllowReplicate(req.id, req.worker) // the frame's shard

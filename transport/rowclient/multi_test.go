@@ -65,7 +65,7 @@ func TestTablesInOneCallMatchOneByOne(t *testing.T) {
 	read := func(many bool) [][]float32 {
 		c := startShards(t, 2)
 		c.initMode(t, c.clients(t, auth.RoleChief, 0), cfgs, config.Async)
-		cl, err := New(Config{Shards: c.clients(t, auth.RoleWorker, 0), RunID: "r", Worker: 0, MaxRequestBytes: 40})
+		cl, err := New(Config{Shards: shardsOf(c.clients(t, auth.RoleWorker, 0)), RunID: "r", Worker: 0, MaxRequestBytes: 40})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,7 +121,7 @@ func TestShardsCountWhatTheClientSent(t *testing.T) {
 		{Name: "emb/C2", Dim: 2, Seed: 1, Rule: embed.Rule{Kind: embed.SGD, LR: 1}}}
 	c := startShards(t, 2)
 	c.initMode(t, c.clients(t, auth.RoleChief, 0), cfgs, config.Async)
-	cl, err := New(Config{Shards: c.clients(t, auth.RoleWorker, 0), RunID: "r", Worker: 0, MaxRequestBytes: 64})
+	cl, err := New(Config{Shards: shardsOf(c.clients(t, auth.RoleWorker, 0)), RunID: "r", Worker: 0, MaxRequestBytes: 64})
 	if err != nil {
 		t.Fatal(err)
 	}

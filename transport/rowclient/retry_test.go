@@ -71,7 +71,7 @@ func retryUnavailable(ctx context.Context, call func(context.Context) error) err
 func TestPushRetriesOnlyTheShardThatRefused(t *testing.T) {
 	shards := []*fakeShard{{}, {}}
 	shards[1].refuse.Store(1)
-	c, err := New(Config{Shards: []pb.ParameterServerClient{shards[0], shards[1]}, RunID: "r", Worker: 0, Retry: retryUnavailable})
+	c, err := New(Config{Shards: shardsOf([]pb.ParameterServerClient{shards[0], shards[1]}), RunID: "r", Worker: 0, Retry: retryUnavailable})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestFailedShardCancelsTheOthers(t *testing.T) {
 			return status.FromContextError(ctx.Err()).Err()
 		}},
 	}
-	c, err := New(Config{Shards: []pb.ParameterServerClient{shards[0], shards[1]}, RunID: "r", Worker: 0})
+	c, err := New(Config{Shards: shardsOf([]pb.ParameterServerClient{shards[0], shards[1]}), RunID: "r", Worker: 0})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,8 +22,10 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/pstrain/pstrain/ml/embed"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/pstrain/pstrain/ml/embed"
 
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/transport/wire"
@@ -37,10 +39,18 @@ const DefaultMaxRequestBytes = 512 << 10
 // client: the chief's reads the final model's rows).
 var ErrDone = errors.New("rowclient: training is over")
 
+// Shard is how a Client reaches one parameter server's rows: its gRPC
+// client (pb.ParameterServerClient), or its data plane
+// (dataplane.Client).
+type Shard interface {
+	PullRows(ctx context.Context, in *pb.PullRowsRequest, opts ...grpc.CallOption) (*pb.PullRowsResponse, error)
+	PushRows(ctx context.Context, in *pb.PushRowsRequest, opts ...grpc.CallOption) (*pb.PushRowsResponse, error)
+}
+
 // Config is what a Client needs.
 type Config struct {
 	// Shards are the parameter servers, by shard index.
-	Shards []pb.ParameterServerClient
+	Shards []Shard
 	RunID  string
 	// Worker is the caller's worker index (-1: the chief, pulls only).
 	Worker int32

@@ -31,14 +31,17 @@ import (
 	"github.com/pstrain/pstrain/proto/convert"
 	"github.com/pstrain/pstrain/ps"
 	"github.com/pstrain/pstrain/transport/auth"
+	"github.com/pstrain/pstrain/transport/dataplane"
 	"github.com/pstrain/pstrain/transport/wire"
 )
 
-// shardProc is one PS served over gRPC on an in-memory listener.
+// shardProc is one PS served over gRPC on an in-memory listener, and
+// its data plane on a loopback one.
 type shardProc struct {
-	srv *ps.Server
-	m   *metrics.PS
-	lis *bufconn.Listener
+	srv      *ps.Server
+	m        *metrics.PS
+	lis      *bufconn.Listener
+	dataAddr string
 }
 
 // cluster is 2 shards and the run's keys; clients sign calls as who.
@@ -65,6 +68,15 @@ func startShards(t testing.TB, n int) *cluster {
 		pb.RegisterParameterServerServer(g, p.srv)
 		go func() { _ = g.Serve(p.lis) }()
 		t.Cleanup(g.Stop)
+		dl, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds := dataplane.NewServer(p.srv, dl, dataplane.Config{MaxPayload: 1 << 20, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Auth: c.keys})
+		served := make(chan struct{})
+		go func() { _ = ds.Serve(); close(served) }()
+		t.Cleanup(func() { ds.Close(); <-served })
+		p.dataAddr = dl.Addr().String()
 		c.shards = append(c.shards, p)
 	}
 	return c
@@ -89,6 +101,26 @@ func (c *cluster) clients(t testing.TB, role string, index int) []pb.ParameterSe
 		}
 		t.Cleanup(func() { conn.Close() })
 		out = append(out, pb.NewParameterServerClient(conn))
+	}
+	return out
+}
+
+// dataClients returns a data-plane client of every shard signed as
+// role/index, as its rows' Shard.
+func (c *cluster) dataClients(t testing.TB, role string, index int) []Shard {
+	t.Helper()
+	s, err := auth.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	who := &auth.Client{Keys: c.keys, Role: role, Index: index}
+	who.SetSession(s)
+	var out []Shard
+	for _, p := range c.shards {
+		dc := dataplane.NewClient(func(context.Context) (string, error) { return p.dataAddr, nil }, nil, 1<<20)
+		dc.SignWith(who)
+		t.Cleanup(func() { dc.Close() })
+		out = append(out, dc)
 	}
 	return out
 }
@@ -137,7 +169,18 @@ func (c *cluster) densePush(t *testing.T, cls []pb.ParameterServerClient, worker
 // through the client (several requests per shard), a sync step applies
 // them as one big batch would, a pull of the next step waits for it, and
 // every row is where ShardOf says, in the metrics and in the checkpoint.
-func TestRowsOverGRPCOnTwoShards(t *testing.T) {
+// TestRowsOnTwoShards: a sync step's rows over gRPC and over the data
+// plane (ops 4 and 5) alike.
+func TestRowsOnTwoShards(t *testing.T) {
+	t.Run("grpc", func(t *testing.T) {
+		testRowsOnTwoShards(t, func(c *cluster, w int) []Shard { return shardsOf(c.clients(t, auth.RoleWorker, w)) })
+	})
+	t.Run("dataplane", func(t *testing.T) {
+		testRowsOnTwoShards(t, func(c *cluster, w int) []Shard { return c.dataClients(t, auth.RoleWorker, w) })
+	})
+}
+
+func testRowsOnTwoShards(t *testing.T, rowsOf func(c *cluster, w int) []Shard) {
 	tables := []embed.TableConfig{{Name: "emb/C1", Dim: 4, Seed: 7, Rule: embed.DefaultAdagrad(0.5)}}
 	c := startShards(t, 2)
 	chief := c.clients(t, auth.RoleChief, 0)
@@ -149,7 +192,7 @@ func TestRowsOverGRPCOnTwoShards(t *testing.T) {
 	wcl := make([][]pb.ParameterServerClient, 2)
 	for w := range workers {
 		wcl[w] = c.clients(t, auth.RoleWorker, w)
-		cl, err := New(Config{Shards: wcl[w], RunID: "r", Worker: int32(w), MaxRequestBytes: 3 * 24})
+		cl, err := New(Config{Shards: rowsOf(c, w), RunID: "r", Worker: int32(w), MaxRequestBytes: 3 * 24})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -259,7 +302,7 @@ func (c *cluster) checkpointAll(t *testing.T, chief []pb.ParameterServerClient, 
 func (c *cluster) trainStep(t *testing.T, wcl [][]pb.ParameterServerClient, v int64, keys [][]uint64) {
 	t.Helper()
 	for w := range wcl {
-		cl, err := New(Config{Shards: wcl[w], RunID: "r", Worker: int32(w)})
+		cl, err := New(Config{Shards: shardsOf(wcl[w]), RunID: "r", Worker: int32(w)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -321,7 +364,7 @@ func TestCheckpointOfTwoShardsRestoresOntoThree(t *testing.T) {
 // pullAll reads keys' rows as the chief, at version v.
 func pullAll(t *testing.T, chief []pb.ParameterServerClient, v int64, keys []uint64) []float32 {
 	t.Helper()
-	cl, err := New(Config{Shards: chief, RunID: "r", Worker: -1})
+	cl, err := New(Config{Shards: shardsOf(chief), RunID: "r", Worker: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,7 +425,7 @@ func TestClientRefusesBadShapesAndReportsDone(t *testing.T) {
 	c := startShards(t, 2)
 	chief := c.clients(t, auth.RoleChief, 0)
 	c.init(t, chief, []embed.TableConfig{{Name: "emb/C1", Dim: 2, Seed: 1, Rule: embed.Rule{Kind: embed.SGD, LR: 1}}})
-	cl, err := New(Config{Shards: c.clients(t, auth.RoleWorker, 0), RunID: "r", Worker: 0})
+	cl, err := New(Config{Shards: shardsOf(c.clients(t, auth.RoleWorker, 0)), RunID: "r", Worker: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,7 +436,7 @@ func TestClientRefusesBadShapesAndReportsDone(t *testing.T) {
 		t.Fatalf("pull of an unknown table: %v", err)
 	}
 	// Another worker's identity is refused by the PS's guard.
-	spoof, _ := New(Config{Shards: c.clients(t, auth.RoleWorker, 1), RunID: "r", Worker: 0})
+	spoof, _ := New(Config{Shards: shardsOf(c.clients(t, auth.RoleWorker, 1)), RunID: "r", Worker: 0})
 	if err := spoof.Push(context.Background(), 0, "emb/C1", []uint64{1}, []float32{1, 1}); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("worker 1 pushing as worker 0: %v", err)
 	}
@@ -447,7 +490,7 @@ func TestAsyncRowsFromConcurrentWorkers(t *testing.T) {
 	for w := range 2 {
 		cls := c.clients(t, auth.RoleWorker, w)
 		go func() {
-			cl, err := New(Config{Shards: cls, RunID: "r", Worker: int32(w), MaxRequestBytes: 2 * 24})
+			cl, err := New(Config{Shards: shardsOf(cls), RunID: "r", Worker: int32(w), MaxRequestBytes: 2 * 24})
 			for v := int64(0); err == nil && v < steps; v++ {
 				rows := make([]float32, len(keys[w])*4)
 				if err = cl.Pull(context.Background(), v, "emb/C1", keys[w], rows); err == nil {
@@ -501,7 +544,7 @@ func BenchmarkPullPushRows(b *testing.B) {
 	c := startShards(t, 2)
 	chief := c.clients(t, auth.RoleChief, 0)
 	c.initMode(t, chief, tables, config.Async)
-	cl, err := New(Config{Shards: c.clients(t, auth.RoleWorker, 0), RunID: "r", Worker: 0})
+	cl, err := New(Config{Shards: shardsOf(c.clients(t, auth.RoleWorker, 0)), RunID: "r", Worker: 0})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -558,7 +601,7 @@ func TestQuarantinedWorkerRowsAreDropped(t *testing.T) {
 	if _, err := chief[0].SetMembership(context.Background(), &pb.MembershipRequest{LiveWorkers: []int32{0, 1}, Quarantined: []int32{1}}); err != nil {
 		t.Fatal(err)
 	}
-	bad, _ := New(Config{Shards: c.clients(t, auth.RoleWorker, 1), RunID: "r", Worker: 1})
+	bad, _ := New(Config{Shards: shardsOf(c.clients(t, auth.RoleWorker, 1)), RunID: "r", Worker: 1})
 	row := make([]float32, 4)
 	if err := bad.Pull(context.Background(), 0, "emb/C1", []uint64{7}, row); err != nil {
 		t.Fatal(err)
@@ -619,7 +662,7 @@ func TestRowsWaitForTheirRestore(t *testing.T) {
 	ck := src.checkpointAll(t, chiefSrc, 1)
 	dst.rowsLoading = true
 	dst.init(t, chiefDst, tables)
-	cl, err := New(Config{Shards: dst.clients(t, auth.RoleWorker, 0), RunID: "r", Worker: 0})
+	cl, err := New(Config{Shards: shardsOf(dst.clients(t, auth.RoleWorker, 0)), RunID: "r", Worker: 0})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -647,4 +690,13 @@ func restoreAll(ck *checkpoint.Checkpoint, shards []pb.ParameterServerClient, ma
 		}
 	}
 	return nil
+}
+
+// shardsOf is gRPC clients as a Client's shards.
+func shardsOf(cls []pb.ParameterServerClient) []Shard {
+	out := make([]Shard, len(cls))
+	for i, c := range cls {
+		out[i] = c
+	}
+	return out
 }

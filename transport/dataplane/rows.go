@@ -1,0 +1,206 @@
+package dataplane
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/pstrain/pstrain/proto"
+)
+
+// Embedding rows on the data plane (ops 4 and 5, frame.go): a CTR
+// worker's row pulls and pushes, which over gRPC cost the shard and the
+// worker as much CPU in HTTP/2 framing as in the rows' own work. The
+// header carries what the request's other fields say; the payload, only
+// the tables, protobuf-encoded (the RowBlock layout, docs/wire.md).
+
+// RowServer is a Backend that serves embedding rows (*ps.Server does);
+// a server whose backend is not one answers row requests Unimplemented.
+type RowServer interface {
+	PullRows(context.Context, *pb.PullRowsRequest) (*pb.PullRowsResponse, error)
+	PushRows(context.Context, *pb.PushRowsRequest) (*pb.PushRowsResponse, error)
+}
+
+// RowNowPuller is a RowServer that can also answer a row pull that
+// need not wait without a context (*ps.Server does): ready is false,
+// and nothing done, when the pull would wait.
+type RowNowPuller interface {
+	PullRowsNow(*pb.PullRowsRequest) (resp *pb.PullRowsResponse, ready bool, err error)
+}
+
+// rowConn is a connection's buffers for row requests: the request's
+// payload read in, and the answer marshalled out. They are the
+// connection's own, not the push budget's (sized for the dense
+// gradient), and kept while they stay within keepRowBytes.
+type rowConn struct {
+	in, out []byte
+}
+
+// keepRowBytes bounds the row buffers a connection keeps between
+// requests: a rowclient request's rows are at most 512 KiB.
+const keepRowBytes = 1 << 20
+
+// trim drops buffers grown past keepRowBytes.
+func (r *rowConn) trim() {
+	if cap(r.in) > keepRowBytes {
+		r.in = nil
+	}
+	if cap(r.out) > keepRowBytes {
+		r.out = nil
+	}
+}
+
+// serveRows reads a row request's payload and answers it. false: the
+// connection is done.
+func (s *Server) serveRows(c net.Conn, rd *bufio.Reader, req request, hdr, shm []byte, rc *rowConn) bool {
+	defer rc.trim()
+	n := int(req.payloadLen)
+	if n > s.cfg.MaxPayload {
+		s.reject(c, hdr, "too_large", codes.InvalidArgument,
+			fmt.Errorf("%w: payload of %d bytes exceeds the limit of %d (--max-message-mb)", errTooLarge, n, s.cfg.MaxPayload))
+		return false
+	}
+	rc.in = grow(rc.in, n)
+	if req.shm {
+		copy(rc.in, shm[:n])
+	} else {
+		c.SetReadDeadline(time.Now().Add(s.lim.frameTime(n)))
+		_, err := io.ReadFull(rd, rc.in)
+		c.SetReadDeadline(time.Time{})
+		if err != nil {
+			s.payloadFailed(c, hdr, n, err)
+			return false
+		}
+	}
+	var resp response
+	var body []byte
+	var err error
+	switch req.op {
+	case opPullRows:
+		var gone bool
+		body, gone, err = s.pullRows(c, rd, req, rc, &resp)
+		if gone {
+			return false
+		}
+	case opPushRows:
+		err = s.pushRows(req, rc.in, &resp)
+	}
+	if err != nil {
+		st := status.Convert(err)
+		resp, body = response{code: byte(st.Code())}, []byte(st.Message())
+	}
+	return s.respond(c, hdr, resp, body)
+}
+
+// rowServer is the backend as a RowServer, or Unimplemented.
+func (s *Server) rowServer() (RowServer, error) {
+	rs, ok := s.b.(RowServer)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, "this server holds no embedding rows")
+	}
+	return rs, nil
+}
+
+// pullRows answers a row pull (which may wait for its version), its rows
+// marshalled into rc.out. gone: the client left while it waited.
+func (s *Server) pullRows(c net.Conn, rd *bufio.Reader, req request, rc *rowConn, resp *response) (body []byte, gone bool, err error) {
+	rs, err := s.rowServer()
+	if err != nil {
+		return nil, false, err
+	}
+	in := &pb.PullRowsRequest{}
+	if err := proto.Unmarshal(rc.in, in); err != nil {
+		return nil, false, status.Errorf(codes.InvalidArgument, "a row pull's tables: %v", err)
+	}
+	in.RunId, in.Worker, in.MinVersion, in.Generation = req.runID, req.worker, req.version, req.generation
+	var out *pb.PullRowsResponse
+	ready := false
+	if now, ok := rs.(RowNowPuller); ok {
+		// A pull that need not wait needs no watcher (as a dense pull's:
+		// server.go, pull); a sync worker's is of the version its dense
+		// pull just read.
+		out, ready, err = now.PullRowsNow(in)
+	}
+	if !ready && s.watched(c, rd, func(ctx context.Context) { out, err = rs.PullRows(ctx, in) }) {
+		return nil, true, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	resp.version, resp.generation, resp.done = out.Version, out.Generation, out.Done
+	rc.out, err = proto.MarshalOptions{}.MarshalAppend(rc.out[:0], &pb.PullRowsResponse{Tables: out.Tables})
+	if err != nil {
+		return nil, false, status.Errorf(codes.Internal, "a row pull's answer: %v", err)
+	}
+	return rc.out, false, nil
+}
+
+// pushRows applies or stages a row push.
+func (s *Server) pushRows(req request, payload []byte, resp *response) error {
+	rs, err := s.rowServer()
+	if err != nil {
+		return err
+	}
+	in := &pb.PushRowsRequest{}
+	if err := proto.Unmarshal(payload, in); err != nil {
+		return status.Errorf(codes.InvalidArgument, "a row push's tables: %v", err)
+	}
+	in.RunId, in.Worker, in.Version, in.Generation = req.runID, req.worker, req.version, req.generation
+	out, err := rs.PushRows(context.Background(), in)
+	if err != nil {
+		return err
+	}
+	resp.outcome, resp.version, resp.done = byte(out.Outcome), out.Version, out.Done
+	return nil
+}
+
+// PullRows is ParameterServerClient.PullRows over the data plane.
+func (c *Client) PullRows(ctx context.Context, in *pb.PullRowsRequest, _ ...grpc.CallOption) (*pb.PullRowsResponse, error) {
+	payload, err := c.rowPayload(&pb.PullRowsRequest{Tables: in.Tables})
+	if err != nil {
+		return nil, err
+	}
+	resp, body, err := c.call(ctx, request{op: opPullRows, runID: in.RunId, worker: in.Worker, version: in.MinVersion,
+		generation: in.Generation}, net.Buffers{payload}, nil, false)
+	if err != nil {
+		return nil, err
+	}
+	out := &pb.PullRowsResponse{}
+	if err := proto.Unmarshal(body, out); err != nil {
+		return nil, status.Errorf(codes.Internal, "data plane: a row pull's answer: %v", err)
+	}
+	out.Version, out.Generation, out.Done = resp.version, resp.generation, resp.done
+	return out, nil
+}
+
+// PushRows is ParameterServerClient.PushRows over the data plane.
+func (c *Client) PushRows(ctx context.Context, in *pb.PushRowsRequest, _ ...grpc.CallOption) (*pb.PushRowsResponse, error) {
+	payload, err := c.rowPayload(&pb.PushRowsRequest{Tables: in.Tables})
+	if err != nil {
+		return nil, err
+	}
+	resp, _, err := c.call(ctx, request{op: opPushRows, runID: in.RunId, worker: in.Worker, version: in.Version,
+		generation: in.Generation}, net.Buffers{payload}, nil, false)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.PushRowsResponse{Outcome: pb.PushResponse_Outcome(resp.outcome), Version: resp.version, Done: resp.done}, nil
+}
+
+// rowPayload marshals a row request's tables. The caller's call uses
+// them before it returns, so the buffer is the call's own.
+func (c *Client) rowPayload(m proto.Message) ([]byte, error) {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "data plane: a row request: %v", err)
+	}
+	return b, nil
+}

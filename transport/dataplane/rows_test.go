@@ -1,0 +1,162 @@
+package dataplane
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/transport/auth"
+)
+
+// rowBackend is fakeBackend with rows: a pull answers each block's keys
+// as their values (key+0.5, as float32 bytes would be: here one byte a
+// key), and records what each request said; a pull of min version 9
+// waits until cancelled.
+type rowBackend struct {
+	fakeBackend
+	pulls  []*pb.PullRowsRequest
+	pushes []*pb.PushRowsRequest
+	waited chan context.Context
+}
+
+func (b *rowBackend) PullRows(ctx context.Context, in *pb.PullRowsRequest) (*pb.PullRowsResponse, error) {
+	b.mu.Lock()
+	b.pulls = append(b.pulls, proto.Clone(in).(*pb.PullRowsRequest))
+	b.mu.Unlock()
+	if in.MinVersion == 9 {
+		b.waited <- ctx
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	out := &pb.PullRowsResponse{Version: in.MinVersion + 1, Generation: in.Generation, Done: in.Worker == 1}
+	for _, t := range in.Tables {
+		v := make([]byte, 0, len(t.Keys))
+		for _, k := range t.Keys {
+			v = append(v, byte(k))
+		}
+		out.Tables = append(out.Tables, &pb.RowBlock{Table: t.Table, Values: v})
+	}
+	return out, nil
+}
+
+func (b *rowBackend) PushRows(_ context.Context, in *pb.PushRowsRequest) (*pb.PushRowsResponse, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.pushes = append(b.pushes, proto.Clone(in).(*pb.PushRowsRequest))
+	if in.Version < 0 {
+		return nil, status.Error(codes.InvalidArgument, "a push from a negative version")
+	}
+	return &pb.PushRowsResponse{Outcome: pb.PushResponse_STALE, Version: in.Version + 3, Done: true}, nil
+}
+
+// TestRowsRoundTrip: a row pull's and push's fields reach the backend
+// (the header's, whatever the payload's say), their answers come back
+// whole, and a backend's error is the caller's status.
+func TestRowsRoundTrip(t *testing.T) {
+	b := &rowBackend{waited: make(chan context.Context, 1)}
+	keys := auth.NewKeyring(auth.Token("the run's token, thirty-two bytes or more"))
+	addr, _ := startAuth(t, b, keys, 1<<20)
+	ctx := context.Background()
+	w0 := signed(addr, keys, auth.RoleWorker, 0, 1<<20)
+	defer w0.Close()
+
+	tables := []*pb.RowBlock{{Table: "emb/C1", Keys: []uint64{3, 1, 4}}, {Table: "emb/C2", SmallKeys: []uint64{1, 5}}}
+	got, err := w0.PullRows(ctx, &pb.PullRowsRequest{RunId: "r", Worker: 0, Generation: 6, MinVersion: 2, Tables: tables})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Version != 3 || got.Generation != 6 || got.Done || len(got.Tables) != 2 || !slices.Equal(got.Tables[0].Values, []byte{3, 1, 4}) ||
+		got.Tables[1].Table != "emb/C2" || len(got.Tables[1].Values) != 0 {
+		t.Fatalf("pull answered %v", got)
+	}
+	pushed, err := w0.PushRows(ctx, &pb.PushRowsRequest{RunId: "r", Worker: 0, Generation: 6, Version: 5,
+		Tables: []*pb.RowBlock{{Table: "emb/C1", Keys: []uint64{3}, Values: []byte{1, 2, 3, 4}}}})
+	if err != nil || pushed.Outcome != pb.PushResponse_STALE || pushed.Version != 8 || !pushed.Done {
+		t.Fatalf("push answered %v, %v", pushed, err)
+	}
+	if _, err := w0.PushRows(ctx, &pb.PushRowsRequest{RunId: "r", Worker: 0, Version: -1}); status.Code(err) != codes.InvalidArgument ||
+		status.Convert(err).Message() != "a push from a negative version" {
+		t.Fatalf("a push the backend refuses: %v", err)
+	}
+	b.mu.Lock()
+	pull, push := b.pulls[0], b.pushes[0]
+	b.mu.Unlock()
+	if pull.RunId != "r" || pull.Worker != 0 || pull.Generation != 6 || pull.MinVersion != 2 || !proto.Equal(pull.Tables[1], tables[1]) {
+		t.Fatalf("the backend got the pull %v", pull)
+	}
+	if push.Worker != 0 || push.Version != 5 || push.Generation != 6 || !slices.Equal(push.Tables[0].Values, []byte{1, 2, 3, 4}) {
+		t.Fatalf("the backend got the push %v", push)
+	}
+
+	// The chief reads rows as -1; a worker may not read or train as
+	// another, nor the chief train.
+	chief := signed(addr, keys, auth.RoleChief, 0, 1<<20)
+	defer chief.Close()
+	if _, err := chief.PullRows(ctx, &pb.PullRowsRequest{RunId: "r", Worker: -1}); err != nil {
+		t.Fatalf("the chief's row pull: %v", err)
+	}
+	w1 := signed(addr, keys, auth.RoleWorker, 1, 1<<20)
+	defer w1.Close()
+	if _, err := w1.PushRows(ctx, &pb.PushRowsRequest{RunId: "r", Worker: 0}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("worker/1 pushing rows as worker 0: %v", err)
+	}
+	w1 = signed(addr, keys, auth.RoleWorker, 1, 1<<20)
+	defer w1.Close()
+	if _, err := w1.PullRows(ctx, &pb.PullRowsRequest{RunId: "r", Worker: 0}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("worker/1 pulling rows as worker 0: %v", err)
+	}
+	chief = signed(addr, keys, auth.RoleChief, 0, 1<<20)
+	defer chief.Close()
+	if _, err := chief.PushRows(ctx, &pb.PushRowsRequest{RunId: "r", Worker: 0}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("the chief pushing rows: %v", err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.pushes) != 2 || len(b.pulls) != 2 {
+		t.Errorf("%d pushes and %d pulls reached the backend, want 2 and 2 (the allowed ones)", len(b.pushes), len(b.pulls))
+	}
+}
+
+// TestRowPullCancelledWhenTheClientLeaves: a row pull waiting for its
+// version at the shard is cancelled when its caller gives up.
+func TestRowPullCancelledWhenTheClientLeaves(t *testing.T) {
+	b := &rowBackend{waited: make(chan context.Context, 1)}
+	addr, _ := startAuth(t, b, nil, 1<<20)
+	c := client(addr, 1<<20)
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.PullRows(ctx, &pb.PullRowsRequest{RunId: "r", MinVersion: 9})
+		errc <- err
+	}()
+	held := <-b.waited
+	cancel()
+	if err := <-errc; status.Code(err) != codes.Canceled {
+		t.Fatalf("the cancelled pull: %v", err)
+	}
+	<-held.Done() // (the server's side is cancelled too, or this waits forever)
+}
+
+// TestRowsOfABackendWithoutRows: Unimplemented, and the connection goes
+// on serving.
+func TestRowsOfABackendWithoutRows(t *testing.T) {
+	_, addr := start(t, 1<<20)
+	c := client(addr, 1<<20)
+	defer c.Close()
+	ctx := context.Background()
+	if _, err := c.PullRows(ctx, &pb.PullRowsRequest{RunId: "r"}); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("a row pull of a server without rows: %v", err)
+	}
+	if _, err := c.PushRows(ctx, &pb.PushRowsRequest{RunId: "r"}); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("a row push of a server without rows: %v", err)
+	}
+	if _, err := c.Push(ctx, &pb.PushRequest{RunId: "r", Grad: make([]byte, 8)}); err != nil {
+		t.Fatalf("a push after them: %v", err)
+	}
+}
