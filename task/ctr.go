@@ -38,7 +38,10 @@ func (w *Worker) buildNet(d WorkerDeps, runID string, psCount int) (worker.Net, 
 // ctrNet is a CTR worker's net: ctr.Net reading and training its rows
 // on the first psCount shards through a rowclient of connections of its
 // own, beside the dense model's: on the TCP data plane a data-plane
-// client of each PS (ops 4 and 5, docs/wire.md), else gRPC. It dials
+// client of each PS (ops 4 and 5, docs/wire.md), else gRPC. Under
+// --data-plane-privacy integrity the rows stay on gRPC's full TLS: they
+// are the training data's keys, which that mode would send in the
+// clear. It dials
 // every PS slot of the cluster, so that a change of the PS count only
 // builds a new client (rowsFor).
 func (w *Worker) ctrNet(spec model.Spec, runID string, psCount int) (worker.Net, error) {
@@ -49,7 +52,7 @@ func (w *Worker) ctrNet(spec model.Spec, runID string, psCount int) (worker.Net,
 		}
 		w.closers.add(func() { c.Close() })
 		gc := pb.NewParameterServerClient(c)
-		if w.o.Run.DataPlane != config.TCP {
+		if w.o.Run.DataPlane != config.TCP || w.o.Run.DataPlanePrivacy == config.Integrity {
 			w.rowConns = append(w.rowConns, gc)
 			continue
 		}

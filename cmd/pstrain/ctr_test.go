@@ -63,8 +63,9 @@ func TestRunCTRTrainsAndItsCheckpointEvaluates(t *testing.T) {
 
 // TestCTRRowsOverEveryPlaneTrainTheSameModel: a worker's rows travel on
 // the TCP data plane (plain and under mutual TLS) or over gRPC
-// (--data-plane grpc), and sync training is the same whichever carries
-// them: the same steps and the same AUC.
+// (--data-plane grpc, and under --data-plane-privacy integrity), and
+// sync training is the same whichever carries them: the same steps and
+// the same AUC.
 func TestCTRRowsOverEveryPlaneTrainTheSameModel(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -76,6 +77,8 @@ func TestCTRRowsOverEveryPlaneTrainTheSameModel(t *testing.T) {
 	}{
 		{"grpc", []string{"--data-plane", "grpc"}},
 		{"mutual TLS", []string{"--tls-dir", filepath.Join(t.TempDir(), "tls")}},
+		// (whose rows stay on gRPC: the mode would send their keys in the clear)
+		{"integrity-only", []string{"--tls-dir", filepath.Join(t.TempDir(), "tls"), "--data-plane-privacy", "integrity"}},
 	} {
 		rep, _, _ := runCTR(t, ctx, c.flags...)
 		if rep.GlobalSteps != tcp.GlobalSteps || math.Abs(rep.AUC-tcp.AUC) > 1e-6 {

@@ -20,7 +20,7 @@ type limitFlags struct {
 func bindLimitFlags(fs *flag.FlagSet) limitFlags {
 	return limitFlags{
 		maxConns: fs.Int("max-connections", 0,
-			"connections each listener (gRPC; a PS's data plane) serves at once; more are closed at once (0 = 2 per task of the cluster + 64)"),
+			"connections each listener (gRPC; a PS's data plane) serves at once; more are closed at once (0 = 2 per chief and PS and 6 per worker of the cluster, + 64)"),
 		maxBufferedMB: fs.Int("max-buffered-mb", dataplane.DefaultMaxBuffered>>20,
 			"ps: MiB of push payloads the data plane buffers at once over all connections, at least (workers + 1) pushes of the shard"),
 		idleTimeout: fs.Duration("idle-timeout", dataplane.DefaultIdleTimeout,

@@ -275,11 +275,28 @@ func (c *Client) offer(ctx context.Context, d *net.Dialer, uc *net.UnixConn, fit
 // the response arrives, the request was never read: call sends it once
 // more on a new connection.
 func (c *Client) call(ctx context.Context, req request, payload net.Buffers, dst [][]float32, view bool) (response, []byte, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.callLocked(ctx, req, payload, dst, view)
+}
+
+// callThen is call with use run on its answer before the client's next
+// call can reuse the buffer the payload is in: use must not keep it.
+func (c *Client) callThen(ctx context.Context, req request, payload net.Buffers, use func(response, []byte) error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	resp, body, err := c.callLocked(ctx, req, payload, nil, false)
+	if err != nil {
+		return err
+	}
+	return use(resp, body)
+}
+
+// callLocked is call with the client's lock held.
+func (c *Client) callLocked(ctx context.Context, req request, payload net.Buffers, dst [][]float32, view bool) (response, []byte, error) {
 	if len(req.runID) > 255 { // the frame has one byte for its length
 		return response{}, nil, status.Error(codes.InvalidArgument, "run id longer than 255 bytes")
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if err := ctx.Err(); err != nil {
 		return response{}, nil, status.FromContextError(err).Err()
 	}
@@ -471,7 +488,7 @@ func (c *Client) responseBody(req request, resp response, view bool) (io.Reader,
 	case resp.shm:
 		c.shmRd.Reset(c.shm[:resp.payloadLen])
 		return &c.shmRd, nil
-	case c.local && resp.code == 0:
+	case c.local && resp.code == 0 && req.op == opPull:
 		c.shmFit = max(c.shmFit, int(resp.payloadLen)) // the next region holds it
 	}
 	return c.rd, nil

@@ -48,6 +48,11 @@ type rowConn struct {
 // requests: a rowclient request's rows are at most 512 KiB.
 const keepRowBytes = 1 << 20
 
+// maxRowPayload bounds a row request's payload (and the server's
+// message limit too): 16 times a rowclient request's rows at most, so a
+// client cannot make a connection hold the whole message limit.
+const maxRowPayload = 16 << 20
+
 // trim drops buffers grown past keepRowBytes.
 func (r *rowConn) trim() {
 	if cap(r.in) > keepRowBytes {
@@ -63,9 +68,9 @@ func (r *rowConn) trim() {
 func (s *Server) serveRows(c net.Conn, rd *bufio.Reader, req request, hdr, shm []byte, rc *rowConn) bool {
 	defer rc.trim()
 	n := int(req.payloadLen)
-	if n > s.cfg.MaxPayload {
+	if limit := min(s.cfg.MaxPayload, maxRowPayload); n > limit {
 		s.reject(c, hdr, "too_large", codes.InvalidArgument,
-			fmt.Errorf("%w: payload of %d bytes exceeds the limit of %d (--max-message-mb)", errTooLarge, n, s.cfg.MaxPayload))
+			fmt.Errorf("dataplane: a row request of %d bytes exceeds the limit of %d", n, limit))
 		return false
 	}
 	rc.in = grow(rc.in, n)
@@ -168,16 +173,19 @@ func (c *Client) PullRows(ctx context.Context, in *pb.PullRowsRequest, _ ...grpc
 	if err != nil {
 		return nil, err
 	}
-	resp, body, err := c.call(ctx, request{op: opPullRows, runID: in.RunId, worker: in.Worker, version: in.MinVersion,
-		generation: in.Generation}, net.Buffers{payload}, nil, false)
+	out := &pb.PullRowsResponse{}
+	err = c.callThen(ctx, request{op: opPullRows, runID: in.RunId, worker: in.Worker, version: in.MinVersion,
+		generation: in.Generation}, net.Buffers{payload}, func(resp response, body []byte) error {
+		// (proto.Unmarshal copies what it keeps out of body.)
+		if err := proto.Unmarshal(body, out); err != nil {
+			return status.Errorf(codes.Internal, "data plane: a row pull's answer: %v", err)
+		}
+		out.Version, out.Generation, out.Done = resp.version, resp.generation, resp.done
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	out := &pb.PullRowsResponse{}
-	if err := proto.Unmarshal(body, out); err != nil {
-		return nil, status.Errorf(codes.Internal, "data plane: a row pull's answer: %v", err)
-	}
-	out.Version, out.Generation, out.Done = resp.version, resp.generation, resp.done
 	return out, nil
 }
 

@@ -2,8 +2,14 @@ package dataplane
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
 	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -140,7 +146,88 @@ func TestRowPullCancelledWhenTheClientLeaves(t *testing.T) {
 	if err := <-errc; status.Code(err) != codes.Canceled {
 		t.Fatalf("the cancelled pull: %v", err)
 	}
-	<-held.Done() // (the server's side is cancelled too, or this waits forever)
+	select {
+	case <-held.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the shard's pull still waits 10 s after its client left")
+	}
+}
+
+// TestRowsOverTheSocket: without shared memory (another host, or a PS
+// refusing regions) a row request's payload and its answer travel on
+// the socket; a header's fields win over what the payload says; and a
+// request past the row limit is refused before its payload is read,
+// the client connecting again for the next.
+func TestRowsOverTheSocket(t *testing.T) {
+	b := &rowBackend{waited: make(chan context.Context, 1)}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewServer(b, lis, Config{MaxPayload: 64 << 20, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), NoSharedMemory: true})
+	serveTest(t, s)
+	c := client(lis.Addr().String(), 64<<20)
+	defer c.Close()
+	ctx := context.Background()
+	keys := make([]uint64, 70000) // (a payload over the socket's 64 KiB reader)
+	for i := range keys {
+		keys[i] = uint64(i)
+	}
+	got, err := c.PullRows(ctx, &pb.PullRowsRequest{RunId: "r", Generation: 2, MinVersion: 4, Tables: []*pb.RowBlock{{Table: "emb/C1", Keys: keys}}})
+	if err != nil || got.Version != 5 || len(got.Tables[0].Values) != len(keys) || got.Tables[0].Values[300] != byte(keys[300]) {
+		t.Fatalf("a pull over the socket: %v", err)
+	}
+	// The payload's own fields say another run, worker and versions.
+	payload, err := proto.Marshal(&pb.PushRowsRequest{RunId: "other", Worker: 5, Version: 7, Generation: 8,
+		Tables: []*pb.RowBlock{{Table: "emb/C1", Keys: []uint64{1}, Values: []byte{9, 9, 9, 9}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.call(ctx, request{op: opPushRows, runID: "r", worker: 0, version: 3, generation: 2}, net.Buffers{payload}, nil, false); err != nil {
+		t.Fatal(err)
+	}
+	b.mu.Lock()
+	push := b.pushes[0]
+	b.mu.Unlock()
+	if push.RunId != "r" || push.Worker != 0 || push.Version != 3 || push.Generation != 2 {
+		t.Fatalf("the backend got the push %v: the payload's fields, not the header's", push)
+	}
+	huge := make([]uint64, maxRowPayload/8+1)
+	if _, err := c.PullRows(ctx, &pb.PullRowsRequest{RunId: "r", Tables: []*pb.RowBlock{{Table: "emb/C1", Keys: huge}}}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("a row request over %d bytes: %v, want InvalidArgument", maxRowPayload, err)
+	}
+	if _, err := c.PullRows(ctx, &pb.PullRowsRequest{RunId: "r", Tables: []*pb.RowBlock{{Table: "emb/C1", Keys: keys[:3]}}}); err != nil {
+		t.Fatalf("a pull after the refusal: %v", err)
+	}
+}
+
+// TestRowPullsAtOnceOnOneClient: a Client's row pulls may be called
+// from several goroutines, as a gRPC client's (rowclient.Shard); each
+// gets its own answer (go test -race checks the client's buffer).
+func TestRowPullsAtOnceOnOneClient(t *testing.T) {
+	b := &rowBackend{waited: make(chan context.Context, 1)}
+	addr, _ := startAuth(t, b, nil, 1<<20)
+	c := client(addr, 1<<20)
+	defer c.Close()
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for g := range 4 {
+		wg.Go(func() {
+			keys := []uint64{uint64(g), uint64(g + 10)}
+			for range 50 {
+				got, err := c.PullRows(context.Background(), &pb.PullRowsRequest{RunId: "r", Tables: []*pb.RowBlock{{Table: "emb/C1", Keys: keys}}})
+				if err != nil || !slices.Equal(got.Tables[0].Values, []byte{byte(g), byte(g + 10)}) {
+					errs <- fmt.Errorf("goroutine %d: %v, %v", g, got, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
 }
 
 // TestRowsOfABackendWithoutRows: Unimplemented, and the connection goes
