@@ -23,12 +23,15 @@ func FuzzReadRequest(f *testing.F) {
 	f.Add([]byte("PSD3\x03\x02\x00"))
 	f.Add(appendSigned(nil, request{op: opReplicate, shm: true, runID: "run-1", worker: 2, dataPos: 1, payloadLen: 40}, nil))
 	f.Add(appendSigned(nil, request{op: opPull, delta: true, dataPos: 1 << 40, runID: "run-1", worker: 1}, nil))
+	f.Add(appendSigned(nil, request{op: opPullRows, runID: "run-1", worker: 1, version: 4, generation: 2, payloadLen: 30}, nil))
+	f.Add(appendSigned(nil, request{op: opPushRows, shm: true, runID: "run-1", worker: 0, version: 4, payloadLen: 60}, nil))
+	f.Add([]byte("PSD3\x04\x01\x00"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := readRequest(bytes.NewReader(b), make([]byte, 512), 64)
 		if err != nil {
 			return
 		}
-		if r.payloadLen > 64 || (r.op != opPull && r.op != opPush && r.op != opReplicate) || ((r.retain || r.delta) && r.op != opPull) {
+		if r.payloadLen > 64 || r.op < opPull || r.op > opPushRows || ((r.retain || r.delta) && r.op != opPull) {
 			t.Fatalf("accepted %+v", r)
 		}
 		// What was accepted encodes back to the bytes read.

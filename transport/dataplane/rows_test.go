@@ -192,6 +192,13 @@ func TestRowsOverTheSocket(t *testing.T) {
 	if push.RunId != "r" || push.Worker != 0 || push.Version != 3 || push.Generation != 2 {
 		t.Fatalf("the backend got the push %v: the payload's fields, not the header's", push)
 	}
+	// Garbage for tables: refused, and the connection serves on.
+	for _, op := range []byte{opPullRows, opPushRows} {
+		_, _, err := c.call(ctx, request{op: op, runID: "r"}, net.Buffers{{0xff, 0xff, 0xff}}, nil, false)
+		if status.Code(err) != codes.InvalidArgument {
+			t.Fatalf("op %d with a payload that is no message: %v, want InvalidArgument", op, err)
+		}
+	}
 	huge := make([]uint64, maxRowPayload/8+1)
 	if _, err := c.PullRows(ctx, &pb.PullRowsRequest{RunId: "r", Tables: []*pb.RowBlock{{Table: "emb/C1", Keys: huge}}}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("a row request over %d bytes: %v, want InvalidArgument", maxRowPayload, err)
