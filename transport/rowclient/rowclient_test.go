@@ -82,8 +82,8 @@ func startShards(t testing.TB, n int) *cluster {
 	return c
 }
 
-// clients returns a client of every shard signed as role/index.
-func (c *cluster) clients(t testing.TB, role string, index int) []pb.ParameterServerClient {
+// session is a new session of role/index with the cluster's keys.
+func (c *cluster) session(t testing.TB, role string, index int) *auth.Client {
 	t.Helper()
 	s, err := auth.NewSession()
 	if err != nil {
@@ -91,6 +91,13 @@ func (c *cluster) clients(t testing.TB, role string, index int) []pb.ParameterSe
 	}
 	who := &auth.Client{Keys: c.keys, Role: role, Index: index}
 	who.SetSession(s)
+	return who
+}
+
+// clients returns a client of every shard signed as role/index.
+func (c *cluster) clients(t testing.TB, role string, index int) []pb.ParameterServerClient {
+	t.Helper()
+	who := c.session(t, role, index)
 	var out []pb.ParameterServerClient
 	for _, p := range c.shards {
 		conn, err := grpc.NewClient("passthrough:///bufnet", grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -109,12 +116,7 @@ func (c *cluster) clients(t testing.TB, role string, index int) []pb.ParameterSe
 // role/index, as its rows' Shard.
 func (c *cluster) dataClients(t testing.TB, role string, index int) []Shard {
 	t.Helper()
-	s, err := auth.NewSession()
-	if err != nil {
-		t.Fatal(err)
-	}
-	who := &auth.Client{Keys: c.keys, Role: role, Index: index}
-	who.SetSession(s)
+	who := c.session(t, role, index)
 	var out []Shard
 	for _, p := range c.shards {
 		dc := dataplane.NewClient(func(context.Context) (string, error) { return p.dataAddr, nil }, nil, 1<<20)
