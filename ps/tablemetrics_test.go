@@ -24,7 +24,7 @@ func TestTableMetricsFollowRequestsAndReinstalls(t *testing.T) {
 	set := install()
 	h.mu.Lock()
 	pull := []RowBlock{{Table: "emb/C1", Keys: []uint64{1, 2, 3}, Values: make([]float32, 12)}}
-	if err := set.PullBlocks(pull, false); err != nil {
+	if err := set.PullBlocks(0, pull); err != nil {
 		t.Fatal(err)
 	}
 	h.count(false, pull)

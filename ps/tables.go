@@ -64,6 +64,13 @@ type tableState struct {
 	// steady.
 	spare []*stagedRows
 	sum   stagedRows
+	// pulled holds, by worker, the slots its pulls of the sync step
+	// found, in the order of their keys (-1: no row), the first at
+	// hintsAt of the table's Drops: a worker pushes the gradients of the
+	// keys it pulled in the same order, so the step's end finds their
+	// rows without the index (embed.Table.PushHinted).
+	pulled  map[int][]int32
+	hintsAt uint64
 }
 
 // stagedRows is one worker's row gradients of one table in a sync step.
@@ -71,21 +78,48 @@ type stagedRows struct {
 	slot  map[uint64]int
 	keys  []uint64
 	grads []float32
+	hints []int32 // each key's slot as its pull found it (-1: not known)
+	used  int     // keys of the worker's pushes in the step: the next push's first hint
 }
 
 // reset empties r, keeping its map and arrays.
 func (r *stagedRows) reset() {
 	clear(r.slot)
-	r.keys, r.grads = r.keys[:0], r.grads[:0]
+	r.keys, r.grads, r.hints, r.used = r.keys[:0], r.grads[:0], r.hints[:0], 0
 }
 
-// unstage empties the step's staged rows into spare.
+// unstage empties the step's staged rows into spare, and forgets its
+// pulls' slots.
 func (st *tableState) unstage() {
 	for w, r := range st.staged {
 		r.reset()
 		st.spare = append(st.spare, r)
 		delete(st.staged, w)
 	}
+	for w, p := range st.pulled {
+		st.pulled[w] = p[:0]
+	}
+}
+
+// hintsFor is room for n more of worker's pull slots in the sync step.
+func (st *tableState) hintsFor(worker, n int) []int32 {
+	p := st.pulled[worker]
+	if len(p) == 0 && !st.anyPulled() {
+		st.hintsAt = st.t.Drops()
+	}
+	p = slices.Grow(p, n)[:len(p)+n]
+	st.pulled[worker] = p
+	return p[len(p)-n:]
+}
+
+// anyPulled says whether a worker's pull of the step recorded slots.
+func (st *tableState) anyPulled() bool {
+	for _, p := range st.pulled {
+		if len(p) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // NewTableSet returns shard's (of numShards) empty tables at version.
@@ -105,7 +139,7 @@ func NewTableSet(cfgs []embed.TableConfig, mode config.Mode, shard, numShards in
 		if err != nil {
 			return nil, err
 		}
-		ts.tables[c.Name] = &tableState{t: t, staged: map[int]*stagedRows{}}
+		ts.tables[c.Name] = &tableState{t: t, staged: map[int]*stagedRows{}, pulled: map[int][]int32{}}
 		if c.AdmitAfter > 1 {
 			ts.tables[c.Name].sighted = map[uint64]struct{}{}
 		}
@@ -167,18 +201,31 @@ func (ts *TableSet) checkRequest(table string, keys []uint64, vals []float32) (*
 // Pull writes the rows of keys (unique) into out, creating those of
 // admitted keys seen for the first time. A refused pull changes nothing.
 func (ts *TableSet) Pull(table string, keys []uint64, out []float32) error {
+	return ts.pullAs(-1, table, keys, out)
+}
+
+// pullAs is Pull by worker (-1: none named); a sync worker's pull keeps
+// the slots it found for the step's end (tableState.pulled).
+func (ts *TableSet) pullAs(worker int, table string, keys []uint64, out []float32) error {
 	st, err := ts.checkRequest(table, keys, out)
 	if err != nil {
 		return err
 	}
+	var hints []int32
+	if worker >= 0 && ts.mode == config.Sync {
+		hints = st.hintsFor(worker, len(keys))
+	}
 	if st.sighted == nil || ts.mode != config.Sync {
-		return st.t.Pull(ts.version, keys, out)
+		return st.t.PullSlots(ts.version, keys, out, hints)
 	}
 	// Sync with admission: a key already sighted this step (by another
 	// worker) is not sighted again.
 	d := st.t.Config().Dim
 	for i, k := range keys {
 		dst := out[i*d : (i+1)*d]
+		if hints != nil {
+			hints[i] = -1
+		}
 		if _, again := st.sighted[k]; again {
 			if row, _, ok := st.t.Row(k); ok {
 				copy(dst, row)
@@ -203,9 +250,10 @@ type RowBlock struct {
 	Values []float32
 }
 
-// PullBlocks is Pull of several tables' rows, or with peek Peek; a
+// PullBlocks is Pull of several tables' rows by worker, or for a reader
+// that is no worker (worker < 0: the chief's evaluations) Peek; a
 // refused block (checked before any is pulled) refuses them all.
-func (ts *TableSet) PullBlocks(blocks []RowBlock, peek bool) error {
+func (ts *TableSet) PullBlocks(worker int, blocks []RowBlock) error {
 	for _, b := range blocks {
 		if _, err := ts.checkRequest(b.Table, b.Keys, b.Values); err != nil {
 			return err
@@ -213,10 +261,10 @@ func (ts *TableSet) PullBlocks(blocks []RowBlock, peek bool) error {
 	}
 	for _, b := range blocks {
 		var err error
-		if peek {
+		if worker < 0 {
 			err = ts.Peek(b.Table, b.Keys, b.Values)
 		} else {
-			err = ts.Pull(b.Table, b.Keys, b.Values)
+			err = ts.pullAs(worker, b.Table, b.Keys, b.Values)
 		}
 		if err != nil {
 			return err
@@ -291,7 +339,8 @@ func (ts *TableSet) PushBlocks(worker int, version int64, blocks []RowBlock) (Ou
 }
 
 // stage keeps worker's gradients for the sync step's end; a key it
-// pushed before in the step has its gradient replaced.
+// pushed before in the step has its gradient replaced. The worker's
+// pulls' slots, in order, are its pushes' keys' hints.
 func (st *tableState) stage(worker int, keys []uint64, grads []float32, d int) {
 	w := st.staged[worker]
 	if w == nil {
@@ -302,16 +351,23 @@ func (st *tableState) stage(worker int, keys []uint64, grads []float32, d int) {
 		}
 		st.staged[worker] = w
 	}
+	pulled := st.pulled[worker]
 	for i, k := range keys {
 		src := grads[i*d : (i+1)*d]
 		if s, ok := w.slot[k]; ok {
 			copy(w.grads[s*d:(s+1)*d], src)
 			continue
 		}
+		hint := int32(-1)
+		if j := w.used + i; j < len(pulled) {
+			hint = pulled[j]
+		}
 		w.slot[k] = len(w.keys)
 		w.keys = append(w.keys, k)
 		w.grads = append(w.grads, src...)
+		w.hints = append(w.hints, hint)
 	}
+	w.used += len(keys)
 }
 
 // Advance moves the tables to the dense shard's version. Sync: when the
@@ -371,6 +427,7 @@ func (st *tableState) applyStep(version int64, accepted []int) error {
 				sum.slot[k] = s
 				sum.keys = append(sum.keys, k)
 				sum.grads = append(sum.grads, make([]float32, d)...)
+				sum.hints = append(sum.hints, g.hints[i])
 			}
 			dst, src := sum.grads[s*d:(s+1)*d], g.grads[i*d:(i+1)*d]
 			for j := range dst {
@@ -385,7 +442,7 @@ func (st *tableState) applyStep(version int64, accepted []int) error {
 	for i := range sum.grads {
 		sum.grads[i] *= inv
 	}
-	return st.t.Push(version, sum.keys, sum.grads)
+	return st.t.PushHinted(version, sum.keys, sum.hints, st.hintsAt, sum.grads)
 }
 
 // EvictDue says whether eviction runs at the step boundary reaching

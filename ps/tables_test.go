@@ -327,13 +327,13 @@ func TestTableSnapshotLoadsIntoAnotherShardCount(t *testing.T) {
 func TestPeekReadsWithoutCreatingRows(t *testing.T) {
 	ts := newTableSets(t, tableCfgs(0, 0), config.Async, 1)[0]
 	peeked, pulled := make([]float32, 8), make([]float32, 8)
-	if err := ts.PullBlocks([]RowBlock{{Table: "emb/C1", Keys: []uint64{3, 4}, Values: peeked}}, true); err != nil {
+	if err := ts.PullBlocks(-1, []RowBlock{{Table: "emb/C1", Keys: []uint64{3, 4}, Values: peeked}}); err != nil {
 		t.Fatal(err)
 	}
 	if n := ts.Table("emb/C1").Len(); n != 0 {
 		t.Fatalf("a peek created %d rows", n)
 	}
-	if err := ts.PullBlocks([]RowBlock{{Table: "emb/C1", Keys: []uint64{3, 4}, Values: pulled}}, false); err != nil {
+	if err := ts.PullBlocks(0, []RowBlock{{Table: "emb/C1", Keys: []uint64{3, 4}, Values: pulled}}); err != nil {
 		t.Fatal(err)
 	}
 	if ts.Table("emb/C1").Len() != 2 || !slices.Equal(peeked, pulled) {

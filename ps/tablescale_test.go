@@ -73,10 +73,11 @@ func fillTables(b *testing.B, ts *TableSet, keys map[string][]uint64, rng *rand.
 	}
 }
 
-// scaleStep is one sync step's row requests to the shard: each table's
-// unique keys pulled (the workers' union), and each worker's push.
+// scaleStep is one sync step's row requests to the shard: each
+// worker's pull of its unique keys, and its push of their gradients (in
+// the same order, as a worker's rowclient sends them).
 type scaleStep struct {
-	pull   []RowBlock
+	pulls  [][]RowBlock
 	pushes [][]RowBlock
 }
 
@@ -87,10 +88,9 @@ func drawSteps(touched map[string][]uint64, rng *rand.Rand) []scaleStep {
 	steps := make([]scaleStep, scaleSteps)
 	for i := range steps {
 		st := &steps[i]
-		st.pushes = make([][]RowBlock, scaleWorkers)
+		st.pulls, st.pushes = make([][]RowBlock, scaleWorkers), make([][]RowBlock, scaleWorkers)
 		for name, keys := range touched {
 			z := rand.NewZipf(rng, scaleZipf, 1, uint64(len(keys)-1))
-			union := map[uint64]bool{}
 			for w := range scaleWorkers {
 				mine := map[uint64]bool{}
 				// The shard sees about half of a batch's lookups.
@@ -100,20 +100,14 @@ func drawSteps(touched map[string][]uint64, rng *rand.Rand) []scaleStep {
 				blk := RowBlock{Table: name}
 				for k := range mine {
 					blk.Keys = append(blk.Keys, k)
-					union[k] = true
 				}
 				blk.Values = make([]float32, len(blk.Keys)*scaleDim)
 				for j := range blk.Values {
 					blk.Values[j] = float32(rng.NormFloat64()) * 1e-3
 				}
 				st.pushes[w] = append(st.pushes[w], blk)
+				st.pulls[w] = append(st.pulls[w], RowBlock{Table: name, Keys: blk.Keys, Values: make([]float32, len(blk.Values))})
 			}
-			pull := RowBlock{Table: name}
-			for k := range union {
-				pull.Keys = append(pull.Keys, k)
-			}
-			pull.Values = make([]float32, len(pull.Keys)*scaleDim)
-			st.pull = append(st.pull, pull)
 		}
 	}
 	return steps
@@ -145,8 +139,10 @@ func BenchmarkTableStep(b *testing.B) {
 			var ms runtime.MemStats
 			runtime.ReadMemStats(&ms)
 			var keys int
-			for _, p := range steps[0].pull {
-				keys += len(p.Keys)
+			for _, pulls := range steps[0].pulls {
+				for _, p := range pulls {
+					keys += len(p.Keys)
+				}
 			}
 			cpu0 := processCPU(b)
 			b.ResetTimer()
@@ -164,11 +160,13 @@ func BenchmarkTableStep(b *testing.B) {
 	}
 }
 
-// scaleStepOnce is one sync step: the union pulled, each worker's
+// scaleStepOnce is one sync step: each worker's keys pulled, its
 // gradients staged, the step applied.
 func scaleStepOnce(b *testing.B, ts *TableSet, st scaleStep) {
-	if err := ts.PullBlocks(st.pull, false); err != nil {
-		b.Fatal(err)
+	for w, blocks := range st.pulls {
+		if err := ts.PullBlocks(w, blocks); err != nil {
+			b.Fatal(err)
+		}
 	}
 	v := ts.Version()
 	for w, blocks := range st.pushes {

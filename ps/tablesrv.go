@@ -474,7 +474,7 @@ func (h *tableHost) pull(req *pb.PullRowsRequest) (*pb.PullRowsResponse, int, er
 	}
 	// The chief's pulls (its evaluations) read the rows without sighting
 	// them: held-out keys create no row and count for no admission.
-	if err := h.set.PullBlocks(blocks, req.Worker < 0); err != nil {
+	if err := h.set.PullBlocks(int(req.Worker), blocks); err != nil {
 		return nil, 0, tableStatus(err)
 	}
 	h.count(false, blocks)

@@ -70,6 +70,7 @@ type Table struct {
 	stats    TableStats
 	found    []int32 // lookup's scratch
 	writes   uint64  // rows written, created or dropped (Writes)
+	drops    uint64  // rows dropped (Drops)
 }
 
 // NewTable returns an empty table.
@@ -178,19 +179,28 @@ func (t *Table) Stats() TableStats {
 // Pull writes the rows of keys into out (len(keys)*Dim values), creating
 // the rows of admitted keys seen for the first time. A pull is a sighting.
 func (t *Table) Pull(step int64, keys []uint64, out []float32) error {
+	return t.PullSlots(step, keys, out, nil)
+}
+
+// PullSlots is Pull that also writes each key's slot into slots (-1: no
+// row, a key not admitted), unless slots is nil: hints for PushHinted.
+func (t *Table) PullSlots(step int64, keys []uint64, out []float32, slots []int32) error {
 	d := t.cfg.Dim
-	if len(out) != len(keys)*d {
+	if len(out) != len(keys)*d || (slots != nil && len(slots) != len(keys)) {
 		return fmt.Errorf("embed: table %s: %d values for %d rows of dimension %d", t.cfg.Name, len(out), len(keys), d)
 	}
-	slots := t.lookup(keys)
+	found := t.lookup(keys)
 	for i, k := range keys {
 		dst := out[i*d : (i+1)*d]
-		s := slots[i]
+		s := found[i]
 		if s < 0 { // not held when looked up: a new key, or one created since (keys repeated)
 			var ok bool
 			if s, ok = t.slot(k); !ok {
 				if !t.admit(k, step) {
 					InitRow(t.cfg.Seed, t.cfg.Name, k, dst)
+					if slots != nil {
+						slots[i] = -1
+					}
 					continue
 				}
 				s = t.create(k)
@@ -198,9 +208,16 @@ func (t *Table) Pull(step int64, keys []uint64, out []float32) error {
 		}
 		t.see(s, step)
 		copy(dst, t.value(s))
+		if slots != nil {
+			slots[i] = s
+		}
 	}
 	return nil
 }
+
+// Drops counts the rows the table ever dropped (evicted or not kept):
+// slot hints taken at one count are good while it stays.
+func (t *Table) Drops() uint64 { return t.drops }
 
 // lookup is the slots of keys (-1: not held), in a scratch slice valid
 // until the next call. The lookups run on their own, apart from the
@@ -214,6 +231,30 @@ func (t *Table) lookup(keys []uint64) []int32 {
 	}
 	slots := t.found[:len(keys)]
 	for i, k := range keys {
+		s, ok := t.slot(k)
+		if !ok {
+			s = -1
+		}
+		slots[i] = s
+	}
+	return slots
+}
+
+// resolve is lookup, taking the slots hints give where their records
+// hold their keys (nil: none).
+func (t *Table) resolve(keys []uint64, hints []int32) []int32 {
+	if hints == nil {
+		return t.lookup(keys)
+	}
+	if cap(t.found) < len(keys) {
+		t.found = make([]int32, len(keys))
+	}
+	slots := t.found[:len(keys)]
+	for i, k := range keys {
+		if s := hints[i]; s >= 0 && int(s) < t.rows.n && recordKey(t.rows.at(s)) == k {
+			slots[i] = s
+			continue
+		}
 		s, ok := t.slot(k)
 		if !ok {
 			s = -1
@@ -246,11 +287,23 @@ func (t *Table) Peek(keys []uint64, out []float32) error {
 // the keys' rows. A key without a row (not admitted, or evicted since its
 // pull) has its gradient dropped and counted.
 func (t *Table) Push(step int64, keys []uint64, grads []float32) error {
+	return t.PushHinted(step, keys, nil, 0, grads)
+}
+
+// PushHinted is Push with each key's slot as a pull found it (PullSlots;
+// -1: not known), taken when Drops was since: a hint whose record still
+// holds its key is the key's slot while no row was dropped, and saves
+// the index's probe (a cache miss a key on large tables). Other keys,
+// and every key once a row was dropped, are looked up.
+func (t *Table) PushHinted(step int64, keys []uint64, hints []int32, since uint64, grads []float32) error {
 	d := t.cfg.Dim
-	if len(grads) != len(keys)*d {
+	if len(grads) != len(keys)*d || (hints != nil && len(hints) != len(keys)) {
 		return fmt.Errorf("embed: table %s: %d gradient values for %d rows of dimension %d", t.cfg.Name, len(grads), len(keys), d)
 	}
-	slots := t.lookup(keys)
+	if since != t.drops {
+		hints = nil
+	}
+	slots := t.resolve(keys, hints)
 	for i, s := range slots {
 		if s < 0 {
 			t.stats.Dropped++
@@ -352,6 +405,7 @@ func (t *Table) drop(slots []int32) {
 	}
 	t.free = append(t.free, slots...)
 	t.writes += uint64(len(slots))
+	t.drops += uint64(len(slots))
 }
 
 // Retain drops the rows of the keys keep refuses, and the sightings of

@@ -387,3 +387,52 @@ func TestReserveRebuildsTheIndexOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestPushHintedTrainsWhatPushWould: a push given the slots its pull
+// found trains the rows bit for bit as one that looks its keys up, and
+// so does one given wrong hints (another key's slot, one past the
+// table, -1); a hint taken before a row was dropped is not used, though
+// the freed slot's record still holds its key: that key's gradient is
+// dropped, as Push drops it.
+func TestPushHintedTrainsWhatPushWould(t *testing.T) {
+	cfg := TableConfig{Seed: 5, Rule: DefaultAdagrad(0.5)}
+	hinted, plain := newTable(t, cfg), newTable(t, cfg)
+	keys := []uint64{11, 3, 42, 7}
+	rows := make([]float32, 4*len(keys))
+	slots := make([]int32, len(keys))
+	if err := hinted.PullSlots(1, keys, rows, slots); err != nil {
+		t.Fatal(err)
+	}
+	_ = plain.Pull(1, keys, make([]float32, len(rows)))
+	grads := make([]float32, len(rows))
+	for i := range grads {
+		grads[i] = float32(i%7) - 3
+	}
+	for _, hints := range [][]int32{slots, {slots[1], slots[0], 99, -1}} {
+		if err := hinted.PushHinted(1, keys, hints, hinted.Drops(), grads); err != nil {
+			t.Fatal(err)
+		}
+		_ = plain.Push(1, keys, grads)
+		for _, k := range keys {
+			a, sa, _ := hinted.Row(k)
+			b, sb, _ := plain.Row(k)
+			if !slices.Equal(a, b) || !slices.Equal(sa, sb) {
+				t.Fatalf("hints %v: key %d's row %v state %v, looked up %v %v", hints, k, a, sa, b, sb)
+			}
+		}
+	}
+	since := hinted.Drops()
+	if n := hinted.Retain(func(k uint64) bool { return k != 42 }); n != 1 || hinted.Drops() == since {
+		t.Fatalf("retain dropped %d rows, Drops %d -> %d", n, since, hinted.Drops())
+	}
+	dropped := hinted.Stats().Dropped
+	if err := hinted.PushHinted(2, keys, slots, since, grads); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok := hinted.Row(42); ok || hinted.Stats().Dropped != dropped+1 {
+		t.Fatalf("a stale hint of a dropped row: row held %t, %d gradients dropped (want %d)", ok, hinted.Stats().Dropped, dropped+1)
+	}
+	if err := hinted.PushHinted(2, keys, slots[:2], since, grads); err == nil {
+		t.Fatal("hints of another length were accepted")
+	}
+}
