@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/ml/embed"
 )
 
 // TestSyncStepsWithPullSlotsTrainAsWithout: workers' pulls keep the
@@ -82,5 +83,90 @@ func syncStepsWithAndWithoutSlots(t *testing.T, admit int) {
 				t.Fatalf("admit %d, %s key %d: row %v state %v, without slots %v %v", admit, c.Name, k, ra, sa, rb, sb)
 			}
 		}
+	}
+}
+
+// TestSlotsOfAStepDoNotOutliveIt: the slots a pull found are kept for
+// its own step only. Rows pulled at step 0 are all evicted by step 4;
+// a pull then of the first key, whose freed slot's record still holds
+// it, creates its row elsewhere, and the step trains that one as a set
+// looking every key up does.
+func TestSlotsOfAStepDoNotOutliveIt(t *testing.T) {
+	cfgs := []embed.TableConfig{{Name: "emb/C1", Dim: 2, Seed: 3, Rule: embed.Rule{Kind: embed.SGD, LR: 1}, EvictAfter: 1}}
+	hinted, plain := newTableSets(t, cfgs, config.Sync, 1)[0], newTableSets(t, cfgs, config.Sync, 1)[0]
+	step := func(v int64, keys []uint64) {
+		t.Helper()
+		rows := make([]float32, 2*len(keys))
+		if err := hinted.PullBlocks(0, []RowBlock{{Table: "emb/C1", Keys: keys, Values: rows}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := plain.Pull("emb/C1", keys, slices.Clone(rows)); err != nil {
+			t.Fatal(err)
+		}
+		ones := make([]float32, len(rows))
+		for i := range ones {
+			ones[i] = 1
+		}
+		for _, set := range []*TableSet{hinted, plain} {
+			if _, err := set.Push(0, v, "emb/C1", keys, ones); err != nil {
+				t.Fatal(err)
+			}
+			if err := set.Advance(v+1, []int{0}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var first []uint64
+	for k := uint64(1); k <= 50; k++ {
+		first = append(first, k)
+	}
+	step(0, first)
+	for v := int64(1); v < 4; v++ {
+		step(v, []uint64{1000})
+	}
+	if n := hinted.Table("emb/C1").Stats().Evictions; n != 50 {
+		t.Fatalf("%d rows evicted, want the step 0's 50", n)
+	}
+	step(4, []uint64{1})
+	a, _, _ := hinted.Table("emb/C1").Row(1)
+	b, _, _ := plain.Table("emb/C1").Row(1)
+	if !slices.Equal(a, b) || hinted.Table("emb/C1").Stats() != plain.Table("emb/C1").Stats() {
+		t.Fatalf("key 1's row %v (%+v), without slots %v (%+v)", a, hinted.Table("emb/C1").Stats(), b, plain.Table("emb/C1").Stats())
+	}
+}
+
+// TestAKeptSetTrainsSync: a shard that keeps its rows over a change of
+// layout (TableSet.Keep) serves a sync step's pulls and pushes, as a
+// set that did not change does.
+func TestAKeptSetTrainsSync(t *testing.T) {
+	cfgs := tableCfgs(0, 0)
+	old := newTableSets(t, cfgs, config.Sync, 1)[0]
+	keys := []uint64{1, 2, 3, 4, 5, 6}
+	if err := old.PullBlocks(0, []RowBlock{{Table: "emb/C1", Keys: keys, Values: make([]float32, 4*len(keys))}}); err != nil {
+		t.Fatal(err)
+	}
+	like := newTableSets(t, cfgs, config.Sync, 2)[0]
+	kept := old.Keep(like)
+	if kept == nil {
+		t.Fatal("Keep refused a set of its shard and tables")
+	}
+	mine := keys[:0:0]
+	for _, k := range keys {
+		if embed.ShardOf("emb/C1", k, 2) == 0 {
+			mine = append(mine, k)
+		}
+	}
+	rows := make([]float32, 4*len(mine))
+	if err := kept.PullBlocks(0, []RowBlock{{Table: "emb/C1", Keys: mine, Values: rows}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kept.Push(0, 0, "emb/C1", mine, rows); err != nil {
+		t.Fatal(err)
+	}
+	if err := kept.Advance(1, []int{0}); err != nil {
+		t.Fatal(err)
+	}
+	if got := kept.Table("emb/C1").Len(); got != len(mine) {
+		t.Fatalf("the kept set holds %d rows, want its shard's %d", got, len(mine))
 	}
 }

@@ -101,7 +101,14 @@ func (st *tableState) unstage() {
 	}
 }
 
-// hintsFor is room for n more of worker's pull slots in the sync step.
+// newTableState is t's state with no step under way; sighted is the
+// step's sightings (nil: t admits keys at once).
+func newTableState(t *embed.Table, sighted map[uint64]struct{}) *tableState {
+	return &tableState{t: t, sighted: sighted, staged: map[int]*stagedRows{}, pulled: map[int][]int32{}}
+}
+
+// hintsFor is room for n more of worker's pull slots in the sync step,
+// each -1 (no hint) until the pull writes it.
 func (st *tableState) hintsFor(worker, n int) []int32 {
 	p := st.pulled[worker]
 	if len(p) == 0 && !st.anyPulled() {
@@ -109,7 +116,11 @@ func (st *tableState) hintsFor(worker, n int) []int32 {
 	}
 	p = slices.Grow(p, n)[:len(p)+n]
 	st.pulled[worker] = p
-	return p[len(p)-n:]
+	room := p[len(p)-n:]
+	for i := range room {
+		room[i] = -1
+	}
+	return room
 }
 
 // anyPulled says whether a worker's pull of the step recorded slots.
@@ -139,10 +150,11 @@ func NewTableSet(cfgs []embed.TableConfig, mode config.Mode, shard, numShards in
 		if err != nil {
 			return nil, err
 		}
-		ts.tables[c.Name] = &tableState{t: t, staged: map[int]*stagedRows{}, pulled: map[int][]int32{}}
+		var sighted map[uint64]struct{}
 		if c.AdmitAfter > 1 {
-			ts.tables[c.Name].sighted = map[uint64]struct{}{}
+			sighted = map[uint64]struct{}{}
 		}
+		ts.tables[c.Name] = newTableState(t, sighted)
 		ts.names = append(ts.names, c.Name)
 	}
 	slices.Sort(ts.names)
@@ -657,7 +669,7 @@ func (ts *TableSet) Keep(like *TableSet) *TableSet {
 		if place := embed.PlacerOf(name, like.numShards); !all {
 			st.t.Retain(func(k uint64) bool { return place.Shard(k) == like.shard })
 		}
-		out.tables[name] = &tableState{t: st.t, staged: map[int]*stagedRows{}, sighted: like.tables[name].sighted}
+		out.tables[name] = newTableState(st.t, like.tables[name].sighted)
 	}
 	return out
 }
