@@ -90,8 +90,7 @@ func (s *Server) replicate(c net.Conn, rd *bufio.Reader, req request, hdr, shm [
 	var resp response
 	var body []byte
 	if err != nil {
-		st := status.Convert(err)
-		resp.code, body = byte(st.Code()), []byte(st.Message())
+		resp, body = errorAnswer(err)
 	} else {
 		resp.version, resp.dataPosition = ack.Version, ack.Seq
 	}

@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -76,14 +74,8 @@ func (s *Server) serveRows(c net.Conn, rd *bufio.Reader, req request, hdr, shm [
 	rc.in = grow(rc.in, n)
 	if req.shm {
 		copy(rc.in, shm[:n])
-	} else {
-		c.SetReadDeadline(time.Now().Add(s.lim.frameTime(n)))
-		_, err := io.ReadFull(rd, rc.in)
-		c.SetReadDeadline(time.Time{})
-		if err != nil {
-			s.payloadFailed(c, hdr, n, err)
-			return false
-		}
+	} else if !s.readSocket(c, rd, hdr, rc.in) {
+		return false
 	}
 	var resp response
 	var body []byte
@@ -99,8 +91,7 @@ func (s *Server) serveRows(c net.Conn, rd *bufio.Reader, req request, hdr, shm [
 		err = s.pushRows(req, rc.in, &resp)
 	}
 	if err != nil {
-		st := status.Convert(err)
-		resp, body = response{code: byte(st.Code())}, []byte(st.Message())
+		resp, body = errorAnswer(err)
 	}
 	return s.respond(c, hdr, resp, body)
 }

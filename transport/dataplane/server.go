@@ -634,13 +634,31 @@ func (s *Server) readPayload(c net.Conn, rd *bufio.Reader, req request, hdr, shm
 		}
 		return payload, copyOut(payload, shm[:n]), true
 	}
-	c.SetReadDeadline(time.Now().Add(s.lim.frameTime(n)))
-	if _, err := io.ReadFull(rd, payload); err != nil {
+	if !s.readSocket(c, rd, hdr, payload) {
 		s.bufs.put(payload)
-		s.payloadFailed(c, hdr, n, err)
 		return nil, squares{}, false
 	}
 	return payload, squares{}, true
+}
+
+// readSocket reads a request's payload from the connection into buf
+// (its length), within FrameGrace + length/MinRate. false: it failed
+// (payloadFailed), and the connection is done.
+func (s *Server) readSocket(c net.Conn, rd *bufio.Reader, hdr, buf []byte) bool {
+	c.SetReadDeadline(time.Now().Add(s.lim.frameTime(len(buf))))
+	_, err := io.ReadFull(rd, buf)
+	c.SetReadDeadline(time.Time{})
+	if err != nil {
+		s.payloadFailed(c, hdr, len(buf), err)
+		return false
+	}
+	return true
+}
+
+// errorAnswer is the response and payload that carry err's status.
+func errorAnswer(err error) (response, []byte) {
+	st := status.Convert(err)
+	return response{code: byte(st.Code())}, []byte(st.Message())
 }
 
 // squares is a push payload's sum of squares as float32s (see
@@ -698,8 +716,7 @@ func (s *Server) answer(c net.Conn, rd *bufio.Reader, req request, payload []byt
 			if errors.Is(err, errGone) {
 				return false
 			}
-			st := status.Convert(err)
-			resp.code, body = byte(st.Code()), []byte(st.Message())
+			resp, body = errorAnswer(err)
 			break
 		}
 		resp.version, resp.generation, resp.done, body = pr.Version, pr.Generation, pr.Done, pr.Params
@@ -712,8 +729,7 @@ func (s *Server) answer(c net.Conn, rd *bufio.Reader, req request, payload []byt
 		pr, err := s.push(&pb.PushRequest{Worker: req.worker, Version: req.version,
 			Grad: payload, RunId: req.runID, Loss: req.loss, Generation: req.generation, DataPosition: req.dataPos}, sq)
 		if err != nil {
-			st := status.Convert(err)
-			resp.code, body = byte(st.Code()), []byte(st.Message())
+			resp, body = errorAnswer(err)
 			break
 		}
 		resp.outcome, resp.version, resp.done = byte(pr.Outcome), pr.Version, pr.Done
