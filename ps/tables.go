@@ -65,10 +65,11 @@ type tableState struct {
 	spare []*stagedRows
 	sum   stagedRows
 	// pulled holds, by worker, the slots its pulls of the sync step
-	// found, in the order of their keys (-1: no row), the first at
-	// hintsAt of the table's Drops: a worker pushes the gradients of the
-	// keys it pulled in the same order, so the step's end finds their
-	// rows without the index (embed.Table.PushHinted).
+	// found, in the order of their keys (-1: no row): a worker pushes
+	// the gradients of the keys it pulled in the same order, so the
+	// step's end finds their rows without the index
+	// (embed.Table.PushHinted). hintsAt is the table's Drops as the step
+	// began: the slots are good while it stays.
 	pulled  map[int][]int32
 	hintsAt uint64
 }
@@ -104,16 +105,13 @@ func (st *tableState) unstage() {
 // newTableState is t's state with no step under way; sighted is the
 // step's sightings (nil: t admits keys at once).
 func newTableState(t *embed.Table, sighted map[uint64]struct{}) *tableState {
-	return &tableState{t: t, sighted: sighted, staged: map[int]*stagedRows{}, pulled: map[int][]int32{}}
+	return &tableState{t: t, sighted: sighted, staged: map[int]*stagedRows{}, pulled: map[int][]int32{}, hintsAt: t.Drops()}
 }
 
 // hintsFor is room for n more of worker's pull slots in the sync step,
 // each -1 (no hint) until the pull writes it.
 func (st *tableState) hintsFor(worker, n int) []int32 {
 	p := st.pulled[worker]
-	if len(p) == 0 && !st.anyPulled() {
-		st.hintsAt = st.t.Drops()
-	}
 	p = slices.Grow(p, n)[:len(p)+n]
 	st.pulled[worker] = p
 	room := p[len(p)-n:]
@@ -121,16 +119,6 @@ func (st *tableState) hintsFor(worker, n int) []int32 {
 		room[i] = -1
 	}
 	return room
-}
-
-// anyPulled says whether a worker's pull of the step recorded slots.
-func (st *tableState) anyPulled() bool {
-	for _, p := range st.pulled {
-		if len(p) > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // NewTableSet returns shard's (of numShards) empty tables at version.
@@ -404,6 +392,7 @@ func (ts *TableSet) Advance(version int64, accepted []int) error {
 		if evictAfter := st.t.Config().EvictAfter; evictDueIn(from, version, evictAfter) {
 			st.t.Evict(version)
 		}
+		st.hintsAt = st.t.Drops() // (the next step's)
 	}
 	ts.version = version
 	return err
