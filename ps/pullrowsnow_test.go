@@ -21,7 +21,8 @@ import (
 
 // TestPullRowsNowAnswersWhatPullRowsWould: a sync row pull of a version
 // the tables are not at is not ready, and nothing is done or counted;
-// one of the version they are at is PullRows's answer, counted once.
+// one of the version they are at is PullRows's answer, counted once,
+// its rows written into the memory lent for them.
 func TestPullRowsNowAnswersWhatPullRowsWould(t *testing.T) {
 	r := config.Default()
 	r.Mode, r.Workers, r.PS, r.LRSchedule = config.Sync, 1, 1, "constant"
@@ -43,13 +44,15 @@ func TestPullRowsNowAnswersWhatPullRowsWould(t *testing.T) {
 	req := func(v int64) *pb.PullRowsRequest {
 		return &pb.PullRowsRequest{RunId: "r", Worker: 0, Generation: 1, MinVersion: v, Tables: []*pb.RowBlock{{Table: table.Name, Keys: []uint64{3, 9}}}}
 	}
-	if resp, ready, err := srv.PullRowsNow(req(1)); ready || resp != nil || err != nil || pulls() != 0 {
+	if resp, ready, err := srv.PullRowsNow(req(1), nil); ready || resp != nil || err != nil || pulls() != 0 {
 		t.Fatalf("a pull of version 1 at version 0: %v, ready %t, %v; %v pulls counted", resp, ready, err, pulls())
 	}
 	if rows := rowsOf(srv, table.Name); len(rows) != 0 {
 		t.Fatalf("a pull not ready created rows: %v", rows)
 	}
-	now, ready, err := srv.PullRowsNow(req(0))
+	lent := make([]float32, 8)
+	asked := 0
+	now, ready, err := srv.PullRowsNow(req(0), func(n int) []float32 { asked = n; return lent[:n] })
 	if !ready || err != nil || pulls() != 1 {
 		t.Fatalf("a pull of version 0 at version 0: ready %t, %v; %v pulls counted", ready, err, pulls())
 	}
@@ -57,7 +60,10 @@ func TestPullRowsNowAnswersWhatPullRowsWould(t *testing.T) {
 	if err != nil || !proto.Equal(now, waited) || len(now.Tables[0].Values) != 2*2*4 {
 		t.Fatalf("PullRowsNow answered %v, PullRows %v (%v)", now, waited, err)
 	}
-	if _, ready, err := srv.PullRowsNow(&pb.PullRowsRequest{RunId: "another"}); !ready || err == nil {
+	if v, _ := wire.Floats(now.Tables[0].Values); asked != 4 || &v[0] != &lent[0] {
+		t.Fatalf("the answer's rows are not in the memory lent for them (%d values asked for)", asked)
+	}
+	if _, ready, err := srv.PullRowsNow(&pb.PullRowsRequest{RunId: "another"}, nil); !ready || err == nil {
 		t.Fatalf("a pull of another run: ready %t, %v; want its refusal", ready, err)
 	}
 }

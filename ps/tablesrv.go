@@ -332,36 +332,65 @@ func tableStatus(err error) error {
 	return status.Error(codes.Internal, err.Error())
 }
 
-// blocks reads a request's row blocks: their values as float32 (views of
-// the request's bytes), or, with alloc, new rows of each table's
-// dimension for a pull to fill. Call with mu held.
-func (h *tableHost) blocks(in []*pb.RowBlock, alloc bool) ([]RowBlock, error) {
+// requestKeys is a request block's keys, from whichever field holds
+// them.
+func requestKeys(b *pb.RowBlock) ([]uint64, error) {
+	if len(b.Keys) > 0 && len(b.SmallKeys) > 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "table %s: keys in both keys and small_keys", b.Table)
+	}
+	if len(b.SmallKeys) > 0 {
+		return b.SmallKeys, nil
+	}
+	return b.Keys, nil
+}
+
+// pullBlocks reads a pull's row blocks, each with room for its rows (of
+// its table's dimension) in the memory rows returns (nil: new memory).
+// Call with mu held.
+func (h *tableHost) pullBlocks(in []*pb.RowBlock, rows func(n int) []float32) ([]RowBlock, error) {
 	out := make([]RowBlock, len(in))
-	answer := 0 // values a pull's answer holds
+	answer := 0 // values the answer holds
 	for i, b := range in {
-		if len(b.Keys) > 0 && len(b.SmallKeys) > 0 {
-			return nil, status.Errorf(codes.InvalidArgument, "table %s: keys in both keys and small_keys", b.Table)
+		keys, err := requestKeys(b)
+		if err != nil {
+			return nil, err
 		}
-		out[i] = RowBlock{Table: b.Table, Keys: b.Keys}
-		if len(b.SmallKeys) > 0 {
-			out[i].Keys = b.SmallKeys
+		t := h.set.Table(b.Table)
+		if t == nil {
+			return nil, tableStatus(fmt.Errorf("%w: %q", ErrNoTable, b.Table))
 		}
-		if alloc {
-			t := h.set.Table(b.Table)
-			if t == nil {
-				return nil, tableStatus(fmt.Errorf("%w: %q", ErrNoTable, b.Table))
-			}
-			if answer += len(out[i].Keys) * t.Config().Dim; answer > maxPullAnswer {
-				return nil, status.Errorf(codes.InvalidArgument, "a pull of more than %d row values (%d MiB): ask for fewer keys at a time", maxPullAnswer, maxPullAnswer*4>>20)
-			}
-			out[i].Values = make([]float32, len(out[i].Keys)*t.Config().Dim)
-			continue
+		if answer += len(keys) * t.Config().Dim; answer > maxPullAnswer {
+			return nil, status.Errorf(codes.InvalidArgument, "a pull of more than %d row values (%d MiB): ask for fewer keys at a time", maxPullAnswer, maxPullAnswer*4>>20)
+		}
+		out[i] = RowBlock{Table: b.Table, Keys: keys}
+	}
+	var all []float32
+	if rows != nil {
+		all = rows(answer)
+	} else {
+		all = make([]float32, answer)
+	}
+	for i := range out {
+		n := len(out[i].Keys) * h.set.Table(out[i].Table).Config().Dim
+		out[i].Values, all = all[:n:n], all[n:]
+	}
+	return out, nil
+}
+
+// pushBlocks reads a push's row blocks: their gradients as float32
+// (views of the request's bytes where aligned). Call with mu held.
+func (h *tableHost) pushBlocks(in []*pb.RowBlock) ([]RowBlock, error) {
+	out := make([]RowBlock, len(in))
+	for i, b := range in {
+		keys, err := requestKeys(b)
+		if err != nil {
+			return nil, err
 		}
 		v, err := wire.Floats(b.Values)
 		if err != nil {
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
-		out[i].Values = v
+		out[i] = RowBlock{Table: b.Table, Keys: keys, Values: v}
 	}
 	return out, nil
 }
@@ -395,21 +424,23 @@ func keyBytes(b *pb.RowBlock) int {
 // PullRows answers a row pull once the tables are at the request's
 // version (sync), or at once.
 func (s *Server) PullRows(ctx context.Context, req *pb.PullRowsRequest) (*pb.PullRowsResponse, error) {
-	resp, _, err := s.pullRows(ctx, req, true)
+	resp, _, err := s.pullRows(ctx, req, true, nil)
 	return resp, err
 }
 
 // PullRowsNow is PullRows for a pull that need not wait: one of a
 // version the tables are at, or any pull but a sync one. ready is false,
 // and nothing done or counted, when the pull would wait (a data plane
-// then waits in PullRows, watching its client meanwhile).
-func (s *Server) PullRowsNow(req *pb.PullRowsRequest) (resp *pb.PullRowsResponse, ready bool, err error) {
-	return s.pullRows(context.Background(), req, false)
+// then waits in PullRows, watching its client meanwhile). The answer's
+// rows are written into the memory rows returns for their n values
+// (nil: new memory): a data plane's connection lends its own.
+func (s *Server) PullRowsNow(req *pb.PullRowsRequest, rows func(n int) []float32) (resp *pb.PullRowsResponse, ready bool, err error) {
+	return s.pullRows(context.Background(), req, false, rows)
 }
 
 // pullRows is PullRows, waiting for the request's version if wait, else
-// answering not ready.
-func (s *Server) pullRows(ctx context.Context, req *pb.PullRowsRequest, wait bool) (*pb.PullRowsResponse, bool, error) {
+// answering not ready; its rows go into rows' memory (nil: new).
+func (s *Server) pullRows(ctx context.Context, req *pb.PullRowsRequest, wait bool, rows func(n int) []float32) (*pb.PullRowsResponse, bool, error) {
 	start := s.now()
 	h := s.tables
 	h.mu.Lock()
@@ -437,7 +468,7 @@ func (s *Server) pullRows(ctx context.Context, req *pb.PullRowsRequest, wait boo
 		}
 		h.mu.Lock()
 	}
-	resp, sent, err := h.pull(req)
+	resp, sent, err := h.pull(req, rows)
 	h.mu.Unlock()
 	s.countPullRows(req, start, sent)
 	return resp, true, err
@@ -465,10 +496,10 @@ func (h *tableHost) pullReady(req *pb.PullRowsRequest) (bool, error) {
 		h.set.Version() >= req.MinVersion, nil
 }
 
-// pull answers a ready row pull, and the payload's bytes. Call with mu
-// held.
-func (h *tableHost) pull(req *pb.PullRowsRequest) (*pb.PullRowsResponse, int, error) {
-	blocks, err := h.blocks(req.Tables, true)
+// pull answers a ready row pull, its rows in rows' memory (nil: new),
+// and the payload's bytes. Call with mu held.
+func (h *tableHost) pull(req *pb.PullRowsRequest, rows func(n int) []float32) (*pb.PullRowsResponse, int, error) {
+	blocks, err := h.pullBlocks(req.Tables, rows)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -507,7 +538,7 @@ func (s *Server) PushRows(ctx context.Context, req *pb.PushRowsRequest) (*pb.Pus
 	if h.done || (req.Generation != 0 && req.Generation != h.gen) || (w >= 0 && w < len(h.quarantined) && h.quarantined[w]) {
 		return stale, nil // training over, rows of a rolled-back timeline, or of a quarantined worker
 	}
-	blocks, err := h.blocks(req.Tables, false)
+	blocks, err := h.pushBlocks(req.Tables)
 	if err != nil {
 		return nil, err
 	}

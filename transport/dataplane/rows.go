@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	pb "github.com/pstrain/pstrain/proto"
 )
@@ -29,17 +28,29 @@ type RowServer interface {
 
 // RowNowPuller is a RowServer that can also answer a row pull that
 // need not wait without a context (*ps.Server does): ready is false,
-// and nothing done, when the pull would wait.
+// and nothing done, when the pull would wait. The answer's rows are in
+// the memory rows returns for the n values they need (nil: new memory).
 type RowNowPuller interface {
-	PullRowsNow(*pb.PullRowsRequest) (resp *pb.PullRowsResponse, ready bool, err error)
+	PullRowsNow(req *pb.PullRowsRequest, rows func(n int) []float32) (resp *pb.PullRowsResponse, ready bool, err error)
 }
 
 // rowConn is a connection's buffers for row requests: the request's
-// payload read in, and the answer marshalled out. They are the
-// connection's own, not the push budget's (sized for the dense
-// gradient), and kept while they stay within keepRowBytes.
+// payload read in and decoded, the rows of a pull's answer, and the
+// answer written out. They are the connection's own, not the push
+// budget's (sized for the dense gradient), and kept while they stay
+// within keepRowBytes.
 type rowConn struct {
 	in, out []byte
+	dec     rowBlocks
+	rows    []float32
+}
+
+// answerRows is the connection's memory for a pull answer's n values.
+func (r *rowConn) answerRows(n int) []float32 {
+	if cap(r.rows) < n {
+		r.rows = make([]float32, n)
+	}
+	return r.rows[:n]
 }
 
 // keepRowBytes bounds the row buffers a connection keeps between
@@ -58,6 +69,12 @@ func (r *rowConn) trim() {
 	}
 	if cap(r.out) > keepRowBytes {
 		r.out = nil
+	}
+	if 4*cap(r.rows) > keepRowBytes {
+		r.rows = nil
+	}
+	if 4*cap(r.dec.values)+8*cap(r.dec.keys) > keepRowBytes {
+		r.dec = rowBlocks{}
 	}
 }
 
@@ -88,7 +105,7 @@ func (s *Server) serveRows(c net.Conn, rd *bufio.Reader, req request, hdr, shm [
 			return false
 		}
 	case opPushRows:
-		err = s.pushRows(req, rc.in, &resp)
+		err = s.pushRows(req, rc, &resp)
 	}
 	if err != nil {
 		resp, body = errorAnswer(err)
@@ -112,18 +129,18 @@ func (s *Server) pullRows(c net.Conn, rd *bufio.Reader, req request, rc *rowConn
 	if err != nil {
 		return nil, false, err
 	}
-	in := &pb.PullRowsRequest{}
-	if err := proto.Unmarshal(rc.in, in); err != nil {
+	tables, err := rc.dec.decode(rc.in, fieldRequestTables)
+	if err != nil {
 		return nil, false, status.Errorf(codes.InvalidArgument, "a row pull's tables: %v", err)
 	}
-	in.RunId, in.Worker, in.MinVersion, in.Generation = req.runID, req.worker, req.version, req.generation
+	in := &pb.PullRowsRequest{RunId: req.runID, Worker: req.worker, MinVersion: req.version, Generation: req.generation, Tables: tables}
 	var out *pb.PullRowsResponse
 	ready := false
 	if now, ok := rs.(RowNowPuller); ok {
 		// A pull that need not wait needs no watcher (as a dense pull's:
 		// server.go, pull); a sync worker's is of the version its dense
 		// pull just read.
-		out, ready, err = now.PullRowsNow(in)
+		out, ready, err = now.PullRowsNow(in, rc.answerRows)
 	}
 	if !ready && s.watched(c, rd, func(ctx context.Context) { out, err = rs.PullRows(ctx, in) }) {
 		return nil, true, nil
@@ -132,24 +149,21 @@ func (s *Server) pullRows(c net.Conn, rd *bufio.Reader, req request, rc *rowConn
 		return nil, false, err
 	}
 	resp.version, resp.generation, resp.done = out.Version, out.Generation, out.Done
-	rc.out, err = proto.MarshalOptions{}.MarshalAppend(rc.out[:0], &pb.PullRowsResponse{Tables: out.Tables})
-	if err != nil {
-		return nil, false, status.Errorf(codes.Internal, "a row pull's answer: %v", err)
-	}
+	rc.out = appendBlocks(rc.out[:0], fieldResponseTables, out.Tables)
 	return rc.out, false, nil
 }
 
 // pushRows applies or stages a row push.
-func (s *Server) pushRows(req request, payload []byte, resp *response) error {
+func (s *Server) pushRows(req request, rc *rowConn, resp *response) error {
 	rs, err := s.rowServer()
 	if err != nil {
 		return err
 	}
-	in := &pb.PushRowsRequest{}
-	if err := proto.Unmarshal(payload, in); err != nil {
+	tables, err := rc.dec.decode(rc.in, fieldRequestTables)
+	if err != nil {
 		return status.Errorf(codes.InvalidArgument, "a row push's tables: %v", err)
 	}
-	in.RunId, in.Worker, in.Version, in.Generation = req.runID, req.worker, req.version, req.generation
+	in := &pb.PushRowsRequest{RunId: req.runID, Worker: req.worker, Version: req.version, Generation: req.generation, Tables: tables}
 	out, err := rs.PushRows(context.Background(), in)
 	if err != nil {
 		return err
@@ -160,18 +174,18 @@ func (s *Server) pushRows(req request, payload []byte, resp *response) error {
 
 // PullRows is ParameterServerClient.PullRows over the data plane.
 func (c *Client) PullRows(ctx context.Context, in *pb.PullRowsRequest, _ ...grpc.CallOption) (*pb.PullRowsResponse, error) {
-	payload, err := c.rowPayload(&pb.PullRowsRequest{Tables: in.Tables})
-	if err != nil {
-		return nil, err
-	}
+	payload := rowPayload(in.Tables)
 	out := &pb.PullRowsResponse{}
-	err = c.callThen(ctx, request{op: opPullRows, runID: in.RunId, worker: in.Worker, version: in.MinVersion,
+	err := c.callThen(ctx, request{op: opPullRows, runID: in.RunId, worker: in.Worker, version: in.MinVersion,
 		generation: in.Generation}, net.Buffers{payload}, func(resp response, body []byte) error {
-		// (proto.Unmarshal copies what it keeps out of body.)
-		if err := proto.Unmarshal(body, out); err != nil {
+		// (A fresh decoder: the answer's rows are copied out of body
+		// into memory of their own.)
+		var d rowBlocks
+		tables, err := d.decode(body, fieldResponseTables)
+		if err != nil {
 			return status.Errorf(codes.Internal, "data plane: a row pull's answer: %v", err)
 		}
-		out.Version, out.Generation, out.Done = resp.version, resp.generation, resp.done
+		out.Tables, out.Version, out.Generation, out.Done = tables, resp.version, resp.generation, resp.done
 		return nil
 	})
 	if err != nil {
@@ -182,24 +196,15 @@ func (c *Client) PullRows(ctx context.Context, in *pb.PullRowsRequest, _ ...grpc
 
 // PushRows is ParameterServerClient.PushRows over the data plane.
 func (c *Client) PushRows(ctx context.Context, in *pb.PushRowsRequest, _ ...grpc.CallOption) (*pb.PushRowsResponse, error) {
-	payload, err := c.rowPayload(&pb.PushRowsRequest{Tables: in.Tables})
-	if err != nil {
-		return nil, err
-	}
 	resp, _, err := c.call(ctx, request{op: opPushRows, runID: in.RunId, worker: in.Worker, version: in.Version,
-		generation: in.Generation}, net.Buffers{payload}, nil, false)
+		generation: in.Generation}, net.Buffers{rowPayload(in.Tables)}, nil, false)
 	if err != nil {
 		return nil, err
 	}
 	return &pb.PushRowsResponse{Outcome: pb.PushResponse_Outcome(resp.outcome), Version: resp.version, Done: resp.done}, nil
 }
 
-// rowPayload marshals a row request's tables. The caller's call uses
-// them before it returns, so the buffer is the call's own.
-func (c *Client) rowPayload(m proto.Message) ([]byte, error) {
-	b, err := proto.Marshal(m)
-	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "data plane: a row request: %v", err)
-	}
-	return b, nil
+// rowPayload is a row request's payload: its tables, encoded.
+func rowPayload(tables []*pb.RowBlock) []byte {
+	return appendBlocks(make([]byte, 0, blocksSize(fieldRequestTables, tables)), fieldRequestTables, tables)
 }
