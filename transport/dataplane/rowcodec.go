@@ -114,6 +114,10 @@ var errRowPayload = errors.New("not a valid encoding of row blocks")
 // as proto.Unmarshal does.
 func (d *rowBlocks) decode(b []byte, num protowire.Number) ([]*pb.RowBlock, error) {
 	d.keys, d.values = d.keys[:0], d.values[:0]
+	if cap(d.values) < len(b)/4 {
+		// (room for every value the payload can hold: one allocation)
+		d.values = make([]float32, 0, len(b)/4)
+	}
 	n := 0
 	for len(b) > 0 {
 		f, typ, m := protowire.ConsumeTag(b)
@@ -263,11 +267,11 @@ func (d *rowBlocks) copyValues(v []byte) []byte {
 	if len(v)%4 != 0 {
 		return append([]byte(nil), v...)
 	}
-	at := len(d.values)
-	if need := at + len(v)/4; need > cap(d.values) {
-		// Earlier blocks keep the memory they point into.
-		d.values = append(make([]float32, 0, max(need, 2*cap(d.values))), d.values...)
+	if len(d.values)+len(v)/4 > cap(d.values) {
+		// (Earlier blocks keep the memory they point into.)
+		d.values = make([]float32, 0, max(len(v)/4, 2*cap(d.values)))
 	}
+	at := len(d.values)
 	d.values = d.values[:at+len(v)/4]
 	out := wire.Bytes(d.values[at:len(d.values):len(d.values)])
 	copy(out, v)

@@ -295,13 +295,24 @@ func (c *Client) Push(ctx context.Context, step int64, table string, keys []uint
 // gradients), and the keys' bytes.
 func blocksOf(tables []embed.TableRows, dims []int, r request, grads bool) ([]*pb.RowBlock, int) {
 	blks := make([]*pb.RowBlock, len(r.blocks))
+	nk, nv := 0, 0
+	for _, b := range r.blocks {
+		nk, nv = nk+len(b.idx), nv+len(b.idx)*dims[b.t]
+	}
+	allKeys := make([]uint64, nk) // (one array for every block's keys, one for their gradients)
+	var allGrads []float32
+	if grads {
+		allGrads = make([]float32, nv)
+	}
 	keyBytes := 0
 	for i, b := range r.blocks {
 		tr, d := tables[b.t], dims[b.t]
-		ks := make([]uint64, len(b.idx))
+		ks := allKeys[:len(b.idx):len(b.idx)]
+		allKeys = allKeys[len(b.idx):]
 		var gs []float32
 		if grads {
-			gs = make([]float32, 0, len(b.idx)*d)
+			gs = allGrads[: 0 : len(b.idx)*d]
+			allGrads = allGrads[len(b.idx)*d:]
 		}
 		for j, k := range b.idx {
 			ks[j] = tr.Keys[k]
