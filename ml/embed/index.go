@@ -1,5 +1,7 @@
 package embed
 
+import "math"
+
 // index maps a table's keys to their slots. A key's hash picks one of
 // indexParts parts (its top bits), and each part is an open-addressing
 // hash table with linear probing over a power-of-two array of buckets,
@@ -23,6 +25,7 @@ type index struct {
 	parts [indexParts]part
 	n     int    // keys held
 	seed  uint64 // mixed into every hash, so that keys cannot be chosen to collide
+	sink  uint32 // getMany's reads of its records' last lines, kept so that they are made
 }
 
 // part is one of an index's hash tables.
@@ -90,6 +93,44 @@ func (x *index) get(k uint64, recs *column[float32]) (int32, bool) {
 		return -1, false
 	}
 	return p.buckets[i] - 1, true
+}
+
+// getMany is get of every key, into out (-1: not held). Its first pass
+// reads each key's home bucket and its second the record that bucket
+// names, each pass a loop of loads independent of one another, so that
+// the processor overlaps their cache misses (on tables far larger than
+// the caches each is one, and get's two are one after the other); a key
+// whose home bucket names another key's record is probed on as get does.
+func (x *index) getMany(keys []uint64, recs *column[float32], out []int32) {
+	for i, k := range keys {
+		p, h := x.locate(k)
+		if len(p.buckets) == 0 {
+			out[i] = 0
+			continue
+		}
+		out[i] = p.buckets[p.home(h)]
+	}
+	var sink uint32
+	for i, k := range keys {
+		b := out[i]
+		if b == 0 {
+			out[i] = -1
+			continue
+		}
+		rec := recs.at(b - 1)
+		switch {
+		case recordKey(rec) == k:
+			out[i] = b - 1
+			sink ^= math.Float32bits(rec[len(rec)/2]) ^ math.Float32bits(rec[len(rec)-1])
+		default:
+			s, ok := x.get(k, recs)
+			if !ok {
+				s = -1
+			}
+			out[i] = s
+		}
+	}
+	x.sink ^= sink
 }
 
 // put records slot as k's, k not being held (its record already holds

@@ -67,6 +67,9 @@ func TestIndexAgreesWithAMap(t *testing.T) {
 			if x.n != len(want) {
 				t.Fatalf("space %d op %d: %d keys held, want %d", space, op, x.n, len(want))
 			}
+			if op%500 == 0 {
+				checkGetMany(t, &x, &recs, keys, want)
+			}
 		}
 		var slots []int32
 		x.each(func(s int32) { slots = append(slots, s) })
@@ -81,6 +84,23 @@ func TestIndexAgreesWithAMap(t *testing.T) {
 		}
 		if x.remove(1<<62, &recs) {
 			t.Fatalf("space %d: removed a key never held", space)
+		}
+	}
+}
+
+// checkGetMany: getMany of keys (held or not, from an empty index on)
+// gives each its slot in want, -1 for a key not held.
+func checkGetMany(t *testing.T, x *index, recs *column[float32], keys []uint64, want map[uint64]int32) {
+	t.Helper()
+	got := make([]int32, len(keys))
+	x.getMany(keys, recs, got)
+	for i, k := range keys {
+		s, held := want[k]
+		if !held {
+			s = -1
+		}
+		if got[i] != s {
+			t.Fatalf("getMany: key %d at slot %d, want %d", k, got[i], s)
 		}
 	}
 }

@@ -230,13 +230,7 @@ func (t *Table) lookup(keys []uint64) []int32 {
 		t.found = make([]int32, len(keys))
 	}
 	slots := t.found[:len(keys)]
-	for i, k := range keys {
-		s, ok := t.slot(k)
-		if !ok {
-			s = -1
-		}
-		slots[i] = s
-	}
+	t.idx.getMany(keys, &t.rows, slots)
 	return slots
 }
 
@@ -250,10 +244,14 @@ func (t *Table) resolve(keys []uint64, hints []int32) []int32 {
 		t.found = make([]int32, len(keys))
 	}
 	slots := t.found[:len(keys)]
+	var sink uint32
 	for i, k := range keys {
-		if s := hints[i]; s >= 0 && int(s) < t.rows.n && recordKey(t.rows.at(s)) == k {
-			slots[i] = s
-			continue
+		if s := hints[i]; s >= 0 && int(s) < t.rows.n {
+			if rec := t.rows.at(s); recordKey(rec) == k {
+				slots[i] = s
+				sink ^= math.Float32bits(rec[len(rec)/2]) ^ math.Float32bits(rec[len(rec)-1]) // (as getMany)
+				continue
+			}
 		}
 		s, ok := t.slot(k)
 		if !ok {
@@ -261,6 +259,7 @@ func (t *Table) resolve(keys []uint64, hints []int32) []int32 {
 		}
 		slots[i] = s
 	}
+	t.idx.sink ^= sink
 	return slots
 }
 
