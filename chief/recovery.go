@@ -11,6 +11,7 @@ import (
 
 	"github.com/pstrain/pstrain/checkpoint"
 	"github.com/pstrain/pstrain/checkpoint/shardckpt"
+	"github.com/pstrain/pstrain/internal/atomicfile"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/proto/convert"
 	"github.com/pstrain/pstrain/transport/wire"
@@ -270,13 +271,9 @@ func (c *Chief) saveState(st State) {
 		return
 	}
 	b, _ := json.Marshal(st)
-	tmp := c.cfg.StatePath + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err == nil {
-		err = os.Rename(tmp, c.cfg.StatePath)
-		if err == nil {
-			c.saved = st.Seq
-			return
-		}
+	if err := atomicfile.Write(c.cfg.StatePath, b, 0o600); err == nil {
+		c.saved = st.Seq
+		return
 	}
 	c.cfg.Log.Warn("could not save the chief state; a restarted chief will lose the report's history, and no chunk of the data queue is handed out until it can", "path", c.cfg.StatePath)
 }

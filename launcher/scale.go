@@ -13,6 +13,7 @@ import (
 
 	"github.com/pstrain/pstrain/chief"
 	"github.com/pstrain/pstrain/cluster"
+	"github.com/pstrain/pstrain/internal/atomicfile"
 )
 
 // Elastic workers (docs/elastic.md). `pstrain scale --run-dir DIR
@@ -126,28 +127,10 @@ func readScaleStatus(dir string) (ScaleStatus, error) {
 	return st, err
 }
 
-// writeJSON writes v to path atomically, through a temporary file of
-// its own (writers at once do not share one).
+// writeJSON writes v to path atomically.
 func writeJSON(path string, v any) error {
 	b, _ := json.MarshalIndent(v, "", "  ")
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(append(b, '\n'))
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(f.Name(), 0o644)
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		_ = os.Remove(f.Name())
-	}
-	return err
+	return atomicfile.Write(path, append(b, '\n'), 0o644)
 }
 
 // slotSet is one role's elastic count in the launcher (workers, or

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/pstrain/pstrain/internal/atomicfile"
 )
 
 // Every process of a run — the launcher and each task — leaves a pid
@@ -95,11 +97,7 @@ func pidFileName(dir, task string) string {
 
 func writePidFile(dir string, r pidRecord) error {
 	b, _ := json.Marshal(r)
-	tmp := pidFileName(dir, r.Task) + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, pidFileName(dir, r.Task))
+	return atomicfile.Write(pidFileName(dir, r.Task), append(b, '\n'), 0o644)
 }
 
 // findStale returns the processes of dir's pid files that are still

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/pstrain/pstrain/cluster"
+	"github.com/pstrain/pstrain/internal/atomicfile"
 )
 
 // targets keeps the Prometheus file_sd file of a run (<SDDir>/pstrain.json)
@@ -63,9 +64,5 @@ func (t *targets) write() error {
 	if err := os.MkdirAll(t.dir, 0o755); err != nil {
 		return err
 	}
-	tmp := filepath.Join(t.dir, ".pstrain.json.tmp")
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(t.dir, "pstrain.json"))
+	return atomicfile.Write(filepath.Join(t.dir, "pstrain.json"), append(b, '\n'), 0o644)
 }

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pstrain/pstrain/internal/atomicfile"
 	"github.com/pstrain/pstrain/observe/metrics"
 	"github.com/pstrain/pstrain/observe/report"
 )
@@ -202,11 +203,7 @@ func writeOutputs(dir string, rows []Row) error {
 }
 
 func writeAtomic(path string, b []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return fmt.Errorf("sweep: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := atomicfile.Write(path, b, 0o644); err != nil {
 		return fmt.Errorf("sweep: %w", err)
 	}
 	return nil

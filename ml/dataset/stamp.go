@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+
+	"github.com/pstrain/pstrain/internal/atomicfile"
 )
 
 // A verified stamp lets the tasks of a machine share one MD5 check of a
@@ -69,24 +71,9 @@ func writeStamp(path string, fi os.FileInfo, sum string) {
 	}
 	s.MD5 = sum
 	b, _ := json.Marshal(s) // plain values: cannot fail
-	final := stampPath(path)
-	tmp, err := os.CreateTemp(filepath.Dir(final), filepath.Base(final)+".tmp*")
-	if err != nil {
-		return
-	}
-	_, err = tmp.Write(b)
-	if err == nil {
-		err = tmp.Chmod(0o644) // readable by every user's tasks, as the data is
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), final)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-	}
+	// Readable by every user's tasks, as the data is; a stamp not
+	// written is computed again next time.
+	_ = atomicfile.Write(stampPath(path), b, 0o644)
 }
 
 // checkSum checks that the uncompressed content of the data file at path

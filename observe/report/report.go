@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/pstrain/pstrain/internal/atomicfile"
 	"github.com/pstrain/pstrain/observe/bottleneck"
 )
 
@@ -313,7 +314,7 @@ type Wire struct {
 	Steps            int64   `json:"steps"`
 }
 
-// Write stores r as indented JSON, atomically (temp file + rename).
+// Write stores r as indented JSON, atomically.
 func (r *Report) Write(path string) error {
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
@@ -324,11 +325,10 @@ func (r *Report) Write(path string) error {
 			return fmt.Errorf("report: %w", err)
 		}
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+	if err := atomicfile.Write(path, append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
-	return os.Rename(tmp, path)
+	return nil
 }
 
 // Read loads a report.

@@ -33,8 +33,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
+
+	"github.com/pstrain/pstrain/internal/atomicfile"
 )
 
 // Token is a run's secret.
@@ -99,25 +100,8 @@ func EnsureTokenFile(path string) (Token, error) {
 
 // WriteTokenFile writes t to path with mode 0600, atomically.
 func WriteTokenFile(path string, t Token) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("auth: writing the token: %w", err)
+	if err := atomicfile.Write(path, append([]byte(t), '\n'), 0o600); err != nil {
+		return fmt.Errorf("auth: the token: %w", err)
 	}
-	defer os.Remove(f.Name())
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(append([]byte(t), '\n')); err != nil {
-		f.Close()
-		return fmt.Errorf("auth: writing the token: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
+	return nil
 }

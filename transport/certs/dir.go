@@ -1,7 +1,6 @@
 package certs
 
 import (
-	"errors"
 	"fmt"
 	"io/fs"
 	"net"
@@ -9,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/pstrain/pstrain/cluster"
+	"github.com/pstrain/pstrain/internal/atomicfile"
 )
 
 // LoopbackHosts are the names in every task's certificate, so tools and
@@ -160,28 +160,10 @@ func exists(p string) bool {
 	return err == nil
 }
 
-// writeFile replaces path atomically with data and mode perm. The
-// temporary file is created 0600, so a key is never readable by others,
-// not even for a moment.
-func writeFile(path string, data []byte, perm fs.FileMode) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("certs: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			os.Remove(f.Name())
-		}
-	}()
-	_, werr := f.Write(data)
-	cerr := f.Close()
-	if err := errors.Join(werr, cerr); err != nil {
-		return fmt.Errorf("certs: writing %s: %w", path, err)
-	}
-	if err := os.Chmod(f.Name(), perm); err != nil {
-		return fmt.Errorf("certs: %w", err)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
+// writeFile replaces path atomically with data and mode perm (a key is
+// never readable by others, not even for a moment: atomicfile.Write).
+func writeFile(path string, data []byte, perm fs.FileMode) error {
+	if err := atomicfile.Write(path, data, perm); err != nil {
 		return fmt.Errorf("certs: %w", err)
 	}
 	return nil
