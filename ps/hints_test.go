@@ -73,6 +73,9 @@ func syncStepsWithAndWithoutSlots(t *testing.T, admit int) {
 	}
 	for _, c := range cfgs {
 		a, b := hinted.Table(c.Name), plain.Table(c.Name)
+		if a.Hinted() == 0 || b.Hinted() != 0 {
+			t.Fatalf("admit %d, %s: %d keys applied through their pulls' slots, %d without slots; want some, and none", admit, c.Name, a.Hinted(), b.Hinted())
+		}
 		if !slices.Equal(a.Keys(), b.Keys()) || a.Stats() != b.Stats() {
 			t.Fatalf("admit %d, %s: keys %v (%+v) against %v (%+v)", admit, c.Name, a.Keys(), a.Stats(), b.Keys(), b.Stats())
 		}
@@ -168,5 +171,38 @@ func TestAKeptSetTrainsSync(t *testing.T) {
 	}
 	if got := kept.Table("emb/C1").Len(); got != len(mine) {
 		t.Fatalf("the kept set holds %d rows, want its shard's %d", got, len(mine))
+	}
+}
+
+// TestAStepAppliesThroughItsPullsSlots: a sync step whose pushes come in
+// the order of their pull applies every key through the slot the pull
+// found, without the index; pushed in another order, the keys are
+// looked up (a slot is a position's hint, checked against its key).
+func TestAStepAppliesThroughItsPullsSlots(t *testing.T) {
+	cfgs := tableCfgs(0, 0)[:1]
+	c := cfgs[0]
+	ts := newTableSets(t, cfgs, config.Sync, 1)[0]
+	keys := []uint64{5, 9, 2, 40, 7, 11}
+	backward := slices.Clone(keys)
+	slices.Reverse(backward)
+	for step, order := range [][]uint64{keys, backward} {
+		rows := make([]float32, len(keys)*c.Dim)
+		if err := ts.PullBlocks(0, []RowBlock{{Table: c.Name, Keys: keys, Values: rows}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ts.Push(0, int64(step), c.Name, order, make([]float32, len(rows))); err != nil {
+			t.Fatal(err)
+		}
+		before := ts.Table(c.Name).Hinted()
+		if err := ts.Advance(int64(step)+1, []int{0}); err != nil {
+			t.Fatal(err)
+		}
+		want := int64(len(keys))
+		if step == 1 {
+			want = 0
+		}
+		if got := ts.Table(c.Name).Hinted() - before; got != want {
+			t.Errorf("step %d: %d keys applied through their slots, want %d", step, got, want)
+		}
 	}
 }

@@ -235,7 +235,11 @@ func (ts *TableSet) pullAs(worker int, table string, keys []uint64, out []float3
 			continue
 		}
 		st.sighted[k] = struct{}{}
-		if err := st.t.Pull(ts.version, keys[i:i+1], dst); err != nil {
+		var slot []int32
+		if hints != nil {
+			slot = hints[i : i+1]
+		}
+		if err := st.t.PullSlots(ts.version, keys[i:i+1], dst, slot); err != nil {
 			return err
 		}
 	}

@@ -52,7 +52,7 @@ func (w *Worker) ctrNet(spec model.Spec, runID string, psCount int) (worker.Net,
 		}
 		w.closers.add(func() { c.Close() })
 		gc := pb.NewParameterServerClient(c)
-		if w.o.Run.DataPlane != config.TCP || w.o.Run.DataPlanePrivacy == config.Integrity {
+		if !rowsOnDataPlane(w.o.Run) {
 			w.rowConns = append(w.rowConns, gc)
 			continue
 		}
@@ -72,6 +72,13 @@ func (w *Worker) ctrNet(spec model.Spec, runID string, psCount int) (worker.Net,
 		return nil, err
 	}
 	return w.ctr, nil
+}
+
+// rowsOnDataPlane says whether a CTR worker's rows travel on the TCP
+// data plane: with --data-plane tcp, unless --data-plane-privacy
+// integrity would carry their keys in the clear.
+func rowsOnDataPlane(r config.Run) bool {
+	return r.DataPlane == config.TCP && r.DataPlanePrivacy != config.Integrity
 }
 
 // rowsFor is a CTR worker's client of the rows of the first n shards:

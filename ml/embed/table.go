@@ -71,6 +71,7 @@ type Table struct {
 	found    []int32 // lookup's scratch
 	writes   uint64  // rows written, created or dropped (Writes)
 	drops    uint64  // rows dropped (Drops)
+	hinted   int64   // slots taken from hints (Hinted)
 }
 
 // NewTable returns an empty table.
@@ -215,6 +216,10 @@ func (t *Table) PullSlots(step int64, keys []uint64, out []float32, slots []int3
 	return nil
 }
 
+// Hinted counts the keys whose slots PushHinted took from their hints
+// rather than the index, since the table was made.
+func (t *Table) Hinted() int64 { return t.hinted }
+
 // Drops counts the rows the table ever dropped (evicted or not kept):
 // slot hints taken at one count are good while it stays.
 func (t *Table) Drops() uint64 { return t.drops }
@@ -245,10 +250,12 @@ func (t *Table) resolve(keys []uint64, hints []int32) []int32 {
 	}
 	slots := t.found[:len(keys)]
 	var sink uint32
+	var hinted int64
 	for i, k := range keys {
 		if s := hints[i]; s >= 0 && int(s) < t.rows.n {
 			if rec := t.rows.at(s); recordKey(rec) == k {
 				slots[i] = s
+				hinted++
 				sink ^= math.Float32bits(rec[len(rec)/2]) ^ math.Float32bits(rec[len(rec)-1]) // (as getMany)
 				continue
 			}
@@ -260,6 +267,7 @@ func (t *Table) resolve(keys []uint64, hints []int32) []int32 {
 		slots[i] = s
 	}
 	t.idx.sink ^= sink
+	t.hinted += hinted
 	return slots
 }
 
