@@ -21,6 +21,8 @@ import (
 	"github.com/pstrain/pstrain/checkpoint/shardckpt"
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/ml/dataset"
+	"github.com/pstrain/pstrain/ml/embed"
+	"github.com/pstrain/pstrain/ml/model"
 )
 
 const f32 = 4 // bytes per parameter, activation and pixel
@@ -35,25 +37,53 @@ type Footprint struct {
 	Worker float64 // the model and its gradient, the batch's activations, the data set
 }
 
-// Estimate is the footprint of run r on data of shape d.
-func Estimate(r config.Run, d dataset.Shape) Footprint {
-	spec := r.Spec(d.Dim, d.Classes)
+// Estimate is the footprint of run r's model spec on data of shape d
+// (of a CTR model: d.Dim dense fields and d.Classes categorical ones).
+// A CTR model's shards also hold its tables' pre-filled rows
+// (--embedding-prefill; the rows the data creates depend on what its
+// admission and eviction keep, and are not counted), and its workers and
+// chief hold their samples' dense values and keys (32 bits a key at
+// least) rather than images.
+func Estimate(r config.Run, spec model.Spec, d dataset.Shape) Footprint {
 	params, units := float64(spec.NumParams()), 0.0 // weights and biases; activations per sample
 	for _, l := range spec.ConvLayers() {
 		// A CNN block holds its im2col patches, its output and the pooled map.
 		units += float64(l.OutH*l.OutW) * float64(l.K()+l.Out)
 		units += float64(l.PoolH * l.PoolW * l.Out)
 	}
-	for _, n := range append(append([]int{d.Dim}, r.Hidden...), d.Classes) {
+	first := spec.Input
+	if spec.IsCTR() {
+		first = spec.Features()
+	}
+	for _, n := range append(append([]int{first}, spec.Hidden...), spec.Classes) {
 		units += float64(n)
 	}
 	slots := float64(len(shardckpt.SlotNames(r.Optimizer)))
-	data := float64(d.TrainN+d.TestN) * float64(d.Dim) * f32
-	return Footprint{
+	shards := float64(max(1, r.PS))
+	f := Footprint{
 		Chief:  2*params*f32 + float64(d.TestN)*float64(d.Dim)*f32,
-		PS:     (2 + slots) * params * f32 / float64(max(1, r.PS)),
-		Worker: 2*params*f32 + 2*float64(r.Batch)*units*f32 + data,
+		PS:     (2 + slots) * params * f32 / shards,
+		Worker: 2*params*f32 + 2*float64(r.Batch)*units*f32 + float64(d.TrainN+d.TestN)*float64(d.Dim)*f32,
 	}
+	if spec.IsCTR() {
+		sample := float64(spec.Input)*f32 + float64(spec.Fields)*4 + 1 // dense values, keys, the label
+		f.Chief = 2*params*f32 + float64(d.TestN)*sample
+		f.Worker = 2*params*f32 + 2*float64(r.Batch)*units*f32 + float64(d.TrainN)*r.DataFraction/float64(max(1, r.Workers))*sample
+		rule := r.EmbeddingRule()
+		for _, t := range spec.Tables() {
+			f.PS += float64(r.EmbeddingPrefill) * float64(embed.RowBytes(embed.TableConfig{Dim: t.Dim, Rule: rule})) / shards
+		}
+	}
+	return f
+}
+
+// Fewer names the flags that would make run r need less memory, for
+// CheckMemory's error.
+func Fewer(r config.Run) string {
+	if r.EmbeddingPrefill > 0 {
+		return "fewer --embedding-prefill rows, or a smaller --hidden or --batch,"
+	}
+	return "a smaller --hidden or --batch"
 }
 
 // Run is the memory of a whole local cluster (`pstrain run`): the chief,
@@ -62,15 +92,15 @@ func (f Footprint) Run(r config.Run) float64 {
 	return f.Chief + float64(r.PS)*f.PS + float64(r.Workers)*f.Worker
 }
 
-// CheckMemory says, if need bytes are more than avail, what needs them
-// and how much there is. what names the need ("the run (chief, 2 PS, 2
-// workers)").
-func CheckMemory(what string, need float64, avail uint64) error {
+// CheckMemory says, if need bytes are more than avail, what needs them,
+// how much there is and what would need less (fewer: Fewer's). what
+// names the need ("the run (chief, 2 PS, 2 workers)").
+func CheckMemory(what string, need float64, avail uint64, fewer string) error {
 	if need <= float64(avail) {
 		return nil
 	}
-	return fmt.Errorf("%s needs at least %s of memory, but this machine has %s available (MemAvailable + SwapFree in /proc/meminfo); a smaller --hidden or --batch needs less",
-		what, Bytes(need), Bytes(float64(avail)))
+	return fmt.Errorf("%s needs at least %s of memory, but this machine has %s available (MemAvailable + SwapFree in /proc/meminfo); %s needs less",
+		what, Bytes(need), Bytes(float64(avail)), fewer)
 }
 
 // Bytes renders a byte count for people: "1.5 GiB (1610612736 bytes)".

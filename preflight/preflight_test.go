@@ -17,7 +17,7 @@ var mnist = dataset.Shape{TrainN: 60000, TestN: 10000, Dim: 784, Classes: 10}
 func TestEstimate(t *testing.T) {
 	r := config.Default() // 784-800-10, momentum, 2 PS, 2 workers, batch 128
 	params := 784.0*800 + 800 + 800*10 + 10
-	f := Estimate(r, mnist)
+	f := Estimate(r, r.Spec(mnist.Dim, mnist.Classes), mnist)
 	want := Footprint{
 		Chief:  2*params*4 + 10000*784*4,
 		PS:     3 * params * 4 / 2, // parameters, momentum and a gradient, halved
@@ -31,26 +31,26 @@ func TestEstimate(t *testing.T) {
 	}
 	// Adam has two slots, SGD none.
 	r.Optimizer = "adam"
-	if got := Estimate(r, mnist).PS; got != 4*params*4/2 {
+	if got := Estimate(r, r.Spec(mnist.Dim, mnist.Classes), mnist).PS; got != 4*params*4/2 {
 		t.Errorf("adam shard %v", got)
 	}
 	// Absurd sizes do not overflow: terabytes, not garbage.
 	r.Hidden = []int{2000000000}
-	if got := Estimate(r, mnist).Run(r); got < 1e13 || math.IsInf(got, 0) {
+	if got := Estimate(r, r.Spec(mnist.Dim, mnist.Classes), mnist).Run(r); got < 1e13 || math.IsInf(got, 0) {
 		t.Errorf("--hidden 2000000000: %v bytes", got)
 	}
 	r = config.Default()
 	r.Batch = 2000000000
-	if got := Estimate(r, mnist).Worker; got < 2e12 {
+	if got := Estimate(r, r.Spec(mnist.Dim, mnist.Classes), mnist).Worker; got < 2e12 {
 		t.Errorf("--batch 2000000000: worker %v bytes", got)
 	}
 }
 
 func TestCheckMemory(t *testing.T) {
-	if err := CheckMemory("the run", 1<<30, 2<<30); err != nil {
+	if err := CheckMemory("the run", 1<<30, 2<<30, Fewer(config.Default())); err != nil {
 		t.Fatal(err)
 	}
-	err := CheckMemory("the run (chief, 2 PS, 2 workers)", 12.5e12, 20<<30)
+	err := CheckMemory("the run (chief, 2 PS, 2 workers)", 12.5e12, 20<<30, Fewer(config.Default()))
 	if err == nil {
 		t.Fatal("12.5 TB fits in 20 GiB")
 	}
@@ -150,6 +150,34 @@ func TestBytes(t *testing.T) {
 	}
 }
 
+// A CTR model's footprint counts its own parameters (its first layer
+// takes the dense fields and every field's row), its shards the
+// pre-filled rows of each table (key, row and Adagrad state), and its
+// samples' dense values and keys; a run refused for its rows says
+// --embedding-prefill would need less.
+func TestEstimateCTR(t *testing.T) {
+	r := config.Default()
+	r.Model, r.Hidden, r.EmbeddingDim, r.EmbeddingOptimizer, r.EmbeddingPrefill = "ctr", []int{128, 64}, 16, "adagrad", 1_000_000
+	shape := dataset.Shape{TrainN: 400000, TestN: 20000, Dim: 13, Classes: 26}
+	spec := r.CTRSpec(shape.Dim, shape.Classes)
+	features := 13.0 + 26*16
+	params := features*128 + 128 + 128*64 + 64 + 64 + 1
+	sample := 13.0*4 + 26*4 + 1
+	f := Estimate(r, spec, shape)
+	want := Footprint{
+		Chief:  2*params*4 + 20000*sample,
+		PS:     3*params*4/2 + 26*1e6*(16+16+2)*4/2,
+		Worker: 2*params*4 + 2*128*(features+128+64+1)*4 + 400000/2*sample,
+	}
+	if f != want {
+		t.Fatalf("Estimate = %+v, want %+v", f, want)
+	}
+	err := CheckMemory("ps/0", f.PS, 1<<30, Fewer(r))
+	if err == nil || !strings.Contains(err.Error(), "--embedding-prefill") {
+		t.Fatalf("%.0f bytes of rows in 1 GiB: %v; want a refusal naming --embedding-prefill", f.PS, err)
+	}
+}
+
 // A CNN's footprint counts its own parameters (not an MLP's of the same
 // --hidden) and, per sample, each conv block's patches, output and pooled
 // map.
@@ -158,7 +186,7 @@ func TestEstimateCNN(t *testing.T) {
 	r.Model, r.Conv, r.Hidden = "cnn", []int{16, 32}, []int{256}
 	params := 16.0*25 + 16 + 32*400 + 32 + 512*256 + 256 + 256*10 + 10
 	units := 576.0*(25+16) + 144*16 + 64*(400+32) + 16*32 + 784 + 256 + 10
-	f := Estimate(r, mnist)
+	f := Estimate(r, r.Spec(mnist.Dim, mnist.Classes), mnist)
 	want := Footprint{
 		Chief:  2*params*4 + 10000*784*4,
 		PS:     3 * params * 4 / 2,

@@ -57,8 +57,8 @@ func checkRun(r config.Run) (dataset.Shape, error) {
 	}
 	if avail, err := preflight.MemAvailable(procRoot); err == nil {
 		what := fmt.Sprintf("the run (a chief, %s and %d workers, model %s, batch %d)", psText(r), r.Workers, specOf(r, shape), r.Batch)
-		f := preflight.Estimate(r, shape)
-		if err := preflight.CheckMemory(what, f.Run(r)+float64(r.Standbys())*f.PS, avail); err != nil { // a standby holds what its primary does
+		f := preflight.Estimate(r, specOf(r, shape), shape)
+		if err := preflight.CheckMemory(what, f.Run(r)+float64(r.Standbys())*f.PS, avail, preflight.Fewer(r)); err != nil { // a standby holds what its primary does
 			return shape, asUsage(err)
 		}
 	}
@@ -109,10 +109,10 @@ func checkTask(r config.Run, spec cluster.Spec, tk cluster.Task, metricsAddr, da
 	if err != nil {
 		return nil // not Linux: nothing to compare with
 	}
-	f := preflight.Estimate(r, shape)
+	f := preflight.Estimate(r, specOf(r, shape), shape)
 	need := map[string]float64{cluster.Chief: f.Chief, cluster.PS: f.PS, cluster.Standby: f.PS, cluster.Worker: f.Worker}[tk.Type]
 	what := fmt.Sprintf("%s (model %s, batch %d)", tk, specOf(r, shape), r.Batch)
-	return asUsage(preflight.CheckMemory(what, need, avail))
+	return asUsage(preflight.CheckMemory(what, need, avail, preflight.Fewer(r)))
 }
 
 // taskLogger is a task's logger: everything to stderr (its log file

@@ -166,8 +166,14 @@ func (t *Table) slot(k uint64) (int32, bool) { return t.idx.get(k, &t.rows) }
 // memory, with the keys waiting for admission; the key index (index.go,
 // about 8 to 16 bytes a key) is not counted.
 func (t *Table) Bytes() int64 {
-	per := int64(t.cfg.Dim+t.cfg.Rule.StateLen(t.cfg.Dim))*4 + 8 + 8*int64(seenWidth(t.cfg))
-	return int64(t.idx.n)*per + int64(len(t.seen))*seenBytes
+	return int64(t.idx.n)*RowBytes(t.cfg) + int64(len(t.seen))*seenBytes
+}
+
+// RowBytes is what one row of a table of cfg takes in memory: its key,
+// values, optimizer state and (if the table evicts) last sighting; the
+// key index is not counted.
+func RowBytes(cfg TableConfig) int64 {
+	return int64(cfg.Dim+cfg.Rule.StateLen(cfg.Dim))*4 + 8 + 8*int64(seenWidth(cfg))
 }
 
 // Stats returns the table's counters.
