@@ -271,7 +271,10 @@ func (c *Chief) saveState(st State) {
 		return
 	}
 	b, _ := json.Marshal(st)
-	if err := atomicfile.Write(c.cfg.StatePath, b, 0o600); err == nil {
+	// (Not synced: saved from heartbeats, which a slow disk's flushes
+	// would hold up. A killed chief leaves it whole; a crashed machine
+	// may lose the last saves.)
+	if err := atomicfile.Write(c.cfg.StatePath, b, 0o600, atomicfile.Options{}); err == nil {
 		c.saved = st.Seq
 		return
 	}

@@ -130,7 +130,7 @@ func readScaleStatus(dir string) (ScaleStatus, error) {
 // writeJSON writes v to path atomically.
 func writeJSON(path string, v any) error {
 	b, _ := json.MarshalIndent(v, "", "  ")
-	return atomicfile.Write(path, append(b, '\n'), 0o644)
+	return atomicfile.Write(path, append(b, '\n'), 0o644, atomicfile.Options{ExactMode: true})
 }
 
 // slotSet is one role's elastic count in the launcher (workers, or

@@ -97,7 +97,7 @@ func pidFileName(dir, task string) string {
 
 func writePidFile(dir string, r pidRecord) error {
 	b, _ := json.Marshal(r)
-	return atomicfile.Write(pidFileName(dir, r.Task), append(b, '\n'), 0o644)
+	return atomicfile.Write(pidFileName(dir, r.Task), append(b, '\n'), 0o644, atomicfile.Options{})
 }
 
 // findStale returns the processes of dir's pid files that are still

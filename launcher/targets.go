@@ -64,5 +64,5 @@ func (t *targets) write() error {
 	if err := os.MkdirAll(t.dir, 0o755); err != nil {
 		return err
 	}
-	return atomicfile.Write(filepath.Join(t.dir, "pstrain.json"), append(b, '\n'), 0o644)
+	return atomicfile.Write(filepath.Join(t.dir, "pstrain.json"), append(b, '\n'), 0o644, atomicfile.Options{})
 }

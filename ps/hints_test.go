@@ -206,3 +206,37 @@ func TestAStepAppliesThroughItsPullsSlots(t *testing.T) {
 		}
 	}
 }
+
+// TestAStepWithAdmissionAppliesThroughTheFirstPullsSlots: with an
+// admission filter only a step's first pull of a key sights it (and
+// finds its slot); when that was a later worker's, the step's end still
+// applies through it. Keys admitted after 2 sightings: step 0 sights
+// them once, step 1 creates their rows.
+func TestAStepWithAdmissionAppliesThroughTheFirstPullsSlots(t *testing.T) {
+	cfgs := tableCfgs(2, 0)[:1]
+	c := cfgs[0]
+	ts := newTableSets(t, cfgs, config.Sync, 1)[0]
+	keys := []uint64{5, 9, 2, 40}
+	rows := make([]float32, len(keys)*c.Dim)
+	for step := range int64(2) {
+		for _, w := range []int{1, 0} { // worker 1 pulls first
+			if err := ts.PullBlocks(w, []RowBlock{{Table: c.Name, Keys: keys, Values: rows}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for w := range 2 {
+			if _, err := ts.Push(w, step, c.Name, keys, make([]float32, len(rows))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := ts.Advance(step+1, []int{0, 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rows := ts.Table(c.Name).Stats().Rows; rows != len(keys) {
+		t.Fatalf("%d rows after two steps, want %d: the test's admission is not what it means", rows, len(keys))
+	}
+	if got := ts.Table(c.Name).Hinted(); got != int64(len(keys)) {
+		t.Errorf("%d keys applied through their slots, want %d", got, len(keys))
+	}
+}

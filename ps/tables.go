@@ -433,6 +433,10 @@ func (st *tableState) applyStep(version int64, accepted []int) error {
 				sum.keys = append(sum.keys, k)
 				sum.grads = append(sum.grads, make([]float32, d)...)
 				sum.hints = append(sum.hints, g.hints[i])
+			} else if sum.hints[s] < 0 {
+				// (a worker's pull before found no row: with admission,
+				// another's sighting may have created it since)
+				sum.hints[s] = g.hints[i]
 			}
 			dst, src := sum.grads[s*d:(s+1)*d], g.grads[i*d:(i+1)*d]
 			for j := range dst {

@@ -512,7 +512,9 @@ func (h *tableHost) pull(req *pb.PullRowsRequest, rows func(n int) []float32) (*
 	resp := &pb.PullRowsResponse{Version: h.set.Version(), Generation: h.gen, Done: h.done, Tables: make([]*pb.RowBlock, len(blocks))}
 	sent := 0
 	for i, b := range blocks {
-		v := wire.Bytes(b.Values) // (the rows are this request's own)
+		// (A view of the answer's rows: new memory, or what a data-plane
+		// connection lent, which it writes out before its next request.)
+		v := wire.Bytes(b.Values)
 		resp.Tables[i] = &pb.RowBlock{Table: b.Table, Values: v}
 		sent += len(v)
 	}

@@ -15,8 +15,9 @@ func TestWriteReplacesWholeWithItsMode(t *testing.T) {
 	for _, c := range []struct {
 		data string
 		perm os.FileMode
-	}{{"first, longer content", 0o644}, {"second", 0o600}} {
-		if err := Write(path, []byte(c.data), c.perm); err != nil {
+		o    Options
+	}{{"first, longer content", 0o644, Options{ExactMode: true}}, {"second", 0o600, Options{Sync: true, ExactMode: true}}} {
+		if err := Write(path, []byte(c.data), c.perm, c.o); err != nil {
 			t.Fatal(err)
 		}
 		got, err := os.ReadFile(path)
@@ -44,14 +45,14 @@ func TestWriteFailingLeavesTheFileAndNoTemporary(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(path, "inside"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := Write(path, []byte("data"), 0o644); err == nil {
+	if err := Write(path, []byte("data"), 0o644, Options{Sync: true}); err == nil {
 		t.Fatal("replaced a directory holding a file; want an error")
 	}
 	entries, _ := os.ReadDir(dir)
 	if len(entries) != 1 || !entries[0].IsDir() {
 		t.Errorf("the directory holds %v, want the directory alone", entries)
 	}
-	if err := Write(filepath.Join(dir, "missing", "file"), []byte("x"), 0o644); err == nil {
+	if err := Write(filepath.Join(dir, "missing", "file"), []byte("x"), 0o644, Options{}); err == nil {
 		t.Error("wrote into a directory that does not exist; want an error")
 	}
 }

@@ -203,7 +203,7 @@ func writeOutputs(dir string, rows []Row) error {
 }
 
 func writeAtomic(path string, b []byte) error {
-	if err := atomicfile.Write(path, b, 0o644); err != nil {
+	if err := atomicfile.Write(path, b, 0o644, atomicfile.Options{}); err != nil {
 		return fmt.Errorf("sweep: %w", err)
 	}
 	return nil

@@ -73,7 +73,7 @@ func writeStamp(path string, fi os.FileInfo, sum string) {
 	b, _ := json.Marshal(s) // plain values: cannot fail
 	// Readable by every user's tasks, as the data is; a stamp not
 	// written is computed again next time.
-	_ = atomicfile.Write(stampPath(path), b, 0o644)
+	_ = atomicfile.Write(stampPath(path), b, 0o644, atomicfile.Options{ExactMode: true})
 }
 
 // checkSum checks that the uncompressed content of the data file at path

@@ -325,7 +325,7 @@ func (r *Report) Write(path string) error {
 			return fmt.Errorf("report: %w", err)
 		}
 	}
-	if err := atomicfile.Write(path, append(b, '\n'), 0o644); err != nil {
+	if err := atomicfile.Write(path, append(b, '\n'), 0o644, atomicfile.Options{}); err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
 	return nil

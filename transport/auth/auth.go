@@ -100,7 +100,7 @@ func EnsureTokenFile(path string) (Token, error) {
 
 // WriteTokenFile writes t to path with mode 0600, atomically.
 func WriteTokenFile(path string, t Token) error {
-	if err := atomicfile.Write(path, append([]byte(t), '\n'), 0o600); err != nil {
+	if err := atomicfile.Write(path, append([]byte(t), '\n'), 0o600, atomicfile.Options{Sync: true, ExactMode: true}); err != nil {
 		return fmt.Errorf("auth: the token: %w", err)
 	}
 	return nil

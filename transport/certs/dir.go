@@ -163,7 +163,7 @@ func exists(p string) bool {
 // writeFile replaces path atomically with data and mode perm (a key is
 // never readable by others, not even for a moment: atomicfile.Write).
 func writeFile(path string, data []byte, perm fs.FileMode) error {
-	if err := atomicfile.Write(path, data, perm); err != nil {
+	if err := atomicfile.Write(path, data, perm, atomicfile.Options{Sync: true, ExactMode: true}); err != nil {
 		return fmt.Errorf("certs: %w", err)
 	}
 	return nil

@@ -16,8 +16,10 @@ import (
 // This file writes and reads exactly that encoding, without proto's
 // reflection: a shard decodes every row request into its connection's
 // buffers rather than new memory, and writes its answers from them.
-// FuzzRowBlocks checks that proto.Marshal and proto.Unmarshal agree
-// with both directions.
+// FuzzRowBlocks checks that what proto.Unmarshal reads the codec reads
+// alike, and that proto.Unmarshal reads what the codec writes. (The
+// codec skips fields other than the blocks without checking them as
+// proto does: a row request's other fields are in the frame's header.)
 
 // The field numbers of the row messages (proto/pstrain.proto).
 const (
@@ -106,6 +108,16 @@ type rowBlocks struct {
 	blocks []*pb.RowBlock
 	keys   []uint64
 	values []float32
+	room   int // values the payload being decoded can hold
+}
+
+// blockBytes is about what a decoded block takes (a pb.RowBlock and its
+// pointer), for held.
+const blockBytes = 160
+
+// held is about what the decoder's buffers take.
+func (d *rowBlocks) held() int {
+	return 4*cap(d.values) + 8*cap(d.keys) + blockBytes*cap(d.blocks)
 }
 
 var errRowPayload = errors.New("not a valid encoding of row blocks")
@@ -113,12 +125,13 @@ var errRowPayload = errors.New("not a valid encoding of row blocks")
 // decode reads the blocks of field num out of b, skipping other fields
 // as proto.Unmarshal does.
 func (d *rowBlocks) decode(b []byte, num protowire.Number) ([]*pb.RowBlock, error) {
-	d.keys, d.values = d.keys[:0], d.values[:0]
-	if cap(d.values) < len(b)/4 {
-		// (room for every value the payload can hold: one allocation)
-		d.values = make([]float32, 0, len(b)/4)
-	}
+	d.keys, d.values, d.room = d.keys[:0], d.values[:0], len(b)/4
 	n := 0
+	defer func() {
+		for _, blk := range d.blocks[n:] { // (what earlier payloads left: not kept alive)
+			blk.Table, blk.Keys, blk.Values, blk.SmallKeys = "", nil, nil, nil
+		}
+	}()
 	for len(b) > 0 {
 		f, typ, m := protowire.ConsumeTag(b)
 		if m < 0 {
@@ -268,8 +281,9 @@ func (d *rowBlocks) copyValues(v []byte) []byte {
 		return append([]byte(nil), v...)
 	}
 	if len(d.values)+len(v)/4 > cap(d.values) {
-		// (Earlier blocks keep the memory they point into.)
-		d.values = make([]float32, 0, max(len(v)/4, 2*cap(d.values)))
+		// Room for every value the payload can hold, at once. (Earlier
+		// blocks keep the memory they point into.)
+		d.values = make([]float32, 0, max(len(v)/4, d.room, 2*cap(d.values)))
 	}
 	at := len(d.values)
 	d.values = d.values[:at+len(v)/4]

@@ -45,7 +45,9 @@ type rowConn struct {
 	rows    []float32
 }
 
-// answerRows is the connection's memory for a pull answer's n values.
+// answerRows is the connection's memory for a pull answer's n values,
+// which hold the connection's last answer: the shard writes every one
+// (PullSlots and Peek write each row they are asked for).
 func (r *rowConn) answerRows(n int) []float32 {
 	if cap(r.rows) < n {
 		r.rows = make([]float32, n)
@@ -73,7 +75,7 @@ func (r *rowConn) trim() {
 	if 4*cap(r.rows) > keepRowBytes {
 		r.rows = nil
 	}
-	if 4*cap(r.dec.values)+8*cap(r.dec.keys) > keepRowBytes {
+	if r.dec.held() > keepRowBytes {
 		r.dec = rowBlocks{}
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/transport/auth"
+	"github.com/pstrain/pstrain/transport/wire"
 )
 
 // rowBackend is fakeBackend with rows: a pull answers each block's keys
@@ -252,5 +253,97 @@ func TestRowsOfABackendWithoutRows(t *testing.T) {
 	}
 	if _, err := c.Push(ctx, &pb.PushRequest{RunId: "r", Grad: make([]byte, 8)}); err != nil {
 		t.Fatalf("a push after them: %v", err)
+	}
+}
+
+// lendingBackend is rowBackend answering pulls at once in the memory the
+// data plane lends (RowNowPuller): one float32 a key, key+0.5, and the
+// first value's address of each answer.
+type lendingBackend struct {
+	rowBackend
+	lent []*float32
+}
+
+func (b *lendingBackend) PullRowsNow(in *pb.PullRowsRequest, rows func(n int) []float32) (*pb.PullRowsResponse, bool, error) {
+	n := 0
+	for _, t := range in.Tables {
+		n += len(t.Keys)
+	}
+	if rows == nil {
+		return nil, true, status.Error(codes.Internal, "no memory lent for the answer")
+	}
+	all := rows(n)
+	b.mu.Lock()
+	b.lent = append(b.lent, &all[0])
+	b.mu.Unlock()
+	out := &pb.PullRowsResponse{Version: in.MinVersion}
+	for _, t := range in.Tables {
+		v := all[:len(t.Keys)]
+		all = all[len(t.Keys):]
+		for i, k := range t.Keys {
+			v[i] = float32(k) + 0.5
+		}
+		out.Tables = append(out.Tables, &pb.RowBlock{Table: t.Table, Values: wire.Bytes(v)})
+	}
+	return out, true, nil
+}
+
+// TestRowPullsAnswerInTheConnectionsMemory: a shard that can answer at
+// once writes a pull's rows into memory its connection lends, the same
+// from one pull to the next, and each answer the client holds stays
+// its own when the next overwrites that memory.
+func TestRowPullsAnswerInTheConnectionsMemory(t *testing.T) {
+	b := &lendingBackend{rowBackend: rowBackend{waited: make(chan context.Context, 1)}}
+	keys := auth.NewKeyring(auth.Token("the run's token, thirty-two bytes or more"))
+	addr, _ := startAuth(t, b, keys, 1<<20)
+	c := signed(addr, keys, auth.RoleWorker, 0, 1<<20)
+	defer c.Close()
+	ctx := context.Background()
+	var answers []*pb.PullRowsResponse
+	for _, keys := range [][]uint64{{1, 2, 3}, {7, 8}} {
+		got, err := c.PullRows(ctx, &pb.PullRowsRequest{RunId: "r", Tables: []*pb.RowBlock{{Table: "emb/C1", Keys: keys}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		answers = append(answers, got)
+	}
+	for i, want := range [][]float32{{1.5, 2.5, 3.5}, {7.5, 8.5}} {
+		if got, err := wire.Floats(answers[i].Tables[0].Values); err != nil || !slices.Equal(got, want) {
+			t.Errorf("pull %d answered %v (%v), want %v", i, got, err, want)
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.lent) != 2 || b.lent[0] != b.lent[1] {
+		t.Errorf("the connection lent %v for its two answers, want the same memory twice", b.lent)
+	}
+}
+
+// TestRowConnKeepsLittle: after a request whose decoding or answer took
+// more than keepRowBytes (here a payload of 2-byte empty blocks, each a
+// decoded block), the connection lets its buffers go.
+func TestRowConnKeepsLittle(t *testing.T) {
+	var rc rowConn
+	empty := make([]*pb.RowBlock, keepRowBytes/blockBytes+1)
+	for i := range empty {
+		empty[i] = &pb.RowBlock{}
+	}
+	payload := appendBlocks(nil, fieldRequestTables, empty)
+	if _, err := rc.dec.decode(payload, fieldRequestTables); err != nil {
+		t.Fatal(err)
+	}
+	rc.answerRows(keepRowBytes/4 + 1)
+	rc.trim()
+	if rc.dec.held() != 0 || rc.rows != nil {
+		t.Errorf("kept %d bytes of decoding and %d answer values", rc.dec.held(), cap(rc.rows))
+	}
+	small := appendBlocks(nil, fieldRequestTables, []*pb.RowBlock{{Table: "emb/C1", SmallKeys: []uint64{1, 2}, Values: make([]byte, 8)}})
+	if _, err := rc.dec.decode(small, fieldRequestTables); err != nil {
+		t.Fatal(err)
+	}
+	rc.answerRows(2)
+	rc.trim()
+	if rc.dec.held() == 0 || rc.rows == nil {
+		t.Error("a small request's buffers were let go: they are kept for the next")
 	}
 }
