@@ -59,6 +59,11 @@ type Client struct {
 	noShm   bool        // the server refused a region or cannot take one: do not offer again
 	shmFit  int         // the largest payload seen: the next region holds it
 	shmRd   bytes.Reader
+
+	// Row requests' buffers (rows.go): the payload written out and the
+	// answer decoded, kept while within keepRowBytes.
+	rowOut []byte
+	rowDec rowBlocks
 }
 
 // NewClient returns a client that finds its server with resolve. With a
@@ -278,18 +283,6 @@ func (c *Client) call(ctx context.Context, req request, payload net.Buffers, dst
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.callLocked(ctx, req, payload, dst, view)
-}
-
-// callThen is call with use run on its answer before the client's next
-// call can reuse the buffer the payload is in: use must not keep it.
-func (c *Client) callThen(ctx context.Context, req request, payload net.Buffers, use func(response, []byte) error) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	resp, body, err := c.callLocked(ctx, req, payload, nil, false)
-	if err != nil {
-		return err
-	}
-	return use(resp, body)
 }
 
 // callLocked is call with the client's lock held.

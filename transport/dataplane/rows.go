@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -174,20 +175,17 @@ func (s *Server) pushRows(req request, rc *rowConn, resp *response) error {
 	return nil
 }
 
-// PullRows is ParameterServerClient.PullRows over the data plane.
+// PullRows is ParameterServerClient.PullRows over the data plane. The
+// answer's rows are in memory of their own.
 func (c *Client) PullRows(ctx context.Context, in *pb.PullRowsRequest, _ ...grpc.CallOption) (*pb.PullRowsResponse, error) {
-	payload := rowPayload(in.Tables)
-	out := &pb.PullRowsResponse{}
-	err := c.callThen(ctx, request{op: opPullRows, runID: in.RunId, worker: in.Worker, version: in.MinVersion,
-		generation: in.Generation}, net.Buffers{payload}, func(resp response, body []byte) error {
-		// (A fresh decoder: the answer's rows are copied out of body
-		// into memory of their own.)
-		var d rowBlocks
-		tables, err := d.decode(body, fieldResponseTables)
-		if err != nil {
-			return status.Errorf(codes.Internal, "data plane: a row pull's answer: %v", err)
+	var out *pb.PullRowsResponse
+	err := c.PullRowsPlaced(ctx, in, func(resp *pb.PullRowsResponse) error {
+		out = &pb.PullRowsResponse{Version: resp.Version, Generation: resp.Generation, Done: resp.Done,
+			Tables: make([]*pb.RowBlock, len(resp.Tables))}
+		for i, t := range resp.Tables {
+			out.Tables[i] = &pb.RowBlock{Table: t.Table, Keys: slices.Clone(t.Keys), Values: slices.Clone(t.Values),
+				SmallKeys: slices.Clone(t.SmallKeys)}
 		}
-		out.Tables, out.Version, out.Generation, out.Done = tables, resp.version, resp.generation, resp.done
 		return nil
 	})
 	if err != nil {
@@ -196,17 +194,56 @@ func (c *Client) PullRows(ctx context.Context, in *pb.PullRowsRequest, _ ...grpc
 	return out, nil
 }
 
+// PullRowsPlaced is PullRows handing the answer to place while its rows
+// are still in the client's buffers, which the client's next call
+// reuses: place must copy what it keeps (rowclient places the rows
+// where its caller wants them). An error of place is the call's.
+func (c *Client) PullRowsPlaced(ctx context.Context, in *pb.PullRowsRequest, place func(*pb.PullRowsResponse) error) error {
+	return c.rowCall(ctx, request{op: opPullRows, runID: in.RunId, worker: in.Worker, version: in.MinVersion,
+		generation: in.Generation}, in.Tables, func(resp response, body []byte) error {
+		tables, err := c.rowDec.decode(body, fieldResponseTables)
+		if err != nil {
+			return status.Errorf(codes.Internal, "data plane: a row pull's answer: %v", err)
+		}
+		return place(&pb.PullRowsResponse{Tables: tables, Version: resp.version, Generation: resp.generation, Done: resp.done})
+	})
+}
+
 // PushRows is ParameterServerClient.PushRows over the data plane.
 func (c *Client) PushRows(ctx context.Context, in *pb.PushRowsRequest, _ ...grpc.CallOption) (*pb.PushRowsResponse, error) {
-	resp, _, err := c.call(ctx, request{op: opPushRows, runID: in.RunId, worker: in.Worker, version: in.Version,
-		generation: in.Generation}, net.Buffers{rowPayload(in.Tables)}, nil, false)
+	var out *pb.PushRowsResponse
+	err := c.rowCall(ctx, request{op: opPushRows, runID: in.RunId, worker: in.Worker, version: in.Version,
+		generation: in.Generation}, in.Tables, func(resp response, _ []byte) error {
+		out = &pb.PushRowsResponse{Outcome: pb.PushResponse_Outcome(resp.outcome), Version: resp.version, Done: resp.done}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	return &pb.PushRowsResponse{Outcome: pb.PushResponse_Outcome(resp.outcome), Version: resp.version, Done: resp.done}, nil
+	return out, nil
 }
 
-// rowPayload is a row request's payload: its tables, encoded.
-func rowPayload(tables []*pb.RowBlock) []byte {
-	return appendBlocks(make([]byte, 0, blocksSize(fieldRequestTables, tables)), fieldRequestTables, tables)
+// rowCall makes a row request of tables under the client's lock, its
+// payload written into the client's buffer, and runs use on the answer
+// before the lock is released.
+func (c *Client) rowCall(ctx context.Context, req request, tables []*pb.RowBlock, use func(response, []byte) error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	defer c.trimRows()
+	c.rowOut = appendBlocks(c.rowOut[:0], fieldRequestTables, tables)
+	resp, body, err := c.callLocked(ctx, req, net.Buffers{c.rowOut}, nil, false)
+	if err != nil {
+		return err
+	}
+	return use(resp, body)
+}
+
+// trimRows drops row buffers grown past keepRowBytes. Call with mu held.
+func (c *Client) trimRows() {
+	if cap(c.rowOut) > keepRowBytes {
+		c.rowOut = nil
+	}
+	if c.rowDec.held() > keepRowBytes {
+		c.rowDec = rowBlocks{}
+	}
 }

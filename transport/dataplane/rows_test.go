@@ -288,16 +288,24 @@ func (b *lendingBackend) PullRowsNow(in *pb.PullRowsRequest, rows func(n int) []
 	return out, true, nil
 }
 
+// lendingServer is a server of a lendingBackend, and worker 0's client
+// of it.
+func lendingServer(t *testing.T) (*lendingBackend, *Client) {
+	t.Helper()
+	b := &lendingBackend{rowBackend: rowBackend{waited: make(chan context.Context, 1)}}
+	keys := auth.NewKeyring(auth.Token("the run's token, thirty-two bytes or more"))
+	addr, _ := startAuth(t, b, keys, 1<<20)
+	c := signed(addr, keys, auth.RoleWorker, 0, 1<<20)
+	t.Cleanup(func() { c.Close() })
+	return b, c
+}
+
 // TestRowPullsAnswerInTheConnectionsMemory: a shard that can answer at
 // once writes a pull's rows into memory its connection lends, the same
 // from one pull to the next, and each answer the client holds stays
 // its own when the next overwrites that memory.
 func TestRowPullsAnswerInTheConnectionsMemory(t *testing.T) {
-	b := &lendingBackend{rowBackend: rowBackend{waited: make(chan context.Context, 1)}}
-	keys := auth.NewKeyring(auth.Token("the run's token, thirty-two bytes or more"))
-	addr, _ := startAuth(t, b, keys, 1<<20)
-	c := signed(addr, keys, auth.RoleWorker, 0, 1<<20)
-	defer c.Close()
+	b, c := lendingServer(t)
 	ctx := context.Background()
 	var answers []*pb.PullRowsResponse
 	for _, keys := range [][]uint64{{1, 2, 3}, {7, 8}} {
@@ -345,5 +353,34 @@ func TestRowConnKeepsLittle(t *testing.T) {
 	rc.trim()
 	if rc.dec.held() == 0 || rc.rows == nil {
 		t.Error("a small request's buffers were let go: they are kept for the next")
+	}
+}
+
+// TestRowPullPlacedHandsTheAnswerOver: PullRowsPlaced gives place the
+// answer PullRows would, and place's error is the call's.
+func TestRowPullPlacedHandsTheAnswerOver(t *testing.T) {
+	_, c := lendingServer(t)
+	ctx := context.Background()
+	req := &pb.PullRowsRequest{RunId: "r", MinVersion: 4, Tables: []*pb.RowBlock{{Table: "emb/C1", Keys: []uint64{2, 6}}, {Table: "emb/C2", SmallKeys: []uint64{9}}}}
+	want, err := c.PullRows(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var placed bool
+	if err := c.PullRowsPlaced(ctx, req, func(got *pb.PullRowsResponse) error {
+		placed = true
+		if !proto.Equal(got, want) {
+			t.Errorf("placed %v, PullRows answered %v", got, want)
+		}
+		return nil
+	}); err != nil || !placed {
+		t.Fatalf("placed %t: %v", placed, err)
+	}
+	refused := status.Error(codes.DataLoss, "rows of the wrong length")
+	if err := c.PullRowsPlaced(ctx, req, func(*pb.PullRowsResponse) error { return refused }); err != refused {
+		t.Errorf("place's error %v came back as %v", refused, err)
+	}
+	if _, err := c.PullRows(ctx, req); err != nil {
+		t.Errorf("a pull after place's error: %v", err)
 	}
 }

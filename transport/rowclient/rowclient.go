@@ -47,6 +47,13 @@ type Shard interface {
 	PushRows(ctx context.Context, in *pb.PushRowsRequest, opts ...grpc.CallOption) (*pb.PushRowsResponse, error)
 }
 
+// Placer is a Shard that can hand a pull's answer to a function while
+// its rows are still in the shard client's buffers (dataplane.Client):
+// the rows are then copied once, into the caller's.
+type Placer interface {
+	PullRowsPlaced(ctx context.Context, in *pb.PullRowsRequest, place func(*pb.PullRowsResponse) error) error
+}
+
 // Config is what a Client needs.
 type Config struct {
 	// Shards are the parameter servers, by shard index.
@@ -341,16 +348,28 @@ func (c *Client) PullTables(ctx context.Context, step int64, tables []embed.Tabl
 	return c.each(ctx, reqs, func(ctx context.Context, r request) error {
 		blks, keyBytes := blocksOf(tables, dims, r, false)
 		req := &pb.PullRowsRequest{RunId: c.cfg.RunID, Worker: c.cfg.Worker, Generation: c.gen.Load(), MinVersion: step, Tables: blks}
-		resp, err := c.cfg.Shards[r.shard].PullRows(ctx, req)
+		var got int
+		done := false
+		place := func(resp *pb.PullRowsResponse) error {
+			var err error
+			got, err = placeRows(tables, dims, r, resp.Tables)
+			done = resp.Done
+			return err
+		}
+		var err error
+		if p, ok := c.cfg.Shards[r.shard].(Placer); ok {
+			err = p.PullRowsPlaced(ctx, req, place)
+		} else {
+			var resp *pb.PullRowsResponse
+			if resp, err = c.cfg.Shards[r.shard].PullRows(ctx, req); err == nil {
+				err = place(resp)
+			}
+		}
 		if err != nil {
 			return fmt.Errorf("pull of %d rows of %s: %w", r.keys(), describe(tables, r), err)
 		}
-		got, err := placeRows(tables, dims, r, resp.Tables)
-		if err != nil {
-			return err
-		}
 		c.count(r.shard, r.keys(), 0, keyBytes, got, false)
-		if resp.Done && c.cfg.Worker >= 0 { // the chief reads the final model's rows
+		if done && c.cfg.Worker >= 0 { // the chief reads the final model's rows
 			return ErrDone
 		}
 		return nil
