@@ -1,6 +1,9 @@
 package embed
 
-import "math"
+import (
+	"cmp"
+	"math"
+)
 
 // index maps a table's keys to their slots. A key's hash picks one of
 // indexParts parts (its top bits), and each part is an open-addressing
@@ -26,6 +29,40 @@ type index struct {
 	n     int    // keys held
 	seed  uint64 // mixed into every hash, so that keys cannot be chosen to collide
 	sink  uint32 // getMany's reads of its records' last lines, kept so that they are made
+	// untagged: a slot reached tagLimit, and buckets hold slots alone.
+	untagged bool
+	tagLimit int32 // the first slot too large for a tagged bucket (0: maxTaggedSlot)
+}
+
+// A bucket holds its slot plus one in its low slotBits bits and, while
+// every slot fits there, 7 bits of its key's hash above them (its tag):
+// a probe reads the record of a bucket only when the tag is the key's,
+// which spares the cache miss of most records it passes. Once a table
+// holds a slot of maxTaggedSlot or more (16.7 million rows on one
+// shard), its index is rebuilt without tags.
+const (
+	slotBits      = 24
+	slotMask      = 1<<slotBits - 1
+	tagMask       = 0x7f
+	maxTaggedSlot = slotMask - 1
+)
+
+// tagging is what a bucket holding a key of hash bits h (locate's)
+// holds above its slot (want) and the bits that hold it (mask), both 0
+// once untagged.
+func (x *index) tagging(h uint64) (want, mask int32) {
+	if x.untagged {
+		return 0, 0
+	}
+	return int32((h>>partBits)&tagMask) << slotBits, ^int32(slotMask)
+}
+
+// slotOf is the slot a bucket holds.
+func (x *index) slotOf(b int32) int32 {
+	if x.untagged {
+		return b - 1
+	}
+	return b&slotMask - 1
 }
 
 // part is one of an index's hash tables.
@@ -68,18 +105,19 @@ func (x *index) locate(k uint64) (*part, uint64) {
 func (p *part) home(h uint64) int { return int(h >> p.shift) }
 
 // find is the bucket of p holding k, or -1; recs is the table's
-// records, whose first words hold their keys (recordKey).
-func (p *part) find(k, h uint64, recs *column[float32]) int {
+// records, whose first words hold their keys (recordKey); want and mask
+// are k's tagging.
+func (p *part) find(k, h uint64, recs *column[float32], want, mask int32) int {
 	if p.n == 0 {
 		return -1
 	}
-	mask := len(p.buckets) - 1
-	for i := p.home(h); ; i = (i + 1) & mask {
+	wrap := len(p.buckets) - 1
+	for i := p.home(h); ; i = (i + 1) & wrap {
 		b := p.buckets[i]
 		if b == 0 {
 			return -1
 		}
-		if recordKey(recs.at(b-1)) == k {
+		if b&mask == want && recordKey(recs.at(b&^mask-1)) == k {
 			return i
 		}
 	}
@@ -88,27 +126,39 @@ func (p *part) find(k, h uint64, recs *column[float32]) int {
 // get is k's slot.
 func (x *index) get(k uint64, recs *column[float32]) (int32, bool) {
 	p, h := x.locate(k)
-	i := p.find(k, h, recs)
+	want, mask := x.tagging(h)
+	i := p.find(k, h, recs, want, mask)
 	if i < 0 {
 		return -1, false
 	}
-	return p.buckets[i] - 1, true
+	return p.buckets[i]&^mask - 1, true
 }
 
 // getMany is get of every key, into out (-1: not held). Its first pass
 // reads each key's home bucket and its second the record that bucket
-// names, each pass a loop of loads independent of one another, so that
-// the processor overlaps their cache misses (on tables far larger than
-// the caches each is one, and get's two are one after the other); a key
-// whose home bucket names another key's record is probed on as get does.
+// names, if the bucket's tag is the key's, each pass a loop of loads
+// independent of one another, so that the processor overlaps their
+// cache misses (on tables far larger than the caches each is one, and
+// get's two are one after the other); a key whose home bucket names
+// another key is probed on as get does. The second pass also reads its
+// records' middle and last words, so that the rows' work finds every
+// line of the record in the cache.
 func (x *index) getMany(keys []uint64, recs *column[float32], out []int32) {
+	// out[i] after the first pass: the slot the home bucket names, plus
+	// one; 0: the bucket is empty; -1: it names another key (its tag).
 	for i, k := range keys {
 		p, h := x.locate(k)
 		if len(p.buckets) == 0 {
 			out[i] = 0
 			continue
 		}
-		out[i] = p.buckets[p.home(h)]
+		want, mask := x.tagging(h)
+		switch b := p.buckets[p.home(h)]; {
+		case b == 0 || b&mask == want:
+			out[i] = b &^ mask
+		default:
+			out[i] = -1
+		}
 	}
 	var sink uint32
 	for i, k := range keys {
@@ -117,9 +167,12 @@ func (x *index) getMany(keys []uint64, recs *column[float32], out []int32) {
 			out[i] = -1
 			continue
 		}
-		rec := recs.at(b - 1)
+		var rec []float32
+		if b > 0 {
+			rec = recs.at(b - 1)
+		}
 		switch {
-		case recordKey(rec) == k:
+		case rec != nil && recordKey(rec) == k:
 			out[i] = b - 1
 			sink ^= math.Float32bits(rec[len(rec)/2]) ^ math.Float32bits(rec[len(rec)-1])
 		default:
@@ -136,24 +189,55 @@ func (x *index) getMany(keys []uint64, recs *column[float32], out []int32) {
 // put records slot as k's, k not being held (its record already holds
 // k), growing k's part first if it is half full.
 func (x *index) put(k uint64, slot int32, recs *column[float32]) {
+	if limit := cmp.Or(x.tagLimit, maxTaggedSlot); !x.untagged && slot >= limit {
+		x.untag(recs)
+	}
 	p, h := x.locate(k)
 	if (p.n+1)*2 > len(p.buckets) {
 		x.grow(p, recs)
 	}
-	p.place(h, slot)
+	p.place(h, x.bucket(slot, h))
 	p.n++
 	x.n++
 }
 
-// place writes slot into the first empty bucket of the probe of hash
+// bucket is what a bucket holding slot, of a key of hash bits h, holds.
+func (x *index) bucket(slot int32, h uint64) int32 {
+	want, _ := x.tagging(h)
+	return slot + 1 | want
+}
+
+// place writes bucket b into the first empty bucket of the probe of hash
 // bits h.
-func (p *part) place(h uint64, slot int32) {
-	mask := len(p.buckets) - 1
+func (p *part) place(h uint64, b int32) {
+	wrap := len(p.buckets) - 1
 	i := p.home(h)
 	for p.buckets[i] != 0 {
-		i = (i + 1) & mask
+		i = (i + 1) & wrap
 	}
-	p.buckets[i] = slot + 1
+	p.buckets[i] = b
+}
+
+// untag rebuilds every part without tags: a slot no longer fits beside
+// one.
+func (x *index) untag(recs *column[float32]) {
+	slots := make([][]int32, len(x.parts))
+	for i := range x.parts {
+		for _, b := range x.parts[i].buckets {
+			if b != 0 {
+				slots[i] = append(slots[i], x.slotOf(b))
+			}
+		}
+	}
+	x.untagged = true
+	for i := range x.parts {
+		p := &x.parts[i]
+		clear(p.buckets)
+		for _, s := range slots[i] {
+			_, h := x.locate(recordKey(recs.at(s)))
+			p.place(h, x.bucket(s, h))
+		}
+	}
 }
 
 // grow moves p's keys into an array twice the size.
@@ -172,8 +256,9 @@ func (x *index) growTo(p *part, size int, recs *column[float32]) {
 	}
 	for _, b := range old {
 		if b != 0 {
-			_, h := x.locate(recordKey(recs.at(b - 1)))
-			p.place(h, b-1)
+			s := x.slotOf(b)
+			_, h := x.locate(recordKey(recs.at(s)))
+			p.place(h, x.bucket(s, h))
 		}
 	}
 }
@@ -201,15 +286,16 @@ func (x *index) reserve(n int, recs *column[float32]) {
 // first, so no probe meets a hole before its key.
 func (x *index) remove(k uint64, recs *column[float32]) bool {
 	p, h := x.locate(k)
-	i := p.find(k, h, recs)
+	want, mask := x.tagging(h)
+	i := p.find(k, h, recs, want, mask)
 	if i < 0 {
 		return false
 	}
-	mask := len(p.buckets) - 1
-	for j := (i + 1) & mask; p.buckets[j] != 0; j = (j + 1) & mask {
+	wrap := len(p.buckets) - 1
+	for j := (i + 1) & wrap; p.buckets[j] != 0; j = (j + 1) & wrap {
 		// The entry at j may fill the hole at i unless its home lies
 		// cyclically in (i, j]: its probe would not reach i.
-		_, hj := x.locate(recordKey(recs.at(p.buckets[j] - 1)))
+		_, hj := x.locate(recordKey(recs.at(x.slotOf(p.buckets[j]))))
 		hm := p.home(hj)
 		if (j > i && (hm <= i || hm > j)) || (j < i && hm <= i && hm > j) {
 			p.buckets[i] = p.buckets[j]
@@ -227,7 +313,7 @@ func (x *index) each(f func(slot int32)) {
 	for i := range x.parts {
 		for _, b := range x.parts[i].buckets {
 			if b != 0 {
-				f(b - 1)
+				f(x.slotOf(b))
 			}
 		}
 	}

@@ -42,10 +42,14 @@ func TestIndexAgreesWithAMap(t *testing.T) {
 	for i := range anyPart {
 		anyPart[i] = uint64(i) << 20
 	}
-	for _, keys := range [][]uint64{onePart(12), onePart(40), onePart(1000), anyPart} {
+	for _, c := range []struct {
+		keys  []uint64
+		limit int32 // tagLimit: a slot this large rebuilds the index untagged
+	}{{onePart(12), 0}, {onePart(40), 0}, {onePart(1000), 0}, {anyPart, 0}, {onePart(1000), 300}, {anyPart, 300}} {
+		keys := c.keys
 		space := uint64(len(keys))
 		rng := rand.New(rand.NewPCG(space, 7))
-		var x index
+		x := index{tagLimit: c.limit}
 		recs := newColumn[float32](keyWords)
 		want := map[uint64]int32{}
 		var free []int32
@@ -84,6 +88,9 @@ func TestIndexAgreesWithAMap(t *testing.T) {
 		}
 		if x.remove(1<<62, &recs) {
 			t.Fatalf("space %d: removed a key never held", space)
+		}
+		if want := c.limit > 0; x.untagged != want {
+			t.Fatalf("space %d, tag limit %d: untagged %t, want %t", space, c.limit, x.untagged, want)
 		}
 	}
 }
