@@ -8,13 +8,13 @@ import (
 // index maps a table's keys to their slots. A key's hash picks one of
 // indexParts parts (its top bits), and each part is an open-addressing
 // hash table with linear probing over a power-of-two array of buckets,
-// each holding a slot plus one (0: empty), and no keys: a probe compares
-// the key asked for with the key at the start of the slot's record, the
-// record the caller reads next. A bucket is 4 bytes, so a key costs 8 to
-// 16 bytes of index while the arrays grow (each is kept at most half
-// full, so that a probe for a key not held, which reads the record of
-// every bucket it passes, passes 2.5 on average), where a Go
-// map[uint64]int32 took 39. The arrays never shrink: after evictions a
+// each holding a slot plus one (0: empty) and a 7-bit tag of its key's
+// hash, and no keys: a probe compares the key asked for with the key at
+// the start of the slot's record, the record the caller reads next, for
+// the buckets whose tag is the key's. A bucket is 4 bytes, so a key
+// costs 8 to 16 bytes of index while the arrays grow (each is kept at
+// most half full, so that a probe for a key not held passes 2.5 buckets
+// on average), where a Go map[uint64]int32 took 39. The arrays never shrink: after evictions a
 // key costs more. Deletion shifts the entries after the deleted one back
 // (no tombstones), so lookups never slow down with evictions. A part
 // grows on its own, when a key would fill it, and rebuilding it reads
