@@ -31,20 +31,20 @@ type index struct {
 	sink  uint32 // getMany's reads of its records' last lines, kept so that they are made
 	// untagged: a slot reached tagLimit, and buckets hold slots alone.
 	untagged bool
-	tagLimit int32 // the first slot too large for a tagged bucket (0: maxTaggedSlot)
+	tagLimit int32 // the first slot stored untagged (0: untaggedFrom)
 }
 
 // A bucket holds its slot plus one in its low slotBits bits and, while
 // every slot fits there, 7 bits of its key's hash above them (its tag):
 // a probe reads the record of a bucket only when the tag is the key's,
 // which spares the cache miss of most records it passes. Once a table
-// holds a slot of maxTaggedSlot or more (16.7 million rows on one
-// shard), its index is rebuilt without tags.
+// holds a slot of untaggedFrom or more (16.7 million rows on one shard),
+// its buckets lose their tags.
 const (
-	slotBits      = 24
-	slotMask      = 1<<slotBits - 1
-	tagMask       = 0x7f
-	maxTaggedSlot = slotMask - 1
+	slotBits     = 24
+	slotMask     = 1<<slotBits - 1
+	tagMask      = 0x7f
+	untaggedFrom = slotMask // the first slot whose slot+1 does not fit in slotBits
 )
 
 // tagging is what a bucket holding a key of hash bits h (locate's)
@@ -189,8 +189,8 @@ func (x *index) getMany(keys []uint64, recs *column[float32], out []int32) {
 // put records slot as k's, k not being held (its record already holds
 // k), growing k's part first if it is half full.
 func (x *index) put(k uint64, slot int32, recs *column[float32]) {
-	if limit := cmp.Or(x.tagLimit, maxTaggedSlot); !x.untagged && slot >= limit {
-		x.untag(recs)
+	if limit := cmp.Or(x.tagLimit, untaggedFrom); !x.untagged && slot >= limit {
+		x.untag()
 	}
 	p, h := x.locate(k)
 	if (p.n+1)*2 > len(p.buckets) {
@@ -218,26 +218,16 @@ func (p *part) place(h uint64, b int32) {
 	p.buckets[i] = b
 }
 
-// untag rebuilds every part without tags: a slot no longer fits beside
-// one.
-func (x *index) untag(recs *column[float32]) {
-	slots := make([][]int32, len(x.parts))
+// untag drops every bucket's tag: a slot no longer fits beside one.
+// A bucket's place does not depend on its tag, so the probes stay as
+// they were.
+func (x *index) untag() {
 	for i := range x.parts {
-		for _, b := range x.parts[i].buckets {
-			if b != 0 {
-				slots[i] = append(slots[i], x.slotOf(b))
-			}
+		for j, b := range x.parts[i].buckets {
+			x.parts[i].buckets[j] = b & slotMask
 		}
 	}
 	x.untagged = true
-	for i := range x.parts {
-		p := &x.parts[i]
-		clear(p.buckets)
-		for _, s := range slots[i] {
-			_, h := x.locate(recordKey(recs.at(s)))
-			p.place(h, x.bucket(s, h))
-		}
-	}
 }
 
 // grow moves p's keys into an array twice the size.

@@ -48,7 +48,7 @@ func TestIndexAgreesWithAMap(t *testing.T) {
 	}{{onePart(12), 0}, {onePart(40), 0}, {onePart(1000), 0}, {anyPart, 0}, {onePart(1000), 300}, {anyPart, 300}} {
 		keys := c.keys
 		space := uint64(len(keys))
-		rng := rand.New(rand.NewPCG(space, 7))
+		rng := rand.New(rand.NewPCG(space, uint64(7+c.limit)))
 		x := index{tagLimit: c.limit}
 		recs := newColumn[float32](keyWords)
 		want := map[uint64]int32{}
@@ -71,7 +71,7 @@ func TestIndexAgreesWithAMap(t *testing.T) {
 			if x.n != len(want) {
 				t.Fatalf("space %d op %d: %d keys held, want %d", space, op, x.n, len(want))
 			}
-			if op%500 == 0 {
+			if op%100 == 0 {
 				checkGetMany(t, &x, &recs, keys, want)
 			}
 		}
@@ -110,6 +110,103 @@ func checkGetMany(t *testing.T, x *index, recs *column[float32], keys []uint64, 
 			t.Fatalf("getMany: key %d at slot %d, want %d", k, got[i], s)
 		}
 	}
+}
+
+// sparseRecords is a column of n records whose blocks are made only
+// where a key is written (setKey): slots near 2^24 cost one block.
+func sparseRecords(n int) column[float32] {
+	c := newColumn[float32](keyWords)
+	c.blocks, c.shared, c.n = make([][]float32, n/blockRows+1), make([]bool, n/blockRows+1), n
+	return c
+}
+
+func setKey(c *column[float32], s int32, k uint64) {
+	if b := int(s) / blockRows; c.blocks[b] == nil {
+		c.blocks[b] = make([]float32, blockRows*keyWords)
+	}
+	putKey(c.mut(s), k)
+}
+
+// TestIndexAtTheTagLimit: slots up to untaggedFrom-1 are held tagged
+// (keys of every tag among them), a freed low slot reused beside them
+// keeps the index tagged, the slot untaggedFrom drops the tags first,
+// and slots past 24 bits are held after that; every stage answers get,
+// getMany and each as a map does, through a reserve and removals.
+func TestIndexAtTheTagLimit(t *testing.T) {
+	recs := sparseRecords(1<<24 + 4096)
+	x := index{seed: 12345}
+	want := map[uint64]int32{}
+	k := uint64(0)
+	add := func(s int32) {
+		k++
+		setKey(&recs, s, k)
+		x.put(k, s, &recs)
+		want[k] = s
+	}
+	check := func(stage string) {
+		t.Helper()
+		keys := []uint64{1 << 60, 1<<61 + 3} // (not held)
+		for k := range want {
+			keys = append(keys, k)
+		}
+		checkGetMany(t, &x, &recs, keys, want)
+		for _, k := range keys {
+			s, held := want[k]
+			if got, ok := x.get(k, &recs); ok != held || held && got != s {
+				t.Fatalf("%s: get(%d) = %d, %t; want %d, %t", stage, k, got, ok, s, held)
+			}
+		}
+		n := 0
+		x.each(func(s int32) {
+			if want[recordKey(recs.at(s))] != s {
+				t.Fatalf("%s: each gave slot %d, not its key's", stage, s)
+			}
+			n++
+		})
+		if n != len(want) {
+			t.Fatalf("%s: each gave %d slots, want %d", stage, n, len(want))
+		}
+	}
+	tags := map[uint64]bool{}
+	for s := int32(0); len(tags) < tagMask+1 || s < 2000; s++ {
+		add(s)
+		tags[hashKey(k, x.seed)&tagMask] = true
+	}
+	for _, s := range []int32{untaggedFrom - 3, untaggedFrom - 2, untaggedFrom - 1} {
+		add(s)
+	}
+	if x.untagged {
+		t.Fatalf("untagged before slot %d", untaggedFrom)
+	}
+	check("tagged, slots up to the limit")
+	for k, s := range want {
+		if s < 100 {
+			x.remove(k, &recs)
+			delete(want, k)
+		}
+	}
+	add(5)
+	if x.untagged {
+		t.Fatal("a freed low slot reused untagged the index")
+	}
+	check("tagged, after removals and a slot reused")
+	add(untaggedFrom)
+	if !x.untagged {
+		t.Fatalf("slot %d held tagged", untaggedFrom)
+	}
+	check("untagged")
+	add(untaggedFrom + 1)
+	add(1<<24 + 100)
+	x.reserve(4*len(want), &recs)
+	check("untagged, slots past 24 bits, after a reserve")
+	rng := rand.New(rand.NewPCG(1, 2))
+	for k := range want {
+		if rng.IntN(2) == 0 {
+			x.remove(k, &recs)
+			delete(want, k)
+		}
+	}
+	check("untagged, after removals")
 }
 
 // TestIndexKeepsItsLoadBounded: every part grows before it is half
