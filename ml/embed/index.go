@@ -67,7 +67,7 @@ func (x *index) slotOf(b int32) int32 {
 
 // part is one of an index's hash tables.
 type part struct {
-	buckets []int32 // slot+1 of the key hashed here or probed on to; 0: empty
+	buckets []int32 // the bucket (slot+1 and tag) of the key hashed here or probed on to; 0: empty
 	n       int     // keys held
 	shift   uint    // 64 - log2(len(buckets)): the hash's bits after the part's are its home bucket
 }
