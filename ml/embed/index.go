@@ -174,7 +174,7 @@ func (x *index) getMany(keys []uint64, recs *column[float32], out []int32) {
 		switch {
 		case rec != nil && recordKey(rec) == k:
 			out[i] = b - 1
-			sink ^= math.Float32bits(rec[len(rec)/2]) ^ math.Float32bits(rec[len(rec)-1])
+			sink ^= touch(rec)
 		default:
 			s, ok := x.get(k, recs)
 			if !ok {
@@ -184,6 +184,13 @@ func (x *index) getMany(keys []uint64, recs *column[float32], out []int32) {
 		}
 	}
 	x.sink ^= sink
+}
+
+// touch reads a record's middle and last words, so that the lines
+// after its first are in the cache when its row is worked on; the
+// caller keeps the result (index.sink) so that the reads are made.
+func touch(rec []float32) uint32 {
+	return math.Float32bits(rec[len(rec)/2]) ^ math.Float32bits(rec[len(rec)-1])
 }
 
 // put records slot as k's, k not being held (its record already holds

@@ -237,12 +237,18 @@ func (t *Table) Drops() uint64 { return t.drops }
 // ps). A probe reads the key at the start of the row's record, so the
 // work then finds the record's first line in the cache.
 func (t *Table) lookup(keys []uint64) []int32 {
-	if cap(t.found) < len(keys) {
-		t.found = make([]int32, len(keys))
-	}
-	slots := t.found[:len(keys)]
+	slots := t.scratch(len(keys))
 	t.idx.getMany(keys, &t.rows, slots)
 	return slots
+}
+
+// scratch is lookup's and resolve's slice of n slots, valid until the
+// next call of either.
+func (t *Table) scratch(n int) []int32 {
+	if cap(t.found) < n {
+		t.found = make([]int32, n)
+	}
+	return t.found[:n]
 }
 
 // resolve is lookup, taking the slots hints give where their records
@@ -251,10 +257,7 @@ func (t *Table) resolve(keys []uint64, hints []int32) []int32 {
 	if hints == nil {
 		return t.lookup(keys)
 	}
-	if cap(t.found) < len(keys) {
-		t.found = make([]int32, len(keys))
-	}
-	slots := t.found[:len(keys)]
+	slots := t.scratch(len(keys))
 	var sink uint32
 	var hinted int64
 	for i, k := range keys {
@@ -262,7 +265,7 @@ func (t *Table) resolve(keys []uint64, hints []int32) []int32 {
 			if rec := t.rows.at(s); recordKey(rec) == k {
 				slots[i] = s
 				hinted++
-				sink ^= math.Float32bits(rec[len(rec)/2]) ^ math.Float32bits(rec[len(rec)-1]) // (as getMany)
+				sink ^= touch(rec)
 				continue
 			}
 		}
