@@ -62,8 +62,7 @@ type Client struct {
 
 	// Row requests' buffers (rows.go): the payload written out and the
 	// answer decoded, kept while within keepRowBytes.
-	rowOut []byte
-	rowDec rowBlocks
+	rowBufs rowBufs
 }
 
 // NewClient returns a client that finds its server with resolve. With a

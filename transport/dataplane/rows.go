@@ -41,9 +41,27 @@ type RowNowPuller interface {
 // budget's (sized for the dense gradient), and kept while they stay
 // within keepRowBytes.
 type rowConn struct {
-	in, out []byte
-	dec     rowBlocks
+	rowBufs // the answer written out, the request decoded
+	in      []byte
 	rows    []float32
+}
+
+// rowBufs is what one side of a row exchange writes out and what it
+// decodes: a connection's answers and requests, a client's requests
+// and answers.
+type rowBufs struct {
+	out []byte
+	dec rowBlocks
+}
+
+// trim drops buffers grown past keepRowBytes.
+func (b *rowBufs) trim() {
+	if cap(b.out) > keepRowBytes {
+		b.out = nil
+	}
+	if b.dec.held() > keepRowBytes {
+		b.dec = rowBlocks{}
+	}
 }
 
 // answerRows is the connection's memory for a pull answer's n values,
@@ -70,15 +88,10 @@ func (r *rowConn) trim() {
 	if cap(r.in) > keepRowBytes {
 		r.in = nil
 	}
-	if cap(r.out) > keepRowBytes {
-		r.out = nil
-	}
 	if 4*cap(r.rows) > keepRowBytes {
 		r.rows = nil
 	}
-	if r.dec.held() > keepRowBytes {
-		r.dec = rowBlocks{}
-	}
+	r.rowBufs.trim()
 }
 
 // serveRows reads a row request's payload and answers it. false: the
@@ -201,7 +214,7 @@ func (c *Client) PullRows(ctx context.Context, in *pb.PullRowsRequest, _ ...grpc
 func (c *Client) PullRowsPlaced(ctx context.Context, in *pb.PullRowsRequest, place func(*pb.PullRowsResponse) error) error {
 	return c.rowCall(ctx, request{op: opPullRows, runID: in.RunId, worker: in.Worker, version: in.MinVersion,
 		generation: in.Generation}, in.Tables, func(resp response, body []byte) error {
-		tables, err := c.rowDec.decode(body, fieldResponseTables)
+		tables, err := c.rowBufs.dec.decode(body, fieldResponseTables)
 		if err != nil {
 			return status.Errorf(codes.Internal, "data plane: a row pull's answer: %v", err)
 		}
@@ -229,21 +242,11 @@ func (c *Client) PushRows(ctx context.Context, in *pb.PushRowsRequest, _ ...grpc
 func (c *Client) rowCall(ctx context.Context, req request, tables []*pb.RowBlock, use func(response, []byte) error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	defer c.trimRows()
-	c.rowOut = appendBlocks(c.rowOut[:0], fieldRequestTables, tables)
-	resp, body, err := c.callLocked(ctx, req, net.Buffers{c.rowOut}, nil, false)
+	defer c.rowBufs.trim()
+	c.rowBufs.out = appendBlocks(c.rowBufs.out[:0], fieldRequestTables, tables)
+	resp, body, err := c.callLocked(ctx, req, net.Buffers{c.rowBufs.out}, nil, false)
 	if err != nil {
 		return err
 	}
 	return use(resp, body)
-}
-
-// trimRows drops row buffers grown past keepRowBytes. Call with mu held.
-func (c *Client) trimRows() {
-	if cap(c.rowOut) > keepRowBytes {
-		c.rowOut = nil
-	}
-	if c.rowDec.held() > keepRowBytes {
-		c.rowDec = rowBlocks{}
-	}
 }
