@@ -58,23 +58,24 @@ func Estimate(r config.Run, spec model.Spec, d dataset.Shape) Footprint {
 	for _, n := range append(append([]int{first}, spec.Hidden...), spec.Classes) {
 		units += float64(n)
 	}
-	slots := float64(len(shardckpt.SlotNames(r.Optimizer)))
-	shards := float64(max(1, r.PS))
-	f := Footprint{
-		Chief:  2*params*f32 + float64(d.TestN)*float64(d.Dim)*f32,
-		PS:     (2 + slots) * params * f32 / shards,
-		Worker: 2*params*f32 + 2*float64(r.Batch)*units*f32 + float64(d.TrainN+d.TestN)*float64(d.Dim)*f32,
-	}
+	// The chief's test set and a worker's data: every image, or a CTR
+	// worker's share of the samples; and a shard's pre-filled rows.
+	testData, workerData, rows := float64(d.TestN)*float64(d.Dim)*f32, float64(d.TrainN+d.TestN)*float64(d.Dim)*f32, 0.0
 	if spec.IsCTR() {
 		sample := float64(spec.Input)*f32 + float64(spec.Fields)*4 + 1 // dense values, keys, the label
-		f.Chief = 2*params*f32 + float64(d.TestN)*sample
-		f.Worker = 2*params*f32 + 2*float64(r.Batch)*units*f32 + float64(d.TrainN)*r.DataFraction/float64(max(1, r.Workers))*sample
+		testData, workerData = float64(d.TestN)*sample, float64(d.TrainN)*r.DataFraction/float64(max(1, r.Workers))*sample
 		rule := r.EmbeddingRule()
 		for _, t := range spec.Tables() {
-			f.PS += float64(r.EmbeddingPrefill) * float64(embed.RowBytes(embed.TableConfig{Dim: t.Dim, Rule: rule})) / shards
+			rows += float64(r.EmbeddingPrefill) * float64(embed.RowBytes(embed.TableConfig{Dim: t.Dim, Rule: rule}))
 		}
 	}
-	return f
+	slots := float64(len(shardckpt.SlotNames(r.Optimizer)))
+	shards := float64(max(1, r.PS))
+	return Footprint{
+		Chief:  2*params*f32 + testData,
+		PS:     ((2+slots)*params*f32 + rows) / shards,
+		Worker: 2*params*f32 + 2*float64(r.Batch)*units*f32 + workerData,
+	}
 }
 
 // Fewer names the flags that would make run r need less memory, for
