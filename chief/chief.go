@@ -155,12 +155,6 @@ func New(cfg Config) (*Chief, error) {
 		return nil, err
 	}
 	cfg = withDefaults(cfg)
-	if len(cfg.Standbys) > 0 && len(cfg.Spec.Tables()) > 0 {
-		return nil, fmt.Errorf("chief: hot standbys (--ps-replicas) do not replicate embedding tables: a %s model runs without them", cfg.Spec.KindName())
-	}
-	if err := useRows(cfg); err != nil {
-		return nil, err
-	}
 	params := CoreParams{Run: cfg.Run, TrainN: cfg.TrainN, Model: cfg.Spec.String(), Spec: cfg.Spec, Evaluate: cfg.Evaluator != nil,
 		Checkpoints: cfg.Store != nil, StartupTimeout: cfg.StartupTimeout, EvalSubset: cfg.EvalSubset,
 		InitialLoss: initialLoss(cfg, plan)}
@@ -177,6 +171,9 @@ func New(cfg Config) (*Chief, error) {
 	// show 0 rather than nothing.
 	for _, t := range c.taskNames() {
 		cfg.Metrics.TaskRestarts.WithLabelValues(t)
+	}
+	if err := c.useRows(); err != nil {
+		return nil, err
 	}
 	return c, nil
 }

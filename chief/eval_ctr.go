@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/pstrain/pstrain/ml/binmetric"
 	"github.com/pstrain/pstrain/ml/ctr"
 	"github.com/pstrain/pstrain/ml/ctrdata"
 	"github.com/pstrain/pstrain/ml/embed"
 	"github.com/pstrain/pstrain/ml/model"
+	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/transport/rowclient"
 )
 
@@ -95,14 +98,19 @@ func (c *ctrEval) score(initial bool) (acc, loss float64, n int, err error) {
 }
 
 // useRows gives a CTR evaluator the chief's client of the shards' rows:
-// worker -1, whose pulls create no rows and count for no admission.
-func useRows(cfg Config) error {
+// worker -1, whose pulls create no rows and count for no admission. With
+// hot standbys each shard's reads go to its primary of the moment.
+func (c *Chief) useRows() error {
+	cfg := c.cfg
 	if cfg.Evaluator == nil || cfg.Evaluator.ctr == nil {
 		return nil
 	}
 	shards := make([]rowclient.Shard, len(cfg.PS))
 	for s, p := range cfg.PS {
 		shards[s] = p.Client
+		if len(cfg.Standbys) > 0 {
+			shards[s] = primaryRows{c: c, shard: s}
+		}
 	}
 	rows, err := rowclient.New(rowclient.Config{Shards: shards, RunID: cfg.RunID, Worker: -1})
 	if err != nil {
@@ -110,6 +118,21 @@ func useRows(cfg Config) error {
 	}
 	cfg.Evaluator.UseRows(rows)
 	return nil
+}
+
+// primaryRows reads a shard's rows from whichever of its processes is
+// its primary when a request is made.
+type primaryRows struct {
+	c     *Chief
+	shard int
+}
+
+func (p primaryRows) PullRows(ctx context.Context, in *pb.PullRowsRequest, opts ...grpc.CallOption) (*pb.PullRowsResponse, error) {
+	return p.c.primary(p.shard).Client.PullRows(ctx, in, opts...)
+}
+
+func (p primaryRows) PushRows(ctx context.Context, in *pb.PushRowsRequest, opts ...grpc.CallOption) (*pb.PushRowsResponse, error) {
+	return p.c.primary(p.shard).Client.PushRows(ctx, in, opts...)
 }
 
 // target is the accuracy the stop rule aims at (0: none, the run trains

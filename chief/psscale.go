@@ -244,7 +244,7 @@ func (c *Chief) setLayout(l partition.Layout) error {
 		c.cfg.Standbys = c.standbySlots[:n]
 	}
 	// A CTR evaluator reads the rows of the layout's shards.
-	return useRows(c.cfg)
+	return c.useRows()
 }
 
 // retirePS tells the PS processes of slots [from, to) to exit, in

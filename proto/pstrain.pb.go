@@ -2387,6 +2387,9 @@ type ReplicaOp struct {
 	//	*ReplicaOp_Membership
 	//	*ReplicaOp_Stop
 	//	*ReplicaOp_Retain
+	//	*ReplicaOp_PullRows
+	//	*ReplicaOp_PushRows
+	//	*ReplicaOp_Rows
 	Op            isReplicaOp_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2474,6 +2477,33 @@ func (x *ReplicaOp) GetRetain() int64 {
 	return 0
 }
 
+func (x *ReplicaOp) GetPullRows() *PullRowsRequest {
+	if x != nil {
+		if x, ok := x.Op.(*ReplicaOp_PullRows); ok {
+			return x.PullRows
+		}
+	}
+	return nil
+}
+
+func (x *ReplicaOp) GetPushRows() *PushRowsRequest {
+	if x != nil {
+		if x, ok := x.Op.(*ReplicaOp_PushRows); ok {
+			return x.PushRows
+		}
+	}
+	return nil
+}
+
+func (x *ReplicaOp) GetRows() *TableRowsChunk {
+	if x != nil {
+		if x, ok := x.Op.(*ReplicaOp_Rows); ok {
+			return x.Rows
+		}
+	}
+	return nil
+}
+
 type isReplicaOp_Op interface {
 	isReplicaOp_Op()
 }
@@ -2505,6 +2535,22 @@ type ReplicaOp_Retain struct {
 	Retain int64 `protobuf:"varint,5,opt,name=retain,proto3,oneof"`
 }
 
+type ReplicaOp_PullRows struct {
+	// A worker's row pull (it creates rows and counts sightings) and row
+	// push, as the primary applied them.
+	PullRows *PullRowsRequest `protobuf:"bytes,6,opt,name=pull_rows,json=pullRows,proto3,oneof"`
+}
+
+type ReplicaOp_PushRows struct {
+	PushRows *PushRowsRequest `protobuf:"bytes,7,opt,name=push_rows,json=pushRows,proto3,oneof"`
+}
+
+type ReplicaOp_Rows struct {
+	// rows: a chunk of a snapshot's table rows, which follow the
+	// snapshot in the operations after it.
+	Rows *TableRowsChunk `protobuf:"bytes,8,opt,name=rows,proto3,oneof"`
+}
+
 func (*ReplicaOp_Snapshot) isReplicaOp_Op() {}
 
 func (*ReplicaOp_Push) isReplicaOp_Op() {}
@@ -2515,10 +2561,19 @@ func (*ReplicaOp_Stop) isReplicaOp_Op() {}
 
 func (*ReplicaOp_Retain) isReplicaOp_Op() {}
 
+func (*ReplicaOp_PullRows) isReplicaOp_Op() {}
+
+func (*ReplicaOp_PushRows) isReplicaOp_Op() {}
+
+func (*ReplicaOp_Rows) isReplicaOp_Op() {}
+
 type ReplicaSnapshot struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Init          *InitRequest           `protobuf:"bytes,1,opt,name=init,proto3" json:"init,omitempty"`
-	ShardState    *ShardState            `protobuf:"bytes,3,opt,name=shard_state,json=shardState,proto3" json:"shard_state,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Init       *InitRequest           `protobuf:"bytes,1,opt,name=init,proto3" json:"init,omitempty"`
+	ShardState *ShardState            `protobuf:"bytes,3,opt,name=shard_state,json=shardState,proto3" json:"shard_state,omitempty"`
+	// tables: the embedding tables' state but their rows, which follow the
+	// snapshot as rows operations (none: the run declares no tables).
+	Tables        *TablesState `protobuf:"bytes,4,opt,name=tables,proto3" json:"tables,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2567,6 +2622,318 @@ func (x *ReplicaSnapshot) GetShardState() *ShardState {
 	return nil
 }
 
+func (x *ReplicaSnapshot) GetTables() *TablesState {
+	if x != nil {
+		return x.Tables
+	}
+	return nil
+}
+
+// TablesState is a shard's embedding tables as a snapshot holds them
+// (ps.TableSet): what an Init does not rebuild, their rows aside.
+type TablesState struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       int64                  `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Tables        []*TableStateProto     `protobuf:"bytes,2,rep,name=tables,proto3" json:"tables,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TablesState) Reset() {
+	*x = TablesState{}
+	mi := &file_pstrain_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TablesState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TablesState) ProtoMessage() {}
+
+func (x *TablesState) ProtoReflect() protoreflect.Message {
+	mi := &file_pstrain_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TablesState.ProtoReflect.Descriptor instead.
+func (*TablesState) Descriptor() ([]byte, []int) {
+	return file_pstrain_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *TablesState) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *TablesState) GetTables() []*TableStateProto {
+	if x != nil {
+		return x.Tables
+	}
+	return nil
+}
+
+type TableStateProto struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The sync step under way: keys sighted, and each worker's staged
+	// gradients.
+	Sighted []uint64           `protobuf:"fixed64,2,rep,packed,name=sighted,proto3" json:"sighted,omitempty"`
+	Staged  []*StagedRowsProto `protobuf:"bytes,3,rep,name=staged,proto3" json:"staged,omitempty"`
+	// Keys waiting for admission: their sightings and the step of the last.
+	WaitingKeys  []uint64 `protobuf:"fixed64,4,rep,packed,name=waiting_keys,json=waitingKeys,proto3" json:"waiting_keys,omitempty"`
+	WaitingCount []int32  `protobuf:"varint,5,rep,packed,name=waiting_count,json=waitingCount,proto3" json:"waiting_count,omitempty"`
+	WaitingLast  []int64  `protobuf:"varint,6,rep,packed,name=waiting_last,json=waitingLast,proto3" json:"waiting_last,omitempty"`
+	// The table's counters.
+	Admissions    int64 `protobuf:"varint,7,opt,name=admissions,proto3" json:"admissions,omitempty"`
+	Evictions     int64 `protobuf:"varint,8,opt,name=evictions,proto3" json:"evictions,omitempty"`
+	Dropped       int64 `protobuf:"varint,9,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TableStateProto) Reset() {
+	*x = TableStateProto{}
+	mi := &file_pstrain_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TableStateProto) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TableStateProto) ProtoMessage() {}
+
+func (x *TableStateProto) ProtoReflect() protoreflect.Message {
+	mi := &file_pstrain_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TableStateProto.ProtoReflect.Descriptor instead.
+func (*TableStateProto) Descriptor() ([]byte, []int) {
+	return file_pstrain_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *TableStateProto) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TableStateProto) GetSighted() []uint64 {
+	if x != nil {
+		return x.Sighted
+	}
+	return nil
+}
+
+func (x *TableStateProto) GetStaged() []*StagedRowsProto {
+	if x != nil {
+		return x.Staged
+	}
+	return nil
+}
+
+func (x *TableStateProto) GetWaitingKeys() []uint64 {
+	if x != nil {
+		return x.WaitingKeys
+	}
+	return nil
+}
+
+func (x *TableStateProto) GetWaitingCount() []int32 {
+	if x != nil {
+		return x.WaitingCount
+	}
+	return nil
+}
+
+func (x *TableStateProto) GetWaitingLast() []int64 {
+	if x != nil {
+		return x.WaitingLast
+	}
+	return nil
+}
+
+func (x *TableStateProto) GetAdmissions() int64 {
+	if x != nil {
+		return x.Admissions
+	}
+	return 0
+}
+
+func (x *TableStateProto) GetEvictions() int64 {
+	if x != nil {
+		return x.Evictions
+	}
+	return 0
+}
+
+func (x *TableStateProto) GetDropped() int64 {
+	if x != nil {
+		return x.Dropped
+	}
+	return 0
+}
+
+type StagedRowsProto struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Worker        int32                  `protobuf:"varint,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	Keys          []uint64               `protobuf:"fixed64,2,rep,packed,name=keys,proto3" json:"keys,omitempty"`
+	Grads         []byte                 `protobuf:"bytes,3,opt,name=grads,proto3" json:"grads,omitempty"` // dim float32 per key
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StagedRowsProto) Reset() {
+	*x = StagedRowsProto{}
+	mi := &file_pstrain_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StagedRowsProto) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StagedRowsProto) ProtoMessage() {}
+
+func (x *StagedRowsProto) ProtoReflect() protoreflect.Message {
+	mi := &file_pstrain_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StagedRowsProto.ProtoReflect.Descriptor instead.
+func (*StagedRowsProto) Descriptor() ([]byte, []int) {
+	return file_pstrain_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *StagedRowsProto) GetWorker() int32 {
+	if x != nil {
+		return x.Worker
+	}
+	return 0
+}
+
+func (x *StagedRowsProto) GetKeys() []uint64 {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *StagedRowsProto) GetGrads() []byte {
+	if x != nil {
+		return x.Grads
+	}
+	return nil
+}
+
+// TableRowsChunk is some of a table's rows, keys increasing, each with
+// its values, its rule's state and the step it was last seen at (only
+// for a table that evicts).
+type TableRowsChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Table         string                 `protobuf:"bytes,1,opt,name=table,proto3" json:"table,omitempty"`
+	Keys          []uint64               `protobuf:"fixed64,2,rep,packed,name=keys,proto3" json:"keys,omitempty"`
+	Values        []byte                 `protobuf:"bytes,3,opt,name=values,proto3" json:"values,omitempty"`
+	State         []byte                 `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	LastSeen      []int64                `protobuf:"varint,5,rep,packed,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TableRowsChunk) Reset() {
+	*x = TableRowsChunk{}
+	mi := &file_pstrain_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TableRowsChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TableRowsChunk) ProtoMessage() {}
+
+func (x *TableRowsChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_pstrain_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TableRowsChunk.ProtoReflect.Descriptor instead.
+func (*TableRowsChunk) Descriptor() ([]byte, []int) {
+	return file_pstrain_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *TableRowsChunk) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+func (x *TableRowsChunk) GetKeys() []uint64 {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *TableRowsChunk) GetValues() []byte {
+	if x != nil {
+		return x.Values
+	}
+	return nil
+}
+
+func (x *TableRowsChunk) GetState() []byte {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+func (x *TableRowsChunk) GetLastSeen() []int64 {
+	if x != nil {
+		return x.LastSeen
+	}
+	return nil
+}
+
 // ShardState is the part of a shard's state machine an Init does not
 // rebuild (ps.ShardState). Per-worker lists are indexed by worker.
 type ShardState struct {
@@ -2593,24 +2960,27 @@ type ShardState struct {
 	GuardRef      float64   `protobuf:"fixed64,13,opt,name=guard_ref,json=guardRef,proto3" json:"guard_ref,omitempty"`
 	GuardVersions []int64   `protobuf:"varint,14,rep,packed,name=guard_versions,json=guardVersions,proto3" json:"guard_versions,omitempty"`
 	// Per worker.
-	Quarantined   []bool      `protobuf:"varint,15,rep,packed,name=quarantined,proto3" json:"quarantined,omitempty"`
-	Refused       []int64     `protobuf:"varint,16,rep,packed,name=refused,proto3" json:"refused,omitempty"`
-	NonFinite     []int64     `protobuf:"varint,17,rep,packed,name=non_finite,json=nonFinite,proto3" json:"non_finite,omitempty"`
-	Retired       []bool      `protobuf:"varint,18,rep,packed,name=retired,proto3" json:"retired,omitempty"`
-	Live          []bool      `protobuf:"varint,19,rep,packed,name=live,proto3" json:"live,omitempty"`
-	Clock         []int64     `protobuf:"varint,20,rep,packed,name=clock,proto3" json:"clock,omitempty"`
-	Pos           []int64     `protobuf:"varint,21,rep,packed,name=pos,proto3" json:"pos,omitempty"`
-	Members       int32       `protobuf:"varint,22,opt,name=members,proto3" json:"members,omitempty"`
-	HoldAt        int64       `protobuf:"varint,23,opt,name=hold_at,json=holdAt,proto3" json:"hold_at,omitempty"`
-	Outlier       *Outlier    `protobuf:"bytes,24,opt,name=outlier,proto3" json:"outlier,omitempty"` // unset: none
-	Stats         *ShardStats `protobuf:"bytes,25,opt,name=stats,proto3" json:"stats,omitempty"`
+	Quarantined []bool      `protobuf:"varint,15,rep,packed,name=quarantined,proto3" json:"quarantined,omitempty"`
+	Refused     []int64     `protobuf:"varint,16,rep,packed,name=refused,proto3" json:"refused,omitempty"`
+	NonFinite   []int64     `protobuf:"varint,17,rep,packed,name=non_finite,json=nonFinite,proto3" json:"non_finite,omitempty"`
+	Retired     []bool      `protobuf:"varint,18,rep,packed,name=retired,proto3" json:"retired,omitempty"`
+	Live        []bool      `protobuf:"varint,19,rep,packed,name=live,proto3" json:"live,omitempty"`
+	Clock       []int64     `protobuf:"varint,20,rep,packed,name=clock,proto3" json:"clock,omitempty"`
+	Pos         []int64     `protobuf:"varint,21,rep,packed,name=pos,proto3" json:"pos,omitempty"`
+	Members     int32       `protobuf:"varint,22,opt,name=members,proto3" json:"members,omitempty"`
+	HoldAt      int64       `protobuf:"varint,23,opt,name=hold_at,json=holdAt,proto3" json:"hold_at,omitempty"`
+	Outlier     *Outlier    `protobuf:"bytes,24,opt,name=outlier,proto3" json:"outlier,omitempty"` // unset: none
+	Stats       *ShardStats `protobuf:"bytes,25,opt,name=stats,proto3" json:"stats,omitempty"`
+	// The workers whose gradients the sync step under way has counted into
+	// its aggregate: the step's tables apply their rows (ps.TableSet).
+	Counted       []int32 `protobuf:"varint,26,rep,packed,name=counted,proto3" json:"counted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ShardState) Reset() {
 	*x = ShardState{}
-	mi := &file_pstrain_proto_msgTypes[27]
+	mi := &file_pstrain_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2622,7 +2992,7 @@ func (x *ShardState) String() string {
 func (*ShardState) ProtoMessage() {}
 
 func (x *ShardState) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[27]
+	mi := &file_pstrain_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2635,7 +3005,7 @@ func (x *ShardState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardState.ProtoReflect.Descriptor instead.
 func (*ShardState) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{27}
+	return file_pstrain_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ShardState) GetReplicas() int32 {
@@ -2813,6 +3183,13 @@ func (x *ShardState) GetStats() *ShardStats {
 	return nil
 }
 
+func (x *ShardState) GetCounted() []int32 {
+	if x != nil {
+		return x.Counted
+	}
+	return nil
+}
+
 // Outlier is the first finite out-of-line gradient a shard found.
 type Outlier struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2825,7 +3202,7 @@ type Outlier struct {
 
 func (x *Outlier) Reset() {
 	*x = Outlier{}
-	mi := &file_pstrain_proto_msgTypes[28]
+	mi := &file_pstrain_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2837,7 +3214,7 @@ func (x *Outlier) String() string {
 func (*Outlier) ProtoMessage() {}
 
 func (x *Outlier) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[28]
+	mi := &file_pstrain_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2850,7 +3227,7 @@ func (x *Outlier) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Outlier.ProtoReflect.Descriptor instead.
 func (*Outlier) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{28}
+	return file_pstrain_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Outlier) GetWorker() int32 {
@@ -2890,7 +3267,7 @@ type ShardStats struct {
 
 func (x *ShardStats) Reset() {
 	*x = ShardStats{}
-	mi := &file_pstrain_proto_msgTypes[29]
+	mi := &file_pstrain_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2902,7 +3279,7 @@ func (x *ShardStats) String() string {
 func (*ShardStats) ProtoMessage() {}
 
 func (x *ShardStats) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[29]
+	mi := &file_pstrain_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2915,7 +3292,7 @@ func (x *ShardStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardStats.ProtoReflect.Descriptor instead.
 func (*ShardStats) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{29}
+	return file_pstrain_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ShardStats) GetApplied() int64 {
@@ -2980,7 +3357,7 @@ type ReplicaBatch struct {
 
 func (x *ReplicaBatch) Reset() {
 	*x = ReplicaBatch{}
-	mi := &file_pstrain_proto_msgTypes[30]
+	mi := &file_pstrain_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2992,7 +3369,7 @@ func (x *ReplicaBatch) String() string {
 func (*ReplicaBatch) ProtoMessage() {}
 
 func (x *ReplicaBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[30]
+	mi := &file_pstrain_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3005,7 +3382,7 @@ func (x *ReplicaBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaBatch.ProtoReflect.Descriptor instead.
 func (*ReplicaBatch) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{30}
+	return file_pstrain_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReplicaBatch) GetRunId() string {
@@ -3053,7 +3430,7 @@ type ReplicaAck struct {
 
 func (x *ReplicaAck) Reset() {
 	*x = ReplicaAck{}
-	mi := &file_pstrain_proto_msgTypes[31]
+	mi := &file_pstrain_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3065,7 +3442,7 @@ func (x *ReplicaAck) String() string {
 func (*ReplicaAck) ProtoMessage() {}
 
 func (x *ReplicaAck) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[31]
+	mi := &file_pstrain_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3078,7 +3455,7 @@ func (x *ReplicaAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaAck.ProtoReflect.Descriptor instead.
 func (*ReplicaAck) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{31}
+	return file_pstrain_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ReplicaAck) GetSeq() int64 {
@@ -3106,7 +3483,7 @@ type PromoteRequest struct {
 
 func (x *PromoteRequest) Reset() {
 	*x = PromoteRequest{}
-	mi := &file_pstrain_proto_msgTypes[32]
+	mi := &file_pstrain_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3118,7 +3495,7 @@ func (x *PromoteRequest) String() string {
 func (*PromoteRequest) ProtoMessage() {}
 
 func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[32]
+	mi := &file_pstrain_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3131,7 +3508,7 @@ func (x *PromoteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteRequest.ProtoReflect.Descriptor instead.
 func (*PromoteRequest) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{32}
+	return file_pstrain_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PromoteRequest) GetRunId() string {
@@ -3164,7 +3541,7 @@ type PromoteResponse struct {
 
 func (x *PromoteResponse) Reset() {
 	*x = PromoteResponse{}
-	mi := &file_pstrain_proto_msgTypes[33]
+	mi := &file_pstrain_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3176,7 +3553,7 @@ func (x *PromoteResponse) String() string {
 func (*PromoteResponse) ProtoMessage() {}
 
 func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[33]
+	mi := &file_pstrain_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3189,7 +3566,7 @@ func (x *PromoteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteResponse.ProtoReflect.Descriptor instead.
 func (*PromoteResponse) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{33}
+	return file_pstrain_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PromoteResponse) GetVersion() int64 {
@@ -3211,7 +3588,7 @@ type SetStandbyRequest struct {
 
 func (x *SetStandbyRequest) Reset() {
 	*x = SetStandbyRequest{}
-	mi := &file_pstrain_proto_msgTypes[34]
+	mi := &file_pstrain_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3223,7 +3600,7 @@ func (x *SetStandbyRequest) String() string {
 func (*SetStandbyRequest) ProtoMessage() {}
 
 func (x *SetStandbyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[34]
+	mi := &file_pstrain_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3236,7 +3613,7 @@ func (x *SetStandbyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetStandbyRequest.ProtoReflect.Descriptor instead.
 func (*SetStandbyRequest) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{34}
+	return file_pstrain_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SetStandbyRequest) GetRunId() string {
@@ -3275,7 +3652,7 @@ type SetStandbyResponse struct {
 
 func (x *SetStandbyResponse) Reset() {
 	*x = SetStandbyResponse{}
-	mi := &file_pstrain_proto_msgTypes[35]
+	mi := &file_pstrain_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3287,7 +3664,7 @@ func (x *SetStandbyResponse) String() string {
 func (*SetStandbyResponse) ProtoMessage() {}
 
 func (x *SetStandbyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[35]
+	mi := &file_pstrain_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3300,7 +3677,7 @@ func (x *SetStandbyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetStandbyResponse.ProtoReflect.Descriptor instead.
 func (*SetStandbyResponse) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{35}
+	return file_pstrain_proto_rawDescGZIP(), []int{39}
 }
 
 type RegisterRequest struct {
@@ -3319,7 +3696,7 @@ type RegisterRequest struct {
 
 func (x *RegisterRequest) Reset() {
 	*x = RegisterRequest{}
-	mi := &file_pstrain_proto_msgTypes[36]
+	mi := &file_pstrain_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3331,7 +3708,7 @@ func (x *RegisterRequest) String() string {
 func (*RegisterRequest) ProtoMessage() {}
 
 func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[36]
+	mi := &file_pstrain_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3344,7 +3721,7 @@ func (x *RegisterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterRequest.ProtoReflect.Descriptor instead.
 func (*RegisterRequest) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{36}
+	return file_pstrain_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RegisterRequest) GetRole() string {
@@ -3401,7 +3778,7 @@ type Setting struct {
 
 func (x *Setting) Reset() {
 	*x = Setting{}
-	mi := &file_pstrain_proto_msgTypes[37]
+	mi := &file_pstrain_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3413,7 +3790,7 @@ func (x *Setting) String() string {
 func (*Setting) ProtoMessage() {}
 
 func (x *Setting) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[37]
+	mi := &file_pstrain_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3426,7 +3803,7 @@ func (x *Setting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Setting.ProtoReflect.Descriptor instead.
 func (*Setting) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{37}
+	return file_pstrain_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Setting) GetName() string {
@@ -3464,7 +3841,7 @@ type RegisterResponse struct {
 
 func (x *RegisterResponse) Reset() {
 	*x = RegisterResponse{}
-	mi := &file_pstrain_proto_msgTypes[38]
+	mi := &file_pstrain_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3476,7 +3853,7 @@ func (x *RegisterResponse) String() string {
 func (*RegisterResponse) ProtoMessage() {}
 
 func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[38]
+	mi := &file_pstrain_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3489,7 +3866,7 @@ func (x *RegisterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterResponse.ProtoReflect.Descriptor instead.
 func (*RegisterResponse) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{38}
+	return file_pstrain_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RegisterResponse) GetRunId() string {
@@ -3565,7 +3942,7 @@ type DataPlan struct {
 
 func (x *DataPlan) Reset() {
 	*x = DataPlan{}
-	mi := &file_pstrain_proto_msgTypes[39]
+	mi := &file_pstrain_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3577,7 +3954,7 @@ func (x *DataPlan) String() string {
 func (*DataPlan) ProtoMessage() {}
 
 func (x *DataPlan) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[39]
+	mi := &file_pstrain_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3590,7 +3967,7 @@ func (x *DataPlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataPlan.ProtoReflect.Descriptor instead.
 func (*DataPlan) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{39}
+	return file_pstrain_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DataPlan) GetN() int64 {
@@ -3654,7 +4031,7 @@ type Leases struct {
 
 func (x *Leases) Reset() {
 	*x = Leases{}
-	mi := &file_pstrain_proto_msgTypes[40]
+	mi := &file_pstrain_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3666,7 +4043,7 @@ func (x *Leases) String() string {
 func (*Leases) ProtoMessage() {}
 
 func (x *Leases) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[40]
+	mi := &file_pstrain_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3679,7 +4056,7 @@ func (x *Leases) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Leases.ProtoReflect.Descriptor instead.
 func (*Leases) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{40}
+	return file_pstrain_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Leases) GetFirst() []int64 {
@@ -3709,7 +4086,7 @@ type Era struct {
 
 func (x *Era) Reset() {
 	*x = Era{}
-	mi := &file_pstrain_proto_msgTypes[41]
+	mi := &file_pstrain_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3721,7 +4098,7 @@ func (x *Era) String() string {
 func (*Era) ProtoMessage() {}
 
 func (x *Era) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[41]
+	mi := &file_pstrain_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3734,7 +4111,7 @@ func (x *Era) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Era.ProtoReflect.Descriptor instead.
 func (*Era) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{41}
+	return file_pstrain_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Era) GetEpoch() int64 {
@@ -3786,7 +4163,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_pstrain_proto_msgTypes[42]
+	mi := &file_pstrain_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3798,7 +4175,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[42]
+	mi := &file_pstrain_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3811,7 +4188,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{42}
+	return file_pstrain_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *HeartbeatRequest) GetWorker() int32 {
@@ -3926,7 +4303,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_pstrain_proto_msgTypes[43]
+	mi := &file_pstrain_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3938,7 +4315,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pstrain_proto_msgTypes[43]
+	mi := &file_pstrain_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3951,7 +4328,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_pstrain_proto_rawDescGZIP(), []int{43}
+	return file_pstrain_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *HeartbeatResponse) GetStop() bool {
@@ -4231,7 +4608,7 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x0edata_positions\x18\a \x03(\x03R\rdataPositions\")\n" +
 	"\vStopRequest\x12\x1a\n" +
 	"\bshutdown\x18\x01 \x01(\bR\bshutdown\"\x0e\n" +
-	"\fStopResponse\"\x85\x02\n" +
+	"\fStopResponse\"\xaf\x03\n" +
 	"\tReplicaOp\x129\n" +
 	"\bsnapshot\x18\x01 \x01(\v2\x1b.pstrain.v1.ReplicaSnapshotH\x00R\bsnapshot\x12-\n" +
 	"\x04push\x18\x02 \x01(\v2\x17.pstrain.v1.PushRequestH\x00R\x04push\x12?\n" +
@@ -4239,12 +4616,41 @@ const file_pstrain_proto_rawDesc = "" +
 	"membership\x18\x03 \x01(\v2\x1d.pstrain.v1.MembershipRequestH\x00R\n" +
 	"membership\x12-\n" +
 	"\x04stop\x18\x04 \x01(\v2\x17.pstrain.v1.StopRequestH\x00R\x04stop\x12\x18\n" +
-	"\x06retain\x18\x05 \x01(\x03H\x00R\x06retainB\x04\n" +
-	"\x02op\"}\n" +
+	"\x06retain\x18\x05 \x01(\x03H\x00R\x06retain\x12:\n" +
+	"\tpull_rows\x18\x06 \x01(\v2\x1b.pstrain.v1.PullRowsRequestH\x00R\bpullRows\x12:\n" +
+	"\tpush_rows\x18\a \x01(\v2\x1b.pstrain.v1.PushRowsRequestH\x00R\bpushRows\x120\n" +
+	"\x04rows\x18\b \x01(\v2\x1a.pstrain.v1.TableRowsChunkH\x00R\x04rowsB\x04\n" +
+	"\x02op\"\xae\x01\n" +
 	"\x0fReplicaSnapshot\x12+\n" +
 	"\x04init\x18\x01 \x01(\v2\x17.pstrain.v1.InitRequestR\x04init\x127\n" +
 	"\vshard_state\x18\x03 \x01(\v2\x16.pstrain.v1.ShardStateR\n" +
-	"shardStateJ\x04\b\x02\x10\x03\"\xe4\x05\n" +
+	"shardState\x12/\n" +
+	"\x06tables\x18\x04 \x01(\v2\x17.pstrain.v1.TablesStateR\x06tablesJ\x04\b\x02\x10\x03\"\\\n" +
+	"\vTablesState\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x03R\aversion\x123\n" +
+	"\x06tables\x18\x02 \x03(\v2\x1b.pstrain.v1.TableStateProtoR\x06tables\"\xb7\x02\n" +
+	"\x0fTableStateProto\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\asighted\x18\x02 \x03(\x06R\asighted\x123\n" +
+	"\x06staged\x18\x03 \x03(\v2\x1b.pstrain.v1.StagedRowsProtoR\x06staged\x12!\n" +
+	"\fwaiting_keys\x18\x04 \x03(\x06R\vwaitingKeys\x12#\n" +
+	"\rwaiting_count\x18\x05 \x03(\x05R\fwaitingCount\x12!\n" +
+	"\fwaiting_last\x18\x06 \x03(\x03R\vwaitingLast\x12\x1e\n" +
+	"\n" +
+	"admissions\x18\a \x01(\x03R\n" +
+	"admissions\x12\x1c\n" +
+	"\tevictions\x18\b \x01(\x03R\tevictions\x12\x18\n" +
+	"\adropped\x18\t \x01(\x03R\adropped\"S\n" +
+	"\x0fStagedRowsProto\x12\x16\n" +
+	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12\x12\n" +
+	"\x04keys\x18\x02 \x03(\x06R\x04keys\x12\x14\n" +
+	"\x05grads\x18\x03 \x01(\fR\x05grads\"\x85\x01\n" +
+	"\x0eTableRowsChunk\x12\x14\n" +
+	"\x05table\x18\x01 \x01(\tR\x05table\x12\x12\n" +
+	"\x04keys\x18\x02 \x03(\x06R\x04keys\x12\x16\n" +
+	"\x06values\x18\x03 \x01(\fR\x06values\x12\x14\n" +
+	"\x05state\x18\x04 \x01(\fR\x05state\x12\x1b\n" +
+	"\tlast_seen\x18\x05 \x03(\x03R\blastSeen\"\xfe\x05\n" +
 	"\n" +
 	"ShardState\x12\x1a\n" +
 	"\breplicas\x18\x01 \x01(\x05R\breplicas\x12\x18\n" +
@@ -4275,7 +4681,8 @@ const file_pstrain_proto_rawDesc = "" +
 	"\amembers\x18\x16 \x01(\x05R\amembers\x12\x17\n" +
 	"\ahold_at\x18\x17 \x01(\x03R\x06holdAt\x12-\n" +
 	"\aoutlier\x18\x18 \x01(\v2\x13.pstrain.v1.OutlierR\aoutlier\x12,\n" +
-	"\x05stats\x18\x19 \x01(\v2\x16.pstrain.v1.ShardStatsR\x05stats\"Q\n" +
+	"\x05stats\x18\x19 \x01(\v2\x16.pstrain.v1.ShardStatsR\x05stats\x12\x18\n" +
+	"\acounted\x18\x1a \x03(\x05R\acounted\"Q\n" +
 	"\aOutlier\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\x05R\x06worker\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12\x14\n" +
@@ -4411,7 +4818,7 @@ func file_pstrain_proto_rawDescGZIP() []byte {
 }
 
 var file_pstrain_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_pstrain_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_pstrain_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_pstrain_proto_goTypes = []any{
 	(PushResponse_Outcome)(0),  // 0: pstrain.v1.PushResponse.Outcome
 	(*Block)(nil),              // 1: pstrain.v1.Block
@@ -4441,23 +4848,27 @@ var file_pstrain_proto_goTypes = []any{
 	(*StopResponse)(nil),       // 25: pstrain.v1.StopResponse
 	(*ReplicaOp)(nil),          // 26: pstrain.v1.ReplicaOp
 	(*ReplicaSnapshot)(nil),    // 27: pstrain.v1.ReplicaSnapshot
-	(*ShardState)(nil),         // 28: pstrain.v1.ShardState
-	(*Outlier)(nil),            // 29: pstrain.v1.Outlier
-	(*ShardStats)(nil),         // 30: pstrain.v1.ShardStats
-	(*ReplicaBatch)(nil),       // 31: pstrain.v1.ReplicaBatch
-	(*ReplicaAck)(nil),         // 32: pstrain.v1.ReplicaAck
-	(*PromoteRequest)(nil),     // 33: pstrain.v1.PromoteRequest
-	(*PromoteResponse)(nil),    // 34: pstrain.v1.PromoteResponse
-	(*SetStandbyRequest)(nil),  // 35: pstrain.v1.SetStandbyRequest
-	(*SetStandbyResponse)(nil), // 36: pstrain.v1.SetStandbyResponse
-	(*RegisterRequest)(nil),    // 37: pstrain.v1.RegisterRequest
-	(*Setting)(nil),            // 38: pstrain.v1.Setting
-	(*RegisterResponse)(nil),   // 39: pstrain.v1.RegisterResponse
-	(*DataPlan)(nil),           // 40: pstrain.v1.DataPlan
-	(*Leases)(nil),             // 41: pstrain.v1.Leases
-	(*Era)(nil),                // 42: pstrain.v1.Era
-	(*HeartbeatRequest)(nil),   // 43: pstrain.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),  // 44: pstrain.v1.HeartbeatResponse
+	(*TablesState)(nil),        // 28: pstrain.v1.TablesState
+	(*TableStateProto)(nil),    // 29: pstrain.v1.TableStateProto
+	(*StagedRowsProto)(nil),    // 30: pstrain.v1.StagedRowsProto
+	(*TableRowsChunk)(nil),     // 31: pstrain.v1.TableRowsChunk
+	(*ShardState)(nil),         // 32: pstrain.v1.ShardState
+	(*Outlier)(nil),            // 33: pstrain.v1.Outlier
+	(*ShardStats)(nil),         // 34: pstrain.v1.ShardStats
+	(*ReplicaBatch)(nil),       // 35: pstrain.v1.ReplicaBatch
+	(*ReplicaAck)(nil),         // 36: pstrain.v1.ReplicaAck
+	(*PromoteRequest)(nil),     // 37: pstrain.v1.PromoteRequest
+	(*PromoteResponse)(nil),    // 38: pstrain.v1.PromoteResponse
+	(*SetStandbyRequest)(nil),  // 39: pstrain.v1.SetStandbyRequest
+	(*SetStandbyResponse)(nil), // 40: pstrain.v1.SetStandbyResponse
+	(*RegisterRequest)(nil),    // 41: pstrain.v1.RegisterRequest
+	(*Setting)(nil),            // 42: pstrain.v1.Setting
+	(*RegisterResponse)(nil),   // 43: pstrain.v1.RegisterResponse
+	(*DataPlan)(nil),           // 44: pstrain.v1.DataPlan
+	(*Leases)(nil),             // 45: pstrain.v1.Leases
+	(*Era)(nil),                // 46: pstrain.v1.Era
+	(*HeartbeatRequest)(nil),   // 47: pstrain.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),  // 48: pstrain.v1.HeartbeatResponse
 }
 var file_pstrain_proto_depIdxs = []int32{
 	1,  // 0: pstrain.v1.InitRequest.blocks:type_name -> pstrain.v1.Block
@@ -4473,52 +4884,58 @@ var file_pstrain_proto_depIdxs = []int32{
 	16, // 10: pstrain.v1.ReplicaOp.push:type_name -> pstrain.v1.PushRequest
 	18, // 11: pstrain.v1.ReplicaOp.membership:type_name -> pstrain.v1.MembershipRequest
 	24, // 12: pstrain.v1.ReplicaOp.stop:type_name -> pstrain.v1.StopRequest
-	2,  // 13: pstrain.v1.ReplicaSnapshot.init:type_name -> pstrain.v1.InitRequest
-	28, // 14: pstrain.v1.ReplicaSnapshot.shard_state:type_name -> pstrain.v1.ShardState
-	29, // 15: pstrain.v1.ShardState.outlier:type_name -> pstrain.v1.Outlier
-	30, // 16: pstrain.v1.ShardState.stats:type_name -> pstrain.v1.ShardStats
-	26, // 17: pstrain.v1.ReplicaBatch.ops:type_name -> pstrain.v1.ReplicaOp
-	12, // 18: pstrain.v1.RegisterRequest.model_spec:type_name -> pstrain.v1.ModelSpec
-	38, // 19: pstrain.v1.RegisterRequest.settings:type_name -> pstrain.v1.Setting
-	40, // 20: pstrain.v1.RegisterResponse.data_plan:type_name -> pstrain.v1.DataPlan
-	42, // 21: pstrain.v1.DataPlan.eras:type_name -> pstrain.v1.Era
-	41, // 22: pstrain.v1.DataPlan.leases:type_name -> pstrain.v1.Leases
-	40, // 23: pstrain.v1.HeartbeatResponse.data_plan:type_name -> pstrain.v1.DataPlan
-	2,  // 24: pstrain.v1.ParameterServer.Init:input_type -> pstrain.v1.InitRequest
-	14, // 25: pstrain.v1.ParameterServer.Pull:input_type -> pstrain.v1.PullRequest
-	16, // 26: pstrain.v1.ParameterServer.Push:input_type -> pstrain.v1.PushRequest
-	18, // 27: pstrain.v1.ParameterServer.SetMembership:input_type -> pstrain.v1.MembershipRequest
-	20, // 28: pstrain.v1.ParameterServer.Status:input_type -> pstrain.v1.StatusRequest
-	24, // 29: pstrain.v1.ParameterServer.Stop:input_type -> pstrain.v1.StopRequest
-	22, // 30: pstrain.v1.ParameterServer.Checkpoint:input_type -> pstrain.v1.CheckpointRequest
-	31, // 31: pstrain.v1.ParameterServer.Replicate:input_type -> pstrain.v1.ReplicaBatch
-	33, // 32: pstrain.v1.ParameterServer.Promote:input_type -> pstrain.v1.PromoteRequest
-	35, // 33: pstrain.v1.ParameterServer.SetStandby:input_type -> pstrain.v1.SetStandbyRequest
-	5,  // 34: pstrain.v1.ParameterServer.PullRows:input_type -> pstrain.v1.PullRowsRequest
-	7,  // 35: pstrain.v1.ParameterServer.PushRows:input_type -> pstrain.v1.PushRowsRequest
-	9,  // 36: pstrain.v1.ParameterServer.LoadRows:input_type -> pstrain.v1.LoadRowsRequest
-	37, // 37: pstrain.v1.Chief.Register:input_type -> pstrain.v1.RegisterRequest
-	43, // 38: pstrain.v1.Chief.Heartbeat:input_type -> pstrain.v1.HeartbeatRequest
-	11, // 39: pstrain.v1.ParameterServer.Init:output_type -> pstrain.v1.InitResponse
-	15, // 40: pstrain.v1.ParameterServer.Pull:output_type -> pstrain.v1.PullResponse
-	17, // 41: pstrain.v1.ParameterServer.Push:output_type -> pstrain.v1.PushResponse
-	19, // 42: pstrain.v1.ParameterServer.SetMembership:output_type -> pstrain.v1.MembershipResponse
-	21, // 43: pstrain.v1.ParameterServer.Status:output_type -> pstrain.v1.StatusResponse
-	25, // 44: pstrain.v1.ParameterServer.Stop:output_type -> pstrain.v1.StopResponse
-	23, // 45: pstrain.v1.ParameterServer.Checkpoint:output_type -> pstrain.v1.CheckpointResponse
-	32, // 46: pstrain.v1.ParameterServer.Replicate:output_type -> pstrain.v1.ReplicaAck
-	34, // 47: pstrain.v1.ParameterServer.Promote:output_type -> pstrain.v1.PromoteResponse
-	36, // 48: pstrain.v1.ParameterServer.SetStandby:output_type -> pstrain.v1.SetStandbyResponse
-	6,  // 49: pstrain.v1.ParameterServer.PullRows:output_type -> pstrain.v1.PullRowsResponse
-	8,  // 50: pstrain.v1.ParameterServer.PushRows:output_type -> pstrain.v1.PushRowsResponse
-	10, // 51: pstrain.v1.ParameterServer.LoadRows:output_type -> pstrain.v1.LoadRowsResponse
-	39, // 52: pstrain.v1.Chief.Register:output_type -> pstrain.v1.RegisterResponse
-	44, // 53: pstrain.v1.Chief.Heartbeat:output_type -> pstrain.v1.HeartbeatResponse
-	39, // [39:54] is the sub-list for method output_type
-	24, // [24:39] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	5,  // 13: pstrain.v1.ReplicaOp.pull_rows:type_name -> pstrain.v1.PullRowsRequest
+	7,  // 14: pstrain.v1.ReplicaOp.push_rows:type_name -> pstrain.v1.PushRowsRequest
+	31, // 15: pstrain.v1.ReplicaOp.rows:type_name -> pstrain.v1.TableRowsChunk
+	2,  // 16: pstrain.v1.ReplicaSnapshot.init:type_name -> pstrain.v1.InitRequest
+	32, // 17: pstrain.v1.ReplicaSnapshot.shard_state:type_name -> pstrain.v1.ShardState
+	28, // 18: pstrain.v1.ReplicaSnapshot.tables:type_name -> pstrain.v1.TablesState
+	29, // 19: pstrain.v1.TablesState.tables:type_name -> pstrain.v1.TableStateProto
+	30, // 20: pstrain.v1.TableStateProto.staged:type_name -> pstrain.v1.StagedRowsProto
+	33, // 21: pstrain.v1.ShardState.outlier:type_name -> pstrain.v1.Outlier
+	34, // 22: pstrain.v1.ShardState.stats:type_name -> pstrain.v1.ShardStats
+	26, // 23: pstrain.v1.ReplicaBatch.ops:type_name -> pstrain.v1.ReplicaOp
+	12, // 24: pstrain.v1.RegisterRequest.model_spec:type_name -> pstrain.v1.ModelSpec
+	42, // 25: pstrain.v1.RegisterRequest.settings:type_name -> pstrain.v1.Setting
+	44, // 26: pstrain.v1.RegisterResponse.data_plan:type_name -> pstrain.v1.DataPlan
+	46, // 27: pstrain.v1.DataPlan.eras:type_name -> pstrain.v1.Era
+	45, // 28: pstrain.v1.DataPlan.leases:type_name -> pstrain.v1.Leases
+	44, // 29: pstrain.v1.HeartbeatResponse.data_plan:type_name -> pstrain.v1.DataPlan
+	2,  // 30: pstrain.v1.ParameterServer.Init:input_type -> pstrain.v1.InitRequest
+	14, // 31: pstrain.v1.ParameterServer.Pull:input_type -> pstrain.v1.PullRequest
+	16, // 32: pstrain.v1.ParameterServer.Push:input_type -> pstrain.v1.PushRequest
+	18, // 33: pstrain.v1.ParameterServer.SetMembership:input_type -> pstrain.v1.MembershipRequest
+	20, // 34: pstrain.v1.ParameterServer.Status:input_type -> pstrain.v1.StatusRequest
+	24, // 35: pstrain.v1.ParameterServer.Stop:input_type -> pstrain.v1.StopRequest
+	22, // 36: pstrain.v1.ParameterServer.Checkpoint:input_type -> pstrain.v1.CheckpointRequest
+	35, // 37: pstrain.v1.ParameterServer.Replicate:input_type -> pstrain.v1.ReplicaBatch
+	37, // 38: pstrain.v1.ParameterServer.Promote:input_type -> pstrain.v1.PromoteRequest
+	39, // 39: pstrain.v1.ParameterServer.SetStandby:input_type -> pstrain.v1.SetStandbyRequest
+	5,  // 40: pstrain.v1.ParameterServer.PullRows:input_type -> pstrain.v1.PullRowsRequest
+	7,  // 41: pstrain.v1.ParameterServer.PushRows:input_type -> pstrain.v1.PushRowsRequest
+	9,  // 42: pstrain.v1.ParameterServer.LoadRows:input_type -> pstrain.v1.LoadRowsRequest
+	41, // 43: pstrain.v1.Chief.Register:input_type -> pstrain.v1.RegisterRequest
+	47, // 44: pstrain.v1.Chief.Heartbeat:input_type -> pstrain.v1.HeartbeatRequest
+	11, // 45: pstrain.v1.ParameterServer.Init:output_type -> pstrain.v1.InitResponse
+	15, // 46: pstrain.v1.ParameterServer.Pull:output_type -> pstrain.v1.PullResponse
+	17, // 47: pstrain.v1.ParameterServer.Push:output_type -> pstrain.v1.PushResponse
+	19, // 48: pstrain.v1.ParameterServer.SetMembership:output_type -> pstrain.v1.MembershipResponse
+	21, // 49: pstrain.v1.ParameterServer.Status:output_type -> pstrain.v1.StatusResponse
+	25, // 50: pstrain.v1.ParameterServer.Stop:output_type -> pstrain.v1.StopResponse
+	23, // 51: pstrain.v1.ParameterServer.Checkpoint:output_type -> pstrain.v1.CheckpointResponse
+	36, // 52: pstrain.v1.ParameterServer.Replicate:output_type -> pstrain.v1.ReplicaAck
+	38, // 53: pstrain.v1.ParameterServer.Promote:output_type -> pstrain.v1.PromoteResponse
+	40, // 54: pstrain.v1.ParameterServer.SetStandby:output_type -> pstrain.v1.SetStandbyResponse
+	6,  // 55: pstrain.v1.ParameterServer.PullRows:output_type -> pstrain.v1.PullRowsResponse
+	8,  // 56: pstrain.v1.ParameterServer.PushRows:output_type -> pstrain.v1.PushRowsResponse
+	10, // 57: pstrain.v1.ParameterServer.LoadRows:output_type -> pstrain.v1.LoadRowsResponse
+	43, // 58: pstrain.v1.Chief.Register:output_type -> pstrain.v1.RegisterResponse
+	48, // 59: pstrain.v1.Chief.Heartbeat:output_type -> pstrain.v1.HeartbeatResponse
+	45, // [45:60] is the sub-list for method output_type
+	30, // [30:45] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_pstrain_proto_init() }
@@ -4534,6 +4951,9 @@ func file_pstrain_proto_init() {
 		(*ReplicaOp_Membership)(nil),
 		(*ReplicaOp_Stop)(nil),
 		(*ReplicaOp_Retain)(nil),
+		(*ReplicaOp_PullRows)(nil),
+		(*ReplicaOp_PushRows)(nil),
+		(*ReplicaOp_Rows)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -4541,7 +4961,7 @@ func file_pstrain_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pstrain_proto_rawDesc), len(file_pstrain_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   44,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

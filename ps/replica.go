@@ -83,6 +83,7 @@ func (s *Server) setRole(r string) {
 		}
 		s.m.ReplicaRole.WithLabelValues(name).Set(v)
 	}
+	s.tables.setRefusal(s.serving())
 }
 
 // serving refuses a worker's (or the chief's) request to a process that
@@ -123,6 +124,10 @@ type replicator struct {
 	snapAcked bool
 	catchUp   int64
 	err       error // the last failure since the last acknowledgement
+	// pending: the snapshot waits for the tables' rows, which a
+	// checkpoint's load brings (Server.rowsLoaded); meanwhile the primary
+	// goes on alone and queues nothing.
+	pending bool
 }
 
 // replicaWait is what a request waits for: its operation's sequence
@@ -139,11 +144,15 @@ func (s *Server) startReplica(addr string) error {
 	if s.dial == nil {
 		return status.Error(codes.FailedPrecondition, "ps: this process cannot reach a standby (no replica dialer)")
 	}
-	if len(s.lastInit.GetTables()) > 0 {
-		return status.Error(codes.FailedPrecondition, errTablesNoStandby)
+	r := &replicator{addr: addr, epoch: s.epoch, stop: make(chan struct{}), wake: make(chan struct{}, 1), nextSeq: 1}
+	if s.tables.loadingRows() {
+		r.pending = true
+	} else {
+		for _, op := range s.snapshotOps() {
+			r.queue, r.queued, r.release = append(r.queue, op), append(r.queued, s.now()), append(r.release, nil)
+			r.nextSeq++
+		}
 	}
-	r := &replicator{addr: addr, epoch: s.epoch, stop: make(chan struct{}), wake: make(chan struct{}, 1),
-		queue: []*pb.ReplicaOp{s.snapshotOp()}, queued: []time.Time{s.now()}, release: []func(){nil}, nextSeq: 2}
 	s.rep = r
 	go s.runReplica(r)
 	s.log.Info("attaching a hot standby", "addr", addr, "epoch", s.epoch, "version", s.shard.Version())
@@ -158,6 +167,7 @@ func (s *Server) stopReplica() {
 	}
 	close(s.rep.stop)
 	s.rep = nil
+	s.tables.setReplicating(false)
 	s.updateLag()
 	s.notify()
 }
@@ -167,7 +177,7 @@ func (s *Server) stopReplica() {
 // mu held, right after applying op.
 func (s *Server) replicate(op *pb.ReplicaOp, release func()) replicaWait {
 	r := s.rep
-	if r == nil {
+	if r == nil || r.pending {
 		if release != nil {
 			release()
 		}
@@ -191,7 +201,7 @@ func (s *Server) replicate(op *pb.ReplicaOp, release func()) replicaWait {
 // may see. Call with mu held.
 func (s *Server) replicated() bool {
 	r := s.rep
-	return r == nil || !r.snapAcked || r.acked == r.nextSeq-1
+	return r == nil || r.pending || !r.snapAcked || r.acked == r.nextSeq-1
 }
 
 // attached says the standby holds every update the primary answered:
@@ -354,6 +364,13 @@ func opBytes(op *pb.ReplicaOp) int {
 	switch {
 	case op.GetPush() != nil:
 		return len(op.GetPush().Grad)
+	case op.GetPushRows() != nil:
+		return blocksBytes(op.GetPushRows().Tables)
+	case op.GetPullRows() != nil:
+		return blocksBytes(op.GetPullRows().Tables)
+	case op.GetRows() != nil:
+		c := op.GetRows()
+		return 8*(len(c.Keys)+len(c.LastSeen)) + len(c.Values) + len(c.State)
 	case op.GetSnapshot() != nil:
 		i := op.GetSnapshot().Init
 		return len(i.GetParams()) + len(i.GetOptimizerState()) + proto.Size(op.GetSnapshot().GetShardState())
@@ -449,16 +466,37 @@ func (s *Server) replicaStatus(resp *pb.StatusResponse) {
 	}
 }
 
-// snapshotOp is the shard's whole state as a replica operation. Call with
-// mu held.
+// snapshotOps is the shard's whole state as replica operations: a
+// snapshot, and the rows of its embedding tables after it (tablerepl.go).
+// From then on the shard's row requests are replicated too. Call with mu
+// held.
+func (s *Server) snapshotOps() []*pb.ReplicaOp {
+	snap := s.snapshotOp()
+	tables, rows := s.tables.tablesSnapshot()
+	snap.GetSnapshot().Tables = tables
+	return append([]*pb.ReplicaOp{snap}, rows...)
+}
+
+// snapshotOp is the shard's dense state as a replica operation. Call
+// with mu held.
 func (s *Server) snapshotOp() *pb.ReplicaOp {
 	st := s.shard.State().Proto()
 	init := proto.Clone(s.lastInit).(*pb.InitRequest)
+	snapshotInit(init)
 	opt, steps := s.shard.Optimizer().State()
 	init.Params = slices.Clone(wire.Bytes(s.shard.Params()))
 	init.OptimizerState, init.OptimizerStep = slices.Clone(wire.Bytes(opt)), steps
 	init.Version, init.MaxVersion, init.Generation, init.Epoch = s.shard.Version(), s.shard.MaxVersion(), s.gen, s.epoch
 	return &pb.ReplicaOp{Op: &pb.ReplicaOp_Snapshot{Snapshot: &pb.ReplicaSnapshot{Init: init, ShardState: st}}}
+}
+
+// blocksBytes is what row blocks' keys and values take.
+func blocksBytes(blocks []*pb.RowBlock) int {
+	n := 0
+	for _, b := range blocks {
+		n += keyBytes(b) + len(b.Values)
+	}
+	return n
 }
 
 // initTemplate is req without its payloads and per-worker lists: what a
@@ -536,6 +574,13 @@ func (s *Server) installSnapshot(b *pb.ReplicaBatch, fresh *built) []*pb.Replica
 	}
 	s.stopReplica()
 	s.install(*fresh, false)
+	if err := s.tables.restoreTables(b.Ops[0].GetSnapshot().GetTables(), s.shard); err != nil {
+		// (The dense state is installed; without its tables the
+		// process holds no snapshot of the epoch.)
+		s.log.Error("standby: the snapshot's tables do not fit its shard", "err", err)
+		s.setRole(roleNone)
+		return nil
+	}
 	s.setRole(roleStandby)
 	s.epoch, s.replSeq = b.Epoch, b.FirstSeq
 	s.log.Info("standby: snapshot installed", "shard", b.Shard, "epoch", b.Epoch, "version", s.shard.Version())
@@ -571,6 +616,9 @@ func (s *Server) fromSnapshot(b *pb.ReplicaBatch, snap *pb.ReplicaSnapshot) (bui
 		return built{}, status.Errorf(codes.InvalidArgument, "replica snapshot of run %q shard %d in a batch of run %q shard %d", snap.Init.RunId, snap.Init.Shard, b.RunId, b.Shard)
 	}
 	x, err := s.build(snap.Init)
+	if err == nil {
+		x.ts, err = buildTables(context.Background(), snap.Init, x.opts.Mode)
+	}
 	if err != nil {
 		return built{}, err
 	}
@@ -592,6 +640,8 @@ func (s *Server) applyReplicated(op *pb.ReplicaOp) error {
 		}
 	case op.GetStop() != nil:
 		s.applyStop()
+	case op.GetPullRows() != nil, op.GetPushRows() != nil, op.GetRows() != nil:
+		return s.applyTableOp(op)
 	case isRetain(op):
 		// Ops arrive in the order the primary applied them, so this is
 		// the version the primary retained; were it not, the shard's

@@ -264,6 +264,7 @@ func (s *Server) Init(ctx context.Context, req *pb.InitRequest) (*pb.InitRespons
 		}
 		resp.RowsLoaded = n
 		s.log.Info("rows loaded from the checkpoint", "step", step, "rows", n)
+		s.rowsLoaded()
 	}
 	return resp, nil
 }

@@ -30,6 +30,9 @@ type ShardState struct {
 	Accepted     int
 	Contributors []int
 	After        []int64
+	// Counted are the workers whose gradients are in the step's
+	// aggregate so far (Shard.LastStep once the step is applied).
+	Counted []int
 	// The norm guard's window.
 	GuardWindow []float64
 	GuardNext   int
@@ -55,7 +58,7 @@ type ShardState struct {
 func (s *Shard) State() ShardState {
 	st := ShardState{Replicas: s.cfg.Replicas, Workers: s.cfg.Workers, MaxVersion: s.cfg.MaxVersion,
 		LRMaxVersion: s.cfg.LR.MaxVersion, Done: s.done, Accepted: s.accepted,
-		Contributors: slices.Clone(s.contributors), After: slices.Clone(s.after),
+		Contributors: slices.Clone(s.contributors), After: slices.Clone(s.after), Counted: slices.Clone(s.counted),
 		GuardWindow: slices.Clone(s.guard.window), GuardNext: s.guard.next, GuardRef: s.guard.ref,
 		GuardVersions: slices.Clone(s.guard.vers), Quarantined: slices.Clone(s.quarantined),
 		Refused: slices.Clone(s.refused), NonFinite: slices.Clone(s.nonFinite), Retired: slices.Clone(s.retired),
@@ -93,6 +96,7 @@ func (s *Shard) SetState(st ShardState) error {
 	s.cfg.Workers, s.cfg.MaxVersion, s.cfg.LR.MaxVersion = st.Workers, st.MaxVersion, st.LRMaxVersion
 	s.done, s.accepted = st.Done, st.Accepted
 	s.contributors, s.after = append(s.contributors[:0], st.Contributors...), append(s.after[:0], st.After...)
+	s.counted = append(s.counted[:0], st.Counted...)
 	s.guard.restore(st.GuardWindow, st.GuardVersions, st.GuardNext, st.GuardRef)
 	copy(s.quarantined, st.Quarantined)
 	copy(s.refused, st.Refused)
@@ -124,6 +128,9 @@ func (s *Shard) checkState(st ShardState) error {
 	if n < len(s.live) || len(st.Contributors) != len(st.After) || st.Accepted < 0 || st.Accepted > len(st.Contributors) {
 		return fmt.Errorf("ps: shard state: %d workers (the shard has %d), %d contributors with %d positions, %d accepted",
 			n, len(s.live), len(st.Contributors), len(st.After), st.Accepted)
+	}
+	if err := checkCounted(st, n); err != nil {
+		return err
 	}
 	if n > config.MaxWorkerSlots || st.Replicas < 0 || st.Replicas > config.MaxWorkerSlots {
 		// As a membership may not (checkMembership): slots and the
@@ -173,11 +180,22 @@ func (s *Shard) setStep(st ShardState) error {
 	return nil
 }
 
+// checkCounted refuses a step's counted workers that are not among its
+// contributors, of n workers.
+func checkCounted(st ShardState, n int) error {
+	for _, w := range st.Counted {
+		if w < 0 || w >= n || !slices.Contains(st.Contributors, w) {
+			return fmt.Errorf("ps: shard state: worker %d counted in the step, not one of its %d contributors of %d workers", w, len(st.Contributors), n)
+		}
+	}
+	return nil
+}
+
 // Proto is st as ReplicaSnapshot.shard_state.
 func (st ShardState) Proto() *pb.ShardState {
 	m := &pb.ShardState{Replicas: int32(st.Replicas), Workers: int32(st.Workers), MaxVersion: st.MaxVersion,
 		LrMaxVersion: st.LRMaxVersion, Done: st.Done, Accum: st.Accum, Kept: st.Kept, Accepted: int32(st.Accepted),
-		Contributors: int32s(st.Contributors), After: st.After,
+		Contributors: int32s(st.Contributors), After: st.After, Counted: int32s(st.Counted),
 		GuardWindow: st.GuardWindow, GuardNext: int32(st.GuardNext), GuardRef: st.GuardRef, GuardVersions: st.GuardVersions,
 		Quarantined: st.Quarantined, Refused: st.Refused, NonFinite: st.NonFinite, Retired: st.Retired, Live: st.Live,
 		Clock: st.Clock, Pos: st.Pos, Members: int32(st.Members), HoldAt: st.HoldAt,
@@ -195,7 +213,7 @@ func (st ShardState) Proto() *pb.ShardState {
 func shardStateFromProto(m *pb.ShardState) ShardState {
 	st := ShardState{Replicas: int(m.GetReplicas()), Workers: int(m.GetWorkers()), MaxVersion: m.GetMaxVersion(),
 		LRMaxVersion: m.GetLrMaxVersion(), Done: m.GetDone(), Accum: m.GetAccum(), Kept: m.GetKept(),
-		Accepted: int(m.GetAccepted()), Contributors: ints(m.GetContributors()), After: m.GetAfter(),
+		Accepted: int(m.GetAccepted()), Contributors: ints(m.GetContributors()), After: m.GetAfter(), Counted: ints(m.GetCounted()),
 		GuardWindow: m.GetGuardWindow(), GuardNext: int(m.GetGuardNext()), GuardRef: m.GetGuardRef(),
 		GuardVersions: m.GetGuardVersions(), Quarantined: m.GetQuarantined(), Refused: m.GetRefused(),
 		NonFinite: m.GetNonFinite(), Retired: m.GetRetired(), Live: m.GetLive(), Clock: m.GetClock(), Pos: m.GetPos(),

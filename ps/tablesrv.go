@@ -48,6 +48,16 @@ type tableHost struct {
 	exported map[string]*tableMetrics
 	// snapped is the tables of the last snapshot (install's keep).
 	snapped snapMark
+	// replicating: the shard is a primary whose standby holds a snapshot
+	// of the tables (or has one on its way): a worker's row request then
+	// takes the Server's lock too, and is queued for the standby in the
+	// order it was applied (tablerepl.go).
+	replicating bool
+	// refuse, unless nil, refuses workers' row requests: the process is
+	// a standby or a deposed primary (Server.serving).
+	refuse error
+	// scratch is a standby's room for a replicated pull's rows.
+	scratch []float32
 }
 
 // tableMetrics is one table's metrics (its labels' children of the
@@ -117,9 +127,6 @@ func TableSpecs(cfgs []embed.TableConfig) []*pb.TableSpec {
 func buildTables(ctx context.Context, req *pb.InitRequest, mode config.Mode) (*TableSet, error) {
 	if len(req.Tables) == 0 {
 		return nil, nil
-	}
-	if req.StandbyAddr != "" {
-		return nil, status.Error(codes.InvalidArgument, errTablesNoStandby)
 	}
 	cfgs, err := TableConfigs(req.Tables)
 	if err != nil {
@@ -311,6 +318,9 @@ const maxPullAnswer = 16 << 20
 // row read before then would be a new one, not the checkpoint's. Call
 // with mu held.
 func (h *tableHost) serving(runID string) error {
+	if h.refuse != nil {
+		return h.refuse
+	}
 	if err := h.check(runID); err != nil {
 		return err
 	}
@@ -439,15 +449,23 @@ func (s *Server) PullRowsNow(req *pb.PullRowsRequest, rows func(n int) []float32
 }
 
 // pullRows is PullRows, waiting for the request's version if wait, else
-// answering not ready; its rows go into rows' memory (nil: new).
+// answering not ready; its rows go into rows' memory (nil: new). A
+// worker's pull to a primary with a standby is queued for the standby
+// and answered once the standby holds it (lockRows): such a pull waits
+// in PullRows, never in PullRowsNow.
 func (s *Server) pullRows(ctx context.Context, req *pb.PullRowsRequest, wait bool, rows func(n int) []float32) (*pb.PullRowsResponse, bool, error) {
 	start := s.now()
 	h := s.tables
-	h.mu.Lock()
+	var both bool // the Server's lock is held too
 	for {
+		both = s.lockRows(req.Worker >= 0)
+		if both && !wait {
+			s.unlockRows(both)
+			return nil, false, nil
+		}
 		ready, err := h.pullReady(req)
 		if err != nil {
-			h.mu.Unlock()
+			s.unlockRows(both)
 			s.countPullRows(req, start, 0)
 			return nil, true, err
 		}
@@ -455,21 +473,29 @@ func (s *Server) pullRows(ctx context.Context, req *pb.PullRowsRequest, wait boo
 			break
 		}
 		if !wait {
-			h.mu.Unlock()
+			s.unlockRows(both)
 			return nil, false, nil
 		}
 		ch := h.changed
-		h.mu.Unlock()
+		s.unlockRows(both)
 		select {
 		case <-ch:
 		case <-ctx.Done():
 			s.countPullRows(req, start, 0)
 			return nil, true, status.FromContextError(ctx.Err()).Err()
 		}
-		h.mu.Lock()
 	}
-	resp, sent, err := h.pull(req, rows)
-	h.mu.Unlock()
+	resp, sent, err := h.pull(req, rows, true)
+	var w replicaWait
+	if both && err == nil {
+		w = s.replicate(&pb.ReplicaOp{Op: &pb.ReplicaOp_PullRows{PullRows: clonePullRows(req)}}, nil)
+	}
+	s.unlockRows(both)
+	if err == nil {
+		if err = s.awaitReplica(ctx, w); err != nil {
+			resp, sent = nil, 0
+		}
+	}
 	s.countPullRows(req, start, sent)
 	return resp, true, err
 }
@@ -498,7 +524,7 @@ func (h *tableHost) pullReady(req *pb.PullRowsRequest) (bool, error) {
 
 // pull answers a ready row pull, its rows in rows' memory (nil: new),
 // and the payload's bytes. Call with mu held.
-func (h *tableHost) pull(req *pb.PullRowsRequest, rows func(n int) []float32) (*pb.PullRowsResponse, int, error) {
+func (h *tableHost) pull(req *pb.PullRowsRequest, rows func(n int) []float32, count bool) (*pb.PullRowsResponse, int, error) {
 	blocks, err := h.pullBlocks(req.Tables, rows)
 	if err != nil {
 		return nil, 0, err
@@ -508,7 +534,9 @@ func (h *tableHost) pull(req *pb.PullRowsRequest, rows func(n int) []float32) (*
 	if err := h.set.PullBlocks(int(req.Worker), blocks); err != nil {
 		return nil, 0, tableStatus(err)
 	}
-	h.count(false, blocks)
+	if count {
+		h.count(false, blocks)
+	}
 	resp := &pb.PullRowsResponse{Version: h.set.Version(), Generation: h.gen, Done: h.done, Tables: make([]*pb.RowBlock, len(blocks))}
 	sent := 0
 	for i, b := range blocks {
@@ -521,7 +549,9 @@ func (h *tableHost) pull(req *pb.PullRowsRequest, rows func(n int) []float32) (*
 	return resp, sent, nil
 }
 
-// PushRows applies or stages a worker's row gradients.
+// PushRows applies or stages a worker's row gradients. To a primary
+// with a standby it is queued for the standby and answered once the
+// standby holds it.
 func (s *Server) PushRows(ctx context.Context, req *pb.PushRowsRequest) (*pb.PushRowsResponse, error) {
 	defer s.observe("push_rows", s.now())
 	received := 0
@@ -529,12 +559,31 @@ func (s *Server) PushRows(ctx context.Context, req *pb.PushRowsRequest) (*pb.Pus
 		received += keyBytes(b) + len(b.Values)
 	}
 	s.m.RPCReceivedBytes.WithLabelValues("push_rows").Add(float64(received))
+	both := s.lockRows(true)
 	h := s.tables
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	if err := h.serving(req.RunId); err != nil {
+		s.unlockRows(both)
 		return nil, err
 	}
+	resp, err := h.push(req, s.m)
+	var w replicaWait
+	if both && err == nil {
+		w = s.replicate(&pb.ReplicaOp{Op: &pb.ReplicaOp_PushRows{PushRows: clonePushRows(req)}}, nil)
+	}
+	s.unlockRows(both)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.awaitReplica(ctx, w); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// push applies or stages a row push that passed serving (a worker's) or
+// check (its primary's, on a standby), counting it in m's series (nil: a
+// standby's, which its primary counts). Call with mu held.
+func (h *tableHost) push(req *pb.PushRowsRequest, m *metrics.PS) (*pb.PushRowsResponse, error) {
 	stale := &pb.PushRowsResponse{Outcome: pb.PushResponse_STALE, Version: h.set.Version(), Done: h.done}
 	w := int(req.Worker)
 	if h.done || (req.Generation != 0 && req.Generation != h.gen) || (w >= 0 && w < len(h.quarantined) && h.quarantined[w]) {
@@ -547,13 +596,19 @@ func (s *Server) PushRows(ctx context.Context, req *pb.PushRowsRequest) (*pb.Pus
 	out, err := h.set.PushBlocks(w, req.Version, blocks)
 	switch {
 	case errors.Is(err, ErrNonFinite) && h.nanSkip:
-		s.m.RejectedRequests.WithLabelValues("non_finite").Inc()
+		if m != nil {
+			m.RejectedRequests.WithLabelValues("non_finite").Inc()
+		}
 		return stale, nil // --nan-policy skip: dropped, training goes on
 	case err != nil:
-		s.m.RejectedRequests.WithLabelValues(rejectReason(err)).Inc()
+		if m != nil {
+			m.RejectedRequests.WithLabelValues(rejectReason(err)).Inc()
+		}
 		return nil, tableStatus(err)
 	}
-	h.count(true, blocks)
+	if m != nil {
+		h.count(true, blocks)
+	}
 	return &pb.PushRowsResponse{Outcome: pb.PushResponse_Outcome(out), Version: h.set.Version(), Done: h.done}, nil
 }
 
@@ -567,7 +622,17 @@ const maxRowsToCome = 1 << 26
 // LoadRows puts restored rows into a table (the chief's restore).
 func (s *Server) LoadRows(ctx context.Context, req *pb.LoadRowsRequest) (*pb.LoadRowsResponse, error) {
 	defer s.observe("load_rows", s.now())
-	h := s.tables
+	resp, err := s.tables.loadRows(ctx, req)
+	if err == nil && req.Done {
+		// (After the tables' lock: a standby's snapshot waited for the
+		// rows, and is taken under the Server's lock, then the tables'.)
+		s.rowsLoaded()
+	}
+	return resp, err
+}
+
+// loadRows is LoadRows' work on the tables.
+func (h *tableHost) loadRows(ctx context.Context, req *pb.LoadRowsRequest) (*pb.LoadRowsResponse, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if err := h.check(req.RunId); err != nil {
@@ -694,7 +759,3 @@ func (h *tableHost) still(ctx context.Context, set *TableSet) error {
 	}
 	return nil
 }
-
-// errTablesNoStandby refuses a hot standby for a shard with embedding
-// tables: replication carries the dense model's updates, not rows.
-const errTablesNoStandby = "ps: hot standbys do not replicate embedding tables: a shard with tables runs without one"

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/pstrain/pstrain/cluster"
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/internal/retry"
 	"github.com/pstrain/pstrain/ml/ctr"
@@ -45,20 +46,26 @@ func (w *Worker) buildNet(d WorkerDeps, runID string, psCount int) (worker.Net, 
 // every PS slot of the cluster, so that a change of the PS count only
 // builds a new client (rowsFor).
 func (w *Worker) ctrNet(spec model.Spec, runID string, psCount int) (worker.Net, error) {
-	for _, a := range w.o.Cluster.PS {
-		c, err := w.o.dial(a)
+	cl := w.o.Cluster
+	for i, a := range cl.PS {
+		rc, gc, err := w.rowConn(a)
 		if err != nil {
 			return nil, err
 		}
-		w.closers.add(func() { c.Close() })
-		gc := pb.NewParameterServerClient(c)
-		if !rowsOnDataPlane(w.o.Run) {
-			w.rowConns = append(w.rowConns, gc)
+		if len(cl.Standby) == 0 {
+			w.rowConns = append(w.rowConns, rc)
 			continue
 		}
-		dp := newDataPlaneClient(gc, w.o.dataPlaneDeps(), nil)
-		w.closers.add(func() { dp.Close() })
-		w.rowConns = append(w.rowConns, dp)
+		// A shard with a hot standby: its row client switches process as
+		// its dense client does (docs/replication.md).
+		src, sgc, err := w.rowConn(cl.Standby[i])
+		if err != nil {
+			return nil, err
+		}
+		w.rowConns = append(w.rowConns, worker.NewRowFailover(i,
+			worker.Process{Task: cluster.Task{Type: cluster.PS, Index: i}.String(), Addr: a, Role: roleOf(gc)},
+			worker.Process{Task: cluster.Task{Type: cluster.Standby, Index: i}.String(), Addr: cl.Standby[i], Role: roleOf(sgc)},
+			[2]rowclient.Shard{rc, src}, w.o.Log))
 	}
 	rows, err := w.rowsFor(runID, psCount)
 	if err != nil {
@@ -72,6 +79,23 @@ func (w *Worker) ctrNet(spec model.Spec, runID string, psCount int) (worker.Net,
 		return nil, err
 	}
 	return w.ctr, nil
+}
+
+// rowConn connects to the PS at addr for rows: its row client and its
+// gRPC client.
+func (w *Worker) rowConn(addr string) (rowclient.Shard, pb.ParameterServerClient, error) {
+	c, err := w.o.dial(addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	w.closers.add(func() { c.Close() })
+	gc := pb.NewParameterServerClient(c)
+	if !rowsOnDataPlane(w.o.Run) {
+		return gc, gc, nil
+	}
+	dp := newDataPlaneClient(gc, w.o.dataPlaneDeps(), nil)
+	w.closers.add(func() { dp.Close() })
+	return dp, gc, nil
 }
 
 // rowsOnDataPlane says whether a CTR worker's rows travel on the TCP

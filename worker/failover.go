@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/transport/rowclient"
 )
 
 // Process is one of a shard's two PS processes (--ps-replicas 1): its
@@ -91,12 +92,6 @@ func (f *failover) Where() string {
 	return p.Task + " at " + p.Addr
 }
 
-// current is the index and client calls go to now.
-func (f *failover) current() (int32, DataPlane) {
-	i := f.cur.Load()
-	return i, f.procs[i].Client
-}
-
 // done notes the outcome of a call sent to process i: on Unavailable the
 // other process becomes the current one, unless a concurrent call has
 // switched already (the switch is logged once). err is returned as is.
@@ -118,17 +113,22 @@ func (f *failover) done(i int32, err error) error {
 // sends it again, to that process: a push that did count is then a
 // duplicate, docs/replication.md).
 func call[T any](ctx context.Context, f *failover, send func(context.Context, DataPlane) (T, error)) (T, error) {
-	i, c := f.current()
+	return callOn(ctx, f, func(ctx context.Context, i int32) (T, error) { return send(ctx, f.procs[i].Client) })
+}
+
+// callOn is call of a send that takes the index of the process to call.
+func callOn[T any](ctx context.Context, f *failover, send func(context.Context, int32) (T, error)) (T, error) {
+	i := f.cur.Load()
 	other := f.procs[1-i]
 	if other.Role == nil {
-		resp, err := send(ctx, c)
+		resp, err := send(ctx, i)
 		return resp, f.done(i, err)
 	}
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	watch := time.AfterFunc(slowCall, func() { f.watch(cctx, other, cancel) })
 	defer watch.Stop()
-	resp, err := send(cctx, c)
+	resp, err := send(cctx, i)
 	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(cctx), errSuperseded) {
 		err = status.Errorf(codes.Unavailable, "%s did not answer and %s serves as shard %d's primary now", f.procs[i].Task, other.Task, f.shard)
 	}
@@ -192,4 +192,48 @@ func (f segmentedFailover) PushSegments(ctx context.Context, in *pb.PushRequest,
 	return call(ctx, f.failover, func(ctx context.Context, c DataPlane) (*pb.PushResponse, error) {
 		return c.(SegmentedDataPlane).PushSegments(ctx, in, segs)
 	})
+}
+
+// NewRowFailover is the row client (rowclient.Shard) of shard with a hot
+// standby: rows[i] is the row client of procs' process i (their Client
+// is not used). It switches processes as the dense failover does, on
+// its own: a switch one of them learns of the other learns at its next
+// call. It is a rowclient.Placer when both row clients are.
+func NewRowFailover(shard int, first, second Process, rows [2]rowclient.Shard, log *slog.Logger) rowclient.Shard {
+	f := rowFailover{f: &failover{shard: shard, procs: [2]Process{first, second}, log: log, cur: new(atomic.Int32)}, rows: rows}
+	_, p1 := rows[0].(rowclient.Placer)
+	_, p2 := rows[1].(rowclient.Placer)
+	if p1 && p2 {
+		return placingRowFailover{f}
+	}
+	return f
+}
+
+// rowFailover is NewRowFailover's client.
+type rowFailover struct {
+	f    *failover
+	rows [2]rowclient.Shard
+}
+
+func (r rowFailover) PullRows(ctx context.Context, in *pb.PullRowsRequest, opts ...grpc.CallOption) (*pb.PullRowsResponse, error) {
+	return callOn(ctx, r.f, func(ctx context.Context, i int32) (*pb.PullRowsResponse, error) {
+		return r.rows[i].PullRows(ctx, in, opts...)
+	})
+}
+
+func (r rowFailover) PushRows(ctx context.Context, in *pb.PushRowsRequest, opts ...grpc.CallOption) (*pb.PushRowsResponse, error) {
+	return callOn(ctx, r.f, func(ctx context.Context, i int32) (*pb.PushRowsResponse, error) {
+		return r.rows[i].PushRows(ctx, in, opts...)
+	})
+}
+
+// placingRowFailover is a rowFailover whose row clients are both
+// rowclient.Placers.
+type placingRowFailover struct{ rowFailover }
+
+func (r placingRowFailover) PullRowsPlaced(ctx context.Context, in *pb.PullRowsRequest, place func(*pb.PullRowsResponse) error) error {
+	_, err := callOn(ctx, r.f, func(ctx context.Context, i int32) (struct{}, error) {
+		return struct{}{}, r.rows[i].(rowclient.Placer).PullRowsPlaced(ctx, in, place)
+	})
+	return err
 }

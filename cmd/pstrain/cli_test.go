@@ -164,7 +164,6 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "--batch", "x"}, `pstrain run: invalid value "x" for flag -batch`, "run 'pstrain run -h' for usage"},
 		{[]string{"run", "--mode", "bsp"}, "pstrain run: --mode must be sync, async or ssp", "run 'pstrain run -h' for usage"},
 		{[]string{"run", "extra"}, `pstrain run: unexpected argument "extra"`, "run 'pstrain run -h' for usage"},
-		{[]string{"run", "--dry-run", "--model", "ctr", "--ps-replicas", "1"}, "pstrain run: --ps-replicas: hot standbys do not replicate embedding tables", "run 'pstrain run -h' for usage"},
 		{[]string{"ps", "--index", "x"}, `pstrain ps: invalid value "x" for flag -index`, "run 'pstrain ps -h' for usage"},
 		{[]string{"data"}, "pstrain data: missing subcommand: fetch or synth-ctr", "run 'pstrain data -h' for usage"},
 		{[]string{"data", "fetch", "--nope"}, "pstrain data fetch: flag provided but not defined: -nope", "run 'pstrain data fetch -h' for usage"},

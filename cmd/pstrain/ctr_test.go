@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"math"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -153,14 +150,36 @@ func checkCTRScores(t *testing.T, rep *report.Report) {
 	}
 }
 
-// A CTR run with hot standbys is refused before any process starts
-// (exit 2): standbys do not replicate tables.
-func TestRunCTRRefusesStandbys(t *testing.T) {
-	var stdout, stderr bytes.Buffer
-	err := run(context.Background(), []string{"run", "--model", "ctr", "--ps-replicas", "1", "--run-dir", t.TempDir(),
-		"--data-dir", t.TempDir(), "--checkpoint-dir", filepath.Join(t.TempDir(), "ck")}, &stdout, &stderr)
-	if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "--ps-replicas") {
-		t.Errorf("pstrain run --model ctr --ps-replicas 1: err = %v, want a usage error naming --ps-replicas", err)
+// A CTR run with hot standbys (--ps-replicas 1) loses nothing when a
+// primary is killed: ps/1 dies at a step about a quarter into the run,
+// with no checkpoint to restore it from (--checkpoint-every 0), and its
+// standby takes over with 0 steps lost; the tables travelled with the
+// dense shard, so the sync run ends with the model of a run without
+// standbys or faults: the same steps and the same AUC.
+func TestRunCTRWithStandbysLosesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process fault test")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	base, _, _ := runCTR(t, ctx, "--checkpoint-every", "0")
+	rep, _, _ := runCTR(t, ctx, "--checkpoint-every", "0", "--ps-replicas", "1", "--fault", "ps/1@step:40")
+	tookOver := false
+	for _, r := range rep.Restarts {
+		t.Logf("%s died at %.2f s, %q took over in %.3f s at step %d, %d steps lost", r.Task, r.KilledAtSeconds, r.TookOver, r.FailoverSeconds, r.RestoredStep, r.StepsLost)
+		if r.StepsLost != 0 {
+			t.Errorf("restart %+v lost %d steps, want 0", r, r.StepsLost)
+		}
+		if r.Task == "ps/1" && r.TookOver == "standby/1" {
+			tookOver = true
+		}
+	}
+	if !tookOver {
+		t.Errorf("standby/1 did not take over from ps/1: %+v", rep.Restarts)
+	}
+	if rep.StoppedBy != "epochs" || rep.GlobalSteps != base.GlobalSteps || math.Abs(rep.AUC-base.AUC) > 1e-6 {
+		t.Errorf("with ps/1 failed over: stopped by %s after %d steps, auc %.6f; undisturbed without standbys: %d steps, auc %.6f",
+			rep.StoppedBy, rep.GlobalSteps, rep.AUC, base.GlobalSteps, base.AUC)
 	}
 }
 

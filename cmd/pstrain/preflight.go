@@ -31,9 +31,6 @@ func checkRunFlags(r config.Run, metricsPortBase int, connectTimeout time.Durati
 	if err := preflight.Positive("--connect-timeout", connectTimeout); err != nil {
 		return asUsage(err)
 	}
-	if r.Model.IsCTR() && r.PSReplicas > 0 {
-		return usagef("--ps-replicas: hot standbys do not replicate embedding tables; --model ctr runs without them")
-	}
 	n := 1 + r.PS + r.Workers
 	if r.Standbys() > 0 {
 		n = 1 + r.PSSlots() + r.WorkerSlots() + r.StandbySlots() // the standbys' ports follow every PS and worker slot's

@@ -1,6 +1,7 @@
 package embed
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -591,4 +592,51 @@ func (s Slots) Free() []int32 { return s.free }
 func (t *Table) Freeze() Slots {
 	return Slots{Dim: t.cfg.Dim, StateLen: t.cfg.Rule.StateLen(t.cfg.Dim),
 		rows: t.rows.freeze(), free: slices.Clone(t.free)}
+}
+
+// LastSeen is the step of the last pull or push of a key's row, as
+// eviction reads it (0: no row, or a table that evicts nothing).
+func (t *Table) LastSeen(k uint64) int64 {
+	if t.cfg.EvictAfter <= 0 {
+		return 0
+	}
+	s, ok := t.slot(k)
+	if !ok {
+		return 0
+	}
+	return t.lastSeen.at(s)[0]
+}
+
+// Waiting is a key waiting for admission: its sightings so far and the
+// step of the last.
+type Waiting struct {
+	Key  uint64
+	N    int32
+	Last int64
+}
+
+// Waiting is the keys waiting for admission, keys increasing.
+func (t *Table) Waiting() []Waiting {
+	out := make([]Waiting, 0, len(t.seen))
+	for k, s := range t.seen {
+		out = append(out, Waiting{Key: k, N: s.n, Last: s.last})
+	}
+	slices.SortFunc(out, func(a, b Waiting) int { return cmp.Compare(a.Key, b.Key) })
+	return out
+}
+
+// SetWaiting replaces the keys waiting for admission (a hot standby
+// taking its primary's table).
+func (t *Table) SetWaiting(w []Waiting) {
+	clear(t.seen)
+	for _, x := range w {
+		t.seen[x.Key] = sightings{n: x.N, last: x.Last}
+	}
+}
+
+// SetStats sets the table's counters (Rows aside: it is what the table
+// holds) to s's: a hot standby taking its primary's table.
+func (t *Table) SetStats(s TableStats) {
+	s.Rows = 0
+	t.stats = s
 }

@@ -311,9 +311,11 @@ func readResponse(rd io.Reader, scratch []byte, maxPayload int) (response, error
 //	            push:  2 u8 | worker i32 | version i64 | generation i64 |
 //	                   loss f32 | data position i64 | gradient length u32 |
 //	                   gradient (raw, as the worker pushed it)
-//	            other: kind u8 (1 snapshot, 3 membership, 4 stop) |
+//	            other: kind u8 (1 snapshot, 3 membership, 4 stop,
+//	                   6 row pull, 7 row push, 8 a snapshot's rows) |
 //	                   length u32 | the protobuf encoding of that message
-//	                   (ReplicaSnapshot, MembershipRequest, StopRequest)
+//	                   (ReplicaSnapshot, MembershipRequest, StopRequest,
+//	                   PullRowsRequest, PushRowsRequest, TableRowsChunk)
 //	            retain: 5 u8 | length u32 (8) | the retained version i64
 //	response: version = the standby's version (ReplicaAck.version),
 //	          data position = the last operation applied (ReplicaAck.seq),
@@ -337,6 +339,9 @@ const (
 	kindMembership = 3
 	kindStop       = 4
 	kindRetain     = 5
+	kindPullRows   = 6
+	kindPushRows   = 7
+	kindRows       = 8
 )
 
 const (
@@ -392,6 +397,12 @@ func appendOp(b []byte, runID string, op *pb.ReplicaOp) ([]byte, []byte, error) 
 		kind, m = kindMembership, x.Membership
 	case *pb.ReplicaOp_Stop:
 		kind, m = kindStop, x.Stop
+	case *pb.ReplicaOp_PullRows:
+		kind, m = kindPullRows, x.PullRows
+	case *pb.ReplicaOp_PushRows:
+		kind, m = kindPushRows, x.PushRows
+	case *pb.ReplicaOp_Rows:
+		kind, m = kindRows, x.Rows
 	case *pb.ReplicaOp_Retain:
 		b = binary.LittleEndian.AppendUint32(append(b, kindRetain), 8)
 		return b, binary.LittleEndian.AppendUint64(nil, uint64(x.Retain)), nil
@@ -483,8 +494,8 @@ func readPushOp(runID string, take func(int64) ([]byte, error), grad func(int64)
 	return &pb.ReplicaOp{Op: &pb.ReplicaOp_Push{Push: p}}, buf, nil
 }
 
-// readOtherOp reads a snapshot, membership or stop operation after its
-// kind byte, k.
+// readOtherOp reads an operation other than a push (a protobuf message,
+// or a retain's version) after its kind byte, k.
 func readOtherOp(k byte, take func(int64) ([]byte, error), rd io.Reader, left *int64) (*pb.ReplicaOp, error) {
 	op := &pb.ReplicaOp{}
 	var m proto.Message
@@ -498,6 +509,15 @@ func readOtherOp(k byte, take func(int64) ([]byte, error), rd io.Reader, left *i
 	case kindStop:
 		x := &pb.StopRequest{}
 		op.Op, m = &pb.ReplicaOp_Stop{Stop: x}, x
+	case kindPullRows:
+		x := &pb.PullRowsRequest{}
+		op.Op, m = &pb.ReplicaOp_PullRows{PullRows: x}, x
+	case kindPushRows:
+		x := &pb.PushRowsRequest{}
+		op.Op, m = &pb.ReplicaOp_PushRows{PushRows: x}, x
+	case kindRows:
+		x := &pb.TableRowsChunk{}
+		op.Op, m = &pb.ReplicaOp_Rows{Rows: x}, x
 	case kindRetain:
 	default:
 		return nil, fmt.Errorf("%w: unknown operation kind %d", ErrBadFrame, k)

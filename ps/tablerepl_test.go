@@ -1,0 +1,221 @@
+package ps
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/ml/embed"
+	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/transport/wire"
+)
+
+// replTables are the tables of the replication tests: one with Adagrad
+// that admits a key at its second sighting and evicts rows unseen for 3
+// steps, one with plain SGD.
+var replTables = []embed.TableConfig{
+	{Name: "emb/A", Dim: 3, Seed: 7, Rule: embed.DefaultAdagrad(0.3), AdmitAfter: 2, EvictAfter: 3},
+	{Name: "emb/B", Dim: 2, Seed: 7, Rule: embed.Rule{Kind: embed.SGD, LR: 0.5}},
+}
+
+// tablesInit is replicaInit's Init with replTables.
+func tablesInit(t *testing.T, epoch int64, standby string) (*pb.InitRequest, int) {
+	req, n := replicaInit(t, config.Sync, epoch, standby)
+	req.Tables = TableSpecs(replTables)
+	return req, n
+}
+
+// rowKeys is worker w's keys of table at step i: overlapping the other
+// worker's and the steps before, so rows are admitted, shared, left
+// unseen and evicted.
+func rowKeys(table string, w, i int) []uint64 {
+	var keys []uint64
+	for j := range 5 {
+		k := uint64((3*i + 2*w + j*len(table)) % 23)
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// rowStep is worker w's part of sync step i on s: its dense pull, its
+// row pull and row push of every table, then its dense push. The row
+// requests go through the server's gRPC methods, as a worker's would.
+func rowStep(t *testing.T, s *Server, w, i, n int) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := s.Pull(ctx, &pb.PullRequest{Worker: int32(w), MinVersion: int64(i), RunId: "r"}); err != nil {
+		t.Fatalf("step %d worker %d: pull: %v", i, w, err)
+	}
+	rowRequests(t, s, w, i)
+	if _, err := s.Push(ctx, &pb.PushRequest{Worker: int32(w), Version: int64(i), Grad: wire.Bytes(gradOf(w, i, n)), RunId: "r",
+		Generation: 1, DataPosition: int64(i + 1)}); err != nil {
+		t.Fatalf("step %d worker %d: push: %v", i, w, err)
+	}
+}
+
+// rowRequests is worker w's row pull and row push of step i.
+func rowRequests(t *testing.T, s *Server, w, i int) {
+	t.Helper()
+	ctx := context.Background()
+	var pull, push []*pb.RowBlock
+	for _, c := range replTables {
+		keys := rowKeys(c.Name, w, i)
+		grads := make([]float32, len(keys)*c.Dim)
+		for j := range grads {
+			grads[j] = float32((w+2)*(j+i)%7-3) / 4
+		}
+		pull = append(pull, &pb.RowBlock{Table: c.Name, Keys: keys})
+		push = append(push, &pb.RowBlock{Table: c.Name, Keys: keys, Values: wire.Bytes(grads)})
+	}
+	if _, err := s.PullRows(ctx, &pb.PullRowsRequest{RunId: "r", Worker: int32(w), Generation: 1, MinVersion: int64(i), Tables: pull}); err != nil {
+		t.Fatalf("step %d worker %d: row pull: %v", i, w, err)
+	}
+	if _, err := s.PushRows(ctx, &pb.PushRowsRequest{RunId: "r", Worker: int32(w), Generation: 1, Version: int64(i), Tables: push}); err != nil {
+		t.Fatalf("step %d worker %d: row push: %v", i, w, err)
+	}
+}
+
+// tablesOf is s's tables' whole state: what a snapshot carries of it,
+// and every row with its state and last sighting.
+type tablesImage struct {
+	state    *pb.TablesState
+	rows     []*pb.ReplicaOp
+	version  int64
+	lastSeen []int64
+}
+
+func tablesOf(t *testing.T, s *Server) tablesImage {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := s.tables
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.set == nil {
+		t.Fatal("no tables")
+	}
+	img := tablesImage{state: h.set.stateProto(), rows: h.set.rowOps(1 << 20), version: h.set.Version()}
+	for _, op := range img.rows {
+		img.lastSeen = append(img.lastSeen, op.GetRows().LastSeen...)
+	}
+	return img
+}
+
+// sameTables fails unless a and b are the same tables, bit for bit.
+func sameTables(t *testing.T, what string, a, b tablesImage) {
+	t.Helper()
+	if a.version != b.version || !proto.Equal(a.state, b.state) || len(a.rows) != len(b.rows) {
+		t.Fatalf("%s: tables at version %d and %d differ in their state or tables:\n%v\n%v", what, a.version, b.version, a.state, b.state)
+	}
+	for i := range a.rows {
+		if !proto.Equal(a.rows[i], b.rows[i]) {
+			t.Fatalf("%s: the rows of %s differ", what, a.rows[i].GetRows().Table)
+		}
+	}
+}
+
+// A hot standby holds its primary's tables bit for bit (rows, optimizer
+// state, last sightings, keys waiting for admission, the step's staged
+// rows and sightings, the counters) at every step, the primary's tables
+// are what a shard without a standby holds, and once promoted the
+// standby trains on as the primary would have: the same tables as a
+// shard that never failed.
+func TestStandbyHoldsThePrimarysTables(t *testing.T) {
+	var l, back *link
+	primary := NewServer(Config{Log: quietLog(), Shard: AnyShard, Dial: linkDialer(&l)})
+	standby := NewServer(Config{Log: quietLog(), Shard: AnyShard, Dial: linkDialer(&back)})
+	l, back = &link{to: standby}, &link{to: primary}
+	t.Cleanup(primary.Close)
+	t.Cleanup(standby.Close)
+	alone := NewServer(Config{Log: quietLog(), Shard: AnyShard})
+	ctx := context.Background()
+	req, n := tablesInit(t, 1, "standby")
+	if _, err := primary.Init(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	req, _ = tablesInit(t, 1, "")
+	if _, err := alone.Init(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	waitAttached(t, primary)
+	if _, err := standby.PushRows(ctx, &pb.PushRowsRequest{RunId: "r", Worker: 0, Generation: 1}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("a standby took a worker's row push: %v", err)
+	}
+	if _, err := standby.PullRows(ctx, &pb.PullRowsRequest{RunId: "r", Worker: 0, Generation: 1}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("a standby took a worker's row pull: %v", err)
+	}
+	const steps, failAt = 12, 7
+	for i := range failAt {
+		for w := range 2 {
+			rowStep(t, primary, w, i, n)
+			rowStep(t, alone, w, i, n)
+			// Every request was answered, so the standby holds it.
+			sameTables(t, "standby and primary", tablesOf(t, standby), tablesOf(t, primary))
+			sameTables(t, "primary and a shard without a standby", tablesOf(t, primary), tablesOf(t, alone))
+		}
+	}
+	if st := tablesOf(t, alone).state; st.Tables[0].Evictions == 0 || st.Tables[0].Admissions == 0 || len(st.Tables[0].WaitingKeys) == 0 {
+		t.Fatalf("the steps admitted, evicted or left waiting no key of %s: %v", replTables[0].Name, st.Tables[0])
+	}
+	// Mid-step: worker 0's rows are staged when the primary dies.
+	rowStep(t, primary, 0, failAt, n)
+	rowStep(t, alone, 0, failAt, n)
+	l.mu.Lock()
+	l.cut = true
+	l.mu.Unlock()
+	if _, err := standby.Promote(ctx, &pb.PromoteRequest{RunId: "r", Shard: 0, Epoch: 2}); err != nil {
+		t.Fatal(err)
+	}
+	sameTables(t, "promoted standby, mid-step", tablesOf(t, standby), tablesOf(t, alone))
+	rowStep(t, standby, 1, failAt, n)
+	rowStep(t, alone, 1, failAt, n)
+	for i := failAt + 1; i < steps; i++ {
+		for w := range 2 {
+			rowStep(t, standby, w, i, n)
+			rowStep(t, alone, w, i, n)
+		}
+	}
+	sameTables(t, "promoted standby at the end", tablesOf(t, standby), tablesOf(t, alone))
+}
+
+// A standby attached mid-step, while a worker's rows are staged and keys
+// wait for admission, starts from a snapshot holding them: once the step
+// and the next ones are done its tables are its primary's.
+func TestStandbyAttachedMidStepGetsTheStagedRows(t *testing.T) {
+	var l *link
+	primary := NewServer(Config{Log: quietLog(), Shard: AnyShard, Dial: linkDialer(&l)})
+	standby := NewServer(Config{Log: quietLog(), Shard: AnyShard})
+	l = &link{to: standby}
+	t.Cleanup(primary.Close)
+	ctx := context.Background()
+	req, n := tablesInit(t, 1, "")
+	if _, err := primary.Init(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		for w := range 2 {
+			rowStep(t, primary, w, i, n)
+		}
+	}
+	rowStep(t, primary, 0, 4, n)
+	if _, err := primary.SetStandby(ctx, &pb.SetStandbyRequest{RunId: "r", Shard: 0, Epoch: 2, Addr: "standby"}); err != nil {
+		t.Fatal(err)
+	}
+	waitAttached(t, primary)
+	sameTables(t, "standby attached mid-step", tablesOf(t, standby), tablesOf(t, primary))
+	if st := tablesOf(t, standby).state; len(st.Tables[0].Staged) == 0 || len(st.Tables[0].Sighted) == 0 {
+		t.Fatalf("the snapshot was taken with no staged rows or sightings: %v", st.Tables[0])
+	}
+	rowStep(t, primary, 1, 4, n)
+	for w := range 2 {
+		rowStep(t, primary, w, 5, n)
+	}
+	sameTables(t, "standby two steps later", tablesOf(t, standby), tablesOf(t, primary))
+}
