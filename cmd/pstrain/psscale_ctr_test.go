@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -32,23 +33,30 @@ func TestScalePSCTR(t *testing.T) {
 	}
 	tmp := t.TempDir()
 	data := smallCTRData(t, tmp)
-	for _, mode := range []string{"sync", "async", "ssp"} {
-		t.Run(mode, func(t *testing.T) {
+	for _, c := range []struct{ name, mode string }{{"sync", "sync"}, {"async", "async"}, {"ssp", "ssp"}, {"sync with standbys", "sync"}} {
+		mode := c.mode
+		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			tmp := t.TempDir()
 			// Batch 32: 312 sync steps an epoch (625 async versions), 5
 			// epochs, several seconds of training for the two changes.
 			const epochs = 5
-			flags := []string{"--model", "ctr", "--data-dir", data, "--mode", mode, "--workers", "2", "--batch", "32",
+			base := []string{"--model", "ctr", "--data-dir", data, "--mode", mode, "--workers", "2", "--batch", "32",
 				"--epochs", strconv.Itoa(epochs)}
+			flags := base
+			if c.name == "sync with standbys" {
+				// (each primary attaches its standby anew once its rows
+				// are loaded)
+				flags = append(slices.Clip(base), "--ps-replicas", "1")
+			}
 			rep, ckdir := scaleCTR3Then1(t, ctx, tmp, flags)
 			changes := checkPSChanges(t, rep, epochs)
 			for _, c := range changes {
 				t.Logf("ps %d -> %d at step %d: pause %.3f s, %d steps lost", c.From, c.To, c.Step, *c.PauseSeconds, *c.StepsLost)
 			}
 			if mode == "sync" {
-				still := runCTRInto(t, ctx, tmp, "still", data, filepath.Join(tmp, "still-ck"), append(flags, "--ps", "2")...)
+				still := runCTRInto(t, ctx, tmp, "still", data, filepath.Join(tmp, "still-ck"), append(slices.Clip(base), "--ps", "2")...)
 				t.Logf("auc %.4f with the changes, %.4f without", rep.AUC, still.AUC)
 				if math.Abs(rep.AUC-still.AUC) > 1e-4 {
 					t.Errorf("auc %.4f after moving the rows 2 -> 3 -> 1 PS, %.4f without: the moves changed the model", rep.AUC, still.AUC)
