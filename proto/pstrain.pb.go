@@ -2632,9 +2632,12 @@ func (x *ReplicaSnapshot) GetTables() *TablesState {
 // TablesState is a shard's embedding tables as a snapshot holds them
 // (ps.TableSet): what an Init does not rebuild, their rows aside.
 type TablesState struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       int64                  `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	Tables        []*TableStateProto     `protobuf:"bytes,2,rep,name=tables,proto3" json:"tables,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version int64                  `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Tables  []*TableStateProto     `protobuf:"bytes,2,rep,name=tables,proto3" json:"tables,omitempty"`
+	// The rows operations that follow the snapshot: the standby's tables
+	// are loading until it has applied them all.
+	Chunks        int64 `protobuf:"varint,3,opt,name=chunks,proto3" json:"chunks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2681,6 +2684,13 @@ func (x *TablesState) GetTables() []*TableStateProto {
 		return x.Tables
 	}
 	return nil
+}
+
+func (x *TablesState) GetChunks() int64 {
+	if x != nil {
+		return x.Chunks
+	}
+	return 0
 }
 
 type TableStateProto struct {
@@ -4625,10 +4635,11 @@ const file_pstrain_proto_rawDesc = "" +
 	"\x04init\x18\x01 \x01(\v2\x17.pstrain.v1.InitRequestR\x04init\x127\n" +
 	"\vshard_state\x18\x03 \x01(\v2\x16.pstrain.v1.ShardStateR\n" +
 	"shardState\x12/\n" +
-	"\x06tables\x18\x04 \x01(\v2\x17.pstrain.v1.TablesStateR\x06tablesJ\x04\b\x02\x10\x03\"\\\n" +
+	"\x06tables\x18\x04 \x01(\v2\x17.pstrain.v1.TablesStateR\x06tablesJ\x04\b\x02\x10\x03\"t\n" +
 	"\vTablesState\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x123\n" +
-	"\x06tables\x18\x02 \x03(\v2\x1b.pstrain.v1.TableStateProtoR\x06tables\"\xb7\x02\n" +
+	"\x06tables\x18\x02 \x03(\v2\x1b.pstrain.v1.TableStateProtoR\x06tables\x12\x16\n" +
+	"\x06chunks\x18\x03 \x01(\x03R\x06chunks\"\xb7\x02\n" +
 	"\x0fTableStateProto\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\asighted\x18\x02 \x03(\x06R\asighted\x123\n" +

@@ -128,6 +128,18 @@ type replicator struct {
 	// checkpoint's load brings (Server.rowsLoaded); meanwhile the primary
 	// goes on alone and queues nothing.
 	pending bool
+	// snapEnd is the snapshot's last operation (its tables' rows follow
+	// it): the snapshot is acknowledged once it is.
+	snapEnd int64
+	// fills are the snapshot's rows operations not written yet: the link
+	// writes each from the tables' frozen slots as it sends it
+	// (tablerepl.go), outside the locks.
+	fills map[*pb.ReplicaOp]chunkFill
+	// progress is when the standby last acknowledged an operation: the
+	// lag's age counts from it or from the oldest operation queued,
+	// whichever is later (a standby working through a long snapshot is
+	// not stuck).
+	progress time.Time
 }
 
 // replicaWait is what a request waits for: its operation's sequence
@@ -144,19 +156,31 @@ func (s *Server) startReplica(addr string) error {
 	if s.dial == nil {
 		return status.Error(codes.FailedPrecondition, "ps: this process cannot reach a standby (no replica dialer)")
 	}
-	r := &replicator{addr: addr, epoch: s.epoch, stop: make(chan struct{}), wake: make(chan struct{}, 1), nextSeq: 1}
+	r := &replicator{addr: addr, epoch: s.epoch, stop: make(chan struct{}), wake: make(chan struct{}, 1), nextSeq: 1,
+		progress: s.now()}
 	if s.tables.loadingRows() {
 		r.pending = true
 	} else {
-		for _, op := range s.snapshotOps() {
-			r.queue, r.queued, r.release = append(r.queue, op), append(r.queued, s.now()), append(r.release, nil)
-			r.nextSeq++
-		}
+		s.queueSnapshot(r)
 	}
 	s.rep = r
 	go s.runReplica(r)
 	s.log.Info("attaching a hot standby", "addr", addr, "epoch", s.epoch, "version", s.shard.Version())
 	return nil
+}
+
+// queueSnapshot queues the shard's snapshot (snapshotOps) on r, whose
+// queue is empty. Call with mu held.
+func (s *Server) queueSnapshot(r *replicator) {
+	for _, op := range s.snapshotOps(r) {
+		r.queue, r.queued, r.release = append(r.queue, op), append(r.queued, s.now()), append(r.release, nil)
+		r.nextSeq++
+	}
+	r.snapEnd = r.nextSeq - 1
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
 }
 
 // stopReplica drops the standby link, if any: the primary goes on alone,
@@ -325,10 +349,22 @@ func (s *Server) runReplica(r *replicator) {
 
 // nextBatch waits for queued operations and returns the next batch: the
 // oldest unacknowledged operations, as many as fit in two pushes' bytes
-// (the pushes of a step arrive together; a PS's gRPC limit holds two
-// with room to spare: task.psMaxRecv), a snapshot alone. ok is false
-// once the link is stopped.
+// or minBatchBytes, whichever is more (the pushes of a step arrive
+// together; a PS's gRPC limit holds two with room to spare:
+// task.psMaxRecv), a snapshot alone. ok is false
+// once the link is stopped. The batch's snapshot rows not written yet
+// are written after the lock is released.
 func (s *Server) nextBatch(r *replicator) (*pb.ReplicaBatch, bool) {
+	batch, fills, ok := s.takeBatch(r)
+	for _, f := range fills {
+		f.write()
+	}
+	return batch, ok
+}
+
+// takeBatch is nextBatch's work under the lock; fills are the batch's
+// rows operations still to be written.
+func (s *Server) takeBatch(r *replicator) (*pb.ReplicaBatch, []chunkFill, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for len(r.queue) == 0 {
@@ -336,29 +372,44 @@ func (s *Server) nextBatch(r *replicator) (*pb.ReplicaBatch, bool) {
 		select {
 		case <-r.stop:
 			s.mu.Lock()
-			return nil, false
+			return nil, nil, false
 		case <-r.wake:
 		}
 		s.mu.Lock()
 	}
 	if s.rep != r {
-		return nil, false
+		return nil, nil, false
 	}
-	limit := 2 * 4 * len(s.shard.Params())
+	limit := max(2*4*len(s.shard.Params()), minBatchBytes)
 	n, size := 0, 0
+	var fills []chunkFill
 	for _, op := range r.queue {
 		b := opBytes(op)
+		f, unwritten := r.fills[op]
+		if unwritten {
+			b = f.bytes
+		}
 		if n > 0 && (size+b > limit || op.GetSnapshot() != nil) {
 			break
 		}
 		n, size = n+1, size+b
+		if unwritten {
+			fills = append(fills, f)
+			delete(r.fills, op)
+		}
 		if op.GetSnapshot() != nil {
 			break
 		}
 	}
 	return &pb.ReplicaBatch{RunId: s.runID, Shard: int32(s.index), Epoch: r.epoch, FirstSeq: r.acked + 1,
-		Ops: slices.Clone(r.queue[:n])}, true
+		Ops: slices.Clone(r.queue[:n])}, fills, true
 }
+
+// minBatchBytes is the least a batch may hold (a snapshot's rows and a
+// CTR shard's row requests come in many operations, and its dense part
+// is small); a PS's message limit keeps 1 MiB of room over its model's
+// copies (task.psMaxRecv).
+const minBatchBytes = 512 << 10
 
 func opBytes(op *pb.ReplicaOp) int {
 	switch {
@@ -400,7 +451,7 @@ func (s *Server) acknowledged(r *replicator, batch *pb.ReplicaBatch, ack *pb.Rep
 	}
 	r.releaseFirst(done)
 	r.queue, r.queued = slices.Delete(r.queue, 0, done), slices.Delete(r.queued, 0, done)
-	if !r.snapAcked && batch.Ops[0].GetSnapshot() != nil {
+	if !r.snapAcked && last >= r.snapEnd {
 		r.snapAcked, r.catchUp = true, r.nextSeq-1
 		s.log.Info("hot standby holds the snapshot; catching up", "addr", r.addr, "epoch", r.epoch,
 			"version", ack.Version, "updates_behind", r.catchUp-last)
@@ -408,7 +459,7 @@ func (s *Server) acknowledged(r *replicator, batch *pb.ReplicaBatch, ack *pb.Rep
 	if r.err != nil {
 		s.log.Info("hot standby reachable again", "addr", r.addr)
 	}
-	r.acked, r.ackedVersion, r.err = last, ack.Version, nil
+	r.acked, r.ackedVersion, r.err, r.progress = last, ack.Version, nil, s.now()
 	if !wasAttached && r.attached() {
 		s.log.Info("hot standby attached", "addr", r.addr, "epoch", r.epoch, "version", ack.Version)
 	}
@@ -447,11 +498,25 @@ func (s *Server) depose(r *replicator, err error) {
 // updateLag sets the lag metrics. Call with mu held.
 func (s *Server) updateLag() {
 	n, age := 0, 0.0
-	if r := s.rep; r != nil && len(r.queued) > 0 {
-		n, age = len(r.queued), s.now().Sub(r.queued[0]).Seconds()
+	if r := s.rep; r != nil {
+		n, age = len(r.queued), s.lagSeconds(r)
 	}
 	s.m.ReplicationLag.Set(float64(n))
 	s.m.ReplicationLagSeconds.Set(age)
+}
+
+// lagSeconds is how long the standby has left an update unacknowledged:
+// since the oldest one queued, or since its last acknowledgement if that
+// is later (0: none waits). Call with mu held.
+func (s *Server) lagSeconds(r *replicator) float64 {
+	if len(r.queued) == 0 {
+		return 0
+	}
+	from := r.queued[0]
+	if r.progress.After(from) {
+		from = r.progress
+	}
+	return s.now().Sub(from).Seconds()
 }
 
 // replicaStatus fills resp's replication fields. Call with mu held.
@@ -460,9 +525,7 @@ func (s *Server) replicaStatus(resp *pb.StatusResponse) {
 	if r := s.rep; r != nil {
 		resp.StandbyAddr, resp.StandbyAttached = r.addr, r.attached()
 		resp.ReplicationLagUpdates = int64(len(r.queued))
-		if len(r.queued) > 0 {
-			resp.ReplicationLagSeconds = s.now().Sub(r.queued[0]).Seconds()
-		}
+		resp.ReplicationLagSeconds = s.lagSeconds(r)
 	}
 }
 
@@ -470,10 +533,11 @@ func (s *Server) replicaStatus(resp *pb.StatusResponse) {
 // snapshot, and the rows of its embedding tables after it (tablerepl.go).
 // From then on the shard's row requests are replicated too. Call with mu
 // held.
-func (s *Server) snapshotOps() []*pb.ReplicaOp {
+func (s *Server) snapshotOps(r *replicator) []*pb.ReplicaOp {
 	snap := s.snapshotOp()
-	tables, rows := s.tables.tablesSnapshot()
+	tables, rows, fills := s.tables.tablesSnapshot()
 	snap.GetSnapshot().Tables = tables
+	r.fills = fills
 	return append([]*pb.ReplicaOp{snap}, rows...)
 }
 
@@ -573,15 +637,9 @@ func (s *Server) installSnapshot(b *pb.ReplicaBatch, fresh *built) []*pb.Replica
 		return b.Ops[1:]
 	}
 	s.stopReplica()
+	s.setRole(roleStandby) // (first: workers' row requests are refused from here)
 	s.install(*fresh, false)
-	if err := s.tables.restoreTables(b.Ops[0].GetSnapshot().GetTables(), s.shard); err != nil {
-		// (The dense state is installed; without its tables the
-		// process holds no snapshot of the epoch.)
-		s.log.Error("standby: the snapshot's tables do not fit its shard", "err", err)
-		s.setRole(roleNone)
-		return nil
-	}
-	s.setRole(roleStandby)
+	s.tables.awaitChunks(b.Ops[0].GetSnapshot().GetTables(), s.shard)
 	s.epoch, s.replSeq = b.Epoch, b.FirstSeq
 	s.log.Info("standby: snapshot installed", "shard", b.Shard, "epoch", b.Epoch, "version", s.shard.Version())
 	return b.Ops[1:]
@@ -618,6 +676,9 @@ func (s *Server) fromSnapshot(b *pb.ReplicaBatch, snap *pb.ReplicaSnapshot) (bui
 	x, err := s.build(snap.Init)
 	if err == nil {
 		x.ts, err = buildTables(context.Background(), snap.Init, x.opts.Mode)
+	}
+	if err == nil {
+		err = restoreTablesState(x.ts, snap.Tables)
 	}
 	if err != nil {
 		return built{}, err
@@ -686,6 +747,9 @@ func (s *Server) Promote(ctx context.Context, req *pb.PromoteRequest) (*pb.Promo
 	}
 	if req.Epoch <= s.epoch {
 		return nil, status.Errorf(codes.FailedPrecondition, "promote: epoch %d is not past this standby's %d", req.Epoch, s.epoch)
+	}
+	if s.tables.loadingRows() {
+		return nil, status.Error(codes.FailedPrecondition, "promote: the snapshot's table rows have not all reached this standby")
 	}
 	s.setRole(rolePrimary)
 	s.epoch = req.Epoch

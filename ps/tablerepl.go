@@ -95,17 +95,90 @@ func cloneBlocks(in []*pb.RowBlock) []*pb.RowBlock {
 const snapshotRowsChunk = 4096
 
 // tablesSnapshot is the tables' part of a snapshot: their state, and
-// their rows as operations to follow it (nil, nil: no tables). From
-// then on workers' row requests are replicated. Call with the Server's
-// lock held.
-func (h *tableHost) tablesSnapshot() (*pb.TablesState, []*pb.ReplicaOp) {
+// their rows as operations to follow it, each written by its fill when
+// the link sends it (nil: no tables). The rows are read from the
+// tables' slots frozen now (embed.Table.Freeze: the tables copy a block
+// before writing into it while the view holds it), so the shard's locks
+// are held only to freeze them, whatever the tables' size. From then on
+// workers' row requests are replicated. Call with the Server's lock
+// held.
+func (h *tableHost) tablesSnapshot() (*pb.TablesState, []*pb.ReplicaOp, map[*pb.ReplicaOp]chunkFill) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.set == nil {
-		return nil, nil
+		return nil, nil, nil
 	}
 	h.replicating = true
-	return h.set.stateProto(), h.set.rowOps(snapshotRowsChunk)
+	state := h.set.stateProto()
+	var ops []*pb.ReplicaOp
+	fills := map[*pb.ReplicaOp]chunkFill{}
+	for _, ts := range h.set.FreezeSlots(nil) {
+		cfg := h.set.Table(ts.Name).Config()
+		feed := newRowFeed(ts, cfg.EvictAfter > 0)
+		row := int(embed.RowBytes(cfg))
+		for left := feed.live; left > 0; left -= snapshotRowsChunk {
+			n := min(left, snapshotRowsChunk)
+			op := &pb.ReplicaOp{Op: &pb.ReplicaOp_Rows{Rows: &pb.TableRowsChunk{Table: ts.Name}}}
+			ops = append(ops, op)
+			fills[op] = chunkFill{feed: feed, chunk: op.GetRows(), rows: n, bytes: n * row}
+		}
+	}
+	state.Chunks = int64(len(ops))
+	return state, ops, fills
+}
+
+// chunkFill writes a snapshot's rows operation: the next rows of its
+// table's frozen slots.
+type chunkFill struct {
+	feed  *rowFeed
+	chunk *pb.TableRowsChunk
+	rows  int // how many
+	bytes int // about what they take
+}
+
+// write fills the operation's chunk. The link writes a snapshot's rows
+// operations once each, in order.
+func (f chunkFill) write() { f.feed.next(f.chunk, f.rows) }
+
+// rowFeed reads a table's frozen slots, the live ones in slot order, into
+// rows operations.
+type rowFeed struct {
+	slots  TableSlots
+	evicts bool   // the table evicts: its rows' last sightings go too
+	free   []bool // by slot
+	live   int    // slots holding a row
+	at     int    // the next slot to read
+}
+
+func newRowFeed(ts TableSlots, evicts bool) *rowFeed {
+	f := &rowFeed{slots: ts, evicts: evicts, free: make([]bool, ts.Slots.Len())}
+	for _, s := range ts.Slots.Free() {
+		f.free[s] = true
+	}
+	f.live = ts.Slots.Len() - len(ts.Slots.Free())
+	return f
+}
+
+// next writes the next n live rows into c: keys, values, state and, for
+// a table that evicts, each row's last sighting.
+func (f *rowFeed) next(c *pb.TableRowsChunk, n int) {
+	v := f.slots.Slots
+	d, sl := v.Dim, v.StateLen
+	evicts := f.evicts
+	keys := make([]uint64, 0, n)
+	vals, state := make([]float32, 0, n*d), make([]float32, 0, n*sl)
+	var seen []int64
+	for ; len(keys) < n && f.at < v.Len(); f.at++ {
+		if f.free[f.at] {
+			continue
+		}
+		keys = append(keys, v.Key(f.at))
+		vals, state = append(vals, v.Row(f.at)...), append(state, v.State(f.at)...)
+		if evicts {
+			seen = append(seen, v.LastSeen(f.at))
+		}
+	}
+	c.Keys, c.Values, c.State, c.LastSeen = keys, wire.Bytes(vals), wire.Bytes(state), seen
 }
 
 // loadingRows says whether the tables wait for a checkpoint's rows: a
@@ -126,16 +199,7 @@ func (s *Server) rowsLoaded() {
 		return
 	}
 	r.pending = false
-	r.queue, r.queued, r.release = nil, nil, nil
-	r.nextSeq = 1
-	for _, op := range s.snapshotOps() {
-		r.queue, r.queued, r.release = append(r.queue, op), append(r.queued, s.now()), append(r.release, nil)
-		r.nextSeq++
-	}
-	select {
-	case r.wake <- struct{}{}:
-	default:
-	}
+	s.queueSnapshot(r)
 	s.log.Info("the tables' rows are loaded: attaching the hot standby", "addr", r.addr, "epoch", r.epoch)
 }
 
@@ -159,32 +223,6 @@ func (ts *TableSet) stateProto() *pb.TablesState {
 			tp.WaitingLast = append(tp.WaitingLast, x.Last)
 		}
 		out.Tables = append(out.Tables, tp)
-	}
-	return out
-}
-
-// rowOps is every table's rows, keys increasing, as rows operations of
-// up to chunk rows each.
-func (ts *TableSet) rowOps(chunk int) []*pb.ReplicaOp {
-	var out []*pb.ReplicaOp
-	for _, name := range ts.names {
-		t := ts.tables[name].t
-		keys := t.Keys()
-		evicts := t.Config().EvictAfter > 0
-		for lo := 0; lo < len(keys); lo += chunk {
-			part := keys[lo:min(lo+chunk, len(keys))]
-			c := &pb.TableRowsChunk{Table: name, Keys: part}
-			var vals, state []float32
-			for _, k := range part {
-				row, st, _ := t.Row(k)
-				vals, state = append(vals, row...), append(state, st...)
-				if evicts {
-					c.LastSeen = append(c.LastSeen, t.LastSeen(k))
-				}
-			}
-			c.Values, c.State = wire.Bytes(vals), wire.Bytes(state)
-			out = append(out, &pb.ReplicaOp{Op: &pb.ReplicaOp_Rows{Rows: c}})
-		}
 	}
 	return out
 }
@@ -266,24 +304,34 @@ func (ts *TableSet) loadChunk(c *pb.TableRowsChunk) error {
 	return nil
 }
 
-// restoreTables makes the installed tables' state a snapshot's (a
-// standby's install): p is nil for a shard without tables. Call with the
-// Server's lock held.
-func (h *tableHost) restoreTables(p *pb.TablesState, sh *Shard) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if (p == nil) != (h.set == nil) {
-		return fmt.Errorf("a snapshot with tables %v for a shard with tables %v", p != nil, h.set != nil)
+// restoreTablesState makes ts's state p's (nil: a snapshot of a shard
+// without tables, for ts nil): a standby building its primary's shard.
+func restoreTablesState(ts *TableSet, p *pb.TablesState) error {
+	if (p == nil) != (ts == nil) {
+		return status.Errorf(codes.InvalidArgument, "replica snapshot: tables in the snapshot %t, declared by its init %t", p != nil, ts != nil)
 	}
 	if p == nil {
 		return nil
 	}
-	if err := h.set.restoreState(p); err != nil {
-		return err
+	if err := ts.restoreState(p); err != nil {
+		return status.Errorf(codes.InvalidArgument, "replica snapshot: %v", err)
 	}
-	h.loading, h.done = false, sh.Done()
-	h.exportAll()
 	return nil
+}
+
+// awaitChunks readies the tables a standby installed from a snapshot (p:
+// their state; nil, none) for the snapshot's rows: they are loading
+// until the last of its rows operations is applied. Call with the
+// Server's lock held.
+func (h *tableHost) awaitChunks(p *pb.TablesState, sh *Shard) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.set == nil {
+		return
+	}
+	h.chunksLeft = p.GetChunks()
+	h.loading, h.done = h.chunksLeft > 0, sh.Done()
+	h.exportAll()
 }
 
 // applyTableOp applies one of the primary's row operations on a
@@ -313,8 +361,13 @@ func (s *Server) applyTableOp(op *pb.ReplicaOp) error {
 	case op.GetPushRows() != nil:
 		_, err = h.push(op.GetPushRows(), nil)
 	case op.GetRows() != nil:
-		err = h.set.loadChunk(op.GetRows())
-		if err == nil {
+		if h.chunksLeft <= 0 {
+			err = fmt.Errorf("rows of table %s after the snapshot's last", op.GetRows().Table)
+			break
+		}
+		if err = h.set.loadChunk(op.GetRows()); err == nil {
+			h.chunksLeft--
+			h.loading = h.chunksLeft > 0
 			h.export(op.GetRows().Table)
 		}
 	}

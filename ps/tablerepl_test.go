@@ -1,8 +1,10 @@
 package ps
 
 import (
+	"cmp"
 	"context"
 	"slices"
+	"sync"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -85,10 +87,9 @@ func rowRequests(t *testing.T, s *Server, w, i int) {
 // tablesOf is s's tables' whole state: what a snapshot carries of it,
 // and every row with its state and last sighting.
 type tablesImage struct {
-	state    *pb.TablesState
-	rows     []*pb.ReplicaOp
-	version  int64
-	lastSeen []int64
+	state   *pb.TablesState
+	rows    []*pb.ReplicaOp // a table's each, keys increasing
+	version int64
 }
 
 func tablesOf(t *testing.T, s *Server) tablesImage {
@@ -101,11 +102,36 @@ func tablesOf(t *testing.T, s *Server) tablesImage {
 	if h.set == nil {
 		t.Fatal("no tables")
 	}
-	img := tablesImage{state: h.set.stateProto(), rows: h.set.rowOps(1 << 20), version: h.set.Version()}
-	for _, op := range img.rows {
-		img.lastSeen = append(img.lastSeen, op.GetRows().LastSeen...)
+	img := tablesImage{state: h.set.stateProto(), version: h.set.Version()}
+	for _, ts := range h.set.FreezeSlots(nil) {
+		img.rows = append(img.rows, &pb.ReplicaOp{Op: &pb.ReplicaOp_Rows{Rows: sortedRows(ts)}})
 	}
 	return img
+}
+
+// sortedRows is a table's frozen rows, keys increasing, each with its
+// last sighting.
+func sortedRows(ts TableSlots) *pb.TableRowsChunk {
+	f := newRowFeed(ts, true)
+	var all pb.TableRowsChunk
+	f.next(&all, f.live)
+	d, sl := ts.Slots.Dim, ts.Slots.StateLen
+	vals, _ := wire.Floats(all.Values)
+	state, _ := wire.Floats(all.State)
+	order := make([]int, len(all.Keys))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(all.Keys[a], all.Keys[b]) })
+	out := &pb.TableRowsChunk{Table: ts.Name}
+	var v, st []float32
+	for _, i := range order {
+		out.Keys = append(out.Keys, all.Keys[i])
+		out.LastSeen = append(out.LastSeen, all.LastSeen[i])
+		v, st = append(v, vals[i*d:(i+1)*d]...), append(st, state[i*sl:(i+1)*sl]...)
+	}
+	out.Values, out.State = wire.Bytes(v), wire.Bytes(st)
+	return out
 }
 
 // sameTables fails unless a and b are the same tables, bit for bit.
@@ -210,12 +236,105 @@ func TestStandbyAttachedMidStepGetsTheStagedRows(t *testing.T) {
 	}
 	waitAttached(t, primary)
 	sameTables(t, "standby attached mid-step", tablesOf(t, standby), tablesOf(t, primary))
-	if st := tablesOf(t, standby).state; len(st.Tables[0].Staged) == 0 || len(st.Tables[0].Sighted) == 0 {
-		t.Fatalf("the snapshot was taken with no staged rows or sightings: %v", st.Tables[0])
+	if st := tablesOf(t, standby).state; len(st.Tables[0].Staged) == 0 || len(st.Tables[0].Sighted) == 0 || len(st.Tables[0].WaitingKeys) == 0 {
+		t.Fatalf("the snapshot was taken with no staged rows, sightings or keys waiting for admission: %v", st.Tables[0])
 	}
 	rowStep(t, primary, 1, 4, n)
 	for w := range 2 {
 		rowStep(t, primary, w, 5, n)
 	}
 	sameTables(t, "standby two steps later", tablesOf(t, standby), tablesOf(t, primary))
+}
+
+// A snapshot's rows travel as several operations written from the
+// tables' frozen slots while the primary goes on alone: the rows it
+// writes meanwhile reach the standby as its updates, after the
+// snapshot's rows, which keep their values of the snapshot. The standby
+// cannot be promoted before it holds them all; then it holds its
+// primary's tables.
+func TestStandbyGetsTheRowsOfALargeSnapshot(t *testing.T) {
+	var l *link
+	primary := NewServer(Config{Log: quietLog(), Shard: AnyShard, Dial: linkDialer(&l)})
+	standby := NewServer(Config{Log: quietLog(), Shard: AnyShard})
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	l = &link{to: standby, gate: func(b *pb.ReplicaBatch) {
+		if b.Ops[0].GetRows() != nil {
+			once.Do(func() {
+				close(held)
+				<-release
+			})
+		}
+	}}
+	t.Cleanup(primary.Close)
+	ctx := context.Background()
+	req, n := tablesInit(t, 1, "standby")
+	const prefill = 3*snapshotRowsChunk + 100 // 4 operations of emb/B's rows
+	req.Tables[1].PrefillRows = prefill
+	if _, err := primary.Init(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	<-held // the snapshot is installed, its rows wait
+	if _, err := standby.Promote(ctx, &pb.PromoteRequest{RunId: "r", Shard: 0, Epoch: 2}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("a standby without the snapshot's rows was promoted: %v", err)
+	}
+	for i := range 3 {
+		for w := range 2 {
+			rowStep(t, primary, w, i, n) // answered alone
+		}
+	}
+	close(release)
+	waitAttached(t, primary)
+	img := tablesOf(t, primary)
+	sameTables(t, "standby after a snapshot of four rows operations", tablesOf(t, standby), img)
+	if got := len(img.rows[1].GetRows().Keys); got < prefill {
+		t.Fatalf("the primary holds %d rows of %s, want the %d pre-filled and more", got, replTables[1].Name, prefill)
+	}
+	if _, err := standby.Promote(ctx, &pb.PromoteRequest{RunId: "r", Shard: 0, Epoch: 2}); err != nil {
+		t.Fatalf("promoting the standby once it holds the rows: %v", err)
+	}
+}
+
+// A primary whose rows are being loaded from a checkpoint (an Init with
+// rows_loading) attaches its standby only once the load is done, from a
+// snapshot holding the loaded rows; meanwhile it goes on alone.
+func TestStandbyWaitsForTheRowsBeingLoaded(t *testing.T) {
+	var l *link
+	primary := NewServer(Config{Log: quietLog(), Shard: AnyShard, Dial: linkDialer(&l)})
+	standby := NewServer(Config{Log: quietLog(), Shard: AnyShard})
+	l = &link{to: standby}
+	t.Cleanup(primary.Close)
+	ctx := context.Background()
+	req, n := tablesInit(t, 1, "standby")
+	req.RowsLoading = true
+	if _, err := primary.Init(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	c := replTables[1]
+	keys := []uint64{2, 5, 11}
+	vals := make([]float32, len(keys)*c.Dim)
+	for i := range vals {
+		vals[i] = float32(i) / 3
+	}
+	if _, err := primary.LoadRows(ctx, &pb.LoadRowsRequest{RunId: "r", Generation: 1, Table: c.Name, Keys: keys, Values: wire.Bytes(vals)}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := primary.Status(ctx, &pb.StatusRequest{}); err != nil || st.StandbyAttached || st.ReplicationLagUpdates != 0 {
+		t.Fatalf("during the load: %v, standby attached %t with %d updates queued, want neither", err, st.GetStandbyAttached(), st.GetReplicationLagUpdates())
+	}
+	if _, err := primary.LoadRows(ctx, &pb.LoadRowsRequest{RunId: "r", Generation: 1, Done: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitAttached(t, primary)
+	if _, err := primary.LoadRows(ctx, &pb.LoadRowsRequest{RunId: "r", Generation: 1, Table: c.Name, Keys: []uint64{20}, Values: wire.Bytes(vals[:c.Dim])}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("rows loaded after the load's end: %v, want FailedPrecondition", err)
+	}
+	for w := range 2 {
+		rowStep(t, primary, w, 0, n)
+	}
+	img := tablesOf(t, primary)
+	sameTables(t, "standby attached after the load", tablesOf(t, standby), img)
+	if !slices.Contains(img.rows[1].GetRows().Keys, 11) {
+		t.Fatalf("the loaded rows are not in the tables: %v", img.rows[1].GetRows().Keys)
+	}
 }

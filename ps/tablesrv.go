@@ -23,10 +23,12 @@ import (
 )
 
 // tableHost serves a shard's embedding tables (a TableSet) under a lock
-// of its own: row requests never take the dense model's lock. The
-// Server's hooks, called with its lock held, take this one inside it
-// (install at Init, advance when the version moves, stop, snapshot);
-// nothing here takes the Server's lock, so the order is always the same.
+// of its own: without a hot standby, row requests never take the dense
+// model's lock. The Server's hooks, called with its lock held, take
+// this one inside it (install at Init, advance when the version moves,
+// stop, snapshot); a worker's row request to a primary with a standby
+// takes the Server's lock before this one (lockRows), so the order is
+// always the same.
 type tableHost struct {
 	m *metrics.Tables
 
@@ -58,6 +60,9 @@ type tableHost struct {
 	refuse error
 	// scratch is a standby's room for a replicated pull's rows.
 	scratch []float32
+	// chunksLeft is the rows operations of its snapshot a standby has yet
+	// to apply: its tables are loading until then.
+	chunksLeft int64
 }
 
 // tableMetrics is one table's metrics (its labels' children of the
@@ -456,6 +461,9 @@ func (s *Server) PullRowsNow(req *pb.PullRowsRequest, rows func(n int) []float32
 func (s *Server) pullRows(ctx context.Context, req *pb.PullRowsRequest, wait bool, rows func(n int) []float32) (*pb.PullRowsResponse, bool, error) {
 	start := s.now()
 	h := s.tables
+	if !wait && h.replicated(req) {
+		return nil, false, nil // (no Server's lock to take just to decline)
+	}
 	var both bool // the Server's lock is held too
 	for {
 		both = s.lockRows(req.Worker >= 0)
@@ -498,6 +506,14 @@ func (s *Server) pullRows(ctx context.Context, req *pb.PullRowsRequest, wait boo
 	}
 	s.countPullRows(req, start, sent)
 	return resp, true, err
+}
+
+// replicated says whether a row pull is replicated (lockRows): a
+// worker's, to a primary with a standby.
+func (h *tableHost) replicated(req *pb.PullRowsRequest) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return req.Worker >= 0 && h.replicating
 }
 
 // countPullRows counts a row pull that began at start and sent sent
@@ -650,6 +666,12 @@ func (h *tableHost) loadRows(ctx context.Context, req *pb.LoadRowsRequest) (*pb.
 		h.loading = false
 		h.notify()
 		return &pb.LoadRowsResponse{}, nil
+	}
+	if !h.loading {
+		// (Rows come only between an Init that loads a checkpoint and
+		// the load's end: a late copy must not change a shard that
+		// serves, or its standby would not hold the change.)
+		return nil, status.Error(codes.FailedPrecondition, "rows to load into a shard that is not loading any (its load is done)")
 	}
 	t := h.set.Table(req.Table)
 	if t == nil {

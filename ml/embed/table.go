@@ -140,7 +140,7 @@ func seenWidth(cfg TableConfig) int {
 // see records a pull or push of slot at step; only eviction reads it.
 func (t *Table) see(s int32, step int64) {
 	if t.cfg.EvictAfter > 0 {
-		t.lastSeen.at(s)[0] = step
+		t.lastSeen.mut(s)[0] = step
 	}
 }
 
@@ -562,6 +562,7 @@ func sameBits(a, b []float32) bool {
 type Slots struct {
 	Dim, StateLen int
 	rows          view[float32] // each slot's record: key, row, state
+	lastSeen      view[int64]   // each slot's last sighting (a table that evicts)
 	free          []int32
 }
 
@@ -580,6 +581,14 @@ func (s Slots) State(slot int) []float32 {
 	return state
 }
 
+// LastSeen is a slot's last sighting (0: a table that evicts nothing).
+func (s Slots) LastSeen(slot int) int64 {
+	if v := s.lastSeen.at(slot); len(v) > 0 {
+		return v[0]
+	}
+	return 0
+}
+
 // Free is the slots of evicted rows (not to be written into).
 func (s Slots) Free() []int32 { return s.free }
 
@@ -591,20 +600,7 @@ func (s Slots) Free() []int32 { return s.free }
 // of the blocks written while it is held, not of the whole table.
 func (t *Table) Freeze() Slots {
 	return Slots{Dim: t.cfg.Dim, StateLen: t.cfg.Rule.StateLen(t.cfg.Dim),
-		rows: t.rows.freeze(), free: slices.Clone(t.free)}
-}
-
-// LastSeen is the step of the last pull or push of a key's row, as
-// eviction reads it (0: no row, or a table that evicts nothing).
-func (t *Table) LastSeen(k uint64) int64 {
-	if t.cfg.EvictAfter <= 0 {
-		return 0
-	}
-	s, ok := t.slot(k)
-	if !ok {
-		return 0
-	}
-	return t.lastSeen.at(s)[0]
+		rows: t.rows.freeze(), lastSeen: t.lastSeen.freeze(), free: slices.Clone(t.free)}
 }
 
 // Waiting is a key waiting for admission: its sightings so far and the

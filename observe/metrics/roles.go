@@ -145,7 +145,8 @@ type PS struct {
 	// process's role (primary, standby, deposed or none) and 0 for the
 	// others (pstrain_ps_replica_role); ReplicationLag and
 	// ReplicationLagSeconds are a primary's updates not yet acknowledged
-	// by its standby and the age of the oldest
+	// by its standby and how long they have waited (since the oldest, or
+	// the standby's last acknowledgement if later)
 	// (pstrain_ps_replication_lag_updates, _seconds); ReplicatedBytes
 	// counts the bytes a primary sent its standby, snapshots included
 	// (pstrain_ps_replicated_bytes_total).
@@ -245,7 +246,7 @@ func NewPSWith(reg prometheus.Registerer, o PSOptions) *PS {
 		}),
 		ReplicationLagSeconds: f.NewGauge(prometheus.GaugeOpts{
 			Name: MetricPSReplicationLagSeconds,
-			Help: "Age of the oldest update this primary applied that its hot standby has not yet acknowledged, in seconds (0: none).",
+			Help: "How long updates this primary applied have waited for its hot standby's acknowledgement, in seconds: since the oldest was queued, or since the standby's last acknowledgement if later (0: none waits).",
 		}),
 		ReplicatedBytes: f.NewCounter(prometheus.CounterOpts{
 			Name: MetricPSReplicatedBytes,

@@ -68,6 +68,13 @@ func TestReplicateRoundTrip(t *testing.T) {
 			{Op: &pb.ReplicaOp_Membership{Membership: &pb.MembershipRequest{LiveWorkers: []int32{0, 2}, Members: 3, Replicas: 2, MaxVersion: 90}}},
 			{Op: &pb.ReplicaOp_Retain{Retain: 41}}, {Op: &pb.ReplicaOp_Stop{Stop: &pb.StopRequest{}}}}},
 		{RunId: "r", Shard: 3, Epoch: 5, FirstSeq: 7, Ops: []*pb.ReplicaOp{pushOp(1, nil)}}, // an empty gradient
+		// A CTR shard's: a snapshot's rows, a worker's row pull and push.
+		{RunId: "r", Shard: 3, Epoch: 5, FirstSeq: 8, Ops: []*pb.ReplicaOp{
+			{Op: &pb.ReplicaOp_Rows{Rows: &pb.TableRowsChunk{Table: "emb/C1", Keys: []uint64{3, 1 << 40}, Values: g0[:16], State: g1[:16], LastSeen: []int64{7, 9}}}},
+			{Op: &pb.ReplicaOp_PullRows{PullRows: &pb.PullRowsRequest{RunId: "r", Worker: 1, Generation: 2, MinVersion: 12,
+				Tables: []*pb.RowBlock{{Table: "emb/C1", Keys: []uint64{5, 6}}, {Table: "emb/C2", SmallKeys: []uint64{7}}}}}},
+			{Op: &pb.ReplicaOp_PushRows{PushRows: &pb.PushRowsRequest{RunId: "r", Worker: 0, Generation: 2, Version: 12,
+				Tables: []*pb.RowBlock{{Table: "emb/C1", Keys: []uint64{5}, Values: g0[:8]}}}}}}},
 	}
 	for _, in := range batches {
 		ack, err := c.Replicate(context.Background(), in)
