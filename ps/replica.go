@@ -83,7 +83,7 @@ func (s *Server) setRole(r string) {
 		}
 		s.m.ReplicaRole.WithLabelValues(name).Set(v)
 	}
-	s.tables.setRefusal(s.serving())
+	s.tables.setRole(s.serving(), r == roleStandby)
 }
 
 // serving refuses a worker's (or the chief's) request to a process that

@@ -60,12 +60,13 @@ func (h *tableHost) setReplicating(on bool) {
 	h.replicating = on
 }
 
-// setRefusal records why workers' row requests are refused (nil: they
-// are served). Call with the Server's lock held.
-func (h *tableHost) setRefusal(err error) {
+// setRole records why workers' row requests are refused (nil: they are
+// served) and whether the process is a standby. Call with the Server's
+// lock held.
+func (h *tableHost) setRole(refuse error, standby bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.refuse = err
+	h.refuse, h.mirror = refuse, standby
 }
 
 // clonePullRows copies a row pull for the standby's queue: a data

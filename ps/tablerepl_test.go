@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -190,6 +191,18 @@ func TestStandbyHoldsThePrimarysTables(t *testing.T) {
 	if st := tablesOf(t, alone).state; st.Tables[0].Evictions == 0 || st.Tables[0].Admissions == 0 || len(st.Tables[0].WaitingKeys) == 0 {
 		t.Fatalf("the steps admitted, evicted or left waiting no key of %s: %v", replTables[0].Name, st.Tables[0])
 	}
+	// The standby's counters of rows admitted and requests are its
+	// primary's to export.
+	admitted := func(s *Server) float64 {
+		return testutil.ToFloat64(s.tables.m.Admissions.WithLabelValues(replTables[0].Name))
+	}
+	pulled := func(s *Server) float64 {
+		return testutil.ToFloat64(s.tables.m.RowRequests.WithLabelValues(replTables[0].Name, "pull"))
+	}
+	if admitted(primary) == 0 || pulled(primary) == 0 || admitted(standby) != 0 || pulled(standby) != 0 {
+		t.Fatalf("admissions and row pulls counted: primary %g and %g, standby %g and %g; want the primary's only",
+			admitted(primary), pulled(primary), admitted(standby), pulled(standby))
+	}
 	// Mid-step: worker 0's rows are staged when the primary dies.
 	rowStep(t, primary, 0, failAt, n)
 	rowStep(t, alone, 0, failAt, n)
@@ -209,6 +222,9 @@ func TestStandbyHoldsThePrimarysTables(t *testing.T) {
 		}
 	}
 	sameTables(t, "promoted standby at the end", tablesOf(t, standby), tablesOf(t, alone))
+	if admitted(standby) == 0 || pulled(standby) == 0 {
+		t.Errorf("the promoted standby counted %g admissions and %g row pulls since, want some", admitted(standby), pulled(standby))
+	}
 }
 
 // A standby attached mid-step, while a worker's rows are staged and keys

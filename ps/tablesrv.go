@@ -60,6 +60,10 @@ type tableHost struct {
 	refuse error
 	// scratch is a standby's room for a replicated pull's rows.
 	scratch []float32
+	// mirror: the process is a standby, whose tables' counters are its
+	// primary's to export (a sum over PS processes counts each row
+	// once); promoted, it counts from then on.
+	mirror bool
 	// chunksLeft is the rows operations of its snapshot a standby has yet
 	// to apply: its tables are loading until then.
 	chunksLeft int64
@@ -294,9 +298,11 @@ func (h *tableHost) export(name string) {
 			c.Add(float64(now - before))
 		}
 	}
-	add(tm.admissions, st.Admissions, was.Admissions)
-	add(tm.evictions, st.Evictions, was.Evictions)
-	add(tm.dropped, st.Dropped, was.Dropped)
+	if !h.mirror {
+		add(tm.admissions, st.Admissions, was.Admissions)
+		add(tm.evictions, st.Evictions, was.Evictions)
+		add(tm.dropped, st.Dropped, was.Dropped)
+	}
 	tm.added = st
 }
 
