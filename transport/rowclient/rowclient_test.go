@@ -334,6 +334,7 @@ func TestCheckpointOfTwoShardsRestoresOntoThree(t *testing.T) {
 	two, three := startShards(t, 2), startShards(t, 3)
 	chief2, chief3 := two.clients(t, auth.RoleChief, 0), three.clients(t, auth.RoleChief, 0)
 	two.init(t, chief2, tables)
+	three.rowsLoading = true // (a shard takes rows only while it loads them)
 	three.init(t, chief3, tables)
 	w2 := [][]pb.ParameterServerClient{two.clients(t, auth.RoleWorker, 0), two.clients(t, auth.RoleWorker, 1)}
 	w3 := [][]pb.ParameterServerClient{three.clients(t, auth.RoleWorker, 0), three.clients(t, auth.RoleWorker, 1)}
@@ -626,6 +627,7 @@ func TestRestoreShardLoadsItsShardOnly(t *testing.T) {
 	src, dst := startShards(t, 2), startShards(t, 2)
 	chiefSrc, chiefDst := src.clients(t, auth.RoleChief, 0), dst.clients(t, auth.RoleChief, 0)
 	src.init(t, chiefSrc, tables)
+	dst.rowsLoading = true
 	dst.init(t, chiefDst, tables)
 	w := [][]pb.ParameterServerClient{src.clients(t, auth.RoleWorker, 0), src.clients(t, auth.RoleWorker, 1)}
 	src.trainStep(t, w, 0, keys)
