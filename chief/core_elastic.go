@@ -336,9 +336,14 @@ func (c *Core) admitLate(index int, now time.Time) error {
 	return fmt.Errorf("%w: worker index %d: the run has %d workers (the next index is %d)", ErrBadTask, index, c.workers(), c.target)
 }
 
-// shardsRetire says the membership every shard last heard retires
-// worker index.
+// shardsRetire says the membership every shard last heard, or the one
+// ordered and maybe not heard by all yet, retires worker index.
 func (c *Core) shardsRetire(index int) bool {
+	if c.pending != nil && slices.Contains(c.pending.Retired, int32(index)) {
+		// (Still on its way to some shard, which would answer the
+		// worker's first pull "done" once it hears it.)
+		return true
+	}
 	if c.lastSent == nil {
 		// Not known (a membership to be said again after a refused hold
 		// or a restore): what the shards last heard, or may have.
