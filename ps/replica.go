@@ -748,8 +748,8 @@ func (s *Server) Promote(ctx context.Context, req *pb.PromoteRequest) (*pb.Promo
 	if req.Epoch <= s.epoch {
 		return nil, status.Errorf(codes.FailedPrecondition, "promote: epoch %d is not past this standby's %d", req.Epoch, s.epoch)
 	}
-	if s.tables.loadingRows() {
-		return nil, status.Error(codes.FailedPrecondition, "promote: the snapshot's table rows have not all reached this standby")
+	if n := s.tables.snapshotRowsLeft(); n > 0 {
+		return nil, status.Errorf(codes.FailedPrecondition, "promote: %d operations of the snapshot's table rows have not reached this standby", n)
 	}
 	s.setRole(rolePrimary)
 	s.epoch = req.Epoch

@@ -279,12 +279,13 @@ func (s *Server) initLocked(req *pb.InitRequest, b built) (kept bool, tables *Ta
 	if s.shardIndex >= 0 && int(req.Shard) != s.shardIndex {
 		return false, nil, status.Errorf(codes.InvalidArgument, "init of shard %d: this process serves shard %d", req.Shard, s.shardIndex)
 	}
+	// Any Init makes the process its shard's primary (first: a former
+	// standby's tables export their counters from this Init on); with a
+	// standby address it attaches that standby (replica.go).
+	s.setRole(rolePrimary)
 	kept = s.install(b, true)
 	tables = s.tables.current()
-	// Any Init makes the process its shard's primary; with a standby
-	// address it attaches that standby (replica.go).
 	s.stopReplica()
-	s.setRole(rolePrimary)
 	s.epoch = req.Epoch
 	if req.StandbyAddr != "" {
 		if err := s.startReplica(req.StandbyAddr); err != nil {

@@ -146,24 +146,25 @@ func (f chunkFill) write() { f.feed.next(f.chunk, f.rows) }
 type rowFeed struct {
 	slots  TableSlots
 	evicts bool   // the table evicts: its rows' last sightings go too
-	free   []bool // by slot
+	free   []bool // by slot (made by the first next, on the link's goroutine)
 	live   int    // slots holding a row
 	at     int    // the next slot to read
 }
 
 func newRowFeed(ts TableSlots, evicts bool) *rowFeed {
-	f := &rowFeed{slots: ts, evicts: evicts, free: make([]bool, ts.Slots.Len())}
-	for _, s := range ts.Slots.Free() {
-		f.free[s] = true
-	}
-	f.live = ts.Slots.Len() - len(ts.Slots.Free())
-	return f
+	return &rowFeed{slots: ts, evicts: evicts, live: ts.Slots.Len() - len(ts.Slots.Free())}
 }
 
 // next writes the next n live rows into c: keys, values, state and, for
 // a table that evicts, each row's last sighting.
 func (f *rowFeed) next(c *pb.TableRowsChunk, n int) {
 	v := f.slots.Slots
+	if f.free == nil {
+		f.free = make([]bool, v.Len())
+		for _, s := range v.Free() {
+			f.free[s] = true
+		}
+	}
 	d, sl := v.Dim, v.StateLen
 	evicts := f.evicts
 	keys := make([]uint64, 0, n)
@@ -180,6 +181,14 @@ func (f *rowFeed) next(c *pb.TableRowsChunk, n int) {
 		}
 	}
 	c.Keys, c.Values, c.State, c.LastSeen = keys, wire.Bytes(vals), wire.Bytes(state), seen
+}
+
+// snapshotRowsLeft is the rows operations of its snapshot a standby has
+// yet to apply.
+func (h *tableHost) snapshotRowsLeft() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.chunksLeft
 }
 
 // loadingRows says whether the tables wait for a checkpoint's rows: a

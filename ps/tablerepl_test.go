@@ -262,12 +262,14 @@ func TestStandbyAttachedMidStepGetsTheStagedRows(t *testing.T) {
 	sameTables(t, "standby two steps later", tablesOf(t, standby), tablesOf(t, primary))
 }
 
-// A snapshot's rows travel as several operations written from the
-// tables' frozen slots while the primary goes on alone: the rows it
-// writes meanwhile reach the standby as its updates, after the
-// snapshot's rows, which keep their values of the snapshot. The standby
-// cannot be promoted before it holds them all; then it holds its
-// primary's tables.
+// A snapshot's rows travel as several operations, written from the
+// tables' frozen slots as the link sends them while the primary goes on
+// alone: rows the primary writes meanwhile (the steps' keys, held before
+// the snapshot and frozen with it) reach the standby as its updates,
+// after the snapshot's rows, which keep their values of the snapshot
+// (were they read from the live tables, the standby would apply those
+// updates twice). The standby cannot be promoted before it holds them
+// all; then it holds its primary's tables.
 func TestStandbyGetsTheRowsOfALargeSnapshot(t *testing.T) {
 	var l *link
 	primary := NewServer(Config{Log: quietLog(), Shard: AnyShard, Dial: linkDialer(&l)})
@@ -284,29 +286,43 @@ func TestStandbyGetsTheRowsOfALargeSnapshot(t *testing.T) {
 	}}
 	t.Cleanup(primary.Close)
 	ctx := context.Background()
-	req, n := tablesInit(t, 1, "standby")
-	const prefill = 3*snapshotRowsChunk + 100 // 4 operations of emb/B's rows
+	req, n := tablesInit(t, 1, "")
+	// Enough pre-filled rows of emb/B for several batches of rows
+	// operations: the steps' rows, made after them, are in the last.
+	const prefill = 12 * snapshotRowsChunk
 	req.Tables[1].PrefillRows = prefill
 	if _, err := primary.Init(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	<-held // the snapshot is installed, its rows wait
-	if _, err := standby.Promote(ctx, &pb.PromoteRequest{RunId: "r", Shard: 0, Epoch: 2}); status.Code(err) != codes.FailedPrecondition {
-		t.Fatalf("a standby without the snapshot's rows was promoted: %v", err)
-	}
 	for i := range 3 {
 		for w := range 2 {
-			rowStep(t, primary, w, i, n) // answered alone
+			rowStep(t, primary, w, i, n)
+		}
+	}
+	before := tablesOf(t, primary)
+	if _, err := primary.SetStandby(ctx, &pb.SetStandbyRequest{RunId: "r", Shard: 0, Epoch: 2, Addr: "standby"}); err != nil {
+		t.Fatal(err)
+	}
+	<-held // the snapshot is installed; its first rows wait, the rest are not written yet
+	if _, err := standby.Promote(ctx, &pb.PromoteRequest{RunId: "r", Shard: 0, Epoch: 3}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("a standby without the snapshot's rows was promoted: %v", err)
+	}
+	for i := 3; i < 6; i++ {
+		for w := range 2 {
+			rowStep(t, primary, w, i, n) // answered alone, writing frozen rows
 		}
 	}
 	close(release)
 	waitAttached(t, primary)
 	img := tablesOf(t, primary)
-	sameTables(t, "standby after a snapshot of four rows operations", tablesOf(t, standby), img)
+	if proto.Equal(img.rows[1], before.rows[1]) {
+		t.Fatal("the steps during the transfer wrote no row of the snapshot's")
+	}
+	sameTables(t, "standby after a snapshot of many rows operations", tablesOf(t, standby), img)
 	if got := len(img.rows[1].GetRows().Keys); got < prefill {
 		t.Fatalf("the primary holds %d rows of %s, want the %d pre-filled and more", got, replTables[1].Name, prefill)
 	}
-	if _, err := standby.Promote(ctx, &pb.PromoteRequest{RunId: "r", Shard: 0, Epoch: 2}); err != nil {
+	if _, err := standby.Promote(ctx, &pb.PromoteRequest{RunId: "r", Shard: 0, Epoch: 3}); err != nil {
 		t.Fatalf("promoting the standby once it holds the rows: %v", err)
 	}
 }

@@ -657,6 +657,9 @@ func (s *Server) LoadRows(ctx context.Context, req *pb.LoadRowsRequest) (*pb.Loa
 func (h *tableHost) loadRows(ctx context.Context, req *pb.LoadRowsRequest) (*pb.LoadRowsResponse, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.refuse != nil {
+		return nil, h.refuse // (a standby's rows are its primary's)
+	}
 	if err := h.check(req.RunId); err != nil {
 		return nil, err
 	}

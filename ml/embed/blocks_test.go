@@ -165,6 +165,26 @@ func TestFrozenTableKeepsItsSlots(t *testing.T) {
 	if row, _, _ := tb.Row(5); row != nil {
 		t.Fatalf("key 5 was evicted, still has row %v", row)
 	}
+	if fz.LastSeen(0) != 1 || fz.LastSeen(1) != 1 {
+		t.Fatalf("frozen last sightings %d %d, want both of step 1 (the push and the eviction came after)", fz.LastSeen(0), fz.LastSeen(1))
+	}
+}
+
+// A row sighted after a freeze writes its last sighting into a copy of
+// the block: the frozen view keeps the step it had.
+func TestFrozenLastSightingsStay(t *testing.T) {
+	tb := newTable(t, TableConfig{Dim: 2, EvictAfter: 10})
+	out := make([]float32, 2*2)
+	if err := tb.Pull(1, []uint64{5, 6}, out); err != nil {
+		t.Fatal(err)
+	}
+	fz := tb.Freeze()
+	if err := tb.Pull(4, []uint64{5}, out[:2]); err != nil {
+		t.Fatal(err)
+	}
+	if fz.LastSeen(0) != 1 || tb.lastSeen.at(0)[0] != 4 {
+		t.Fatalf("key 5 last seen at %d in the frozen view and %d in the table, want 1 and 4", fz.LastSeen(0), tb.lastSeen.at(0)[0])
+	}
 }
 
 func TestEvictedSlotsAreReused(t *testing.T) {
