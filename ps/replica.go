@@ -220,6 +220,16 @@ func (s *Server) replicate(op *pb.ReplicaOp, release func()) replicaWait {
 	return replicaWait{r: r, seq: seq}
 }
 
+// lastQueued is what waits for the standby to hold every update queued
+// so far (nothing: no standby, or none queued). Call with mu held.
+func (s *Server) lastQueued() replicaWait {
+	r := s.rep
+	if r == nil || r.pending || r.nextSeq == 1 {
+		return replicaWait{}
+	}
+	return replicaWait{r: r, seq: r.nextSeq - 1}
+}
+
 // replicated says every update applied is on the standby (or there is no
 // standby to wait for: none, or its snapshot still travels): what a pull
 // may see. Call with mu held.

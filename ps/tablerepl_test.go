@@ -52,11 +52,17 @@ func rowKeys(table string, w, i int) []uint64 {
 // requests go through the server's gRPC methods, as a worker's would.
 func rowStep(t *testing.T, s *Server, w, i, n int) {
 	t.Helper()
+	rowStepOf(t, s, w, i, n, replTables)
+}
+
+// rowStepOf is rowStep over tables.
+func rowStepOf(t *testing.T, s *Server, w, i, n int, tables []embed.TableConfig) {
+	t.Helper()
 	ctx := context.Background()
 	if _, err := s.Pull(ctx, &pb.PullRequest{Worker: int32(w), MinVersion: int64(i), RunId: "r"}); err != nil {
 		t.Fatalf("step %d worker %d: pull: %v", i, w, err)
 	}
-	rowRequests(t, s, w, i)
+	rowRequests(t, s, w, i, tables)
 	if _, err := s.Push(ctx, &pb.PushRequest{Worker: int32(w), Version: int64(i), Grad: wire.Bytes(gradOf(w, i, n)), RunId: "r",
 		Generation: 1, DataPosition: int64(i + 1)}); err != nil {
 		t.Fatalf("step %d worker %d: push: %v", i, w, err)
@@ -64,11 +70,11 @@ func rowStep(t *testing.T, s *Server, w, i, n int) {
 }
 
 // rowRequests is worker w's row pull and row push of step i.
-func rowRequests(t *testing.T, s *Server, w, i int) {
+func rowRequests(t *testing.T, s *Server, w, i int, tables []embed.TableConfig) {
 	t.Helper()
 	ctx := context.Background()
 	var pull, push []*pb.RowBlock
-	for _, c := range replTables {
+	for _, c := range tables {
 		keys := rowKeys(c.Name, w, i)
 		grads := make([]float32, len(keys)*c.Dim)
 		for j := range grads {
@@ -369,4 +375,72 @@ func TestStandbyWaitsForTheRowsBeingLoaded(t *testing.T) {
 	if !slices.Contains(img.rows[1].GetRows().Keys, 11) {
 		t.Fatalf("the loaded rows are not in the tables: %v", img.rows[1].GetRows().Keys)
 	}
+}
+
+// Where no table admits after sightings or evicts, a pull changes the
+// tables only by creating rows: a pull that creates none is answered
+// once the standby holds every update before it, and is not sent. The
+// standby's tables stay its primary's, and promoted it trains on as a
+// shard that never failed would.
+func TestStandbyIsNotSentPullsThatChangeNothing(t *testing.T) {
+	tables := replTables[1:] // emb/B: admits at once, evicts nothing
+	var l, back *link
+	primary := NewServer(Config{Log: quietLog(), Shard: AnyShard, Dial: linkDialer(&l)})
+	standby := NewServer(Config{Log: quietLog(), Shard: AnyShard, Dial: linkDialer(&back)})
+	var mu sync.Mutex
+	sent := 0 // row pulls the standby was sent
+	l, back = &link{to: standby, gate: func(b *pb.ReplicaBatch) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, op := range b.Ops {
+			if op.GetPullRows() != nil {
+				sent++
+			}
+		}
+	}}, &link{to: primary}
+	t.Cleanup(primary.Close)
+	t.Cleanup(standby.Close)
+	alone := NewServer(Config{Log: quietLog(), Shard: AnyShard})
+	ctx := context.Background()
+	var n int
+	for _, x := range []struct {
+		s       *Server
+		standby string
+	}{{primary, "standby"}, {alone, ""}} {
+		var req *pb.InitRequest
+		req, n = tablesInit(t, 1, x.standby)
+		req.Tables = TableSpecs(tables)
+		if _, err := x.s.Init(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitAttached(t, primary)
+	const steps = 12 // (rowKeys repeats its keys within 8 steps)
+	for i := range steps {
+		for w := range 2 {
+			rowStepOf(t, primary, w, i, n, tables)
+			rowStepOf(t, alone, w, i, n, tables)
+			sameTables(t, "standby and primary", tablesOf(t, standby), tablesOf(t, primary))
+		}
+	}
+	mu.Lock()
+	got := sent
+	mu.Unlock()
+	if got == 0 || got >= 2*steps {
+		t.Fatalf("%d of %d row pulls sent to the standby: want those that created rows only, some but not all", got, 2*steps)
+	}
+	l.mu.Lock()
+	l.cut = true
+	l.mu.Unlock()
+	if _, err := standby.Promote(ctx, &pb.PromoteRequest{RunId: "r", Shard: 0, Epoch: 2}); err != nil {
+		t.Fatal(err)
+	}
+	for i := steps; i < steps+3; i++ {
+		for w := range 2 {
+			rowStepOf(t, standby, w, i, n, tables)
+			rowStepOf(t, alone, w, i, n, tables)
+		}
+	}
+	sameTables(t, "promoted standby", tablesOf(t, standby), tablesOf(t, alone))
+	t.Logf("%d of %d row pulls sent to the standby", got, 2*steps)
 }

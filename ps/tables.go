@@ -48,6 +48,9 @@ type TableSet struct {
 	version   int64
 	tables    map[string]*tableState
 	names     []string // sorted
+	// onlyCreate: no table admits after sightings or evicts, so a pull
+	// changes the tables only by creating rows (PullsOnlyCreate).
+	onlyCreate bool
 }
 
 // tableState is one table of a TableSet, and its sync step under way.
@@ -126,7 +129,8 @@ func NewTableSet(cfgs []embed.TableConfig, mode config.Mode, shard, numShards in
 	if numShards < 1 || shard < 0 || shard >= numShards {
 		return nil, fmt.Errorf("ps: tables of shard %d of %d", shard, numShards)
 	}
-	ts := &TableSet{mode: mode, shard: shard, numShards: numShards, version: version, tables: make(map[string]*tableState, len(cfgs))}
+	ts := &TableSet{mode: mode, shard: shard, numShards: numShards, version: version, tables: make(map[string]*tableState, len(cfgs)),
+		onlyCreate: true}
 	for _, c := range cfgs {
 		if _, dup := ts.tables[c.Name]; dup {
 			return nil, fmt.Errorf("ps: table %s declared twice", c.Name)
@@ -142,12 +146,19 @@ func NewTableSet(cfgs []embed.TableConfig, mode config.Mode, shard, numShards in
 		if c.AdmitAfter > 1 {
 			sighted = map[uint64]struct{}{}
 		}
+		ts.onlyCreate = ts.onlyCreate && c.AdmitAfter <= 1 && c.EvictAfter <= 0
 		ts.tables[c.Name] = newTableState(t, sighted)
 		ts.names = append(ts.names, c.Name)
 	}
 	slices.Sort(ts.names)
 	return ts, nil
 }
+
+// PullsOnlyCreate says a pull changes the tables only by creating rows
+// (no table counts sightings for admission or eviction; the slots a sync
+// pull keeps for its push are hints, which may differ): a pull that
+// leaves Writes as it was changed nothing.
+func (ts *TableSet) PullsOnlyCreate() bool { return ts.onlyCreate }
 
 // Version is the dense shard's version the tables are at.
 func (ts *TableSet) Version() int64 { return ts.version }
@@ -658,7 +669,7 @@ func (ts *TableSet) Keep(like *TableSet) *TableSet {
 		}
 	}
 	out := &TableSet{mode: like.mode, shard: like.shard, numShards: like.numShards, version: like.version,
-		tables: make(map[string]*tableState, len(ts.tables)), names: like.names}
+		tables: make(map[string]*tableState, len(ts.tables)), names: like.names, onlyCreate: like.onlyCreate}
 	// One shard, or the same count (and shard), places every key here:
 	// nothing to drop.
 	all := like.numShards == 1 || like.numShards == ts.numShards

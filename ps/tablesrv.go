@@ -499,11 +499,7 @@ func (s *Server) pullRows(ctx context.Context, req *pb.PullRowsRequest, wait boo
 			return nil, true, status.FromContextError(ctx.Err()).Err()
 		}
 	}
-	resp, sent, err := h.pull(req, rows, true)
-	var w replicaWait
-	if both && err == nil {
-		w = s.replicate(&pb.ReplicaOp{Op: &pb.ReplicaOp_PullRows{PullRows: clonePullRows(req)}}, nil)
-	}
+	resp, sent, w, err := s.pullLocked(req, rows, both)
 	s.unlockRows(both)
 	if err == nil {
 		if err = s.awaitReplica(ctx, w); err != nil {
@@ -512,6 +508,25 @@ func (s *Server) pullRows(ctx context.Context, req *pb.PullRowsRequest, wait boo
 	}
 	s.countPullRows(req, start, sent)
 	return resp, true, err
+}
+
+// pullLocked answers a ready row pull (pull) and, with both locks held
+// (lockRows), queues it for the standby: what its answer waits for.
+func (s *Server) pullLocked(req *pb.PullRowsRequest, rows func(n int) []float32, both bool) (*pb.PullRowsResponse, int, replicaWait, error) {
+	h := s.tables
+	writes := h.set.Writes()
+	resp, sent, err := h.pull(req, rows, true)
+	var w replicaWait
+	switch {
+	case !both || err != nil:
+	case h.set.PullsOnlyCreate() && h.set.Writes() == writes:
+		// It changed nothing: the standby need not apply it, only hold
+		// every update before it (as a dense pull waits).
+		w = s.lastQueued()
+	default:
+		w = s.replicate(&pb.ReplicaOp{Op: &pb.ReplicaOp_PullRows{PullRows: clonePullRows(req)}}, nil)
+	}
+	return resp, sent, w, err
 }
 
 // replicated says whether a row pull is replicated (lockRows): a
