@@ -467,13 +467,12 @@ func (s *Server) PullRowsNow(req *pb.PullRowsRequest, rows func(n int) []float32
 func (s *Server) pullRows(ctx context.Context, req *pb.PullRowsRequest, wait bool, rows func(n int) []float32) (*pb.PullRowsResponse, bool, error) {
 	start := s.now()
 	h := s.tables
-	if !wait && h.replicated(req) {
-		return nil, false, nil // (no Server's lock to take just to decline)
-	}
 	var both bool // the Server's lock is held too
 	for {
-		both = s.lockRows(req.Worker >= 0)
-		if both && !wait {
+		// (A pull that may not wait never takes the Server's lock: one
+		// to be replicated declines, and waits in PullRows.)
+		both = s.lockRows(wait && req.Worker >= 0)
+		if !wait && req.Worker >= 0 && h.replicating {
 			s.unlockRows(both)
 			return nil, false, nil
 		}
@@ -514,7 +513,10 @@ func (s *Server) pullRows(ctx context.Context, req *pb.PullRowsRequest, wait boo
 // (lockRows), queues it for the standby: what its answer waits for.
 func (s *Server) pullLocked(req *pb.PullRowsRequest, rows func(n int) []float32, both bool) (*pb.PullRowsResponse, int, replicaWait, error) {
 	h := s.tables
-	writes := h.set.Writes()
+	var writes uint64
+	if both {
+		writes = h.set.Writes() // (only on a pull that may be replicated: none without a standby)
+	}
 	resp, sent, err := h.pull(req, rows, true)
 	var w replicaWait
 	switch {
@@ -527,14 +529,6 @@ func (s *Server) pullLocked(req *pb.PullRowsRequest, rows func(n int) []float32,
 		w = s.replicate(&pb.ReplicaOp{Op: &pb.ReplicaOp_PullRows{PullRows: clonePullRows(req)}}, nil)
 	}
 	return resp, sent, w, err
-}
-
-// replicated says whether a row pull is replicated (lockRows): a
-// worker's, to a primary with a standby.
-func (h *tableHost) replicated(req *pb.PullRowsRequest) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return req.Worker >= 0 && h.replicating
 }
 
 // countPullRows counts a row pull that began at start and sent sent
