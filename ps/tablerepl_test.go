@@ -233,15 +233,22 @@ func TestStandbyHoldsThePrimarysTables(t *testing.T) {
 	}
 }
 
+// linkedToStandby is a primary whose link, in memory, reaches a fresh
+// server: its standby once a snapshot attaches it (no link back).
+func linkedToStandby(t *testing.T) (primary, standby *Server, l *link) {
+	t.Helper()
+	primary = NewServer(Config{Log: quietLog(), Shard: AnyShard, Dial: linkDialer(&l)})
+	standby = NewServer(Config{Log: quietLog(), Shard: AnyShard})
+	l = &link{to: standby}
+	t.Cleanup(primary.Close)
+	return primary, standby, l
+}
+
 // A standby attached mid-step, while a worker's rows are staged and keys
 // wait for admission, starts from a snapshot holding them: once the step
 // and the next ones are done its tables are its primary's.
 func TestStandbyAttachedMidStepGetsTheStagedRows(t *testing.T) {
-	var l *link
-	primary := NewServer(Config{Log: quietLog(), Shard: AnyShard, Dial: linkDialer(&l)})
-	standby := NewServer(Config{Log: quietLog(), Shard: AnyShard})
-	l = &link{to: standby}
-	t.Cleanup(primary.Close)
+	primary, standby, _ := linkedToStandby(t)
 	ctx := context.Background()
 	req, n := tablesInit(t, 1, "")
 	if _, err := primary.Init(ctx, req); err != nil {
@@ -277,20 +284,17 @@ func TestStandbyAttachedMidStepGetsTheStagedRows(t *testing.T) {
 // updates twice). The standby cannot be promoted before it holds them
 // all; then it holds its primary's tables.
 func TestStandbyGetsTheRowsOfALargeSnapshot(t *testing.T) {
-	var l *link
-	primary := NewServer(Config{Log: quietLog(), Shard: AnyShard, Dial: linkDialer(&l)})
-	standby := NewServer(Config{Log: quietLog(), Shard: AnyShard})
+	primary, standby, l := linkedToStandby(t)
 	held, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	l = &link{to: standby, gate: func(b *pb.ReplicaBatch) {
+	l.gate = func(b *pb.ReplicaBatch) {
 		if b.Ops[0].GetRows() != nil {
 			once.Do(func() {
 				close(held)
 				<-release
 			})
 		}
-	}}
-	t.Cleanup(primary.Close)
+	}
 	ctx := context.Background()
 	req, n := tablesInit(t, 1, "")
 	// Enough pre-filled rows of emb/B for several batches of rows
@@ -337,11 +341,7 @@ func TestStandbyGetsTheRowsOfALargeSnapshot(t *testing.T) {
 // rows_loading) attaches its standby only once the load is done, from a
 // snapshot holding the loaded rows; meanwhile it goes on alone.
 func TestStandbyWaitsForTheRowsBeingLoaded(t *testing.T) {
-	var l *link
-	primary := NewServer(Config{Log: quietLog(), Shard: AnyShard, Dial: linkDialer(&l)})
-	standby := NewServer(Config{Log: quietLog(), Shard: AnyShard})
-	l = &link{to: standby}
-	t.Cleanup(primary.Close)
+	primary, standby, _ := linkedToStandby(t)
 	ctx := context.Background()
 	req, n := tablesInit(t, 1, "standby")
 	req.RowsLoading = true
