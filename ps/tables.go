@@ -1,7 +1,6 @@
 package ps
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +8,7 @@ import (
 
 	"github.com/pstrain/pstrain/checkpoint/shardckpt"
 	"github.com/pstrain/pstrain/config"
+	"github.com/pstrain/pstrain/internal/keysort"
 	"github.com/pstrain/pstrain/ml/embed"
 )
 
@@ -552,21 +552,14 @@ func (s TableSlots) Source() shardckpt.RowSource {
 	for _, f := range v.Free() {
 		freed[f] = true
 	}
-	type slot struct {
-		key uint64
-		at  int32
-	}
-	order := make([]slot, 0, v.Len()-len(v.Free()))
+	live := v.Len() - len(v.Free())
+	keys, at := make([]uint64, 0, live), make([]int32, 0, live)
 	for i := range v.Len() {
 		if !freed[i] {
-			order = append(order, slot{v.Key(i), int32(i)})
+			keys, at = append(keys, v.Key(i)), append(at, int32(i))
 		}
 	}
-	slices.SortFunc(order, func(a, b slot) int { return cmp.Compare(a.key, b.key) })
-	keys, at := make([]uint64, len(order)), make([]int32, len(order))
-	for j, o := range order {
-		keys[j], at[j] = o.key, o.at
-	}
+	keysort.Pairs(keys, at)
 	return shardckpt.RowSource{Name: s.Name, Kind: s.Kind, Dim: v.Dim, StateLen: v.StateLen, Keys: keys,
 		Row: func(i int) []float32 { return v.Row(int(at[i])) }, State: func(i int) []float32 { return v.State(int(at[i])) }}
 }
