@@ -164,7 +164,7 @@ func BenchmarkCheckShards(b *testing.B) {
 			s.parallelHash = parallel
 			b.SetBytes(3 * infos[0].Bytes)
 			for b.Loop() {
-				if err := s.checkShards(s.tmpPath(1), infos); err != nil {
+				if _, err := s.checkShards(s.tmpPath(1), infos, nil); err != nil {
 					b.Fatal(err)
 				}
 			}

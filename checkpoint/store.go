@@ -340,6 +340,33 @@ func (s *Store) Commit(m Manifest) error { return s.CommitKeeping(m, -1) }
 // a model known good would restore, which must not be deleted while newer
 // checkpoints, possibly of a diverged model, fill the slots.
 func (s *Store) CommitKeeping(m Manifest, good int64) error {
+	_, err := s.commitKeeping(m, good, nil)
+	return err
+}
+
+// ShardRead is a shard file's tensors and safetensors metadata, as
+// Checkpoint.ReadShardSome returns them.
+type ShardRead struct {
+	Tensors []Tensor
+	Meta    map[string]string
+}
+
+// CommitReading is CommitKeeping whose check of the shard files reads
+// them (Checkpoint.ReadShardSome with keep): it returns each shard's
+// tensors, in the manifest's order, that keep accepts. A caller that
+// reads the checkpoint right after committing it (the chief's PS count
+// change, which reshards the dense state during its pause) reads and
+// hashes every byte once instead of twice.
+func (s *Store) CommitReading(m Manifest, good int64, keep func(name string) bool) ([]ShardRead, error) {
+	if keep == nil {
+		keep = func(string) bool { return true }
+	}
+	return s.commitKeeping(m, good, keep)
+}
+
+// commitKeeping is CommitKeeping, reading the shards' tensors keep
+// accepts as it checks them (nil: hashing only).
+func (s *Store) commitKeeping(m Manifest, good int64, keep func(name string) bool) ([]ShardRead, error) {
 	if m.FormatVersion == 0 {
 		m.FormatVersion = FormatVersion
 	}
@@ -353,15 +380,19 @@ func (s *Store) CommitKeeping(m Manifest, good int64) error {
 	sort.SliceStable(m.Shards, func(a, b int) bool { return m.Shards[a].Index < m.Shards[b].Index })
 	data, err := EncodeManifest(m)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := s.retryOnFullDisk(m.Step, func() error { return s.commit(m, data) }); err != nil {
-		return fmt.Errorf("checkpoint: committing step %d: %w", m.Step, err)
+	var read []ShardRead
+	if err := s.retryOnFullDisk(m.Step, func() (err error) {
+		read, err = s.commit(m, data, keep)
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("checkpoint: committing step %d: %w", m.Step, err)
 	}
 	if err := s.prune(m.Step, good); err != nil {
-		return fmt.Errorf("%w: step %d: %w", ErrRetention, m.Step, err)
+		return read, fmt.Errorf("%w: step %d: %w", ErrRetention, m.Step, err)
 	}
-	return nil
+	return read, nil
 }
 
 // MarkFinal marks the committed checkpoint of step as the final one when
@@ -399,13 +430,14 @@ func (s *Store) MarkFinal(step int64, versions []int64) (bool, error) {
 	return true, nil
 }
 
-func (s *Store) commit(m Manifest, manifest []byte) error {
+func (s *Store) commit(m Manifest, manifest []byte, keep func(name string) bool) ([]ShardRead, error) {
 	final, tmpDir := s.Path(m.Step), s.tmpPath(m.Step)
 	if _, err := s.fs.Stat(final); err == nil {
-		return fmt.Errorf("%s: %w", final, fs.ErrExist)
+		return nil, fmt.Errorf("%s: %w", final, fs.ErrExist)
 	}
-	if err := s.checkShards(tmpDir, m.Shards); err != nil {
-		return err
+	read, err := s.checkShards(tmpDir, m.Shards, keep)
+	if err != nil {
+		return nil, err
 	}
 	listed := map[string]bool{}
 	for _, sh := range m.Shards {
@@ -413,42 +445,54 @@ func (s *Store) commit(m Manifest, manifest []byte) error {
 	}
 	entries, err := s.fs.ReadDir(tmpDir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, e := range entries {
 		if !listed[e.Name()] && e.Name() != ManifestName {
 			if err := s.fs.RemoveAll(filepath.Join(tmpDir, e.Name())); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
 	if err := s.writeFileAtomic(tmpDir, ManifestName, manifest); err != nil {
-		return err
+		return nil, err
 	}
 	if err := s.fs.Rename(tmpDir, final); err != nil {
-		return err
+		return nil, err
 	}
-	return s.fs.SyncDir(s.dir)
+	return read, s.fs.SyncDir(s.dir)
 }
 
 // checkShards checks every shard file of a commit in full (checkShard),
 // as many at once as there are processors when the store hashes in
 // parallel: during a PS count change's pause the commit is on the
-// critical path, and the processes that wrote the files are idle. The
-// error is the first shard's, in the manifest's order.
-func (s *Store) checkShards(dir string, shards []ShardInfo) error {
+// critical path, and the processes that wrote the files are idle. With
+// keep, each file is read as it is checked (Checkpoint.readShard, which
+// also checks its tensors' names) and the tensors keep accepts are
+// returned. The error is the first shard's, in the manifest's order.
+func (s *Store) checkShards(dir string, shards []ShardInfo, keep func(name string) bool) ([]ShardRead, error) {
 	errs := make([]error, len(shards))
+	var read []ShardRead
+	check := func(i int) { errs[i] = checkShard(s.fs, dir, shards[i], true) }
+	if keep != nil {
+		read = make([]ShardRead, len(shards))
+		ck := &Checkpoint{Path: dir, fs: s.fs}
+		check = func(i int) {
+			r := &read[i]
+			r.Tensors, r.Meta, errs[i] = ck.readShard(shards[i], keep)
+		}
+	}
 	workers := 1
 	if s.parallelHash {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	parallel.For(len(shards), workers, func(i int) { errs[i] = checkShard(s.fs, dir, shards[i], true) })
+	parallel.For(len(shards), workers, check)
 	for _, err := range errs {
 		if err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return read, nil
 }
 
 // checkShard checks that dir/sh.File has sh.Bytes bytes and, if full, the

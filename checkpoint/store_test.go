@@ -706,3 +706,52 @@ func TestReadShardSomeKeepsWhatItIsAskedForAndHashesAll(t *testing.T) {
 		t.Fatalf("a damaged byte in a tensor not kept: %v, want %v", err, ErrCorrupt)
 	}
 }
+
+// CommitReading checks the files as Commit does, reading them as it
+// goes: it returns what a read of the committed checkpoint keeping the
+// same tensors returns, and commits nothing when a byte of a tensor it
+// does not keep is damaged.
+func TestCommitReadingReturnsWhatAReadGives(t *testing.T) {
+	m := NewMemFS()
+	s := NewStore(m, testDir, 0)
+	infos, err := writeShards(s, 5, 2)
+	mustNo(t, err)
+	bias := strings.TrimPrefix(shardTensors(5, 0)[2].Name, "s0/") // each shard's is s<i>/ and this
+	keep := func(name string) bool { return strings.HasSuffix(name, "/"+bias) }
+	name := filepath.Join(testDir, DirName(5)+".tmp", infos[1].File)
+	orig, _ := fileContents(t, m, name)
+	raw := []byte(orig)
+	raw[len(raw)/3] ^= 1
+	writeFile(t, m, name, string(raw), true)
+	if _, err := s.CommitReading(testManifest(5, infos), -1, keep); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a damaged byte in a tensor not kept: %v, want %v", err, ErrCorrupt)
+	}
+	if infos, _ := s.List(); len(infos) != 0 {
+		t.Fatalf("a damaged checkpoint was committed: %+v", infos)
+	}
+	writeFile(t, m, name, orig, true)
+	got, err := s.CommitReading(testManifest(5, []ShardInfo{infos[1], infos[0]}), -1, keep)
+	mustNo(t, err)
+	ck, err := s.Load(s.Path(5))
+	mustNo(t, err)
+	if len(got) != 2 {
+		t.Fatalf("%d shards read, want 2", len(got))
+	}
+	for i := range got {
+		want, meta, err := ck.ReadShardSome(i, keep)
+		mustNo(t, err)
+		kept := 0
+		for j, w := range want {
+			g := got[i].Tensors[j]
+			if g.Name != w.Name || !slices.Equal(g.Shape, w.Shape) || !slices.Equal(g.Data, w.Data) {
+				t.Fatalf("shard %d tensor %d: %s %v (%d values), want %s %v (%d)", i, j, g.Name, g.Shape, len(g.Data), w.Name, w.Shape, len(w.Data))
+			}
+			if g.Data != nil {
+				kept++
+			}
+		}
+		if kept != 1 || got[i].Meta["step"] != meta["step"] || meta["step"] != "5" {
+			t.Fatalf("shard %d: %d tensors with data, metadata %v, want 1 and %v", i, kept, got[i].Meta, meta)
+		}
+	}
+}

@@ -92,7 +92,7 @@ func (c *Chief) writeCheckpoint(ctx context.Context, a Checkpoint, versions []in
 	if skip != "" {
 		return CheckpointResult{Step: step, Skipped: skip}
 	}
-	res := c.writeShardsAndCommit(ctx, a, step, at)
+	res, _ := c.writeShardsAndCommit(ctx, a, step, at, nil)
 	if res.Err != nil {
 		// Nothing of a failed attempt stays on disk: without this, a disk
 		// that stays full keeps one more .tmp directory per attempt.
@@ -117,8 +117,10 @@ func (c *Chief) removeLeftovers() {
 }
 
 // writeShardsAndCommit has every shard write its slice of the checkpoint
-// of step (at version at), then commits the manifest.
-func (c *Chief) writeShardsAndCommit(ctx context.Context, a Checkpoint, step, at int64) CheckpointResult {
+// of step (at version at), then commits the manifest. With keep the
+// commit's check reads the shard files, and their tensors keep accepts
+// are returned (checkpoint.Store.CommitReading).
+func (c *Chief) writeShardsAndCommit(ctx context.Context, a Checkpoint, step, at int64, keep func(string) bool) (CheckpointResult, []checkpoint.ShardRead) {
 	r := c.cfg.Run
 	c.removeLeftovers()
 	resps := make([]*pb.CheckpointResponse, len(c.cfg.PS))
@@ -143,7 +145,7 @@ func (c *Chief) writeShardsAndCommit(ctx context.Context, a Checkpoint, step, at
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return CheckpointResult{Step: step, Err: err}
+		return CheckpointResult{Step: step, Err: err}, nil
 	}
 	res := CheckpointResult{Step: step}
 	infos := make([]checkpoint.ShardInfo, len(resps))
@@ -163,13 +165,20 @@ func (c *Chief) writeShardsAndCommit(ctx context.Context, a Checkpoint, step, at
 			Hyperparams: map[string]float64{"lr": r.LR, "momentum": r.Momentum},
 			Schedule:    r.LRSchedule, WarmupSteps: r.WarmupSteps},
 		Shards: infos, Final: a.Final, DataPositions: positions, ShardWeights: c.layout.Weights}
-	if err := c.cfg.Store.CommitKeeping(m, a.KeepGood); err != nil && !errors.Is(err, checkpoint.ErrRetention) {
+	var read []checkpoint.ShardRead
+	var err error
+	if keep != nil {
+		read, err = c.cfg.Store.CommitReading(m, a.KeepGood, keep)
+	} else {
+		err = c.cfg.Store.CommitKeeping(m, a.KeepGood)
+	}
+	if err != nil && !errors.Is(err, checkpoint.ErrRetention) {
 		res.Err = err
-		return res
+		return res, nil
 	} else if err != nil {
 		c.cfg.Log.Warn("checkpoint committed, but deleting old ones failed", "err", err)
 	}
-	return res
+	return res, read
 }
 
 // maxPositions is the element-wise maximum: a worker's position is the

@@ -41,7 +41,9 @@ func (c *Chief) snapshotShards(ctx context.Context, a SnapshotShards) Checkpoint
 	if a.Own {
 		at = 0
 	}
-	res := c.writeShardsAndCommit(ctx, Checkpoint{Latest: a.Latest, KeepGood: -1}, a.Step, at)
+	// The commit reads the dense tensors as it checks the files, so
+	// reading them back for the new layout hashes nothing again.
+	res, dense := c.writeShardsAndCommit(ctx, Checkpoint{Latest: a.Latest, KeepGood: -1}, a.Step, at, shardckpt.Dense)
 	if res.Err != nil {
 		c.removeLeftovers()
 		return res
@@ -53,7 +55,7 @@ func (c *Chief) snapshotShards(ctx context.Context, a SnapshotShards) Checkpoint
 		loaded := make(chan loadedMove, 1)
 		plan := c.plan
 		go func() {
-			mv, err := c.loadMove(plan, a.Step, a.To)
+			mv, err := c.loadMove(plan, a.Step, a.To, dense)
 			loaded <- loadedMove{mv, err}
 		}()
 		c.moved = loaded
@@ -83,7 +85,9 @@ type move struct {
 // which it logs what the change moves of), each shard at the highest
 // version a shard of it wrote (sync: the boundary's, which every shard
 // wrote; async and ssp: the furthest shard's, core_psscale_async.go).
-func (c *Chief) loadMove(from partition.Plan, step int64, to partition.Layout) (*move, error) {
+// dense, if not nil, is the checkpoint's dense tensors as its commit
+// read and verified them (shardckpt.ReadFrom); else the files are read.
+func (c *Chief) loadMove(from partition.Plan, step int64, to partition.Layout, dense []checkpoint.ShardRead) (*move, error) {
 	plan, err := to.Plan(c.cfg.Spec)
 	if err != nil {
 		return nil, err
@@ -92,7 +96,12 @@ func (c *Chief) loadMove(from partition.Plan, step int64, to partition.Layout) (
 	if err != nil {
 		return nil, err
 	}
-	st, err := shardckpt.Read(ck, c.cfg.Spec, c.cfg.Run.Optimizer)
+	var st shardckpt.State
+	if dense != nil {
+		st, err = shardckpt.ReadFrom(ck, c.cfg.Spec, c.cfg.Run.Optimizer, dense)
+	} else {
+		st, err = shardckpt.Read(ck, c.cfg.Spec, c.cfg.Run.Optimizer)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("chief: the PS count change's checkpoint: %w", err)
 	}
@@ -184,7 +193,7 @@ func (c *Chief) switchLayout(ctx context.Context, a SwitchLayout) (version int64
 	}
 	if rs == nil || rs.step != a.Step || !rs.layout.Equal(a.To) {
 		var err error
-		if rs, err = c.loadMove(c.plan, a.Step, a.To); err != nil {
+		if rs, err = c.loadMove(c.plan, a.Step, a.To, nil); err != nil {
 			return 0, false, err
 		}
 	}

@@ -103,6 +103,37 @@ type State struct {
 // a file, not kept (ReadTables reads them). The files are read side by
 // side, on up to GOMAXPROCS goroutines.
 func Read(ck *checkpoint.Checkpoint, spec model.Spec, optimizer string) (State, error) {
+	return read(ck, spec, optimizer, func(n int) []shardFile {
+		return readAll(n, func(s int) shardFile {
+			var f shardFile
+			f.tensors, f.meta, f.err = ck.ReadShardSome(s, Dense)
+			return f
+		})
+	})
+}
+
+// ReadFrom is Read of shard files already read and verified, in the
+// manifest's order: what checkpoint.Store.CommitReading returned for
+// ck with Dense.
+func ReadFrom(ck *checkpoint.Checkpoint, spec model.Spec, optimizer string, files []checkpoint.ShardRead) (State, error) {
+	if len(files) != len(ck.Manifest.Shards) {
+		return State{}, fmt.Errorf("shardckpt: %d shard files read of the %d of %s", len(files), len(ck.Manifest.Shards), ck.Path)
+	}
+	return read(ck, spec, optimizer, func(int) []shardFile {
+		out := make([]shardFile, len(files))
+		for s, f := range files {
+			out[s] = shardFile{tensors: f.Tensors, meta: f.Meta}
+		}
+		return out
+	})
+}
+
+// Dense says whether a tensor of a shard file is of the dense model
+// (not an embedding table's): what Read keeps.
+func Dense(name string) bool { return !strings.HasPrefix(name, TablePrefix) }
+
+// read is Read of the files files gives for the manifest's n shards.
+func read(ck *checkpoint.Checkpoint, spec model.Spec, optimizer string, files func(n int) []shardFile) (State, error) {
 	if err := checkModelSpec(ck, spec); err != nil {
 		return State{}, err
 	}
@@ -112,14 +143,9 @@ func Read(ck *checkpoint.Checkpoint, spec model.Spec, optimizer string) (State, 
 	}
 	slots := SlotNames(optimizer)
 	st := newState(plan, optimizer, len(slots))
-	dense := func(name string) bool { return !strings.HasPrefix(name, TablePrefix) }
-	files := readAll(len(ck.Manifest.Shards), func(s int) shardFile {
-		var f shardFile
-		f.tensors, f.meta, f.err = ck.ReadShardSome(s, dense)
-		return f
-	})
+	read := files(len(ck.Manifest.Shards))
 	for s := range ck.Manifest.Shards {
-		if err := st.readShard(ck, plan, s, slots, files[s]); err != nil {
+		if err := st.readShard(ck, plan, s, slots, read[s]); err != nil {
 			return State{}, err
 		}
 	}

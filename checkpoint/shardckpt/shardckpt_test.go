@@ -15,6 +15,21 @@ import (
 // them) as a checkpoint of `shards` shards and returns it opened.
 func writeCheckpoint(t *testing.T, spec model.Spec, vars [][]float32, shards int) *checkpoint.Checkpoint {
 	t.Helper()
+	store, m := writeShards(t, spec, vars, shards)
+	if err := store.Commit(m); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := store.Load(store.Path(7))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ck
+}
+
+// writeShards writes the shard files of writeCheckpoint's checkpoint and
+// returns the manifest that commits them.
+func writeShards(t *testing.T, spec model.Spec, vars [][]float32, shards int) (*checkpoint.Store, checkpoint.Manifest) {
+	t.Helper()
 	plan, err := partition.New(spec, shards)
 	if err != nil {
 		t.Fatal(err)
@@ -39,14 +54,43 @@ func writeCheckpoint(t *testing.T, spec model.Spec, vars [][]float32, shards int
 		}
 		m.Shards = append(m.Shards, info)
 	}
-	if err := store.Commit(m); err != nil {
+	return store, m
+}
+
+// The dense tensors a commit read as it checked the files
+// (checkpoint.Store.CommitReading with Dense) give what reading the
+// committed checkpoint gives.
+func TestReadFromTheCommitsReadIsRead(t *testing.T) {
+	spec := model.Spec{Input: 30, Hidden: []int{20, 10}, Classes: 5}
+	vars := spec.Init(3)
+	store, m := writeShards(t, spec, vars, 3)
+	files, err := store.CommitReading(m, -1, Dense)
+	if err != nil {
 		t.Fatal(err)
 	}
 	ck, err := store.Load(store.Path(7))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ck
+	got, err := ReadFrom(ck, spec, "adam", files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := Read(ck, spec, "adam")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.OptimizerSteps != want.OptimizerSteps || got.OptimizerSteps != 12 {
+		t.Fatalf("optimizer steps %d, Read's %d, want 12", got.OptimizerSteps, want.OptimizerSteps)
+	}
+	for v := range vars {
+		if !slices.Equal(got.Vars[v], vars[v]) || !slices.Equal(got.Slots[0][v], want.Slots[0][v]) || !slices.Equal(got.Slots[1][v], want.Slots[1][v]) {
+			t.Fatalf("variable %d or its state differs from Read's", v)
+		}
+	}
+	if _, err := ReadFrom(ck, spec, "adam", files[:2]); err == nil {
+		t.Fatal("ReadFrom took the files of 2 shards for a checkpoint of 3")
+	}
 }
 
 func TestRoundTripAcrossShardCounts(t *testing.T) {
