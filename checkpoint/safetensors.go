@@ -81,6 +81,10 @@ const (
 	metadataKey = "__metadata__"
 	// chunkSize is the buffer size of the portable (big-endian) path.
 	chunkSize = 64 << 10
+	// skipSize is the buffer a read skipping a tensor (its bytes read
+	// and hashed, not kept) reads through: a table's rows are most of a
+	// CTR shard's file.
+	skipSize = 1 << 20
 )
 
 // isKnownDtype reports whether dt is a safetensors dtype name other than
@@ -400,7 +404,7 @@ func readSafetensors(r io.ReaderAt, size int64, native bool, keep func(name stri
 		e := entries[i]
 		if keep != nil && !keep(e.name) {
 			if skip == nil {
-				skip = make([]byte, chunkSize) // (not buf: nil keeps the kept tensors' reads direct)
+				skip = make([]byte, skipSize) // (not buf: nil keeps the kept tensors' reads direct)
 			}
 			if err := readPast(r, dataStart+e.begin, e.end-e.begin, skip); err != nil {
 				return nil, nil, fmt.Errorf("tensor %q: %w", e.name, err)

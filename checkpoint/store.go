@@ -356,7 +356,11 @@ type ShardRead struct {
 // tensors, in the manifest's order, that keep accepts. A caller that
 // reads the checkpoint right after committing it (the chief's PS count
 // change, which reshards the dense state during its pause) reads and
-// hashes every byte once instead of twice.
+// hashes every byte once instead of twice. The check is Commit's and
+// more: a file that does not parse as safetensors, or whose tensors are
+// not the manifest's, is refused too. keep may be called on several
+// goroutines at once. With ErrRetention (committed, old checkpoints not
+// all deleted) the tensors are returned too.
 func (s *Store) CommitReading(m Manifest, good int64, keep func(name string) bool) ([]ShardRead, error) {
 	if keep == nil {
 		keep = func(string) bool { return true }
@@ -479,7 +483,9 @@ func (s *Store) checkShards(dir string, shards []ShardInfo, keep func(name strin
 		ck := &Checkpoint{Path: dir, fs: s.fs}
 		check = func(i int) {
 			r := &read[i]
-			r.Tensors, r.Meta, errs[i] = ck.readShard(shards[i], keep)
+			if r.Tensors, r.Meta, errs[i] = ck.readShard(shards[i], keep); errs[i] != nil {
+				errs[i] = fmt.Errorf("%s: %w", dir, errs[i])
+			}
 		}
 	}
 	workers := 1

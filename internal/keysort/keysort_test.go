@@ -48,27 +48,33 @@ func TestPairsRefusesUnequalLengths(t *testing.T) {
 // The keys of a table of 10^8/2/16/26 rows (a shard's of the 10^8
 // parameters' tables), ids below 10^7: radix against the comparison
 // sort it replaces.
+// (64bit: keys of 64 random bits, every pass made.)
 func BenchmarkPairs(b *testing.B) {
 	const n = 120_000
 	r := rand.New(rand.NewPCG(1, 2))
-	src := make([]uint64, n)
-	for i := range src {
-		src[i] = r.Uint64N(10_000_000)
+	ids, wide := make([]uint64, n), make([]uint64, n)
+	for i := range ids {
+		ids[i], wide[i] = r.Uint64N(10_000_000), r.Uint64()
 	}
 	keys, at := make([]uint64, n), make([]int32, n)
-	b.Run("radix", func(b *testing.B) {
-		for range b.N {
-			copy(keys, src)
-			Pairs(keys, at)
-		}
-	})
-	b.Run("comparison", func(b *testing.B) {
-		ps := make([]pair, n)
-		for range b.N {
-			for i, k := range src {
-				ps[i] = pair{k, int32(i)}
+	for _, c := range []struct {
+		name string
+		src  []uint64
+	}{{"", ids}, {"64bit/", wide}} {
+		b.Run(c.name+"radix", func(b *testing.B) {
+			for range b.N {
+				copy(keys, c.src)
+				Pairs(keys, at)
 			}
-			slices.SortFunc(ps, func(a, b pair) int { return cmp.Compare(a.key, b.key) })
-		}
-	})
+		})
+		b.Run(c.name+"comparison", func(b *testing.B) {
+			ps := make([]pair, n)
+			for range b.N {
+				for i, k := range c.src {
+					ps[i] = pair{k, int32(i)}
+				}
+				slices.SortFunc(ps, func(a, b pair) int { return cmp.Compare(a.key, b.key) })
+			}
+		})
+	}
 }
