@@ -58,6 +58,11 @@ const (
 	stopReplicaWait   = 2 * time.Second
 	replicaRetryFirst = 10 * time.Millisecond
 	replicaRetryMax   = 200 * time.Millisecond
+	// lagRefresh is how often a link sets its lag gauges anew between
+	// the updates and acknowledgements that set them: a standby that
+	// stops acknowledging shows a lag that grows, not the last one it
+	// had.
+	lagRefresh = time.Second
 )
 
 // Close stops the server's background work (a standby link). It does
@@ -165,6 +170,7 @@ func (s *Server) startReplica(addr string) error {
 	}
 	s.rep = r
 	go s.runReplica(r)
+	go s.refreshLag(r)
 	s.log.Info("attaching a hot standby", "addr", addr, "epoch", s.epoch, "version", s.shard.Version())
 	return nil
 }
@@ -503,6 +509,25 @@ func (s *Server) depose(r *replicator, err error) {
 	s.log.Warn("deposed: a newer primary serves this shard", "epoch", s.epoch, "err", status.Convert(err).Message())
 	s.stopReplica()
 	s.setRole(roleDeposed)
+}
+
+// refreshLag sets the lag gauges every lagRefresh while r is the link,
+// until it is stopped.
+func (s *Server) refreshLag(r *replicator) {
+	tick := time.NewTicker(lagRefresh)
+	defer tick.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-tick.C:
+			s.mu.Lock()
+			if s.rep == r {
+				s.updateLag()
+			}
+			s.mu.Unlock()
+		}
+	}
 }
 
 // updateLag sets the lag metrics. Call with mu held.

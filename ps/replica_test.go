@@ -770,6 +770,12 @@ func TestReplicationLagFollowsTheServersClock(t *testing.T) {
 	if st, _ := primary.Status(ctx, &pb.StatusRequest{}); st.ReplicationLagSeconds != 2.5 {
 		t.Errorf("replication lag %v s after the clock moved 2.5 s", st.ReplicationLagSeconds)
 	}
+	// The gauge follows with nothing queued or acknowledged meanwhile.
+	for deadline := time.Now().Add(10 * time.Second); testutil.ToFloat64(primary.m.ReplicationLagSeconds) != 2.5; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the lag gauge reads %v s, the standby has not acknowledged for 2.5 s", testutil.ToFloat64(primary.m.ReplicationLagSeconds))
+		}
+	}
 	if _, err := primary.SetStandby(ctx, &pb.SetStandbyRequest{RunId: "r", Shard: 0, Epoch: 2}); err != nil {
 		t.Fatal(err)
 	}
