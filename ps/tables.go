@@ -188,8 +188,9 @@ func (ts *TableSet) CheckKeys(table string, keys []uint64) error {
 	if ts.numShards == 1 {
 		return nil
 	}
+	p := embed.PlacerOf(table, ts.numShards) // the table's name hashed once, not per key
 	for _, k := range keys {
-		if s := embed.ShardOf(table, k, ts.numShards); s != ts.shard {
+		if s := p.Shard(k); s != ts.shard {
 			return fmt.Errorf("%w: table %s key %d is shard %d's of %d, not shard %d's", ErrNotMine, table, k, s, ts.numShards, ts.shard)
 		}
 	}
