@@ -297,16 +297,7 @@ func (ts *TableSet) Peek(table string, keys []uint64, out []float32) error {
 	if err != nil {
 		return err
 	}
-	cfg := st.t.Config()
-	for i, k := range keys {
-		dst := out[i*cfg.Dim : (i+1)*cfg.Dim]
-		if row, _, ok := st.t.Row(k); ok {
-			copy(dst, row)
-		} else {
-			embed.InitRow(cfg.Seed, table, k, dst)
-		}
-	}
-	return nil
+	return st.t.Peek(keys, out)
 }
 
 // Push delivers worker's gradients of keys' rows (unique keys, one row

@@ -283,18 +283,19 @@ func (t *Table) resolve(keys []uint64, hints []int32) []int32 {
 
 // Peek writes the rows of keys into out like Pull, but creates no row
 // and counts no sighting: a key without a row reads its initial value.
-// It is how a model is evaluated without growing its tables.
+// It is how a model is evaluated without growing its tables. The keys
+// are looked up together, as a pull's are (their cache misses overlap).
 func (t *Table) Peek(keys []uint64, out []float32) error {
 	d := t.cfg.Dim
 	if len(out) != len(keys)*d {
 		return fmt.Errorf("embed: table %s: %d values for %d rows of dimension %d", t.cfg.Name, len(out), len(keys), d)
 	}
-	for i, k := range keys {
+	for i, s := range t.lookup(keys) {
 		dst := out[i*d : (i+1)*d]
-		if s, ok := t.slot(k); ok {
+		if s >= 0 {
 			copy(dst, t.value(s))
 		} else {
-			InitRow(t.cfg.Seed, t.cfg.Name, k, dst)
+			InitRow(t.cfg.Seed, t.cfg.Name, keys[i], dst)
 		}
 	}
 	return nil

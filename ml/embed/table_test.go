@@ -436,3 +436,51 @@ func TestPushHintedTrainsWhatPushWould(t *testing.T) {
 		t.Fatal("hints of another length were accepted")
 	}
 }
+
+// Peek reads held rows as they are and the others as they would be
+// created, over more keys than one batch of lookups, and changes
+// nothing: no row, sighting or write.
+func TestPeekReadsHeldRowsAndInitialOnes(t *testing.T) {
+	tb := newTable(t, TableConfig{Rule: DefaultAdagrad(0.1), EvictAfter: 5})
+	const n = 1000
+	held := make([]uint64, 0, n)
+	for k := uint64(0); k < 2*n; k += 2 {
+		held = append(held, k)
+	}
+	if err := tb.Pull(1, held, make([]float32, 4*n)); err != nil {
+		t.Fatal(err)
+	}
+	grads := make([]float32, 4*n)
+	for i := range grads {
+		grads[i] = float32(i%7) - 3
+	}
+	if err := tb.Push(1, held, grads); err != nil { // rows no longer their initial values
+		t.Fatal(err)
+	}
+	keys := make([]uint64, 2*n) // held (even) and not (odd), interleaved
+	for i := range keys {
+		keys[i] = uint64(i)
+	}
+	rows, writes := tb.Len(), tb.Writes()
+	out := make([]float32, 4*len(keys))
+	if err := tb.Peek(keys, out); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]float32, 4)
+	for i, k := range keys {
+		if row, _, ok := tb.Row(k); ok {
+			copy(want, row)
+		} else {
+			InitRow(tb.Config().Seed, tb.Config().Name, k, want)
+		}
+		if got := out[4*i : 4*i+4]; !slices.Equal(got, want) {
+			t.Fatalf("key %d: peeked %v, want %v", k, got, want)
+		}
+	}
+	if tb.Len() != rows || tb.Writes() != writes {
+		t.Fatalf("a peek changed the table: %d rows and %d writes, had %d and %d", tb.Len(), tb.Writes(), rows, writes)
+	}
+	if err := tb.Peek(keys, out[:4]); err == nil {
+		t.Fatal("a peek of 2000 keys into one row's values was accepted")
+	}
+}
