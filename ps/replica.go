@@ -661,15 +661,18 @@ func (s *Server) checkBatch(b *pb.ReplicaBatch) error {
 
 // installSnapshot makes fresh, the shard of b's opening snapshot (nil:
 // b has none), this standby's state, and returns the operations of b
-// still to apply. A link's snapshot sent again (its acknowledgement was
-// lost) is not installed: the standby holds it, and maybe updates since.
-// Call with mu held.
+// still to apply. A snapshot is always installed, at any number the
+// standby holds of its epoch: it opens a link (a snapshot travels alone,
+// numbered 1), and a link sends a batch only once the one before is
+// acknowledged, so it is either a link's snapshot sent again (its
+// acknowledgement was lost: nothing came after it, installing it again
+// changes nothing) or a new link's at the same epoch (the chief's Init
+// sent again after the shard applied it), whose state the standby must
+// take. (A copy arriving after its primary gave up on the call is
+// refused before: Replicate.) Call with mu held.
 func (s *Server) installSnapshot(b *pb.ReplicaBatch, fresh *built) []*pb.ReplicaOp {
-	switch {
-	case fresh == nil:
+	if fresh == nil {
 		return b.Ops
-	case b.Epoch == s.epoch && s.role == roleStandby && s.replSeq >= 1:
-		return b.Ops[1:]
 	}
 	s.stopReplica()
 	s.setRole(roleStandby) // (first: workers' row requests are refused from here)

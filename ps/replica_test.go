@@ -37,6 +37,9 @@ type link struct {
 	onBatch                  func(*pb.ReplicaBatch) (kill, ackLost bool)
 	killed                   func()
 	gate                     func(*pb.ReplicaBatch) // called before a batch is delivered (may block)
+	// dropAck, when it says so, delivers the batch and loses its
+	// acknowledgement (the primary sends it again).
+	dropAck func(*pb.ReplicaBatch) bool
 }
 
 // linkDialer reaches whatever link *l holds when the server dials (a
@@ -55,6 +58,12 @@ func (l *link) Replicate(ctx context.Context, b *pb.ReplicaBatch, _ ...grpc.Call
 	}
 	if l.gate != nil {
 		l.gate(b)
+	}
+	if l.dropAck != nil && l.dropAck(b) {
+		if _, err := l.to.Replicate(ctx, b); err != nil {
+			return nil, err
+		}
+		return nil, status.Error(codes.Unavailable, "the acknowledgement was lost")
 	}
 	if l.onBatch != nil {
 		if kill, ackLost := l.onBatch(b); kill {
@@ -781,5 +790,73 @@ func TestReplicationLagFollowsTheServersClock(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A chief's Init sent again at the same epoch (its answer was lost, the
+// shard had applied it) gives the primary a new link whose snapshot
+// starts the numbering again: the standby installs it, though it holds
+// updates of the link before, and the pair is attached again at once.
+func TestInitSentAgainAtTheSameEpochAttachesTheStandbyAgain(t *testing.T) {
+	ctx := context.Background()
+	primary, standby, _, n := attachedPair(t, config.Async)
+	for i := range 3 {
+		req := &pb.PushRequest{Worker: 0, Version: int64(i), Grad: wire.Bytes(gradOf(0, i, n)), RunId: "r", Generation: 1, DataPosition: int64(i + 1)}
+		if _, err := primary.Push(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st, _ := standby.Status(ctx, &pb.StatusRequest{}); st.Version != 3 {
+		t.Fatalf("standby at version %d after 3 pushes, want 3", st.Version)
+	}
+	req, _ := replicaInit(t, config.Async, 1, "standby") // the same epoch
+	if _, err := primary.Init(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	waitAttached(t, primary)
+	p, _ := primary.Status(ctx, &pb.StatusRequest{})
+	s, _ := standby.Status(ctx, &pb.StatusRequest{})
+	if p.Version != 0 || s.Version != p.Version {
+		t.Fatalf("after the Init sent again: primary at version %d, standby at %d, want both at the Init's 0", p.Version, s.Version)
+	}
+	if !slices.Equal(standby.shard.Params(), primary.shard.Params()) {
+		t.Fatal("the standby's parameters are not the primary's after the Init sent again")
+	}
+}
+
+// A link's snapshot whose acknowledgement was lost is sent again and
+// installed again; the updates after it reach the standby as usual.
+func TestSnapshotSentAgainIsInstalledAgain(t *testing.T) {
+	ctx := context.Background()
+	var l *link
+	primary, standby := NewServer(Config{Log: quietLog(), Shard: AnyShard, Dial: linkDialer(&l)}), NewServer(Config{Log: quietLog(), Shard: AnyShard})
+	sent := 0
+	l = &link{to: standby, dropAck: func(b *pb.ReplicaBatch) bool {
+		if b.Ops[0].GetSnapshot() == nil {
+			return false
+		}
+		sent++
+		return sent == 1
+	}}
+	t.Cleanup(primary.Close)
+	req, n := replicaInit(t, config.Async, 1, "standby")
+	if _, err := primary.Init(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	waitAttached(t, primary)
+	for i := range 3 {
+		req := &pb.PushRequest{Worker: 0, Version: int64(i), Grad: wire.Bytes(gradOf(0, i, n)), RunId: "r", Generation: 1, DataPosition: int64(i + 1)}
+		if _, err := primary.Push(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.mu.Lock()
+	times := sent
+	l.mu.Unlock()
+	if times != 2 {
+		t.Fatalf("the snapshot was sent %d times, want 2 (its first acknowledgement lost)", times)
+	}
+	if st, _ := standby.Status(ctx, &pb.StatusRequest{}); st.Version != 3 || !slices.Equal(standby.shard.Params(), primary.shard.Params()) {
+		t.Fatalf("standby at version %d after 3 pushes, or with other parameters than the primary's", st.Version)
 	}
 }
