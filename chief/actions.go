@@ -80,6 +80,11 @@ type Evaluate struct {
 	Generation   int64
 	Subset       float64 // the fraction of the test set the first pass scores
 	ConfirmAbove float64
+	// Retain has each shard keep the state it sends (a target stop hands
+	// back the model of the evaluation that completed the hold); without,
+	// a shard drops what it kept before (docs/recovery.md, "Retained
+	// evaluation snapshots").
+	Retain bool
 }
 
 // Checkpoint writes a checkpoint: each shard its slice, then the
@@ -190,7 +195,11 @@ func (a SetMembership) String() string {
 	return s
 }
 func (a Evaluate) String() string {
-	return fmt.Sprintf("evaluate seq=%d generation=%d subset=%g confirm-above=%g", a.Seq, a.Generation, a.Subset, a.ConfirmAbove)
+	s := fmt.Sprintf("evaluate seq=%d generation=%d subset=%g confirm-above=%g", a.Seq, a.Generation, a.Subset, a.ConfirmAbove)
+	if a.Retain {
+		s += " retain"
+	}
+	return s
 }
 func (a Checkpoint) String() string {
 	return fmt.Sprintf("checkpoint versions=%s latest=%d final=%t retained=%t stopped=%t", ints(a.Versions), a.Latest, a.Final, a.Retained, a.Stopped)

@@ -34,7 +34,8 @@ func (c *Core) evalDue(now time.Time) (Action, bool) {
 	if !c.p.Evaluate || r.EvalEvery <= 0 || c.evalBusy || !c.evalWaited(now) || c.step <= 0 {
 		return nil, false
 	}
-	a := Evaluate{Generation: c.st.Generation, Subset: c.p.EvalSubset, ConfirmAbove: 2} // 2: never the whole set
+	a := Evaluate{Generation: c.st.Generation, Subset: c.p.EvalSubset, ConfirmAbove: 2, // 2: never the whole set
+		Retain: c.mayHoldTarget()}
 	switch {
 	case c.p.EvalSubset >= 1:
 		a.ConfirmAbove = 0
@@ -56,6 +57,14 @@ func (c *Core) lastScore() float64 {
 }
 
 func (c *Core) targetHold() int { return max(1, c.p.Run.TargetHold) }
+
+// mayHoldTarget says whether the next evaluation may complete the
+// target's hold, or is not a training one: the shards then keep the
+// state it reads (Evaluate.Retain), which costs a CTR shard a copy of
+// every block of rows written until they drop it.
+func (c *Core) mayHoldTarget() bool {
+	return c.phase != training || c.p.target() > 0 && c.hold+1 >= c.targetHold()
+}
 
 func (c *Core) orderEval(now time.Time, a Evaluate) Action {
 	c.evalSeq++
@@ -204,7 +213,7 @@ func (c *Core) wind(now time.Time) []Action {
 	}
 	if c.finalEval == nil && c.p.Evaluate && !c.finalEvalAsked {
 		c.finalEvalAsked = true
-		return []Action{c.orderEval(now, Evaluate{Generation: c.st.Generation, Subset: 1})}
+		return []Action{c.orderEval(now, Evaluate{Generation: c.st.Generation, Subset: 1, Retain: true})}
 	}
 	if acts := c.handBackDue(); len(acts) > 0 || c.handBackBusy {
 		return acts

@@ -243,7 +243,8 @@ func addWindow(w *Window, st *pb.StatusResponse) *Window {
 }
 
 // evaluate carries out an Evaluate: it pulls every shard's parameters
-// (each shard retains the version it sends), then scores them, first on
+// (each shard retains the version it sends if a.Retain says so), then
+// scores them, first on
 // the test subset when a.ConfirmAbove asks for it: the a.Seq-th sample of
 // that fraction, so successive evaluations score different images
 // (docs/semantics.md, "Evaluation, and what it costs").
@@ -254,7 +255,7 @@ func (c *Chief) evaluate(ctx context.Context, a Evaluate) EvalResult {
 	var versions []int64
 	for s, p := range c.primaries() {
 		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		resp, err := p.Client.Pull(pctx, &pb.PullRequest{Worker: -1, RunId: c.cfg.RunID, Retain: true})
+		resp, err := p.Client.Pull(pctx, &pb.PullRequest{Worker: -1, RunId: c.cfg.RunID, Retain: a.Retain})
 		cancel()
 		if err != nil {
 			res.Err = fmt.Errorf("chief: pull from ps/%d at %s: %w", s, p.Addr, err)

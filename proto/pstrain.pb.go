@@ -1364,10 +1364,12 @@ type PullRequest struct {
 	MinVersion int64                  `protobuf:"varint,2,opt,name=min_version,json=minVersion,proto3" json:"min_version,omitempty"`
 	RunId      string                 `protobuf:"bytes,3,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
 	Generation int64                  `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"` // the worker's generation for this shard (0: any)
-	// retain (the chief's evaluation pulls): the shard keeps this version's
-	// parameters and optimizer state, replacing the one retained before, so
-	// the model the chief evaluated can be checkpointed as the run's result
-	// (CheckpointRequest.retained).
+	// retain (the chief's evaluation pulls that may complete the target's
+	// hold): the shard keeps this version's parameters and optimizer state
+	// (and its tables' slots, frozen), replacing the one retained before,
+	// so the model the chief evaluated can be checkpointed as the run's
+	// result (CheckpointRequest.retained). A chief's pull (worker -1)
+	// without it drops the state kept before.
 	Retain bool `protobuf:"varint,5,opt,name=retain,proto3" json:"retain,omitempty"`
 	// delta (a worker under --compress): the answer's params may be a
 	// compressed delta from what the worker holds; delta_base is the
@@ -1901,7 +1903,7 @@ type StatusResponse struct {
 	ReplicationLagSeconds float64 `protobuf:"fixed64,19,opt,name=replication_lag_seconds,json=replicationLagSeconds,proto3" json:"replication_lag_seconds,omitempty"`
 	StandbyAddr           string  `protobuf:"bytes,20,opt,name=standby_addr,json=standbyAddr,proto3" json:"standby_addr,omitempty"`
 	// Attribution (docs/security.md, "Attribution"): the window the last
-	// pull with retain set closed, over the shard's slice, from version
+	// chief's pull (worker -1) closed, over the shard's slice, from version
 	// window_from to window_to (the previous such pull, or the shard's
 	// Init, to that one). window_dot[w] is worker w's accepted gradients'
 	// sum dotted with the parameters' descent (their value at window_from
@@ -2532,6 +2534,7 @@ type ReplicaOp_Retain struct {
 	// retain: the chief's evaluation pull kept the primary's state of
 	// this version for a target stop's final checkpoint (Checkpoint
 	// retained); the standby keeps its own, which is the same state.
+	// -1: the primary dropped the state it kept; the standby drops its.
 	Retain int64 `protobuf:"varint,5,opt,name=retain,proto3,oneof"`
 }
 

@@ -741,6 +741,8 @@ func (s *Server) applyReplicated(op *pb.ReplicaOp) error {
 		s.applyStop()
 	case op.GetPullRows() != nil, op.GetPushRows() != nil, op.GetRows() != nil:
 		return s.applyTableOp(op)
+	case isRetain(op) && op.GetRetain() == dropRetainedOp:
+		s.dropRetained()
 	case isRetain(op):
 		// Ops arrive in the order the primary applied them, so this is
 		// the version the primary retained; were it not, the shard's

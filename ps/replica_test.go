@@ -860,3 +860,45 @@ func TestSnapshotSentAgainIsInstalledAgain(t *testing.T) {
 		t.Fatalf("standby at version %d after 3 pushes, or with other parameters than the primary's", st.Version)
 	}
 }
+
+// A standby drops the retained state when its primary does (an
+// evaluation pull without retain): a promoted standby keeps no frozen
+// state its primary let go.
+func TestStandbyDropsTheRetainedStateWithItsPrimary(t *testing.T) {
+	ctx := context.Background()
+	primary, standby, _, n := attachedPair(t, config.Sync)
+	f := &failover{procs: [2]*Server{primary, standby}, dead: [2]chan struct{}{make(chan struct{}), make(chan struct{})}}
+	trainPushes(t, config.Sync, 3, func(req *pb.PushRequest) *pb.PushResponse { return f.push(t, req) },
+		func(w int32, min int64) *pb.PullResponse { return f.pull(t, w, min) }, n)
+	_, err := primary.Pull(ctx, &pb.PullRequest{Worker: -1, Retain: true, RunId: "r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := primary.Pull(ctx, &pb.PullRequest{Worker: -1, RunId: "r"}); err != nil {
+		t.Fatal(err)
+	}
+	waitAcked(t, primary)
+	if _, err := standby.Promote(ctx, &pb.PromoteRequest{RunId: "r", Shard: 0, Epoch: 2}); err != nil {
+		t.Fatal(err)
+	}
+	standby.mu.Lock()
+	_, err = standby.holdRetained(0)
+	standby.mu.Unlock()
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("the promoted standby still holds the state its primary dropped: %v", err)
+	}
+}
+
+// waitAcked waits until s's standby has acknowledged every operation
+// queued for it.
+func waitAcked(t *testing.T, s *Server) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if st, _ := s.Status(context.Background(), &pb.StatusRequest{}); st.ReplicationLagUpdates == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the standby never acknowledged every operation")
+		}
+	}
+}

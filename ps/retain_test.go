@@ -236,3 +236,25 @@ func TestRetainDuringRetainedCheckpoint(t *testing.T) {
 		t.Error("a retain with no checkpoint writing did not reuse the retained state")
 	}
 }
+
+// A chief's evaluation pull without retain drops the state an earlier
+// one kept (a CTR shard's kept state holds its tables' frozen slots) and
+// still closes the attribution window.
+func TestEvaluationWithoutRetainDropsTheRetainedState(t *testing.T) {
+	srv, _, n := newSyncServer(t, 1)
+	ctx := context.Background()
+	syncStep(t, srv, 0, 1, n)
+	syncStep(t, srv, 1, 1, n)
+	retainVersion2(t, srv)
+	syncStep(t, srv, 2, 1, n)
+	resp, err := srv.Pull(ctx, &pb.PullRequest{Worker: -1, RunId: "r"})
+	if err != nil || resp.Version != 3 {
+		t.Fatalf("evaluation pull: version %v, %v", resp.GetVersion(), err)
+	}
+	if _, err := srv.Checkpoint(ctx, &pb.CheckpointRequest{Step: 5, Retained: true, RunId: "r"}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("retained checkpoint after an evaluation without retain: %v, want FailedPrecondition", err)
+	}
+	if st, err := srv.Status(ctx, &pb.StatusRequest{}); err != nil || st.WindowTo != 3 {
+		t.Fatalf("the evaluation pull at version 3 left the window ending at %d (%v), want 3", st.GetWindowTo(), err)
+	}
+}

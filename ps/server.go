@@ -72,7 +72,7 @@ type Server struct {
 	// retained is the state the last pull with retain set kept (the
 	// model the chief evaluated), nil if none since Init.
 	retained *retainedSnap
-	// window is the attribution window the last retained pull closed
+	// window is the attribution window the last chief's pull closed
 	// (Status reports it).
 	window Window
 	// dataAddr is the TCP data plane's address ("" = none).
@@ -654,15 +654,8 @@ func (s *Server) answerPull(req *pb.PullRequest, shared bool, start time.Time) (
 	if w := int(req.Worker); w >= 0 && w < sh.Slots() {
 		resp.DataPosition = sh.DataPosition(w)
 	}
-	if req.Retain {
-		s.window = sh.CloseWindow()
-		s.retain(p)
-		// The standby keeps the same state: a pull is answered only
-		// once it holds every update, so the op reaches it right after
-		// the updates that made this version. Not awaited: a primary
-		// lost before the op arrives leaves no retained state, and the
-		// target stop's checkpoint falls back to the live state.
-		s.replicate(&pb.ReplicaOp{Op: &pb.ReplicaOp_Retain{Retain: sh.Version()}}, nil)
+	if req.Worker < 0 {
+		s.evaluated(req.Retain, p)
 	}
 	if req.Worker >= 0 {
 		s.m.BarrierWait.Observe(s.now().Sub(start).Seconds())
@@ -1213,6 +1206,30 @@ func (s *Server) fillSnapshot(sn *snapshot, p *pullSnap) {
 	}
 	sn.plan, sn.index, sn.numShards, sn.optName, sn.runID = s.plan, s.index, s.numShards, s.opts.Optimizer, s.runID
 	sn.tables = s.tables.snapshot(sn.tables, sn.version)
+}
+
+// dropRetainedOp is the replicated retain that drops the retained state.
+const dropRetainedOp = -1
+
+// evaluated is a chief's evaluation pull of p's version: it closes the
+// attribution window and, with retain, keeps the version's state (a
+// target stop hands it back); without, it drops what an evaluation kept
+// before, which holds the tables' frozen slots (every block written
+// since costs a copy). The standby keeps or drops the same: a pull is
+// answered only once it holds every update, so the op reaches it right
+// after the updates that made this version. Not awaited: a primary lost
+// before the op arrives leaves no retained state, and the target stop's
+// checkpoint falls back to the live state. Call with mu held.
+func (s *Server) evaluated(retain bool, p *pullSnap) {
+	s.window = s.shard.CloseWindow()
+	switch {
+	case retain:
+		s.retain(p)
+		s.replicate(&pb.ReplicaOp{Op: &pb.ReplicaOp_Retain{Retain: s.shard.Version()}}, nil)
+	case s.retained != nil:
+		s.dropRetained()
+		s.replicate(&pb.ReplicaOp{Op: &pb.ReplicaOp_Retain{Retain: dropRetainedOp}}, nil)
+	}
 }
 
 // retain keeps the shard's current state, whose pull snapshot p is, for a
