@@ -3358,12 +3358,14 @@ func (x *ShardStats) GetMaxRatioVersion() int64 {
 }
 
 type ReplicaBatch struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RunId         string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	Shard         int32                  `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
-	Epoch         int64                  `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	FirstSeq      int64                  `protobuf:"varint,4,opt,name=first_seq,json=firstSeq,proto3" json:"first_seq,omitempty"` // the sequence number of ops[0] (a snapshot restarts at 1)
-	Ops           []*ReplicaOp           `protobuf:"bytes,5,rep,name=ops,proto3" json:"ops,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	RunId string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Shard int32                  `protobuf:"varint,2,opt,name=shard,proto3" json:"shard,omitempty"`
+	Epoch int64                  `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// The sequence number of ops[0]. A link's snapshot is 1, or, after
+	// another link of the same epoch, the number past that link's last.
+	FirstSeq      int64        `protobuf:"varint,4,opt,name=first_seq,json=firstSeq,proto3" json:"first_seq,omitempty"`
+	Ops           []*ReplicaOp `protobuf:"bytes,5,rep,name=ops,proto3" json:"ops,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }

@@ -119,6 +119,7 @@ type replicator struct {
 	// push's, lent by the data plane: PushKept) once the standby holds
 	// it or the link's goroutine is done.
 	release      []func()
+	first        int64 // the link's first sequence number (its snapshot's)
 	nextSeq      int64 // the next operation's sequence number
 	acked        int64 // the last operation the standby acknowledged
 	ackedVersion int64 // the standby's version after it
@@ -161,8 +162,16 @@ func (s *Server) startReplica(addr string) error {
 	if s.dial == nil {
 		return status.Error(codes.FailedPrecondition, "ps: this process cannot reach a standby (no replica dialer)")
 	}
-	r := &replicator{addr: addr, epoch: s.epoch, stop: make(chan struct{}), wake: make(chan struct{}, 1), nextSeq: 1,
-		progress: s.now()}
+	// A link numbers its operations from 1, or, after another link of
+	// the same epoch (the chief's Init sent again), from past the last
+	// number that one used: a late batch of the old link then holds only
+	// numbers the standby skips as applied (installSnapshot).
+	first := int64(1)
+	if s.linkEpoch == s.epoch {
+		first = s.linkSeq + 1
+	}
+	r := &replicator{addr: addr, epoch: s.epoch, stop: make(chan struct{}), wake: make(chan struct{}, 1), first: first,
+		nextSeq: first, acked: first - 1, progress: s.now()}
 	if s.tables.loadingRows() {
 		r.pending = true
 	} else {
@@ -196,6 +205,7 @@ func (s *Server) stopReplica() {
 		return
 	}
 	close(s.rep.stop)
+	s.linkEpoch, s.linkSeq = s.rep.epoch, s.rep.nextSeq-1
 	s.rep = nil
 	s.tables.setReplicating(false)
 	s.updateLag()
@@ -230,7 +240,7 @@ func (s *Server) replicate(op *pb.ReplicaOp, release func()) replicaWait {
 // so far (nothing: no standby, or none queued). Call with mu held.
 func (s *Server) lastQueued() replicaWait {
 	r := s.rep
-	if r == nil || r.pending || r.nextSeq == 1 {
+	if r == nil || r.pending || r.nextSeq == r.first {
 		return replicaWait{}
 	}
 	return replicaWait{r: r, seq: r.nextSeq - 1}
@@ -661,18 +671,22 @@ func (s *Server) checkBatch(b *pb.ReplicaBatch) error {
 
 // installSnapshot makes fresh, the shard of b's opening snapshot (nil:
 // b has none), this standby's state, and returns the operations of b
-// still to apply. A snapshot is always installed, at any number the
-// standby holds of its epoch: it opens a link (a snapshot travels alone,
-// numbered 1), and a link sends a batch only once the one before is
-// acknowledged, so it is either a link's snapshot sent again (its
+// still to apply. A snapshot opens a link (it travels alone, first), a
+// link sends a batch only once the one before is acknowledged, and a
+// new link of an epoch numbers past the old one's operations
+// (startReplica). So a snapshot numbered at or past what the standby
+// holds of its epoch is installed: the link's own sent again (its
 // acknowledgement was lost: nothing came after it, installing it again
-// changes nothing) or a new link's at the same epoch (the chief's Init
-// sent again after the shard applied it), whose state the standby must
-// take. (A copy arriving after its primary gave up on the call is
-// refused before: Replicate.) Call with mu held.
+// changes nothing), or a new link's (the chief's Init sent again after
+// the shard applied it), whose state the standby must take. One
+// numbered below is an older link's, late: it is not installed. Call
+// with mu held.
 func (s *Server) installSnapshot(b *pb.ReplicaBatch, fresh *built) []*pb.ReplicaOp {
-	if fresh == nil {
+	switch {
+	case fresh == nil:
 		return b.Ops
+	case b.Epoch == s.epoch && s.role == roleStandby && b.FirstSeq < s.replSeq:
+		return b.Ops[1:]
 	}
 	s.stopReplica()
 	s.setRole(roleStandby) // (first: workers' row requests are refused from here)
@@ -705,8 +719,8 @@ func (s *Server) applyOps(first int64, ops []*pb.ReplicaOp) error {
 
 // fromSnapshot builds the shard a snapshot describes.
 func (s *Server) fromSnapshot(b *pb.ReplicaBatch, snap *pb.ReplicaSnapshot) (built, error) {
-	if b.FirstSeq != 1 || snap.Init == nil {
-		return built{}, status.Errorf(codes.InvalidArgument, "replica batch: a snapshot must open a link (operation 1 with an init), got operation %d", b.FirstSeq)
+	if snap.Init == nil {
+		return built{}, status.Errorf(codes.InvalidArgument, "replica batch: a snapshot without an init (operation %d)", b.FirstSeq)
 	}
 	if snap.Init.RunId != b.RunId || snap.Init.Shard != b.Shard {
 		return built{}, status.Errorf(codes.InvalidArgument, "replica snapshot of run %q shard %d in a batch of run %q shard %d", snap.Init.RunId, snap.Init.Shard, b.RunId, b.Shard)

@@ -794,22 +794,45 @@ func TestReplicationLagFollowsTheServersClock(t *testing.T) {
 }
 
 // A chief's Init sent again at the same epoch (its answer was lost, the
-// shard had applied it) gives the primary a new link whose snapshot
-// starts the numbering again: the standby installs it, though it holds
-// updates of the link before, and the pair is attached again at once.
+// shard had applied it) gives the primary a new link, numbered past the
+// old one's operations: the standby installs its snapshot, though it
+// holds updates of the link before, and the pair is attached again at
+// once. The old link's batches arriving late (their calls' cancellation
+// lost a race) change nothing.
 func TestInitSentAgainAtTheSameEpochAttachesTheStandbyAgain(t *testing.T) {
 	ctx := context.Background()
-	primary, standby, _, n := attachedPair(t, config.Async)
-	for i := range 3 {
+	var mu sync.Mutex
+	var old []*pb.ReplicaBatch // the first link's batches
+	var l *link
+	primary, standby := NewServer(Config{Log: quietLog(), Shard: AnyShard, Dial: linkDialer(&l)}), NewServer(Config{Log: quietLog(), Shard: AnyShard})
+	l = &link{to: standby, gate: func(b *pb.ReplicaBatch) {
+		mu.Lock()
+		defer mu.Unlock()
+		old = append(old, b)
+	}}
+	t.Cleanup(primary.Close)
+	req, n := replicaInit(t, config.Async, 1, "standby")
+	if _, err := primary.Init(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	waitAttached(t, primary)
+	pushAt := func(i int) {
+		t.Helper()
 		req := &pb.PushRequest{Worker: 0, Version: int64(i), Grad: wire.Bytes(gradOf(0, i, n)), RunId: "r", Generation: 1, DataPosition: int64(i + 1)}
 		if _, err := primary.Push(ctx, req); err != nil {
 			t.Fatal(err)
 		}
 	}
+	for i := range 3 {
+		pushAt(i)
+	}
 	if st, _ := standby.Status(ctx, &pb.StatusRequest{}); st.Version != 3 {
 		t.Fatalf("standby at version %d after 3 pushes, want 3", st.Version)
 	}
-	req, _ := replicaInit(t, config.Async, 1, "standby") // the same epoch
+	l.mu.Lock()
+	l.gate = nil
+	l.mu.Unlock()
+	req, _ = replicaInit(t, config.Async, 1, "standby") // the same epoch
 	if _, err := primary.Init(ctx, req); err != nil {
 		t.Fatal(err)
 	}
@@ -819,8 +842,23 @@ func TestInitSentAgainAtTheSameEpochAttachesTheStandbyAgain(t *testing.T) {
 	if p.Version != 0 || s.Version != p.Version {
 		t.Fatalf("after the Init sent again: primary at version %d, standby at %d, want both at the Init's 0", p.Version, s.Version)
 	}
+	mu.Lock()
+	late := old
+	mu.Unlock()
+	if len(late) != 4 || late[0].Ops[0].GetSnapshot() == nil {
+		t.Fatalf("the first link sent %d batches, want its snapshot and 3 pushes", len(late))
+	}
+	for _, b := range late {
+		if _, err := standby.Replicate(ctx, b); err != nil {
+			t.Fatalf("a late batch of the first link: %v", err)
+		}
+	}
+	if st, _ := standby.Status(ctx, &pb.StatusRequest{}); st.Version != 0 {
+		t.Fatalf("the first link's late batches moved the standby to version %d", st.Version)
+	}
+	pushAt(0)
 	if !slices.Equal(standby.shard.Params(), primary.shard.Params()) {
-		t.Fatal("the standby's parameters are not the primary's after the Init sent again")
+		t.Fatal("the standby's parameters are not the primary's after the Init sent again and a push")
 	}
 }
 

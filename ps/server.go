@@ -87,14 +87,18 @@ type Server struct {
 	// reaches its standby. role and epoch are the process's place in the
 	// shard's replication; lastInit the request of the Init that made the
 	// state, without its payloads (a snapshot's template); rep the link to
-	// the standby of a primary that has one; replSeq a standby's last
-	// applied operation.
+	// the standby of a primary that has one; linkEpoch and linkSeq the
+	// epoch of the last link a primary stopped and the last number it
+	// used (a new link of that epoch numbers on from there); replSeq a
+	// standby's last applied operation.
 	shardIndex int
 	dial       ReplicaDialer
 	role       string
 	epoch      int64
 	lastInit   *pb.InitRequest
 	rep        *replicator
+	linkEpoch  int64
+	linkSeq    int64
 	replSeq    int64
 
 	// tables are the shard's embedding tables, under their own lock
