@@ -457,7 +457,9 @@ func opBytes(op *pb.ReplicaOp) int {
 
 // acknowledged records the standby's acknowledgement of batch; an
 // acknowledgement of another operation than the batch's last is an error
-// (the batch is sent again, after a pause).
+// (the batch is sent again, after a pause), but one past the link's
+// snapshot before it is acknowledged: the link is numbered past it and
+// the snapshot is the next batch.
 func (s *Server) acknowledged(r *replicator, batch *pb.ReplicaBatch, ack *pb.ReplicaAck) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -465,6 +467,18 @@ func (s *Server) acknowledged(r *replicator, batch *pb.ReplicaBatch, ack *pb.Rep
 		return nil
 	}
 	last := batch.FirstSeq + int64(len(batch.Ops)) - 1
+	if ack.Seq > last && !r.snapAcked && batch.FirstSeq == r.first {
+		// The standby holds later operations of this epoch than the
+		// link's snapshot (the primary's process restarted and was given
+		// the same Init): it skipped the snapshot as an older link's.
+		// Number the link past them and send the snapshot again; nothing
+		// waits on its numbers before the snapshot is acknowledged.
+		d := ack.Seq + 1 - r.first
+		r.first, r.nextSeq, r.acked, r.snapEnd = r.first+d, r.nextSeq+d, r.acked+d, r.snapEnd+d
+		s.log.Info("the hot standby holds later operations of this epoch: numbering the link past them",
+			"addr", r.addr, "epoch", r.epoch, "from", r.first)
+		return nil // (the next batch is the snapshot, numbered anew)
+	}
 	if ack.Seq != last {
 		// The standby holds another history: the link is broken until the
 		// chief attaches it again.
@@ -679,8 +693,11 @@ func (s *Server) checkBatch(b *pb.ReplicaBatch) error {
 // acknowledgement was lost: nothing came after it, installing it again
 // changes nothing), or a new link's (the chief's Init sent again after
 // the shard applied it), whose state the standby must take. One
-// numbered below is an older link's, late: it is not installed. Call
-// with mu held.
+// numbered below is not installed: an older link's, late, or the first
+// link of a primary whose process restarted and got the same Init (it
+// numbers from 1): the standby acknowledges what it holds, and such a
+// primary numbers its link past that and sends the snapshot again
+// (acknowledged). Call with mu held.
 func (s *Server) installSnapshot(b *pb.ReplicaBatch, fresh *built) []*pb.ReplicaOp {
 	switch {
 	case fresh == nil:

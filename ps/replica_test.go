@@ -940,3 +940,37 @@ func waitAcked(t *testing.T, s *Server) {
 		}
 	}
 }
+
+// A primary whose process restarted and got the same Init again (the
+// chief's retry at the same epoch) numbers its new link from 1, below
+// what the standby holds of the epoch: the standby skips that snapshot
+// as an older link's, and the primary numbers the link past its
+// operations and sends the snapshot again, which the standby installs.
+func TestRestartedPrimaryAtTheSameEpochAttachesTheStandby(t *testing.T) {
+	ctx := context.Background()
+	primary, standby, l, n := attachedPair(t, config.Async)
+	for i := range 3 {
+		req := &pb.PushRequest{Worker: 0, Version: int64(i), Grad: wire.Bytes(gradOf(0, i, n)), RunId: "r", Generation: 1, DataPosition: int64(i + 1)}
+		if _, err := primary.Push(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	primary.Close() // the process dies; a new one comes up empty
+	again := NewServer(Config{Log: quietLog(), Shard: AnyShard, Dial: linkDialer(&l)})
+	t.Cleanup(again.Close)
+	req, _ := replicaInit(t, config.Async, 1, "standby")
+	if _, err := again.Init(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	waitAttached(t, again)
+	if st, _ := standby.Status(ctx, &pb.StatusRequest{}); st.Version != 0 || !slices.Equal(standby.shard.Params(), again.shard.Params()) {
+		t.Fatalf("standby at version %d after the restarted primary's Init, want its 0 and its parameters", st.Version)
+	}
+	req2 := &pb.PushRequest{Worker: 0, Version: 0, Grad: wire.Bytes(gradOf(0, 0, n)), RunId: "r", Generation: 1, DataPosition: 1}
+	if _, err := again.Push(ctx, req2); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(standby.shard.Params(), again.shard.Params()) {
+		t.Fatal("the standby's parameters are not the restarted primary's after a push")
+	}
+}
