@@ -100,6 +100,9 @@ type Server struct {
 	linkEpoch  int64
 	linkSeq    int64
 	replSeq    int64
+	// told are the workers a pull or push answer told training is done
+	// (Drained).
+	told []bool
 
 	// tables are the shard's embedding tables, under their own lock
 	// (tablesrv.go).
@@ -434,6 +437,7 @@ func (s *Server) install(b built, inherit bool) (kept bool) {
 		sh.InheritQuarantine(s.shard)
 	}
 	s.shard, s.runID, s.index = sh, req.RunId, int(req.Shard)
+	s.told = s.told[:0] // (a new state: no worker was told it is done)
 	s.gen, s.numShards, s.plan, s.opts = req.Generation, int(req.NumShards), plan, opts
 	s.dropRetained()
 	s.window = Window{}
@@ -655,6 +659,9 @@ func (s *Server) answerPull(req *pb.PullRequest, shared bool, start time.Time) (
 		p.escaped = true
 	}
 	resp := &pb.PullResponse{Version: sh.Version(), Params: params, Done: sh.Done() || sh.Retired(int(req.Worker)), Generation: s.gen}
+	if resp.Done {
+		s.toldDone(req.Worker)
+	}
 	if w := int(req.Worker); w >= 0 && w < sh.Slots() {
 		resp.DataPosition = sh.DataPosition(w)
 	}
@@ -856,6 +863,9 @@ func (s *Server) pushKept(ctx context.Context, req *pb.PushRequest, release func
 		return nil, err
 	}
 	resp, err, forward := s.applyPush(req, sq)
+	if resp != nil && resp.Done {
+		s.toldDone(req.Worker)
+	}
 	var w replicaWait
 	if forward && s.rep != nil {
 		// (The copy only for a standby: without one a push allocates
@@ -1138,6 +1148,37 @@ func (s *Server) Stop(ctx context.Context, req *pb.StopRequest) (*pb.StopRespons
 		go s.shutdown()
 	}
 	return &pb.StopResponse{}, nil
+}
+
+// toldDone records that worker (-1: the chief) was answered done. Call
+// with mu held.
+func (s *Server) toldDone(worker int32) {
+	if w := int(worker); w >= 0 && w < s.shard.Slots() {
+		for len(s.told) <= w {
+			s.told = append(s.told, false)
+		}
+		s.told[w] = true
+	}
+}
+
+// Drained says no worker still needs this process to answer it: it is
+// no primary whose training is over, or every live worker that is not
+// retired has been answered done. A process told to exit waits for it,
+// briefly (task.PS.Wait), so that a worker whose last push was under way
+// at the stop is answered done instead of finding nobody, which it would
+// take for a shard that is down and retry.
+func (s *Server) Drained() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.role != rolePrimary || s.shard == nil || !s.shard.Done() {
+		return true
+	}
+	for w := range s.shard.Slots() {
+		if s.shard.Live(w) && !s.shard.Retired(w) && (w >= len(s.told) || !s.told[w]) {
+			return false
+		}
+	}
+	return true
 }
 
 // applyStop is Stop's work on the shard (primary and standby alike). Call

@@ -655,3 +655,42 @@ func TestInitOfAWeightedLayout(t *testing.T) {
 		t.Errorf("the even share (%d) of a weighted layout was taken", even.Shards[0].Size)
 	}
 }
+
+// A stopped primary is drained once every live worker was answered done,
+// by a pull or a push; a shard still training has nothing to drain, and
+// an Init starts the count again.
+func TestDrainedOnceEveryLiveWorkerIsToldDone(t *testing.T) {
+	srv, _, n := newSyncServer(t, 1)
+	ctx := context.Background()
+	if !srv.Drained() {
+		t.Fatal("a shard still training is not drained")
+	}
+	push(t, srv, 0, 0, 1, n)
+	if _, err := srv.Stop(ctx, &pb.StopRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if srv.Drained() {
+		t.Fatal("drained before any worker was told training is done")
+	}
+	if resp, err := srv.Pull(ctx, &pb.PullRequest{Worker: 0, RunId: "r"}); err != nil || !resp.Done {
+		t.Fatalf("worker 0's pull after the stop: %v, %v", resp, err)
+	}
+	if srv.Drained() {
+		t.Fatal("drained with worker 1 not told")
+	}
+	if resp := push(t, srv, 1, 0, 1, n); !resp.Done {
+		t.Fatal("worker 1's push after the stop was not answered done")
+	}
+	if !srv.Drained() {
+		t.Fatal("not drained once both workers were told")
+	}
+	if err := initWith(srv, n, 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Stop(ctx, &pb.StopRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if srv.Drained() {
+		t.Fatal("drained after a new Init and stop, with no worker told since")
+	}
+}

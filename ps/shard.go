@@ -803,6 +803,9 @@ func (s *Shard) Quarantined(worker int) bool {
 // returns its figures (see Agreement).
 func (s *Shard) CloseWindow() Window { return s.agree.Close(s.params, s.version, len(s.live)) }
 
+// Live says the chief counts worker among the live ones.
+func (s *Shard) Live(worker int) bool { return worker >= 0 && worker < len(s.live) && s.live[worker] }
+
 // Slots is the number of worker indices the shard keeps state for.
 func (s *Shard) Slots() int { return len(s.live) }
 

@@ -170,12 +170,37 @@ func (p *PS) Register(ctx context.Context) error {
 func (p *PS) Wait(ctx context.Context) error {
 	select {
 	case <-p.shutdown:
+		p.drain(ctx)
 		p.g.GracefulStop()
 		return nil
 	case err := <-p.served:
 		return servedErr(err)
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// drainFor bounds how long a PS told to exit keeps answering the workers
+// that have not been told training is done (ps.Server.Drained): a
+// worker whose push was under way at the stop is answered done rather
+// than refused, which it would retry as an outage.
+const drainFor = time.Second
+
+// drain waits until the shard has told every live worker it is done,
+// for up to drainFor, or ctx ends.
+func (p *PS) drain(ctx context.Context) {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(drainFor)
+	for !p.srv.Drained() {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			p.o.Log.Info("exiting with workers not told training is done", "after", drainFor)
+			return
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 
