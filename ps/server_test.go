@@ -693,4 +693,20 @@ func TestDrainedOnceEveryLiveWorkerIsToldDone(t *testing.T) {
 	if srv.Drained() {
 		t.Fatal("drained after a new Init and stop, with no worker told since")
 	}
+	// A shard a PS count change holds answers no worker: its process,
+	// removed by the change, has none to wait for.
+	if err := initWith(srv, n, 3, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.SetMembership(ctx, &pb.MembershipRequest{LiveWorkers: []int32{0, 1}, Members: 2, Replicas: 2, MaxVersion: 100, HoldAt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	push(t, srv, 0, 0, 3, n)
+	push(t, srv, 1, 0, 3, n) // the step to the hold
+	if _, err := srv.Stop(ctx, &pb.StopRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if !srv.Drained() {
+		t.Fatal("a shard held at a PS count change's boundary waits for workers it answers nothing")
+	}
 }
