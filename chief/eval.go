@@ -244,10 +244,10 @@ func addWindow(w *Window, st *pb.StatusResponse) *Window {
 
 // evaluate carries out an Evaluate: it pulls every shard's parameters
 // (each shard retains the version it sends if a.Retain says so), then
-// scores them, first on
-// the test subset when a.ConfirmAbove asks for it: the a.Seq-th sample of
-// that fraction, so successive evaluations score different images
-// (docs/semantics.md, "Evaluation, and what it costs").
+// scores them, first on the test subset when a.ConfirmAbove asks for
+// it: the a.Seq-th sample of that fraction, so successive evaluations
+// score different images (docs/semantics.md, "Evaluation, and what it
+// costs").
 func (c *Chief) evaluate(ctx context.Context, a Evaluate) EvalResult {
 	t0 := c.cfg.Now()
 	res := EvalResult{Seq: a.Seq, Generation: a.Generation, Step: math.MaxInt64}

@@ -1165,10 +1165,10 @@ func (s *Server) toldDone(worker int32) {
 // no primary whose training is over, its shard is held (a PS count
 // change's: its workers moved to the new layout, and a held shard
 // answers no worker), or every live worker that is not retired has been
-// answered done. A process told to exit waits for it,
-// briefly (task.PS.Wait), so that a worker whose last push was under way
-// at the stop is answered done instead of finding nobody, which it would
-// take for a shard that is down and retry.
+// answered done. A process told to exit waits for it, briefly
+// (task.PS.Wait), so that a worker whose last push was under way at the
+// stop is answered done instead of finding nobody, which it would take
+// for a shard that is down and retry.
 func (s *Server) Drained() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -16,10 +16,16 @@ import (
 func writeCheckpoint(t *testing.T, spec model.Spec, vars [][]float32, shards int) *checkpoint.Checkpoint {
 	t.Helper()
 	store, m := writeShards(t, spec, vars, shards)
+	return commitAndLoad(t, store, m)
+}
+
+// commitAndLoad commits m and returns its checkpoint opened.
+func commitAndLoad(t *testing.T, store *checkpoint.Store, m checkpoint.Manifest) *checkpoint.Checkpoint {
+	t.Helper()
 	if err := store.Commit(m); err != nil {
 		t.Fatal(err)
 	}
-	ck, err := store.Load(store.Path(7))
+	ck, err := store.Load(store.Path(m.Step))
 	if err != nil {
 		t.Fatal(err)
 	}

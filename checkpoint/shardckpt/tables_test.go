@@ -84,14 +84,7 @@ func writeTables(t *testing.T, shards [][]*embed.Table) *checkpoint.Checkpoint {
 		}
 		m.Shards = append(m.Shards, info)
 	}
-	if err := store.Commit(m); err != nil {
-		t.Fatal(err)
-	}
-	ck, err := store.Load(store.Path(3))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ck
+	return commitAndLoad(t, store, m)
 }
 
 func TestTablesRoundTripThroughACheckpoint(t *testing.T) {
