@@ -39,12 +39,12 @@ func (w *Worker) buildNet(d WorkerDeps, runID string, psCount int) (worker.Net, 
 // ctrNet is a CTR worker's net: ctr.Net reading and training its rows
 // on the first psCount shards through a rowclient of connections of its
 // own, beside the dense model's: on the TCP data plane a data-plane
-// client of each PS (ops 4 and 5, docs/wire.md), else gRPC. Under
-// --data-plane-privacy integrity the rows stay on gRPC's full TLS: they
-// are the training data's keys, which that mode would send in the
-// clear. It dials
-// every PS slot of the cluster, so that a change of the PS count only
-// builds a new client (rowsFor).
+// client of each PS (ops 4 and 5, docs/wire.md), its row pushes sent
+// instead ahead of each shard's dense push (CTRNet.RideRows), else
+// gRPC. Under --data-plane-privacy integrity the rows stay on gRPC's
+// full TLS: they are the training data's keys, which that mode would
+// send in the clear. It dials every PS slot of the cluster, so that a
+// change of the PS count only builds a new client (rowsFor).
 func (w *Worker) ctrNet(spec model.Spec, runID string, psCount int) (worker.Net, error) {
 	cl := w.o.Cluster
 	for i, a := range cl.PS {
@@ -77,6 +77,13 @@ func (w *Worker) ctrNet(spec model.Spec, runID string, psCount int) (worker.Net,
 	}
 	if w.ctr, err = worker.NewCTRNet(net, rows); err != nil {
 		return nil, err
+	}
+	if rowsOnDataPlane(w.o.Run) {
+		// Each shard's rows go ahead of its dense push, on the dense
+		// push's data-plane connection: one round trip for both.
+		if err := w.ctr.RideRows(); err != nil {
+			return nil, err
+		}
 	}
 	return w.ctr, nil
 }

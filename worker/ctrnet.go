@@ -9,6 +9,7 @@ import (
 	"github.com/pstrain/pstrain/ml/ctr"
 	"github.com/pstrain/pstrain/ml/ctrdata"
 	"github.com/pstrain/pstrain/ml/embed"
+	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/ps"
 	"github.com/pstrain/pstrain/transport/rowclient"
 )
@@ -27,15 +28,42 @@ type RowStore interface {
 // positions and data plan as an MLP's does. StepFrom pulls the batch's
 // rows at the version the dense weights were pulled at, computes, and
 // pushes the rows' gradients before it returns: before the step's
-// dense push, as a sync shard requires.
+// dense push, as a sync shard requires. With RideRows it leaves them
+// to go with each shard's dense push instead (RowsRider).
 type CTRNet struct {
-	net   *ctr.Net
-	rows  RowStore
-	b     *ctrdata.Batch
-	input []float32
+	net    *ctr.Net
+	rows   RowStore
+	b      *ctrdata.Batch
+	input  []float32
+	ride   bool
+	staged *rowclient.Staged // the last step's rows, with ride
 }
 
-var _ ViewStepper = (*CTRNet)(nil)
+var (
+	_ ViewStepper = (*CTRNet)(nil)
+	_ RowsRider   = (*CTRNet)(nil)
+)
+
+// RowsRider is a Net whose step may leave row gradients to go with
+// each shard's dense push of the step (CTRNet with RideRows): the
+// worker sends them ahead of it on the same connection (RowsPusher),
+// which the shard answers in order, so it takes the rows first.
+type RowsRider interface {
+	// StagedRows is the last step's row pushes (nil: none).
+	StagedRows() *rowclient.Staged
+}
+
+// RowsPusher is a DataPlane that can send row pushes ahead of a dense
+// push on one connection (dataplane.Client; segs nil: in.Grad).
+type RowsPusher interface {
+	PushAfterRows(ctx context.Context, rows []*pb.PushRowsRequest, in *pb.PushRequest, segs [][]float32) ([]*pb.PushRowsResponse, *pb.PushResponse, error)
+}
+
+// rowStager is a RowStore that can make a push's requests without
+// sending them (rowclient.Client).
+type rowStager interface {
+	StageTables(step int64, tables []embed.TableRows) (*rowclient.Staged, error)
+}
 
 // NewCTRNet wraps a training net; its rows go through rows.
 func NewCTRNet(net *ctr.Net, rows RowStore) (*CTRNet, error) {
@@ -83,7 +111,22 @@ func (n *CTRNet) decode() {
 // UseRows makes rows the net's row store from its next step on: a change
 // of the PS count moves the rows to another count of shards. Call it
 // between steps only.
-func (n *CTRNet) UseRows(rows RowStore) { n.rows = rows }
+func (n *CTRNet) UseRows(rows RowStore) { n.rows, n.staged = rows, nil }
+
+// RideRows has each step leave its rows' gradients to go with the
+// shards' dense pushes (RowsRider) instead of pushing them itself: every
+// shard's dense client must then be a RowsPusher, and the row store a
+// rowclient.Client. Call it before the first step.
+func (n *CTRNet) RideRows() error {
+	if _, ok := n.rows.(rowStager); !ok {
+		return fmt.Errorf("worker: the CTR net's row store (%T) cannot hold its pushes back", n.rows)
+	}
+	n.ride = true
+	return nil
+}
+
+// StagedRows implements RowsRider.
+func (n *CTRNet) StagedRows() *rowclient.Staged { return n.staged }
 
 // Batch implements Net.
 func (n *CTRNet) Batch() int { return n.net.Batch() }
@@ -132,6 +175,7 @@ func (n *CTRNet) StepFrom(pull, push context.Context, views []ps.PullView) (floa
 // step is ctr.Net.Step with its pull under pull and its push under
 // push.
 func (n *CTRNet) step(pull, push context.Context, version int64) (float32, error) {
+	n.staged = nil
 	if err := n.net.Load(n.b); err != nil {
 		return 0, err
 	}
@@ -140,6 +184,10 @@ func (n *CTRNet) step(pull, push context.Context, version int64) (float32, error
 	}
 	loss, err := n.net.Compute()
 	if err != nil {
+		return loss, err
+	}
+	if n.ride {
+		n.staged, err = n.rows.(rowStager).StageTables(version, n.net.RowGradients())
 		return loss, err
 	}
 	return loss, n.net.Push(push, n.rows, version)

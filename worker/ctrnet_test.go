@@ -1,20 +1,24 @@
 package worker
 
 import (
-	"fmt"
-
 	"context"
-	"github.com/pstrain/pstrain/transport/rowclient"
+	"fmt"
 	"math"
 	"slices"
 	"testing"
+
+	"google.golang.org/grpc"
 
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/ml/ctr"
 	"github.com/pstrain/pstrain/ml/ctrdata"
 	"github.com/pstrain/pstrain/ml/dataset"
 	"github.com/pstrain/pstrain/ml/embed"
+	"github.com/pstrain/pstrain/ml/model"
+	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/ps"
+	"github.com/pstrain/pstrain/transport/rowclient"
+	"github.com/pstrain/pstrain/transport/wire"
 )
 
 // recordingRows is embed.Local that records the versions and
@@ -35,6 +39,15 @@ func (r *recordingRows) Pull(ctx context.Context, step int64, table string, keys
 func (r *recordingRows) Push(ctx context.Context, step int64, table string, keys []uint64, grads []float32) error {
 	r.pushes = append(r.pushes, step)
 	return r.Local.Push(ctx, step, table, keys, grads)
+}
+
+// smallCTR is the schema of 3 dense values and 2 keys a sample, and the
+// CTR model of rows of dimension 4 and one hidden layer of 8 over it.
+func smallCTR() (ctrdata.Schema, model.Spec) {
+	r := config.Default()
+	r.Model, r.EmbeddingDim, r.Hidden = "ctr", 4, []int{8}
+	s := ctrdata.Schema{Dense: 3, Cat: 2}
+	return s, r.CTRSpec(s.Dense, s.Cat)
 }
 
 // ctrBatch is a batch of n samples whose keys use all 64 bits, some of
@@ -60,10 +73,7 @@ func ctrBatch(s ctrdata.Schema, n int) *ctrdata.Batch {
 // loss and dense gradients, its rows read and pushed at the lowest
 // version of the views, in their newest generation.
 func TestCTRNetStepsAsTheNetOnTheBatch(t *testing.T) {
-	r := config.Default()
-	r.Model, r.EmbeddingDim, r.Hidden = "ctr", 4, []int{8}
-	s := ctrdata.Schema{Dense: 3, Cat: 2}
-	spec := r.CTRSpec(s.Dense, s.Cat)
+	s, spec := smallCTR()
 	const n = 6
 	b := ctrBatch(s, n)
 	tables := func() *embed.Local {
@@ -171,9 +181,7 @@ func (doneRows) Push(context.Context, int64, string, []uint64, []float32) error 
 // A step whose rows find training over is no failure (the dense push
 // then says so and the worker finishes); another error fails the step.
 func TestCTRNetStepWhenTrainingIsOver(t *testing.T) {
-	r := config.Default()
-	r.Model, r.EmbeddingDim, r.Hidden = "ctr", 4, []int{8}
-	spec := r.CTRSpec(3, 2)
+	_, spec := smallCTR()
 	inner, err := ctr.New(spec, 4, true)
 	if err != nil {
 		t.Fatal(err)
@@ -187,5 +195,110 @@ func TestCTRNetStepWhenTrainingIsOver(t *testing.T) {
 	}
 	if _, err := net.StepFrom(context.Background(), context.Background(), nil); err == nil {
 		t.Error("a step without views did not fail")
+	}
+}
+
+// zeroShard is a rowclient.Shard whose rows are all zero; it counts
+// the row pushes it is sent.
+type zeroShard struct {
+	dim    int
+	pushes int
+}
+
+func (z *zeroShard) PullRows(_ context.Context, in *pb.PullRowsRequest, _ ...grpc.CallOption) (*pb.PullRowsResponse, error) {
+	out := &pb.PullRowsResponse{Version: in.MinVersion}
+	for _, b := range in.Tables {
+		n := len(b.Keys) + len(b.SmallKeys)
+		out.Tables = append(out.Tables, &pb.RowBlock{Table: b.Table, Values: make([]byte, 4*z.dim*n)})
+	}
+	return out, nil
+}
+
+func (z *zeroShard) PushRows(context.Context, *pb.PushRowsRequest, ...grpc.CallOption) (*pb.PushRowsResponse, error) {
+	z.pushes++
+	return &pb.PushRowsResponse{}, nil
+}
+
+// A CTR net riding its rows pushes none itself: each shard's share of
+// the step's row gradients (every unique key once, with its gradient)
+// is staged for that shard's dense push, and the answers count as the
+// row client's pushes. Without RideRows the net pushes them itself.
+func TestCTRNetRidingRowsStagesThemForTheDensePushes(t *testing.T) {
+	s, spec := smallCTR()
+	const n = 6
+	for _, ride := range []bool{false, true} {
+		shards := []*zeroShard{{dim: 4}, {dim: 4}}
+		rc, err := rowclient.New(rowclient.Config{Shards: []rowclient.Shard{shards[0], shards[1]}, RunID: "r"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inner, err := ctr.New(spec, n, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		net, err := NewCTRNet(inner, rc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ride {
+			if err := net.RideRows(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		batches := dataset.NewBatcher(NewCTRSamples(ctrBatch(s, n)), n, 1)
+		y := make([]uint8, n)
+		batches.Next(net.Input(), y)
+		net.SetLabels(y)
+		if _, err := net.StepFrom(context.Background(), context.Background(), []ps.PullView{{Version: 3}}); err != nil {
+			t.Fatal(err)
+		}
+		pushed := shards[0].pushes + shards[1].pushes
+		st := net.StagedRows()
+		if !ride {
+			if pushed == 0 || st != nil {
+				t.Fatalf("without riding: %d row pushes sent, staged %v", pushed, st)
+			}
+			continue
+		}
+		if pushed != 0 || st == nil {
+			t.Fatalf("riding: %d row pushes sent, staged %v", pushed, st)
+		}
+		// Every unique key's gradient, once, in some shard's requests.
+		want := map[string][]float32{}
+		for _, tr := range inner.RowGradients() {
+			for i, k := range tr.Keys {
+				want[fmt.Sprint(tr.Table, k)] = tr.Rows[i*4 : (i+1)*4]
+			}
+		}
+		got := 0
+		for sh := range shards {
+			reqs := st.Requests(sh)
+			for _, req := range reqs {
+				if req.Version != 3 || req.RunId != "r" {
+					t.Fatalf("a staged push of version %d, run %q", req.Version, req.RunId)
+				}
+				for _, b := range req.Tables {
+					vals, _ := wire.Floats(b.Values)
+					for i, k := range append(b.Keys, b.SmallKeys...) {
+						w, ok := want[fmt.Sprint(b.Table, k)]
+						if !ok || !slices.Equal(vals[i*4:(i+1)*4], w) {
+							t.Fatalf("shard %d was staged %s key %d: %v, want %v", sh, b.Table, k, vals[i*4:(i+1)*4], w)
+						}
+						got++
+					}
+				}
+			}
+			answers := make([]*pb.PushRowsResponse, len(reqs))
+			for i := range answers {
+				answers[i] = &pb.PushRowsResponse{Outcome: pb.PushResponse_STALE}
+			}
+			if err := st.Answered(sh, answers); err != nil {
+				t.Fatal(err)
+			}
+		}
+		stats := rc.Stats()
+		if got != len(want) || stats.KeysPushed[0]+stats.KeysPushed[1] != int64(got) || stats.Stale != int64(len(st.Requests(0))+len(st.Requests(1))) {
+			t.Fatalf("staged %d keys of %d; the client counted %v pushed, %d stale", got, len(want), stats.KeysPushed, stats.Stale)
+		}
 	}
 }

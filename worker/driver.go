@@ -5,6 +5,7 @@ import (
 	"runtime"
 
 	"github.com/pstrain/pstrain/observe/metrics"
+	"github.com/pstrain/pstrain/transport/rowclient"
 )
 
 // run is one Run's driver state.
@@ -195,12 +196,16 @@ func (w *Worker) rowsFinal(row int, loss float32) {
 func (r *run) push(a Push) {
 	w := r.w
 	grads := r.grads
+	var rows *rowclient.Staged // the step's rows, to go with its pushes
 	switch a.Kind {
 	case StepPush:
 		if w.cfg.BeforePush != nil {
 			w.cfg.BeforePush(a.Step)
 		}
 		scale(grads, a.Scale)
+		if rr, ok := w.cfg.Net.(RowsRider); ok {
+			rows = rr.StagedRows()
+		}
 	case EarlyPush:
 		w.early.Add(int64(len(a.Shards)))
 		var err error
@@ -213,7 +218,7 @@ func (r *run) push(a Push) {
 		go func() {
 			out := PushOutcome{Shard: s, Err: errNoGradients}
 			if grads != nil {
-				out = w.pushOne(r.pushCtx, s, a, grads)
+				out = w.pushOne(r.pushCtx, s, a, grads, rows)
 			}
 			r.events <- event{push: &out}
 		}()

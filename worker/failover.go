@@ -194,6 +194,24 @@ func (f segmentedFailover) PushSegments(ctx context.Context, in *pb.PushRequest,
 	})
 }
 
+// PushAfterRows is the current client's PushAfterRows (RowsPusher);
+// Unimplemented if it has none.
+func (f segmentedFailover) PushAfterRows(ctx context.Context, rows []*pb.PushRowsRequest, in *pb.PushRequest, segs [][]float32) ([]*pb.PushRowsResponse, *pb.PushResponse, error) {
+	type answers struct {
+		rows []*pb.PushRowsResponse
+		push *pb.PushResponse
+	}
+	a, err := call(ctx, f.failover, func(ctx context.Context, c DataPlane) (answers, error) {
+		rp, ok := c.(RowsPusher)
+		if !ok {
+			return answers{}, status.Errorf(codes.Unimplemented, "%T cannot send rows with a push", c)
+		}
+		r, p, err := rp.PushAfterRows(ctx, rows, in, segs)
+		return answers{r, p}, err
+	})
+	return a.rows, a.push, err
+}
+
 // NewRowFailover is the row client (rowclient.Shard) of shard with a hot
 // standby: rows[i] is the row client of procs' process i (their Client
 // is not used). It switches processes as the dense failover does, on

@@ -13,6 +13,7 @@ import (
 	"github.com/pstrain/pstrain/internal/retry"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/transport/compress"
+	"github.com/pstrain/pstrain/transport/rowclient"
 	"github.com/pstrain/pstrain/transport/wire"
 )
 
@@ -127,9 +128,9 @@ func (w *Worker) sameLayout(s int, resp *pb.PullResponse) error {
 	return nil
 }
 
-// pushOne pushes shard s its slice of grads as a says, and says what the
-// shard did with it.
-func (w *Worker) pushOne(ctx context.Context, s int, a Push, grads [][]float32) PushOutcome {
+// pushOne pushes shard s its slice of grads as a says, after its share
+// of rows (nil: none), and says what the shard did with it.
+func (w *Worker) pushOne(ctx context.Context, s int, a Push, grads [][]float32, rows *rowclient.Staged) PushOutcome {
 	c := w.cfg
 	tag := a.Tags[s]
 	req := &pb.PushRequest{Worker: int32(c.Index), Version: tag.Version, RunId: c.RunID, Loss: a.Loss, Generation: tag.Generation,
@@ -137,6 +138,7 @@ func (w *Worker) pushOne(ctx context.Context, s int, a Push, grads [][]float32) 
 	var resp *pb.PushResponse
 	push := func() (err error) { resp, err = c.Shards[s].Client.Push(ctx, req); return err }
 	sp, segmented := c.Shards[s].Client.(SegmentedDataPlane)
+	var segs [][]float32 // the gradient's segments, when pushed as they are
 	bytes := 4 * c.Plan.Shards[s].Size
 	switch {
 	case w.comp.pushes():
@@ -156,11 +158,17 @@ func (w *Worker) pushOne(ctx context.Context, s int, a Push, grads [][]float32) 
 		req.Grad = w.half[s]
 		bytes = len(w.half[s])
 	case segmented:
-		segs := c.Plan.Segments(s, grads)
+		segs = c.Plan.Segments(s, grads)
 		push = func() (err error) { resp, err = sp.PushSegments(ctx, req, segs); return err }
 	default:
 		c.Plan.Gather(s, grads, w.flat[s])
 		req.Grad = wire.Bytes(w.flat[s])
+	}
+	if rows != nil && len(rows.Requests(s)) > 0 {
+		var err error
+		if push, err = w.pushAfterRows(ctx, s, rows, req, segs, &resp); err != nil {
+			return PushOutcome{Shard: s, Err: err}
+		}
 	}
 	t0 := time.Now()
 	err := w.retry(ctx, s, "push", push)
@@ -174,6 +182,29 @@ func (w *Worker) pushOne(ctx context.Context, s int, a Push, grads [][]float32) 
 		out.Result = PushDropped
 	}
 	return out
+}
+
+// pushAfterRows is a push of req (segs: its gradient's segments; nil:
+// req.Grad) to shard s after the shard's share of rows, on one
+// connection (RowsPusher): its answer goes into resp, the rows' answers
+// to rows.
+func (w *Worker) pushAfterRows(ctx context.Context, s int, rows *rowclient.Staged, req *pb.PushRequest, segs [][]float32, resp **pb.PushResponse) (func() error, error) {
+	rp, ok := w.cfg.Shards[s].Client.(RowsPusher)
+	if !ok {
+		return nil, fmt.Errorf("shard %d (%s): its client cannot send the step's rows with its push", s, w.cfg.Shards[s].Addr)
+	}
+	return func() error {
+		answers, r, err := rp.PushAfterRows(ctx, rows.Requests(s), req, segs)
+		if err != nil {
+			return err
+		}
+		*resp = r
+		// (A row push answered done: so is the dense push after it.)
+		if err := rows.Answered(s, answers); err != nil && !errors.Is(err, rowclient.ErrDone) {
+			return err
+		}
+		return nil
+	}, nil
 }
 
 // Located is a DataPlane that can say which process its calls go to

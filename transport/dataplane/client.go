@@ -286,7 +286,37 @@ func (c *Client) call(ctx context.Context, req request, payload net.Buffers, dst
 
 // callLocked is call with the client's lock held.
 func (c *Client) callLocked(ctx context.Context, req request, payload net.Buffers, dst [][]float32, view bool) (response, []byte, error) {
-	if len(req.runID) > 255 { // the frame has one byte for its length
+	return c.callAfter(ctx, nil, req, payload, dst, view)
+}
+
+// ahead is a request a call writes before its own on the same
+// connection, without waiting for its answer (PushAfterRows): its
+// payload goes on the socket, and its answer, read before the call's,
+// carries no payload but an error's message.
+type ahead struct {
+	req     request
+	payload []byte
+	resp    response // its answer, once read
+	msg     string   // an error answer's message
+}
+
+// err is ahead's answer as an error (nil: it succeeded).
+func (a *ahead) err() error {
+	if a.resp.code == 0 {
+		return nil
+	}
+	return status.Error(codes.Code(a.resp.code), a.msg)
+}
+
+// callAfter is callLocked with the requests pre written first, their
+// answers read into them. An error answer to one of them is the call's
+// error; the call's own request was sent all the same.
+func (c *Client) callAfter(ctx context.Context, pre []ahead, req request, payload net.Buffers, dst [][]float32, view bool) (response, []byte, error) {
+	long := len(req.runID) > 255 // the frame has one byte for its length
+	for _, p := range pre {
+		long = long || len(p.req.runID) > 255
+	}
+	if long {
 		return response{}, nil, status.Error(codes.InvalidArgument, "run id longer than 255 bytes")
 	}
 	if err := ctx.Err(); err != nil {
@@ -299,8 +329,13 @@ func (c *Client) callLocked(ctx context.Context, req request, payload net.Buffer
 		if err := c.connect(ctx, fit); err != nil {
 			return response{}, nil, err
 		}
-		resp, direct, err := c.exchange(ctx, req, payload, dst, view)
+		resp, direct, err := c.exchange(ctx, pre, req, payload, dst, view)
 		if err == nil {
+			for i := range pre {
+				if err := pre[i].err(); err != nil {
+					return response{}, nil, err
+				}
+			}
 			return c.result(ctx, resp, direct, view)
 		}
 		c.drop()
@@ -405,7 +440,7 @@ var errClosedByServer = errors.New("closed by the server before answering")
 // (an error response's message into c.buf). direct: the payload went
 // into dst. With view, a payload in the shared region stays there (the
 // caller reads it from c.shm). Call with mu and a connection.
-func (c *Client) exchange(ctx context.Context, req request, payload net.Buffers, dst [][]float32, view bool) (resp response, direct bool, err error) {
+func (c *Client) exchange(ctx context.Context, pre []ahead, req request, payload net.Buffers, dst [][]float32, view bool) (resp response, direct bool, err error) {
 	conn := c.conn
 	if d, ok := ctx.Deadline(); ok {
 		conn.SetDeadline(d)
@@ -420,12 +455,23 @@ func (c *Client) exchange(ctx context.Context, req request, payload net.Buffers,
 			c.drop()
 		}
 	}()
+	for i := range pre {
+		pre[i].req.shm = false
+		if err := c.writeRequest(conn, pre[i].req, net.Buffers{pre[i].payload}); err != nil {
+			return resp, false, closedByServer(err)
+		}
+	}
 	req.shm = c.regionHolds(req)
 	if err := c.writeRequest(conn, req, payload); err != nil {
 		return resp, false, closedByServer(err)
 	}
 	if _, err := c.rd.Peek(1); err != nil {
 		return resp, false, closedByServer(err)
+	}
+	for i := range pre {
+		if err := c.readAhead(&pre[i]); err != nil {
+			return resp, false, err
+		}
 	}
 	if resp, err = readResponse(c.rd, c.scratch, c.maxPayload); err != nil {
 		return resp, false, err
@@ -436,6 +482,27 @@ func (c *Client) exchange(ctx context.Context, req request, payload net.Buffers,
 	}
 	direct, err = c.readBody(body, resp, dst)
 	return resp, direct, err
+}
+
+// readAhead reads the answer to a request written ahead of a call's:
+// one in the shared region is ErrBadFrame, an error's message is kept.
+func (c *Client) readAhead(a *ahead) error {
+	r, err := readResponse(c.rd, c.scratch, c.maxPayload)
+	if err != nil {
+		return err
+	}
+	if r.shm {
+		return fmt.Errorf("%w: a response in shared memory to a request that did not ask for it", ErrBadFrame)
+	}
+	c.buf = grow(c.buf, int(r.payloadLen))
+	if _, err := io.ReadFull(c.rd, c.buf); err != nil {
+		return err
+	}
+	a.resp, a.msg = r, ""
+	if r.code != 0 {
+		a.msg = string(c.buf)
+	}
+	return nil
 }
 
 // regionHolds reports whether req's payload goes through the
@@ -575,11 +642,16 @@ func (c *Client) Push(ctx context.Context, in *pb.PushRequest, _ ...grpc.CallOpt
 // model's gradients that make up the shard's flat buffer, in order; they
 // are written as they are, not copied. in.Grad is ignored.
 func (c *Client) PushSegments(ctx context.Context, in *pb.PushRequest, segs [][]float32) (*pb.PushResponse, error) {
+	return c.push(ctx, in, segmentBuffers(segs))
+}
+
+// segmentBuffers is segs as the bytes a push writes.
+func segmentBuffers(segs [][]float32) net.Buffers {
 	bufs := make(net.Buffers, len(segs))
 	for i, s := range segs {
 		bufs[i] = wire.Bytes(s)
 	}
-	return c.push(ctx, in, bufs)
+	return bufs
 }
 
 func (c *Client) push(ctx context.Context, in *pb.PushRequest, payload net.Buffers) (*pb.PushResponse, error) {

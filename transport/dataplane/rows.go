@@ -236,6 +236,50 @@ func (c *Client) PushRows(ctx context.Context, in *pb.PushRowsRequest, _ ...grpc
 	return out, nil
 }
 
+// PushAfterRows pushes rows, a shard's row gradients of a step, and
+// then the step's dense gradient in (segs: its segments, as
+// PushSegments takes them; nil: in.Grad), on one connection without
+// waiting for an answer in between. The server answers a connection's
+// requests in order, so the shard takes the rows before the dense
+// gradient, as a sync shard requires of a worker's step, in one round
+// trip instead of one per request. The rows travel on the socket (a
+// shared region holds the dense gradient). An error answer to a row
+// push is the call's error; the dense push was sent all the same.
+func (c *Client) PushAfterRows(ctx context.Context, rows []*pb.PushRowsRequest, in *pb.PushRequest, segs [][]float32) ([]*pb.PushRowsResponse, *pb.PushResponse, error) {
+	payload := net.Buffers{in.Grad}
+	if segs != nil {
+		payload = segmentBuffers(segs)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	defer c.rowBufs.trim()
+	pre := make([]ahead, len(rows))
+	ends := make([]int, len(rows))
+	out := c.rowBufs.out[:0]
+	for i, r := range rows {
+		out = appendBlocks(out, fieldRequestTables, r.Tables)
+		ends[i] = len(out)
+		pre[i].req = request{op: opPushRows, runID: r.RunId, worker: r.Worker, version: r.Version, generation: r.Generation}
+	}
+	c.rowBufs.out = out
+	start := 0
+	for i := range pre {
+		pre[i].payload = out[start:ends[i]:ends[i]]
+		pre[i].req.payloadLen = uint32(ends[i] - start)
+		start = ends[i]
+	}
+	resp, _, err := c.callAfter(ctx, pre, request{op: opPush, runID: in.RunId, worker: in.Worker, version: in.Version,
+		generation: in.Generation, loss: in.Loss, dataPos: in.DataPosition}, payload, nil, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	answers := make([]*pb.PushRowsResponse, len(pre))
+	for i, p := range pre {
+		answers[i] = &pb.PushRowsResponse{Outcome: pb.PushResponse_Outcome(p.resp.outcome), Version: p.resp.version, Done: p.resp.done}
+	}
+	return answers, &pb.PushResponse{Outcome: pb.PushResponse_Outcome(resp.outcome), Version: resp.version, Done: resp.done}, nil
+}
+
 // rowCall makes a row request of tables under the client's lock, its
 // payload written into the client's buffer, and runs use on the answer
 // before the lock is released.

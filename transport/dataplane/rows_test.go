@@ -384,3 +384,76 @@ func TestRowPullPlacedHandsTheAnswerOver(t *testing.T) {
 		t.Errorf("a pull after place's error: %v", err)
 	}
 }
+
+// orderBackend is rowBackend noting the order its pushes arrive in.
+type orderBackend struct {
+	rowBackend
+	order []string
+}
+
+func (b *orderBackend) PushRows(ctx context.Context, in *pb.PushRowsRequest) (*pb.PushRowsResponse, error) {
+	b.mu.Lock()
+	b.order = append(b.order, fmt.Sprintf("rows %d", in.Tables[0].Keys[0]))
+	b.mu.Unlock()
+	return b.rowBackend.PushRows(ctx, in)
+}
+
+func (b *orderBackend) Push(ctx context.Context, in *pb.PushRequest) (*pb.PushResponse, error) {
+	b.mu.Lock()
+	b.order = append(b.order, fmt.Sprintf("dense %d bytes", len(in.Grad)))
+	b.mu.Unlock()
+	return b.fakeBackend.Push(ctx, in)
+}
+
+// TestPushAfterRowsTakesTheRowsFirst: a step's row pushes and its dense
+// push sent together reach the backend in that order, with the header's
+// fields, over the socket and through a shared region; each answer comes
+// back, and an error answer to a row push is the call's error though
+// the dense push was taken.
+func TestPushAfterRowsTakesTheRowsFirst(t *testing.T) {
+	for _, noShm := range []bool{false, true} {
+		t.Run(fmt.Sprintf("noShm=%v", noShm), func(t *testing.T) {
+			b := &orderBackend{}
+			lis, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			serveTest(t, NewServer(b, lis, Config{MaxPayload: 1 << 20, Log: slog.New(slog.DiscardHandler), NoSharedMemory: noShm}))
+			c := client(lis.Addr().String(), 1<<20)
+			defer c.Close()
+			ctx := context.Background()
+			rows := func(version int64, keys ...uint64) []*pb.PushRowsRequest {
+				var out []*pb.PushRowsRequest
+				for _, k := range keys {
+					out = append(out, &pb.PushRowsRequest{RunId: "r", Worker: 1, Generation: 2, Version: version,
+						Tables: []*pb.RowBlock{{Table: "emb/C1", Keys: []uint64{k}, Values: []byte{1, 2, 3, 4}}}})
+				}
+				return out
+			}
+			grad := []float32{1, 2, 3}
+			got, resp, err := c.PushAfterRows(ctx, rows(4, 7, 8), &pb.PushRequest{RunId: "r", Worker: 1, Version: 4, Loss: 0.5}, [][]float32{grad[:2], grad[2:]})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 2 || got[0].Outcome != pb.PushResponse_STALE || got[1].Version != 7 || !got[1].Done ||
+				resp.Outcome != pb.PushResponse_DUPLICATE || resp.Version != 4+12 || resp.Done {
+				t.Fatalf("answered %v and %v", got, resp)
+			}
+			// A row push refused: the call's error, and the dense push
+			// (its gradient in Grad) was taken after it all the same.
+			_, _, err = c.PushAfterRows(ctx, rows(-1, 9), &pb.PushRequest{RunId: "r", Worker: 1, Version: 5, Grad: make([]byte, 8)}, nil)
+			if status.Code(err) != codes.InvalidArgument || status.Convert(err).Message() != "a push from a negative version" {
+				t.Fatalf("a refused row push: %v", err)
+			}
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			want := []string{"rows 7", "rows 8", "dense 12 bytes", "rows 9", "dense 8 bytes"}
+			if !slices.Equal(b.order, want) {
+				t.Fatalf("the backend took %q, want %q", b.order, want)
+			}
+			if b.fakeBackend.pushes != 2 || b.rowBackend.pushes[1].Version != 4 || b.rowBackend.pushes[1].Worker != 1 || b.rowBackend.pushes[1].Generation != 2 {
+				t.Fatalf("the row pushes reached the backend as %v", b.rowBackend.pushes)
+			}
+		})
+	}
+}

@@ -11,7 +11,9 @@
 //
 // In sync mode a worker pushes a step's rows before the step's dense
 // gradient: the shard applies the rows its workers pushed when the dense
-// step completes, and drops later ones as stale.
+// step completes, and drops later ones as stale. StageTables makes a
+// push's requests without sending them, for a worker that sends each
+// shard's ahead of its dense push on one connection.
 package rowclient
 
 import (
@@ -410,22 +412,83 @@ func (c *Client) PushTables(ctx context.Context, step int64, tables []embed.Tabl
 	}
 	reqs := split(tables, dims, len(c.cfg.Shards), c.cfg.MaxRequestBytes)
 	return c.each(ctx, reqs, func(ctx context.Context, r request) error {
-		blks, keyBytes := blocksOf(tables, dims, r, true)
-		req := &pb.PushRowsRequest{RunId: c.cfg.RunID, Worker: c.cfg.Worker, Generation: c.gen.Load(), Version: step, Tables: blks}
+		req, sent := c.pushRequest(step, tables, dims, r)
 		resp, err := c.cfg.Shards[r.shard].PushRows(ctx, req)
 		if err != nil {
 			return fmt.Errorf("push of %d rows of %s: %w", r.keys(), describe(tables, r), err)
 		}
-		sent := keyBytes
-		for _, b := range blks {
-			sent += len(b.Values)
-		}
-		c.count(r.shard, 0, r.keys(), sent, 0, resp.Outcome == pb.PushResponse_STALE)
-		if resp.Done {
-			return ErrDone
-		}
-		return nil
+		return c.pushed(r.shard, r.keys(), sent, resp)
 	})
+}
+
+// pushRequest is request r of a push of tables' gradients from version
+// step, and the bytes of its keys and values.
+func (c *Client) pushRequest(step int64, tables []embed.TableRows, dims []int, r request) (*pb.PushRowsRequest, int) {
+	blks, sent := blocksOf(tables, dims, r, true)
+	for _, b := range blks {
+		sent += len(b.Values)
+	}
+	return &pb.PushRowsRequest{RunId: c.cfg.RunID, Worker: c.cfg.Worker, Generation: c.gen.Load(), Version: step, Tables: blks}, sent
+}
+
+// pushed records a shard's answer to a push request of keys keys and
+// sent bytes: ErrDone if it says training is over.
+func (c *Client) pushed(shard, keys, sent int, resp *pb.PushRowsResponse) error {
+	c.count(shard, 0, keys, sent, 0, resp.Outcome == pb.PushResponse_STALE)
+	if resp.Done {
+		return ErrDone
+	}
+	return nil
+}
+
+// Staged is a push of row gradients cut into each shard's requests
+// (as PushTables cuts them) and not sent: a worker sends each shard's
+// with its dense push of the step, on the same connection and before
+// it (dataplane.Client.PushAfterRows), which saves the round trip of a
+// push of their own.
+type Staged struct {
+	c    *Client
+	reqs [][]*pb.PushRowsRequest // by shard
+	keys [][]int                 // by shard and request: its keys
+	sent [][]int                 // and its bytes
+}
+
+// StageTables is PushTables, its requests made but not sent. Their keys
+// and values are copies: tables may change once it returns.
+func (c *Client) StageTables(step int64, tables []embed.TableRows) (*Staged, error) {
+	dims, err := dimsOf(tables)
+	if err != nil {
+		return nil, err
+	}
+	n := len(c.cfg.Shards)
+	st := &Staged{c: c, reqs: make([][]*pb.PushRowsRequest, n), keys: make([][]int, n), sent: make([][]int, n)}
+	for s, rs := range split(tables, dims, n, c.cfg.MaxRequestBytes) {
+		for _, r := range rs {
+			req, sent := c.pushRequest(step, tables, dims, r)
+			st.reqs[s] = append(st.reqs[s], req)
+			st.keys[s] = append(st.keys[s], r.keys())
+			st.sent[s] = append(st.sent[s], sent)
+		}
+	}
+	return st, nil
+}
+
+// Requests is shard's requests, in order (none: nil).
+func (st *Staged) Requests(shard int) []*pb.PushRowsRequest { return st.reqs[shard] }
+
+// Answered records shard's answers to its requests, one each in order:
+// ErrDone if one says training is over.
+func (st *Staged) Answered(shard int, resps []*pb.PushRowsResponse) error {
+	if len(resps) != len(st.reqs[shard]) {
+		return fmt.Errorf("rowclient: %d answers to shard %d's %d row pushes", len(resps), shard, len(st.reqs[shard]))
+	}
+	var err error
+	for i, resp := range resps {
+		if e := st.c.pushed(shard, st.keys[shard][i], st.sent[shard][i], resp); e != nil {
+			err = e
+		}
+	}
+	return err
 }
 
 // describe names a request's tables ("emb/C1", or "emb/C1 and 25 more").
