@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/ml/ctr"
@@ -288,17 +290,78 @@ func TestCTRNetRidingRowsStagesThemForTheDensePushes(t *testing.T) {
 					}
 				}
 			}
-			answers := make([]*pb.PushRowsResponse, len(reqs))
-			for i := range answers {
-				answers[i] = &pb.PushRowsResponse{Outcome: pb.PushResponse_STALE}
-			}
-			if err := st.Answered(sh, answers); err != nil {
-				t.Fatal(err)
+			for i := range reqs {
+				if err := st.Answered(sh, i, &pb.PushRowsResponse{Outcome: pb.PushResponse_STALE}); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
 		stats := rc.Stats()
 		if got != len(want) || stats.KeysPushed[0]+stats.KeysPushed[1] != int64(got) || stats.Stale != int64(len(st.Requests(0))+len(st.Requests(1))) {
 			t.Fatalf("staged %d keys of %d; the client counted %v pushed, %d stale", got, len(want), stats.KeysPushed, stats.Stale)
 		}
+	}
+}
+
+// flakyRowsPusher is a RowsPusher whose first call takes only the
+// first row push it is sent and then fails as Unavailable; later calls
+// take everything. It records the keys of each call's rows.
+type flakyRowsPusher struct {
+	DataPlane
+	calls [][]uint64
+}
+
+func (f *flakyRowsPusher) PushAfterRows(_ context.Context, rows []*pb.PushRowsRequest, in *pb.PushRequest, _ [][]float32) ([]*pb.PushRowsResponse, *pb.PushResponse, error) {
+	var keys []uint64
+	for _, r := range rows {
+		keys = append(keys, r.Tables[0].SmallKeys...)
+	}
+	f.calls = append(f.calls, keys)
+	answers := make([]*pb.PushRowsResponse, len(rows))
+	if len(f.calls) == 1 {
+		answers[0] = &pb.PushRowsResponse{}
+		return answers, nil, status.Error(codes.Unavailable, "the dense push's shard went away")
+	}
+	for i := range answers {
+		answers[i] = &pb.PushRowsResponse{}
+	}
+	return answers, &pb.PushResponse{Version: in.Version + 1}, nil
+}
+
+// A push sent again after a failure sends only the row pushes the shard
+// has not taken (an async shard applies each it takes), and each taken
+// row push counts once.
+func TestPushAfterRowsSendsAgainOnlyTheRowsNotTaken(t *testing.T) {
+	z := &zeroShard{dim: 1}
+	rc, err := rowclient.New(rowclient.Config{Shards: []rowclient.Shard{z}, RunID: "r", MaxRequestBytes: 2 * (8 + 4)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Five keys of one row value each, two a request: three requests.
+	st, err := rc.StageTables(3, []embed.TableRows{{Table: "emb/C1", Keys: []uint64{1, 2, 3, 4, 5}, Rows: []float32{1, 2, 3, 4, 5}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(st.Requests(0)); n != 3 {
+		t.Fatalf("%d requests staged, want 3", n)
+	}
+	f := &flakyRowsPusher{}
+	w := &Worker{cfg: Config{Shards: []Shard{{Addr: "ps0", Client: f}}}}
+	var resp *pb.PushResponse
+	push, err := w.pushAfterRows(context.Background(), 0, st, &pb.PushRequest{Version: 3}, nil, &resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := push(); status.Code(err) != codes.Unavailable || resp != nil {
+		t.Fatalf("the first attempt: %v, %v", resp, err)
+	}
+	if err := push(); err != nil || resp == nil || resp.Version != 4 {
+		t.Fatalf("the second attempt: %v, %v", resp, err)
+	}
+	if !slices.EqualFunc(f.calls, [][]uint64{{1, 2, 3, 4, 5}, {3, 4, 5}}, slices.Equal) {
+		t.Fatalf("the attempts sent the keys %v, want all, then those of the requests not taken", f.calls)
+	}
+	if s := rc.Stats(); s.KeysPushed[0] != 5 || s.Requests[0] != 3 {
+		t.Fatalf("counted %d keys pushed in %d requests, want 5 in 3", s.KeysPushed[0], s.Requests[0])
 	}
 }

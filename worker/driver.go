@@ -163,9 +163,10 @@ func (r *run) compute(a Compute) (float32, error) {
 	}
 	c.Net.SetLabels(r.w.labels)
 	// A net that pushes part of its step itself (a CTR net's rows, pushed
-	// before the dense gradient) pushes on the pushes' context: a stop
-	// between those pushes and the step's would leave some rows applied
-	// and the batch to be trained again after it.
+	// before the dense gradient unless they go with it: RowsRider)
+	// pushes on the pushes' context: a stop between those pushes and the
+	// step's would leave some rows applied and the batch to be trained
+	// again after it.
 	loss, err := step(r.ctx, r.pushCtx, c.Net, a.Views)
 	if err != nil {
 		return 0, err
@@ -197,15 +198,15 @@ func (r *run) push(a Push) {
 	w := r.w
 	grads := r.grads
 	var rows *rowclient.Staged // the step's rows, to go with its pushes
+	if rr, ok := w.cfg.Net.(RowsRider); ok && a.Kind != EarlyPush {
+		rows = rr.StagedRows() // (a catch-up's too: its rows are of the version it caught up)
+	}
 	switch a.Kind {
 	case StepPush:
 		if w.cfg.BeforePush != nil {
 			w.cfg.BeforePush(a.Step)
 		}
 		scale(grads, a.Scale)
-		if rr, ok := w.cfg.Net.(RowsRider); ok {
-			rows = rr.StagedRows()
-		}
 	case EarlyPush:
 		w.early.Add(int64(len(a.Shards)))
 		var err error

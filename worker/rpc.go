@@ -187,23 +187,38 @@ func (w *Worker) pushOne(ctx context.Context, s int, a Push, grads [][]float32, 
 // pushAfterRows is a push of req (segs: its gradient's segments; nil:
 // req.Grad) to shard s after the shard's share of rows, on one
 // connection (RowsPusher): its answer goes into resp, the rows' answers
-// to rows.
+// to rows. An attempt sent again sends only the rows the shard has not
+// taken (an async shard applies each it takes).
 func (w *Worker) pushAfterRows(ctx context.Context, s int, rows *rowclient.Staged, req *pb.PushRequest, segs [][]float32, resp **pb.PushResponse) (func() error, error) {
 	rp, ok := w.cfg.Shards[s].Client.(RowsPusher)
 	if !ok {
 		return nil, fmt.Errorf("shard %d (%s): its client cannot send the step's rows with its push", s, w.cfg.Shards[s].Addr)
 	}
+	reqs := rows.Requests(s)
+	taken := make([]bool, len(reqs))
 	return func() error {
-		answers, r, err := rp.PushAfterRows(ctx, rows.Requests(s), req, segs)
-		if err != nil {
-			return err
+		var send []*pb.PushRowsRequest
+		var idx []int
+		for i, r := range reqs {
+			if !taken[i] {
+				send, idx = append(send, r), append(idx, i)
+			}
 		}
-		*resp = r
-		// (A row push answered done: so is the dense push after it.)
-		if err := rows.Answered(s, answers); err != nil && !errors.Is(err, rowclient.ErrDone) {
-			return err
+		answers, r, err := rp.PushAfterRows(ctx, send, req, segs)
+		for j, a := range answers {
+			if a == nil {
+				continue
+			}
+			taken[idx[j]] = true
+			// (A row push answered done: so is the dense push after it.)
+			if e := rows.Answered(s, idx[j], a); e != nil && !errors.Is(e, rowclient.ErrDone) && err == nil {
+				err = e
+			}
 		}
-		return nil
+		if err == nil {
+			*resp = r
+		}
+		return err
 	}, nil
 }
 

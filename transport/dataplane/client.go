@@ -298,6 +298,7 @@ type ahead struct {
 	payload []byte
 	resp    response // its answer, once read
 	msg     string   // an error answer's message
+	read    bool     // the answer was read
 }
 
 // err is ahead's answer as an error (nil: it succeeded).
@@ -310,13 +311,11 @@ func (a *ahead) err() error {
 
 // callAfter is callLocked with the requests pre written first, their
 // answers read into them. An error answer to one of them is the call's
-// error; the call's own request was sent all the same.
+// error, also when the server then closed the connection (as it does
+// after refusing a frame); the call's own request was sent all the
+// same.
 func (c *Client) callAfter(ctx context.Context, pre []ahead, req request, payload net.Buffers, dst [][]float32, view bool) (response, []byte, error) {
-	long := len(req.runID) > 255 // the frame has one byte for its length
-	for _, p := range pre {
-		long = long || len(p.req.runID) > 255
-	}
-	if long {
+	if longRunID(pre, req) {
 		return response{}, nil, status.Error(codes.InvalidArgument, "run id longer than 255 bytes")
 	}
 	if err := ctx.Err(); err != nil {
@@ -331,10 +330,8 @@ func (c *Client) callAfter(ctx context.Context, pre []ahead, req request, payloa
 		}
 		resp, direct, err := c.exchange(ctx, pre, req, payload, dst, view)
 		if err == nil {
-			for i := range pre {
-				if err := pre[i].err(); err != nil {
-					return response{}, nil, err
-				}
+			if err := aheadErr(pre); err != nil {
+				return response{}, nil, err
 			}
 			return c.result(ctx, resp, direct, view)
 		}
@@ -342,8 +339,32 @@ func (c *Client) callAfter(ctx context.Context, pre []ahead, req request, payloa
 		if reused && attempt == 0 && errors.Is(err, errClosedByServer) && ctx.Err() == nil {
 			continue
 		}
+		if err := aheadErr(pre); err != nil {
+			return response{}, nil, err
+		}
 		return response{}, nil, c.failed(ctx, err)
 	}
+}
+
+// longRunID says whether a request of a call has a run id longer than
+// the frame's one byte for its length can say.
+func longRunID(pre []ahead, req request) bool {
+	long := len(req.runID) > 255
+	for _, p := range pre {
+		long = long || len(p.req.runID) > 255
+	}
+	return long
+}
+
+// aheadErr is the first error answer read for the requests pre (nil:
+// none).
+func aheadErr(pre []ahead) error {
+	for i := range pre {
+		if err := pre[i].err(); err != nil && pre[i].read {
+			return err
+		}
+	}
+	return nil
 }
 
 // buffersLen is the number of bytes in b.
@@ -456,7 +477,7 @@ func (c *Client) exchange(ctx context.Context, pre []ahead, req request, payload
 		}
 	}()
 	for i := range pre {
-		pre[i].req.shm = false
+		pre[i].req.shm, pre[i].read = false, false
 		if err := c.writeRequest(conn, pre[i].req, net.Buffers{pre[i].payload}); err != nil {
 			return resp, false, closedByServer(err)
 		}
@@ -498,7 +519,7 @@ func (c *Client) readAhead(a *ahead) error {
 	if _, err := io.ReadFull(c.rd, c.buf); err != nil {
 		return err
 	}
-	a.resp, a.msg = r, ""
+	a.resp, a.msg, a.read = r, "", true
 	if r.code != 0 {
 		a.msg = string(c.buf)
 	}

@@ -37,7 +37,10 @@ import (
 // (shm) says the payload is in the connection's shared-memory region
 // (shm.go): a push's gradient or a replicate frame's operations are
 // there and not on the socket, and a pull's parameters may be answered
-// there (the response's bit 1). Any other bit is a malformed frame. A push carries the
+// there (the response's bit 1); bit 3 (afterRows) says a push follows
+// row pushes of its step on the connection (PushAfterRows), and is
+// refused unapplied if one of them was. Any other bit is a malformed
+// frame. A push carries the
 // worker's data position once its gradient counts
 // (PushRequest.data_position; 0 in a pull), a pull's response the
 // pulling worker's data position (PullResponse.data_position; 0 for a
@@ -82,6 +85,10 @@ const (
 	flagRetain = 1 << 0 // pull: PullRequest.retain
 	flagShm    = 1 << 1 // push, pull: the payload is in the connection's shared region (shm.go)
 	flagDelta  = 1 << 2 // pull: PullRequest.delta, with delta_base in the data position
+	// push: the step's row pushes went just ahead of it on the
+	// connection (PushAfterRows); if one of them failed, the push is
+	// refused, not applied.
+	flagAfterRows = 1 << 3
 )
 
 // Response flags, in the byte that says done.
@@ -105,6 +112,7 @@ var ErrBadFrame = errors.New("dataplane: malformed frame")
 type request struct {
 	op         byte
 	retain     bool // pull: keep this version for a retained checkpoint
+	afterRows  bool // push: flagAfterRows
 	shm        bool // push: the gradient is in the shared region; pull: answer there if it fits
 	delta      bool // pull: PullRequest.delta (dataPos is delta_base)
 	runID      string
@@ -152,6 +160,9 @@ func appendRequest(b []byte, r request) []byte {
 	}
 	if r.delta {
 		flags |= flagDelta
+	}
+	if r.afterRows {
+		flags |= flagAfterRows
 	}
 	b = append(b, r.op, flags, byte(len(r.runID)))
 	b = append(b, r.runID...)
@@ -202,14 +213,17 @@ func (r *request) decodeOp(op, flags byte) error {
 	switch {
 	case op < opPull || op > opPushRows:
 		return fmt.Errorf("%w: unknown op %d", ErrBadFrame, op)
-	case flags&^(flagRetain|flagShm|flagDelta) != 0:
+	case flags&^(flagRetain|flagShm|flagDelta|flagAfterRows) != 0:
 		return fmt.Errorf("%w: unknown flags %#x", ErrBadFrame, flags)
 	case flags&(flagRetain|flagDelta) != 0 && op != opPull:
 		return fmt.Errorf("%w: op %d with a pull's flag %#x", ErrBadFrame, op, flags)
+	case flags&flagAfterRows != 0 && op != opPush:
+		return fmt.Errorf("%w: op %d with a push's flag %#x", ErrBadFrame, op, flags)
 	}
 	r.retain = flags&flagRetain != 0
 	r.shm = flags&flagShm != 0
 	r.delta = flags&flagDelta != 0
+	r.afterRows = flags&flagAfterRows != 0
 	return nil
 }
 

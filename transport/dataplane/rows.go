@@ -44,6 +44,10 @@ type rowConn struct {
 	rowBufs // the answer written out, the request decoded
 	in      []byte
 	rows    []float32
+	// pushFailed is the first row push refused since the connection's
+	// last dense push (nil: none): a push sent after rows
+	// (flagAfterRows) is then refused too.
+	pushFailed error
 }
 
 // rowBufs is what one side of a row exchange writes out and what it
@@ -122,6 +126,9 @@ func (s *Server) serveRows(c net.Conn, rd *bufio.Reader, req request, hdr, shm [
 		}
 	case opPushRows:
 		err = s.pushRows(req, rc, &resp)
+		if err != nil && rc.pushFailed == nil {
+			rc.pushFailed = err
+		}
 	}
 	if err != nil {
 		resp, body = errorAnswer(err)
@@ -242,10 +249,15 @@ func (c *Client) PushRows(ctx context.Context, in *pb.PushRowsRequest, _ ...grpc
 // waiting for an answer in between. The server answers a connection's
 // requests in order, so the shard takes the rows before the dense
 // gradient, as a sync shard requires of a worker's step, in one round
-// trip instead of one per request. The rows travel on the socket (a
-// shared region holds the dense gradient). An error answer to a row
-// push is the call's error; the dense push was sent all the same.
-func (c *Client) PushAfterRows(ctx context.Context, rows []*pb.PushRowsRequest, in *pb.PushRequest, segs [][]float32) ([]*pb.PushRowsResponse, *pb.PushResponse, error) {
+// trip instead of one per request; and it refuses the dense push
+// (Aborted, not applied) when one of the rows was refused. The rows
+// travel on the socket (a shared region holds the dense gradient).
+//
+// answers has one entry per row push: its answer if it was taken, nil
+// if it was refused or its answer never came, also when err is not nil
+// (a caller sending the step again sends only the rows without one).
+// err is the first row push's error, else the dense push's.
+func (c *Client) PushAfterRows(ctx context.Context, rows []*pb.PushRowsRequest, in *pb.PushRequest, segs [][]float32) (answers []*pb.PushRowsResponse, _ *pb.PushResponse, err error) {
 	payload := net.Buffers{in.Grad}
 	if segs != nil {
 		payload = segmentBuffers(segs)
@@ -268,14 +280,16 @@ func (c *Client) PushAfterRows(ctx context.Context, rows []*pb.PushRowsRequest, 
 		pre[i].req.payloadLen = uint32(ends[i] - start)
 		start = ends[i]
 	}
-	resp, _, err := c.callAfter(ctx, pre, request{op: opPush, runID: in.RunId, worker: in.Worker, version: in.Version,
+	resp, _, err := c.callAfter(ctx, pre, request{op: opPush, afterRows: len(rows) > 0, runID: in.RunId, worker: in.Worker, version: in.Version,
 		generation: in.Generation, loss: in.Loss, dataPos: in.DataPosition}, payload, nil, false)
-	if err != nil {
-		return nil, nil, err
-	}
-	answers := make([]*pb.PushRowsResponse, len(pre))
+	answers = make([]*pb.PushRowsResponse, len(pre))
 	for i, p := range pre {
-		answers[i] = &pb.PushRowsResponse{Outcome: pb.PushResponse_Outcome(p.resp.outcome), Version: p.resp.version, Done: p.resp.done}
+		if p.read && p.resp.code == 0 {
+			answers[i] = &pb.PushRowsResponse{Outcome: pb.PushResponse_Outcome(p.resp.outcome), Version: p.resp.version, Done: p.resp.done}
+		}
+	}
+	if err != nil {
+		return answers, nil, err
 	}
 	return answers, &pb.PushResponse{Outcome: pb.PushResponse_Outcome(resp.outcome), Version: resp.version, Done: resp.done}, nil
 }

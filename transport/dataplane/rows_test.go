@@ -407,9 +407,12 @@ func (b *orderBackend) Push(ctx context.Context, in *pb.PushRequest) (*pb.PushRe
 
 // TestPushAfterRowsTakesTheRowsFirst: a step's row pushes and its dense
 // push sent together reach the backend in that order, with the header's
-// fields, over the socket and through a shared region; each answer comes
-// back, and an error answer to a row push is the call's error though
-// the dense push was taken.
+// fields, over the socket and through a shared region, and each answer
+// comes back. A refused row push is the call's error, and the dense
+// push behind it is refused unapplied (the answers say which rows were
+// taken); so is one whose row request the server refused and closed the
+// connection on, with that refusal, not the closed connection, as its
+// error.
 func TestPushAfterRowsTakesTheRowsFirst(t *testing.T) {
 	for _, noShm := range []bool{false, true} {
 		t.Run(fmt.Sprintf("noShm=%v", noShm), func(t *testing.T) {
@@ -422,16 +425,13 @@ func TestPushAfterRowsTakesTheRowsFirst(t *testing.T) {
 			c := client(lis.Addr().String(), 1<<20)
 			defer c.Close()
 			ctx := context.Background()
-			rows := func(version int64, keys ...uint64) []*pb.PushRowsRequest {
-				var out []*pb.PushRowsRequest
-				for _, k := range keys {
-					out = append(out, &pb.PushRowsRequest{RunId: "r", Worker: 1, Generation: 2, Version: version,
-						Tables: []*pb.RowBlock{{Table: "emb/C1", Keys: []uint64{k}, Values: []byte{1, 2, 3, 4}}}})
-				}
-				return out
+			row := func(version int64, k uint64, values int) *pb.PushRowsRequest {
+				return &pb.PushRowsRequest{RunId: "r", Worker: 1, Generation: 2, Version: version,
+					Tables: []*pb.RowBlock{{Table: "emb/C1", Keys: []uint64{k}, Values: make([]byte, values)}}}
 			}
 			grad := []float32{1, 2, 3}
-			got, resp, err := c.PushAfterRows(ctx, rows(4, 7, 8), &pb.PushRequest{RunId: "r", Worker: 1, Version: 4, Loss: 0.5}, [][]float32{grad[:2], grad[2:]})
+			got, resp, err := c.PushAfterRows(ctx, []*pb.PushRowsRequest{row(4, 7, 4), row(4, 8, 4)},
+				&pb.PushRequest{RunId: "r", Worker: 1, Version: 4, Loss: 0.5}, [][]float32{grad[:2], grad[2:]})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -439,15 +439,31 @@ func TestPushAfterRowsTakesTheRowsFirst(t *testing.T) {
 				resp.Outcome != pb.PushResponse_DUPLICATE || resp.Version != 4+12 || resp.Done {
 				t.Fatalf("answered %v and %v", got, resp)
 			}
-			// A row push refused: the call's error, and the dense push
-			// (its gradient in Grad) was taken after it all the same.
-			_, _, err = c.PushAfterRows(ctx, rows(-1, 9), &pb.PushRequest{RunId: "r", Worker: 1, Version: 5, Grad: make([]byte, 8)}, nil)
-			if status.Code(err) != codes.InvalidArgument || status.Convert(err).Message() != "a push from a negative version" {
-				t.Fatalf("a refused row push: %v", err)
+			// The middle row push refused: the others taken, the dense
+			// push (its gradient in Grad) refused.
+			got, resp, err = c.PushAfterRows(ctx, []*pb.PushRowsRequest{row(5, 9, 4), row(-1, 10, 4), row(5, 11, 4)},
+				&pb.PushRequest{RunId: "r", Worker: 1, Version: 5, Grad: make([]byte, 8)}, nil)
+			if status.Code(err) != codes.InvalidArgument || status.Convert(err).Message() != "a push from a negative version" || resp != nil {
+				t.Fatalf("a refused row push: %v, %v", resp, err)
+			}
+			if len(got) != 3 || got[0] == nil || got[1] != nil || got[2] == nil {
+				t.Fatalf("answers %v: want the first and last rows' only", got)
+			}
+			// Sent again, the refused row alone: the dense push is taken.
+			if _, _, err := c.PushAfterRows(ctx, []*pb.PushRowsRequest{row(5, 10, 4)},
+				&pb.PushRequest{RunId: "r", Worker: 1, Version: 5, Grad: make([]byte, 8)}, nil); err != nil {
+				t.Fatal(err)
+			}
+			// A row request over the server's limit: refused, the
+			// connection closed, the dense push never read.
+			_, _, err = c.PushAfterRows(ctx, []*pb.PushRowsRequest{row(6, 12, 2<<20)},
+				&pb.PushRequest{RunId: "r", Worker: 1, Version: 6, Grad: make([]byte, 4)}, nil)
+			if status.Code(err) != codes.InvalidArgument {
+				t.Fatalf("a row request over the limit: %v, want its refusal (InvalidArgument)", err)
 			}
 			b.mu.Lock()
 			defer b.mu.Unlock()
-			want := []string{"rows 7", "rows 8", "dense 12 bytes", "rows 9", "dense 8 bytes"}
+			want := []string{"rows 7", "rows 8", "dense 12 bytes", "rows 9", "rows 10", "rows 11", "rows 10", "dense 8 bytes"}
 			if !slices.Equal(b.order, want) {
 				t.Fatalf("the backend took %q, want %q", b.order, want)
 			}

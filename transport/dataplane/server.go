@@ -420,14 +420,42 @@ func (s *Server) serveConn(c net.Conn) {
 			}
 			continue
 		}
-		payload, sq, ok := s.readPayload(c, rd, req, hdr, shm)
-		if !ok {
-			return
-		}
-		if !s.answer(c, rd, req, payload, sq, hdr, cs) {
+		if !s.serveModel(c, rd, req, hdr, cs, &rows) {
 			return
 		}
 	}
+}
+
+// serveModel reads a pull's or push's payload and answers it (a push
+// after refused row pushes is refused: refuseAfterRows). false: the
+// connection is done.
+func (s *Server) serveModel(c net.Conn, rd *bufio.Reader, req request, hdr []byte, cs *connShm, rows *rowConn) bool {
+	payload, sq, ok := s.readPayload(c, rd, req, hdr, cs.mem)
+	if !ok {
+		return false
+	}
+	if refused, ok := s.refuseAfterRows(c, hdr, req, payload, rows); refused {
+		return ok
+	}
+	return s.answer(c, rd, req, payload, sq, hdr, cs)
+}
+
+// refuseAfterRows refuses, unapplied, a push sent after row pushes of
+// its step (flagAfterRows) one of which was refused, releasing its
+// payload; a push ends the step's row pushes on the connection (rc).
+// ok false: the refusal could not be written, the connection is done.
+func (s *Server) refuseAfterRows(c net.Conn, hdr []byte, req request, payload []byte, rc *rowConn) (refused, ok bool) {
+	if req.op != opPush {
+		return false, true
+	}
+	failed := rc.pushFailed
+	rc.pushFailed = nil
+	if !req.afterRows || failed == nil {
+		return false, true
+	}
+	s.bufs.put(payload)
+	resp, body := errorAnswer(status.Errorf(codes.Aborted, "not applied: a row push of the step before it failed: %s", status.Convert(failed).Message()))
+	return true, s.respond(c, hdr, resp, body)
 }
 
 // admit checks a request before its payload is read: who sent it, and

@@ -473,22 +473,19 @@ func (c *Client) StageTables(step int64, tables []embed.TableRows) (*Staged, err
 	return st, nil
 }
 
-// Requests is shard's requests, in order (none: nil).
-func (st *Staged) Requests(shard int) []*pb.PushRowsRequest { return st.reqs[shard] }
+// Requests is shard's requests, in order (none, or a shard past the
+// client's: nil).
+func (st *Staged) Requests(shard int) []*pb.PushRowsRequest {
+	if shard < 0 || shard >= len(st.reqs) {
+		return nil
+	}
+	return st.reqs[shard]
+}
 
-// Answered records shard's answers to its requests, one each in order:
-// ErrDone if one says training is over.
-func (st *Staged) Answered(shard int, resps []*pb.PushRowsResponse) error {
-	if len(resps) != len(st.reqs[shard]) {
-		return fmt.Errorf("rowclient: %d answers to shard %d's %d row pushes", len(resps), shard, len(st.reqs[shard]))
-	}
-	var err error
-	for i, resp := range resps {
-		if e := st.c.pushed(shard, st.keys[shard][i], st.sent[shard][i], resp); e != nil {
-			err = e
-		}
-	}
-	return err
+// Answered records the answer to shard's request i: ErrDone if it
+// says training is over.
+func (st *Staged) Answered(shard, i int, resp *pb.PushRowsResponse) error {
+	return st.c.pushed(shard, st.keys[shard][i], st.sent[shard][i], resp)
 }
 
 // describe names a request's tables ("emb/C1", or "emb/C1 and 25 more").
