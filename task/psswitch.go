@@ -102,7 +102,9 @@ func (w *Worker) switchLayout(to partition.Layout) error {
 		if err != nil {
 			return err
 		}
-		w.ctr.UseRows(rows)
+		if err := w.ctr.UseRows(rows); err != nil {
+			return err
+		}
 	}
 	cfg := w.cfg
 	cfg.Plan, cfg.Shards = plan, shards

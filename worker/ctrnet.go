@@ -110,8 +110,15 @@ func (n *CTRNet) decode() {
 
 // UseRows makes rows the net's row store from its next step on: a change
 // of the PS count moves the rows to another count of shards. Call it
-// between steps only.
-func (n *CTRNet) UseRows(rows RowStore) { n.rows, n.staged = rows, nil }
+// between steps only. A net that rides its rows (RideRows) needs a
+// store that can hold its pushes back.
+func (n *CTRNet) UseRows(rows RowStore) error {
+	if _, ok := rows.(rowStager); n.ride && !ok {
+		return fmt.Errorf("worker: the CTR net's new row store (%T) cannot hold its pushes back", rows)
+	}
+	n.rows, n.staged = rows, nil
+	return nil
+}
 
 // RideRows has each step leave its rows' gradients to go with the
 // shards' dense pushes (RowsRider) instead of pushing them itself: every

@@ -495,3 +495,43 @@ func TestAPullOfAnotherLayoutIsRetried(t *testing.T) {
 		})
 	}
 }
+
+// ridingProc is a segmentedProc that also sends row pushes ahead of a
+// push (worker.RowsPusher): the first row is taken, then the call
+// fails as fakeProc's answer says.
+type ridingProc struct{ segmentedProc }
+
+func (r ridingProc) PushAfterRows(ctx context.Context, rows []*pb.PushRowsRequest, in *pb.PushRequest, _ [][]float32) ([]*pb.PushRowsResponse, *pb.PushResponse, error) {
+	answers := make([]*pb.PushRowsResponse, len(rows))
+	answers[0] = &pb.PushRowsResponse{Version: 1}
+	if err := r.call(); err != nil {
+		return answers, nil, err
+	}
+	for i := range answers {
+		answers[i] = &pb.PushRowsResponse{Version: 1}
+	}
+	return answers, &pb.PushResponse{Version: 2}, nil
+}
+
+// A failover of two processes that send rows with a push does too: a
+// failed call's answers (the rows the process took) come back with its
+// error, which switches the process as a push's does.
+func TestFailoverPushesRowsAndKeepsTheAnswersOfAFailedCall(t *testing.T) {
+	ps := &fakeProc{name: "ps/0", answer: unavailable}
+	sb := &fakeProc{name: "standby/0"}
+	dp := worker.NewFailover(0, worker.Process{Task: "ps/0", Addr: "a:1", Client: ridingProc{segmentedProc{ps}}},
+		worker.Process{Task: "standby/0", Addr: "b:1", Client: ridingProc{segmentedProc{sb}}}, slog.New(slog.DiscardHandler))
+	rp, ok := dp.(worker.RowsPusher)
+	if !ok {
+		t.Fatal("a failover of two row-pushing processes is no RowsPusher")
+	}
+	rows := []*pb.PushRowsRequest{{Version: 1}, {Version: 1}}
+	answers, _, err := rp.PushAfterRows(context.Background(), rows, &pb.PushRequest{Version: 1}, nil)
+	if status.Code(err) != codes.Unavailable || len(answers) != 2 || answers[0] == nil || answers[1] != nil {
+		t.Fatalf("the failed call: answers %v, err %v; want the first row taken and Unavailable", answers, err)
+	}
+	answers, resp, err := rp.PushAfterRows(context.Background(), rows[1:], &pb.PushRequest{Version: 1}, nil)
+	if err != nil || resp.Version != 2 || len(answers) != 1 || answers[0] == nil || sb.calls.Load() != 1 {
+		t.Fatalf("sent again: answers %v, %v, err %v (standby calls %d); want it taken by the standby", answers, resp, err, sb.calls.Load())
+	}
+}

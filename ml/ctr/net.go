@@ -209,8 +209,13 @@ func (n *Net) Push(ctx context.Context, rows embed.Rows, step int64) error {
 // RowGradients is the last step's gradients of its rows, by table (the
 // unique keys and a row of gradients each): what Push sends, for a
 // caller that sends them itself. They are the net's buffers, valid until
-// its next step.
-func (n *Net) RowGradients() []embed.TableRows { return n.tableRows(n.rowGrads) }
+// its next step; a net without training has none (nil).
+func (n *Net) RowGradients() []embed.TableRows {
+	if !n.train {
+		return nil
+	}
+	return n.tableRows(n.rowGrads)
+}
 
 // tableRows is every table's unique keys with vals[t], for a call
 // over all the tables (embed.MultiRows).

@@ -309,8 +309,8 @@ func (a *ahead) err() error {
 	return status.Error(codes.Code(a.resp.code), a.msg)
 }
 
-// callAfter is callLocked with the requests pre written first, their
-// answers read into them. An error answer to one of them is the call's
+// callAfter is callLocked with the requests pre written first, ahead
+// of req, their answers read into them. An error answer to one of them is the call's
 // error, also when the server then closed the connection (as it does
 // after refusing a frame); the call's own request was sent all the
 // same.
@@ -479,12 +479,12 @@ func (c *Client) exchange(ctx context.Context, pre []ahead, req request, payload
 	for i := range pre {
 		pre[i].req.shm, pre[i].read = false, false
 		if err := c.writeRequest(conn, pre[i].req, net.Buffers{pre[i].payload}); err != nil {
-			return resp, false, closedByServer(err)
+			return resp, false, c.writeFailed(pre[:i], err)
 		}
 	}
 	req.shm = c.regionHolds(req)
 	if err := c.writeRequest(conn, req, payload); err != nil {
-		return resp, false, closedByServer(err)
+		return resp, false, c.writeFailed(pre, err)
 	}
 	if _, err := c.rd.Peek(1); err != nil {
 		return resp, false, closedByServer(err)
@@ -503,6 +503,23 @@ func (c *Client) exchange(ctx context.Context, pre []ahead, req request, payload
 	}
 	direct, err = c.readBody(body, resp, dst)
 	return resp, direct, err
+}
+
+// writeFailed is exchange's error for a write that failed after the
+// requests written reached the server: the answers that came to those
+// are read (the server may have taken some, then cut the connection:
+// they must not be sent again), and only if none came is it
+// errClosedByServer, which callAfter sends again.
+func (c *Client) writeFailed(written []ahead, err error) error {
+	for i := range written {
+		if c.readAhead(&written[i]) != nil {
+			break
+		}
+	}
+	if len(written) > 0 && written[0].read {
+		return err
+	}
+	return closedByServer(err)
 }
 
 // readAhead reads the answer to a request written ahead of a call's:

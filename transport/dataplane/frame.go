@@ -40,9 +40,8 @@ import (
 // there (the response's bit 1); bit 3 (afterRows) says a push follows
 // row pushes of its step on the connection (PushAfterRows), and is
 // refused unapplied if one of them was. Any other bit is a malformed
-// frame. A push carries the
-// worker's data position once its gradient counts
-// (PushRequest.data_position; 0 in a pull), a pull's response the
+// frame. A push carries the worker's data position once its gradient
+// counts (PushRequest.data_position; 0 in a pull), a pull's response the
 // pulling worker's data position (PullResponse.data_position; 0 for a
 // push). Role, index and session name the sender's session
 // (transport/auth; role 255 and zeros: unsigned) and mac is the

@@ -26,12 +26,14 @@ func FuzzReadRequest(f *testing.F) {
 	f.Add(appendSigned(nil, request{op: opPullRows, runID: "run-1", worker: 1, version: 4, generation: 2, payloadLen: 30}, nil))
 	f.Add(appendSigned(nil, request{op: opPushRows, shm: true, runID: "run-1", worker: 0, version: 4, payloadLen: 60}, nil))
 	f.Add([]byte("PSD3\x04\x01\x00"))
+	f.Add(appendSigned(nil, request{op: opPush, afterRows: true, shm: true, runID: "run-1", worker: 1, version: 4, payloadLen: 16}, nil))
+	f.Add([]byte("PSD3\x05\x08\x00"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := readRequest(bytes.NewReader(b), make([]byte, 512), 64)
 		if err != nil {
 			return
 		}
-		if r.payloadLen > 64 || r.op < opPull || r.op > opPushRows || ((r.retain || r.delta) && r.op != opPull) {
+		if r.payloadLen > 64 || r.op < opPull || r.op > opPushRows || ((r.retain || r.delta) && r.op != opPull) || (r.afterRows && r.op != opPush) {
 			t.Fatalf("accepted %+v", r)
 		}
 		// What was accepted encodes back to the bytes read.

@@ -249,9 +249,10 @@ func (c *Client) PushRows(ctx context.Context, in *pb.PushRowsRequest, _ ...grpc
 // waiting for an answer in between. The server answers a connection's
 // requests in order, so the shard takes the rows before the dense
 // gradient, as a sync shard requires of a worker's step, in one round
-// trip instead of one per request; and it refuses the dense push
-// (Aborted, not applied) when one of the rows was refused. The rows
-// travel on the socket (a shared region holds the dense gradient).
+// trip instead of one per request; and it refuses the dense push,
+// unapplied, when one of the rows was refused (the call's error is
+// then the row push's). The rows travel on the socket (a shared region
+// holds the dense gradient).
 //
 // answers has one entry per row push: its answer if it was taken, nil
 // if it was refused or its answer never came, also when err is not nil
