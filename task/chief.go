@@ -180,7 +180,8 @@ func (c *Chief) evaluator(d ChiefDeps) (*chief.Evaluator, error) {
 // dialAll connects to the PS processes at addrs (ps/N, or standby/N with
 // hot standbys: the chief routes what is meant for a shard to its
 // primary). On the TCP data plane their pulls (the evaluation's) go over
-// it.
+// it, and so do a CTR model's row reads where a worker's rows would
+// (rowsOnDataPlane).
 func (c *Chief) dialAll(addrs []string) ([]chief.PS, error) {
 	var out []chief.PS
 	for _, a := range addrs {
@@ -193,7 +194,7 @@ func (c *Chief) dialAll(addrs []string) ([]chief.PS, error) {
 		if c.o.Run.DataPlane == config.TCP {
 			dc := c.o.dataPlaneClient(client)
 			c.closers.add(func() { dc.Close() })
-			client = pullsVia(client, dc)
+			client = pullsVia(client, dc, rowsOnDataPlane(c.o.Run))
 		}
 		out = append(out, chief.PS{Addr: a, Client: client})
 	}

@@ -1,9 +1,16 @@
 package task
 
 import (
+	"context"
+	"errors"
 	"testing"
 
+	"google.golang.org/grpc"
+
 	"github.com/pstrain/pstrain/config"
+	pb "github.com/pstrain/pstrain/proto"
+	"github.com/pstrain/pstrain/transport/dataplane"
+	"github.com/pstrain/pstrain/transport/rowclient"
 )
 
 // TestRowsTravelOnTheDataPlaneUnlessTheyWouldGoInTheClear: a CTR
@@ -28,6 +35,40 @@ func TestRowsTravelOnTheDataPlaneUnlessTheyWouldGoInTheClear(t *testing.T) {
 		r.DataPlane, r.DataPlanePrivacy = c.plane, c.privacy
 		if got := rowsOnDataPlane(r); got != c.want {
 			t.Errorf("--data-plane %s, privacy %q: rows on the data plane %t, want %t", c.plane, c.privacy, got, c.want)
+		}
+	}
+}
+
+// recordingPS is a ParameterServerClient that answers row pulls and
+// counts them; every other call panics (nil embedded interface).
+type recordingPS struct {
+	pb.ParameterServerClient
+	rowPulls int
+}
+
+func (r *recordingPS) PullRows(context.Context, *pb.PullRowsRequest, ...grpc.CallOption) (*pb.PullRowsResponse, error) {
+	r.rowPulls++
+	return &pb.PullRowsResponse{Version: 3}, nil
+}
+
+// The chief's client of a PS reads rows over the data plane where a
+// worker's rows travel there, else over gRPC (both ways, PullRows and
+// the placed pull a rowclient prefers).
+func TestChiefReadsRowsWhereWorkersSendThem(t *testing.T) {
+	refused := errors.New("no data plane here")
+	dp := dataplane.NewClient(func(context.Context) (string, error) { return "", refused }, nil, 1<<20)
+	defer dp.Close()
+	ctx := context.Background()
+	for _, rows := range []bool{false, true} {
+		gc := &recordingPS{}
+		c := pullsVia(gc, dp, rows).(rowclient.Placer)
+		_, err1 := c.(pb.ParameterServerClient).PullRows(ctx, &pb.PullRowsRequest{})
+		err2 := c.PullRowsPlaced(ctx, &pb.PullRowsRequest{}, func(*pb.PullRowsResponse) error { return nil })
+		switch {
+		case rows && (gc.rowPulls != 0 || !errors.Is(err1, refused) || !errors.Is(err2, refused)):
+			t.Errorf("rows on the data plane: %d gRPC row pulls, errors %v, %v; want none, and the data plane's", gc.rowPulls, err1, err2)
+		case !rows && (gc.rowPulls != 2 || err1 != nil || err2 != nil):
+			t.Errorf("rows on gRPC: %d gRPC row pulls, errors %v, %v; want 2 and none", gc.rowPulls, err1, err2)
 		}
 	}
 }

@@ -47,19 +47,41 @@ func newDataPlaneClient(gc pb.ParameterServerClient, d dataPlaneConf, resolved f
 // pullsVia is gc with its pulls sent over dp and everything else over
 // gRPC: the chief's evaluation pulls (on gRPC each would cost the PS a
 // copy of its parameters that cannot be reused, and a marshalling
-// buffer).
-func pullsVia(gc pb.ParameterServerClient, dp *dataplane.Client) pb.ParameterServerClient {
-	return pullsViaDataPlane{gc, dp}
+// buffer), and with rows its reads of a CTR model's rows (the PS's
+// HTTP/2 framing cost as much as the rows' own work).
+func pullsVia(gc pb.ParameterServerClient, dp *dataplane.Client, rows bool) pb.ParameterServerClient {
+	return pullsViaDataPlane{gc, dp, rows}
 }
 
-// pullsViaDataPlane is pullsVia's client.
+// pullsViaDataPlane is pullsVia's client; a rowclient.Placer.
 type pullsViaDataPlane struct {
 	pb.ParameterServerClient
-	dp *dataplane.Client
+	dp   *dataplane.Client
+	rows bool
 }
 
 func (p pullsViaDataPlane) Pull(ctx context.Context, in *pb.PullRequest, _ ...grpc.CallOption) (*pb.PullResponse, error) {
 	return p.dp.Pull(ctx, in)
+}
+
+func (p pullsViaDataPlane) PullRows(ctx context.Context, in *pb.PullRowsRequest, opts ...grpc.CallOption) (*pb.PullRowsResponse, error) {
+	if p.rows {
+		return p.dp.PullRows(ctx, in)
+	}
+	return p.ParameterServerClient.PullRows(ctx, in, opts...)
+}
+
+// PullRowsPlaced hands place the answer to a row pull (rowclient.Placer):
+// in the data-plane client's buffers, or gRPC's message.
+func (p pullsViaDataPlane) PullRowsPlaced(ctx context.Context, in *pb.PullRowsRequest, place func(*pb.PullRowsResponse) error) error {
+	if p.rows {
+		return p.dp.PullRowsPlaced(ctx, in, place)
+	}
+	resp, err := p.ParameterServerClient.PullRows(ctx, in)
+	if err != nil {
+		return err
+	}
+	return place(resp)
 }
 
 // workerClients are a worker's clients of the PS process gc reaches: on
