@@ -310,10 +310,10 @@ func (a *ahead) err() error {
 }
 
 // callAfter is callLocked with the requests pre written first, ahead
-// of req, their answers read into them. An error answer to one of them is the call's
-// error, also when the server then closed the connection (as it does
-// after refusing a frame); the call's own request was sent all the
-// same.
+// of req, their answers read into them. An error answer to one of them
+// is the call's error, also when the server then closed the connection
+// (as it does after refusing a frame); the call's own request was sent
+// all the same.
 func (c *Client) callAfter(ctx context.Context, pre []ahead, req request, payload net.Buffers, dst [][]float32, view bool) (response, []byte, error) {
 	if longRunID(pre, req) {
 		return response{}, nil, status.Error(codes.InvalidArgument, "run id longer than 255 bytes")
@@ -478,6 +478,8 @@ func (c *Client) exchange(ctx context.Context, pre []ahead, req request, payload
 	}()
 	for i := range pre {
 		pre[i].req.shm, pre[i].read = false, false
+	}
+	for i := range pre {
 		if err := c.writeRequest(conn, pre[i].req, net.Buffers{pre[i].payload}); err != nil {
 			return resp, false, c.writeFailed(pre[:i], err)
 		}
