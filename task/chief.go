@@ -194,7 +194,7 @@ func (c *Chief) dialAll(addrs []string) ([]chief.PS, error) {
 		if c.o.Run.DataPlane == config.TCP {
 			dc := c.o.dataPlaneClient(client)
 			c.closers.add(func() { dc.Close() })
-			client = pullsVia(client, dc, rowsOnDataPlane(c.o.Run))
+			client = chiefClient(c.o.Run, client, dc)
 		}
 		out = append(out, chief.PS{Addr: a, Client: client})
 	}

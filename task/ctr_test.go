@@ -52,8 +52,9 @@ func (r *recordingPS) PullRows(context.Context, *pb.PullRowsRequest, ...grpc.Cal
 }
 
 // The chief's client of a PS reads rows over the data plane where a
-// worker's rows travel there, else over gRPC (both ways, PullRows and
-// the placed pull a rowclient prefers).
+// worker's rows travel there (--data-plane-privacy encrypt), else over
+// gRPC (integrity: the keys would go in the clear), both ways: PullRows
+// and the placed pull a rowclient prefers.
 func TestChiefReadsRowsWhereWorkersSendThem(t *testing.T) {
 	refused := errors.New("no data plane here")
 	dp := dataplane.NewClient(func(context.Context) (string, error) { return "", refused }, nil, 1<<20)
@@ -61,7 +62,12 @@ func TestChiefReadsRowsWhereWorkersSendThem(t *testing.T) {
 	ctx := context.Background()
 	for _, rows := range []bool{false, true} {
 		gc := &recordingPS{}
-		c := pullsVia(gc, dp, rows).(rowclient.Placer)
+		r := config.Default()
+		r.DataPlane, r.DataPlanePrivacy = config.TCP, config.Integrity
+		if rows {
+			r.DataPlanePrivacy = config.Encrypt
+		}
+		c := chiefClient(r, gc, dp).(rowclient.Placer)
 		_, err1 := c.(pb.ParameterServerClient).PullRows(ctx, &pb.PullRowsRequest{})
 		err2 := c.PullRowsPlaced(ctx, &pb.PullRowsRequest{}, func(*pb.PullRowsResponse) error { return nil })
 		switch {

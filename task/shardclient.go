@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/pstrain/pstrain/config"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/transport/auth"
 	"github.com/pstrain/pstrain/transport/dataplane"
@@ -51,6 +52,13 @@ func newDataPlaneClient(gc pb.ParameterServerClient, d dataPlaneConf, resolved f
 // HTTP/2 framing cost as much as the rows' own work).
 func pullsVia(gc pb.ParameterServerClient, dp *dataplane.Client, rows bool) pb.ParameterServerClient {
 	return pullsViaDataPlane{gc, dp, rows}
+}
+
+// chiefClient is the chief's client of a PS on the TCP data plane: gc
+// with its pulls, and its row reads where a worker's rows would go
+// (rowsOnDataPlane), sent over dp.
+func chiefClient(r config.Run, gc pb.ParameterServerClient, dp *dataplane.Client) pb.ParameterServerClient {
+	return pullsVia(gc, dp, rowsOnDataPlane(r))
 }
 
 // pullsViaDataPlane is pullsVia's client; a rowclient.Placer.
