@@ -134,15 +134,7 @@ func (p primaryRows) PullRows(ctx context.Context, in *pb.PullRowsRequest, opts 
 // PullRowsPlaced is the primary's placed pull (rowclient.Placer) if its
 // client has one, else PullRows then place.
 func (p primaryRows) PullRowsPlaced(ctx context.Context, in *pb.PullRowsRequest, place func(*pb.PullRowsResponse) error) error {
-	c := p.c.primary(p.shard).Client
-	if pl, ok := c.(rowclient.Placer); ok {
-		return pl.PullRowsPlaced(ctx, in, place)
-	}
-	resp, err := c.PullRows(ctx, in)
-	if err != nil {
-		return err
-	}
-	return place(resp)
+	return rowclient.PullPlaced(ctx, p.c.primary(p.shard).Client, in, place)
 }
 
 func (p primaryRows) PushRows(ctx context.Context, in *pb.PushRowsRequest, opts ...grpc.CallOption) (*pb.PushRowsResponse, error) {

@@ -10,6 +10,7 @@ import (
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/transport/auth"
 	"github.com/pstrain/pstrain/transport/dataplane"
+	"github.com/pstrain/pstrain/transport/rowclient"
 	"github.com/pstrain/pstrain/worker"
 )
 
@@ -85,11 +86,7 @@ func (p pullsViaDataPlane) PullRowsPlaced(ctx context.Context, in *pb.PullRowsRe
 	if p.rows {
 		return p.dp.PullRowsPlaced(ctx, in, place)
 	}
-	resp, err := p.ParameterServerClient.PullRows(ctx, in)
-	if err != nil {
-		return err
-	}
-	return place(resp)
+	return rowclient.PullPlaced(ctx, p.ParameterServerClient, in, place)
 }
 
 // workerClients are a worker's clients of the PS process gc reaches: on

@@ -56,6 +56,21 @@ type Placer interface {
 	PullRowsPlaced(ctx context.Context, in *pb.PullRowsRequest, place func(*pb.PullRowsResponse) error) error
 }
 
+// PullPlaced pulls in's rows from shard and hands the answer to place:
+// while its rows are still in the shard client's buffers if it is a
+// Placer, else the answer PullRows returns. An error of place is the
+// call's.
+func PullPlaced(ctx context.Context, shard Shard, in *pb.PullRowsRequest, place func(*pb.PullRowsResponse) error) error {
+	if p, ok := shard.(Placer); ok {
+		return p.PullRowsPlaced(ctx, in, place)
+	}
+	resp, err := shard.PullRows(ctx, in)
+	if err != nil {
+		return err
+	}
+	return place(resp)
+}
+
 // Config is what a Client needs.
 type Config struct {
 	// Shards are the parameter servers, by shard index.
@@ -358,16 +373,7 @@ func (c *Client) PullTables(ctx context.Context, step int64, tables []embed.Tabl
 			done = resp.Done
 			return err
 		}
-		var err error
-		if p, ok := c.cfg.Shards[r.shard].(Placer); ok {
-			err = p.PullRowsPlaced(ctx, req, place)
-		} else {
-			var resp *pb.PullRowsResponse
-			if resp, err = c.cfg.Shards[r.shard].PullRows(ctx, req); err == nil {
-				err = place(resp)
-			}
-		}
-		if err != nil {
+		if err := PullPlaced(ctx, c.cfg.Shards[r.shard], req, place); err != nil {
 			return fmt.Errorf("pull of %d rows of %s: %w", r.keys(), describe(tables, r), err)
 		}
 		c.count(r.shard, r.keys(), 0, keyBytes, got, false)
