@@ -766,6 +766,28 @@ func (s *Store) prune(step, good int64) error {
 	return s.removeAll(remove)
 }
 
+// RemoveAfter deletes the complete checkpoints of steps after step (a
+// run handing back an earlier model of its own: they are superseded),
+// each renamed to .trash first as prune does. It returns how many.
+func (s *Store) RemoveAfter(step int64) (int, error) {
+	l, err := s.list()
+	if err != nil {
+		return 0, err
+	}
+	var remove []string
+	for _, c := range l.complete {
+		if c.step <= step {
+			continue
+		}
+		trash, err := s.trash(c.name, l.present)
+		if err != nil {
+			return 0, err
+		}
+		remove = append(remove, trash)
+	}
+	return len(remove), s.removeAll(remove)
+}
+
 // trash renames the complete checkpoint name to name.trash (removing a
 // leftover of that name first), so that a deletion interrupted midway
 // never leaves a checkpoint that looks complete. present says which

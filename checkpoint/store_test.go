@@ -755,3 +755,26 @@ func TestCommitReadingReturnsWhatAReadGives(t *testing.T) {
 		}
 	}
 }
+
+// RemoveAfter deletes the checkpoints after a step, and only those: the
+// one at the step stays the newest, and a temporary directory of a later
+// step is left to the next commit's cleanup.
+func TestRemoveAfter(t *testing.T) {
+	m := NewMemFS()
+	s := NewStore(m, testDir, 0)
+	for step := int64(1); step <= 4; step++ {
+		saveCheckpoint(t, s, step, 2)
+	}
+	mustNo(t, m.MkdirAll(filepath.Join(testDir, DirName(5)+".tmp"), 0o755))
+	n, err := s.RemoveAfter(2)
+	mustNo(t, err)
+	got := strings.Join(listSteps(t, m, testDir), " ")
+	if want := "ckpt-000000000001 ckpt-000000000002 ckpt-000000000005.tmp"; n != 2 || got != want {
+		t.Fatalf("RemoveAfter(2): %d removed, left %s; want 2, %s", n, got, want)
+	}
+	latest, _, err := s.Latest()
+	mustNo(t, err)
+	if latest.Step != 2 {
+		t.Errorf("newest after RemoveAfter(2): step %d", latest.Step)
+	}
+}

@@ -91,13 +91,16 @@ type Evaluate struct {
 // manifest. Versions are the shards' versions at the last poll (a sync
 // checkpoint is taken a few versions past them); Retained writes the
 // state each shard kept at the last evaluation (the model handed back by
-// a target stop) instead of the live state. Answered by
-// Core.CheckpointDone.
+// a target stop, or the best model so far with --patience) instead of
+// the live state. Answered by Core.CheckpointDone.
 type Checkpoint struct {
 	Versions []int64
 	Latest   int64 // the newest committed checkpoint's step (-1: none)
 	Final    bool
 	Retained bool
+	// Step names a Retained checkpoint that is not Final: the step of the
+	// evaluation whose state the shards retained.
+	Step int64
 	// Stopped says Versions are every shard's version after the stop (all
 	// answered it), not an older poll's: only then may a final checkpoint
 	// reuse a committed one that holds those versions.
@@ -202,7 +205,11 @@ func (a Evaluate) String() string {
 	return s
 }
 func (a Checkpoint) String() string {
-	return fmt.Sprintf("checkpoint versions=%s latest=%d final=%t retained=%t stopped=%t", ints(a.Versions), a.Latest, a.Final, a.Retained, a.Stopped)
+	s := fmt.Sprintf("checkpoint versions=%s latest=%d final=%t retained=%t stopped=%t", ints(a.Versions), a.Latest, a.Final, a.Retained, a.Stopped)
+	if a.Retained && !a.Final {
+		s += fmt.Sprintf(" step=%d keep-good=%d", a.Step, a.KeepGood)
+	}
+	return s
 }
 func (a Reinit) String() string {
 	return fmt.Sprintf("reinit-from-evaluated generation=%d version=%d", a.Generation, a.Version)

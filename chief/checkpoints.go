@@ -46,7 +46,9 @@ func (c *Chief) checkpointNow(ctx context.Context, a Checkpoint) CheckpointResul
 // it anyway fails the attempt. In async/ssp mode each shard snapshots at
 // once and the manifest records each shard's own version (see
 // docs/recovery.md). A final checkpoint is of the stopped shards (or of
-// the state they retained) and must be the newest.
+// the state they retained) and must be the newest; another checkpoint of
+// the retained state (the best model so far) is named after the step of
+// the evaluation that retained it.
 func checkpointAt(mode config.Mode, maxSteps int64, a Checkpoint, versions []int64, ahead int64) (step, at int64, skip string) {
 	hi := int64(0)
 	for _, v := range versions {
@@ -55,6 +57,10 @@ func checkpointAt(mode config.Mode, maxSteps int64, a Checkpoint, versions []int
 	switch {
 	case a.Final:
 		return max(hi, a.Latest+1), 0, ""
+	case a.Retained:
+		// The best model so far (--patience): the shards write what the
+		// evaluation's pull retained, whatever their versions now.
+		step = a.Step
 	case mode == config.Sync && hi >= maxSteps:
 		// Not past the last step: a shard that stops there would never
 		// reach the version (the final checkpoint covers the end).

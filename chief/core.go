@@ -94,6 +94,9 @@ type upkeepState struct {
 	hold     int       // consecutive full evaluations at or above the target
 	ckptBusy bool
 	lastCkpt time.Time
+	// bestPending is the evaluation whose retained state a checkpoint
+	// under way writes (nil: none; core_best.go).
+	bestPending *report.Eval
 	// ckptFailedAt is when the last checkpoint attempt failed.
 	ckptFailedAt time.Time
 }
@@ -220,10 +223,11 @@ type State struct {
 	Generation          int64              `json:"generation"`
 	LatestCheckpoint    int64              `json:"latest_checkpoint"`
 	Checkpoints         report.Checkpoints `json:"checkpoints"`
-	// The stop, once it began: why, the seconds trained, and the
+	// The stop, once it began: why, the steps and seconds trained, and the
 	// evaluation of the model a target stop hands back. A chief
 	// restarted during the stop finishes it from here.
 	StoppedBy    string       `json:"stopped_by,omitempty"`
+	StopSteps    int64        `json:"stop_steps,omitempty"` // global steps trained at the stop
 	TrainSeconds float64      `json:"train_seconds,omitempty"`
 	FinalEval    *report.Eval `json:"final_eval,omitempty"`
 	// LRFactor scales the learning rate after rollbacks (0: 1), and
@@ -255,6 +259,9 @@ type State struct {
 	// PSWeights are the shard weights of a rebalanced layout (none: equal
 	// shares; docs/elastic.md, "Rebalancing").
 	PSWeights []int `json:"ps_weights,omitempty"`
+	// Best is the checkpoint of the best model evaluated so far, with
+	// --patience (nil: none; core_best.go).
+	Best *BestModel `json:"best,omitempty"`
 	// PSAsked is the layout asked for while a change to it is under way
 	// (nil: none): a restarted chief takes the change up again.
 	PSAsked *AskedLayout `json:"ps_asked,omitempty"`

@@ -31,12 +31,21 @@ const maxHandBackTries = 3
 type HandBack struct {
 	AtMost     int64
 	Generation int64
+	// Best: the model handed back is the run's best (a plateau stop,
+	// core_best.go), and the checkpoints after it are deleted rather than
+	// moved aside: they are the run's own, superseded, not a diverged
+	// model's.
+	Best bool
 }
 
 func (HandBack) action() {}
 
 func (a HandBack) String() string {
-	return fmt.Sprintf("hand-back at-most-step=%d generation=%d", a.AtMost, a.Generation)
+	s := fmt.Sprintf("hand-back at-most-step=%d generation=%d", a.AtMost, a.Generation)
+	if a.Best {
+		s += " best"
+	}
+	return s
 }
 
 // HandBackResult is the outcome of a HandBack: the step restored,
@@ -134,12 +143,12 @@ func (c *Core) handBackDue() []Action {
 		}
 		c.st.HandedBack = &report.HandedBack{Step: -1, RuinedStep: c.finalEval.Step, RuinedTestAccuracy: c.finalEval.TestAccuracy, Why: why}
 		c.log.Error("the final model is ruined: handing back an earlier one", "why", why)
-		return c.orderHandBack(c.handBackBound())
+		return c.orderHandBack(c.handBackBound(), false)
 	case hb.Err != "":
 		return nil
 	case hb.Step < 0:
 		// Ordered by a chief that then restarted: order it again.
-		return c.orderHandBack(c.handBackBound())
+		return c.orderHandBack(c.handBackBound(), false)
 	case !hb.FromCheckpoint || c.worseThanStart(c.finalEval) == "":
 		return nil // the initial model, or one no worse
 	}
@@ -151,7 +160,7 @@ func (c *Core) handBackDue() []Action {
 		atMost = -1
 	}
 	hb.Step = -1
-	return c.orderHandBack(atMost)
+	return c.orderHandBack(atMost, false)
 }
 
 // handBackBound is the newest step a hand-back restores first: before
@@ -171,12 +180,12 @@ func (c *Core) handBackBound() int64 {
 	return max(c.st.LatestCheckpoint, c.rollbackBound())
 }
 
-func (c *Core) orderHandBack(atMost int64) []Action {
+func (c *Core) orderHandBack(atMost int64, best bool) []Action {
 	c.st.Generation++
 	c.handBackBusy = true
 	c.initEpochs(allShards(len(c.versions)))
 	c.log.Warn("restoring an earlier model onto the stopped shards to hand it back", "at_most_step", atMost, "generation", c.st.Generation)
-	return []Action{c.save(), HandBack{AtMost: atMost, Generation: c.st.Generation}}
+	return []Action{c.save(), HandBack{AtMost: atMost, Generation: c.st.Generation, Best: best}}
 }
 
 // HandedBack says the HandBack is done: the shards hold the model of
@@ -186,6 +195,9 @@ func (c *Core) HandedBack(now time.Time, res HandBackResult) []Action {
 	c.handBackBusy = false
 	hb := c.st.HandedBack
 	if hb == nil {
+		if b := c.st.Best; b != nil && !b.Restored && c.stopReason == StopPlateau {
+			return c.bestHandedBack(now, res)
+		}
 		return nil
 	}
 	if res.Err != nil {
@@ -198,6 +210,15 @@ func (c *Core) HandedBack(now time.Time, res HandBackResult) []Action {
 		return c.wind(now)
 	}
 	hb.Step, hb.FromCheckpoint = res.Step, res.FromCheckpoint
+	c.restoredForHandBack(res)
+	c.log.Warn("restored an earlier model to hand back; scoring it", "step", res.Step, "from_checkpoint", res.FromCheckpoint)
+	return append([]Action{c.save()}, c.wind(now)...)
+}
+
+// restoredForHandBack records that the stopped shards hold the model of
+// res.Step, restored to be handed back in a new generation: it is scored
+// next.
+func (c *Core) restoredForHandBack(res HandBackResult) {
 	c.versionsStopped = len(res.Versions) == len(c.versions)
 	for s := range c.versions {
 		c.versions[s] = res.Step
@@ -211,6 +232,4 @@ func (c *Core) HandedBack(now time.Time, res HandBackResult) []Action {
 	}
 	c.beginGeneration(res.Step, true)
 	c.finalEval, c.finalEvalAsked, c.st.FinalEval = nil, false, nil
-	c.log.Warn("restored an earlier model to hand back; scoring it", "step", res.Step, "from_checkpoint", res.FromCheckpoint)
-	return append([]Action{c.save()}, c.wind(now)...)
 }

@@ -16,6 +16,7 @@ const (
 	StopEpochs      = "epochs"      // every epoch was trained
 	StopInterrupted = "interrupted" // SIGINT or SIGTERM
 	StopFailed      = "failed"      // the model kept diverging: the chief gave up
+	StopPlateau     = "plateau"     // the test loss stopped falling (--patience)
 )
 
 // evalDue orders a routine evaluation when the interval has passed.
@@ -31,11 +32,13 @@ const (
 // set.
 func (c *Core) evalDue(now time.Time) (Action, bool) {
 	r := c.p.Run
-	if !c.p.Evaluate || r.EvalEvery <= 0 || c.evalBusy || !c.evalWaited(now) || c.step <= 0 {
+	if !c.p.Evaluate || r.EvalEvery <= 0 || c.evalBusy || !c.evalWaited(now) || c.step <= 0 || c.keepsBest() && c.ckptBusy {
+		// (With --patience an evaluation's pull replaces the state the
+		// shards retained, which a checkpoint may be writing.)
 		return nil, false
 	}
 	a := Evaluate{Generation: c.st.Generation, Subset: c.p.EvalSubset, ConfirmAbove: 2, // 2: never the whole set
-		Retain: c.mayHoldTarget()}
+		Retain: c.mayHoldTarget() || c.keepsBest()}
 	switch {
 	case c.p.EvalSubset >= 1:
 		a.ConfirmAbove = 0
@@ -77,14 +80,18 @@ func (c *Core) orderEval(now time.Time, a Evaluate) Action {
 // EvalResult is the outcome of an Evaluate.
 type EvalResult struct {
 	Seq, Generation int64
-	Step            int64     // the lowest shard version evaluated
-	At              time.Time // when the weights were pulled
-	Duration        time.Duration
-	Accuracy, Loss  float64
-	Samples         int  // test samples Accuracy is over
-	Scored          int  // test samples scored, a subset pass before the whole set's too (0: Samples)
-	Full            bool // the whole test set
-	Err             error
+	Step            int64 // the lowest shard version evaluated
+	// Mixed says a sync evaluation read shards at different versions (one
+	// stalled behind the others): its retained state is no checkpoint a
+	// sync run could restore and train on.
+	Mixed          bool
+	At             time.Time // when the weights were pulled
+	Duration       time.Duration
+	Accuracy, Loss float64
+	Samples        int  // test samples Accuracy is over
+	Scored         int  // test samples scored, a subset pass before the whole set's too (0: Samples)
+	Full           bool // the whole test set
+	Err            error
 	// Window is the shards' attribution figures for the window this
 	// evaluation's pull closed (nil: none).
 	Window *Window
@@ -132,21 +139,29 @@ func (c *Core) Evaluated(now time.Time, res EvalResult) []Action {
 			c.finalEval = &ev
 		}
 		return append(acts, c.wind(now)...)
-	case c.phase != training || c.p.target() <= 0:
+	case c.phase != training:
 		return acts
+	case c.targetHeld(res):
+		c.st.TimeToTargetSeconds = ptr(ev.Seconds)
+		c.finalEval = &ev
+		c.log.Info("target accuracy held; stopping", "evaluations", c.hold, "step", ev.Step, "test_accuracy", fmt.Sprintf("%.4f", ev.TestAccuracy))
+		return append(acts, c.beginStop(now, StopTarget)...)
+	}
+	return append(acts, c.patience(now, ev, res.Mixed)...)
+}
+
+// targetHeld counts an evaluation toward the target's hold and says
+// whether it completed it.
+func (c *Core) targetHeld(res EvalResult) bool {
+	if c.p.target() <= 0 {
+		return false
 	}
 	if res.Accuracy >= c.p.target() {
 		c.hold++
 	} else {
 		c.hold = 0
 	}
-	if c.hold < c.targetHold() || !res.Full {
-		return acts
-	}
-	c.st.TimeToTargetSeconds = ptr(ev.Seconds)
-	c.finalEval = &ev
-	c.log.Info("target accuracy held; stopping", "evaluations", c.hold, "step", ev.Step, "test_accuracy", fmt.Sprintf("%.4f", ev.TestAccuracy))
-	return append(acts, c.beginStop(now, StopTarget)...)
+	return c.hold >= c.targetHold() && res.Full
 }
 
 // judge applies the divergence rule to an evaluation (a model restored
@@ -178,13 +193,14 @@ func (c *Core) Interrupt(now time.Time) []Action {
 
 func (c *Core) beginStop(now time.Time, reason string) []Action {
 	c.phase, c.stopReason, c.trainEnd, c.steps = stopping, reason, now, c.step
-	c.st.StoppedBy, c.st.TrainSeconds, c.st.FinalEval = reason, c.seconds(now), c.finalEval
+	c.st.StoppedBy, c.st.StopSteps, c.st.TrainSeconds, c.st.FinalEval = reason, c.steps, c.seconds(now), c.finalEval
 	return []Action{c.save(), StopShards{}}
 }
 
 // resumeStop goes on with a stop a previous chief began (Adopt).
 func (c *Core) resumeStop(now time.Time) []Action {
-	c.phase, c.stopReason, c.finalEval, c.steps = stopping, c.st.StoppedBy, c.st.FinalEval, c.step
+	// (A hand-back may have restored the shards to an earlier step since.)
+	c.phase, c.stopReason, c.finalEval, c.steps = stopping, c.st.StoppedBy, c.st.FinalEval, max(c.step, c.st.StopSteps)
 	c.trainEnd = c.start.Add(time.Duration(c.st.TrainSeconds * float64(time.Second)))
 	c.log.Warn("the previous chief was stopping the run; finishing the stop", "stopped_by", c.stopReason)
 	return []Action{c.save(), StopShards{}}
@@ -198,6 +214,7 @@ func (c *Core) ShardsStopped(now time.Time, versions []int64) []Action {
 		// meanwhile (version 0) does not undo the steps trained.
 		lo := slices.Min(versions)
 		c.steps = max(c.steps, lo)
+		c.st.StopSteps = c.steps
 		copy(c.versions, versions)
 		c.versionsStopped = true
 	}
@@ -211,6 +228,9 @@ func (c *Core) wind(now time.Time) []Action {
 	if c.phase != stopping || c.evalBusy || c.ckptBusy {
 		return nil
 	}
+	if acts := c.bestHandBackDue(); len(acts) > 0 || c.handBackBusy {
+		return acts
+	}
 	if c.finalEval == nil && c.p.Evaluate && !c.finalEvalAsked {
 		c.finalEvalAsked = true
 		return []Action{c.orderEval(now, Evaluate{Generation: c.st.Generation, Subset: 1, Retain: true})}
@@ -221,7 +241,7 @@ func (c *Core) wind(now time.Time) []Action {
 	if c.p.Checkpoints && !c.finalCkptAsked {
 		c.finalCkptAsked, c.ckptBusy = true, true
 		return []Action{Checkpoint{Versions: append([]int64(nil), c.versions...), Latest: c.st.LatestCheckpoint,
-			Final: true, Retained: c.stopReason == StopTarget && !c.handingBack(), Stopped: c.versionsStopped, KeepGood: c.rollbackBound()}}
+			Final: true, Retained: c.stopReason == StopTarget && !c.handingBack(), Stopped: c.versionsStopped, KeepGood: c.keepGood()}}
 	}
 	return c.finish()
 }
@@ -229,7 +249,7 @@ func (c *Core) wind(now time.Time) []Action {
 // Reinitialised says Reinit is done: checkpoint what the shards now
 // hold.
 func (c *Core) Reinitialised(now time.Time) []Action {
-	return []Action{c.save(), Checkpoint{Versions: append([]int64(nil), c.versions...), Latest: c.st.LatestCheckpoint, Final: true, KeepGood: c.rollbackBound()}}
+	return []Action{c.save(), Checkpoint{Versions: append([]int64(nil), c.versions...), Latest: c.st.LatestCheckpoint, Final: true, KeepGood: c.keepGood()}}
 }
 
 // CheckpointResult is the outcome of a Checkpoint.
@@ -254,8 +274,9 @@ type CheckpointResult struct {
 // CheckpointDone records a checkpoint attempt.
 func (c *Core) CheckpointDone(now time.Time, res CheckpointResult) []Action {
 	c.ckptBusy = false
+	c.bestCheckpointed(res)
 	switch {
-	case res.Err != nil && res.Retained && !c.reinitAsked:
+	case c.lostRetained(res):
 		// A shard lost what it retained (it restarted): put the scored
 		// model back on every shard and checkpoint that.
 		c.log.Error("the shards' retained model is gone; re-initialising them with the model the chief scored", "err", res.Err)
@@ -303,6 +324,12 @@ func (c *Core) CheckpointDone(now time.Time, res CheckpointResult) []Action {
 	return append([]Action{c.save()}, acts...)
 }
 
+// lostRetained says the final checkpoint of the retained state failed
+// (a shard lost what it retained), with no re-initialisation tried yet.
+func (c *Core) lostRetained(res CheckpointResult) bool {
+	return res.Err != nil && res.Retained && res.Final && !c.reinitAsked
+}
+
 // finish ends the run with its report.
 func (c *Core) finish() []Action {
 	c.phase = finished
@@ -325,7 +352,7 @@ func (c *Core) report() *report.Report {
 	rep := &report.Report{Mode: string(r.Mode), PS: r.PS, Workers: r.Workers, ReplicasToAggregate: r.Replicas(),
 		Staleness: r.Staleness, Hidden: r.Hidden, Model: c.p.Model, Optimizer: r.Optimizer, Batch: r.Batch,
 		LR: r.LR, LRSchedule: r.LRSchedule, WarmupSteps: r.WarmupSteps, Momentum: r.Momentum, Epochs: r.Epochs, DataFraction: r.DataFraction, Dataset: r.Dataset,
-		Seed: r.Seed, TargetAccuracy: c.p.target(), TargetHold: c.targetHold(),
+		Seed: r.Seed, TargetAccuracy: c.p.target(), TargetHold: c.targetHold(), Patience: r.Patience,
 		StoppedBy: c.stopReason, GlobalSteps: c.steps, FinalStep: c.steps,
 		TestSeconds: c.st.TestSeconds, Evals: c.st.Evals, TimeToTargetSeconds: c.st.TimeToTargetSeconds,
 		Restarts: c.st.Restarts, TrainStartedUnix: c.st.TrainStartedUnix, Checkpoints: c.st.Checkpoints,

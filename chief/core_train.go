@@ -198,7 +198,7 @@ func (c *Core) tickTraining(now time.Time, ps, standby []ShardStatus) []Action {
 	}
 	if c.checkpointDue(now) {
 		c.ckptBusy, c.lastCkpt = true, now
-		acts = append(acts, Checkpoint{Versions: slices.Clone(c.versions), Latest: c.st.LatestCheckpoint, KeepGood: c.rollbackBound()})
+		acts = append(acts, Checkpoint{Versions: slices.Clone(c.versions), Latest: c.st.LatestCheckpoint, KeepGood: c.keepGood()})
 	}
 	return acts
 }
@@ -405,7 +405,10 @@ func (c *Core) Restored(now time.Time, step int64) []Action {
 // checkpointDue says whether the interval since the last checkpoint has
 // passed and none is being written.
 func (c *Core) checkpointDue(now time.Time) bool {
-	if !c.p.Checkpoints || c.ckptBusy {
+	if !c.p.Checkpoints || c.ckptBusy || c.keepsBest() && c.evalBusy {
+		// (With --patience a checkpoint past the evaluation under way
+		// would leave no room for that evaluation's, named after its
+		// step, should it be the best.)
 		return false
 	}
 	e := c.p.Run.CheckpointEvery

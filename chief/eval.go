@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
+	"github.com/pstrain/pstrain/config"
 	pb "github.com/pstrain/pstrain/proto"
 	"github.com/pstrain/pstrain/transport/wire"
 
@@ -242,6 +244,64 @@ func addWindow(w *Window, st *pb.StatusResponse) *Window {
 	return w
 }
 
+// alignWait bounds how long a sync evaluation waits for a shard one
+// step behind the others to reach their version.
+const alignWait = time.Second
+
+// pullForEval pulls every shard's parameters into params (each shard
+// retains the version it sends if retain says so) and returns their
+// versions. In a sync run a shard that answered a version behind
+// another's (a step completed between the pulls) is pulled again at the
+// newest, waiting up to alignWait, so that the model scored, and
+// retained, is one version of every shard; one that does not get there
+// in time (a stalled shard) keeps its older answer.
+func (c *Chief) pullForEval(ctx context.Context, retain bool, params [][]float32) ([]int64, error) {
+	prim := c.primaries()
+	versions := make([]int64, len(prim))
+	for s := range prim {
+		v, err := c.pullShardForEval(ctx, s, &pb.PullRequest{Worker: -1, RunId: c.cfg.RunID, Retain: retain}, 30*time.Second, params)
+		if err != nil {
+			return nil, err
+		}
+		versions[s] = v
+	}
+	if c.cfg.Run.Mode != config.Sync {
+		return versions, nil
+	}
+	hi := slices.Max(versions)
+	for s, v := range versions {
+		if v >= hi {
+			continue
+		}
+		req := &pb.PullRequest{Worker: -1, RunId: c.cfg.RunID, Retain: retain, MinVersion: hi}
+		if v, err := c.pullShardForEval(ctx, s, req, alignWait, params); err == nil {
+			versions[s] = v
+		}
+	}
+	return versions, nil
+}
+
+// pullShardForEval makes one evaluation pull of shard s, within timeout,
+// and scatters its parameters into params; it returns their version.
+func (c *Chief) pullShardForEval(ctx context.Context, s int, req *pb.PullRequest, timeout time.Duration, params [][]float32) (int64, error) {
+	p := c.primaries()[s]
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	resp, err := p.Client.Pull(pctx, req)
+	cancel()
+	if err != nil {
+		return 0, fmt.Errorf("chief: pull from ps/%d at %s: %w", s, p.Addr, err)
+	}
+	flat, err := wire.Floats(resp.Params)
+	if err == nil && len(flat) != c.plan.Shards[s].Size {
+		err = fmt.Errorf("chief: ps/%d sent %d parameters, want %d", s, len(flat), c.plan.Shards[s].Size)
+	}
+	if err != nil {
+		return 0, err
+	}
+	c.plan.Scatter(s, flat, params)
+	return resp.Version, nil
+}
+
 // evaluate carries out an Evaluate: it pulls every shard's parameters
 // (each shard retains the version it sends if a.Retain says so), then
 // scores them, first on the test subset when a.ConfirmAbove asks for
@@ -252,27 +312,13 @@ func (c *Chief) evaluate(ctx context.Context, a Evaluate) EvalResult {
 	t0 := c.cfg.Now()
 	res := EvalResult{Seq: a.Seq, Generation: a.Generation, Step: math.MaxInt64}
 	params := c.cfg.Evaluator.Params()
-	var versions []int64
-	for s, p := range c.primaries() {
-		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		resp, err := p.Client.Pull(pctx, &pb.PullRequest{Worker: -1, RunId: c.cfg.RunID, Retain: a.Retain})
-		cancel()
-		if err != nil {
-			res.Err = fmt.Errorf("chief: pull from ps/%d at %s: %w", s, p.Addr, err)
-			return res
-		}
-		flat, err := wire.Floats(resp.Params)
-		if err == nil && len(flat) != c.plan.Shards[s].Size {
-			err = fmt.Errorf("chief: ps/%d sent %d parameters, want %d", s, len(flat), c.plan.Shards[s].Size)
-		}
-		if err != nil {
-			res.Err = err
-			return res
-		}
-		c.plan.Scatter(s, flat, params)
-		res.Step = min(res.Step, resp.Version)
-		versions = append(versions, resp.Version)
+	versions, err := c.pullForEval(ctx, a.Retain, params)
+	if err != nil {
+		res.Err = err
+		return res
 	}
+	res.Step = slices.Min(versions)
+	res.Mixed = c.cfg.Run.Mode == config.Sync && res.Step != slices.Max(versions)
 	res.Window = c.windows(ctx, versions)
 	res.At = c.cfg.Now()
 	ev := c.cfg.Evaluator

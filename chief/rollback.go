@@ -41,6 +41,26 @@ func (c *Chief) rollback(ctx context.Context, a Rollback) (step int64, fromCheck
 	return step, step > 0, err
 }
 
+// restoreBest restores every shard, in a.Generation, from the best
+// model's checkpoint (the newest at or before a.AtMost) after deleting
+// the run's later ones, superseded by it.
+func (c *Chief) restoreBest(ctx context.Context, a Rollback) (step int64, fromCheckpoint bool, err error) {
+	if c.cfg.Store == nil {
+		return 0, false, fmt.Errorf("chief: no checkpoint store to hand back the best model from")
+	}
+	n, err := c.cfg.Store.RemoveAfter(a.AtMost)
+	if err != nil {
+		return 0, false, fmt.Errorf("chief: deleting the checkpoints after the best model's: %w", err)
+	}
+	c.cfg.Log.Info("deleted the checkpoints after the best model's", "count", n, "after_step", a.AtMost)
+	targets := make([]int, len(c.cfg.PS))
+	for s := range targets {
+		targets[s] = s
+	}
+	step, err = c.restore(ctx, targets, a.Generation)
+	return step, step > 0, err
+}
+
 // setAsideAfter moves the checkpoints of steps after atMost into
 // DIR/diverged-<time>/ (nothing is deleted), so that neither this
 // rollback nor a later recovery restores them, and new checkpoints of
@@ -78,7 +98,11 @@ func (c *Chief) setAsideAfter(atMost int64) error {
 // handBack carries out a HandBack: the shards are restored as a
 // rollback restores them, then stopped again (training is over).
 func (c *Chief) handBack(ctx context.Context, a HandBack) HandBackResult {
-	step, fromCheckpoint, err := c.rollback(ctx, Rollback{AtMost: a.AtMost, Generation: a.Generation})
+	restore := c.rollback
+	if a.Best {
+		restore = c.restoreBest
+	}
+	step, fromCheckpoint, err := restore(ctx, Rollback{AtMost: a.AtMost, Generation: a.Generation})
 	if err != nil {
 		return HandBackResult{Err: err}
 	}

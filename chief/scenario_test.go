@@ -27,7 +27,7 @@ import (
 // diff before committing it). After "----" a block shows the actions (or
 // answer) the core must give. The events:
 //
-//	config KEY=VALUE...          a new core (ps, workers, mode, model, target, hold,
+//	config KEY=VALUE...          a new core (ps, workers, mode, model, target, hold, patience,
 //	                             epochs, batch, train-n, eval-every, subset,
 //	                             checkpoint-every, heartbeat, resume,
 //	                             replicas-to-aggregate, max-workers,
@@ -366,6 +366,8 @@ func (s *scenario) config(a scenariotest.Args) error {
 			p.Run.TargetAccuracy, err = strconv.ParseFloat(v, 64)
 		case "hold":
 			p.Run.TargetHold, err = strconv.Atoi(v)
+		case "patience":
+			p.Run.Patience, err = strconv.Atoi(v)
 		case "epochs":
 			p.Run.Epochs, err = strconv.ParseFloat(v, 64)
 		case "batch":

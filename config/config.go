@@ -226,6 +226,12 @@ type Run struct {
 	// TargetAccuracy on the whole test set before the run stops; the
 	// model handed back is the last of them (docs/semantics.md).
 	TargetHold int `json:"target_hold" check:"-"`
+	// Patience stops a run once this many evaluations in a row scored a
+	// test loss no lower than the model's best so far (0: never; a CTR
+	// model's default is DefaultCTRPatience). The model handed back is
+	// the one trained when the stop began (docs/semantics.md, "Stopped by
+	// plateau").
+	Patience int `json:"patience,omitempty" check:"-"`
 }
 
 // ModelKind is a run's model kind: "" (an MLP, also written "mlp") or
@@ -406,6 +412,8 @@ func (r Run) validateTraining() error {
 		return fmt.Errorf("--target-accuracy must be in [0, 1] (0 = run all epochs), got %v", r.TargetAccuracy)
 	case r.TargetHold < 0:
 		return fmt.Errorf("--target-hold must be >= 1 (evaluations in a row at the target), got %d", r.TargetHold)
+	case r.Patience < 0:
+		return fmt.Errorf("--patience must be >= 0 (evaluations in a row without a lower test loss; 0 = never stop on that), got %d", r.Patience)
 	case !(r.DataFraction > 0) || r.DataFraction > 1:
 		return fmt.Errorf("--data-fraction must be in (0, 1], got %v", r.DataFraction)
 	}
@@ -575,6 +583,10 @@ const (
 	// and on the default synthetic set the held-out AUC peaks after 2-3
 	// epochs, then falls as the rows overfit the keys seen few times.
 	DefaultCTREpochs = 2.0
+	// DefaultCTRPatience: so that a run given more epochs stops near
+	// that peak rather than handing back the overfit model of its last
+	// epoch.
+	DefaultCTRPatience = 3
 )
 
 // EmbeddingRule is the rule a CTR model's rows train with.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"math"
 	"path/filepath"
@@ -56,6 +57,40 @@ func TestRunCTRTrainsAndItsCheckpointEvaluates(t *testing.T) {
 	// a checkpoint to restore it from.
 	killed, _, _ := runCTR(t, ctx, "--checkpoint-every", "10", "--fault", "ps/1@checkpoint:2")
 	checkRestoredRun(t, killed, 20, rep.AUC)
+}
+
+// A CTR run given far more epochs than its small set bears overfits its
+// tables, and --patience stops it: stopped by plateau, it hands back the
+// model of its best evaluation (the lowest test loss of those before the
+// final one), from the checkpoint taken of it, and `pstrain eval` of the
+// run's checkpoints scores that model as the report does. The final
+// score may differ from the best evaluation's in the fourth digit (a
+// CTR evaluation during training reads the live rows: docs/semantics.md).
+func TestRunCTRStoppedByPlateauHandsBackTheBest(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, data, ckdir := runCTR(t, ctx, "--epochs", "40", "--patience", "2")
+	if rep.StoppedBy != "plateau" || len(rep.Evals) < 4 {
+		t.Fatalf("stopped by %s after %d steps and %d evaluations, want plateau", rep.StoppedBy, rep.GlobalSteps, len(rep.Evals))
+	}
+	training, final := rep.Evals[:len(rep.Evals)-1], rep.Evals[len(rep.Evals)-1]
+	best := slices.MinFunc(training, func(a, b report.Eval) int { return cmp.Compare(a.TestLoss, b.TestLoss) })
+	t.Logf("best evaluation: step %d, loss %.4f, auc %.4f; handed back step %d, auc %.4f, of %d steps trained",
+		best.Step, best.TestLoss, best.AUC, rep.FinalStep, rep.AUC, rep.GlobalSteps)
+	switch {
+	case rep.FinalStep != best.Step || final.Step != best.Step:
+		t.Errorf("handed back the model of step %d (final evaluation of step %d), want the best's, %d", rep.FinalStep, final.Step, best.Step)
+	case rep.FinalStep >= rep.GlobalSteps:
+		t.Errorf("handed back step %d of %d: not an earlier model", rep.FinalStep, rep.GlobalSteps)
+	case math.Abs(rep.AUC-best.AUC) > 0.003 || rep.AUC <= training[len(training)-1].AUC-0.0005 && best.AUC > training[len(training)-1].AUC:
+		t.Errorf("handed back auc %.4f; the best evaluation scored %.4f, the last %.4f", rep.AUC, best.AUC, training[len(training)-1].AUC)
+	}
+	if newest := newestCheckpoint(t, ckdir); newest.Step != rep.FinalStep {
+		t.Errorf("newest checkpoint is of step %d, want the model handed back, %d", newest.Step, rep.FinalStep)
+	}
+	if auc := evalAUC(t, ctx, ckdir, data); math.Abs(auc-rep.AUC) > 1e-4 {
+		t.Errorf("pstrain eval scores the final checkpoint's auc %.4f, the report says %.4f", auc, rep.AUC)
+	}
 }
 
 // TestCTRRowsOverEveryPlaneTrainTheSameModel: a worker's rows travel on

@@ -54,7 +54,7 @@ type modelFlags struct {
 	hiddenSet, convSet, batchSet, lrSet, warmupSet bool
 	// A CTR model's flags, and --dataset (whose default follows the
 	// model: mnist, or synth-ctr for --model ctr).
-	embDimSet, embOptSet, embLRSet, datasetSet, epochsSet bool
+	embDimSet, embOptSet, embLRSet, datasetSet, epochsSet, patienceSet bool
 }
 
 // setFlag wraps a flag's Value to record that it was given.
@@ -120,6 +120,7 @@ func (m *modelFlags) applyCTR() {
 	set(m.embLRSet, func() { r.EmbeddingLR = pick(ctr, config.DefaultEmbeddingLR, 0) })
 	set(m.datasetSet, func() { r.Dataset = pick(ctr, ctrdata.SynthName, config.Default().Dataset) })
 	set(m.epochsSet, func() { r.Epochs = pick(ctr, config.DefaultCTREpochs, config.Default().Epochs) })
+	set(m.patienceSet, func() { r.Patience = pick(ctr, config.DefaultCTRPatience, config.Default().Patience) })
 }
 
 // pick is a if cond, else b.
@@ -200,6 +201,8 @@ func bindRunFlags(fs *flag.FlagSet, r *config.Run) *modelFlags {
 	fs.Int64Var(&r.WarmupSteps, "warmup-steps", r.WarmupSteps, "ramp the learning rate up linearly over this many first global steps (0 = no warmup; --model cnn: "+strconv.FormatInt(config.DefaultCNNWarmupSteps, 10)+" unless given)")
 	fs.Float64Var(&r.Epochs, "epochs", r.Epochs, "epochs to train (an upper bound when --target-accuracy is set; --model ctr: "+strconv.FormatFloat(config.DefaultCTREpochs, 'g', -1, 64)+" unless given)")
 	track(fs, "epochs", &m.epochsSet)
+	fs.IntVar(&r.Patience, "patience", r.Patience, "stop once this many evaluations in a row score a test loss no lower than the best so far, and hand back the model trained then (0 = never; --model ctr: "+strconv.Itoa(config.DefaultCTRPatience)+" unless given, as its tables overfit after a few epochs; docs/semantics.md)")
+	track(fs, "patience", &m.patienceSet)
 	fs.Float64Var(&r.TargetAccuracy, "target-accuracy", r.TargetAccuracy, "stop once the test accuracy holds at this (0 = run all epochs); the model handed back is one that scored it")
 	fs.IntVar(&r.TargetHold, "target-hold", r.TargetHold, "evaluations in a row that must score --target-accuracy on the whole test set before the run stops")
 	fs.StringVar(&r.Dataset, "dataset", r.Dataset, "data set: mnist, fashion-mnist, mnist-x4 (4x MNIST: shifted and rotated copies), or idx:TRAIN_IMAGES,TRAIN_LABELS,TEST_IMAGES,TEST_LABELS; for --model ctr: synth-ctr (the default; pstrain data synth-ctr writes it), criteo:PATH (its last tenth held out) or criteo:TRAIN,TEST")
@@ -290,6 +293,7 @@ func runArgs(r config.Run) []string {
 		"--epochs=" + strconv.FormatFloat(r.Epochs, 'g', -1, 64),
 		"--target-accuracy=" + strconv.FormatFloat(r.TargetAccuracy, 'g', -1, 64),
 		fmt.Sprintf("--target-hold=%d", r.TargetHold),
+		fmt.Sprintf("--patience=%d", r.Patience),
 		"--dataset=" + r.Dataset,
 		"--data-dir=" + r.DataDir,
 		"--data-fraction=" + strconv.FormatFloat(r.DataFraction, 'g', -1, 64),

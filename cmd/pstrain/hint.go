@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/pstrain/pstrain/chief"
 	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/observe/report"
 )
@@ -54,4 +55,40 @@ func targetHints(rep *report.Report) []string {
 		lr = "--lr " + g(rep.LR/2)
 	}
 	return append(hints, lr, "--epochs "+g(2*rep.Epochs))
+}
+
+// stopLines are the summary's lines on the stop rules: the time to the
+// target held, or how far below it the run ended; and where the test
+// loss was lowest in a run stopped by --patience.
+func stopLines(rep *report.Report) []string {
+	var lines []string
+	if rep.TimeToTargetSeconds != nil {
+		lines = append(lines, fmt.Sprintf("time to %.2f%% held for %d evaluations: %.2f s of training", 100*rep.TargetAccuracy, rep.TargetHold, *rep.TimeToTargetSeconds))
+	} else if rep.TargetAccuracy > 0 {
+		lines = append(lines, belowTarget(rep))
+	}
+	if rep.StoppedBy == chief.StopPlateau {
+		lines = append(lines, plateauText(rep))
+	}
+	return lines
+}
+
+// plateauText is the summary's line for a run stopped by --patience:
+// the lowest test loss its training evaluations scored, and where ("the
+// test loss stopped falling: none of the last 3 evaluations went below
+// 0.4382, of step 2910; the model handed back is of step 2910"). The
+// last evaluation is the final model's.
+func plateauText(rep *report.Report) string {
+	evals := rep.Evals[:max(0, len(rep.Evals)-1)]
+	best := -1
+	for i, e := range evals {
+		if best < 0 || e.TestLoss < evals[best].TestLoss {
+			best = i
+		}
+	}
+	if best < 0 {
+		return fmt.Sprintf("the test loss stopped falling for %d evaluations", rep.Patience)
+	}
+	return fmt.Sprintf("the test loss stopped falling: none of the last %d evaluations went below %.4f, of step %d; the model handed back is of step %d",
+		rep.Patience, evals[best].TestLoss, evals[best].Step, rep.FinalStep)
 }

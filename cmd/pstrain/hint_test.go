@@ -9,7 +9,8 @@ import (
 
 // A run that trained every epoch below its target says where it stopped
 // and what to try; one that was interrupted says only that it stopped
-// short; one that held its target says nothing of the kind.
+// short; one that held its target says nothing of the kind. One stopped
+// by --patience says where its loss was lowest.
 func TestSummarySaysBelowTarget(t *testing.T) {
 	ttt := 9.5
 	for _, c := range []struct {
@@ -28,6 +29,10 @@ func TestSummarySaysBelowTarget(t *testing.T) {
 			"target 97.50% not reached (stopped after 1.5 epochs at 95.00%, below the 97.50% target)\n", "try"},
 		{report.Report{Mode: "sync", Workers: 2, TestAccuracy: 0.976, TargetAccuracy: 0.975, StoppedBy: "target", TimeToTargetSeconds: &ttt},
 			"time to 97.50% held for 0 evaluations: 9.50 s", "below"},
+		{report.Report{Mode: "sync", Workers: 2, Model: "ctr", Patience: 3, FinalStep: 2910, StoppedBy: "plateau", Evals: []report.Eval{
+			{Step: 1600, TestLoss: 0.4403}, {Step: 2910, TestLoss: 0.4382}, {Step: 3300, TestLoss: 0.4384}, {Step: 3700, TestLoss: 0.4385},
+			{Step: 4237, TestLoss: 0.4386}, {Step: 2910, TestLoss: 0.4381}}},
+			"the test loss stopped falling: none of the last 3 evaluations went below 0.4382, of step 2910; the model handed back is of step 2910\n", "target"},
 	} {
 		var b strings.Builder
 		printSummary(&b, &c.rep)

@@ -320,10 +320,8 @@ func printSummary(w io.Writer, rep *report.Report) {
 	if rep.AUC > 0 {
 		fmt.Fprintln(w, ctrScoresText(rep))
 	}
-	if rep.TimeToTargetSeconds != nil {
-		fmt.Fprintf(w, "time to %.2f%% held for %d evaluations: %.2f s of training\n", 100*rep.TargetAccuracy, rep.TargetHold, *rep.TimeToTargetSeconds)
-	} else if rep.TargetAccuracy > 0 {
-		fmt.Fprintln(w, belowTarget(rep))
+	for _, line := range stopLines(rep) {
+		fmt.Fprintln(w, line)
 	}
 	fmt.Fprintf(w, "startup %.2f s, training %.2f s, %.0f samples/s, stale gradients dropped %d\n", rep.StartupSeconds, rep.TrainSeconds, rep.SamplesPerSecond, rep.StaleGradientsDropped)
 	if wr := rep.Wire; wr.Steps > 0 {

@@ -138,9 +138,29 @@ func TestModelFlagsCTR(t *testing.T) {
 	if r := parseRunFlags(t, runArgs(parseRunFlags(t, "--model=ctr", "--embedding-prefill=77"))...); r.EmbeddingPrefill != 77 {
 		t.Errorf("--embedding-prefill 77 through runArgs: %d", r.EmbeddingPrefill)
 	}
+	// --patience: the CTR model's default unless given, in any order.
+	for _, c := range []struct {
+		args []string
+		want int
+	}{
+		{nil, 0},
+		{[]string{"--model=ctr"}, config.DefaultCTRPatience},
+		{[]string{"--patience=5", "--model=ctr"}, 5},
+		{[]string{"--model=ctr", "--patience=0"}, 0},
+		{[]string{"--model=cnn", "--patience=2"}, 2},
+	} {
+		if r := parseRunFlags(t, c.args...); r.Patience != c.want {
+			t.Errorf("%v: patience %d, want %d", c.args, r.Patience, c.want)
+		} else if back := parseRunFlags(t, runArgs(r)...); back.Patience != c.want {
+			t.Errorf("%v: patience %d through runArgs, want %d", c.args, back.Patience, c.want)
+		}
+	}
+	if err := parseRunFlags(t, "--patience=-1").Validate(); err == nil {
+		t.Error("--patience -1 accepted")
+	}
 	r := parseRunFlags(t, "--model=ctr", "--model=mlp")
 	d := config.Default()
-	if r.EmbeddingDim != 0 || r.EmbeddingOptimizer != "" || r.EmbeddingLR != 0 || r.Dataset != d.Dataset || !reflect.DeepEqual(r.Hidden, d.Hidden) {
+	if r.EmbeddingDim != 0 || r.EmbeddingOptimizer != "" || r.EmbeddingLR != 0 || r.Patience != 0 || r.Dataset != d.Dataset || !reflect.DeepEqual(r.Hidden, d.Hidden) {
 		t.Errorf("--model ctr then mlp: %+v", r)
 	}
 	if err := r.Validate(); err != nil {

@@ -223,12 +223,16 @@ type Report struct {
 	SamplesPerSecond      float64  `json:"samples_per_second"`
 	StaleGradientsDropped int64    `json:"stale_gradients_dropped"`
 	// StoppedBy is why training stopped: target (the target accuracy was
-	// held for TargetHold evaluations in a row), epochs, or interrupted.
+	// held for TargetHold evaluations in a row), plateau (Patience
+	// evaluations in a row scored no lower test loss than the best),
+	// epochs, interrupted, or failed (the model kept diverging).
 	StoppedBy string `json:"stopped_by"`
 	// FinalStep is the version of the model handed back (the final
 	// checkpoint's); TestAccuracy is that model's, on the whole test set.
 	FinalStep  int64 `json:"final_step"`
 	TargetHold int   `json:"target_hold"`
+	// Patience is the run's --patience (0: off).
+	Patience int `json:"patience,omitempty"`
 	// AUC, LogLoss and NormalizedEntropy are a CTR model's scores on the
 	// whole test set, of the model handed back, as TestAccuracy;
 	// PlantedAUC is the best AUC achievable on the synthetic data set

@@ -1,0 +1,144 @@
+package chief
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/pstrain/pstrain/observe/report"
+)
+
+// Stopped by plateau (docs/semantics.md): with --patience P, a run stops
+// once P evaluations in a row scored no lower test loss than the model's
+// best, and hands back that best model. To have it, every routine
+// evaluation asks the shards to retain the state it reads, and one that
+// scores a new best has them checkpoint that state (a checkpoint named
+// after the evaluation's step: Checkpoint.Retained, not Final). At the
+// stop the chief restores that checkpoint onto the stopped shards
+// (HandBack), scores it on the whole test set and marks it the final
+// checkpoint. Without checkpoints the run hands back the model the
+// shards hold when stopped.
+
+// BestModel is the checkpoint of the best model evaluated so far, and
+// whether a plateau stop restored it onto the shards.
+type BestModel struct {
+	Checkpoint int64       `json:"checkpoint"`
+	Eval       report.Eval `json:"eval"`
+	Restored   bool        `json:"restored,omitempty"`
+}
+
+// keepsBest says the run checkpoints its best model to hand it back at a
+// plateau stop.
+func (c *Core) keepsBest() bool {
+	return c.p.Run.Patience > 0 && c.p.Checkpoints && c.p.Evaluate
+}
+
+// keepGood is the step whose newest checkpoint at or before it the store
+// keeps beyond its retention (Checkpoint.KeepGood): a rollback's bound,
+// or the best model's checkpoint if that is older.
+func (c *Core) keepGood() int64 {
+	b := c.rollbackBound()
+	if c.st.Best != nil {
+		b = min(b, c.st.Best.Checkpoint)
+	}
+	return b
+}
+
+// sinceBest is how many evaluations of the model's history (as bestLoss
+// reads it: this generation's, and those of the steps it grew from) came
+// after the one of the lowest test loss, and that one. A loss no lower
+// than the best does not reset the count: a flat loss is a plateau too.
+func (c *Core) sinceBest() (int, report.Eval) {
+	since, best := 0, report.Eval{TestLoss: math.Inf(1)}
+	for i, e := range c.st.Evals {
+		switch {
+		case i < c.genEvals && e.Step > c.genStart:
+			continue // a step thrown away by a recovery or a rollback
+		case e.TestLoss < best.TestLoss:
+			since, best = 0, e
+		default:
+			since++
+		}
+	}
+	return since, best
+}
+
+// patience applies --patience to the training evaluation ev, just
+// recorded: the stop once the loss stopped falling, else the checkpoint
+// of a new best (when none is under way, and the evaluation read one
+// version of every shard: not mixed).
+func (c *Core) patience(now time.Time, ev report.Eval, mixed bool) []Action {
+	p := c.p.Run.Patience
+	if p <= 0 {
+		return nil
+	}
+	since, best := c.sinceBest()
+	switch {
+	case since >= p:
+		c.log.Info("the test loss stopped falling; stopping", "evaluations", since, "best_loss", fmt.Sprintf("%.4f", best.TestLoss),
+			"best_step", best.Step, "test_loss", fmt.Sprintf("%.4f", ev.TestLoss))
+		return c.beginStop(now, StopPlateau)
+	case since > 0 || !c.keepsBest():
+		return nil
+	case c.ckptBusy || mixed:
+		c.log.Info("best model so far not checkpointed: a checkpoint is under way, or it mixes versions", "step", ev.Step, "mixed", mixed)
+		return nil
+	}
+	c.ckptBusy, c.lastCkpt, c.bestPending = true, now, &ev
+	return []Action{Checkpoint{Versions: slices.Clone(c.versions), Latest: c.st.LatestCheckpoint, Retained: true, Step: ev.Step, KeepGood: c.keepGood()}}
+}
+
+// bestCheckpointed records the outcome of a checkpoint: that of the best
+// model so far if it was one (retained, not final) and was committed.
+func (c *Core) bestCheckpointed(res CheckpointResult) {
+	if !res.Retained || res.Final {
+		return
+	}
+	if e := c.bestPending; e != nil && res.Err == nil && res.Skipped == "" {
+		c.st.Best = &BestModel{Checkpoint: res.Step, Eval: *e}
+		c.log.Info("best model so far checkpointed", "step", res.Step, "test_loss", fmt.Sprintf("%.4f", e.TestLoss))
+	}
+	c.bestPending = nil
+}
+
+// forgetBestPast forgets the best model's checkpoint if it is of a step
+// a recovery or rollback to step threw away (it was moved aside).
+func (c *Core) forgetBestPast(step int64) {
+	if b := c.st.Best; b != nil && !b.Restored && b.Checkpoint > step {
+		c.st.Best = nil
+	}
+}
+
+// bestHandBackDue orders, in a plateau stop, the restore of the best
+// model's checkpoint onto the stopped shards (nil: not due).
+func (c *Core) bestHandBackDue() []Action {
+	b := c.st.Best
+	if c.stopReason != StopPlateau || b == nil || b.Restored || c.handBackBusy || c.handingBack() {
+		return nil
+	}
+	c.log.Info("handing back the best model evaluated", "step", b.Eval.Step, "checkpoint", b.Checkpoint, "test_loss", fmt.Sprintf("%.4f", b.Eval.TestLoss))
+	return c.orderHandBack(b.Checkpoint, true)
+}
+
+// bestHandedBack is HandedBack for the best model's restore: the shards
+// hold it, stopped, and it is scored next; a failure ends the run with
+// no final checkpoint of what the shards hold, as a ruined model's
+// hand-back does.
+func (c *Core) bestHandedBack(now time.Time, res HandBackResult) []Action {
+	b := c.st.Best
+	b.Restored = true
+	if res.Err != nil {
+		c.finalCkptAsked = true
+		c.st.Checkpoints.Failed++
+		c.st.Checkpoints.LastError = "handing back the best model: " + res.Err.Error()
+		c.st.Checkpoints.FinalFailed = true
+		c.log.Error("could not hand back the best model; the run ends with no final checkpoint", "err", res.Err)
+		return c.wind(now)
+	}
+	if res.Step != b.Checkpoint {
+		c.log.Warn("the best model's checkpoint is gone; handed back an older one", "best", b.Checkpoint, "restored", res.Step)
+	}
+	c.restoredForHandBack(res)
+	return append([]Action{c.save()}, c.wind(now)...)
+}
