@@ -259,6 +259,11 @@ type State struct {
 	// PSWeights are the shard weights of a rebalanced layout (none: equal
 	// shares; docs/elastic.md, "Rebalancing").
 	PSWeights []int `json:"ps_weights,omitempty"`
+	// GenStart and GenEvals are the step the current generation began at
+	// and the evaluations recorded then (Core.beginGeneration), for a
+	// restarted chief that adopts shards of that generation.
+	GenStart int64 `json:"gen_start,omitempty"`
+	GenEvals int   `json:"gen_evals,omitempty"`
 	// Best is the checkpoint of the best model evaluated so far, with
 	// --patience (nil: none; core_best.go).
 	Best *BestModel `json:"best,omitempty"`

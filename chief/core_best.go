@@ -1,11 +1,13 @@
 package chief
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"time"
 
+	"github.com/pstrain/pstrain/config"
 	"github.com/pstrain/pstrain/observe/report"
 )
 
@@ -19,6 +21,10 @@ import (
 // (HandBack), scores it on the whole test set and marks it the final
 // checkpoint. Without checkpoints the run hands back the model the
 // shards hold when stopped.
+
+// ErrBestGone says a plateau stop's HandBack found no valid checkpoint
+// of the best model, and restored nothing.
+var ErrBestGone = errors.New("the best model's checkpoint is gone")
 
 // BestModel is the checkpoint of the best model evaluated so far, and
 // whether a plateau stop restored it onto the shards.
@@ -47,21 +53,29 @@ func (c *Core) keepGood() int64 {
 
 // sinceBest is how many evaluations of the model's history (as bestLoss
 // reads it: this generation's, and those of the steps it grew from) came
-// after the one of the lowest test loss, and that one. A loss no lower
-// than the best does not reset the count: a flat loss is a plateau too.
-func (c *Core) sinceBest() (int, report.Eval) {
-	since, best := 0, report.Eval{TestLoss: math.Inf(1)}
+// after the one of the lowest test loss, that one, and whether the last
+// evaluation recorded counts. A loss no lower than the best does not
+// reset the count: a flat loss is a plateau too; an evaluation of the
+// step the one before it scored does not count.
+func (c *Core) sinceBest() (since int, best report.Eval, counted bool) {
+	best, last := report.Eval{TestLoss: math.Inf(1)}, int64(-1)
 	for i, e := range c.st.Evals {
+		counted = false
 		switch {
 		case i < c.genEvals && e.Step > c.genStart:
 			continue // a step thrown away by a recovery or a rollback
+		case e.Step == last:
+			continue // no step trained since (a stall): nothing to judge
+		}
+		last, counted = e.Step, true
+		switch {
 		case e.TestLoss < best.TestLoss:
 			since, best = 0, e
 		default:
 			since++
 		}
 	}
-	return since, best
+	return since, best, counted
 }
 
 // patience applies --patience to the training evaluation ev, just
@@ -73,16 +87,25 @@ func (c *Core) patience(now time.Time, ev report.Eval, mixed bool) []Action {
 	if p <= 0 {
 		return nil
 	}
-	since, best := c.sinceBest()
+	since, best, counted := c.sinceBest()
 	switch {
+	case !counted:
+		return nil
 	case since >= p:
 		c.log.Info("the test loss stopped falling; stopping", "evaluations", since, "best_loss", fmt.Sprintf("%.4f", best.TestLoss),
 			"best_step", best.Step, "test_loss", fmt.Sprintf("%.4f", ev.TestLoss))
 		return c.beginStop(now, StopPlateau)
 	case since > 0 || !c.keepsBest():
 		return nil
-	case c.ckptBusy || mixed:
-		c.log.Info("best model so far not checkpointed: a checkpoint is under way, or it mixes versions", "step", ev.Step, "mixed", mixed)
+	case mixed:
+		c.log.Info("best model so far not checkpointed: its evaluation read shards at different versions", "step", ev.Step)
+		return nil
+	case c.p.Run.Mode == config.Sync && ev.Step == c.st.LatestCheckpoint:
+		// The newest checkpoint is of that version of every shard.
+		c.st.Best = &BestModel{Checkpoint: ev.Step, Eval: ev}
+		return nil
+	case c.ckptBusy || ev.Step <= c.st.LatestCheckpoint:
+		c.log.Info("best model so far not checkpointed: a checkpoint is under way, or one of a later step exists", "step", ev.Step)
 		return nil
 	}
 	c.ckptBusy, c.lastCkpt, c.bestPending = true, now, &ev
@@ -111,14 +134,31 @@ func (c *Core) forgetBestPast(step int64) {
 }
 
 // bestHandBackDue orders, in a plateau stop, the restore of the best
-// model's checkpoint onto the stopped shards (nil: not due).
+// model's checkpoint onto the stopped shards (nil: not due). A best
+// that was not checkpointed (its checkpoint failed, or it mixed
+// versions) leaves an older one, handed back only if it scored lower
+// than the last training evaluation, the nearest to the stopped model.
 func (c *Core) bestHandBackDue() []Action {
 	b := c.st.Best
 	if c.stopReason != StopPlateau || b == nil || b.Restored || c.handBackBusy || c.handingBack() {
 		return nil
 	}
+	if last, ok := c.lastTrainingEval(); ok && b.Eval.TestLoss >= last.TestLoss {
+		c.log.Info("the best model checkpointed scored no lower than the last evaluation: handing back the stopped model",
+			"best_step", b.Eval.Step, "best_loss", fmt.Sprintf("%.4f", b.Eval.TestLoss), "last_step", last.Step, "last_loss", fmt.Sprintf("%.4f", last.TestLoss))
+		b.Restored = true
+		return nil
+	}
 	c.log.Info("handing back the best model evaluated", "step", b.Eval.Step, "checkpoint", b.Checkpoint, "test_loss", fmt.Sprintf("%.4f", b.Eval.TestLoss))
 	return c.orderHandBack(b.Checkpoint, true)
+}
+
+// lastTrainingEval is the last evaluation recorded before the stop.
+func (c *Core) lastTrainingEval() (report.Eval, bool) {
+	if n := len(c.st.Evals); n > 0 && !c.finalEvalAsked {
+		return c.st.Evals[n-1], true
+	}
+	return report.Eval{}, false
 }
 
 // bestHandedBack is HandedBack for the best model's restore: the shards
@@ -128,6 +168,11 @@ func (c *Core) bestHandBackDue() []Action {
 func (c *Core) bestHandedBack(now time.Time, res HandBackResult) []Action {
 	b := c.st.Best
 	b.Restored = true
+	if errors.Is(res.Err, ErrBestGone) {
+		// Nothing was restored: the shards hold the stopped model.
+		c.log.Warn("the best model's checkpoint is gone; handing back the stopped model", "err", res.Err)
+		return c.wind(now)
+	}
 	if res.Err != nil {
 		c.finalCkptAsked = true
 		c.st.Checkpoints.Failed++

@@ -82,6 +82,7 @@ func (c *Core) LRFactor() float64 { return c.lrFactor() }
 func (c *Core) beginGeneration(step int64, rollback bool) {
 	c.genStart, c.genFromRollback, c.lastGood = step, rollback, -1
 	c.genEvals, c.winLoss = len(c.st.Evals), c.lossAt(step)
+	c.st.GenStart, c.st.GenEvals = c.genStart, c.genEvals
 	c.forgetBestPast(step)
 	for s := range c.outliers {
 		c.outliers[s] = -1

@@ -145,7 +145,7 @@ func (c *Core) Adopt(now time.Time, a Adoption) []Action {
 	for s := range c.versions {
 		c.versions[s] = a.Step
 	}
-	c.beginGeneration(a.Step, false)
+	c.adoptGeneration(a)
 	c.st.Restarts = append(c.st.Restarts, report.Restart{Task: "chief", BackAtSeconds: ptr(c.seconds(now)), RestoredStep: a.Step})
 	c.m.TaskRestarts.WithLabelValues("chief").Inc()
 	c.log.Warn("chief restarted: adopting the running cluster", "step", a.Step, "generation", c.st.Generation)
@@ -421,6 +421,18 @@ func (c *Core) checkpointDue(now time.Time) bool {
 		return now.Sub(c.lastCkpt) >= e.Duration
 	}
 	return false
+}
+
+// adoptGeneration begins the adopted shards' generation at their step,
+// or where the saved state says it began if they are of that generation:
+// the evaluations of the steps it threw away stay out of the model's
+// history.
+func (c *Core) adoptGeneration(a Adoption) {
+	c.beginGeneration(a.Step, false)
+	if s := a.Saved; s != nil && s.Generation == a.Generation && s.GenEvals <= len(c.st.Evals) && s.GenStart <= a.Step {
+		c.genStart, c.genEvals = s.GenStart, s.GenEvals
+		c.st.GenStart, c.st.GenEvals = s.GenStart, s.GenEvals
+	}
 }
 
 // Progress is a snapshot for the progress line.

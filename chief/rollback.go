@@ -48,6 +48,11 @@ func (c *Chief) restoreBest(ctx context.Context, a Rollback) (step int64, fromCh
 	if c.cfg.Store == nil {
 		return 0, false, fmt.Errorf("chief: no checkpoint store to hand back the best model from")
 	}
+	// Read in full (every shard's hash) before anything is deleted: a
+	// checkpoint gone or damaged leaves the stopped model in place.
+	if err := c.cfg.Store.Verify(c.cfg.Store.Path(a.AtMost)); err != nil {
+		return 0, false, fmt.Errorf("%w: %w", ErrBestGone, err)
+	}
 	n, err := c.cfg.Store.RemoveAfter(a.AtMost)
 	if err != nil {
 		return 0, false, fmt.Errorf("chief: deleting the checkpoints after the best model's: %w", err)

@@ -229,8 +229,8 @@ type Run struct {
 	// Patience stops a run once this many evaluations in a row scored a
 	// test loss no lower than the model's best so far (0: never; a CTR
 	// model's default is DefaultCTRPatience). The model handed back is
-	// the one trained when the stop began (docs/semantics.md, "Stopped by
-	// plateau").
+	// the best one evaluated, restored from its checkpoint
+	// (docs/semantics.md, "Stopped by plateau").
 	Patience int `json:"patience,omitempty" check:"-"`
 }
 

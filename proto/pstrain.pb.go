@@ -1359,11 +1359,15 @@ func (x *ShardOptions) GetCompress() string {
 }
 
 type PullRequest struct {
-	state      protoimpl.MessageState `protogen:"open.v1"`
-	Worker     int32                  `protobuf:"varint,1,opt,name=worker,proto3" json:"worker,omitempty"` // -1 for a reader that is not a worker (the chief)
-	MinVersion int64                  `protobuf:"varint,2,opt,name=min_version,json=minVersion,proto3" json:"min_version,omitempty"`
-	RunId      string                 `protobuf:"bytes,3,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
-	Generation int64                  `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"` // the worker's generation for this shard (0: any)
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Worker int32                  `protobuf:"varint,1,opt,name=worker,proto3" json:"worker,omitempty"` // -1 for a reader that is not a worker (the chief)
+	// min_version: answer once the shard is at this version (sync). A
+	// chief's pull with it set pulls a shard again for an evaluation that
+	// read it a step behind the others: it keeps the attribution window
+	// the evaluation's first pull closed.
+	MinVersion int64  `protobuf:"varint,2,opt,name=min_version,json=minVersion,proto3" json:"min_version,omitempty"`
+	RunId      string `protobuf:"bytes,3,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Generation int64  `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"` // the worker's generation for this shard (0: any)
 	// retain (the chief's evaluation pulls that may complete the target's
 	// hold): the shard keeps this version's parameters and optimizer state
 	// (and its tables' slots, frozen), replacing the one retained before,

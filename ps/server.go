@@ -666,7 +666,7 @@ func (s *Server) answerPull(req *pb.PullRequest, shared bool, start time.Time) (
 		resp.DataPosition = sh.DataPosition(w)
 	}
 	if req.Worker < 0 {
-		s.evaluated(req.Retain, p)
+		s.evaluated(req.Retain, req.MinVersion == 0, p)
 	}
 	if req.Worker >= 0 {
 		s.m.BarrierWait.Observe(s.now().Sub(start).Seconds())
@@ -1259,16 +1259,19 @@ func (s *Server) fillSnapshot(sn *snapshot, p *pullSnap) {
 const dropRetainedOp = -1
 
 // evaluated is a chief's evaluation pull of p's version: it closes the
-// attribution window and, with retain, keeps the version's state (a
-// target stop hands it back); without, it drops what an evaluation kept
+// attribution window (unless closeWindow is false: the chief pulls the
+// shard again for the same evaluation) and, with retain, keeps the
+// version's state (a target stop hands it back); without, it drops what an evaluation kept
 // before, which holds the tables' frozen slots (every block written
 // since costs a copy). The standby keeps or drops the same: a pull is
 // answered only once it holds every update, so the op reaches it right
 // after the updates that made this version. Not awaited: a primary lost
 // before the op arrives leaves no retained state, and the target stop's
 // checkpoint falls back to the live state. Call with mu held.
-func (s *Server) evaluated(retain bool, p *pullSnap) {
-	s.window = s.shard.CloseWindow()
+func (s *Server) evaluated(retain, closeWindow bool, p *pullSnap) {
+	if closeWindow {
+		s.window = s.shard.CloseWindow()
+	}
 	switch {
 	case retain:
 		s.retain(p)

@@ -710,3 +710,43 @@ func TestDrainedOnceEveryLiveWorkerIsToldDone(t *testing.T) {
 		t.Fatal("a shard held at a PS count change's boundary waits for workers it answers nothing")
 	}
 }
+
+// A chief's pull closes the shard's attribution window; one with
+// min_version set (the chief pulls the shard again, for the evaluation
+// it just pulled it for) keeps it, and still retains what it sends.
+func TestChiefRepullKeepsTheWindow(t *testing.T) {
+	srv, _, n := newTestServer(t, 1, func(r *config.Run) { r.Workers = 1 })
+	ctx := context.Background()
+	window := func() (int64, int64) {
+		st, err := srv.Status(ctx, &pb.StatusRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.WindowFrom, st.WindowTo
+	}
+	push(t, srv, 0, 0, 1, n)
+	if _, err := srv.Pull(ctx, &pb.PullRequest{Worker: -1, RunId: "r"}); err != nil {
+		t.Fatal(err)
+	}
+	from, to := window()
+	push(t, srv, 0, 1, 1, n)
+	resp, err := srv.Pull(ctx, &pb.PullRequest{Worker: -1, RunId: "r", MinVersion: 2, Retain: true})
+	if err != nil || resp.Version != 2 {
+		t.Fatalf("pull at min_version 2: %v, %v", resp, err)
+	}
+	if f, t2 := window(); f != from || t2 != to {
+		t.Errorf("window [%d, %d] after the pull again, want the first pull's [%d, %d]", f, t2, from, to)
+	}
+	srv.mu.Lock()
+	retained := srv.retained != nil && srv.retained.version == 2
+	srv.mu.Unlock()
+	if !retained {
+		t.Error("the pull again did not retain version 2")
+	}
+	if _, err := srv.Pull(ctx, &pb.PullRequest{Worker: -1, RunId: "r"}); err != nil {
+		t.Fatal(err)
+	}
+	if f, t2 := window(); f == from && t2 == to {
+		t.Errorf("window [%d, %d] unchanged by the next evaluation's pull", f, t2)
+	}
+}

@@ -5,10 +5,11 @@
 # parameter servers 6 s after its first progress line and for 1 seven
 # seconds later; prints each run's pauses and steps lost from its
 # report's membership_changes. The run must last past the second change
-# (the MLP: --epochs 10; --model ctr: --epochs 3, after
-# `pstrain data synth-ctr --out DATA/synth-ctr` and with --data-dir DATA).
+# (the MLP: --epochs 10; --model ctr: --epochs 3 --patience 0, after
+# `pstrain data synth-ctr --out DATA/synth-ctr` and with --data-dir DATA;
+# both binaries get the same flags, so both must know --patience).
 #
-#   scripts/bench-psscale.sh 3 /tmp/old-pstrain bin/pstrain --model ctr --epochs 3 --data-dir /tmp/ctrdata
+#   scripts/bench-psscale.sh 3 /tmp/old-pstrain bin/pstrain --model ctr --epochs 3 --patience 0 --data-dir /tmp/ctrdata
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n="${1:?pairs}"; a="${2:?binary A}"; b="${3:?binary B}"

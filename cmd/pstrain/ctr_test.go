@@ -151,14 +151,16 @@ func checkRestoredRun(t *testing.T, rep *report.Report, minStep int64, wantAUC f
 
 // runCTR writes a synthetic set of 20000 training and 5000 test samples
 // and runs `pstrain run --model ctr` on it over 2 PS and 2 workers for 2
-// epochs, with extra flags; it returns the report, the data directory
+// epochs without --patience, with extra flags; it returns the report, the data directory
 // and the checkpoint directory.
 func runCTR(t *testing.T, ctx context.Context, extra ...string) (*report.Report, string, string) {
 	t.Helper()
 	tmp := t.TempDir()
 	data := smallCTRData(t, tmp)
 	rp, ckdir := filepath.Join(tmp, "report.json"), filepath.Join(tmp, "ckpt")
-	args := append([]string{"run", "--model", "ctr", "--ps", "2", "--workers", "2", "--epochs", "2", "--data-dir", data,
+	// (--patience 0: these runs stop by epochs, at a step that does not
+	// depend on when the chief evaluates.)
+	args := append([]string{"run", "--model", "ctr", "--ps", "2", "--workers", "2", "--epochs", "2", "--patience", "0", "--data-dir", data,
 		"--checkpoint-dir", ckdir, "--run-dir", filepath.Join(tmp, "run"), "--sd-dir", filepath.Join(tmp, "targets"), "--report", rp}, extra...)
 	out, err := pstrain(t, ctx, args...)
 	if err != nil {

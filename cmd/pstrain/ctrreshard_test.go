@@ -53,7 +53,7 @@ func runCTRInto(t *testing.T, ctx context.Context, tmp, name, data, ckdir string
 	t.Helper()
 	dir := filepath.Join(tmp, name)
 	rp := filepath.Join(dir, "report.json")
-	args := append([]string{"run", "--model", "ctr", "--workers", "2", "--epochs", "2", "--data-dir", data,
+	args := append([]string{"run", "--model", "ctr", "--workers", "2", "--epochs", "2", "--patience", "0", "--data-dir", data,
 		"--checkpoint-dir", ckdir, "--run-dir", filepath.Join(dir, "run"), "--sd-dir", filepath.Join(dir, "targets"), "--report", rp}, extra...)
 	out, err := pstrain(t, ctx, args...)
 	if err != nil {

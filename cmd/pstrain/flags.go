@@ -201,7 +201,7 @@ func bindRunFlags(fs *flag.FlagSet, r *config.Run) *modelFlags {
 	fs.Int64Var(&r.WarmupSteps, "warmup-steps", r.WarmupSteps, "ramp the learning rate up linearly over this many first global steps (0 = no warmup; --model cnn: "+strconv.FormatInt(config.DefaultCNNWarmupSteps, 10)+" unless given)")
 	fs.Float64Var(&r.Epochs, "epochs", r.Epochs, "epochs to train (an upper bound when --target-accuracy is set; --model ctr: "+strconv.FormatFloat(config.DefaultCTREpochs, 'g', -1, 64)+" unless given)")
 	track(fs, "epochs", &m.epochsSet)
-	fs.IntVar(&r.Patience, "patience", r.Patience, "stop once this many evaluations in a row score a test loss no lower than the best so far, and hand back the model trained then (0 = never; --model ctr: "+strconv.Itoa(config.DefaultCTRPatience)+" unless given, as its tables overfit after a few epochs; docs/semantics.md)")
+	fs.IntVar(&r.Patience, "patience", r.Patience, "stop once this many evaluations in a row score a test loss no lower than the best so far, and hand back the best model evaluated, from its checkpoint (without checkpoints: the model at the stop) (0 = never; --model ctr: "+strconv.Itoa(config.DefaultCTRPatience)+" unless given, as its tables overfit after a few epochs; docs/semantics.md)")
 	track(fs, "patience", &m.patienceSet)
 	fs.Float64Var(&r.TargetAccuracy, "target-accuracy", r.TargetAccuracy, "stop once the test accuracy holds at this (0 = run all epochs); the model handed back is one that scored it")
 	fs.IntVar(&r.TargetHold, "target-hold", r.TargetHold, "evaluations in a row that must score --target-accuracy on the whole test set before the run stops")

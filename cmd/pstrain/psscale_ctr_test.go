@@ -43,7 +43,7 @@ func TestScalePSCTR(t *testing.T) {
 			// epochs, several seconds of training for the two changes.
 			const epochs = 5
 			base := []string{"--model", "ctr", "--data-dir", data, "--mode", mode, "--workers", "2", "--batch", "32",
-				"--epochs", strconv.Itoa(epochs)}
+				"--epochs", strconv.Itoa(epochs), "--patience", "0"}
 			flags := base
 			if c.name == "sync with standbys" {
 				// (each primary attaches its standby anew once its rows
