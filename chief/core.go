@@ -500,6 +500,9 @@ func (c *Core) save() Action {
 	st.Membership = slices.Clone(st.Membership)
 	st.Plan.Eras = slices.Clone(st.Plan.Eras)
 	st.Replicas = slices.Clone(st.Replicas)
+	if b := st.Best; b != nil {
+		st.Best = ptr(*b)
+	}
 	return SaveState{State: st}
 }
 

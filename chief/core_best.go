@@ -162,27 +162,30 @@ func (c *Core) lastTrainingEval() (report.Eval, bool) {
 }
 
 // bestHandedBack is HandedBack for the best model's restore: the shards
-// hold it, stopped, and it is scored next; a failure ends the run with
-// no final checkpoint of what the shards hold, as a ruined model's
-// hand-back does.
+// hold it, stopped, and it is scored next. ErrBestGone (nothing
+// restored) leaves the stopped model to score; another failure ends the
+// run with no final evaluation or checkpoint of what the shards hold.
 func (c *Core) bestHandedBack(now time.Time, res HandBackResult) []Action {
 	b := c.st.Best
 	b.Restored = true
-	if errors.Is(res.Err, ErrBestGone) {
+	err := res.Err
+	switch {
+	case errors.Is(err, ErrBestGone):
 		// Nothing was restored: the shards hold the stopped model.
-		c.log.Warn("the best model's checkpoint is gone; handing back the stopped model", "err", res.Err)
-		return c.wind(now)
+		c.log.Warn("the best model's checkpoint is gone; handing back the stopped model", "err", err)
+		return append([]Action{c.save()}, c.wind(now)...)
+	case err == nil && (!res.FromCheckpoint || res.Step != b.Checkpoint):
+		err = fmt.Errorf("the shards were restored to step %d, not the best model's checkpoint", res.Step)
 	}
-	if res.Err != nil {
-		c.finalCkptAsked = true
+	if err != nil {
+		// The shards no longer hold the stopped model, nor the best:
+		// nothing to score or checkpoint.
+		c.finalCkptAsked, c.finalEvalAsked = true, true
 		c.st.Checkpoints.Failed++
-		c.st.Checkpoints.LastError = "handing back the best model: " + res.Err.Error()
+		c.st.Checkpoints.LastError = fmt.Sprintf("handing back the best model (its checkpoint of step %d stays): %v", b.Checkpoint, err)
 		c.st.Checkpoints.FinalFailed = true
-		c.log.Error("could not hand back the best model; the run ends with no final checkpoint", "err", res.Err)
-		return c.wind(now)
-	}
-	if res.Step != b.Checkpoint {
-		c.log.Warn("the best model's checkpoint is gone; handed back an older one", "best", b.Checkpoint, "restored", res.Step)
+		c.log.Error("could not hand back the best model; the run ends with no final checkpoint", "best_checkpoint", b.Checkpoint, "err", err)
+		return append([]Action{c.save()}, c.wind(now)...)
 	}
 	c.restoredForHandBack(res)
 	return append([]Action{c.save()}, c.wind(now)...)

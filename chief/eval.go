@@ -250,35 +250,42 @@ const alignWait = time.Second
 
 // pullForEval pulls every shard's parameters into params (each shard
 // retains the version it sends if retain says so) and returns their
-// versions. In a sync run a shard that answered a version behind
-// another's (a step completed between the pulls) is pulled again at the
-// newest, waiting up to alignWait, so that the model scored, and
-// retained, is one version of every shard; one that does not get there
-// in time (a stalled shard) keeps its older answer.
-func (c *Chief) pullForEval(ctx context.Context, retain bool, params [][]float32) ([]int64, error) {
+// versions, and those of the first pulls (the ones that closed the
+// shards' attribution windows). In a sync run a shard that answered a
+// version behind another's (a step completed between the pulls) is
+// pulled again at the newest, until every shard answered one version or
+// alignWait passed, so that the model scored, and retained, is one
+// version of every shard; one that does not get there in time (a
+// stalled shard) keeps its last answer.
+func (c *Chief) pullForEval(ctx context.Context, retain bool, params [][]float32) (versions, first []int64, err error) {
 	prim := c.primaries()
-	versions := make([]int64, len(prim))
+	versions = make([]int64, len(prim))
 	for s := range prim {
 		v, err := c.pullShardForEval(ctx, s, &pb.PullRequest{Worker: -1, RunId: c.cfg.RunID, Retain: retain}, 30*time.Second, params)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		versions[s] = v
 	}
+	first = slices.Clone(versions)
 	if c.cfg.Run.Mode != config.Sync {
-		return versions, nil
+		return versions, first, nil
 	}
-	hi := slices.Max(versions)
-	for s, v := range versions {
-		if v >= hi {
-			continue
-		}
-		req := &pb.PullRequest{Worker: -1, RunId: c.cfg.RunID, Retain: retain, MinVersion: hi}
-		if v, err := c.pullShardForEval(ctx, s, req, alignWait, params); err == nil {
-			versions[s] = v
+	actx, cancel := context.WithTimeout(ctx, alignWait)
+	defer cancel()
+	for actx.Err() == nil && slices.Min(versions) != slices.Max(versions) {
+		hi := slices.Max(versions)
+		for s, v := range versions {
+			if v >= hi {
+				continue
+			}
+			req := &pb.PullRequest{Worker: -1, RunId: c.cfg.RunID, Retain: retain, MinVersion: hi}
+			if v, err := c.pullShardForEval(actx, s, req, alignWait, params); err == nil {
+				versions[s] = v
+			}
 		}
 	}
-	return versions, nil
+	return versions, first, nil
 }
 
 // pullShardForEval makes one evaluation pull of shard s, within timeout,
@@ -312,14 +319,14 @@ func (c *Chief) evaluate(ctx context.Context, a Evaluate) EvalResult {
 	t0 := c.cfg.Now()
 	res := EvalResult{Seq: a.Seq, Generation: a.Generation, Step: math.MaxInt64}
 	params := c.cfg.Evaluator.Params()
-	versions, err := c.pullForEval(ctx, a.Retain, params)
+	versions, first, err := c.pullForEval(ctx, a.Retain, params)
 	if err != nil {
 		res.Err = err
 		return res
 	}
 	res.Step = slices.Min(versions)
 	res.Mixed = c.cfg.Run.Mode == config.Sync && res.Step != slices.Max(versions)
-	res.Window = c.windows(ctx, versions)
+	res.Window = c.windows(ctx, first)
 	res.At = c.cfg.Now()
 	ev := c.cfg.Evaluator
 	if a.ConfirmAbove > 0 && a.Subset > 0 && a.Subset < 1 && ev.ctr == nil { // (a CTR evaluation scores the whole set)

@@ -20,9 +20,9 @@ import (
 // (a stalled shard). It records the pulls.
 type stepShard struct {
 	pb.ParameterServerClient
-	size           int
-	version, reach int64
-	pulls          []*pb.PullRequest
+	size                      int
+	version, reach, overshoot int64 // overshoot: answer a newer one than asked (a step completed meanwhile)
+	pulls                     []*pb.PullRequest
 }
 
 func (s *stepShard) Pull(ctx context.Context, in *pb.PullRequest, _ ...grpc.CallOption) (*pb.PullResponse, error) {
@@ -32,16 +32,17 @@ func (s *stepShard) Pull(ctx context.Context, in *pb.PullRequest, _ ...grpc.Call
 			<-ctx.Done()
 			return nil, ctx.Err()
 		}
-		s.version = in.MinVersion
+		s.version = min(in.MinVersion+s.overshoot, s.reach)
 	}
 	return &pb.PullResponse{Version: s.version, Params: wire.Bytes(make([]float32, s.size))}, nil
 }
 
 // A sync evaluation that read one shard a step behind the other pulls it
 // again at the newer version, retaining that one, so that it scores (and
-// a checkpoint of the retained state holds) one version; a shard that
-// stays behind leaves the evaluation mixed. An async one takes each
-// shard's version as it comes.
+// a checkpoint of the retained state holds) one version, and pulls
+// again whichever falls behind meanwhile; a shard that stays behind
+// leaves the evaluation mixed. The windows are the first pulls'. An
+// async evaluation takes each shard's version as it comes.
 func TestSyncEvaluationPullsOneVersion(t *testing.T) {
 	spec := model.Spec{Input: 4, Hidden: []int{3}, Classes: 2}
 	plan, err := partition.New(spec, 2)
@@ -49,35 +50,40 @@ func TestSyncEvaluationPullsOneVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
-		name         string
-		mode         config.Mode
-		reach        int64 // how far the shard behind gets
-		want         []int64
-		wantMixed    bool
-		wantRepulled bool
+		name      string
+		mode      config.Mode
+		reach     int64 // how far the shard behind gets
+		overshoot int64
+		want      []int64
+		wantMixed bool
+		wantPulls [2]int // of the shard behind, and of the other
 	}{
-		{"sync, behind by a step", config.Sync, 8, []int64{8, 8}, false, true},
-		{"sync, stalled", config.Sync, 7, []int64{7, 8}, true, true},
-		{"async", config.Async, 8, []int64{7, 8}, false, false},
+		{"sync, behind by a step", config.Sync, 8, 0, []int64{8, 8}, false, [2]int{2, 1}},
+		{"sync, behind, then a step ahead", config.Sync, 9, 1, []int64{9, 9}, false, [2]int{2, 2}},
+		{"sync, stalled", config.Sync, 7, 0, []int64{7, 8}, true, [2]int{2, 1}},
+		{"async", config.Async, 8, 0, []int64{7, 8}, false, [2]int{1, 1}},
 	} {
-		behind := &stepShard{size: plan.Shards[0].Size, version: 7, reach: c.reach}
-		ahead := &stepShard{size: plan.Shards[1].Size, version: 8, reach: 8}
+		behind := &stepShard{size: plan.Shards[0].Size, version: 7, reach: c.reach, overshoot: c.overshoot}
+		ahead := &stepShard{size: plan.Shards[1].Size, version: 8, reach: 9}
 		ch := &Chief{cfg: Config{Run: config.Run{Mode: c.mode}, PS: []PS{{Client: behind}, {Client: ahead}}}, plan: plan}
 		params := make([][]float32, len(plan.Vars))
 		for i, v := range plan.Vars {
 			params[i] = make([]float32, v.Size())
 		}
-		versions, err := ch.pullForEval(context.Background(), true, params)
+		versions, first, err := ch.pullForEval(context.Background(), true, params)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
+		}
+		if !slices.Equal(first, []int64{7, 8}) {
+			t.Errorf("%s: first versions %v, want [7 8] (the windows they closed)", c.name, first)
 		}
 		mixed := c.mode == config.Sync && slices.Min(versions) != slices.Max(versions)
 		if !slices.Equal(versions, c.want) || mixed != c.wantMixed {
 			t.Errorf("%s: versions %v (mixed %t), want %v (%t)", c.name, versions, mixed, c.want, c.wantMixed)
 		}
-		if repulled := len(behind.pulls) == 2; repulled != c.wantRepulled || len(ahead.pulls) != 1 {
-			t.Errorf("%s: %d pulls of the shard behind, %d of the other", c.name, len(behind.pulls), len(ahead.pulls))
-		} else if repulled && (behind.pulls[1].MinVersion != 8 || !behind.pulls[1].Retain) {
+		if got := [2]int{len(behind.pulls), len(ahead.pulls)}; got != c.wantPulls {
+			t.Errorf("%s: %v pulls of the shard behind and of the other, want %v", c.name, got, c.wantPulls)
+		} else if got[0] == 2 && (behind.pulls[1].MinVersion != 8 || !behind.pulls[1].Retain) {
 			t.Errorf("%s: pulled again with %+v, want min_version 8 and retain", c.name, behind.pulls[1])
 		}
 	}

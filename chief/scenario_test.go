@@ -71,7 +71,7 @@ import (
 //	handed-back t=S step=N [versions=V,...] [err=MSG]
 //	                             the HandBack is done (step 0: the
 //	                             initial weights), the shards stopped at
-//	                             versions
+//	                             versions (err=best-gone: ErrBestGone)
 //	reinitialised t=S
 //	stopped t=S versions=V,...
 //	interrupt t=S
@@ -270,7 +270,11 @@ func (s *scenario) events() map[string]func(a scenariotest.Args, now time.Time) 
 			return c.RolledBack(now, a.Num("step"), a.Num("step") > 0)
 		},
 		"handed-back": func(a scenariotest.Args, now time.Time) []Action {
-			return c.HandedBack(now, HandBackResult{Step: a.Num("step"), FromCheckpoint: a.Num("step") > 0, Versions: nums(a["versions"]), Err: a.Err()})
+			err := a.Err()
+			if a["err"] == "best-gone" {
+				err = ErrBestGone
+			}
+			return c.HandedBack(now, HandBackResult{Step: a.Num("step"), FromCheckpoint: a.Num("step") > 0, Versions: nums(a["versions"]), Err: err})
 		},
 		"reinitialised":      func(a scenariotest.Args, now time.Time) []Action { return c.Reinitialised(now) },
 		"stopped":            func(a scenariotest.Args, now time.Time) []Action { return c.ShardsStopped(now, nums(a["versions"])) },
