@@ -249,3 +249,40 @@ func TestClusterWorkerRestarted(t *testing.T) {
 		t.Errorf("restarts %+v: want one of worker/1, back at step %d", rep.Restarts, killAt)
 	}
 }
+
+// TestClusterStopsAtPlateau: a run given far more epochs than the tiny
+// task needs, with --patience, stops by plateau and hands back the model
+// of its best evaluation: the final step is that evaluation's, and the
+// newest checkpoint, marked final, holds it.
+func TestClusterStopsAtPlateau(t *testing.T) {
+	run := tinyRun(config.Sync, 200)
+	run.Patience = 2
+	c, _ := startRun(t, run, testcluster.WorkerOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rep, err := c.Finish(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.StoppedBy != chief.StopPlateau || len(rep.Evals) < 3 {
+		t.Fatalf("stopped by %q after %d steps, %d evaluations; want plateau", rep.StoppedBy, rep.GlobalSteps, len(rep.Evals))
+	}
+	training := rep.Evals[:len(rep.Evals)-1]
+	best := training[0]
+	for _, e := range training {
+		if e.TestLoss < best.TestLoss {
+			best = e
+		}
+	}
+	t.Logf("best evaluation: step %d, loss %.4f; handed back step %d of %d, accuracy %.3f", best.Step, best.TestLoss, rep.FinalStep, rep.GlobalSteps, rep.TestAccuracy)
+	if rep.FinalStep != best.Step || rep.FinalStep >= rep.GlobalSteps {
+		t.Errorf("handed back the model of step %d of %d, want the best evaluation's, %d", rep.FinalStep, rep.GlobalSteps, best.Step)
+	}
+	info, _, err := c.Checkpoints().Latest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Step != best.Step || info.Manifest == nil || !info.Manifest.Final {
+		t.Errorf("newest checkpoint: step %d (want %d), manifest %+v", info.Step, best.Step, info.Manifest)
+	}
+}
