@@ -442,6 +442,7 @@ type Progress struct {
 	SamplesPerSec float64
 	Loss          float32
 	LastAccuracy  float64 // -1 before the first evaluation
+	LastAUC       float64 // a CTR model's latest AUC (0: none)
 	Elapsed, ETA  time.Duration
 	LiveWorkers   int
 	Workers       int // the workers the run has (elastic: docs/elastic.md)
@@ -455,7 +456,7 @@ func (c *Core) Progress(now time.Time) Progress {
 	p := Progress{Step: c.step, MaxStep: c.MaxSteps(), Loss: c.loss, LastAccuracy: -1, Elapsed: elapsed,
 		LiveWorkers: len(c.lastLive), Workers: c.workers(), StaleDropped: c.stale}
 	if n := len(c.st.Evals); n > 0 {
-		p.LastAccuracy = c.st.Evals[n-1].TestAccuracy
+		p.LastAccuracy, p.LastAUC = c.st.Evals[n-1].TestAccuracy, c.st.Evals[n-1].AUC
 	}
 	p.Epoch = samples / float64(max(1, c.p.TrainN))
 	if s := elapsed.Seconds(); s > 0 {

@@ -63,10 +63,13 @@ func formatProgress(p, prev chief.Progress) string {
 	if p.Loss != 0 {
 		loss = fmt.Sprintf("%.4f", p.Loss)
 	}
-	acc := "  -   "
-	if p.LastAccuracy >= 0 {
-		acc = fmt.Sprintf("%5.2f%%", 100*p.LastAccuracy)
+	score := "test acc   -   "
+	switch {
+	case p.LastAUC > 0: // a CTR model: its accuracy at 0.5 says little
+		score = fmt.Sprintf("test auc %.4f", p.LastAUC)
+	case p.LastAccuracy >= 0:
+		score = fmt.Sprintf("test acc %5.2f%%", 100*p.LastAccuracy)
 	}
-	return fmt.Sprintf("step %6d/%d  epoch %5.2f  %7.0f samples/s  loss %s  test acc %s  workers %d  elapsed %5.1fs  ETA %s",
-		p.Step, p.MaxStep, p.Epoch, rate, loss, acc, p.LiveWorkers, p.Elapsed.Seconds(), eta)
+	return fmt.Sprintf("step %6d/%d  epoch %5.2f  %7.0f samples/s  loss %s  %s  workers %d  elapsed %5.1fs  ETA %s",
+		p.Step, p.MaxStep, p.Epoch, rate, loss, score, p.LiveWorkers, p.Elapsed.Seconds(), eta)
 }

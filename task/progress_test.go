@@ -38,6 +38,17 @@ func TestProgressLines(t *testing.T) {
 			t.Errorf("line %q lacks %q", s, want)
 		}
 	}
+	// A CTR model's line gives its AUC, an MLP's its accuracy.
+	for _, c := range []struct {
+		acc, auc float64
+		want     string
+	}{{0.9751, 0, "test acc 97.51%"}, {0.7992, 0.80951, "test auc 0.8095"}} {
+		p := snap(100, 1400*ms, 0.5)
+		p.LastAccuracy, p.LastAUC = c.acc, c.auc
+		if got := formatProgress(p, snap(1, 300*ms, 2.3)); !strings.Contains(got, c.want) {
+			t.Errorf("line %q lacks %q", got, c.want)
+		}
+	}
 	if _, ok := pl.next(snap(150, 2000*ms, 0.4)); ok {
 		t.Error("a line 0.6 s after the previous one")
 	}
