@@ -22,9 +22,10 @@ import (
 // checkpoint. Without checkpoints the run hands back the model the
 // shards hold when stopped.
 
-// ErrBestGone says a plateau stop's HandBack found no valid checkpoint
-// of the best model, and restored nothing.
-var ErrBestGone = errors.New("the best model's checkpoint is gone")
+// ErrNothingRestored says a plateau stop's HandBack restored nothing
+// (the best model's checkpoint is gone or damaged, or the later ones
+// could not be deleted): the shards hold the stopped model.
+var ErrNothingRestored = errors.New("nothing restored")
 
 // BestModel is the checkpoint of the best model evaluated so far, and
 // whether a plateau stop restored it onto the shards.
@@ -162,17 +163,16 @@ func (c *Core) lastTrainingEval() (report.Eval, bool) {
 }
 
 // bestHandedBack is HandedBack for the best model's restore: the shards
-// hold it, stopped, and it is scored next. ErrBestGone (nothing
-// restored) leaves the stopped model to score; another failure ends the
-// run with no final evaluation or checkpoint of what the shards hold.
+// hold it, stopped, and it is scored next. ErrNothingRestored leaves the
+// stopped model to score; another failure ends the run with no final
+// evaluation or checkpoint of what the shards hold.
 func (c *Core) bestHandedBack(now time.Time, res HandBackResult) []Action {
 	b := c.st.Best
 	b.Restored = true
 	err := res.Err
 	switch {
-	case errors.Is(err, ErrBestGone):
-		// Nothing was restored: the shards hold the stopped model.
-		c.log.Warn("the best model's checkpoint is gone; handing back the stopped model", "err", err)
+	case errors.Is(err, ErrNothingRestored):
+		c.log.Warn("could not restore the best model; handing back the stopped model", "err", err)
 		return append([]Action{c.save()}, c.wind(now)...)
 	case err == nil && (!res.FromCheckpoint || res.Step != b.Checkpoint):
 		err = fmt.Errorf("the shards were restored to step %d, not the best model's checkpoint", res.Step)

@@ -46,16 +46,16 @@ func (c *Chief) rollback(ctx context.Context, a Rollback) (step int64, fromCheck
 // the run's later ones, superseded by it.
 func (c *Chief) restoreBest(ctx context.Context, a Rollback) (step int64, fromCheckpoint bool, err error) {
 	if c.cfg.Store == nil {
-		return 0, false, fmt.Errorf("chief: no checkpoint store to hand back the best model from")
+		return 0, false, fmt.Errorf("%w: no checkpoint store to hand back the best model from", ErrNothingRestored)
 	}
 	// Read in full (every shard's hash) before anything is deleted: a
 	// checkpoint gone or damaged leaves the stopped model in place.
 	if err := c.cfg.Store.Verify(c.cfg.Store.Path(a.AtMost)); err != nil {
-		return 0, false, fmt.Errorf("%w: %w", ErrBestGone, err)
+		return 0, false, fmt.Errorf("%w: the best model's checkpoint: %w", ErrNothingRestored, err)
 	}
 	n, err := c.cfg.Store.RemoveAfter(a.AtMost)
 	if err != nil {
-		return 0, false, fmt.Errorf("chief: deleting the checkpoints after the best model's: %w", err)
+		return 0, false, fmt.Errorf("%w: deleting the checkpoints after the best model's: %w", ErrNothingRestored, err)
 	}
 	c.cfg.Log.Info("deleted the checkpoints after the best model's", "count", n, "after_step", a.AtMost)
 	targets := make([]int, len(c.cfg.PS))

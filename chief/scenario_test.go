@@ -71,7 +71,7 @@ import (
 //	handed-back t=S step=N [versions=V,...] [err=MSG]
 //	                             the HandBack is done (step 0: the
 //	                             initial weights), the shards stopped at
-//	                             versions (err=best-gone: ErrBestGone)
+//	                             versions (err=nothing-restored: ErrNothingRestored)
 //	reinitialised t=S
 //	stopped t=S versions=V,...
 //	interrupt t=S
@@ -271,8 +271,8 @@ func (s *scenario) events() map[string]func(a scenariotest.Args, now time.Time) 
 		},
 		"handed-back": func(a scenariotest.Args, now time.Time) []Action {
 			err := a.Err()
-			if a["err"] == "best-gone" {
-				err = ErrBestGone
+			if a["err"] == "nothing-restored" {
+				err = ErrNothingRestored
 			}
 			return c.HandedBack(now, HandBackResult{Step: a.Num("step"), FromCheckpoint: a.Num("step") > 0, Versions: nums(a["versions"]), Err: err})
 		},
