@@ -63,7 +63,7 @@ func (c *Core) sinceBest() (since int, best report.Eval, counted bool) {
 	for i, e := range c.st.Evals {
 		counted = false
 		switch {
-		case i < c.genEvals && e.Step > c.genStart:
+		case !c.ownHistory(i, e):
 			continue // a step thrown away by a recovery or a rollback
 		case e.Step == last:
 			continue // no step trained since (a stall): nothing to judge
@@ -180,10 +180,8 @@ func (c *Core) bestHandedBack(now time.Time, res HandBackResult) []Action {
 	if err != nil {
 		// The shards no longer hold the stopped model, nor the best:
 		// nothing to score or checkpoint.
-		c.finalCkptAsked, c.finalEvalAsked = true, true
-		c.st.Checkpoints.Failed++
-		c.st.Checkpoints.LastError = fmt.Sprintf("handing back the best model (its checkpoint of step %d stays): %v", b.Checkpoint, err)
-		c.st.Checkpoints.FinalFailed = true
+		c.finalEvalAsked = true
+		c.handBackFailed(fmt.Sprintf("handing back the best model (its checkpoint of step %d stays): %v", b.Checkpoint, err))
 		c.log.Error("could not hand back the best model; the run ends with no final checkpoint", "best_checkpoint", b.Checkpoint, "err", err)
 		return append([]Action{c.save()}, c.wind(now)...)
 	}

@@ -44,11 +44,18 @@ func (c *Core) bestLoss() (float64, bool) {
 		best, ok = l, true
 	}
 	for i, e := range c.st.Evals {
-		if (i >= c.genEvals || e.Step <= c.genStart) && e.TestLoss < best {
+		if c.ownHistory(i, e) && e.TestLoss < best {
 			best, ok = e.TestLoss, true
 		}
 	}
 	return best, ok
+}
+
+// ownHistory says whether e, the i-th evaluation recorded, is of the
+// current model's history: of this generation, or of a step it grew
+// from (not one a recovery or a rollback threw away).
+func (c *Core) ownHistory(i int, e report.Eval) bool {
+	return i >= c.genEvals || e.Step <= c.genStart
 }
 
 // lossAt is the test loss known of the model at step, of the current

@@ -202,10 +202,7 @@ func (c *Core) HandedBack(now time.Time, res HandBackResult) []Action {
 	}
 	if res.Err != nil {
 		hb.Err = res.Err.Error()
-		c.finalCkptAsked = true
-		c.st.Checkpoints.Failed++
-		c.st.Checkpoints.LastError = "handing back an earlier model: " + hb.Err
-		c.st.Checkpoints.FinalFailed = true
+		c.handBackFailed("handing back an earlier model: " + hb.Err)
 		c.log.Error("could not hand back an earlier model; the run ends with the ruined one and no final checkpoint", "err", res.Err)
 		return c.wind(now)
 	}
@@ -213,6 +210,16 @@ func (c *Core) HandedBack(now time.Time, res HandBackResult) []Action {
 	c.restoredForHandBack(res)
 	c.log.Warn("restored an earlier model to hand back; scoring it", "step", res.Step, "from_checkpoint", res.FromCheckpoint)
 	return append([]Action{c.save()}, c.wind(now)...)
+}
+
+// handBackFailed records a hand-back that failed as the final
+// checkpoint's failure (why: the report's last error): the shards hold
+// no model to checkpoint.
+func (c *Core) handBackFailed(why string) {
+	c.finalCkptAsked = true
+	c.st.Checkpoints.Failed++
+	c.st.Checkpoints.LastError = why
+	c.st.Checkpoints.FinalFailed = true
 }
 
 // restoredForHandBack records that the stopped shards hold the model of

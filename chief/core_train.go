@@ -348,10 +348,7 @@ func (c *Core) orderRestore(now time.Time, s int, shards []ShardStatus) Action {
 			reached = max(reached, y.Version)
 		}
 	}
-	targets := make([]int, len(c.versions))
-	for i := range targets {
-		targets[i] = i
-	}
+	targets := allShards(len(c.versions))
 	detected, task := now, ""
 	if s >= 0 {
 		detected, task = c.down[s], c.primaryTask(s)

@@ -291,7 +291,7 @@ func (c *Chief) pullForEval(ctx context.Context, retain bool, params [][]float32
 // pullShardForEval makes one evaluation pull of shard s, within timeout,
 // and scatters its parameters into params; it returns their version.
 func (c *Chief) pullShardForEval(ctx context.Context, s int, req *pb.PullRequest, timeout time.Duration, params [][]float32) (int64, error) {
-	p := c.primaries()[s]
+	p := c.primary(s)
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	resp, err := p.Client.Pull(pctx, req)
 	cancel()

@@ -32,11 +32,7 @@ func (c *Chief) rollback(ctx context.Context, a Rollback) (step int64, fromCheck
 		// run cannot go on safely.
 		return 0, false, fmt.Errorf("chief: rolling back after a divergence: %w", err)
 	}
-	targets := make([]int, len(c.cfg.PS))
-	for s := range targets {
-		targets[s] = s
-	}
-	step, err = c.restore(ctx, targets, a.Generation)
+	step, err = c.restore(ctx, allShards(len(c.cfg.PS)), a.Generation)
 	// (A checkpoint of step 0 would hold the initial weights anyway.)
 	return step, step > 0, err
 }
@@ -58,11 +54,7 @@ func (c *Chief) restoreBest(ctx context.Context, a Rollback) (step int64, fromCh
 		return 0, false, fmt.Errorf("%w: deleting the checkpoints after the best model's: %w", ErrNothingRestored, err)
 	}
 	c.cfg.Log.Info("deleted the checkpoints after the best model's", "count", n, "after_step", a.AtMost)
-	targets := make([]int, len(c.cfg.PS))
-	for s := range targets {
-		targets[s] = s
-	}
-	step, err = c.restore(ctx, targets, a.Generation)
+	step, err = c.restore(ctx, allShards(len(c.cfg.PS)), a.Generation)
 	return step, step > 0, err
 }
 
