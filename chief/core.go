@@ -94,9 +94,6 @@ type upkeepState struct {
 	hold     int       // consecutive full evaluations at or above the target
 	ckptBusy bool
 	lastCkpt time.Time
-	// bestPending is the evaluation whose retained state a checkpoint
-	// under way writes (nil: none; core_best.go).
-	bestPending *report.Eval
 	// ckptFailedAt is when the last checkpoint attempt failed.
 	ckptFailedAt time.Time
 }
@@ -267,6 +264,11 @@ type State struct {
 	// Best is the checkpoint of the best model evaluated so far, with
 	// --patience (nil: none; core_best.go).
 	Best *BestModel `json:"best,omitempty"`
+	// BestPending is the evaluation whose retained state a checkpoint
+	// under way writes (nil: none): a chief restarted before that
+	// checkpoint's outcome was saved takes it as the best if the store
+	// lists it committed (Adoption.Committed).
+	BestPending *report.Eval `json:"best_pending,omitempty"`
 	// PSAsked is the layout asked for while a change to it is under way
 	// (nil: none): a restarted chief takes the change up again.
 	PSAsked *AskedLayout `json:"ps_asked,omitempty"`
@@ -502,6 +504,9 @@ func (c *Core) save() Action {
 	st.Replicas = slices.Clone(st.Replicas)
 	if b := st.Best; b != nil {
 		st.Best = ptr(*b)
+	}
+	if e := st.BestPending; e != nil {
+		st.BestPending = ptr(*e)
 	}
 	return SaveState{State: st}
 }

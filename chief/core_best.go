@@ -109,7 +109,7 @@ func (c *Core) patience(now time.Time, ev report.Eval, mixed bool) []Action {
 		c.log.Info("best model so far not checkpointed: a checkpoint is under way, or one of a later step exists", "step", ev.Step)
 		return nil
 	}
-	c.ckptBusy, c.lastCkpt, c.bestPending = true, now, &ev
+	c.ckptBusy, c.lastCkpt, c.st.BestPending = true, now, &ev
 	return []Action{Checkpoint{Versions: slices.Clone(c.versions), Latest: c.st.LatestCheckpoint, Retained: true, Step: ev.Step, KeepGood: c.keepGood()}}
 }
 
@@ -119,11 +119,31 @@ func (c *Core) bestCheckpointed(res CheckpointResult) {
 	if !res.Retained || res.Final {
 		return
 	}
-	if e := c.bestPending; e != nil && res.Err == nil && res.Skipped == "" {
+	if e := c.st.BestPending; e != nil && res.Err == nil && res.Skipped == "" {
 		c.st.Best = &BestModel{Checkpoint: res.Step, Eval: *e}
 		c.log.Info("best model so far checkpointed", "step", res.Step, "test_loss", fmt.Sprintf("%.4f", e.TestLoss))
 	}
-	c.bestPending = nil
+	c.st.BestPending = nil
+}
+
+// adoptBestPending settles, for a restarted chief, the best model's
+// checkpoint its predecessor had under way: committed if the store's
+// newest checkpoint is of its step (no other checkpoint starts while it
+// is under way), else lost with that chief.
+func (c *Core) adoptBestPending(committed int64) {
+	e := c.st.BestPending
+	if e == nil {
+		return
+	}
+	c.st.BestPending = nil
+	if committed < 0 || committed != e.Step {
+		c.log.Info("the best model's checkpoint under way at the chief's restart was not committed", "step", e.Step)
+		return
+	}
+	c.st.Best = &BestModel{Checkpoint: committed, Eval: *e}
+	c.st.LatestCheckpoint = max(c.st.LatestCheckpoint, committed)
+	c.st.Checkpoints.Committed++
+	c.log.Info("best model so far checkpointed (committed before the chief's restart)", "step", committed, "test_loss", fmt.Sprintf("%.4f", e.TestLoss))
 }
 
 // forgetBestPast forgets the best model's checkpoint if it is of a step

@@ -128,26 +128,26 @@ func (c *Core) Evaluated(now time.Time, res EvalResult) []Action {
 	c.m.EvalLoss.Set(res.Loss)
 	c.log.Info("evaluation", "step", ev.Step, "seconds", fmt.Sprintf("%.2f", ev.Seconds), "samples", res.Samples,
 		"test_accuracy", fmt.Sprintf("%.4f", ev.TestAccuracy), "test_loss", fmt.Sprintf("%.4f", ev.TestLoss))
-	acts := []Action{c.save()}
 	switch {
 	case decided:
 		// A rollback (ordered, or waiting for a checkpoint under way), or
 		// the stop of a run that diverged too often.
-		return append(acts, divActs...)
+		return append([]Action{c.save()}, divActs...)
 	case c.phase == stopping:
 		if res.Full && c.finalEvalAsked && c.finalEval == nil {
 			c.finalEval = &ev
 		}
-		return append(acts, c.wind(now)...)
+		return append([]Action{c.save()}, c.wind(now)...)
 	case c.phase != training:
-		return acts
+		return []Action{c.save()}
 	case c.targetHeld(res):
 		c.st.TimeToTargetSeconds = ptr(ev.Seconds)
 		c.finalEval = &ev
 		c.log.Info("target accuracy held; stopping", "evaluations", c.hold, "step", ev.Step, "test_accuracy", fmt.Sprintf("%.4f", ev.TestAccuracy))
-		return append(acts, c.beginStop(now, StopTarget)...)
+		return append([]Action{c.save()}, c.beginStop(now, StopTarget)...)
 	}
-	return append(acts, c.patience(now, ev, res.Mixed)...)
+	more := c.patience(now, ev, res.Mixed) // (the state saved holds what it decided)
+	return append([]Action{c.save()}, more...)
 }
 
 // targetHeld counts an evaluation toward the target's hold and says

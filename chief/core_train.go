@@ -107,6 +107,9 @@ type Adoption struct {
 	Step       int64 // the lowest version among them
 	Split      bool  // their generations differ: a rollback was cut short
 	Saved      *State
+	// Committed is the step of the store's newest committed checkpoint
+	// (-1: none, or no store).
+	Committed int64
 	// Replicas are each shard's primary and epoch as the processes
 	// said (hot standbys; nil: the saved ones, or the start's).
 	Replicas []Replica
@@ -146,6 +149,7 @@ func (c *Core) Adopt(now time.Time, a Adoption) []Action {
 		c.versions[s] = a.Step
 	}
 	c.adoptGeneration(a)
+	c.adoptBestPending(a.Committed)
 	c.st.Restarts = append(c.st.Restarts, report.Restart{Task: "chief", BackAtSeconds: ptr(c.seconds(now)), RestoredStep: a.Step})
 	c.m.TaskRestarts.WithLabelValues("chief").Inc()
 	c.log.Warn("chief restarted: adopting the running cluster", "step", a.Step, "generation", c.st.Generation)
