@@ -29,27 +29,33 @@ type cnnNet struct {
 	grads  [][]float32 // same shapes; nil for an eval net
 	x      []float32   // [batch, H, W, C]
 	labels []int       // -1: no label (row contributes nothing)
-	// chunk is how many images the conv blocks take at a time: the whole
-	// batch when training (the backward pass reuses every block's
-	// patches and maps), evalChunk for an eval net, so that evaluating in
-	// batches of 1000 does not hold 1000 images' patches and maps (about
-	// 150 MiB for the default CNN). Only the last block's pooled map, the
-	// dense layers' input, is kept for the whole batch.
+	// chunk is how many images the conv blocks take at a time
+	// (ConvChunk), so that a block's patches (col) and maps (out, and in
+	// training their gradients) are a chunk's: they fit in a core's cache
+	// where the whole batch's did not (the default CNN's second block
+	// has 13 MB of patches at 128 images), and evaluating in batches of
+	// 1000 does not hold 1000 images' patches and maps (about 150 MiB).
+	// The pooled maps are kept for the whole batch: in training every
+	// block's (the backward pass reads them, and makes each chunk's
+	// patches again), in an eval net the last block's (the dense
+	// layers' input).
 	chunk int
 	conv  []convBufs
 	dense []denseBufs
 	prob  []float32 // softmax of the logits, [batch, classes]
 }
 
-// convBufs is one convolution block's memory. P = chunk*OutH*OutW.
+// convBufs is one convolution block's memory. P = chunk*OutH*OutW;
+// images is the batch when the net trains or the block is the last,
+// else the chunk.
 type convBufs struct {
 	col   []float32 // [P, K] im2col patches of the block's input
 	out   []float32 // [P, Out] the convolution without its bias
-	pool  []float32 // [chunk*PoolH*PoolW, Out] ReLU(2x2 max of out + bias); the last block's: [batch*...]
-	arg   []int32   // [chunk*PoolH*PoolW, Out] index into out of each pool element's maximum
+	pool  []float32 // [images*PoolH*PoolW, Out] ReLU(2x2 max of out + bias)
+	arg   []int32   // [images*PoolH*PoolW, Out] index into its chunk's out of each pool element's maximum
 	dOut  []float32 // train: dLoss/d(conv + bias), [P, Out]
 	dCol  []float32 // train, not the first block: dLoss/dcol, [P, K]
-	dPool []float32 // train: dLoss/dpool
+	dPool []float32 // train: dLoss/dpool, [batch*PoolH*PoolW, Out]
 }
 
 // denseBufs is one dense layer's memory.
@@ -59,14 +65,13 @@ type denseBufs struct {
 	dz      []float32 // train: dLoss/d(pre-activation)
 }
 
-// evalChunk is the images per im2col of an eval net.
-const evalChunk = 32
+// ConvChunk is how many images a CNN's conv blocks take at a time
+// (BenchmarkCNNStep and BenchmarkCNNScoreAndTrain: 8 trained as fast as
+// 4 and 16, and scored as fast as 32).
+const ConvChunk = 8
 
 func newCNN(spec model.Spec, batch int, train bool) *cnnNet {
-	n := &cnnNet{spec: spec, batch: batch, train: train, layers: spec.ConvLayers(), gemm: sgemmImpl(), chunk: batch}
-	if !train {
-		n.chunk = min(batch, evalChunk)
-	}
+	n := &cnnNet{spec: spec, batch: batch, train: train, layers: spec.ConvLayers(), gemm: sgemmImpl(), chunk: min(batch, ConvChunk)}
 	for _, v := range spec.Variables() {
 		n.params = append(n.params, make([]float32, v.Size()))
 		if train {
@@ -77,14 +82,15 @@ func newCNN(spec model.Spec, batch int, train bool) *cnnNet {
 	n.labels = make([]int, batch)
 	for i, l := range n.layers {
 		p, pooled := n.chunk*l.OutH*l.OutW, l.PoolH*l.PoolW*l.Out
+		images := n.chunk
+		if train || i == len(n.layers)-1 {
+			images = batch
+		}
 		c := convBufs{
 			col:  make([]float32, p*l.K()),
 			out:  make([]float32, p*l.Out),
-			pool: make([]float32, n.chunk*pooled),
-			arg:  make([]int32, n.chunk*pooled),
-		}
-		if i == len(n.layers)-1 {
-			c.pool = make([]float32, batch*pooled)
+			pool: make([]float32, images*pooled),
+			arg:  make([]int32, images*pooled),
 		}
 		if train {
 			c.dOut = make([]float32, len(c.out))
@@ -160,11 +166,8 @@ func (n *cnnNet) forward() {
 			c := &n.conv[l]
 			im2col(in, g, m, c.col)
 			n.gemm.Sgemm(gblas.NoTrans, gblas.Trans, m*g.OutH*g.OutW, g.Out, g.K(), 1, c.col, g.K(), n.params[wIndex(l)], g.K(), 0, c.out, g.Out)
-			pool := c.pool
-			if l == len(n.layers)-1 {
-				pool = pool[b*g.PoolH*g.PoolW*g.Out:]
-			}
-			maxPool(c.out, n.params[bIndex(l)], g, m, pool, c.arg)
+			pool, arg := n.pooled(l, b, m)
+			maxPool(c.out, n.params[bIndex(l)], g, m, pool, arg)
 			in = pool
 		}
 	}
@@ -176,6 +179,18 @@ func (n *cnnNet) forward() {
 		addBias(d.z, n.params[bIndex(off+l)], l+1 < len(n.dense))
 		in = d.z
 	}
+}
+
+// pooled is where block l's pooled map and its maxima's positions for
+// the m images from image b go: their place in the whole batch's, or
+// the chunk's buffers of an eval net's block before the last.
+func (n *cnnNet) pooled(l, b, m int) ([]float32, []int32) {
+	g, c := n.layers[l], &n.conv[l]
+	size := g.PoolH * g.PoolW * g.Out
+	if len(c.pool) < n.batch*size {
+		b = 0
+	}
+	return c.pool[b*size : (b+m)*size], c.arg[b*size : (b+m)*size]
 }
 
 // softmaxLoss fills prob and returns the mean cross-entropy over the
@@ -234,18 +249,47 @@ func (n *cnnNet) backward() {
 			reluMask(dIn, in) // in is the previous layer's ReLU output
 		}
 	}
-	for l := len(n.layers) - 1; l >= 0; l-- {
-		g, c := n.layers[l], &n.conv[l]
-		p := n.batch * g.OutH * g.OutW
-		unpool(c.dPool, c.arg, c.pool, g, n.batch, c.dOut)
-		n.gemm.Sgemm(gblas.Trans, gblas.NoTrans, g.Out, g.K(), p, 1, c.dOut, g.Out, c.col, g.K(), 0, n.grads[wIndex(l)], g.K())
-		colSum(c.dOut, g.Out, n.grads[bIndex(l)])
-		if l == 0 {
-			continue // nothing wants the gradient of the images
-		}
-		n.gemm.Sgemm(gblas.NoTrans, gblas.NoTrans, p, g.K(), g.Out, 1, c.dOut, g.Out, n.params[wIndex(l)], g.K(), 0, c.dCol, g.K())
-		col2im(c.dCol, g, n.batch, n.conv[l-1].dPool)
+	n.convBackward()
+}
+
+// convBackward is the conv blocks' backward pass, chunk by chunk: each
+// chunk's patches are made again (im2col) for its blocks' weight
+// gradients, which sum over the chunks, as do the biases'.
+func (n *cnnNet) convBackward() {
+	for l := range n.layers {
+		clear(n.grads[bIndex(l)]) // (unpool adds into it)
 	}
+	for b := 0; b < n.batch; b += n.chunk {
+		m, beta := min(n.chunk, n.batch-b), float32(0)
+		if b > 0 {
+			beta = 1
+		}
+		for l := len(n.layers) - 1; l >= 0; l-- {
+			g, c := n.layers[l], &n.conv[l]
+			p, size := m*g.OutH*g.OutW, g.PoolH*g.PoolW*g.Out
+			pool, arg := n.pooled(l, b, m)
+			unpool(c.dPool[b*size:(b+m)*size], arg, pool, g, m, c.dOut, n.grads[bIndex(l)])
+			im2col(n.convInput(l, b, m), g, m, c.col)
+			n.gemm.Sgemm(gblas.Trans, gblas.NoTrans, g.Out, g.K(), p, 1, c.dOut, g.Out, c.col, g.K(), beta, n.grads[wIndex(l)], g.K())
+			if l == 0 {
+				continue // nothing wants the gradient of the images
+			}
+			prev := n.layers[l-1]
+			prevSize := prev.PoolH * prev.PoolW * prev.Out
+			n.gemm.Sgemm(gblas.NoTrans, gblas.NoTrans, p, g.K(), g.Out, 1, c.dOut, g.Out, n.params[wIndex(l)], g.K(), 0, c.dCol, g.K())
+			col2im(c.dCol, g, m, n.conv[l-1].dPool[b*prevSize:(b+m)*prevSize])
+		}
+	}
+}
+
+// convInput is block l's input for the m images from image b: the
+// images, or the previous block's pooled map.
+func (n *cnnNet) convInput(l, b, m int) []float32 {
+	if l == 0 {
+		return n.x[b*n.spec.Input : (b+m)*n.spec.Input]
+	}
+	pool, _ := n.pooled(l-1, b, m)
+	return pool
 }
 
 // denseInput is dense layer l's input and the buffer its gradient
@@ -261,27 +305,45 @@ func (n *cnnNet) denseInput(l int) (in, dIn []float32) {
 // im2col writes, for every output position of block g, the KxK patch of in
 // under it: row (b, oy, ox) of col is the patch in (ky, kx, c) order, which
 // is the order of a kernel row. In NHWC each kernel row (ky) of the patch
-// is one contiguous run of K*C floats.
+// is one contiguous run of K*C floats: the run of output (b, oy, ox) for
+// kernel row ky starts at column ox*C of input row oy+ky.
 func im2col(in []float32, g model.ConvLayer, batch int, col []float32) {
 	const k = model.KernelSize
-	run, kk := k*g.InC, g.K()
-	row := 0
+	if g.InC == 1 && k == 5 {
+		im2col5(in, g, batch, col)
+		return
+	}
+	run, kk, width := k*g.InC, g.K(), g.InW*g.InC
 	for b := 0; b < batch; b++ {
 		for oy := 0; oy < g.OutH; oy++ {
-			for ox := 0; ox < g.OutW; ox++ {
-				dst := col[row*kk : (row+1)*kk]
-				for ky := 0; ky < k; ky++ {
-					src := ((b*g.InH+oy+ky)*g.InW + ox) * g.InC
-					d, s := dst[ky*run:(ky+1)*run], in[src:src+run]
-					if run < 16 { // one channel: a call to copy costs more than 5 moves
-						for i := range d {
-							d[i] = s[i]
-						}
-						continue
-					}
-					copy(d, s)
+			dst := col[(b*g.OutH+oy)*g.OutW*kk:][:g.OutW*kk]
+			for ky := 0; ky < k; ky++ {
+				src := in[(b*g.InH+oy+ky)*width:][:width]
+				for ox := 0; ox < g.OutW; ox++ {
+					copy(dst[ox*kk+ky*run:][:run], src[ox*g.InC:])
 				}
-				row++
+			}
+		}
+	}
+}
+
+// im2col5 is im2col of a single-channel input under a 5x5 kernel (the
+// first block's): each patch's 25 values moved one by one, a patch at a
+// time, rather than by calls to copy of 5 values, which cost 3x more.
+func im2col5(in []float32, g model.ConvLayer, batch int, col []float32) {
+	const k, kk = 5, 25
+	w := g.InW
+	for b := 0; b < batch; b++ {
+		for oy := 0; oy < g.OutH; oy++ {
+			dst := col[(b*g.OutH+oy)*g.OutW*kk:][:g.OutW*kk]
+			for ox := 0; ox < g.OutW; ox++ {
+				d, at := dst[ox*kk:][:kk:kk], (b*g.InH+oy)*w+ox
+				s0, s1, s2, s3, s4 := in[at:][:k:k], in[at+w:][:k:k], in[at+2*w:][:k:k], in[at+3*w:][:k:k], in[at+4*w:][:k:k]
+				d[0], d[1], d[2], d[3], d[4] = s0[0], s0[1], s0[2], s0[3], s0[4]
+				d[5], d[6], d[7], d[8], d[9] = s1[0], s1[1], s1[2], s1[3], s1[4]
+				d[10], d[11], d[12], d[13], d[14] = s2[0], s2[1], s2[2], s2[3], s2[4]
+				d[15], d[16], d[17], d[18], d[19] = s3[0], s3[1], s3[2], s3[3], s3[4]
+				d[20], d[21], d[22], d[23], d[24] = s4[0], s4[1], s4[2], s4[3], s4[4]
 			}
 		}
 	}
@@ -292,20 +354,15 @@ func im2col(in []float32, g model.ConvLayer, batch int, col []float32) {
 func col2im(col []float32, g model.ConvLayer, batch int, dIn []float32) {
 	const k = model.KernelSize
 	clear(dIn)
-	run, kk := k*g.InC, g.K()
-	row := 0
+	run, kk, width := k*g.InC, g.K(), g.InW*g.InC
 	for b := 0; b < batch; b++ {
 		for oy := 0; oy < g.OutH; oy++ {
-			for ox := 0; ox < g.OutW; ox++ {
-				src := col[row*kk : (row+1)*kk]
-				for ky := 0; ky < k; ky++ {
-					at := ((b*g.InH+oy+ky)*g.InW + ox) * g.InC
-					dst := dIn[at : at+run]
-					for i, v := range src[ky*run : (ky+1)*run] {
-						dst[i] += v
-					}
+			src := col[(b*g.OutH+oy)*g.OutW*kk:][:g.OutW*kk]
+			for ky := 0; ky < k; ky++ {
+				dst := dIn[(b*g.InH+oy+ky)*width:][:width]
+				for ox := 0; ox < g.OutW; ox++ {
+					vec.Add(dst[ox*g.InC:], src[ox*kk+ky*run:][:run])
 				}
-				row++
 			}
 		}
 	}
@@ -318,43 +375,34 @@ func col2im(col []float32, g model.ConvLayer, batch int, dIn []float32) {
 // to the pooled map only: a quarter of the work of applying them to out.
 func maxPool(out, bias []float32, g model.ConvLayer, batch int, pool []float32, arg []int32) {
 	c := g.Out
-	row := g.OutW * c
+	row, w := g.OutW*c, g.PoolW*c
 	dst := 0
 	for b := 0; b < batch; b++ {
 		for py := 0; py < g.PoolH; py++ {
-			for px := 0; px < g.PoolW; px++ {
-				base := ((b*g.OutH+2*py)*g.OutW + 2*px) * c
-				vec.MaxPool4(out[base:base+c], out[base+c:base+2*c], out[base+row:base+row+c], out[base+row+c:base+row+2*c],
-					bias[:c], pool[dst:dst+c], arg[dst:dst+c], int32(base), int32(c), int32(row))
-				dst += c
-			}
+			base := (b*g.OutH + 2*py) * row
+			vec.MaxPoolRow(out[base:base+2*row], bias[:c], pool[dst:dst+w], arg[dst:dst+w], int32(base), int32(c), int32(row))
+			dst += w
 		}
 	}
 }
 
-// unpool writes dOut, the gradient of the convolution's output: each
-// pooled gradient goes to the position its maximum came from if the ReLU
-// after the pool passed it (the pooled value is positive), every other
-// position of the window gets 0. Positions in no window (an odd last row
-// or column) are never written: they stay 0 from allocation.
-func unpool(dPool []float32, arg []int32, pool []float32, g model.ConvLayer, batch int, dOut []float32) {
+// unpool writes dOut, the gradient of the convolution's output, and adds
+// into dBias that of the block's bias: each pooled gradient goes to the
+// position its maximum came from if the ReLU after the pool passed it
+// (the pooled value is positive), every other position of the window
+// gets 0 (vec.UnpoolRow, a row of windows at a time), and the gradients
+// passed are added into dBias (their sum is that of dOut's rows).
+// Positions in no window (an odd last row or column) are never written:
+// they stay 0 from allocation.
+func unpool(dPool []float32, arg []int32, pool []float32, g model.ConvLayer, batch int, dOut, dBias []float32) {
 	c := g.Out
-	offs := [...]int{0, c, g.OutW * c, g.OutW*c + c}
+	row, w := g.OutW*c, g.PoolW*c
 	src := 0
 	for b := 0; b < batch; b++ {
 		for py := 0; py < g.PoolH; py++ {
-			for px := 0; px < g.PoolW; px++ {
-				base := ((b*g.OutH+2*py)*g.OutW + 2*px) * c
-				for _, o := range offs {
-					clear(dOut[base+o : base+o+c])
-				}
-				for j, a := range arg[src : src+c] {
-					if pool[src+j] > 0 {
-						dOut[a] = dPool[src+j]
-					}
-				}
-				src += c
-			}
+			base := (b*g.OutH + 2*py) * row
+			vec.UnpoolRow(dPool[src:src+w], pool[src:src+w], arg[src:src+w], dOut[base:base+2*row], dBias, int32(base), int32(c), int32(row))
+			src += w
 		}
 	}
 }

@@ -286,13 +286,14 @@ func TestCNNLearnsABatch(t *testing.T) {
 	}
 }
 
-// An eval net convolves in chunks of evalChunk images; a batch that is
-// not a multiple of it (a partial last chunk) gives the logits a training
-// net computes on the whole batch at once.
-func TestCNNEvalChunksMatchWholeBatch(t *testing.T) {
+// An eval net convolves in chunks of ConvChunk images; a batch that is
+// not a multiple of it (a partial last chunk) gives each image the
+// logits a training net of one image computes.
+func TestCNNEvalChunksMatchEachImage(t *testing.T) {
 	spec := model.Spec{Kind: model.KindCNN, Input: 784, Height: 28, Width: 28, Conv: []int{4, 6}, Hidden: []int{16}, Classes: 10}
-	const batch = 2*evalChunk + 5
-	tr, _ := randomCNN(t, spec, batch, 6)
+	const batch = 2*ConvChunk + 5
+	tr, _ := randomCNN(t, spec, batch, 6) // the parameters and images
+	one, _ := randomCNN(t, spec, 1, 6)
 	ev, err := New(spec, batch, false)
 	if err != nil {
 		t.Fatal(err)
@@ -301,15 +302,107 @@ func TestCNNEvalChunksMatchWholeBatch(t *testing.T) {
 		copy(ev.Params()[i], p)
 	}
 	copy(ev.Input(), tr.Input())
-	if _, err := tr.Step(); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := ev.Step(); err != nil {
 		t.Fatal(err)
 	}
-	for i, v := range tr.Logits() {
-		if d := math.Abs(float64(ev.Logits()[i] - v)); d > 1e-5*math.Max(1, math.Abs(float64(v))) {
-			t.Fatalf("logit %d (image %d): eval %v, train %v", i, i/10, ev.Logits()[i], v)
+	k := spec.Classes
+	for img := range batch {
+		copy(one.Input(), tr.Input()[img*spec.Input:(img+1)*spec.Input])
+		if _, err := one.Step(); err != nil {
+			t.Fatal(err)
+		}
+		for j, v := range one.Logits() {
+			if got := ev.Logits()[img*k+j]; math.Abs(float64(got-v)) > 1e-5*math.Max(1, math.Abs(float64(v))) {
+				t.Fatalf("image %d logit %d: eval %v, a net of that image %v", img, j, got, v)
+			}
+		}
+	}
+}
+
+// A training net takes its batch ConvChunk images at a time: its
+// gradients over a batch of two whole chunks and a partial one are the
+// mean of each image's own (a net of batch 1), for channel counts the
+// pooling's assembly takes (multiples of 8) and others.
+func TestCNNChunksSumToTheBatchGradient(t *testing.T) {
+	specs := []model.Spec{smallCNN(),
+		{Kind: model.KindCNN, Input: 17 * 16, Height: 17, Width: 16, Conv: []int{8, 16}, Hidden: []int{5}, Classes: 3}}
+	for _, spec := range specs {
+		const batch = 2*ConvChunk + 3
+		n, labels := randomCNN(t, spec, batch, 11)
+		if _, err := n.Step(); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := n.Grads()
+		one, _ := randomCNN(t, spec, 1, 11) // the same parameters
+		want := make([][]float64, len(got))
+		for i := range want {
+			want[i] = make([]float64, len(got[i]))
+		}
+		for img := range batch {
+			copy(one.Input(), n.Input()[img*spec.Input:(img+1)*spec.Input])
+			one.SetLabels(labels[img : img+1])
+			if _, err := one.Step(); err != nil {
+				t.Fatal(err)
+			}
+			g, _ := one.Grads()
+			for i := range g {
+				for j, v := range g[i] {
+					want[i][j] += float64(v) / batch
+				}
+			}
+		}
+		vars := spec.Variables()
+		for i := range got {
+			for j, v := range got[i] {
+				if d := math.Abs(float64(v) - want[i][j]); d > 1e-5+1e-4*math.Abs(want[i][j]) {
+					t.Fatalf("conv %v: %s[%d] = %v, the images' mean %v", spec.Conv, vars[i].Name, j, v, want[i][j])
+				}
+			}
+		}
+	}
+}
+
+// im2col's patches are their definition, col[(b, oy, ox), (ky, kx, c)] =
+// in[b, oy+ky, ox+kx, c], for one input channel (im2col5) and several;
+// col2im sums each patch value back where it came from.
+func TestIm2colIsItsDefinition(t *testing.T) {
+	const k = model.KernelSize
+	r := rand.New(rand.NewPCG(13, 17))
+	for _, inC := range []int{1, 3} {
+		g := model.ConvLayer{InH: 11, InW: 9, InC: inC, OutH: 7, OutW: 5, Out: 2}
+		const batch = 3
+		in := make([]float32, batch*g.InH*g.InW*inC)
+		for i := range in {
+			in[i] = float32(r.NormFloat64())
+		}
+		col := make([]float32, batch*g.OutH*g.OutW*g.K())
+		im2col(in, g, batch, col)
+		want := make([]float32, len(in))
+		row := 0
+		for b := range batch {
+			for oy := range g.OutH {
+				for ox := range g.OutW {
+					for ky := range k {
+						for kx := range k {
+							for c := range inC {
+								at := ((b*g.InH+oy+ky)*g.InW+ox+kx)*inC + c
+								if got := col[row*g.K()+(ky*k+kx)*inC+c]; got != in[at] {
+									t.Fatalf("inC %d: patch (%d, %d, %d) value (%d, %d, %d) = %v, want %v", inC, b, oy, ox, ky, kx, c, got, in[at])
+								}
+								want[at] += col[row*g.K()+(ky*k+kx)*inC+c]
+							}
+						}
+					}
+					row++
+				}
+			}
+		}
+		back := make([]float32, len(in))
+		col2im(col, g, batch, back)
+		for i := range back {
+			if d := math.Abs(float64(back[i] - want[i])); d > 1e-5*(1+math.Abs(float64(want[i]))) {
+				t.Fatalf("inC %d: col2im value %d = %v, want %v", inC, i, back[i], want[i])
+			}
 		}
 	}
 }

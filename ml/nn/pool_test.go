@@ -13,7 +13,8 @@ import (
 // right, bottom left, bottom right) wins, a NaN never does; then the
 // bias and ReLU. unpool sends each pooled gradient to its maximum's
 // position where the pooled value is positive, and 0 to the window's
-// other positions.
+// other positions, and sums the gradients it sent, window by window,
+// into the bias's gradient.
 func maxPoolRef(out, bias []float32, g model.ConvLayer, batch int, pool []float32, arg []int32) {
 	c := g.Out
 	dst := 0
@@ -36,8 +37,9 @@ func maxPoolRef(out, bias []float32, g model.ConvLayer, batch int, pool []float3
 	}
 }
 
-func unpoolRef(dPool []float32, arg []int32, pool []float32, g model.ConvLayer, batch int, dOut []float32) {
+func unpoolRef(dPool []float32, arg []int32, pool []float32, g model.ConvLayer, batch int, dOut, dBias []float32) {
 	c := g.Out
+	clear(dBias)
 	src := 0
 	for b := range batch {
 		for py := range g.PoolH {
@@ -51,6 +53,9 @@ func unpoolRef(dPool []float32, arg []int32, pool []float32, g model.ConvLayer, 
 				for j := range c {
 					if pool[src+j] > 0 {
 						dOut[arg[src+j]] = dPool[src+j]
+						dBias[j] += dPool[src+j]
+					} else {
+						dBias[j] += 0
 					}
 				}
 				src += c
@@ -120,11 +125,23 @@ func TestPoolIsItsDefinition(t *testing.T) {
 			for i := range dOut { // what a last step left: unpool must overwrite every window's positions
 				dOut[i], wdOut[i] = 7, 7
 			}
-			unpool(dPool, arg, pool, g, batch, dOut)
-			unpoolRef(dPool, warg, wpool, g, batch, wdOut)
+			dBias, wdBias := make([]float32, g.Out), make([]float32, g.Out)
+			unpool(dPool, arg, pool, g, batch, dOut, dBias)
+			unpoolRef(dPool, warg, wpool, g, batch, wdOut, wdBias)
 			for i := range dOut {
 				if math.Float32bits(dOut[i]) != math.Float32bits(wdOut[i]) {
 					t.Fatalf("%+v nan %t: dOut[%d] = %v, want %v", g, nan, i, dOut[i], wdOut[i])
+				}
+			}
+			fresh, rows := make([]float32, len(out)), make([]float32, g.Out) // the bias's gradient as the sum of dOut's rows
+			unpool(dPool, arg, pool, g, batch, fresh, make([]float32, g.Out))
+			colSum(fresh, g.Out, rows)
+			for j := range dBias {
+				if math.Float32bits(dBias[j]) != math.Float32bits(wdBias[j]) {
+					t.Fatalf("%+v nan %t: dBias[%d] = %v, want %v", g, nan, j, dBias[j], wdBias[j])
+				}
+				if d := math.Abs(float64(dBias[j] - rows[j])); d > 1e-5*(1+math.Abs(float64(rows[j]))) {
+					t.Fatalf("%+v nan %t: dBias[%d] = %v, the sum of dOut's rows %v", g, nan, j, dBias[j], rows[j])
 				}
 			}
 		}
@@ -144,7 +161,7 @@ func BenchmarkPool(b *testing.B) {
 	}
 	bias := make([]float32, g.Out)
 	n := batch * g.PoolH * g.PoolW * g.Out
-	pool, arg, dPool, dOut := make([]float32, n), make([]int32, n), make([]float32, n), make([]float32, len(out))
+	pool, arg, dPool, dOut, dBias := make([]float32, n), make([]int32, n), make([]float32, n), make([]float32, len(out)), make([]float32, g.Out)
 	b.Run("maxPool", func(b *testing.B) {
 		for b.Loop() {
 			maxPool(out, bias, g, batch, pool, arg)
@@ -152,7 +169,7 @@ func BenchmarkPool(b *testing.B) {
 	})
 	b.Run("unpool", func(b *testing.B) {
 		for b.Loop() {
-			unpool(dPool, arg, pool, g, batch, dOut)
+			unpool(dPool, arg, pool, g, batch, dOut, dBias)
 		}
 	})
 }

@@ -5,7 +5,8 @@
 // those passes fused, so that the PS reads a gradient as few times as it
 // can: MomentumStep, MomentumSumStep, AddBoth, CopySumSquares) and a
 // worker's element-wise passes (bias and ReLU, the ReLU's gradient mask,
-// bytes to pixel values, the CNN's max pool: MaxPool4). On amd64 with AVX2 they run eight values to an
+// bytes to pixel values, the CNN's max pool and its gradient: MaxPoolRow,
+// UnpoolRow). On amd64 with AVX2 they run eight values to an
 // instruction; elsewhere, and built with -tags purego, in Go.
 //
 // Both paths give the same results bit for bit: each value goes through
@@ -298,24 +299,13 @@ func pixelsGo(dst []float32, src []uint8) {
 	}
 }
 
-// MaxPool4 pools windows of four: for each j, the first maximum m of
-// r0[j], r1[j], r2[j], r3[j] (a later value wins only if it is greater,
-// so a NaN never wins over an earlier one), pool[j] = max(m+bias[j], 0)
-// and arg[j] = base+j plus m's offset: 0, c, row or row+c. The slices'
-// lengths must be equal. With AVX2 the comparisons select by mask, 8
-// channels at a time; the Go loop selects by conditional moves. Neither
-// branches on the values: on a network's activations which of the four
-// wins is a coin toss a branch predictor loses.
-func MaxPool4(r0, r1, r2, r3, bias, pool []float32, arg []int32, base, c, row int32) {
-	n := len(r0)
-	r1, r2, r3, bias, pool, arg = r1[:n], r2[:n], r3[:n], bias[:n], pool[:n], arg[:n]
-	k := bulk(n)
-	if k > 0 {
-		maxPool4Bulk(r0[:k], r1[:k], r2[:k], r3[:k], bias[:k], pool[:k], arg[:k], base, c, row)
-	}
-	maxPool4Go(r0[k:], r1[k:], r2[k:], r3[k:], bias[k:], pool[k:], arg[k:], base+int32(k), c, row)
-}
-
+// maxPool4Go pools one window of len(r0) channels: for each j, the
+// first maximum m of r0[j], r1[j], r2[j], r3[j] (a later value wins only
+// if it is greater, so a NaN never wins over an earlier one), pool[j] =
+// max(m+bias[j], 0) and arg[j] = base+j plus m's offset: 0, c, row or
+// row+c. It selects by conditional moves, not branches: on a network's
+// activations which of the four wins is a coin toss a branch predictor
+// loses.
 func maxPool4Go(r0, r1, r2, r3, bias, pool []float32, arg []int32, base, c, row int32) {
 	n := len(r0)
 	r1, r2, r3, bias, pool, arg = r1[:n], r2[:n], r3[:n], bias[:n], pool[:n], arg[:n]
@@ -338,4 +328,87 @@ func pick(v, best float32, vat, bat int32) (float32, int32) {
 	}
 	bv, bb := math.Float32bits(v), math.Float32bits(best)
 	return math.Float32frombits(bb ^ (bb^bv)&m), bat ^ (bat^vat)&int32(m)
+}
+
+// MaxPoolRow is the CNN's 2x2 max pool, with its bias and ReLU, over a
+// row of len(pool)/c windows of c channels (maxPool4Go for each): window i's four positions start at out[2*i*c],
+// out[2*i*c+c], out[2*i*c+row] and out[2*i*c+row+c], its pooled values
+// and positions go to pool[i*c:] and arg[i*c:], and its base is
+// base+2*i*c. len(pool) must be a multiple of c, len(arg) equal to it,
+// and out must hold row+2*len(pool) values.
+func MaxPoolRow(out, bias, pool []float32, arg []int32, base, c, row int32) {
+	w, n := windows(len(pool), len(arg), len(out), c, row)
+	if w > 0 && c%8 == 0 && avx2Available() {
+		maxPoolRowBulk(out[:n], bias[:c], pool, arg, w, base, c, row)
+		return
+	}
+	for i := range w {
+		o, p := 2*i*int(c), i*int(c)
+		maxPool4Go(out[o:o+int(c)], out[o+int(c):o+2*int(c)], out[o+int(row):o+int(row)+int(c)], out[o+int(row)+int(c):o+int(row)+2*int(c)],
+			bias[:c], pool[p:p+int(c)], arg[p:p+int(c)], base+int32(o), c, row)
+	}
+}
+
+// UnpoolRow is MaxPoolRow's adjoint: for each of its windows, the
+// gradient g = dPool[j] if the pool passed its ReLU (pool[j] > 0), else
+// +0, goes to the window position arg[j] names (MaxPoolRow's), +0 to
+// its other three, and is added into dBias[j%c] (the gradient of the
+// bias the pool added), window after window. Every window position is
+// written, so nothing needs clearing first. The lengths are
+// MaxPoolRow's, dOut's as out's. Neither path branches on the values.
+func UnpoolRow(dPool, pool []float32, arg []int32, dOut, dBias []float32, base, c, row int32) {
+	w, n := windows(len(dPool), len(arg), len(dOut), c, row)
+	pool = pool[:len(dPool)]
+	if w > 0 && c%8 == 0 && avx2Available() {
+		unpoolRowBulk(dPool, pool, arg, dOut[:n], dBias[:c], w, base, c, row)
+		return
+	}
+	for i := range w {
+		o, p := 2*i*int(c), i*int(c)
+		unpool4Go(dPool[p:p+int(c)], pool[p:p+int(c)], arg[p:p+int(c)], dOut[o:o+int(c)], dOut[o+int(c):o+2*int(c)],
+			dOut[o+int(row):o+int(row)+int(c)], dOut[o+int(row)+int(c):o+int(row)+2*int(c)], dBias[:c], base+int32(o), c, row)
+	}
+}
+
+// windows checks a row of pooling windows' lengths (pooled values and
+// positions, the map under them) and returns how many windows there are
+// and how much of the map they cover.
+func windows(pooled, args, mapped int, c, row int32) (w, n int) {
+	if c <= 0 || pooled%int(c) != 0 || args != pooled || int(row) < 2*int(c) {
+		panic("vec: a row of pooling windows of inconsistent lengths")
+	}
+	w = pooled / int(c)
+	if w == 0 {
+		return 0, 0
+	}
+	n = int(row) + 2*w*int(c)
+	if mapped < n {
+		panic("vec: a row of pooling windows past the end of the map")
+	}
+	return w, n
+}
+
+// unpool4Go is one window of UnpoolRow for the c = len(dPool) channels:
+// d0..d3 are its positions, base its first's index.
+func unpool4Go(dPool, pool []float32, arg []int32, d0, d1, d2, d3, dBias []float32, base, c, row int32) {
+	n := len(dPool)
+	pool, arg, d0, d1, d2, d3, dBias = pool[:n], arg[:n], d0[:n], d1[:n], d2[:n], d3[:n], dBias[:n]
+	for j, g := range dPool {
+		v := math.Float32bits(g) & ones(pool[j] > 0)
+		dBias[j] += math.Float32frombits(v)
+		o := arg[j] - base - int32(j)
+		d0[j] = math.Float32frombits(v & ones(o == 0))
+		d1[j] = math.Float32frombits(v & ones(o == c))
+		d2[j] = math.Float32frombits(v & ones(o == row))
+		d3[j] = math.Float32frombits(v & ones(o == row+c))
+	}
+}
+
+// ones is all ones if b, else 0 (a conditional move, not a branch).
+func ones(b bool) uint32 {
+	var m uint32
+	if b {
+		m = ^uint32(0)
+	}
+	return m
 }

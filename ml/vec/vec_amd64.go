@@ -66,13 +66,6 @@ func streamOut(p, out []float32) int {
 	return 1
 }
 
-//go:noescape
-func maxPool4AVX2(r0, r1, r2, r3, bias, pool *float32, arg *int32, n int, base, c, row int32)
-
-func maxPool4Bulk(r0, r1, r2, r3, bias, pool []float32, arg []int32, base, c, row int32) {
-	maxPool4AVX2(&r0[0], &r1[0], &r2[0], &r3[0], &bias[0], &pool[0], &arg[0], len(r0), base, c, row)
-}
-
 func addBothBulk(a, b, src []float32) { addBothAVX2(&a[0], &b[0], &src[0], len(src)) }
 
 func momentumSumBulk(p, v, acc, g []float32, mu, lr, scale float32) {
@@ -103,3 +96,19 @@ func addReLUBulk(x, bias []float32) { addReLUAVX2(&x[0], &bias[0], len(bias)) }
 func maskBulk(d, act []float32) { maskAVX2(&d[0], &act[0], len(act)) }
 
 func pixelsBulk(dst []float32, src []uint8) { pixelsAVX2(&dst[0], &src[0], len(src), 255) }
+
+//go:noescape
+func maxPoolRowAVX2(out, bias, pool *float32, arg *int32, w int, base, c, row int32)
+
+//go:noescape
+func unpoolRowAVX2(dPool, pool *float32, arg *int32, dOut, dBias *float32, w int, base, c, row int32)
+
+// maxPoolRowBulk and unpoolRowBulk take lengths MaxPoolRow and UnpoolRow
+// checked, and c a multiple of 8.
+func maxPoolRowBulk(out, bias, pool []float32, arg []int32, w int, base, c, row int32) {
+	maxPoolRowAVX2(&out[0], &bias[0], &pool[0], &arg[0], w, base, c, row)
+}
+
+func unpoolRowBulk(dPool, pool []float32, arg []int32, dOut, dBias []float32, w int, base, c, row int32) {
+	unpoolRowAVX2(&dPool[0], &pool[0], &arg[0], &dOut[0], &dBias[0], w, base, c, row)
+}

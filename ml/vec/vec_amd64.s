@@ -3,7 +3,8 @@
 #include "textflag.h"
 
 // Each loop takes 16 values an iteration, two registers of 8, except
-// maxPool4AVX2's, which takes 8: n is a multiple of 16 (bulk). The operations are Go's, one rounding each, in Go's
+// the pooling loops, which take 8 channels: n is a multiple of 16
+// (bulk), c of 8 in the loops over rows of windows. The operations are Go's, one rounding each, in Go's
 // order (vec.go); in Go's assembly VSUBPS b, a, d is d = a - b.
 
 // func momentumSumAVX2(p, v, acc, grad *float32, n int, mu, lr, scale float32)
@@ -425,32 +426,41 @@ GLOBL iota<>(SB), RODATA|NOPTR, $32
 DATA eight<>+0(SB)/4, $8
 GLOBL eight<>(SB), RODATA|NOPTR, $4
 
-// func maxPool4AVX2(r0, r1, r2, r3, bias, pool *float32, arg *int32, n int, base, c, row int32)
-// MaxPool4, 8 channels an iteration (n a multiple of 8): each later
-// position's values replace the best so far where greater (VCMPPS
-// GT_OQ: false for a NaN on either side), the offsets alike; then
-// max(best+bias, 0) as Go's max computes it (a NaN stays, -0 becomes +0).
-TEXT ·maxPool4AVX2(SB), NOSPLIT, $0-76
-	MOVQ         r0+0(FP), DI
-	MOVQ         r1+8(FP), SI
-	MOVQ         r2+16(FP), DX
-	MOVQ         r3+24(FP), R8
-	MOVQ         bias+32(FP), R9
-	MOVQ         pool+40(FP), R10
-	MOVQ         arg+48(FP), R11
-	MOVQ         n+56(FP), CX
-	VBROADCASTSS c+68(FP), Y14        // offset of the top right (the int32's bits)
-	VBROADCASTSS row+72(FP), Y13      // of the bottom left
+// func maxPoolRowAVX2(out, bias, pool *float32, arg *int32, w int, base, c, row int32)
+// MaxPoolRow, 8 channels an iteration of each of w windows (the next
+// window's positions 2c values on, its pooled values c on, its base 2c
+// more): each later position's values replace the best so far where
+// greater (VCMPPS GT_OQ: false for a NaN on either side), the offsets
+// alike; then max(best+bias, 0) as Go's max computes it (a NaN stays,
+// -0 becomes +0).
+TEXT ·maxPoolRowAVX2(SB), NOSPLIT, $0-52
+	MOVQ         out+0(FP), DI        // the window's top left
+	MOVQ         bias+8(FP), R9
+	MOVQ         pool+16(FP), R10
+	MOVQ         arg+24(FP), R11
+	MOVQ         w+32(FP), BX
+	MOVLQSX      c+44(FP), CX
+	MOVLQSX      row+48(FP), R13
+	VBROADCASTSS c+44(FP), Y14        // offset of the top right (the int32's bits)
+	VBROADCASTSS row+48(FP), Y13      // of the bottom left
 	VPADDD       Y14, Y13, Y12        // of the bottom right
-	VBROADCASTSS base+64(FP), Y11
-	VPADDD       iota<>(SB), Y11, Y11 // base+j for the first 8 lanes
+	VBROADCASTSS base+40(FP), Y9      // the window's base
+	VPADDD       Y14, Y14, Y8         // 2c: from a window's base to the next's
 	VBROADCASTSS eight<>(SB), Y10
 	VXORPS       Y0, Y0, Y0
-	XORQ         AX, AX
 
-ploop:
+mrwin:
+	TESTQ  BX, BX
+	JZ     mrdone
+	LEAQ   (DI)(CX*4), SI         // top right
+	LEAQ   (DI)(R13*4), DX        // bottom left
+	LEAQ   (DX)(CX*4), R8         // bottom right
+	VPADDD iota<>(SB), Y9, Y11    // base+j for the first 8 lanes
+	XORQ   AX, AX
+
+mrloop:
 	CMPQ      AX, CX
-	JAE       pooldone
+	JAE       mrnext
 	VMOVUPS   (DI)(AX*4), Y1        // best: top left
 	VPXOR     Y2, Y2, Y2            // its offset: 0
 	VMOVUPS   (SI)(AX*4), Y3
@@ -473,8 +483,87 @@ ploop:
 	VMOVDQU   Y2, (R11)(AX*4)
 	VPADDD    Y10, Y11, Y11
 	ADDQ      $8, AX
-	JMP       ploop
+	JMP       mrloop
 
-pooldone:
+mrnext:
+	LEAQ   (DI)(CX*8), DI         // 2c values on
+	LEAQ   (R10)(CX*4), R10
+	LEAQ   (R11)(CX*4), R11
+	VPADDD Y8, Y9, Y9
+	DECQ   BX
+	JMP    mrwin
+
+mrdone:
+	VZEROUPPER
+	RET
+
+// func unpoolRowAVX2(dPool, pool *float32, arg *int32, dOut, dBias *float32, w int, base, c, row int32)
+// UnpoolRow, 8 channels an iteration of each of w windows: the gradient
+// masked by pool > 0 (VCMPPS GT_OQ: false for a NaN), added into dBias,
+// and stored masked by offset == 0, c, row, row+c (VPCMPEQD) into each
+// of the window's four positions.
+TEXT ·unpoolRowAVX2(SB), NOSPLIT, $0-60
+	MOVQ         dPool+0(FP), DI
+	MOVQ         pool+8(FP), SI
+	MOVQ         arg+16(FP), DX
+	MOVQ         dOut+24(FP), R8      // the window's top left
+	MOVQ         dBias+32(FP), R12
+	MOVQ         w+40(FP), BX
+	MOVLQSX      c+52(FP), CX
+	MOVLQSX      row+56(FP), R13
+	VBROADCASTSS c+52(FP), Y14        // offset of the top right (the int32's bits)
+	VBROADCASTSS row+56(FP), Y13      // of the bottom left
+	VPADDD       Y14, Y13, Y12        // of the bottom right
+	VBROADCASTSS base+48(FP), Y9      // the window's base
+	VPADDD       Y14, Y14, Y8         // 2c
+	VBROADCASTSS eight<>(SB), Y10
+	VXORPS       Y0, Y0, Y0
+
+urwin:
+	TESTQ  BX, BX
+	JZ     urdone
+	LEAQ   (R8)(CX*4), R9         // top right
+	LEAQ   (R8)(R13*4), R10       // bottom left
+	LEAQ   (R10)(CX*4), R11       // bottom right
+	VPADDD iota<>(SB), Y9, Y11    // base+j for the first 8 lanes
+	XORQ   AX, AX
+
+urloop:
+	CMPQ     AX, CX
+	JAE      urnext
+	VMOVUPS  (SI)(AX*4), Y1
+	VCMPPS   $0x1e, Y0, Y1, Y2    // pool > 0
+	VANDPS   (DI)(AX*4), Y2, Y3   // the gradient where it passed, else +0
+	VMOVUPS  (R12)(AX*4), Y4
+	VADDPS   Y3, Y4, Y4           // dBias + g
+	VMOVUPS  Y4, (R12)(AX*4)
+	VMOVDQU  (DX)(AX*4), Y5
+	VPSUBD   Y11, Y5, Y5          // arg - base - j: the offset
+	VPCMPEQD Y0, Y5, Y6           // == 0
+	VPAND    Y3, Y6, Y6
+	VMOVUPS  Y6, (R8)(AX*4)
+	VPCMPEQD Y14, Y5, Y6          // == c
+	VPAND    Y3, Y6, Y6
+	VMOVUPS  Y6, (R9)(AX*4)
+	VPCMPEQD Y13, Y5, Y6          // == row
+	VPAND    Y3, Y6, Y6
+	VMOVUPS  Y6, (R10)(AX*4)
+	VPCMPEQD Y12, Y5, Y6          // == row + c
+	VPAND    Y3, Y6, Y6
+	VMOVUPS  Y6, (R11)(AX*4)
+	VPADDD   Y10, Y11, Y11
+	ADDQ     $8, AX
+	JMP      urloop
+
+urnext:
+	LEAQ   (DI)(CX*4), DI
+	LEAQ   (SI)(CX*4), SI
+	LEAQ   (DX)(CX*4), DX
+	LEAQ   (R8)(CX*8), R8         // 2c values on
+	VPADDD Y8, Y9, Y9
+	DECQ   BX
+	JMP    urwin
+
+urdone:
 	VZEROUPPER
 	RET

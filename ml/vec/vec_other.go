@@ -33,6 +33,10 @@ func maskBulk(d, act []float32) { maskGo(d, act) }
 
 func pixelsBulk(dst []float32, src []uint8) { pixelsGo(dst, src) }
 
-func maxPool4Bulk(r0, r1, r2, r3, bias, pool []float32, arg []int32, base, c, row int32) {
-	maxPool4Go(r0, r1, r2, r3, bias, pool, arg, base, c, row)
+func maxPoolRowBulk(out, bias, pool []float32, arg []int32, w int, base, c, row int32) {
+	panic("vec: no assembly")
+}
+
+func unpoolRowBulk(dPool, pool []float32, arg []int32, dOut, dBias []float32, w int, base, c, row int32) {
+	panic("vec: no assembly")
 }

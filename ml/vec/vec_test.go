@@ -3,6 +3,7 @@ package vec
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -222,27 +223,89 @@ func BenchmarkKernels(b *testing.B) {
 	}
 }
 
-// MaxPool4 gives its Go loop's values and positions, bit for bit, at
-// every length (the assembly takes whole blocks of 16, Go the tail).
-func TestMaxPool4IsItsGoLoop(t *testing.T) {
-	r := rand.New(rand.NewPCG(31, 37))
-	for _, n := range lengths {
-		in := [4][]float32{values(r, n), values(r, n), values(r, n), values(r, n)}
-		for i := range n { // ties between positions
-			if r.IntN(4) == 0 {
-				in[r.IntN(4)][i] = in[0][i]
+// MaxPoolRow and UnpoolRow give, bit for bit, what their windows one at
+// a time give in Go (maxPool4Go, and unpool4Go, whose routing and bias
+// sums are checked against their definition), ties included, for
+// channel counts the assembly takes (multiples of 8) and others, and
+// write nothing outside the windows.
+func TestPoolRowsAreTheirWindows(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 43))
+	for _, c := range []int{8, 16, 32, 7, 3} {
+		for _, w := range []int{0, 1, 3, 12} {
+			row := 2*w*c + c*r.IntN(2) // an odd map width leaves a column out
+			row = max(row, 2*c)
+			n := row + 2*w*c
+			base := int32(1000)
+			out, bias := values(r, n+5), values(r, c)
+			for i := range out { // ties between positions
+				if r.IntN(4) == 0 {
+					out[i] = out[r.IntN(len(out))]
+				}
+			}
+			pool, arg := make([]float32, w*c), make([]int32, w*c)
+			wpool, warg := make([]float32, w*c), make([]int32, w*c)
+			MaxPoolRow(out[:n], bias, pool, arg, base, int32(c), int32(row))
+			for i := range w {
+				o, p := 2*i*c, i*c
+				maxPool4Go(out[o:o+c], out[o+c:o+2*c], out[o+row:o+row+c], out[o+row+c:o+row+2*c],
+					bias, wpool[p:p+c], warg[p:p+c], base+int32(o), int32(c), int32(row))
+			}
+			sameBits(t, "MaxPoolRow pool", pool, wpool)
+			if !slices.Equal(arg, warg) {
+				t.Fatalf("c %d w %d: MaxPoolRow's positions %v, its windows' %v", c, w, arg, warg)
+			}
+
+			dPool := values(r, w*c)
+			dOut, wdOut := values(r, n+5), make([]float32, n+5)
+			copy(wdOut, dOut)
+			dBias, wdBias := values(r, c), make([]float32, c)
+			copy(wdBias, dBias)
+			UnpoolRow(dPool, pool, arg, dOut[:n], dBias, base, int32(c), int32(row))
+			for i := range w {
+				o, p := 2*i*c, i*c
+				unpool4Go(dPool[p:p+c], pool[p:p+c], arg[p:p+c], wdOut[o:o+c], wdOut[o+c:o+2*c], wdOut[o+row:o+row+c],
+					wdOut[o+row+c:o+row+2*c], wdBias, base+int32(o), int32(c), int32(row))
+			}
+			sameBits(t, "UnpoolRow dOut", dOut, wdOut)
+			sameBits(t, "UnpoolRow dBias", dBias, wdBias)
+		}
+	}
+}
+
+// unpool4Go routes each gradient that passed the pool to the position
+// its offset names, +0 to the window's others and to all four where it
+// did not pass, and adds it into the bias gradient.
+func TestUnpoolWindowIsItsDefinition(t *testing.T) {
+	r := rand.New(rand.NewPCG(47, 53))
+	const n, base, c, row = 100, 1000, 100, 300
+	offs := [4]int32{0, c, row, row + c}
+	dPool, pool, bias := values(r, n), values(r, n), values(r, n)
+	arg := make([]int32, n)
+	for j := range arg {
+		arg[j] = base + int32(j) + offs[r.IntN(4)]
+	}
+	var d [4][]float32
+	for k := range d {
+		d[k] = values(r, n)
+	}
+	dBias := slices.Clone(bias)
+	unpool4Go(dPool, pool, arg, d[0], d[1], d[2], d[3], dBias, base, c, row)
+	for j := range n {
+		g := float32(0)
+		if pool[j] > 0 {
+			g = dPool[j]
+		}
+		for k := range d {
+			w := float32(0)
+			if arg[j]-base-int32(j) == offs[k] {
+				w = g
+			}
+			if math.Float32bits(d[k][j]) != math.Float32bits(w) {
+				t.Fatalf("position %d of channel %d = %v, want %v", k, j, d[k][j], w)
 			}
 		}
-		bias := values(r, n)
-		pool, arg := make([]float32, n), make([]int32, n)
-		wpool, warg := make([]float32, n), make([]int32, n)
-		MaxPool4(in[0], in[1], in[2], in[3], bias, pool, arg, 1000, 7, 300)
-		maxPool4Go(in[0], in[1], in[2], in[3], bias, wpool, warg, 1000, 7, 300)
-		sameBits(t, "MaxPool4 pool", pool, wpool)
-		for i := range n {
-			if arg[i] != warg[i] {
-				t.Fatalf("n %d: arg[%d] = %d, want %d", n, i, arg[i], warg[i])
-			}
+		if b := bias[j] + g; math.Float32bits(dBias[j]) != math.Float32bits(b) {
+			t.Fatalf("dBias[%d] = %v, want %v", j, dBias[j], b)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/pstrain/pstrain/ml/model"
+	"github.com/pstrain/pstrain/ml/nn"
 )
 
 // Gemm is one matrix product C[M x N] = op(A) * op(B) with inner dimension
@@ -13,11 +14,25 @@ type Gemm struct {
 	Name           string
 	M, N, K        int
 	TransA, TransB bool
+	// Times is how many times a step makes it (0: once): a CNN's conv
+	// products are made for each chunk of nn.ConvChunk images.
+	Times int
 }
 
-// FLOPs is the product's floating-point operation count, 2*M*N*K (one
-// multiply and one add per inner-product term).
-func (g Gemm) FLOPs() int64 { return 2 * int64(g.M) * int64(g.N) * int64(g.K) }
+// FLOPs is the product's floating-point operation count in a step,
+// 2*M*N*K (one multiply and one add per inner-product term) each time.
+func (g Gemm) FLOPs() int64 { return 2 * int64(g.M) * int64(g.N) * int64(g.K) * int64(g.times()) }
+
+func (g Gemm) times() int { return max(1, g.Times) }
+
+// Calls is how many products a step of prods makes.
+func Calls(prods []Gemm) int {
+	n := 0
+	for _, g := range prods {
+		n += g.times()
+	}
+	return n
+}
 
 // Products lists the matrix products of one training step of spec at the
 // given batch size, in the order a step runs them. For every layer l with
@@ -33,9 +48,11 @@ func (g Gemm) FLOPs() int64 { return 2 * int64(g.M) * int64(g.N) * int64(g.K) }
 // additions, ReLU and softmax are element-wise and not counted.
 //
 // A CNN (package nn's im2col convolutions) adds, for each convolution c
-// with P = batch·outH·outW output positions and K = inC·5·5 patch
+// with P = images·outH·outW output positions and K = inC·5·5 patch
 // elements, before the dense layers (whose first input is the pooled map,
-// so its dH is computed too) and after them in the backward pass:
+// so its dH is computed too) and after them in the backward pass, for
+// each chunk of nn.ConvChunk images (a last chunk of fewer is a product
+// of its own):
 //
 //	forward   Y_c    = Col_c · W_cᵀ     [P x K]·[K x out]
 //	backward  dW_c   = dY_cᵀ · Col_c    [out x P]·[P x K]
@@ -54,7 +71,7 @@ func Products(spec model.Spec, batch int) ([]Gemm, error) {
 	conv := spec.ConvLayers()
 	var out []Gemm
 	for c, g := range conv {
-		out = append(out, Gemm{Name: fmt.Sprintf("fwd Col%d·W%dᵀ", c, c), M: batch * g.OutH * g.OutW, N: g.Out, K: g.K(), TransB: true})
+		out = chunked(out, batch, g.OutH*g.OutW, Gemm{Name: fmt.Sprintf("fwd Col%d·W%dᵀ", c, c), N: g.Out, K: g.K(), TransB: true})
 	}
 	dims := append(append([]int{spec.Features()}, spec.Hidden...), spec.Classes)
 	layers := len(dims) - 1
@@ -69,13 +86,40 @@ func Products(spec model.Spec, batch int) ([]Gemm, error) {
 	}
 	for c := len(conv) - 1; c >= 0; c-- {
 		g := conv[c]
-		p := batch * g.OutH * g.OutW
-		out = append(out, Gemm{Name: fmt.Sprintf("bwd dWc%d=dY%dᵀ·Col%d", c, c, c), M: g.Out, N: g.K(), K: p, TransA: true})
-		if c > 0 {
-			out = append(out, Gemm{Name: fmt.Sprintf("bwd dCol%d=dY%d·W%d", c, c, c), M: p, N: g.K(), K: g.Out})
+		for _, ch := range chunks(batch) {
+			p := ch.images * g.OutH * g.OutW
+			out = append(out, Gemm{Name: fmt.Sprintf("bwd dWc%d=dY%dᵀ·Col%d", c, c, c), M: g.Out, N: g.K(), K: p, TransA: true, Times: ch.times})
+			if c > 0 {
+				out = append(out, Gemm{Name: fmt.Sprintf("bwd dCol%d=dY%d·W%d", c, c, c), M: p, N: g.K(), K: g.Out, Times: ch.times})
+			}
 		}
 	}
 	return out, nil
+}
+
+// chunk is a run of equal chunks of a batch's images.
+type chunk struct{ images, times int }
+
+// chunks cuts batch into chunks of nn.ConvChunk images and a last one of
+// fewer, as the net takes them.
+func chunks(batch int) []chunk {
+	var out []chunk
+	if n := batch / nn.ConvChunk; n > 0 {
+		out = append(out, chunk{nn.ConvChunk, n})
+	}
+	if r := batch % nn.ConvChunk; r > 0 {
+		out = append(out, chunk{r, 1})
+	}
+	return out
+}
+
+// chunked appends g, whose M is rows per image, for each run of chunks.
+func chunked(out []Gemm, batch, rows int, g Gemm) []Gemm {
+	for _, ch := range chunks(batch) {
+		g.M, g.Times = ch.images*rows, ch.times
+		out = append(out, g)
+	}
+	return out
 }
 
 // StepFLOPs is the total FLOP count of Products(spec, batch).

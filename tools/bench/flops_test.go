@@ -7,6 +7,7 @@ import (
 	"gonum.org/v1/gonum/blas/gonum"
 
 	"github.com/pstrain/pstrain/ml/model"
+	"github.com/pstrain/pstrain/ml/nn"
 )
 
 var mnistMLP = model.Spec{Input: 784, Hidden: []int{800}, Classes: 10}
@@ -151,5 +152,52 @@ func TestProductsCNN(t *testing.T) {
 	// 3 x 512·256, dense1 3 x 256·10, two FLOPs per term.
 	if want := int64(2 * (2*576*16*25 + 3*64*32*400 + 3*512*256 + 3*256*10)); flops != want {
 		t.Fatalf("StepFLOPs = %d per sample, want %d", flops, want)
+	}
+}
+
+// A batch of more than nn.ConvChunk images: each conv product is made
+// once per chunk (a last chunk of fewer is a product of its own), the
+// dense ones once, and the FLOPs are the batch's.
+func TestProductsCNNChunks(t *testing.T) {
+	spec := model.Spec{Kind: model.KindCNN, Input: 784, Height: 28, Width: 28, Conv: []int{16, 32}, Hidden: []int{256}, Classes: 10}
+	const batch = 2*nn.ConvChunk + 4
+	got, err := Products(spec, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Gemm{
+		{M: nn.ConvChunk * 576, N: 16, K: 25, TransB: true, Times: 2}, // conv0 forward
+		{M: 4 * 576, N: 16, K: 25, TransB: true, Times: 1},
+		{M: nn.ConvChunk * 64, N: 32, K: 400, TransB: true, Times: 2}, // conv1 forward
+		{M: 4 * 64, N: 32, K: 400, TransB: true, Times: 1},
+		{M: batch, N: 256, K: 512},
+		{M: batch, N: 10, K: 256},
+		{M: 256, N: 10, K: batch, TransA: true},
+		{M: batch, N: 256, K: 10, TransB: true},
+		{M: 512, N: 256, K: batch, TransA: true},
+		{M: batch, N: 512, K: 256, TransB: true},
+		{M: 32, N: 400, K: nn.ConvChunk * 64, TransA: true, Times: 2}, // dW conv1
+		{M: nn.ConvChunk * 64, N: 400, K: 32, Times: 2},               // dCol conv1
+		{M: 32, N: 400, K: 4 * 64, TransA: true, Times: 1},
+		{M: 4 * 64, N: 400, K: 32, Times: 1},
+		{M: 16, N: 25, K: nn.ConvChunk * 576, TransA: true, Times: 2}, // dW conv0
+		{M: 16, N: 25, K: 4 * 576, TransA: true, Times: 1},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d products %+v, want %d", len(got), got, len(want))
+	}
+	for i := range want {
+		g := got[i]
+		g.Name = ""
+		if g != want[i] {
+			t.Errorf("product %d (%s) = %+v, want %+v", i, got[i].Name, g, want[i])
+		}
+	}
+	if n := Calls(got); n != 6+5*3 {
+		t.Errorf("Calls = %d, want 21 (6 dense, 5 conv products for each of 3 chunks)", n)
+	}
+	one, _ := StepFLOPs(spec, 1)
+	if all, _ := StepFLOPs(spec, batch); all != batch*one {
+		t.Errorf("StepFLOPs = %d at %d images, want %d x %d", all, batch, batch, one)
 	}
 }
