@@ -65,12 +65,14 @@ lint:
 	$(GOBIN)/staticcheck ./...
 	$(GO) run ./tools/funcsize -allow $(FUNCSIZE_ALLOW) $(PRODUCT_DIRS)
 
-# The last line: ml/vec's Go loops must match its assembly where the
-# compiler could fuse a multiply-add too (GOAMD64=v3), on a CPU that runs
-# v3 code.
+# The last two lines: the kernels' Go loops alone (-tags purego: what
+# a build without the assembly runs), and ml/vec's Go loops must match
+# its assembly where the compiler could fuse a multiply-add too
+# (GOAMD64=v3), on a CPU that runs v3 code.
 test: deps-test build data lint
 	$(GO) test -count=1 -timeout 30m ./...
 	$(GO) test -count=1 -race $(RACE_PKGS)
+	$(GO) test -count=1 -tags purego ./ml/vec ./ml/conv ./ml/nn
 	if grep -qw avx2 /proc/cpuinfo 2>/dev/null; then GOAMD64=v3 $(GO) test -count=1 ./ml/vec; fi
 
 # Every fuzzer in the repository (grep 'func Fuzz'), FUZZTIME each. Seed

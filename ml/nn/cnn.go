@@ -8,6 +8,7 @@ import (
 	"gonum.org/v1/gonum/blas/gonum"
 	G "gorgonia.org/gorgonia"
 
+	"github.com/pstrain/pstrain/ml/conv"
 	"github.com/pstrain/pstrain/ml/model"
 	"github.com/pstrain/pstrain/ml/vec"
 )
@@ -43,6 +44,12 @@ type cnnNet struct {
 	conv  []convBufs
 	dense []denseBufs
 	prob  []float32 // softmax of the logits, [batch, classes]
+	// direct is whether the first block convolves directly (package
+	// conv: one input channel, a channel count conv.Fast takes) instead
+	// of im2col and a product; wt is its kernel tap by tap [25, Out],
+	// dwt the gradient of that (train).
+	direct  bool
+	wt, dwt []float32
 }
 
 // convBufs is one convolution block's memory. P = chunk*OutH*OutW;
@@ -87,10 +94,17 @@ func newCNN(spec model.Spec, batch int, train bool) *cnnNet {
 			images = batch
 		}
 		c := convBufs{
-			col:  make([]float32, p*l.K()),
 			out:  make([]float32, p*l.Out),
 			pool: make([]float32, images*pooled),
 			arg:  make([]int32, images*pooled),
+		}
+		if i == 0 && l.InC == 1 && conv.Fast(l.Out) && model.KernelSize*model.KernelSize == conv.Taps {
+			n.direct, n.wt = true, make([]float32, conv.Taps*l.Out)
+			if train {
+				n.dwt = make([]float32, len(n.wt))
+			}
+		} else {
+			c.col = make([]float32, p*l.K())
 		}
 		if train {
 			c.dOut = make([]float32, len(c.out))
@@ -159,13 +173,20 @@ func wIndex(l int) int { return 2 * l }
 func bIndex(l int) int { return 2*l + 1 }
 
 func (n *cnnNet) forward() {
+	if n.direct {
+		transpose(n.params[wIndex(0)], n.layers[0].Out, conv.Taps, n.wt)
+	}
 	for b := 0; b < n.batch; b += n.chunk {
 		m := min(n.chunk, n.batch-b)
 		in := n.x[b*n.spec.Input : (b+m)*n.spec.Input]
 		for l, g := range n.layers {
 			c := &n.conv[l]
-			im2col(in, g, m, c.col)
-			n.gemm.Sgemm(gblas.NoTrans, gblas.Trans, m*g.OutH*g.OutW, g.Out, g.K(), 1, c.col, g.K(), n.params[wIndex(l)], g.K(), 0, c.out, g.Out)
+			if l == 0 && n.direct {
+				n.convolveDirect(in, m)
+			} else {
+				im2col(in, g, m, c.col)
+				n.gemm.Sgemm(gblas.NoTrans, gblas.Trans, m*g.OutH*g.OutW, g.Out, g.K(), 1, c.col, g.K(), n.params[wIndex(l)], g.K(), 0, c.out, g.Out)
+			}
 			pool, arg := n.pooled(l, b, m)
 			maxPool(c.out, n.params[bIndex(l)], g, m, pool, arg)
 			in = pool
@@ -259,6 +280,10 @@ func (n *cnnNet) convBackward() {
 	for l := range n.layers {
 		clear(n.grads[bIndex(l)]) // (unpool adds into it)
 	}
+	if n.direct {
+		clear(n.dwt)
+		defer transpose(n.dwt, conv.Taps, n.layers[0].Out, n.grads[wIndex(0)])
+	}
 	for b := 0; b < n.batch; b += n.chunk {
 		m, beta := min(n.chunk, n.batch-b), float32(0)
 		if b > 0 {
@@ -269,6 +294,10 @@ func (n *cnnNet) convBackward() {
 			p, size := m*g.OutH*g.OutW, g.PoolH*g.PoolW*g.Out
 			pool, arg := n.pooled(l, b, m)
 			unpool(c.dPool[b*size:(b+m)*size], arg, pool, g, m, c.dOut, n.grads[bIndex(l)])
+			if l == 0 && n.direct {
+				n.kernelGradDirect(n.convInput(0, b, m), m)
+				continue
+			}
 			im2col(n.convInput(l, b, m), g, m, c.col)
 			n.gemm.Sgemm(gblas.Trans, gblas.NoTrans, g.Out, g.K(), p, 1, c.dOut, g.Out, c.col, g.K(), beta, n.grads[wIndex(l)], g.K())
 			if l == 0 {
@@ -278,6 +307,39 @@ func (n *cnnNet) convBackward() {
 			prevSize := prev.PoolH * prev.PoolW * prev.Out
 			n.gemm.Sgemm(gblas.NoTrans, gblas.NoTrans, p, g.K(), g.Out, 1, c.dOut, g.Out, n.params[wIndex(l)], g.K(), 0, c.dCol, g.K())
 			col2im(c.dCol, g, m, n.conv[l-1].dPool[b*prevSize:(b+m)*prevSize])
+		}
+	}
+}
+
+// convolveDirect is the first block's convolution of the m images in
+// (one channel) into its out, an output row at a time (conv.Row).
+func (n *cnnNet) convolveDirect(in []float32, m int) {
+	g, out := n.layers[0], n.conv[0].out
+	row := g.OutW * g.Out
+	for b := range m {
+		for oy := range g.OutH {
+			conv.Row(in[(b*g.InH+oy)*g.InW:], g.InW, n.wt, out[(b*g.OutH+oy)*row:][:row], g.Out)
+		}
+	}
+}
+
+// kernelGradDirect adds the first block's kernel gradient from the m
+// images in and their dOut into dwt (conv.GradRow).
+func (n *cnnNet) kernelGradDirect(in []float32, m int) {
+	g, dOut := n.layers[0], n.conv[0].dOut
+	row := g.OutW * g.Out
+	for b := range m {
+		for oy := range g.OutH {
+			conv.GradRow(in[(b*g.InH+oy)*g.InW:], g.InW, dOut[(b*g.OutH+oy)*row:][:row], n.dwt, g.Out)
+		}
+	}
+}
+
+// transpose writes the [rows, cols] matrix a into dst as [cols, rows].
+func transpose(a []float32, rows, cols int, dst []float32) {
+	for r := range rows {
+		for c, v := range a[r*cols : (r+1)*cols] {
+			dst[c*rows+r] = v
 		}
 	}
 }

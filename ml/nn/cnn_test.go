@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/pstrain/pstrain/ml/conv"
 	"github.com/pstrain/pstrain/ml/model"
 )
 
@@ -115,7 +116,44 @@ func randomCNN(t *testing.T, spec model.Spec, batch int, seed uint64) (*Net, []u
 // so 1e-4 absolute plus 1e-3 relative is a bound it meets with margin
 // while a wrong index or a missing term is off by the size of a gradient.
 func TestCNNGradientsMatchFiniteDifferences(t *testing.T) {
-	spec := smallCNN()
+	for _, spec := range []model.Spec{smallCNN(), oneChannelCNN()} {
+		checkGradients(t, spec)
+	}
+}
+
+// oneChannelCNN is smallCNN's shape with one input channel and a first
+// block of 16 channels: on amd64 with AVX2 and FMA its first block
+// convolves directly (package conv).
+func oneChannelCNN() model.Spec {
+	return model.Spec{Kind: model.KindCNN, Input: 17 * 16, Height: 17, Width: 16, Conv: []int{16, 2}, Hidden: []int{5}, Classes: 3}
+}
+
+// TestCNNConvolvesDirectlyWhereItCan: the first block of one input
+// channel convolves directly where package conv runs its channels on
+// the assembly, and with im2col otherwise (two input channels, or 8
+// channels).
+func TestCNNConvolvesDirectlyWhereItCan(t *testing.T) {
+	for _, c := range []struct {
+		spec   model.Spec
+		direct bool
+	}{
+		{oneChannelCNN(), conv.Fast(16)},
+		{smallCNN(), false},
+		{model.Spec{Kind: model.KindCNN, Input: 17 * 16, Height: 17, Width: 16, Conv: []int{8, 16}, Hidden: []int{5}, Classes: 3}, false},
+	} {
+		for _, train := range []bool{true, false} {
+			n, err := New(c.spec, 2, train)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := n.impl.(*cnnNet).direct; got != c.direct {
+				t.Errorf("conv %v, %d input channels, train %t: direct %t, want %t", c.spec.Conv, c.spec.Input/(17*16), train, got, c.direct)
+			}
+		}
+	}
+}
+
+func checkGradients(t *testing.T, spec model.Spec) {
 	const batch = 3
 	n, labels := randomCNN(t, spec, batch, 5)
 	defer n.Close()
@@ -157,7 +195,7 @@ func TestCNNGradientsMatchFiniteDifferences(t *testing.T) {
 			p[j] = orig
 			num := (up - down) / (2 * h)
 			if d := math.Abs(num - float64(gs[vi][j])); d > 1e-4+1e-3*math.Abs(num) {
-				t.Fatalf("%s[%d]: analytic %v, numeric %v", vars[vi].Name, j, gs[vi][j], num)
+				t.Fatalf("conv %v: %s[%d]: analytic %v, numeric %v", spec.Conv, vars[vi].Name, j, gs[vi][j], num)
 			}
 		}
 	}
@@ -324,7 +362,7 @@ func TestCNNEvalChunksMatchEachImage(t *testing.T) {
 // mean of each image's own (a net of batch 1), for channel counts the
 // pooling's assembly takes (multiples of 8) and others.
 func TestCNNChunksSumToTheBatchGradient(t *testing.T) {
-	specs := []model.Spec{smallCNN(),
+	specs := []model.Spec{smallCNN(), oneChannelCNN(),
 		{Kind: model.KindCNN, Input: 17 * 16, Height: 17, Width: 16, Conv: []int{8, 16}, Hidden: []int{5}, Classes: 3}}
 	for _, spec := range specs {
 		const batch = 2*ConvChunk + 3
