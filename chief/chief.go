@@ -477,7 +477,7 @@ func (c *Chief) adopt(ctx context.Context) []Action {
 		c.cfg.Log.Info("waiting for tasks to register", "ps", c.cfg.Run.PS, "standbys", len(c.cfg.Standbys), "workers", c.cfg.Run.Workers)
 		return nil
 	}
-	a.Committed = c.newestCommitted()
+	a.Committed = c.committedSteps()
 	acts = c.step(func(now time.Time) []Action { return c.core.Adopt(now, a) })
 	if l := c.core.Layout(); !l.Equal(c.layout) {
 		if err := c.setLayout(l); err != nil {
@@ -488,23 +488,24 @@ func (c *Chief) adopt(ctx context.Context) []Action {
 	return acts
 }
 
-// newestCommitted is the step of the store's newest checkpoint that
-// passes the store's cheap checks (-1: none, or no store).
-func (c *Chief) newestCommitted() int64 {
+// committedSteps are the steps of the store's checkpoints that pass its
+// cheap checks, newest first (none without a store).
+func (c *Chief) committedSteps() []int64 {
 	if c.cfg.Store == nil {
-		return -1
+		return nil
 	}
 	infos, err := c.cfg.Store.List()
 	if err != nil {
 		c.cfg.Log.Warn("cannot list the checkpoints", "err", err)
-		return -1
+		return nil
 	}
+	var steps []int64
 	for _, in := range infos {
 		if in.Err == nil {
-			return in.Step
+			steps = append(steps, in.Step)
 		}
 	}
-	return -1
+	return steps
 }
 
 // adoptSlots tells the core which PS slots that the change it took up

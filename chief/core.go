@@ -267,7 +267,7 @@ type State struct {
 	// BestPending is the evaluation whose retained state a checkpoint
 	// under way writes (nil: none): a chief restarted before that
 	// checkpoint's outcome was saved takes it as the best if the store
-	// lists it committed (Adoption.Committed).
+	// lists a checkpoint of its step (Adoption.Committed).
 	BestPending *report.Eval `json:"best_pending,omitempty"`
 	// PSAsked is the layout asked for while a change to it is under way
 	// (nil: none): a restarted chief takes the change up again.

@@ -127,23 +127,23 @@ func (c *Core) bestCheckpointed(res CheckpointResult) {
 }
 
 // adoptBestPending settles, for a restarted chief, the best model's
-// checkpoint its predecessor had under way: committed if the store's
-// newest checkpoint is of its step (no other checkpoint starts while it
-// is under way), else lost with that chief.
-func (c *Core) adoptBestPending(committed int64) {
+// checkpoint its predecessor had under way: committed if the store holds
+// a checkpoint of its step (the only one of that step: no other starts
+// while it is under way), else lost with that chief.
+func (c *Core) adoptBestPending(committed []int64) {
 	e := c.st.BestPending
 	if e == nil {
 		return
 	}
 	c.st.BestPending = nil
-	if committed < 0 || committed != e.Step {
+	if !slices.Contains(committed, e.Step) {
 		c.log.Info("the best model's checkpoint under way at the chief's restart was not committed", "step", e.Step)
 		return
 	}
-	c.st.Best = &BestModel{Checkpoint: committed, Eval: *e}
-	c.st.LatestCheckpoint = max(c.st.LatestCheckpoint, committed)
+	c.st.Best = &BestModel{Checkpoint: e.Step, Eval: *e}
+	c.st.LatestCheckpoint = max(c.st.LatestCheckpoint, e.Step)
 	c.st.Checkpoints.Committed++
-	c.log.Info("best model so far checkpointed (committed before the chief's restart)", "step", committed, "test_loss", fmt.Sprintf("%.4f", e.TestLoss))
+	c.log.Info("best model so far checkpointed (committed before the chief's restart)", "step", e.Step, "test_loss", fmt.Sprintf("%.4f", e.TestLoss))
 }
 
 // forgetBestPast forgets the best model's checkpoint if it is of a step

@@ -425,7 +425,7 @@ func (c *Core) recordFailover(now time.Time, s int, f *failover, version int64) 
 // false when there is nothing to adopt: no primary serves this run, or
 // one serves another run (the tasks register afresh).
 func adoptionOf(ps, standby []ShardStatus, saved *State) (a Adoption, ok bool) {
-	a.Saved, a.Committed = saved, -1
+	a.Saved = saved
 	prims := ps
 	if len(standby) > 0 {
 		prims = nil

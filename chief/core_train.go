@@ -107,9 +107,8 @@ type Adoption struct {
 	Step       int64 // the lowest version among them
 	Split      bool  // their generations differ: a rollback was cut short
 	Saved      *State
-	// Committed is the step of the store's newest committed checkpoint
-	// (-1: none, or no store).
-	Committed int64
+	// Committed are the steps of the store's committed checkpoints.
+	Committed []int64
 	// Replicas are each shard's primary and epoch as the processes
 	// said (hot standbys; nil: the saved ones, or the start's).
 	Replicas []Replica

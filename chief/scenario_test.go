@@ -78,11 +78,11 @@ import (
 //	adopt t=S gen=N step=N [split] [stopped-by=WHY [final-step=N final-acc=F]]
 //	                             a restarted chief; stopped-by: the saved
 //	                             state says a stop had begun
-//	restart-chief t=S gen=N step=N [committed=N]  a restarted chief
+//	restart-chief t=S gen=N step=N [committed=N,...]  a restarted chief
 //	                             adopts shards at generation N and step N
 //	                             with the state the core last saved (a
-//	                             SaveState action); committed: the store's
-//	                             newest checkpoint (default none)
+//	                             SaveState action); committed: the steps of
+//	                             the store's checkpoints (default none)
 //	adopt t=S shards=V,... standbys=V,... [saved=TYPE:EPOCH,...]
 //	                             a restarted chief finds these processes
 //	                             (adoptionOf); its saved state holds
@@ -227,9 +227,9 @@ func (s *scenario) restartChief(a scenariotest.Args) (string, error) {
 	now := a.At(s.t0)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	s.core = NewCore(s.params, "run-test", log, metrics.NewChief(prometheus.NewRegistry()), now)
-	committed := int64(-1)
+	var committed []int64
 	if _, ok := a["committed"]; ok {
-		committed = a.Num("committed")
+		committed = nums(a["committed"])
 	}
 	return s.actions(s.core.Adopt(now, Adoption{Generation: a.Num("gen"), Step: a.Num("step"), Saved: s.saved, Committed: committed})), nil
 }
@@ -338,7 +338,7 @@ func (s *scenario) events() map[string]func(a scenariotest.Args, now time.Time) 
 				return s.adoptFound(a, now)
 			}
 			_, split := a["split"]
-			ad := Adoption{Generation: a.Num("gen"), Step: a.Num("step"), Split: split, Committed: -1}
+			ad := Adoption{Generation: a.Num("gen"), Step: a.Num("step"), Split: split}
 			if by, ok := a["stopped-by"]; ok {
 				// The previous chief saved a stop it had begun.
 				ad.Saved = &State{RunID: "run-test", Evals: []report.Eval{}, Restarts: []report.Restart{},

@@ -389,8 +389,8 @@ func im2col(in []float32, g model.ConvLayer, batch int, col []float32) {
 	}
 }
 
-// im2col5 is im2col of a single-channel input under a 5x5 kernel (the
-// first block's): each patch's 25 values moved one by one, a patch at a
+// im2col5 is im2col of a single-channel input under a 5x5 kernel: each
+// patch's 25 values moved one by one, a patch at a
 // time, rather than by calls to copy of 5 values, which cost 3x more.
 func im2col5(in []float32, g model.ConvLayer, batch int, col []float32) {
 	const k, kk = 5, 25

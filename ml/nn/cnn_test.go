@@ -328,7 +328,7 @@ func TestCNNLearnsABatch(t *testing.T) {
 // not a multiple of it (a partial last chunk) gives each image the
 // logits a training net of one image computes.
 func TestCNNEvalChunksMatchEachImage(t *testing.T) {
-	spec := model.Spec{Kind: model.KindCNN, Input: 784, Height: 28, Width: 28, Conv: []int{4, 6}, Hidden: []int{16}, Classes: 10}
+	spec := model.Spec{Kind: model.KindCNN, Input: 784, Height: 28, Width: 28, Conv: []int{16, 6}, Hidden: []int{16}, Classes: 10}
 	const batch = 2*ConvChunk + 5
 	tr, _ := randomCNN(t, spec, batch, 6) // the parameters and images
 	one, _ := randomCNN(t, spec, 1, 6)

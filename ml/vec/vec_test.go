@@ -237,14 +237,17 @@ func TestPoolRowsAreTheirWindows(t *testing.T) {
 			n := row + 2*w*c
 			base := int32(1000)
 			out, bias := values(r, n+5), values(r, c)
-			for i := range out { // ties between positions
-				if r.IntN(4) == 0 {
+			for i := range out { // ties between positions, and NaNs
+				switch r.IntN(8) {
+				case 0, 1:
 					out[i] = out[r.IntN(len(out))]
+				case 2:
+					out[i] = float32(math.NaN())
 				}
 			}
-			pool, arg := make([]float32, w*c), make([]int32, w*c)
-			wpool, warg := make([]float32, w*c), make([]int32, w*c)
-			MaxPoolRow(out[:n], bias, pool, arg, base, int32(c), int32(row))
+			pool, arg := make([]float32, w*c+3), make([]int32, w*c+3) // a tail not to write
+			wpool, warg := make([]float32, w*c+3), make([]int32, w*c+3)
+			MaxPoolRow(out[:n], bias, pool[:w*c], arg[:w*c], base, int32(c), int32(row))
 			for i := range w {
 				o, p := 2*i*c, i*c
 				maxPool4Go(out[o:o+c], out[o+c:o+2*c], out[o+row:o+row+c], out[o+row+c:o+row+2*c],
@@ -258,9 +261,9 @@ func TestPoolRowsAreTheirWindows(t *testing.T) {
 			dPool := values(r, w*c)
 			dOut, wdOut := values(r, n+5), make([]float32, n+5)
 			copy(wdOut, dOut)
-			dBias, wdBias := values(r, c), make([]float32, c)
+			dBias, wdBias := values(r, c+3), make([]float32, c+3)
 			copy(wdBias, dBias)
-			UnpoolRow(dPool, pool, arg, dOut[:n], dBias, base, int32(c), int32(row))
+			UnpoolRow(dPool, pool[:w*c], arg[:w*c], dOut[:n], dBias[:c], base, int32(c), int32(row))
 			for i := range w {
 				o, p := 2*i*c, i*c
 				unpool4Go(dPool[p:p+c], pool[p:p+c], arg[p:p+c], wdOut[o:o+c], wdOut[o+c:o+2*c], wdOut[o+row:o+row+c],

@@ -35,7 +35,11 @@ func Calls(prods []Gemm) int {
 }
 
 // Products lists the matrix products of one training step of spec at the
-// given batch size, in the order a step runs them. For every layer l with
+// given batch size, in the order a step runs them, a conv block's chunks
+// together (the net takes each chunk through every block in turn). The
+// ceiling makes each product Times times on the same buffers, and
+// overwrites the output (the net adds a chunk's weight gradient into the
+// batch's). For every layer l with
 // input width in and output width out:
 //
 //	forward   Z_l  = H_l · W_l          [B x in]·[in x out]
