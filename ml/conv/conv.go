@@ -3,8 +3,9 @@
 // without the im2col patches and the matrix products the other blocks
 // use (package nn). Those products are short and wide (25 patch values,
 // 16 channels for the default CNN: OpenBLAS ran them at 31-36 GFLOPS)
-// and the patches are 25 times the image; here each output position's
-// channels sum the 25 taps in registers.
+// and the patches are 25 values an output position (18 times a 28x28
+// image); here each output position's channels sum the 25 taps in
+// registers.
 //
 // Row is the forward pass and GradRow the kernel's gradient. On amd64
 // with AVX2 and FMA, for channel counts that are multiples of 16, they

@@ -15,8 +15,9 @@ import (
 
 // cnnNet is a LeNet-style CNN (model.Spec with Kind cnn) written out by
 // hand: every feature map is NHWC ([batch, height, width, channels],
-// channels innermost), a convolution is im2col followed by one Sgemm, and
-// the dense layers are one Sgemm each. Sgemm is the BLAS gorgonia uses
+// channels innermost), a convolution is im2col followed by one Sgemm (a
+// first block of one input channel, where package conv can, a direct
+// convolution), and the dense layers are one Sgemm each. Sgemm is the BLAS gorgonia uses
 // (package blas installs OpenBLAS), so the CNN and the MLP multiply on the
 // same library. docs/models.md has the shapes and why not gorgonia's
 // Conv2d.
@@ -56,7 +57,7 @@ type cnnNet struct {
 // images is the batch when the net trains or the block is the last,
 // else the chunk.
 type convBufs struct {
-	col   []float32 // [P, K] im2col patches of the block's input
+	col   []float32 // [P, K] im2col patches of the block's input (nil: the block convolves directly)
 	out   []float32 // [P, Out] the convolution without its bias
 	pool  []float32 // [images*PoolH*PoolW, Out] ReLU(2x2 max of out + bias)
 	arg   []int32   // [images*PoolH*PoolW, Out] index into its chunk's out of each pool element's maximum
@@ -275,7 +276,9 @@ func (n *cnnNet) backward() {
 
 // convBackward is the conv blocks' backward pass, chunk by chunk: each
 // chunk's patches are made again (im2col) for its blocks' weight
-// gradients, which sum over the chunks, as do the biases'.
+// gradients (a first block that convolves directly sums its kernel's
+// gradient from the chunk's images instead), which sum over the chunks,
+// as do the biases'.
 func (n *cnnNet) convBackward() {
 	for l := range n.layers {
 		clear(n.grads[bIndex(l)]) // (unpool adds into it)
