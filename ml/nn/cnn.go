@@ -17,10 +17,10 @@ import (
 // hand: every feature map is NHWC ([batch, height, width, channels],
 // channels innermost), a convolution is im2col followed by one Sgemm (a
 // first block of one input channel, where package conv can, a direct
-// convolution), and the dense layers are one Sgemm each. Sgemm is the BLAS gorgonia uses
-// (package blas installs OpenBLAS), so the CNN and the MLP multiply on the
-// same library. docs/models.md has the shapes and why not gorgonia's
-// Conv2d.
+// convolution), and the dense layers are one Sgemm each. Sgemm is the
+// BLAS gorgonia uses (package blas installs OpenBLAS), so the CNN and the
+// MLP multiply on the same library. docs/models.md has the shapes and
+// why not gorgonia's Conv2d.
 type cnnNet struct {
 	spec   model.Spec
 	batch  int
@@ -393,8 +393,8 @@ func im2col(in []float32, g model.ConvLayer, batch int, col []float32) {
 }
 
 // im2col5 is im2col of a single-channel input under a 5x5 kernel: each
-// patch's 25 values moved one by one, a patch at a
-// time, rather than by calls to copy of 5 values, which cost 3x more.
+// patch's 25 values moved one by one, a patch at a time, rather than by
+// calls to copy of 5 values, which cost 3x more.
 func im2col5(in []float32, g model.ConvLayer, batch int, col []float32) {
 	const k, kk = 5, 25
 	w := g.InW
