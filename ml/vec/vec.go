@@ -322,19 +322,16 @@ func maxPool4Go(r0, r1, r2, r3, bias, pool []float32, arg []int32, base, c, row 
 // pick is (v, vat) if v > best, else (best, bat), selected with masks
 // rather than a branch.
 func pick(v, best float32, vat, bat int32) (float32, int32) {
-	var m uint32
-	if v > best {
-		m = ^uint32(0)
-	}
+	m := ones(v > best)
 	bv, bb := math.Float32bits(v), math.Float32bits(best)
 	return math.Float32frombits(bb ^ (bb^bv)&m), bat ^ (bat^vat)&int32(m)
 }
 
 // MaxPoolRow is the CNN's 2x2 max pool, with its bias and ReLU, over a
-// row of len(pool)/c windows of c channels (maxPool4Go for each): window i's four positions start at out[2*i*c],
-// out[2*i*c+c], out[2*i*c+row] and out[2*i*c+row+c], its pooled values
-// and positions go to pool[i*c:] and arg[i*c:], and its base is
-// base+2*i*c. len(pool) must be a multiple of c, len(arg) equal to it,
+// row of len(pool)/c windows of c channels (maxPool4Go for each):
+// window i's four positions start at out[2*i*c], out[2*i*c+c],
+// out[2*i*c+row] and out[2*i*c+row+c], its pooled values and positions
+// go to pool[i*c:] and arg[i*c:], and its base is base+2*i*c. len(pool) must be a multiple of c, len(arg) equal to it,
 // and out must hold row+2*len(pool) values.
 func MaxPoolRow(out, bias, pool []float32, arg []int32, base, c, row int32) {
 	w, n := windows(len(pool), len(arg), len(out), c, row)
@@ -344,8 +341,8 @@ func MaxPoolRow(out, bias, pool []float32, arg []int32, base, c, row int32) {
 	}
 	for i := range w {
 		o, p := 2*i*int(c), i*int(c)
-		maxPool4Go(out[o:o+int(c)], out[o+int(c):o+2*int(c)], out[o+int(row):o+int(row)+int(c)], out[o+int(row)+int(c):o+int(row)+2*int(c)],
-			bias[:c], pool[p:p+int(c)], arg[p:p+int(c)], base+int32(o), c, row)
+		r0, r1, r2, r3 := window(out, o, int(c), int(row))
+		maxPool4Go(r0, r1, r2, r3, bias[:c], pool[p:p+int(c)], arg[p:p+int(c)], base+int32(o), c, row)
 	}
 }
 
@@ -365,9 +362,16 @@ func UnpoolRow(dPool, pool []float32, arg []int32, dOut, dBias []float32, base, 
 	}
 	for i := range w {
 		o, p := 2*i*int(c), i*int(c)
-		unpool4Go(dPool[p:p+int(c)], pool[p:p+int(c)], arg[p:p+int(c)], dOut[o:o+int(c)], dOut[o+int(c):o+2*int(c)],
-			dOut[o+int(row):o+int(row)+int(c)], dOut[o+int(row)+int(c):o+int(row)+2*int(c)], dBias[:c], base+int32(o), c, row)
+		d0, d1, d2, d3 := window(dOut, o, int(c), int(row))
+		unpool4Go(dPool[p:p+int(c)], pool[p:p+int(c)], arg[p:p+int(c)], d0, d1, d2, d3, dBias[:c], base+int32(o), c, row)
 	}
+}
+
+// window is the four positions of the pooling window at o of a map whose
+// rows are row values long: top left, top right, bottom left, bottom
+// right, c channels each.
+func window(m []float32, o, c, row int) (r0, r1, r2, r3 []float32) {
+	return m[o : o+c], m[o+c : o+2*c], m[o+row : o+row+c], m[o+row+c : o+row+2*c]
 }
 
 // windows checks a row of pooling windows' lengths (pooled values and
